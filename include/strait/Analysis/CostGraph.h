@@ -1,0 +1,76 @@
+//===- CostGraph.h - Plain cost graph the planner works on -----*- C++ -*-===//
+//
+// A DAG of ops with their costs. The compiler fills it from the graph
+// dialect through the cost op interface; the generators in ModelZoo.h build
+// shape-only transformer and ResNet graphs so the planner can be tested and
+// benchmarked on its own.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_ANALYSIS_COSTGRAPH_H
+#define STRAIT_ANALYSIS_COSTGRAPH_H
+
+#include "strait/Analysis/ClusterModel.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace strait {
+
+/// Costs of one op for the graph's whole batch (CostGraph::batchSamples).
+struct CostNode {
+  std::string name;
+  OpKind kind = OpKind::Other;
+  DType dtype = DType::F32;
+  double fwdFlops = 0;
+  /// Backward FLOPs; negative means "estimate" (2x forward for ops with
+  /// parameters, 1x otherwise), used for forward-only graphs.
+  double bwdFlops = -1;
+  double bytesRead = 0, bytesWritten = 0;
+  double paramBytes = 0;
+  /// Bytes of the output kept alive for the backward pass.
+  double activationBytes = 0;
+  /// Layer the op belongs to (coarsening groups by it); -1 if none.
+  int layer = -1;
+
+  double backwardFlops() const {
+    if (bwdFlops >= 0)
+      return bwdFlops;
+    return paramBytes > 0 ? 2 * fwdFlops : fwdFlops;
+  }
+};
+
+struct CostEdge {
+  unsigned src = 0, dst = 0;
+  double bytes = 0; ///< tensor bytes for the whole batch
+};
+
+struct CostGraph {
+  std::string name;
+  std::vector<CostNode> nodes;
+  std::vector<CostEdge> edges;
+  /// Samples (sequences, images) the costs above correspond to.
+  double batchSamples = 1;
+
+  unsigned addNode(CostNode node) {
+    nodes.push_back(std::move(node));
+    return nodes.size() - 1;
+  }
+  void addEdge(unsigned src, unsigned dst, double bytes) {
+    edges.push_back({src, dst, bytes});
+  }
+  double totalFwdFlops() const;
+  double totalBwdFlops() const;
+  double totalParamBytes() const;
+  double totalActivationBytes() const;
+
+  /// Kahn's algorithm, stable by node index; an error names a node on a
+  /// cycle or a dangling edge.
+  llvm::Expected<std::vector<unsigned>> topologicalOrder() const;
+};
+
+} // namespace strait
+
+#endif // STRAIT_ANALYSIS_COSTGRAPH_H

@@ -1,0 +1,158 @@
+//===- Partitioner.h - Pipeline + data-parallel partitioning ---*- C++ -*-===//
+//
+// The planner as a pure analysis: coarsen the cost graph to layers, group
+// devices into bandwidth islands, and choose pipeline stages over islands
+// with data-parallel replicas inside them, the micro-batch count and the
+// schedule, minimizing the predicted iteration time under every device's
+// memory. Baselines (uniform split, homogeneous PipeDream DP, DT-FM-like
+// search) sit behind the same entry point and the same cost model.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_ANALYSIS_PARTITIONER_H
+#define STRAIT_ANALYSIS_PARTITIONER_H
+
+#include "strait/Analysis/ClusterModel.h"
+#include "strait/Analysis/CostGraph.h"
+#include "strait/Analysis/Grouping.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace strait {
+
+enum class Schedule { GPipe, OneFOneB };
+enum class PlannerStrategy { Strait, Uniform, PipeDream, DTFM };
+llvm::StringRef stringifySchedule(Schedule schedule);
+llvm::StringRef stringifyStrategy(PlannerStrategy strategy);
+
+struct MemoryOptions {
+  /// Gradient and optimizer-state bytes per parameter byte (Adam keeps two
+  /// moments in the parameter dtype: 2).
+  double gradBytesPerParamByte = 1;
+  double optimizerBytesPerParamByte = 2;
+  /// Fraction of each device's memory kept free (workspace, fragmentation).
+  double reserveFraction = 0.1;
+};
+
+struct PlannerOptions {
+  PlannerStrategy strategy = PlannerStrategy::Strait;
+  /// Samples per iteration; 0 means the cost graph's own batch.
+  double globalBatch = 0;
+  /// Micro-batch counts to try; empty means powers of two up to the batch.
+  std::vector<unsigned> microBatchCounts;
+  std::vector<Schedule> schedules = {Schedule::OneFOneB, Schedule::GPipe};
+  MemoryOptions memory;
+  GroupingOptions grouping;
+  /// Layers are merged into at most this many pipeline blocks.
+  unsigned maxBlocks = 64;
+  /// Chunks a pipeline may skip between consecutive stages (per island).
+  unsigned maxSkip = 4;
+  /// Most pipeline stages one island may be split into.
+  unsigned maxStagesPerIsland = 16;
+  /// Bottleneck-load candidates the DP tries per configuration; when the
+  /// distinct candidates are at most `exhaustiveLimit` it tries them all
+  /// (then the DP is exact for its search space).
+  unsigned loadSamples = 10;
+  unsigned exhaustiveLimit = 48;
+  /// DT-FM-like baseline: local-search swap attempts.
+  unsigned searchIterations = 400;
+  uint64_t seed = 1;
+};
+
+/// The layer-coarsened graph: a chain of blocks in topological order.
+struct CoarseGraph {
+  struct Block {
+    std::vector<unsigned> nodes;
+    double fwdFlops = 0, bwdFlops = 0;
+    double paramBytes = 0;
+    double activationBytes = 0; ///< per sample, kept for backward
+  };
+  std::vector<Block> blocks;
+  /// cutBytes[i]: bytes per sample on edges crossing the cut after block i
+  /// (an edge spanning several cuts is relayed and counted at each).
+  std::vector<double> cutBytes;
+  /// Seconds per sample of each block, per speed class: [class][block].
+  std::vector<std::vector<double>> fwdTime, bwdTime;
+  double batchSamples = 1;
+  unsigned numLayers = 0; ///< blocks before merging
+};
+
+llvm::Expected<CoarseGraph> coarsenGraph(const CostGraph &graph,
+                                         const ClusterModel &cluster,
+                                         unsigned maxBlocks);
+
+struct StagePlan {
+  unsigned firstBlock = 0, endBlock = 0; ///< blocks [first, end)
+  std::vector<unsigned> devices;         ///< data-parallel replicas
+  std::vector<double> shares;            ///< micro-batch share per replica
+  double fwdTime = 0, bwdTime = 0;       ///< per micro-batch
+  double paramBytes = 0, allReduceTime = 0;
+  /// To the next stage, per micro-batch and direction.
+  double sendBytes = 0, sendTime = 0;
+  /// Latency and aggregate bandwidth over all replica pairs of the cut.
+  double sendLatency = 0, sendBandwidth = 0;
+  unsigned sendLink = 0; ///< link id of the slowest replica pair
+  double peakMemory = 0, capacity = 0;
+  unsigned peakMemoryDevice = 0;
+  unsigned inFlight = 0; ///< micro-batches whose activations are alive
+};
+
+struct PartitionPlan {
+  PlannerStrategy strategy = PlannerStrategy::Strait;
+  bool feasible = false;
+  std::string message; ///< why no plan fits (device and constraint)
+  Schedule schedule = Schedule::OneFOneB;
+  unsigned microBatches = 1;
+  double globalBatch = 0, microBatchSamples = 0;
+  std::vector<StagePlan> stages;
+  int groupingLevel = -1;
+  unsigned numIslands = 0;
+  double iterationTime = 0, bubbleFraction = 0, throughput = 0;
+  double planningSeconds = 0;
+};
+
+/// Plans the graph on the cluster with options.strategy. Bad input (a
+/// cyclic graph, an empty cluster) is an error; a model that fits nowhere
+/// is a plan with feasible = false and a message naming the device and the
+/// constraint that failed.
+llvm::Expected<PartitionPlan> planPartition(const CostGraph &graph,
+                                            const ClusterModel &cluster,
+                                            const PlannerOptions &options);
+
+//===----------------------------------------------------------------------===//
+// Lower-level entry points (baselines, tests, passes that apply a plan).
+//===----------------------------------------------------------------------===//
+
+struct StageAssignment {
+  unsigned firstBlock = 0, endBlock = 0;
+  std::vector<unsigned> devices;
+};
+
+/// Fills times, memory and the iteration time of the given stages under the
+/// shared cost model; feasible is false (with a message) if memory fails.
+PartitionPlan evaluateStages(const CoarseGraph &graph,
+                             const ClusterModel &cluster,
+                             const PlannerOptions &options,
+                             const std::vector<StageAssignment> &stages,
+                             unsigned microBatches, Schedule schedule);
+
+/// The heterogeneous DP over an ordered list of device chunks: stages are
+/// contiguous block ranges, each on one chunk, chunks used in order with at
+/// most `maxSkip` - 1 unused chunks between consecutive stages.
+PartitionPlan planOverChunks(const CoarseGraph &graph,
+                             const ClusterModel &cluster,
+                             const PlannerOptions &options,
+                             const std::vector<std::vector<unsigned>> &chunks,
+                             unsigned maxSkip, unsigned microBatches,
+                             Schedule schedule);
+
+/// Human-readable plan: one line per stage (devices, blocks, times, memory,
+/// the link to the next stage).
+std::string formatPlan(const PartitionPlan &plan, const ClusterModel &cluster);
+
+} // namespace strait
+
+#endif // STRAIT_ANALYSIS_PARTITIONER_H

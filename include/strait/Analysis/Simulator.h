@@ -1,0 +1,59 @@
+//===- Simulator.h - Discrete-event simulation of a plan -------*- C++ -*-===//
+//
+// Replays one training iteration of a PartitionPlan: each stage runs its
+// forward and backward micro-batches in schedule order (GPipe or 1F1B),
+// activations and their gradients cross the stage cuts as flows that share
+// a link's bandwidth fairly while they overlap, and each stage all-reduces
+// its gradients after its last backward. Reports the iteration time, the
+// bubble fraction and per-link utilization, and can write the timeline as
+// JSON for bench/planner/plot_timeline.py.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_ANALYSIS_SIMULATOR_H
+#define STRAIT_ANALYSIS_SIMULATOR_H
+
+#include "strait/Analysis/Partitioner.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace strait {
+
+struct TimelineEvent {
+  enum class Kind { Forward, Backward, SendActivation, SendGradient, AllReduce };
+  Kind kind = Kind::Forward;
+  unsigned stage = 0;      ///< stage that computes, or that sends
+  unsigned microBatch = 0;
+  double start = 0, end = 0;
+};
+llvm::StringRef stringifyEventKind(TimelineEvent::Kind kind);
+
+struct LinkUsage {
+  std::string name; ///< link origin and direction
+  double bytes = 0, busySeconds = 0;
+  double utilization = 0; ///< bytes / (bandwidth * iteration time)
+};
+
+struct SimulationResult {
+  double iterationTime = 0;
+  double bubbleFraction = 0; ///< idle share of stage time
+  std::vector<TimelineEvent> events;
+  std::vector<LinkUsage> links;
+};
+
+/// Simulates one iteration; the plan must have at least one stage.
+llvm::Expected<SimulationResult> simulatePlan(const PartitionPlan &plan,
+                                              const ClusterModel &cluster);
+
+/// Writes {iteration_time, bubble_fraction, stages, events, links} as JSON.
+llvm::Error writeTimelineJSON(const SimulationResult &result,
+                              const PartitionPlan &plan,
+                              const ClusterModel &cluster,
+                              llvm::StringRef path);
+
+} // namespace strait
+
+#endif // STRAIT_ANALYSIS_SIMULATOR_H

@@ -1,0 +1,56 @@
+//===- Workload.h - Roofline and communication time estimates --*- C++ -*-===//
+//
+// The workload estimator: time of an op on a device (roofline over peak
+// FLOP/s per dtype, scaled by per-kind efficiency or a measured profile, and
+// memory bandwidth), time of a transfer over a link, and all-reduce models.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_ANALYSIS_WORKLOAD_H
+#define STRAIT_ANALYSIS_WORKLOAD_H
+
+#include "strait/Analysis/ClusterModel.h"
+#include "strait/Analysis/CostGraph.h"
+
+namespace strait {
+
+/// Sustained FLOP/s of `device` for ops of `kind` in `dtype`.
+double effectiveFlops(const ClusterModel &cluster, unsigned device,
+                      OpKind kind, DType dtype);
+
+/// Roofline time of the op on the device for the graph's whole batch:
+/// max(FLOPs / sustained FLOP/s, bytes / memory bandwidth). The backward
+/// pass moves twice the forward bytes (input and weight gradients).
+double nodeTime(const CostNode &node, const ClusterModel &cluster,
+                unsigned device, bool backward);
+
+/// latency + bytes / bandwidth.
+inline double transferTime(const LinkSpec &link, double bytes) {
+  return bytes <= 0 ? 0 : link.latency + bytes / link.bandwidth;
+}
+
+/// Ring parameters of a device sequence: the slowest hop's bandwidth (hops
+/// crossing one shared link k times get 1/k of it) and the largest latency.
+struct RingCost {
+  double bandwidth = 1e30, latency = 0;
+};
+RingCost ringCost(const ClusterModel &cluster, llvm::ArrayRef<unsigned> ring);
+
+/// Ring all-reduce: 2(p-1) steps of bytes/p each.
+double ringAllReduceTime(const ClusterModel &cluster,
+                         llvm::ArrayRef<unsigned> devices, double bytes);
+
+/// Hierarchical all-reduce: reduce-scatter inside each group, ring
+/// all-reduce of the 1/g shards across groups (g parallel rings), then
+/// all-gather inside each group. Groups must have equal sizes.
+double hierarchicalAllReduceTime(const ClusterModel &cluster,
+                                 llvm::ArrayRef<std::vector<unsigned>> groups,
+                                 double bytes);
+
+/// Best of flat ring and hierarchical (grouped by site, else by host).
+double allReduceTime(const ClusterModel &cluster,
+                     llvm::ArrayRef<unsigned> devices, double bytes);
+
+} // namespace strait
+
+#endif // STRAIT_ANALYSIS_WORKLOAD_H

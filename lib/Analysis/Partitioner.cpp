@@ -1,0 +1,654 @@
+//===- Partitioner.cpp - Heterogeneous pipeline DP over bandwidth islands -===//
+//
+// The search (docs/planner.md, section "Partitioner"):
+//  1. coarsen the graph to at most maxBlocks blocks;
+//  2. group devices into islands at every gap level of the bandwidth
+//     hierarchy; order the islands of a level into a path that keeps
+//     consecutive islands on fast links; split every island into s equal
+//     chunks (s = 1, 2, 4, ...);
+//  3. for each micro-batch count M and schedule, a DP over (first block,
+//     chunk) minimizes the summed latency of one micro-batch through the
+//     pipeline subject to every stage's and cut's steady-state load staying
+//     under a bound L; the iteration time is latency + load, and L runs over
+//     the distinct loads between the min-max load and the largest useful one.
+//
+//===----------------------------------------------------------------------===//
+
+#include "StageCost.h"
+#include "strait/Analysis/Partitioner.h"
+#include "strait/Analysis/Workload.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+using namespace strait;
+using namespace strait::detail;
+
+static constexpr double kInf = std::numeric_limits<double>::infinity();
+
+llvm::StringRef strait::stringifySchedule(Schedule schedule) {
+  return schedule == Schedule::GPipe ? "gpipe" : "1f1b";
+}
+
+llvm::StringRef strait::stringifyStrategy(PlannerStrategy strategy) {
+  switch (strategy) {
+  case PlannerStrategy::Strait:
+    return "strait";
+  case PlannerStrategy::Uniform:
+    return "uniform";
+  case PlannerStrategy::PipeDream:
+    return "pipedream";
+  case PlannerStrategy::DTFM:
+    return "dtfm";
+  }
+  return "?";
+}
+
+//===----------------------------------------------------------------------===//
+// evaluateStages: the one place that turns stages into an iteration time.
+//===----------------------------------------------------------------------===//
+
+static std::string gib(double bytes) {
+  return llvm::formatv("{0:f2} GiB", bytes / double(1ull << 30)).str();
+}
+
+/// Explains why stage `j` does not fit on its worst device.
+static std::string memoryMessage(const PlanContext &ctx, const StagePlan &s,
+                                 unsigned j, Schedule schedule, double m) {
+  const ClusterModel &cluster = ctx.cluster;
+  const Device &dev = cluster.devices[s.peakMemoryDevice];
+  const MemoryOptions &mem = ctx.options.memory;
+  double state = s.paramBytes * (1 + mem.gradBytesPerParamByte +
+                                 mem.optimizerBytesPerParamByte);
+  std::string head = llvm::formatv(
+      "device '{0}' ({1}, {2} usable) in stage {3} (blocks {4}-{5})",
+      dev.name, cluster.types[dev.type].name, gib(s.capacity), j,
+      s.firstBlock, s.endBlock - 1);
+  if (state > s.capacity)
+    return head + ": parameters, gradients and optimizer state need " +
+           gib(state) + " (constraint: parameter state)";
+  return head + ": parameter state " + gib(state) + " plus activations of " +
+         std::to_string(s.inFlight) + " in-flight micro-batches of " +
+         llvm::formatv("{0:f2}", m).str() + " samples under " +
+         stringifySchedule(schedule).str() + " need " + gib(s.peakMemory) +
+         " (constraint: activation memory)";
+}
+
+static void fillStage(const PlanContext &ctx, const Chunk &chunk,
+                      StagePlan &s, double m, unsigned inFlight) {
+  StageCost cost = ctx.stageCost(s.firstBlock, s.endBlock, chunk, m);
+  s.fwdTime = cost.fwd;
+  s.bwdTime = cost.bwd;
+  s.paramBytes = cost.paramBytes;
+  s.allReduceTime = cost.allReduce;
+  s.inFlight = inFlight;
+  s.shares.clear();
+  s.peakMemory = -1;
+  for (unsigned d : s.devices) {
+    unsigned cls = ctx.cluster.devices[d].speedClass;
+    s.shares.push_back(ctx.shareOf(s.firstBlock, s.endBlock, chunk, cls));
+    double need = ctx.memory(s.firstBlock, s.endBlock, chunk, cls, m, inFlight);
+    // The device with least headroom is the one reported.
+    double cap = ctx.capacity(cls);
+    if (s.peakMemory < 0 || need - cap > s.peakMemory - s.capacity) {
+      s.peakMemory = need;
+      s.capacity = cap;
+      s.peakMemoryDevice = d;
+    }
+  }
+}
+
+PartitionPlan detail::evaluateWith(const PlanContext &ctx,
+                                  const std::vector<StageAssignment> &stages,
+                                  unsigned microBatches, Schedule schedule) {
+  PartitionPlan plan;
+  plan.strategy = ctx.options.strategy;
+  plan.schedule = schedule;
+  plan.microBatches = microBatches;
+  plan.globalBatch = ctx.globalBatch;
+  double m = ctx.globalBatch / microBatches;
+  plan.microBatchSamples = m;
+  unsigned S = stages.size();
+  std::vector<Chunk> chunks;
+  for (const StageAssignment &a : stages)
+    chunks.push_back(ctx.makeChunk(a.devices));
+  double latency = 0, load = 0, busy = 0;
+  plan.feasible = S > 0;
+  for (unsigned j = 0; j < S; ++j) {
+    StagePlan s;
+    s.firstBlock = stages[j].firstBlock;
+    s.endBlock = stages[j].endBlock;
+    s.devices = stages[j].devices;
+    fillStage(ctx, chunks[j], s, m, ctx.inFlight(schedule, microBatches, S - j));
+    double t = s.fwdTime + s.bwdTime;
+    latency += t;
+    busy += microBatches * t;
+    load = std::max(load, (microBatches - 1) * t + s.allReduceTime);
+    if (j + 1 < S) {
+      CommCost c = ctx.comm(chunks[j], chunks[j + 1]);
+      s.sendTime = ctx.commTime(c, s.endBlock - 1, m);
+      s.sendBytes = ctx.graph.cutBytes[s.endBlock - 1] * m;
+      s.sendLink = c.link;
+      s.sendLatency = c.latency;
+      s.sendBandwidth = c.bandwidth;
+      latency += 2 * s.sendTime;
+      load = std::max(load, (microBatches - 1) * s.sendTime);
+    }
+    if (plan.feasible && s.peakMemory > s.capacity) {
+      plan.feasible = false;
+      plan.message = "out of memory: " + memoryMessage(ctx, s, j, schedule, m);
+    }
+    plan.stages.push_back(std::move(s));
+  }
+  plan.iterationTime = latency + load;
+  plan.bubbleFraction =
+      S && plan.iterationTime > 0 ? 1 - busy / (S * plan.iterationTime) : 0;
+  plan.throughput = plan.iterationTime > 0 ? ctx.globalBatch / plan.iterationTime
+                                           : 0;
+  return plan;
+}
+
+PartitionPlan strait::evaluateStages(const CoarseGraph &graph,
+                                     const ClusterModel &cluster,
+                                     const PlannerOptions &options,
+                                     const std::vector<StageAssignment> &stages,
+                                     unsigned microBatches, Schedule schedule) {
+  PlanContext ctx(graph, cluster, options);
+  return evaluateWith(ctx, stages, std::max(1u, microBatches), schedule);
+}
+
+//===----------------------------------------------------------------------===//
+// The DP over an ordered chunk list.
+//===----------------------------------------------------------------------===//
+
+namespace {
+class ChunkDP {
+public:
+  ChunkDP(const PlanContext &ctx, std::vector<Chunk> chunks, unsigned maxSkip,
+          bool ignoreMemory)
+      : ctx(ctx), chunks(std::move(chunks)), maxSkip(std::max(1u, maxSkip)),
+        ignoreMemory(ignoreMemory) {
+    precompute();
+  }
+
+  /// Best stages for (M, schedule); empty if nothing fits.
+  std::vector<StageAssignment> solve(unsigned microBatches, Schedule schedule);
+
+private:
+  struct Entry {
+    double cost = kInf;
+    unsigned next = 0, nextChunk = 0, stages = 0;
+  };
+  void precompute();
+  size_t stageIndex(unsigned v, unsigned b0, unsigned b1) const {
+    return (size_t(v) * B + b0) * (B + 1) + b1;
+  }
+  /// Runs the DP with load bound `bound`; returns the best first-stage
+  /// chunk (or -1) and fills `table`. bound < 0 minimizes the max load.
+  int run(double bound, bool minMax);
+  std::vector<StageAssignment> reconstruct(int first) const;
+  double stageLoad(size_t idx) const {
+    return (M - 1) * unitTime[idx] * m + allReduce[idx];
+  }
+  bool fits(size_t idx, unsigned stagesFromEnd) const {
+    if (ignoreMemory)
+      return true;
+    return ctx.inFlight(schedule, M, stagesFromEnd) <= unitFit[idx] / m;
+  }
+  double commTime(unsigned v, unsigned w, unsigned b1) const {
+    const CommCost &c = comms[size_t(v) * maxSkip + (w - v - 1)];
+    return ctx.commTime(c, b1 - 1, m);
+  }
+
+  const PlanContext &ctx;
+  std::vector<Chunk> chunks;
+  unsigned maxSkip;
+  bool ignoreMemory;
+  unsigned B = 0, V = 0;
+  std::vector<double> unitTime, allReduce, unitFit; // per (v, b0, b1), m = 1
+  std::vector<CommCost> comms;                      // per (v, w - v - 1)
+  std::vector<Entry> table;                         // per (b, v)
+  unsigned M = 1;
+  double m = 1;
+  Schedule schedule = Schedule::OneFOneB;
+};
+} // namespace
+
+void ChunkDP::precompute() {
+  B = ctx.numBlocks();
+  V = chunks.size();
+  size_t n = size_t(V) * B * (B + 1);
+  unitTime.assign(n, kInf);
+  allReduce.assign(n, kInf);
+  unitFit.assign(n, -1);
+  for (unsigned v = 0; v < V; ++v)
+    for (unsigned b0 = 0; b0 < B; ++b0)
+      for (unsigned b1 = b0 + 1; b1 <= B; ++b1) {
+        StageCost c = ctx.stageCost(b0, b1, chunks[v], 1.0);
+        size_t idx = stageIndex(v, b0, b1);
+        unitTime[idx] = c.fwd + c.bwd;
+        allReduce[idx] = c.allReduce;
+        unitFit[idx] = c.maxInFlight;
+      }
+  comms.resize(size_t(V) * maxSkip);
+  for (unsigned v = 0; v < V; ++v)
+    for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w)
+      comms[size_t(v) * maxSkip + (w - v - 1)] = ctx.comm(chunks[v], chunks[w]);
+}
+
+int ChunkDP::run(double bound, bool minMax) {
+  table.assign(size_t(B + 1) * V, Entry());
+  auto at = [&](unsigned b, unsigned v) -> Entry & {
+    return table[size_t(b) * V + v];
+  };
+  for (int b = int(B) - 1; b >= 0; --b) {
+    for (unsigned v = 0; v < V; ++v) {
+      Entry best;
+      for (unsigned b1 = b + 1; b1 <= B; ++b1) {
+        size_t idx = stageIndex(v, b, b1);
+        double load = stageLoad(idx);
+        if (!minMax && load > bound)
+          break; // loads grow with the block range
+        double lat = unitTime[idx] * m;
+        auto consider = [&](double cost, unsigned next, unsigned w,
+                            unsigned stages) {
+          if (cost < best.cost ||
+              (cost == best.cost && stages < best.stages))
+            best = {cost, next, w, stages};
+        };
+        if (b1 == B) {
+          if (fits(idx, 1))
+            consider(minMax ? load : lat, B, V, 1);
+          continue;
+        }
+        for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w) {
+          const Entry &e = at(b1, w);
+          if (e.cost == kInf || !fits(idx, e.stages + 1))
+            continue;
+          double x = commTime(v, w, b1);
+          double xLoad = (M - 1) * x;
+          if (minMax)
+            consider(std::max({load, xLoad, e.cost}), b1, w, e.stages + 1);
+          else if (xLoad <= bound)
+            consider(lat + 2 * x + e.cost, b1, w, e.stages + 1);
+        }
+      }
+      at(b, v) = best;
+    }
+  }
+  int first = -1;
+  for (unsigned v = 0; v < V; ++v)
+    if (at(0, v).cost < kInf &&
+        (first < 0 || at(0, v).cost < at(0, first).cost))
+      first = v;
+  return first;
+}
+
+std::vector<StageAssignment> ChunkDP::reconstruct(int first) const {
+  std::vector<StageAssignment> stages;
+  unsigned b = 0, v = first;
+  while (b < B) {
+    const Entry &e = table[size_t(b) * V + v];
+    stages.push_back({b, e.next, chunks[v].devices});
+    b = e.next;
+    v = e.nextChunk;
+  }
+  return stages;
+}
+
+std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
+                                            Schedule sched) {
+  M = microBatches;
+  m = ctx.globalBatch / M;
+  schedule = sched;
+  int first = run(0, /*minMax=*/true);
+  if (first < 0)
+    return {};
+  double lmin = table[first].cost;
+  // Latency and load of the path stored in the table from chunk `first`.
+  auto pathTime = [&](int start) {
+    double lat = 0, load = 0;
+    unsigned b = 0, v = start;
+    while (b < B) {
+      const Entry &e = table[size_t(b) * V + v];
+      size_t idx = stageIndex(v, b, e.next);
+      lat += unitTime[idx] * m;
+      load = std::max(load, stageLoad(idx));
+      if (e.next < B) {
+        double x = commTime(v, e.nextChunk, e.next);
+        lat += 2 * x;
+        load = std::max(load, (M - 1) * x);
+      }
+      b = e.next;
+      v = e.nextChunk;
+    }
+    return std::make_pair(lat, load);
+  };
+  int freeFirst = run(kInf, false);
+  double freeLatency = freeFirst >= 0 ? table[size_t(freeFirst)].cost : 0;
+  // Every bound in [lmin, upper] may be optimal; beyond upper the latency
+  // saved cannot pay for the larger load.
+  int atMin = run(lmin * (1 + 1e-12), false);
+  std::vector<StageAssignment> best;
+  double bestTime = kInf;
+  auto keep = [&](int start) {
+    if (start < 0)
+      return;
+    auto [lat, load] = pathTime(start);
+    if (lat + load < bestTime) {
+      bestTime = lat + load;
+      best = reconstruct(start);
+    }
+  };
+  keep(atMin);
+  double upper = bestTime - freeLatency;
+  std::vector<double> candidates;
+  for (size_t idx = 0; idx < unitTime.size(); ++idx) {
+    if (unitTime[idx] == kInf)
+      continue;
+    double load = stageLoad(idx);
+    if (load > lmin && load <= upper)
+      candidates.push_back(load);
+  }
+  for (unsigned v = 0; v < V; ++v)
+    for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w)
+      for (unsigned b1 = 1; b1 < B; ++b1) {
+        double load = (M - 1) * commTime(v, w, b1);
+        if (load > lmin && load <= upper)
+          candidates.push_back(load);
+      }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()),
+                   candidates.end());
+  std::vector<double> bounds;
+  if (candidates.size() <= ctx.options.exhaustiveLimit) {
+    bounds = candidates;
+  } else if (!candidates.empty()) {
+    unsigned samples = std::max(2u, ctx.options.loadSamples);
+    double lo = candidates.front(), hi = candidates.back();
+    for (unsigned i = 0; i < samples; ++i) {
+      double target = lo * std::pow(hi / lo, double(i) / (samples - 1));
+      auto it = std::upper_bound(candidates.begin(), candidates.end(), target);
+      bounds.push_back(it == candidates.begin() ? *it : *std::prev(it));
+    }
+  }
+  for (double bound : bounds)
+    keep(run(bound * (1 + 1e-12), false));
+  return best;
+}
+
+PartitionPlan strait::planOverChunks(
+    const CoarseGraph &graph, const ClusterModel &cluster,
+    const PlannerOptions &options,
+    const std::vector<std::vector<unsigned>> &chunkDevices, unsigned maxSkip,
+    unsigned microBatches, Schedule schedule) {
+  PlanContext ctx(graph, cluster, options);
+  std::vector<Chunk> chunks;
+  for (const auto &devices : chunkDevices)
+    chunks.push_back(ctx.makeChunk(devices));
+  ChunkDP dp(ctx, std::move(chunks), maxSkip, /*ignoreMemory=*/false);
+  std::vector<StageAssignment> stages = dp.solve(microBatches, schedule);
+  if (stages.empty()) {
+    PartitionPlan plan;
+    plan.message = "no stage assignment fits in memory";
+    return plan;
+  }
+  return evaluateWith(ctx, stages, microBatches, schedule);
+}
+
+//===----------------------------------------------------------------------===//
+// planPartition: the search over grouping levels, island splits, micro-batch
+// counts and schedules.
+//===----------------------------------------------------------------------===//
+
+/// Orders islands into a path that keeps consecutive islands on fast links:
+/// greedy nearest-neighbour from every start (from the largest island only
+/// when there are many), keeping the path with the best bottleneck, then
+/// the best sum of log-bandwidths.
+std::vector<unsigned>
+detail::orderIslands(const ClusterModel &cluster,
+             const std::vector<std::vector<unsigned>> &islands) {
+  unsigned k = islands.size();
+  std::vector<double> bw(size_t(k) * k, 0);
+  for (unsigned a = 0; a < k; ++a)
+    for (unsigned b = 0; b < k; ++b)
+      if (a != b)
+        bw[size_t(a) * k + b] =
+            cluster.bandwidth(islands[a].front(), islands[b].front());
+  std::vector<unsigned> starts;
+  if (k <= 128) {
+    for (unsigned s = 0; s < k; ++s)
+      starts.push_back(s);
+  } else {
+    unsigned biggest = 0;
+    for (unsigned s = 1; s < k; ++s)
+      if (islands[s].size() > islands[biggest].size())
+        biggest = s;
+    starts.push_back(biggest);
+  }
+  std::vector<unsigned> bestPath;
+  double bestNeck = -1, bestSum = -kInf;
+  for (unsigned start : starts) {
+    std::vector<char> used(k, 0);
+    std::vector<unsigned> path = {start};
+    used[start] = 1;
+    double neck = kInf, sum = 0;
+    for (unsigned step = 1; step < k; ++step) {
+      unsigned cur = path.back(), next = k;
+      for (unsigned c = 0; c < k; ++c)
+        if (!used[c] && (next == k || bw[size_t(cur) * k + c] >
+                                          bw[size_t(cur) * k + next]))
+          next = c;
+      double b = bw[size_t(cur) * k + next];
+      neck = std::min(neck, b);
+      sum += std::log(b);
+      used[next] = 1;
+      path.push_back(next);
+    }
+    if (neck > bestNeck || (neck == bestNeck && sum > bestSum)) {
+      bestNeck = neck;
+      bestSum = sum;
+      bestPath = path;
+    }
+  }
+  return bestPath;
+}
+
+static std::vector<unsigned> microBatchCandidates(const PlannerOptions &options,
+                                                  double globalBatch) {
+  std::vector<unsigned> counts;
+  for (unsigned c : options.microBatchCounts)
+    if (c >= 1 && c <= globalBatch)
+      counts.push_back(c);
+  if (options.microBatchCounts.empty())
+    for (unsigned c = 1; c <= globalBatch && c <= 256; c *= 2)
+      counts.push_back(c);
+  if (counts.empty())
+    counts.push_back(1);
+  return counts;
+}
+
+namespace {
+/// Best plan so far across configurations.
+struct Search {
+  const PlanContext &ctx;
+  PartitionPlan best;
+  bool any = false;
+  void consider(PartitionPlan plan, int level, unsigned islands) {
+    plan.groupingLevel = level;
+    plan.numIslands = islands;
+    if (!any || plan.iterationTime < best.iterationTime) {
+      best = std::move(plan);
+      any = true;
+    }
+  }
+};
+} // namespace
+
+/// Chunks of one grouping level: islands in path order, each split in
+/// `split` near-equal chunks of consecutive (tree-ordered) devices.
+static std::vector<std::vector<unsigned>>
+splitIslands(const std::vector<std::vector<unsigned>> &islands,
+             const std::vector<unsigned> &order, unsigned split) {
+  std::vector<std::vector<unsigned>> chunks;
+  for (unsigned i : order) {
+    const std::vector<unsigned> &island = islands[i];
+    unsigned parts = std::min<unsigned>(split, island.size());
+    for (unsigned p = 0; p < parts; ++p) {
+      size_t lo = island.size() * p / parts, hi = island.size() * (p + 1) / parts;
+      chunks.emplace_back(island.begin() + lo, island.begin() + hi);
+    }
+  }
+  return chunks;
+}
+
+static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
+                         bool ignoreMemory, Search &search) {
+  const PlannerOptions &options = ctx.options;
+  std::vector<unsigned> counts = microBatchCandidates(options, ctx.globalBatch);
+  unsigned blocks = ctx.numBlocks();
+  for (unsigned level = 0; level < grouping.levels.size(); ++level) {
+    const auto &islands = grouping.levels[level].islands;
+    std::vector<unsigned> order = orderIslands(ctx.cluster, islands);
+    size_t largest = 0;
+    for (const auto &island : islands)
+      largest = std::max(largest, island.size());
+    for (unsigned split = 1; split <= options.maxStagesPerIsland; split *= 2) {
+      if (split > 1 && (split > largest || islands.size() * split / 2 >= 2 * blocks))
+        break;
+      auto chunkDevices = splitIslands(islands, order, split);
+      std::vector<Chunk> chunks;
+      for (auto &devices : chunkDevices)
+        chunks.push_back(ctx.makeChunk(devices));
+      ChunkDP dp(ctx, std::move(chunks), options.maxSkip * split, ignoreMemory);
+      for (unsigned M : counts)
+        for (Schedule schedule : options.schedules) {
+          std::vector<StageAssignment> stages = dp.solve(M, schedule);
+          if (stages.empty())
+            continue;
+          PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
+          if (plan.feasible || ignoreMemory)
+            search.consider(std::move(plan), level, islands.size());
+        }
+    }
+  }
+}
+
+PartitionPlan detail::bestOverChunks(
+    const PlanContext &ctx, const std::vector<std::vector<unsigned>> &devices,
+    unsigned maxSkip) {
+  std::vector<Chunk> chunks;
+  for (const auto &d : devices)
+    chunks.push_back(ctx.makeChunk(d));
+  ChunkDP dp(ctx, std::move(chunks), maxSkip, /*ignoreMemory=*/false);
+  PartitionPlan best;
+  bool any = false;
+  for (unsigned M : microBatchCandidates(ctx.options, ctx.globalBatch))
+    for (Schedule schedule : ctx.options.schedules) {
+      std::vector<StageAssignment> stages = dp.solve(M, schedule);
+      if (stages.empty())
+        continue;
+      PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
+      if (plan.feasible && (!any || plan.iterationTime < best.iterationTime)) {
+        best = std::move(plan);
+        any = true;
+      }
+    }
+  return best;
+}
+
+PartitionPlan detail::bestOverMicroBatches(
+    const PlanContext &ctx, const std::vector<StageAssignment> &stages) {
+  PartitionPlan best;
+  bool any = false;
+  for (unsigned M : microBatchCandidates(ctx.options, ctx.globalBatch))
+    for (Schedule schedule : ctx.options.schedules) {
+      PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
+      bool better = !any || (plan.feasible && !best.feasible) ||
+                    (plan.feasible == best.feasible &&
+                     plan.iterationTime < best.iterationTime);
+      if (better) {
+        best = std::move(plan);
+        any = true;
+      }
+    }
+  return best;
+}
+
+llvm::Expected<PartitionPlan> strait::planPartition(
+    const CostGraph &graph, const ClusterModel &cluster,
+    const PlannerOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  if (cluster.size() == 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "cluster '" + cluster.name +
+                                       "' has no devices");
+  llvm::Expected<CoarseGraph> coarse =
+      coarsenGraph(graph, cluster, options.maxBlocks);
+  if (!coarse)
+    return coarse.takeError();
+  PlanContext ctx(*coarse, cluster, options);
+  DeviceGrouping grouping = groupDevices(cluster, options.grouping);
+  PartitionPlan result;
+  if (options.strategy != PlannerStrategy::Strait) {
+    result = planBaseline(ctx, grouping);
+  } else {
+    Search search{ctx, {}, false};
+    searchStrait(ctx, grouping, /*ignoreMemory=*/false, search);
+    if (search.any) {
+      result = std::move(search.best);
+    } else {
+      // Nothing fits: plan without memory limits and report what fails.
+      Search relaxed{ctx, {}, false};
+      searchStrait(ctx, grouping, /*ignoreMemory=*/true, relaxed);
+      result = std::move(relaxed.best);
+      llvm::StringRef why = result.message;
+      why.consume_front("out of memory: ");
+      if (!result.feasible)
+        result.message = why.empty()
+                           ? std::string("no plan found")
+                           : "no plan fits in memory; the fastest plan "
+                             "ignoring memory fails first on " +
+                                 why.str();
+    }
+  }
+  result.strategy = options.strategy;
+  result.planningSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+std::string strait::formatPlan(const PartitionPlan &plan,
+                               const ClusterModel &cluster) {
+  std::string out = llvm::formatv(
+      "plan ({0}): {1} stages, {2} micro-batches of {3:f2} samples, {4}; "
+      "iteration {5:f4} s, {6:f2} samples/s, bubble {7:f1}%{8}\n",
+      stringifyStrategy(plan.strategy), plan.stages.size(), plan.microBatches,
+      plan.microBatchSamples, stringifySchedule(plan.schedule),
+      plan.iterationTime, plan.throughput, 100 * plan.bubbleFraction,
+      plan.feasible ? "" : " [INFEASIBLE: " + plan.message + "]");
+  for (unsigned j = 0; j < plan.stages.size(); ++j) {
+    const StagePlan &s = plan.stages[j];
+    std::string devs;
+    for (unsigned i = 0; i < s.devices.size() && i < 4; ++i)
+      devs += (i ? "," : "") + cluster.devices[s.devices[i]].name;
+    if (s.devices.size() > 4)
+      devs += ",...";
+    out += llvm::formatv(
+        "  stage {0}: blocks [{1},{2}) on {3} device(s) [{4}] fwd {5:f4} s "
+        "bwd {6:f4} s allreduce {7:f4} s mem {8}/{9}",
+        j, s.firstBlock, s.endBlock, s.devices.size(), devs, s.fwdTime,
+        s.bwdTime, s.allReduceTime, gib(s.peakMemory), gib(s.capacity));
+    if (j + 1 < plan.stages.size())
+      out += llvm::formatv(" -> send {0:f1} MB in {1:f4} s over {2}",
+                           s.sendBytes / 1e6, s.sendTime,
+                           cluster.links[s.sendLink].origin);
+    out += "\n";
+  }
+  return out;
+}

@@ -1,0 +1,162 @@
+//===- StageCost.cpp - The cost model shared by planners and baselines ----===//
+
+#include "StageCost.h"
+#include "strait/Analysis/Workload.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace strait;
+using namespace strait::detail;
+
+double AllReduceModel::time(double bytes) const {
+  if (bytes <= 0)
+    return 0;
+  return std::min(alpha[0] + beta[0] * bytes, alpha[1] + beta[1] * bytes);
+}
+
+PlanContext::PlanContext(const CoarseGraph &graph, const ClusterModel &cluster,
+                         const PlannerOptions &options)
+    : graph(graph), cluster(cluster), options(options) {
+  globalBatch = options.globalBatch > 0 ? options.globalBatch
+                                        : graph.batchSamples;
+  unsigned n = graph.blocks.size();
+  auto prefix = [n](auto value) {
+    std::vector<double> p(n + 1, 0);
+    for (unsigned b = 0; b < n; ++b)
+      p[b + 1] = p[b] + value(b);
+    return p;
+  };
+  for (unsigned c = 0; c < graph.fwdTime.size(); ++c) {
+    fwdPrefix.push_back(prefix([&](unsigned b) { return graph.fwdTime[c][b]; }));
+    bwdPrefix.push_back(prefix([&](unsigned b) { return graph.bwdTime[c][b]; }));
+  }
+  paramPrefix = prefix([&](unsigned b) { return graph.blocks[b].paramBytes; });
+  actPrefix =
+      prefix([&](unsigned b) { return graph.blocks[b].activationBytes; });
+}
+
+Chunk PlanContext::makeChunk(std::vector<unsigned> devices) const {
+  Chunk chunk;
+  std::vector<unsigned> counts(cluster.numSpeedClasses(), 0);
+  for (unsigned d : devices)
+    ++counts[cluster.devices[d].speedClass];
+  for (unsigned c = 0; c < counts.size(); ++c)
+    if (counts[c])
+      chunk.classes.push_back({c, counts[c]});
+  // The all-reduce time is affine in the bytes for the ring and for the
+  // hierarchical algorithm; sample each at two sizes.
+  const double s1 = 1e6, s2 = 2e6;
+  double ring1 = ringAllReduceTime(cluster, devices, s1);
+  double ring2 = ringAllReduceTime(cluster, devices, s2);
+  double best1 = allReduceTime(cluster, devices, s1);
+  double best2 = allReduceTime(cluster, devices, s2);
+  chunk.allReduce.beta[0] = (ring2 - ring1) / (s2 - s1);
+  chunk.allReduce.alpha[0] = ring1 - chunk.allReduce.beta[0] * s1;
+  chunk.allReduce.beta[1] = (best2 - best1) / (s2 - s1);
+  chunk.allReduce.alpha[1] = best1 - chunk.allReduce.beta[1] * s1;
+  chunk.devices = std::move(devices);
+  return chunk;
+}
+
+double PlanContext::shareOf(unsigned b0, unsigned b1, const Chunk &chunk,
+                            unsigned cls) const {
+  double total = 0, mine = 0;
+  for (auto [c, count] : chunk.classes) {
+    double t = rangeSum(fwdPrefix[c], b0, b1) + rangeSum(bwdPrefix[c], b0, b1);
+    double rate = t > 0 ? 1 / t : 1;
+    total += rate * count;
+    if (c == cls)
+      mine = rate;
+  }
+  return total > 0 ? mine / total : 0;
+}
+
+StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
+                                 double m) const {
+  StageCost cost;
+  double total = 0;
+  for (auto [c, count] : chunk.classes) {
+    double t = rangeSum(fwdPrefix[c], b0, b1) + rangeSum(bwdPrefix[c], b0, b1);
+    total += (t > 0 ? 1 / t : 1) * count;
+  }
+  cost.maxInFlight = 1e30;
+  cost.paramBytes = rangeSum(paramPrefix, b0, b1);
+  const MemoryOptions &mem = options.memory;
+  double state = cost.paramBytes * (1 + mem.gradBytesPerParamByte +
+                                    mem.optimizerBytesPerParamByte);
+  double act = rangeSum(actPrefix, b0, b1);
+  for (auto [c, count] : chunk.classes) {
+    double f = rangeSum(fwdPrefix[c], b0, b1), b = rangeSum(bwdPrefix[c], b0, b1);
+    double share = (f + b > 0 ? 1 / (f + b) : 1) / total;
+    cost.fwd = std::max(cost.fwd, m * share * f);
+    cost.bwd = std::max(cost.bwd, m * share * b);
+    double room = capacity(c) - state;
+    double perMicro = act * m * share;
+    double fit = room < 0 ? -1 : perMicro > 0 ? room / perMicro : 1e30;
+    if (fit < cost.maxInFlight) {
+      cost.maxInFlight = fit;
+      cost.worstClass = c;
+    }
+  }
+  cost.allReduce = chunk.allReduce.time(cost.paramBytes);
+  return cost;
+}
+
+double PlanContext::capacity(unsigned cls) const {
+  const DeviceType &type =
+      cluster.typeOf(cluster.classRepresentative[cls]);
+  return type.memCapacity * (1 - options.memory.reserveFraction);
+}
+
+double PlanContext::memory(unsigned b0, unsigned b1, const Chunk &chunk,
+                           unsigned cls, double m, double inFlight) const {
+  const MemoryOptions &mem = options.memory;
+  double state = rangeSum(paramPrefix, b0, b1) *
+                 (1 + mem.gradBytesPerParamByte + mem.optimizerBytesPerParamByte);
+  return state +
+         rangeSum(actPrefix, b0, b1) * m * shareOf(b0, b1, chunk, cls) *
+             inFlight;
+}
+
+CommCost PlanContext::comm(const Chunk &from, const Chunk &to) const {
+  CommCost cost;
+  size_t pairs = std::min(from.devices.size(), to.devices.size());
+  // Pair replica i with replica i; pairs on one shared link split it.
+  std::vector<std::pair<unsigned, unsigned>> uses;
+  for (size_t i = 0; i < pairs; ++i) {
+    unsigned id = cluster.linkId(from.devices[i], to.devices[i]);
+    auto it = llvm::find_if(uses, [&](auto &u) { return u.first == id; });
+    if (it == uses.end())
+      uses.push_back({id, 1});
+    else
+      ++it->second;
+  }
+  double slowest = 1e30;
+  for (auto [id, count] : uses) {
+    const Link &link = cluster.links[id];
+    double bw = link.shared ? link.bandwidth / count : link.bandwidth;
+    if (bw < slowest) {
+      slowest = bw;
+      cost.link = id;
+    }
+    cost.latency = std::max(cost.latency, link.latency);
+  }
+  cost.bandwidth = slowest * pairs;
+  return cost;
+}
+
+double PlanContext::commTime(const CommCost &c, unsigned cutAfter,
+                             double m) const {
+  if (cutAfter >= graph.cutBytes.size())
+    return 0;
+  double bytes = graph.cutBytes[cutAfter] * m;
+  return bytes > 0 ? c.latency + bytes / c.bandwidth : 0;
+}
+
+unsigned PlanContext::inFlight(Schedule schedule, unsigned microBatches,
+                               unsigned stagesFromEnd) const {
+  if (schedule == Schedule::GPipe)
+    return microBatches;
+  return std::min(microBatches, stagesFromEnd);
+}

@@ -1,0 +1,110 @@
+//===- StageCost.h - The cost model shared by planners and baselines ------===//
+//
+// Internal to lib/Analysis. One stage on one chunk of devices: compute per
+// micro-batch with heterogeneous replicas (the micro-batch is split in
+// proportion to speed), gradient all-reduce, memory and the transfer to the
+// next stage. The DP, the baselines and evaluateStages all call these, so
+// the comparison between strategies is made under one model.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_LIB_ANALYSIS_STAGECOST_H
+#define STRAIT_LIB_ANALYSIS_STAGECOST_H
+
+#include "strait/Analysis/Partitioner.h"
+
+#include <vector>
+
+namespace strait {
+namespace detail {
+
+/// All-reduce time as min over models of alpha + beta * bytes.
+struct AllReduceModel {
+  double alpha[2] = {0, 0}, beta[2] = {0, 0};
+  double time(double bytes) const;
+};
+
+struct Chunk {
+  std::vector<unsigned> devices;
+  /// (speed class, replica count) for the classes present.
+  std::vector<std::pair<unsigned, unsigned>> classes;
+  AllReduceModel allReduce;
+};
+
+struct StageCost {
+  double fwd = 0, bwd = 0, allReduce = 0, paramBytes = 0;
+  /// Most micro-batches whose activations fit on every replica; < 0 if the
+  /// parameter state alone does not fit.
+  double maxInFlight = 0;
+  unsigned worstClass = 0; ///< class that bounds maxInFlight
+};
+
+struct CommCost {
+  double latency = 0, bandwidth = 1e30; ///< aggregate over replica pairs
+  unsigned link = 0;                    ///< slowest pair's link id
+};
+
+class PlanContext {
+public:
+  PlanContext(const CoarseGraph &graph, const ClusterModel &cluster,
+              const PlannerOptions &options);
+
+  Chunk makeChunk(std::vector<unsigned> devices) const;
+  /// Stage of blocks [b0, b1) on the chunk, micro-batch of m samples.
+  StageCost stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
+                      double m) const;
+  CommCost comm(const Chunk &from, const Chunk &to) const;
+  double commTime(const CommCost &c, unsigned cutAfter, double m) const;
+  unsigned inFlight(Schedule schedule, unsigned microBatches,
+                    unsigned stagesFromEnd) const;
+  /// Memory of one replica of class c holding inFlight micro-batches.
+  double memory(unsigned b0, unsigned b1, const Chunk &chunk, unsigned cls,
+                double m, double inFlight) const;
+  double capacity(unsigned cls) const;
+  double shareOf(unsigned b0, unsigned b1, const Chunk &chunk,
+                 unsigned cls) const;
+
+  const CoarseGraph &graph;
+  const ClusterModel &cluster;
+  const PlannerOptions &options;
+  unsigned numBlocks() const { return graph.blocks.size(); }
+  double globalBatch = 1;
+
+private:
+  double rangeSum(const std::vector<double> &prefix, unsigned b0,
+                  unsigned b1) const {
+    return prefix[b1] - prefix[b0];
+  }
+  std::vector<std::vector<double>> fwdPrefix, bwdPrefix;
+  std::vector<double> paramPrefix, actPrefix;
+};
+
+/// Iteration time of a pipeline under the shared model (see docs):
+/// sum of one micro-batch's latency through all stages and cuts plus the
+/// largest steady-state load, (M-1) * t_j + all-reduce_j or (M-1) * x_cut.
+struct PipelineTimes {
+  double latency = 0, load = 0;
+  double total() const { return latency + load; }
+};
+
+PartitionPlan evaluateWith(const PlanContext &ctx,
+                           const std::vector<StageAssignment> &stages,
+                           unsigned microBatches, Schedule schedule);
+/// Best of evaluateWith over the micro-batch counts and schedules allowed.
+PartitionPlan bestOverMicroBatches(const PlanContext &ctx,
+                                   const std::vector<StageAssignment> &stages);
+/// The DP over fixed chunks, best over micro-batch counts and schedules.
+PartitionPlan bestOverChunks(const PlanContext &ctx,
+                             const std::vector<std::vector<unsigned>> &chunks,
+                             unsigned maxSkip);
+std::vector<unsigned>
+orderIslands(const ClusterModel &cluster,
+             const std::vector<std::vector<unsigned>> &islands);
+/// Uniform, PipeDream and DT-FM-like baselines (Baselines.cpp).
+PartitionPlan planBaseline(const PlanContext &ctx,
+                           const DeviceGrouping &grouping);
+
+} // namespace detail
+} // namespace strait
+
+#endif // STRAIT_LIB_ANALYSIS_STAGECOST_H

@@ -1,0 +1,135 @@
+//===- Workload.cpp - Roofline and communication time estimates -----------===//
+
+#include "strait/Analysis/Workload.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+#include <map>
+
+using namespace strait;
+
+double strait::effectiveFlops(const ClusterModel &cluster, unsigned device,
+                              OpKind kind, DType dtype) {
+  const Device &dev = cluster.devices[device];
+  const DeviceType &type = cluster.types[dev.type];
+  unsigned k = unsigned(kind);
+  double peak = type.peakFlops[unsigned(dtype)];
+  if (!(peak > 0))
+    peak = type.peakFlops[unsigned(DType::F32)];
+  bool gemm = kind == OpKind::MatMul || kind == OpKind::Conv;
+  // A measured GEMM rate is taken as measured in the op's dtype.
+  if (gemm && dev.profile.gemmFlops > 0)
+    return dev.profile.gemmFlops;
+  double eff = dev.profile.efficiency[k] > 0 ? dev.profile.efficiency[k]
+                                             : type.efficiency[k];
+  return peak * eff;
+}
+
+double strait::nodeTime(const CostNode &node, const ClusterModel &cluster,
+                        unsigned device, bool backward) {
+  const DeviceType &type = cluster.typeOf(device);
+  double flops = backward ? node.backwardFlops() : node.fwdFlops;
+  double bytes = node.bytesRead + node.bytesWritten;
+  if (backward)
+    bytes *= 2;
+  double compute = flops / effectiveFlops(cluster, device, node.kind, node.dtype);
+  double memory = bytes / type.memBandwidth;
+  return std::max(compute, memory);
+}
+
+RingCost strait::ringCost(const ClusterModel &cluster,
+                          llvm::ArrayRef<unsigned> ring) {
+  RingCost cost;
+  if (ring.size() < 2)
+    return cost;
+  llvm::DenseMap<unsigned, unsigned> sharedUses;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    unsigned id = cluster.linkId(ring[i], ring[(i + 1) % ring.size()]);
+    if (cluster.links[id].shared)
+      ++sharedUses[id];
+  }
+  for (size_t i = 0; i < ring.size(); ++i) {
+    unsigned id = cluster.linkId(ring[i], ring[(i + 1) % ring.size()]);
+    const Link &link = cluster.links[id];
+    double bw = link.bandwidth;
+    if (link.shared)
+      bw /= std::max(1u, sharedUses[id] / 2); // full duplex
+    cost.bandwidth = std::min(cost.bandwidth, bw);
+    cost.latency = std::max(cost.latency, link.latency);
+  }
+  return cost;
+}
+
+double strait::ringAllReduceTime(const ClusterModel &cluster,
+                                 llvm::ArrayRef<unsigned> devices,
+                                 double bytes) {
+  size_t p = devices.size();
+  if (p < 2 || bytes <= 0)
+    return 0;
+  RingCost ring = ringCost(cluster, devices);
+  double steps = 2.0 * (p - 1);
+  return steps * (ring.latency + bytes / p / ring.bandwidth);
+}
+
+double strait::hierarchicalAllReduceTime(
+    const ClusterModel &cluster, llvm::ArrayRef<std::vector<unsigned>> groups,
+    double bytes) {
+  if (groups.empty() || bytes <= 0)
+    return 0;
+  size_t local = groups.front().size();
+  double inner = 0;
+  for (const std::vector<unsigned> &g : groups)
+    inner = std::max(inner, ringAllReduceTime(cluster, g, bytes));
+  // Cross-group rings: ring r links the r-th device of every group and
+  // carries 1/local of the bytes. Rings crossing a shared link split it, so
+  // then the traffic is as if one ring carried all the bytes.
+  bool shared = false;
+  std::vector<unsigned> ring(groups.size());
+  double outer = 0;
+  for (size_t r = 0; r < local; ++r) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      ring[g] = groups[g][r];
+      shared |= cluster.link(ring[g], groups[(g + 1) % groups.size()][r]).shared;
+    }
+    outer = std::max(outer, ringAllReduceTime(cluster, ring, bytes / local));
+  }
+  if (shared) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      ring[g] = groups[g][0];
+    outer = ringAllReduceTime(cluster, ring, bytes);
+  }
+  return inner + outer;
+}
+
+/// Splits devices into equal-size groups by `key`; empty if sizes differ.
+template <typename KeyFn>
+static std::vector<std::vector<unsigned>>
+groupBy(llvm::ArrayRef<unsigned> devices, KeyFn key) {
+  std::map<unsigned, std::vector<unsigned>> byKey;
+  for (unsigned d : devices)
+    byKey[key(d)].push_back(d);
+  std::vector<std::vector<unsigned>> groups;
+  for (auto &[k, g] : byKey) {
+    if (!groups.empty() && g.size() != groups.front().size())
+      return {};
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+double strait::allReduceTime(const ClusterModel &cluster,
+                             llvm::ArrayRef<unsigned> devices, double bytes) {
+  double best = ringAllReduceTime(cluster, devices, bytes);
+  auto bySite = groupBy(devices, [&](unsigned d) {
+    return cluster.devices[d].site;
+  });
+  auto byHost = groupBy(devices, [&](unsigned d) {
+    return cluster.devices[d].host;
+  });
+  for (auto *groups : {&bySite, &byHost})
+    if (groups->size() > 1 && groups->front().size() > 1)
+      best = std::min(best,
+                      hierarchicalAllReduceTime(cluster, *groups, bytes));
+  return best;
+}
