@@ -1,0 +1,287 @@
+//===- GraphNNOps.td - Neural-network ops ------------------*- tablegen -*-===//
+//
+// Linear algebra, convolution, pooling, normalization, softmax and losses.
+// Window attributes are explicit: the importer resolves defaults and auto_pad.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_DIALECT_GRAPH_GRAPHNNOPS_TD
+#define STRAIT_DIALECT_GRAPH_GRAPHNNOPS_TD
+
+include "strait/Dialect/Graph/GraphBase.td"
+
+def Graph_MatMulOp : Graph_GenericOp<"MatMul", [Pure]> {
+  let summary = "matrix product with numpy semantics";
+  let description = [{
+    Batch dimensions broadcast; a 1-D operand is promoted and the promoted
+    dimension removed from the result.
+
+    ```mlir
+    %y = graph.MatMul %a, %b : (tensor<8x128x768xf32>, tensor<768x3072xf32>) -> tensor<8x128x3072xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$A, AnyTensor:$B);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_GemmOp : Graph_GenericOp<"Gemm", [Pure]> {
+  let summary = "alpha * op(A) * op(B) + beta * C";
+  let description = [{
+    ```mlir
+    %y = graph.Gemm %a, %b, %c {transB = 1 : i64} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$A, AnyTensor:$B, Optional<AnyTensor>:$C,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                   DefaultValuedAttr<F32Attr, "1.0">:$beta,
+                   DefaultValuedAttr<I64Attr, "0">:$transA,
+                   DefaultValuedAttr<I64Attr, "0">:$transB);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_EinsumOp : Graph_GenericOp<"Einsum", [Pure]> {
+  let summary = "Einstein summation";
+  let description = [{
+    The equation must be explicit (`->`) or implicit per ONNX; ellipses are
+    supported.
+
+    ```mlir
+    %y = graph.Einsum %a, %b {equation = "bij,bjk->bik"} : (tensor<2x3x4xf32>, tensor<2x4x5xf32>) -> tensor<2x3x5xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyTensor>:$Inputs, StrAttr:$equation);
+  let results = (outs AnyTensor:$Output);
+}
+
+def Graph_ConvOp : Graph_GenericOp<"Conv", [Pure]> {
+  let summary = "N-d convolution (cross-correlation)";
+  let description = [{
+    Layout NC[D]HW; W is M x C/group x k...; `pads` holds begins then ends.
+
+    ```mlir
+    %y = graph.Conv %x, %w {dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$W, Optional<AnyTensor>:$B,
+                   DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_ConvTransposeOp : Graph_GenericOp<"ConvTranspose", [Pure]> {
+  let summary = "N-d transposed convolution";
+  let description = [{
+    W is C x M/group x k...; the output size is
+    stride*(in-1) + output_padding + ((k-1)*dilation+1) - pad_begin - pad_end.
+
+    ```mlir
+    %y = graph.ConvTranspose %x, %w {dilations = array<i64: 1, 1>, group = 1 : i64, output_padding = array<i64: 0, 0>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x4x4x4xf32>, tensor<4x2x2x2xf32>) -> tensor<1x2x8x8xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$W, Optional<AnyTensor>:$B,
+                   DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
+                   DenseI64ArrayAttr:$output_padding, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$strides);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_MaxPoolOp : Graph_GenericOp<"MaxPool", [Pure]> {
+  let summary = "max pooling";
+  let description = [{
+    ```mlir
+    %y = graph.MaxPool %x {ceil_mode = 0 : i64, dilations = array<i64: 1, 1>, kernel_shape = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>} : (tensor<1x64x112x112xf32>) -> tensor<1x64x56x56xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, DenseI64ArrayAttr:$kernel_shape,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "0">:$ceil_mode);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_AveragePoolOp : Graph_GenericOp<"AveragePool", [Pure]> {
+  let summary = "average pooling";
+  let description = [{
+    ```mlir
+    %y = graph.AveragePool %x {ceil_mode = 0 : i64, count_include_pad = 0 : i64, dilations = array<i64: 1, 1>, kernel_shape = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x8x4x4xf32>) -> tensor<1x8x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, DenseI64ArrayAttr:$kernel_shape,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "0">:$ceil_mode,
+                   DefaultValuedAttr<I64Attr, "0">:$count_include_pad);
+  let results = (outs AnyTensor:$Y);
+}
+
+class Graph_GlobalPoolOp<string mnemonic, string summaryText>
+    : Graph_GenericOp<mnemonic, [Pure]> {
+  let summary = summaryText;
+  let description = [{
+    Pools every spatial dimension to 1.
+
+    ```mlir
+    %y = graph.}] # mnemonic # [{ %x : (tensor<1x2048x7x7xf32>) -> tensor<1x2048x1x1xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X);
+  let results = (outs AnyTensor:$Y);
+  let extraClassDefinition = Graph_InferVia<"inferGlobalPool">.inferDef;
+}
+def Graph_GlobalAveragePoolOp : Graph_GlobalPoolOp<"GlobalAveragePool", "mean over spatial dims">;
+def Graph_GlobalMaxPoolOp : Graph_GlobalPoolOp<"GlobalMaxPool", "max over spatial dims">;
+
+def Graph_BatchNormalizationOp : Graph_GenericOp<"BatchNormalization", [Pure]> {
+  let summary = "batch normalization with running statistics";
+  let description = [{
+    Inference form: y = scale * (x - mean) / sqrt(var + epsilon) + B over
+    channel dimension 1. The training-step builder turns it into batch
+    statistics and running-average updates.
+
+    ```mlir
+    %y = graph.BatchNormalization %x, %s, %b, %m, %v {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<1x4x2x2xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$scale, AnyTensor:$B,
+                   AnyTensor:$input_mean, AnyTensor:$input_var,
+                   DefaultValuedAttr<F32Attr, "1e-5">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.9">:$momentum);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_LayerNormalizationOp : Graph_GenericOp<"LayerNormalization", [Pure]> {
+  let summary = "normalization over the trailing dims from axis";
+  let description = [{
+    Only the first output (Y) of ONNX's op; Scale and B broadcast to the
+    normalized dims.
+
+    ```mlir
+    %y = graph.LayerNormalization %x, %s, %b {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$Scale, Optional<AnyTensor>:$B,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<F32Attr, "1e-5">:$epsilon);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_InstanceNormalizationOp : Graph_GenericOp<"InstanceNormalization", [Pure]> {
+  let summary = "per-sample, per-channel normalization";
+  let description = [{
+    ```mlir
+    %y = graph.InstanceNormalization %x, %s, %b {epsilon = 1.0e-05 : f32} : (tensor<1x4x2x2xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, AnyTensor:$scale, AnyTensor:$B,
+                   DefaultValuedAttr<F32Attr, "1e-5">:$epsilon);
+  let results = (outs AnyTensor:$output);
+}
+
+def Graph_GroupNormalizationOp : Graph_GenericOp<"GroupNormalization", [Pure]> {
+  let summary = "normalization over groups of channels";
+  let description = [{
+    scale and bias hold one value per channel (opset 21 semantics; the
+    importer expands opset-18 per-group parameters).
+
+    ```mlir
+    %y = graph.GroupNormalization %x, %s, %b {epsilon = 1.0e-05 : f32, num_groups = 2 : i64} : (tensor<1x4x2x2xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$scale, AnyTensor:$bias,
+                   DefaultValuedAttr<F32Attr, "1e-5">:$epsilon, I64Attr:$num_groups);
+  let results = (outs AnyTensor:$Y);
+}
+
+def Graph_LRNOp : Graph_GenericOp<"LRN", [Pure]> {
+  let summary = "local response normalization across channels";
+  let description = [{
+    ```mlir
+    %y = graph.LRN %x {alpha = 1.0e-04 : f32, beta = 7.500000e-01 : f32, bias = 1.0 : f32, size = 3 : i64} : (tensor<1x4x2x2xf32>) -> tensor<1x4x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, DefaultValuedAttr<F32Attr, "1e-4">:$alpha,
+                   DefaultValuedAttr<F32Attr, "0.75">:$beta,
+                   DefaultValuedAttr<F32Attr, "1.0">:$bias, I64Attr:$size);
+  let results = (outs AnyTensor:$Y);
+  let extraClassDefinition = Graph_InferVia<"inferSameAsFirst">.inferDef;
+}
+
+def Graph_LpNormalizationOp : Graph_GenericOp<"LpNormalization", [Pure]> {
+  let summary = "x / ||x||_p along axis";
+  let description = [{
+    ```mlir
+    %y = graph.LpNormalization %x {axis = -1 : i64, p = 2 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<I64Attr, "2">:$p);
+  let results = (outs AnyTensor:$output);
+  let extraClassDefinition = Graph_InferVia<"inferSameAsFirst">.inferDef;
+}
+
+def Graph_MeanVarianceNormalizationOp
+    : Graph_GenericOp<"MeanVarianceNormalization", [Pure]> {
+  let summary = "(x - mean) / std over axes";
+  let description = [{
+    ```mlir
+    %y = graph.MeanVarianceNormalization %x {axes = array<i64: 0, 2, 3>} : (tensor<1x4x2x2xf32>) -> tensor<1x4x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, DenseI64ArrayAttr:$axes);
+  let results = (outs AnyTensor:$Y);
+  let extraClassDefinition = Graph_InferVia<"inferSameAsFirst">.inferDef;
+}
+
+class Graph_SoftmaxLikeOp<string mnemonic, string summaryText>
+    : Graph_GenericOp<mnemonic, [Pure]> {
+  let summary = summaryText;
+  let description = [{
+    Opset-13 semantics along one axis (the importer rewrites the older
+    flatten-to-2-D form).
+
+    ```mlir
+    %y = graph.}] # mnemonic # [{ %x {axis = -1 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs AnyTensor:$output);
+  let extraClassDefinition = Graph_InferVia<"inferSoftmaxLike">.inferDef;
+}
+def Graph_SoftmaxOp : Graph_SoftmaxLikeOp<"Softmax", "softmax along axis">;
+def Graph_LogSoftmaxOp : Graph_SoftmaxLikeOp<"LogSoftmax", "log of softmax along axis">;
+def Graph_HardmaxOp : Graph_SoftmaxLikeOp<"Hardmax", "one-hot of the maximum along axis">;
+
+def Graph_SoftmaxCrossEntropyLossOp
+    : Graph_GenericOp<"SoftmaxCrossEntropyLoss", [Pure]> {
+  let summary = "softmax cross-entropy of scores against integer labels";
+  let description = [{
+    scores are N x C x D1...; labels N x D1... (int). With ignore_index set, those labels contribute
+    nothing (and are not counted by mean).
+
+    ```mlir
+    %l = graph.SoftmaxCrossEntropyLoss %s, %y {reduction = #graph<loss_reduction<mean>>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$scores, AnyTensor:$labels, Optional<AnyTensor>:$weights,
+                   DefaultValuedAttr<Graph_LossReductionAttr, "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs AnyTensor:$output);
+}
+
+def Graph_NegativeLogLikelihoodLossOp
+    : Graph_GenericOp<"NegativeLogLikelihoodLoss", [Pure]> {
+  let summary = "negative log-likelihood of log-probabilities";
+  let description = [{
+    Same shapes and reduction codes as SoftmaxCrossEntropyLoss.
+
+    ```mlir
+    %l = graph.NegativeLogLikelihoodLoss %p, %y {reduction = #graph<loss_reduction<mean>>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, AnyTensor:$target, Optional<AnyTensor>:$weight,
+                   DefaultValuedAttr<Graph_LossReductionAttr, "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs AnyTensor:$loss);
+}
+
+#endif // STRAIT_DIALECT_GRAPH_GRAPHNNOPS_TD

@@ -1,0 +1,118 @@
+//===- InferShapes.cpp - Refine types and fold shape arithmetic -----------===//
+
+#include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace strait::graph {
+#define GEN_PASS_DEF_GRAPHINFERSHAPES
+#include "strait/Dialect/Graph/GraphPasses.h.inc"
+} // namespace strait::graph
+
+using namespace mlir;
+using namespace strait::graph;
+
+LogicalResult strait::graph::refineFunction(func::FuncOp func, int64_t *numFolded,
+                                            int64_t *numRefined) {
+  MLIRContext *ctx = func.getContext();
+  OpBuilder builder(ctx);
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (op != func)
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
+      SmallVector<Type> types;
+      if (failed(infer.inferReturnTypes(ctx, op->getLoc(), op->getOperands(),
+                                        op->getAttrDictionary(),
+                                        op->getPropertiesStorage(),
+                                        op->getRegions(), types)))
+        return failure();
+      for (auto [result, type] : llvm::zip(op->getResults(), types)) {
+        if (result.getType() != type && numRefined)
+          ++*numRefined;
+        result.setType(type);
+      }
+    }
+    if (op->hasTrait<OpTrait::ConstantLike>() || op->getNumResults() == 0)
+      continue;
+    builder.setInsertionPoint(op);
+    SmallVector<Value> folded;
+    if (succeeded(builder.tryFold(op, folded)) && !folded.empty()) {
+      op->replaceAllUsesWith(folded);
+      op->erase();
+      if (numFolded)
+        ++*numFolded;
+    }
+  }
+  auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+  func.setType(FunctionType::get(ctx, func.getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}
+
+namespace {
+
+/// Parses "NAME=8x128" into the name and dimensions.
+FailureOr<std::pair<std::string, SmallVector<int64_t>>> parseShapeSpec(StringRef spec) {
+  auto [name, dims] = spec.split('=');
+  if (name.empty() || dims.empty())
+    return failure();
+  SmallVector<int64_t> shape;
+  SmallVector<StringRef> parts;
+  dims.split(parts, 'x');
+  for (StringRef p : parts) {
+    int64_t d;
+    if (p.getAsInteger(10, d) || d < 0)
+      return failure();
+    shape.push_back(d);
+  }
+  if (dims == "scalar")
+    shape.clear();
+  return std::make_pair(name.str(), shape);
+}
+
+struct GraphInferShapesPass
+    : public impl::GraphInferShapesBase<GraphInferShapesPass> {
+  using GraphInferShapesBase::GraphInferShapesBase;
+
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      if (failed(applyInputShapes(func)) ||
+          failed(refineFunction(func, &numFolded.getValue(), &numRefined.getValue())))
+        return signalPassFailure();
+    }
+  }
+
+  LogicalResult applyInputShapes(func::FuncOp func) {
+    for (const std::string &spec : inputShapes) {
+      auto parsed = parseShapeSpec(spec);
+      if (failed(parsed))
+        return func.emitError("bad input-shapes entry '")
+               << spec << "': expected NAME=DxDx..., e.g. input_ids=8x128";
+      bool found = false;
+      for (BlockArgument arg : func.getArguments()) {
+        auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "graph.name");
+        std::string argName = name ? name.str() : "arg" + std::to_string(arg.getArgNumber());
+        if (argName != parsed->first)
+          continue;
+        auto t = cast<TensorType>(arg.getType());
+        if (t.hasRank() && t.getRank() != (int64_t)parsed->second.size())
+          return func.emitError("input '") << argName << "' has rank " << t.getRank()
+                                           << " but the shape given has "
+                                           << parsed->second.size() << " dimensions";
+        arg.setType(RankedTensorType::get(parsed->second, t.getElementType()));
+        found = true;
+      }
+      if (!found)
+        return func.emitError("no input named '") << parsed->first << "'";
+    }
+    return success();
+  }
+};
+
+} // namespace

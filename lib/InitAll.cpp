@@ -1,0 +1,20 @@
+//===- InitAll.cpp - Register every Strait dialect and pass ---------------===//
+
+#include "strait/InitAll.h"
+
+#include "strait/Dialect/Graph/GraphDialect.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Transforms/Passes.h"
+
+void strait::registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<mlir::func::FuncDialect, graph::GraphDialect>();
+}
+
+void strait::registerAllPasses() {
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  mlir::registerSymbolDCEPass();
+  graph::registerGraphPasses();
+}
