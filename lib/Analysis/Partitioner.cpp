@@ -118,12 +118,25 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
     chunks.push_back(ctx.makeChunk(a.devices));
   double latency = 0, load = 0, busy = 0;
   plan.feasible = S > 0;
+  // Round trip of a micro-batch from stage j to the end and back.
+  std::vector<double> cycle(S + 1, 0);
+  for (int j = int(S) - 1; j >= 0; --j) {
+    StageCost c = ctx.stageCost(stages[j].firstBlock, stages[j].endBlock,
+                                chunks[j], m);
+    cycle[j] = cycle[j + 1] + c.fwd + c.bwd;
+    if (j + 1 < int(S))
+      cycle[j] += 2 * ctx.commTime(ctx.comm(chunks[j], chunks[j + 1]),
+                                   stages[j].endBlock - 1, m);
+  }
   for (unsigned j = 0; j < S; ++j) {
     StagePlan s;
     s.firstBlock = stages[j].firstBlock;
     s.endBlock = stages[j].endBlock;
     s.devices = stages[j].devices;
-    fillStage(ctx, chunks[j], s, m, ctx.inFlight(schedule, microBatches, S - j));
+    StageCost own = ctx.stageCost(s.firstBlock, s.endBlock, chunks[j], m);
+    fillStage(ctx, chunks[j], s, m,
+              ctx.inFlight(schedule, microBatches, S - j, cycle[j],
+                           own.fwd + own.bwd));
     double t = s.fwdTime + s.bwdTime;
     latency += t;
     busy += microBatches * t;
@@ -194,10 +207,12 @@ private:
   double stageLoad(size_t idx) const {
     return (M - 1) * unitTime[idx] * m + allReduce[idx];
   }
-  bool fits(size_t idx, unsigned stagesFromEnd) const {
+  bool fits(size_t idx, unsigned stagesFromEnd, double cycle) const {
     if (ignoreMemory)
       return true;
-    return ctx.inFlight(schedule, M, stagesFromEnd) <= unitFit[idx] / m;
+    unsigned need = ctx.inFlight(schedule, M, stagesFromEnd, cycle,
+                                 unitTime[idx] * m);
+    return need <= unitFit[idx] / m;
   }
   double commTime(unsigned v, unsigned w, unsigned b1) const {
     const CommCost &c = comms[size_t(v) * maxSkip + (w - v - 1)];
@@ -261,15 +276,19 @@ int ChunkDP::run(double bound, bool minMax) {
             best = {cost, next, w, stages};
         };
         if (b1 == B) {
-          if (fits(idx, 1))
+          if (fits(idx, 1, lat))
             consider(minMax ? load : lat, B, V, 1);
           continue;
         }
         for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w) {
           const Entry &e = at(b1, w);
-          if (e.cost == kInf || !fits(idx, e.stages + 1))
+          if (e.cost == kInf)
             continue;
           double x = commTime(v, w, b1);
+          // In min-max mode the downstream latency is unknown; the classic
+          // 1F1B count is a relaxation (the bound stays a lower bound).
+          if (!fits(idx, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost))
+            continue;
           double xLoad = (M - 1) * x;
           if (minMax)
             consider(std::max({load, xLoad, e.cost}), b1, w, e.stages + 1);

@@ -91,7 +91,11 @@ std::vector<Op> Simulation::scheduleOf(unsigned j) const {
       list.push_back({true, i});
     return list;
   }
-  unsigned warm = std::min(S - j - 1, M);
+  // Warm-up forwards: the plan's in-flight count minus the one in steady
+  // state (classic 1F1B: S - j - 1).
+  unsigned inFlight = plan.stages[j].inFlight ? plan.stages[j].inFlight
+                                              : std::min(S - j, M);
+  unsigned warm = std::min(inFlight, M) - 1;
   for (unsigned i = 0; i < warm; ++i)
     list.push_back({false, i});
   for (unsigned i = 0; i + warm < M; ++i) {

@@ -155,8 +155,11 @@ double PlanContext::commTime(const CommCost &c, unsigned cutAfter,
 }
 
 unsigned PlanContext::inFlight(Schedule schedule, unsigned microBatches,
-                               unsigned stagesFromEnd) const {
+                               unsigned stagesFromEnd, double cycle,
+                               double stageTime) const {
   if (schedule == Schedule::GPipe)
     return microBatches;
-  return std::min(microBatches, stagesFromEnd);
+  double cover = stageTime > 0 ? std::ceil(cycle / stageTime - 1e-9) : 0;
+  double need = std::max<double>(stagesFromEnd, cover);
+  return unsigned(std::min<double>(microBatches, need));
 }

@@ -55,8 +55,14 @@ public:
                       double m) const;
   CommCost comm(const Chunk &from, const Chunk &to) const;
   double commTime(const CommCost &c, unsigned cutAfter, double m) const;
+  /// Micro-batches whose activations a stage keeps. 1F1B warms up with
+  /// enough forwards to cover the round trip of a micro-batch through the
+  /// rest of the pipeline (`cycle`: its compute and both transfers), so the
+  /// stage never waits for a gradient in steady state: at least the stages
+  /// left (classic 1F1B), at least cycle / stageTime, at most M.
   unsigned inFlight(Schedule schedule, unsigned microBatches,
-                    unsigned stagesFromEnd) const;
+                    unsigned stagesFromEnd, double cycle = 0,
+                    double stageTime = 0) const;
   /// Memory of one replica of class c holding inFlight micro-batches.
   double memory(unsigned b0, unsigned b1, const Chunk &chunk, unsigned cls,
                 double m, double inFlight) const;

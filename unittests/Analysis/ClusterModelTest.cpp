@@ -1,1 +1,167 @@
+//===- ClusterModelTest.cpp - Cluster file parsing and validation ---------===//
+
+#include "strait/Analysis/ClusterModel.h"
+#include "strait/Analysis/Workload.h"
+
 #include "gtest/gtest.h"
+
+#include <chrono>
+
+using namespace strait;
+
+namespace {
+
+const char *kTypes = R"(
+device_types:
+  - name: V100
+    kind: gpu
+    peak_tflops: {fp32: 15.7, fp16: 125}
+    mem_bandwidth_gbs: 900
+    memory_gib: 32
+)";
+
+std::string errorOf(llvm::StringRef text) {
+  llvm::Expected<ClusterModel> model = parseCluster(text, "bad.yaml");
+  if (model)
+    return "";
+  return llvm::toString(model.takeError());
+}
+
+std::string clusterPath(llvm::StringRef name) {
+  return std::string(STRAIT_SOURCE_DIR) + "/examples/clusters/" + name.str();
+}
+
+TEST(ClusterModel, ParsesBundledFiles) {
+  struct Case {
+    const char *file;
+    unsigned devices, sites;
+  } cases[] = {{"dtfm-1-datacenter.yaml", 64, 1},
+               {"dtfm-2-spot.yaml", 64, 1},
+               {"dtfm-3-universities.yaml", 64, 2},
+               {"dtfm-4-regional.yaml", 64, 4},
+               {"dtfm-5-worldwide.yaml", 64, 8},
+               {"fusionllm-48.yaml", 48, 3},
+               {"nebula-2site.yaml", 32, 2},
+               {"local-4cpu.yaml", 4, 1}};
+  for (const Case &c : cases) {
+    llvm::Expected<ClusterModel> model = loadClusterFile(clusterPath(c.file));
+    ASSERT_TRUE(!!model) << c.file << ": " << llvm::toString(model.takeError());
+    EXPECT_EQ(model->size(), c.devices) << c.file;
+    EXPECT_EQ(model->sites.size(), c.sites) << c.file;
+  }
+}
+
+TEST(ClusterModel, ResolvesLinksBySpecificity) {
+  llvm::Expected<ClusterModel> world =
+      loadClusterFile(clusterPath("dtfm-5-worldwide.yaml"));
+  ASSERT_TRUE(!!world) << llvm::toString(world.takeError());
+  // gpu24 is in Tokyo, gpu32 in Seoul: 1.1 Gbps, 34 ms.
+  EXPECT_NEAR(world->bandwidth(24, 32), 1.1e9 / 8, 1);
+  EXPECT_NEAR(world->latency(24, 32), 0.034, 1e-9);
+  EXPECT_NEAR(world->bandwidth(0, 1), 2e9 / 8, 1); // inside Oregon
+  llvm::Expected<ClusterModel> fusion =
+      loadClusterFile(clusterPath("fusionllm-48.yaml"));
+  ASSERT_TRUE(!!fusion) << llvm::toString(fusion.takeError());
+  // a0 and a1 share a host; a0 and a4 are on two lab-a servers (host rule);
+  // b0 and c0 cross the 8 Mbps link.
+  EXPECT_NEAR(fusion->bandwidth(0, 1), 32e9 / 8, 1);
+  EXPECT_NEAR(fusion->bandwidth(0, 4), 10e9 / 8, 1);
+  EXPECT_NEAR(fusion->bandwidth(16, 32), 8e6 / 8, 1);
+  EXPECT_TRUE(fusion->link(16, 32).shared);
+  // Profiles: c3 measured, c8.. are 1080 Ti with a per-type profile.
+  EXPECT_NEAR(effectiveFlops(*fusion, 35, OpKind::MatMul, DType::F16), 14e12,
+              1);
+  EXPECT_NEAR(effectiveFlops(*fusion, 40, OpKind::MatMul, DType::F16), 9.5e12,
+              1);
+  EXPECT_GE(fusion->numSpeedClasses(), 5u);
+}
+
+TEST(ClusterModel, UnknownDeviceTypeNamesLineAndField) {
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100, site: a}
+  - {name: g1, type: A100, site: a}
+links:
+  intra_site: {bandwidth_gbps: 10}
+)");
+  EXPECT_NE(err.find("bad.yaml:10:"), std::string::npos) << err;
+  EXPECT_NE(err.find("field 'type'"), std::string::npos) << err;
+  EXPECT_NE(err.find("unknown device type 'A100'"), std::string::npos) << err;
+}
+
+TEST(ClusterModel, NonPositiveBandwidth) {
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {prefix: g, count: 2, type: V100}
+links:
+  intra_site: {bandwidth_gbps: 0, latency_ms: 1}
+)");
+  EXPECT_NE(err.find("bad.yaml:11:"), std::string::npos) << err;
+  EXPECT_NE(err.find("'bandwidth_gbps' must be positive"), std::string::npos)
+      << err;
+  err = errorOf(std::string(kTypes) + R"(devices:
+  - {prefix: g, count: 2, type: V100}
+links:
+  intra_site: {bandwidth_mbps: -5}
+)");
+  EXPECT_NE(err.find("must be positive"), std::string::npos) << err;
+}
+
+TEST(ClusterModel, DuplicateNames) {
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+  - {name: g0, type: V100}
+links:
+  intra_site: {bandwidth_gbps: 10}
+)");
+  EXPECT_NE(err.find("bad.yaml:10:"), std::string::npos) << err;
+  EXPECT_NE(err.find("duplicate device name 'g0'"), std::string::npos) << err;
+}
+
+TEST(ClusterModel, UnreachableDevices) {
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100, site: east}
+  - {name: g1, type: V100, site: west}
+links:
+  intra_site: {bandwidth_gbps: 10}
+)");
+  EXPECT_NE(err.find("no path between them"), std::string::npos) << err;
+  EXPECT_NE(err.find("'g0'"), std::string::npos) << err;
+  EXPECT_NE(err.find("links.sites entry between 'east' and 'west'"),
+            std::string::npos)
+      << err;
+}
+
+TEST(ClusterModel, UnknownFieldAndSyntaxErrors) {
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100, colour: red}
+)");
+  EXPECT_NE(err.find("bad.yaml:9:"), std::string::npos) << err;
+  EXPECT_NE(err.find("unknown field 'colour'"), std::string::npos) << err;
+  err = errorOf("devices: [ {name: g0\n");
+  EXPECT_NE(err.find("bad.yaml:"), std::string::npos) << err;
+  err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100, site: a}
+links:
+  sites:
+    - {between: [a, nowhere], bandwidth_gbps: 1}
+)");
+  EXPECT_NE(err.find("unknown site 'nowhere'"), std::string::npos) << err;
+  EXPECT_NE(err.find("bad.yaml:12:"), std::string::npos) << err;
+}
+
+TEST(ClusterModel, ThousandDevicesBuildFastWithConstantLookups) {
+  auto start = std::chrono::steady_clock::now();
+  ClusterModel model = makeUniformCluster(
+      makeA100(), 8, 16, 8, {600e9, 2e-6, false}, {25e9, 1e-5, false},
+      {1.25e9, 0.03, true});
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  ASSERT_EQ(model.size(), 1024u);
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(model.bandwidth(0, 1), 600e9);
+  EXPECT_EQ(model.bandwidth(0, 8), 25e9);
+  EXPECT_EQ(model.bandwidth(0, 1023), 1.25e9);
+  EXPECT_EQ(model.numSpeedClasses(), 1u);
+}
+
+} // namespace

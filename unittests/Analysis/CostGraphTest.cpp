@@ -1,1 +1,137 @@
+//===- CostGraphTest.cpp - Cost graphs, generators and coarsening ---------===//
+
+#include "strait/Analysis/ModelZoo.h"
+#include "strait/Analysis/Partitioner.h"
+#include "strait/Analysis/Workload.h"
+
 #include "gtest/gtest.h"
+
+using namespace strait;
+
+namespace {
+
+double params(const CostGraph &g, DType dtype) {
+  return g.totalParamBytes() / dtypeBytes(dtype);
+}
+
+TEST(ModelZoo, TransformerParameterCounts) {
+  TransformerShape gpt2 = gpt2SmallShape();
+  EXPECT_NEAR(params(buildTransformerGraph(gpt2), gpt2.dtype) / 1e6, 124.4,
+              0.2);
+  double h = gpt2.hidden;
+  EXPECT_DOUBLE_EQ(transformerLayerParams(gpt2), 12 * h * h + 13 * h);
+  TransformerShape l7 = llama7BShape();
+  EXPECT_NEAR(params(buildTransformerGraph(l7), l7.dtype) / 1e9, 6.74, 0.01);
+  TransformerShape l70 = llama70BShape();
+  EXPECT_NEAR(params(buildTransformerGraph(l70), l70.dtype) / 1e9, 68.98,
+              0.05);
+}
+
+TEST(ModelZoo, LayerFlopsMatchNodes) {
+  for (TransformerShape shape : {gpt2SmallShape(4), llama7BShape(2)}) {
+    CostGraph g = buildTransformerGraph(shape);
+    double layer1 = 0;
+    for (const CostNode &n : g.nodes)
+      if (n.layer == 1)
+        layer1 += n.fwdFlops;
+    EXPECT_DOUBLE_EQ(layer1, transformerLayerFlops(shape)) << shape.name;
+  }
+  // 6 * params * tokens rule of thumb (embeddings do no matmul work, the
+  // attention scores add some): within 40% for GPT-2 at s = 1024.
+  TransformerShape gpt2 = gpt2SmallShape(8);
+  CostGraph g = buildTransformerGraph(gpt2);
+  double tokens = 8.0 * 1024;
+  double total = g.totalFwdFlops() + g.totalBwdFlops();
+  double rule = 6 * params(g, gpt2.dtype) * tokens;
+  EXPECT_GT(total / rule, 0.9);
+  EXPECT_LT(total / rule, 1.6);
+}
+
+TEST(ModelZoo, ResNetShapes) {
+  ResNetShape r;
+  r.batch = 1;
+  CostGraph g = buildResNetGraph(r);
+  EXPECT_NEAR(params(g, r.dtype) / 1e6, 44.5, 0.3);
+  EXPECT_NEAR(g.totalFwdFlops() / 1e9, 15.6, 0.4); // 7.8 GMACs
+  ASSERT_TRUE(!!g.topologicalOrder());
+  r.depth = 50;
+  EXPECT_NEAR(params(buildResNetGraph(r), r.dtype) / 1e6, 25.5, 0.3);
+}
+
+TEST(CostGraph, CycleIsAnError) {
+  CostGraph g;
+  g.name = "loop";
+  CostNode a, b;
+  a.name = "a";
+  b.name = "b";
+  unsigned ia = g.addNode(a), ib = g.addNode(b);
+  g.addEdge(ia, ib, 1);
+  g.addEdge(ib, ia, 1);
+  llvm::Expected<std::vector<unsigned>> order = g.topologicalOrder();
+  ASSERT_FALSE(!!order);
+  std::string err = llvm::toString(order.takeError());
+  EXPECT_NE(err.find("cycle through node 'a'"), std::string::npos) << err;
+  g.addEdge(0, 7, 1);
+  order = g.topologicalOrder();
+  ASSERT_FALSE(!!order);
+  EXPECT_NE(llvm::toString(order.takeError()).find("missing node"),
+            std::string::npos);
+}
+
+/// A chain of 5 layers with a skip edge from layer 0 to layer 4.
+CostGraph skipGraph() {
+  CostGraph g;
+  g.name = "skip";
+  g.batchSamples = 2;
+  for (int l = 0; l < 5; ++l) {
+    CostNode n;
+    n.name = "n" + std::to_string(l);
+    n.kind = OpKind::MatMul;
+    n.fwdFlops = 1e9;
+    n.paramBytes = 1e6;
+    n.activationBytes = 4e6;
+    n.layer = l;
+    g.addNode(n);
+    if (l > 0)
+      g.addEdge(l - 1, l, 2e6);
+  }
+  g.addEdge(0, 4, 10e6);
+  return g;
+}
+
+TEST(Coarsen, ResidualEdgesCountAtEveryCutTheyCross) {
+  ClusterModel c = makeUniformCluster(makeV100(), 1, 1, 2, {1e10, 0, false},
+                                      {1e10, 0, false}, {1e10, 0, false});
+  llvm::Expected<CoarseGraph> coarse = coarsenGraph(skipGraph(), c, 64);
+  ASSERT_TRUE(!!coarse);
+  ASSERT_EQ(coarse->blocks.size(), 5u);
+  ASSERT_EQ(coarse->cutBytes.size(), 4u);
+  for (double bytes : coarse->cutBytes) // per sample: (2 + 10) MB / 2
+    EXPECT_DOUBLE_EQ(bytes, 6e6);
+  EXPECT_DOUBLE_EQ(coarse->blocks[0].activationBytes, 2e6);
+  // Merging keeps totals.
+  coarse = coarsenGraph(skipGraph(), c, 2);
+  ASSERT_TRUE(!!coarse);
+  ASSERT_EQ(coarse->blocks.size(), 2u);
+  EXPECT_DOUBLE_EQ(coarse->blocks[0].paramBytes + coarse->blocks[1].paramBytes,
+                   5e6);
+  // Roofline: 1 GFLOP of fp32 matmul on a V100 at 15.7 TFLOP/s.
+  CostNode n = skipGraph().nodes[0];
+  EXPECT_NEAR(nodeTime(n, c, 0, false), 1e9 / 15.7e12, 1e-12);
+  EXPECT_NEAR(nodeTime(n, c, 0, true), 2e9 / 15.7e12, 1e-12);
+}
+
+TEST(Workload, AllReduceModels) {
+  ClusterModel c = makeUniformCluster(makeV100(), 2, 1, 4, {100e9, 0, false},
+                                      {10e9, 0, false}, {0.1e9, 0.01, false});
+  std::vector<unsigned> host0 = {0, 1, 2, 3};
+  // Ring on 4 devices: 2 * 3 * (bytes / 4) / bw.
+  EXPECT_NEAR(ringAllReduceTime(c, host0, 4e9), 6 * 1e9 / 100e9, 1e-9);
+  std::vector<unsigned> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  double flat = ringAllReduceTime(c, all, 1e9);
+  double hier = allReduceTime(c, all, 1e9);
+  EXPECT_LT(hier, flat); // hierarchical wins across the slow link
+  EXPECT_NEAR(transferTime(c.link(0, 4), 1e8), 0.01 + 1.0, 1e-9);
+}
+
+} // namespace

@@ -1,1 +1,177 @@
+//===- PartitionerTest.cpp - DP optimality, baselines, memory errors ------===//
+
+#include "strait/Analysis/ModelZoo.h"
+#include "strait/Analysis/Partitioner.h"
+
 #include "gtest/gtest.h"
+
+#include <functional>
+
+using namespace strait;
+
+namespace {
+
+/// Six layers of uneven cost, with a skip edge, on a small heterogeneous
+/// cluster of three chunks: 2 fast GPUs, 1 slow GPU, 2 fast GPUs.
+CostGraph smallGraph() {
+  CostGraph g;
+  g.name = "small";
+  g.batchSamples = 8;
+  double flops[] = {4e12, 9e12, 2e12, 7e12, 5e12, 3e12};
+  for (int l = 0; l < 6; ++l) {
+    CostNode n;
+    n.name = "n" + std::to_string(l);
+    n.kind = OpKind::MatMul;
+    n.fwdFlops = flops[l];
+    n.paramBytes = 2e8 * (l + 1);
+    n.activationBytes = 1e8;
+    n.layer = l;
+    g.addNode(n);
+    if (l > 0)
+      g.addEdge(l - 1, l, 3e8 * ((l % 3) + 1));
+  }
+  g.addEdge(1, 4, 2e8);
+  return g;
+}
+
+ClusterModel smallCluster() {
+  ClusterSpec spec;
+  spec.name = "small";
+  spec.file = "<test>";
+  DeviceType fast = makeA100(), slow = makeV100();
+  spec.types = {fast, slow};
+  spec.devices = {{"f0", "A100", "h0", "s0", ""},
+                  {"f1", "A100", "h0", "s0", ""},
+                  {"v0", "V100", "h1", "s1", ""},
+                  {"f2", "A100", "h2", "s2", ""},
+                  {"f3", "A100", "h2", "s2", ""}};
+  spec.intraHost = LinkSpec{50e9, 1e-5, false};
+  spec.interSite = LinkSpec{1e9, 5e-3, false};
+  spec.rules.push_back({LinkRule::Scope::Sites, "s0", "s2", {0.2e9, 0.02, true}, ""});
+  llvm::Expected<ClusterModel> model = buildCluster(spec);
+  EXPECT_TRUE(!!model);
+  return std::move(*model);
+}
+
+/// Every ordered subsequence of chunks and every split of the blocks.
+double bruteForce(const CoarseGraph &g, const ClusterModel &c,
+                  const PlannerOptions &o,
+                  const std::vector<std::vector<unsigned>> &chunks, unsigned M,
+                  Schedule schedule) {
+  unsigned B = g.blocks.size(), V = chunks.size();
+  double best = 1e300;
+  std::vector<StageAssignment> stages;
+  std::function<void(unsigned, unsigned)> extend = [&](unsigned b,
+                                                       unsigned v) {
+    if (b == B) {
+      PartitionPlan p = evaluateStages(g, c, o, stages, M, schedule);
+      if (p.feasible)
+        best = std::min(best, p.iterationTime);
+      return;
+    }
+    for (unsigned w = v; w < V; ++w)
+      for (unsigned b1 = b + 1; b1 <= B; ++b1) {
+        stages.push_back({b, b1, chunks[w]});
+        extend(b1, w + 1);
+        stages.pop_back();
+      }
+  };
+  extend(0, 0);
+  return best;
+}
+
+TEST(Partitioner, DPMatchesBruteForce) {
+  ClusterModel c = smallCluster();
+  PlannerOptions o;
+  o.exhaustiveLimit = 1u << 30;
+  o.memory.reserveFraction = 0;
+  llvm::Expected<CoarseGraph> g = coarsenGraph(smallGraph(), c, 64);
+  ASSERT_TRUE(!!g);
+  std::vector<std::vector<unsigned>> chunks = {{0, 1}, {2}, {3, 4}};
+  for (unsigned M : {1u, 2u, 4u, 8u})
+    for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB}) {
+      PartitionPlan dp = planOverChunks(*g, c, o, chunks, 3, M, s);
+      double brute = bruteForce(*g, c, o, chunks, M, s);
+      ASSERT_TRUE(dp.feasible) << dp.message;
+      EXPECT_NEAR(dp.iterationTime, brute, 1e-9 * brute)
+          << "M=" << M << " " << stringifySchedule(s).str();
+      // The DP's plan re-evaluates to the same time.
+      std::vector<StageAssignment> stages;
+      for (const StagePlan &st : dp.stages)
+        stages.push_back({st.firstBlock, st.endBlock, st.devices});
+      EXPECT_DOUBLE_EQ(evaluateStages(*g, c, o, stages, M, s).iterationTime,
+                       dp.iterationTime);
+    }
+}
+
+TEST(Partitioner, SkipsSlowDevicesWhenTheyDoNotPay) {
+  ClusterModel c = smallCluster();
+  PlannerOptions o;
+  llvm::Expected<PartitionPlan> plan = planPartition(smallGraph(), c, o);
+  ASSERT_TRUE(!!plan) << llvm::toString(plan.takeError());
+  EXPECT_TRUE(plan->feasible) << plan->message;
+  EXPECT_GT(plan->throughput, 0);
+  for (PlannerStrategy s : {PlannerStrategy::Uniform, PlannerStrategy::PipeDream,
+                            PlannerStrategy::DTFM}) {
+    o.strategy = s;
+    llvm::Expected<PartitionPlan> base = planPartition(smallGraph(), c, o);
+    ASSERT_TRUE(!!base);
+    EXPECT_EQ(base->strategy, s);
+    if (base->feasible)
+      EXPECT_LE(plan->iterationTime, base->iterationTime * 1.0001)
+          << stringifyStrategy(s).str();
+  }
+}
+
+TEST(Partitioner, ReportsDeviceAndConstraintWhenNothingFits) {
+  llvm::Expected<ClusterModel> local = loadClusterFile(
+      std::string(STRAIT_SOURCE_DIR) + "/examples/clusters/local-4cpu.yaml");
+  ASSERT_TRUE(!!local) << llvm::toString(local.takeError());
+  PlannerOptions o;
+  o.microBatchCounts = {1, 4};
+  llvm::Expected<PartitionPlan> plan =
+      planPartition(buildTransformerGraph(llama7BShape(4)), *local, o);
+  ASSERT_TRUE(!!plan) << llvm::toString(plan.takeError());
+  EXPECT_FALSE(plan->feasible);
+  EXPECT_NE(plan->message.find("device 'rank"), std::string::npos)
+      << plan->message;
+  EXPECT_NE(plan->message.find("constraint: parameter state"),
+            std::string::npos)
+      << plan->message;
+  // Activation-bound: GPT-2 with a huge batch on the 4 CPUs.
+  o.globalBatch = 4096;
+  o.microBatchCounts = {1};
+  plan = planPartition(buildTransformerGraph(gpt2SmallShape(8)), *local, o);
+  ASSERT_TRUE(!!plan);
+  EXPECT_FALSE(plan->feasible);
+  EXPECT_NE(plan->message.find("constraint: activation memory"),
+            std::string::npos)
+      << plan->message;
+}
+
+TEST(Partitioner, BadGraphIsAnError) {
+  CostGraph g = smallGraph();
+  g.addEdge(5, 0, 1);
+  llvm::Expected<PartitionPlan> plan =
+      planPartition(g, smallCluster(), PlannerOptions());
+  ASSERT_FALSE(!!plan);
+  EXPECT_NE(llvm::toString(plan.takeError()).find("cycle"), std::string::npos);
+}
+
+TEST(Partitioner, GPT2OnDTFMDataCentre) {
+  llvm::Expected<ClusterModel> c =
+      loadClusterFile(std::string(STRAIT_SOURCE_DIR) +
+                      "/examples/clusters/dtfm-1-datacenter.yaml");
+  ASSERT_TRUE(!!c);
+  PlannerOptions o;
+  o.globalBatch = 64;
+  llvm::Expected<PartitionPlan> plan =
+      planPartition(buildTransformerGraph(gpt2SmallShape(1)), *c, o);
+  ASSERT_TRUE(!!plan);
+  EXPECT_TRUE(plan->feasible) << plan->message;
+  EXPECT_LT(plan->planningSeconds, 5.0);
+  std::string text = formatPlan(*plan, *c);
+  EXPECT_NE(text.find("stage 0"), std::string::npos) << text;
+}
+
+} // namespace
