@@ -1,0 +1,112 @@
+//===- Backend.h - Device backends and their kernels ------------*- C++ -*-===//
+//
+// A Backend executes kernels on one kind of device. Backends are registered
+// explicitly into a BackendRegistry (no static registrars): the CPU backend
+// through registerCpuBackend(), a CUDA or NPU backend beside it through its
+// own function. The executor resolves every kernel of a program to a
+// KernelFn once, at load time, so that no op-name lookup happens per step.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_BACKEND_H
+#define STRAIT_RUNTIME_BACKEND_H
+
+#include "strait/runtime/Attributes.h"
+#include "strait/runtime/Status.h"
+#include "strait/runtime/Tensor.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace rt {
+
+/// What a kernel sees: its attributes, inputs and preallocated outputs whose
+/// static shapes come from the program. Kernels check those shapes against
+/// what the op computes and report mismatches.
+class KernelContext {
+public:
+  KernelContext(const program::Kernel &kernel, std::vector<const Tensor *> ins,
+                std::vector<Tensor *> outs)
+      : kernel(kernel), attrs(kernel.attrs()), ins(std::move(ins)),
+        outs(std::move(outs)) {}
+
+  const std::string &op() const { return kernel.op(); }
+  /// Opset version of the kernel's attributes; 0 means "latest".
+  int64_t opset() const { return kernel.opset(); }
+  const AttrReader &getAttrs() const { return attrs; }
+  size_t numInputs() const { return ins.size(); }
+  size_t numOutputs() const { return outs.size(); }
+  /// nullptr for an omitted optional input or an index past the end.
+  const Tensor *input(size_t i) const {
+    return i < ins.size() ? ins[i] : nullptr;
+  }
+  Tensor *output(size_t i) const { return i < outs.size() ? outs[i] : nullptr; }
+
+  /// InvalidArgument error naming the kernel.
+  Status error(const std::string &message) const;
+  /// Unimplemented error naming the kernel.
+  Status unsupported(const std::string &message) const;
+  /// Checks input i exists (and has the given dtype unless unspecified).
+  StatusOr<const Tensor *> requireInput(size_t i,
+                                        DType dtype = program::DTYPE_UNSPECIFIED)
+      const;
+  /// Checks output i exists and has exactly `shape` and `dtype`.
+  StatusOr<Tensor *> requireOutput(size_t i, const Shape &shape,
+                                   DType dtype) const;
+
+private:
+  const program::Kernel &kernel;
+  AttrReader attrs;
+  std::vector<const Tensor *> ins;
+  std::vector<Tensor *> outs;
+};
+
+using KernelFn = std::function<Status(KernelContext &)>;
+
+/// A table from op type to kernel function, filled by explicit calls.
+class KernelTable {
+public:
+  void add(const std::string &op, KernelFn fn) { table[op] = std::move(fn); }
+  const KernelFn *lookup(const std::string &op) const;
+  std::vector<std::string> ops() const;
+
+private:
+  std::map<std::string, KernelFn> table;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  /// "cpu", "cuda"; matched against the device prefix of a program.
+  virtual std::string name() const = 0;
+  /// Resolves a kernel to its function, or Unimplemented naming op and
+  /// backend.
+  virtual StatusOr<KernelFn> resolve(const program::Kernel &kernel) const = 0;
+  /// Ops this backend implements (sorted).
+  virtual std::vector<std::string> supportedOps() const = 0;
+  /// Device memory; the CPU backend returns host memory.
+  virtual StatusOr<Buffer> allocate(size_t bytes) const = 0;
+};
+
+class BackendRegistry {
+public:
+  void add(std::unique_ptr<Backend> backend);
+  /// Finds the backend for a device string "cpu", "cuda:1", ...
+  StatusOr<const Backend *> forDevice(const std::string &device) const;
+
+private:
+  std::vector<std::unique_ptr<Backend>> backends;
+};
+
+/// Adds the CPU backend to `registry`.
+void registerCpuBackend(BackendRegistry &registry);
+/// The CPU backend alone (tests, tools).
+std::unique_ptr<Backend> createCpuBackend();
+
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_BACKEND_H

@@ -1,0 +1,66 @@
+//===- Communicator.h - Point-to-point and collective transfers -*- C++ -*-===//
+//
+// The executor reaches other ranks only through this interface. The Gloo
+// implementation (lib/comm) runs over TCP with a file store (one machine) or
+// a Redis store (across machines) for rendezvous. Errors name this rank, the
+// peer and, once the executor adds it, the step.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_COMMUNICATOR_H
+#define STRAIT_RUNTIME_COMMUNICATOR_H
+
+#include "strait/runtime/Status.h"
+#include "strait/runtime/Tensor.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace strait {
+namespace rt {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int getRank() const = 0;
+  virtual int getWorldSize() const = 0;
+
+  /// Blocking send of the tensor's bytes to `peer` on `channel`.
+  virtual Status send(const Tensor &tensor, int peer, uint32_t channel) = 0;
+  /// Blocking receive into `tensor` (its byte size must match the sender's).
+  virtual Status recv(const Tensor &tensor, int peer, uint32_t channel) = 0;
+  /// In-place sum over all ranks of a float32 tensor.
+  virtual Status allReduceSum(const Tensor &tensor, uint32_t channel) = 0;
+  /// Waits until every rank reached the barrier.
+  virtual Status barrier() = 0;
+};
+
+enum class StoreKind { File, Redis };
+
+struct GlooOptions {
+  int rank = 0;
+  int worldSize = 1;
+  StoreKind store = StoreKind::File;
+  /// File store: a folder shared by all ranks.
+  std::string storePath;
+  /// Redis store.
+  std::string redisHost = "127.0.0.1";
+  int redisPort = 6379;
+  /// Keys are prefixed with this so several jobs can share a store.
+  std::string prefix = "strait";
+  /// Address this rank listens on.
+  std::string hostname = "127.0.0.1";
+  /// Timeout for rendezvous and for every transfer.
+  std::chrono::milliseconds timeout{30000};
+};
+
+/// Connects to all peers (full mesh); fails with Unavailable or
+/// DeadlineExceeded naming the rank when rendezvous does not complete.
+StatusOr<std::unique_ptr<Communicator>>
+createGlooCommunicator(const GlooOptions &options);
+
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_COMMUNICATOR_H

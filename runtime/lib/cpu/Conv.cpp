@@ -1,0 +1,278 @@
+//===- Conv.cpp - Convolution and pooling ---------------------------------===//
+//
+// Conv (groups, strides, pads, dilations, auto_pad) as im2col + sgemm, and
+// MaxPool / AveragePool / global pooling. 1-D and 2-D windows are handled as
+// 3-D windows whose extra dimensions have size 1.
+//
+//===----------------------------------------------------------------------===//
+#include "CpuKernels.h"
+
+#include <cmath>
+#include <limits>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+namespace {
+
+struct Window {
+  int nd = 0;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
+  int64_t inSize() const { return in[0] * in[1] * in[2]; }
+  int64_t outSize() const { return out[0] * out[1] * out[2]; }
+  int64_t kSize() const { return k[0] * k[1] * k[2]; }
+};
+
+StatusOr<Window> makeWindow(const KernelContext &ctx, const Shape &x,
+                            std::vector<int64_t> kernel, bool pooling) {
+  Window w;
+  w.nd = static_cast<int>(x.size()) - 2;
+  if (w.nd < 1 || w.nd > 3)
+    return ctx.unsupported("only 1-3 spatial dimensions, got input " +
+                           shapeToString(x));
+  if (static_cast<int>(kernel.size()) != w.nd)
+    return ctx.error("kernel_shape has " + std::to_string(kernel.size()) +
+                     " entries for " + std::to_string(w.nd) + " spatial dims");
+  const AttrReader &attrs = ctx.getAttrs();
+  std::vector<int64_t> ones(w.nd, 1), zeros(2 * w.nd, 0);
+  STRAIT_ASSIGN_OR_RETURN(auto strides, attrs.getInts("strides", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto dils, attrs.getInts("dilations", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto pads, attrs.getInts("pads", zeros));
+  STRAIT_ASSIGN_OR_RETURN(std::string autoPad, attrs.getString("auto_pad", "NOTSET"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t ceilMode, attrs.getInt("ceil_mode", 0));
+  if (static_cast<int>(strides.size()) != w.nd ||
+      static_cast<int>(dils.size()) != w.nd ||
+      static_cast<int>(pads.size()) != 2 * w.nd)
+    return ctx.error("strides/dilations/pads do not match the spatial rank");
+  for (int d = 0; d < w.nd; ++d) {
+    int64_t in = x[2 + d], eff = (kernel[d] - 1) * dils[d] + 1;
+    int64_t pb = pads[d], pe = pads[d + w.nd], out;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      out = (in + strides[d] - 1) / strides[d];
+      int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + eff - in);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    } else if (autoPad == "VALID") {
+      pb = 0;
+      out = (in - eff) / strides[d] + 1;
+    } else if (autoPad == "NOTSET") {
+      int64_t span = in + pb + pe - eff;
+      out = (ceilMode && pooling ? (span + strides[d] - 1) / strides[d]
+                                 : span / strides[d]) + 1;
+      if (ceilMode && pooling && (out - 1) * strides[d] >= in + pb)
+        --out;
+    } else {
+      return ctx.error("unknown auto_pad '" + autoPad + "'");
+    }
+    if (out <= 0)
+      return ctx.error("empty output along spatial dim " + std::to_string(d));
+    int slot = 3 - w.nd + d;
+    w.in[slot] = in;
+    w.out[slot] = out;
+    w.k[slot] = kernel[d];
+    w.stride[slot] = strides[d];
+    w.dil[slot] = dils[d];
+    w.pad[slot] = pb;
+  }
+  return w;
+}
+
+Shape outputShape(int64_t n, int64_t c, const Window &w) {
+  Shape s = {n, c};
+  for (int d = 3 - w.nd; d < 3; ++d)
+    s.push_back(w.out[d]);
+  return s;
+}
+
+/// col[(c*K + kpos) * P + opos] for one image and one group.
+void im2col(const float *x, int64_t channels, const Window &w, float *col) {
+  int64_t kSize = w.kSize(), p = w.outSize();
+  parallelFor(channels * kSize, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      int64_t c = row / kSize, kpos = row % kSize;
+      int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1],
+              kx = kpos % w.k[2];
+      const float *plane = x + c * w.inSize();
+      float *dst = col + row * p;
+      for (int64_t oz = 0; oz < w.out[0]; ++oz) {
+        int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+        for (int64_t oy = 0; oy < w.out[1]; ++oy) {
+          int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+          bool rowOk = iz >= 0 && iz < w.in[0] && iy >= 0 && iy < w.in[1];
+          const float *src = plane + (iz * w.in[1] + iy) * w.in[2];
+          for (int64_t ox = 0; ox < w.out[2]; ++ox) {
+            int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
+            *dst++ = rowOk && ix >= 0 && ix < w.in[2] ? src[ix] : 0.0f;
+          }
+        }
+      }
+    }
+  });
+}
+
+Status convKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
+  const Tensor *bias = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (x->rank() < 3 || wt->rank() != x->rank())
+    return ctx.error("X " + x->typeString() + " and W " + wt->typeString() +
+                     " ranks do not fit a convolution");
+  int64_t n = x->shape[0], c = x->shape[1], m = wt->shape[0];
+  if (group < 1 || c % group || m % group || wt->shape[1] != c / group)
+    return ctx.error("channels " + std::to_string(c) + " / W " +
+                     wt->typeString() + " do not fit group " +
+                     std::to_string(group));
+  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
+  STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
+  if (kattr != kshape)
+    return ctx.error("kernel_shape attribute disagrees with W " + wt->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, x->shape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outputShape(n, m, w),
+                                                        program::DTYPE_F32));
+  if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
+    return ctx.error("bias " + bias->typeString() + " does not have " +
+                     std::to_string(m) + " f32 entries");
+  int64_t cg = c / group, mg = m / group, kdim = cg * w.kSize(), p = w.outSize();
+  bool direct = w.kSize() == 1 && w.inSize() == p && w.stride[0] == 1 &&
+                w.stride[1] == 1 && w.stride[2] == 1 && w.pad[0] == 0 &&
+                w.pad[1] == 0 && w.pad[2] == 0;
+  std::vector<float> col(direct ? 0 : kdim * p);
+  for (int64_t img = 0; img < n; ++img) {
+    for (int64_t g = 0; g < group; ++g) {
+      const float *xg = x->as<float>() + (img * c + g * cg) * w.inSize();
+      const float *colp = xg;
+      if (!direct) {
+        im2col(xg, cg, w, col.data());
+        colp = col.data();
+      }
+      float *yg = y->as<float>() + (img * m + g * mg) * p;
+      sgemmRowMajor(mg, p, kdim, wt->as<float>() + g * mg * kdim, colp, yg,
+                    false);
+    }
+    if (bias)
+      for (int64_t oc = 0; oc < m; ++oc) {
+        float *row = y->as<float>() + (img * m + oc) * p;
+        float b = bias->as<float>()[oc];
+        for (int64_t i = 0; i < p; ++i)
+          row[i] += b;
+      }
+  }
+  return Status::ok();
+}
+
+enum class PoolKind { Max, Average };
+
+Status poolKernel(KernelContext &ctx, PoolKind kind) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  std::vector<int64_t> none;
+  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(int64_t includePad,
+                          ctx.getAttrs().getInt("count_include_pad", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t storageOrder,
+                          ctx.getAttrs().getInt("storage_order", 0));
+  if (x->rank() < 3)
+    return ctx.error("input must have rank >= 3, got " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, x->shape, kshape, true));
+  Shape outShape = outputShape(x->shape[0], x->shape[1], w);
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  Tensor *indices = nullptr;
+  if (ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(indices, ctx.requireOutput(1, outShape, program::DTYPE_I64));
+    if (storageOrder != 0)
+      return ctx.unsupported("storage_order=1 for Indices");
+  }
+  int64_t planes = x->shape[0] * x->shape[1];
+  parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float *in = x->as<float>() + pl * w.inSize();
+      float *out = y->as<float>() + pl * w.outSize();
+      int64_t o = 0;
+      for (int64_t oz = 0; oz < w.out[0]; ++oz)
+        for (int64_t oy = 0; oy < w.out[1]; ++oy)
+          for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
+            float best = -std::numeric_limits<float>::infinity(), sum = 0;
+            int64_t bestIdx = 0, count = 0, padded = 0;
+            for (int64_t kz = 0; kz < w.k[0]; ++kz)
+              for (int64_t ky = 0; ky < w.k[1]; ++ky)
+                for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+                  int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+                  int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+                  int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
+                  bool inside = iz >= 0 && iz < w.in[0] && iy >= 0 &&
+                                iy < w.in[1] && ix >= 0 && ix < w.in[2];
+                  // Padding that count_include_pad counts stops at the
+                  // padded extent (pads), not at ceil-mode overhang.
+                  if (!inside) {
+                    bool inPad = iz < w.in[0] + w.pad[0] && iy < w.in[1] + w.pad[1] &&
+                                 ix < w.in[2] + w.pad[2];
+                    padded += inPad;
+                    continue;
+                  }
+                  int64_t idx = (iz * w.in[1] + iy) * w.in[2] + ix;
+                  float v = in[idx];
+                  sum += v;
+                  ++count;
+                  if (v > best) {
+                    best = v;
+                    bestIdx = idx;
+                  }
+                }
+            if (kind == PoolKind::Max) {
+              out[o] = best;
+              if (indices)
+                indices->as<int64_t>()[pl * w.outSize() + o] =
+                    pl * w.inSize() + bestIdx;
+            } else {
+              int64_t denom = includePad ? count + padded : count;
+              out[o] = denom ? sum / denom : 0.0f;
+            }
+          }
+    }
+  });
+  return Status::ok();
+}
+
+Status globalPoolKernel(KernelContext &ctx, PoolKind kind) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  if (x->rank() < 3)
+    return ctx.error("input must have rank >= 3, got " + x->typeString());
+  Shape outShape(x->shape.size(), 1);
+  outShape[0] = x->shape[0];
+  outShape[1] = x->shape[1];
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  int64_t planes = x->shape[0] * x->shape[1];
+  int64_t size = x->numel() / std::max<int64_t>(planes, 1);
+  parallelFor(planes, 16, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float *in = x->as<float>() + pl * size;
+      double acc = kind == PoolKind::Max ? -INFINITY : 0.0;
+      for (int64_t i = 0; i < size; ++i)
+        acc = kind == PoolKind::Max ? std::max<double>(acc, in[i]) : acc + in[i];
+      y->as<float>()[pl] =
+          static_cast<float>(kind == PoolKind::Max ? acc : acc / size);
+    }
+  });
+  return Status::ok();
+}
+
+} // namespace
+
+void addConvKernels(KernelTable &table) {
+  table.add("Conv", convKernel);
+  table.add("MaxPool",
+            [](KernelContext &ctx) { return poolKernel(ctx, PoolKind::Max); });
+  table.add("AveragePool", [](KernelContext &ctx) {
+    return poolKernel(ctx, PoolKind::Average);
+  });
+  table.add("GlobalAveragePool", [](KernelContext &ctx) {
+    return globalPoolKernel(ctx, PoolKind::Average);
+  });
+  table.add("GlobalMaxPool", [](KernelContext &ctx) {
+    return globalPoolKernel(ctx, PoolKind::Max);
+  });
+}
+
+} // namespace cpu
+} // namespace rt
+} // namespace strait

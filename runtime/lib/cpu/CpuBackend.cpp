@@ -1,0 +1,120 @@
+//===- CpuBackend.cpp - The CPU backend and shared kernel helpers ---------===//
+//
+// Builds the CPU kernel table from the explicit add*Kernels calls and
+// implements the helpers of CpuKernels.h.
+//
+//===----------------------------------------------------------------------===//
+#include "CpuKernels.h"
+
+#include <algorithm>
+#include <new>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+
+StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,
+                                int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= std::max<int64_t>(rank, 1))
+    return ctx.error("axis " + std::to_string(axis) + " out of range for rank " +
+                     std::to_string(rank));
+  return a;
+}
+
+StatusOr<Shape> broadcastShapes(const KernelContext &ctx, const Shape &a,
+                                const Shape &b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return ctx.error("shapes " + shapeToString(a) + " and " +
+                       shapeToString(b) + " do not broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<int64_t> rowMajorStrides(const Shape &shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+std::vector<int64_t> broadcastStrides(const Shape &in, const Shape &out) {
+  std::vector<int64_t> inStrides = rowMajorStrides(in);
+  std::vector<int64_t> s(out.size(), 0);
+  size_t shift = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    s[i + shift] = in[i] == 1 ? 0 : inStrides[i];
+  return s;
+}
+
+StatusOr<std::vector<int64_t>> readInts(const KernelContext &ctx,
+                                        const Tensor &t) {
+  std::vector<int64_t> v(t.numel());
+  if (t.dtype == program::DTYPE_I64)
+    std::copy(t.as<int64_t>(), t.as<int64_t>() + v.size(), v.begin());
+  else if (t.dtype == program::DTYPE_I32)
+    std::copy(t.as<int32_t>(), t.as<int32_t>() + v.size(), v.begin());
+  else
+    return ctx.unsupported("expected an integer tensor, got " + t.typeString());
+  return v;
+}
+
+namespace {
+
+class CpuBackend : public Backend {
+public:
+  CpuBackend() {
+    addElementwiseKernels(table);
+    addMatMulKernels(table);
+    addConvKernels(table);
+    addNormalizationKernels(table);
+    addReduceKernels(table);
+    addDataMovementKernels(table);
+    addIndexingKernels(table);
+    addGeneratorKernels(table);
+  }
+  std::string name() const override { return "cpu"; }
+  StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
+    if (!kernel.domain().empty() && kernel.domain() != "ai.onnx" &&
+        kernel.domain() != "strait")
+      return unimplemented("cpu backend: unknown op domain '" +
+                           kernel.domain() + "'");
+    const KernelFn *fn = table.lookup(kernel.op());
+    if (!fn)
+      return unimplemented("cpu backend has no kernel for op '" + kernel.op() +
+                           "'");
+    return *fn;
+  }
+  std::vector<std::string> supportedOps() const override { return table.ops(); }
+  StatusOr<Buffer> allocate(size_t bytes) const override {
+    try {
+      return Buffer(bytes);
+    } catch (const std::bad_alloc &) {
+      return unavailable("cpu backend: cannot allocate " +
+                         std::to_string(bytes) + " bytes");
+    }
+  }
+
+private:
+  KernelTable table;
+};
+
+} // namespace
+} // namespace cpu
+
+std::unique_ptr<Backend> createCpuBackend() {
+  return std::make_unique<cpu::CpuBackend>();
+}
+
+void registerCpuBackend(BackendRegistry &registry) {
+  registry.add(createCpuBackend());
+}
+
+} // namespace rt
+} // namespace strait

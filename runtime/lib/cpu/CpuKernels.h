@@ -1,0 +1,128 @@
+//===- CpuKernels.h - Internal interface of the CPU backend -----*- C++ -*-===//
+//
+// Each kernel family registers itself into the backend's KernelTable through
+// an explicit add*Kernels function. Shared helpers: axis normalization,
+// broadcasting strides and dtype dispatch.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_LIB_CPU_CPUKERNELS_H
+#define STRAIT_RUNTIME_LIB_CPU_CPUKERNELS_H
+
+#include "strait/runtime/Backend.h"
+#include "strait/runtime/ThreadPool.h"
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+
+void addElementwiseKernels(KernelTable &table);
+void addMatMulKernels(KernelTable &table);
+void addConvKernels(KernelTable &table);
+void addNormalizationKernels(KernelTable &table);
+void addReduceKernels(KernelTable &table);
+void addDataMovementKernels(KernelTable &table);
+void addIndexingKernels(KernelTable &table);
+void addGeneratorKernels(KernelTable &table);
+
+/// C[m,n] = A[m,k] * B[k,n] (+ C when accumulate), row-major, f32.
+void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,
+                   const float *b, float *c, bool accumulate);
+
+/// Layout kernels (Slice, Expand, Tile, Pad, Cast, Clip, ...): Layout.cpp.
+void addLayoutKernels(KernelTable &table);
+/// Resize: Resize.cpp.
+void addResizeKernels(KernelTable &table);
+
+/// dst[i] = src[base + sum(idx_d * strides_d)] over the row-major `out`
+/// shape, element size `es` bytes.
+void stridedCopyBytes(const char *src, int64_t base,
+                      const std::vector<int64_t> &strides, const Shape &out,
+                      char *dst, size_t es);
+
+/// Maps a possibly negative axis into [0, rank); error when out of range.
+StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,
+                                int64_t rank);
+
+/// Numpy broadcast of two shapes, or an error naming both.
+StatusOr<Shape> broadcastShapes(const KernelContext &ctx, const Shape &a,
+                                const Shape &b);
+
+/// Element strides of `in` when broadcast to `out` (0 on broadcast dims).
+std::vector<int64_t> broadcastStrides(const Shape &in, const Shape &out);
+
+/// Row-major strides of a shape.
+std::vector<int64_t> rowMajorStrides(const Shape &shape);
+
+/// Reads an integer tensor (i32 or i64) into a vector.
+StatusOr<std::vector<int64_t>> readInts(const KernelContext &ctx,
+                                        const Tensor &t);
+
+/// Calls body(outIndex, offsets, count, innerStrides) for every innermost
+/// row of `out`, in parallel over rows; offsets index the N inputs.
+template <size_t N, typename F>
+void broadcastRows(const Shape &out,
+                   const std::array<std::vector<int64_t>, N> &strides,
+                   const F &body) {
+  int64_t r = static_cast<int64_t>(out.size());
+  int64_t inner = r ? out[r - 1] : 1;
+  int64_t total = numElements(out);
+  if (total == 0)
+    return;
+  std::array<int64_t, N> innerStride{};
+  for (size_t k = 0; k < N; ++k)
+    innerStride[k] = r ? strides[k][r - 1] : 0;
+  int64_t rows = total / inner;
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1));
+  parallelFor(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      std::array<int64_t, N> off{};
+      int64_t rem = row;
+      for (int64_t d = r - 2; d >= 0; --d) {
+        int64_t idx = rem % out[d];
+        rem /= out[d];
+        for (size_t k = 0; k < N; ++k)
+          off[k] += idx * strides[k][d];
+      }
+      body(row * inner, off, inner, innerStride);
+    }
+  });
+}
+
+} // namespace cpu
+} // namespace rt
+} // namespace strait
+
+/// Dispatches `MACRO(T)` over numeric dtypes; falls through on others.
+#define STRAIT_DISPATCH_NUMERIC(dtype, MACRO)                                  \
+  switch (dtype) {                                                             \
+  case ::strait::program::DTYPE_F32:                                           \
+    MACRO(float);                                                              \
+  case ::strait::program::DTYPE_F64:                                           \
+    MACRO(double);                                                             \
+  case ::strait::program::DTYPE_I32:                                           \
+    MACRO(int32_t);                                                            \
+  case ::strait::program::DTYPE_I64:                                           \
+    MACRO(int64_t);                                                            \
+  case ::strait::program::DTYPE_U8:                                            \
+    MACRO(uint8_t);                                                            \
+  case ::strait::program::DTYPE_I8:                                            \
+    MACRO(int8_t);                                                             \
+  default:                                                                     \
+    break;                                                                     \
+  }
+
+#define STRAIT_DISPATCH_FLOAT(dtype, MACRO)                                    \
+  switch (dtype) {                                                             \
+  case ::strait::program::DTYPE_F32:                                           \
+    MACRO(float);                                                              \
+  case ::strait::program::DTYPE_F64:                                           \
+    MACRO(double);                                                             \
+  default:                                                                     \
+    break;                                                                     \
+  }
+
+#endif // STRAIT_RUNTIME_LIB_CPU_CPUKERNELS_H

@@ -1,0 +1,269 @@
+//===- Normalization.cpp - Softmax family and normalization layers --------===//
+//
+// Softmax, LogSoftmax, Hardmax, LayerNormalization, BatchNormalization
+// (inference and training mode) and InstanceNormalization, all f32,
+// parallel over independent rows / channels, accumulating in double.
+//
+//===----------------------------------------------------------------------===//
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+namespace {
+
+/// Splits a shape into [outer, axisLen, inner] for a softmax-like op.
+struct Split3 {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+StatusOr<Split3> softmaxSplit(const KernelContext &ctx, const Shape &shape) {
+  bool legacy = ctx.opset() > 0 && ctx.opset() < 13;
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr,
+                          ctx.getAttrs().getInt("axis", legacy ? 1 : -1));
+  int64_t rank = static_cast<int64_t>(shape.size());
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, rank));
+  Split3 s;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < axis)
+      s.outer *= shape[d];
+    else if (d == axis || legacy)
+      s.len *= shape[d];
+    else
+      s.inner *= shape[d];
+  }
+  return s;
+}
+
+enum class SoftmaxKind { Softmax, LogSoftmax, Hardmax };
+
+Status softmaxKernel(KernelContext &ctx, SoftmaxKind kind) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Split3 s, softmaxSplit(ctx, x->shape));
+  const float *in = x->as<float>();
+  float *out = y->as<float>();
+  parallelFor(s.outer * s.inner, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t base = (r / s.inner) * s.len * s.inner + r % s.inner;
+      auto at = [&](int64_t i) { return base + i * s.inner; };
+      float mx = -INFINITY;
+      int64_t arg = 0;
+      for (int64_t i = 0; i < s.len; ++i)
+        if (in[at(i)] > mx) {
+          mx = in[at(i)];
+          arg = i;
+        }
+      if (kind == SoftmaxKind::Hardmax) {
+        for (int64_t i = 0; i < s.len; ++i)
+          out[at(i)] = i == arg ? 1.0f : 0.0f;
+        continue;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < s.len; ++i)
+        sum += std::exp(static_cast<double>(in[at(i)] - mx));
+      if (kind == SoftmaxKind::LogSoftmax) {
+        double lse = std::log(sum);
+        for (int64_t i = 0; i < s.len; ++i)
+          out[at(i)] = static_cast<float>(in[at(i)] - mx - lse);
+      } else {
+        for (int64_t i = 0; i < s.len; ++i)
+          out[at(i)] = static_cast<float>(std::exp(in[at(i)] - mx) / sum);
+      }
+    }
+  });
+  return Status::ok();
+}
+
+Status layerNormKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
+  const Tensor *bias = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  Shape normShape(x->shape.begin() + axis, x->shape.end());
+  int64_t len = numElements(normShape), rows = x->numel() / std::max<int64_t>(len, 1);
+  STRAIT_ASSIGN_OR_RETURN(Shape sb, broadcastShapes(ctx, scale->shape, normShape));
+  if (sb != normShape || (bias && bias->numel() != scale->numel()))
+    return ctx.error("scale/bias do not match the normalized shape " +
+                     shapeToString(normShape));
+  Shape statShape = x->shape;
+  for (int64_t d = axis; d < x->rank(); ++d)
+    statShape[d] = 1;
+  Tensor *meanOut = nullptr, *invOut = nullptr;
+  if (ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(meanOut, ctx.requireOutput(1, statShape, x->dtype));
+  }
+  if (ctx.output(2)) {
+    STRAIT_ASSIGN_OR_RETURN(invOut, ctx.requireOutput(2, statShape, x->dtype));
+  }
+  std::vector<int64_t> sstr = broadcastStrides(scale->shape, normShape);
+  bool denseScale = scale->numel() == len;
+  parallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *in = x->as<float>() + r * len;
+      float *out = y->as<float>() + r * len;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < len; ++i)
+        mean += in[i];
+      mean /= len;
+      for (int64_t i = 0; i < len; ++i)
+        var += (in[i] - mean) * (in[i] - mean);
+      var /= len;
+      double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t i = 0; i < len; ++i) {
+        int64_t si = denseScale ? i : 0;
+        if (!denseScale) {
+          int64_t rem = i;
+          for (int64_t d = static_cast<int64_t>(normShape.size()) - 1; d >= 0; --d) {
+            si += (rem % normShape[d]) * sstr[d];
+            rem /= normShape[d];
+          }
+        }
+        float v = static_cast<float>((in[i] - mean) * inv) * scale->as<float>()[si];
+        out[i] = bias ? v + bias->as<float>()[si] : v;
+      }
+      if (meanOut)
+        meanOut->as<float>()[r] = static_cast<float>(mean);
+      if (invOut)
+        invOut->as<float>()[r] = static_cast<float>(inv);
+    }
+  });
+  return Status::ok();
+}
+
+/// Mean and (population) variance per channel over N and spatial dims.
+void channelStats(const Tensor &x, std::vector<double> &mean,
+                  std::vector<double> &var) {
+  int64_t n = x.shape[0], c = x.shape[1];
+  int64_t spatial = x.numel() / std::max<int64_t>(n * c, 1);
+  mean.assign(c, 0.0);
+  var.assign(c, 0.0);
+  parallelFor(c, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      double s = 0, sq = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float *p = x.as<float>() + (i * c + ch) * spatial;
+        for (int64_t j = 0; j < spatial; ++j) {
+          s += p[j];
+          sq += double(p[j]) * p[j];
+        }
+      }
+      double cnt = double(n * spatial);
+      mean[ch] = s / cnt;
+      var[ch] = std::max(0.0, sq / cnt - mean[ch] * mean[ch]);
+    }
+  });
+}
+
+Status batchNormKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  const Tensor *params[4];
+  for (int i = 0; i < 4; ++i) {
+    STRAIT_ASSIGN_OR_RETURN(params[i], ctx.requireInput(1 + i, program::DTYPE_F32));
+  }
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(float momentum, ctx.getAttrs().getFloat("momentum", 0.9f));
+  STRAIT_ASSIGN_OR_RETURN(int64_t training, ctx.getAttrs().getInt("training_mode", 0));
+  if (x->rank() < 2)
+    return ctx.error("input must have rank >= 2, got " + x->typeString());
+  int64_t n = x->shape[0], c = x->shape[1];
+  for (int i = 0; i < 4; ++i)
+    if (params[i]->numel() != c)
+      return ctx.error("parameter " + std::to_string(i + 1) + " " +
+                       params[i]->typeString() + " does not have C=" +
+                       std::to_string(c) + " entries");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  std::vector<double> mean(c), var(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    mean[ch] = params[2]->as<float>()[ch];
+    var[ch] = params[3]->as<float>()[ch];
+  }
+  if (training) {
+    std::vector<double> bm, bv;
+    channelStats(*x, bm, bv);
+    Shape cs = {c};
+    if (ctx.output(1)) {
+      STRAIT_ASSIGN_OR_RETURN(Tensor * rm, ctx.requireOutput(1, cs, x->dtype));
+      for (int64_t ch = 0; ch < c; ++ch)
+        rm->as<float>()[ch] = static_cast<float>(mean[ch] * momentum + bm[ch] * (1 - momentum));
+    }
+    if (ctx.output(2)) {
+      STRAIT_ASSIGN_OR_RETURN(Tensor * rv, ctx.requireOutput(2, cs, x->dtype));
+      for (int64_t ch = 0; ch < c; ++ch)
+        rv->as<float>()[ch] = static_cast<float>(var[ch] * momentum + bv[ch] * (1 - momentum));
+    }
+    mean = bm;
+    var = bv;
+  }
+  int64_t spatial = x->numel() / std::max<int64_t>(n * c, 1);
+  parallelFor(n * c, 4, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      int64_t ch = pl % c;
+      double inv = 1.0 / std::sqrt(var[ch] + eps);
+      float a = static_cast<float>(params[0]->as<float>()[ch] * inv);
+      float b = static_cast<float>(params[1]->as<float>()[ch] - mean[ch] * a);
+      const float *in = x->as<float>() + pl * spatial;
+      float *out = y->as<float>() + pl * spatial;
+      for (int64_t j = 0; j < spatial; ++j)
+        out[j] = in[j] * a + b;
+    }
+  });
+  return Status::ok();
+}
+
+Status instanceNormKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *bias, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  if (x->rank() < 3 || scale->numel() != x->shape[1] || bias->numel() != x->shape[1])
+    return ctx.error("X " + x->typeString() + " with scale " +
+                     scale->typeString() + " and bias " + bias->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  int64_t c = x->shape[1], planes = x->shape[0] * c;
+  int64_t spatial = x->numel() / std::max<int64_t>(planes, 1);
+  parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float *in = x->as<float>() + pl * spatial;
+      float *out = y->as<float>() + pl * spatial;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < spatial; ++j)
+        mean += in[j];
+      mean /= spatial;
+      for (int64_t j = 0; j < spatial; ++j)
+        var += (in[j] - mean) * (in[j] - mean);
+      var /= spatial;
+      double inv = 1.0 / std::sqrt(var + eps);
+      float s = scale->as<float>()[pl % c], b = bias->as<float>()[pl % c];
+      for (int64_t j = 0; j < spatial; ++j)
+        out[j] = static_cast<float>((in[j] - mean) * inv) * s + b;
+    }
+  });
+  return Status::ok();
+}
+
+} // namespace
+
+void addNormalizationKernels(KernelTable &table) {
+  table.add("Softmax", [](KernelContext &ctx) {
+    return softmaxKernel(ctx, SoftmaxKind::Softmax);
+  });
+  table.add("LogSoftmax", [](KernelContext &ctx) {
+    return softmaxKernel(ctx, SoftmaxKind::LogSoftmax);
+  });
+  table.add("Hardmax", [](KernelContext &ctx) {
+    return softmaxKernel(ctx, SoftmaxKind::Hardmax);
+  });
+  table.add("LayerNormalization", layerNormKernel);
+  table.add("BatchNormalization", batchNormKernel);
+  table.add("InstanceNormalization", instanceNormKernel);
+}
+
+} // namespace cpu
+} // namespace rt
+} // namespace strait

@@ -1,0 +1,162 @@
+//===- KernelTest.cpp - CPU kernels against naive references --------------===//
+//
+// Complements the ONNX conformance run with randomized shapes the ONNX
+// tests do not cover (batched broadcasting MatMul, grouped dilated Conv) and
+// with error paths.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include <cmath>
+#include <gtest/gtest.h>
+
+using namespace strait;
+using namespace strait::rt;
+using namespace strait::rt::test;
+
+namespace {
+void expectNear(const std::vector<float> &a, const std::vector<float> &b,
+                float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], tol) << "at " << i;
+}
+} // namespace
+
+TEST(Kernels, AddBroadcastsNumpyStyle) {
+  auto r = runKernel("Add", {Input::f({2, 1, 3}, {1, 2, 3, 4, 5, 6}),
+                             Input::f({4, 1}, {10, 20, 30, 40})},
+                     {{program::DTYPE_F32, {2, 4, 3}}});
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  std::vector<float> ref;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 3; ++k)
+        ref.push_back((i * 3 + k + 1) + 10.0f * (j + 1));
+  expectNear((*r)[0], ref, 0);
+}
+
+TEST(Kernels, IncompatibleBroadcastIsAnError) {
+  auto r = runKernel("Mul", {Input::f({2, 3}, std::vector<float>(6)),
+                             Input::f({4}, std::vector<float>(4))},
+                     {{program::DTYPE_F32, {2, 3}}});
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.getStatus().getMessage().find("do not broadcast"), std::string::npos);
+}
+
+TEST(Kernels, BatchedMatMulBroadcastsBatchDims) {
+  const int b = 3, m = 5, k = 7, n = 4;
+  std::vector<float> a = pseudoRandom(b * m * k, 1), w = pseudoRandom(k * n, 2);
+  auto r = runKernel("MatMul", {Input::f({b, 1, m, k}, a), Input::f({k, n}, w)},
+                     {{program::DTYPE_F32, {b, 1, m, n}}});
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  std::vector<float> ref(b * m * n, 0);
+  for (int bi = 0; bi < b; ++bi)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        for (int kk = 0; kk < k; ++kk)
+          ref[(bi * m + i) * n + j] += a[(bi * m + i) * k + kk] * w[kk * n + j];
+  expectNear((*r)[0], ref, 1e-4f);
+}
+
+TEST(Kernels, GroupedStridedDilatedConvMatchesNaive) {
+  const int n = 2, c = 4, h = 9, w = 8, m = 6, g = 2, kh = 3, kw = 2;
+  const int sh = 2, sw = 1, dh = 2, dw = 1, ph = 1, pw = 1;
+  int oh = (h + 2 * ph - (dh * (kh - 1) + 1)) / sh + 1;
+  int ow = (w + 2 * pw - (dw * (kw - 1) + 1)) / sw + 1;
+  std::vector<float> x = pseudoRandom(n * c * h * w, 5);
+  std::vector<float> wt = pseudoRandom(m * (c / g) * kh * kw, 6);
+  std::vector<float> bias = pseudoRandom(m, 7);
+  auto r = runKernel("Conv",
+                     {Input::f({n, c, h, w}, x), Input::f({m, c / g, kh, kw}, wt),
+                      Input::f({m}, bias)},
+                     {{program::DTYPE_F32, {n, m, oh, ow}}},
+                     [&](program::Kernel &k) {
+                       setInt(k, "group", g);
+                       setInts(k, "strides", {sh, sw});
+                       setInts(k, "dilations", {dh, dw});
+                       setInts(k, "pads", {ph, pw, ph, pw});
+                     });
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  std::vector<float> ref;
+  for (int in = 0; in < n; ++in)
+    for (int oc = 0; oc < m; ++oc)
+      for (int y = 0; y < oh; ++y)
+        for (int xo = 0; xo < ow; ++xo) {
+          float acc = bias[oc];
+          int grp = oc / (m / g);
+          for (int ic = 0; ic < c / g; ++ic)
+            for (int ky = 0; ky < kh; ++ky)
+              for (int kx = 0; kx < kw; ++kx) {
+                int iy = y * sh - ph + ky * dh, ix = xo * sw - pw + kx * dw;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                  continue;
+                int chan = grp * (c / g) + ic;
+                acc += x[((in * c + chan) * h + iy) * w + ix] *
+                       wt[((oc * (c / g) + ic) * kh + ky) * kw + kx];
+              }
+          ref.push_back(acc);
+        }
+  expectNear((*r)[0], ref, 1e-4f);
+}
+
+TEST(Kernels, SoftmaxRowsSumToOneAndAreStable) {
+  std::vector<float> x = {1000, 1001, 1002, -5, 0, 5};
+  auto r = runKernel("Softmax", {Input::f({2, 3}, x)}, {{program::DTYPE_F32, {2, 3}}});
+  ASSERT_TRUE(r.isOk());
+  for (int row = 0; row < 2; ++row) {
+    float s = 0;
+    for (int j = 0; j < 3; ++j) {
+      ASSERT_TRUE(std::isfinite((*r)[0][row * 3 + j]));
+      s += (*r)[0][row * 3 + j];
+    }
+    EXPECT_NEAR(s, 1.0f, 1e-6f);
+  }
+  EXPECT_NEAR((*r)[0][2], 1.0f / (1 + std::exp(-1.0f) + std::exp(-2.0f)), 1e-6f);
+}
+
+TEST(Kernels, LayerNormalizationOverLastAxis) {
+  std::vector<float> x = {1, 2, 3, 4, -1, 0, 1, 2};
+  auto r = runKernel("LayerNormalization",
+                     {Input::f({2, 4}, x), Input::f({4}, {1, 1, 2, 2}),
+                      Input::f({4}, {0, 0, 0, 1})},
+                     {{program::DTYPE_F32, {2, 4}}},
+                     [](program::Kernel &k) { setFloat(k, "epsilon", 0.0f); });
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  float inv = 1.0f / std::sqrt(1.25f);
+  std::vector<float> row = {-1.5f * inv, -0.5f * inv, 2 * 0.5f * inv, 2 * 1.5f * inv + 1};
+  expectNear((*r)[0], {row[0], row[1], row[2], row[3], row[0], row[1], row[2], row[3]},
+             1e-5f);
+}
+
+TEST(Kernels, GatherNegativeIndicesAndRangeCheck) {
+  auto r = runKernel("Gather", {Input::f({3, 2}, {1, 2, 3, 4, 5, 6}), Input::i({2}, {-1, 0})},
+                     {{program::DTYPE_F32, {2, 2}}});
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  expectNear((*r)[0], {5, 6, 1, 2}, 0);
+  auto bad = runKernel("Gather", {Input::f({3, 2}, {1, 2, 3, 4, 5, 6}), Input::i({1}, {3})},
+                       {{program::DTYPE_F32, {1, 2}}});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.getStatus().getMessage().find("index 3 out of range"), std::string::npos);
+}
+
+TEST(Kernels, TransposeAndReshapeCheckDeclaredShapes) {
+  auto r = runKernel("Transpose", {Input::f({2, 3}, {1, 2, 3, 4, 5, 6})},
+                     {{program::DTYPE_F32, {3, 2}}});
+  ASSERT_TRUE(r.isOk());
+  expectNear((*r)[0], {1, 4, 2, 5, 3, 6}, 0);
+  auto bad = runKernel("Reshape", {Input::f({2, 3}, std::vector<float>(6)), Input::i({2}, {-1, 2})},
+                       {{program::DTYPE_F32, {2, 3}}});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.getStatus().getMessage().find("declared f32[2x3] but the op computes f32[3x2]"),
+            std::string::npos) << bad.getStatus().getMessage();
+}
+
+TEST(Kernels, LargeElementwiseRunsInParallelCorrectly) {
+  const int n = 1 << 20;
+  std::vector<float> x = pseudoRandom(n, 11);
+  auto r = runKernel("Gelu", {Input::f({n}, x)}, {{program::DTYPE_F32, {n}}});
+  ASSERT_TRUE(r.isOk());
+  for (int i = 0; i < n; i += 4099)
+    ASSERT_NEAR((*r)[0][i], 0.5f * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0f))), 1e-6f);
+}

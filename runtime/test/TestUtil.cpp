@@ -1,0 +1,151 @@
+//===- TestUtil.cpp - Helpers for runtime tests ---------------------------===//
+//
+// See TestUtil.h.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include <cstring>
+
+namespace strait {
+namespace rt {
+namespace test {
+
+ProgramBuilder::ProgramBuilder(int rank, int worldSize) {
+  program.set_format_version(program::FORMAT_VERSION_1);
+  program.set_rank(rank);
+  program.set_world_size(worldSize);
+  program.set_device("cpu");
+}
+
+uint32_t ProgramBuilder::addValue(const std::string &name, DType dtype,
+                                  const Shape &shape, program::ValueRole role) {
+  uint32_t id = static_cast<uint32_t>(program.values_size());
+  program::Value *v = program.add_values();
+  v->set_id(id);
+  v->set_name(name);
+  v->set_dtype(dtype);
+  for (int64_t d : shape)
+    v->add_shape(d);
+  v->set_role(role);
+  return id;
+}
+
+uint32_t ProgramBuilder::addConstant(const std::string &name,
+                                     const std::vector<float> &data,
+                                     const Shape &shape) {
+  uint32_t id = addValue(name, program::DTYPE_F32, shape, program::ROLE_CONSTANT);
+  program::TensorData *c = program.mutable_values(id)->mutable_constant();
+  c->set_dtype(program::DTYPE_F32);
+  for (int64_t d : shape)
+    c->add_shape(d);
+  for (float f : data)
+    c->add_float_data(f);
+  return id;
+}
+
+uint32_t ProgramBuilder::addParameter(const std::string &name, const Shape &shape) {
+  uint32_t id = addValue(name, program::DTYPE_F32, shape, program::ROLE_PARAMETER);
+  program.mutable_values(id)->set_parameter_name(name);
+  return id;
+}
+
+program::Kernel &ProgramBuilder::addKernel(const std::string &op,
+                                           const std::vector<uint32_t> &inputs,
+                                           const std::vector<uint32_t> &outputs) {
+  program::Kernel *k = program.add_kernels();
+  k->set_id(static_cast<uint32_t>(program.kernels_size() - 1));
+  k->set_op(op);
+  k->set_name(op + "_" + std::to_string(k->id()));
+  for (uint32_t i : inputs)
+    k->add_inputs(i);
+  for (uint32_t o : outputs)
+    k->add_outputs(o);
+  return *k;
+}
+
+void ProgramBuilder::addRunStep(std::vector<uint32_t> kernels) {
+  if (kernels.empty())
+    for (const auto &k : program.kernels())
+      kernels.push_back(k.id());
+  program::Step *s = program.add_steps();
+  s->set_id(program.steps_size() - 1);
+  for (uint32_t k : kernels)
+    s->mutable_run()->add_kernel_ids(k);
+}
+
+void setInt(program::Kernel &k, const std::string &name, int64_t v) {
+  (*k.mutable_attrs())[name].set_i(v);
+}
+void setFloat(program::Kernel &k, const std::string &name, float v) {
+  (*k.mutable_attrs())[name].set_f(v);
+}
+void setInts(program::Kernel &k, const std::string &name,
+             const std::vector<int64_t> &v) {
+  auto *ints = (*k.mutable_attrs())[name].mutable_ints();
+  for (int64_t x : v)
+    ints->add_v(x);
+}
+void setString(program::Kernel &k, const std::string &name,
+               const std::string &v) {
+  (*k.mutable_attrs())[name].set_s(v);
+}
+
+StatusOr<std::vector<std::vector<float>>>
+runKernel(const std::string &op, const std::vector<Input> &inputs,
+          const std::vector<Output> &outputs,
+          const std::function<void(program::Kernel &)> &setAttrs) {
+  ProgramBuilder b;
+  std::vector<uint32_t> ins, outs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    ins.push_back(b.addValue("in" + std::to_string(i), inputs[i].dtype,
+                             inputs[i].shape, program::ROLE_INPUT));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    outs.push_back(b.addValue("out" + std::to_string(i), outputs[i].dtype,
+                              outputs[i].shape, program::ROLE_OUTPUT));
+  program::Kernel &k = b.addKernel(op, ins, outs);
+  if (setAttrs)
+    setAttrs(k);
+  b.addRunStep();
+  BackendRegistry registry;
+  registerCpuBackend(registry);
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
+                          Executor::create(b.get(), registry));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(ins[i]));
+    if (inputs[i].dtype == program::DTYPE_F32)
+      std::memcpy(t.data, inputs[i].f32.data(), t.byteSize());
+    else
+      std::memcpy(t.data, inputs[i].i64.data(), t.byteSize());
+  }
+  STRAIT_RETURN_IF_ERROR(exec->run());
+  std::vector<std::vector<float>> result;
+  for (uint32_t id : outs) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(id));
+    std::vector<float> v(t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      switch (t.dtype) {
+      case program::DTYPE_F32: v[i] = t.as<float>()[i]; break;
+      case program::DTYPE_I64: v[i] = static_cast<float>(t.as<int64_t>()[i]); break;
+      case program::DTYPE_BOOL: v[i] = t.as<bool>()[i]; break;
+      default: return internalError("test output dtype " + dtypeName(t.dtype));
+      }
+    }
+    result.push_back(std::move(v));
+  }
+  return result;
+}
+
+std::vector<float> pseudoRandom(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (float &x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>((s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+  }
+  return v;
+}
+
+} // namespace test
+} // namespace rt
+} // namespace strait

@@ -1,0 +1,80 @@
+//===- TestUtil.h - Helpers for runtime tests -------------------*- C++ -*-===//
+//
+// A small builder for programs and a runner for one-kernel programs on the
+// CPU backend, so kernel tests read as "inputs, attributes, expected output".
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_TEST_TESTUTIL_H
+#define STRAIT_RUNTIME_TEST_TESTUTIL_H
+
+#include "strait/runtime/Executor.h"
+#include "strait/runtime/Program.h"
+
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace rt {
+namespace test {
+
+/// Builds programs value by value and kernel by kernel.
+class ProgramBuilder {
+public:
+  ProgramBuilder(int rank = 0, int worldSize = 1);
+  uint32_t addValue(const std::string &name, DType dtype, const Shape &shape,
+                    program::ValueRole role);
+  uint32_t addConstant(const std::string &name, const std::vector<float> &data,
+                       const Shape &shape);
+  uint32_t addParameter(const std::string &name, const Shape &shape);
+  program::Kernel &addKernel(const std::string &op,
+                             const std::vector<uint32_t> &inputs,
+                             const std::vector<uint32_t> &outputs);
+  /// A run step with the given kernels (all kernels when empty).
+  void addRunStep(std::vector<uint32_t> kernels = {});
+  program::Program &get() { return program; }
+
+private:
+  program::Program program;
+};
+
+void setInt(program::Kernel &k, const std::string &name, int64_t v);
+void setFloat(program::Kernel &k, const std::string &name, float v);
+void setInts(program::Kernel &k, const std::string &name,
+             const std::vector<int64_t> &v);
+void setString(program::Kernel &k, const std::string &name,
+               const std::string &v);
+
+/// An input of a one-kernel test: f32 data or i64 data.
+struct Input {
+  DType dtype;
+  Shape shape;
+  std::vector<float> f32;
+  std::vector<int64_t> i64;
+  static Input f(Shape shape, std::vector<float> data) {
+    return {program::DTYPE_F32, std::move(shape), std::move(data), {}};
+  }
+  static Input i(Shape shape, std::vector<int64_t> data) {
+    return {program::DTYPE_I64, std::move(shape), {}, std::move(data)};
+  }
+};
+
+struct Output {
+  DType dtype;
+  Shape shape;
+};
+
+/// Runs `op` once with the inputs; returns the outputs as f32 vectors
+/// (integer outputs converted), or the error.
+StatusOr<std::vector<std::vector<float>>>
+runKernel(const std::string &op, const std::vector<Input> &inputs,
+          const std::vector<Output> &outputs,
+          const std::function<void(program::Kernel &)> &setAttrs = {});
+
+/// Fills a vector with a deterministic pseudo-random sequence in [-1, 1).
+std::vector<float> pseudoRandom(size_t n, uint32_t seed);
+
+} // namespace test
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_TEST_TESTUTIL_H

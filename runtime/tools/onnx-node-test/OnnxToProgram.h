@@ -1,0 +1,45 @@
+//===- OnnxToProgram.h - One-node ONNX models as device programs -*- C++ -*-===//
+//
+// Test-only conversion used by the conformance tool: an ONNX node test
+// (model.onnx with one node, plus input/output TensorProtos) becomes a
+// one-kernel strait.program.Program whose value shapes come from the test
+// data. Links onnx_proto; never part of the runtime libraries.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_TOOLS_ONNXTOPROGRAM_H
+#define STRAIT_RUNTIME_TOOLS_ONNXTOPROGRAM_H
+
+#include "strait/runtime/Status.h"
+#include "strait/runtime/Tensor.h"
+#include "strait_program.pb.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace rt {
+namespace onnxtest {
+
+/// Converts an ONNX TensorProto into the program's TensorData (raw bytes).
+StatusOr<program::TensorData> convertTensor(const onnx::TensorProto &t);
+
+/// Converts one ONNX attribute; Unimplemented for graphs and sparse tensors.
+StatusOr<program::Attribute> convertAttribute(const onnx::AttributeProto &a);
+
+/// Builds a program running the model's single node. Input value ids are
+/// 0..inputs-1 in graph-input order, outputs follow in graph-output order.
+StatusOr<program::Program>
+buildNodeProgram(const onnx::ModelProto &model,
+                 const std::vector<onnx::TensorProto> &inputs,
+                 const std::vector<onnx::TensorProto> &outputs);
+
+/// Parses a serialized protobuf file into `message`.
+Status readProto(const std::string &path, google::protobuf::Message &message);
+
+} // namespace onnxtest
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_TOOLS_ONNXTOPROGRAM_H

@@ -1,0 +1,219 @@
+//===- strait-onnx-node-test.cpp - ONNX node-test conformance runner ------===//
+//
+// Runs ONNX backend node tests (Debian's libonnx-testdata layout: model.onnx
+// and test_data_set_*/{input,output}_*.pb) through the runtime's CPU backend
+// and compares with the expected outputs:
+//   |actual - expected| <= atol + rtol * |expected|  (floats; NaN == NaN)
+//   exact equality for integers and bool.
+// One line per test: "PASS|FAIL|SKIP <op> <test> [reason]". SKIP means the
+// runtime reported Unimplemented (op, dtype or feature not supported).
+// Exit status 1 when a test fails, or with --list FILE when a listed test
+// does not pass (the regression check registered with ctest).
+//
+//===----------------------------------------------------------------------===//
+#include "OnnxToProgram.h"
+#include "strait/runtime/Executor.h"
+#include "strait/runtime/Program.h"
+
+#include <cmath>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <iostream>
+#include <sys/stat.h>
+
+using namespace strait;
+using namespace strait::rt;
+
+namespace {
+
+struct Options {
+  double rtol = 1e-3, atol = 1e-5;
+  std::string root = "/usr/share/libonnx-testdata/data/node";
+  std::string listFile;
+  std::vector<std::string> tests;
+  bool quiet = false;
+};
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> listDir(const std::string &dir) {
+  std::vector<std::string> names;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d))
+      if (e->d_name[0] != '.')
+        names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+template <typename T>
+std::string compareFloats(const T *a, const T *e, int64_t n, const Options &o) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(e[i]) && std::isnan(a[i]))
+      continue;
+    if (std::isinf(e[i]) && a[i] == e[i])
+      continue;
+    double diff = std::abs(double(a[i]) - double(e[i]));
+    if (!(diff <= o.atol + o.rtol * std::abs(double(e[i]))))
+      return "element " + std::to_string(i) + ": got " + std::to_string(a[i]) +
+             ", expected " + std::to_string(e[i]);
+  }
+  return "";
+}
+
+std::string compare(const Tensor &actual, const program::TensorData &expected,
+                    const Options &o) {
+  int64_t n = actual.numel();
+  const char *e = expected.raw().data();
+  if (actual.dtype == program::DTYPE_F32)
+    return compareFloats(actual.as<float>(), reinterpret_cast<const float *>(e), n, o);
+  if (actual.dtype == program::DTYPE_F64)
+    return compareFloats(actual.as<double>(), reinterpret_cast<const double *>(e), n, o);
+  size_t es = dtypeSize(actual.dtype);
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(actual.as<char>() + i * es, e + i * es, es) != 0)
+      return "element " + std::to_string(i) + " differs (" + dtypeName(actual.dtype) + ")";
+  return "";
+}
+
+std::vector<onnx::TensorProto> readTensors(const std::string &dir,
+                                           const std::string &prefix,
+                                           Status &status) {
+  std::vector<onnx::TensorProto> result;
+  for (int i = 0;; ++i) {
+    std::string path = dir + "/" + prefix + std::to_string(i) + ".pb";
+    if (!exists(path))
+      break;
+    onnx::TensorProto t;
+    status = onnxtest::readProto(path, t);
+    if (!status.isOk())
+      return result;
+    result.push_back(t);
+  }
+  return result;
+}
+
+/// Runs one data set; returns ok, a mismatch (Internal) or the runtime error.
+Status runDataSet(const onnx::ModelProto &model, const std::string &dir,
+                  const BackendRegistry &registry, const Options &o) {
+  Status s;
+  auto inputs = readTensors(dir, "input_", s);
+  STRAIT_RETURN_IF_ERROR(s);
+  auto outputs = readTensors(dir, "output_", s);
+  STRAIT_RETURN_IF_ERROR(s);
+  STRAIT_ASSIGN_OR_RETURN(program::Program p,
+                          onnxtest::buildNodeProgram(model, inputs, outputs));
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
+                          Executor::create(p, registry));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(program::TensorData data, onnxtest::convertTensor(inputs[i]));
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(static_cast<uint32_t>(i)));
+    STRAIT_RETURN_IF_ERROR(copyTensorData(data, t, "input " + std::to_string(i)));
+  }
+  STRAIT_RETURN_IF_ERROR(exec->run());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(program::TensorData data, onnxtest::convertTensor(outputs[i]));
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(static_cast<uint32_t>(inputs.size() + i)));
+    std::string diff = compare(t, data, o);
+    if (!diff.empty())
+      return internalError("output " + std::to_string(i) + " mismatch: " + diff);
+  }
+  return Status::ok();
+}
+
+enum class Outcome { Pass, Fail, Skip };
+
+Outcome runTest(const std::string &dir, const BackendRegistry &registry,
+                const Options &o, std::string &op, std::string &reason) {
+  onnx::ModelProto model;
+  Status s = onnxtest::readProto(dir + "/model.onnx", model);
+  op = model.graph().node_size() == 1 ? model.graph().node(0).op_type() : "<graph>";
+  int sets = 0;
+  for (const std::string &name : listDir(dir)) {
+    if (!s.isOk() || name.rfind("test_data_set_", 0) != 0)
+      continue;
+    s = runDataSet(model, dir + "/" + name, registry, o);
+    ++sets;
+  }
+  if (s.isOk() && sets == 0)
+    s = notFound("no test_data_set_* folder");
+  if (s.isOk())
+    return Outcome::Pass;
+  reason = s.toString();
+  return s.getCode() == StatusCode::Unimplemented ? Outcome::Skip : Outcome::Fail;
+}
+
+bool parseArgs(int argc, char **argv, Options &o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--rtol")
+      o.rtol = std::stod(next());
+    else if (a == "--atol")
+      o.atol = std::stod(next());
+    else if (a == "--root")
+      o.root = next();
+    else if (a == "--list")
+      o.listFile = next();
+    else if (a == "--quiet")
+      o.quiet = true;
+    else if (a == "--help" || a.rfind("--", 0) == 0)
+      return false;
+    else
+      o.tests.push_back(a);
+  }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  if (!parseArgs(argc, argv, o)) {
+    std::cerr << "usage: strait-onnx-node-test [--root DIR] [--list FILE] "
+                 "[--rtol R] [--atol A] [--quiet] [TEST_DIR|TEST_NAME ...]\n"
+                 "  no tests and no --list: every test_* under --root\n";
+    return 2;
+  }
+  if (!o.listFile.empty() && !exists(o.root)) {
+    std::cout << "skipped: ONNX test data not found at " << o.root << "\n";
+    return 77; // ctest SKIP_RETURN_CODE
+  }
+  if (!o.listFile.empty()) {
+    std::ifstream in(o.listFile);
+    if (!in) {
+      std::cerr << "cannot read --list " << o.listFile << "\n";
+      return 2;
+    }
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#')
+        o.tests.push_back(line);
+  } else if (o.tests.empty()) {
+    for (const std::string &name : listDir(o.root))
+      if (name.rfind("test_", 0) == 0)
+        o.tests.push_back(name);
+  }
+  BackendRegistry registry;
+  registerCpuBackend(registry);
+  int pass = 0, fail = 0, skip = 0;
+  for (const std::string &t : o.tests) {
+    std::string dir = t.find('/') == std::string::npos ? o.root + "/" + t : t;
+    std::string name = dir.substr(dir.find_last_of('/') + 1), op, reason;
+    Outcome r = runTest(dir, registry, o, op, reason);
+    const char *tag = r == Outcome::Pass ? "PASS" : r == Outcome::Fail ? "FAIL" : "SKIP";
+    (r == Outcome::Pass ? pass : r == Outcome::Fail ? fail : skip)++;
+    if (!o.quiet || r != Outcome::Pass)
+      std::cout << tag << " " << op << " " << name
+                << (reason.empty() ? "" : " " + reason) << "\n";
+  }
+  std::cout << "summary: " << pass << " passed, " << fail << " failed, " << skip
+            << " skipped (rtol " << o.rtol << ", atol " << o.atol << ")\n";
+  bool listed = !o.listFile.empty();
+  return fail > 0 || (listed && skip > 0) ? 1 : 0;
+}
