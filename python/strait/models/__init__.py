@@ -1,0 +1,1 @@
+"""Reference model exports (see export.py) for Strait tests and benchmarks."""
