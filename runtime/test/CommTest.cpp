@@ -1,0 +1,310 @@
+//===- CommTest.cpp - Gloo communicator with 2-4 ranks on loopback --------===//
+//
+// Every rank runs in its own thread with its own Gloo context and TCP
+// device; rendezvous goes through a fresh file-store folder (or a private
+// redis-server when one is installed). All timeouts are bounded.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+#include "strait/runtime/Communicator.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace strait;
+using namespace strait::rt;
+using namespace strait::rt::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string makeStoreDir() {
+  std::string tmpl = testing::TempDir() + "/strait-comm-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char *dir = ::mkdtemp(buf.data());
+  return dir ? dir : "";
+}
+
+GlooOptions fileOptions(const std::string &dir, int rank, int world,
+                        std::chrono::milliseconds timeout = 10000ms) {
+  GlooOptions o;
+  o.rank = rank;
+  o.worldSize = world;
+  o.store = StoreKind::File;
+  o.storePath = dir;
+  o.timeout = timeout;
+  return o;
+}
+
+/// Runs body(rank, comm) on `world` threads after connecting them.
+void runRanks(int world, const std::function<GlooOptions(int)> &options,
+              const std::function<void(int, Communicator &)> &body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      auto comm = createGlooCommunicator(options(r));
+      if (!comm.isOk()) {
+        ADD_FAILURE() << comm.getStatus().toString();
+        return;
+      }
+      body(r, **comm);
+    });
+  for (auto &t : threads)
+    t.join();
+}
+
+} // namespace
+
+TEST(GlooComm, SendRecvBetweenTwoRanks) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2); },
+           [](int rank, Communicator &comm) {
+             OwnedTensor t(program::DTYPE_F32, {1000});
+             if (rank == 0) {
+               for (int i = 0; i < 1000; ++i)
+                 t.as<float>()[i] = i * 0.5f;
+               EXPECT_TRUE(comm.send(t.tensor, 1, 7).isOk());
+               Status s = comm.recv(t.tensor, 1, 8);
+               EXPECT_TRUE(s.isOk()) << s.toString();
+               EXPECT_EQ(t.as<float>()[999], 2 * 999 * 0.5f);
+             } else {
+               Status s = comm.recv(t.tensor, 0, 7);
+               EXPECT_TRUE(s.isOk()) << s.toString();
+               EXPECT_EQ(t.as<float>()[10], 5.0f);
+               for (int i = 0; i < 1000; ++i)
+                 t.as<float>()[i] *= 2;
+               EXPECT_TRUE(comm.send(t.tensor, 0, 8).isOk());
+             }
+           });
+}
+
+TEST(GlooComm, AllReduceSumOverFourRanks) {
+  std::string dir = makeStoreDir();
+  const int n = 300001; // not a multiple of the world size
+  runRanks(4, [&](int r) { return fileOptions(dir, r, 4); },
+           [&](int rank, Communicator &comm) {
+             OwnedTensor t(program::DTYPE_F32, {n});
+             for (int i = 0; i < n; ++i)
+               t.as<float>()[i] = float(rank + 1) * (i % 7);
+             Status s = comm.allReduceSum(t.tensor, 1);
+             EXPECT_TRUE(s.isOk()) << s.toString();
+             for (int i = 0; i < n; i += 997)
+               ASSERT_EQ(t.as<float>()[i], 10.0f * (i % 7)) << "rank " << rank;
+             EXPECT_TRUE(comm.barrier().isOk());
+           });
+}
+
+TEST(GlooComm, SizeMismatchNamesBothSides) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2); },
+           [](int rank, Communicator &comm) {
+             if (rank == 0) {
+               OwnedTensor t(program::DTYPE_F32, {4});
+               EXPECT_TRUE(comm.send(t.tensor, 1, 0).isOk());
+             } else {
+               OwnedTensor t(program::DTYPE_F32, {3});
+               Status s = comm.recv(t.tensor, 0, 0);
+               EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument);
+               EXPECT_NE(s.toString().find("rank 1 peer 0"), std::string::npos) << s.toString();
+               EXPECT_NE(s.toString().find("peer sent 16 bytes, this rank expects 12"),
+                         std::string::npos) << s.toString();
+             }
+             comm.barrier();
+           });
+}
+
+TEST(GlooComm, RecvTimesOutNamingRankAndPeer) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2, r == 0 ? 400ms : 10000ms); },
+           [](int rank, Communicator &comm) {
+             if (rank == 0) {
+               OwnedTensor t(program::DTYPE_F32, {4});
+               auto start = std::chrono::steady_clock::now();
+               Status s = comm.recv(t.tensor, 1, 5);
+               auto took = std::chrono::steady_clock::now() - start;
+               EXPECT_FALSE(s.isOk());
+               EXPECT_LT(took, 5s);
+               EXPECT_NE(s.toString().find("rank 0 peer 1"), std::string::npos) << s.toString();
+               EXPECT_NE(s.toString().find("channel 5"), std::string::npos) << s.toString();
+             }
+             // Rank 1 never sends; it waits (outside the communicator, which
+             // is unusable after a timeout) until rank 0's check is done.
+             static std::atomic<bool> done{false};
+             if (rank == 0) {
+               OwnedTensor t(program::DTYPE_F32, {1});
+               Status again = comm.send(t.tensor, 1, 6);
+               EXPECT_NE(again.getMessage().find("unusable after an earlier failure"),
+                         std::string::npos) << again.toString();
+               done = true;
+             }
+             while (!done)
+               std::this_thread::sleep_for(10ms);
+           });
+}
+
+TEST(GlooComm, RendezvousTimeoutWhenAPeerNeverComes) {
+  std::string dir = makeStoreDir();
+  auto start = std::chrono::steady_clock::now();
+  auto comm = createGlooCommunicator(fileOptions(dir, 0, 2, 500ms));
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(comm.isOk());
+  EXPECT_LT(took, 10s);
+  EXPECT_NE(comm.getStatus().toString().find("rank 0"), std::string::npos);
+  EXPECT_NE(comm.getStatus().toString().find("rendezvous of 2 ranks"), std::string::npos)
+      << comm.getStatus().toString();
+}
+
+TEST(GlooComm, MissingStoreFolderIsAClearError) {
+  auto comm = createGlooCommunicator(fileOptions("/nonexistent/strait", 1, 2));
+  ASSERT_FALSE(comm.isOk());
+  EXPECT_NE(comm.getStatus().toString().find("rank 1"), std::string::npos);
+  EXPECT_NE(comm.getStatus().getMessage().find("/nonexistent/strait"), std::string::npos);
+}
+
+/// Two-rank program: rank 0 runs Relu and sends it; rank 1 receives and
+/// negates; both all-reduce (mean) a gradient buffer.
+TEST(GlooComm, ExecutorRunsSendRecvAndAllReduceSteps) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2); },
+           [](int rank, Communicator &comm) {
+             ProgramBuilder b(rank, 2);
+             uint32_t act = b.addValue("act", program::DTYPE_F32, {4}, program::ROLE_ACTIVATION);
+             uint32_t grad = b.addValue("grad", program::DTYPE_F32, {3}, program::ROLE_GRADIENT);
+             uint32_t x = 0, out = 0;
+             if (rank == 0) {
+               x = b.addValue("x", program::DTYPE_F32, {4}, program::ROLE_INPUT);
+               b.addKernel("Relu", {x}, {act});
+               b.addRunStep();
+               auto *send = b.get().add_steps()->mutable_send();
+               send->set_value_id(act);
+               send->set_peer(1);
+               send->set_channel(3);
+             } else {
+               out = b.addValue("out", program::DTYPE_F32, {4}, program::ROLE_OUTPUT);
+               auto *recv = b.get().add_steps()->mutable_recv();
+               recv->set_value_id(act);
+               recv->set_peer(0);
+               recv->set_channel(3);
+               b.addKernel("Neg", {act}, {out});
+               b.addRunStep();
+             }
+             auto *ar = b.get().add_steps()->mutable_all_reduce();
+             ar->add_value_ids(grad);
+             ar->set_reduce(program::REDUCE_MEAN);
+             ar->set_channel(4);
+             BackendRegistry reg;
+             registerCpuBackend(reg);
+             auto exec = Executor::create(b.get(), reg, &comm);
+             ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+             Tensor g = *(*exec)->getValue(grad);
+             for (int i = 0; i < 3; ++i)
+               g.as<float>()[i] = rank == 0 ? 1.0f : 3.0f;
+             if (rank == 0) {
+               Tensor xt = *(*exec)->getValue(x);
+               const float vals[4] = {-1, 2, -3, 4};
+               std::copy(vals, vals + 4, xt.as<float>());
+             }
+             Status s = (*exec)->run();
+             ASSERT_TRUE(s.isOk()) << s.toString();
+             EXPECT_EQ(g.as<float>()[2], 2.0f);
+             if (rank == 1) {
+               Tensor o = *(*exec)->getValue(out);
+               EXPECT_EQ(o.as<float>()[0], 0.0f);
+               EXPECT_EQ(o.as<float>()[1], -2.0f);
+               EXPECT_EQ(o.as<float>()[3], -4.0f);
+             }
+           });
+}
+
+TEST(GlooComm, ExecutorErrorNamesStepAndPeer) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2, r == 1 ? 400ms : 10000ms); },
+           [](int rank, Communicator &comm) {
+             static std::atomic<bool> done{false};
+             if (rank == 0) { // never sends; waits for rank 1 to finish
+               while (!done)
+                 std::this_thread::sleep_for(10ms);
+               return;
+             }
+             ProgramBuilder b(1, 2);
+             uint32_t v = b.addValue("v", program::DTYPE_F32, {2}, program::ROLE_ACTIVATION);
+             auto *recv = b.get().add_steps()->mutable_recv();
+             recv->set_value_id(v);
+             recv->set_peer(0);
+             recv->set_channel(2);
+             BackendRegistry reg;
+             registerCpuBackend(reg);
+             auto exec = Executor::create(b.get(), reg, &comm);
+             ASSERT_TRUE(exec.isOk());
+             Status s = (*exec)->run();
+             EXPECT_FALSE(s.isOk());
+             EXPECT_NE(s.toString().find("rank 1 device cpu step 0 peer 0"), std::string::npos)
+                 << s.toString();
+             done = true;
+           });
+}
+
+namespace {
+/// A private redis-server on a free-ish port, stopped by pid at the end.
+class RedisServer {
+public:
+  RedisServer() {
+    if (std::system("command -v redis-server > /dev/null 2>&1") != 0)
+      return;
+    port = 20000 + static_cast<int>(::getpid() % 20000);
+    pidFile = testing::TempDir() + "/strait-redis-" + std::to_string(port) + ".pid";
+    std::string cmd = "redis-server --port " + std::to_string(port) +
+                      " --bind 127.0.0.1 --save '' --daemonize yes --pidfile " +
+                      pidFile + " > /dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0)
+      return;
+    for (int i = 0; i < 50 && pid <= 0; ++i) {
+      std::this_thread::sleep_for(100ms);
+      std::ifstream(pidFile) >> pid;
+    }
+  }
+  ~RedisServer() {
+    if (pid > 0)
+      ::kill(pid, SIGTERM);
+  }
+  bool running() const { return pid > 0; }
+  int port = 0;
+
+private:
+  std::string pidFile;
+  pid_t pid = 0;
+};
+} // namespace
+
+TEST(GlooComm, RedisRendezvousThreeRanks) {
+  RedisServer redis;
+  if (!redis.running())
+    GTEST_SKIP() << "redis-server not available";
+  std::string prefix = "strait-test-" + std::to_string(::getpid());
+  runRanks(3,
+           [&](int r) {
+             GlooOptions o;
+             o.rank = r;
+             o.worldSize = 3;
+             o.store = StoreKind::Redis;
+             o.redisPort = redis.port;
+             o.prefix = prefix;
+             o.timeout = 10000ms;
+             return o;
+           },
+           [](int rank, Communicator &comm) {
+             OwnedTensor t(program::DTYPE_F32, {5});
+             for (int i = 0; i < 5; ++i)
+               t.as<float>()[i] = float(rank);
+             Status s = comm.allReduceSum(t.tensor, 0);
+             EXPECT_TRUE(s.isOk()) << s.toString();
+             EXPECT_EQ(t.as<float>()[4], 3.0f);
+           });
+}
