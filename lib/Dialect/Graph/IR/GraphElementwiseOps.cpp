@@ -32,5 +32,6 @@ STRAIT_INFER(WhereOp) {
   if (x.getElementType() != y.getElementType())
     return emitOptionalError(loc, "Where: X and Y element types differ (",
                              x.getElementType(), " vs ", y.getElementType(), ")");
-  return inferBroadcast(loc, adaptor.getOperands(), x.getElementType(), types);
+  return inferBroadcast(loc, adaptor.getOperands(), x.getElementType(), types,
+                        /*checkSameElement=*/false);
 }

@@ -270,7 +270,8 @@ FailureOr<Shape> strait::graph::einsumShape(OptLoc loc, StringRef equation,
 
 LogicalResult strait::graph::inferBroadcast(OptLoc loc, ValueRange operands,
                                             Type elementType,
-                                            SmallVectorImpl<Type> &types) {
+                                            SmallVectorImpl<Type> &types,
+                                            bool checkSameElement) {
   if (operands.empty())
     return emitOptionalError(loc, "expected at least one operand");
   auto first = cast<TensorType>(operands.front().getType());
@@ -278,6 +279,9 @@ LogicalResult strait::graph::inferBroadcast(OptLoc loc, ValueRange operands,
   SmallVector<ArrayRef<int64_t>> shapes;
   for (Value v : operands) {
     auto t = cast<TensorType>(v.getType());
+    if (checkSameElement && t.getElementType() != first.getElementType())
+      return emitOptionalError(loc, "operand element types differ (",
+                               first.getElementType(), " vs ", t.getElementType(), ")");
     if (!t.hasRank()) {
       types.push_back(UnrankedTensorType::get(elt));
       return success();

@@ -75,16 +75,18 @@ FailureOr<std::pair<std::string, SmallVector<int64_t>>> parseShapeSpec(StringRef
 }
 
 struct GraphInferShapesPass
-    : public impl::GraphInferShapesBase<GraphInferShapesPass> {
+    : public strait::graph::impl::GraphInferShapesBase<GraphInferShapesPass> {
   using GraphInferShapesBase::GraphInferShapesBase;
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      if (failed(applyInputShapes(func)) ||
-          failed(refineFunction(func, &numFolded.getValue(), &numRefined.getValue())))
+      int64_t folded = 0, refined = 0;
+      if (failed(applyInputShapes(func)) || failed(refineFunction(func, &folded, &refined)))
         return signalPassFailure();
+      numFolded += folded;
+      numRefined += refined;
     }
   }
 

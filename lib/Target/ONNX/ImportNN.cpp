@@ -1,0 +1,397 @@
+//===- ImportNN.cpp - Linear algebra, convolution, pooling, norms ---------===//
+
+#include "NodeImporter.h"
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::onnximport;
+
+namespace {
+
+template <typename OpTy>
+LogicalResult emit(NodeImporter &n, ValueRange operands,
+                   ArrayRef<NamedAttribute> attrs = {}) {
+  FailureOr<Values> r = n.create<OpTy>(operands, attrs);
+  return failed(r) ? failure() : n.setResults(*r);
+}
+
+LogicalResult importMatMul(NodeImporter &n) {
+  FailureOr<Value> a = n.requiredInput(0), b = n.requiredInput(1);
+  if (failed(a) || failed(b))
+    return failure();
+  return emit<graph::MatMulOp>(n, {*a, *b});
+}
+
+LogicalResult importGemm(NodeImporter &n) {
+  if (failed(n.checkAttributes({"alpha", "beta", "transA", "transB"})))
+    return failure();
+  FailureOr<float> alpha = n.getFloat("alpha", 1.0f), beta = n.getFloat("beta", 1.0f);
+  FailureOr<int64_t> ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
+  FailureOr<Value> a = n.requiredInput(0), b = n.requiredInput(1);
+  if (failed(alpha) || failed(beta) || failed(ta) || failed(tb) || failed(a) || failed(b))
+    return failure();
+  return emit<graph::GemmOp>(n, {*a, *b, n.input(2)},
+                             {n.named("alpha", n.f32(*alpha)), n.named("beta", n.f32(*beta)),
+                              n.named("transA", n.i64(*ta)), n.named("transB", n.i64(*tb))});
+}
+
+LogicalResult importEinsum(NodeImporter &n) {
+  FailureOr<std::string> eq = n.getString("equation", "");
+  if (failed(eq))
+    return failure();
+  if (eq->empty())
+    return n.error() << "missing attribute 'equation'";
+  SmallVector<Value> in;
+  for (size_t i = 0; i < n.numInputs(); ++i)
+    in.push_back(n.input(i));
+  return emit<graph::EinsumOp>(n, in, {n.named("equation", n.b().getStringAttr(*eq))});
+}
+
+/// Explicit window attributes of a conv or pool node with `spatial` dims
+/// over input spatial extents `in` (auto_pad resolved).
+struct Window {
+  SmallVector<int64_t> kernel, strides, dilations, pads;
+};
+
+FailureOr<Window> readWindow(NodeImporter &n, int64_t spatial, ArrayRef<int64_t> in,
+                             ArrayRef<int64_t> kernelFromWeights, bool ceilMode = false) {
+  Window w;
+  FailureOr<SmallVector<int64_t>> k = n.getInts("kernel_shape", kernelFromWeights);
+  FailureOr<SmallVector<int64_t>> s = n.getInts("strides", SmallVector<int64_t>(spatial, 1));
+  FailureOr<SmallVector<int64_t>> d = n.getInts("dilations", SmallVector<int64_t>(spatial, 1));
+  FailureOr<SmallVector<int64_t>> p = n.getInts("pads", SmallVector<int64_t>(2 * spatial, 0));
+  FailureOr<std::string> autoPad = n.getString("auto_pad", "NOTSET");
+  if (failed(k) || failed(s) || failed(d) || failed(p) || failed(autoPad))
+    return failure();
+  if ((int64_t)k->size() != spatial || (int64_t)s->size() != spatial ||
+      (int64_t)d->size() != spatial || (int64_t)p->size() != 2 * spatial)
+    return n.error() << "kernel_shape/strides/dilations/pads do not match " << spatial
+                     << " spatial dimensions";
+  for (int64_t v : *k)
+    if (v <= 0)
+      return n.error() << "kernel_shape entries must be positive";
+  w.kernel = *k;
+  w.strides = *s;
+  w.dilations = *d;
+  w.pads = *p;
+  if (*autoPad == "SAME_UPPER" || *autoPad == "SAME_LOWER") {
+    for (int64_t i = 0; i < spatial; ++i) {
+      if (in[i] == ShapedType::kDynamic)
+        return n.error() << "auto_pad " << *autoPad << " needs static spatial sizes";
+      int64_t out = (in[i] + w.strides[i] - 1) / std::max<int64_t>(w.strides[i], 1);
+      int64_t span = (w.kernel[i] - 1) * w.dilations[i] + 1;
+      int64_t total = std::max<int64_t>((out - 1) * w.strides[i] + span - in[i], 0);
+      int64_t small = total / 2, big = total - small;
+      w.pads[i] = *autoPad == "SAME_UPPER" ? small : big;
+      w.pads[i + spatial] = *autoPad == "SAME_UPPER" ? big : small;
+    }
+  } else if (*autoPad == "VALID") {
+    std::fill(w.pads.begin(), w.pads.end(), 0);
+  } else if (*autoPad != "NOTSET") {
+    return n.error() << "unknown auto_pad '" << *autoPad << "'";
+  }
+  (void)ceilMode;
+  return w;
+}
+
+LogicalResult importConv(NodeImporter &n) {
+  if (failed(n.checkAttributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0), wv = n.requiredInput(1);
+  if (failed(x) || failed(wv))
+    return failure();
+  auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
+  auto wt = dyn_cast<RankedTensorType>(n.inputType(1));
+  if (!xt || !wt || xt.getRank() < 3)
+    return n.error() << "needs ranked X (N, C, spatial...) and W";
+  int64_t spatial = xt.getRank() - 2;
+  FailureOr<Window> w = readWindow(n, spatial, xt.getShape().drop_front(2),
+                                   wt.getShape().drop_front(2));
+  FailureOr<int64_t> group = n.getInt("group", 1);
+  if (failed(w) || failed(group))
+    return failure();
+  if (ArrayRef<int64_t>(w->kernel) != wt.getShape().drop_front(2))
+    return n.error() << "kernel_shape does not match W's shape " << wt;
+  return emit<graph::ConvOp>(n, {*x, *wv, n.input(2)},
+                             {n.named("dilations", n.i64s(w->dilations)),
+                              n.named("group", n.i64(*group)),
+                              n.named("pads", n.i64s(w->pads)),
+                              n.named("strides", n.i64s(w->strides))});
+}
+
+LogicalResult importConvTranspose(NodeImporter &n) {
+  if (failed(n.checkAttributes({"auto_pad", "dilations", "group", "kernel_shape",
+                                "output_padding", "output_shape", "pads", "strides"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0), wv = n.requiredInput(1);
+  if (failed(x) || failed(wv))
+    return failure();
+  auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
+  auto wt = dyn_cast<RankedTensorType>(n.inputType(1));
+  if (!xt || !wt || xt.getRank() < 3 || !xt.hasStaticShape() || !wt.hasStaticShape())
+    return n.error() << "needs statically shaped X and W";
+  int64_t spatial = xt.getRank() - 2;
+  FailureOr<SmallVector<int64_t>> k = n.getInts("kernel_shape", wt.getShape().drop_front(2));
+  FailureOr<SmallVector<int64_t>> s = n.getInts("strides", SmallVector<int64_t>(spatial, 1));
+  FailureOr<SmallVector<int64_t>> d = n.getInts("dilations", SmallVector<int64_t>(spatial, 1));
+  FailureOr<SmallVector<int64_t>> p = n.getInts("pads", SmallVector<int64_t>(2 * spatial, 0));
+  FailureOr<SmallVector<int64_t>> op = n.getInts("output_padding", SmallVector<int64_t>(spatial, 0));
+  FailureOr<SmallVector<int64_t>> os = n.getInts("output_shape");
+  FailureOr<std::string> autoPad = n.getString("auto_pad", "NOTSET");
+  FailureOr<int64_t> group = n.getInt("group", 1);
+  if (failed(k) || failed(s) || failed(d) || failed(p) || failed(op) || failed(os) ||
+      failed(autoPad) || failed(group))
+    return failure();
+  if ((int64_t)s->size() != spatial || (int64_t)d->size() != spatial ||
+      (int64_t)op->size() != spatial || (int64_t)p->size() != 2 * spatial)
+    return n.error() << "window attributes do not match " << spatial << " spatial dimensions";
+  SmallVector<int64_t> pads = *p;
+  bool same = *autoPad == "SAME_UPPER" || *autoPad == "SAME_LOWER";
+  if (!os->empty() || same) {
+    for (int64_t i = 0; i < spatial; ++i) {
+      int64_t in = xt.getDimSize(i + 2);
+      int64_t target = !os->empty() ? (*os)[os->size() - spatial + i] : in * (*s)[i];
+      int64_t total = (*s)[i] * (in - 1) + (*op)[i] + ((*k)[i] - 1) * (*d)[i] + 1 - target;
+      total = std::max<int64_t>(total, 0);
+      bool lower = *autoPad == "SAME_LOWER";
+      pads[i] = lower ? total - total / 2 : total / 2;
+      pads[i + spatial] = total - pads[i];
+    }
+  }
+  return emit<graph::ConvTransposeOp>(
+      n, {*x, *wv, n.input(2)},
+      {n.named("dilations", n.i64s(*d)), n.named("group", n.i64(*group)),
+       n.named("output_padding", n.i64s(*op)), n.named("pads", n.i64s(pads)),
+       n.named("strides", n.i64s(*s))});
+}
+
+template <typename OpTy>
+LogicalResult importPool(NodeImporter &n, bool isMax) {
+  SmallVector<StringRef> known = {"auto_pad", "ceil_mode", "dilations", "kernel_shape",
+                                  "pads", "strides"};
+  known.push_back(isMax ? "storage_order" : "count_include_pad");
+  if (failed(n.checkAttributes(known)))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(x))
+    return failure();
+  auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
+  if (!xt || xt.getRank() < 3)
+    return n.error() << "needs a ranked input (N, C, spatial...)";
+  if (!n.attr("kernel_shape"))
+    return n.error() << "missing attribute 'kernel_shape'";
+  int64_t spatial = xt.getRank() - 2;
+  FailureOr<Window> w = readWindow(n, spatial, xt.getShape().drop_front(2), {});
+  FailureOr<int64_t> ceil = n.getInt("ceil_mode", 0);
+  FailureOr<int64_t> cip = n.getInt("count_include_pad", 0);
+  if (failed(w) || failed(ceil) || failed(cip))
+    return failure();
+  SmallVector<NamedAttribute> attrs = {
+      n.named("kernel_shape", n.i64s(w->kernel)), n.named("pads", n.i64s(w->pads)),
+      n.named("strides", n.i64s(w->strides)), n.named("dilations", n.i64s(w->dilations)),
+      n.named("ceil_mode", n.i64(*ceil))};
+  if (!isMax)
+    attrs.push_back(n.named("count_include_pad", n.i64(*cip)));
+  return emit<OpTy>(n, *x, attrs);
+}
+
+template <typename OpTy>
+LogicalResult importGlobalPool(NodeImporter &n) {
+  FailureOr<Value> x = n.requiredInput(0);
+  return failed(x) ? failure() : emit<OpTy>(n, *x);
+}
+
+LogicalResult importBatchNorm(NodeImporter &n) {
+  if (failed(n.checkAttributes({"epsilon", "momentum", "training_mode", "spatial"})))
+    return failure();
+  FailureOr<float> eps = n.getFloat("epsilon", 1e-5f), mom = n.getFloat("momentum", 0.9f);
+  FailureOr<int64_t> training = n.getInt("training_mode", 0), spatial = n.getInt("spatial", 1);
+  if (failed(eps) || failed(mom) || failed(training) || failed(spatial))
+    return failure();
+  if (*training != 0)
+    return n.error() << "training_mode = 1 in the model is not supported; export in "
+                        "eval mode, the training-step builder adds batch statistics";
+  if (*spatial != 1)
+    return n.error() << "spatial = 0 is not supported";
+  SmallVector<Value> in;
+  for (size_t i = 0; i < 5; ++i) {
+    FailureOr<Value> v = n.requiredInput(i);
+    if (failed(v))
+      return failure();
+    in.push_back(*v);
+  }
+  return emit<graph::BatchNormalizationOp>(
+      n, in, {n.named("epsilon", n.f32(*eps)), n.named("momentum", n.f32(*mom))});
+}
+
+LogicalResult importLayerNorm(NodeImporter &n) {
+  if (failed(n.checkAttributes({"axis", "epsilon", "stash_type"})))
+    return failure();
+  FailureOr<int64_t> axis = n.getInt("axis", -1);
+  FailureOr<float> eps = n.getFloat("epsilon", 1e-5f);
+  FailureOr<Value> x = n.requiredInput(0), scale = n.requiredInput(1);
+  if (failed(axis) || failed(eps) || failed(x) || failed(scale))
+    return failure();
+  return emit<graph::LayerNormalizationOp>(
+      n, {*x, *scale, n.input(2)},
+      {n.named("axis", n.i64(*axis)), n.named("epsilon", n.f32(*eps))});
+}
+
+LogicalResult importInstanceNorm(NodeImporter &n) {
+  if (failed(n.checkAttributes({"epsilon"})))
+    return failure();
+  FailureOr<float> eps = n.getFloat("epsilon", 1e-5f);
+  FailureOr<Value> x = n.requiredInput(0), s = n.requiredInput(1), b = n.requiredInput(2);
+  if (failed(eps) || failed(x) || failed(s) || failed(b))
+    return failure();
+  return emit<graph::InstanceNormalizationOp>(n, {*x, *s, *b},
+                                              {n.named("epsilon", n.f32(*eps))});
+}
+
+/// Repeats a per-group parameter [G] to per-channel [C] (opset 18 form).
+FailureOr<Value> perGroupToPerChannel(NodeImporter &n, Value p, int64_t groups,
+                                      int64_t channels) {
+  auto t = dyn_cast<RankedTensorType>(p.getType());
+  if (!t || t.getRank() != 1 || t.getDimSize(0) == channels)
+    return p;
+  if (t.getDimSize(0) != groups || channels % groups != 0)
+    return n.error() << "scale/bias must have num_groups or channel entries";
+  FailureOr<Values> r = n.create<graph::ReshapeOp>(p, {n.named("shape", n.i64s({groups, 1}))});
+  if (failed(r))
+    return failure();
+  r = n.create<graph::ExpandOp>((*r)[0],
+                                {n.named("shape", n.i64s({groups, channels / groups}))});
+  if (failed(r))
+    return failure();
+  r = n.create<graph::ReshapeOp>((*r)[0], {n.named("shape", n.i64s({channels}))});
+  return failed(r) ? FailureOr<Value>(failure()) : FailureOr<Value>((*r)[0]);
+}
+
+LogicalResult importGroupNorm(NodeImporter &n) {
+  if (failed(n.checkAttributes({"epsilon", "num_groups", "stash_type"})))
+    return failure();
+  FailureOr<float> eps = n.getFloat("epsilon", 1e-5f);
+  FailureOr<std::optional<int64_t>> g = n.getOptionalInt("num_groups");
+  FailureOr<Value> x = n.requiredInput(0), s = n.requiredInput(1), b = n.requiredInput(2);
+  if (failed(eps) || failed(g) || failed(x) || failed(s) || failed(b))
+    return failure();
+  if (!*g)
+    return n.error() << "missing attribute 'num_groups'";
+  auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
+  if (!xt || xt.getRank() < 2 || xt.isDynamicDim(1))
+    return n.error() << "needs a known channel count";
+  FailureOr<Value> sc = perGroupToPerChannel(n, *s, **g, xt.getDimSize(1));
+  FailureOr<Value> bc = perGroupToPerChannel(n, *b, **g, xt.getDimSize(1));
+  if (failed(sc) || failed(bc))
+    return failure();
+  return emit<graph::GroupNormalizationOp>(
+      n, {*x, *sc, *bc}, {n.named("epsilon", n.f32(*eps)), n.named("num_groups", n.i64(**g))});
+}
+
+LogicalResult importLRN(NodeImporter &n) {
+  if (failed(n.checkAttributes({"alpha", "beta", "bias", "size"})))
+    return failure();
+  FailureOr<float> a = n.getFloat("alpha", 1e-4f), be = n.getFloat("beta", 0.75f),
+                   bias = n.getFloat("bias", 1.0f);
+  FailureOr<std::optional<int64_t>> size = n.getOptionalInt("size");
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(a) || failed(be) || failed(bias) || failed(size) || failed(x))
+    return failure();
+  if (!*size || **size <= 0)
+    return n.error() << "attribute 'size' must be a positive int";
+  return emit<graph::LRNOp>(n, *x,
+                            {n.named("alpha", n.f32(*a)), n.named("beta", n.f32(*be)),
+                             n.named("bias", n.f32(*bias)), n.named("size", n.i64(**size))});
+}
+
+LogicalResult importLpNorm(NodeImporter &n) {
+  FailureOr<int64_t> axis = n.getInt("axis", -1), p = n.getInt("p", 2);
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(axis) || failed(p) || failed(x))
+    return failure();
+  if (*p != 1 && *p != 2)
+    return n.error() << "p must be 1 or 2";
+  return emit<graph::LpNormalizationOp>(n, *x, {n.named("axis", n.i64(*axis)),
+                                                n.named("p", n.i64(*p))});
+}
+
+LogicalResult importMVN(NodeImporter &n) {
+  FailureOr<SmallVector<int64_t>> axes = n.getInts("axes", {0, 2, 3});
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(axes) || failed(x))
+    return failure();
+  return emit<graph::MeanVarianceNormalizationOp>(n, *x, {n.named("axes", n.i64s(*axes))});
+}
+
+/// Softmax, LogSoftmax, Hardmax: opset >= 13 acts on one axis; before, on the
+/// input flattened to 2-D at `axis` (default 1).
+template <typename OpTy>
+LogicalResult importSoftmaxLike(NodeImporter &n) {
+  if (failed(n.checkAttributes({"axis"})))
+    return failure();
+  bool legacy = n.opsetVersion() < 13;
+  FailureOr<int64_t> axis = n.getInt("axis", legacy ? 1 : -1);
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(axis) || failed(x))
+    return failure();
+  auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
+  if (!legacy || (xt && (*axis == xt.getRank() - 1 || *axis == -1)))
+    return emit<OpTy>(n, *x, {n.named("axis", n.i64(*axis))});
+  if (!xt || !xt.hasStaticShape())
+    return n.error() << "opset < 13 with axis != last needs a static input shape";
+  FailureOr<Values> flat = n.create<graph::FlattenOp>(*x, {n.named("axis", n.i64(*axis))});
+  if (failed(flat))
+    return failure();
+  FailureOr<Values> y = n.create<OpTy>((*flat)[0], {n.named("axis", n.i64(1))});
+  if (failed(y))
+    return failure();
+  FailureOr<Values> back =
+      n.create<graph::ReshapeOp>((*y)[0], {n.named("shape", n.i64s(xt.getShape()))});
+  return failed(back) ? failure() : n.setResults(*back);
+}
+
+template <typename OpTy>
+LogicalResult importLoss(NodeImporter &n) {
+  if (failed(n.checkAttributes({"reduction", "ignore_index"})))
+    return failure();
+  FailureOr<std::string> red = n.getString("reduction", "mean");
+  FailureOr<std::optional<int64_t>> ignore = n.getOptionalInt("ignore_index");
+  FailureOr<Value> s = n.requiredInput(0), l = n.requiredInput(1);
+  if (failed(red) || failed(ignore) || failed(s) || failed(l))
+    return failure();
+  std::optional<graph::LossReduction> kind = graph::symbolizeLossReduction(*red);
+  if (!kind)
+    return n.error() << "reduction must be none, sum or mean, got '" << *red << "'";
+  SmallVector<NamedAttribute> attrs = {
+      n.named("reduction", graph::LossReductionAttr::get(n.ctx(), *kind))};
+  if (*ignore)
+    attrs.push_back(n.named("ignore_index", n.i64(**ignore)));
+  return emit<OpTy>(n, {*s, *l, n.input(2)}, attrs);
+}
+
+} // namespace
+
+void strait::onnximport::registerNNImporters(OpRegistry &r) {
+  using namespace graph;
+  r.add("MatMul", 1, importMatMul);
+  r.add("Gemm", 7, importGemm);
+  r.add("Einsum", 12, importEinsum);
+  r.add("Conv", 1, importConv);
+  r.add("ConvTranspose", 1, importConvTranspose);
+  r.add("MaxPool", 1, [](NodeImporter &n) { return importPool<MaxPoolOp>(n, true); });
+  r.add("AveragePool", 1, [](NodeImporter &n) { return importPool<AveragePoolOp>(n, false); });
+  r.add("GlobalAveragePool", 1, importGlobalPool<GlobalAveragePoolOp>);
+  r.add("GlobalMaxPool", 1, importGlobalPool<GlobalMaxPoolOp>);
+  r.add("BatchNormalization", 7, importBatchNorm);
+  r.add("LayerNormalization", 17, importLayerNorm);
+  r.add("InstanceNormalization", 1, importInstanceNorm);
+  r.add("GroupNormalization", 18, importGroupNorm);
+  r.add("LRN", 1, importLRN);
+  r.add("LpNormalization", 1, importLpNorm);
+  r.add("MeanVarianceNormalization", 9, importMVN);
+  r.add("Softmax", 1, importSoftmaxLike<SoftmaxOp>);
+  r.add("LogSoftmax", 1, importSoftmaxLike<LogSoftmaxOp>);
+  r.add("Hardmax", 1, importSoftmaxLike<HardmaxOp>);
+  r.add("SoftmaxCrossEntropyLoss", 12, importLoss<SoftmaxCrossEntropyLossOp>);
+  r.add("NegativeLogLikelihoodLoss", 12, importLoss<NegativeLogLikelihoodLossOp>);
+}

@@ -1,0 +1,495 @@
+//===- ONNXImporter.cpp - ONNX to graph dialect ---------------------------===//
+//
+// Walks the ONNX graph once in its (required) topological order: inputs become
+// function arguments, float initializers graph.Variable symbols, other
+// initializers constants, and each node goes through the op registry, which
+// builds graph ops with inferred types and folds constant sub-graphs as it goes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Target/ONNX/ONNXImporter.h"
+
+#include "NodeImporter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinDialect.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/text_format.h>
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::onnximport;
+
+static constexpr int64_t kMinOpset = 7, kMaxOpset = 23;
+
+std::string strait::parseInputShapes(StringRef spec,
+                                     llvm::StringMap<SmallVector<int64_t>> &shapes) {
+  SmallVector<StringRef> entries;
+  spec.split(entries, ',', -1, /*KeepEmpty=*/false);
+  for (StringRef entry : entries) {
+    auto [name, dims] = entry.trim().split('=');
+    if (name.empty() || dims.empty())
+      return ("bad --input-shape entry '" + entry + "': expected NAME=DxD..., e.g. "
+              "input_ids=8x128").str();
+    SmallVector<int64_t> shape;
+    if (dims != "scalar") {
+      SmallVector<StringRef> parts;
+      dims.split(parts, 'x');
+      for (StringRef p : parts) {
+        int64_t d;
+        if (p.getAsInteger(10, d) || d < 0 || d > (int64_t(1) << 40))
+          return ("bad dimension '" + p + "' in --input-shape entry '" + entry + "'").str();
+        shape.push_back(d);
+      }
+    }
+    shapes[name] = shape;
+  }
+  return "";
+}
+
+namespace {
+
+class ModelImporter {
+public:
+  ModelImporter(MLIRContext *ctx, StringRef path, const ONNXImportOptions &opts)
+      : ctx(ctx), path(path.str()), opts(opts), builder(ctx),
+        fileLoc(FileLineColLoc::get(ctx, path, 0, 0)) {
+    baseDir = llvm::sys::path::parent_path(path).str();
+    if (baseDir.empty())
+      baseDir = ".";
+  }
+
+  OwningOpRef<ModuleOp> run(const onnx::ModelProto &model);
+
+private:
+  InFlightDiagnostic error(Location loc) { return emitError(loc); }
+  InFlightDiagnostic error() { return emitError(fileLoc); }
+
+  LogicalResult readOpset(const onnx::ModelProto &model);
+  FailureOr<Type> inputType(const onnx::ValueInfoProto &info);
+  LogicalResult createFunction(const onnx::GraphProto &graph);
+  LogicalResult declareInitializer(const onnx::TensorProto &tensor);
+  FailureOr<Value> lookup(StringRef name, Location loc);
+  LogicalResult importNode(const onnx::NodeProto &node, size_t index);
+  LogicalResult finish(const onnx::GraphProto &graph);
+  FailureOr<AsmResourceBlob> externalBlob(const onnx::TensorProto &tensor);
+
+  MLIRContext *ctx;
+  std::string path, baseDir;
+  const ONNXImportOptions &opts;
+  OpBuilder builder;
+  Location fileLoc;
+  int64_t opset = 0;
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp func;
+  llvm::StringMap<Value> values;
+  /// Float initializers: the variable, read lazily at first use.
+  llvm::StringMap<graph::VariableOp> variables;
+  /// Outputs a node names but the importer does not produce -> the node.
+  llvm::StringMap<std::string> unboundOutputs;
+  llvm::StringMap<std::shared_ptr<llvm::MemoryBuffer>> externalFiles;
+};
+
+} // namespace
+
+LogicalResult ModelImporter::readOpset(const onnx::ModelProto &model) {
+  for (const onnx::OperatorSetIdProto &o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx")
+      opset = o.version();
+  if (opset == 0)
+    return error() << "model has no opset_import for the default ONNX domain";
+  if (opset < kMinOpset || opset > kMaxOpset)
+    return error() << "opset " << opset << " is not supported (supported: " << kMinOpset
+                   << " to " << kMaxOpset << ")";
+  return success();
+}
+
+FailureOr<Type> ModelImporter::inputType(const onnx::ValueInfoProto &info) {
+  if (!info.type().has_tensor_type())
+    return error() << "graph input '" << info.name()
+                   << "' is not a tensor (sequences, maps and optionals are not supported)";
+  const onnx::TypeProto::Tensor &t = info.type().tensor_type();
+  Type elt = elementType(ctx, t.elem_type());
+  if (!elt)
+    return error() << "graph input '" << info.name() << "' has unsupported data type "
+                   << dataTypeName(t.elem_type());
+  auto given = opts.inputShapes.find(info.name());
+  if (!t.has_shape() && given == opts.inputShapes.end()) {
+    if (!opts.allowDynamic)
+      return error() << "graph input '" << info.name()
+                     << "' has no shape: give it with --input-shape " << info.name()
+                     << "=DxD...";
+    return Type(UnrankedTensorType::get(elt));
+  }
+  SmallVector<int64_t> shape;
+  SmallVector<std::string> dynamicDims;
+  for (auto [i, d] : llvm::enumerate(t.shape().dim())) {
+    if (d.has_dim_value() && d.dim_value() >= 0) {
+      shape.push_back(d.dim_value());
+    } else {
+      shape.push_back(ShapedType::kDynamic);
+      dynamicDims.push_back(std::to_string(i) +
+                            (d.dim_param().empty() ? "" : " ('" + d.dim_param() + "')"));
+    }
+  }
+  if (given != opts.inputShapes.end()) {
+    if (t.has_shape() && given->second.size() != shape.size())
+      return error() << "--input-shape gives " << given->second.size()
+                     << " dimensions for input '" << info.name() << "' of rank "
+                     << shape.size();
+    for (auto [i, d] : llvm::enumerate(shape))
+      if (t.has_shape() && d != ShapedType::kDynamic && d != given->second[i])
+        return error() << "--input-shape sets dimension " << i << " of input '"
+                       << info.name() << "' to " << given->second[i]
+                       << " but the model fixes it to " << d;
+    return Type(RankedTensorType::get(given->second, elt));
+  }
+  if (!dynamicDims.empty() && !opts.allowDynamic) {
+    auto diag = error() << "graph input '" << info.name() << "' has dynamic dimension";
+    for (const std::string &d : dynamicDims)
+      diag << " " << d;
+    diag << ": give a static shape with --input-shape " << info.name() << "=";
+    for (auto [i, d] : llvm::enumerate(shape))
+      diag << (i ? "x" : "") << (d == ShapedType::kDynamic ? std::string("N")
+                                                           : std::to_string(d));
+    return failure();
+  }
+  return Type(RankedTensorType::get(shape, elt));
+}
+
+LogicalResult ModelImporter::createFunction(const onnx::GraphProto &graph) {
+  llvm::StringSet<> initNames;
+  for (const onnx::TensorProto &t : graph.initializer())
+    initNames.insert(t.name());
+  llvm::StringSet<> inputNames;
+  SmallVector<Type> argTypes;
+  SmallVector<std::string> argNames;
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    if (initNames.contains(in.name()))
+      continue; // IR < 4: initializers are listed as inputs too.
+    FailureOr<Type> type = inputType(in);
+    if (failed(type))
+      return failure();
+    if (!inputNames.insert(in.name()).second)
+      return error() << "graph input '" << in.name() << "' is declared twice";
+    argTypes.push_back(*type);
+    argNames.push_back(in.name());
+  }
+  for (auto &entry : opts.inputShapes)
+    if (!inputNames.contains(entry.first()))
+      return error() << "--input-shape names '" << entry.first()
+                     << "', which is not a graph input";
+  builder.setInsertionPointToEnd(module->getBody());
+  func = builder.create<func::FuncOp>(fileLoc, opts.functionName,
+                                      builder.getFunctionType(argTypes, {}));
+  Block *entry = func.addEntryBlock();
+  for (auto [i, name] : llvm::enumerate(argNames)) {
+    func.setArgAttr(i, "graph.name", builder.getStringAttr(name));
+    values[name] = entry->getArgument(i);
+  }
+  builder.setInsertionPointToEnd(entry);
+  return success();
+}
+
+FailureOr<AsmResourceBlob> ModelImporter::externalBlob(const onnx::TensorProto &tensor) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const onnx::StringStringEntryProto &kv : tensor.external_data()) {
+    if (kv.key() == "location")
+      location = kv.value();
+    else if (kv.key() == "offset" && StringRef(kv.value()).getAsInteger(10, offset))
+      return error() << "initializer '" << tensor.name() << "': bad external offset";
+    else if (kv.key() == "length" && StringRef(kv.value()).getAsInteger(10, length))
+      return error() << "initializer '" << tensor.name() << "': bad external length";
+  }
+  if (location.empty())
+    return error() << "initializer '" << tensor.name() << "' has external data without a location";
+  if (llvm::sys::path::is_absolute(location) || StringRef(location).contains(".."))
+    return error() << "initializer '" << tensor.name() << "': external data path '"
+                   << location << "' must stay inside the model's folder";
+  SmallString<256> full(baseDir);
+  llvm::sys::path::append(full, location);
+  SmallString<256> realBase, realFull;
+  if (llvm::sys::fs::real_path(baseDir, realBase) ||
+      llvm::sys::fs::real_path(full, realFull))
+    return error() << "initializer '" << tensor.name() << "': external data file '"
+                   << full << "' cannot be opened (import with --shape-only to read "
+                              "no weights)";
+  if (!StringRef(realFull).starts_with(realBase.str().str() + "/"))
+    return error() << "initializer '" << tensor.name() << "': external data path '"
+                   << location << "' escapes the model's folder";
+  auto &file = externalFiles[realFull];
+  if (!file) {
+    auto buf = llvm::MemoryBuffer::getFile(realFull, /*IsText=*/false,
+                                           /*RequiresNullTerminator=*/false);
+    if (!buf)
+      return error() << "cannot read external data file '" << full
+                     << "': " << buf.getError().message();
+    file = std::shared_ptr<llvm::MemoryBuffer>(std::move(*buf));
+  }
+  int64_t size = file->getBufferSize();
+  if (length < 0)
+    length = size - offset;
+  if (offset < 0 || length < 0 || offset > size || length > size - offset)
+    return error() << "initializer '" << tensor.name() << "': external range [" << offset
+                   << ", " << offset + length << ") lies outside '" << location << "' ("
+                   << size << " bytes)";
+  const char *data = file->getBufferStart() + offset;
+  size_t align = 1;
+  while (align < 64 && (reinterpret_cast<uintptr_t>(data) % (align * 2)) == 0)
+    align *= 2;
+  std::shared_ptr<llvm::MemoryBuffer> keep = file;
+  return AsmResourceBlob(ArrayRef<char>(data, length), align,
+                         [keep](void *, size_t, size_t) {}, /*dataIsMutable=*/false);
+}
+
+LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor) {
+  auto emit = [&] { return error() << "initializer '" << tensor.name() << "': "; };
+  if (tensor.name().empty())
+    return error() << "an initializer has no name";
+  if (values.count(tensor.name()) || variables.count(tensor.name()))
+    return error() << "initializer '" << tensor.name() << "' is defined twice";
+  FailureOr<RankedTensorType> type = tensorTypeOf(ctx, tensor, emit);
+  if (failed(type))
+    return failure();
+  bool external = tensor.data_location() == onnx::TensorProto::EXTERNAL;
+  // Integer and bool initializers are data (shapes, indices, masks); so are
+  // inline float scalars, which exporters emit for constants like 1/sqrt(d).
+  bool inlineScalar = !external && type->getNumElements() == 1;
+  if (!isa<FloatType>(type->getElementType()) || inlineScalar) {
+    DenseElementsAttr value;
+    if (external) {
+      FailureOr<AsmResourceBlob> blob = externalBlob(tensor);
+      if (failed(blob))
+        return failure();
+      onnx::TensorProto copy = tensor;
+      copy.clear_external_data();
+      copy.set_data_location(onnx::TensorProto::DEFAULT);
+      copy.set_raw_data(std::string(blob->getData().data(), blob->getData().size()));
+      FailureOr<DenseElementsAttr> v = denseFromTensor(copy, *type, emit);
+      if (failed(v))
+        return failure();
+      value = *v;
+    } else {
+      FailureOr<DenseElementsAttr> v = denseFromTensor(tensor, *type, emit);
+      if (failed(v))
+        return failure();
+      value = *v;
+    }
+    OpBuilder::InsertionGuard g(builder);
+    builder.setInsertionPointToStart(&func.getBody().front());
+    values[tensor.name()] =
+        builder.create<graph::ConstantOp>(NameLoc::get(builder.getStringAttr(tensor.name()), fileLoc), value);
+    return success();
+  }
+  ElementsAttr value;
+  if (!opts.shapeOnly) {
+    if (external || tensor.has_raw_data()) {
+      AsmResourceBlob blob;
+      if (external) {
+        FailureOr<AsmResourceBlob> b = externalBlob(tensor);
+        if (failed(b))
+          return failure();
+        blob = std::move(*b);
+      } else {
+        const std::string &raw = tensor.raw_data();
+        blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
+            ArrayRef<char>(raw.data(), raw.size()), 16);
+      }
+      int64_t expected = type->getNumElements() *
+                         (type->getElementType().getIntOrFloatBitWidth() / 8);
+      if ((int64_t)blob.getData().size() != expected)
+        return emit() << "holds " << blob.getData().size() << " bytes, expected "
+                      << expected << " for " << *type;
+      std::string key;
+      for (char c : tensor.name())
+        key += llvm::isAlnum(c) ? c : '_';
+      value = DenseResourceElementsAttr::get(*type, key, std::move(blob));
+    } else {
+      FailureOr<DenseElementsAttr> v = denseFromTensor(tensor, *type, emit);
+      if (failed(v))
+        return failure();
+      value = *v;
+    }
+  }
+  OpBuilder::InsertionGuard g(builder);
+  builder.setInsertionPoint(func);
+  auto var = builder.create<graph::VariableOp>(
+      NameLoc::get(builder.getStringAttr(tensor.name()), fileLoc),
+      builder.getStringAttr(tensor.name()), TypeAttr::get(*type), value,
+      /*frozen=*/nullptr);
+  variables[tensor.name()] = var;
+  return success();
+}
+
+FailureOr<Value> ModelImporter::lookup(StringRef name, Location loc) {
+  if (Value v = values.lookup(name))
+    return v;
+  if (graph::VariableOp var = variables.lookup(name)) {
+    OpBuilder::InsertionGuard g(builder);
+    builder.setInsertionPointToStart(&func.getBody().front());
+    Value read = builder.create<graph::ReadVariableOp>(
+        var.getLoc(), var.getType(), FlatSymbolRefAttr::get(var.getSymNameAttr()));
+    values[name] = read;
+    return read;
+  }
+  auto it = unboundOutputs.find(name);
+  if (it != unboundOutputs.end())
+    return error(loc) << "value '" << name << "' is an output of " << it->second
+                      << " that the importer does not produce";
+  return error(loc) << "value '" << name
+                    << "' is not defined by an earlier node, an initializer or a graph "
+                       "input (dangling name, cycle, or nodes out of topological order)";
+}
+
+LogicalResult ModelImporter::importNode(const onnx::NodeProto &node, size_t index) {
+  std::string nodeName = node.name().empty()
+                             ? node.op_type() + "_" + std::to_string(index)
+                             : node.name();
+  Location loc = NameLoc::get(builder.getStringAttr(nodeName), fileLoc);
+  std::string what = node.op_type() + " node '" + nodeName + "'";
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    return error(loc) << what << ": domain '" << node.domain() << "' is not supported";
+  StringRef op = node.op_type();
+  if (op == "If" || op == "Loop" || op == "Scan" || op == "SequenceMap")
+    return error(loc) << what << ": control flow (" << op << ") is not supported";
+  ImportFn fn = opRegistry().lookup(op, opset);
+  if (!fn)
+    return error(loc) << what << ": op '" << op << "' (opset " << opset
+                      << ") is not supported";
+  SmallVector<Value> inputs;
+  for (const std::string &in : node.input()) {
+    if (in.empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    FailureOr<Value> v = lookup(in, loc);
+    if (failed(v))
+      return failure();
+    inputs.push_back(*v);
+  }
+  NodeImporter importer(builder, node, loc, opset, std::move(inputs));
+  if (failed(fn(importer)))
+    return failure();
+  ArrayRef<Value> results = importer.results();
+  for (auto [i, out] : llvm::enumerate(node.output())) {
+    if (out.empty())
+      continue;
+    if (values.count(out) || variables.count(out))
+      return error(loc) << what << ": output '" << out << "' is already defined";
+    if (i < results.size())
+      values[out] = results[i];
+    else
+      unboundOutputs[out] = what + " (output " + std::to_string(i) + ")";
+  }
+  return success();
+}
+
+LogicalResult ModelImporter::finish(const onnx::GraphProto &graph) {
+  SmallVector<Value> results;
+  for (const onnx::ValueInfoProto &out : graph.output()) {
+    FailureOr<Value> v = lookup(out.name(), fileLoc);
+    if (failed(v))
+      return failure();
+    results.push_back(*v);
+  }
+  if (results.empty())
+    return error() << "graph has no outputs";
+  builder.setInsertionPointToEnd(&func.getBody().front());
+  builder.create<func::ReturnOp>(fileLoc, results);
+  SmallVector<Type> types;
+  for (Value v : results)
+    types.push_back(v.getType());
+  func.setType(builder.getFunctionType(func.getArgumentTypes(), types));
+  for (auto [i, out] : llvm::enumerate(graph.output()))
+    func.setResultAttr(i, "graph.name", builder.getStringAttr(out.name()));
+  return success();
+}
+
+OwningOpRef<ModuleOp> ModelImporter::run(const onnx::ModelProto &model) {
+  if (!model.has_graph()) {
+    error() << "model has no graph";
+    return nullptr;
+  }
+  if (failed(readOpset(model)))
+    return nullptr;
+  const onnx::GraphProto &graph = model.graph();
+  if (graph.sparse_initializer_size() > 0) {
+    error() << "sparse initializers are not supported";
+    return nullptr;
+  }
+  module = ModuleOp::create(fileLoc);
+  module->getOperation()->setAttr("graph.opset", builder.getI64IntegerAttr(opset));
+  if (!graph.name().empty())
+    module->setSymName(graph.name());
+  if (failed(createFunction(graph)))
+    return nullptr;
+  for (const onnx::TensorProto &t : graph.initializer())
+    if (failed(declareInitializer(t)))
+      return nullptr;
+  for (auto [i, node] : llvm::enumerate(graph.node()))
+    if (failed(importNode(node, i)))
+      return nullptr;
+  if (failed(finish(graph)) || failed(mlir::verify(*module)))
+    return nullptr;
+  return std::move(module);
+}
+
+static bool isTextPath(StringRef path) {
+  return path.ends_with(".pbtxt") || path.ends_with(".textproto") ||
+         path.ends_with(".onnxtxt") || path.ends_with(".txt");
+}
+
+OwningOpRef<ModuleOp> strait::importONNXBuffer(StringRef buffer, StringRef path,
+                                               MLIRContext *ctx,
+                                               const ONNXImportOptions &opts) {
+  ctx->loadDialect<graph::GraphDialect, func::FuncDialect>();
+  Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
+  onnx::ModelProto model;
+  if (opts.textFormat || isTextPath(path)) {
+    if (!google::protobuf::TextFormat::ParseFromString(std::string(buffer), &model)) {
+      emitError(fileLoc) << "'" << path << "' is not a valid text-format ONNX model";
+      return nullptr;
+    }
+  } else {
+    if (buffer.size() > (size_t)INT32_MAX) {
+      emitError(fileLoc) << "'" << path
+                         << "' is over 2 GiB: store the weights as external data";
+      return nullptr;
+    }
+    google::protobuf::io::CodedInputStream stream(
+        reinterpret_cast<const uint8_t *>(buffer.data()), (int)buffer.size());
+    stream.SetTotalBytesLimit(INT32_MAX);
+    stream.SetRecursionLimit(64);
+    if (!model.ParseFromCodedStream(&stream) || !stream.ConsumedEntireMessage()) {
+      emitError(fileLoc) << "'" << path
+                         << "' is not a valid ONNX model (truncated or corrupted protobuf)";
+      return nullptr;
+    }
+  }
+  ModelImporter importer(ctx, path, opts);
+  return importer.run(model);
+}
+
+OwningOpRef<ModuleOp> strait::importONNXFile(StringRef path, MLIRContext *ctx,
+                                             const ONNXImportOptions &opts) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf) {
+    emitError(FileLineColLoc::get(ctx, path, 0, 0))
+        << "cannot read '" << path << "': " << buf.getError().message();
+    return nullptr;
+  }
+  return importONNXBuffer((*buf)->getBuffer(), path, ctx, opts);
+}
+
+SmallVector<StringRef> strait::supportedONNXOps() { return opRegistry().opTypes(); }
