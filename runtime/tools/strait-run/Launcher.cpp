@@ -1,0 +1,221 @@
+//===- Launcher.cpp - Starts and supervises the local ranks ---------------===//
+//
+// One worker process per rank (the same executable with --rank R), its
+// stdout and stderr in <log-dir>/rank<R>.log. When a rank exits with an error
+// or dies, the launcher sends SIGTERM to the others, escalates to SIGKILL
+// after a grace period, prints the tail of the failed rank's log and returns
+// 1. Ctrl-C (SIGINT) or SIGTERM to the launcher stops all ranks the same way
+// and returns 130 / 143.
+//
+//===----------------------------------------------------------------------===//
+#include "StraitRun.h"
+#include "strait/runtime/Program.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <fcntl.h>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace strait {
+namespace run {
+
+namespace {
+
+volatile std::sig_atomic_t stopSignal = 0;
+void onSignal(int sig) { stopSignal = sig; }
+
+struct Child {
+  int rank;
+  pid_t pid;
+  std::string log;
+  bool running = true;
+  int exitCode = 0;
+};
+
+void makeDirs(const std::string &path) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = path.find('/', pos + 1);
+    ::mkdir(path.substr(0, pos).c_str(), 0755);
+  }
+}
+
+pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
+                  const std::string &log) {
+  pid_t pid = ::fork();
+  if (pid != 0)
+    return pid;
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    ::close(fd);
+  }
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(localRank).c_str(), 1);
+  ::setenv("STRAIT_RUN_ID", o.runId.c_str(), 1);
+  std::vector<std::string> args = {o.executable, o.planDir, "--rank", std::to_string(rank),
+                                   "--steps", std::to_string(o.steps),
+                                   "--timeout-ms", std::to_string(o.timeoutMs),
+                                   "--manifest", o.manifest, "--run-id", o.runId};
+  if (o.threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(o.threads));
+  }
+  std::vector<char *> argv;
+  for (auto &a : args)
+    argv.push_back(&a[0]);
+  argv.push_back(nullptr);
+  ::execv(o.executable.c_str(), argv.data());
+  std::cerr << "strait-run: cannot exec " << o.executable << ": "
+            << std::strerror(errno) << std::endl;
+  ::_exit(127);
+}
+
+void printTail(const std::string &path, size_t lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(line);
+    if (tail.size() > lines)
+      tail.pop_front();
+  }
+  for (const auto &l : tail)
+    std::cerr << "  | " << l << "\n";
+}
+
+/// Reaps exited children; returns the first failed one (or nullptr).
+Child *reap(std::vector<Child> &children, std::vector<Child *> *order = nullptr) {
+  Child *failed = nullptr;
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (Child &c : children) {
+      if (c.pid != pid)
+        continue;
+      c.running = false;
+      c.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (c.exitCode != 0 && !failed)
+        failed = &c;
+      if (c.exitCode != 0 && order)
+        order->push_back(&c);
+    }
+  }
+  return failed;
+}
+
+void stopAll(std::vector<Child> &children) {
+  for (Child &c : children)
+    if (c.running)
+      ::kill(c.pid, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    reap(children);
+    bool any = false;
+    for (Child &c : children)
+      any |= c.running;
+    if (!any)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (Child &c : children)
+    if (c.running) {
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, nullptr, 0);
+      c.running = false;
+    }
+}
+
+/// Collects the failures of a short window after the first one, reports the
+/// root cause first (a rank that failed on its own, exit code 1, before one
+/// that lost a peer, exit code 3) and stops the remaining ranks.
+void reportFailure(std::vector<Child> &children, std::vector<Child *> &failures) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    reap(children, &failures);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::stable_partition(failures.begin(), failures.end(),
+                        [](const Child *c) { return c->exitCode != 3; });
+  const Child *root = failures.front();
+  std::cerr << "strait-run: rank " << root->rank << " failed (exit code "
+            << root->exitCode << "); stopping the other ranks. Last lines of "
+            << root->log << ":\n";
+  printTail(root->log, 5);
+  for (size_t i = 1; i < failures.size(); ++i)
+    std::cerr << "strait-run: rank " << failures[i]->rank
+              << " also failed (exit code " << failures[i]->exitCode << "), see "
+              << failures[i]->log << "\n";
+  stopAll(children);
+}
+
+} // namespace
+
+int runLauncher(const RunOptions &options) {
+  RunOptions o = options;
+  rt::StatusOr<program::PlanManifest> m = rt::loadManifest(o.planDir + "/" + o.manifest);
+  if (!m.isOk()) {
+    std::cerr << "strait-run: " << m.getStatus().toString() << std::endl;
+    return 2;
+  }
+  if (o.logDir.empty())
+    o.logDir = o.planDir + "/logs";
+  makeDirs(o.logDir);
+  if (o.runId.empty())
+    o.runId = "strait-" + std::to_string(::getpid()) + "-" +
+              std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  if (m->rendezvous() == program::RENDEZVOUS_FILE) {
+    std::string store = m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
+    makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
+  }
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  std::vector<Child> children;
+  int local = 0;
+  for (const auto &r : m->ranks()) {
+    std::string log = o.logDir + "/rank" + std::to_string(r.rank()) + ".log";
+    pid_t pid = spawnWorker(o, r.rank(), m->world_size(), local++, log);
+    if (pid < 0) {
+      std::cerr << "strait-run: fork failed: " << std::strerror(errno) << std::endl;
+      stopAll(children);
+      return 1;
+    }
+    children.push_back({r.rank(), pid, log});
+    std::cout << "strait-run: rank " << r.rank() << " pid " << pid << " log " << log
+              << std::endl;
+  }
+  for (;;) {
+    std::vector<Child *> failures;
+    if (reap(children, &failures)) {
+      reportFailure(children, failures);
+      return 1;
+    }
+    if (stopSignal) {
+      std::cerr << "strait-run: " << (stopSignal == SIGINT ? "interrupted" : "terminated")
+                << "; stopping all ranks" << std::endl;
+      int sig = stopSignal;
+      stopAll(children);
+      return 128 + sig;
+    }
+    bool any = false;
+    for (const Child &c : children)
+      any |= c.running;
+    if (!any)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::cout << "strait-run: all " << children.size() << " ranks finished" << std::endl;
+  return 0;
+}
+
+} // namespace run
+} // namespace strait

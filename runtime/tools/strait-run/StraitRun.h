@@ -1,0 +1,41 @@
+//===- StraitRun.h - Launcher and worker of strait-run ----------*- C++ -*-===//
+//
+// strait-run has two modes:
+//  - launcher (`strait-run DIR`): reads DIR/plan.pb and starts one worker
+//    process per rank on this machine, with RANK / WORLD_SIZE / LOCAL_RANK
+//    in the environment and a log file per rank; stops every rank when one
+//    fails or on Ctrl-C, and exits non-zero naming the failed rank;
+//  - worker (`strait-run DIR --rank R`, or RANK/WORLD_SIZE set): runs rank
+//    R's program for --steps iterations, talking to peers over Gloo.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_TOOLS_STRAITRUN_H
+#define STRAIT_RUNTIME_TOOLS_STRAITRUN_H
+
+#include <string>
+
+namespace strait {
+namespace run {
+
+struct RunOptions {
+  std::string planDir;
+  std::string manifest = "plan.pb";
+  int rank = -1;            // worker mode when >= 0
+  int steps = 1;
+  int threads = 0;          // 0: hardware concurrency / local ranks
+  int timeoutMs = 60000;    // rendezvous and per-transfer timeout
+  std::string logDir;       // default: <planDir>/logs
+  std::string runId;        // rendezvous key prefix; default: generated
+  std::string executable;   // argv[0], to start workers
+};
+
+/// Starts and supervises the local ranks; returns the process exit code.
+int runLauncher(const RunOptions &options);
+
+/// Runs one rank; returns the process exit code.
+int runWorker(const RunOptions &options);
+
+} // namespace run
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_TOOLS_STRAITRUN_H

@@ -1,0 +1,84 @@
+//===- strait-run.cpp - Launch a compiled Strait job ----------------------===//
+//
+// Flag parsing only; see StraitRun.h for the two modes.
+//
+//===----------------------------------------------------------------------===//
+#include "StraitRun.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+namespace {
+
+const char *kUsage =
+    "usage: strait-run DIR [--rank R] [--steps N] [--threads T]\n"
+    "                  [--timeout-ms MS] [--log-dir DIR] [--manifest plan.pb]\n"
+    "                  [--run-id ID]\n"
+    "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
+    "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
+    "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
+    "  job across machines; all ranks need the same --run-id).\n"
+    "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
+    "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
+    "  when it lost a peer or timed out waiting for one.\n";
+
+bool parse(int argc, char **argv, strait::run::RunOptions &o) {
+  o.executable = argv[0];
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](int &out) {
+      if (i + 1 >= argc)
+        return false;
+      char *end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      out = static_cast<int>(v);
+      return end && *end == '\0';
+    };
+    auto text = [&](std::string &out) {
+      if (i + 1 >= argc)
+        return false;
+      out = argv[++i];
+      return true;
+    };
+    bool ok = true;
+    if (a == "--rank")
+      ok = value(o.rank);
+    else if (a == "--steps")
+      ok = value(o.steps);
+    else if (a == "--threads")
+      ok = value(o.threads);
+    else if (a == "--timeout-ms")
+      ok = value(o.timeoutMs);
+    else if (a == "--log-dir")
+      ok = text(o.logDir);
+    else if (a == "--manifest")
+      ok = text(o.manifest);
+    else if (a == "--run-id")
+      ok = text(o.runId);
+    else if (a.rfind("--", 0) == 0 || !o.planDir.empty())
+      ok = false;
+    else
+      o.planDir = a;
+    if (!ok)
+      return false;
+  }
+  return !o.planDir.empty() && o.steps >= 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  strait::run::RunOptions o;
+  if (!parse(argc, argv, o)) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  if (o.rank < 0 && std::getenv("RANK") && std::getenv("WORLD_SIZE"))
+    o.rank = std::atoi(std::getenv("RANK"));
+  if (o.runId.empty() && std::getenv("STRAIT_RUN_ID"))
+    o.runId = std::getenv("STRAIT_RUN_ID");
+  if (o.rank >= 0)
+    return strait::run::runWorker(o);
+  return strait::run::runLauncher(o);
+}
