@@ -116,31 +116,38 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
   std::vector<Chunk> chunks;
   for (const StageAssignment &a : stages)
     chunks.push_back(ctx.makeChunk(a.devices));
-  double latency = 0, load = 0, busy = 0;
+  double latency = 0, period = 0, allReduceTail = 0, busy = 0;
   plan.feasible = S > 0;
   // Round trip of a micro-batch from stage j to the end and back.
-  std::vector<double> cycle(S + 1, 0);
+  // The pipeline period is the slowest stage or cut per micro-batch.
+  std::vector<double> cycle(S + 1, 0), stageTime(S, 0);
+  double pipePeriod = 0;
   for (int j = int(S) - 1; j >= 0; --j) {
     StageCost c = ctx.stageCost(stages[j].firstBlock, stages[j].endBlock,
                                 chunks[j], m);
-    cycle[j] = cycle[j + 1] + c.fwd + c.bwd;
-    if (j + 1 < int(S))
-      cycle[j] += 2 * ctx.commTime(ctx.comm(chunks[j], chunks[j + 1]),
-                                   stages[j].endBlock - 1, m);
+    stageTime[j] = c.fwd + c.bwd;
+    cycle[j] = cycle[j + 1] + stageTime[j];
+    pipePeriod = std::max(pipePeriod, stageTime[j]);
+    if (j + 1 < int(S)) {
+      double x = ctx.commTime(ctx.comm(chunks[j], chunks[j + 1]),
+                              stages[j].endBlock - 1, m);
+      cycle[j] += 2 * x;
+      pipePeriod = std::max(pipePeriod, x);
+    }
   }
   for (unsigned j = 0; j < S; ++j) {
     StagePlan s;
     s.firstBlock = stages[j].firstBlock;
     s.endBlock = stages[j].endBlock;
     s.devices = stages[j].devices;
-    StageCost own = ctx.stageCost(s.firstBlock, s.endBlock, chunks[j], m);
     fillStage(ctx, chunks[j], s, m,
               ctx.inFlight(schedule, microBatches, S - j, cycle[j],
-                           own.fwd + own.bwd));
+                           std::max(pipePeriod, stageTime[j])));
     double t = s.fwdTime + s.bwdTime;
     latency += t;
     busy += microBatches * t;
-    load = std::max(load, (microBatches - 1) * t + s.allReduceTime);
+    period = std::max(period, (microBatches - 1) * t);
+    allReduceTail = std::max(allReduceTail, s.allReduceTime);
     if (j + 1 < S) {
       CommCost c = ctx.comm(chunks[j], chunks[j + 1]);
       s.sendTime = ctx.commTime(c, s.endBlock - 1, m);
@@ -149,7 +156,7 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
       s.sendLatency = c.latency;
       s.sendBandwidth = c.bandwidth;
       latency += 2 * s.sendTime;
-      load = std::max(load, (microBatches - 1) * s.sendTime);
+      period = std::max(period, (microBatches - 1) * s.sendTime);
     }
     if (plan.feasible && s.peakMemory > s.capacity) {
       plan.feasible = false;
@@ -157,7 +164,7 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
     }
     plan.stages.push_back(std::move(s));
   }
-  plan.iterationTime = latency + load;
+  plan.iterationTime = latency + period + allReduceTail;
   plan.bubbleFraction =
       S && plan.iterationTime > 0 ? 1 - busy / (S * plan.iterationTime) : 0;
   plan.throughput = plan.iterationTime > 0 ? ctx.globalBatch / plan.iterationTime
@@ -179,6 +186,11 @@ PartitionPlan strait::evaluateStages(const CoarseGraph &graph,
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// DP over (first block, chunk), processed from the last block backwards.
+/// For bounds P (on every stage's and cut's (M-1) * per-micro-batch time)
+/// and A (on every stage's all-reduce), it finds the stages of least
+/// one-micro-batch latency; the iteration time is latency + P + A
+/// (evaluateWith), minimized over the candidate bounds.
 class ChunkDP {
 public:
   ChunkDP(const PlanContext &ctx, std::vector<Chunk> chunks, unsigned maxSkip,
@@ -196,22 +208,29 @@ private:
     double cost = kInf;
     unsigned next = 0, nextChunk = 0, stages = 0;
   };
+  struct PathTime {
+    double latency = 0, period = 0, allReduce = 0;
+    double total() const { return latency + period + allReduce; }
+  };
   void precompute();
   size_t stageIndex(unsigned v, unsigned b0, unsigned b1) const {
     return (size_t(v) * B + b0) * (B + 1) + b1;
   }
-  /// Runs the DP with load bound `bound`; returns the best first-stage
-  /// chunk (or -1) and fills `table`. bound < 0 minimizes the max load.
-  int run(double bound, bool minMax);
+  /// Runs the DP under bounds (periodBound, arBound); returns the best
+  /// first chunk or -1. With minMax, minimizes the largest period instead.
+  int run(double periodBound, double arBound, bool minMax);
+  PathTime pathTime(int first) const;
   std::vector<StageAssignment> reconstruct(int first) const;
-  double stageLoad(size_t idx) const {
-    return (M - 1) * unitTime[idx] * m + allReduce[idx];
-  }
-  bool fits(size_t idx, unsigned stagesFromEnd, double cycle) const {
+  /// Bounds on the period worth trying for a given all-reduce bound.
+  std::vector<double> periodBounds(double lmin, double upper,
+                                   double arBound) const;
+  bool fits(size_t idx, unsigned stagesFromEnd, double cycle,
+            double period) const {
     if (ignoreMemory)
       return true;
+    double t = unitTime[idx] * m;
     unsigned need = ctx.inFlight(schedule, M, stagesFromEnd, cycle,
-                                 unitTime[idx] * m);
+                                 std::max(t, period));
     return need <= unitFit[idx] / m;
   }
   double commTime(unsigned v, unsigned w, unsigned b1) const {
@@ -255,28 +274,29 @@ void ChunkDP::precompute() {
       comms[size_t(v) * maxSkip + (w - v - 1)] = ctx.comm(chunks[v], chunks[w]);
 }
 
-int ChunkDP::run(double bound, bool minMax) {
+int ChunkDP::run(double periodBound, double arBound, bool minMax) {
   table.assign(size_t(B + 1) * V, Entry());
   auto at = [&](unsigned b, unsigned v) -> Entry & {
     return table[size_t(b) * V + v];
   };
+  double steady = M > 1 ? M - 1 : 0;
+  // The pipeline's period as the memory check assumes it.
+  double period = M > 1 && !minMax ? periodBound / steady : 0;
   for (int b = int(B) - 1; b >= 0; --b) {
     for (unsigned v = 0; v < V; ++v) {
       Entry best;
+      auto consider = [&](double cost, unsigned next, unsigned w,
+                          unsigned stages) {
+        if (cost < best.cost || (cost == best.cost && stages < best.stages))
+          best = {cost, next, w, stages};
+      };
       for (unsigned b1 = b + 1; b1 <= B; ++b1) {
         size_t idx = stageIndex(v, b, b1);
-        double load = stageLoad(idx);
-        if (!minMax && load > bound)
-          break; // loads grow with the block range
-        double lat = unitTime[idx] * m;
-        auto consider = [&](double cost, unsigned next, unsigned w,
-                            unsigned stages) {
-          if (cost < best.cost ||
-              (cost == best.cost && stages < best.stages))
-            best = {cost, next, w, stages};
-        };
+        double lat = unitTime[idx] * m, load = steady * lat;
+        if (allReduce[idx] > arBound || (!minMax && load > periodBound))
+          break; // both grow with the block range
         if (b1 == B) {
-          if (fits(idx, 1, lat))
+          if (fits(idx, 1, lat, period))
             consider(minMax ? load : lat, B, V, 1);
           continue;
         }
@@ -285,14 +305,17 @@ int ChunkDP::run(double bound, bool minMax) {
           if (e.cost == kInf)
             continue;
           double x = commTime(v, w, b1);
-          // In min-max mode the downstream latency is unknown; the classic
-          // 1F1B count is a relaxation (the bound stays a lower bound).
-          if (!fits(idx, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost))
+          double xLoad = steady * x;
+          if (!minMax && xLoad > periodBound)
             continue;
-          double xLoad = (M - 1) * x;
+          // In min-max mode the downstream latency is unknown; classic 1F1B
+          // in-flight counts are a relaxation, so the bound stays a bound.
+          if (!fits(idx, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost,
+                    period))
+            continue;
           if (minMax)
             consider(std::max({load, xLoad, e.cost}), b1, w, e.stages + 1);
-          else if (xLoad <= bound)
+          else
             consider(lat + 2 * x + e.cost, b1, w, e.stages + 1);
         }
       }
@@ -307,6 +330,27 @@ int ChunkDP::run(double bound, bool minMax) {
   return first;
 }
 
+ChunkDP::PathTime ChunkDP::pathTime(int first) const {
+  PathTime t;
+  double steady = M > 1 ? M - 1 : 0;
+  unsigned b = 0, v = first;
+  while (b < B) {
+    const Entry &e = table[size_t(b) * V + v];
+    size_t idx = stageIndex(v, b, e.next);
+    t.latency += unitTime[idx] * m;
+    t.period = std::max(t.period, steady * unitTime[idx] * m);
+    t.allReduce = std::max(t.allReduce, allReduce[idx]);
+    if (e.next < B) {
+      double x = commTime(v, e.nextChunk, e.next);
+      t.latency += 2 * x;
+      t.period = std::max(t.period, steady * x);
+    }
+    b = e.next;
+    v = e.nextChunk;
+  }
+  return t;
+}
+
 std::vector<StageAssignment> ChunkDP::reconstruct(int first) const {
   std::vector<StageAssignment> stages;
   unsigned b = 0, v = first;
@@ -319,84 +363,101 @@ std::vector<StageAssignment> ChunkDP::reconstruct(int first) const {
   return stages;
 }
 
+/// Sorted distinct values in (lo, hi].
+static std::vector<double> distinctIn(std::vector<double> values, double lo,
+                                      double hi) {
+  llvm::erase_if(values, [&](double v) { return !(v > lo && v <= hi); });
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+std::vector<double> ChunkDP::periodBounds(double lmin, double upper,
+                                          double arBound) const {
+  double steady = M > 1 ? M - 1 : 0;
+  std::vector<double> values;
+  for (unsigned v = 0; v < V; ++v)
+    for (unsigned b0 = 0; b0 < B; ++b0)
+      for (unsigned b1 = b0 + 1; b1 <= B; ++b1) {
+        size_t idx = stageIndex(v, b0, b1);
+        if (allReduce[idx] <= arBound)
+          values.push_back(steady * unitTime[idx] * m);
+      }
+  for (unsigned v = 0; v < V; ++v)
+    for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w)
+      for (unsigned b1 = 1; b1 < B; ++b1)
+        values.push_back(steady * commTime(v, w, b1));
+  return distinctIn(std::move(values), lmin, upper);
+}
+
 std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
                                             Schedule sched) {
   M = microBatches;
   m = ctx.globalBatch / M;
   schedule = sched;
-  int first = run(0, /*minMax=*/true);
-  if (first < 0)
-    return {};
-  double lmin = table[first].cost;
-  // Latency and load of the path stored in the table from chunk `first`.
-  auto pathTime = [&](int start) {
-    double lat = 0, load = 0;
-    unsigned b = 0, v = start;
-    while (b < B) {
-      const Entry &e = table[size_t(b) * V + v];
-      size_t idx = stageIndex(v, b, e.next);
-      lat += unitTime[idx] * m;
-      load = std::max(load, stageLoad(idx));
-      if (e.next < B) {
-        double x = commTime(v, e.nextChunk, e.next);
-        lat += 2 * x;
-        load = std::max(load, (M - 1) * x);
-      }
-      b = e.next;
-      v = e.nextChunk;
-    }
-    return std::make_pair(lat, load);
-  };
-  int freeFirst = run(kInf, false);
-  double freeLatency = freeFirst >= 0 ? table[size_t(freeFirst)].cost : 0;
-  // Every bound in [lmin, upper] may be optimal; beyond upper the latency
-  // saved cannot pay for the larger load.
-  int atMin = run(lmin * (1 + 1e-12), false);
+  const PlannerOptions &opts = ctx.options;
+  const double slack = 1 + 1e-12, ratio = std::max(1.001, opts.boundRatio);
   std::vector<StageAssignment> best;
   double bestTime = kInf;
   auto keep = [&](int start) {
     if (start < 0)
       return;
-    auto [lat, load] = pathTime(start);
-    if (lat + load < bestTime) {
-      bestTime = lat + load;
-      best = reconstruct(start);
-    }
+    PathTime t = pathTime(start);
+    if (t.total() >= bestTime)
+      return;
+    // The DP's memory check assumes the bound's period; confirm with the
+    // plan's own.
+    std::vector<StageAssignment> stages = reconstruct(start);
+    if (!ignoreMemory && !evaluateWith(ctx, stages, M, schedule).feasible)
+      return;
+    bestTime = t.total();
+    best = std::move(stages);
   };
-  keep(atMin);
-  double upper = bestTime - freeLatency;
-  std::vector<double> candidates;
-  for (size_t idx = 0; idx < unitTime.size(); ++idx) {
-    if (unitTime[idx] == kInf)
-      continue;
-    double load = stageLoad(idx);
-    if (load > lmin && load <= upper)
-      candidates.push_back(load);
-  }
-  for (unsigned v = 0; v < V; ++v)
-    for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w)
-      for (unsigned b1 = 1; b1 < B; ++b1) {
-        double load = (M - 1) * commTime(v, w, b1);
-        if (load > lmin && load <= upper)
-          candidates.push_back(load);
+  // All-reduce bounds: every distinct value when few, else a geometric grid
+  // (each step loses at most ratio - 1 of the all-reduce time).
+  std::vector<double> arValues;
+  for (double ar : allReduce)
+    if (ar != kInf)
+      arValues.push_back(ar);
+  arValues = distinctIn(std::move(arValues), -1, kInf);
+  bool exactAR = arValues.size() <= opts.exhaustiveLimit;
+  double arPrev = 0;
+  for (size_t i = 0; i < arValues.size();) {
+    double arBound = arValues[i] * slack;
+    // Plans new at this bound have an all-reduce above arPrev.
+    if (arPrev >= bestTime)
+      break;
+    int first = run(0, arBound, /*minMax=*/true);
+    int freeFirst = first < 0 ? -1 : run(kInf, arBound, false);
+    if (first >= 0 && freeFirst >= 0) {
+      double lmin = table[first].cost;
+      double freeLatency = table[freeFirst].cost;
+      double cap = bestTime - freeLatency - arPrev;
+      if (lmin <= cap) {
+        keep(run(lmin * slack, arBound, false));
+        cap = bestTime - freeLatency - arPrev;
+        std::vector<double> exact = periodBounds(lmin, cap, arBound);
+        if (exact.size() <= opts.exhaustiveLimit) {
+          for (double bound : exact)
+            keep(run(bound * slack, arBound, false));
+        } else {
+          for (double bound = lmin * ratio;
+               bound <= bestTime - freeLatency - arPrev; bound *= ratio)
+            keep(run(bound * slack, arBound, false));
+        }
       }
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()),
-                   candidates.end());
-  std::vector<double> bounds;
-  if (candidates.size() <= ctx.options.exhaustiveLimit) {
-    bounds = candidates;
-  } else if (!candidates.empty()) {
-    unsigned samples = std::max(2u, ctx.options.loadSamples);
-    double lo = candidates.front(), hi = candidates.back();
-    for (unsigned i = 0; i < samples; ++i) {
-      double target = lo * std::pow(hi / lo, double(i) / (samples - 1));
-      auto it = std::upper_bound(candidates.begin(), candidates.end(), target);
-      bounds.push_back(it == candidates.begin() ? *it : *std::prev(it));
     }
+    arPrev = arValues[i];
+    if (exactAR) {
+      ++i;
+      continue;
+    }
+    double target = arValues[i] * ratio;
+    while (i < arValues.size() && arValues[i] < target)
+      ++i;
+    if (i == arValues.size() && arValues.back() > arPrev)
+      i = arValues.size() - 1; // always try the largest
   }
-  for (double bound : bounds)
-    keep(run(bound * (1 + 1e-12), false));
   return best;
 }
 
@@ -552,6 +613,9 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
           PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
           if (plan.feasible || ignoreMemory)
             search.consider(std::move(plan), level, islands.size());
+          // GPipe takes as long as 1F1B in this model and keeps more
+          // activations: it is only worth trying where 1F1B did not fit.
+          break;
         }
     }
   }

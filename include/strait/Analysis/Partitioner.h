@@ -52,11 +52,14 @@ struct PlannerOptions {
   unsigned maxSkip = 4;
   /// Most pipeline stages one island may be split into.
   unsigned maxStagesPerIsland = 16;
-  /// Bottleneck-load candidates the DP tries per configuration; when the
-  /// distinct candidates are at most `exhaustiveLimit` it tries them all
-  /// (then the DP is exact for its search space).
-  unsigned loadSamples = 10;
-  unsigned exhaustiveLimit = 48;
+  /// The DP tries bounds on the pipeline period and on the all-reduce time;
+  /// when the distinct candidate values are at most `exhaustiveLimit` it
+  /// tries them all (then, with memory not binding, the DP is exact for its
+  /// search space).
+  unsigned exhaustiveLimit = 12;
+  /// Otherwise bounds step geometrically by this ratio: the plan found is
+  /// within about (ratio - 1) of the best over the grid's bounds.
+  double boundRatio = 1.1;
   /// DT-FM-like baseline: local-search swap attempts.
   unsigned searchIterations = 400;
   uint64_t seed = 1;

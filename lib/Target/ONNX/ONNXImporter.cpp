@@ -10,6 +10,7 @@
 #include "strait/Target/ONNX/ONNXImporter.h"
 
 #include "NodeImporter.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -439,7 +440,8 @@ OwningOpRef<ModuleOp> ModelImporter::run(const onnx::ModelProto &model) {
   for (auto [i, node] : llvm::enumerate(graph.node()))
     if (failed(importNode(node, i)))
       return nullptr;
-  if (failed(finish(graph)) || failed(mlir::verify(*module)))
+  if (failed(finish(graph)) || failed(graph::refineFunction(func)) ||
+      failed(mlir::verify(*module)))
     return nullptr;
   return std::move(module);
 }

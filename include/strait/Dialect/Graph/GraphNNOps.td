@@ -259,7 +259,7 @@ def Graph_SoftmaxCrossEntropyLossOp
     nothing (and are not counted by mean).
 
     ```mlir
-    %l = graph.SoftmaxCrossEntropyLoss %s, %y {reduction = #graph<loss_reduction<mean>>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+    %l = graph.SoftmaxCrossEntropyLoss %s, %y {reduction = #graph.loss_reduction<mean>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
     ```
   }];
   let arguments = (ins AnyTensor:$scores, AnyTensor:$labels, Optional<AnyTensor>:$weights,
@@ -275,7 +275,7 @@ def Graph_NegativeLogLikelihoodLossOp
     Same shapes and reduction codes as SoftmaxCrossEntropyLoss.
 
     ```mlir
-    %l = graph.NegativeLogLikelihoodLoss %p, %y {reduction = #graph<loss_reduction<mean>>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+    %l = graph.NegativeLogLikelihoodLoss %p, %y {reduction = #graph.loss_reduction<mean>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
     ```
   }];
   let arguments = (ins AnyTensor:$input, AnyTensor:$target, Optional<AnyTensor>:$weight,

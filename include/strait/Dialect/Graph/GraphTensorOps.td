@@ -254,7 +254,7 @@ def Graph_PadOp : Graph_GenericOp<"Pad", [Pure]> {
     `pads` holds the begins of every axis then the ends (negative crops).
 
     ```mlir
-    %y = graph.Pad %x {mode = #graph<pad_mode<constant>>, pads = array<i64: 0, 1, 0, 1>, value = 0.0 : f64} : (tensor<2x3xf32>) -> tensor<2x5xf32>
+    %y = graph.Pad %x {mode = #graph.pad_mode<constant>, pads = array<i64: 0, 1, 0, 1>, value = 0.0 : f64} : (tensor<2x3xf32>) -> tensor<2x5xf32>
     ```
   }];
   let arguments = (ins AnyTensor:$data, DenseI64ArrayAttr:$pads,
@@ -351,7 +351,7 @@ def Graph_ResizeOp : Graph_GenericOp<"Resize", [Pure]> {
     `scales` is kept for the coordinate transformation.
 
     ```mlir
-    %y = graph.Resize %x {coordinate_transformation_mode = #graph<coord_mode<asymmetric>>, mode = #graph<resize_mode<nearest>>, nearest_mode = #graph<nearest_mode<floor>>, scales = array<f32: 1.0, 1.0, 2.0, 2.0>, sizes = array<i64: 1, 4, 8, 8>} : (tensor<1x4x4x4xf32>) -> tensor<1x4x8x8xf32>
+    %y = graph.Resize %x {coordinate_transformation_mode = #graph.coord_mode<asymmetric>, mode = #graph.resize_mode<nearest>, nearest_mode = #graph.nearest_mode<floor>, scales = array<f32: 1.0, 1.0, 2.0, 2.0>, sizes = array<i64: 1, 4, 8, 8>} : (tensor<1x4x4x4xf32>) -> tensor<1x4x8x8xf32>
     ```
   }];
   let arguments = (ins AnyTensor:$X, DenseI64ArrayAttr:$sizes, DenseF32ArrayAttr:$scales,
@@ -367,7 +367,7 @@ def Graph_DepthToSpaceOp : Graph_GenericOp<"DepthToSpace", [Pure]> {
   let summary = "move channel blocks into spatial blocks";
   let description = [{
     ```mlir
-    %y = graph.DepthToSpace %x {blocksize = 2 : i64, mode = #graph<d2s_mode<DCR>>} : (tensor<1x8x2x2xf32>) -> tensor<1x2x4x4xf32>
+    %y = graph.DepthToSpace %x {blocksize = 2 : i64, mode = #graph.d2s_mode<DCR>} : (tensor<1x8x2x2xf32>) -> tensor<1x2x4x4xf32>
     ```
   }];
   let arguments = (ins AnyTensor:$input, I64Attr:$blocksize,

@@ -69,10 +69,12 @@ mlir::LogicalResult inferBroadcastBool(mlir::MLIRContext *, OptLoc loc,
                                        llvm::SmallVectorImpl<mlir::Type> &types);
 
 /// Broadcast the operands' shapes; the element type is `elementType` or, when
-/// null, the first operand's.
+/// null, the first operand's. With `checkSameElement`, all operands must share
+/// an element type.
 mlir::LogicalResult inferBroadcast(OptLoc loc, mlir::ValueRange operands,
                                    mlir::Type elementType,
-                                   llvm::SmallVectorImpl<mlir::Type> &types);
+                                   llvm::SmallVectorImpl<mlir::Type> &types,
+                                   bool checkSameElement = true);
 
 template <typename Adaptor>
 mlir::LogicalResult inferBroadcastSame(mlir::MLIRContext *, OptLoc loc,

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHINFERSHAPES
@@ -48,8 +49,13 @@ LogicalResult strait::graph::refineFunction(func::FuncOp func, int64_t *numFolde
         ++*numFolded;
     }
   }
+  // Folding leaves the constants of the folded chains unused.
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(func.getBody().front())))
+    if (op.use_empty() && isPure(&op) && !op.hasTrait<OpTrait::IsTerminator>())
+      op.erase();
   auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
-  func.setType(FunctionType::get(ctx, func.getArgumentTypes(), ret.getOperandTypes()));
+  func.setType(FunctionType::get(ctx, func.getBody().getArgumentTypes(),
+                                 ret.getOperandTypes()));
   return success();
 }
 
