@@ -160,3 +160,61 @@ TEST(Kernels, LargeElementwiseRunsInParallelCorrectly) {
   for (int i = 0; i < n; i += 4099)
     ASSERT_NEAR((*r)[0][i], 0.5f * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0f))), 1e-6f);
 }
+
+TEST(Kernels, AdamWUpdatesInPlaceLikeTheReference) {
+  ProgramBuilder b;
+  uint32_t lr = b.addConstant("lr", {0.01f}, {});
+  uint32_t step = b.addValue("step", program::DTYPE_I64, {}, program::ROLE_INPUT);
+  uint32_t x = b.addParameter("x", {3});
+  uint32_t g = b.addValue("g", program::DTYPE_F32, {3}, program::ROLE_GRADIENT);
+  uint32_t m = b.addValue("m", program::DTYPE_F32, {3}, program::ROLE_OPTIMIZER_STATE);
+  uint32_t v = b.addValue("v", program::DTYPE_F32, {3}, program::ROLE_OPTIMIZER_STATE);
+  program::Kernel &k = b.addKernel("AdamW", {lr, step, x, g, m, v}, {x, m, v});
+  k.set_domain("strait");
+  setFloat(k, "weight_decay", 0.1f);
+  b.addRunStep();
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  auto exec = Executor::create(b.get(), reg);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  Tensor xt = *(*exec)->getValue(x), gt = *(*exec)->getValue(g);
+  Tensor st = *(*exec)->getValue(step);
+  double rx[3] = {1, -2, 0.5}, rm[3] = {0, 0, 0}, rv[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i)
+    xt.as<float>()[i] = static_cast<float>(rx[i]);
+  for (int t = 1; t <= 3; ++t) {
+    st.as<int64_t>()[0] = t;
+    for (int i = 0; i < 3; ++i) {
+      double grad = 0.3 * (i + 1) * t - 0.5;
+      gt.as<float>()[i] = static_cast<float>(grad);
+      rm[i] = 0.9 * rm[i] + 0.1 * grad;
+      rv[i] = 0.999 * rv[i] + 0.001 * grad * grad;
+      double mh = rm[i] / (1 - std::pow(0.9, t)), vh = rv[i] / (1 - std::pow(0.999, t));
+      rx[i] -= 0.01 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * rx[i]);
+    }
+    Status s = (*exec)->run();
+    ASSERT_TRUE(s.isOk()) << s.toString();
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(xt.as<float>()[i], rx[i], 1e-5) << i;
+  st.as<int64_t>()[0] = 0;
+  EXPECT_NE((*exec)->run().getMessage().find("step count must start at 1"), std::string::npos);
+}
+
+TEST(Kernels, SoftmaxCrossEntropyMeanWithIgnoredLabel) {
+  std::vector<float> x = {2, 1, 0, 0, 0, 3, 1, 1, 1};
+  auto r = runKernel("SoftmaxCrossEntropyLoss",
+                     {Input::f({3, 3}, x), Input::i({3}, {0, 2, -1})},
+                     {{program::DTYPE_F32, {}}, {program::DTYPE_F32, {3, 3}}},
+                     [](program::Kernel &k) { setInt(k, "ignore_index", -1); });
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  double l0 = -(2 - std::log(std::exp(2.0) + std::exp(1.0) + 1));
+  double l1 = -(3 - std::log(2 + std::exp(3.0)));
+  EXPECT_NEAR((*r)[0][0], (l0 + l1) / 2, 1e-5);
+  EXPECT_NEAR((*r)[1][8], -std::log(3.0), 1e-5); // log_prob of the uniform row
+  auto bad = runKernel("SoftmaxCrossEntropyLoss",
+                       {Input::f({3, 3}, x), Input::i({3}, {0, 3, 1})},
+                       {{program::DTYPE_F32, {}}});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.getStatus().getMessage().find("target 3 outside [0, 3)"), std::string::npos);
+}

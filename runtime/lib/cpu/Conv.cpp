@@ -110,6 +110,37 @@ void im2col(const float *x, int64_t channels, const Window &w, float *col) {
   });
 }
 
+/// Adjoint of im2col: img[c, ipos] += col[(c*K + kpos) * P + opos]. Serial
+/// over kernel positions of one channel so that no two threads add into the
+/// same image element.
+void col2im(const float *col, int64_t channels, const Window &w, float *img) {
+  int64_t kSize = w.kSize(), p = w.outSize();
+  parallelFor(channels, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float *plane = img + c * w.inSize();
+      for (int64_t kpos = 0; kpos < kSize; ++kpos) {
+        int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1],
+                kx = kpos % w.k[2];
+        const float *src = col + (c * kSize + kpos) * p;
+        for (int64_t oz = 0; oz < w.out[0]; ++oz) {
+          int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+          for (int64_t oy = 0; oy < w.out[1]; ++oy, src += w.out[2]) {
+            int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+            if (iz < 0 || iz >= w.in[0] || iy < 0 || iy >= w.in[1])
+              continue;
+            float *dst = plane + (iz * w.in[1] + iy) * w.in[2];
+            for (int64_t ox = 0; ox < w.out[2]; ++ox) {
+              int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
+              if (ix >= 0 && ix < w.in[2])
+                dst[ix] += src[ox];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 Status convKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
@@ -158,6 +189,90 @@ Status convKernel(KernelContext &ctx) {
           row[i] += b;
       }
   }
+  return Status::ok();
+}
+
+/// ConvTranspose's window seen from the adjoint convolution: `in` is the
+/// ConvTranspose output, `out` its input.
+StatusOr<Window> transposeWindow(const KernelContext &ctx, const Shape &x,
+                                 const std::vector<int64_t> &kernel) {
+  Window w;
+  w.nd = static_cast<int>(x.size()) - 2;
+  if (w.nd < 1 || w.nd > 3 || static_cast<int>(kernel.size()) != w.nd)
+    return ctx.unsupported("only 1-3 spatial dimensions");
+  const AttrReader &attrs = ctx.getAttrs();
+  std::vector<int64_t> ones(w.nd, 1), zeros(w.nd, 0), zeros2(2 * w.nd, 0), none;
+  STRAIT_ASSIGN_OR_RETURN(auto strides, attrs.getInts("strides", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto dils, attrs.getInts("dilations", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto pads, attrs.getInts("pads", zeros2));
+  STRAIT_ASSIGN_OR_RETURN(auto outPad, attrs.getInts("output_padding", zeros));
+  STRAIT_ASSIGN_OR_RETURN(auto outShape, attrs.getInts("output_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(std::string autoPad, attrs.getString("auto_pad", "NOTSET"));
+  if (static_cast<int>(strides.size()) != w.nd || static_cast<int>(dils.size()) != w.nd ||
+      static_cast<int>(pads.size()) != 2 * w.nd || static_cast<int>(outPad.size()) != w.nd)
+    return ctx.error("strides/dilations/pads/output_padding do not match the spatial rank");
+  if (!outShape.empty() && static_cast<int>(outShape.size()) != w.nd)
+    outShape.erase(outShape.begin(), outShape.end() - w.nd); // [N, C, ...] form
+  for (int d = 0; d < w.nd; ++d) {
+    int64_t in = x[2 + d], eff = (kernel[d] - 1) * dils[d] + 1;
+    int64_t full = strides[d] * (in - 1) + outPad[d] + eff;
+    int64_t pb = pads[d], pe = pads[d + w.nd], out;
+    bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+    if (!outShape.empty() || same) {
+      out = outShape.empty() ? in * strides[d] : outShape[d];
+      int64_t total = full - out; // may be negative: extra zeros at the end
+      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); // floor
+      pb = autoPad == "SAME_UPPER" ? half : total - half;
+    } else {
+      out = full - pb - pe;
+    }
+    int slot = 3 - w.nd + d;
+    w.in[slot] = out;
+    w.out[slot] = in;
+    w.k[slot] = kernel[d];
+    w.stride[slot] = strides[d];
+    w.dil[slot] = dils[d];
+    w.pad[slot] = pb;
+  }
+  return w;
+}
+
+Status convTransposeKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
+  const Tensor *bias = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (x->rank() < 3 || wt->rank() != x->rank() || group < 1 ||
+      wt->shape[0] != x->shape[1] || x->shape[1] % group)
+    return ctx.error("X " + x->typeString() + " and W " + wt->typeString() +
+                     " do not fit a transposed convolution with group " +
+                     std::to_string(group));
+  int64_t n = x->shape[0], c = x->shape[1], mg = wt->shape[1], m = mg * group;
+  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
+  STRAIT_ASSIGN_OR_RETURN(Window w, transposeWindow(ctx, x->shape, kshape));
+  Shape outShape = {n, m};
+  for (int d = 3 - w.nd; d < 3; ++d)
+    outShape.push_back(w.in[d]);
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
+    return ctx.error("bias must have M=" + std::to_string(m) + " f32 entries");
+  int64_t cg = c / group, kdim = mg * w.kSize(), p = w.outSize(), img = w.inSize();
+  std::vector<float> col(kdim * p);
+  std::fill(y->as<float>(), y->as<float>() + y->numel(), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < group; ++g) {
+      // col[(mg*K), P] = W_g^T [(mg*K) x cg] * X_g [cg x P]
+      sgemm(true, false, kdim, p, cg, 1.0f, wt->as<float>() + g * cg * kdim, kdim,
+            x->as<float>() + (i * c + g * cg) * p, p, 0.0f, col.data(), p);
+      col2im(col.data(), mg, w, y->as<float>() + (i * m + g * mg) * img);
+    }
+  if (bias)
+    for (int64_t i = 0; i < n * m; ++i) {
+      float b = bias->as<float>()[i % m];
+      float *row = y->as<float>() + i * img;
+      for (int64_t j = 0; j < img; ++j)
+        row[j] += b;
+    }
   return Status::ok();
 }
 
@@ -260,6 +375,7 @@ Status globalPoolKernel(KernelContext &ctx, PoolKind kind) {
 
 void addConvKernels(KernelTable &table) {
   table.add("Conv", convKernel);
+  table.add("ConvTranspose", convTransposeKernel);
   table.add("MaxPool",
             [](KernelContext &ctx) { return poolKernel(ctx, PoolKind::Max); });
   table.add("AveragePool", [](KernelContext &ctx) {

@@ -7,6 +7,8 @@
 #include "CpuKernels.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <new>
 
 namespace strait {
@@ -65,6 +67,53 @@ StatusOr<std::vector<int64_t>> readInts(const KernelContext &ctx,
   return v;
 }
 
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else { // subnormal: renormalize
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while (!(mant & 0x400));
+      bits = sign | ((127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint16_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx >= 0x7F800000u) // inf or nan
+    return sign | 0x7C00 | (absx > 0x7F800000u ? 0x200 : 0);
+  if (absx >= 0x477FF000u) // rounds to >= 65520: overflow to inf
+    return sign | 0x7C00;
+  if (absx < 0x38800000u) { // result is subnormal or zero
+    float a;
+    std::memcpy(&a, &absx, 4);
+    // 2^-24 is the smallest subnormal; nearbyint rounds to nearest even.
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  uint32_t mant = absx & 0x7FFFFF, exp = (absx >> 23) - 127 + 15;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
 namespace {
 
 class CpuBackend : public Backend {
@@ -78,11 +127,13 @@ public:
     addDataMovementKernels(table);
     addIndexingKernels(table);
     addGeneratorKernels(table);
+    addTrainingKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
     if (!kernel.domain().empty() && kernel.domain() != "ai.onnx" &&
-        kernel.domain() != "strait")
+        kernel.domain() != "strait" &&
+        kernel.domain() != "ai.onnx.preview.training")
       return unimplemented("cpu backend: unknown op domain '" +
                            kernel.domain() + "'");
     const KernelFn *fn = table.lookup(kernel.op());

@@ -27,6 +27,7 @@ void addReduceKernels(KernelTable &table);
 void addDataMovementKernels(KernelTable &table);
 void addIndexingKernels(KernelTable &table);
 void addGeneratorKernels(KernelTable &table);
+void addTrainingKernels(KernelTable &table);
 
 /// C[m,n] = A[m,k] * B[k,n] (+ C when accumulate), row-major, f32.
 void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,
@@ -42,6 +43,15 @@ void addResizeKernels(KernelTable &table);
 void stridedCopyBytes(const char *src, int64_t base,
                       const std::vector<int64_t> &strides, const Shape &out,
                       char *dst, size_t es);
+
+/// General row-major sgemm: C = alpha * op(A) * op(B) + beta * C.
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+           float alpha, const float *a, int64_t lda, const float *b,
+           int64_t ldb, float beta, float *c, int64_t ldc);
+
+/// IEEE half <-> float (round to nearest even).
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
 
 /// Maps a possibly negative axis into [0, rank); error when out of range.
 StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,
@@ -111,6 +121,14 @@ void broadcastRows(const Shape &out,
     MACRO(uint8_t);                                                            \
   case ::strait::program::DTYPE_I8:                                            \
     MACRO(int8_t);                                                             \
+  case ::strait::program::DTYPE_I16:                                           \
+    MACRO(int16_t);                                                            \
+  case ::strait::program::DTYPE_U16:                                           \
+    MACRO(uint16_t);                                                           \
+  case ::strait::program::DTYPE_U32:                                           \
+    MACRO(uint32_t);                                                           \
+  case ::strait::program::DTYPE_U64:                                           \
+    MACRO(uint64_t);                                                           \
   default:                                                                     \
     break;                                                                     \
   }

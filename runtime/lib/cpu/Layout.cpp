@@ -237,15 +237,62 @@ template <typename From> bool convertFrom(const Tensor &x, Tensor &y) {
   return false;
 }
 
+bool convertAny(const Tensor &x, Tensor &y) {
+#define STRAIT_CAST_ANY(T) return convertFrom<T>(x, y);
+  STRAIT_DISPATCH_NUMERIC(x.dtype, STRAIT_CAST_ANY)
+#undef STRAIT_CAST_ANY
+  if (x.dtype == program::DTYPE_BOOL)
+    return convertFrom<bool>(x, y);
+  return false;
+}
+
+Status castViaF32(KernelContext &ctx, const Tensor &x, Tensor &y) {
+  OwnedTensor mid(program::DTYPE_F32, x.shape);
+  bool ok = true;
+  if (x.dtype == program::DTYPE_F16) {
+    for (int64_t i = 0; i < x.numel(); ++i)
+      mid.as<float>()[i] = halfToFloat(x.as<uint16_t>()[i]);
+  } else if (x.dtype == program::DTYPE_BF16) {
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      uint32_t bits = uint32_t(x.as<uint16_t>()[i]) << 16;
+      std::memcpy(&mid.as<float>()[i], &bits, 4);
+    }
+  } else {
+    ok = convertAny(x, mid.tensor);
+  }
+  if (y.dtype == program::DTYPE_F16) {
+    for (int64_t i = 0; ok && i < x.numel(); ++i)
+      y.as<uint16_t>()[i] = floatToHalf(mid.as<float>()[i]);
+  } else if (y.dtype == program::DTYPE_BF16) {
+    for (int64_t i = 0; ok && i < x.numel(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &mid.as<float>()[i], 4);
+      if ((bits & 0x7FFFFFFFu) > 0x7F800000u) // NaN stays a quiet NaN
+        bits = (bits | 0x00400000u);
+      else // round to nearest even
+        bits += 0x7FFF + ((bits >> 16) & 1);
+      y.as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
+    }
+  } else {
+    ok = ok && convertFrom<float>(mid.tensor, y);
+  }
+  if (!ok)
+    return ctx.unsupported("cast " + x.typeString() + " to " + y.typeString());
+  return Status::ok();
+}
+
 Status castKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(int64_t to, ctx.getAttrs().getInt("to", 0));
   if (!program::DType_IsValid(static_cast<int>(to)) ||
-      to == program::DTYPE_F16 || to == program::DTYPE_BF16 ||
       dtypeSize(static_cast<DType>(to)) == 0)
     return ctx.unsupported("target type " + std::to_string(to));
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape,
                                                         static_cast<DType>(to)));
+  // f16 and bf16 go through f32 (exact for every 16-bit float value).
+  if (x->dtype == program::DTYPE_F16 || y->dtype == program::DTYPE_F16 ||
+      x->dtype == program::DTYPE_BF16 || y->dtype == program::DTYPE_BF16)
+    return castViaF32(ctx, *x, *y);
   bool done = false;
 #define STRAIT_CAST_FROM(T)                                                    \
   done = convertFrom<T>(*x, *y);                                               \

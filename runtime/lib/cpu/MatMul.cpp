@@ -141,6 +141,14 @@ void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,
               b, n, accumulate ? 1.0f : 0.0f, c, n);
 }
 
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+           float alpha, const float *a, int64_t lda, const float *b,
+           int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
+
 void addMatMulKernels(KernelTable &table) {
   table.add("MatMul", matMulKernel);
   table.add("Gemm", gemmKernel);

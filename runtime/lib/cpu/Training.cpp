@@ -1,0 +1,314 @@
+//===- Training.cpp - Losses and optimizer updates ------------------------===//
+//
+// Forward losses (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss with the
+// optional log_prob output) and optimizer updates: ONNX's preview training
+// ops Adagrad, Momentum and Adam, and Strait's AdamW (domain "strait",
+// decoupled weight decay). Optimizer outputs may alias their inputs (the
+// compiler updates parameters in place).
+//
+//===----------------------------------------------------------------------===//
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+struct LossShape {
+  int64_t n, c, d; // batch, classes, product of the extra dims
+};
+
+StatusOr<LossShape> lossShape(const KernelContext &ctx, const Tensor &x,
+                              const Tensor &target) {
+  if (x.rank() < 2 || target.rank() != x.rank() - 1 || target.shape[0] != x.shape[0])
+    return ctx.error("input " + x.typeString() + " and target " +
+                     target.typeString() + " do not fit [N, C, d...] / [N, d...]");
+  LossShape s{x.shape[0], x.shape[1], 1};
+  for (int64_t i = 2; i < x.rank(); ++i) {
+    if (target.shape[i - 1] != x.shape[i])
+      return ctx.error("target " + target.typeString() + " does not match input " +
+                       x.typeString());
+    s.d *= x.shape[i];
+  }
+  return s;
+}
+
+/// NLL over log-probabilities `logp` laid out [N, C, D].
+template <typename T>
+Status nllLoss(KernelContext &ctx, const T *logp, const LossShape &s,
+               const Tensor &target, const Tensor *weight, Tensor &out,
+               const Shape &noneShape) {
+  STRAIT_ASSIGN_OR_RETURN(std::string reduction, ctx.getAttrs().getString("reduction", "mean"));
+  bool hasIgnore = ctx.getAttrs().has("ignore_index");
+  STRAIT_ASSIGN_OR_RETURN(int64_t ignore, ctx.getAttrs().getInt("ignore_index", 0));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> labels, readInts(ctx, target));
+  if (weight && (weight->numel() != s.c || weight->dtype != out.dtype))
+    return ctx.error("weight " + weight->typeString() + " must have C entries");
+  if (reduction == "none") {
+    if (out.shape != noneShape)
+      return ctx.error("output is declared " + out.typeString() + ", expected " +
+                       shapeToString(noneShape));
+  } else if (reduction != "mean" && reduction != "sum") {
+    return ctx.error("unknown reduction '" + reduction + "'");
+  } else if (out.numel() != 1) {
+    return ctx.error("reduced loss must be a scalar, declared " + out.typeString());
+  }
+  double total = 0, weightSum = 0;
+  T *o = out.as<T>();
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t d = 0; d < s.d; ++d) {
+      int64_t label = labels[n * s.d + d];
+      double w = 0, l = 0;
+      if (!(hasIgnore && label == ignore)) {
+        if (label < 0 || label >= s.c)
+          return ctx.error("target " + std::to_string(label) + " outside [0, " +
+                           std::to_string(s.c) + ")");
+        w = weight ? static_cast<double>(weight->as<T>()[label]) : 1.0;
+        l = -static_cast<double>(logp[(n * s.c + label) * s.d + d]) * w;
+      }
+      if (reduction == "none")
+        o[n * s.d + d] = static_cast<T>(l);
+      total += l;
+      weightSum += w;
+    }
+  if (reduction == "sum")
+    o[0] = static_cast<T>(total);
+  else if (reduction == "mean")
+    o[0] = static_cast<T>(weightSum == 0 ? 0.0 : total / weightSum);
+  return Status::ok();
+}
+
+Status nllKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(LossShape s, lossShape(ctx, *x, *t));
+  Tensor *out = ctx.output(0);
+  if (!out || out->dtype != x->dtype)
+    return ctx.error("output 0 must have the input's dtype");
+  if (x->dtype == program::DTYPE_F32)
+    return nllLoss<float>(ctx, x->as<float>(), s, *t, ctx.input(2), *out, t->shape);
+  if (x->dtype == program::DTYPE_F64)
+    return nllLoss<double>(ctx, x->as<double>(), s, *t, ctx.input(2), *out, t->shape);
+  return ctx.unsupported("dtype " + x->typeString());
+}
+
+template <typename T>
+Status runSce(KernelContext &ctx, const Tensor &x, const Tensor &t, const LossShape &s) {
+  std::vector<T> scratch;
+  T *logp;
+  if (Tensor *lp = ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(lp, ctx.requireOutput(1, x.shape, x.dtype));
+    logp = lp->as<T>();
+  } else {
+    scratch.resize(x.numel());
+    logp = scratch.data();
+  }
+  const T *in = x.as<T>();
+  parallelFor(s.n * s.d, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t n = r / s.d, d = r % s.d;
+      auto at = [&](int64_t c) { return (n * s.c + c) * s.d + d; };
+      double mx = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < s.c; ++c)
+        mx = std::max<double>(mx, in[at(c)]);
+      for (int64_t c = 0; c < s.c; ++c)
+        sum += std::exp(in[at(c)] - mx);
+      double lse = mx + std::log(sum);
+      for (int64_t c = 0; c < s.c; ++c)
+        logp[at(c)] = static_cast<T>(in[at(c)] - lse);
+    }
+  });
+  return nllLoss<T>(ctx, logp, s, t, ctx.input(2), *ctx.output(0), t.shape);
+}
+
+Status sceKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(LossShape s, lossShape(ctx, *x, *t));
+  if (!ctx.output(0) || ctx.output(0)->dtype != x->dtype)
+    return ctx.error("output 0 must have the input's dtype");
+  if (x->dtype == program::DTYPE_F32)
+    return runSce<float>(ctx, *x, *t, s);
+  if (x->dtype == program::DTYPE_F64)
+    return runSce<double>(ctx, *x, *t, s);
+  return ctx.unsupported("dtype " + x->typeString());
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+/// Reads the scalar learning rate (input 0) and step count (input 1) and
+/// checks that the remaining inputs form `groups` groups of n tensors with
+/// matching f32 shapes, and that outputs mirror them.
+struct OptimizerArgs {
+  float lr = 0;
+  int64_t step = 0;
+  size_t n = 0;
+};
+
+StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
+                                      size_t outGroups) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *r, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
+  OptimizerArgs a;
+  if (r->numel() != 1 || (r->dtype != program::DTYPE_F32 && r->dtype != program::DTYPE_F64))
+    return ctx.error("learning rate must be a float scalar");
+  a.lr = r->dtype == program::DTYPE_F32 ? r->as<float>()[0]
+                                        : static_cast<float>(r->as<double>()[0]);
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> tv, readInts(ctx, *t));
+  if (tv.size() != 1)
+    return ctx.error("step count must be a scalar");
+  a.step = tv[0];
+  size_t rest = ctx.numInputs() - 2;
+  if (rest == 0 || rest % groups)
+    return ctx.error(std::to_string(rest) + " tensor inputs do not form " +
+                     std::to_string(groups) + " equal groups");
+  a.n = rest / groups;
+  if (ctx.numOutputs() != a.n * outGroups)
+    return ctx.error("expected " + std::to_string(a.n * outGroups) + " outputs");
+  for (size_t i = 0; i < a.n; ++i) {
+    const Tensor *x = ctx.input(2 + i);
+    for (size_t g = 0; g < groups; ++g) {
+      const Tensor *in = ctx.input(2 + g * a.n + i);
+      if (!in || in->dtype != program::DTYPE_F32 || in->shape != x->shape)
+        return ctx.unsupported("optimizer tensors must be f32 of equal shapes");
+    }
+    for (size_t g = 0; g < outGroups; ++g)
+      STRAIT_RETURN_IF_ERROR(ctx.requireOutput(g * a.n + i, x->shape, x->dtype).getStatus());
+  }
+  return a;
+}
+
+const float *in(const KernelContext &ctx, const OptimizerArgs &a, size_t group, size_t i) {
+  return ctx.input(2 + group * a.n + i)->as<float>();
+}
+float *out(const KernelContext &ctx, const OptimizerArgs &a, size_t group, size_t i) {
+  return ctx.output(group * a.n + i)->as<float>();
+}
+
+Status adagradKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 3, 2));
+  const AttrReader &at = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float decay, at.getFloat("decay_factor", 0));
+  STRAIT_ASSIGN_OR_RETURN(float eps, at.getFloat("epsilon", 1e-6f));
+  STRAIT_ASSIGN_OR_RETURN(float norm, at.getFloat("norm_coefficient", 0));
+  float r = a.lr / (1 + a.step * decay);
+  for (size_t i = 0; i < a.n; ++i) {
+    const float *x = in(ctx, a, 0, i), *g = in(ctx, a, 1, i), *h = in(ctx, a, 2, i);
+    float *xo = out(ctx, a, 0, i), *ho = out(ctx, a, 1, i);
+    for (int64_t k = 0; k < ctx.input(2 + i)->numel(); ++k) {
+      float gr = norm * x[k] + g[k];
+      float hn = h[k] + gr * gr;
+      xo[k] = x[k] - r * gr / (std::sqrt(hn) + eps);
+      ho[k] = hn;
+    }
+  }
+  return Status::ok();
+}
+
+Status momentumKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 3, 2));
+  const AttrReader &at = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float alpha, at.getFloat("alpha", 0));
+  STRAIT_ASSIGN_OR_RETURN(float beta, at.getFloat("beta", 0));
+  STRAIT_ASSIGN_OR_RETURN(float norm, at.getFloat("norm_coefficient", 0));
+  STRAIT_ASSIGN_OR_RETURN(std::string mode, at.getString("mode", "standard"));
+  if (mode != "standard" && mode != "nesterov")
+    return ctx.error("unknown mode '" + mode + "'");
+  float b = a.step > 0 ? beta : 1.0f;
+  for (size_t i = 0; i < a.n; ++i) {
+    const float *x = in(ctx, a, 0, i), *g = in(ctx, a, 1, i), *v = in(ctx, a, 2, i);
+    float *xo = out(ctx, a, 0, i), *vo = out(ctx, a, 1, i);
+    for (int64_t k = 0; k < ctx.input(2 + i)->numel(); ++k) {
+      float gr = norm * x[k] + g[k];
+      float vn = alpha * v[k] + b * gr;
+      xo[k] = mode == "standard" ? x[k] - a.lr * vn : x[k] - a.lr * (gr + alpha * vn);
+      vo[k] = vn;
+    }
+  }
+  return Status::ok();
+}
+
+Status adamKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3));
+  const AttrReader &at = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float alpha, at.getFloat("alpha", 0.9f));
+  STRAIT_ASSIGN_OR_RETURN(float beta, at.getFloat("beta", 0.999f));
+  STRAIT_ASSIGN_OR_RETURN(float eps, at.getFloat("epsilon", 1e-6f));
+  STRAIT_ASSIGN_OR_RETURN(float norm, at.getFloat("norm_coefficient", 0));
+  STRAIT_ASSIGN_OR_RETURN(float post, at.getFloat("norm_coefficient_post", 0));
+  double r = a.lr;
+  if (a.step > 0)
+    r = a.lr * std::sqrt(1 - std::pow(double(beta), double(a.step))) /
+        (1 - std::pow(double(alpha), double(a.step)));
+  for (size_t i = 0; i < a.n; ++i) {
+    const float *x = in(ctx, a, 0, i), *g = in(ctx, a, 1, i);
+    const float *v = in(ctx, a, 2, i), *h = in(ctx, a, 3, i);
+    float *xo = out(ctx, a, 0, i), *vo = out(ctx, a, 1, i), *ho = out(ctx, a, 2, i);
+    for (int64_t k = 0; k < ctx.input(2 + i)->numel(); ++k) {
+      float gr = norm * x[k] + g[k];
+      float vn = alpha * v[k] + (1 - alpha) * gr;
+      float hn = beta * h[k] + (1 - beta) * gr * gr;
+      float xn = x[k] - static_cast<float>(r) * (vn / (std::sqrt(hn) + eps));
+      xo[k] = (1 - post) * xn;
+      vo[k] = vn;
+      ho[k] = hn;
+    }
+  }
+  return Status::ok();
+}
+
+/// AdamW (Loshchilov & Hutter): inputs lr, step (1-based), X..., G..., M...,
+/// V...; outputs X..., M..., V...; attributes beta1, beta2, epsilon,
+/// weight_decay. Bias-corrected moments, decoupled weight decay.
+Status adamWKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3));
+  const AttrReader &at = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float b1, at.getFloat("beta1", 0.9f));
+  STRAIT_ASSIGN_OR_RETURN(float b2, at.getFloat("beta2", 0.999f));
+  STRAIT_ASSIGN_OR_RETURN(float eps, at.getFloat("epsilon", 1e-8f));
+  STRAIT_ASSIGN_OR_RETURN(float wd, at.getFloat("weight_decay", 0.01f));
+  if (a.step < 1)
+    return ctx.error("AdamW step count must start at 1, got " + std::to_string(a.step));
+  float c1 = 1 - static_cast<float>(std::pow(double(b1), double(a.step)));
+  float c2 = 1 - static_cast<float>(std::pow(double(b2), double(a.step)));
+  for (size_t i = 0; i < a.n; ++i) {
+    const float *x = in(ctx, a, 0, i), *g = in(ctx, a, 1, i);
+    const float *m = in(ctx, a, 2, i), *v = in(ctx, a, 3, i);
+    float *xo = out(ctx, a, 0, i), *mo = out(ctx, a, 1, i), *vo = out(ctx, a, 2, i);
+    int64_t count = ctx.input(2 + i)->numel();
+    parallelFor(count, 16384, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        float mn = b1 * m[k] + (1 - b1) * g[k];
+        float vn = b2 * v[k] + (1 - b2) * g[k] * g[k];
+        float update = (mn / c1) / (std::sqrt(vn / c2) + eps);
+        xo[k] = x[k] - a.lr * (update + wd * x[k]);
+        mo[k] = mn;
+        vo[k] = vn;
+      }
+    });
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+void addTrainingKernels(KernelTable &table) {
+  table.add("NegativeLogLikelihoodLoss", nllKernel);
+  table.add("SoftmaxCrossEntropyLoss", sceKernel);
+  table.add("Adagrad", adagradKernel);
+  table.add("Momentum", momentumKernel);
+  table.add("Adam", adamKernel);
+  table.add("AdamW", adamWKernel);
+}
+
+} // namespace cpu
+} // namespace rt
+} // namespace strait
