@@ -6,6 +6,8 @@
 #include "OnnxToProgram.h"
 
 #include <cstring>
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
 #include <fcntl.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <map>
@@ -121,15 +123,89 @@ program::Value *addValue(program::Program &p, uint32_t id, const std::string &na
 }
 } // namespace
 
+namespace {
+
+/// Static shapes of every intermediate value, from ONNX shape inference
+/// (with data propagation) seeded with the concrete input shapes.
+StatusOr<std::map<std::string, onnx::TypeProto_Tensor>>
+inferIntermediateTypes(const onnx::ModelProto &model,
+                       const std::vector<onnx::TensorProto> &inputs) {
+  onnx::ModelProto copy = model;
+  onnx::GraphProto *g = copy.mutable_graph();
+  for (int i = 0; i < g->input_size(); ++i) {
+    auto *shape = g->mutable_input(i)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : inputs[i].dims())
+      shape->add_dim()->set_dim_value(d);
+  }
+  try {
+    onnx::ShapeInferenceOptions options(false, 0, true);
+    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(), options);
+  } catch (const std::exception &e) {
+    return unimplemented(std::string("ONNX shape inference failed: ") + e.what());
+  }
+  std::map<std::string, onnx::TypeProto_Tensor> types;
+  for (const auto &vi : copy.graph().value_info())
+    if (vi.type().has_tensor_type())
+      types[vi.name()] = vi.type().tensor_type();
+  return types;
+}
+
+Status addIntermediate(program::Program &p, uint32_t id, const std::string &name,
+                       const std::map<std::string, onnx::TypeProto_Tensor> &types) {
+  auto it = types.find(name);
+  if (it == types.end() || !it->second.has_shape())
+    return unimplemented("no static shape inferred for intermediate '" + name + "'");
+  program::Value *v = p.add_values();
+  v->set_id(id);
+  v->set_name(name);
+  v->set_dtype(static_cast<DType>(it->second.elem_type()));
+  if (dtypeSize(v->dtype()) == 0)
+    return unimplemented("intermediate '" + name + "' has element type " +
+                         std::to_string(it->second.elem_type()));
+  for (const auto &d : it->second.shape().dim()) {
+    if (!d.has_dim_value())
+      return unimplemented("intermediate '" + name + "' has a dynamic shape");
+    v->add_shape(d.dim_value());
+  }
+  v->set_role(program::ROLE_ACTIVATION);
+  return Status::ok();
+}
+
+Status addKernel(program::Program &p, const onnx::ModelProto &model,
+                 const onnx::NodeProto &node, uint32_t kernelId,
+                 const std::map<std::string, uint32_t> &ids) {
+  program::Kernel *k = p.add_kernels();
+  k->set_id(kernelId);
+  k->set_op(node.op_type());
+  k->set_domain(node.domain());
+  k->set_name(node.name().empty() ? node.op_type() + "_" + std::to_string(kernelId)
+                                  : node.name());
+  for (const auto &op : model.opset_import())
+    if (op.domain() == node.domain() || (op.domain() == "ai.onnx" && node.domain().empty()))
+      k->set_opset(op.version());
+  for (const std::string &in : node.input()) {
+    auto it = ids.find(in);
+    if (!in.empty() && it == ids.end())
+      return invalidArgument("node input '" + in + "' is not defined before use");
+    k->add_inputs(in.empty() ? 0xFFFFFFFFu : it->second);
+  }
+  for (const std::string &out : node.output())
+    k->add_outputs(out.empty() ? 0xFFFFFFFFu : ids.at(out));
+  for (const auto &a : node.attribute()) {
+    STRAIT_ASSIGN_OR_RETURN(program::Attribute attr, convertAttribute(a));
+    (*k->mutable_attrs())[a.name()] = attr;
+  }
+  return Status::ok();
+}
+
+} // namespace
+
 StatusOr<program::Program>
 buildNodeProgram(const onnx::ModelProto &model,
                  const std::vector<onnx::TensorProto> &inputs,
                  const std::vector<onnx::TensorProto> &outputs) {
   const onnx::GraphProto &g = model.graph();
-  if (g.node_size() != 1)
-    return unimplemented("graph has " + std::to_string(g.node_size()) +
-                         " nodes; the conformance tool runs one-node tests");
-  const onnx::NodeProto &node = g.node(0);
   if (static_cast<int>(inputs.size()) != g.input_size() ||
       static_cast<int>(outputs.size()) != g.output_size())
     return invalidArgument("test data does not match graph inputs/outputs");
@@ -138,6 +214,8 @@ buildNodeProgram(const onnx::ModelProto &model,
       if (vi.type().value_case() != onnx::TypeProto::kTensorType)
         return unimplemented("value '" + vi.name() +
                              "' is not a tensor (sequence/optional/map)");
+  if (g.initializer_size() > 0)
+    return unimplemented("graph initializers");
   program::Program p;
   p.set_format_version(program::FORMAT_VERSION_1);
   p.set_rank(0);
@@ -158,42 +236,25 @@ buildNodeProgram(const onnx::ModelProto &model,
     addValue(p, next, g.output(i).name(), outputs[i], program::ROLE_OUTPUT);
     ids[g.output(i).name()] = next++;
   }
-  program::Kernel *k = p.add_kernels();
-  k->set_id(0);
-  k->set_op(node.op_type());
-  k->set_domain(node.domain());
-  k->set_name(node.name().empty() ? node.op_type() : node.name());
-  for (const auto &op : model.opset_import())
-    if (op.domain() == node.domain() || (op.domain() == "ai.onnx" && node.domain().empty()))
-      k->set_opset(op.version());
-  for (const std::string &in : node.input()) {
-    if (in.empty()) {
-      k->add_inputs(0xFFFFFFFFu);
-      continue;
-    }
-    auto it = ids.find(in);
-    if (it == ids.end())
-      return invalidArgument("node input '" + in + "' is not a graph input");
-    k->add_inputs(it->second);
-  }
-  for (const std::string &out : node.output()) {
-    if (out.empty()) {
-      k->add_outputs(0xFFFFFFFFu);
-      continue;
-    }
-    auto it = ids.find(out);
-    if (it == ids.end())
-      return unimplemented("node output '" + out + "' is not a graph output");
-    k->add_outputs(it->second);
-  }
-  for (const auto &a : node.attribute()) {
-    STRAIT_ASSIGN_OR_RETURN(program::Attribute attr, convertAttribute(a));
-    (*k->mutable_attrs())[a.name()] = attr;
+  std::map<std::string, onnx::TypeProto_Tensor> types;
+  if (g.node_size() > 1) {
+    STRAIT_ASSIGN_OR_RETURN(types, inferIntermediateTypes(model, inputs));
   }
   program::Step *step = p.add_steps();
-  step->set_id(0);
-  step->set_label("node");
-  step->mutable_run()->add_kernel_ids(0);
+  step->set_label("graph");
+  for (int n = 0; n < g.node_size(); ++n) {
+    const onnx::NodeProto &node = g.node(n);
+    for (const std::string &out : node.output()) {
+      if (out.empty() || ids.count(out))
+        continue;
+      if (g.node_size() == 1)
+        return unimplemented("node output '" + out + "' is not a graph output");
+      STRAIT_RETURN_IF_ERROR(addIntermediate(p, next, out, types));
+      ids[out] = next++;
+    }
+    STRAIT_RETURN_IF_ERROR(addKernel(p, model, node, n, ids));
+    step->mutable_run()->add_kernel_ids(n);
+  }
   return p;
 }
 

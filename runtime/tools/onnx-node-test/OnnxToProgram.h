@@ -1,9 +1,9 @@
-//===- OnnxToProgram.h - One-node ONNX models as device programs -*- C++ -*-===//
+//===- OnnxToProgram.h - ONNX test models as device programs ---*- C++ -*-===//
 //
 // Test-only conversion used by the conformance tool: an ONNX node test
-// (model.onnx with one node, plus input/output TensorProtos) becomes a
-// one-kernel strait.program.Program whose value shapes come from the test
-// data. Links onnx_proto; never part of the runtime libraries.
+// (model.onnx, plus input/output TensorProtos) becomes a
+// strait.program.Program whose input/output shapes come from the test data.
+// Links onnx; never part of the runtime libraries.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_TOOLS_ONNXTOPROGRAM_H
@@ -28,8 +28,10 @@ StatusOr<program::TensorData> convertTensor(const onnx::TensorProto &t);
 /// Converts one ONNX attribute; Unimplemented for graphs and sparse tensors.
 StatusOr<program::Attribute> convertAttribute(const onnx::AttributeProto &a);
 
-/// Builds a program running the model's single node. Input value ids are
-/// 0..inputs-1 in graph-input order, outputs follow in graph-output order.
+/// Builds a program running the model's nodes in order (one run step).
+/// Input value ids are 0..inputs-1 in graph-input order, outputs follow in
+/// graph-output order; intermediates of multi-node graphs get their static
+/// shapes from ONNX shape inference and are activations.
 StatusOr<program::Program>
 buildNodeProgram(const onnx::ModelProto &model,
                  const std::vector<onnx::TensorProto> &inputs,
