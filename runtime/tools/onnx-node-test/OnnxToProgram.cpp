@@ -204,7 +204,8 @@ Status addKernel(program::Program &p, const onnx::ModelProto &model,
 StatusOr<program::Program>
 buildNodeProgram(const onnx::ModelProto &model,
                  const std::vector<onnx::TensorProto> &inputs,
-                 const std::vector<onnx::TensorProto> &outputs) {
+                 const std::vector<onnx::TensorProto> &outputs,
+                 program::ParameterShardFile *shards) {
   const onnx::GraphProto &g = model.graph();
   if (static_cast<int>(inputs.size()) != g.input_size() ||
       static_cast<int>(outputs.size()) != g.output_size())
@@ -214,8 +215,6 @@ buildNodeProgram(const onnx::ModelProto &model,
       if (vi.type().value_case() != onnx::TypeProto::kTensorType)
         return unimplemented("value '" + vi.name() +
                              "' is not a tensor (sequence/optional/map)");
-  if (g.initializer_size() > 0)
-    return unimplemented("graph initializers");
   program::Program p;
   p.set_format_version(program::FORMAT_VERSION_1);
   p.set_rank(0);
@@ -235,6 +234,22 @@ buildNodeProgram(const onnx::ModelProto &model,
       return unimplemented("output element type " + std::to_string(outputs[i].data_type()));
     addValue(p, next, g.output(i).name(), outputs[i], program::ROLE_OUTPUT);
     ids[g.output(i).name()] = next++;
+  }
+  // Initializers become parameters, initialized from the shard file.
+  if (g.initializer_size() > 0 && !shards)
+    return unimplemented("graph initializers without a shard file");
+  if (shards)
+    shards->set_format_version(program::FORMAT_VERSION_1);
+  for (const onnx::TensorProto &init : g.initializer()) {
+    if (ids.count(init.name()))
+      continue; // also a graph input: the test data provides it
+    STRAIT_ASSIGN_OR_RETURN(program::TensorData data, convertTensor(init));
+    program::Value *v = addValue(p, next, init.name(), init, program::ROLE_PARAMETER);
+    v->set_parameter_name(init.name());
+    program::ParameterEntry *e = shards->add_parameters();
+    e->set_name(init.name());
+    *e->mutable_data() = std::move(data);
+    ids[init.name()] = next++;
   }
   std::map<std::string, onnx::TypeProto_Tensor> types;
   if (g.node_size() > 1) {

@@ -32,10 +32,13 @@ StatusOr<program::Attribute> convertAttribute(const onnx::AttributeProto &a);
 /// Input value ids are 0..inputs-1 in graph-input order, outputs follow in
 /// graph-output order; intermediates of multi-node graphs get their static
 /// shapes from ONNX shape inference and are activations.
+/// Graph initializers become ROLE_PARAMETER values whose data goes into
+/// `shards` (required when the graph has initializers).
 StatusOr<program::Program>
 buildNodeProgram(const onnx::ModelProto &model,
                  const std::vector<onnx::TensorProto> &inputs,
-                 const std::vector<onnx::TensorProto> &outputs);
+                 const std::vector<onnx::TensorProto> &outputs,
+                 program::ParameterShardFile *shards);
 
 /// Parses a serialized protobuf file into `message`.
 Status readProto(const std::string &path, google::protobuf::Message &message);

@@ -7,8 +7,8 @@
 //   exact equality for integers and bool.
 // One line per test: "PASS|FAIL|SKIP <op> <test> [reason]". SKIP means the
 // runtime reported Unimplemented (op, dtype or feature not supported).
-// Exit status 1 when a test fails, or with --list FILE when a listed test
-// does not pass (the regression check registered with ctest).
+// Exit status 1 when a test fails, or with --list FILE / --strict when a test
+// does not pass (the regression checks registered with ctest).
 //
 //===----------------------------------------------------------------------===//
 #include "OnnxToProgram.h"
@@ -33,6 +33,7 @@ struct Options {
   std::string listFile;
   std::vector<std::string> tests;
   bool quiet = false;
+  bool strict = false; // a skipped test fails the run too
 };
 
 bool exists(const std::string &path) {
@@ -122,10 +123,12 @@ Status runDataSet(const onnx::ModelProto &model, const std::string &dir,
   };
   retype(inputs, model.graph().input());
   retype(outputs, model.graph().output());
+  program::ParameterShardFile shards;
   STRAIT_ASSIGN_OR_RETURN(program::Program p,
-                          onnxtest::buildNodeProgram(model, inputs, outputs));
+                          onnxtest::buildNodeProgram(model, inputs, outputs, &shards));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create(p, registry));
+  STRAIT_RETURN_IF_ERROR(exec->loadParameters(shards));
   for (size_t i = 0; i < inputs.size(); ++i) {
     STRAIT_ASSIGN_OR_RETURN(program::TensorData data, onnxtest::convertTensor(inputs[i]));
     STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(static_cast<uint32_t>(i)));
@@ -178,6 +181,8 @@ bool parseArgs(int argc, char **argv, Options &o) {
       o.listFile = next();
     else if (a == "--quiet")
       o.quiet = true;
+    else if (a == "--strict")
+      o.strict = true;
     else if (a == "--help" || a.rfind("--", 0) == 0)
       return false;
     else
@@ -192,7 +197,8 @@ int main(int argc, char **argv) {
   Options o;
   if (!parseArgs(argc, argv, o)) {
     std::cerr << "usage: strait-onnx-node-test [--root DIR] [--list FILE] "
-                 "[--rtol R] [--atol A] [--quiet] [TEST_DIR|TEST_NAME ...]\n"
+                 "[--rtol R] [--atol A] [--quiet] [--strict] [TEST_DIR|TEST_NAME ...]\n"
+                 "  --strict: skipped tests fail the run (implied by --list)\n"
                  "  no tests and no --list: every test_* under --root\n";
     return 2;
   }
@@ -229,6 +235,6 @@ int main(int argc, char **argv) {
   }
   std::cout << "summary: " << pass << " passed, " << fail << " failed, " << skip
             << " skipped (rtol " << o.rtol << ", atol " << o.atol << ")\n";
-  bool listed = !o.listFile.empty();
-  return fail > 0 || (listed && skip > 0) ? 1 : 0;
+  bool strict = o.strict || !o.listFile.empty();
+  return fail > 0 || (strict && skip > 0) ? 1 : 0;
 }
