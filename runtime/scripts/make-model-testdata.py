@@ -20,6 +20,23 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 
+def randomize_external(model, rng):
+    for i, t in enumerate(model.graph.initializer):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        shape = list(t.dims)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+        if len(shape) >= 2:
+            fan_in = int(np.prod(shape[1:]))
+            v = rng.standard_normal(shape) * np.sqrt(1.0 / max(fan_in, 1))
+        elif "var" in t.name or "weight" in t.name:
+            v = rng.uniform(0.5, 1.5, size=shape)
+        else:
+            v = rng.standard_normal(shape) * 0.05
+        model.graph.initializer[i].CopyFrom(
+            numpy_helper.from_array(v.astype(dtype), t.name))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -28,10 +45,16 @@ def main():
                     help="symbolic dim value, e.g. batch=2")
     ap.add_argument("--vocab", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--random-weights", action="store_true",
+                    help="replace external (uncommitted) initializers by seeded "
+                         "random data: fan-in scaled normals for weights, "
+                         "U(0.5, 1.5) for variances and scales, small biases")
     args = ap.parse_args()
     dims = dict(s.split("=") for s in args.shape)
-    model = onnx.load(args.model)
     rng = np.random.default_rng(args.seed)
+    model = onnx.load(args.model, load_external_data=not args.random_weights)
+    if args.random_weights:
+        randomize_external(model, rng)
     feeds = {}
     init_names = {i.name for i in model.graph.initializer}
     for inp in model.graph.input:
@@ -45,11 +68,13 @@ def main():
             feeds[inp.name] = rng.integers(0, args.vocab, size=shape).astype(dtype)
         else:
             feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
-    sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     # Static shapes of every intermediate, as a compiler's shape refinement
     # would produce them: run once more with all node outputs exposed.
-    probe = onnx.load(args.model)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
     known = {o.name for o in probe.graph.output}
     names = [n for node in probe.graph.node for n in node.output
              if n and n not in known]

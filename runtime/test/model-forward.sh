@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Whole-model forward check: runs each committed tiny model through the
-# runtime (strait-onnx-node-test) and compares with onnxruntime.
+# Whole-model forward check: runs reference models through the runtime
+# (strait-onnx-node-test) and compares with onnxruntime.
+#   default: gpt2-tiny and llama-tiny (committed weights) at two shapes, and
+#            mobilenet-v3-large with seeded random weights;
+#   STRAIT_FORWARD_ALL=1: also resnet50, resnet101, vit-b-16, bert-base and
+#            gpt2 with seeded random weights (several GB of scratch space).
 # usage: model-forward.sh TOOL SOURCE_DIR WORK_DIR
 # Exits 77 (ctest skip) when Python with onnx + onnxruntime is not available.
 set -euo pipefail
@@ -12,15 +16,26 @@ if [ -z "$python" ] || ! "$python" -c "import onnx, onnxruntime, numpy" 2>/dev/n
   exit 77
 fi
 status=0
+check() { # name out-suffix make-testdata-args...
+  local m=$1 suffix=$2
+  shift 2
+  local model=$src/models/$m/$m.onnx out=$work/model-forward/$m-$suffix
+  [ -f "$model" ] || { echo "FAIL missing $model"; status=1; return; }
+  "$python" "$src/runtime/scripts/make-model-testdata.py" "$model" "$out" --seed 7 "$@"
+  "$tool" --strict --rtol 1e-3 --atol 1e-4 "$out" || status=1
+  rm -rf "$out"
+}
 for m in gpt2-tiny llama-tiny; do
-  model=$src/models/$m/$m.onnx
-  [ -f "$model" ] || { echo "missing $model"; status=1; continue; }
-  for shape in "batch=1 seq=5" "batch=2 seq=16"; do
-    set -- $shape
-    out=$work/model-forward/$m-${1#batch=}x${2#seq=}
-    "$python" "$src/runtime/scripts/make-model-testdata.py" "$model" "$out" \
-      --shape "$1" --shape "$2" --vocab 200 --seed 7
-    "$tool" --strict --rtol 1e-3 --atol 1e-4 "$out" || status=1
-  done
+  check $m 1x5 --shape batch=1 --shape seq=5 --vocab 200
+  check $m 2x16 --shape batch=2 --shape seq=16 --vocab 200
 done
+check mobilenet-v3-large 2 --shape batch=2 --random-weights
+if [ "${STRAIT_FORWARD_ALL:-0}" = 1 ]; then
+  for m in resnet50 resnet101 vit-b-16; do
+    check $m 1 --shape batch=1 --random-weights
+  done
+  for m in bert-base gpt2; do
+    check $m 2x16 --shape batch=2 --shape seq=16 --vocab 1000 --random-weights
+  done
+fi
 exit $status
