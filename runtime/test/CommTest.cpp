@@ -101,6 +101,41 @@ TEST(GlooComm, AllReduceSumOverFourRanks) {
            });
 }
 
+TEST(GlooComm, GroupAllReduceOverDisjointAndUnevenGroups) {
+  std::string dir = makeStoreDir();
+  runRanks(4, [&](int r) { return fileOptions(dir, r, 4); },
+           [&](int rank, Communicator &comm) {
+             // Two disjoint pairs on the same channel, like the replicas of
+             // two pipeline stages.
+             std::vector<int> pair = rank % 2 ? std::vector<int>{1, 3}
+                                              : std::vector<int>{0, 2};
+             const int n = 1001;
+             OwnedTensor t(program::DTYPE_F32, {n});
+             for (int i = 0; i < n; ++i)
+               t.as<float>()[i] = float(rank) + i;
+             Status s = comm.allReduceSumGroup(t.tensor, pair, 5);
+             EXPECT_TRUE(s.isOk()) << s.toString();
+             float expect0 = rank % 2 ? 4.0f : 2.0f;
+             EXPECT_EQ(t.as<float>()[0], expect0);
+             EXPECT_EQ(t.as<float>()[n - 1], expect0 + 2.0f * (n - 1));
+             // A group of three with fewer elements than ranks (empty chunks).
+             if (rank != 2) {
+               OwnedTensor small(program::DTYPE_F32, {2});
+               small.as<float>()[0] = 1;
+               small.as<float>()[1] = float(rank);
+               s = comm.allReduceSumGroup(small.tensor, {0, 1, 3}, 6);
+               EXPECT_TRUE(s.isOk()) << s.toString();
+               EXPECT_EQ(small.as<float>()[0], 3.0f);
+               EXPECT_EQ(small.as<float>()[1], 4.0f);
+             }
+             OwnedTensor x(program::DTYPE_F32, {3});
+             Status bad = comm.allReduceSumGroup(x.tensor, {(rank + 1) % 4}, 7);
+             EXPECT_NE(bad.getMessage().find("not in its all-reduce group"),
+                       std::string::npos) << bad.toString();
+             EXPECT_TRUE(comm.barrier().isOk());
+           });
+}
+
 TEST(GlooComm, SizeMismatchNamesBothSides) {
   std::string dir = makeStoreDir();
   runRanks(2, [&](int r) { return fileOptions(dir, r, 2); },
@@ -306,5 +341,32 @@ TEST(GlooComm, RedisRendezvousThreeRanks) {
              Status s = comm.allReduceSum(t.tensor, 0);
              EXPECT_TRUE(s.isOk()) << s.toString();
              EXPECT_EQ(t.as<float>()[4], 3.0f);
+           });
+}
+
+/// Four ranks as 2 stages x 2 replicas: each stage averages its gradient
+/// over its replicas through an AllReduce step with a rank group.
+TEST(GlooComm, ExecutorGroupAllReduceMean) {
+  std::string dir = makeStoreDir();
+  runRanks(4, [&](int r) { return fileOptions(dir, r, 4); },
+           [](int rank, Communicator &comm) {
+             ProgramBuilder b(rank, 4);
+             uint32_t grad = b.addValue("grad", program::DTYPE_F32, {5}, program::ROLE_GRADIENT);
+             auto *ar = b.get().add_steps()->mutable_all_reduce();
+             ar->add_value_ids(grad);
+             ar->add_ranks(rank % 2);
+             ar->add_ranks(rank % 2 + 2);
+             ar->set_reduce(program::REDUCE_MEAN);
+             BackendRegistry reg;
+             registerCpuBackend(reg);
+             auto exec = Executor::create(b.get(), reg, &comm);
+             ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+             Tensor g = *(*exec)->getValue(grad);
+             for (int i = 0; i < 5; ++i)
+               g.as<float>()[i] = float(rank * 10 + i);
+             Status s = (*exec)->run();
+             ASSERT_TRUE(s.isOk()) << s.toString();
+             // mean of rank r and r+2: 10 * (r%2 + 1) + i
+             EXPECT_EQ(g.as<float>()[3], 10.0f * (rank % 2 + 1) + 3);
            });
 }

@@ -84,6 +84,20 @@ TEST(Program, RejectsBadShapesAndRoles) {
   EXPECT_NE(errorOf(p).find("values[0].dtype"), std::string::npos);
 }
 
+TEST(Program, RejectsAllReduceGroupWithoutOwnRank) {
+  program::Program p = validProgram();
+  auto *ar = p.add_steps()->mutable_all_reduce();
+  ar->add_value_ids(1);
+  ar->add_ranks(1);
+  EXPECT_NE(errorOf(p).find("steps[2].all_reduce.ranks: does not contain this "
+                            "program's rank 0"),
+            std::string::npos);
+  ar->clear_ranks();
+  ar->add_ranks(1);
+  ar->add_ranks(0);
+  EXPECT_NE(errorOf(p).find("not sorted and distinct"), std::string::npos);
+}
+
 TEST(Program, RejectsArenaOverflow) {
   program::Program p = validProgram();
   p.mutable_memory_plan()->set_arena_bytes(16);

@@ -49,6 +49,8 @@ public:
   Status send(const Tensor &tensor, int peer, uint32_t channel) override;
   Status recv(const Tensor &tensor, int peer, uint32_t channel) override;
   Status allReduceSum(const Tensor &tensor, uint32_t channel) override;
+  Status allReduceSumGroup(const Tensor &tensor, const std::vector<int> &ranks,
+                           uint32_t channel) override;
   Status barrier() override;
 
 private:
@@ -192,6 +194,71 @@ Status GlooCommunicator::allReduceSum(const Tensor &tensor, uint32_t channel) {
   } catch (const std::exception &e) {
     return markBroken(fromException(
         e, ("all-reduce on channel " + std::to_string(channel)).c_str(), -1));
+  }
+  return Status::ok();
+}
+
+/// Ring all-reduce over `ranks` on unbound buffers: k-1 reduce-scatter
+/// steps then k-1 all-gather steps, each sending one chunk to the next rank
+/// of the ring while receiving one from the previous. Slots live in a range
+/// of their own (bits 48..55 = 'S'), apart from send/recv slots (< 2^33) and
+/// Gloo's collective slots (prefix in bits 56..63).
+Status GlooCommunicator::allReduceSumGroup(const Tensor &tensor,
+                                           const std::vector<int> &ranks,
+                                           uint32_t channel) {
+  if (tensor.dtype != program::DTYPE_F32)
+    return unimplemented("all-reduce of " + tensor.typeString()).withRank(options.rank);
+  int k = static_cast<int>(ranks.size());
+  int me = -1;
+  for (int i = 0; i < k; ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options.worldSize || (i && ranks[i] <= ranks[i - 1]))
+      return invalidArgument("all-reduce group must hold sorted distinct ranks")
+          .withRank(options.rank);
+    if (ranks[i] == options.rank)
+      me = i;
+  }
+  if (me < 0)
+    return invalidArgument("this rank is not in its all-reduce group").withRank(options.rank);
+  if (k == options.worldSize)
+    return allReduceSum(tensor, channel);
+  if (k == 1 || tensor.numel() == 0)
+    return Status::ok();
+  int next = ranks[(me + 1) % k], prev = ranks[(me + k - 1) % k];
+  STRAIT_RETURN_IF_ERROR(checkPeer(next));
+  int64_t n = tensor.numel();
+  auto chunkBegin = [&](int c) { return n * c / k; };
+  float *data = tensor.as<float>();
+  std::vector<float> incoming((n + k - 1) / k + 1);
+  std::string what = "group all-reduce on channel " + std::to_string(channel);
+  auto slot = [&](int step) {
+    return (0x53ull << 48) | (uint64_t(channel) << 16) | uint64_t(step);
+  };
+  try {
+    for (int step = 0; step < 2 * (k - 1); ++step) {
+      bool gather = step >= k - 1;
+      int s = gather ? step - (k - 1) : step;
+      // Reduce-scatter: send chunk (me - s), receive chunk (me - s - 1).
+      // All-gather: send chunk (me + 1 - s), receive chunk (me - s).
+      int sendChunk = ((gather ? me + 1 - s : me - s) % k + k) % k;
+      int recvChunk = ((gather ? me - s : me - s - 1) % k + k) % k;
+      int64_t sb = chunkBegin(sendChunk), se = chunkBegin(sendChunk + 1);
+      int64_t rb = chunkBegin(recvChunk), re = chunkBegin(recvChunk + 1);
+      float *recvTo = gather ? data + rb : incoming.data();
+      auto sbuf = context->createUnboundBuffer(data + sb, (se - sb) * sizeof(float));
+      auto rbuf = context->createUnboundBuffer(recvTo, (re - rb) * sizeof(float));
+      if (se > sb)
+        sbuf->send(next, slot(step));
+      if (re > rb)
+        rbuf->recv(prev, slot(step));
+      if ((re > rb && !rbuf->waitRecv(options.timeout)) ||
+          (se > sb && !sbuf->waitSend(options.timeout)))
+        return markBroken(unavailable(what + " aborted").withRank(options.rank));
+      if (!gather)
+        for (int64_t i = rb; i < re; ++i)
+          data[i] += incoming[i - rb];
+    }
+  } catch (const std::exception &e) {
+    return markBroken(fromException(e, what.c_str(), -1));
   }
   return Status::ok();
 }

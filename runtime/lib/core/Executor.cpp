@@ -273,13 +273,14 @@ Status Executor::runComm(const program::Step &step) {
         .withPeer(step.recv().peer());
   case program::Step::kAllReduce: {
     const auto &ar = step.all_reduce();
-    if (ar.ranks_size() != 0 && ar.ranks_size() != program.world_size())
-      return unimplemented("all-reduce over a subgroup of ranks");
+    std::vector<int> group(ar.ranks().begin(), ar.ranks().end());
     for (uint32_t id : ar.value_ids()) {
       Tensor &t = values[id];
-      STRAIT_RETURN_IF_ERROR(comm->allReduceSum(t, ar.channel()));
+      STRAIT_RETURN_IF_ERROR(group.empty()
+                                 ? comm->allReduceSum(t, ar.channel())
+                                 : comm->allReduceSumGroup(t, group, ar.channel()));
       if (ar.reduce() == program::REDUCE_MEAN) {
-        float scale = 1.0f / comm->getWorldSize();
+        float scale = 1.0f / (group.empty() ? comm->getWorldSize() : group.size());
         float *d = t.as<float>();
         for (int64_t i = 0; i < t.numel(); ++i)
           d[i] *= scale;

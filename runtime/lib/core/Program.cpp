@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Program.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -136,11 +137,18 @@ Status checkSteps(const program::Program &p,
                                                 std::to_string(i) + "]"));
       for (int i = 0; i < step.all_reduce().ranks_size(); ++i) {
         int r = step.all_reduce().ranks(i);
-        if (r < 0 || r >= p.world_size())
+        if (r < 0 || r >= p.world_size() ||
+            (i > 0 && r <= step.all_reduce().ranks(i - 1)))
           return invalidArgument(path + ".all_reduce.ranks[" +
                                  std::to_string(i) + "]: rank " +
-                                 std::to_string(r) + " out of range");
+                                 std::to_string(r) +
+                                 " out of range or not sorted and distinct");
       }
+      if (step.all_reduce().ranks_size() > 0 &&
+          std::find(step.all_reduce().ranks().begin(), step.all_reduce().ranks().end(),
+                    p.rank()) == step.all_reduce().ranks().end())
+        return invalidArgument(path + ".all_reduce.ranks: does not contain this "
+                                      "program's rank " + std::to_string(p.rank()));
       break;
     case program::Step::KIND_NOT_SET:
       return invalidArgument(path + ": step kind not set");

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace strait {
 namespace rt {
@@ -32,6 +33,12 @@ public:
   virtual Status recv(const Tensor &tensor, int peer, uint32_t channel) = 0;
   /// In-place sum over all ranks of a float32 tensor.
   virtual Status allReduceSum(const Tensor &tensor, uint32_t channel) = 0;
+  /// In-place sum over a group of ranks (sorted, distinct, containing this
+  /// rank), e.g. the data-parallel replicas of one pipeline stage. Groups
+  /// that do not overlap may use the same channel concurrently.
+  virtual Status allReduceSumGroup(const Tensor &tensor,
+                                   const std::vector<int> &ranks,
+                                   uint32_t channel) = 0;
   /// Waits until every rank reached the barrier.
   virtual Status barrier() = 0;
 };
