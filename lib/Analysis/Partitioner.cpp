@@ -200,8 +200,10 @@ public:
     precompute();
   }
 
-  /// Best stages for (M, schedule); empty if nothing fits.
-  std::vector<StageAssignment> solve(unsigned microBatches, Schedule schedule);
+  /// Best stages for (M, schedule) faster than `incumbent` seconds; empty
+  /// if nothing fits or nothing beats it.
+  std::vector<StageAssignment> solve(unsigned microBatches, Schedule schedule,
+                                     double incumbent = kInf);
 
 private:
   struct Entry {
@@ -391,14 +393,14 @@ std::vector<double> ChunkDP::periodBounds(double lmin, double upper,
 }
 
 std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
-                                            Schedule sched) {
+                                            Schedule sched, double incumbent) {
   M = microBatches;
   m = ctx.globalBatch / M;
   schedule = sched;
   const PlannerOptions &opts = ctx.options;
   const double slack = 1 + 1e-12, ratio = std::max(1.001, opts.boundRatio);
   std::vector<StageAssignment> best;
-  double bestTime = kInf;
+  double bestTime = incumbent;
   auto keep = [&](int start) {
     if (start < 0)
       return;
@@ -421,11 +423,21 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
       arValues.push_back(ar);
   arValues = distinctIn(std::move(arValues), -1, kInf);
   bool exactAR = arValues.size() <= opts.exhaustiveLimit;
+  // Without an all-reduce bound: the least latency and the least period
+  // bound every plan's time from below (with the all-reduce added).
+  int anyFirst = run(0, kInf, /*minMax=*/true);
+  if (anyFirst < 0)
+    return best;
+  double floorPeriod = table[anyFirst].cost;
+  int anyFree = run(kInf, kInf, false);
+  if (anyFree < 0)
+    return best;
+  double floorLatency = table[anyFree].cost;
   double arPrev = 0;
   for (size_t i = 0; i < arValues.size();) {
     double arBound = arValues[i] * slack;
     // Plans new at this bound have an all-reduce above arPrev.
-    if (arPrev >= bestTime)
+    if (floorLatency + floorPeriod + arPrev >= bestTime)
       break;
     int first = run(0, arBound, /*minMax=*/true);
     int freeFirst = first < 0 ? -1 : run(kInf, arBound, false);
@@ -440,7 +452,7 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
         if (exact.size() <= opts.exhaustiveLimit) {
           for (double bound : exact)
             keep(run(bound * slack, arBound, false));
-        } else {
+        } else if (lmin > 0) { // with M = 1 every period is 0
           for (double bound = lmin * ratio;
                bound <= bestTime - freeLatency - arPrev; bound *= ratio)
             keep(run(bound * slack, arBound, false));
@@ -453,6 +465,7 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
       continue;
     }
     double target = arValues[i] * ratio;
+    ++i;
     while (i < arValues.size() && arValues[i] < target)
       ++i;
     if (i == arValues.size() && arValues.back() > arPrev)
@@ -604,10 +617,14 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
       std::vector<Chunk> chunks;
       for (auto &devices : chunkDevices)
         chunks.push_back(ctx.makeChunk(devices));
-      ChunkDP dp(ctx, std::move(chunks), options.maxSkip * split, ignoreMemory);
-      for (unsigned M : counts)
+      // Enough reach to skip whole islands, not every mix of chunks.
+      ChunkDP dp(ctx, std::move(chunks), options.maxSkip + split - 1,
+                 ignoreMemory);
+      for (unsigned M : counts) {
         for (Schedule schedule : options.schedules) {
-          std::vector<StageAssignment> stages = dp.solve(M, schedule);
+          double incumbent = search.any ? search.best.iterationTime : kInf;
+          std::vector<StageAssignment> stages =
+              dp.solve(M, schedule, incumbent);
           if (stages.empty())
             continue;
           PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
@@ -617,6 +634,7 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
           // activations: it is only worth trying where 1F1B did not fit.
           break;
         }
+      }
     }
   }
 }

@@ -59,7 +59,7 @@ struct PlannerOptions {
   unsigned exhaustiveLimit = 12;
   /// Otherwise bounds step geometrically by this ratio: the plan found is
   /// within about (ratio - 1) of the best over the grid's bounds.
-  double boundRatio = 1.1;
+  double boundRatio = 1.15;
   /// DT-FM-like baseline: local-search swap attempts.
   unsigned searchIterations = 400;
   uint64_t seed = 1;
