@@ -128,6 +128,7 @@ public:
     addIndexingKernels(table);
     addGeneratorKernels(table);
     addTrainingKernels(table);
+    addMiscKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {

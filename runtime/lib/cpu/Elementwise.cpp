@@ -280,7 +280,33 @@ template <typename T> T modOf(T a, T b, bool fmod) {
   }
 }
 
+Status bitShiftKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *a, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *b, ctx.requireInput(1, a->dtype));
+  STRAIT_ASSIGN_OR_RETURN(std::string dir, ctx.getAttrs().getString("direction", ""));
+  if (dir != "LEFT" && dir != "RIGHT")
+    return ctx.error("direction must be LEFT or RIGHT, got '" + dir + "'");
+  STRAIT_ASSIGN_OR_RETURN(Shape shape, broadcastShapes(ctx, a->shape, b->shape));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, shape, a->dtype));
+  bool left = dir == "LEFT";
+#define STRAIT_SHIFT_CASE(T)                                                   \
+  applyBinary<T, T>(*a, *b, *y, [left](T x, T s) {                             \
+    return s >= sizeof(T) * 8 ? T(0) : T(left ? x << s : x >> s);              \
+  });                                                                          \
+  return Status::ok();
+  switch (a->dtype) {
+  case program::DTYPE_U8: STRAIT_SHIFT_CASE(uint8_t)
+  case program::DTYPE_U16: STRAIT_SHIFT_CASE(uint16_t)
+  case program::DTYPE_U32: STRAIT_SHIFT_CASE(uint32_t)
+  case program::DTYPE_U64: STRAIT_SHIFT_CASE(uint64_t)
+  default: break;
+  }
+#undef STRAIT_SHIFT_CASE
+  return ctx.unsupported("dtype " + a->typeString());
+}
+
 void addBinaryKernels(KernelTable &t) {
+  t.add("BitShift", bitShiftKernel);
   addBinary(t, "Add", [](auto a, auto b) { return a + b; });
   addBinary(t, "Sub", [](auto a, auto b) { return a - b; });
   addBinary(t, "Mul", [](auto a, auto b) { return a * b; });
@@ -400,7 +426,7 @@ template <typename F> void addPredicate(KernelTable &t, const char *op, F f) {
   });
 }
 
-void addMiscKernels(KernelTable &t) {
+void addVariadicAndPredicates(KernelTable &t) {
   addVariadic(t, "Sum", [](auto a, auto b) { return a + b; });
   addVariadic(t, "Mean", [](auto a, auto b) { return a + b; }, true);
   addVariadic(t, "Max", [](auto a, auto b) { return maxOf(a, b); });
@@ -429,7 +455,7 @@ void addElementwiseKernels(KernelTable &table) {
   addMathUnary(table);
   addActivations(table);
   addBinaryKernels(table);
-  addMiscKernels(table);
+  addVariadicAndPredicates(table);
 }
 
 } // namespace cpu

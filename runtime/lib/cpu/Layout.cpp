@@ -281,9 +281,7 @@ Status castViaF32(KernelContext &ctx, const Tensor &x, Tensor &y) {
   return Status::ok();
 }
 
-Status castKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t to, ctx.getAttrs().getInt("to", 0));
+Status castTo(KernelContext &ctx, const Tensor *x, int64_t to) {
   if (!program::DType_IsValid(static_cast<int>(to)) ||
       dtypeSize(static_cast<DType>(to)) == 0)
     return ctx.unsupported("target type " + std::to_string(to));
@@ -304,6 +302,18 @@ Status castKernel(KernelContext &ctx) {
   if (!done)
     return ctx.unsupported("cast " + x->typeString() + " to " + y->typeString());
   return Status::ok();
+}
+
+Status castKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t to, ctx.getAttrs().getInt("to", 0));
+  return castTo(ctx, x, to);
+}
+
+Status castLikeKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *like, ctx.requireInput(1));
+  return castTo(ctx, x, like->dtype);
 }
 
 template <typename T>
@@ -352,6 +362,7 @@ void addLayoutKernels(KernelTable &table) {
   table.add("SpaceToDepth",
             [](KernelContext &ctx) { return depthSpaceKernel(ctx, false); });
   table.add("Cast", castKernel);
+  table.add("CastLike", castLikeKernel);
   table.add("Clip", clipKernel);
 }
 
