@@ -135,14 +135,22 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
       pipePeriod = std::max(pipePeriod, x);
     }
   }
+  // A stage that alternates (fewer in flight than M) feeds the next one
+  // only as fast as its own gradients return: the next stage must keep at
+  // least one micro-batch fewer in flight or it stalls every period.
+  std::vector<unsigned> inFlight(S);
+  for (unsigned j = 0; j < S; ++j) {
+    inFlight[j] = ctx.inFlight(schedule, microBatches, S - j, cycle[j],
+                               std::max(pipePeriod, stageTime[j]));
+    if (j > 0 && inFlight[j - 1] < microBatches)
+      inFlight[j] = std::max(1u, std::min(inFlight[j], inFlight[j - 1] - 1));
+  }
   for (unsigned j = 0; j < S; ++j) {
     StagePlan s;
     s.firstBlock = stages[j].firstBlock;
     s.endBlock = stages[j].endBlock;
     s.devices = stages[j].devices;
-    fillStage(ctx, chunks[j], s, m,
-              ctx.inFlight(schedule, microBatches, S - j, cycle[j],
-                           std::max(pipePeriod, stageTime[j])));
+    fillStage(ctx, chunks[j], s, m, inFlight[j]);
     double t = s.fwdTime + s.bwdTime;
     latency += t;
     busy += microBatches * t;
