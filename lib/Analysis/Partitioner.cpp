@@ -18,6 +18,8 @@
 #include "strait/Analysis/Partitioner.h"
 #include "strait/Analysis/Workload.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -171,6 +173,21 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
       plan.message = "out of memory: " + memoryMessage(ctx, s, j, schedule, m);
     }
     plan.stages.push_back(std::move(s));
+  }
+  // All-reduces of different stages whose rings cross one shared link run
+  // at the same time and split it: charge their sum on that link.
+  llvm::DenseMap<unsigned, double> sharedAllReduce;
+  for (const StagePlan &st : plan.stages) {
+    llvm::SmallVector<unsigned, 4> crossed;
+    size_t n = st.devices.size();
+    for (size_t i = 0; n > 1 && i < n; ++i) {
+      unsigned id = ctx.cluster.linkId(st.devices[i], st.devices[(i + 1) % n]);
+      if (ctx.cluster.links[id].shared && !llvm::is_contained(crossed, id))
+        crossed.push_back(id);
+    }
+    for (unsigned id : crossed)
+      allReduceTail = std::max(allReduceTail,
+                               sharedAllReduce[id] += st.allReduceTime);
   }
   plan.iterationTime = latency + period + allReduceTail;
   plan.bubbleFraction =
@@ -619,7 +636,10 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
     for (const auto &island : islands)
       largest = std::max(largest, island.size());
     for (unsigned split = 1; split <= options.maxStagesPerIsland; split *= 2) {
-      if (split > 1 && (split > largest || islands.size() * split / 2 >= 2 * blocks))
+      // More chunks than a few per block only slow the DP down; small
+      // clusters may still go down to single devices.
+      size_t budget = std::max<size_t>(4 * blocks, 64);
+      if (split > 1 && (split > largest || islands.size() * split / 2 >= budget))
         break;
       auto chunkDevices = splitIslands(islands, order, split);
       std::vector<Chunk> chunks;
