@@ -247,7 +247,7 @@ StatusOr<Tensor> Executor::getValueByName(const std::string &name) const {
   return annotate(notFound("no value named '" + name + "'"), -1);
 }
 
-Status Executor::runKernel(const program::Kernel &kernel) {
+Status Executor::runKernel(const program::Kernel &kernel, int microBatch) {
   std::vector<const Tensor *> ins;
   std::vector<Tensor *> outs;
   for (uint32_t id : kernel.inputs())
@@ -255,6 +255,7 @@ Status Executor::runKernel(const program::Kernel &kernel) {
   for (uint32_t id : kernel.outputs())
     outs.push_back(id == kAbsentValue ? nullptr : &values[id]);
   KernelContext ctx(kernel, std::move(ins), std::move(outs));
+  ctx.setMicroBatch(microBatch);
   Status s = kernelFns[kernelIndex[kernel.id()]](ctx);
   if (!s.isOk())
     s.withKernel(kernel.op() + " '" + kernel.name() + "'");
@@ -301,7 +302,7 @@ Status Executor::runStep(int index) {
     return annotate(runComm(step), index);
   for (uint32_t kid : step.run().kernel_ids())
     STRAIT_RETURN_IF_ERROR(
-        annotate(runKernel(program.kernels(kernelIndex[kid])), index));
+        annotate(runKernel(program.kernels(kernelIndex[kid]), step.micro_batch()), index));
   return Status::ok();
 }
 

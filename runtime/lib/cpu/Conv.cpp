@@ -371,9 +371,146 @@ Status globalPoolKernel(KernelContext &ctx, PoolKind kind) {
   return Status::ok();
 }
 
+//===----------------------------------------------------------------------===//
+// Gradients (the compiler's graph.ConvGradInput, ConvGradWeight,
+// MaxPoolGrad, AveragePoolGrad): the forward window comes from the same
+// attributes as the forward op plus the forward input shape.
+//===----------------------------------------------------------------------===//
+
+StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
+  if (v.empty())
+    return ctx.error("missing attribute '" + std::string(name) + "'");
+  return Shape(v.begin(), v.end());
+}
+
+Status convGradInputKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(Shape xShape, shapeAttr(ctx, "input_shape"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (xShape.size() != dy->shape.size() || wt->rank() != dy->rank() || group < 1 ||
+      xShape[1] % group || wt->shape[0] != dy->shape[1] || wt->shape[1] * group != xShape[1])
+    return ctx.error("dY " + dy->typeString() + ", W " + wt->typeString() +
+                     " and input_shape " + shapeToString(xShape) + " do not fit");
+  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
+  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, xShape, kshape, false));
+  if (outputShape(xShape[0], wt->shape[0], w) != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
+  int64_t n = xShape[0], c = xShape[1], m = wt->shape[0], cg = c / group, mg = m / group;
+  int64_t kdim = cg * w.kSize(), p = w.outSize();
+  std::vector<float> col(kdim * p);
+  std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < group; ++g) {
+      sgemm(true, false, kdim, p, mg, 1.0f, wt->as<float>() + g * mg * kdim, kdim,
+            dy->as<float>() + (i * m + g * mg) * p, p, 0.0f, col.data(), p);
+      col2im(col.data(), cg, w, dx->as<float>() + (i * c + g * cg) * w.inSize());
+    }
+  return Status::ok();
+}
+
+Status convGradWeightKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(Shape wShape, shapeAttr(ctx, "weight_shape"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (wShape.size() != x->shape.size() || group < 1 || x->shape[1] % group ||
+      wShape[1] * group != x->shape[1] || wShape[0] != dy->shape[1])
+    return ctx.error("dY " + dy->typeString() + ", X " + x->typeString() +
+                     " and weight_shape " + shapeToString(wShape) + " do not fit");
+  std::vector<int64_t> kshape(wShape.begin() + 2, wShape.end());
+  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, x->shape, kshape, false));
+  if (outputShape(x->shape[0], wShape[0], w) != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dw, ctx.requireOutput(0, wShape, program::DTYPE_F32));
+  int64_t n = x->shape[0], c = x->shape[1], m = wShape[0], cg = c / group, mg = m / group;
+  int64_t kdim = cg * w.kSize(), p = w.outSize();
+  std::vector<float> col(kdim * p);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < group; ++g) {
+      im2col(x->as<float>() + (i * c + g * cg) * w.inSize(), cg, w, col.data());
+      sgemm(false, true, mg, kdim, p, 1.0f, dy->as<float>() + (i * m + g * mg) * p, p,
+            col.data(), p, i == 0 ? 0.0f : 1.0f, dw->as<float>() + g * mg * kdim, kdim);
+    }
+  return Status::ok();
+}
+
+Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  const Tensor *x = nullptr;
+  Shape xShape;
+  if (kind == PoolKind::Max) {
+    STRAIT_ASSIGN_OR_RETURN(x, ctx.requireInput(1, program::DTYPE_F32));
+    xShape = x->shape;
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(xShape, shapeAttr(ctx, "input_shape"));
+  }
+  std::vector<int64_t> none;
+  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
+  if (xShape.size() < 3)
+    return ctx.error("input must have rank >= 3");
+  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, xShape, kshape, true));
+  if (outputShape(xShape[0], xShape[1], w) != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
+  std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
+  int64_t planes = xShape[0] * xShape[1];
+  parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<int64_t> window;
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float *in = x ? x->as<float>() + pl * w.inSize() : nullptr;
+      float *out = dx->as<float>() + pl * w.inSize();
+      const float *g = dy->as<float>() + pl * w.outSize();
+      int64_t o = 0;
+      for (int64_t oz = 0; oz < w.out[0]; ++oz)
+        for (int64_t oy = 0; oy < w.out[1]; ++oy)
+          for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
+            window.clear();
+            int64_t padded = 0;
+            for (int64_t kz = 0; kz < w.k[0]; ++kz)
+              for (int64_t ky = 0; ky < w.k[1]; ++ky)
+                for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+                  int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+                  int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+                  int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
+                  if (iz >= 0 && iz < w.in[0] && iy >= 0 && iy < w.in[1] && ix >= 0 &&
+                      ix < w.in[2])
+                    window.push_back((iz * w.in[1] + iy) * w.in[2] + ix);
+                  else
+                    padded += iz < w.in[0] + w.pad[0] && iy < w.in[1] + w.pad[1] &&
+                              ix < w.in[2] + w.pad[2];
+                }
+            if (window.empty())
+              continue;
+            if (kind == PoolKind::Max) {
+              int64_t best = window[0];
+              for (int64_t idx : window)
+                if (in[idx] > in[best])
+                  best = idx;
+              out[best] += g[o];
+            } else {
+              int64_t denom = static_cast<int64_t>(window.size()) + (includePad ? padded : 0);
+              for (int64_t idx : window)
+                out[idx] += g[o] / denom;
+            }
+          }
+    }
+  });
+  return Status::ok();
+}
+
 } // namespace
 
 void addConvKernels(KernelTable &table) {
+  table.add("ConvGradInput", convGradInputKernel);
+  table.add("ConvGradWeight", convGradWeightKernel);
+  table.add("MaxPoolGrad",
+            [](KernelContext &ctx) { return poolGradKernel(ctx, PoolKind::Max); });
+  table.add("AveragePoolGrad",
+            [](KernelContext &ctx) { return poolGradKernel(ctx, PoolKind::Average); });
   table.add("Conv", convKernel);
   table.add("ConvTranspose", convTransposeKernel);
   table.add("MaxPool",

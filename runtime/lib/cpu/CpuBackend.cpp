@@ -129,6 +129,7 @@ public:
     addGeneratorKernels(table);
     addTrainingKernels(table);
     addMiscKernels(table);
+    addGradientKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {

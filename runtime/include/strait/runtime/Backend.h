@@ -45,6 +45,11 @@ public:
   }
   Tensor *output(size_t i) const { return i < outs.size() ? outs[i] : nullptr; }
 
+  /// Micro-batch index of the step running the kernel (Step.micro_batch;
+  /// -1 when the step is not per micro-batch).
+  int getMicroBatch() const { return microBatch; }
+  void setMicroBatch(int mb) { microBatch = mb; }
+
   /// InvalidArgument error naming the kernel.
   Status error(const std::string &message) const;
   /// Unimplemented error naming the kernel.
@@ -62,6 +67,7 @@ private:
   AttrReader attrs;
   std::vector<const Tensor *> ins;
   std::vector<Tensor *> outs;
+  int microBatch = -1;
 };
 
 using KernelFn = std::function<Status(KernelContext &)>;

@@ -53,7 +53,7 @@ private:
   explicit Executor(program::Program program) : program(std::move(program)) {}
   Status resolveKernels(const Backend &backend);
   Status allocate(const Backend &backend);
-  Status runKernel(const program::Kernel &kernel);
+  Status runKernel(const program::Kernel &kernel, int microBatch);
   Status runComm(const program::Step &step);
   Status annotate(Status status, int step) const;
 
