@@ -4,12 +4,16 @@
 
 #include "strait/Dialect/Graph/GraphDialect.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
+#include "strait/Interfaces/CostOpInterface.h"
+#include "strait/Interfaces/GradientInterface.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Transforms/Passes.h"
 
 void strait::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<mlir::func::FuncDialect, graph::GraphDialect>();
+  registerGraphCostModels(registry);
+  registerGraphGradientModels(registry);
 }
 
 void strait::registerAllPasses() {

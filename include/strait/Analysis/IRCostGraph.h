@@ -1,0 +1,38 @@
+//===- IRCostGraph.h - The planner's cost graph of graph IR -----*- C++ -*-===//
+//
+// Bridges the compiler and the planner: reads a function of graph ops through
+// the CostOpInterface and produces the plain CostGraph the partitioner works
+// on, with layers recovered from the weights' names.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_ANALYSIS_IRCOSTGRAPH_H
+#define STRAIT_ANALYSIS_IRCOSTGRAPH_H
+
+#include "strait/Analysis/CostGraph.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace strait {
+
+struct IRCostGraph {
+  CostGraph graph;
+  /// The op each cost node stands for (index = node id).
+  std::vector<mlir::Operation *> ops;
+};
+
+/// One node per graph op (constants and variable reads are folded into their
+/// users: a weight's bytes count as the parameter bytes of its first user),
+/// one edge per use with the value's bytes. `batchSamples` is the batch the
+/// IR's shapes hold (the leading dimension of the first input by default).
+llvm::Expected<IRCostGraph> buildCostGraph(mlir::func::FuncOp func,
+                                           double batchSamples = 0);
+
+/// The layer key of a weight name: the prefix up to its first numeric path
+/// component ("transformer.h.3.attn.c_attn.weight" -> "transformer.h.3",
+/// "layer2.1.conv1.weight" -> "layer2.1"); empty when it has none.
+std::string layerKeyOf(llvm::StringRef weightName);
+
+} // namespace strait
+
+#endif // STRAIT_ANALYSIS_IRCOSTGRAPH_H

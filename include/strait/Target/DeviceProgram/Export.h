@@ -1,0 +1,63 @@
+//===- Export.h - Graph IR to per-device runtime programs -------*- C++ -*-===//
+//
+// Turns one function of graph ops into a strait.program.Program (kernels over
+// values, steps), and writes a job folder (plan.pb, rankN.program.pb,
+// rankN.params.pb) that strait-run executes. The runtime's protobuf schema
+// (runtime/proto/strait_program.proto) is the only thing shared with it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_TARGET_DEVICEPROGRAM_EXPORT_H
+#define STRAIT_TARGET_DEVICEPROGRAM_EXPORT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strait::program {
+class Program;
+class ParameterShardFile;
+class PlanManifest;
+} // namespace strait::program
+
+namespace strait {
+
+struct RankExport {
+  int rank = 0;
+  std::string device = "cpu";
+  std::string host = "localhost";
+  std::string address;      ///< "ip:port" the rank listens on
+  int stage = -1, replica = 0;
+  mlir::func::FuncOp function; ///< the rank's graph function
+};
+
+struct JobExportOptions {
+  std::string modelName;
+  std::string rendezvousAddress; ///< file-store folder; default: <out>/rendezvous
+  int microBatches = 1;
+  uint64_t seed = 0;             ///< for parameters of shape-only models
+};
+
+/// Fills `program` from `func` (graph ops, func.return). Diagnostics name the
+/// op that cannot be exported.
+mlir::LogicalResult exportProgram(mlir::func::FuncOp func, int rank, int worldSize,
+                                  llvm::StringRef device, program::Program &program);
+
+/// Fills `shard` with the initial value (or init scheme) of every variable
+/// that `program` names.
+mlir::LogicalResult exportParameters(mlir::ModuleOp module,
+                                     const program::Program &program, uint64_t seed,
+                                     program::ParameterShardFile &shard);
+
+/// Writes plan.pb and, per rank, rankN.program.pb and rankN.params.pb into
+/// `outDir` (created). Nothing is left behind on failure.
+mlir::LogicalResult writeJob(mlir::ModuleOp module, llvm::ArrayRef<RankExport> ranks,
+                             llvm::StringRef outDir, const JobExportOptions &options);
+
+} // namespace strait
+
+#endif // STRAIT_TARGET_DEVICEPROGRAM_EXPORT_H

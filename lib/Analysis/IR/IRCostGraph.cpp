@@ -1,0 +1,116 @@
+//===- IRCostGraph.cpp - The planner's cost graph of graph IR -------------===//
+
+#include "strait/Analysis/IRCostGraph.h"
+
+#include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Interfaces/CostOpInterface.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace strait;
+
+std::string strait::layerKeyOf(StringRef name) {
+  SmallVector<StringRef> parts;
+  name.split(parts, '.');
+  std::string key;
+  for (StringRef p : parts) {
+    if (!key.empty())
+      key += ".";
+    key += p.str();
+    if (!p.empty() && llvm::all_of(p, llvm::isDigit))
+      return key;
+  }
+  return "";
+}
+
+static OpKind opKindOf(Operation *op, KernelClass k) {
+  if (isa<graph::GatherOp>(op) && isa<graph::ReadVariableOp>(op->getOperand(0).getDefiningOp()))
+    return OpKind::Embedding;
+  switch (k) {
+  case KernelClass::MatMul: return OpKind::MatMul;
+  case KernelClass::Conv: return OpKind::Conv;
+  case KernelClass::Normalization:
+    return isa<graph::SoftmaxOp, graph::LogSoftmaxOp>(op) ? OpKind::Softmax : OpKind::Norm;
+  case KernelClass::Elementwise: return OpKind::Elementwise;
+  default: return OpKind::Other;
+  }
+}
+
+static DType dtypeOf(Operation *op) {
+  for (Type t : op->getResultTypes())
+    if (auto s = dyn_cast<ShapedType>(t)) {
+      Type e = s.getElementType();
+      if (e.isF16()) return DType::F16;
+      if (e.isBF16()) return DType::BF16;
+      if (e.isInteger(8)) return DType::I8;
+    }
+  return DType::F32;
+}
+
+llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double batchSamples) {
+  IRCostGraph out;
+  CostGraph &g = out.graph;
+  g.name = func.getName().str();
+  if (batchSamples <= 0) {
+    batchSamples = 1;
+    if (func.getNumArguments() > 0)
+      if (auto t = dyn_cast<RankedTensorType>(func.getArgument(0).getType());
+          t && t.getRank() > 0 && !t.isDynamicDim(0))
+        batchSamples = t.getDimSize(0);
+  }
+  g.batchSamples = batchSamples;
+  DenseMap<Value, unsigned> producer;
+  DenseMap<Value, bool> weightCounted;
+  llvm::StringMap<int> layerIds;
+  for (Operation &op : func.getBody().front()) {
+    if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
+      continue;
+    auto cost = dyn_cast<CostOpInterface>(op);
+    if (!cost)
+      return llvm::createStringError("op '" + op.getName().getStringRef().str() +
+                                     "' has no cost model");
+    CostNode n;
+    if (auto loc = dyn_cast<NameLoc>(op.getLoc()))
+      n.name = loc.getName().str();
+    else
+      n.name = op.getName().stripDialect().str();
+    n.kind = opKindOf(&op, cost.getKernelClass());
+    n.dtype = dtypeOf(&op);
+    n.fwdFlops = cost.getForwardFlops();
+    n.bwdFlops = cost.getBackwardFlops();
+    n.bytesRead = cost.getBytesRead();
+    n.bytesWritten = cost.getBytesWritten();
+    n.activationBytes = n.bytesWritten;
+    int layer = -1;
+    for (Value v : op.getOperands()) {
+      if (auto read = v.getDefiningOp<graph::ReadVariableOp>()) {
+        if (!weightCounted[v]) {
+          weightCounted[v] = true;
+          n.paramBytes += strait::detail::bytesOf(TypeRange(v.getType()));
+        }
+        std::string key = layerKeyOf(read.getVariable());
+        if (!key.empty()) {
+          auto [it, inserted] = layerIds.try_emplace(key, (int)layerIds.size());
+          layer = std::max(layer, it->second);
+        }
+      }
+    }
+    unsigned id = g.nodes.size();
+    // Ops without weights of their own follow their inputs' layer.
+    for (Value v : op.getOperands()) {
+      auto it = producer.find(v);
+      if (it == producer.end())
+        continue;
+      if (layer < 0)
+        layer = std::max(layer, g.nodes[it->second].layer);
+      g.addEdge(it->second, id, strait::detail::bytesOf(TypeRange(v.getType())));
+    }
+    n.layer = layer;
+    g.addNode(std::move(n));
+    out.ops.push_back(&op);
+    for (Value r : op.getResults())
+      producer[r] = id;
+  }
+  return out;
+}

@@ -1,0 +1,77 @@
+//===- PlanReport.cpp - Plans of real models, as text and JSON ------------===//
+
+#include "strait/Analysis/PlanReport.h"
+
+using namespace strait;
+namespace json = llvm::json;
+
+llvm::Expected<ModelPlan> strait::planFunction(mlir::func::FuncOp func,
+                                               const ClusterModel &cluster,
+                                               const PlannerOptions &options) {
+  llvm::Expected<IRCostGraph> costs = buildCostGraph(func);
+  if (!costs)
+    return costs.takeError();
+  ModelPlan out;
+  out.costs = std::move(*costs);
+  llvm::Expected<CoarseGraph> coarse =
+      coarsenGraph(out.costs.graph, cluster, options.maxBlocks);
+  if (!coarse)
+    return coarse.takeError();
+  out.coarse = std::move(*coarse);
+  llvm::Expected<PartitionPlan> plan = planPartition(out.costs.graph, cluster, options);
+  if (!plan)
+    return plan.takeError();
+  out.plan = std::move(*plan);
+  out.stageOfNode.assign(out.costs.graph.nodes.size(), 0);
+  for (auto [s, stage] : llvm::enumerate(out.plan.stages))
+    for (unsigned b = stage.firstBlock; b < stage.endBlock && b < out.coarse.blocks.size(); ++b)
+      for (unsigned n : out.coarse.blocks[b].nodes)
+        out.stageOfNode[n] = s;
+  return out;
+}
+
+json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster) {
+  const PartitionPlan &p = mp.plan;
+  json::Array stages;
+  std::vector<unsigned> opsPerStage(p.stages.size(), 0);
+  for (unsigned s : mp.stageOfNode)
+    if (s < opsPerStage.size())
+      ++opsPerStage[s];
+  for (auto [i, s] : llvm::enumerate(p.stages)) {
+    json::Array devices;
+    for (unsigned d : s.devices)
+      devices.push_back(cluster.devices[d].name);
+    json::Object stage{
+        {"stage", (int64_t)i},
+        {"devices", std::move(devices)},
+        {"blocks", json::Array{(int64_t)s.firstBlock, (int64_t)s.endBlock}},
+        {"ops", (int64_t)opsPerStage[i]},
+        {"forward_s", s.fwdTime},
+        {"backward_s", s.bwdTime},
+        {"param_bytes", s.paramBytes},
+        {"allreduce_s", s.allReduceTime},
+        {"send_bytes", s.sendBytes},
+        {"send_s", s.sendTime},
+        {"peak_memory_bytes", s.peakMemory},
+        {"capacity_bytes", s.capacity},
+    };
+    if (i + 1 < p.stages.size())
+      stage["link"] = cluster.links[s.sendLink].origin;
+    stages.push_back(std::move(stage));
+  }
+  return json::Object{
+      {"model", mp.costs.graph.name},
+      {"cluster", cluster.name},
+      {"strategy", stringifyStrategy(p.strategy)},
+      {"feasible", p.feasible},
+      {"message", p.message},
+      {"schedule", stringifySchedule(p.schedule)},
+      {"micro_batches", (int64_t)p.microBatches},
+      {"global_batch", p.globalBatch},
+      {"iteration_s", p.iterationTime},
+      {"bubble_fraction", p.bubbleFraction},
+      {"throughput_samples_per_s", p.throughput},
+      {"planning_s", p.planningSeconds},
+      {"stages", std::move(stages)},
+  };
+}

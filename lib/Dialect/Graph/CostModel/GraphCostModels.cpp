@@ -1,0 +1,169 @@
+//===- GraphCostModels.cpp - CostOpInterface models of graph ops ----------===//
+//
+// FLOP counts per op family, attached as external models so that the
+// workload estimator stays out of the op definitions. Elementwise ops count
+// one FLOP per output element (transcendentals a few); data movement counts
+// none and is priced by its bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Interfaces/CostOpInterface.h"
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::graph;
+
+namespace {
+
+double elems(Value v) { return strait::detail::elementsOf(TypeRange(v.getType())); }
+double product(ArrayRef<int64_t> s) {
+  double p = 1;
+  for (int64_t d : s)
+    p *= d;
+  return p;
+}
+
+// Generic: one FLOP per result element, elementwise class.
+template <typename Op>
+double forwardFlops(Op op) { return strait::detail::elementsOf(op->getResultTypes()); }
+template <typename Op>
+KernelClass kernelClass(Op) { return KernelClass::Elementwise; }
+
+double forwardFlops(MatMulOp op) {
+  auto a = cast<ShapedType>(op.getA().getType());
+  if (!a.hasStaticShape())
+    return 0;
+  return 2.0 * elems(op.getY()) * a.getShape().back();
+}
+KernelClass kernelClass(MatMulOp) { return KernelClass::MatMul; }
+
+double forwardFlops(GemmOp op) {
+  auto a = cast<ShapedType>(op.getA().getType());
+  if (!a.hasStaticShape())
+    return 0;
+  double k = a.getDimSize(op.getTransA() ? 0 : 1);
+  return 2.0 * elems(op.getY()) * k + (op.getC() ? elems(op.getY()) : 0);
+}
+KernelClass kernelClass(GemmOp) { return KernelClass::MatMul; }
+
+double forwardFlops(EinsumOp op) {
+  // Every label is iterated once: 2 x product of all extents (ellipsis dims
+  // of the output included).
+  llvm::DenseMap<char, int64_t> extent;
+  StringRef lhs = op.getEquation().split("->").first;
+  SmallVector<StringRef> terms;
+  lhs.split(terms, ',');
+  for (auto [term, v] : llvm::zip(terms, op.getInputs())) {
+    auto t = cast<ShapedType>(v.getType());
+    if (!t.hasStaticShape() || term.contains("..."))
+      return 2.0 * strait::detail::elementsOf(op->getOperandTypes());
+    for (auto [c, d] : llvm::zip(term.trim(), t.getShape()))
+      extent[c] = std::max(extent.lookup(c), d);
+  }
+  double p = 2;
+  for (auto &e : extent)
+    p *= e.second;
+  return p;
+}
+KernelClass kernelClass(EinsumOp) { return KernelClass::MatMul; }
+
+double convFlops(Value x, Value w, Value y, int64_t group, bool transposed) {
+  auto wt = cast<ShapedType>(w.getType());
+  if (!wt.hasStaticShape())
+    return 0;
+  // Each output (input, when transposed) element takes C/group * k MACs.
+  double macsPerElem = product(wt.getShape().drop_front(1));
+  double elements = transposed ? elems(x) : elems(y);
+  (void)group;
+  return 2.0 * elements * macsPerElem;
+}
+double forwardFlops(ConvOp op) {
+  return convFlops(op.getX(), op.getW(), op.getY(), op.getGroup(), false) +
+         (op.getB() ? elems(op.getY()) : 0);
+}
+KernelClass kernelClass(ConvOp) { return KernelClass::Conv; }
+double forwardFlops(ConvTransposeOp op) {
+  return convFlops(op.getX(), op.getW(), op.getY(), op.getGroup(), true);
+}
+KernelClass kernelClass(ConvTransposeOp) { return KernelClass::Conv; }
+
+double forwardFlops(MaxPoolOp op) { return elems(op.getY()) * product(op.getKernelShape()); }
+double forwardFlops(AveragePoolOp op) { return elems(op.getY()) * product(op.getKernelShape()); }
+KernelClass kernelClass(MaxPoolOp) { return KernelClass::Reduction; }
+KernelClass kernelClass(AveragePoolOp) { return KernelClass::Reduction; }
+
+// Normalizations: mean, variance, scale and shift.
+double forwardFlops(LayerNormalizationOp op) { return 8.0 * elems(op.getY()); }
+double forwardFlops(BatchNormalizationOp op) { return 4.0 * elems(op.getY()); }
+double forwardFlops(GroupNormalizationOp op) { return 8.0 * elems(op.getY()); }
+double forwardFlops(InstanceNormalizationOp op) { return 8.0 * elems(op.getOutput()); }
+KernelClass kernelClass(LayerNormalizationOp) { return KernelClass::Normalization; }
+KernelClass kernelClass(BatchNormalizationOp) { return KernelClass::Normalization; }
+KernelClass kernelClass(GroupNormalizationOp) { return KernelClass::Normalization; }
+KernelClass kernelClass(InstanceNormalizationOp) { return KernelClass::Normalization; }
+
+// Softmax: max, exp, sum, divide.
+double forwardFlops(SoftmaxOp op) { return 5.0 * elems(op.getOutput()); }
+double forwardFlops(LogSoftmaxOp op) { return 5.0 * elems(op.getOutput()); }
+double forwardFlops(SoftmaxCrossEntropyLossOp op) { return 6.0 * elems(op.getScores()); }
+KernelClass kernelClass(SoftmaxOp) { return KernelClass::Normalization; }
+KernelClass kernelClass(LogSoftmaxOp) { return KernelClass::Normalization; }
+KernelClass kernelClass(SoftmaxCrossEntropyLossOp) { return KernelClass::Normalization; }
+
+// Transcendentals cost more than an add.
+double forwardFlops(GeluOp op) { return 10.0 * elems(op.getY()); }
+double forwardFlops(TanhOp op) { return 4.0 * elems(op.getY()); }
+double forwardFlops(ErfOp op) { return 4.0 * elems(op.getY()); }
+double forwardFlops(ExpOp op) { return 4.0 * elems(op.getY()); }
+double forwardFlops(SigmoidOp op) { return 4.0 * elems(op.getY()); }
+
+// Data movement: priced by bytes only.
+#define STRAIT_DATA_MOVEMENT(Op)                                               \
+  double forwardFlops(Op) { return 0; }                                        \
+  KernelClass kernelClass(Op) { return KernelClass::DataMovement; }
+STRAIT_DATA_MOVEMENT(ReshapeOp)
+STRAIT_DATA_MOVEMENT(TransposeOp)
+STRAIT_DATA_MOVEMENT(FlattenOp)
+STRAIT_DATA_MOVEMENT(SqueezeOp)
+STRAIT_DATA_MOVEMENT(UnsqueezeOp)
+STRAIT_DATA_MOVEMENT(ConcatOp)
+STRAIT_DATA_MOVEMENT(SplitOp)
+STRAIT_DATA_MOVEMENT(SliceOp)
+STRAIT_DATA_MOVEMENT(GatherOp)
+STRAIT_DATA_MOVEMENT(GatherElementsOp)
+STRAIT_DATA_MOVEMENT(GatherNDOp)
+STRAIT_DATA_MOVEMENT(ExpandOp)
+STRAIT_DATA_MOVEMENT(TileOp)
+STRAIT_DATA_MOVEMENT(PadOp)
+STRAIT_DATA_MOVEMENT(CastOp)
+STRAIT_DATA_MOVEMENT(ConstantOp)
+STRAIT_DATA_MOVEMENT(ReadVariableOp)
+STRAIT_DATA_MOVEMENT(ShapeOp)
+STRAIT_DATA_MOVEMENT(SizeOp)
+STRAIT_DATA_MOVEMENT(DepthToSpaceOp)
+STRAIT_DATA_MOVEMENT(SpaceToDepthOp)
+STRAIT_DATA_MOVEMENT(DropoutOp)
+#undef STRAIT_DATA_MOVEMENT
+
+template <typename Op>
+struct GraphCostModel : CostOpInterface::ExternalModel<GraphCostModel<Op>, Op> {
+  double getForwardFlops(Operation *op) const { return forwardFlops(cast<Op>(op)); }
+  KernelClass getKernelClass(Operation *op) const { return kernelClass(cast<Op>(op)); }
+};
+
+template <typename... Ops>
+void attachAll(MLIRContext *ctx) {
+  (Ops::template attachInterface<GraphCostModel<Ops>>(*ctx), ...);
+}
+
+} // namespace
+
+void strait::registerGraphCostModels(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *ctx, GraphDialect *) {
+    attachAll<
+#define GET_OP_LIST
+#include "strait/Dialect/Graph/GraphOps.cpp.inc"
+        >(ctx);
+  });
+}
