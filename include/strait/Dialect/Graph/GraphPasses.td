@@ -28,4 +28,61 @@ def GraphInferShapes : Pass<"graph-infer-shapes", "::mlir::ModuleOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp"> {
+  let summary = "Turn a forward graph into one training step (loss, backward, update)";
+  let description = [{
+    Rewrites `@main` (or the module's only function) into a training step:
+    the forward ops (each tagged `graph.op_id`), a loss, the reverse-mode
+    gradient of every trainable variable (each backward op tagged
+    `graph.grad_of` = the id of the forward op it differentiates; rules come
+    from GradientOpInterface), one `graph.AccumulateGrad` per variable (the
+    micro-batch boundary), optional `graph.ClipByGlobalNorm`, and an
+    optimizer update stored with `graph.AssignVariable`. New arguments:
+    labels (cross-entropy, mse), `lr` (f32) and `step` (i64, from 1); new
+    result: `loss`. BatchNormalization switches to batch statistics and
+    updates its running statistics. See docs/training.md.
+
+    ```
+    strait-opt --graph-build-training-step='loss=cross-entropy optimizer=adamw weight-decay=0.1 clip-norm=1.0 frozen=h.0.*' model.mlir
+    ```
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", "\"cross-entropy\"",
+           "cross-entropy (integer labels), mse, or output (the output is the loss)">,
+    Option<"output", "output", "std::string", "\"\"",
+           "graph.name of the output the loss uses (default: the first)">,
+    Option<"labelName", "label", "std::string", "\"labels\"",
+           "graph.name of the new labels argument">,
+    Option<"ignoreIndex", "ignore-index", "int64_t", "-100",
+           "cross-entropy: label value that contributes nothing">,
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"", "sgd or adamw">,
+    Option<"momentum", "momentum", "double", "0.9", "sgd: momentum">,
+    Option<"nesterov", "nesterov", "bool", "false", "sgd: Nesterov momentum">,
+    Option<"beta1", "beta1", "double", "0.9", "adamw: first-moment decay">,
+    Option<"beta2", "beta2", "double", "0.999", "adamw: second-moment decay">,
+    Option<"epsilon", "eps", "double", "1e-8", "adamw: denominator epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.0",
+           "decoupled (adamw) or L2 (sgd) weight decay">,
+    Option<"clipNorm", "clip-norm", "double", "0.0",
+           "clip gradients to this global L2 norm (0: no clipping)">,
+    Option<"lr", "lr", "double", "1e-3",
+           "peak learning rate, recorded for the launcher's schedule">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0",
+           "schedule: linear warm-up steps (recorded for the launcher)">,
+    Option<"totalSteps", "total-steps", "int64_t", "0",
+           "schedule: cosine decay length (0: constant after warm-up)">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "micro-batches whose gradients one update averages">,
+    ListOption<"trainable", "trainable", "std::string",
+               "glob patterns of trainable variables (default: all float ones)">,
+    ListOption<"frozen", "frozen", "std::string",
+               "glob patterns of variables to freeze (win over trainable)">
+  ];
+  let statistics = [
+    Statistic<"numTrainable", "num-trainable", "Variables updated">,
+    Statistic<"numBackwardOps", "num-backward-ops", "Ops built by gradient rules">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHPASSES_TD

@@ -1,0 +1,60 @@
+//===- TrainingOptimizerOps.cpp - Clipping, optimizers, assignment --------===//
+//
+// Constraint numbers (T1, ...) refer to docs/training.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "InferHelpers.h"
+
+using namespace mlir;
+using namespace strait::graph;
+using namespace strait::graph::detail;
+
+STRAIT_INFER(ClipByGlobalNormOp) {
+  if (adaptor.getGrads().empty())
+    return emitOptionalError(loc, "ClipByGlobalNorm needs at least one gradient");
+  types.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
+  llvm::append_range(types, adaptor.getGrads().getTypes());
+  return success();
+}
+
+LogicalResult ClipByGlobalNormOp::verify() {
+  for (Value g : getGrads())
+    if (!isa<FloatType>(tensorOf(g).getElementType()))
+      return emitOpError("(T5) gradients must be float tensors, got ") << g.getType();
+  if (getMaxNorm().convertToDouble() <= 0)
+    return emitOpError("(T5) max_norm must be positive");
+  return success();
+}
+
+/// (T6) lr is an f32 scalar; step (when given) an integer scalar.
+static LogicalResult checkScalars(Operation *op, Value lr, Value step) {
+  auto isScalar = [](Value v) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.getRank() == 0;
+  };
+  if (!isScalar(lr) || !tensorOf(lr).getElementType().isF32())
+    return op->emitOpError("(T6) lr must be tensor<f32>, got ") << lr.getType();
+  if (step && (!isScalar(step) || !tensorOf(step).getElementType().isInteger(64)))
+    return op->emitOpError("(T6) step must be tensor<i64>, got ") << step.getType();
+  return success();
+}
+
+LogicalResult AdamWOp::verify() {
+  if (getBeta1().convertToDouble() < 0 || getBeta1().convertToDouble() >= 1 ||
+      getBeta2().convertToDouble() < 0 || getBeta2().convertToDouble() >= 1)
+    return emitOpError("(T6) beta1 and beta2 must lie in [0, 1)");
+  return checkScalars(*this, getLr(), getStep());
+}
+
+LogicalResult AssignVariableOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto var = symbols.lookupNearestSymbolFrom<VariableOp>(*this, getVariableAttr());
+  if (!var)
+    return emitOpError("'") << getVariable() << "' is not a graph.Variable";
+  if (var.getType() != getValue().getType())
+    return emitOpError("(T2) value type ")
+           << getValue().getType() << " differs from the variable's " << var.getType();
+  return success();
+}
+
+LogicalResult SGDOp::verify() { return checkScalars(*this, getLr(), Value()); }

@@ -1,0 +1,422 @@
+//===- BuildTrainingStep.cpp - Forward graph to training step -------------===//
+//
+// graph-build-training-step: selects the trainable variables, switches
+// BatchNormalization to batch statistics, tags forward ops, appends the loss,
+// differentiates (Autodiff.cpp, rules from GradientOpInterface), and appends
+// the per-step part: AccumulateGrad, clipping, optimizer, AssignVariable.
+// The IR design is documented in docs/training.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Autodiff.h"
+
+#include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
+#include "strait/Interfaces/GradientInterface.h"
+
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/Support/GlobPattern.h"
+
+namespace strait::graph {
+#define GEN_PASS_DEF_GRAPHBUILDTRAININGSTEP
+#include "strait/Dialect/Graph/GraphPasses.h.inc"
+} // namespace strait::graph
+
+using namespace mlir;
+using namespace strait::graph;
+
+namespace {
+
+constexpr StringLiteral kNameAttr = "graph.name";
+constexpr StringLiteral kStateOfAttr = "graph.optimizer_state_of";
+
+/// A trainable variable, the reads of it in the step, and its gradient.
+struct Param {
+  VariableOp var;
+  SmallVector<Value> reads;
+  Value grad;
+};
+
+DictionaryAttr nameAttr(Builder &b, StringRef name) {
+  return b.getDictionaryAttr(b.getNamedAttr(kNameAttr, b.getStringAttr(name)));
+}
+
+Value addArgument(func::FuncOp func, Type type, StringRef name) {
+  unsigned index = func.getNumArguments();
+  Builder b(func.getContext());
+  func.insertArgument(index, type, nameAttr(b, name), func.getLoc());
+  return func.getArgument(index);
+}
+
+/// True when every use of every read of `var` is a BatchNormalization's
+/// running mean or variance: such variables are updated, not trained.
+bool feedsOnlyRunningStats(VariableOp var, func::FuncOp func) {
+  bool any = false, onlyStats = true;
+  func.walk([&](ReadVariableOp read) {
+    if (read.getVariable() != var.getSymName())
+      return;
+    for (OpOperand &use : read->getUses()) {
+      any = true;
+      onlyStats &= isa<BatchNormalizationOp>(use.getOwner()) &&
+                   use.getOperandNumber() >= 3;
+    }
+  });
+  return any && onlyStats;
+}
+
+class BuildTrainingStep
+    : public strait::graph::impl::GraphBuildTrainingStepBase<BuildTrainingStep> {
+public:
+  using Base::Base;
+  void runOnOperation() override;
+
+private:
+  LogicalResult checkOptions();
+  FailureOr<func::FuncOp> findStep();
+  LogicalResult selectTrainable(func::FuncOp func, SmallVectorImpl<Param> &params);
+  void convertBatchNorms(func::FuncOp func);
+  void assignOpIds(func::FuncOp func);
+  FailureOr<unsigned> findOutput(func::FuncOp func);
+  FailureOr<Value> buildLoss(func::FuncOp func);
+  FailureOr<Value> crossEntropy(func::FuncOp func, OpBuilder &b, Value logits);
+  LogicalResult buildUpdates(func::FuncOp func, MutableArrayRef<Param> params);
+  Value stateVariable(OpBuilder &b, VariableOp var, StringRef suffix);
+  void applyOptimizer(OpBuilder &b, Param &p, Value grad, Value lr, Value step);
+  void eraseDeadOps(func::FuncOp func);
+  void recordSchedule(func::FuncOp func);
+
+  std::optional<SymbolTable> symbols;
+};
+
+} // namespace
+
+LogicalResult BuildTrainingStep::checkOptions() {
+  ModuleOp module = getOperation();
+  if (loss != "cross-entropy" && loss != "mse" && loss != "output")
+    return module.emitError("graph-build-training-step: unknown loss '")
+           << loss << "' (expected cross-entropy, mse or output)";
+  if (optimizer != "sgd" && optimizer != "adamw")
+    return module.emitError("graph-build-training-step: unknown optimizer '")
+           << optimizer << "' (expected sgd or adamw)";
+  if (microBatches < 1)
+    return module.emitError("graph-build-training-step: micro-batches must be >= 1");
+  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
+    return module.emitError("graph-build-training-step: beta1/beta2 must lie in [0, 1)");
+  return success();
+}
+
+FailureOr<func::FuncOp> BuildTrainingStep::findStep() {
+  ModuleOp module = getOperation();
+  if (auto main = module.lookupSymbol<func::FuncOp>("main"))
+    return main;
+  auto funcs = llvm::to_vector(module.getOps<func::FuncOp>());
+  if (funcs.size() != 1)
+    return module.emitError("graph-build-training-step: expected @main or a "
+                            "single function, found ")
+           << funcs.size() << " functions";
+  return funcs.front();
+}
+
+/// Compiles glob patterns; an invalid one is a diagnostic.
+static FailureOr<SmallVector<llvm::GlobPattern>>
+compileGlobs(ModuleOp module, ArrayRef<std::string> patterns) {
+  SmallVector<llvm::GlobPattern> globs;
+  for (const std::string &p : patterns) {
+    llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(p);
+    if (!glob)
+      return module.emitError("invalid variable pattern '")
+             << p << "': " << llvm::toString(glob.takeError());
+    globs.push_back(std::move(*glob));
+  }
+  return globs;
+}
+
+static bool matchesAny(ArrayRef<llvm::GlobPattern> globs, StringRef name) {
+  return llvm::any_of(globs, [&](const llvm::GlobPattern &g) { return g.match(name); });
+}
+
+LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
+                                                 SmallVectorImpl<Param> &params) {
+  ModuleOp module = getOperation();
+  auto train = compileGlobs(module, trainable);
+  auto freeze = compileGlobs(module, frozen);
+  if (failed(train) || failed(freeze))
+    return failure();
+  llvm::StringMap<size_t> index;
+  for (auto var : module.getOps<VariableOp>()) {
+    if (!strait::detail::isFloatTensor(var.getType()) || var.getFrozen())
+      continue;
+    StringRef name = var.getSymName();
+    bool selected = (train->empty() || matchesAny(*train, name)) &&
+                    !matchesAny(*freeze, name);
+    if (!selected) {
+      var.setFrozen(true);
+      continue;
+    }
+    if (feedsOnlyRunningStats(var, func))
+      continue;
+    index[name] = params.size();
+    params.push_back(Param{var, {}, Value()});
+  }
+  func.walk([&](ReadVariableOp read) {
+    auto it = index.find(read.getVariable());
+    if (it != index.end())
+      params[it->second].reads.push_back(read.getValue());
+  });
+  numTrainable = params.size();
+  return success();
+}
+
+/// BatchNormalization uses batch statistics in training; the running
+/// statistics it read from variables are updated with AssignVariable.
+void BuildTrainingStep::convertBatchNorms(func::FuncOp func) {
+  SmallVector<BatchNormalizationOp> bns(func.getOps<BatchNormalizationOp>());
+  for (BatchNormalizationOp bn : bns) {
+    OpBuilder b(bn);
+    auto train = b.create<BatchNormalizationTrainingOp>(
+        bn.getLoc(), bn.getX(), bn.getScale(), bn.getB(), bn.getInputMean(),
+        bn.getInputVar(), bn.getEpsilonAttr(), bn.getMomentumAttr());
+    auto store = [&](Value stat, Value updated) {
+      if (auto read = stat.getDefiningOp<ReadVariableOp>())
+        b.create<AssignVariableOp>(bn.getLoc(), read.getVariableAttr(), updated);
+    };
+    store(bn.getInputMean(), train.getRunningMean());
+    store(bn.getInputVar(), train.getRunningVar());
+    bn.getY().replaceAllUsesWith(train.getY());
+    bn.erase();
+  }
+}
+
+void BuildTrainingStep::assignOpIds(func::FuncOp func) {
+  int64_t next = 0;
+  Block &block = func.getBody().front();
+  for (Operation &op : block.without_terminator())
+    if (auto id = op.getAttrOfType<IntegerAttr>(kOpIdAttr))
+      next = std::max(next, id.getInt() + 1);
+  Builder b(func.getContext());
+  for (Operation &op : block.without_terminator())
+    if (!op.hasAttr(kOpIdAttr))
+      op.setAttr(kOpIdAttr, b.getI64IntegerAttr(next++));
+}
+
+FailureOr<unsigned> BuildTrainingStep::findOutput(func::FuncOp func) {
+  if (func.getNumResults() == 0)
+    return func.emitOpError("has no output to build a loss from");
+  if (output.empty())
+    return 0u;
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i)
+    if (auto name = func.getResultAttrOfType<StringAttr>(i, kNameAttr);
+        name && name.getValue() == output)
+      return i;
+  return func.emitOpError("has no output named '") << output << "'";
+}
+
+/// Softmax cross-entropy of logits [..., V] against i64 labels [...]
+/// (flattened to [N, V] and [N]), mean over non-ignored labels.
+FailureOr<Value> BuildTrainingStep::crossEntropy(func::FuncOp func, OpBuilder &b,
+                                                 Value logits) {
+  auto type = dyn_cast<RankedTensorType>(logits.getType());
+  if (!type || !type.hasStaticShape() || type.getRank() < 2 ||
+      !isa<FloatType>(type.getElementType()))
+    return func.emitOpError("cross-entropy needs static float logits of rank "
+                            ">= 2, got ")
+           << logits.getType();
+  ArrayRef<int64_t> shape = type.getShape();
+  auto labelType = RankedTensorType::get(shape.drop_back(), b.getI64Type());
+  Value labels = addArgument(func, labelType, labelName);
+  Value scores = logits;
+  if (type.getRank() > 2) {
+    int64_t rows = type.getNumElements() / shape.back();
+    scores = b.create<ReshapeOp>(func.getLoc(), logits,
+                                 ArrayRef<int64_t>{rows, shape.back()}, 0);
+    labels = b.create<ReshapeOp>(func.getLoc(), labels, ArrayRef<int64_t>{rows}, 0);
+  }
+  return b
+      .create<SoftmaxCrossEntropyLossOp>(func.getLoc(), scores, labels, Value(),
+                                         LossReduction::mean,
+                                         b.getI64IntegerAttr(ignoreIndex))
+      .getResult();
+}
+
+FailureOr<Value> BuildTrainingStep::buildLoss(func::FuncOp func) {
+  FailureOr<unsigned> index = findOutput(func);
+  if (failed(index))
+    return failure();
+  Operation *ret = func.getBody().front().getTerminator();
+  Value out = ret->getOperand(*index);
+  OpBuilder b(ret);
+  Location loc = func.getLoc();
+  if (loss == "cross-entropy")
+    return crossEntropy(func, b, out);
+  auto type = dyn_cast<RankedTensorType>(out.getType());
+  if (!type || !type.hasStaticShape() || !isa<FloatType>(type.getElementType()))
+    return func.emitOpError("the loss needs a static float output, got ")
+           << out.getType();
+  if (loss == "output") {
+    if (type.getNumElements() != 1)
+      return func.emitOpError("loss=output needs a one-element output, got ") << type;
+    if (type.getRank() == 0)
+      return out;
+    return b.create<ReshapeOp>(loc, out, ArrayRef<int64_t>{}, 0).getResult();
+  }
+  Value target = addArgument(func, type, labelName);
+  Value diff = b.create<SubOp>(loc, out, target);
+  Value sq = b.create<MulOp>(loc, diff, diff);
+  auto axes = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+  return b.create<ReduceMeanOp>(loc, sq, ArrayRef<int64_t>(axes), 0).getResult();
+}
+
+/// A zero-initialized, frozen variable holding optimizer state of `var`.
+Value BuildTrainingStep::stateVariable(OpBuilder &b, VariableOp var,
+                                       StringRef suffix) {
+  auto type = cast<RankedTensorType>(var.getType());
+  OpBuilder mb(var);
+  mb.setInsertionPointAfter(var);
+  auto zero = DenseElementsAttr::get(type, mb.getFloatAttr(type.getElementType(), 0));
+  auto state = mb.create<VariableOp>(var.getLoc(), (var.getSymName() + suffix).str(),
+                                     type, cast<ElementsAttr>(zero), /*frozen=*/true);
+  symbols->insert(state, mb.getInsertionPoint());
+  state->setAttr(kStateOfAttr, FlatSymbolRefAttr::get(var.getSymNameAttr()));
+  return b.create<ReadVariableOp>(var.getLoc(), type, state.getSymName());
+}
+
+void BuildTrainingStep::applyOptimizer(OpBuilder &b, Param &p, Value grad,
+                                       Value lr, Value step) {
+  Location loc = p.var.getLoc();
+  Type type = p.var.getType();
+  Value param = b.create<ReadVariableOp>(loc, type, p.var.getSymName());
+  auto assign = [&](Value from, Value to) {
+    auto read = from.getDefiningOp<ReadVariableOp>();
+    if (read)
+      b.create<AssignVariableOp>(loc, read.getVariableAttr(), to);
+  };
+  auto f32 = [&](double v) { return b.getF32FloatAttr(static_cast<float>(v)); };
+  if (optimizer == "sgd") {
+    Value vel = momentum != 0
+                    ? stateVariable(b, p.var, ".momentum")
+                    : b.create<ConstantOp>(loc, cast<ElementsAttr>(DenseElementsAttr::get(
+                                                    cast<ShapedType>(type), 0.0f)))
+                          .getResult();
+    auto sgd = b.create<SGDOp>(loc, lr, param, grad, vel, f32(momentum),
+                               f32(weightDecay), b.getI64IntegerAttr(nesterov));
+    assign(param, sgd.getNewParam());
+    assign(vel, sgd.getNewVelocity());
+    return;
+  }
+  Value m = stateVariable(b, p.var, ".adam_m");
+  Value v = stateVariable(b, p.var, ".adam_v");
+  auto adam = b.create<AdamWOp>(loc, lr, step, param, grad, m, v, f32(beta1),
+                                f32(beta2), f32(epsilon), f32(weightDecay));
+  assign(param, adam.getNewParam());
+  assign(m, adam.getNewM());
+  assign(v, adam.getNewV());
+}
+
+LogicalResult BuildTrainingStep::buildUpdates(func::FuncOp func,
+                                              MutableArrayRef<Param> params) {
+  Operation *ret = func.getBody().front().getTerminator();
+  OpBuilder b(ret);
+  SmallVector<Param *> updated;
+  SmallVector<Value> totals;
+  for (Param &p : params) {
+    if (!p.grad) {
+      p.var.emitWarning("variable does not affect the loss; it is not updated");
+      continue;
+    }
+    totals.push_back(b.create<AccumulateGradOp>(
+        p.var.getLoc(), p.grad, FlatSymbolRefAttr::get(p.var.getSymNameAttr()),
+        b.getI64IntegerAttr(microBatches)));
+    updated.push_back(&p);
+  }
+  if (clipNorm > 0 && !totals.empty()) {
+    auto clip = b.create<ClipByGlobalNormOp>(
+        func.getLoc(), totals, b.getF32FloatAttr(static_cast<float>(clipNorm)));
+    totals.assign(clip.getClipped().begin(), clip.getClipped().end());
+  }
+  Value lr = addArgument(func, RankedTensorType::get({}, b.getF32Type()), "lr");
+  Value step = addArgument(func, RankedTensorType::get({}, b.getI64Type()), "step");
+  for (auto [p, total] : llvm::zip(updated, totals))
+    applyOptimizer(b, *p, total, lr, step);
+  return success();
+}
+
+/// A variable read several times (tied embeddings) gets the sum of the
+/// reads' gradients; each Add is tagged with its read's op id.
+static void sumReadGradients(func::FuncOp func, MutableArrayRef<Param> params,
+                             const DenseMap<Value, Value> &grads) {
+  OpBuilder b(func.getBody().front().getTerminator());
+  for (Param &p : params)
+    for (Value read : p.reads) {
+      Value g = grads.lookup(read);
+      if (!g)
+        continue;
+      if (!p.grad) {
+        p.grad = g;
+        continue;
+      }
+      auto add = b.create<AddOp>(read.getLoc(), p.grad, g);
+      if (Attribute id = read.getDefiningOp()->getAttr(kOpIdAttr))
+        add->setAttr(kGradOfAttr, id);
+      p.grad = add;
+    }
+}
+
+/// Returns the loss as a new `loss` result unless it already is a result.
+static void appendLossResult(func::FuncOp func, Value loss) {
+  Operation *ret = func.getBody().front().getTerminator();
+  if (llvm::is_contained(ret->getOperands(), loss))
+    return;
+  unsigned n = func.getNumResults();
+  Builder b(func.getContext());
+  func.insertResult(n, loss.getType(), nameAttr(b, "loss"));
+  ret->insertOperands(n, loss);
+}
+
+void BuildTrainingStep::eraseDeadOps(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+    if (isOpTriviallyDead(&op))
+      op.erase();
+}
+
+/// The learning-rate schedule is computed by the launcher from `step` and
+/// passed as the `lr` argument; the pass records its parameters.
+void BuildTrainingStep::recordSchedule(func::FuncOp func) {
+  Builder b(func.getContext());
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr("loss", b.getStringAttr(loss)),
+      b.getNamedAttr("optimizer", b.getStringAttr(optimizer)),
+      b.getNamedAttr("lr", b.getF64FloatAttr(lr)),
+      b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(warmupSteps)),
+      b.getNamedAttr("total_steps", b.getI64IntegerAttr(totalSteps)),
+      b.getNamedAttr("micro_batches", b.getI64IntegerAttr(microBatches))};
+  func->setAttr("graph.training", b.getDictionaryAttr(attrs));
+}
+
+void BuildTrainingStep::runOnOperation() {
+  symbols.emplace(getOperation());
+  FailureOr<func::FuncOp> found = findStep();
+  SmallVector<Param> params;
+  if (failed(checkOptions()) || failed(found) ||
+      failed(selectTrainable(*found, params)))
+    return signalPassFailure();
+  func::FuncOp func = *found;
+  convertBatchNorms(func);
+  FailureOr<Value> lossValue = buildLoss(func);
+  if (failed(lossValue))
+    return signalPassFailure();
+  assignOpIds(func);
+  SmallVector<Value> wrt;
+  for (Param &p : params)
+    llvm::append_range(wrt, p.reads);
+  FailureOr<GradientResult> grads = differentiate(func, *lossValue, wrt);
+  if (failed(grads))
+    return signalPassFailure();
+  numBackwardOps = grads->numBackwardOps;
+  sumReadGradients(func, params, grads->grads);
+  if (failed(buildUpdates(func, params)))
+    return signalPassFailure();
+  appendLossResult(func, *lossValue);
+  eraseDeadOps(func);
+  recordSchedule(func);
+}

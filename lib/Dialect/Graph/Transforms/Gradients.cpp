@@ -1,0 +1,69 @@
+//===- Gradients.cpp - Shared gradient helpers and registration -----------===//
+
+#include "GradientUtils.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::graph;
+using namespace strait::graph::grad;
+
+ArrayRef<int64_t> grad::shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+static Attribute floatOrIntAttr(Type elt, double v) {
+  if (auto f = dyn_cast<FloatType>(elt))
+    return FloatAttr::get(f, v);
+  return IntegerAttr::get(elt, static_cast<int64_t>(v));
+}
+
+Value GradBuilder::scalar(double v, Value like) {
+  Type elt = cast<TensorType>(like.getType()).getElementType();
+  auto type = RankedTensorType::get({}, elt);
+  return make<ConstantOp>(
+      cast<ElementsAttr>(DenseElementsAttr::get(type, floatOrIntAttr(elt, v))));
+}
+
+Value GradBuilder::zeros(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return make<ConstantOp>(cast<ElementsAttr>(
+      DenseElementsAttr::get(t, floatOrIntAttr(t.getElementType(), 0.0))));
+}
+
+Value GradBuilder::add(Value a, Value c) { return make<AddOp>(a, c); }
+Value GradBuilder::sub(Value a, Value c) { return make<SubOp>(a, c); }
+Value GradBuilder::mul(Value a, Value c) { return make<MulOp>(a, c); }
+Value GradBuilder::div(Value a, Value c) { return make<DivOp>(a, c); }
+Value GradBuilder::neg(Value a) { return make<NegOp>(a); }
+
+Value GradBuilder::reduceTo(Value grad, Value target) {
+  if (grad.getType() == target.getType())
+    return grad;
+  return make<ReduceToShapeOp>(grad, shapeOf(target));
+}
+
+Value GradBuilder::reshapeTo(Value grad, Value target) {
+  if (grad.getType() == target.getType())
+    return grad;
+  return make<ReshapeOp>(grad, shapeOf(target), /*allowzero=*/1);
+}
+
+Value GradBuilder::transposeLast2(Value a) {
+  int64_t rank = shapeOf(a).size();
+  SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return make<TransposeOp>(a, perm);
+}
+
+void strait::registerGraphGradientModels(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *ctx, GraphDialect *) {
+    registerElementwiseGradients(ctx);
+    registerLinalgGradients(ctx);
+    registerNormalizationGradients(ctx);
+    registerReductionGradients(ctx);
+    registerConvGradients(ctx);
+    registerTensorGradients(ctx);
+  });
+}

@@ -1,0 +1,87 @@
+//===- GradientsReduction.cpp - Rules of reductions, softmax and losses ---===//
+
+#include "GradientUtils.h"
+
+using namespace mlir;
+using namespace strait::graph;
+using namespace strait::graph::grad;
+
+namespace {
+using DX = MutableArrayRef<Value>;
+
+/// The reduced axes of a Reduce op over `rank` dims (empty axes: all,
+/// unless noop_with_empty_axes).
+SmallVector<int64_t> reducedAxes(ArrayRef<int64_t> axes, bool noop, int64_t rank) {
+  if (axes.empty() && !noop)
+    return llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  SmallVector<int64_t> out;
+  for (int64_t a : axes)
+    out.push_back(a < 0 ? a + rank : a);
+  return out;
+}
+
+/// Broadcasts the gradient of a reduction back over the input: reshape to
+/// the keepdims shape, then Expand. Returns it and the reduced count.
+template <typename OpT>
+std::pair<Value, int64_t> expandReduced(OpT op, GradBuilder &g, Value d) {
+  ArrayRef<int64_t> in = shapeOf(op.getData());
+  SmallVector<int64_t> kept(in);
+  int64_t count = 1;
+  for (int64_t a : reducedAxes(op.getAxes(), op.getNoopWithEmptyAxes() != 0,
+                               in.size())) {
+    count *= in[a];
+    kept[a] = 1;
+  }
+  Value r = g.make<ReshapeOp>(d, ArrayRef<int64_t>(kept), 0);
+  return {g.make<ExpandOp>(r, in), count};
+}
+
+LogicalResult reduceSumGrad(ReduceSumOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = expandReduced(op, g, dy[0]).first;
+  return success();
+}
+
+LogicalResult reduceMeanGrad(ReduceMeanOp op, GradBuilder &g, ValueRange dy,
+                             DX dx) {
+  auto [e, count] = expandReduced(op, g, dy[0]);
+  dx[0] = g.mulScalar(e, 1.0 / static_cast<double>(count));
+  return success();
+}
+
+LogicalResult reduceSumSquareGrad(ReduceSumSquareOp op, GradBuilder &g,
+                                  ValueRange dy, DX dx) {
+  Value e = expandReduced(op, g, dy[0]).first;
+  dx[0] = g.mul(e, g.mulScalar(op.getData(), 2.0));
+  return success();
+}
+
+LogicalResult softmaxGrad(SoftmaxOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.make<SoftmaxGradOp>(dy[0], op.getOutput(), op.getAxisAttr());
+  return success();
+}
+
+LogicalResult logSoftmaxGrad(LogSoftmaxOp op, GradBuilder &g, ValueRange dy,
+                             DX dx) {
+  dx[0] = g.make<LogSoftmaxGradOp>(dy[0], op.getOutput(), op.getAxisAttr());
+  return success();
+}
+
+/// Scores only; labels and class weights get no gradient.
+LogicalResult sceGrad(SoftmaxCrossEntropyLossOp op, GradBuilder &g,
+                      ValueRange dy, DX dx) {
+  dx[0] = g.make<SoftmaxCrossEntropyLossGradOp>(
+      dy[0], op.getScores(), op.getLabels(), op.getWeights(),
+      op.getReductionAttr(), op.getIgnoreIndexAttr());
+  return success();
+}
+
+} // namespace
+
+void grad::registerReductionGradients(MLIRContext *ctx) {
+  attachRule<ReduceSumOp, reduceSumGrad>(ctx);
+  attachRule<ReduceMeanOp, reduceMeanGrad>(ctx);
+  attachRule<ReduceSumSquareOp, reduceSumSquareGrad>(ctx);
+  attachRule<SoftmaxOp, softmaxGrad>(ctx);
+  attachRule<LogSoftmaxOp, logSoftmaxGrad>(ctx);
+  attachRule<SoftmaxCrossEntropyLossOp, sceGrad>(ctx);
+}

@@ -1,0 +1,111 @@
+//===- GradientsTensor.cpp - Rules of data-movement ops -------------------===//
+//
+// Reshape-like ops reshape back, Transpose inverts its permutation, Gather
+// and Slice scatter into zeros, Concat and Split swap roles, Expand sums.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GradientUtils.h"
+
+using namespace mlir;
+using namespace strait::graph;
+using namespace strait::graph::grad;
+
+namespace {
+using DX = MutableArrayRef<Value>;
+
+/// Reshape, Flatten, Squeeze, Unsqueeze: same data, the input's shape back.
+template <typename OpT>
+LogicalResult reshapeLikeGrad(OpT op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.reshapeTo(dy[0], op->getOperand(0));
+  return success();
+}
+
+LogicalResult transposeGrad(TransposeOp op, GradBuilder &g, ValueRange dy,
+                            DX dx) {
+  ArrayRef<int64_t> perm = op.getPerm();
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = i;
+  dx[0] = g.make<TransposeOp>(dy[0], ArrayRef<int64_t>(inverse));
+  return success();
+}
+
+LogicalResult expandGrad(ExpandOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.reduceTo(dy[0], op.getInput());
+  return success();
+}
+
+LogicalResult gatherGrad(GatherOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.make<GatherGradOp>(dy[0], op.getIndices(), op.getAxisAttr(),
+                               g.b.getDenseI64ArrayAttr(shapeOf(op.getData())));
+  return success();
+}
+
+LogicalResult sliceGrad(SliceOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.make<SliceGradOp>(dy[0], op.getStartsAttr(), op.getEndsAttr(),
+                              op.getAxesAttr(), op.getStepsAttr(),
+                              g.b.getDenseI64ArrayAttr(shapeOf(op.getData())));
+  return success();
+}
+
+LogicalResult concatGrad(ConcatOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  int64_t rank = shapeOf(dy[0]).size();
+  int64_t axis = static_cast<int64_t>(op.getAxis());
+  if (axis < 0)
+    axis += rank;
+  SmallVector<int64_t> sizes;
+  for (Value v : op.getInputs())
+    sizes.push_back(shapeOf(v)[axis]);
+  if (sizes.size() == 1) {
+    dx[0] = dy[0];
+    return success();
+  }
+  auto split = g.create<SplitOp>(dy[0], static_cast<uint64_t>(axis),
+                                 ArrayRef<int64_t>(sizes));
+  for (auto [i, r] : llvm::enumerate(split.getOutputs()))
+    dx[i] = r;
+  return success();
+}
+
+LogicalResult splitGrad(SplitOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = dy.size() == 1 ? dy[0] : g.make<ConcatOp>(dy, op.getAxisAttr());
+  return success();
+}
+
+/// Constant-mode Pad with non-negative pads: the gradient is the interior.
+LogicalResult padGrad(PadOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  ArrayRef<int64_t> pads = op.getPads(), in = shapeOf(op.getData());
+  if (op.getMode() != PadMode::constant || llvm::any_of(pads, [](int64_t p) {
+        return p < 0;
+      }))
+    return op.emitOpError("gradient supports constant mode with non-negative "
+                          "pads only");
+  int64_t rank = in.size();
+  SmallVector<int64_t> starts, ends, axes, steps;
+  for (int64_t i = 0; i < rank; ++i) {
+    starts.push_back(pads[i]);
+    ends.push_back(pads[i] + in[i]);
+    axes.push_back(i);
+    steps.push_back(1);
+  }
+  dx[0] = g.make<SliceOp>(dy[0], ArrayRef<int64_t>(starts), ArrayRef<int64_t>(ends),
+                          ArrayRef<int64_t>(axes), ArrayRef<int64_t>(steps));
+  return success();
+}
+
+} // namespace
+
+void grad::registerTensorGradients(MLIRContext *ctx) {
+  attachRule<ReshapeOp, reshapeLikeGrad<ReshapeOp>>(ctx);
+  attachRule<FlattenOp, reshapeLikeGrad<FlattenOp>>(ctx);
+  attachRule<SqueezeOp, reshapeLikeGrad<SqueezeOp>>(ctx);
+  attachRule<UnsqueezeOp, reshapeLikeGrad<UnsqueezeOp>>(ctx);
+  attachRule<TransposeOp, transposeGrad>(ctx);
+  attachRule<ExpandOp, expandGrad>(ctx);
+  attachRule<GatherOp, gatherGrad>(ctx);
+  attachRule<SliceOp, sliceGrad>(ctx);
+  attachRule<ConcatOp, concatGrad>(ctx);
+  attachRule<SplitOp, splitGrad>(ctx);
+  attachRule<PadOp, padGrad>(ctx);
+}

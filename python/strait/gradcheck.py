@@ -1,0 +1,318 @@
+"""Gradients of Strait training steps against PyTorch autograd.
+
+    PYTHONPATH=python .venv/bin/python -m strait.gradcheck [--model gpt2|resnet|all]
+                                                           [--build build] [--out DIR]
+
+For each reference model (a tiny GPT-2 and a tiny ResNet-like CNN, fixed weights and batch):
+
+  (a) ``export_model``: build it in torch and export it to ONNX (eval mode, weights inline,
+      no constant folding so that initializers keep their parameter names);
+  (b) ``compile_training_step``: ``straitc --emit=mlir`` then ``strait-opt
+      --graph-build-training-step`` (loss, reverse-mode autodiff, SGD with lr 0) and check the
+      step's structure: one ``graph.AccumulateGrad`` per torch parameter, same names;
+  (c) ``run_on_runtime``: execute the step on the CPU runtime and read back every
+      parameter's accumulated gradient. This needs the DeviceProgram exporter
+      (``straitc --emit=program``) and is the one piece still missing: it raises
+      ``RuntimeUnavailable`` until then;
+  (d) ``compare``: max relative error per parameter against ``torch_gradients`` (<= 1e-4 f32).
+
+Python stays a helper: all compilation happens in the C++ tools.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOLERANCE = 1e-4
+SEED = 0
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime path (exporter + strait-run) cannot execute training steps yet."""
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    module: object  # torch.nn.Module producing logits
+    inputs: dict  # graph input name -> torch tensor
+    labels: object  # torch int64 tensor
+    input_shapes: str  # straitc --input-shape value
+
+
+# ---------------------------------------------------------------------------------------
+# (a) models
+
+
+def _tiny_gpt2():
+    """GPT-2 architecture in plain torch (pre-LN blocks, causal attention, tanh GELU, tied
+    embedding/head so that one variable is read twice), 2 layers, width 32, vocab 64."""
+    import math
+
+    import torch
+    from torch import nn
+
+    vocab, width, heads, layers, positions = 64, 32, 2, 2, 16
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(width, 3 * width)
+            self.c_proj = nn.Linear(width, width)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.c_attn(x).split(width, dim=2)
+            q, k, v = (z.reshape(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+            att = q @ k.transpose(-2, -1) / math.sqrt(c // heads)
+            mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+            att = torch.softmax(att.masked_fill(~mask, -1e9), dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, c)
+            return self.c_proj(y)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(width)
+            self.attn = Attention()
+            self.ln_2 = nn.LayerNorm(width)
+            self.c_fc = nn.Linear(width, 4 * width)
+            self.c_proj = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            h = nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
+            return x + self.c_proj(h)
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, width)
+            self.wpe = nn.Embedding(positions, width)
+            self.h = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(width)
+
+        def forward(self, input_ids):
+            t = input_ids.shape[1]
+            x = self.wte(input_ids) + self.wpe(torch.arange(t))
+            for block in self.h:
+                x = block(x)
+            return self.ln_f(x) @ self.wte.weight.t()
+
+    torch.manual_seed(SEED)
+    model = GPT()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    ids = torch.randint(0, vocab, (2, 8), generator=gen)
+    labels = torch.randint(0, vocab, (2, 8), generator=gen)
+    return Case("gpt2", model, {"input_ids": ids}, labels, "input_ids=2x8")
+
+
+def _tiny_resnet():
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(c)
+            self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(x + self.bn2(self.conv2(y)))
+
+    class TinyResNet(nn.Module):
+        def __init__(self, classes=10):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.bn = nn.BatchNorm2d(8)
+            self.pool = nn.MaxPool2d(2)
+            self.block = Block(8)
+            self.fc = nn.Linear(8, classes)
+
+        def forward(self, pixels):
+            x = self.pool(torch.relu(self.bn(self.stem(pixels))))
+            x = self.block(x)
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(SEED)
+    model = TinyResNet()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    pixels = torch.randn(4, 3, 8, 8, generator=gen)
+    labels = torch.randint(0, 10, (4,), generator=gen)
+    return Case("resnet", model, {"pixels": pixels}, labels, "pixels=4x3x8x8")
+
+
+def _perturb(module, seed: int):
+    """Makes every parameter and float buffer distinct and non-trivial (ONNX exporters merge
+    initializers of equal value, e.g. all LayerNorm weights of 1, which would tie them)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in [*module.parameters(), *module.buffers()]:
+            if t.is_floating_point():
+                t.add_(0.1 * torch.rand(t.shape, generator=gen))
+
+
+def _distinct(build):
+    def make():
+        case = build()
+        _perturb(case.module, SEED + 2)
+        return case
+    return make
+
+
+CASES = {"gpt2": _distinct(_tiny_gpt2), "resnet": _distinct(_tiny_resnet)}
+
+
+def export_model(case: Case, path: str) -> str:
+    """Exports `case.module` to ONNX at `path` (eval mode: BatchNorm as the inference op,
+    which graph-build-training-step turns into batch statistics)."""
+    import torch
+
+    case.module.eval()
+    torch.onnx.export(case.module, tuple(case.inputs.values()), path,
+                      input_names=list(case.inputs), output_names=["logits"],
+                      opset_version=17, do_constant_folding=False, dynamo=False)
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# (b) compile
+
+
+def _tool(build: str, name: str) -> str:
+    path = os.path.join(build, "bin", name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not built (ninja -C {build} {name})")
+    return path
+
+
+def compile_training_step(onnx_path: str, input_shapes: str, build: str,
+                          options: str = "loss=cross-entropy optimizer=sgd momentum=0") -> str:
+    """Returns the training step's MLIR (straitc import + graph-build-training-step)."""
+    forward = subprocess.run(
+        [_tool(build, "straitc"), onnx_path, "--input-shape", input_shapes, "--emit=mlir"],
+        check=True, capture_output=True, text=True).stdout
+    step = subprocess.run(
+        [_tool(build, "strait-opt"), f"--graph-build-training-step={options}"],
+        input=forward, check=True, capture_output=True, text=True)
+    return step.stdout
+
+
+def accumulated_variables(step_mlir: str) -> list[str]:
+    """Variables that get a gradient in the step, in order."""
+    return re.findall(r"graph\.AccumulateGrad %\S+ for @([\w.\-]+|\"[^\"]+\")", step_mlir)
+
+
+def check_structure(case: Case, step_mlir: str) -> list[str]:
+    """Every trainable torch parameter has exactly one AccumulateGrad in the step."""
+    params = {n.removeprefix("m.") for n, p in case.module.named_parameters() if p.requires_grad}
+    got = [v.strip('"') for v in accumulated_variables(step_mlir)]
+    problems = []
+    if len(got) != len(set(got)):
+        problems.append("a variable is accumulated twice")
+    missing, extra = params - set(got), set(got) - params
+    if missing:
+        problems.append(f"no gradient for {sorted(missing)}")
+    if extra:
+        problems.append(f"gradients for non-parameters {sorted(extra)}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------
+# (c) runtime, (d) reference and comparison
+
+
+def run_on_runtime(onnx_path: str, case: Case, build: str) -> dict:
+    """Runs one training step (lr = 0) on the CPU runtime and returns {param: gradient}.
+
+    Completed when the DeviceProgram exporter lands: compile with ``straitc --emit=program
+    -o DIR`` (training options as in compile_training_step), run ``strait-run DIR`` with
+    the batch and labels, and read the ROLE_GRADIENT values back."""
+    raise RuntimeUnavailable(
+        "training steps cannot be executed yet: the DeviceProgram exporter "
+        "(straitc --emit=program) is not available")
+
+
+def torch_gradients(case: Case) -> tuple[float, dict]:
+    """Loss and parameter gradients of one step in torch (train mode: batch statistics)."""
+    import torch
+
+    model = case.module
+    model.train()
+    model.zero_grad()
+    logits = model(*case.inputs.values())
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             case.labels.reshape(-1))
+    loss.backward()
+    grads = {n.removeprefix("m."): p.grad.detach().numpy().copy()
+             for n, p in model.named_parameters() if p.grad is not None}
+    return float(loss), grads
+
+
+def max_relative_error(ref, got) -> float:
+    import numpy as np
+
+    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+    if ref.shape != got.shape:
+        return float("inf")
+    scale = max(float(np.max(np.abs(ref))), 1e-12)
+    return float(np.max(np.abs(ref - got)) / scale)
+
+
+def compare(reference: dict, computed: dict, tolerance: float = TOLERANCE) -> dict:
+    """{param: max relative error} for errors above `tolerance` or missing gradients."""
+    bad = {}
+    for name, ref in reference.items():
+        err = max_relative_error(ref, computed[name]) if name in computed else float("inf")
+        if err > tolerance:
+            bad[name] = err
+    return bad
+
+
+def check(name: str, build: str, out_dir: str) -> int:
+    case = CASES[name]()
+    onnx_path = export_model(case, os.path.join(out_dir, f"{name}.onnx"))
+    step = compile_training_step(onnx_path, case.input_shapes, build)
+    with open(os.path.join(out_dir, f"{name}.train.mlir"), "w") as f:
+        f.write(step)
+    problems = check_structure(case, step)
+    print(f"{name}: training step with {len(accumulated_variables(step))} gradients"
+          + ("" if not problems else f"; problems: {problems}"))
+    try:
+        computed = run_on_runtime(onnx_path, case, build)
+    except RuntimeUnavailable as e:
+        print(f"{name}: numerical check skipped: {e}")
+        return 1 if problems else 0
+    _, reference = torch_gradients(case)
+    bad = compare(reference, computed)
+    for param, err in sorted(bad.items()):
+        print(f"{name}: {param}: max relative error {err:.3g} > {TOLERANCE}")
+    return 1 if problems or bad else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=[*CASES, "all"], default="all")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=None, help="keep the ONNX and MLIR files here")
+    args = ap.parse_args(argv)
+    names = list(CASES) if args.model == "all" else [args.model]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or tmp
+        os.makedirs(out, exist_ok=True)
+        return max(check(n, args.build, out) for n in names)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
