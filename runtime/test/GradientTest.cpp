@@ -235,7 +235,7 @@ TEST(Gradients, AccumulateGradIsTheMeanOverMicroBatches) {
   gt.as<float>()[0] = 4;
   ASSERT_TRUE((*exec)->runStep(1).isOk());
   EXPECT_EQ(tt.as<float>()[0], 3.0f);
-  b.get().mutable_steps(0)->set_micro_batch(-1);
+  b.get().mutable_steps(0)->clear_micro_batch();
   auto exec2 = Executor::create(b.get(), reg);
   ASSERT_TRUE(exec2.isOk());
   EXPECT_NE((*exec2)->runStep(0).getMessage().find("micro_batch set"), std::string::npos);

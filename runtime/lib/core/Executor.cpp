@@ -302,7 +302,8 @@ Status Executor::runStep(int index) {
     return annotate(runComm(step), index);
   for (uint32_t kid : step.run().kernel_ids())
     STRAIT_RETURN_IF_ERROR(
-        annotate(runKernel(program.kernels(kernelIndex[kid]), step.micro_batch()), index));
+        annotate(runKernel(program.kernels(kernelIndex[kid]),
+                            step.has_micro_batch() ? step.micro_batch() : -1), index));
   return Status::ok();
 }
 

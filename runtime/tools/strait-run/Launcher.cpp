@@ -63,14 +63,14 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(localRank).c_str(), 1);
   ::setenv("STRAIT_RUN_ID", o.runId.c_str(), 1);
+  // OpenBLAS sizes its own pool from this; keep it to this rank's share.
+  ::setenv("OPENBLAS_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
   std::vector<std::string> args = {o.executable, o.planDir, "--rank", std::to_string(rank),
                                    "--steps", std::to_string(o.steps),
                                    "--timeout-ms", std::to_string(o.timeoutMs),
                                    "--manifest", o.manifest, "--run-id", o.runId};
-  if (o.threads > 0) {
-    args.push_back("--threads");
-    args.push_back(std::to_string(o.threads));
-  }
+  args.push_back("--threads");
+  args.push_back(std::to_string(o.threads));
   std::vector<char *> argv;
   for (auto &a : args)
     argv.push_back(&a[0]);
@@ -177,6 +177,9 @@ int runLauncher(const RunOptions &options) {
     std::string store = m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
     makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
   }
+  if (o.threads <= 0) // share the cores between the local ranks
+    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                std::max(1, m->ranks_size()));
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::vector<Child> children;
