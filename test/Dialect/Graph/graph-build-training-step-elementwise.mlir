@@ -1,4 +1,4 @@
-// RUN: strait-opt %s --graph-build-training-step='loss=mse optimizer=sgd momentum=0.9 weight-decay=0.01' | FileCheck %s
+// RUN: strait-opt %s -split-input-file --graph-build-training-step='loss=mse optimizer=sgd momentum=0.9 weight-decay=0.01' | FileCheck %s
 
 // Elementwise rules with broadcasting: the bias of shape [3] and the scale of
 // shape [1,3] get their gradients summed back (ReduceToShape); @s is used
@@ -48,5 +48,35 @@ module {
     %r = graph.Relu %t : tensor<4x3xf32>
     %d = graph.Div %r, %s : (tensor<4x3xf32>, tensor<1x3xf32>) -> tensor<4x3xf32>
     return %d : tensor<4x3xf32>
+  }
+}
+
+// -----
+
+// Piecewise activations (MobileNetV3, ...) route dY with comparisons; a
+// two-operand Max gives the gradient to the larger operand.
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[HS:.*]] = graph.HardSwish %[[X:[0-9]+]] {graph.op_id
+// CHECK: %[[HG:.*]] = graph.HardSigmoid %[[HS]] {{{.*}}graph.op_id
+// CHECK: %[[E:.*]] = graph.Elu %[[HG]] {{{.*}}graph.op_id
+// CHECK: graph.Max %[[E]], %{{.*}} {graph.op_id
+// CHECK: graph.GreaterOrEqual %[[E]], %{{.*}} {graph.grad_of = [[MAXID:[0-9]+]] : i64}
+// CHECK: graph.Where {{.*}}graph.grad_of = [[MAXID]]
+// CHECK: graph.Greater %[[HG]], %{{.*}} {graph.grad_of
+// CHECK: graph.And {{.*}}graph.grad_of
+// CHECK: graph.Greater %[[X]], %{{.*}} {graph.grad_of
+// CHECK: graph.GreaterOrEqual %[[X]], %{{.*}} {graph.grad_of
+// CHECK: graph.AccumulateGrad %{{.*}} for @w
+module {
+  graph.Variable @w : tensor<4xf32> = dense<0.5> : tensor<4xf32>
+  func.func @main(%x: tensor<4xf32> {graph.name = "x"}) -> (tensor<4xf32> {graph.name = "y"}) {
+    %w = graph.ReadVariable @w : tensor<4xf32>
+    %a = graph.Mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %hs = graph.HardSwish %a : tensor<4xf32>
+    %hg = graph.HardSigmoid %hs {alpha = 0.2 : f32, beta = 0.5 : f32} : tensor<4xf32>
+    %e = graph.Elu %hg {alpha = 1.0 : f32} : tensor<4xf32>
+    %m = graph.Max %e, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    return %m : tensor<4xf32>
   }
 }

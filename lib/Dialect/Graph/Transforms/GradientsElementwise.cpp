@@ -186,6 +186,55 @@ LogicalResult meanGrad(MeanOp op, GradBuilder &g, ValueRange dy, DX dx) {
   return success();
 }
 
+/// HardSigmoid: alpha where 0 < alpha x + beta < 1, else 0.
+LogicalResult hardSigmoidGrad(HardSigmoidOp op, GradBuilder &g, ValueRange dy,
+                              DX dx) {
+  Value x = op.getX();
+  double alpha = op.getAlpha().convertToDouble(), beta = op.getBeta().convertToDouble();
+  Value t = g.add(g.mulScalar(x, alpha), g.scalar(beta, x));
+  Value inside = g.make<AndOp>(g.make<GreaterOp>(t, g.scalar(0.0, x)),
+                               g.make<LessOp>(t, g.scalar(1.0, x)));
+  dx[0] = select(g, inside, g.mulScalar(dy[0], alpha));
+  return success();
+}
+
+/// HardSwish x * relu6(x + 3) / 6: 0 below -3, 1 above 3, (2x + 3) / 6 between.
+LogicalResult hardSwishGrad(HardSwishOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  Value x = op.getX();
+  Value mid = g.mul(dy[0], g.add(g.mulScalar(x, 1.0 / 3.0), g.scalar(0.5, x)));
+  Value upper = g.make<WhereOp>(g.make<GreaterOp>(x, g.scalar(3.0, x)), dy[0], mid);
+  dx[0] = select(g, g.make<GreaterOrEqualOp>(x, g.scalar(-3.0, x)), upper);
+  return success();
+}
+
+/// Elu: dY for x > 0, dY * (y + alpha) otherwise.
+LogicalResult eluGrad(EluOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  Value x = op.getX();
+  Value neg = g.mul(dy[0], g.add(op.getY(), g.scalar(op.getAlpha().convertToDouble(), x)));
+  dx[0] = g.make<WhereOp>(g.make<GreaterOp>(x, g.scalar(0.0, x)), dy[0], neg);
+  return success();
+}
+
+/// Softsign x / (1 + |x|): 1 / (1 + |x|)^2.
+LogicalResult softsignGrad(SoftsignOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  Value x = op.getX();
+  Value d = g.add(g.make<AbsOp>(x), g.scalar(1.0, x));
+  dx[0] = g.div(dy[0], g.mul(d, d));
+  return success();
+}
+
+/// Max/Min of two operands: the gradient goes to the selected one (A on ties).
+template <typename OpT, typename CmpT>
+LogicalResult selectGrad(OpT op, GradBuilder &g, ValueRange dy, DX dx) {
+  if (op.getData_0().size() != 2)
+    return op.emitOpError("gradient supports two operands only");
+  Value a = op.getData_0()[0], b = op.getData_0()[1];
+  Value pickA = g.make<CmpT>(a, b), zero = g.scalar(0.0, dy[0]);
+  dx[0] = g.reduceTo(g.make<WhereOp>(pickA, dy[0], zero), a);
+  dx[1] = g.reduceTo(g.make<WhereOp>(pickA, zero, dy[0]), b);
+  return success();
+}
+
 } // namespace
 
 void grad::registerElementwiseGradients(MLIRContext *ctx) {
@@ -215,4 +264,10 @@ void grad::registerElementwiseGradients(MLIRContext *ctx) {
   attachRule<WhereOp, whereGrad>(ctx);
   attachRule<SumOp, sumGrad>(ctx);
   attachRule<MeanOp, meanGrad>(ctx);
+  attachRule<HardSigmoidOp, hardSigmoidGrad>(ctx);
+  attachRule<HardSwishOp, hardSwishGrad>(ctx);
+  attachRule<EluOp, eluGrad>(ctx);
+  attachRule<SoftsignOp, softsignGrad>(ctx);
+  attachRule<MaxOp, selectGrad<MaxOp, GreaterOrEqualOp>>(ctx);
+  attachRule<MinOp, selectGrad<MinOp, LessOrEqualOp>>(ctx);
 }
