@@ -68,7 +68,8 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   std::vector<std::string> args = {o.executable, o.planDir, "--rank", std::to_string(rank),
                                    "--steps", std::to_string(o.steps),
                                    "--timeout-ms", std::to_string(o.timeoutMs),
-                                   "--manifest", o.manifest, "--run-id", o.runId};
+                                   "--manifest", o.manifest, "--run-id", o.runId,
+                                   "--lr", o.lrText};
   args.push_back("--threads");
   args.push_back(std::to_string(o.threads));
   std::vector<char *> argv;

@@ -24,6 +24,8 @@ struct RunOptions {
   int steps = 1;
   int threads = 0;          // 0: hardware concurrency / local ranks
   int timeoutMs = 60000;    // rendezvous and per-transfer timeout
+  float learningRate = 1e-3f; // value of an input named "lr"
+  std::string lrText = "0.001";
   std::string logDir;       // default: <planDir>/logs
   std::string runId;        // rendezvous key prefix; default: generated
   std::string executable;   // argv[0], to start workers

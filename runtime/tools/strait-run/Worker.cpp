@@ -86,14 +86,23 @@ Status runRank(const RunOptions &o) {
                             loadShardFile(resolvePath(o.planDir, entry->parameter_file())));
     STRAIT_RETURN_IF_ERROR(exec->loadParameters(shards));
   }
-  bool hasInputs = false;
+  // Inputs by convention: "step" (i64 scalar) = 1-based iteration, "lr"
+  // (f32 scalar) = --lr; other inputs wait for the data loaders.
+  StatusOr<Tensor> stepIn = exec->getValueByName("step");
+  StatusOr<Tensor> lrIn = exec->getValueByName("lr");
+  bool stepOk = stepIn.isOk() && stepIn->dtype == program::DTYPE_I64 && stepIn->numel() == 1;
+  if (lrIn.isOk() && lrIn->dtype == program::DTYPE_F32 && lrIn->numel() == 1)
+    lrIn->as<float>()[0] = o.learningRate;
+  bool otherInputs = false;
   for (const auto &v : p.values())
-    hasInputs |= v.role() == program::ROLE_INPUT;
-  if (hasInputs)
+    otherInputs |= v.role() == program::ROLE_INPUT && v.name() != "step" && v.name() != "lr";
+  if (otherInputs)
     std::cerr << "rank " << o.rank
-              << ": warning: no data loader yet; ROLE_INPUT values are zero\n";
+              << ": warning: no data loader yet; data inputs are zero\n";
   StatusOr<Tensor> loss = exec->getValueByName("loss");
   for (int it = 0; it < o.steps; ++it) {
+    if (stepOk)
+      stepIn->as<int64_t>()[0] = it + 1;
     auto start = std::chrono::steady_clock::now();
     STRAIT_RETURN_IF_ERROR(exec->run());
     double ms = std::chrono::duration<double, std::milli>(

@@ -14,11 +14,13 @@ namespace {
 const char *kUsage =
     "usage: strait-run DIR [--rank R] [--steps N] [--threads T]\n"
     "                  [--timeout-ms MS] [--log-dir DIR] [--manifest plan.pb]\n"
-    "                  [--run-id ID]\n"
+    "                  [--run-id ID] [--lr LR]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
     "  job across machines; all ranks need the same --run-id).\n"
+    "  Program inputs named \"step\" (i64) and \"lr\" (f32) receive the 1-based\n"
+    "  iteration and --lr (default 0.001).\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -56,6 +58,12 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.manifest);
     else if (a == "--run-id")
       ok = text(o.runId);
+    else if (a == "--lr") {
+      ok = text(o.lrText);
+      char *end = nullptr;
+      o.learningRate = ok ? std::strtof(o.lrText.c_str(), &end) : 0;
+      ok = ok && end && *end == '\0';
+    }
     else if (a.rfind("--", 0) == 0 || !o.planDir.empty())
       ok = false;
     else
