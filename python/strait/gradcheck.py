@@ -197,8 +197,13 @@ def _tool(build: str, name: str) -> str:
     return path
 
 
+FULL_STEP = "loss=cross-entropy optimizer=sgd momentum=0"
+# What the numerical check runs: forward, loss and gradients as named results.
+GRADIENTS_ONLY = "loss=cross-entropy optimizer=none return-gradients=true"
+
+
 def compile_training_step(onnx_path: str, input_shapes: str, build: str,
-                          options: str = "loss=cross-entropy optimizer=sgd momentum=0") -> str:
+                          options: str = FULL_STEP) -> str:
     """Returns the training step's MLIR (straitc import + graph-build-training-step)."""
     forward = subprocess.run(
         [_tool(build, "straitc"), onnx_path, "--input-shape", input_shapes, "--emit=mlir"],
@@ -214,10 +219,16 @@ def accumulated_variables(step_mlir: str) -> list[str]:
     return re.findall(r"graph\.AccumulateGrad %\S+ for @([\w.\-]+|\"[^\"]+\")", step_mlir)
 
 
+def gradient_results(step_mlir: str) -> list[str]:
+    """Variables whose gradient a gradients-only step returns (results grad.<name>)."""
+    return re.findall(r'\{graph\.name = "grad\.([^"]+)"\}', step_mlir)
+
+
 def check_structure(case: Case, step_mlir: str) -> list[str]:
-    """Every trainable torch parameter has exactly one AccumulateGrad in the step."""
+    """Every trainable torch parameter has exactly one AccumulateGrad in the step (or one
+    grad.<name> result in a gradients-only step)."""
     params = {n.removeprefix("m.") for n, p in case.module.named_parameters() if p.requires_grad}
-    got = [v.strip('"') for v in accumulated_variables(step_mlir)]
+    got = [v.strip('"') for v in accumulated_variables(step_mlir)] or gradient_results(step_mlir)
     problems = []
     if len(got) != len(set(got)):
         problems.append("a variable is accumulated twice")
@@ -234,11 +245,13 @@ def check_structure(case: Case, step_mlir: str) -> list[str]:
 
 
 def run_on_runtime(onnx_path: str, case: Case, build: str) -> dict:
-    """Runs one training step (lr = 0) on the CPU runtime and returns {param: gradient}.
+    """Runs the gradients-only step on the CPU runtime and returns {param: gradient}.
 
-    Completed when the DeviceProgram exporter lands: compile with ``straitc --emit=program
-    -o DIR`` (training options as in compile_training_step), run ``strait-run DIR`` with
-    the batch and labels, and read the ROLE_GRADIENT values back."""
+    The step (compile_training_step(..., options=GRADIENTS_ONLY)) is a plain function of
+    graph ops whose results are the logits, the loss and grad.<name> per parameter, so the
+    forward DeviceProgram exporter already lowers it. Missing: strait-run feeding the
+    batch and labels (it runs with zero inputs today) and returning named outputs; then
+    this function exports the step, runs it and reads grad.<name> back."""
     raise RuntimeUnavailable(
         "training steps cannot be executed yet: the DeviceProgram exporter "
         "(straitc --emit=program) is not available")
@@ -284,9 +297,11 @@ def check(name: str, build: str, out_dir: str) -> int:
     case = CASES[name]()
     onnx_path = export_model(case, os.path.join(out_dir, f"{name}.onnx"))
     step = compile_training_step(onnx_path, case.input_shapes, build)
-    with open(os.path.join(out_dir, f"{name}.train.mlir"), "w") as f:
-        f.write(step)
-    problems = check_structure(case, step)
+    grads = compile_training_step(onnx_path, case.input_shapes, build, GRADIENTS_ONLY)
+    for suffix, text in (("train", step), ("grads", grads)):
+        with open(os.path.join(out_dir, f"{name}.{suffix}.mlir"), "w") as f:
+            f.write(text)
+    problems = check_structure(case, step) + check_structure(case, grads)
     print(f"{name}: training step with {len(accumulated_variables(step))} gradients"
           + ("" if not problems else f"; problems: {problems}"))
     try:

@@ -45,6 +45,11 @@ def test_training_step_has_every_parameter(name, tmp_path):
     # Every backward op names the forward op it differentiates.
     assert "graph.grad_of" in step and "graph.SGD" in step
     assert '{graph.name = "loss"}' in step
+    grads = gradcheck.compile_training_step(path, case.input_shapes, BUILD,
+                                            gradcheck.GRADIENTS_ONLY)
+    assert gradcheck.check_structure(case, grads) == []
+    assert sorted(gradcheck.gradient_results(grads)) == sorted(params)
+    assert "graph.AssignVariable" not in grads and "graph.SGD" not in grads
 
 
 @pytest.mark.skipif(not HAVE_TOOLS, reason="straitc/strait-opt not built")

@@ -5,7 +5,7 @@
 
 // Invalid options are diagnostics naming the option value.
 // LOSS: unknown loss 'hinge' (expected cross-entropy, mse or output)
-// OPT: unknown optimizer 'lamb' (expected sgd or adamw)
+// OPT: unknown optimizer 'lamb' (expected sgd, adamw or none)
 // OUT: has no output named 'nope'
 // MB: micro-batches must be >= 1
 module {

@@ -95,9 +95,9 @@ LogicalResult BuildTrainingStep::checkOptions() {
   if (loss != "cross-entropy" && loss != "mse" && loss != "output")
     return module.emitError("graph-build-training-step: unknown loss '")
            << loss << "' (expected cross-entropy, mse or output)";
-  if (optimizer != "sgd" && optimizer != "adamw")
+  if (optimizer != "sgd" && optimizer != "adamw" && optimizer != "none")
     return module.emitError("graph-build-training-step: unknown optimizer '")
-           << optimizer << "' (expected sgd or adamw)";
+           << optimizer << "' (expected sgd, adamw or none)";
   if (microBatches < 1)
     return module.emitError("graph-build-training-step: micro-batches must be >= 1");
   if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
@@ -180,8 +180,10 @@ void BuildTrainingStep::convertBatchNorms(func::FuncOp func) {
       if (auto read = stat.getDefiningOp<ReadVariableOp>())
         b.create<AssignVariableOp>(bn.getLoc(), read.getVariableAttr(), updated);
     };
-    store(bn.getInputMean(), train.getRunningMean());
-    store(bn.getInputVar(), train.getRunningVar());
+    if (optimizer != "none") {
+      store(bn.getInputMean(), train.getRunningMean());
+      store(bn.getInputVar(), train.getRunningVar());
+    }
     bn.getY().replaceAllUsesWith(train.getY());
     bn.erase();
   }
@@ -361,6 +363,21 @@ static void sumReadGradients(func::FuncOp func, MutableArrayRef<Param> params,
     }
 }
 
+/// Returns each variable's (micro-batch) gradient as a result `grad.<name>`.
+static void appendGradientResults(func::FuncOp func, ArrayRef<Param> params) {
+  Operation *ret = func.getBody().front().getTerminator();
+  Builder b(func.getContext());
+  for (const Param &p : params) {
+    if (!p.grad)
+      continue;
+    VariableOp var = p.var;
+    unsigned n = func.getNumResults();
+    func.insertResult(n, p.grad.getType(),
+                      nameAttr(b, ("grad." + var.getSymName()).str()));
+    ret->insertOperands(n, p.grad);
+  }
+}
+
 /// Returns the loss as a new `loss` result unless it already is a result.
 static void appendLossResult(func::FuncOp func, Value loss) {
   Operation *ret = func.getBody().front().getTerminator();
@@ -414,9 +431,11 @@ void BuildTrainingStep::runOnOperation() {
     return signalPassFailure();
   numBackwardOps = grads->numBackwardOps;
   sumReadGradients(func, params, grads->grads);
-  if (failed(buildUpdates(func, params)))
+  if (optimizer != "none" && failed(buildUpdates(func, params)))
     return signalPassFailure();
   appendLossResult(func, *lossValue);
+  if (returnGradients)
+    appendGradientResults(func, params);
   eraseDeadOps(func);
   recordSchedule(func);
 }
