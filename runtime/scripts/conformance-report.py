@@ -46,7 +46,7 @@ def family_of(op):
     for name, ops in FAMILIES:
         if op in ops:
             return name
-    return "Elementwise and activations"
+    return "Elementwise, activations and the rest"
 
 
 def main():
