@@ -272,8 +272,16 @@ FailureOr<Value> BuildTrainingStep::buildLoss(func::FuncOp func) {
 Value BuildTrainingStep::stateVariable(OpBuilder &b, VariableOp var,
                                        StringRef suffix) {
   auto type = cast<RankedTensorType>(var.getType());
+  // After the variable and its earlier state variables.
+  Operation *after = var;
+  auto stateOf = FlatSymbolRefAttr::get(var.getSymNameAttr());
+  while (Operation *next = after->getNextNode()) {
+    if (next->getAttr(kStateOfAttr) != stateOf)
+      break;
+    after = next;
+  }
   OpBuilder mb(var);
-  mb.setInsertionPointAfter(var);
+  mb.setInsertionPointAfter(after);
   auto zero = DenseElementsAttr::get(type, mb.getFloatAttr(type.getElementType(), 0));
   auto state = mb.create<VariableOp>(var.getLoc(), (var.getSymName() + suffix).str(),
                                      type, cast<ElementsAttr>(zero), /*frozen=*/true);

@@ -43,12 +43,19 @@ LogicalResult divGrad(DivOp op, GradBuilder &g, ValueRange dy, DX dx) {
 }
 
 /// d(A^B) = dC * B * A^(B-1) and dC * C * log(A).
+/// An exponent of another element type (e.g. an integer) is cast to the
+/// base's first and gets no gradient.
 LogicalResult powGrad(PowOp op, GradBuilder &g, ValueRange dy, DX dx) {
   Value a = op.getA(), b = op.getB();
-  Value pw = g.make<PowOp>(a, g.sub(b, g.scalar(1.0, b)));
-  dx[0] = g.reduceTo(g.mul(dy[0], g.mul(b, pw)), a);
-  Value logA = g.make<LogOp>(a);
-  dx[1] = g.reduceTo(g.mul(dy[0], g.mul(op.getC(), logA)), b);
+  Type elt = getElementTypeOrSelf(a);
+  bool sameType = getElementTypeOrSelf(b) == elt;
+  Value bf = sameType ? b : g.make<CastOp>(b, elt);
+  Value pw = g.make<PowOp>(a, g.sub(bf, g.scalar(1.0, bf)));
+  dx[0] = g.reduceTo(g.mul(dy[0], g.mul(bf, pw)), a);
+  if (sameType) {
+    Value logA = g.make<LogOp>(a);
+    dx[1] = g.reduceTo(g.mul(dy[0], g.mul(op.getC(), logA)), b);
+  }
   return success();
 }
 
