@@ -2,16 +2,20 @@
 
 #include "strait/InitAll.h"
 
+#include "strait/Dialect/Dist/DistDialect.h"
+#include "strait/Dialect/Dist/DistPasses.h"
 #include "strait/Dialect/Graph/GraphDialect.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
 #include "strait/Interfaces/CostOpInterface.h"
 #include "strait/Interfaces/GradientInterface.h"
+#include "strait/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Transforms/Passes.h"
 
 void strait::registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<mlir::func::FuncDialect, graph::GraphDialect>();
+  registry.insert<mlir::func::FuncDialect, graph::GraphDialect,
+                  dist::DistDialect>();
   registerGraphCostModels(registry);
   registerGraphGradientModels(registry);
 }
@@ -21,4 +25,6 @@ void strait::registerAllPasses() {
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
   graph::registerGraphPasses();
+  dist::registerDistPasses();
+  registerStraitPipeline();
 }

@@ -1,7 +1,10 @@
 //===- straitc.cpp - The Strait compiler driver ---------------------------===//
 //
-//   straitc MODEL.onnx [--input-shape NAME=DxD...] [--shape-only]
-//           [--emit=summary|mlir|program] [-o FILE|DIR]
+//   straitc MODEL.onnx|MODEL.mlir [--input-shape NAME=DxD...] [--shape-only]
+//           [--emit=summary|mlir|program|plan] [-o FILE|DIR]
+//   straitc MODEL --cluster FILE [--num-stages N] [--global-batch N] -o DIR
+//           runs the Strait pipeline (lib/Pipelines) and writes one program
+//           per rank, plan.pb and plan.json; prints the plan.
 //
 // Output is written only when compilation succeeds.
 //
@@ -9,12 +12,17 @@
 
 #include "strait/Analysis/PlanReport.h"
 #include "strait/Dialect/Graph/Summary.h"
+#include "strait/Dialect/Dist/DistOps.h"
+#include "strait/Dialect/Dist/StagePlan.h"
 #include "strait/InitAll.h"
+#include "strait/Pipelines/Pipelines.h"
 #include "strait/Target/DeviceProgram/Export.h"
 #include "strait/Target/ONNX/ONNXImporter.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
@@ -60,11 +68,79 @@ cl::opt<strait::PlannerStrategy> strategy(
 cl::opt<double> globalBatch("global-batch",
                             cl::desc("Samples per iteration (default: the input's batch)"),
                             cl::init(0));
+cl::opt<int64_t> numStages("num-stages",
+                           cl::desc("Force this many pipeline stages of equal size over "
+                                    "equal device chunks (0: the planner decides)"),
+                           cl::init(0));
 cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lacks"),
                        cl::init(0));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false));
+
+/// The multi-rank flow: plan report, pipeline, one program per rank.
+int compileJob(ModuleOp module, TimingScope &timing) {
+  strait::StraitPipelineOptions popts;
+  popts.cluster = clusterFile.getValue();
+  popts.strategy = strait::stringifyStrategy(strategy).str();
+  popts.globalBatch = globalBatch.getValue();
+  popts.numStages = numStages.getValue();
+  auto main = module.lookupSymbol<func::FuncOp>("main");
+  if (!main) {
+    llvm::errs() << "straitc: the model has no function @main\n";
+    return 1;
+  }
+  // The report comes from the analysis the first pass applies (pure, so the
+  // same plan).
+  strait::dist::StagePlanOptions sopts;
+  sopts.clusterFile = clusterFile;
+  sopts.strategy = popts.strategy;
+  sopts.globalBatch = globalBatch;
+  sopts.numStages = numStages;
+  TimingScope planTiming = timing.nest("plan");
+  llvm::Expected<strait::dist::StagePlanResult> report =
+      strait::dist::computeStagePlan(main, sopts);
+  planTiming.stop();
+  if (!report) {
+    llvm::errs() << "straitc: " << llvm::toString(report.takeError()) << "\n";
+    return 1;
+  }
+  PassManager pm(module.getContext());
+  if (failed(applyPassManagerCLOptions(pm)))
+    return 1;
+  pm.enableTiming(timing);
+  strait::buildStraitPipeline(pm, popts);
+  if (failed(pm.run(module)))
+    return 1;
+  strait::dist::PlanAttr plan = strait::dist::getPlan(module);
+  strait::JobExportOptions jobOpts;
+  jobOpts.modelName = inputFile;
+  jobOpts.seed = seed;
+  jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
+  std::vector<strait::RankExport> ranks(plan.getNumRanks());
+  for (int64_t s = 0; s < plan.getNumStages(); ++s) {
+    strait::dist::PlacementAttr p = plan.getStage(s);
+    auto func = module.lookupSymbol<func::FuncOp>(("stage" + llvm::Twine(s)).str());
+    std::vector<int> stageRanks;
+    for (auto [r, rank] : llvm::enumerate(p.getRanks().asArrayRef())) {
+      strait::RankExport &e = ranks[rank];
+      e.rank = rank;
+      e.stage = s;
+      e.replica = r;
+      e.function = func;
+      stageRanks.push_back(rank);
+    }
+    jobOpts.stageRanks.push_back(std::move(stageRanks));
+  }
+  TimingScope exportTiming = timing.nest("export");
+  if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
+    return 1;
+  llvm::outs() << report->text;
+  llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
+               << " ranks, " << plan.getNumStages() << " stages)\n";
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -72,6 +148,7 @@ int main(int argc, char **argv) {
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
   registerDefaultTimingManagerCLOptions();
+  registerPassManagerCLOptions();
   cl::ParseCommandLineOptions(argc, argv, "Strait compiler\n");
 
   DialectRegistry registry;
@@ -92,7 +169,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   TimingScope importTiming = timing.nest("import");
-  OwningOpRef<ModuleOp> module = strait::importONNXFile(inputFile, &context, opts);
+  OwningOpRef<ModuleOp> module =
+      StringRef(inputFile).ends_with(".mlir")
+          ? parseSourceFile<ModuleOp>(inputFile, sourceMgr, ParserConfig(&context))
+          : strait::importONNXFile(inputFile, &context, opts);
   importTiming.stop();
   if (!module)
     return 1;
@@ -109,7 +189,7 @@ int main(int argc, char **argv) {
     }
     strait::PlannerOptions popts;
     popts.strategy = strategy;
-    popts.globalBatch = globalBatch;
+    popts.globalBatch = globalBatch.getValue();
     TimingScope planTiming = timing.nest("plan");
     auto func = module->lookupSymbol<func::FuncOp>("main");
     llvm::Expected<strait::ModelPlan> plan = strait::planFunction(func, *cluster, popts);
@@ -141,6 +221,16 @@ int main(int argc, char **argv) {
     out->os() << strait::formatPlan(plan->plan, *cluster);
     out->keep();
     return 0;
+  }
+
+  // With a cluster, -o DIR (or --emit=program) compiles the multi-rank job.
+  bool jobByDefault = emit.getNumOccurrences() == 0 && outputFile != "-";
+  if ((emit == Emit::Program || jobByDefault) && !clusterFile.empty()) {
+    if (outputFile == "-") {
+      llvm::errs() << "straitc: --cluster needs -o DIR\n";
+      return 1;
+    }
+    return compileJob(*module, timing);
   }
 
   if (emit == Emit::Program) {

@@ -4,6 +4,7 @@
 
 #include "KernelLowering.h"
 
+#include "strait/Dialect/Dist/DistOps.h"
 #include "strait/Dialect/Graph/GraphOps.h"
 
 #include "mlir/IR/SymbolTable.h"
@@ -20,25 +21,124 @@ using namespace strait;
 using namespace strait::exporter;
 namespace pb = strait::program;
 
+namespace {
+
+/// Builds the step list: kernels gather into `run` steps, each communication
+/// op closes the current one and becomes a step of its own.
+class StepBuilder {
+public:
+  StepBuilder(pb::Program &program, const RankExport &self, const StageRanks &stageRanks)
+      : program(program), self(self), stageRanks(stageRanks) {}
+
+  pb::RunKernels &run() {
+    if (!current) {
+      pb::Step *step = newStep("forward");
+      current = step->mutable_run();
+    }
+    return *current;
+  }
+  pb::Step *newStep(const std::string &label) {
+    pb::Step *step = program.add_steps();
+    step->set_id(program.steps_size() - 1);
+    step->set_label(label);
+    step->set_micro_batch(-1);
+    current = nullptr;
+    return step;
+  }
+  /// The rank of the replica of stage `peer` that talks to this rank.
+  FailureOr<int> peerRank(Operation *op, int64_t peer) const {
+    if (self.stage < 0 || static_cast<size_t>(self.stage) >= stageRanks.size() ||
+        peer < 0 || static_cast<size_t>(peer) >= stageRanks.size())
+      return op->emitError() << "cannot resolve peer stage " << peer << " of stage "
+                             << self.stage << ": the job has " << stageRanks.size()
+                             << " stages";
+    const std::vector<int> &mine = stageRanks[self.stage], &theirs = stageRanks[peer];
+    if (mine.size() != theirs.size())
+      return op->emitError() << "stage " << self.stage << " has " << mine.size()
+                             << " replicas but peer stage " << peer << " has "
+                             << theirs.size()
+                             << "; only equal replica counts are exported";
+    return theirs[self.replica];
+  }
+
+private:
+  pb::Program &program;
+  const RankExport &self;
+  const StageRanks &stageRanks;
+  pb::RunKernels *current = nullptr;
+};
+
+LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) {
+  if (auto send = dyn_cast<dist::SendOp>(op)) {
+    std::optional<uint32_t> id = values.lookup(send.getValue());
+    FailureOr<int> peer = steps.peerRank(op, send.getPeer());
+    if (!id || failed(peer))
+      return failure();
+    pb::Send *s = steps.newStep("send ch" + std::to_string(send.getChannel()))
+                      ->mutable_send();
+    s->set_value_id(*id);
+    s->set_peer(*peer);
+    s->set_channel(send.getChannel());
+    return success();
+  }
+  if (auto recv = dyn_cast<dist::RecvOp>(op)) {
+    FailureOr<int> peer = steps.peerRank(op, recv.getPeer());
+    if (failed(peer))
+      return failure();
+    uint32_t id = values.get(recv.getResult(), pb::ROLE_ACTIVATION,
+                             "recv.ch" + std::to_string(recv.getChannel()));
+    pb::Recv *r = steps.newStep("recv ch" + std::to_string(recv.getChannel()))
+                      ->mutable_recv();
+    r->set_value_id(id);
+    r->set_peer(*peer);
+    r->set_channel(recv.getChannel());
+    return success();
+  }
+  if (auto reduce = dyn_cast<dist::AllReduceOp>(op)) {
+    std::optional<uint32_t> id = values.lookup(reduce.getValue());
+    if (!id)
+      return op->emitError("all-reduced value is not produced in the function");
+    values.alias(reduce.getResult(), *id);
+    pb::AllReduce *a =
+        steps.newStep("all_reduce ch" + std::to_string(reduce.getChannel()))
+            ->mutable_all_reduce();
+    a->add_value_ids(*id);
+    for (int64_t r : reduce.getGroup())
+      a->add_ranks(r);
+    a->set_reduce(reduce.getReduction() == dist::Reduction::mean ? pb::REDUCE_MEAN
+                                                                 : pb::REDUCE_SUM);
+    a->set_channel(reduce.getChannel());
+    return success();
+  }
+  return op->emitError("op '") << op->getName() << "' has no program step";
+}
+
+} // namespace
+
 LogicalResult strait::exportProgram(func::FuncOp func, int rank, int worldSize,
                                     StringRef device, pb::Program &program) {
+  RankExport self;
+  self.rank = rank;
+  self.device = device.str();
+  return exportProgram(func, self, worldSize, {}, program);
+}
+
+LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
+                                    int worldSize, const StageRanks &stageRanks,
+                                    pb::Program &program) {
   program.set_format_version(pb::FORMAT_VERSION_1);
-  program.set_rank(rank);
+  program.set_rank(self.rank);
   program.set_world_size(worldSize);
-  program.set_device(device.str());
+  program.set_device(self.device);
   program.set_micro_batches(1);
   program.set_producer("straitc 0.1");
   ValueTable values(program);
+  StepBuilder steps(program, self, stageRanks);
 
   for (BlockArgument arg : func.getArguments()) {
     auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "graph.name");
     values.get(arg, pb::ROLE_INPUT, name ? name.getValue() : "");
   }
-  pb::Step *step = program.add_steps();
-  step->set_id(0);
-  step->set_label("forward");
-  step->set_micro_batch(-1);
-  pb::RunKernels *run = step->mutable_run();
 
   for (Operation &op : func.getBody().front()) {
     if (auto read = dyn_cast<graph::ReadVariableOp>(op)) {
@@ -71,6 +171,11 @@ LogicalResult strait::exportProgram(func::FuncOp func, int rank, int worldSize,
       }
       continue;
     }
+    if (isa<dist::DistDialect>(op.getDialect())) {
+      if (failed(exportComm(&op, values, steps)))
+        return failure();
+      continue;
+    }
     if (!isa<graph::GraphDialect>(op.getDialect()))
       return op.emitError("op of dialect '")
              << op.getDialect()->getNamespace() << "' cannot be exported to a program";
@@ -78,8 +183,10 @@ LogicalResult strait::exportProgram(func::FuncOp func, int rank, int worldSize,
     k->set_id(program.kernels_size() - 1);
     if (failed(lowerToKernel(&op, values, *k)))
       return failure();
-    run->add_kernel_ids(k->id());
+    steps.run().add_kernel_ids(k->id());
   }
+  if (program.steps_size() == 0)
+    steps.run();
   return success();
 }
 
@@ -158,7 +265,7 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
   for (const RankExport &r : ranks) {
     pb::Program program;
     pb::ParameterShardFile shard;
-    if (failed(exportProgram(r.function, r.rank, ranks.size(), r.device, program)) ||
+    if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program)) ||
         failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();
     std::string programFile = "rank" + std::to_string(r.rank) + ".program.pb";
@@ -176,6 +283,13 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
     e->set_parameter_file(paramFile);
     e->set_stage(r.stage);
     e->set_replica(r.replica);
+  }
+  if (!options.planJSON.empty()) {
+    std::string tmp = (outDir + "/plan.json.tmp").str();
+    std::ofstream out(tmp, std::ios::trunc);
+    temps.push_back(tmp);
+    if (!(out << options.planJSON << "\n"))
+      return emitError(loc) << "cannot write '" << tmp << "'", cleanup();
   }
   if (failed(writeTemp(manifest, (outDir + "/plan.pb").str(), temps, loc)))
     return cleanup();

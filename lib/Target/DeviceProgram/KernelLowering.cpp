@@ -300,7 +300,8 @@ LogicalResult strait::exporter::lowerToKernel(Operation *op, ValueTable &values,
 
   for (NamedAttribute attr : op->getAttrs()) {
     StringRef name = attr.getName().getValue();
-    if (skip.contains(name) || name.starts_with("graph."))
+    // Dialect attributes (graph.op_id, dist.stage) are not ONNX attributes.
+    if (skip.contains(name) || name.contains('.'))
       continue;
     if (failed(setAttr(k, name, attr.getValue())))
       return op->emitError("attribute '") << name << "' cannot be exported";

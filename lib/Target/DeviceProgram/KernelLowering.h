@@ -26,6 +26,8 @@ public:
   /// The id of `v`, adding it with `role` if new.
   uint32_t get(mlir::Value v, program::ValueRole role, llvm::StringRef name = "");
   std::optional<uint32_t> lookup(mlir::Value v) const;
+  /// Makes `v` another name of value `id` (an in-place result).
+  void alias(mlir::Value v, uint32_t id) { ids[v] = id; }
   /// A constant value holding `attr`.
   uint32_t constant(mlir::ElementsAttr attr, llvm::StringRef name);
   /// An int64 constant of shape [n] (or a scalar when `scalar`).

@@ -35,17 +35,32 @@ struct RankExport {
   mlir::func::FuncOp function; ///< the rank's graph function
 };
 
+/// Ranks of every pipeline stage by replica: stageRanks[s][r]. The peers of
+/// dist.send/dist.recv are resolved through it: replica r of stage s talks to
+/// replica r of the peer stage (unequal replica counts are an error).
+using StageRanks = std::vector<std::vector<int>>;
+
 struct JobExportOptions {
   std::string modelName;
   std::string rendezvousAddress; ///< file-store folder; default: <out>/rendezvous
   int microBatches = 1;
   uint64_t seed = 0;             ///< for parameters of shape-only models
+  StageRanks stageRanks;         ///< for multi-stage jobs (dist ops)
+  std::string planJSON;          ///< written as plan.json when not empty
 };
 
 /// Fills `program` from `func` (graph ops, func.return). Diagnostics name the
 /// op that cannot be exported.
 mlir::LogicalResult exportProgram(mlir::func::FuncOp func, int rank, int worldSize,
                                   llvm::StringRef device, program::Program &program);
+
+/// Fills `program` for rank `self` of a multi-stage job: graph ops become
+/// kernels in `run` steps, dist.send/recv become `send`/`recv` steps with the
+/// peer ranks of `stageRanks`, dist.all_reduce an `all_reduce` step (in
+/// place). One micro-batch: the schedule is not unrolled yet.
+mlir::LogicalResult exportProgram(mlir::func::FuncOp func, const RankExport &self,
+                                  int worldSize, const StageRanks &stageRanks,
+                                  program::Program &program);
 
 /// Fills `shard` with the initial value (or init scheme) of every variable
 /// that `program` names.

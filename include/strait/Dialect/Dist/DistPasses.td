@@ -1,0 +1,91 @@
+//===- DistPasses.td - Passes of the distribution dialect --*- tablegen -*-===//
+
+#ifndef STRAIT_DIALECT_DIST_DISTPASSES_TD
+#define STRAIT_DIALECT_DIST_DISTPASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
+  let summary = "Plan the model on a cluster and put a pipeline stage on every op";
+  let description = [{
+    Plans `@main` with the planner (`planFunction`, or a forced number of
+    equal stages with `num-stages`, or the explicit `boundaries`) and applies
+    the plan: `dist.stage = #dist.stage<N>` on every op of `@main`, and
+    `dist.plan` (stages -> devices and ranks, micro-batches, schedule) on the
+    module. Forward ops take the stage of their cost node; backward ops
+    (`graph.grad_of = N`) the stage of the forward op with `graph.op_id = N`;
+    ops tied to a variable (gradient accumulation, assignment) the stage of
+    the variable's first forward user; other ops the stage of their users,
+    else of their operands. Constants and variable reads go with their users
+    and are cloned once per further stage that uses them.
+
+    ```
+    strait-opt --dist-assign-stages='cluster=local-4cpu.yaml num-stages=2' model.mlir
+    strait-opt --dist-assign-stages='boundaries=3 replicas=2,1' model.mlir
+    ```
+  }];
+  let options = [
+    Option<"cluster", "cluster", "std::string", "\"\"",
+           "cluster file (YAML); without it, `boundaries` gives the plan">,
+    Option<"strategy", "strategy", "std::string", "\"strait\"",
+           "planner: strait, uniform, pipedream or dtfm">,
+    Option<"globalBatch", "global-batch", "double", "0",
+           "samples per iteration (0: the input's batch)">,
+    Option<"numStages", "num-stages", "int64_t", "0",
+           "force this many stages of equal blocks over equal device chunks (0: the planner decides)">,
+    ListOption<"boundaries", "boundaries", "int64_t",
+               "explicit plan: index of the first cost node (computational op, "
+               "in program order) of stages 1, 2, ...">,
+    ListOption<"replicas", "replicas", "int64_t",
+               "explicit plan: data-parallel replicas per stage (default 1 each)">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "explicit plan: micro-batches per iteration">
+  ];
+  let statistics = [
+    Statistic<"numCloned", "num-cloned", "Constants and reads cloned into other stages">
+  ];
+  let dependentDialects = ["::strait::dist::DistDialect"];
+}
+
+def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
+  let summary = "Insert send/recv at stage cuts and all-reduce of replicated gradients";
+  let description = [{
+    For every value of `@main` used in a stage other than its producer's:
+    one `dist.send` in the producer's stage, right after the producer, and
+    one `dist.recv` in each consumer stage, before its first use there (one
+    transfer per value and stage pair; the consumer stage's uses read the
+    received value). Gradients flow backwards by the same rule. Every
+    gradient accumulation of a variable (an op naming the variable whose
+    result has the variable's type) in a stage with several replicas gets a
+    `dist.all_reduce ... reduce <mean>` over the stage's ranks. Channels are
+    numbered from 0 in insertion order.
+
+    ```
+    strait-opt --dist-assign-stages='boundaries=2' --dist-insert-comm model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numTransfers", "num-transfers", "Send/recv pairs inserted">,
+    Statistic<"numAllReduces", "num-all-reduces", "All-reduces inserted">
+  ];
+  let dependentDialects = ["::strait::dist::DistDialect"];
+}
+
+def DistSplitStages : Pass<"dist-split-stages", "::mlir::ModuleOp"> {
+  let summary = "Split @main into one function per pipeline stage";
+  let description = [{
+    Creates `func.func @stage<N>` for every stage of the plan, holding the
+    ops of `@main` with `dist.stage = #dist.stage<N>` in their order; its
+    arguments are the arguments of `@main` those ops use and its results the
+    results of `@main` they produce (names kept in `graph.name`). `@main` is
+    erased. A value used in a stage other than its producer's without a
+    `dist.recv` is an error (run dist-insert-comm first).
+
+    ```
+    strait-opt --dist-assign-stages='boundaries=2' --dist-insert-comm --dist-split-stages model.mlir
+    ```
+  }];
+  let dependentDialects = ["::strait::dist::DistDialect"];
+}
+
+#endif // STRAIT_DIALECT_DIST_DISTPASSES_TD

@@ -1,0 +1,57 @@
+//===- StagePlan.h - The stage plan dist-assign-stages applies --*- C++ -*-===//
+//
+// A pure analysis: which stage every cost node (computational op) of a
+// function belongs to and which devices/ranks each stage runs on, from the
+// planner, a forced number of equal stages, or explicit boundaries. The pass
+// applies it; straitc prints its report.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_DIALECT_DIST_STAGEPLAN_H
+#define STRAIT_DIALECT_DIST_STAGEPLAN_H
+
+#include "strait/Analysis/PlanReport.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/JSON.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strait::dist {
+
+struct StagePlanOptions {
+  std::string clusterFile;   ///< empty: `boundaries` gives the plan
+  std::string strategy = "strait";
+  double globalBatch = 0;
+  int64_t numStages = 0;     ///< > 0: equal blocks over equal device chunks
+  std::vector<int64_t> boundaries; ///< first cost node of stages 1, 2, ...
+  std::vector<int64_t> replicas;   ///< replicas per stage (explicit plan)
+  int64_t microBatches = 1;        ///< explicit plan
+};
+
+struct StagePlanResult {
+  struct Stage {
+    std::vector<std::string> devices; ///< one per replica
+    std::vector<int64_t> ranks;       ///< ranks numbered stage by stage
+  };
+  /// ops[n] is cost node n; stageOfNode[n] its stage.
+  std::vector<mlir::Operation *> ops;
+  std::vector<unsigned> stageOfNode;
+  std::vector<Stage> stages;
+  bool oneFOneB = true;
+  int64_t microBatches = 1;
+  /// Human-readable plan and its JSON (planner figures when a cluster is used).
+  std::string text;
+  llvm::json::Value json = nullptr;
+};
+
+/// Computes the plan of `func`. Errors (bad cluster file, infeasible plan,
+/// boundaries out of range) are returned, not asserted.
+llvm::Expected<StagePlanResult> computeStagePlan(mlir::func::FuncOp func,
+                                                 const StagePlanOptions &options);
+
+} // namespace strait::dist
+
+#endif // STRAIT_DIALECT_DIST_STAGEPLAN_H

@@ -1,0 +1,144 @@
+//===- DistDialect.cpp - Distribution dialect and its attributes ----------===//
+//
+// Registration, the attribute verifiers (constraints D1-D4 of
+// docs/distribution-dialect.md) and the dialect attribute verifier for
+// `dist.stage` on foreign ops and `dist.plan` on modules.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Dialect/Dist/DistDialect.h"
+#include "strait/Dialect/Dist/DistOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace strait::dist;
+
+#include "strait/Dialect/Dist/DistDialect.cpp.inc"
+#include "strait/Dialect/Dist/DistEnums.cpp.inc"
+#define GET_ATTRDEF_CLASSES
+#include "strait/Dialect/Dist/DistAttrs.cpp.inc"
+
+void DistDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "strait/Dialect/Dist/DistAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "strait/Dialect/Dist/DistOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult StageAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t index) {
+  if (index < 0)
+    return emitError() << "D1: stage index must be non-negative, got " << index;
+  return success();
+}
+
+LogicalResult PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                    int64_t stage, ArrayAttr devices,
+                                    DenseI64ArrayAttr ranks) {
+  if (stage < 0)
+    return emitError() << "D2: stage index must be non-negative, got " << stage;
+  if (!devices || !ranks)
+    return emitError() << "D2: a placement needs devices and ranks";
+  if (ranks.empty())
+    return emitError() << "D2: stage " << stage << " has no ranks";
+  if (devices.size() != static_cast<size_t>(ranks.size()))
+    return emitError() << "D2: stage " << stage << " has " << devices.size()
+                       << " devices but " << ranks.size() << " ranks";
+  for (Attribute d : devices)
+    if (!llvm::isa<StringAttr>(d))
+      return emitError() << "D2: device names must be strings";
+  llvm::DenseSet<int64_t> seen;
+  for (int64_t r : ranks.asArrayRef())
+    if (r < 0 || !seen.insert(r).second)
+      return emitError() << "D2: stage " << stage << " lists rank " << r
+                         << (r < 0 ? " (negative)" : " twice");
+  return success();
+}
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               Schedule, int64_t microBatches, ArrayAttr stages) {
+  if (microBatches < 1)
+    return emitError() << "D3: micro_batches must be at least 1, got " << microBatches;
+  if (!stages || stages.empty())
+    return emitError() << "D3: a plan needs at least one stage";
+  llvm::DenseSet<int64_t> ranks;
+  for (auto [i, a] : llvm::enumerate(stages)) {
+    auto p = llvm::dyn_cast<PlacementAttr>(a);
+    if (!p)
+      return emitError() << "D3: stage " << i << " is not a #dist.placement";
+    if (p.getStage() != static_cast<int64_t>(i))
+      return emitError() << "D3: stages[" << i << "] is the placement of stage "
+                         << p.getStage();
+    for (int64_t r : p.getRanks().asArrayRef())
+      if (!ranks.insert(r).second)
+        return emitError() << "D4: rank " << r << " is used by more than one stage";
+  }
+  for (int64_t r = 0, e = ranks.size(); r < e; ++r)
+    if (!ranks.contains(r))
+      return emitError() << "D4: ranks must be 0.." << e - 1 << "; rank " << r
+                         << " is missing";
+  return success();
+}
+
+int64_t PlanAttr::getNumRanks() const {
+  int64_t n = 0;
+  for (Attribute a : getStages())
+    n += llvm::cast<PlacementAttr>(a).getRanks().size();
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// Dialect attributes on other ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() == kStageAttrName) {
+    auto stage = dyn_cast<StageAttr>(attr.getValue());
+    if (!stage)
+      return op->emitError() << "D1: '" << kStageAttrName
+                             << "' must be a #dist.stage attribute";
+    auto module = op->getParentOfType<ModuleOp>();
+    if (PlanAttr plan = module ? getPlan(module) : PlanAttr())
+      if (stage.getIndex() >= plan.getNumStages())
+        return op->emitError() << "D1: stage " << stage.getIndex()
+                               << " is not in the plan, which has "
+                               << plan.getNumStages() << " stages";
+    return success();
+  }
+  if (attr.getName() == kPlanAttrName) {
+    if (!isa<PlanAttr>(attr.getValue()))
+      return op->emitError() << "'" << kPlanAttrName << "' must be a #dist.plan attribute";
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << kPlanAttrName << "' belongs on a module";
+    return success();
+  }
+  return op->emitError() << "unknown distribution attribute '"
+                         << attr.getName().getValue() << "'";
+}
+
+std::optional<int64_t> strait::dist::getStage(Operation *op) {
+  if (auto s = op->getAttrOfType<StageAttr>(DistDialect::kStageAttrName))
+    return s.getIndex();
+  return std::nullopt;
+}
+
+void strait::dist::setStage(Operation *op, int64_t stage) {
+  op->setAttr(DistDialect::kStageAttrName, StageAttr::get(op->getContext(), stage));
+}
+
+PlanAttr strait::dist::getPlan(Operation *module) {
+  return module->getAttrOfType<PlanAttr>(DistDialect::kPlanAttrName);
+}

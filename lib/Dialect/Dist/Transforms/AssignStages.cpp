@@ -1,0 +1,197 @@
+//===- AssignStages.cpp - Put a pipeline stage on every op ----------------===//
+//
+// Applies the stage plan (StagePlan.h) to @main: `dist.stage` on every op,
+// `dist.plan` on the module. Placement rules, in order of precedence:
+//   1. backward ops (graph.grad_of = N) go with the forward op graph.op_id = N;
+//   2. ops naming a variable (gradient accumulation, assignment) go with the
+//      variable's first forward user;
+//   3. cost nodes take their planned stage;
+//   4. other ops take the smallest stage of their users, else the largest of
+//      their operands', else 0;
+//   5. constants and variable reads go with their users, cloned per stage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Dialect/Dist/DistOps.h"
+#include "strait/Dialect/Dist/DistPasses.h"
+#include "strait/Dialect/Dist/StagePlan.h"
+#include "strait/Dialect/Graph/GraphOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/MapVector.h"
+
+#include <map>
+
+namespace strait::dist {
+#define GEN_PASS_DEF_DISTASSIGNSTAGES
+#include "strait/Dialect/Dist/DistPasses.h.inc"
+} // namespace strait::dist
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::dist;
+
+namespace {
+
+constexpr llvm::StringLiteral kOpIdAttr = "graph.op_id";
+constexpr llvm::StringLiteral kGradOfAttr = "graph.grad_of";
+
+/// The variable `op` names through a symbol reference attribute, if any.
+graph::VariableOp variableOf(Operation *op, SymbolTable &symbols) {
+  for (NamedAttribute a : op->getAttrs())
+    if (auto ref = dyn_cast<FlatSymbolRefAttr>(a.getValue()))
+      if (auto var = symbols.lookup<graph::VariableOp>(ref.getValue()))
+        return var;
+  return nullptr;
+}
+
+bool isSharedLeaf(Operation *op) {
+  return isa<graph::ConstantOp, graph::ReadVariableOp>(op);
+}
+
+struct AssignStagesPass : public dist::impl::DistAssignStagesBase<AssignStagesPass> {
+  using DistAssignStagesBase::DistAssignStagesBase;
+
+  void runOnOperation() override;
+  LogicalResult placeOps(func::FuncOp func, const StagePlanResult &plan,
+                         SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf);
+  void placeLeaves(func::FuncOp func, DenseMap<Operation *, int64_t> &stageOf);
+};
+
+} // namespace
+
+LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResult &plan,
+                                         SymbolTable &symbols,
+                                         DenseMap<Operation *, int64_t> &stageOf) {
+  Block &body = func.getBody().front();
+  for (auto [n, op] : llvm::enumerate(plan.ops))
+    stageOf[op] = plan.stageOfNode[n];
+  DenseMap<int64_t, Operation *> byOpId;
+  llvm::StringMap<int64_t> varStage;
+  for (Operation &op : body) {
+    if (auto id = op.getAttrOfType<IntegerAttr>(kOpIdAttr))
+      byOpId[id.getInt()] = &op;
+    if (op.hasAttr(kGradOfAttr) || !stageOf.count(&op))
+      continue;
+    for (Value v : op.getOperands())
+      if (auto read = v.getDefiningOp<graph::ReadVariableOp>())
+        varStage.try_emplace(read.getVariable(), stageOf[&op]);
+  }
+  // Rules 1-3, in program order (forward ops precede their backward ops).
+  for (Operation &op : body) {
+    if (isSharedLeaf(&op) || isa<func::ReturnOp>(op))
+      continue;
+    if (auto gradOf = op.getAttrOfType<IntegerAttr>(kGradOfAttr)) {
+      Operation *fwd = byOpId.lookup(gradOf.getInt());
+      if (!fwd)
+        return op.emitError() << "graph.grad_of = " << gradOf.getInt()
+                              << " names no op with that graph.op_id";
+      auto it = stageOf.find(fwd);
+      if (it != stageOf.end()) {
+        stageOf[&op] = it->second;
+        continue;
+      }
+    }
+    if (graph::VariableOp var = variableOf(&op, symbols)) {
+      auto it = varStage.find(var.getSymName());
+      if (it != varStage.end()) {
+        stageOf[&op] = it->second;
+        continue;
+      }
+    }
+  }
+  // Rule 4: users first (reverse order), then operands.
+  for (Operation &op : llvm::reverse(body)) {
+    if (isSharedLeaf(&op) || isa<func::ReturnOp>(op) || stageOf.count(&op))
+      continue;
+    std::optional<int64_t> best;
+    for (Operation *user : op.getUsers())
+      if (auto it = stageOf.find(user); it != stageOf.end())
+        best = best ? std::min(*best, it->second) : it->second;
+    if (best)
+      stageOf[&op] = *best;
+  }
+  for (Operation &op : body) {
+    if (isSharedLeaf(&op) || isa<func::ReturnOp>(op) || stageOf.count(&op))
+      continue;
+    int64_t stage = 0;
+    for (Value v : op.getOperands())
+      if (Operation *def = v.getDefiningOp())
+        if (auto it = stageOf.find(def); it != stageOf.end())
+          stage = std::max(stage, it->second);
+    stageOf[&op] = stage;
+  }
+  return success();
+}
+
+void AssignStagesPass::placeLeaves(func::FuncOp func,
+                                   DenseMap<Operation *, int64_t> &stageOf) {
+  SmallVector<Operation *> leaves;
+  for (Operation &op : func.getBody().front())
+    if (isSharedLeaf(&op))
+      leaves.push_back(&op);
+  for (Operation *leaf : leaves) {
+    // Uses grouped by the user's stage, smallest stage first.
+    std::map<int64_t, SmallVector<OpOperand *>> usesByStage;
+    for (OpOperand &use : leaf->getUses())
+      if (auto it = stageOf.find(use.getOwner()); it != stageOf.end())
+        usesByStage[it->second].push_back(&use);
+    if (usesByStage.empty()) {
+      stageOf[leaf] = 0;
+      continue;
+    }
+    stageOf[leaf] = usesByStage.begin()->first;
+    OpBuilder builder(leaf);
+    for (auto &[stage, uses] : llvm::drop_begin(usesByStage)) {
+      Operation *clone = builder.clone(*leaf);
+      stageOf[clone] = stage;
+      for (OpOperand *use : uses)
+        use->set(clone->getResult(cast<OpResult>(use->get()).getResultNumber()));
+      ++numCloned;
+    }
+  }
+}
+
+void AssignStagesPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func || func.isExternal()) {
+    module.emitError("dist-assign-stages needs a function @main with a body");
+    return signalPassFailure();
+  }
+  StagePlanOptions options;
+  options.clusterFile = cluster;
+  options.strategy = strategy;
+  options.globalBatch = globalBatch;
+  options.numStages = numStages;
+  options.boundaries.assign(boundaries.begin(), boundaries.end());
+  options.replicas.assign(replicas.begin(), replicas.end());
+  options.microBatches = microBatches;
+  llvm::Expected<StagePlanResult> plan = computeStagePlan(func, options);
+  if (!plan) {
+    func.emitError() << "cannot plan @main: " << llvm::toString(plan.takeError());
+    return signalPassFailure();
+  }
+  SymbolTable symbols(module);
+  DenseMap<Operation *, int64_t> stageOf;
+  if (failed(placeOps(func, *plan, symbols, stageOf)))
+    return signalPassFailure();
+  placeLeaves(func, stageOf);
+  for (auto [op, stage] : stageOf)
+    setStage(op, stage);
+
+  MLIRContext *ctx = &getContext();
+  Builder b(ctx);
+  SmallVector<Attribute> stages;
+  for (auto [i, s] : llvm::enumerate(plan->stages)) {
+    SmallVector<Attribute> devices;
+    for (const std::string &d : s.devices)
+      devices.push_back(b.getStringAttr(d));
+    stages.push_back(PlacementAttr::get(ctx, i, b.getArrayAttr(devices),
+                                        b.getDenseI64ArrayAttr(s.ranks)));
+  }
+  module->setAttr(DistDialect::kPlanAttrName,
+                  PlanAttr::get(ctx, plan->oneFOneB ? dist::Schedule::one_f_one_b : dist::Schedule::gpipe,
+                                plan->microBatches, b.getArrayAttr(stages)));
+}

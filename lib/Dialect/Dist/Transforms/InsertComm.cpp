@@ -1,0 +1,140 @@
+//===- InsertComm.cpp - Send/recv at stage cuts, gradient all-reduce ------===//
+//
+// Every value used in a stage other than its producer's travels once per
+// (value, consumer stage): a dist.send right after the producer, a dist.recv
+// before the consumer stage's first use. Gradient accumulations of variables
+// on replicated stages get a mean all-reduce over the stage's ranks first, so
+// that what travels (if anything) is already reduced.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Dialect/Dist/DistOps.h"
+#include "strait/Dialect/Dist/DistPasses.h"
+#include "strait/Dialect/Graph/GraphOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include <map>
+
+namespace strait::dist {
+#define GEN_PASS_DEF_DISTINSERTCOMM
+#include "strait/Dialect/Dist/DistPasses.h.inc"
+} // namespace strait::dist
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::dist;
+
+namespace {
+
+/// A gradient accumulation of a variable: an op (not a read) naming a
+/// graph.Variable whose single result has the variable's type.
+bool isGradientOfVariable(Operation *op, SymbolTable &symbols) {
+  if (isa<graph::ReadVariableOp>(op) || op->getNumResults() != 1)
+    return false;
+  for (NamedAttribute a : op->getAttrs())
+    if (auto ref = dyn_cast<FlatSymbolRefAttr>(a.getValue()))
+      if (auto var = symbols.lookup<graph::VariableOp>(ref.getValue()))
+        return var.getType() == op->getResult(0).getType();
+  return false;
+}
+
+struct InsertCommPass : public dist::impl::DistInsertCommBase<InsertCommPass> {
+  void runOnOperation() override;
+  LogicalResult insertAllReduces(func::FuncOp func, PlanAttr plan, int64_t &channel);
+  LogicalResult insertTransfers(func::FuncOp func, int64_t &channel);
+};
+
+} // namespace
+
+LogicalResult InsertCommPass::insertAllReduces(func::FuncOp func, PlanAttr plan,
+                                               int64_t &channel) {
+  SymbolTable symbols(func->getParentOfType<ModuleOp>());
+  SmallVector<Operation *> grads;
+  for (Operation &op : func.getBody().front())
+    if (isGradientOfVariable(&op, symbols))
+      grads.push_back(&op);
+  for (Operation *op : grads) {
+    std::optional<int64_t> stage = getStage(op);
+    if (!stage)
+      return op->emitError("op has no dist.stage; run dist-assign-stages first");
+    DenseI64ArrayAttr ranks = plan.getStage(*stage).getRanks();
+    if (ranks.size() < 2)
+      continue;
+    SmallVector<int64_t> group(ranks.asArrayRef());
+    llvm::sort(group);
+    OpBuilder b(op->getContext());
+    b.setInsertionPointAfter(op);
+    Value grad = op->getResult(0);
+    auto reduce = b.create<AllReduceOp>(
+        op->getLoc(), grad.getType(), grad, ReductionAttr::get(b.getContext(), Reduction::mean),
+        b.getDenseI64ArrayAttr(group), b.getI64IntegerAttr(channel++));
+    setStage(reduce, *stage);
+    grad.replaceAllUsesExcept(reduce.getResult(), reduce);
+    ++numAllReduces;
+  }
+  return success();
+}
+
+LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channel) {
+  SmallVector<Operation *> producers;
+  for (Operation &op : func.getBody().front())
+    if (!isa<func::ReturnOp, SendOp, RecvOp>(op))
+      producers.push_back(&op);
+  for (Operation *op : producers) {
+    std::optional<int64_t> stage = getStage(op);
+    if (!stage)
+      return op->emitError("op has no dist.stage; run dist-assign-stages first");
+    Operation *insertAfter = op;
+    for (Value v : op->getResults()) {
+      std::map<int64_t, SmallVector<OpOperand *>> usesByStage;
+      for (OpOperand &use : v.getUses()) {
+        Operation *user = use.getOwner();
+        if (isa<func::ReturnOp>(user))
+          continue;
+        std::optional<int64_t> userStage = getStage(user);
+        if (!userStage)
+          return user->emitError("op has no dist.stage; run dist-assign-stages first");
+        if (*userStage != *stage)
+          usesByStage[*userStage].push_back(&use);
+      }
+      for (auto &[to, uses] : usesByStage) {
+        OpBuilder b(op->getContext());
+        b.setInsertionPointAfter(insertAfter);
+        auto send = b.create<SendOp>(op->getLoc(), v, b.getI64IntegerAttr(to),
+                                     b.getI64IntegerAttr(channel));
+        setStage(send, *stage);
+        insertAfter = send;
+        Operation *first = uses.front()->getOwner();
+        for (OpOperand *use : uses)
+          if (use->getOwner()->isBeforeInBlock(first))
+            first = use->getOwner();
+        b.setInsertionPoint(first);
+        auto recv = b.create<RecvOp>(op->getLoc(), v.getType(), b.getI64IntegerAttr(*stage),
+                                     b.getI64IntegerAttr(channel));
+        setStage(recv, to);
+        for (OpOperand *use : uses)
+          use->set(recv.getResult());
+        ++channel;
+        ++numTransfers;
+      }
+    }
+  }
+  return success();
+}
+
+void InsertCommPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  PlanAttr plan = getPlan(module);
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!plan || !func || func.isExternal()) {
+    module.emitError("dist-insert-comm needs a dist.plan and a function @main; run "
+                     "dist-assign-stages first");
+    return signalPassFailure();
+  }
+  int64_t channel = 0;
+  if (failed(insertAllReduces(func, plan, channel)) ||
+      failed(insertTransfers(func, channel)))
+    return signalPassFailure();
+}

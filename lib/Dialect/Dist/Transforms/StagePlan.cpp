@@ -1,0 +1,181 @@
+//===- StagePlan.cpp - The stage plan dist-assign-stages applies ----------===//
+
+#include "strait/Dialect/Dist/StagePlan.h"
+
+#include "strait/Dialect/Graph/GraphOps.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::dist;
+namespace json = llvm::json;
+
+static llvm::Error planError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+static llvm::Expected<PlannerStrategy> parseStrategy(llvm::StringRef s) {
+  std::optional<PlannerStrategy> v =
+      llvm::StringSwitch<std::optional<PlannerStrategy>>(s)
+          .Case("strait", PlannerStrategy::Strait)
+          .Case("uniform", PlannerStrategy::Uniform)
+          .Case("pipedream", PlannerStrategy::PipeDream)
+          .Case("dtfm", PlannerStrategy::DTFM)
+          .Default(std::nullopt);
+  if (!v)
+    return planError("unknown strategy '" + s +
+                     "' (expected strait, uniform, pipedream or dtfm)");
+  return *v;
+}
+
+/// Numbers ranks stage by stage, replica by replica, and names devices.
+static void fillStages(StagePlanResult &out, const PartitionPlan &plan,
+                       const ClusterModel &cluster) {
+  int64_t rank = 0;
+  for (const StagePlan &s : plan.stages) {
+    StagePlanResult::Stage st;
+    for (unsigned d : s.devices) {
+      st.devices.push_back(cluster.devices[d].name);
+      st.ranks.push_back(rank++);
+    }
+    out.stages.push_back(std::move(st));
+  }
+  out.oneFOneB = plan.schedule == Schedule::OneFOneB;
+  out.microBatches = plan.microBatches;
+}
+
+/// `numStages` stages of equal block counts over equal chunks of the
+/// cluster's devices in file order, evaluated by the planner's cost model.
+static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterModel &cluster,
+                                            const PlannerOptions &popts,
+                                            int64_t numStages) {
+  llvm::Expected<IRCostGraph> costs = buildCostGraph(func);
+  if (!costs)
+    return costs.takeError();
+  ModelPlan mp;
+  mp.costs = std::move(*costs);
+  llvm::Expected<CoarseGraph> coarse =
+      coarsenGraph(mp.costs.graph, cluster, popts.maxBlocks);
+  if (!coarse)
+    return coarse.takeError();
+  mp.coarse = std::move(*coarse);
+  size_t numBlocks = mp.coarse.blocks.size(), numDevices = cluster.devices.size();
+  if (static_cast<size_t>(numStages) > numBlocks || static_cast<size_t>(numStages) > numDevices)
+    return planError(llvm::formatv("num-stages={0} exceeds the model's {1} blocks or the "
+                                   "cluster's {2} devices",
+                                   numStages, numBlocks, numDevices));
+  std::vector<StageAssignment> stages(numStages);
+  for (int64_t i = 0; i < numStages; ++i) {
+    stages[i].firstBlock = i * numBlocks / numStages;
+    stages[i].endBlock = (i + 1) * numBlocks / numStages;
+    for (size_t d = i * numDevices / numStages; d < (i + 1) * numDevices / numStages; ++d)
+      stages[i].devices.push_back(d);
+  }
+  mp.plan = evaluateStages(mp.coarse, cluster, popts, stages, 1, Schedule::OneFOneB);
+  mp.plan.strategy = popts.strategy;
+  mp.stageOfNode.assign(mp.costs.graph.nodes.size(), 0);
+  for (auto [s, stage] : llvm::enumerate(mp.plan.stages))
+    for (unsigned b = stage.firstBlock; b < stage.endBlock; ++b)
+      for (unsigned n : mp.coarse.blocks[b].nodes)
+        mp.stageOfNode[n] = s;
+  return mp;
+}
+
+static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
+                                                   const StagePlanOptions &o) {
+  llvm::Expected<ClusterModel> cluster = loadClusterFile(o.clusterFile);
+  if (!cluster)
+    return cluster.takeError();
+  PlannerOptions popts;
+  llvm::Expected<PlannerStrategy> strategy = parseStrategy(o.strategy);
+  if (!strategy)
+    return strategy.takeError();
+  popts.strategy = *strategy;
+  popts.globalBatch = o.globalBatch;
+  llvm::Expected<ModelPlan> mp = o.numStages > 0
+                                     ? forcedPlan(func, *cluster, popts, o.numStages)
+                                     : planFunction(func, *cluster, popts);
+  if (!mp)
+    return mp.takeError();
+  if (!mp->plan.feasible)
+    return planError("no plan fits: " + mp->plan.message);
+  StagePlanResult out;
+  out.ops = mp->costs.ops;
+  out.stageOfNode = mp->stageOfNode;
+  fillStages(out, mp->plan, *cluster);
+  out.text = formatPlan(mp->plan, *cluster);
+  out.json = planToJSON(*mp, *cluster);
+  return out;
+}
+
+/// The plan given by `boundaries` and `replicas`: devices are named after
+/// their ranks.
+static llvm::Expected<StagePlanResult> explicitPlan(func::FuncOp func,
+                                                    const StagePlanOptions &o) {
+  // The cost nodes, as buildCostGraph numbers them, without needing a cost
+  // model (tests and ops that have none yet).
+  StagePlanResult out;
+  for (Operation &op : func.getBody().front())
+    if (!isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
+      out.ops.push_back(&op);
+  int64_t numNodes = out.ops.size(), numStages = o.boundaries.size() + 1;
+  for (auto [i, b] : llvm::enumerate(o.boundaries))
+    if (b <= (i ? o.boundaries[i - 1] : 0) || b >= numNodes)
+      return planError(llvm::formatv("boundaries must increase within 1..{0} (the "
+                                     "function has {1} cost nodes); got {2}",
+                                     numNodes - 1, numNodes, b));
+  if (!o.replicas.empty() && static_cast<int64_t>(o.replicas.size()) != numStages)
+    return planError(llvm::formatv("replicas lists {0} stages, boundaries give {1}",
+                                   o.replicas.size(), numStages));
+  if (o.microBatches < 1)
+    return planError("micro-batches must be at least 1");
+  out.stageOfNode.assign(numNodes, 0);
+  for (int64_t n = 0, s = 0; n < numNodes; ++n) {
+    while (s + 1 < numStages && n >= o.boundaries[s])
+      ++s;
+    out.stageOfNode[n] = s;
+  }
+  int64_t rank = 0;
+  json::Array stagesJSON;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (int64_t s = 0; s < numStages; ++s) {
+    int64_t n = o.replicas.empty() ? 1 : o.replicas[s];
+    if (n < 1)
+      return planError(llvm::formatv("stage {0} needs at least one replica", s));
+    StagePlanResult::Stage st;
+    json::Array devices;
+    os << "stage " << s << ":";
+    for (int64_t r = 0; r < n; ++r, ++rank) {
+      st.devices.push_back("rank" + std::to_string(rank));
+      st.ranks.push_back(rank);
+      devices.push_back(st.devices.back());
+      os << " " << st.devices.back();
+    }
+    os << " (" << llvm::count(out.stageOfNode, s) << " ops)\n";
+    stagesJSON.push_back(json::Object{{"stage", s}, {"devices", std::move(devices)},
+                                      {"ops", (int64_t)llvm::count(out.stageOfNode, s)}});
+    out.stages.push_back(std::move(st));
+  }
+  out.microBatches = o.microBatches;
+  out.text = std::move(text);
+  out.json = json::Object{{"strategy", "explicit"},
+                          {"schedule", "1f1b"},
+                          {"micro_batches", o.microBatches},
+                          {"stages", std::move(stagesJSON)}};
+  return out;
+}
+
+llvm::Expected<StagePlanResult>
+strait::dist::computeStagePlan(func::FuncOp func, const StagePlanOptions &options) {
+  if (!options.clusterFile.empty()) {
+    if (!options.boundaries.empty())
+      return planError("give either a cluster or boundaries, not both");
+    return clusterPlan(func, options);
+  }
+  if (options.numStages > 0)
+    return planError("num-stages needs a cluster file");
+  return explicitPlan(func, options);
+}

@@ -1,0 +1,24 @@
+// RUN: strait-opt %s --dist-assign-stages='cluster=%inputs/dist-2cpu.yaml num-stages=2' | FileCheck %s
+// RUN: strait-opt %s --dist-assign-stages='cluster=%inputs/dist-2cpu.yaml' | FileCheck %s --check-prefix=PLANNER
+
+// With a cluster, num-stages=2 forces one layer per stage, one device each;
+// devices are named after the cluster's.
+// CHECK: module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>, #dist.placement<stage = 1, devices = ["cpu1"], ranks = [1]>]>}
+// The planner's own choice for this tiny model: one stage on one device
+// (a slow link is not worth crossing), ranks from 0.
+// PLANNER: module attributes {dist.plan = #dist.plan<schedule = {{.*}}, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>]>}
+// PLANNER-NOT: #dist.stage<1>
+graph.Variable @layers.0.w : tensor<4x4xf32>
+graph.Variable @layers.1.w : tensor<4x4xf32>
+// CHECK-LABEL: func @main
+func.func @main(%x: tensor<2x4xf32> {graph.name = "x"}) -> (tensor<2x4xf32> {graph.name = "y"}) {
+  // CHECK: graph.ReadVariable @layers.0.w {dist.stage = #dist.stage<0>}
+  %w0 = graph.ReadVariable @layers.0.w : tensor<4x4xf32>
+  // CHECK: graph.MatMul {{.*}} {dist.stage = #dist.stage<0>}
+  %h = graph.MatMul %x, %w0 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  // CHECK: graph.ReadVariable @layers.1.w {dist.stage = #dist.stage<1>}
+  %w1 = graph.ReadVariable @layers.1.w : tensor<4x4xf32>
+  // CHECK: graph.MatMul {{.*}} {dist.stage = #dist.stage<1>}
+  %y = graph.MatMul %h, %w1 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
