@@ -5,10 +5,12 @@
 // that a failing rank stops the job within seconds.
 //
 //===----------------------------------------------------------------------===//
+#include "Npy.h"
 #include "TestUtil.h"
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <sstream>
@@ -135,4 +137,156 @@ TEST(StraitRun, MissingPlanIsExitCode2) {
   RunResult r = runStraitRun(makeDir());
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.output.find("plan.pb"), std::string::npos) << r.output;
+}
+
+// --- Data inputs, progress lines and --dump-outputs -------------------------
+
+namespace {
+
+/// A manifest of `world` ranks, rank R running rankR.program.pb.
+void writeManifest(const std::string &dir, int world) {
+  program::PlanManifest m;
+  m.set_format_version(program::FORMAT_VERSION_1);
+  m.set_world_size(world);
+  m.set_rendezvous(program::RENDEZVOUS_FILE);
+  m.set_rendezvous_address("rendezvous");
+  for (int r = 0; r < world; ++r) {
+    auto *entry = m.add_ranks();
+    entry->set_rank(r);
+    entry->set_device("cpu");
+    entry->set_address("127.0.0.1");
+    entry->set_program_file("rank" + std::to_string(r) + ".program.pb");
+  }
+  ASSERT_TRUE(writeMessage(m, dir + "/plan.pb").isOk());
+}
+
+/// input_ids, labels [2, 8] i64 -> ids_out, labels_out (Identity) and
+/// loss = sum(labels); with `sendTo` >= 0 also sends f32(ids) to that rank,
+/// with `recvFrom` >= 0 receives a f32[2x8] from it instead.
+ProgramBuilder tokenProgram(int rank, int world, int sendTo, int recvFrom) {
+  ProgramBuilder b(rank, world);
+  uint32_t ids = b.addValue("input_ids", program::DTYPE_I64, {2, 8}, program::ROLE_INPUT);
+  uint32_t lab = b.addValue("labels", program::DTYPE_I64, {2, 8}, program::ROLE_INPUT);
+  uint32_t idsOut = b.addValue("ids_out", program::DTYPE_I64, {2, 8}, program::ROLE_OUTPUT);
+  uint32_t labOut = b.addValue("labels_out", program::DTYPE_I64, {2, 8}, program::ROLE_OUTPUT);
+  uint32_t labF = b.addValue("labels_f", program::DTYPE_F32, {2, 8}, program::ROLE_ACTIVATION);
+  uint32_t loss = b.addValue("loss", program::DTYPE_F32, {}, program::ROLE_OUTPUT);
+  uint32_t idsF = b.addValue("ids_f", program::DTYPE_F32, {2, 8}, program::ROLE_ACTIVATION);
+  b.addKernel("Identity", {ids}, {idsOut});
+  b.addKernel("Identity", {lab}, {labOut});
+  setInt(b.addKernel("Cast", {lab}, {labF}), "to", program::DTYPE_F32);
+  setInt(b.addKernel("ReduceSum", {labF}, {loss}), "keepdims", 0);
+  setInt(b.addKernel("Cast", {ids}, {idsF}), "to", program::DTYPE_F32);
+  b.addRunStep();
+  if (sendTo >= 0) {
+    auto *send = b.get().add_steps()->mutable_send();
+    send->set_value_id(idsF);
+    send->set_peer(sendTo);
+    send->set_channel(2);
+  }
+  if (recvFrom >= 0) {
+    uint32_t in = b.addValue("remote", program::DTYPE_F32, {2, 8}, program::ROLE_ACTIVATION);
+    auto *recv = b.get().add_steps()->mutable_recv();
+    recv->set_value_id(in);
+    recv->set_peer(recvFrom);
+    recv->set_channel(2);
+  }
+  return b;
+}
+
+/// Tokens 0, 1, 2, ... 2999 as uint16.
+std::string writeTokens(const std::string &dir) {
+  std::vector<uint16_t> t(3000);
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<uint16_t>(i);
+  std::string path = dir + "/tokens.bin";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<char *>(t.data()), static_cast<std::streamsize>(t.size() * 2));
+  return path;
+}
+
+std::vector<int64_t> readI64(const std::string &path) {
+  StatusOr<data::NpyArray> a = data::readNpy(path);
+  EXPECT_TRUE(a.isOk()) << a.getStatus().toString();
+  if (!a.isOk() || a->dtype != program::DTYPE_I64)
+    return {};
+  std::vector<int64_t> v(a->bytes.size() / 8);
+  std::memcpy(v.data(), a->bytes.data(), a->bytes.size());
+  return v;
+}
+
+} // namespace
+
+TEST(StraitRunData, TokensFeedInputsProgressAndDump) {
+  std::string dir = makeDir();
+  ProgramBuilder p = tokenProgram(0, 1, -1, -1);
+  ASSERT_TRUE(writeMessage(p.get(), dir + "/rank0.program.pb").isOk());
+  writeManifest(dir, 1);
+  std::string tokens = writeTokens(dir);
+  RunResult r = runStraitRun(dir + " --steps 3 --threads 1 --data " + tokens +
+                             " --data-format tokens-u16 --dump-outputs " + dir + "/out");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  std::vector<int64_t> ids = readI64(dir + "/out/ids_out.rank0.npy");
+  std::vector<int64_t> labels = readI64(dir + "/out/labels_out.rank0.npy");
+  ASSERT_EQ(ids.size(), 16u);
+  ASSERT_EQ(labels.size(), 16u);
+  int64_t sum = 0;
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(labels[i], ids[i] + 1) << i; // next-token targets
+    if (i % 8)
+      EXPECT_EQ(ids[i], ids[i - 1] + 1) << i; // contiguous windows
+    sum += labels[i];
+  }
+  EXPECT_GT(sum, 0); // not the zeros of an unfed input
+  // One merged line per step on the launcher's stdout, the last one with the
+  // loss of the dumped step.
+  for (int s = 1; s <= 3; ++s)
+    EXPECT_NE(r.output.find("step " + std::to_string(s) + "/3 loss "), std::string::npos)
+        << r.output;
+  EXPECT_NE(r.output.find("step 3/3 loss " + std::to_string(sum) + " tokens/s "),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(StraitRunData, RanksSeeDistinctBatchesAndBytesPerPeer) {
+  std::string dir = makeDir();
+  ASSERT_TRUE(writeMessage(tokenProgram(0, 2, 1, -1).get(), dir + "/rank0.program.pb").isOk());
+  ASSERT_TRUE(writeMessage(tokenProgram(1, 2, -1, 0).get(), dir + "/rank1.program.pb").isOk());
+  writeManifest(dir, 2);
+  std::string tokens = writeTokens(dir);
+  RunResult r = runStraitRun(dir + " --steps 2 --threads 1 --timeout-ms 20000 --data " +
+                             tokens + " --dump-outputs " + dir + "/out");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  std::vector<int64_t> ids0 = readI64(dir + "/out/ids_out.rank0.npy");
+  std::vector<int64_t> ids1 = readI64(dir + "/out/ids_out.rank1.npy");
+  ASSERT_EQ(ids0.size(), 16u);
+  EXPECT_NE(ids0, ids1); // data-parallel ranks draw different windows
+  // f32[2x8] = 64 bytes from rank 0 to rank 1 per step.
+  EXPECT_NE(r.output.find("| rank0 sent 1:64B recv -"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| rank1 sent - recv 0:64B"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 2/2 loss "), std::string::npos) << r.output;
+}
+
+TEST(StraitRunData, ShapeMismatchNamesInputFileAndShapes) {
+  std::string dir = makeDir();
+  ProgramBuilder b(0, 1);
+  uint32_t x = b.addValue("images", program::DTYPE_F32, {2, 3, 4}, program::ROLE_INPUT);
+  uint32_t y = b.addValue("y", program::DTYPE_F32, {2, 3, 4}, program::ROLE_OUTPUT);
+  b.addKernel("Relu", {x}, {y});
+  b.addRunStep();
+  ASSERT_TRUE(writeMessage(b.get(), dir + "/rank0.program.pb").isOk());
+  writeManifest(dir, 1);
+  std::vector<float> samples(5 * 3 * 5, 1.0f);
+  std::string npy = dir + "/images.npy";
+  ASSERT_TRUE(data::writeNpy(npy, Tensor{program::DTYPE_F32, {5, 3, 5}, samples.data()}).isOk());
+  RunResult r = runStraitRun(dir + " --steps 1 --threads 1 --data " + npy);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("'images'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(npy), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expected [2x3x5], got [2x3x4]"), std::string::npos) << r.output;
+  // A truncated npy file is named too.
+  std::ofstream(dir + "/cut.npy", std::ios::binary) << "\x93NUMPY";
+  r = runStraitRun(dir + " --steps 1 --threads 1 --data " + dir + "/cut.npy");
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("cut.npy"), std::string::npos) << r.output;
 }

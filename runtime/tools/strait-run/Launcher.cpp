@@ -5,7 +5,12 @@
 // or dies, the launcher sends SIGTERM to the others, escalates to SIGKILL
 // after a grace period, prints the tail of the failed rank's log and returns
 // 1. Ctrl-C (SIGINT) or SIGTERM to the launcher stops all ranks the same way
-// and returns 130 / 143.
+// and returns 130 / 143. While the ranks run, the launcher follows their logs
+// and, once every rank reported iteration N, prints one merged progress line:
+//   step N/M loss L tokens/s X time T ms | rank0 sent 1:16.0KiB recv 1:2.0KiB | ...
+// (loss: mean of the ranks that report one; tokens or samples per second:
+// items of all replicas over the slowest rank's time; bytes since the last
+// line per peer).
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
@@ -19,7 +24,10 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iostream>
+#include <cstdio>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -72,6 +80,19 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
                                    "--lr", o.lrText};
   args.push_back("--threads");
   args.push_back(std::to_string(o.threads));
+  auto pass = [&](const char *flag, const std::string &v) {
+    if (!v.empty()) {
+      args.push_back(flag);
+      args.push_back(v);
+    }
+  };
+  pass("--data", o.dataPath);
+  pass("--data-format", o.dataFormat);
+  pass("--labels", o.labelsPath);
+  pass("--input-name", o.inputName);
+  pass("--labels-name", o.labelsName);
+  pass("--dump-outputs", o.dumpDir);
+  pass("--seed", std::to_string(o.seed));
   std::vector<char *> argv;
   for (auto &a : args)
     argv.push_back(&a[0]);
@@ -81,6 +102,152 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
             << std::strerror(errno) << std::endl;
   ::_exit(127);
 }
+
+/// One "rank R iteration N/M ..." line of a worker.
+struct Progress {
+  int steps = 0;
+  double ms = 0;
+  bool hasLoss = false;
+  double loss = 0;
+  std::string itemName;
+  int64_t items = 0;
+  std::string sent, recv;
+};
+
+bool parseProgress(const std::string &line, int &rank, int &step, Progress &p) {
+  std::istringstream in(line);
+  std::string w, frac;
+  if (!(in >> w) || w != "rank" || !(in >> rank) || !(in >> w) || w != "iteration" ||
+      !(in >> frac))
+    return false;
+  if (std::sscanf(frac.c_str(), "%d/%d", &step, &p.steps) != 2)
+    return false;
+  while (in >> w) {
+    if (w == "time")
+      in >> p.ms;
+    else if (w == "loss")
+      p.hasLoss = static_cast<bool>(in >> p.loss);
+    else if (w == "tokens" || w == "samples") {
+      p.itemName = w;
+      in >> p.items;
+    } else if (w == "sent")
+      in >> p.sent;
+    else if (w == "recv")
+      in >> p.recv;
+  }
+  return true;
+}
+
+std::string humanBytes(const std::string &list) {
+  // "1:16384,2:0" -> "1:16.0KiB,2:0B"
+  std::string out;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) {
+      out += item;
+      continue;
+    }
+    double b = std::atof(item.c_str() + colon + 1);
+    const char *units[] = {"B", "KiB", "MiB", "GiB"};
+    int u = 0;
+    while (b >= 1024 && u < 3) {
+      b /= 1024;
+      ++u;
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), u ? "%.1f%s" : "%.0f%s", b, units[u]);
+    out += (out.empty() ? "" : ",") + item.substr(0, colon + 1) + buf;
+  }
+  return out;
+}
+
+/// Follows the rank logs and prints a merged line per completed step.
+class ProgressMerger {
+public:
+  ProgressMerger(const program::PlanManifest &m, bool quiet) : quiet(quiet) {
+    bool layout = false;
+    for (const auto &r : m.ranks())
+      layout |= r.stage() > 0 || r.replica() != 0;
+    for (const auto &r : m.ranks())
+      replicaOf[r.rank()] = layout ? r.replica() : r.rank();
+  }
+  void add(int rank, const std::string &log) { files.push_back({rank, log, 0, ""}); }
+  void poll(bool final) {
+    for (File &f : files) {
+      std::ifstream in(f.path, std::ios::binary);
+      if (!in)
+        continue;
+      in.seekg(static_cast<std::streamoff>(f.offset));
+      std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      f.offset += chunk.size();
+      f.partial += chunk;
+      for (size_t nl; (nl = f.partial.find('\n')) != std::string::npos;) {
+        std::string line = f.partial.substr(0, nl);
+        f.partial.erase(0, nl + 1);
+        int rank, step;
+        Progress p;
+        if (parseProgress(line, rank, step, p) && rank == f.rank)
+          pending[step][rank] = p;
+      }
+    }
+    while (!pending.empty() &&
+           (pending.begin()->second.size() == files.size() || final)) {
+      print(pending.begin()->first, pending.begin()->second);
+      pending.erase(pending.begin());
+    }
+  }
+
+private:
+  struct File {
+    int rank;
+    std::string path;
+    size_t offset;
+    std::string partial;
+  };
+  void print(int step, const std::map<int, Progress> &ranks) {
+    if (quiet || ranks.empty())
+      return;
+    double ms = 0, loss = 0;
+    int losses = 0;
+    std::map<int, int64_t> itemsPerReplica;
+    std::string itemName;
+    for (const auto &kv : ranks) {
+      ms = std::max(ms, kv.second.ms);
+      if (kv.second.hasLoss) {
+        loss += kv.second.loss;
+        ++losses;
+      }
+      if (kv.second.items > 0) {
+        itemName = kv.second.itemName;
+        int64_t &n = itemsPerReplica[replicaOf.count(kv.first) ? replicaOf[kv.first] : kv.first];
+        n = std::max(n, kv.second.items);
+      }
+    }
+    std::ostringstream line;
+    line << "step " << step << "/" << ranks.begin()->second.steps;
+    if (losses)
+      line << " loss " << loss / losses;
+    if (!itemName.empty()) {
+      int64_t items = 0;
+      for (const auto &kv : itemsPerReplica)
+        items += kv.second;
+      line << " " << itemName << "/s " << static_cast<int64_t>(items / std::max(ms, 1e-3) * 1000);
+    }
+    char t[32];
+    std::snprintf(t, sizeof(t), ms < 10 ? "%.3f" : "%.1f", ms);
+    line << " time " << t << " ms";
+    for (const auto &kv : ranks)
+      if (!kv.second.sent.empty())
+        line << " | rank" << kv.first << " sent " << humanBytes(kv.second.sent) << " recv "
+             << humanBytes(kv.second.recv);
+    std::cout << line.str() << std::endl;
+  }
+  bool quiet;
+  std::vector<File> files;
+  std::map<int, std::map<int, Progress>> pending;
+  std::map<int, int> replicaOf;
+};
 
 void printTail(const std::string &path, size_t lines) {
   std::ifstream in(path);
@@ -184,6 +351,7 @@ int runLauncher(const RunOptions &options) {
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::vector<Child> children;
+  ProgressMerger progress(*m, o.quietProgress);
   int local = 0;
   for (const auto &r : m->ranks()) {
     std::string log = o.logDir + "/rank" + std::to_string(r.rank()) + ".log";
@@ -194,6 +362,7 @@ int runLauncher(const RunOptions &options) {
       return 1;
     }
     children.push_back({r.rank(), pid, log});
+    progress.add(r.rank(), log);
     std::cout << "strait-run: rank " << r.rank() << " pid " << pid << " log " << log
               << std::endl;
   }
@@ -213,6 +382,7 @@ int runLauncher(const RunOptions &options) {
     bool any = false;
     for (const Child &c : children)
       any |= c.running;
+    progress.poll(!any);
     if (!any)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -12,6 +12,7 @@
 #ifndef STRAIT_RUNTIME_TOOLS_STRAITRUN_H
 #define STRAIT_RUNTIME_TOOLS_STRAITRUN_H
 
+#include <cstdint>
 #include <string>
 
 namespace strait {
@@ -29,6 +30,15 @@ struct RunOptions {
   std::string logDir;       // default: <planDir>/logs
   std::string runId;        // rendezvous key prefix; default: generated
   std::string executable;   // argv[0], to start workers
+  // Data (see docs/runtime.md, "Data inputs").
+  std::string dataPath;     // --data FILE: token file or npy samples
+  std::string dataFormat;   // tokens-u16 | tokens-u32 | npy; "" = infer
+  std::string labelsPath;   // --labels FILE.npy (npy data only)
+  std::string inputName;    // data input; "" = input_ids / first match
+  std::string labelsName = "labels";
+  uint64_t seed = 1234;     // batch sampling seed
+  std::string dumpDir;      // --dump-outputs DIR: outputs of the last step
+  bool quietProgress = false; // launcher: do not echo the merged progress
 };
 
 /// Starts and supervises the local ranks; returns the process exit code.

@@ -1,19 +1,31 @@
 //===- Worker.cpp - One rank of a strait-run job --------------------------===//
 //
 // Loads the manifest, this rank's program and parameter shard, connects to
-// the other ranks, and runs the program's steps once per iteration, printing
-// one progress line per iteration (time, and the value named "loss" when the
-// program outputs one).
+// the other ranks, fills the data inputs from --data (token file or npy
+// arrays), and runs the program's steps once per iteration, printing one
+// progress line per iteration:
+//   rank R iteration N/M time MS ms [loss L] [tokens|samples K] sent P:B,.. recv P:B,..
+// (K items fed this iteration, B bytes to / from peer P since the previous
+// line). The launcher merges these lines into one line per step. With
+// --dump-outputs DIR every ROLE_OUTPUT of the last iteration is written as
+// DIR/<name>.rank<R>.npy.
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
+#include "DataLoader.h"
+#include "Npy.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/Program.h"
 #include "strait/runtime/ThreadPool.h"
 
+#include <cctype>
 #include <chrono>
 #include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <sys/stat.h>
 
 namespace strait {
 namespace run {
@@ -24,6 +36,127 @@ namespace {
 
 std::string resolvePath(const std::string &dir, const std::string &path) {
   return !path.empty() && path[0] == '/' ? path : dir + "/" + path;
+}
+
+/// Forwards to a communicator and counts the bytes sent to and received
+/// from each peer. All-reduce traffic is estimated as a ring's: 2 (n-1)/n of
+/// the tensor to the next rank of the group and from the previous one.
+class CountingCommunicator : public Communicator {
+public:
+  explicit CountingCommunicator(std::unique_ptr<Communicator> inner)
+      : inner(std::move(inner)) {}
+  int getRank() const override { return inner->getRank(); }
+  int getWorldSize() const override { return inner->getWorldSize(); }
+  Status send(const Tensor &t, int peer, uint32_t channel) override {
+    add(sent, peer, t.byteSize());
+    return inner->send(t, peer, channel);
+  }
+  Status recv(const Tensor &t, int peer, uint32_t channel) override {
+    add(received, peer, t.byteSize());
+    return inner->recv(t, peer, channel);
+  }
+  Status allReduceSum(const Tensor &t, uint32_t channel) override {
+    std::vector<int> all;
+    for (int r = 0; r < getWorldSize(); ++r)
+      all.push_back(r);
+    ring(t, all);
+    return inner->allReduceSum(t, channel);
+  }
+  Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks,
+                           uint32_t channel) override {
+    ring(t, ranks);
+    return inner->allReduceSumGroup(t, ranks, channel);
+  }
+  Status barrier() override { return inner->barrier(); }
+
+  /// "P:B,P:B" of sent and received bytes since the last call, then resets.
+  void take(std::string &sentText, std::string &recvText) {
+    std::lock_guard<std::mutex> lock(mutex);
+    sentText = format(sent);
+    recvText = format(received);
+    for (auto &kv : sent)
+      kv.second = 0;
+    for (auto &kv : received)
+      kv.second = 0;
+  }
+
+private:
+  void add(std::map<int, uint64_t> &m, int peer, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    m[peer] += bytes;
+  }
+  void ring(const Tensor &t, const std::vector<int> &ranks) {
+    size_t n = ranks.size();
+    int self = getRank();
+    for (size_t i = 0; i < n && n > 1; ++i)
+      if (ranks[i] == self) {
+        uint64_t bytes = 2 * (n - 1) * t.byteSize() / n;
+        add(sent, ranks[(i + 1) % n], bytes);
+        add(received, ranks[(i + n - 1) % n], bytes);
+      }
+  }
+  static std::string format(const std::map<int, uint64_t> &m) {
+    std::string out;
+    for (const auto &kv : m)
+      out += (out.empty() ? "" : ",") + std::to_string(kv.first) + ":" +
+             std::to_string(kv.second);
+    return out.empty() ? "-" : out;
+  }
+  std::unique_ptr<Communicator> inner;
+  std::mutex mutex;
+  std::map<int, uint64_t> sent, received;
+};
+
+bool isIntegerType(DType d) {
+  return d == program::DTYPE_I64 || d == program::DTYPE_I32 || d == program::DTYPE_I16 ||
+         d == program::DTYPE_I8 || d == program::DTYPE_U64 || d == program::DTYPE_U32 ||
+         d == program::DTYPE_U16 || d == program::DTYPE_U8;
+}
+
+/// The ROLE_INPUT the data feeds on this rank ("" when none): --input-name,
+/// else "input_ids" (token data), else the first integer (token data) or
+/// floating-point (npy data) input that is not labels/step/lr.
+std::string pickDataInput(const program::Program &p, const RunOptions &o, bool tokens) {
+  auto isInput = [&](const std::string &name) {
+    for (const auto &v : p.values())
+      if (v.role() == program::ROLE_INPUT && v.name() == name)
+        return true;
+    return false;
+  };
+  if (!o.inputName.empty())
+    return isInput(o.inputName) ? o.inputName : "";
+  if (tokens && isInput("input_ids"))
+    return "input_ids";
+  for (const auto &v : p.values()) {
+    if (v.role() != program::ROLE_INPUT || v.name() == o.labelsName || v.name() == "step" ||
+        v.name() == "lr")
+      continue;
+    bool integer = isIntegerType(v.dtype());
+    if (integer == tokens)
+      return v.name();
+  }
+  return "";
+}
+
+/// Writes every ROLE_OUTPUT as DIR/<name>.rank<R>.npy ('/' and other odd
+/// characters of the name become '_').
+Status dumpOutputs(const Executor &exec, const program::Program &p, const RunOptions &o) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = o.dumpDir.find('/', pos + 1);
+    ::mkdir(o.dumpDir.substr(0, pos).c_str(), 0755);
+  }
+  for (const auto &v : p.values()) {
+    if (v.role() != program::ROLE_OUTPUT)
+      continue;
+    std::string name = v.name().empty() ? "value" + std::to_string(v.id()) : v.name();
+    for (char &c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+        c = '_';
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
+    std::string path = o.dumpDir + "/" + name + ".rank" + std::to_string(o.rank) + ".npy";
+    STRAIT_RETURN_IF_ERROR(data::writeNpy(path, t));
+  }
+  return Status::ok();
 }
 
 StatusOr<std::unique_ptr<Communicator>>
@@ -73,9 +206,34 @@ Status runRank(const RunOptions &o) {
         .withRank(o.rank);
   if (o.threads > 0)
     setNumThreads(o.threads);
+  // Data first: a bad file fails before the rendezvous.
+  std::unique_ptr<data::DataLoader> loader;
+  bool tokens = false;
+  if (!o.dataPath.empty()) {
+    STRAIT_ASSIGN_OR_RETURN(data::DataFormat format,
+                            data::parseDataFormat(o.dataFormat, o.dataPath));
+    // Ranks of one replica (the stages of a pipeline) read the same batch.
+    bool layout = false;
+    for (const auto &r : m.ranks())
+      layout |= r.stage() > 0 || r.replica() != 0;
+    uint64_t stream = static_cast<uint64_t>(layout ? entry->replica() : o.rank);
+    tokens = format != data::DataFormat::Npy;
+    if (tokens) {
+      if (!o.labelsPath.empty())
+        return invalidArgument("--labels is for npy data; token files make their own "
+                               "next-token labels").withRank(o.rank);
+      STRAIT_ASSIGN_OR_RETURN(loader, data::openTokenFile(o.dataPath, format, o.seed, stream));
+    } else {
+      STRAIT_ASSIGN_OR_RETURN(loader, data::openNpyArrays(o.dataPath, o.labelsPath, o.seed,
+                                                          stream));
+    }
+  }
   std::unique_ptr<Communicator> comm;
+  CountingCommunicator *counter = nullptr;
   if (m.world_size() > 1) {
-    STRAIT_ASSIGN_OR_RETURN(comm, connect(o, m));
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> gloo, connect(o, m));
+    counter = new CountingCommunicator(std::move(gloo));
+    comm.reset(counter);
   }
   BackendRegistry registry;
   registerCpuBackend(registry);
@@ -87,32 +245,68 @@ Status runRank(const RunOptions &o) {
     STRAIT_RETURN_IF_ERROR(exec->loadParameters(shards));
   }
   // Inputs by convention: "step" (i64 scalar) = 1-based iteration, "lr"
-  // (f32 scalar) = --lr; other inputs wait for the data loaders.
+  // (f32 scalar) = --lr; the data input and "labels" come from --data.
   StatusOr<Tensor> stepIn = exec->getValueByName("step");
   StatusOr<Tensor> lrIn = exec->getValueByName("lr");
   bool stepOk = stepIn.isOk() && stepIn->dtype == program::DTYPE_I64 && stepIn->numel() == 1;
   if (lrIn.isOk() && lrIn->dtype == program::DTYPE_F32 && lrIn->numel() == 1)
     lrIn->as<float>()[0] = o.learningRate;
-  bool otherInputs = false;
+  std::string inputName, labelsName;
+  StatusOr<Tensor> input = invalidArgument("none"), labels = invalidArgument("none");
+  if (loader) {
+    inputName = pickDataInput(p, o, tokens);
+    if (!inputName.empty())
+      input = exec->getValueByName(inputName);
+    for (const auto &v : p.values())
+      if (v.role() == program::ROLE_INPUT && v.name() == o.labelsName)
+        labelsName = v.name();
+    if (!labelsName.empty())
+      labels = exec->getValueByName(labelsName);
+    std::cerr << "rank " << o.rank << ": data " << o.dataPath << " -> "
+              << (inputName.empty() ? "(no data input on this rank)" : "'" + inputName + "'")
+              << (labelsName.empty() ? "" : ", labels '" + labelsName + "'") << "\n";
+  }
   for (const auto &v : p.values())
-    otherInputs |= v.role() == program::ROLE_INPUT && v.name() != "step" && v.name() != "lr";
-  if (otherInputs)
-    std::cerr << "rank " << o.rank
-              << ": warning: no data loader yet; data inputs are zero\n";
+    if (v.role() == program::ROLE_INPUT && v.name() != "step" && v.name() != "lr" &&
+        v.name() != inputName && v.name() != labelsName)
+      std::cerr << "rank " << o.rank << ": warning: input '" << v.name()
+                << "' gets no data (zeros)\n";
+  int64_t items = 0;
+  if (loader) {
+    const Tensor *t = input.isOk() ? &*input : labels.isOk() ? &*labels : nullptr;
+    if (t && !t->shape.empty())
+      items = tokens ? t->numel() : t->shape[0];
+  }
   StatusOr<Tensor> loss = exec->getValueByName("loss");
   for (int it = 0; it < o.steps; ++it) {
     if (stepOk)
       stepIn->as<int64_t>()[0] = it + 1;
+    if (loader) {
+      Status s = loader->fill(input.isOk() ? &*input : nullptr, inputName,
+                              labels.isOk() ? &*labels : nullptr, labelsName, it);
+      if (!s.isOk())
+        return s.withStep(it + 1);
+    }
     auto start = std::chrono::steady_clock::now();
     STRAIT_RETURN_IF_ERROR(exec->run());
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - start).count();
-    std::cout << "rank " << o.rank << " iteration " << it + 1 << "/" << o.steps
-              << " time " << ms << " ms";
+    std::ostringstream line;
+    line << "rank " << o.rank << " iteration " << it + 1 << "/" << o.steps
+         << " time " << ms << " ms";
     if (loss.isOk() && loss->dtype == program::DTYPE_F32 && loss->numel() == 1)
-      std::cout << " loss " << loss->as<float>()[0];
-    std::cout << std::endl;
+      line << " loss " << loss->as<float>()[0];
+    if (items > 0)
+      line << " " << loader->itemName() << " " << items;
+    if (counter) {
+      std::string sent, received;
+      counter->take(sent, received);
+      line << " sent " << sent << " recv " << received;
+    }
+    std::cout << line.str() << std::endl;
   }
+  if (!o.dumpDir.empty())
+    STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o));
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   return Status::ok();

@@ -14,13 +14,23 @@ namespace {
 const char *kUsage =
     "usage: strait-run DIR [--rank R] [--steps N] [--threads T]\n"
     "                  [--timeout-ms MS] [--log-dir DIR] [--manifest plan.pb]\n"
-    "                  [--run-id ID] [--lr LR]\n"
+    "                  [--run-id ID] [--lr LR] [--data FILE]\n"
+    "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
+    "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
+    "                  [--dump-outputs DIR] [--quiet]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
     "  job across machines; all ranks need the same --run-id).\n"
     "  Program inputs named \"step\" (i64) and \"lr\" (f32) receive the 1-based\n"
     "  iteration and --lr (default 0.001).\n"
+    "  --data: a token file (flat uint16/uint32 ids, nanoGPT's format) feeds\n"
+    "  B x T windows to the integer input (--input-name, default input_ids)\n"
+    "  and next-token targets to \"labels\"; an .npy sample array feeds B\n"
+    "  seeded random rows to the first float input, --labels FILE.npy the\n"
+    "  labels. --dump-outputs DIR writes the last iteration's outputs as\n"
+    "  DIR/<name>.rank<R>.npy. The launcher prints one line per step (loss,\n"
+    "  tokens or samples/s, bytes per link); --quiet turns it off.\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -58,6 +68,27 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.manifest);
     else if (a == "--run-id")
       ok = text(o.runId);
+    else if (a == "--data")
+      ok = text(o.dataPath);
+    else if (a == "--data-format")
+      ok = text(o.dataFormat);
+    else if (a == "--labels")
+      ok = text(o.labelsPath);
+    else if (a == "--input-name")
+      ok = text(o.inputName);
+    else if (a == "--labels-name")
+      ok = text(o.labelsName);
+    else if (a == "--dump-outputs")
+      ok = text(o.dumpDir);
+    else if (a == "--quiet")
+      o.quietProgress = true;
+    else if (a == "--seed") {
+      std::string v;
+      char *end = nullptr;
+      ok = text(v);
+      o.seed = ok ? std::strtoull(v.c_str(), &end, 10) : 0;
+      ok = ok && !v.empty() && end && *end == '\0';
+    }
     else if (a == "--lr") {
       ok = text(o.lrText);
       char *end = nullptr;
@@ -70,6 +101,11 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       o.planDir = a;
     if (!ok)
       return false;
+  }
+  if (o.dataFormat != "" && o.dataFormat != "tokens-u16" && o.dataFormat != "tokens-u32" &&
+      o.dataFormat != "npy") {
+    std::cerr << "strait-run: unknown --data-format '" << o.dataFormat << "'\n";
+    return false;
   }
   return !o.planDir.empty() && o.steps >= 1;
 }
