@@ -19,6 +19,7 @@
 #include "strait/runtime/Program.h"
 #include "strait/runtime/ThreadPool.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <iostream>
@@ -138,15 +139,19 @@ std::string pickDataInput(const program::Program &p, const RunOptions &o, bool t
   return "";
 }
 
-/// Writes every ROLE_OUTPUT as DIR/<name>.rank<R>.npy ('/' and other odd
-/// characters of the name become '_').
-Status dumpOutputs(const Executor &exec, const program::Program &p, const RunOptions &o) {
+/// Writes every ROLE_OUTPUT, and the inputs the data fed (`fed`), as
+/// DIR/<name>.rank<R>.npy ('/' and other odd characters of the name become
+/// '_').
+Status dumpOutputs(const Executor &exec, const program::Program &p, const RunOptions &o,
+                   const std::vector<std::string> &fed) {
   for (size_t pos = 1; pos != std::string::npos;) {
     pos = o.dumpDir.find('/', pos + 1);
     ::mkdir(o.dumpDir.substr(0, pos).c_str(), 0755);
   }
   for (const auto &v : p.values()) {
-    if (v.role() != program::ROLE_OUTPUT)
+    bool dataInput = v.role() == program::ROLE_INPUT && !v.name().empty() &&
+                     std::find(fed.begin(), fed.end(), v.name()) != fed.end();
+    if (v.role() != program::ROLE_OUTPUT && !dataInput)
       continue;
     std::string name = v.name().empty() ? "value" + std::to_string(v.id()) : v.name();
     for (char &c : name)
@@ -306,7 +311,7 @@ Status runRank(const RunOptions &o) {
     std::cout << line.str() << std::endl;
   }
   if (!o.dumpDir.empty())
-    STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o));
+    STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, {inputName, labelsName}));
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   return Status::ok();
