@@ -39,6 +39,7 @@ struct RunOptions {
   uint64_t seed = 1234;     // batch sampling seed
   std::string dumpDir;      // --dump-outputs DIR: outputs of the last step
   bool quietProgress = false; // launcher: do not echo the merged progress
+  std::string listenAddress; // worker: listen here instead of the manifest's address
 };
 
 /// Starts and supervises the local ranks; returns the process exit code.

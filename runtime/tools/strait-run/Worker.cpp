@@ -177,6 +177,8 @@ connect(const RunOptions &o, const program::PlanManifest &m) {
       self = &r;
   if (self && !self->address().empty())
     g.hostname = self->address().substr(0, self->address().find(':'));
+  if (!o.listenAddress.empty()) // e.g. inside a network namespace (wan-netns.sh)
+    g.hostname = o.listenAddress;
   if (m.rendezvous() == program::RENDEZVOUS_REDIS) {
     g.store = StoreKind::Redis;
     const std::string &addr = m.rendezvous_address();

@@ -17,7 +17,7 @@ const char *kUsage =
     "                  [--run-id ID] [--lr LR] [--data FILE]\n"
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
-    "                  [--dump-outputs DIR] [--quiet]\n"
+    "                  [--dump-outputs DIR] [--quiet] [--listen-address IP]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -80,6 +80,8 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.labelsName);
     else if (a == "--dump-outputs")
       ok = text(o.dumpDir);
+    else if (a == "--listen-address")
+      ok = text(o.listenAddress);
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {
