@@ -55,7 +55,7 @@ def test_training_step_has_every_parameter(name, tmp_path):
 @pytest.mark.skipif(not HAVE_TOOLS, reason="straitc/strait-opt not built")
 @pytest.mark.parametrize("name", sorted(gradcheck.CASES))
 def test_gradients_match_torch(name, tmp_path):
-    case = gradcheck.CASES[name]()
+    case = gradcheck.runtime_batch(gradcheck.CASES[name]())
     path = gradcheck.export_model(case, str(tmp_path / f"{name}.onnx"))
     try:
         computed = gradcheck.run_on_runtime(path, case, BUILD)
