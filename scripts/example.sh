@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# The main job on the bundled example: compile the tiny GPT-2 for the bundled
-# local cluster and print what the compiler made of it.
+# The main job on the bundled example: compile the tiny GPT-2 (models/gpt2-tiny)
+# into a training step (cross-entropy, AdamW) planned on the bundled local
+# 4-CPU cluster, then train it on real English text with strait-run, one
+# process per rank over Gloo/TCP. Usage: scripts/example.sh [steps]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${STRAIT_BUILD_DIR:-$root/build}"
+steps="${1:-100}"
 "$root/scripts/setup.sh" "$build"
-model="$root/models/gpt2-tiny/gpt2-tiny.onnx"
-echo "== straitc $model --input-shape input_ids=8x64"
-"$build/bin/straitc" "$model" --input-shape input_ids=8x64 --emit=summary
+
+out="$root/out/gpt2-tiny"
+data="$root/out/text"
+[ -f "$data/train.bin" ] || "$root/.venv/bin/python" "$root/runtime/scripts/make-text-tokens.py" "$data"
+
+echo "== straitc: import, training step, plan, per-rank programs"
+rm -rf "$out"
+"$build/bin/straitc" "$root/models/gpt2-tiny/gpt2-tiny.onnx" --input-shape input_ids=8x64 \
+  --loss cross-entropy --optimizer adamw \
+  --cluster "$root/examples/clusters/local-4cpu.yaml" --global-batch 16 -o "$out"
+
+echo "== strait-run: $steps steps on byte-level text ($data/train.bin)"
+"$build/runtime/tools/strait-run" "$out" --data "$data/train.bin" --data-format tokens-u16 \
+  --steps "$steps" --lr 0.003
