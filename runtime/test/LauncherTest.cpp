@@ -9,6 +9,7 @@
 #include "TestUtil.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -144,7 +145,7 @@ TEST(StraitRun, MissingPlanIsExitCode2) {
 namespace {
 
 /// A manifest of `world` ranks, rank R running rankR.program.pb.
-void writeManifest(const std::string &dir, int world) {
+void writeManifest(const std::string &dir, int world, const std::string &params0 = "") {
   program::PlanManifest m;
   m.set_format_version(program::FORMAT_VERSION_1);
   m.set_world_size(world);
@@ -156,6 +157,8 @@ void writeManifest(const std::string &dir, int world) {
     entry->set_device("cpu");
     entry->set_address("127.0.0.1");
     entry->set_program_file("rank" + std::to_string(r) + ".program.pb");
+    if (r == 0 && !params0.empty())
+      entry->set_parameter_file(params0);
   }
   ASSERT_TRUE(writeMessage(m, dir + "/plan.pb").isOk());
 }
@@ -289,4 +292,72 @@ TEST(StraitRunData, ShapeMismatchNamesInputFileAndShapes) {
   r = runStraitRun(dir + " --steps 1 --threads 1 --data " + dir + "/cut.npy");
   EXPECT_EQ(r.exitCode, 1) << r.output;
   EXPECT_NE(r.output.find("cut.npy"), std::string::npos) << r.output;
+}
+
+TEST(StraitRunData, NpySamplesAndLabelsTrainALinearClassifier) {
+  // x f32[8x4] (first float input), labels i64[8], lr; loss = sce(x W, labels);
+  // SGD on W. The npy data: 60 samples of 3 classes, class c has feature c
+  // set to 2 (+ small deterministic noise).
+  std::string dir = makeDir();
+  ProgramBuilder b(0, 1);
+  uint32_t x = b.addValue("x", program::DTYPE_F32, {8, 4}, program::ROLE_INPUT);
+  uint32_t y = b.addValue("labels", program::DTYPE_I64, {8}, program::ROLE_INPUT);
+  uint32_t lr = b.addValue("lr", program::DTYPE_F32, {}, program::ROLE_INPUT);
+  uint32_t w = b.addParameter("W", {4, 3});
+  uint32_t vel = b.addValue("W.velocity", program::DTYPE_F32, {4, 3}, program::ROLE_OPTIMIZER_STATE);
+  uint32_t z = b.addValue("z", program::DTYPE_F32, {8, 3}, program::ROLE_ACTIVATION);
+  uint32_t loss = b.addValue("loss", program::DTYPE_F32, {}, program::ROLE_OUTPUT);
+  uint32_t one = b.addConstant("one", {1.0f}, {});
+  uint32_t dz = b.addValue("dz", program::DTYPE_F32, {8, 3}, program::ROLE_ACTIVATION);
+  uint32_t xT = b.addValue("xT", program::DTYPE_F32, {4, 8}, program::ROLE_ACTIVATION);
+  uint32_t dw = b.addValue("dW", program::DTYPE_F32, {4, 3}, program::ROLE_ACTIVATION);
+  b.addKernel("MatMul", {x, w}, {z});
+  b.addKernel("SoftmaxCrossEntropyLoss", {z, y}, {loss});
+  b.addKernel("SoftmaxCrossEntropyLossGrad", {one, z, y}, {dz});
+  b.addKernel("Transpose", {x}, {xT});
+  b.addKernel("MatMul", {xT, dz}, {dw});
+  b.addKernel("SGD", {lr, w, dw, vel}, {w, vel});
+  b.addRunStep();
+  ASSERT_TRUE(writeMessage(b.get(), dir + "/rank0.program.pb").isOk());
+  program::ParameterShardFile shard;
+  shard.set_format_version(program::FORMAT_VERSION_1);
+  auto *e = shard.add_parameters();
+  e->set_name("W");
+  e->mutable_data()->set_dtype(program::DTYPE_F32);
+  for (int64_t d : {4, 3})
+    e->mutable_data()->add_shape(d);
+  for (int i = 0; i < 12; ++i)
+    e->mutable_data()->add_float_data(0.0f);
+  ASSERT_TRUE(writeMessage(shard, dir + "/rank0.params.pb").isOk());
+  writeManifest(dir, 1, "rank0.params.pb");
+  std::vector<float> samples(60 * 4);
+  std::vector<int64_t> labels(60);
+  for (int n = 0; n < 60; ++n) {
+    labels[n] = n % 3;
+    for (int f = 0; f < 4; ++f)
+      samples[n * 4 + f] = (f == n % 3 ? 2.0f : 0.0f) + 0.1f * static_cast<float>((n * 7 + f * 3) % 5 - 2);
+  }
+  ASSERT_TRUE(data::writeNpy(dir + "/x.npy", Tensor{program::DTYPE_F32, {60, 4}, samples.data()}).isOk());
+  ASSERT_TRUE(data::writeNpy(dir + "/y.npy", Tensor{program::DTYPE_I64, {60}, labels.data()}).isOk());
+  RunResult r = runStraitRun(dir + " --steps 30 --threads 1 --lr 0.5 --data " + dir +
+                             "/x.npy --labels " + dir + "/y.npy --dump-outputs " + dir + "/out");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  auto lossAt = [&](const std::string &tag) {
+    size_t pos = r.output.find(tag + " loss ");
+    return pos == std::string::npos ? -1.0 : std::atof(r.output.c_str() + pos + tag.size() + 6);
+  };
+  double first = lossAt("step 1/30"), last = lossAt("step 30/30");
+  EXPECT_NEAR(first, std::log(3.0), 1e-4) << r.output; // W = 0: uniform
+  EXPECT_GT(last, 0.0) << r.output;
+  EXPECT_LT(last, 0.3 * first) << r.output;
+  EXPECT_NE(r.output.find("samples/s "), std::string::npos) << r.output;
+  // The dumped batch: every row is a sample with its own label.
+  std::vector<int64_t> fedLabels = readI64(dir + "/out/labels.rank0.npy");
+  StatusOr<data::NpyArray> fedX = data::readNpy(dir + "/out/x.rank0.npy");
+  ASSERT_TRUE(fedX.isOk()) << fedX.getStatus().toString();
+  ASSERT_EQ(fedLabels.size(), 8u);
+  ASSERT_EQ(fedX->bytes.size(), 8u * 4 * sizeof(float));
+  const float *fx = reinterpret_cast<const float *>(fedX->bytes.data());
+  for (int i = 0; i < 8; ++i)
+    EXPECT_GT(fx[i * 4 + fedLabels[i]], 1.5f) << "row " << i;
 }
