@@ -145,7 +145,9 @@ TEST(StraitRun, MissingPlanIsExitCode2) {
 namespace {
 
 /// A manifest of `world` ranks, rank R running rankR.program.pb.
-void writeManifest(const std::string &dir, int world, const std::string &params0 = "") {
+/// `stages` > 0: rank r is stage r % stages of replica r / stages.
+void writeManifest(const std::string &dir, int world, const std::string &params0 = "",
+                   int stages = 0) {
   program::PlanManifest m;
   m.set_format_version(program::FORMAT_VERSION_1);
   m.set_world_size(world);
@@ -159,6 +161,10 @@ void writeManifest(const std::string &dir, int world, const std::string &params0
     entry->set_program_file("rank" + std::to_string(r) + ".program.pb");
     if (r == 0 && !params0.empty())
       entry->set_parameter_file(params0);
+    if (stages > 0) {
+      entry->set_stage(r % stages);
+      entry->set_replica(r / stages);
+    }
   }
   ASSERT_TRUE(writeMessage(m, dir + "/plan.pb").isOk());
 }
@@ -360,4 +366,28 @@ TEST(StraitRunData, NpySamplesAndLabelsTrainALinearClassifier) {
   const float *fx = reinterpret_cast<const float *>(fedX->bytes.data());
   for (int i = 0; i < 8; ++i)
     EXPECT_GT(fx[i * 4 + fedLabels[i]], 1.5f) << "row " << i;
+}
+
+TEST(StraitRunData, StagesOfAReplicaShareBatchesReplicasDiffer) {
+  // 2 stages x 2 replicas: ranks 0,1 are replica 0, ranks 2,3 replica 1.
+  std::string dir = makeDir();
+  for (int r = 0; r < 4; ++r) {
+    int peer = r ^ 1; // stage 0 sends to stage 1 of its replica
+    ProgramBuilder p = tokenProgram(r, 4, r % 2 == 0 ? peer : -1, r % 2 == 1 ? peer : -1);
+    ASSERT_TRUE(writeMessage(p.get(), dir + "/rank" + std::to_string(r) + ".program.pb").isOk());
+  }
+  writeManifest(dir, 4, "", 2);
+  std::string tokens = writeTokens(dir);
+  RunResult r = runStraitRun(dir + " --steps 2 --threads 1 --timeout-ms 20000 --data " +
+                             tokens + " --dump-outputs " + dir + "/out");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  std::vector<int64_t> ids[4];
+  for (int k = 0; k < 4; ++k) {
+    ids[k] = readI64(dir + "/out/ids_out.rank" + std::to_string(k) + ".npy");
+    ASSERT_EQ(ids[k].size(), 16u) << k;
+  }
+  EXPECT_EQ(ids[0], ids[1]); // the stages of replica 0
+  EXPECT_EQ(ids[2], ids[3]); // the stages of replica 1
+  EXPECT_NE(ids[0], ids[2]); // the replicas differ
+  EXPECT_NE(r.output.find("step 2/2 loss "), std::string::npos) << r.output;
 }
