@@ -23,7 +23,8 @@ LogicalResult importMatMul(NodeImporter &n) {
 }
 
 LogicalResult importGemm(NodeImporter &n) {
-  if (failed(n.checkAttributes({"alpha", "beta", "transA", "transB"})))
+  // `broadcast` (opset < 7) only allowed what numpy broadcasting does anyway.
+  if (failed(n.checkAttributes({"alpha", "beta", "transA", "transB", "broadcast"})))
     return failure();
   FailureOr<float> alpha = n.getFloat("alpha", 1.0f), beta = n.getFloat("beta", 1.0f);
   FailureOr<int64_t> ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
@@ -152,7 +153,12 @@ LogicalResult importConvTranspose(NodeImporter &n) {
       int64_t in = xt.getDimSize(i + 2);
       int64_t target = !os->empty() ? (*os)[os->size() - spatial + i] : in * (*s)[i];
       int64_t total = (*s)[i] * (in - 1) + (*op)[i] + ((*k)[i] - 1) * (*d)[i] + 1 - target;
-      total = std::max<int64_t>(total, 0);
+      if (total < 0) {
+        // A requested output longer than the full transposed convolution:
+        // the extra positions are output padding at the end.
+        (*op)[i] -= total;
+        total = 0;
+      }
       bool lower = *autoPad == "SAME_LOWER";
       pads[i] = lower ? total - total / 2 : total / 2;
       pads[i + spatial] = total - pads[i];
@@ -202,12 +208,18 @@ LogicalResult importGlobalPool(NodeImporter &n) {
 }
 
 LogicalResult importBatchNorm(NodeImporter &n) {
-  if (failed(n.checkAttributes({"epsilon", "momentum", "training_mode", "spatial"})))
+  if (failed(n.checkAttributes({"epsilon", "momentum", "training_mode", "spatial",
+                                "is_test", "consumed_inputs"})))
     return failure();
   FailureOr<float> eps = n.getFloat("epsilon", 1e-5f), mom = n.getFloat("momentum", 0.9f);
-  FailureOr<int64_t> training = n.getInt("training_mode", 0), spatial = n.getInt("spatial", 1);
-  if (failed(eps) || failed(mom) || failed(training) || failed(spatial))
+  FailureOr<int64_t> training = n.getInt("training_mode", 0), spatial = n.getInt("spatial", 1),
+                     isTest = n.getInt("is_test", 0);
+  if (failed(eps) || failed(mom) || failed(training) || failed(spatial) || failed(isTest))
     return failure();
+  // Before opset 7, is_test = 0 (the default) asks for batch statistics when
+  // the node has the running-statistics outputs.
+  if (n.opsetVersion() < 7 && !*isTest && n.numUsedOutputs() > 1)
+    *training = 1;
   if (*training != 0)
     return n.error() << "training_mode = 1 in the model is not supported; export in "
                         "eval mode, the training-step builder adds batch statistics";
@@ -224,6 +236,50 @@ LogicalResult importBatchNorm(NodeImporter &n) {
       n, in, {n.named("epsilon", n.f32(*eps)), n.named("momentum", n.f32(*mom))});
 }
 
+/// LayerNormalization's optional Mean and InvStdDev outputs, spelled with
+/// reductions over the dims from `axis` (kept as 1).
+FailureOr<Values> layerNormStats(NodeImporter &n, Value x, int64_t axis, float eps) {
+  auto xt = dyn_cast<RankedTensorType>(x.getType());
+  if (!xt)
+    return n.error() << "Mean/InvStdDev outputs need a ranked input";
+  FailureOr<int64_t> a = graph::normalizeAxis(n.location(), axis, xt.getRank());
+  if (failed(a))
+    return failure();
+  SmallVector<int64_t> axes;
+  for (int64_t i = *a; i < xt.getRank(); ++i)
+    axes.push_back(i);
+  auto reduceMean = [&](Value v) {
+    return n.create<graph::ReduceMeanOp>(
+        v, {n.named("axes", n.i64s(axes)), n.named("keepdims", n.i64(1)),
+            n.named("noop_with_empty_axes", n.i64(0))});
+  };
+  FailureOr<Values> mean = reduceMean(x);
+  if (failed(mean))
+    return failure();
+  FailureOr<Values> d = n.create<graph::SubOp>({x, (*mean)[0]});
+  if (failed(d))
+    return failure();
+  FailureOr<Values> sq = n.create<graph::MulOp>({(*d)[0], (*d)[0]});
+  if (failed(sq))
+    return failure();
+  FailureOr<Values> var = reduceMean((*sq)[0]);
+  if (failed(var))
+    return failure();
+  auto scalar = RankedTensorType::get({}, xt.getElementType());
+  Value epsV = n.constant(DenseElementsAttr::get(
+      scalar, FloatAttr::get(xt.getElementType(), (double)eps)));
+  FailureOr<Values> sum = n.create<graph::AddOp>({(*var)[0], epsV});
+  if (failed(sum))
+    return failure();
+  FailureOr<Values> sd = n.create<graph::SqrtOp>((*sum)[0]);
+  if (failed(sd))
+    return failure();
+  FailureOr<Values> inv = n.create<graph::ReciprocalOp>((*sd)[0]);
+  if (failed(inv))
+    return failure();
+  return Values{(*mean)[0], (*inv)[0]};
+}
+
 LogicalResult importLayerNorm(NodeImporter &n) {
   if (failed(n.checkAttributes({"axis", "epsilon", "stash_type"})))
     return failure();
@@ -232,13 +288,21 @@ LogicalResult importLayerNorm(NodeImporter &n) {
   FailureOr<Value> x = n.requiredInput(0), scale = n.requiredInput(1);
   if (failed(axis) || failed(eps) || failed(x) || failed(scale))
     return failure();
-  return emit<graph::LayerNormalizationOp>(
-      n, {*x, *scale, n.input(2)},
+  FailureOr<Values> y = n.create<graph::LayerNormalizationOp>(
+      {*x, *scale, n.input(2)},
       {n.named("axis", n.i64(*axis)), n.named("epsilon", n.f32(*eps))});
+  if (failed(y))
+    return failure();
+  if (n.numUsedOutputs() < 2)
+    return n.setResults(*y);
+  FailureOr<Values> stats = layerNormStats(n, *x, *axis, *eps);
+  if (failed(stats))
+    return failure();
+  return n.setResults({(*y)[0], (*stats)[0], (*stats)[1]});
 }
 
 LogicalResult importInstanceNorm(NodeImporter &n) {
-  if (failed(n.checkAttributes({"epsilon"})))
+  if (failed(n.checkAttributes({"epsilon", "consumed_inputs"})))
     return failure();
   FailureOr<float> eps = n.getFloat("epsilon", 1e-5f);
   FailureOr<Value> x = n.requiredInput(0), s = n.requiredInput(1), b = n.requiredInput(2);
@@ -256,14 +320,16 @@ FailureOr<Value> perGroupToPerChannel(NodeImporter &n, Value p, int64_t groups,
     return p;
   if (t.getDimSize(0) != groups || channels % groups != 0)
     return n.error() << "scale/bias must have num_groups or channel entries";
-  FailureOr<Values> r = n.create<graph::ReshapeOp>(p, {n.named("shape", n.i64s({groups, 1}))});
+  FailureOr<Values> r = n.create<graph::ReshapeOp>(
+      p, {n.named("shape", n.i64s({groups, 1})), n.named("allowzero", n.i64(0))});
   if (failed(r))
     return failure();
   r = n.create<graph::ExpandOp>((*r)[0],
                                 {n.named("shape", n.i64s({groups, channels / groups}))});
   if (failed(r))
     return failure();
-  r = n.create<graph::ReshapeOp>((*r)[0], {n.named("shape", n.i64s({channels}))});
+  r = n.create<graph::ReshapeOp>(
+      (*r)[0], {n.named("shape", n.i64s({channels})), n.named("allowzero", n.i64(0))});
   return failed(r) ? FailureOr<Value>(failure()) : FailureOr<Value>((*r)[0]);
 }
 
@@ -346,7 +412,8 @@ LogicalResult importSoftmaxLike(NodeImporter &n) {
   if (failed(y))
     return failure();
   FailureOr<Values> back =
-      n.create<graph::ReshapeOp>((*y)[0], {n.named("shape", n.i64s(xt.getShape()))});
+      n.create<graph::ReshapeOp>((*y)[0], {n.named("shape", n.i64s(xt.getShape())),
+                                           n.named("allowzero", n.i64(0))});
   return failed(back) ? failure() : n.setResults(*back);
 }
 
@@ -366,7 +433,17 @@ LogicalResult importLoss(NodeImporter &n) {
       n.named("reduction", graph::LossReductionAttr::get(n.ctx(), *kind))};
   if (*ignore)
     attrs.push_back(n.named("ignore_index", n.i64(**ignore)));
-  return emit<OpTy>(n, {*s, *l, n.input(2)}, attrs);
+  FailureOr<Values> loss = n.create<OpTy>({*s, *l, n.input(2)}, attrs);
+  if (failed(loss))
+    return failure();
+  if (n.numUsedOutputs() < 2)
+    return n.setResults(*loss);
+  // SoftmaxCrossEntropyLoss's log_prob output: log-softmax over the classes.
+  FailureOr<Values> logProb =
+      n.create<graph::LogSoftmaxOp>(*s, {n.named("axis", n.i64(1))});
+  if (failed(logProb))
+    return failure();
+  return n.setResults({(*loss)[0], (*logProb)[0]});
 }
 
 } // namespace
@@ -374,7 +451,7 @@ LogicalResult importLoss(NodeImporter &n) {
 void strait::onnximport::registerNNImporters(OpRegistry &r) {
   using namespace graph;
   r.add("MatMul", 1, importMatMul);
-  r.add("Gemm", 7, importGemm);
+  r.add("Gemm", 1, importGemm);
   r.add("Einsum", 12, importEinsum);
   r.add("Conv", 1, importConv);
   r.add("ConvTranspose", 1, importConvTranspose);
@@ -382,7 +459,7 @@ void strait::onnximport::registerNNImporters(OpRegistry &r) {
   r.add("AveragePool", 1, [](NodeImporter &n) { return importPool<AveragePoolOp>(n, false); });
   r.add("GlobalAveragePool", 1, importGlobalPool<GlobalAveragePoolOp>);
   r.add("GlobalMaxPool", 1, importGlobalPool<GlobalMaxPoolOp>);
-  r.add("BatchNormalization", 7, importBatchNorm);
+  r.add("BatchNormalization", 1, importBatchNorm);
   r.add("LayerNormalization", 17, importLayerNorm);
   r.add("InstanceNormalization", 1, importInstanceNorm);
   r.add("GroupNormalization", 18, importGroupNorm);

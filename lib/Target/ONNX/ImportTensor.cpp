@@ -3,6 +3,7 @@
 #include "NodeImporter.h"
 
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
 
 using namespace mlir;
 using namespace strait;
@@ -71,10 +72,10 @@ LogicalResult importConstantOfShape(NodeImporter &n) {
   for (int64_t d : *shape)
     if (d < 0)
       return n.error() << "negative dimension " << d << " in the shape";
-  Attribute elem = *v ? (*v).getValues<Attribute>()[0]
-                      : Attribute(n.b().getF32FloatAttr(0.0f));
   if (*v && (*v).getNumElements() != 1)
     return n.error() << "'value' must hold one element";
+  Attribute elem = *v ? (*v).getValues<Attribute>()[0]
+                      : Attribute(n.b().getF32FloatAttr(0.0f));
   auto type = RankedTensorType::get(*shape, cast<TypedAttr>(elem).getType());
   return n.setResults(n.constant(SplatElementsAttr::get(type, elem)));
 }
@@ -407,16 +408,41 @@ LogicalResult importTopK(NodeImporter &n) {
                                      n.named("sorted", n.i64(*sorted))});
 }
 
+/// The initial f32 value of the variable that `v` reads, if it has one:
+/// float initializers become variables, yet exporters also store Resize's
+/// scales as initializers.
+std::optional<SmallVector<float>> variableFloats(Value v) {
+  auto read = v.getDefiningOp<graph::ReadVariableOp>();
+  if (!read)
+    return std::nullopt;
+  auto var = SymbolTable::lookupNearestSymbolFrom<graph::VariableOp>(
+      read, read.getVariableAttr());
+  if (!var || !var.getValue())
+    return std::nullopt;
+  if (auto dense = dyn_cast<DenseElementsAttr>(*var.getValue())) {
+    SmallVector<float> out;
+    for (APFloat x : dense.getValues<APFloat>())
+      out.push_back((float)x.convertToDouble());
+    return out;
+  }
+  if (auto res = dyn_cast<DenseF32ResourceElementsAttr>(*var.getValue()))
+    if (std::optional<ArrayRef<float>> data = res.tryGetAsArrayRef())
+      return SmallVector<float>(*data);
+  return std::nullopt;
+}
+
 /// Float values of constant input i (empty if absent or empty).
 FailureOr<SmallVector<float>> floatsInput(NodeImporter &n, size_t i, StringRef what) {
   SmallVector<float> out;
   if (!n.input(i))
     return out;
+  if (std::optional<SmallVector<float>> v = variableFloats(n.input(i)))
+    return *v;
   FailureOr<DenseElementsAttr> c = n.constantInput(i, what);
   if (failed(c))
     return failure();
   for (APFloat v : c->getValues<APFloat>())
-    out.push_back(v.convertToFloat());
+    out.push_back((float)v.convertToDouble());
   return out;
 }
 
@@ -528,6 +554,75 @@ LogicalResult importEyeLike(NodeImporter &n) {
   return n.setResults(n.constant(DenseElementsAttr::get(type, vals)));
 }
 
+LogicalResult importReverseSequence(NodeImporter &n) {
+  if (failed(n.checkAttributes({"batch_axis", "time_axis"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0), lens = n.requiredInput(1);
+  FailureOr<int64_t> batch = n.getInt("batch_axis", 1), time = n.getInt("time_axis", 0);
+  if (failed(x) || failed(lens) || failed(batch) || failed(time))
+    return failure();
+  if (!((*batch == 0 && *time == 1) || (*batch == 1 && *time == 0)))
+    return n.error() << "batch_axis and time_axis must be 0 and 1 in some order";
+  return emit<graph::ReverseSequenceOp>(
+      n, {*x, *lens}, {n.named("batch_axis", n.i64(*batch)), n.named("time_axis", n.i64(*time))});
+}
+
+/// GridSample: opset 16 names the modes bilinear/bicubic, opset 20 linear/cubic.
+LogicalResult importGridSample(NodeImporter &n) {
+  if (failed(n.checkAttributes({"align_corners", "mode", "padding_mode"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0), grid = n.requiredInput(1);
+  FailureOr<int64_t> align = n.getInt("align_corners", 0);
+  FailureOr<std::string> mode =
+      n.getString("mode", n.opsetVersion() < 20 ? "bilinear" : "linear");
+  FailureOr<std::string> padding = n.getString("padding_mode", "zeros");
+  if (failed(x) || failed(grid) || failed(align) || failed(mode) || failed(padding))
+    return failure();
+  if (*mode == "bilinear")
+    *mode = "linear";
+  else if (*mode == "bicubic")
+    *mode = "cubic";
+  std::optional<graph::GridSampleMode> m = graph::symbolizeGridSampleMode(*mode);
+  std::optional<graph::GridPaddingMode> p = graph::symbolizeGridPaddingMode(*padding);
+  if (!m || !p)
+    return n.error() << "unsupported mode '" << *mode << "' or padding_mode '" << *padding
+                     << "'";
+  return emit<graph::GridSampleOp>(
+      n, {*x, *grid},
+      {n.named("align_corners", n.i64(*align)),
+       n.named("mode", graph::GridSampleModeAttr::get(n.ctx(), *m)),
+       n.named("padding_mode", graph::GridPaddingModeAttr::get(n.ctx(), *p))});
+}
+
+/// Hann, Hamming and Blackman windows: generalized cosine windows
+/// a0 - a1 cos(2 pi k / N) + a2 cos(4 pi k / N), folded to a constant
+/// (N = size when periodic, size - 1 when symmetric).
+LogicalResult importWindow(NodeImporter &n, double a0, double a1, double a2) {
+  if (failed(n.checkAttributes({"output_datatype", "periodic"})))
+    return failure();
+  FailureOr<SmallVector<int64_t>> size = n.constantInts(0, "size");
+  FailureOr<int64_t> periodic = n.getInt("periodic", 1);
+  FailureOr<int64_t> dtype = n.getInt("output_datatype", onnx::TensorProto::FLOAT);
+  if (failed(size) || failed(periodic) || failed(dtype))
+    return failure();
+  if (size->size() != 1 || (*size)[0] < 0 || (*size)[0] > (1 << 24))
+    return n.error() << "'size' must be a scalar in [0, 2^24]";
+  Type elt = elementType(n.ctx(), *dtype);
+  if (!elt || !elt.isIntOrFloat())
+    return n.error() << "unsupported output_datatype " << dataTypeName(*dtype);
+  int64_t count = (*size)[0];
+  double denom = *periodic ? count : count - 1;
+  SmallVector<Attribute> values;
+  for (int64_t k = 0; k < count; ++k) {
+    double t = denom > 0 ? 2 * M_PI * k / denom : 0.0;
+    double v = a0 - a1 * std::cos(t) + a2 * std::cos(2 * t);
+    values.push_back(isa<FloatType>(elt) ? Attribute(FloatAttr::get(elt, v))
+                                         : Attribute(IntegerAttr::get(elt, (int64_t)v)));
+  }
+  auto type = RankedTensorType::get({count}, elt);
+  return n.setResults(n.constant(DenseElementsAttr::get(type, values)));
+}
+
 } // namespace
 
 void strait::onnximport::registerTensorImporters(OpRegistry &r) {
@@ -566,4 +661,11 @@ void strait::onnximport::registerTensorImporters(OpRegistry &r) {
   r.add("Upsample", 7, importResize);
   r.add("DepthToSpace", 1, importDepthToSpace);
   r.add("SpaceToDepth", 1, importSpaceToDepth);
+  r.add("ReverseSequence", 10, importReverseSequence);
+  r.add("GridSample", 16, importGridSample);
+  r.add("HannWindow", 17, [](NodeImporter &n) { return importWindow(n, 0.5, 0.5, 0.0); });
+  r.add("HammingWindow", 17, [](NodeImporter &n) {
+    return importWindow(n, 25.0 / 46.0, 21.0 / 46.0, 0.0);
+  });
+  r.add("BlackmanWindow", 17, [](NodeImporter &n) { return importWindow(n, 0.42, 0.5, 0.08); });
 }

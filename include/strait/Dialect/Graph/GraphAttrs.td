@@ -35,7 +35,8 @@ def Graph_CoordMode : Graph_I32Enum<"CoordMode",
     "coordinate transformation of Resize", [
   I32EnumAttrCase<"half_pixel", 0>, I32EnumAttrCase<"asymmetric", 1>,
   I32EnumAttrCase<"align_corners", 2>, I32EnumAttrCase<"pytorch_half_pixel", 3>,
-  I32EnumAttrCase<"tf_crop_and_resize", 4>, I32EnumAttrCase<"half_pixel_symmetric", 5>]>;
+  I32EnumAttrCase<"tf_crop_and_resize", 4>, I32EnumAttrCase<"half_pixel_symmetric", 5>,
+  I32EnumAttrCase<"tf_half_pixel_for_nn", 6>]>;
 def Graph_CoordModeAttr : Graph_EnumAttr<Graph_CoordMode, "coord_mode">;
 
 def Graph_NearestMode : Graph_I32Enum<"NearestMode", "rounding of nearest Resize", [
@@ -56,5 +57,19 @@ def Graph_DepthToSpaceModeAttr : Graph_EnumAttr<Graph_DepthToSpaceMode, "d2s_mod
 def Graph_LossReduction : Graph_I32Enum<"LossReduction", "reduction of a loss", [
   I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"sum", 1>, I32EnumAttrCase<"mean", 2>]>;
 def Graph_LossReductionAttr : Graph_EnumAttr<Graph_LossReduction, "loss_reduction">;
+
+def Graph_ShiftDirection : Graph_I32Enum<"ShiftDirection", "direction of BitShift", [
+  I32EnumAttrCase<"left", 0>, I32EnumAttrCase<"right", 1>]>;
+def Graph_ShiftDirectionAttr : Graph_EnumAttr<Graph_ShiftDirection, "shift_direction">;
+
+def Graph_GridSampleMode : Graph_I32Enum<"GridSampleMode", "interpolation of GridSample", [
+  I32EnumAttrCase<"linear", 0>, I32EnumAttrCase<"nearest", 1>, I32EnumAttrCase<"cubic", 2>]>;
+def Graph_GridSampleModeAttr : Graph_EnumAttr<Graph_GridSampleMode, "grid_sample_mode">;
+
+def Graph_GridPaddingMode : Graph_I32Enum<"GridPaddingMode",
+    "out-of-bound handling of GridSample", [
+  I32EnumAttrCase<"zeros", 0>, I32EnumAttrCase<"border", 1>,
+  I32EnumAttrCase<"reflection", 2>]>;
+def Graph_GridPaddingModeAttr : Graph_EnumAttr<Graph_GridPaddingMode, "grid_padding_mode">;
 
 #endif // STRAIT_DIALECT_GRAPH_GRAPHATTRS_TD

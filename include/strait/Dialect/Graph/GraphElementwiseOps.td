@@ -25,7 +25,9 @@ def Graph_FloorOp : Graph_UnaryOp<"Floor", "round down">;
 def Graph_HardSwishOp : Graph_UnaryOp<"HardSwish", "x * max(0, min(1, x/6 + 1/2))">;
 def Graph_LogOp : Graph_UnaryOp<"Log", "natural logarithm">;
 def Graph_MishOp : Graph_UnaryOp<"Mish", "x * tanh(softplus(x))">;
-def Graph_NegOp : Graph_UnaryOp<"Neg", "negation">;
+def Graph_NegOp : Graph_UnaryOp<"Neg", "negation"> {
+  let hasFolder = 1;
+}
 def Graph_NotOp : Graph_UnaryOp<"Not", "logical not">;
 def Graph_ReciprocalOp : Graph_UnaryOp<"Reciprocal", "1 / x">;
 def Graph_ReluOp : Graph_UnaryOp<"Relu", "max(x, 0)">;
@@ -68,6 +70,10 @@ def Graph_SeluOp : Graph_UnaryOp<"Selu", "scaled exponential linear unit"> {
 }
 def Graph_ThresholdedReluOp : Graph_UnaryOp<"ThresholdedRelu", "x > alpha ? x : 0"> {
   let arguments = (ins AnyTensor:$X, DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+}
+def Graph_ShrinkOp : Graph_UnaryOp<"Shrink", "x < -lambd ? x + bias : x > lambd ? x - bias : 0"> {
+  let arguments = (ins AnyTensor:$X, DefaultValuedAttr<F32Attr, "0.5">:$lambd,
+                   DefaultValuedAttr<F32Attr, "0.0">:$bias);
 }
 def Graph_ClipOp : Graph_UnaryOp<"Clip", "clamp to [min, max]"> {
   let description = [{
@@ -128,6 +134,79 @@ def Graph_CastOp : Graph_GenericOp<"Cast", [Pure]> {
   let hasFolder = 1;
 }
 
+def Graph_QuantizeLinearOp : Graph_GenericOp<"QuantizeLinear", [Pure]> {
+  let summary = "saturate(round(x / scale) + zero_point)";
+  let description = [{
+    Per-tensor (scalar scale) or per-axis (1-D scale along `axis`)
+    quantization; the result element type is `to` (the zero point's type,
+    uint8 by default).
+
+    ```mlir
+    %q = graph.QuantizeLinear %x, %s, %z {axis = 1 : i64, to = ui8} : (tensor<2x3xf32>, tensor<f32>, tensor<ui8>) -> tensor<2x3xui8>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$x, AnyTensor:$y_scale, Optional<AnyTensor>:$y_zero_point,
+                   DefaultValuedAttr<I64Attr, "1">:$axis, TypeAttr:$to);
+  let results = (outs AnyTensor:$y);
+}
+def Graph_DequantizeLinearOp : Graph_GenericOp<"DequantizeLinear", [Pure]> {
+  let summary = "(x - zero_point) * scale";
+  let description = [{
+    The result has x's shape and the scale's element type.
+
+    ```mlir
+    %y = graph.DequantizeLinear %q, %s, %z {axis = 1 : i64} : (tensor<2x3xui8>, tensor<f32>, tensor<ui8>) -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$x, AnyTensor:$x_scale, Optional<AnyTensor>:$x_zero_point,
+                   DefaultValuedAttr<I64Attr, "1">:$axis);
+  let results = (outs AnyTensor:$y);
+}
+
+//===----------------------------------------------------------------------===//
+// Random tensors (the seed, when given, makes them reproducible).
+//===----------------------------------------------------------------------===//
+
+def Graph_RandomUniformLikeOp : Graph_GenericOp<"RandomUniformLike", []> {
+  let summary = "uniform samples in [low, high) of the input's shape";
+  let description = [{
+    ONNX `RandomUniformLike`, and `RandomUniform` whose shape the importer
+    turns into a constant input. The result element type is `dtype`.
+
+    ```mlir
+    %r = graph.RandomUniformLike %x {dtype = f32, high = 1.0 : f32, low = 0.0 : f32} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, TypeAttr:$dtype,
+                   DefaultValuedAttr<F32Attr, "1.0">:$high,
+                   DefaultValuedAttr<F32Attr, "0.0">:$low, OptionalAttr<F32Attr>:$seed);
+  let results = (outs AnyTensor:$output);
+}
+def Graph_RandomNormalLikeOp : Graph_GenericOp<"RandomNormalLike", []> {
+  let summary = "normal samples of the input's shape";
+  let description = [{
+    ONNX `RandomNormalLike` (and `RandomNormal`, as for RandomUniformLike).
+
+    ```mlir
+    %r = graph.RandomNormalLike %x {dtype = f32, mean = 0.0 : f32, scale = 1.0 : f32} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, TypeAttr:$dtype,
+                   DefaultValuedAttr<F32Attr, "0.0">:$mean,
+                   DefaultValuedAttr<F32Attr, "1.0">:$scale, OptionalAttr<F32Attr>:$seed);
+  let results = (outs AnyTensor:$output);
+}
+def Graph_BernoulliOp : Graph_GenericOp<"Bernoulli", []> {
+  let summary = "1 with probability input[i], else 0";
+  let description = [{
+    ```mlir
+    %r = graph.Bernoulli %p {dtype = f32} : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, TypeAttr:$dtype, OptionalAttr<F32Attr>:$seed);
+  let results = (outs AnyTensor:$output);
+}
+
 //===----------------------------------------------------------------------===//
 // Binary with broadcasting.
 //===----------------------------------------------------------------------===//
@@ -150,6 +229,11 @@ def Graph_ModOp : Graph_BroadcastOp<"Mod", "remainder", "inferBroadcastSame"> {
 }
 def Graph_PReluOp : Graph_BroadcastOp<"PRelu", "x >= 0 ? x : slope * x", "inferBroadcastSame"> {
   let arguments = (ins AnyTensor:$A, AnyTensor:$B);
+}
+def Graph_BitShiftOp : Graph_BroadcastOp<"BitShift", "unsigned shift of A by B bits",
+                                         "inferBroadcastSame"> {
+  let arguments = (ins AnyTensor:$A, AnyTensor:$B,
+                   Graph_ShiftDirectionAttr:$direction);
 }
 def Graph_AndOp : Graph_BroadcastOp<"And", "logical and", "inferBroadcastSame", [Commutative]>;
 def Graph_OrOp : Graph_BroadcastOp<"Or", "logical or", "inferBroadcastSame", [Commutative]>;

@@ -386,4 +386,35 @@ def Graph_SpaceToDepthOp : Graph_GenericOp<"SpaceToDepth", [Pure]> {
   let results = (outs AnyTensor:$output);
 }
 
+def Graph_ReverseSequenceOp : Graph_GenericOp<"ReverseSequence", [Pure]> {
+  let summary = "reverse the first sequence_lens[b] entries along time_axis";
+  let description = [{
+    ```mlir
+    %y = graph.ReverseSequence %x, %lens {batch_axis = 1 : i64, time_axis = 0 : i64} : (tensor<4x4xf32>, tensor<4xi64>) -> tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$input, AnyTensor:$sequence_lens,
+                   DefaultValuedAttr<I64Attr, "1">:$batch_axis,
+                   DefaultValuedAttr<I64Attr, "0">:$time_axis);
+  let results = (outs AnyTensor:$Y);
+  let extraClassDefinition = Graph_InferVia<"inferSameAsFirst">.inferDef;
+}
+
+def Graph_GridSampleOp : Graph_GenericOp<"GridSample", [Pure]> {
+  let summary = "sample X at the normalized coordinates of grid";
+  let description = [{
+    X is N x C x D1...Dr, grid N x H1...Hr x r; the result is N x C x H1...Hr.
+    The importer maps opset-16 mode names (bilinear, bicubic) to opset 20's.
+
+    ```mlir
+    %y = graph.GridSample %x, %g {align_corners = 0 : i64, mode = #graph.grid_sample_mode<linear>, padding_mode = #graph.grid_padding_mode<zeros>} : (tensor<1x1x4x4xf32>, tensor<1x6x6x2xf32>) -> tensor<1x1x6x6xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$grid,
+      DefaultValuedAttr<I64Attr, "0">:$align_corners,
+      DefaultValuedAttr<Graph_GridSampleModeAttr, "GridSampleMode::linear">:$mode,
+      DefaultValuedAttr<Graph_GridPaddingModeAttr, "GridPaddingMode::zeros">:$padding_mode);
+  let results = (outs AnyTensor:$Y);
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHTENSOROPS_TD

@@ -200,6 +200,17 @@ STRAIT_FOLD_COMPARE(LessOp, <)
 STRAIT_FOLD_COMPARE(GreaterOp, >)
 #undef STRAIT_FOLD_COMPARE
 
+OpFoldResult NegOp::fold(FoldAdaptor adaptor) {
+  return foldElementwise(adaptor.getOperands(), getType(),
+                         [](ArrayRef<Attribute> v) -> Attribute {
+                           if (auto i = dyn_cast<IntegerAttr>(v[0]))
+                             return IntegerAttr::get(i.getType(), -i.getValue());
+                           if (auto f = dyn_cast<FloatAttr>(v[0]))
+                             return FloatAttr::get(f.getType(), -f.getValue());
+                           return {};
+                         });
+}
+
 OpFoldResult WhereOp::fold(FoldAdaptor adaptor) {
   return foldElementwise(adaptor.getOperands(), getType(),
                          [](ArrayRef<Attribute> v) -> Attribute {

@@ -410,3 +410,20 @@ STRAIT_INFER(DepthToSpaceOp) {
 STRAIT_INFER(SpaceToDepthOp) {
   return inferBlocks(loc, "SpaceToDepth", adaptor, false, types);
 }
+
+STRAIT_INFER(GridSampleOp) {
+  TensorType x = tensorOf(adaptor.getX()), g = tensorOf(adaptor.getGrid());
+  if (!x.hasRank() || !g.hasRank())
+    return pushTensor(types, std::nullopt, x.getElementType());
+  int64_t r = x.getRank() - 2;
+  if (r < 1 || g.getRank() != r + 2 ||
+      (!g.isDynamicDim(r + 1) && g.getDimSize(r + 1) != r))
+    return emitOptionalError(loc, "GridSample: X ", x, " and grid ", g,
+                             " must be N x C x D1..Dr and N x H1..Hr x r");
+  if (x.getElementType() != g.getElementType())
+    return emitOptionalError(loc, "GridSample: X and grid element types differ");
+  Shape out{x.getDimSize(0), x.getDimSize(1)};
+  for (int64_t i = 0; i < r; ++i)
+    out.push_back(g.getDimSize(i + 1));
+  return pushTensor(types, ArrayRef<int64_t>(out), x.getElementType());
+}
