@@ -10,6 +10,10 @@
 using namespace mlir;
 using namespace strait::onnximport;
 
+/// The most elements a tensor the importer builds or infers may have, so
+/// that element and byte counts never overflow int64_t.
+static constexpr int64_t kMaxElements = int64_t(1) << 48;
+
 //===----------------------------------------------------------------------===//
 // Data types and tensors
 //===----------------------------------------------------------------------===//
@@ -58,7 +62,7 @@ strait::onnximport::tensorTypeOf(MLIRContext *ctx, const onnx::TensorProto &tens
   for (int64_t d : tensor.dims()) {
     if (d < 0)
       return emitError() << "tensor '" << tensor.name() << "' has negative dimension " << d;
-    if (d > 0 && total > (int64_t(1) << 48) / d)
+    if (d > 0 && total > kMaxElements / d)
       return emitError() << "tensor '" << tensor.name()
                          << "' has more than 2^48 elements";
     total *= d;
@@ -135,7 +139,11 @@ strait::onnximport::denseFromTensor(const onnx::TensorProto &tensor, RankedTenso
 //===----------------------------------------------------------------------===//
 
 InFlightDiagnostic NodeImporter::error() {
-  return emitError(loc) << node.op_type() << " node '" << node.name() << "': ";
+  // The location names the node (its generated name when it has none).
+  StringRef name = node.name();
+  if (auto named = dyn_cast<NameLoc>(loc))
+    name = named.getName();
+  return emitError(loc) << node.op_type() << " node '" << name << "': ";
 }
 
 FailureOr<Value> NodeImporter::requiredInput(size_t i) {
@@ -207,8 +215,9 @@ static LogicalResult expectType(NodeImporter &n, const onnx::AttributeProto &a,
   // Some old exporters leave the type unset; accept when the field is there.
   if (a.type() == onnx::AttributeProto::UNDEFINED)
     return success();
-  return n.error() << "attribute '" << a.name() << "' must be " << typeName
-                   << ", got type code " << a.type();
+  return n.error() << "attribute '" << a.name() << "' must be " << typeName << ", got "
+                   << onnx::AttributeProto::AttributeType_Name(a.type()) << " (type code "
+                   << static_cast<int>(a.type()) << ")";
 }
 
 FailureOr<int64_t> NodeImporter::getInt(StringRef name, int64_t dflt) {
@@ -293,6 +302,24 @@ LogicalResult NodeImporter::checkAttributes(ArrayRef<StringRef> known) {
   return success();
 }
 
+/// Fails unless every ranked type in `types` has at most kMaxElements.
+static LogicalResult checkResultSizes(NodeImporter &n, TypeRange types) {
+  for (auto [i, type] : llvm::enumerate(types)) {
+    auto shaped = dyn_cast<ShapedType>(type);
+    if (!shaped || !shaped.hasRank())
+      continue;
+    int64_t total = 1;
+    for (int64_t d : shaped.getShape()) {
+      if (d == ShapedType::kDynamic || d == 0)
+        continue;
+      if (d < 0 || total > kMaxElements / d)
+        return n.error() << "result " << i << " would have more than 2^48 elements";
+      total *= d;
+    }
+  }
+  return success();
+}
+
 FailureOr<Values> NodeImporter::createNamed(StringRef opName, ValueRange operands,
                                                 ArrayRef<NamedAttribute> attrs) {
   SmallVector<Value> present;
@@ -305,12 +332,17 @@ FailureOr<Values> NodeImporter::createNamed(StringRef opName, ValueRange operand
     return error() << "internal: op " << opName << " is not registered";
   auto *infer = name->getInterface<InferTypeOpInterface>();
   SmallVector<Type> types;
-  DictionaryAttr dict = DictionaryAttr::get(ctx(), attrs);
-  if (!infer || failed(infer->inferReturnTypes(ctx(), loc, present, dict, nullptr, {}, types)))
+  // Operation::create fills in DefaultValuedAttrs, but inference runs before
+  // the op exists and its adaptor getters do not apply defaults: do it here.
+  NamedAttrList attrList(attrs);
+  name->populateDefaultAttrs(attrList);
+  DictionaryAttr dict = attrList.getDictionary(ctx());
+  if (!infer || failed(infer->inferReturnTypes(ctx(), loc, present, dict, nullptr, {}, types)) ||
+      failed(checkResultSizes(*this, types)))
     return failure();
   OperationState state(loc, *name);
   state.addOperands(present);
-  state.addAttributes(attrs);
+  state.addAttributes(dict.getValue());
   state.addTypes(types);
   Operation *op = builder.create(state);
   if (failed(mlir::verify(op, /*verifyRecursively=*/false))) {

@@ -31,6 +31,9 @@ using namespace strait;
 using namespace strait::onnximport;
 
 static constexpr int64_t kMinOpset = 7, kMaxOpset = 23;
+/// Bounds on input shapes (the same as tensorTypeOf's for initializers), so
+/// that element and byte counts never overflow int64_t.
+static constexpr int64_t kMaxDim = int64_t(1) << 40, kMaxElements = int64_t(1) << 48;
 
 std::string strait::parseInputShapes(StringRef spec,
                                      llvm::StringMap<SmallVector<int64_t>> &shapes) {
@@ -47,7 +50,7 @@ std::string strait::parseInputShapes(StringRef spec,
       dims.split(parts, 'x');
       for (StringRef p : parts) {
         int64_t d;
-        if (p.getAsInteger(10, d) || d < 0 || d > (int64_t(1) << 40))
+        if (p.getAsInteger(10, d) || d < 0 || d > kMaxDim)
           return ("bad dimension '" + p + "' in --input-shape entry '" + entry + "'").str();
         shape.push_back(d);
       }
@@ -77,9 +80,10 @@ private:
 
   LogicalResult readOpset(const onnx::ModelProto &model);
   FailureOr<Type> inputType(const onnx::ValueInfoProto &info);
+  LogicalResult checkNumElements(ArrayRef<int64_t> shape, StringRef name);
   LogicalResult createFunction(const onnx::GraphProto &graph);
   LogicalResult declareInitializer(const onnx::TensorProto &tensor);
-  FailureOr<Value> lookup(StringRef name, Location loc);
+  FailureOr<Value> lookup(StringRef name, Location loc, StringRef user);
   LogicalResult importNode(const onnx::NodeProto &node, size_t index);
   LogicalResult finish(const onnx::GraphProto &graph);
   FailureOr<AsmResourceBlob> externalBlob(const onnx::TensorProto &tensor);
@@ -114,6 +118,25 @@ LogicalResult ModelImporter::readOpset(const onnx::ModelProto &model) {
   return success();
 }
 
+/// Whether a shape has at most kMaxElements (dynamic and zero dims count as 1).
+static bool fitsElementLimit(ArrayRef<int64_t> shape) {
+  int64_t total = 1;
+  for (int64_t d : shape) {
+    if (d == ShapedType::kDynamic || d == 0)
+      continue;
+    if (d < 0 || total > kMaxElements / d)
+      return false;
+    total *= d;
+  }
+  return true;
+}
+
+LogicalResult ModelImporter::checkNumElements(ArrayRef<int64_t> shape, StringRef name) {
+  if (!fitsElementLimit(shape))
+    return error() << "graph input '" << name << "' has more than 2^48 elements";
+  return success();
+}
+
 FailureOr<Type> ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   if (!info.type().has_tensor_type())
     return error() << "graph input '" << info.name()
@@ -134,7 +157,10 @@ FailureOr<Type> ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   SmallVector<int64_t> shape;
   SmallVector<std::string> dynamicDims;
   for (auto [i, d] : llvm::enumerate(t.shape().dim())) {
-    if (d.has_dim_value() && d.dim_value() >= 0) {
+    if (d.has_dim_value()) {
+      if (d.dim_value() < 0 || d.dim_value() > kMaxDim)
+        return error() << "graph input '" << info.name() << "' has dimension " << i
+                       << " = " << d.dim_value() << ", outside [0, 2^40]";
       shape.push_back(d.dim_value());
     } else {
       shape.push_back(ShapedType::kDynamic);
@@ -152,8 +178,12 @@ FailureOr<Type> ModelImporter::inputType(const onnx::ValueInfoProto &info) {
         return error() << "--input-shape sets dimension " << i << " of input '"
                        << info.name() << "' to " << given->second[i]
                        << " but the model fixes it to " << d;
+    if (failed(checkNumElements(given->second, info.name())))
+      return failure();
     return Type(RankedTensorType::get(given->second, elt));
   }
+  if (failed(checkNumElements(shape, info.name())))
+    return failure();
   if (!dynamicDims.empty() && !opts.allowDynamic) {
     auto diag = error() << "graph input '" << info.name() << "' has dynamic dimension";
     for (const std::string &d : dynamicDims)
@@ -241,9 +271,9 @@ FailureOr<AsmResourceBlob> ModelImporter::externalBlob(const onnx::TensorProto &
   if (length < 0)
     length = size - offset;
   if (offset < 0 || length < 0 || offset > size || length > size - offset)
-    return error() << "initializer '" << tensor.name() << "': external range [" << offset
-                   << ", " << offset + length << ") lies outside '" << location << "' ("
-                   << size << " bytes)";
+    return error() << "initializer '" << tensor.name() << "': external range (offset "
+                   << offset << ", length " << length << ") lies outside '" << location
+                   << "' (" << size << " bytes)";
   const char *data = file->getBufferStart() + offset;
   size_t align = 1;
   while (align < 64 && (reinterpret_cast<uintptr_t>(data) % (align * 2)) == 0)
@@ -332,7 +362,9 @@ LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor)
   return success();
 }
 
-FailureOr<Value> ModelImporter::lookup(StringRef name, Location loc) {
+/// The value named `name`; `user` (a node or "graph output") names the
+/// reader in the error.
+FailureOr<Value> ModelImporter::lookup(StringRef name, Location loc, StringRef user) {
   if (Value v = values.lookup(name))
     return v;
   if (graph::VariableOp var = variables.lookup(name)) {
@@ -345,11 +377,35 @@ FailureOr<Value> ModelImporter::lookup(StringRef name, Location loc) {
   }
   auto it = unboundOutputs.find(name);
   if (it != unboundOutputs.end())
-    return error(loc) << "value '" << name << "' is an output of " << it->second
+    return error(loc) << user << ": value '" << name << "' is an output of " << it->second
                       << " that the importer does not produce";
-  return error(loc) << "value '" << name
+  return error(loc) << user << ": value '" << name
                     << "' is not defined by an earlier node, an initializer or a graph "
                        "input (dangling name, cycle, or nodes out of topological order)";
+}
+
+/// Runs `fn`, prefixing the errors that shape inference and verifiers emit
+/// (which know the op, not the ONNX node) with `what`, the node's name.
+static LogicalResult importWithNodeName(ImportFn fn, NodeImporter &importer,
+                                        StringRef what) {
+  MLIRContext *ctx = importer.ctx();
+  std::string prefix = importer.proto().op_type() + " node '";
+  bool reemitting = false;
+  ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &diag) -> LogicalResult {
+    if (reemitting || diag.getSeverity() != DiagnosticSeverity::Error)
+      return failure();
+    std::string msg = diag.str();
+    if (StringRef(msg).starts_with(prefix))
+      return failure(); // Already names the node: pass it on unchanged.
+    reemitting = true;
+    InFlightDiagnostic named = emitError(diag.getLocation()) << what << ": " << msg;
+    for (Diagnostic &note : diag.getNotes())
+      named.attachNote(note.getLocation()) << note.str();
+    named.report();
+    reemitting = false;
+    return success();
+  });
+  return fn(importer);
 }
 
 LogicalResult ModelImporter::importNode(const onnx::NodeProto &node, size_t index) {
@@ -373,15 +429,20 @@ LogicalResult ModelImporter::importNode(const onnx::NodeProto &node, size_t inde
       inputs.push_back(nullptr);
       continue;
     }
-    FailureOr<Value> v = lookup(in, loc);
+    FailureOr<Value> v = lookup(in, loc, what);
     if (failed(v))
       return failure();
     inputs.push_back(*v);
   }
   NodeImporter importer(builder, node, loc, opset, std::move(inputs));
-  if (failed(fn(importer)))
+  if (failed(importWithNodeName(fn, importer, what)))
     return failure();
   ArrayRef<Value> results = importer.results();
+  for (auto [i, v] : llvm::enumerate(results)) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (type && !fitsElementLimit(type.getShape()))
+      return error(loc) << what << ": output " << i << " would have more than 2^48 elements";
+  }
   for (auto [i, out] : llvm::enumerate(node.output())) {
     if (out.empty())
       continue;
@@ -398,7 +459,7 @@ LogicalResult ModelImporter::importNode(const onnx::NodeProto &node, size_t inde
 LogicalResult ModelImporter::finish(const onnx::GraphProto &graph) {
   SmallVector<Value> results;
   for (const onnx::ValueInfoProto &out : graph.output()) {
-    FailureOr<Value> v = lookup(out.name(), fileLoc);
+    FailureOr<Value> v = lookup(out.name(), fileLoc, "graph output");
     if (failed(v))
       return failure();
     results.push_back(*v);
@@ -457,6 +518,10 @@ OwningOpRef<ModuleOp> strait::importONNXBuffer(StringRef buffer, StringRef path,
   ctx->loadDialect<graph::GraphDialect, func::FuncDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
   onnx::ModelProto model;
+  if (buffer.empty()) {
+    emitError(fileLoc) << "'" << path << "' is empty";
+    return nullptr;
+  }
   if (opts.textFormat || isTextPath(path)) {
     if (!google::protobuf::TextFormat::ParseFromString(std::string(buffer), &model)) {
       emitError(fileLoc) << "'" << path << "' is not a valid text-format ONNX model";
