@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Emulated WAN for a strait-run job on one machine (root only).
 #
-#   wan-netns.sh --ranks N [--rate 100mbit | --rates R0,R1,...] [--delay 20ms]
-#                [--strait-run PATH] -- DIR [strait-run worker args...]
+#   wan-netns.sh --ranks N [--hosts H0,H1,...] [--rate 100mbit | --rates R0,R1,...]
+#                [--delay 20ms] [--strait-run PATH] -- DIR [strait-run worker args...]
 #
-# Creates one network namespace per rank and a hub namespace with a bridge;
-# rank R's namespace gets 10.213.0.(R+1)/24 on a veth whose other end is on
-# the bridge. Both directions of rank R's link are shaped with tbf to rank R's
-# rate (its uplink in its namespace, its downlink on the hub side), with an
-# optional netem delay each way. Then every rank runs as
-#   ip netns exec NS strait-run DIR --rank R --run-id ID --listen-address 10.213.0.(R+1) ARGS
+# Creates one network namespace per host (default: one host per rank;
+# --hosts gives each rank's host index, e.g. 0,0,1,1 for
+# examples/clusters/local-4cpu.yaml) and a hub namespace with a bridge; host
+# H's namespace gets 10.213.0.(H+1)/24 on a veth whose other end is on the
+# bridge. Both directions of host H's link are shaped with tbf to its rate
+# (--rates: one per host; the last repeats), the uplink in its namespace and
+# the downlink on the hub side, so traffic between two hosts of rate R runs
+# at R; --delay adds a netem delay on each uplink (the one-way latency
+# between hosts). Ranks of one host talk inside their namespace, unshaped.
+# Then every rank runs as
+#   ip netns exec NS strait-run DIR --rank R --run-id ID --listen-address 10.213.0.(H+1) ARGS
 # with its log in DIR/logs/rank<R>.log (the rendezvous is the plan's file
 # store, a folder all namespaces see). When a rank fails the others are
 # stopped and the script exits 1 naming the rank; Ctrl-C stops all and exits
@@ -17,12 +22,13 @@
 # inside the namespaces created here are touched.
 set -euo pipefail
 
-ranks=0 rates="" delay="" run=""
+ranks=0 rates="" delay="" run="" hosts=""
 die() { echo "wan-netns: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --ranks) ranks=$2; shift 2 ;;
     --rate) rates=$2; shift 2 ;;
+    --hosts) hosts=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --strait-run) run=$2; shift 2 ;;
@@ -47,7 +53,19 @@ fi
 [ -f "$dir/plan.pb" ] || die "no plan at $dir/plan.pb"
 
 IFS=, read -r -a rate_list <<<"$rates"
-rate_of() { # rank -> rate
+host_of=()
+if [ -n "$hosts" ]; then
+  IFS=, read -r -a host_of <<<"$hosts"
+  [ "${#host_of[@]}" -eq "$ranks" ] || die "--hosts has ${#host_of[@]} entries for $ranks ranks"
+else
+  for ((r = 0; r < ranks; r++)); do host_of+=("$r"); done
+fi
+nhosts=0
+for h in "${host_of[@]}"; do
+  [[ $h =~ ^[0-9]+$ ]] && [ "$h" -lt 250 ] || die "--hosts: '$h' is not a host index 0..249"
+  [ "$h" -lt "$nhosts" ] || nhosts=$((h + 1))
+done
+rate_of() { # host -> rate
   local r=$1
   [ "$r" -lt "${#rate_list[@]}" ] && echo "${rate_list[$r]}" || echo "${rate_list[${#rate_list[@]}-1]}"
 }
@@ -74,13 +92,14 @@ trap cleanup EXIT
 trap 'echo "wan-netns: interrupted; stopping all ranks" >&2; exit 130' INT
 trap 'exit 143' TERM
 
-shape() { # ns dev rate
-  local ns=$1 dev=$2 rate=$3 bits burst parent=root
+shape() { # ns dev rate uplink(0/1)
+  local ns=$1 dev=$2 rate=$3 up=$4 bits burst parent=root
   bits=$(bits_of "$rate")
   burst=$((bits / 8 / 100)) # 10 ms worth of bytes, at least 16 KB
   [ "$burst" -ge 16384 ] || burst=16384
-  if [ -n "$delay" ]; then
-    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay"
+  if [ -n "$delay" ] && [ "$up" = 1 ]; then
+    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" ||
+      { echo "wan-netns: netem delay '$delay' failed on $dev (no sch_netem in this kernel?); drop --delay" >&2; exit 1; }
     parent="parent 1: handle 2:"
   fi
   # shellcheck disable=SC2086
@@ -91,26 +110,29 @@ ip netns add "$hub"; namespaces+=("$hub")
 ip -n "$hub" link add br0 type bridge
 ip -n "$hub" link set br0 up
 ip -n "$hub" link set lo up
-for ((r = 0; r < ranks; r++)); do
-  ns=straitwan-$id-r$r
+for ((h = 0; h < nhosts; h++)); do
+  ns=straitwan-$id-h$h
   ip netns add "$ns"; namespaces+=("$ns")
-  ip link add "sw${id}r${r}a" netns "$ns" type veth peer name "sw${id}r${r}b" netns "$hub"
-  ip -n "$ns" link set "sw${id}r${r}a" name eth0
-  ip -n "$ns" addr add "10.213.0.$((r + 1))/24" dev eth0
+  ip link add "sw${id}h${h}a" netns "$ns" type veth peer name "sw${id}h${h}b" netns "$hub"
+  ip -n "$ns" link set "sw${id}h${h}a" name eth0
+  ip -n "$ns" addr add "10.213.0.$((h + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
-  ip -n "$hub" link set "sw${id}r${r}b" master br0
-  ip -n "$hub" link set "sw${id}r${r}b" up
-  shape "$ns" eth0 "$(rate_of $r)"
-  shape "$hub" "sw${id}r${r}b" "$(rate_of $r)"
-  echo "wan-netns: rank $r in $ns at 10.213.0.$((r + 1)), link $(rate_of $r)${delay:+, delay $delay each way}"
+  ip -n "$hub" link set "sw${id}h${h}b" master br0
+  ip -n "$hub" link set "sw${id}h${h}b" up
+  shape "$ns" eth0 "$(rate_of $h)" 1
+  shape "$hub" "sw${id}h${h}b" "$(rate_of $h)" 0
+  rs=""
+  for ((r = 0; r < ranks; r++)); do [ "${host_of[$r]}" = "$h" ] && rs+=" $r"; done
+  echo "wan-netns: host $h ($ns, 10.213.0.$((h + 1))): ranks$rs, link $(rate_of $h)${delay:+, delay $delay}"
 done
 
 mkdir -p "$dir/logs" "$dir/rendezvous" # the file store of straitc's plans
 run_id=wan-$id-$(date +%s)
 for ((r = 0; r < ranks; r++)); do
-  ip netns exec "straitwan-$id-r$r" env RANK=$r WORLD_SIZE=$ranks LOCAL_RANK=$r \
-    "$run" "$dir" --rank "$r" --run-id "$run_id" --listen-address "10.213.0.$((r + 1))" "$@" \
+  h=${host_of[$r]}
+  ip netns exec "straitwan-$id-h$h" env RANK=$r WORLD_SIZE=$ranks LOCAL_RANK=$r \
+    "$run" "$dir" --rank "$r" --run-id "$run_id" --listen-address "10.213.0.$((h + 1))" "$@" \
     >"$dir/logs/rank$r.log" 2>&1 &
   pids+=($!)
 done
