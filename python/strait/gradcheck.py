@@ -152,6 +152,39 @@ def _tiny_resnet():
     return Case("resnet", model, {"pixels": pixels}, labels, "pixels=4x3x8x8")
 
 
+def _tiny_mixed():
+    """A classifier over features that runs many elementwise, reduction and data-movement
+    rules at once (one numerical check per rule family)."""
+    import torch
+    from torch import nn
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(12, 16)
+            self.scale = nn.Parameter(torch.rand(1, 16) + 0.5)
+            self.head = nn.Linear(40, 5)
+
+        def forward(self, features):
+            h = self.fc1(features) * self.scale
+            g = torch.sqrt(h * h + 1.0)
+            parts = [torch.sigmoid(h) * torch.tanh(h), nn.functional.gelu(h),
+                     nn.functional.leaky_relu(h, 0.1), nn.functional.hardswish(h),
+                     nn.functional.elu(h), torch.log(g) + h / g + torch.pow(h, 2) * 0.1,
+                     torch.exp(-torch.abs(h)) - h.mean(dim=-1, keepdim=True)]
+            y = torch.cat(parts, dim=-1)[:, ::3]  # [4, 112] -> strided slice [4, 38]
+            y = torch.cat([y, y.sum(dim=-1, keepdim=True), y.amax(dim=-1, keepdim=True) * 0.5],
+                          dim=-1)
+            return self.head(torch.log_softmax(y, dim=-1))
+
+    torch.manual_seed(SEED)
+    model = Mixed()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randn(4, 12, generator=gen)
+    labels = torch.randint(0, 5, (4,), generator=gen)
+    return Case("mixed", model, {"features": x}, labels, "features=4x12")
+
+
 def _perturb(module, seed: int):
     """Makes every parameter and float buffer distinct and non-trivial (ONNX exporters merge
     initializers of equal value, e.g. all LayerNorm weights of 1, which would tie them)."""
@@ -172,7 +205,8 @@ def _distinct(build):
     return make
 
 
-CASES = {"gpt2": _distinct(_tiny_gpt2), "resnet": _distinct(_tiny_resnet)}
+CASES = {"gpt2": _distinct(_tiny_gpt2), "resnet": _distinct(_tiny_resnet),
+         "mixed": _distinct(_tiny_mixed)}
 
 
 def export_model(case: Case, path: str) -> str:

@@ -7,8 +7,8 @@ module {
   func.func @main(%x: tensor<4x3xf32> {graph.name = "x"}) -> (tensor<f32> {graph.name = "loss"}) {
     %w = graph.ReadVariable @w : tensor<4x3xf32>
     %a = graph.Mul %x, %w : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
-    // expected-error@+1 {{'graph.ReduceMax' op has no gradient rule, but it lies between trainable variable @w and the loss}}
-    %m = graph.ReduceMax %a {axes = array<i64>, keepdims = 0 : i64} : (tensor<4x3xf32>) -> tensor<f32>
+    // expected-error@+1 {{'graph.ReduceProd' op has no gradient rule, but it lies between trainable variable @w and the loss}}
+    %m = graph.ReduceProd %a {axes = array<i64>, keepdims = 0 : i64} : (tensor<4x3xf32>) -> tensor<f32>
     return %m : tensor<f32>
   }
 }

@@ -55,6 +55,22 @@ LogicalResult reduceSumSquareGrad(ReduceSumSquareOp op, GradBuilder &g,
   return success();
 }
 
+/// ReduceMax/ReduceMin: dY goes to the extremal entries, split evenly between
+/// ties (as PyTorch's amax/amin).
+template <typename OpT>
+LogicalResult extremumGrad(OpT op, GradBuilder &g, ValueRange dy, DX dx) {
+  Value x = op.getData();
+  Value y = expandReduced(op, g, op.getReduced()).first;
+  Type elt = getElementTypeOrSelf(x);
+  Value mask = g.make<CastOp>(g.make<EqualOp>(x, y), elt);
+  SmallVector<int64_t> axes = reducedAxes(op.getAxes(), op.getNoopWithEmptyAxes() != 0,
+                                          shapeOf(x).size());
+  Value ties = g.make<ReduceSumOp>(mask, ArrayRef<int64_t>(axes), /*keepdims=*/1);
+  Value share = g.div(mask, g.make<ExpandOp>(ties, shapeOf(x)));
+  dx[0] = g.mul(expandReduced(op, g, dy[0]).first, share);
+  return success();
+}
+
 LogicalResult softmaxGrad(SoftmaxOp op, GradBuilder &g, ValueRange dy, DX dx) {
   dx[0] = g.make<SoftmaxGradOp>(dy[0], op.getOutput(), op.getAxisAttr());
   return success();
@@ -81,6 +97,8 @@ void grad::registerReductionGradients(MLIRContext *ctx) {
   attachRule<ReduceSumOp, reduceSumGrad>(ctx);
   attachRule<ReduceMeanOp, reduceMeanGrad>(ctx);
   attachRule<ReduceSumSquareOp, reduceSumSquareGrad>(ctx);
+  attachRule<ReduceMaxOp, extremumGrad<ReduceMaxOp>>(ctx);
+  attachRule<ReduceMinOp, extremumGrad<ReduceMinOp>>(ctx);
   attachRule<SoftmaxOp, softmaxGrad>(ctx);
   attachRule<LogSoftmaxOp, logSoftmaxGrad>(ctx);
   attachRule<SoftmaxCrossEntropyLossOp, sceGrad>(ctx);
