@@ -3,6 +3,7 @@
 #include "strait/Pipelines/Pipelines.h"
 
 #include "strait/Dialect/Dist/DistPasses.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -10,6 +11,12 @@
 using namespace mlir;
 
 void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+  if (!o.loss.empty()) {
+    graph::GraphBuildTrainingStepOptions train;
+    train.loss = o.loss;
+    train.optimizer = o.optimizer;
+    pm.addPass(graph::createGraphBuildTrainingStep(train));
+  }
   dist::DistAssignStagesOptions assign;
   assign.cluster = o.cluster;
   assign.strategy = o.strategy;

@@ -22,6 +22,8 @@
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
@@ -68,6 +70,13 @@ cl::opt<strait::PlannerStrategy> strategy(
 cl::opt<double> globalBatch("global-batch",
                             cl::desc("Samples per iteration (default: the input's batch)"),
                             cl::init(0));
+cl::opt<std::string> loss("loss",
+                          cl::desc("Compile a training step with this loss (cross-entropy, "
+                                   "mse, output); runs the Strait pipeline"),
+                          cl::init(""));
+cl::opt<std::string> optimizer("optimizer",
+                               cl::desc("Training step optimizer: sgd, adamw, none"),
+                               cl::init("sgd"));
 cl::opt<int64_t> numStages("num-stages",
                            cl::desc("Force this many pipeline stages of equal size over "
                                     "equal device chunks (0: the planner decides)"),
@@ -78,45 +87,61 @@ cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false));
 
-/// The multi-rank flow: plan report, pipeline, one program per rank.
+/// Computes the plan report right before dist-assign-stages runs.
+struct PlanReporter : public PassInstrumentation {
+  explicit PlanReporter(strait::dist::StagePlanOptions options) : options(options) {}
+  void runBeforePass(Pass *pass, Operation *op) override {
+    auto module = dyn_cast<ModuleOp>(op);
+    if (pass->getArgument() != "dist-assign-stages" || !module)
+      return;
+    if (auto main = module.lookupSymbol<func::FuncOp>("main")) {
+      llvm::Expected<strait::dist::StagePlanResult> r =
+          strait::dist::computeStagePlan(main, options);
+      if (r)
+        result = std::move(*r);
+      else
+        llvm::consumeError(r.takeError()); // the pass reports it
+    }
+  }
+  strait::dist::StagePlanOptions options;
+  std::optional<strait::dist::StagePlanResult> result;
+};
+
+/// The multi-rank flow: pipeline, plan report, one program per rank.
 int compileJob(ModuleOp module, TimingScope &timing) {
   strait::StraitPipelineOptions popts;
   popts.cluster = clusterFile.getValue();
   popts.strategy = strait::stringifyStrategy(strategy).str();
   popts.globalBatch = globalBatch.getValue();
   popts.numStages = numStages.getValue();
-  auto main = module.lookupSymbol<func::FuncOp>("main");
-  if (!main) {
-    llvm::errs() << "straitc: the model has no function @main\n";
-    return 1;
-  }
-  // The report comes from the analysis the first pass applies (pure, so the
-  // same plan).
+  popts.loss = loss.getValue();
+  popts.optimizer = optimizer.getValue();
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;
   sopts.globalBatch = globalBatch;
   sopts.numStages = numStages;
-  TimingScope planTiming = timing.nest("plan");
-  llvm::Expected<strait::dist::StagePlanResult> report =
-      strait::dist::computeStagePlan(main, sopts);
-  planTiming.stop();
-  if (!report) {
-    llvm::errs() << "straitc: " << llvm::toString(report.takeError()) << "\n";
-    return 1;
-  }
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
     return 1;
   pm.enableTiming(timing);
+  // The report comes from the analysis dist-assign-stages applies (pure, so
+  // the same plan), on the IR that pass sees (after the training step).
+  auto report = std::make_unique<PlanReporter>(sopts);
+  PlanReporter *reporter = report.get();
+  pm.addInstrumentation(std::move(report));
   strait::buildStraitPipeline(pm, popts);
   if (failed(pm.run(module)))
     return 1;
+  if (!reporter->result) {
+    llvm::errs() << "straitc: the pipeline planned nothing\n";
+    return 1;
+  }
   strait::dist::PlanAttr plan = strait::dist::getPlan(module);
   strait::JobExportOptions jobOpts;
   jobOpts.modelName = inputFile;
   jobOpts.seed = seed;
-  jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
+  jobOpts.planJSON = llvm::formatv("{0:2}", reporter->result->json).str();
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
     strait::dist::PlacementAttr p = plan.getStage(s);
@@ -135,7 +160,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   TimingScope exportTiming = timing.nest("export");
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
-  llvm::outs() << report->text;
+  llvm::outs() << reporter->result->text;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
   return 0;
@@ -225,9 +250,10 @@ int main(int argc, char **argv) {
 
   // With a cluster, -o DIR (or --emit=program) compiles the multi-rank job.
   bool jobByDefault = emit.getNumOccurrences() == 0 && outputFile != "-";
-  if ((emit == Emit::Program || jobByDefault) && !clusterFile.empty()) {
+  // Without a cluster, a training step is one stage on one rank.
+  if ((emit == Emit::Program || jobByDefault) && (!clusterFile.empty() || !loss.empty())) {
     if (outputFile == "-") {
-      llvm::errs() << "straitc: --cluster needs -o DIR\n";
+      llvm::errs() << "straitc: --cluster and --loss need -o DIR\n";
       return 1;
     }
     return compileJob(*module, timing);

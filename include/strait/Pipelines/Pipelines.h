@@ -17,6 +17,13 @@
 namespace strait {
 
 struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOptions> {
+  Option<std::string> loss{*this, "loss",
+                           llvm::cl::desc("build a training step with this loss "
+                                          "(cross-entropy, mse, output); empty: forward only"),
+                           llvm::cl::init("")};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("training step optimizer: sgd, adamw, none"),
+                                llvm::cl::init("sgd")};
   Option<std::string> cluster{*this, "cluster",
                               llvm::cl::desc("cluster file (YAML)"), llvm::cl::init("")};
   Option<std::string> strategy{*this, "strategy",
@@ -37,7 +44,8 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                                llvm::cl::init(1)};
 };
 
-/// dist-assign-stages -> dist-insert-comm -> dist-split-stages.
+/// [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
+/// dist-split-stages.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);
 
 /// Registers `strait-pipeline` with the global pass registry.

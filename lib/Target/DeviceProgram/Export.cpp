@@ -140,13 +140,35 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
     values.get(arg, pb::ROLE_INPUT, name ? name.getValue() : "");
   }
 
-  for (Operation &op : func.getBody().front()) {
+  // One value per variable, shared by all its reads. A value assigned to a
+  // variable is that value: the kernel producing it writes the variable in
+  // place (optimizer outputs alias their inputs).
+  auto module = func->getParentOfType<ModuleOp>();
+  llvm::StringMap<uint32_t> variableIds;
+  auto variableValue = [&](Value v, StringRef name) {
+    auto it = variableIds.find(name);
+    if (it != variableIds.end())
+      return values.alias(v, it->second);
+    auto var = module ? module.lookupSymbol<graph::VariableOp>(name) : nullptr;
+    bool state = var && var->hasAttr("graph.optimizer_state_of");
+    uint32_t id = values.get(v, state ? pb::ROLE_OPTIMIZER_STATE : pb::ROLE_PARAMETER, name);
+    values.at(id).set_parameter_name(name.str());
+    variableIds[name] = id;
+  };
+  Block &body = func.getBody().front();
+  for (Operation &op : body)
+    if (auto assign = dyn_cast<graph::AssignVariableOp>(op))
+      variableValue(assign.getValue(), assign.getVariable());
+  // Kernel ids of forward ops, for the backward kernels' forward_kernel.
+  DenseMap<int64_t, uint32_t> kernelOfOpId;
+
+  for (Operation &op : body) {
     if (auto read = dyn_cast<graph::ReadVariableOp>(op)) {
-      uint32_t id = values.get(read.getResult(), pb::ROLE_PARAMETER,
-                               read.getVariable());
-      values.at(id).set_parameter_name(read.getVariable().str());
+      variableValue(read.getResult(), read.getVariable());
       continue;
     }
+    if (isa<graph::AssignVariableOp>(op))
+      continue;
     if (auto c = dyn_cast<graph::ConstantOp>(op)) {
       std::string name;
       if (auto loc = dyn_cast<NameLoc>(c.getLoc()))
@@ -183,6 +205,14 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
     k->set_id(program.kernels_size() - 1);
     if (failed(lowerToKernel(&op, values, *k)))
       return failure();
+    if (auto id = op.getAttrOfType<IntegerAttr>("graph.op_id"))
+      kernelOfOpId[id.getInt()] = k->id();
+    if (auto gradOf = op.getAttrOfType<IntegerAttr>("graph.grad_of"))
+      if (auto it = kernelOfOpId.find(gradOf.getInt()); it != kernelOfOpId.end())
+        k->set_forward_kernel(it->second + 1);
+    // The mean gradient over micro-batches persists across them.
+    if (isa<graph::AccumulateGradOp>(op))
+      values.at(k->outputs(0)).set_role(pb::ROLE_GRADIENT);
     steps.run().add_kernel_ids(k->id());
   }
   if (program.steps_size() == 0)

@@ -300,8 +300,9 @@ LogicalResult strait::exporter::lowerToKernel(Operation *op, ValueTable &values,
 
   for (NamedAttribute attr : op->getAttrs()) {
     StringRef name = attr.getName().getValue();
-    // Dialect attributes (graph.op_id, dist.stage) are not ONNX attributes.
-    if (skip.contains(name) || name.contains('.'))
+    // Dialect attributes (graph.op_id, dist.stage) are not ONNX attributes;
+    // symbol references (AccumulateGrad's variable) are carried by value ids.
+    if (skip.contains(name) || name.contains('.') || isa<SymbolRefAttr>(attr.getValue()))
       continue;
     if (failed(setAttr(k, name, attr.getValue())))
       return op->emitError("attribute '") << name << "' cannot be exported";

@@ -1,20 +1,20 @@
 // RUN: strait-opt %s -split-input-file --dist-insert-comm | FileCheck %s
 
 // One transfer per value and consumer stage: %a goes to stages 1 and 2 (two
-// sends right after its producer, channels 0 and 1), its two uses in stage 1
-// share one recv; %c goes from stage 1 to stage 2 on channel 2. Each recv
-// sits before the first use in its stage.
+// send/recv pairs right after its producer, channels 0 and 1), its two uses
+// in stage 1 share one recv; %c goes from stage 1 to stage 2 on channel 2.
+// Each recv follows its send at once (one point of the shared order).
 module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["a"], ranks = [0]>, #dist.placement<stage = 1, devices = ["b"], ranks = [1]>, #dist.placement<stage = 2, devices = ["c"], ranks = [2]>]>} {
   // CHECK-LABEL: func @main
   func.func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
     // CHECK: %[[A:.*]] = graph.Relu
     // CHECK-NEXT: dist.send %[[A]] to stage 1 channel 0 {dist.stage = #dist.stage<0>}
-    // CHECK-NEXT: dist.send %[[A]] to stage 2 channel 1 {dist.stage = #dist.stage<0>}
     // CHECK-NEXT: %[[A1:.*]] = dist.recv from stage 0 channel 0 {dist.stage = #dist.stage<1>}
+    // CHECK-NEXT: dist.send %[[A]] to stage 2 channel 1 {dist.stage = #dist.stage<0>}
+    // CHECK-NEXT: %[[A2:.*]] = dist.recv from stage 0 channel 1 {dist.stage = #dist.stage<2>}
     // CHECK-NEXT: %[[B:.*]] = graph.Relu %[[A1]]
     // CHECK-NEXT: %[[C:.*]] = graph.Add %[[A1]], %[[B]]
     // CHECK-NEXT: dist.send %[[C]] to stage 2 channel 2 {dist.stage = #dist.stage<1>}
-    // CHECK-NEXT: %[[A2:.*]] = dist.recv from stage 0 channel 1 {dist.stage = #dist.stage<2>}
     // CHECK-NEXT: %[[C2:.*]] = dist.recv from stage 1 channel 2 {dist.stage = #dist.stage<2>}
     // CHECK-NEXT: %[[D:.*]] = graph.Add %[[A2]], %[[C2]]
     // CHECK-NEXT: return %[[D]]

@@ -52,9 +52,10 @@ def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
   let description = [{
     For every value of `@main` used in a stage other than its producer's:
     one `dist.send` in the producer's stage, right after the producer, and
-    one `dist.recv` in each consumer stage, before its first use there (one
+    one `dist.recv` in each consumer stage, right after the send (one
     transfer per value and stage pair; the consumer stage's uses read the
-    received value). Gradients flow backwards by the same rule. Every
+    received value). Keeping each pair adjacent in the block's order makes
+    the per-rank orders of blocking transfers consistent (no deadlock). Gradients flow backwards by the same rule. Every
     gradient accumulation of a variable (an op naming the variable whose
     result has the variable's type) in a stage with several replicas gets a
     `dist.all_reduce ... reduce <mean>` over the stage's ranks. Channels are

@@ -3,12 +3,15 @@
 // Applies the stage plan (StagePlan.h) to @main: `dist.stage` on every op,
 // `dist.plan` on the module. Placement rules, in order of precedence:
 //   1. backward ops (graph.grad_of = N) go with the forward op graph.op_id = N;
-//   2. ops naming a variable (gradient accumulation, assignment) go with the
-//      variable's first forward user;
+//   2. ops naming a variable (gradient accumulation, assignment) and the
+//      update computing an assigned value go with the variable's first
+//      forward user (optimizer state with its parameter's);
 //   3. cost nodes take their planned stage;
 //   4. other ops take the smallest stage of their users, else the largest of
 //      their operands', else 0;
-//   5. constants and variable reads go with their users, cloned per stage.
+//   5. reads of variables the step assigns stay with the update (other stages
+//      receive the value); constants and other reads go with their users,
+//      cloned per stage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -57,6 +60,7 @@ struct AssignStagesPass : public dist::impl::DistAssignStagesBase<AssignStagesPa
   LogicalResult placeOps(func::FuncOp func, const StagePlanResult &plan,
                          SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf);
   void placeLeaves(func::FuncOp func, DenseMap<Operation *, int64_t> &stageOf);
+  void placeOwnedReads(func::FuncOp func, DenseMap<Operation *, int64_t> &stageOf);
 };
 
 } // namespace
@@ -78,6 +82,16 @@ LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResul
       if (auto read = v.getDefiningOp<graph::ReadVariableOp>())
         varStage.try_emplace(read.getVariable(), stageOf[&op]);
   }
+  // Optimizer state follows its parameter (graph.optimizer_state_of).
+  auto stageOfVariable = [&](graph::VariableOp var) -> std::optional<int64_t> {
+    StringRef name = var.getSymName();
+    if (auto of = var->getAttrOfType<FlatSymbolRefAttr>("graph.optimizer_state_of"))
+      name = of.getValue();
+    auto it = varStage.find(name);
+    if (it == varStage.end())
+      return std::nullopt;
+    return it->second;
+  };
   // Rules 1-3, in program order (forward ops precede their backward ops).
   for (Operation &op : body) {
     if (isSharedLeaf(&op) || isa<func::ReturnOp>(op))
@@ -94,9 +108,15 @@ LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResul
       }
     }
     if (graph::VariableOp var = variableOf(&op, symbols)) {
-      auto it = varStage.find(var.getSymName());
-      if (it != varStage.end()) {
-        stageOf[&op] = it->second;
+      if (std::optional<int64_t> s = stageOfVariable(var)) {
+        stageOf[&op] = *s;
+        // The op computing the assigned value (the optimizer update) goes
+        // with the variable too: another stage would update a stale copy.
+        if (auto assign = dyn_cast<graph::AssignVariableOp>(op))
+          if (Operation *def = assign.getValue().getDefiningOp();
+              def && !isSharedLeaf(def) && !def->hasAttr(kOpIdAttr) &&
+              !def->hasAttr(kGradOfAttr))
+            stageOf[def] = *s;
         continue;
       }
     }
@@ -125,11 +145,26 @@ LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResul
   return success();
 }
 
+/// Reads of a variable the step assigns stay in the stage that updates it:
+/// a clone elsewhere would go stale after the first update, so other stages
+/// receive the value (dist-insert-comm) instead.
+void AssignStagesPass::placeOwnedReads(func::FuncOp func,
+                                       DenseMap<Operation *, int64_t> &stageOf) {
+  llvm::StringMap<int64_t> owner;
+  for (Operation &op : func.getBody().front())
+    if (auto assign = dyn_cast<graph::AssignVariableOp>(op))
+      owner.try_emplace(assign.getVariable(), stageOf.lookup(&op));
+  for (Operation &op : func.getBody().front())
+    if (auto read = dyn_cast<graph::ReadVariableOp>(op))
+      if (auto it = owner.find(read.getVariable()); it != owner.end())
+        stageOf[&op] = it->second;
+}
+
 void AssignStagesPass::placeLeaves(func::FuncOp func,
                                    DenseMap<Operation *, int64_t> &stageOf) {
   SmallVector<Operation *> leaves;
   for (Operation &op : func.getBody().front())
-    if (isSharedLeaf(&op))
+    if (isSharedLeaf(&op) && !stageOf.count(&op))
       leaves.push_back(&op);
   for (Operation *leaf : leaves) {
     // Uses grouped by the user's stage, smallest stage first.
@@ -177,6 +212,7 @@ void AssignStagesPass::runOnOperation() {
   DenseMap<Operation *, int64_t> stageOf;
   if (failed(placeOps(func, *plan, symbols, stageOf)))
     return signalPassFailure();
+  placeOwnedReads(func, stageOf);
   placeLeaves(func, stageOf);
   for (auto [op, stage] : stageOf)
     setStage(op, stage);

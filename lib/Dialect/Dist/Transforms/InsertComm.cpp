@@ -1,8 +1,11 @@
 //===- InsertComm.cpp - Send/recv at stage cuts, gradient all-reduce ------===//
 //
 // Every value used in a stage other than its producer's travels once per
-// (value, consumer stage): a dist.send right after the producer, a dist.recv
-// before the consumer stage's first use. Gradient accumulations of variables
+// (value, consumer stage): a dist.send right after the producer and its
+// dist.recv right after the send. Transfers block until both ends meet, so
+// each pair must sit at one point of an order all ranks share (the block's):
+// a recv placed later, before its first use, can cross another pair and
+// deadlock the pipeline. Gradient accumulations of variables
 // on replicated stages get a mean all-reduce over the stage's ranks first, so
 // that what travels (if anything) is already reduced.
 //
@@ -105,15 +108,14 @@ LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channe
         auto send = b.create<SendOp>(op->getLoc(), v, b.getI64IntegerAttr(to),
                                      b.getI64IntegerAttr(channel));
         setStage(send, *stage);
-        insertAfter = send;
-        Operation *first = uses.front()->getOwner();
-        for (OpOperand *use : uses)
-          if (use->getOwner()->isBeforeInBlock(first))
-            first = use->getOwner();
-        b.setInsertionPoint(first);
+        // The recv follows its send at once: every transfer is then one
+        // point of the block's order, which all ranks follow, so blocking
+        // transfers cannot wait on each other in a cycle.
+        b.setInsertionPointAfter(send);
         auto recv = b.create<RecvOp>(op->getLoc(), v.getType(), b.getI64IntegerAttr(*stage),
                                      b.getI64IntegerAttr(channel));
         setStage(recv, to);
+        insertAfter = recv;
         for (OpOperand *use : uses)
           use->set(recv.getResult());
         ++channel;

@@ -1,0 +1,39 @@
+// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd -o %t | FileCheck %s --check-prefix=PLAN
+// RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank0.program.pb > %t/rank0.txt
+// RUN: FileCheck %s < %t/rank0.txt
+// RUN: grep -c 'parameter_name: "layers.0.w"$' %t/rank0.txt | FileCheck %s --check-prefix=ONCE
+
+// A training step on one rank (straitc --loss runs graph-build-training-step
+// in the pipeline): one value per variable shared by its reads and written in
+// place by the update, optimizer state, persistent accumulated gradients,
+// backward kernels pointing at their forward kernel, the loss as an output.
+
+// PLAN: straitc: wrote {{.*}} (1 ranks, 1 stages)
+
+// CHECK: name: "lr"
+// CHECK: role: ROLE_INPUT
+// CHECK: id: [[W:[0-9]+]]
+// CHECK-NEXT: name: "layers.0.w"
+// CHECK: role: ROLE_PARAMETER
+// CHECK: id: [[M:[0-9]+]]
+// CHECK-NEXT: name: "layers.0.w.momentum"
+// CHECK: role: ROLE_OPTIMIZER_STATE
+// CHECK: name: "loss"
+// CHECK: role: ROLE_OUTPUT
+// CHECK: role: ROLE_GRADIENT
+// CHECK: op: "SoftmaxCrossEntropyLossGrad"
+// CHECK: forward_kernel: 2
+// CHECK: op: "AccumulateGrad"
+// CHECK: op: "SGD"
+// CHECK: outputs: [[W]]
+// CHECK-NEXT: outputs: [[M]]
+
+// The variable is one value: the forward MatMul reads it and SGD writes it.
+// ONCE: 1
+
+graph.Variable @layers.0.w : tensor<4x4xf32> = dense<0.5> : tensor<4x4xf32>
+func.func @main(%x: tensor<2x4xf32> {graph.name = "x"}) -> (tensor<2x4xf32> {graph.name = "logits"}) {
+  %w = graph.ReadVariable @layers.0.w : tensor<4x4xf32>
+  %h = graph.MatMul %x, %w : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  return %h : tensor<2x4xf32>
+}
