@@ -346,6 +346,66 @@ def run_on_runtime(onnx_path: str, case: Case, build: str) -> dict:
         return out
 
 
+def _export_and_run(step_mlir: str, case: Case, build: str, run_args: list[str]):
+    """Exports `step_mlir` with straitc and runs it with strait-run; returns (stdout,
+    dump folder contents as {file: array}) or raises RuntimeUnavailable."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as work:
+        step = os.path.join(work, "step.mlir")
+        with open(step, "w") as f:
+            f.write(step_mlir)
+        job, dump = os.path.join(work, "job"), os.path.join(work, "dump")
+        export = subprocess.run([_tool(build, "straitc"), step, "--emit=program", "-o", job],
+                                capture_output=True, text=True)
+        if export.returncode != 0:
+            raise RuntimeUnavailable("straitc cannot export the step: " + export.stderr[-400:])
+        run = subprocess.run([_strait_run(build), job, "--dump-outputs", dump, *run_args,
+                              *_write_data(case, work)], capture_output=True, text=True,
+                             timeout=900)
+        if run.returncode != 0:
+            raise RuntimeUnavailable("strait-run failed: " + (run.stderr + run.stdout)[-600:])
+        files = {f: np.load(os.path.join(dump, f)) for f in os.listdir(dump)} \
+            if os.path.isdir(dump) else {}
+        return run.stdout, files
+
+
+def train_on_runtime(onnx_path: str, case: Case, build: str, steps: int, lr: float,
+                     options: str) -> list[float]:
+    """The loss of each of `steps` training steps on the runtime (constant `lr`)."""
+    step = compile_training_step(onnx_path, case.input_shapes, build, options)
+    out, _ = _export_and_run(step, case, build, ["--steps", str(steps), "--lr", str(lr)])
+    losses = [float(v) for v in re.findall(r"^step \d+/\d+ loss (\S+)", out, re.M)]
+    if len(losses) != steps:
+        raise RuntimeUnavailable(f"strait-run printed {len(losses)} losses for {steps} steps")
+    return losses
+
+
+def torch_trajectory(case: Case, steps: int, lr: float, weight_decay: float = 0.0,
+                     momentum: float | None = None) -> list[float]:
+    """The same steps in torch: AdamW (PyTorch defaults but the weight decay), or SGD when
+    `momentum` is given."""
+    import torch
+
+    model = case.module
+    model.train()
+    if momentum is None:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
+                              weight_decay=weight_decay)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        logits = model(*case.inputs.values())
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 case.labels.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
 def torch_gradients(case: Case) -> tuple[float, dict]:
     """Loss and parameter gradients of one step in torch (train mode: batch statistics)."""
     import torch

@@ -63,3 +63,32 @@ def test_gradients_match_torch(name, tmp_path):
         pytest.skip(str(e))
     _, reference = gradcheck.torch_gradients(case)
     assert gradcheck.compare(reference, computed) == {}
+
+
+# (optimizer options, torch optimizer arguments, steps, lr)
+TRAJECTORIES = {
+    "gpt2": ("optimizer=adamw weight-decay=0.01", dict(weight_decay=0.01), 100, 1e-3),
+    "resnet": ("optimizer=sgd momentum=0.9 weight-decay=0.001",
+               dict(weight_decay=0.001, momentum=0.9), 20, 0.002),
+}
+
+
+@pytest.mark.skipif(not HAVE_TOOLS, reason="straitc/strait-opt not built")
+@pytest.mark.parametrize("name", sorted(TRAJECTORIES))
+def test_training_follows_torch(name, tmp_path):
+    """Whole training steps (loss, backward, optimizer, assignments) on the runtime follow
+    PyTorch's loss trajectory on the same batch: per step within 1e-3 relative (the runtime
+    prints 6 significant digits; f32 drift grows as the loss approaches 0)."""
+    options, torch_args, steps, lr = TRAJECTORIES[name]
+    case = gradcheck.runtime_batch(gradcheck.CASES[name]())
+    path = gradcheck.export_model(case, str(tmp_path / f"{name}.onnx"))
+    try:
+        runtime = gradcheck.train_on_runtime(path, case, BUILD, steps, lr,
+                                             "loss=cross-entropy " + options)
+    except gradcheck.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    reference = gradcheck.torch_trajectory(case, steps, lr, **torch_args)
+    rel = np.abs(np.array(runtime) - reference) / np.abs(reference)
+    assert rel.max() < 1e-3, f"step {rel.argmax() + 1}: {runtime[rel.argmax()]} vs " \
+                             f"{reference[rel.argmax()]}"
+    assert runtime[-1] < 0.5 * runtime[0]
