@@ -97,3 +97,26 @@ func.func @main(%x: tensor<4x4xf32> {graph.name = "x"}, %lr: tensor<f32> {graph.
   graph.AssignVariable @layers.0.w.momentum = %p#1 : tensor<4x4xf32>
   return %y : tensor<4x4xf32>
 }
+
+// -----
+
+// A forward op computed from a weight only (the transposed tied embedding,
+// node 0, planned in stage 0) goes with its user in stage 1, where the read
+// is cloned: no transfer of the transposed weight.
+
+graph.Variable @emb : tensor<8x4xf32>
+// CHECK-LABEL: func @main
+func.func @main(%ids: tensor<2xi64> {graph.name = "ids"}) -> tensor<2x8xf32> {
+  // CHECK: %[[E1:.*]] = graph.ReadVariable @emb {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: %[[E0:.*]] = graph.ReadVariable @emb {dist.stage = #dist.stage<0>}
+  %e = graph.ReadVariable @emb : tensor<8x4xf32>
+  // CHECK-NEXT: graph.Transpose %[[E1]] {dist.stage = #dist.stage<1>
+  %t = graph.Transpose %e {perm = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  // CHECK-NEXT: graph.Gather %[[E0]], {{.*}}dist.stage = #dist.stage<0>
+  %h = graph.Gather %e, %ids {axis = 0 : i64} : (tensor<8x4xf32>, tensor<2xi64>) -> tensor<2x4xf32>
+  // CHECK-NEXT: graph.Relu {{.*}}dist.stage = #dist.stage<1>
+  %r = graph.Relu %h : tensor<2x4xf32>
+  // CHECK-NEXT: graph.MatMul {{.*}}dist.stage = #dist.stage<1>
+  %y = graph.MatMul %r, %t : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}

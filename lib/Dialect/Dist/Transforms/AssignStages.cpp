@@ -6,7 +6,8 @@
 //   2. ops naming a variable (gradient accumulation, assignment) and the
 //      update computing an assigned value go with the variable's first
 //      forward user (optimizer state with its parameter's);
-//   3. cost nodes take their planned stage;
+//   3. cost nodes take their planned stage, except forward ops computed from
+//      weights and constants only, which go with their forward users;
 //   4. other ops take the smallest stage of their users, else the largest of
 //      their operands', else 0;
 //   5. reads of variables the step assigns stay with the update (other stages
@@ -23,6 +24,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include <map>
 
@@ -71,6 +73,28 @@ LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResul
   Block &body = func.getBody().front();
   for (auto [n, op] : llvm::enumerate(plan.ops))
     stageOf[op] = plan.stageOfNode[n];
+  // Forward ops computed from weights and constants only (a transposed tied
+  // embedding, a reshaped bias) go with their forward users, like the leaves
+  // they derive from: recomputing them there is cheaper than a transfer.
+  llvm::SmallPtrSet<Operation *, 16> leafDerived;
+  for (Operation &op : body)
+    if (stageOf.count(&op) && !op.hasAttr(kGradOfAttr) && op.getNumOperands() > 0 &&
+        llvm::all_of(op.getOperands(), [&](Value v) {
+          Operation *def = v.getDefiningOp();
+          return def && (isSharedLeaf(def) || leafDerived.contains(def));
+        }))
+      leafDerived.insert(&op);
+  for (Operation &op : llvm::reverse(body)) {
+    if (!leafDerived.contains(&op))
+      continue;
+    std::optional<int64_t> best;
+    for (Operation *user : op.getUsers())
+      if (!user->hasAttr(kGradOfAttr))
+        if (auto it = stageOf.find(user); it != stageOf.end())
+          best = best ? std::min(*best, it->second) : it->second;
+    if (best)
+      stageOf[&op] = *best;
+  }
   DenseMap<int64_t, Operation *> byOpId;
   llvm::StringMap<int64_t> varStage;
   for (Operation &op : body) {
