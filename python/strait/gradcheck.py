@@ -382,7 +382,7 @@ def train_on_runtime(onnx_path: str, case: Case, build: str, steps: int, lr: flo
 
 
 def torch_trajectory(case: Case, steps: int, lr: float, weight_decay: float = 0.0,
-                     momentum: float | None = None) -> list[float]:
+                     momentum: float | None = None, clip: float = 0.0) -> list[float]:
     """The same steps in torch: AdamW (PyTorch defaults but the weight decay), or SGD when
     `momentum` is given."""
     import torch
@@ -401,6 +401,8 @@ def torch_trajectory(case: Case, steps: int, lr: float, weight_decay: float = 0.
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  case.labels.reshape(-1))
         loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         losses.append(float(loss))
     return losses
