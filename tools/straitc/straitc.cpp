@@ -107,8 +107,10 @@ struct PlanReporter : public PassInstrumentation {
   std::optional<strait::dist::StagePlanResult> result;
 };
 
-/// The multi-rank flow: pipeline, plan report, one program per rank.
-int compileJob(ModuleOp module, TimingScope &timing) {
+/// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
+/// plan report is computed on the way.
+LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
+                          std::optional<strait::dist::StagePlanResult> &report) {
   strait::StraitPipelineOptions popts;
   popts.cluster = clusterFile.getValue();
   popts.strategy = strait::stringifyStrategy(strategy).str();
@@ -123,25 +125,34 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   sopts.numStages = numStages;
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
-    return 1;
+    return failure();
   pm.enableTiming(timing);
   // The report comes from the analysis dist-assign-stages applies (pure, so
   // the same plan), on the IR that pass sees (after the training step).
-  auto report = std::make_unique<PlanReporter>(sopts);
-  PlanReporter *reporter = report.get();
-  pm.addInstrumentation(std::move(report));
+  auto instrumentation = std::make_unique<PlanReporter>(sopts);
+  PlanReporter *reporter = instrumentation.get();
+  pm.addInstrumentation(std::move(instrumentation));
   strait::buildStraitPipeline(pm, popts);
   if (failed(pm.run(module)))
-    return 1;
+    return failure();
   if (!reporter->result) {
     llvm::errs() << "straitc: the pipeline planned nothing\n";
-    return 1;
+    return failure();
   }
+  report = std::move(reporter->result);
+  return success();
+}
+
+/// The multi-rank flow: pipeline, plan report, one program per rank.
+int compileJob(ModuleOp module, TimingScope &timing) {
+  std::optional<strait::dist::StagePlanResult> report;
+  if (failed(runPipeline(module, timing, report)))
+    return 1;
   strait::dist::PlanAttr plan = strait::dist::getPlan(module);
   strait::JobExportOptions jobOpts;
   jobOpts.modelName = inputFile;
   jobOpts.seed = seed;
-  jobOpts.planJSON = llvm::formatv("{0:2}", reporter->result->json).str();
+  jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
     strait::dist::PlacementAttr p = plan.getStage(s);
@@ -160,9 +171,13 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   TimingScope exportTiming = timing.nest("export");
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
-  llvm::outs() << reporter->result->text;
+  llvm::outs() << report->text;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
+  if (plan.getMicroBatches() > 1)
+    llvm::outs() << "straitc: note: the plan assumes " << plan.getMicroBatches()
+                 << " micro-batches; programs run 1 micro-batch of the IR's batch per "
+                    "replica (micro-batches are not unrolled yet)\n";
   return 0;
 }
 
@@ -283,11 +298,18 @@ int main(int argc, char **argv) {
     llvm::errs() << "straitc: " << error << "\n";
     return 1;
   }
+  if (emit == Emit::MLIR && (!clusterFile.empty() || !loss.empty())) {
+    // The IR after the pipeline, as `strait-opt --strait-pipeline` prints it.
+    std::optional<strait::dist::StagePlanResult> report;
+    if (failed(runPipeline(*module, timing, report)))
+      return 1;
+  }
   if (emit == Emit::MLIR) {
     OpPrintingFlags flags;
     if (!printWeights)
       flags.elideLargeResourceString(64).elideLargeElementsAttrs(64);
     module->print(out->os(), flags);
+    out->os() << "\n"; // as strait-opt prints it
   } else {
     strait::graph::printSummary(*module, strait::graph::summarize(*module), out->os());
   }

@@ -67,15 +67,10 @@ struct AssignStagesPass : public dist::impl::DistAssignStagesBase<AssignStagesPa
 
 } // namespace
 
-LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResult &plan,
-                                         SymbolTable &symbols,
-                                         DenseMap<Operation *, int64_t> &stageOf) {
-  Block &body = func.getBody().front();
-  for (auto [n, op] : llvm::enumerate(plan.ops))
-    stageOf[op] = plan.stageOfNode[n];
-  // Forward ops computed from weights and constants only (a transposed tied
-  // embedding, a reshaped bias) go with their forward users, like the leaves
-  // they derive from: recomputing them there is cheaper than a transfer.
+/// Forward ops computed from weights and constants only (a transposed tied
+/// embedding, a reshaped bias) go with their forward users, like the leaves
+/// they derive from: recomputing them there is cheaper than a transfer.
+static void placeLeafDerived(Block &body, DenseMap<Operation *, int64_t> &stageOf) {
   llvm::SmallPtrSet<Operation *, 16> leafDerived;
   for (Operation &op : body)
     if (stageOf.count(&op) && !op.hasAttr(kGradOfAttr) && op.getNumOperands() > 0 &&
@@ -95,6 +90,15 @@ LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResul
     if (best)
       stageOf[&op] = *best;
   }
+}
+
+LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResult &plan,
+                                         SymbolTable &symbols,
+                                         DenseMap<Operation *, int64_t> &stageOf) {
+  Block &body = func.getBody().front();
+  for (auto [n, op] : llvm::enumerate(plan.ops))
+    stageOf[op] = plan.stageOfNode[n];
+  placeLeafDerived(body, stageOf);
   DenseMap<int64_t, Operation *> byOpId;
   llvm::StringMap<int64_t> varStage;
   for (Operation &op : body) {
