@@ -133,19 +133,24 @@ def run_job(job, *args):
     return logs
 
 
-def compile_pair(tmp_path, *args):
+def compile_pair(tmp_path, *args, multi_args=()):
     single, multi = tmp_path / "single", tmp_path / "multi"
     base = [STRAITC, MODEL, "--input-shape", "input_ids=2x16", *args]
     run(base + ["--emit=program", "-o", str(single)])
-    out = run(base + ["--cluster", CLUSTER, "--num-stages", "2", "-o", str(multi)]).stdout
+    out = run(base + ["--cluster", CLUSTER, "--num-stages", "2", *multi_args,
+                      "-o", str(multi)]).stdout
     assert "(4 ranks, 2 stages)" in out, out
     plan = json.loads((multi / "plan.json").read_text())
     assert [len(s["devices"]) for s in plan["stages"]] == [2, 2]
     return single, multi
 
 
-def test_training_two_stages_match_single_rank(tmp_path):
-    single, multi = compile_pair(tmp_path, "--loss", "cross-entropy", "--optimizer", "sgd")
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_training_two_stages_match_single_rank(tmp_path, micro_batches):
+    # With zero inputs every micro-batch is the same, so two micro-batches of
+    # the IR's batch average to the single-rank step's gradients.
+    single, multi = compile_pair(tmp_path, "--loss", "cross-entropy", "--optimizer", "sgd",
+                                 multi_args=("--micro-batches", str(micro_batches)))
     programs, sent = check_transfers(multi)
     # Replicated stages average their gradients.
     for r in range(4):
@@ -160,7 +165,10 @@ def test_training_two_stages_match_single_rank(tmp_path):
         assert len(got) == 4, logs[r][-2000:]
         for g, e in zip(got, ref):
             assert abs(g - e) <= 1e-4 * max(1e-3, abs(e)), (r, got, ref)
-    print(f"training: bytes sent per iteration {sent}; losses {ref} on 1 and 4 ranks")
+    if micro_batches > 1:
+        assert f"micro_batch: {micro_batches - 1}" in programs[0]
+    print(f"training ({micro_batches} micro-batches): bytes sent per iteration {sent}; "
+          f"losses {ref} on 1 and 4 ranks")
 
 
 def test_forward_two_stages_match_single_rank(tmp_path):

@@ -77,6 +77,10 @@ cl::opt<std::string> loss("loss",
 cl::opt<std::string> optimizer("optimizer",
                                cl::desc("Training step optimizer: sgd, adamw, none"),
                                cl::init("sgd"));
+cl::opt<int64_t> microBatches("micro-batches",
+                              cl::desc("Micro-batches per iteration, each of the IR's batch "
+                                       "(default: the planner's choice; 1 without a cluster)"),
+                              cl::init(1));
 cl::opt<int64_t> numStages("num-stages",
                            cl::desc("Force this many pipeline stages of equal size over "
                                     "equal device chunks (0: the planner decides)"),
@@ -117,12 +121,14 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.globalBatch = globalBatch.getValue();
   popts.numStages = numStages.getValue();
   popts.loss = loss.getValue();
+  popts.microBatches = microBatches.getValue();
   popts.optimizer = optimizer.getValue();
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;
   sopts.globalBatch = globalBatch;
   sopts.numStages = numStages;
+  sopts.microBatches = microBatches;
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
     return failure();
@@ -153,6 +159,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   jobOpts.modelName = inputFile;
   jobOpts.seed = seed;
   jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
+  jobOpts.microBatches = plan.getMicroBatches();
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
     strait::dist::PlacementAttr p = plan.getStage(s);
@@ -175,9 +182,9 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
   if (plan.getMicroBatches() > 1)
-    llvm::outs() << "straitc: note: the plan assumes " << plan.getMicroBatches()
-                 << " micro-batches; programs run 1 micro-batch of the IR's batch per "
-                    "replica (micro-batches are not unrolled yet)\n";
+    llvm::outs() << "straitc: each rank runs " << plan.getMicroBatches()
+                 << " micro-batches of the IR's batch in sequence (batch inputs hold "
+                    "them stacked)\n";
   return 0;
 }
 

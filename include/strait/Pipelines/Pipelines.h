@@ -40,7 +40,7 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   ListOption<int64_t> replicas{*this, "replicas",
                                llvm::cl::desc("explicit plan: replicas per stage")};
   Option<int64_t> microBatches{*this, "micro-batches",
-                               llvm::cl::desc("explicit plan: micro-batches"),
+                               llvm::cl::desc("micro-batches (with a cluster: imposed when > 1)"),
                                llvm::cl::init(1)};
 };
 

@@ -8,6 +8,7 @@
 #include "strait/Dialect/Graph/GraphOps.h"
 
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -40,10 +41,15 @@ public:
   pb::Step *newStep(const std::string &label) {
     pb::Step *step = program.add_steps();
     step->set_id(program.steps_size() - 1);
-    step->set_label(label);
-    step->set_micro_batch(-1);
+    step->set_label(microBatch < 0 ? label : label + " mb" + std::to_string(microBatch));
+    step->set_micro_batch(microBatch);
     current = nullptr;
     return step;
+  }
+  /// Steps created from now on belong to micro-batch `m` (-1: per step).
+  void setMicroBatch(int m) {
+    microBatch = m;
+    current = nullptr;
   }
   /// The rank of the replica of stage `peer` that talks to this rank.
   FailureOr<int> peerRank(Operation *op, int64_t peer) const {
@@ -66,6 +72,7 @@ private:
   const RankExport &self;
   const StageRanks &stageRanks;
   pb::RunKernels *current = nullptr;
+  int microBatch = -1;
 };
 
 LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) {
@@ -123,14 +130,178 @@ LogicalResult strait::exportProgram(func::FuncOp func, int rank, int worldSize,
   return exportProgram(func, self, worldSize, {}, program);
 }
 
+namespace {
+
+/// Lowers the ops of one function into a program, once or once per
+/// micro-batch.
+class ProgramLowering {
+public:
+  ProgramLowering(func::FuncOp func, pb::Program &program, StepBuilder &steps,
+                  int microBatches)
+      : func(func), program(program), steps(steps), microBatches(microBatches) {}
+
+  LogicalResult run(ValueTable &values);
+
+private:
+  LogicalResult lowerLeaf(Operation &op, ValueTable &values);
+  LogicalResult lowerOp(Operation &op, ValueTable &values);
+  LogicalResult lowerReturn(func::ReturnOp ret, ValueTable &values);
+  LogicalResult sliceBatchInputs(ValueTable &base, ValueTable &mb, int m);
+
+  func::FuncOp func;
+  pb::Program &program;
+  StepBuilder &steps;
+  int microBatches;
+  /// Kernel ids of forward ops (of the current micro-batch).
+  DenseMap<int64_t, uint32_t> kernelOfOpId;
+  SmallVector<BlockArgument> batchArgs;
+};
+
+} // namespace
+
+LogicalResult ProgramLowering::lowerLeaf(Operation &op, ValueTable &values) {
+  if (isa<graph::ReadVariableOp>(op))
+    return success(); // one value per variable, made beforehand
+  auto c = cast<graph::ConstantOp>(op);
+  std::string name;
+  if (auto loc = dyn_cast<NameLoc>(c.getLoc()))
+    name = loc.getName().str();
+  uint32_t id = values.get(c.getResult(), pb::ROLE_CONSTANT, name);
+  if (failed(fillTensorData(c.getValue(), *values.at(id).mutable_constant())))
+    return c.emitError("constant cannot be exported");
+  return success();
+}
+
+LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
+  if (isa<graph::AssignVariableOp>(op))
+    return success(); // the producer writes the variable's value
+  if (isa<dist::DistDialect>(op.getDialect()))
+    return exportComm(&op, values, steps);
+  if (!isa<graph::GraphDialect>(op.getDialect()))
+    return op.emitError("op of dialect '")
+           << op.getDialect()->getNamespace() << "' cannot be exported to a program";
+  pb::Kernel *k = program.add_kernels();
+  k->set_id(program.kernels_size() - 1);
+  if (failed(lowerToKernel(&op, values, *k)))
+    return failure();
+  if (auto id = op.getAttrOfType<IntegerAttr>("graph.op_id"))
+    kernelOfOpId[id.getInt()] = k->id();
+  if (auto gradOf = op.getAttrOfType<IntegerAttr>("graph.grad_of"))
+    if (auto it = kernelOfOpId.find(gradOf.getInt()); it != kernelOfOpId.end())
+      k->set_forward_kernel(it->second + 1);
+  // The mean gradient over micro-batches persists across them; the program's
+  // micro-batch count is the one it averages over.
+  if (isa<graph::AccumulateGradOp>(op)) {
+    values.at(k->outputs(0)).set_role(pb::ROLE_GRADIENT);
+    (*k->mutable_attrs())["micro_batches"].set_i(microBatches);
+  }
+  steps.run().add_kernel_ids(k->id());
+  return success();
+}
+
+LogicalResult ProgramLowering::lowerReturn(func::ReturnOp ret, ValueTable &values) {
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    std::optional<uint32_t> id = values.lookup(v);
+    if (!id)
+      return ret.emitError("returned value is not produced in the function");
+    pb::Value &pv = values.at(*id);
+    if (pv.role() != pb::ROLE_ACTIVATION)
+      return ret.emitError("output ") << i << " is an input, weight or constant; "
+                                              "only computed values can be outputs";
+    pv.set_role(pb::ROLE_OUTPUT);
+    if (auto name = func.getResultAttrOfType<StringAttr>(i, "graph.name"))
+      pv.set_name(name.str());
+  }
+  return success();
+}
+
+/// Micro-batch `m` reads rows [m*b, (m+1)*b) of each batch input.
+LogicalResult ProgramLowering::sliceBatchInputs(ValueTable &base, ValueTable &mb, int m) {
+  for (BlockArgument arg : batchArgs) {
+    uint32_t full = *base.lookup(arg);
+    int64_t rows = cast<ShapedType>(arg.getType()).getDimSize(0);
+    mb.erase(arg);
+    uint32_t part = mb.get(arg, pb::ROLE_ACTIVATION,
+                           program.values(full).name() + ".mb" + std::to_string(m));
+    pb::Kernel *k = program.add_kernels();
+    k->set_id(program.kernels_size() - 1);
+    k->set_op("Slice");
+    k->set_opset(18);
+    for (uint32_t in : {full, mb.constInts({m * rows}), mb.constInts({(m + 1) * rows}),
+                        mb.constInts({0})})
+      k->add_inputs(in);
+    k->add_outputs(part);
+    steps.run().add_kernel_ids(k->id());
+  }
+  return success();
+}
+
+LogicalResult ProgramLowering::run(ValueTable &values) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  if (microBatches <= 1) {
+    for (Operation &op : body.without_terminator())
+      if (failed(isa<graph::ReadVariableOp, graph::ConstantOp>(op) ? lowerLeaf(op, values)
+                                                                    : lowerOp(op, values)))
+        return failure();
+    return lowerReturn(ret, values);
+  }
+  // Per-step ops: those after the gradient accumulation (all-reduce, clipping,
+  // optimizer); every other op runs once per micro-batch.
+  llvm::DenseSet<Operation *> perStep;
+  for (Operation &op : body.without_terminator())
+    if (llvm::any_of(op.getOperands(), [&](Value v) {
+          Operation *d = v.getDefiningOp();
+          return d && (isa<graph::AccumulateGradOp>(d) || perStep.contains(d));
+        }) || (isa<graph::AssignVariableOp>(op)))
+      perStep.insert(&op);
+  for (Operation &op : body.without_terminator()) {
+    if (isa<graph::ReadVariableOp, graph::ConstantOp>(op) && failed(lowerLeaf(op, values)))
+      return failure();
+    // Values shared by all micro-batches: accumulated gradients and outputs
+    // (the last micro-batch's value is the output).
+    if (auto acc = dyn_cast<graph::AccumulateGradOp>(op))
+      values.get(acc.getResult(), pb::ROLE_GRADIENT);
+  }
+  for (Value v : ret.getOperands())
+    if (v.getDefiningOp() && !perStep.contains(v.getDefiningOp()))
+      values.get(v, pb::ROLE_ACTIVATION);
+  // Batch inputs hold all micro-batches, stacked along dimension 0.
+  for (BlockArgument arg : func.getArguments()) {
+    auto type = cast<ShapedType>(arg.getType());
+    if (type.getRank() == 0 || type.isDynamicDim(0) ||
+        llvm::all_of(arg.getUsers(), [&](Operation *u) { return perStep.contains(u); }))
+      continue;
+    batchArgs.push_back(arg);
+    values.at(*values.lookup(arg)).set_shape(0, type.getDimSize(0) * microBatches);
+  }
+  std::optional<ValueTable> last;
+  for (int m = 0; m < microBatches; ++m) {
+    ValueTable mb = values;
+    steps.setMicroBatch(m);
+    if (failed(sliceBatchInputs(values, mb, m)))
+      return failure();
+    for (Operation &op : body.without_terminator())
+      if (!isa<graph::ReadVariableOp, graph::ConstantOp>(op) && !perStep.contains(&op) &&
+          failed(lowerOp(op, mb)))
+        return failure();
+    last.emplace(mb);
+  }
+  steps.setMicroBatch(-1);
+  for (Operation &op : body.without_terminator())
+    if (perStep.contains(&op) && failed(lowerOp(op, *last)))
+      return failure();
+  return lowerReturn(ret, *last);
+}
+
 LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
                                     int worldSize, const StageRanks &stageRanks,
-                                    pb::Program &program) {
+                                    pb::Program &program, int microBatches) {
   program.set_format_version(pb::FORMAT_VERSION_1);
   program.set_rank(self.rank);
   program.set_world_size(worldSize);
   program.set_device(self.device);
-  program.set_micro_batches(1);
+  program.set_micro_batches(std::max(1, microBatches));
   program.set_producer("straitc 0.1");
   ValueTable values(program);
   StepBuilder steps(program, self, stageRanks);
@@ -159,62 +330,13 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
   for (Operation &op : body)
     if (auto assign = dyn_cast<graph::AssignVariableOp>(op))
       variableValue(assign.getValue(), assign.getVariable());
-  // Kernel ids of forward ops, for the backward kernels' forward_kernel.
-  DenseMap<int64_t, uint32_t> kernelOfOpId;
-
-  for (Operation &op : body) {
-    if (auto read = dyn_cast<graph::ReadVariableOp>(op)) {
+  for (Operation &op : body)
+    if (auto read = dyn_cast<graph::ReadVariableOp>(op))
       variableValue(read.getResult(), read.getVariable());
-      continue;
-    }
-    if (isa<graph::AssignVariableOp>(op))
-      continue;
-    if (auto c = dyn_cast<graph::ConstantOp>(op)) {
-      std::string name;
-      if (auto loc = dyn_cast<NameLoc>(c.getLoc()))
-        name = loc.getName().str();
-      uint32_t id = values.get(c.getResult(), pb::ROLE_CONSTANT, name);
-      if (failed(fillTensorData(c.getValue(), *values.at(id).mutable_constant())))
-        return c.emitError("constant cannot be exported");
-      continue;
-    }
-    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
-        std::optional<uint32_t> id = values.lookup(v);
-        if (!id)
-          return ret.emitError("returned value is not produced in the function");
-        pb::Value &pv = values.at(*id);
-        if (pv.role() != pb::ROLE_ACTIVATION)
-          return ret.emitError("output ") << i << " is an input, weight or constant; "
-                                                  "only computed values can be outputs";
-        pv.set_role(pb::ROLE_OUTPUT);
-        if (auto name = func.getResultAttrOfType<StringAttr>(i, "graph.name"))
-          pv.set_name(name.str());
-      }
-      continue;
-    }
-    if (isa<dist::DistDialect>(op.getDialect())) {
-      if (failed(exportComm(&op, values, steps)))
-        return failure();
-      continue;
-    }
-    if (!isa<graph::GraphDialect>(op.getDialect()))
-      return op.emitError("op of dialect '")
-             << op.getDialect()->getNamespace() << "' cannot be exported to a program";
-    pb::Kernel *k = program.add_kernels();
-    k->set_id(program.kernels_size() - 1);
-    if (failed(lowerToKernel(&op, values, *k)))
-      return failure();
-    if (auto id = op.getAttrOfType<IntegerAttr>("graph.op_id"))
-      kernelOfOpId[id.getInt()] = k->id();
-    if (auto gradOf = op.getAttrOfType<IntegerAttr>("graph.grad_of"))
-      if (auto it = kernelOfOpId.find(gradOf.getInt()); it != kernelOfOpId.end())
-        k->set_forward_kernel(it->second + 1);
-    // The mean gradient over micro-batches persists across them.
-    if (isa<graph::AccumulateGradOp>(op))
-      values.at(k->outputs(0)).set_role(pb::ROLE_GRADIENT);
-    steps.run().add_kernel_ids(k->id());
-  }
+
+  ProgramLowering lowering(func, program, steps, std::max(1, microBatches));
+  if (failed(lowering.run(values)))
+    return failure();
   if (program.steps_size() == 0)
     steps.run();
   return success();
@@ -295,7 +417,8 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
   for (const RankExport &r : ranks) {
     pb::Program program;
     pb::ParameterShardFile shard;
-    if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program)) ||
+    if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program,
+                             options.microBatches)) ||
         failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();
     std::string programFile = "rank" + std::to_string(r.rank) + ".program.pb";

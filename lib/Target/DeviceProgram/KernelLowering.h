@@ -28,6 +28,8 @@ public:
   std::optional<uint32_t> lookup(mlir::Value v) const;
   /// Makes `v` another name of value `id` (an in-place result).
   void alias(mlir::Value v, uint32_t id) { ids[v] = id; }
+  /// Forgets `v` (the next get() makes a new value for it).
+  void erase(mlir::Value v) { ids.erase(v); }
   /// A constant value holding `attr`.
   uint32_t constant(mlir::ElementsAttr attr, llvm::StringRef name);
   /// An int64 constant of shape [n] (or a scalar when `scalar`).

@@ -2,6 +2,8 @@
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank0.program.pb > %t/rank0.txt
 // RUN: FileCheck %s < %t/rank0.txt
 // RUN: grep -c 'parameter_name: "layers.0.w"$' %t/rank0.txt | FileCheck %s --check-prefix=ONCE
+// RUN: rm -rf %t.mb && straitc %s --loss cross-entropy --optimizer sgd --micro-batches 2 -o %t.mb
+// RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t.mb/rank0.program.pb | FileCheck %s --check-prefix=MB
 
 // A training step on one rank (straitc --loss runs graph-build-training-step
 // in the pipeline): one value per variable shared by its reads and written in
@@ -27,6 +29,26 @@
 // CHECK: op: "SGD"
 // CHECK: outputs: [[W]]
 // CHECK-NEXT: outputs: [[M]]
+
+// Two micro-batches: the batch input holds both (4 rows), each micro-batch
+// slices its 2 rows, runs forward and backward in steps marked with its
+// index, and accumulates over 2; the update runs once, unmarked.
+// MB: name: "x"
+// MB-NEXT: dtype: DTYPE_F32
+// MB-NEXT: shape: 4
+// MB: op: "Slice"
+// MB: op: "AccumulateGrad"
+// MB: key: "micro_batches"
+// MB-NEXT: value {
+// MB-NEXT: i: 2
+// MB: op: "Slice"
+// MB: op: "SGD"
+// MB: label: "forward mb0"
+// MB-NEXT: micro_batch: 0
+// MB: label: "forward mb1"
+// MB-NEXT: micro_batch: 1
+// MB: label: "forward"
+// MB-NEXT: micro_batch: -1
 
 // The variable is one value: the forward MatMul reads it and SGD writes it.
 // ONCE: 1

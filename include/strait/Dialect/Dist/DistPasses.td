@@ -39,7 +39,8 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
     ListOption<"replicas", "replicas", "int64_t",
                "explicit plan: data-parallel replicas per stage (default 1 each)">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
-           "explicit plan: micro-batches per iteration">
+           "micro-batches per iteration (with a cluster: imposed when > 1, "
+           "else the planner chooses)">
   ];
   let statistics = [
     Statistic<"numCloned", "num-cloned", "Constants and reads cloned into other stages">

@@ -28,7 +28,9 @@ struct StagePlanOptions {
   int64_t numStages = 0;     ///< > 0: equal blocks over equal device chunks
   std::vector<int64_t> boundaries; ///< first cost node of stages 1, 2, ...
   std::vector<int64_t> replicas;   ///< replicas per stage (explicit plan)
-  int64_t microBatches = 1;        ///< explicit plan
+  /// Micro-batches per iteration: the explicit plan's; with a cluster, a
+  /// count > 1 is imposed on the planner (1: the planner chooses).
+  int64_t microBatches = 1;
 };
 
 struct StagePlanResult {

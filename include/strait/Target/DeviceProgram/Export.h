@@ -43,7 +43,7 @@ using StageRanks = std::vector<std::vector<int>>;
 struct JobExportOptions {
   std::string modelName;
   std::string rendezvousAddress; ///< file-store folder; default: <out>/rendezvous
-  int microBatches = 1;
+  int microBatches = 1;          ///< unrolled in every program
   uint64_t seed = 0;             ///< for parameters of shape-only models
   StageRanks stageRanks;         ///< for multi-stage jobs (dist ops)
   std::string planJSON;          ///< written as plan.json when not empty
@@ -57,10 +57,13 @@ mlir::LogicalResult exportProgram(mlir::func::FuncOp func, int rank, int worldSi
 /// Fills `program` for rank `self` of a multi-stage job: graph ops become
 /// kernels in `run` steps, dist.send/recv become `send`/`recv` steps with the
 /// peer ranks of `stageRanks`, dist.all_reduce an `all_reduce` step (in
-/// place). One micro-batch: the schedule is not unrolled yet.
+/// place). With `microBatches` M > 1 the function is one micro-batch: batch
+/// inputs hold M of them stacked along dimension 0 (sliced by kernels), every
+/// op before the gradient accumulation runs M times in sequence (steps with
+/// `micro_batch` set), the accumulated gradients' users once after them.
 mlir::LogicalResult exportProgram(mlir::func::FuncOp func, const RankExport &self,
                                   int worldSize, const StageRanks &stageRanks,
-                                  program::Program &program);
+                                  program::Program &program, int microBatches = 1);
 
 /// Fills `shard` with the initial value (or init scheme) of every variable
 /// that `program` names.

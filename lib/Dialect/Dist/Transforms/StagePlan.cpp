@@ -50,7 +50,7 @@ static void fillStages(StagePlanResult &out, const PartitionPlan &plan,
 /// cluster's devices in file order, evaluated by the planner's cost model.
 static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterModel &cluster,
                                             const PlannerOptions &popts,
-                                            int64_t numStages) {
+                                            int64_t numStages, unsigned microBatches) {
   llvm::Expected<IRCostGraph> costs = buildCostGraph(func);
   if (!costs)
     return costs.takeError();
@@ -73,7 +73,8 @@ static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterMode
     for (size_t d = i * numDevices / numStages; d < (i + 1) * numDevices / numStages; ++d)
       stages[i].devices.push_back(d);
   }
-  mp.plan = evaluateStages(mp.coarse, cluster, popts, stages, 1, Schedule::OneFOneB);
+  mp.plan = evaluateStages(mp.coarse, cluster, popts, stages, microBatches,
+                           Schedule::OneFOneB);
   mp.plan.strategy = popts.strategy;
   mp.stageOfNode.assign(mp.costs.graph.nodes.size(), 0);
   for (auto [s, stage] : llvm::enumerate(mp.plan.stages))
@@ -94,9 +95,14 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
     return strategy.takeError();
   popts.strategy = *strategy;
   popts.globalBatch = o.globalBatch;
-  llvm::Expected<ModelPlan> mp = o.numStages > 0
-                                     ? forcedPlan(func, *cluster, popts, o.numStages)
-                                     : planFunction(func, *cluster, popts);
+  // More than one micro-batch asked for: the planner uses that count.
+  if (o.microBatches > 1)
+    popts.microBatchCounts = {static_cast<unsigned>(o.microBatches)};
+  llvm::Expected<ModelPlan> mp =
+      o.numStages > 0
+          ? forcedPlan(func, *cluster, popts, o.numStages,
+                       static_cast<unsigned>(std::max<int64_t>(1, o.microBatches)))
+          : planFunction(func, *cluster, popts);
   if (!mp)
     return mp.takeError();
   if (!mp->plan.feasible)
