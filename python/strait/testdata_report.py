@@ -55,7 +55,7 @@ CLASSES = [
     ("control-flow", "control flow"),
     ("sequence", "sequence/optional types"),
     ("domain", "non-default domain (training, ML)"),
-    ("opset", "opset outside the importer's range (7 to 23)"),
+    ("opset", "opset outside the importer's range (1 to 23)"),
     ("shape-mismatch", "imported, output type differs from the expected output"),
     ("other", "other"),
 ]

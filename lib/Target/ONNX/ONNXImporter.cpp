@@ -30,7 +30,7 @@ using namespace mlir;
 using namespace strait;
 using namespace strait::onnximport;
 
-static constexpr int64_t kMinOpset = 7, kMaxOpset = 23;
+static constexpr int64_t kMinOpset = 1, kMaxOpset = 23;
 /// Bounds on input shapes (the same as tensorTypeOf's for initializers), so
 /// that element and byte counts never overflow int64_t.
 static constexpr int64_t kMaxDim = int64_t(1) << 40, kMaxElements = int64_t(1) << 48;
@@ -341,7 +341,8 @@ LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor)
       if ((int64_t)blob.getData().size() != expected)
         return emit() << "holds " << blob.getData().size() << " bytes, expected "
                       << expected << " for " << *type;
-      std::string key;
+      // Resource keys must be identifiers: "0.weight" -> "w_0_weight".
+      std::string key = llvm::isAlpha(tensor.name().front()) ? "" : "w_";
       for (char c : tensor.name())
         key += llvm::isAlnum(c) ? c : '_';
       value = DenseResourceElementsAttr::get(*type, key, std::move(blob));
