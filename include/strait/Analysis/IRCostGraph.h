@@ -23,7 +23,9 @@ struct IRCostGraph {
 
 /// One node per graph op (constants and variable reads are folded into their
 /// users: a weight's bytes count as the parameter bytes of its first user),
-/// one edge per use with the value's bytes. `batchSamples` is the batch the
+/// one edge per use with the value's bytes. In a training step, a backward op
+/// (graph.grad_of = N) adds its FLOPs to the backward cost of forward op N
+/// instead of becoming a node, and the per-step optimizer tail is left out. `batchSamples` is the batch the
 /// IR's shapes hold (the leading dimension of the first input by default).
 llvm::Expected<IRCostGraph> buildCostGraph(mlir::func::FuncOp func,
                                            double batchSamples = 0);

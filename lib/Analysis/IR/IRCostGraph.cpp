@@ -10,6 +10,9 @@
 using namespace mlir;
 using namespace strait;
 
+static constexpr llvm::StringLiteral kOpIdAttr = "graph.op_id";
+static constexpr llvm::StringLiteral kGradOfAttr = "graph.grad_of";
+
 std::string strait::layerKeyOf(StringRef name) {
   SmallVector<StringRef> parts;
   name.split(parts, '.');
@@ -63,9 +66,29 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   DenseMap<Value, unsigned> producer;
   DenseMap<Value, bool> weightCounted;
   llvm::StringMap<int> layerIds;
+  // In a training step (see docs/training.md) backward ops carry
+  // graph.grad_of = <forward graph.op_id>: their cost is the backward cost of
+  // that forward op's node, not a node of its own; the per-step tail
+  // (accumulation, clipping, optimizer, assignments) is not pipeline work.
+  bool training = false;
+  func.walk([&](Operation *op) { training |= op->hasAttr(kGradOfAttr); });
+  DenseMap<int64_t, unsigned> nodeOfOpId;
   for (Operation &op : func.getBody().front()) {
     if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
       continue;
+    if (training) {
+      if (auto gradOf = op.getAttrOfType<IntegerAttr>(kGradOfAttr)) {
+        auto it = nodeOfOpId.find(gradOf.getInt());
+        auto cost = dyn_cast<CostOpInterface>(op);
+        if (it != nodeOfOpId.end() && cost) {
+          CostNode &fwd = g.nodes[it->second];
+          fwd.bwdFlops = std::max(fwd.bwdFlops, 0.0) + cost.getForwardFlops();
+        }
+        continue;
+      }
+      if (!op.hasAttr(kOpIdAttr))
+        continue;
+    }
     auto cost = dyn_cast<CostOpInterface>(op);
     if (!cost)
       return llvm::createStringError("op '" + op.getName().getStringRef().str() +
@@ -107,6 +130,12 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
       g.addEdge(it->second, id, strait::detail::bytesOf(TypeRange(v.getType())));
     }
     n.layer = layer;
+    // A forward op of a training step with no backward op costs nothing
+    // backward (it is off every path to a trainable weight).
+    if (training)
+      n.bwdFlops = 0;
+    if (auto opId = op.getAttrOfType<IntegerAttr>(kOpIdAttr))
+      nodeOfOpId[opId.getInt()] = id;
     g.addNode(std::move(n));
     out.ops.push_back(&op);
     for (Value r : op.getResults())
