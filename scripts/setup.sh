@@ -29,11 +29,13 @@ venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
+# requirements.txt: tools and tests; requirements-check.txt: PyTorch for the
+# numerical checks of gradients and training against torch autograd.
 stamp="$venv/.requirements.sha"
-want="$(sha256sum "$root/python/requirements.txt" | cut -d' ' -f1)"
+want="$(cat "$root/python/requirements.txt" "$root/python/requirements-check.txt" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/pip" install -q --upgrade pip >/dev/null
-  "$venv/bin/pip" install -q -r "$root/python/requirements.txt"
+  "$venv/bin/pip" install -q -r "$root/python/requirements.txt" -r "$root/python/requirements-check.txt"
   echo "$want" > "$stamp"
 fi
 
