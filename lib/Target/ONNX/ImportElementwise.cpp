@@ -9,13 +9,6 @@ using namespace strait::onnximport;
 namespace {
 
 /// Creates OpTy over the inputs with `attrs` and binds its results.
-template <typename OpTy>
-LogicalResult emit(NodeImporter &n, ValueRange operands,
-                   ArrayRef<NamedAttribute> attrs = {}) {
-  FailureOr<Values> r = n.create<OpTy>(operands, attrs);
-  return failed(r) ? failure() : n.setResults(*r);
-}
-
 /// Opset-1 versions of many ops carry `consumed_inputs`, a legacy
 /// memory-reuse hint without effect on the result.
 constexpr StringLiteral kConsumedInputs = "consumed_inputs";

@@ -8,13 +8,6 @@ using namespace strait::onnximport;
 
 namespace {
 
-template <typename OpTy>
-LogicalResult emit(NodeImporter &n, ValueRange operands,
-                   ArrayRef<NamedAttribute> attrs = {}) {
-  FailureOr<Values> r = n.create<OpTy>(operands, attrs);
-  return failed(r) ? failure() : n.setResults(*r);
-}
-
 LogicalResult importMatMul(NodeImporter &n) {
   FailureOr<Value> a = n.requiredInput(0), b = n.requiredInput(1);
   if (failed(a) || failed(b))

@@ -11,13 +11,6 @@ using namespace strait::onnximport;
 
 namespace {
 
-template <typename OpTy>
-LogicalResult emit(NodeImporter &n, ValueRange operands,
-                   ArrayRef<NamedAttribute> attrs = {}) {
-  FailureOr<Values> r = n.create<OpTy>(operands, attrs);
-  return failed(r) ? failure() : n.setResults(*r);
-}
-
 /// Rank of input i, or a diagnostic.
 FailureOr<int64_t> rankOf(NodeImporter &n, size_t i) {
   auto t = dyn_cast_or_null<RankedTensorType>(n.inputType(i));

@@ -117,6 +117,14 @@ private:
   llvm::SmallVector<mlir::Value> outputs;
 };
 
+/// Creates OpTy (types inferred, folded) and binds its results as the node's.
+template <typename OpTy>
+mlir::LogicalResult emit(NodeImporter &n, mlir::ValueRange operands,
+                         llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+  mlir::FailureOr<Values> r = n.create<OpTy>(operands, attrs);
+  return mlir::failed(r) ? mlir::failure() : n.setResults(*r);
+}
+
 using ImportFn = mlir::LogicalResult (*)(NodeImporter &);
 
 /// (op type, since-version) -> import function; the entry with the largest
