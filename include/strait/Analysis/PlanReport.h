@@ -20,6 +20,14 @@ struct ModelPlan {
   std::vector<unsigned> stageOfNode;
 };
 
+/// The cost graph of `func` coarsened for `cluster`; the plan is left empty.
+llvm::Expected<ModelPlan> prepareModelPlan(mlir::func::FuncOp func,
+                                           const ClusterModel &cluster,
+                                           unsigned maxBlocks);
+
+/// Fills `mp.stageOfNode` from the plan's stages (block ranges).
+void assignNodeStages(ModelPlan &mp);
+
 /// Builds the cost graph of `func`, coarsens it and plans it on `cluster`.
 llvm::Expected<ModelPlan> planFunction(mlir::func::FuncOp func,
                                        const ClusterModel &cluster,

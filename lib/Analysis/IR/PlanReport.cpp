@@ -5,28 +5,40 @@
 using namespace strait;
 namespace json = llvm::json;
 
-llvm::Expected<ModelPlan> strait::planFunction(mlir::func::FuncOp func,
-                                               const ClusterModel &cluster,
-                                               const PlannerOptions &options) {
+llvm::Expected<ModelPlan> strait::prepareModelPlan(mlir::func::FuncOp func,
+                                                   const ClusterModel &cluster,
+                                                   unsigned maxBlocks) {
   llvm::Expected<IRCostGraph> costs = buildCostGraph(func);
   if (!costs)
     return costs.takeError();
   ModelPlan out;
   out.costs = std::move(*costs);
-  llvm::Expected<CoarseGraph> coarse =
-      coarsenGraph(out.costs.graph, cluster, options.maxBlocks);
+  llvm::Expected<CoarseGraph> coarse = coarsenGraph(out.costs.graph, cluster, maxBlocks);
   if (!coarse)
     return coarse.takeError();
   out.coarse = std::move(*coarse);
-  llvm::Expected<PartitionPlan> plan = planPartition(out.costs.graph, cluster, options);
+  return out;
+}
+
+void strait::assignNodeStages(ModelPlan &mp) {
+  mp.stageOfNode.assign(mp.costs.graph.nodes.size(), 0);
+  for (auto [s, stage] : llvm::enumerate(mp.plan.stages))
+    for (unsigned b = stage.firstBlock; b < stage.endBlock && b < mp.coarse.blocks.size(); ++b)
+      for (unsigned n : mp.coarse.blocks[b].nodes)
+        mp.stageOfNode[n] = s;
+}
+
+llvm::Expected<ModelPlan> strait::planFunction(mlir::func::FuncOp func,
+                                               const ClusterModel &cluster,
+                                               const PlannerOptions &options) {
+  llvm::Expected<ModelPlan> out = prepareModelPlan(func, cluster, options.maxBlocks);
+  if (!out)
+    return out.takeError();
+  llvm::Expected<PartitionPlan> plan = planPartition(out->costs.graph, cluster, options);
   if (!plan)
     return plan.takeError();
-  out.plan = std::move(*plan);
-  out.stageOfNode.assign(out.costs.graph.nodes.size(), 0);
-  for (auto [s, stage] : llvm::enumerate(out.plan.stages))
-    for (unsigned b = stage.firstBlock; b < stage.endBlock && b < out.coarse.blocks.size(); ++b)
-      for (unsigned n : out.coarse.blocks[b].nodes)
-        out.stageOfNode[n] = s;
+  out->plan = std::move(*plan);
+  assignNodeStages(*out);
   return out;
 }
 

@@ -51,16 +51,10 @@ static void fillStages(StagePlanResult &out, const PartitionPlan &plan,
 static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterModel &cluster,
                                             const PlannerOptions &popts,
                                             int64_t numStages, unsigned microBatches) {
-  llvm::Expected<IRCostGraph> costs = buildCostGraph(func);
-  if (!costs)
-    return costs.takeError();
-  ModelPlan mp;
-  mp.costs = std::move(*costs);
-  llvm::Expected<CoarseGraph> coarse =
-      coarsenGraph(mp.costs.graph, cluster, popts.maxBlocks);
-  if (!coarse)
-    return coarse.takeError();
-  mp.coarse = std::move(*coarse);
+  llvm::Expected<ModelPlan> prepared = prepareModelPlan(func, cluster, popts.maxBlocks);
+  if (!prepared)
+    return prepared.takeError();
+  ModelPlan mp = std::move(*prepared);
   size_t numBlocks = mp.coarse.blocks.size(), numDevices = cluster.devices.size();
   if (static_cast<size_t>(numStages) > numBlocks || static_cast<size_t>(numStages) > numDevices)
     return planError(llvm::formatv("num-stages={0} exceeds the model's {1} blocks or the "
@@ -76,11 +70,7 @@ static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterMode
   mp.plan = evaluateStages(mp.coarse, cluster, popts, stages, microBatches,
                            Schedule::OneFOneB);
   mp.plan.strategy = popts.strategy;
-  mp.stageOfNode.assign(mp.costs.graph.nodes.size(), 0);
-  for (auto [s, stage] : llvm::enumerate(mp.plan.stages))
-    for (unsigned b = stage.firstBlock; b < stage.endBlock; ++b)
-      for (unsigned n : mp.coarse.blocks[b].nodes)
-        mp.stageOfNode[n] = s;
+  assignNodeStages(mp);
   return mp;
 }
 
