@@ -15,6 +15,28 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
     graph::GraphBuildTrainingStepOptions train;
     train.loss = o.loss;
     train.optimizer = o.optimizer;
+    train.output = o.output;
+    train.labelName = o.label;
+    train.ignoreIndex = o.ignoreIndex;
+    train.returnGradients = o.returnGradients;
+    train.lr = o.lr;
+    train.momentum = o.momentum;
+    train.nesterov = o.nesterov;
+    train.beta1 = o.beta1;
+    train.beta2 = o.beta2;
+    train.epsilon = o.eps;
+    train.weightDecay = o.weightDecay;
+    train.clipNorm = o.clipNorm;
+    train.warmupSteps = o.warmupSteps;
+    train.totalSteps = o.totalSteps;
+    train.minLr = o.minLr;
+    // Micro-batches are the plan's (dist-assign-stages): the exporter sets
+    // each AccumulateGrad's count. The options struct holds lists as
+    // ArrayRefs; the pass copies them.
+    std::vector<std::string> trainable(o.trainable.begin(), o.trainable.end());
+    std::vector<std::string> frozen(o.frozen.begin(), o.frozen.end());
+    train.trainable = trainable;
+    train.frozen = frozen;
     pm.addPass(graph::createGraphBuildTrainingStep(train));
   }
   dist::DistAssignStagesOptions assign;

@@ -5,6 +5,9 @@
 //   straitc MODEL --cluster FILE [--num-stages N] [--global-batch N] -o DIR
 //           runs the Strait pipeline (lib/Pipelines) and writes one program
 //           per rank, plan.pb and plan.json; prints the plan.
+//   straitc MODEL --loss L [--optimizer O] [--lr X --warmup-steps N ...] -o DIR
+//           a training step (graph-build-training-step's options as flags,
+//           see docs/training.md).
 //
 // Output is written only when compilation succeeds.
 //
@@ -77,6 +80,54 @@ cl::opt<std::string> loss("loss",
 cl::opt<std::string> optimizer("optimizer",
                                cl::desc("Training step optimizer: sgd, adamw, none"),
                                cl::init("sgd"));
+// Training-step hyper-parameters (graph-build-training-step's options, as in
+// onnxruntime-training's artifact generation); defaults are the pass's.
+const strait::graph::GraphBuildTrainingStepOptions &kTrain =
+    strait::StraitPipelineOptions::kTrainDefaults;
+cl::OptionCategory trainCat("Training step (with --loss)");
+cl::opt<std::string> lossOutput("output", cl::desc("Output the loss uses (default: the first)"),
+                                cl::init(kTrain.output), cl::cat(trainCat));
+cl::opt<std::string> label("label", cl::desc("Name of the new labels input"),
+                           cl::init(kTrain.labelName), cl::cat(trainCat));
+cl::opt<int64_t> ignoreIndex("ignore-index",
+                             cl::desc("Cross-entropy: label value that contributes nothing"),
+                             cl::init(kTrain.ignoreIndex), cl::cat(trainCat));
+cl::opt<bool> returnGradients("return-gradients",
+                              cl::desc("Also output each variable's gradient as grad.<name>"),
+                              cl::init(kTrain.returnGradients), cl::cat(trainCat));
+cl::opt<double> lr("lr", cl::desc("Peak learning rate (the program's lr schedule)"),
+                   cl::init(kTrain.lr), cl::cat(trainCat));
+cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(kTrain.momentum),
+                         cl::cat(trainCat));
+cl::opt<bool> nesterov("nesterov", cl::desc("SGD: Nesterov momentum"),
+                       cl::init(kTrain.nesterov), cl::cat(trainCat));
+cl::opt<double> beta1("beta1", cl::desc("AdamW first-moment decay"), cl::init(kTrain.beta1),
+                      cl::cat(trainCat));
+cl::opt<double> beta2("beta2", cl::desc("AdamW second-moment decay"), cl::init(kTrain.beta2),
+                      cl::cat(trainCat));
+cl::opt<double> eps("eps", cl::desc("AdamW denominator epsilon"), cl::init(kTrain.epsilon),
+                    cl::cat(trainCat));
+cl::opt<double> weightDecay("weight-decay",
+                            cl::desc("Weight decay (decoupled for adamw, L2 for sgd)"),
+                            cl::init(kTrain.weightDecay), cl::cat(trainCat));
+cl::opt<double> clipNorm("clip-norm", cl::desc("Clip gradients to this global norm (0: off)"),
+                         cl::init(kTrain.clipNorm), cl::cat(trainCat));
+cl::opt<int64_t> warmupSteps("warmup-steps", cl::desc("LR schedule: linear warm-up steps"),
+                             cl::init(kTrain.warmupSteps), cl::cat(trainCat));
+cl::opt<int64_t> totalSteps("total-steps",
+                            cl::desc("LR schedule: step where the cosine decay reaches "
+                                     "--min-lr (0: constant after warm-up)"),
+                            cl::init(kTrain.totalSteps), cl::cat(trainCat));
+cl::opt<double> minLr("min-lr", cl::desc("LR schedule: final learning rate"),
+                      cl::init(kTrain.minLr), cl::cat(trainCat));
+cl::list<std::string> trainable("trainable",
+                                cl::desc("Glob of trainable variables (repeatable or "
+                                         "comma list; default: all float ones)"),
+                                cl::CommaSeparated, cl::cat(trainCat));
+cl::list<std::string> frozen("frozen",
+                             cl::desc("Glob of frozen variables (repeatable or comma "
+                                      "list; wins over --trainable)"),
+                             cl::CommaSeparated, cl::cat(trainCat));
 cl::opt<int64_t> microBatches("micro-batches",
                               cl::desc("Micro-batches per iteration, each of the IR's batch "
                                        "(default: the planner's choice; 1 without a cluster)"),
@@ -123,6 +174,23 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.loss = loss.getValue();
   popts.microBatches = microBatches.getValue();
   popts.optimizer = optimizer.getValue();
+  popts.output = lossOutput.getValue();
+  popts.label = label.getValue();
+  popts.ignoreIndex = ignoreIndex.getValue();
+  popts.returnGradients = returnGradients.getValue();
+  popts.lr = lr.getValue();
+  popts.momentum = momentum.getValue();
+  popts.nesterov = nesterov.getValue();
+  popts.beta1 = beta1.getValue();
+  popts.beta2 = beta2.getValue();
+  popts.eps = eps.getValue();
+  popts.weightDecay = weightDecay.getValue();
+  popts.clipNorm = clipNorm.getValue();
+  popts.warmupSteps = warmupSteps.getValue();
+  popts.totalSteps = totalSteps.getValue();
+  popts.minLr = minLr.getValue();
+  popts.trainable = std::vector<std::string>(trainable.begin(), trainable.end());
+  popts.frozen = std::vector<std::string>(frozen.begin(), frozen.end());
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;

@@ -9,6 +9,8 @@
 #ifndef STRAIT_PIPELINES_PIPELINES_H
 #define STRAIT_PIPELINES_PIPELINES_H
 
+#include "strait/Dialect/Graph/GraphPasses.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
@@ -17,6 +19,9 @@
 namespace strait {
 
 struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOptions> {
+  /// The pass's defaults, so the two option sets cannot drift apart.
+  inline static const graph::GraphBuildTrainingStepOptions kTrainDefaults{};
+
   Option<std::string> loss{*this, "loss",
                            llvm::cl::desc("build a training step with this loss "
                                           "(cross-entropy, mse, output); empty: forward only"),
@@ -24,6 +29,54 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("training step optimizer: sgd, adamw, none"),
                                 llvm::cl::init("sgd")};
+  // Training-step hyper-parameters, forwarded to graph-build-training-step
+  // (same names and defaults as its options; see docs/training.md).
+  Option<std::string> output{*this, "output",
+                             llvm::cl::desc("graph.name of the output the loss uses "
+                                            "(default: the first)"),
+                             llvm::cl::init(kTrainDefaults.output)};
+  Option<std::string> label{*this, "label",
+                            llvm::cl::desc("graph.name of the labels argument"),
+                            llvm::cl::init(kTrainDefaults.labelName)};
+  Option<int64_t> ignoreIndex{*this, "ignore-index",
+                              llvm::cl::desc("cross-entropy: label value that contributes "
+                                             "nothing"),
+                              llvm::cl::init(kTrainDefaults.ignoreIndex)};
+  Option<bool> returnGradients{*this, "return-gradients",
+                               llvm::cl::desc("also return each variable's gradient as "
+                                              "grad.<name>"),
+                               llvm::cl::init(kTrainDefaults.returnGradients)};
+  Option<double> lr{*this, "lr", llvm::cl::desc("peak learning rate"),
+                    llvm::cl::init(kTrainDefaults.lr)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("sgd: momentum"),
+                          llvm::cl::init(kTrainDefaults.momentum)};
+  Option<bool> nesterov{*this, "nesterov", llvm::cl::desc("sgd: Nesterov momentum"),
+                        llvm::cl::init(kTrainDefaults.nesterov)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("adamw: first-moment decay"),
+                       llvm::cl::init(kTrainDefaults.beta1)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("adamw: second-moment decay"),
+                       llvm::cl::init(kTrainDefaults.beta2)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("adamw: denominator epsilon"),
+                     llvm::cl::init(kTrainDefaults.epsilon)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("decoupled (adamw) or L2 (sgd) weight decay"),
+                             llvm::cl::init(kTrainDefaults.weightDecay)};
+  Option<double> clipNorm{*this, "clip-norm",
+                          llvm::cl::desc("clip gradients to this global L2 norm (0: off)"),
+                          llvm::cl::init(kTrainDefaults.clipNorm)};
+  Option<int64_t> warmupSteps{*this, "warmup-steps",
+                              llvm::cl::desc("lr schedule: linear warm-up steps"),
+                              llvm::cl::init(kTrainDefaults.warmupSteps)};
+  Option<int64_t> totalSteps{*this, "total-steps",
+                             llvm::cl::desc("lr schedule: step where the cosine decay "
+                                            "reaches min-lr (0: constant)"),
+                             llvm::cl::init(kTrainDefaults.totalSteps)};
+  Option<double> minLr{*this, "min-lr", llvm::cl::desc("lr schedule: final learning rate"),
+                       llvm::cl::init(kTrainDefaults.minLr)};
+  ListOption<std::string> trainable{*this, "trainable",
+                                    llvm::cl::desc("glob patterns of trainable variables")};
+  ListOption<std::string> frozen{*this, "frozen",
+                                 llvm::cl::desc("glob patterns of frozen variables")};
   Option<std::string> cluster{*this, "cluster",
                               llvm::cl::desc("cluster file (YAML)"), llvm::cl::init("")};
   Option<std::string> strategy{*this, "strategy",

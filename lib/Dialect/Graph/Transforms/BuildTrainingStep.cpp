@@ -17,6 +17,9 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/Support/GlobPattern.h"
 
+#include <cmath>
+#include <cstdio>
+
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHBUILDTRAININGSTEP
 #include "strait/Dialect/Graph/GraphPasses.h.inc"
@@ -100,8 +103,39 @@ LogicalResult BuildTrainingStep::checkOptions() {
            << optimizer << "' (expected sgd, adamw or none)";
   if (microBatches < 1)
     return module.emitError("graph-build-training-step: micro-batches must be >= 1");
-  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
-    return module.emitError("graph-build-training-step: beta1/beta2 must lie in [0, 1)");
+  // Each message names the option as straitc spells its flag (--NAME).
+  auto bad = [&](StringRef name, double value, StringRef expected) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", value);
+    return module.emitError("graph-build-training-step: invalid ")
+           << name << "=" << text << " (straitc --" << name << "): expected "
+           << expected;
+  };
+  // !(x >= 0) also rejects NaN.
+  if (!(lr > 0) || !std::isfinite(lr))
+    return bad("lr", lr, "a finite value > 0");
+  if (!(minLr >= 0) || minLr > lr)
+    return bad("min-lr", minLr, "a value in [0, lr]");
+  if (!(momentum >= 0) || momentum >= 1)
+    return bad("momentum", momentum, "a value in [0, 1)");
+  if (!(beta1 >= 0) || beta1 >= 1)
+    return bad("beta1", beta1, "a value in [0, 1)");
+  if (!(beta2 >= 0) || beta2 >= 1)
+    return bad("beta2", beta2, "a value in [0, 1)");
+  if (!(epsilon > 0))
+    return bad("eps", epsilon, "a value > 0");
+  if (!(weightDecay >= 0) || !std::isfinite(weightDecay))
+    return bad("weight-decay", weightDecay, "a finite value >= 0");
+  if (!(clipNorm >= 0) || !std::isfinite(clipNorm))
+    return bad("clip-norm", clipNorm, "a finite value >= 0 (0: no clipping)");
+  if (warmupSteps < 0)
+    return bad("warmup-steps", warmupSteps, "a value >= 0");
+  if (totalSteps < 0 || (totalSteps > 0 && totalSteps <= warmupSteps))
+    return bad("total-steps", totalSteps,
+               "0 (no decay) or a value > warmup-steps");
+  if (nesterov && (optimizer != "sgd" || momentum == 0))
+    return module.emitError("graph-build-training-step: nesterov (straitc --nesterov) "
+                            "needs optimizer=sgd and momentum > 0");
   return success();
 }
 
@@ -414,6 +448,7 @@ void BuildTrainingStep::recordSchedule(func::FuncOp func) {
       b.getNamedAttr("lr", b.getF64FloatAttr(lr)),
       b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(warmupSteps)),
       b.getNamedAttr("total_steps", b.getI64IntegerAttr(totalSteps)),
+      b.getNamedAttr("min_lr", b.getF64FloatAttr(minLr)),
       b.getNamedAttr("micro_batches", b.getI64IntegerAttr(microBatches))};
   func->setAttr("graph.training", b.getDictionaryAttr(attrs));
 }
