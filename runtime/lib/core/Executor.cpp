@@ -129,6 +129,7 @@ Executor::create(program::Program program, const BackendRegistry &registry,
   if (!backend.isOk())
     return backend.takeStatus().withRank(p.rank());
   exec->comm = comm;
+  exec->backend = *backend;
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->allocate(**backend), -1));
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->resolveKernels(**backend), -1));
   for (int i = 0; i < p.steps_size(); ++i) {
@@ -298,8 +299,11 @@ Status Executor::runStep(int index) {
   if (index < 0 || index >= program.steps_size())
     return annotate(invalidArgument("step index out of range"), index);
   const program::Step &step = program.steps(index);
-  if (step.kind_case() != program::Step::kRun)
+  if (step.kind_case() != program::Step::kRun) {
+    // The communicator and the mean scaling read the values from the host.
+    STRAIT_RETURN_IF_ERROR(annotate(backend->synchronize(), index));
     return annotate(runComm(step), index);
+  }
   for (uint32_t kid : step.run().kernel_ids())
     STRAIT_RETURN_IF_ERROR(
         annotate(runKernel(program.kernels(kernelIndex[kid]),
@@ -310,7 +314,7 @@ Status Executor::runStep(int index) {
 Status Executor::run() {
   for (int i = 0; i < program.steps_size(); ++i)
     STRAIT_RETURN_IF_ERROR(runStep(i));
-  return Status::ok();
+  return annotate(backend->synchronize(), program.steps_size() - 1);
 }
 
 } // namespace rt

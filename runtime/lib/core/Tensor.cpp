@@ -90,7 +90,19 @@ std::string Tensor::typeString() const {
   return dtypeName(dtype) + shapeToString(shape);
 }
 
-void Buffer::FreeDeleter::operator()(void *p) const { std::free(p); }
+void Buffer::FreeDeleter::operator()(void *p) const {
+  if (release)
+    release(p);
+  else
+    std::free(p);
+}
+
+Buffer Buffer::adopt(void *data, size_t bytes, void (*release)(void *)) {
+  Buffer b;
+  b.storage = std::unique_ptr<void, FreeDeleter>(data, FreeDeleter{release});
+  b.bytes = bytes;
+  return b;
+}
 
 Buffer::Buffer(size_t size) : bytes(size) {
   size_t rounded = ((size + 63) / 64) * 64;

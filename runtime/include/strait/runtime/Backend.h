@@ -95,6 +95,11 @@ public:
   virtual std::vector<std::string> supportedOps() const = 0;
   /// Device memory; the CPU backend returns host memory.
   virtual StatusOr<Buffer> allocate(size_t bytes) const = 0;
+  /// Waits for the work kernels queued on the device (a GPU backend runs
+  /// them asynchronously on a stream). The executor calls it before host
+  /// code touches values: before communication steps and at the end of
+  /// run(). The CPU backend runs kernels synchronously: nothing to wait for.
+  virtual Status synchronize() const { return Status::ok(); }
 };
 
 class BackendRegistry {

@@ -41,7 +41,8 @@ public:
   StatusOr<Tensor> getValue(uint32_t id) const;
   StatusOr<Tensor> getValueByName(const std::string &name) const;
 
-  /// Runs every step once, in order.
+  /// Runs every step once, in order; returns once the device finished
+  /// (Backend::synchronize), so values can be read.
   Status run();
   /// Runs one step by index into program.steps.
   Status runStep(int index);
@@ -58,6 +59,7 @@ private:
   Status annotate(Status status, int step) const;
 
   program::Program program;
+  const Backend *backend = nullptr; // owned by the registry
   Communicator *comm = nullptr;
   Buffer arena;
   std::vector<Buffer> persistent;

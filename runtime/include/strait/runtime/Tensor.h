@@ -41,11 +41,15 @@ class Buffer {
 public:
   Buffer() = default;
   explicit Buffer(size_t bytes);
+  /// Takes ownership of `bytes` at `data`, released by `release(data)`:
+  /// memory a device backend allocated (e.g. CUDA managed memory).
+  static Buffer adopt(void *data, size_t bytes, void (*release)(void *));
   void *data() const { return storage.get(); }
   size_t size() const { return bytes; }
 
 private:
   struct FreeDeleter {
+    void (*release)(void *); // null (value-initialized): std::free
     void operator()(void *p) const;
   };
   std::unique_ptr<void, FreeDeleter> storage;
