@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "strait/runtime/Communicator.h"
+#include "strait/runtime/LrSchedule.h"
 
 #include <cmath>
 #include <gtest/gtest.h>
@@ -230,4 +231,57 @@ TEST(Training, TwoStagePipelineMatchesOneProcess) {
     for (size_t i = 0; i < ref[w].size(); ++i)
       EXPECT_NEAR(pipe[w][i], ref[w][i], 1e-5 * (1 + std::abs(ref[w][i]))) << w << " " << i;
   }
+}
+
+// The learning-rate schedule of Program.lr_schedule (docs/training.md):
+// values written out by hand from the formula in the proto comment.
+TEST(LrScheduleTest, WarmupCosineAndEnd) {
+  program::LrSchedule s;
+  s.set_peak_lr(1e-3f);
+  s.set_warmup_steps(10);
+  s.set_total_steps(110);
+  s.set_min_lr(1e-4f);
+  ASSERT_TRUE(validateLrSchedule(s).isOk());
+  // Linear warm-up: step/warmup of the peak, the peak at the last warm-up step.
+  EXPECT_NEAR(learningRateAt(s, 1), 1e-4, 1e-10);
+  EXPECT_NEAR(learningRateAt(s, 5), 5e-4, 1e-10);
+  EXPECT_NEAR(learningRateAt(s, 10), 1e-3, 1e-10);
+  // Cosine: a quarter of the way, halfway (the mean of peak and min), 3/4.
+  double peak = s.peak_lr(), low = s.min_lr();
+  EXPECT_NEAR(learningRateAt(s, 35), low + (peak - low) * (1 + std::cos(M_PI / 4)) / 2, 1e-10);
+  EXPECT_NEAR(learningRateAt(s, 60), (peak + low) / 2, 1e-10);
+  EXPECT_NEAR(learningRateAt(s, 85), low + (peak - low) * (1 - std::cos(M_PI / 4)) / 2, 1e-10);
+  // Decreasing through the decay; min_lr at total_steps and after.
+  for (int step = 11; step < 110; ++step)
+    EXPECT_LT(learningRateAt(s, step + 1), learningRateAt(s, step)) << step;
+  EXPECT_NEAR(learningRateAt(s, 110), low, 1e-12);
+  EXPECT_NEAR(learningRateAt(s, 1000), low, 1e-12);
+}
+
+TEST(LrScheduleTest, ConstantWithoutDecay) {
+  program::LrSchedule s;
+  s.set_peak_lr(0.5f);
+  ASSERT_TRUE(validateLrSchedule(s).isOk());
+  for (int step : {0, 1, 2, 100})
+    EXPECT_EQ(learningRateAt(s, step), 0.5);
+  s.set_warmup_steps(4); // then constant after the warm-up
+  EXPECT_EQ(learningRateAt(s, 2), 0.25);
+  EXPECT_EQ(learningRateAt(s, 4), 0.5);
+  EXPECT_EQ(learningRateAt(s, 400), 0.5);
+}
+
+TEST(LrScheduleTest, BadFieldsAreNamed) {
+  auto message = [](float peak, int64_t warmup, int64_t total, float low) {
+    program::LrSchedule s;
+    s.set_peak_lr(peak);
+    s.set_warmup_steps(warmup);
+    s.set_total_steps(total);
+    s.set_min_lr(low);
+    return validateLrSchedule(s).getMessage();
+  };
+  EXPECT_NE(message(0, 0, 0, 0).find("lr_schedule.peak_lr"), std::string::npos);
+  EXPECT_NE(message(1, -1, 0, 0).find("lr_schedule.warmup_steps"), std::string::npos);
+  EXPECT_NE(message(1, 10, 5, 0).find("lr_schedule.total_steps"), std::string::npos);
+  EXPECT_NE(message(1, 0, 5, 2).find("lr_schedule.min_lr"), std::string::npos);
+  EXPECT_EQ(message(1, 0, 5, 1), "");
 }

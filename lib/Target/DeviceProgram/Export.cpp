@@ -303,6 +303,21 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
   program.set_device(self.device);
   program.set_micro_batches(std::max(1, microBatches));
   program.set_producer("straitc 0.1");
+  // The learning-rate schedule graph-build-training-step recorded; the
+  // launcher evaluates it each step (docs/training.md).
+  if (auto training = func->getAttrOfType<DictionaryAttr>("graph.training")) {
+    auto peak = training.getAs<FloatAttr>("lr");
+    if (peak && training.get("optimizer") != StringAttr::get(func.getContext(), "none")) {
+      pb::LrSchedule *schedule = program.mutable_lr_schedule();
+      schedule->set_peak_lr(static_cast<float>(peak.getValueAsDouble()));
+      if (auto warmup = training.getAs<IntegerAttr>("warmup_steps"))
+        schedule->set_warmup_steps(warmup.getInt());
+      if (auto total = training.getAs<IntegerAttr>("total_steps"))
+        schedule->set_total_steps(total.getInt());
+      if (auto low = training.getAs<FloatAttr>("min_lr"))
+        schedule->set_min_lr(static_cast<float>(low.getValueAsDouble()));
+    }
+  }
   ValueTable values(program);
   StepBuilder steps(program, self, stageRanks);
 

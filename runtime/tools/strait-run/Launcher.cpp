@@ -76,8 +76,11 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   std::vector<std::string> args = {o.executable, o.planDir, "--rank", std::to_string(rank),
                                    "--steps", std::to_string(o.steps),
                                    "--timeout-ms", std::to_string(o.timeoutMs),
-                                   "--manifest", o.manifest, "--run-id", o.runId,
-                                   "--lr", o.lrText};
+                                   "--manifest", o.manifest, "--run-id", o.runId};
+  if (o.lrGiven) { // else the workers use the program's schedule
+    args.push_back("--lr");
+    args.push_back(o.lrText);
+  }
   args.push_back("--threads");
   args.push_back(std::to_string(o.threads));
   auto pass = [&](const char *flag, const std::string &v) {

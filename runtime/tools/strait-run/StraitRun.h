@@ -27,6 +27,7 @@ struct RunOptions {
   int timeoutMs = 60000;    // rendezvous and per-transfer timeout
   float learningRate = 1e-3f; // value of an input named "lr"
   std::string lrText = "0.001";
+  bool lrGiven = false;     // --lr on the command line: replaces the schedule's peak_lr
   std::string logDir;       // default: <planDir>/logs
   std::string runId;        // rendezvous key prefix; default: generated
   std::string executable;   // argv[0], to start workers

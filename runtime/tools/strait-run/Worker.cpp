@@ -4,7 +4,7 @@
 // the other ranks, fills the data inputs from --data (token file or npy
 // arrays), and runs the program's steps once per iteration, printing one
 // progress line per iteration:
-//   rank R iteration N/M time MS ms [loss L] [tokens|samples K] sent P:B,.. recv P:B,..
+//   rank R iteration N/M time MS ms [loss L] [lr X] [tokens|samples K] sent P:B,.. recv P:B,..
 // (K items fed this iteration, B bytes to / from peer P since the previous
 // line). The launcher merges these lines into one line per step. With
 // --dump-outputs DIR every ROLE_OUTPUT of the last iteration is written as
@@ -16,6 +16,7 @@
 #include "Npy.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
+#include "strait/runtime/LrSchedule.h"
 #include "strait/runtime/Program.h"
 #include "strait/runtime/ThreadPool.h"
 
@@ -25,6 +26,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
 
@@ -252,12 +254,29 @@ Status runRank(const RunOptions &o) {
     STRAIT_RETURN_IF_ERROR(exec->loadParameters(shards));
   }
   // Inputs by convention: "step" (i64 scalar) = 1-based iteration, "lr"
-  // (f32 scalar) = --lr; the data input and "labels" come from --data.
+  // (f32 scalar) = the program's lr schedule at that step (an explicit --lr
+  // replaces its peak; without a schedule, --lr constant); the data input
+  // and "labels" come from --data.
   StatusOr<Tensor> stepIn = exec->getValueByName("step");
   StatusOr<Tensor> lrIn = exec->getValueByName("lr");
   bool stepOk = stepIn.isOk() && stepIn->dtype == program::DTYPE_I64 && stepIn->numel() == 1;
-  if (lrIn.isOk() && lrIn->dtype == program::DTYPE_F32 && lrIn->numel() == 1)
-    lrIn->as<float>()[0] = o.learningRate;
+  bool lrOk = lrIn.isOk() && lrIn->dtype == program::DTYPE_F32 && lrIn->numel() == 1;
+  std::optional<program::LrSchedule> schedule;
+  if (p.has_lr_schedule()) {
+    schedule = p.lr_schedule();
+    if (o.lrGiven) {
+      schedule->set_peak_lr(o.learningRate);
+      schedule->set_min_lr(std::min(schedule->min_lr(), o.learningRate));
+    }
+    Status s = validateLrSchedule(*schedule);
+    if (!s.isOk())
+      return invalidArgument("program file '" + entry->program_file() + "': " + s.getMessage() +
+                             (o.lrGiven ? " (after --lr " + o.lrText + ")" : ""))
+          .withRank(o.rank);
+  }
+  auto lrAt = [&](int64_t step) -> float {
+    return schedule ? static_cast<float>(learningRateAt(*schedule, step)) : o.learningRate;
+  };
   std::string inputName, labelsName;
   StatusOr<Tensor> input = invalidArgument("none"), labels = invalidArgument("none");
   if (loader) {
@@ -288,6 +307,8 @@ Status runRank(const RunOptions &o) {
   for (int it = 0; it < o.steps; ++it) {
     if (stepOk)
       stepIn->as<int64_t>()[0] = it + 1;
+    if (lrOk)
+      lrIn->as<float>()[0] = lrAt(it + 1);
     if (loader) {
       Status s = loader->fill(input.isOk() ? &*input : nullptr, inputName,
                               labels.isOk() ? &*labels : nullptr, labelsName, it);
@@ -303,6 +324,8 @@ Status runRank(const RunOptions &o) {
          << " time " << ms << " ms";
     if (loss.isOk() && loss->dtype == program::DTYPE_F32 && loss->numel() == 1)
       line << " loss " << loss->as<float>()[0];
+    if (lrOk)
+      line << " lr " << lrIn->as<float>()[0];
     if (items > 0)
       line << " " << loader->itemName() << " " << items;
     if (counter) {

@@ -23,7 +23,8 @@ const char *kUsage =
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
     "  job across machines; all ranks need the same --run-id).\n"
     "  Program inputs named \"step\" (i64) and \"lr\" (f32) receive the 1-based\n"
-    "  iteration and --lr (default 0.001).\n"
+    "  iteration and the program's lr schedule at that step (--lr replaces its\n"
+    "  peak; without a schedule --lr, default 0.001, stays constant).\n"
     "  --data: a token file (flat uint16/uint32 ids, nanoGPT's format) feeds\n"
     "  B x T windows to the integer input (--input-name, default input_ids)\n"
     "  and next-token targets to \"labels\"; an .npy sample array feeds B\n"
@@ -96,6 +97,7 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       char *end = nullptr;
       o.learningRate = ok ? std::strtof(o.lrText.c_str(), &end) : 0;
       ok = ok && end && *end == '\0';
+      o.lrGiven = true;
     }
     else if (a.rfind("--", 0) == 0 || !o.planDir.empty())
       ok = false;
