@@ -1,0 +1,92 @@
+//===- Codec.h - Compression of float32 transfers ---------------*- C++ -*-===//
+//
+// Encodes a float32 tensor into a self-describing byte payload and decodes it
+// back, for the codecs of program::Codec (docs/runtime.md, "Codecs"):
+//   CODEC_TOPK   the k = ceil(ratio * numel) largest magnitudes (selected in
+//                linear expected time), f32 values + the smallest of three
+//                index encodings (u32, u16 gaps, bitmap), named in the header;
+//   CODEC_INT8   symmetric 8-bit, one f32 scale per block of block_size;
+//   CODEC_INT4   symmetric 4-bit, two per byte, one f32 scale per block;
+//   CODEC_FP16 / CODEC_BF16  casts, round to nearest even.
+// A payload starts with a 16-byte header (magic, codec, index encoding,
+// block size, numel; top-k adds k). decode() checks every field and size
+// against the destination, so a corrupt or truncated payload is a Status
+// error, never a crash. ErrorFeedback keeps the sender's residual.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_CODEC_H
+#define STRAIT_RUNTIME_CODEC_H
+
+#include "strait/runtime/Status.h"
+#include "strait_program.pb.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace rt {
+
+/// Bytes of the fixed payload header (top-k adds 8 for k).
+constexpr size_t kCodecHeaderBytes = 16;
+
+/// Index encodings of a top-k payload (header byte 2).
+enum class TopKIndexEncoding : uint8_t {
+  None = 0,     // not a top-k payload
+  U32 = 1,      // k absolute u32 indices
+  U16Gaps = 2,  // u16 gaps between sorted indices; 0xFFFF adds 65535 and continues
+  Bitmap = 3,   // ceil(numel / 8) bytes, bit i set when element i is kept
+};
+
+/// Checks a CodecParams message: known codec, top-k ratio in (0, 1], block
+/// size at most 2^24. `field` prefixes the message ("steps[3].send.codec").
+Status validateCodecParams(const program::CodecParams &params,
+                           const std::string &field);
+
+/// Elements per scale block of INT8/INT4 (block_size, 0 = 256).
+uint32_t codecBlockSize(const program::CodecParams &params);
+
+/// k of a top-k codec for numel elements: ceil(ratio * numel), at least 1.
+int64_t topkCount(const program::CodecParams &params, int64_t numel);
+
+/// Encodes `numel` floats into `out` (resized to the payload size). With
+/// CODEC_NONE the payload is the header and the raw floats.
+Status encode(const program::CodecParams &params, const float *data,
+              int64_t numel, std::vector<uint8_t> &out);
+
+/// Decodes a payload into `numel` floats at `out`; with `accumulate` the
+/// decoded values are added to `out` instead of overwriting it (elements a
+/// top-k payload does not carry stay / count as zero).
+Status decode(const uint8_t *payload, size_t bytes, float *out, int64_t numel,
+              bool accumulate = false);
+
+/// The codec named in a payload's header (InvalidArgument when it is not a
+/// Strait codec payload).
+StatusOr<program::Codec> payloadCodec(const uint8_t *payload, size_t bytes);
+
+/// Error feedback of one (step, value) stream: encode() adds the residual to
+/// the input, encodes the sum and keeps sum - decode(encoded) as the next
+/// residual, so the residual carries exactly what was not sent.
+class ErrorFeedback {
+public:
+  /// Encodes data (+ residual when params.error_feedback) and updates the
+  /// residual. A change of numel restarts from a zero residual.
+  Status encode(const program::CodecParams &params, const float *data,
+                int64_t numel, std::vector<uint8_t> &out);
+  const std::vector<float> &getResidual() const { return residual; }
+
+private:
+  std::vector<float> residual;
+  std::vector<float> scratch;
+};
+
+/// Round-to-nearest-even conversions used by the FP16/BF16 codecs.
+uint16_t floatToHalf(float f);
+float halfToFloat(uint16_t h);
+uint16_t floatToBFloat16(float f);
+float bfloat16ToFloat(uint16_t h);
+
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_CODEC_H

@@ -1,0 +1,640 @@
+//===- Codec.cpp - Compression of float32 transfers -----------------------===//
+//
+// Payload layout (little-endian), docs/runtime.md "Codecs":
+//   byte 0      magic 0xC5
+//   byte 1      codec (program::Codec)
+//   byte 2      top-k index encoding (TopKIndexEncoding), else 0
+//   byte 3      layout version (1)
+//   bytes 4-7   u32 block size (INT8/INT4), else 0
+//   bytes 8-15  u64 numel
+//   TOPK:       u64 k, k f32 values, then the indices
+//   INT8/INT4:  ceil(numel/block) f32 scales, then the codes
+//   FP16/BF16:  numel u16;   NONE: numel f32
+// Loops are written over plain arrays so that the compiler vectorizes them;
+// large tensors are split over the thread pool.
+//
+//===----------------------------------------------------------------------===//
+#include "strait/runtime/Codec.h"
+#include "strait/runtime/ThreadPool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+namespace strait {
+namespace rt {
+namespace {
+
+constexpr uint8_t kMagic = 0xC5;
+constexpr uint8_t kLayoutVersion = 1;
+constexpr int64_t kGrain = 1 << 16;
+constexpr uint32_t kMaxBlock = 1u << 24;
+
+inline uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename T> void put(std::vector<uint8_t> &out, size_t at, T v) {
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+template <typename T> T get(const uint8_t *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+void writeHeader(std::vector<uint8_t> &out, program::Codec codec,
+                 TopKIndexEncoding index, uint32_t block, int64_t numel) {
+  out[0] = kMagic;
+  out[1] = static_cast<uint8_t>(codec);
+  out[2] = static_cast<uint8_t>(index);
+  out[3] = kLayoutVersion;
+  put<uint32_t>(out, 4, block);
+  put<uint64_t>(out, 8, static_cast<uint64_t>(numel));
+}
+
+Status corrupt(const std::string &what) {
+  return invalidArgument("corrupt codec payload: " + what);
+}
+
+int64_t numBlocks(int64_t numel, uint32_t block) {
+  return (numel + block - 1) / block;
+}
+
+// --- INT8 / INT4 -----------------------------------------------------------
+
+/// Per block: scale = max|x| / qmax (NaN when the block holds a non-finite
+/// value, so that it decodes to NaN instead of silently to zero).
+void computeScales(const float *x, int64_t numel, uint32_t block, float qmax,
+                   float *scales) {
+  int64_t nb = numBlocks(numel, block);
+  parallelFor(nb, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t lo = b * block, hi = std::min<int64_t>(numel, lo + block);
+      float m = 0.0f;
+      uint32_t nonFinite = 0;
+      for (int64_t i = lo; i < hi; ++i) {
+        float a = std::fabs(x[i]);
+        m = a > m ? a : m;
+        nonFinite |= (floatBits(x[i]) & 0x7f800000u) == 0x7f800000u;
+      }
+      scales[b] = nonFinite ? std::nanf("") : m / qmax;
+    }
+  });
+}
+
+/// Round to nearest even of |v| <= 2^22 with plain float adds (vectorizes
+/// without SSE4.1's roundps).
+inline float roundEven(float v) {
+  const float magic = 12582912.0f; // 1.5 * 2^23
+  return (v + magic) - magic;
+}
+
+/// Quantizes x[lo, hi) with the block scales into q (one code per element).
+void quantizeRange(const float *x, int64_t lo, int64_t hi, uint32_t block,
+                   const float *scales, float qmax, int8_t *q) {
+  for (int64_t s = lo; s < hi;) {
+    int64_t b = s / block;
+    int64_t e = std::min<int64_t>(hi, (b + 1) * block);
+    float scale = scales[b];
+    if (!(scale > 0.0f)) { // all zero, or NaN (non-finite block)
+      std::fill(q + (s - lo), q + (e - lo), int8_t(0));
+    } else if (scale >= std::numeric_limits<float>::min()) {
+      float inv = 1.0f / scale;
+      for (int64_t i = s; i < e; ++i) {
+        float v = x[i] * inv;
+        v = v < -qmax ? -qmax : v;
+        v = v > qmax ? qmax : v;
+        q[i - lo] = static_cast<int8_t>(roundEven(v));
+      }
+    } else { // subnormal scale: 1/scale overflows, divide instead
+      for (int64_t i = s; i < e; ++i) {
+        float v = x[i] / scale;
+        v = v < -qmax ? -qmax : v;
+        v = v > qmax ? qmax : v;
+        q[i - lo] = static_cast<int8_t>(roundEven(v));
+      }
+    }
+    s = e;
+  }
+}
+
+void encodeInt8(const float *x, int64_t numel, uint32_t block,
+                std::vector<uint8_t> &out, size_t at) {
+  std::vector<float> sc(numBlocks(numel, block));
+  computeScales(x, numel, block, 127.0f, sc.data());
+  std::memcpy(out.data() + at, sc.data(), sc.size() * 4);
+  int8_t *codes = reinterpret_cast<int8_t *>(out.data() + at + sc.size() * 4);
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    quantizeRange(x, lo, hi, block, sc.data(), 127.0f, codes + lo);
+  });
+}
+
+void encodeInt4(const float *x, int64_t numel, uint32_t block,
+                std::vector<uint8_t> &out, size_t at) {
+  std::vector<float> sc(numBlocks(numel, block));
+  computeScales(x, numel, block, 7.0f, sc.data());
+  std::memcpy(out.data() + at, sc.data(), sc.size() * 4);
+  uint8_t *packed = out.data() + at + sc.size() * 4;
+  int64_t bytes = (numel + 1) / 2;
+  parallelFor(bytes, kGrain / 2, [&](int64_t b0, int64_t b1) {
+    int64_t lo = 2 * b0, hi = std::min<int64_t>(numel, 2 * b1);
+    std::vector<int8_t> q(hi - lo + 1, 0);
+    quantizeRange(x, lo, hi, block, sc.data(), 7.0f, q.data());
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t i = 2 * b - lo;
+      packed[b] = static_cast<uint8_t>((q[i] & 0x0F) | ((q[i + 1] & 0x0F) << 4));
+    }
+  });
+}
+
+Status decodeQuantized(const uint8_t *p, size_t bytes, int64_t numel,
+                       uint32_t block, bool int4, float *out, bool accumulate) {
+  if (block == 0 || block > kMaxBlock)
+    return corrupt("block size " + std::to_string(block) + " out of range");
+  int64_t nb = numBlocks(numel, block);
+  uint64_t codeBytes = int4 ? (numel + 1) / 2 : numel;
+  uint64_t expect = kCodecHeaderBytes + 4ull * nb + codeBytes;
+  if (bytes != expect)
+    return corrupt(std::to_string(bytes) + " bytes, " +
+                   (int4 ? "int4" : "int8") + " of " + std::to_string(numel) +
+                   " elements in blocks of " + std::to_string(block) + " needs " +
+                   std::to_string(expect));
+  std::vector<float> scales(nb);
+  std::memcpy(scales.data(), p + kCodecHeaderBytes, nb * 4);
+  const uint8_t *codes = p + kCodecHeaderBytes + nb * 4;
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s < hi;) {
+      int64_t b = s / block;
+      int64_t e = std::min<int64_t>(hi, (b + 1) * block);
+      float scale = scales[b];
+      for (int64_t i = s; i < e; ++i) {
+        int q;
+        if (int4) {
+          int nib = (codes[i >> 1] >> ((i & 1) * 4)) & 0x0F;
+          q = nib >= 8 ? nib - 16 : nib;
+        } else {
+          q = static_cast<int8_t>(codes[i]);
+        }
+        float v = static_cast<float>(q) * scale;
+        out[i] = accumulate ? out[i] + v : v;
+      }
+      s = e;
+    }
+  });
+  return Status::ok();
+}
+
+// --- FP16 / BF16 -----------------------------------------------------------
+
+template <typename Fn>
+void castOut(const float *x, int64_t numel, uint8_t *dst, Fn fn) {
+  uint16_t *h = reinterpret_cast<uint16_t *>(dst);
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      h[i] = fn(x[i]);
+  });
+}
+
+template <typename Fn>
+void castIn(const uint8_t *src, int64_t numel, float *out, bool accumulate, Fn fn) {
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float v = fn(get<uint16_t>(src + 2 * i));
+      out[i] = accumulate ? out[i] + v : v;
+    }
+  });
+}
+
+// --- TOPK ------------------------------------------------------------------
+
+/// Selects the k largest |x| (NaN counts as largest; ties go to the lower
+/// index) and returns their indices in increasing order. Linear expected
+/// time: nth_element over the magnitude bit patterns (the order of
+/// non-negative floats' bits is their numeric order), then one scan.
+std::vector<uint32_t> selectTopK(const float *x, int64_t numel, int64_t k) {
+  std::vector<uint32_t> idx;
+  idx.reserve(k);
+  if (k >= numel) {
+    for (int64_t i = 0; i < numel; ++i)
+      idx.push_back(static_cast<uint32_t>(i));
+    return idx;
+  }
+  std::vector<uint32_t> keys(numel);
+  const uint32_t *bits = reinterpret_cast<const uint32_t *>(x);
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      keys[i] = bits[i] & 0x7fffffffu;
+  });
+  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(),
+                   std::greater<uint32_t>());
+  uint32_t threshold = keys[k - 1];
+  int64_t greater = 0; // only keys[0, k-1) can exceed the threshold
+  for (int64_t i = 0; i < k - 1; ++i)
+    greater += keys[i] > threshold;
+  int64_t equalLeft = k - greater;
+  // Parallel scan: per chunk, count the elements above the threshold and
+  // equal to it, then each chunk writes its indices at its prefix offset.
+  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(getNumThreads() * 4, numel / kGrain));
+  std::vector<int64_t> above(chunks, 0), equal(chunks, 0);
+  auto chunkLo = [&](int64_t c) { return numel * c / chunks; };
+  parallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      int64_t a = 0, e = 0;
+      for (int64_t i = chunkLo(c); i < chunkLo(c + 1); ++i) {
+        uint32_t key = bits[i] & 0x7fffffffu;
+        a += key > threshold;
+        e += key == threshold;
+      }
+      above[c] = a;
+      equal[c] = e;
+    }
+  });
+  std::vector<int64_t> offset(chunks), equalBefore(chunks);
+  int64_t pos = 0, eq = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    offset[c] = pos;
+    equalBefore[c] = eq;
+    int64_t takeEq = std::max<int64_t>(0, std::min(equal[c], equalLeft - eq));
+    pos += above[c] + takeEq;
+    eq += equal[c];
+  }
+  idx.resize(k);
+  parallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      int64_t w = offset[c], e = equalBefore[c];
+      for (int64_t i = chunkLo(c); i < chunkLo(c + 1); ++i) {
+        uint32_t key = bits[i] & 0x7fffffffu;
+        bool take = key > threshold || (key == threshold && e++ < equalLeft);
+        if (take)
+          idx[w++] = static_cast<uint32_t>(i);
+      }
+    }
+  });
+  return idx;
+}
+
+uint64_t u16GapBytes(const std::vector<uint32_t> &idx) {
+  uint64_t words = 0;
+  int64_t prev = -1;
+  for (uint32_t i : idx) {
+    uint64_t gap = static_cast<uint64_t>(int64_t(i) - prev - 1);
+    words += gap / 0xFFFF + 1;
+    prev = i;
+  }
+  return 2 * words;
+}
+
+void encodeTopK(const program::CodecParams &params, const float *x,
+                int64_t numel, std::vector<uint8_t> &out) {
+  int64_t k = numel ? topkCount(params, numel) : 0;
+  std::vector<uint32_t> idx = selectTopK(x, numel, k);
+  uint64_t u32Bytes = 4ull * k, bitmapBytes = (numel + 7) / 8;
+  uint64_t gapBytes = u16GapBytes(idx);
+  TopKIndexEncoding enc = TopKIndexEncoding::U32;
+  uint64_t indexBytes = u32Bytes;
+  if (gapBytes < indexBytes) {
+    enc = TopKIndexEncoding::U16Gaps;
+    indexBytes = gapBytes;
+  }
+  if (bitmapBytes < indexBytes) {
+    enc = TopKIndexEncoding::Bitmap;
+    indexBytes = bitmapBytes;
+  }
+  size_t at = kCodecHeaderBytes + 8;
+  out.assign(at + 4ull * k + indexBytes, 0);
+  writeHeader(out, program::CODEC_TOPK, enc, 0, numel);
+  put<uint64_t>(out, kCodecHeaderBytes, static_cast<uint64_t>(k));
+  float *values = reinterpret_cast<float *>(out.data() + at);
+  for (int64_t j = 0; j < k; ++j)
+    values[j] = x[idx[j]];
+  uint8_t *ip = out.data() + at + 4 * k;
+  switch (enc) {
+  case TopKIndexEncoding::U32:
+    std::memcpy(ip, idx.data(), 4 * k);
+    break;
+  case TopKIndexEncoding::Bitmap:
+    for (uint32_t i : idx)
+      ip[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+    break;
+  default: {
+    uint16_t *w = reinterpret_cast<uint16_t *>(ip);
+    int64_t prev = -1;
+    for (uint32_t i : idx) {
+      uint64_t gap = static_cast<uint64_t>(int64_t(i) - prev - 1);
+      for (; gap >= 0xFFFF; gap -= 0xFFFF)
+        *w++ = 0xFFFF;
+      *w++ = static_cast<uint16_t>(gap);
+      prev = i;
+    }
+    break;
+  }
+  }
+}
+
+Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
+                  TopKIndexEncoding enc, float *out, bool accumulate) {
+  if (bytes < kCodecHeaderBytes + 8)
+    return corrupt("top-k payload of " + std::to_string(bytes) +
+                   " bytes has no k field");
+  uint64_t k = get<uint64_t>(p + kCodecHeaderBytes);
+  if (k > static_cast<uint64_t>(numel))
+    return corrupt("top-k keeps " + std::to_string(k) + " of " +
+                   std::to_string(numel) + " elements");
+  size_t at = kCodecHeaderBytes + 8;
+  if (bytes < at + 4 * k)
+    return corrupt(std::to_string(bytes) + " bytes cannot hold " +
+                   std::to_string(k) + " top-k values");
+  const uint8_t *vp = p + at;
+  const uint8_t *ip = vp + 4 * k;
+  uint64_t indexBytes = bytes - at - 4 * k;
+  std::vector<uint32_t> idx;
+  idx.reserve(k);
+  switch (enc) {
+  case TopKIndexEncoding::U32: {
+    if (indexBytes != 4 * k)
+      return corrupt("u32 indices: " + std::to_string(indexBytes) +
+                     " bytes for k = " + std::to_string(k));
+    int64_t prev = -1;
+    for (uint64_t j = 0; j < k; ++j) {
+      uint32_t i = get<uint32_t>(ip + 4 * j);
+      if (int64_t(i) <= prev || int64_t(i) >= numel)
+        return corrupt("index " + std::to_string(i) + " at position " +
+                       std::to_string(j) + " is not increasing below numel " +
+                       std::to_string(numel));
+      idx.push_back(i);
+      prev = i;
+    }
+    break;
+  }
+  case TopKIndexEncoding::Bitmap: {
+    if (indexBytes != static_cast<uint64_t>((numel + 7) / 8))
+      return corrupt("bitmap of " + std::to_string(indexBytes) +
+                     " bytes for " + std::to_string(numel) + " elements");
+    for (int64_t i = 0; i < numel; ++i)
+      if (ip[i >> 3] >> (i & 7) & 1) {
+        if (idx.size() == k)
+          return corrupt("bitmap marks more than k = " + std::to_string(k) +
+                         " elements");
+        idx.push_back(static_cast<uint32_t>(i));
+      }
+    if (numel % 8 && (ip[numel / 8] >> (numel % 8)))
+      return corrupt("bitmap marks elements past numel");
+    break;
+  }
+  case TopKIndexEncoding::U16Gaps: {
+    if (indexBytes % 2)
+      return corrupt("odd number of bytes in u16 gap indices");
+    uint64_t words = indexBytes / 2;
+    int64_t pos = -1;
+    uint64_t pending = 0;
+    for (uint64_t w = 0; w < words; ++w) {
+      uint16_t g = get<uint16_t>(ip + 2 * w);
+      pending += g;
+      if (g == 0xFFFF)
+        continue;
+      pos += int64_t(pending) + 1;
+      pending = 0;
+      if (pos >= numel || idx.size() == k)
+        return corrupt("u16 gap indices run past numel or k");
+      idx.push_back(static_cast<uint32_t>(pos));
+    }
+    if (pending)
+      return corrupt("u16 gap indices end inside an escape");
+    break;
+  }
+  default:
+    return corrupt("unknown top-k index encoding " +
+                   std::to_string(static_cast<int>(enc)));
+  }
+  if (idx.size() != k)
+    return corrupt("top-k indices name " + std::to_string(idx.size()) +
+                   " elements, header says k = " + std::to_string(k));
+  if (!accumulate)
+    std::fill(out, out + numel, 0.0f);
+  for (uint64_t j = 0; j < k; ++j)
+    out[idx[j]] += get<float>(vp + 4 * j);
+  return Status::ok();
+}
+
+} // namespace
+
+uint16_t floatToHalf(float f) {
+  // Round to nearest even (F. Giesen's float_to_half_fast3_rtne).
+  uint32_t x = floatBits(f);
+  const uint32_t f32infty = 255u << 23, f16max = (127u + 16) << 23;
+  const uint32_t denormMagic = ((127u - 15) + (23 - 10) + 1) << 23;
+  uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  uint16_t o;
+  if (x >= f16max) {
+    o = x > f32infty ? 0x7e00 : 0x7c00;
+  } else if (x < (113u << 23)) {
+    float v = bitsFloat(x) + bitsFloat(denormMagic);
+    o = static_cast<uint16_t>(floatBits(v) - denormMagic);
+  } else {
+    uint32_t mantOdd = (x >> 13) & 1;
+    x += ((15u - 127u) << 23) + 0xfff;
+    x += mantOdd;
+    o = static_cast<uint16_t>(x >> 13);
+  }
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  if (exp == 0) {
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return bitsFloat(floatBits(v) | sign);
+  }
+  if (exp == 31)
+    return bitsFloat(sign | 0x7f800000u | (mant << 13));
+  return bitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t floatToBFloat16(float f) {
+  uint32_t u = floatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40); // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bfloat16ToFloat(uint16_t h) { return bitsFloat(uint32_t(h) << 16); }
+
+uint32_t codecBlockSize(const program::CodecParams &params) {
+  return params.block_size() ? params.block_size() : 256;
+}
+
+int64_t topkCount(const program::CodecParams &params, int64_t numel) {
+  double k = std::ceil(static_cast<double>(params.topk_ratio()) * numel);
+  return std::max<int64_t>(1, std::min<int64_t>(numel, static_cast<int64_t>(k)));
+}
+
+Status validateCodecParams(const program::CodecParams &params,
+                           const std::string &field) {
+  switch (params.codec()) {
+  case program::CODEC_NONE:
+  case program::CODEC_FP16:
+  case program::CODEC_BF16:
+    return Status::ok();
+  case program::CODEC_TOPK:
+    if (!(params.topk_ratio() > 0.0f && params.topk_ratio() <= 1.0f))
+      return invalidArgument(field + ".topk_ratio: " +
+                             std::to_string(params.topk_ratio()) +
+                             " is not in (0, 1]");
+    return Status::ok();
+  case program::CODEC_INT8:
+  case program::CODEC_INT4:
+    if (params.block_size() > kMaxBlock)
+      return invalidArgument(field + ".block_size: " +
+                             std::to_string(params.block_size()) +
+                             " exceeds 2^24");
+    return Status::ok();
+  default:
+    return invalidArgument(field + ".codec: unknown codec " +
+                           std::to_string(static_cast<int>(params.codec())));
+  }
+}
+
+Status encode(const program::CodecParams &params, const float *data,
+              int64_t numel, std::vector<uint8_t> &out) {
+  STRAIT_RETURN_IF_ERROR(validateCodecParams(params, "codec"));
+  if (numel < 0)
+    return invalidArgument("encode of a negative element count");
+  program::Codec codec = params.codec();
+  switch (codec) {
+  case program::CODEC_NONE:
+    out.resize(kCodecHeaderBytes + 4ull * numel);
+    writeHeader(out, codec, TopKIndexEncoding::None, 0, numel);
+    if (numel)
+      std::memcpy(out.data() + kCodecHeaderBytes, data, 4ull * numel);
+    return Status::ok();
+  case program::CODEC_FP16:
+  case program::CODEC_BF16:
+    out.resize(kCodecHeaderBytes + 2ull * numel);
+    writeHeader(out, codec, TopKIndexEncoding::None, 0, numel);
+    if (codec == program::CODEC_FP16)
+      castOut(data, numel, out.data() + kCodecHeaderBytes, floatToHalf);
+    else
+      castOut(data, numel, out.data() + kCodecHeaderBytes, floatToBFloat16);
+    return Status::ok();
+  case program::CODEC_INT8:
+  case program::CODEC_INT4: {
+    uint32_t block = codecBlockSize(params);
+    bool int4 = codec == program::CODEC_INT4;
+    uint64_t codeBytes = int4 ? (numel + 1) / 2 : numel;
+    out.resize(kCodecHeaderBytes + 4ull * numBlocks(numel, block) + codeBytes);
+    writeHeader(out, codec, TopKIndexEncoding::None, block, numel);
+    if (int4)
+      encodeInt4(data, numel, block, out, kCodecHeaderBytes);
+    else
+      encodeInt8(data, numel, block, out, kCodecHeaderBytes);
+    return Status::ok();
+  }
+  case program::CODEC_TOPK:
+    if (static_cast<uint64_t>(numel) > 0xFFFFFFFFull)
+      return unimplemented("top-k of " + std::to_string(numel) +
+                           " elements (at most 2^32 - 1)");
+    encodeTopK(params, data, numel, out);
+    return Status::ok();
+  default:
+    return internalError("unhandled codec");
+  }
+}
+
+StatusOr<program::Codec> payloadCodec(const uint8_t *p, size_t bytes) {
+  if (bytes < kCodecHeaderBytes)
+    return corrupt(std::to_string(bytes) + " bytes, shorter than the " +
+                   std::to_string(kCodecHeaderBytes) + "-byte header");
+  if (p[0] != kMagic)
+    return corrupt("bad magic byte " + std::to_string(p[0]));
+  if (p[3] != kLayoutVersion)
+    return corrupt("unknown layout version " + std::to_string(p[3]));
+  if (!program::Codec_IsValid(p[1]))
+    return corrupt("unknown codec " + std::to_string(p[1]));
+  return static_cast<program::Codec>(p[1]);
+}
+
+Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
+              bool accumulate) {
+  STRAIT_ASSIGN_OR_RETURN(program::Codec codec, payloadCodec(p, bytes));
+  uint64_t n = get<uint64_t>(p + 8);
+  if (numel < 0 || n != static_cast<uint64_t>(numel))
+    return corrupt("payload holds " + std::to_string(n) +
+                   " elements, the destination " + std::to_string(numel));
+  auto index = static_cast<TopKIndexEncoding>(p[2]);
+  if (codec != program::CODEC_TOPK && index != TopKIndexEncoding::None)
+    return corrupt("index encoding set on a " + program::Codec_Name(codec) +
+                   " payload");
+  switch (codec) {
+  case program::CODEC_NONE: {
+    if (bytes != kCodecHeaderBytes + 4ull * numel)
+      return corrupt(std::to_string(bytes) + " bytes for " +
+                     std::to_string(numel) + " raw f32");
+    const uint8_t *src = p + kCodecHeaderBytes;
+    parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float v = get<float>(src + 4 * i);
+        out[i] = accumulate ? out[i] + v : v;
+      }
+    });
+    return Status::ok();
+  }
+  case program::CODEC_FP16:
+  case program::CODEC_BF16:
+    if (bytes != kCodecHeaderBytes + 2ull * numel)
+      return corrupt(std::to_string(bytes) + " bytes for " +
+                     std::to_string(numel) + " 16-bit values");
+    if (codec == program::CODEC_FP16)
+      castIn(p + kCodecHeaderBytes, numel, out, accumulate, halfToFloat);
+    else
+      castIn(p + kCodecHeaderBytes, numel, out, accumulate, bfloat16ToFloat);
+    return Status::ok();
+  case program::CODEC_INT8:
+  case program::CODEC_INT4:
+    return decodeQuantized(p, bytes, numel, get<uint32_t>(p + 4),
+                           codec == program::CODEC_INT4, out, accumulate);
+  case program::CODEC_TOPK:
+    return decodeTopK(p, bytes, numel, index, out, accumulate);
+  default:
+    return corrupt("unhandled codec");
+  }
+}
+
+Status ErrorFeedback::encode(const program::CodecParams &params,
+                             const float *data, int64_t numel,
+                             std::vector<uint8_t> &out) {
+  if (!params.error_feedback() || params.codec() == program::CODEC_NONE)
+    return rt::encode(params, data, numel, out);
+  if (residual.size() != static_cast<size_t>(numel))
+    residual.assign(numel, 0.0f);
+  scratch.resize(numel);
+  float *sum = scratch.data();
+  float *res = residual.data();
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      sum[i] = data[i] + res[i];
+  });
+  STRAIT_RETURN_IF_ERROR(rt::encode(params, sum, numel, out));
+  // residual = sum - decode(out): decode into the residual, then subtract.
+  STRAIT_RETURN_IF_ERROR(decode(out.data(), out.size(), res, numel));
+  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      res[i] = sum[i] - res[i];
+  });
+  return Status::ok();
+}
+
+} // namespace rt
+} // namespace strait

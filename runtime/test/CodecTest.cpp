@@ -1,0 +1,322 @@
+//===- CodecTest.cpp - Transfer codecs: round trips, bounds, bad payloads -===//
+//
+// Every codec against an independent reference computed here in the
+// simplest way (a full sort for top-k, per-element rounding for the
+// quantizers, numpy-style casts for fp16/bf16), plus malformed payloads and
+// the error-feedback identity.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+#include "strait/runtime/Codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <gtest/gtest.h>
+#include <numeric>
+#include <random>
+
+using namespace strait;
+using namespace strait::rt;
+
+namespace {
+
+program::CodecParams params(program::Codec codec, float ratio = 0.0f,
+                            uint32_t block = 0, bool feedback = false) {
+  program::CodecParams p;
+  p.set_codec(codec);
+  p.set_topk_ratio(ratio);
+  p.set_block_size(block);
+  p.set_error_feedback(feedback);
+  return p;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto &x : v)
+    x = d(gen);
+  return v;
+}
+
+std::vector<float> roundTrip(const program::CodecParams &p,
+                             const std::vector<float> &x, size_t *bytes = nullptr) {
+  std::vector<uint8_t> payload;
+  Status s = encode(p, x.data(), x.size(), payload);
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  if (bytes)
+    *bytes = payload.size();
+  std::vector<float> y(x.size(), 123.0f);
+  s = decode(payload.data(), payload.size(), y.data(), y.size());
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  return y;
+}
+
+} // namespace
+
+TEST(Codec, NoneIsExact) {
+  auto x = gaussian(1001, 1);
+  size_t bytes;
+  EXPECT_EQ(roundTrip(params(program::CODEC_NONE), x, &bytes), x);
+  EXPECT_EQ(bytes, kCodecHeaderBytes + 4 * x.size());
+}
+
+TEST(Codec, Int8ErrorWithinHalfAScalePerBlock) {
+  for (uint32_t block : {0u, 1u, 7u, 256u, 1000u}) {
+    auto x = gaussian(5003, 2 + block);
+    x[17] = 0.0f;
+    size_t bytes;
+    auto y = roundTrip(params(program::CODEC_INT8, 0, block), x, &bytes);
+    uint32_t bs = block ? block : 256;
+    size_t blocks = (x.size() + bs - 1) / bs;
+    EXPECT_EQ(bytes, kCodecHeaderBytes + 4 * blocks + x.size());
+    for (size_t b = 0; b < blocks; ++b) {
+      size_t lo = b * bs, hi = std::min(x.size(), lo + bs);
+      float m = 0;
+      for (size_t i = lo; i < hi; ++i)
+        m = std::max(m, std::fabs(x[i]));
+      float scale = m / 127.0f;
+      for (size_t i = lo; i < hi; ++i) {
+        ASSERT_LE(std::fabs(x[i] - y[i]), scale / 2 * (1 + 1e-5f))
+            << "block size " << bs << " element " << i;
+        if (scale == 0.0f) {
+          ASSERT_EQ(y[i], 0.0f);
+          continue;
+        }
+        // The code is an integer multiple of the scale in [-127, 127].
+        float q = y[i] / scale;
+        ASSERT_NEAR(q, std::nearbyint(q), 1e-3f);
+        ASSERT_LE(std::fabs(q), 127.0f + 1e-3f);
+      }
+    }
+    EXPECT_EQ(y[17], 0.0f);
+  }
+}
+
+TEST(Codec, Int4ErrorWithinHalfAScaleAndPacksTwoPerByte) {
+  for (uint32_t block : {0u, 3u, 64u}) {
+    auto x = gaussian(4097, 3 + block); // odd: the last byte holds one code
+    size_t bytes;
+    auto y = roundTrip(params(program::CODEC_INT4, 0, block), x, &bytes);
+    uint32_t bs = block ? block : 256;
+    size_t blocks = (x.size() + bs - 1) / bs;
+    EXPECT_EQ(bytes, kCodecHeaderBytes + 4 * blocks + (x.size() + 1) / 2);
+    for (size_t b = 0; b < blocks; ++b) {
+      size_t lo = b * bs, hi = std::min(x.size(), lo + bs);
+      float m = 0;
+      for (size_t i = lo; i < hi; ++i)
+        m = std::max(m, std::fabs(x[i]));
+      for (size_t i = lo; i < hi; ++i)
+        ASSERT_LE(std::fabs(x[i] - y[i]), m / 7.0f / 2 * (1 + 1e-5f))
+            << "block size " << bs << " element " << i;
+    }
+  }
+}
+
+TEST(Codec, QuantizersHandleZeroTinyAndNonFiniteBlocks) {
+  std::vector<float> x(512, 0.0f);
+  x[300] = 1e-44f; // subnormal block maximum
+  x[301] = -5e-45f;
+  x[400] = std::numeric_limits<float>::infinity();
+  for (auto codec : {program::CODEC_INT8, program::CODEC_INT4}) {
+    auto y = roundTrip(params(codec, 0, 128), x);
+    for (int i = 0; i < 256; ++i)
+      ASSERT_EQ(y[i], 0.0f);
+    EXPECT_LE(std::fabs(y[300] - x[300]), 1e-44f);
+    EXPECT_TRUE(std::isnan(y[400])) << "a non-finite block decodes to NaN";
+    EXPECT_TRUE(std::isnan(y[385]));
+  }
+}
+
+TEST(Codec, HalfAndBFloat16RoundToNearestEven) {
+  auto x = gaussian(3000, 4);
+  for (auto &v : x)
+    v *= 100.0f;
+  x.push_back(65519.0f);  // rounds down to 65504
+  x.push_back(65520.0f);  // overflows to inf
+  x.push_back(1e-7f);     // fp16 subnormal
+  x.push_back(-0.0f);
+  auto h = roundTrip(params(program::CODEC_FP16), x);
+  auto b = roundTrip(params(program::CODEC_BF16), x);
+  for (size_t i = 0; i < 3000; ++i) {
+    ASSERT_LE(std::fabs(h[i] - x[i]), std::fabs(x[i]) * 0x1p-11f + 0x1p-25f);
+    ASSERT_LE(std::fabs(b[i] - x[i]), std::fabs(x[i]) * 0x1p-8f);
+  }
+  EXPECT_EQ(h[3000], 65504.0f);
+  EXPECT_TRUE(std::isinf(h[3001]));
+  EXPECT_NEAR(h[3002], 1e-7f, 0x1p-25f);
+  EXPECT_TRUE(std::signbit(h[3003]));
+  // Exact ties go to the even neighbour: 1 + 2^-11 is half-way between fp16
+  // 1 and 1 + 2^-10; 1 + 2^-8 between bf16 1 and 1 + 2^-7.
+  EXPECT_EQ(halfToFloat(floatToHalf(1.0f + 0x1p-11f)), 1.0f);
+  EXPECT_EQ(halfToFloat(floatToHalf(1.0f + 3 * 0x1p-11f)), 1.0f + 0x1p-9f);
+  EXPECT_EQ(bfloat16ToFloat(floatToBFloat16(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_EQ(bfloat16ToFloat(floatToBFloat16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  EXPECT_TRUE(std::isnan(bfloat16ToFloat(floatToBFloat16(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(halfToFloat(floatToHalf(std::nanf("")))));
+}
+
+TEST(Codec, TopKKeepsExactlyTheKLargestMagnitudes) {
+  for (float ratio : {0.001f, 0.01f, 0.1f, 0.5f, 1.0f}) {
+    auto x = gaussian(100003, 5);
+    auto y = roundTrip(params(program::CODEC_TOPK, ratio), x);
+    int64_t k = topkCount(params(program::CODEC_TOPK, ratio), x.size());
+    EXPECT_EQ(k, static_cast<int64_t>(std::ceil(double(ratio) * x.size())));
+    // Reference: full sort of the magnitudes.
+    std::vector<float> mags(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      mags[i] = std::fabs(x[i]);
+    std::sort(mags.begin(), mags.end(), std::greater<float>());
+    float kth = mags[k - 1];
+    int64_t kept = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (y[i] != 0.0f) {
+        ++kept;
+        ASSERT_EQ(y[i], x[i]) << "kept values are exact";
+        ASSERT_GE(std::fabs(x[i]), kth);
+      } else {
+        ASSERT_LE(std::fabs(x[i]), kth) << "ratio " << ratio << " element " << i;
+      }
+    }
+    EXPECT_EQ(kept, k) << "ratio " << ratio;
+  }
+}
+
+TEST(Codec, TopKTiesGoToLowerIndicesAndEachIndexEncodingIsChosen) {
+  // All equal magnitudes: the first k indices are kept.
+  std::vector<float> x(1000, 1.0f);
+  auto y = roundTrip(params(program::CODEC_TOPK, 0.25f), x);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_EQ(y[i], i < 250 ? 1.0f : 0.0f);
+  auto indexEncoding = [](const std::vector<float> &v, float ratio) {
+    std::vector<uint8_t> payload;
+    EXPECT_TRUE(encode(params(program::CODEC_TOPK, ratio), v.data(), v.size(),
+                       payload).isOk());
+    return static_cast<TopKIndexEncoding>(payload[2]);
+  };
+  auto g = gaussian(200000, 6);
+  EXPECT_EQ(indexEncoding(g, 0.01f), TopKIndexEncoding::U16Gaps); // gaps ~100
+  EXPECT_EQ(indexEncoding(g, 0.3f), TopKIndexEncoding::Bitmap);   // dense
+  // Few elements spread far apart: gaps need escapes, u32 is smaller.
+  std::vector<float> sparse(1 << 22, 0.0f);
+  for (int i = 0; i < 8; ++i)
+    sparse[i * (1 << 19) + 3] = float(i + 1);
+  EXPECT_EQ(indexEncoding(sparse, 8.0f / sparse.size()), TopKIndexEncoding::U32);
+  auto back = roundTrip(params(program::CODEC_TOPK, 8.0f / sparse.size()), sparse);
+  EXPECT_EQ(back, sparse);
+  // A gap that needs an escape word round-trips under U16Gaps too.
+  std::vector<float> escaped(200000, 0.0f);
+  for (int i = 0; i < 200000; i += 2)
+    escaped[i] = i < 100 ? 1.0f : 0.0f;
+  escaped[150000] = 5.0f;
+  auto e = roundTrip(params(program::CODEC_TOPK, 51.0f / 200000), escaped);
+  EXPECT_EQ(e, escaped);
+}
+
+TEST(Codec, TopKOnePercentIsAboutFiftyTimesSmaller) {
+  auto x = gaussian(1 << 20, 7);
+  size_t bytes;
+  roundTrip(params(program::CODEC_TOPK, 0.01f), x, &bytes);
+  double ratio = double(x.size() * 4) / bytes;
+  EXPECT_GT(ratio, 55.0); // 4 B value + ~2 B gap per kept element: ~66x
+  EXPECT_LT(ratio, 70.0);
+}
+
+TEST(Codec, DecodeAccumulates) {
+  auto x = gaussian(777, 8);
+  for (auto codec : {program::CODEC_NONE, program::CODEC_FP16, program::CODEC_INT8,
+                     program::CODEC_TOPK}) {
+    auto p = params(codec, 0.1f);
+    std::vector<uint8_t> payload;
+    ASSERT_TRUE(encode(p, x.data(), x.size(), payload).isOk());
+    std::vector<float> once(x.size()), twice(x.size(), 1.0f);
+    ASSERT_TRUE(decode(payload.data(), payload.size(), once.data(), once.size()).isOk());
+    ASSERT_TRUE(decode(payload.data(), payload.size(), twice.data(), twice.size(), true).isOk());
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(twice[i], once[i] + 1.0f);
+  }
+}
+
+TEST(Codec, MalformedPayloadsAreErrorsNotCrashes) {
+  auto x = gaussian(1000, 9);
+  std::vector<float> out(1000);
+  for (auto codec : {program::CODEC_NONE, program::CODEC_FP16, program::CODEC_BF16,
+                     program::CODEC_INT8, program::CODEC_INT4, program::CODEC_TOPK}) {
+    for (float ratio : {0.01f, 0.5f}) {
+      std::vector<uint8_t> payload;
+      ASSERT_TRUE(encode(params(codec, ratio, 64), x.data(), x.size(), payload).isOk());
+      // Every truncation is rejected.
+      for (size_t len = 0; len < payload.size(); len += 1 + len / 8) {
+        Status s = decode(payload.data(), len, out.data(), out.size());
+        ASSERT_FALSE(s.isOk()) << program::Codec_Name(codec) << " truncated to " << len;
+        EXPECT_NE(s.getMessage().find("corrupt codec payload"), std::string::npos);
+      }
+      // Wrong destination size.
+      EXPECT_FALSE(decode(payload.data(), payload.size(), out.data(), 999).isOk());
+      // Random byte flips: never a crash; headers and indices are checked.
+      std::mt19937 gen(codec * 31 + int(ratio * 100));
+      for (int trial = 0; trial < 2000; ++trial) {
+        std::vector<uint8_t> bad = payload;
+        int flips = 1 + trial % 4;
+        for (int f = 0; f < flips; ++f)
+          bad[gen() % std::min<size_t>(bad.size(), trial % 2 ? 64 : bad.size())] ^=
+              uint8_t(1u << (gen() % 8));
+        (void)decode(bad.data(), bad.size(), out.data(), out.size());
+      }
+    }
+  }
+  std::vector<uint8_t> junk = {0xC5, 99, 0, 1, 0, 0, 0, 0, 0xE8, 3, 0, 0, 0, 0, 0, 0};
+  Status s = decode(junk.data(), junk.size(), out.data(), out.size());
+  EXPECT_NE(s.getMessage().find("unknown codec 99"), std::string::npos) << s.toString();
+  junk[0] = 0;
+  EXPECT_NE(decode(junk.data(), junk.size(), out.data(), out.size()).getMessage().find("magic"),
+            std::string::npos);
+}
+
+TEST(Codec, InvalidParamsNameTheField) {
+  Status s = validateCodecParams(params(program::CODEC_TOPK, 0.0f), "steps[2].send.codec");
+  EXPECT_EQ(s.getMessage(), "steps[2].send.codec.topk_ratio: 0.000000 is not in (0, 1]");
+  EXPECT_FALSE(validateCodecParams(params(program::CODEC_TOPK, 1.5f), "c").isOk());
+  EXPECT_FALSE(validateCodecParams(params(program::CODEC_INT8, 0, 1u << 25), "c").isOk());
+  EXPECT_FALSE(validateCodecParams(params(static_cast<program::Codec>(42)), "c").isOk());
+  EXPECT_TRUE(validateCodecParams(params(program::CODEC_INT4, 0, 32), "c").isOk());
+}
+
+TEST(Codec, ErrorFeedbackCarriesExactlyWhatWasNotSent) {
+  const size_t n = 20000;
+  for (auto codec : {program::CODEC_TOPK, program::CODEC_INT8, program::CODEC_INT4,
+                     program::CODEC_FP16, program::CODEC_BF16}) {
+    auto p = params(codec, 0.01f, 128, /*feedback=*/true);
+    ErrorFeedback ef;
+    std::vector<double> inputs(n, 0.0), sent(n, 0.0);
+    std::vector<uint8_t> payload;
+    std::vector<float> decoded(n);
+    for (int step = 0; step < 30; ++step) {
+      auto x = gaussian(n, 100 + step);
+      for (size_t i = 0; i < n; ++i)
+        inputs[i] += x[i];
+      ASSERT_TRUE(ef.encode(p, x.data(), n, payload).isOk());
+      ASSERT_TRUE(decode(payload.data(), payload.size(), decoded.data(), n).isOk());
+      for (size_t i = 0; i < n; ++i)
+        sent[i] += decoded[i];
+    }
+    const auto &r = ef.getResidual();
+    ASSERT_EQ(r.size(), n);
+    double maxErr = 0, maxRes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      maxErr = std::max(maxErr, std::fabs(sent[i] + r[i] - inputs[i]));
+      maxRes = std::max(maxRes, double(std::fabs(r[i])));
+    }
+    // Float rounding of 30 steps of (x + r) and (sum - decoded).
+    EXPECT_LT(maxErr, 1e-4) << program::Codec_Name(codec);
+    if (codec == program::CODEC_TOPK)
+      EXPECT_GT(maxRes, 1.0) << "top-k 1% leaves most of the signal in the residual";
+  }
+  // Without error feedback nothing is kept.
+  ErrorFeedback none;
+  std::vector<float> x = gaussian(100, 1);
+  std::vector<uint8_t> payload;
+  ASSERT_TRUE(none.encode(params(program::CODEC_INT8), x.data(), 100, payload).isOk());
+  EXPECT_TRUE(none.getResidual().empty());
+}
