@@ -49,9 +49,10 @@ struct Resource {
 
 class Simulation {
 public:
-  Simulation(const PartitionPlan &plan, const ClusterModel &cluster)
-      : plan(plan), cluster(cluster), S(plan.stages.size()),
-        M(plan.microBatches) {}
+  Simulation(const PartitionPlan &plan, const ClusterModel &cluster,
+             const PlanCompression *compression)
+      : plan(plan), cluster(cluster), compression(compression),
+        S(plan.stages.size()), M(plan.microBatches) {}
   SimulationResult run();
 
 private:
@@ -67,6 +68,7 @@ private:
 
   const PartitionPlan &plan;
   const ClusterModel &cluster;
+  const PlanCompression *compression;
   unsigned S, M;
   double now = 0;
   std::vector<std::vector<Op>> ops;
@@ -161,9 +163,15 @@ void Simulation::send(unsigned cut, bool gradient, unsigned mb) {
   f.microBatch = mb;
   f.gradient = gradient;
   f.begin = now;
-  f.activeAt = now + s.sendLatency;
-  f.remaining = s.sendBytes;
-  resources[f.resource].usage.bytes += s.sendBytes;
+  double bytes = s.sendBytes, codecDelay = 0;
+  if (compression && cut < compression->forward.size()) {
+    bytes = gradient ? compression->backwardBytes[cut] : compression->forwardBytes[cut];
+    codecDelay = gradient ? compression->backwardCodecTime[cut]
+                          : compression->forwardCodecTime[cut];
+  }
+  f.activeAt = now + s.sendLatency + codecDelay;
+  f.remaining = bytes;
+  resources[f.resource].usage.bytes += bytes;
   flows.push_back(f);
 }
 
@@ -179,7 +187,9 @@ void Simulation::finishCompute(unsigned j) {
   if (j > 0)
     send(j - 1, true, op.microBatch);
   if (cursor[j] == ops[j].size()) {
-    double ar = plan.stages[j].allReduceTime;
+    double ar = compression && j < compression->allReduceTime.size()
+                    ? compression->allReduceTime[j]
+                    : plan.stages[j].allReduceTime;
     if (ar > 0)
       result.events.push_back(
           {TimelineEvent::Kind::AllReduce, j, 0, now, now + ar});
@@ -274,11 +284,12 @@ SimulationResult Simulation::run() {
 }
 
 llvm::Expected<SimulationResult>
-strait::simulatePlan(const PartitionPlan &plan, const ClusterModel &cluster) {
+strait::simulatePlan(const PartitionPlan &plan, const ClusterModel &cluster,
+                     const PlanCompression *compression) {
   if (plan.stages.empty() || plan.microBatches == 0)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "cannot simulate a plan without stages");
-  Simulation sim(plan, cluster);
+  Simulation sim(plan, cluster, compression);
   SimulationResult result = sim.run();
   for (unsigned j = 0; j < plan.stages.size(); ++j) {
     unsigned expected = 2 * plan.microBatches;

@@ -1,6 +1,7 @@
 //===- StageCost.cpp - The cost model shared by planners and baselines ----===//
 
 #include "StageCost.h"
+#include "strait/Analysis/Compression.h"
 #include "strait/Analysis/Workload.h"
 
 #include <algorithm>
@@ -51,6 +52,17 @@ Chunk PlanContext::makeChunk(std::vector<unsigned> devices) const {
   double ring2 = ringAllReduceTime(cluster, devices, s2);
   double best1 = allReduceTime(cluster, devices, s1);
   double best2 = allReduceTime(cluster, devices, s2);
+  // Hierarchical over the replicas' own bandwidth islands (any sizes), as
+  // dist-insert-comm marks the all-reduce and the runtime runs it.
+  std::vector<std::vector<unsigned>> islands = islandsOf(cluster, devices);
+  if (islands.size() > 1) {
+    double h1 = islandAllReduceTime(cluster, islands, s1);
+    double h2 = islandAllReduceTime(cluster, islands, s2);
+    if (h2 < best2) {
+      best1 = h1;
+      best2 = h2;
+    }
+  }
   chunk.allReduce.beta[0] = (ring2 - ring1) / (s2 - s1);
   chunk.allReduce.alpha[0] = ring1 - chunk.allReduce.beta[0] * s1;
   chunk.allReduce.beta[1] = (best2 - best1) / (s2 - s1);

@@ -51,13 +51,21 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   assign.replicas = replicas;
   assign.microBatches = o.microBatches;
   pm.addPass(dist::createDistAssignStages(assign));
-  pm.addPass(dist::createDistInsertComm());
+  dist::DistInsertCommOptions comm;
+  comm.cluster = o.cluster;
+  pm.addPass(dist::createDistInsertComm(comm));
+  dist::DistInsertCompressionOptions compression;
+  compression.cluster = o.cluster;
+  compression.compress = o.compress;
+  std::vector<std::string> links(o.compressLink.begin(), o.compressLink.end());
+  compression.compressLink = links;
+  pm.addPass(dist::createDistInsertCompression(compression));
   pm.addPass(dist::createDistSplitStages());
 }
 
 void strait::registerStraitPipeline() {
   PassPipelineRegistration<StraitPipelineOptions>(
       "strait-pipeline",
-      "What straitc runs: assign stages, insert communication, split stages",
+      "What straitc runs: assign stages, insert communication and compression, split stages",
       buildStraitPipeline);
 }

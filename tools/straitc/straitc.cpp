@@ -13,7 +13,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "strait/Analysis/Compression.h"
 #include "strait/Analysis/PlanReport.h"
+#include "strait/Analysis/Simulator.h"
 #include "strait/Dialect/Graph/Summary.h"
 #include "strait/Dialect/Dist/DistOps.h"
 #include "strait/Dialect/Dist/StagePlan.h"
@@ -138,6 +140,15 @@ cl::opt<int64_t> numStages("num-stages",
                            cl::init(0));
 cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lacks"),
                        cl::init(0));
+cl::opt<std::string> compress(
+    "compress",
+    cl::desc("Codecs on slow links: none (default), auto (per link from the cost model), "
+             "or fp16, bf16, int8, int4, topk:R on every link"),
+    cl::init("none"));
+cl::list<std::string> compressLink(
+    "compress-link",
+    cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
+             "repeatable; wins over --compress)"));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false));
@@ -161,6 +172,69 @@ struct PlanReporter : public PassInstrumentation {
   strait::dist::StagePlanOptions options;
   std::optional<strait::dist::StagePlanResult> result;
 };
+
+/// With --compress or --compress-link: the codec per link of the plan, and
+/// the simulated iteration time without and with them (text and JSON).
+LogicalResult reportCompression(const strait::PartitionPlan &plan,
+                                const strait::ClusterModel &cluster, llvm::raw_ostream &os,
+                                llvm::json::Value *json) {
+  if (compress == "none" && compressLink.empty())
+    return success();
+  strait::CompressionOptions copts;
+  copts.mode = compress;
+  for (const std::string &text : compressLink) {
+    auto o = strait::parseLinkOverride(text);
+    if (!o) {
+      llvm::errs() << "straitc: --compress-link=" << llvm::toString(o.takeError()) << "\n";
+      return failure();
+    }
+    copts.links.push_back(std::move(*o));
+  }
+  auto c = strait::compressPlan(plan, cluster, copts);
+  if (!c) {
+    llvm::errs() << "straitc: " << llvm::toString(c.takeError()) << "\n";
+    return failure();
+  }
+  auto without = strait::simulatePlan(plan, cluster);
+  auto with = strait::simulatePlan(plan, cluster, &*c);
+  if (!without || !with) {
+    llvm::errs() << "straitc: cannot simulate the plan: "
+                 << llvm::toString(without ? with.takeError() : without.takeError()) << "\n";
+    return failure();
+  }
+  os << "compression (--compress=" << compress << "):\n" << strait::formatCompression(*c, plan, cluster);
+  double t0 = without->iterationTime, t1 = with->iterationTime;
+  os << llvm::formatv("predicted iteration (simulated): {0:f4} s without compression, {1:f4} s "
+                      "with ({2:f2}x throughput)\n",
+                      t0, t1, t1 > 0 ? t0 / t1 : 0.0);
+  if (auto *obj = json ? json->getAsObject() : nullptr) {
+    llvm::json::Array links;
+    for (size_t j = 0; j < c->forward.size(); ++j)
+      for (bool backward : {false, true}) {
+        const strait::Codec &codec = backward ? c->backward[j] : c->forward[j];
+        links.push_back(llvm::json::Object{
+            {"from_stage", int64_t(backward ? j + 1 : j)},
+            {"to_stage", int64_t(backward ? j : j + 1)},
+            {"codec", strait::formatCodec(codec)},
+            {"error_feedback", codec.errorFeedback},
+            {"wire_bytes", backward ? c->backwardBytes[j] : c->forwardBytes[j]},
+            {"plain_bytes", plan.stages[j].sendBytes},
+            {"time", backward ? c->backwardTime[j] : c->forwardTime[j]}});
+      }
+    llvm::json::Array reduces;
+    for (size_t j = 0; j < c->allReduce.size(); ++j)
+      reduces.push_back(llvm::json::Object{{"stage", int64_t(j)},
+                                           {"codec", strait::formatCodec(c->allReduce[j])},
+                                           {"time", c->allReduceTime[j]}});
+    (*obj)["compression"] = llvm::json::Object{
+        {"mode", compress.getValue()},
+        {"links", std::move(links)},
+        {"all_reduces", std::move(reduces)},
+        {"iteration_time_without", t0},
+        {"iteration_time_with", t1}};
+  }
+  return success();
+}
 
 /// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
 /// plan report is computed on the way.
@@ -191,6 +265,8 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.minLr = minLr.getValue();
   popts.trainable = std::vector<std::string>(trainable.begin(), trainable.end());
   popts.frozen = std::vector<std::string>(frozen.begin(), frozen.end());
+  popts.compress = compress.getValue();
+  popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;
@@ -317,6 +393,11 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: no plan fits: " << plan->plan.message << "\n";
       return 1;
     }
+    llvm::json::Value json = strait::planToJSON(*plan, *cluster);
+    std::string compressionText;
+    llvm::raw_string_ostream compressionOS(compressionText);
+    if (failed(reportCompression(plan->plan, *cluster, compressionOS, &json)))
+      return 1;
     if (!planJson.empty()) {
       std::string err;
       auto jsonOut = openOutputFile(planJson, &err);
@@ -324,7 +405,7 @@ int main(int argc, char **argv) {
         llvm::errs() << "straitc: " << err << "\n";
         return 1;
       }
-      jsonOut->os() << llvm::formatv("{0:2}", strait::planToJSON(*plan, *cluster)) << "\n";
+      jsonOut->os() << llvm::formatv("{0:2}", json) << "\n";
       jsonOut->keep();
     }
     std::string err;
@@ -333,7 +414,7 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: " << err << "\n";
       return 1;
     }
-    out->os() << strait::formatPlan(plan->plan, *cluster);
+    out->os() << strait::formatPlan(plan->plan, *cluster) << compressionText;
     out->keep();
     return 0;
   }

@@ -13,6 +13,7 @@
 #ifndef STRAIT_ANALYSIS_SIMULATOR_H
 #define STRAIT_ANALYSIS_SIMULATOR_H
 
+#include "strait/Analysis/Compression.h"
 #include "strait/Analysis/Partitioner.h"
 
 #include "llvm/Support/Error.h"
@@ -44,9 +45,13 @@ struct SimulationResult {
   std::vector<LinkUsage> links;
 };
 
-/// Simulates one iteration; the plan must have at least one stage.
-llvm::Expected<SimulationResult> simulatePlan(const PartitionPlan &plan,
-                                              const ClusterModel &cluster);
+/// Simulates one iteration; the plan must have at least one stage. With
+/// `compression`, each cut carries its codec's wire bytes per direction,
+/// its flows wait the codec's encode + decode time on top of the latency,
+/// and each stage's all-reduce takes its compressed time.
+llvm::Expected<SimulationResult>
+simulatePlan(const PartitionPlan &plan, const ClusterModel &cluster,
+             const PlanCompression *compression = nullptr);
 
 /// Writes {iteration_time, bubble_fraction, stages, events, links} as JSON.
 llvm::Error writeTimelineJSON(const SimulationResult &result,

@@ -95,10 +95,18 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   Option<int64_t> microBatches{*this, "micro-batches",
                                llvm::cl::desc("micro-batches (with a cluster: imposed when > 1)"),
                                llvm::cl::init(1)};
+  Option<std::string> compress{
+      *this, "compress",
+      llvm::cl::desc("codecs on slow links: none, auto (needs cluster), or fp16, bf16, int8, "
+                     "int4, topk:R for every link"),
+      llvm::cl::init("none")};
+  ListOption<std::string> compressLink{
+      *this, "compress-link",
+      llvm::cl::desc("per link: A:B=CODEC[:R] (sites, hosts or devices A and B)")};
 };
 
 /// [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
-/// dist-split-stages.
+/// dist-insert-compression -> dist-split-stages.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);
 
 /// Registers `strait-pipeline` with the global pass registry.

@@ -75,9 +75,66 @@ private:
   int microBatch = -1;
 };
 
+/// The runtime's codec parameters of a dist.compress / dist.decompress.
+template <typename CodecOp>
+void fillCodec(CodecOp op, pb::CodecParams &params) {
+  switch (op.getCodec()) {
+  case dist::Codec::topk: params.set_codec(pb::CODEC_TOPK); break;
+  case dist::Codec::int8: params.set_codec(pb::CODEC_INT8); break;
+  case dist::Codec::int4: params.set_codec(pb::CODEC_INT4); break;
+  case dist::Codec::fp16: params.set_codec(pb::CODEC_FP16); break;
+  case dist::Codec::bf16: params.set_codec(pb::CODEC_BF16); break;
+  }
+  if (FloatAttr ratio = op.getRatioAttr())
+    params.set_topk_ratio(static_cast<float>(ratio.getValueAsDouble()));
+  if (IntegerAttr block = op.getBlockAttr())
+    params.set_block_size(static_cast<uint32_t>(block.getInt()));
+}
+
+/// The dist.compress feeding a transfer, if any; it must feed only it.
+FailureOr<dist::CompressOp> compressOf(Value v) {
+  auto c = v.getDefiningOp<dist::CompressOp>();
+  if (c && !c.getEncoded().hasOneUse())
+    return c.emitError("dist.compress must feed exactly one dist.send or dist.all_reduce "
+                       "to be folded into the program's transfer");
+  return c;
+}
+
+/// The dist.decompress reading a transfer's result, if any; it must be the
+/// result's only user.
+FailureOr<dist::DecompressOp> decompressOf(Value v) {
+  auto it = llvm::find_if(v.getUsers(), [](Operation *u) { return isa<dist::DecompressOp>(u); });
+  if (it == v.getUsers().end())
+    return dist::DecompressOp();
+  auto d = cast<dist::DecompressOp>(*it);
+  if (!v.hasOneUse())
+    return d.emitError("dist.decompress must be the only user of the received bytes to "
+                       "be folded into the program's transfer");
+  return d;
+}
+
 LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) {
+  // Codecs fold into the transfers: the program moves the plain value, the
+  // runtime encodes on the wire (CodecParams).
+  if (auto c = dyn_cast<dist::CompressOp>(op)) {
+    if (c.getEncoded().hasOneUse() &&
+        isa<dist::SendOp, dist::AllReduceOp>(*c.getEncoded().getUsers().begin()))
+      return success();
+    return op->emitError("dist.compress must feed exactly one dist.send or dist.all_reduce "
+                         "to be exported");
+  }
+  if (auto d = dyn_cast<dist::DecompressOp>(op)) {
+    if (isa_and_nonnull<dist::RecvOp, dist::AllReduceOp>(d.getEncoded().getDefiningOp()))
+      return success();
+    return op->emitError("dist.decompress must read a dist.recv or dist.all_reduce to be "
+                         "exported");
+  }
   if (auto send = dyn_cast<dist::SendOp>(op)) {
-    std::optional<uint32_t> id = values.lookup(send.getValue());
+    FailureOr<dist::CompressOp> codec = compressOf(send.getValue());
+    if (failed(codec))
+      return failure();
+    Value plain = *codec ? codec->getValue() : send.getValue();
+    std::optional<uint32_t> id = values.lookup(plain);
     FailureOr<int> peer = steps.peerRank(op, send.getPeer());
     if (!id || failed(peer))
       return failure();
@@ -86,26 +143,44 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     s->set_value_id(*id);
     s->set_peer(*peer);
     s->set_channel(send.getChannel());
+    if (*codec) {
+      fillCodec(*codec, *s->mutable_codec());
+      s->mutable_codec()->set_error_feedback(codec->getErrorFeedback());
+    }
     return success();
   }
   if (auto recv = dyn_cast<dist::RecvOp>(op)) {
     FailureOr<int> peer = steps.peerRank(op, recv.getPeer());
-    if (failed(peer))
+    FailureOr<dist::DecompressOp> codec = decompressOf(recv.getResult());
+    if (failed(peer) || failed(codec))
       return failure();
-    uint32_t id = values.get(recv.getResult(), pb::ROLE_ACTIVATION,
+    Value plain = *codec ? codec->getResult() : recv.getResult();
+    uint32_t id = values.get(plain, pb::ROLE_ACTIVATION,
                              "recv.ch" + std::to_string(recv.getChannel()));
     pb::Recv *r = steps.newStep("recv ch" + std::to_string(recv.getChannel()))
                       ->mutable_recv();
     r->set_value_id(id);
     r->set_peer(*peer);
     r->set_channel(recv.getChannel());
+    if (*codec)
+      fillCodec(*codec, *r->mutable_codec());
     return success();
   }
   if (auto reduce = dyn_cast<dist::AllReduceOp>(op)) {
-    std::optional<uint32_t> id = values.lookup(reduce.getValue());
+    FailureOr<dist::CompressOp> encode = compressOf(reduce.getValue());
+    if (failed(encode))
+      return failure();
+    FailureOr<dist::DecompressOp> decode = decompressOf(reduce.getResult());
+    if (failed(decode))
+      return failure();
+    if (bool(*encode) != bool(*decode))
+      return op->emitError("a compressed all-reduce needs dist.compress before and "
+                           "dist.decompress after it");
+    Value plain = *encode ? encode->getValue() : reduce.getValue();
+    std::optional<uint32_t> id = values.lookup(plain);
     if (!id)
       return op->emitError("all-reduced value is not produced in the function");
-    values.alias(reduce.getResult(), *id);
+    values.alias(*decode ? decode->getResult() : reduce.getResult(), *id);
     pb::AllReduce *a =
         steps.newStep("all_reduce ch" + std::to_string(reduce.getChannel()))
             ->mutable_all_reduce();
@@ -115,6 +190,16 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     a->set_reduce(reduce.getReduction() == dist::Reduction::mean ? pb::REDUCE_MEAN
                                                                  : pb::REDUCE_SUM);
     a->set_channel(reduce.getChannel());
+    if (ArrayAttr islands = reduce.getIslandsAttr())
+      for (auto group : islands.getAsRange<DenseI64ArrayAttr>()) {
+        pb::RankGroup *g = a->add_islands();
+        for (int64_t r : group.asArrayRef())
+          g->add_ranks(r);
+      }
+    if (*encode) {
+      fillCodec(*encode, *a->mutable_codec());
+      a->mutable_codec()->set_error_feedback(encode->getErrorFeedback());
+    }
     return success();
   }
   return op->emitError("op '") << op->getName() << "' has no program step";

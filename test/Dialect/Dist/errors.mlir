@@ -36,56 +36,110 @@ func.func @group_empty(%x: tensor<2xf32>) -> tensor<2xf32> {
 
 // -----
 
-// D8: fp16 encodes to f16 elements of the same shape.
-func.func @fp16_type(%x: tensor<2x2xf32>) -> tensor<2x2xbf16> {
-  // expected-error@+1 {{D8: codec 'fp16' encodes 'tensor<2x2xf32>' as ('tensor<2x2xf16>'), not ('tensor<2x2xbf16>')}}
-  %r = dist.compress %x codec <fp16> : tensor<2x2xf32> -> tensor<2x2xbf16>
-  return %r : tensor<2x2xbf16>
+// D8: the encoded bytes follow the size model (fp16: 2 bytes a value).
+func.func @fp16_type(%x: tensor<2x2xf32>) -> tensor<16xi8> {
+  // expected-error@+1 {{D8: codec 'fp16' encodes 'tensor<2x2xf32>' in 8 bytes (tensor<8xi8>), not 'tensor<16xi8>'}}
+  %r = dist.compress %x codec <fp16> : tensor<2x2xf32> -> tensor<16xi8>
+  return %r : tensor<16xi8>
 }
 
 // -----
 
 // D8: topk needs a ratio.
-func.func @topk_no_ratio(%x: tensor<4xf32>) {
+func.func @topk_no_ratio(%x: tensor<4xf32>) -> tensor<16xi8> {
   // expected-error@+1 {{D8: topk needs a ratio in (0, 1]}}
-  %v, %i = dist.compress %x codec <topk> : tensor<4xf32> -> tensor<2xf32>, tensor<2xi64>
-  return
+  %r = dist.compress %x codec <topk> : tensor<4xf32> -> tensor<16xi8>
+  return %r : tensor<16xi8>
 }
 
 // -----
 
-// D8: k follows the ratio.
-func.func @topk_k(%x: tensor<4xf32>) {
-  // expected-error@+1 {{D8: codec 'topk' encodes 'tensor<4xf32>' as ('tensor<2xf32>', 'tensor<2xi64>'), not ('tensor<3xf32>', 'tensor<3xi64>')}}
-  %v, %i = dist.compress %x codec <topk> ratio 0.5 : tensor<4xf32> -> tensor<3xf32>, tensor<3xi64>
-  return
+// D8: k = ceil(ratio n) values and u32 indices: 2 x 8 bytes.
+func.func @topk_k(%x: tensor<4xf32>) -> tensor<24xi8> {
+  // expected-error@+1 {{D8: codec 'topk' encodes 'tensor<4xf32>' in 16 bytes (tensor<16xi8>), not 'tensor<24xi8>'}}
+  %r = dist.compress %x codec <topk> ratio 0.5 : tensor<4xf32> -> tensor<24xi8>
+  return %r : tensor<24xi8>
 }
 
 // -----
 
 // D8: only topk takes a ratio.
-func.func @int8_ratio(%x: tensor<4xf32>) -> tensor<4xi8> {
+func.func @int8_ratio(%x: tensor<4xf32>) -> tensor<8xi8> {
   // expected-error@+1 {{D8: only topk takes a ratio}}
-  %r = dist.compress %x codec <int8> ratio 0.5 : tensor<4xf32> -> tensor<4xi8>
-  return %r : tensor<4xi8>
+  %r = dist.compress %x codec <int8> ratio 0.5 : tensor<4xf32> -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// -----
+
+// D8: only int8 and int4 take a block size.
+func.func @fp16_block(%x: tensor<4xf32>) -> tensor<8xi8> {
+  // expected-error@+1 {{D8: only int8 and int4 take a block size}}
+  %r = dist.compress %x codec <fp16> block 2 : tensor<4xf32> -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// -----
+
+// D8: a block holds at least one value.
+func.func @int8_block_zero(%x: tensor<4xf32>) -> tensor<8xi8> {
+  // expected-error@+1 {{D8: the block size must be positive, got 0}}
+  %r = dist.compress %x codec <int8> block 0 : tensor<4xf32> -> tensor<8xi8>
+  return %r : tensor<8xi8>
 }
 
 // -----
 
 // D8: codecs encode floats.
-func.func @int_input(%x: tensor<4xi64>) -> tensor<4xi8> {
+func.func @int_input(%x: tensor<4xi64>) -> tensor<8xi8> {
   // expected-error@+1 {{D8: codecs encode float tensors, got 'i64'}}
-  %r = dist.compress %x codec <int8> : tensor<4xi64> -> tensor<4xi8>
-  return %r : tensor<4xi8>
+  %r = dist.compress %x codec <int8> : tensor<4xi64> -> tensor<8xi8>
+  return %r : tensor<8xi8>
 }
 
 // -----
 
-// D9: topk decodes values and indices.
-func.func @topk_decode_one(%v: tensor<2xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{D9: topk decodes two inputs (values, indices)}}
-  %r = dist.decompress %v codec <topk> : tensor<2xf32> -> tensor<4xf32>
+// D9: the decoder checks the same size rule (int4: 2 bytes and one scale).
+func.func @int4_decode_size(%v: tensor<7xi8>) -> tensor<4xf32> {
+  // expected-error@+1 {{D9: codec 'int4' encodes 'tensor<4xf32>' in 6 bytes (tensor<6xi8>), not 'tensor<7xi8>'}}
+  %r = dist.decompress %v codec <int4> : tensor<7xi8> -> tensor<4xf32>
   return %r : tensor<4xf32>
+}
+
+// -----
+
+// D10: islands partition the group: every rank once.
+func.func @islands_overlap(%x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{D10: rank 1 is in more than one island}}
+  %r = dist.all_reduce %x reduce <mean> over [0, 1, 2] islands [array<i64: 0, 1>, array<i64: 1, 2>] channel 0 : tensor<2xf32>
+  return %r : tensor<2xf32>
+}
+
+// -----
+
+// D10: islands cover the group.
+func.func @islands_cover(%x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{D10: the islands must cover the group (3 of 4 ranks)}}
+  %r = dist.all_reduce %x reduce <mean> over [0, 1, 2, 3] islands [array<i64: 0, 1>, array<i64: 2>] channel 0 : tensor<2xf32>
+  return %r : tensor<2xf32>
+}
+
+// -----
+
+// D10: island ranks belong to the group.
+func.func @islands_foreign(%x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{D10: island 1 has rank 5, which is not in the group}}
+  %r = dist.all_reduce %x reduce <mean> over [0, 1] islands [array<i64: 0>, array<i64: 5>] channel 0 : tensor<2xf32>
+  return %r : tensor<2xf32>
+}
+
+// -----
+
+// D10: a hierarchy needs two islands at least.
+func.func @islands_one(%x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{D10: islands must be at least two groups}}
+  %r = dist.all_reduce %x reduce <mean> over [0, 1] islands [array<i64: 0, 1>] channel 0 : tensor<2xf32>
+  return %r : tensor<2xf32>
 }
 
 // -----

@@ -16,15 +16,29 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
   }
 
   // CHECK-LABEL: func @codecs
-  func.func @codecs(%g: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf16>, tensor<4x4xi4>) {
-    // CHECK: %[[V:.*]]:2 = dist.compress %{{.*}} codec <topk> ratio 2.500000e-01 : tensor<4x4xf32> -> tensor<4xf32>, tensor<4xi64>
-    %v, %i = dist.compress %g codec <topk> ratio 0.25 : tensor<4x4xf32> -> tensor<4xf32>, tensor<4xi64>
-    // CHECK: dist.decompress %[[V]]#0, %[[V]]#1 codec <topk> : tensor<4xf32>, tensor<4xi64> -> tensor<4x4xf32>
-    %d = dist.decompress %v, %i codec <topk> : tensor<4xf32>, tensor<4xi64> -> tensor<4x4xf32>
-    // CHECK: dist.compress %{{.*}} codec <fp16> : tensor<4x4xf32> -> tensor<4x4xf16>
-    %h = dist.compress %g codec <fp16> : tensor<4x4xf32> -> tensor<4x4xf16>
-    // CHECK: dist.compress %{{.*}} codec <int4> : tensor<4x4xf32> -> tensor<4x4xi4>
-    %q = dist.compress %g codec <int4> : tensor<4x4xf32> -> tensor<4x4xi4>
-    return %d, %h, %q : tensor<4x4xf32>, tensor<4x4xf16>, tensor<4x4xi4>
+  // Encoded values are the wire bytes (D8): 16 f32 -> topk 0.25 keeps 4
+  // values and their u32 indices (32 bytes), fp16 32 bytes, int4 8 bytes and
+  // one scale (12), int8 with blocks of 8: 16 bytes and two scales (24).
+  func.func @codecs(%g: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<32xi8>, tensor<12xi8>, tensor<4x4xf32>) {
+    // CHECK: %[[V:.*]] = dist.compress %{{.*}} codec <topk> ratio 2.500000e-01 error_feedback : tensor<4x4xf32> -> tensor<32xi8>
+    %v = dist.compress %g codec <topk> ratio 0.25 error_feedback : tensor<4x4xf32> -> tensor<32xi8>
+    // CHECK: dist.decompress %[[V]] codec <topk> ratio 2.500000e-01 : tensor<32xi8> -> tensor<4x4xf32>
+    %d = dist.decompress %v codec <topk> ratio 0.25 : tensor<32xi8> -> tensor<4x4xf32>
+    // CHECK: dist.compress %{{.*}} codec <fp16> : tensor<4x4xf32> -> tensor<32xi8>
+    %h = dist.compress %g codec <fp16> : tensor<4x4xf32> -> tensor<32xi8>
+    // CHECK: dist.compress %{{.*}} codec <int4> : tensor<4x4xf32> -> tensor<12xi8>
+    %q = dist.compress %g codec <int4> : tensor<4x4xf32> -> tensor<12xi8>
+    // CHECK: %[[B:.*]] = dist.compress %{{.*}} codec <int8> block 8 : tensor<4x4xf32> -> tensor<24xi8>
+    %b = dist.compress %g codec <int8> block 8 : tensor<4x4xf32> -> tensor<24xi8>
+    // CHECK: dist.decompress %[[B]] codec <int8> block 8 : tensor<24xi8> -> tensor<4x4xf32>
+    %e = dist.decompress %b codec <int8> block 8 : tensor<24xi8> -> tensor<4x4xf32>
+    return %d, %h, %q, %e : tensor<4x4xf32>, tensor<32xi8>, tensor<12xi8>, tensor<4x4xf32>
+  }
+
+  // CHECK-LABEL: func @hierarchical
+  func.func @hierarchical(%g: tensor<4xf32>) -> tensor<4xf32> {
+    // CHECK: dist.all_reduce %{{.*}} reduce <mean> over [0, 1, 2] islands [array<i64: 0, 1>, array<i64: 2>] channel 3 : tensor<4xf32>
+    %r = dist.all_reduce %g reduce <mean> over [0, 1, 2] islands [array<i64: 0, 1>, array<i64: 2>] channel 3 : tensor<4xf32>
+    return %r : tensor<4xf32>
   }
 }

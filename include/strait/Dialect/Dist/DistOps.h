@@ -14,4 +14,13 @@
 #define GET_OP_CLASSES
 #include "strait/Dialect/Dist/DistOps.h.inc"
 
+namespace strait::dist {
+/// Bytes `codec` encodes `elements` values of `elementBytes` each into (D8):
+/// fp16/bf16 2n, int8 n + 4 ceil(n/block), int4 ceil(n/2) + 4 ceil(n/block),
+/// topk ceil(ratio n) (elementBytes + 4). The planner's size model
+/// (strait/Analysis/Compression.h, encodedBytes) is the same rule.
+int64_t encodedByteCount(Codec codec, int64_t elements, int64_t elementBytes,
+                         double ratio = 1, int64_t block = 256);
+} // namespace strait::dist
+
 #endif // STRAIT_DIALECT_DIST_DISTOPS_H

@@ -52,6 +52,8 @@ def Dist_RecvOp : Dist_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>]> {
   let hasVerifier = 1;
 }
 
+def Dist_IslandsAttr : TypedArrayAttrBase<DenseI64ArrayAttr, "list of rank groups">;
+
 def Dist_AllReduceOp : Dist_Op<"all_reduce", [
     MemoryEffects<[MemRead, MemWrite]>, AllTypesMatch<["value", "result"]>]> {
   let summary = "Reduce a value over the ranks of a group";
@@ -62,59 +64,86 @@ def Dist_AllReduceOp : Dist_Op<"all_reduce", [
     of a group reduce the same values in the same order on the same
     `channel`.
 
+    With `islands` (a partition of the group into at least two sorted rank
+    groups joined by fast links, D10) the reduction is hierarchical: inside
+    each island, then across islands (the slow links carry the data once
+    per island), then the result is shared inside each island.
+
+    The value may be the encoded bytes of a `dist.compress` (and the result
+    then feeds a `dist.decompress`): the reduction happens in the codec's
+    domain (the runtime decodes, reduces and re-encodes at every hop; with
+    islands, only the inter-island phase is encoded).
+
     ```mlir
     %g2 = dist.all_reduce %g reduce <mean> over [0, 1] channel 4 : tensor<64x64xf32>
+    %g3 = dist.all_reduce %g reduce <mean> over [0, 1, 2, 3]
+        islands [array<i64: 0, 1>, array<i64: 2, 3>] channel 5 : tensor<64x64xf32>
     ```
   }];
   let arguments = (ins AnyRankedTensor:$value, Dist_ReductionAttr:$reduction,
-                       DenseI64ArrayAttr:$group, Dist_NonNegativeI64:$channel);
+                       DenseI64ArrayAttr:$group, OptionalAttr<Dist_IslandsAttr>:$islands,
+                       Dist_NonNegativeI64:$channel);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
-    $value `reduce` $reduction `over` $group `channel` $channel attr-dict
-    `:` type($value)
+    $value `reduce` $reduction `over` $group (`islands` $islands^)? `channel` $channel
+    attr-dict `:` type($value)
   }];
   let hasVerifier = 1;
 }
 
-def Dist_CompressOp : Dist_Op<"compress", [Pure]> {
-  let summary = "Encode a value for a transfer (reserved for compression)";
+def Dist_CompressOp : Dist_Op<"compress", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Encode a value for a transfer on a slow link";
   let description = [{
-    Encodes `value` with `codec` before a send or an all-reduce. Result
-    types per codec (D8): `fp16`/`bf16` give one tensor of the same shape
-    with f16/bf16 elements, `int8`/`int4` one tensor of the same shape with
-    i8/i4 elements, `topk` two 1-D tensors of `k = ceil(ratio * numel)`
-    elements: the kept values and their i64 flat indices; `ratio` is in
-    (0, 1] and given only for `topk`.
+    Encodes `value` with `codec` into the bytes a `dist.send` or a
+    `dist.all_reduce` carries; the receiver's `dist.decompress` restores the
+    plain type. The result is `tensor<N x i8>` where `N` is the wire size of
+    the codec (D8, the size model of docs/planner.md): `fp16`/`bf16` 2n,
+    `int8` n + 4 ceil(n/B), `int4` ceil(n/2) + 4 ceil(n/B) (one f32 scale
+    per block of `block` = B elements, default 256), `topk` k (e + 4) with
+    k = ceil(ratio n) kept values of e bytes each and their u32 indices.
+    `ratio` (in (0, 1]) only for `topk`, `block` only for `int8`/`int4`.
+    With `error_feedback` the sender keeps what the codec dropped and adds
+    it to the next transfer of the same value (for gradients). The op has
+    state (the residual), hence memory effects.
+
+    The exporter folds compress -> send, recv -> decompress and compress ->
+    all_reduce -> decompress into the transfer's CodecParams: the program
+    moves the plain value and the runtime encodes on the wire.
 
     ```mlir
-    %v, %i = dist.compress %g codec <topk> ratio 0.25 : tensor<4x4xf32> -> tensor<4xf32>, tensor<4xi64>
-    %h = dist.compress %g codec <fp16> : tensor<4x4xf32> -> tensor<4x4xf16>
+    %c = dist.compress %h codec <int8> block 256 : tensor<16x64xf32> -> tensor<1040xi8>
+    %k = dist.compress %g codec <topk> ratio 0.01 error_feedback : tensor<64x64xf32> -> tensor<328xi8>
     ```
   }];
   let arguments = (ins AnyRankedTensor:$value, Dist_CodecAttr:$codec,
-                       OptionalAttr<F64Attr>:$ratio);
-  let results = (outs Variadic<AnyRankedTensor>:$outputs);
+                       OptionalAttr<F64Attr>:$ratio, OptionalAttr<I64Attr>:$block,
+                       UnitAttr:$error_feedback);
+  let results = (outs RankedTensorOf<[I8]>:$encoded);
   let assemblyFormat = [{
-    $value `codec` $codec (`ratio` $ratio^)? attr-dict `:` type($value) `->` type($outputs)
+    $value `codec` $codec (`ratio` $ratio^)? (`block` $block^)?
+    (`error_feedback` $error_feedback^)? attr-dict `:` type($value) `->` type($encoded)
   }];
   let hasVerifier = 1;
 }
 
 def Dist_DecompressOp : Dist_Op<"decompress", [Pure]> {
-  let summary = "Decode a value encoded by dist.compress";
+  let summary = "Decode the bytes of a dist.compress";
   let description = [{
-    The inverse of `dist.compress` with the same codec: its inputs are the
-    encoder's results and its result the original type (D9; `topk` fills
-    the entries that were not kept with zeros).
+    The inverse of `dist.compress` with the same codec, ratio and block:
+    its input holds the encoded bytes (the size D8 gives for the result
+    type), its result is the plain value (D9; `topk` fills the entries that
+    were not kept with zeros).
 
     ```mlir
-    %g = dist.decompress %v, %i codec <topk> : tensor<4xf32>, tensor<4xi64> -> tensor<4x4xf32>
+    %h = dist.decompress %r codec <int8> block 256 : tensor<1040xi8> -> tensor<16x64xf32>
     ```
   }];
-  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, Dist_CodecAttr:$codec);
+  let arguments = (ins RankedTensorOf<[I8]>:$encoded, Dist_CodecAttr:$codec,
+                       OptionalAttr<F64Attr>:$ratio, OptionalAttr<I64Attr>:$block);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
-    $inputs `codec` $codec attr-dict `:` type($inputs) `->` type($result)
+    $encoded `codec` $codec (`ratio` $ratio^)? (`block` $block^)? attr-dict
+    `:` type($encoded) `->` type($result)
   }];
   let hasVerifier = 1;
 }

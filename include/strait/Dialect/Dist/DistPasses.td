@@ -60,15 +60,77 @@ def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
     gradient accumulation of a variable (an op naming the variable whose
     result has the variable's type) in a stage with several replicas gets a
     `dist.all_reduce ... reduce <mean>` over the stage's ranks. Channels are
-    numbered from 0 in insertion order.
+    numbered from 0 in insertion order. With `cluster` (the file the plan was
+    made on), a stage whose replicas span several bandwidth islands (its
+    devices' maximum spanning tree cut at the largest bandwidth gap of at
+    least 1.5x, as the planner costs it) gets a hierarchical all-reduce:
+    `islands [...]` lists the ranks of each island.
 
     ```
     strait-opt --dist-assign-stages='boundaries=2' --dist-insert-comm model.mlir
+    strait-opt --dist-assign-stages='cluster=c.yaml' --dist-insert-comm='cluster=c.yaml' model.mlir
     ```
   }];
+  let options = [
+    Option<"cluster", "cluster", "std::string", "\"\"",
+           "cluster file (YAML) naming the plan's devices: islands of all-reduces">
+  ];
   let statistics = [
     Statistic<"numTransfers", "num-transfers", "Send/recv pairs inserted">,
-    Statistic<"numAllReduces", "num-all-reduces", "All-reduces inserted">
+    Statistic<"numAllReduces", "num-all-reduces", "All-reduces inserted">,
+    Statistic<"numHierarchical", "num-hierarchical", "All-reduces over several islands">
+  ];
+  let dependentDialects = ["::strait::dist::DistDialect"];
+}
+
+def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> {
+  let summary = "Compress the transfers that cross slow links";
+  let description = [{
+    Runs after dist-insert-comm. Groups the transfers of `@main` by link
+    (sending stage, receiving stage) and treats each gradient all-reduce's
+    inter-island phase (or its flat ring) as one more link, then picks a
+    codec per link:
+
+    - `compress=auto` (with `cluster`): AdaTopK-like, the least lossy codec
+      whose predicted time (latency + wire bytes / bandwidth + encode and
+      decode time) fits the link's target: the larger compute time of the
+      two stages per micro-batch for a cut, the stage's compute over all
+      micro-batches for an all-reduce. Activations: fp16, int8, int4
+      (quantization, AQ-SGD style); activation gradients: bf16, int8, int4;
+      weight gradients: bf16, int8, int4, then top-k with the largest ratio
+      that fits, all with error feedback. A link that fits uncompressed gets
+      nothing.
+    - `compress=none`: only the `compress-link` overrides;
+      `compress=CODEC` (fp16, bf16, int8, int4, topk:R): that codec on every
+      transfer and all-reduce.
+    - `compress-link=A:B=CODEC[:R]` (repeatable): the codec of the links
+      between A and B (sites, hosts or device names of the plan, either
+      order); wins over `compress`. An override that names no link of the
+      plan is an error.
+
+    A compressed transfer becomes `dist.compress` (sender's stage) ->
+    `dist.send`/`dist.recv` of the encoded bytes -> `dist.decompress`
+    (receiver's stage); an all-reduce becomes `dist.compress` ->
+    `dist.all_reduce` of the bytes -> `dist.decompress`. Only float values of
+    at least 64 elements are encoded.
+
+    ```
+    strait-opt --dist-insert-comm --dist-insert-compression='cluster=c.yaml compress=auto' model.mlir
+    strait-opt --dist-insert-compression='compress=none compress-link=east:west=int8' model.mlir
+    ```
+  }];
+  let options = [
+    Option<"cluster", "cluster", "std::string", "\"\"",
+           "cluster file (YAML) of the plan: links, device speeds, islands">,
+    Option<"compress", "compress", "std::string", "\"auto\"",
+           "auto, none, or a codec for every link: fp16, bf16, int8, int4, topk:R">,
+    ListOption<"compressLink", "compress-link", "std::string",
+               "per link: A:B=CODEC[:R] (A, B: sites, hosts or devices)">
+  ];
+  let statistics = [
+    Statistic<"numCompressed", "num-compressed", "Transfers given a codec">,
+    Statistic<"numCompressedAllReduces", "num-compressed-all-reduces",
+              "All-reduces given a codec">
   ];
   let dependentDialects = ["::strait::dist::DistDialect"];
 }

@@ -1,6 +1,6 @@
 //===- DistOps.cpp - Distribution dialect op verifiers --------------------===//
 //
-// Constraints D5-D9 of docs/distribution-dialect.md.
+// Constraints D5-D10 of docs/distribution-dialect.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -8,6 +8,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <cmath>
 
@@ -35,76 +36,97 @@ LogicalResult AllReduceOp::verify() {
     if (i > 0 && group[i - 1] >= r)
       return emitOpError() << "D7: group ranks must be sorted and distinct";
   }
+  ArrayAttr islands = getIslandsAttr();
+  if (!islands)
+    return success();
+  if (islands.size() < 2)
+    return emitOpError() << "D10: islands must be at least two groups";
+  llvm::SmallDenseSet<int64_t> seen;
+  for (auto [i, a] : llvm::enumerate(islands.getAsRange<DenseI64ArrayAttr>())) {
+    ArrayRef<int64_t> island = a.asArrayRef();
+    if (island.empty())
+      return emitOpError() << "D10: island " << i << " is empty";
+    for (auto [j, r] : llvm::enumerate(island)) {
+      if (j > 0 && island[j - 1] >= r)
+        return emitOpError() << "D10: island " << i << " must be sorted and distinct";
+      if (!llvm::is_contained(group, r))
+        return emitOpError() << "D10: island " << i << " has rank " << r
+                             << ", which is not in the group";
+      if (!seen.insert(r).second)
+        return emitOpError() << "D10: rank " << r << " is in more than one island";
+    }
+  }
+  if (seen.size() != group.size())
+    return emitOpError() << "D10: the islands must cover the group (" << seen.size()
+                         << " of " << group.size() << " ranks)";
   return success();
 }
 
-/// The types `codec` encodes a value of type `t` into (D8).
-static SmallVector<Type> encodedTypes(RankedTensorType t, Codec codec,
-                                      std::optional<double> ratio) {
-  MLIRContext *ctx = t.getContext();
-  auto withElement = [&](Type e) -> Type { return t.clone(e); };
+int64_t strait::dist::encodedByteCount(Codec codec, int64_t elements,
+                                       int64_t elementBytes, double ratio,
+                                       int64_t block) {
+  int64_t blocks = (elements + block - 1) / block;
   switch (codec) {
-  case Codec::fp16: return {withElement(Float16Type::get(ctx))};
-  case Codec::bf16: return {withElement(BFloat16Type::get(ctx))};
-  case Codec::int8: return {withElement(IntegerType::get(ctx, 8))};
-  case Codec::int4: return {withElement(IntegerType::get(ctx, 4))};
+  case Codec::fp16:
+  case Codec::bf16: return 2 * elements;
+  case Codec::int8: return elements + 4 * blocks;
+  case Codec::int4: return (elements + 1) / 2 + 4 * blocks;
   case Codec::topk: {
-    int64_t k = static_cast<int64_t>(
-        std::ceil(ratio.value_or(1.0) * static_cast<double>(t.getNumElements()) - 1e-6));
-    return {RankedTensorType::get({k}, t.getElementType()),
-            RankedTensorType::get({k}, IntegerType::get(ctx, 64))};
+    auto k = static_cast<int64_t>(
+        std::ceil(ratio * static_cast<double>(elements) - 1e-6));
+    return k * (elementBytes + 4);
   }
   }
-  return {};
+  return elements * elementBytes;
 }
 
+/// D8/D9: the plain type, the codec's parameters and the encoded size.
 static LogicalResult verifyCodec(Operation *op, RankedTensorType plain, Codec codec,
-                                 std::optional<double> ratio, TypeRange encoded) {
+                                 FloatAttr ratioAttr, IntegerAttr blockAttr,
+                                 RankedTensorType encoded, StringRef rule) {
   if (!plain.hasStaticShape())
-    return op->emitOpError() << "D8: the plain value needs a static shape";
-  if (!isa<FloatType>(plain.getElementType()))
-    return op->emitOpError() << "D8: codecs encode float tensors, got "
+    return op->emitOpError() << rule << ": the plain value needs a static shape";
+  auto elt = dyn_cast<FloatType>(plain.getElementType());
+  if (!elt)
+    return op->emitOpError() << rule << ": codecs encode float tensors, got "
                              << plain.getElementType();
+  double ratio = 1;
   if (codec == Codec::topk) {
-    if (!ratio || *ratio <= 0 || *ratio > 1)
-      return op->emitOpError() << "D8: topk needs a ratio in (0, 1]";
-  } else if (ratio) {
-    return op->emitOpError() << "D8: only topk takes a ratio";
+    if (!ratioAttr || !(ratioAttr.getValueAsDouble() > 0) ||
+        ratioAttr.getValueAsDouble() > 1)
+      return op->emitOpError() << rule << ": topk needs a ratio in (0, 1]";
+    ratio = ratioAttr.getValueAsDouble();
+  } else if (ratioAttr) {
+    return op->emitOpError() << rule << ": only topk takes a ratio";
   }
-  SmallVector<Type> expected = encodedTypes(plain, codec, ratio);
-  if (TypeRange(expected) != encoded) {
-    InFlightDiagnostic d = op->emitOpError() << "D8: codec '" << stringifyCodec(codec)
-                                             << "' encodes " << plain << " as (";
-    llvm::interleaveComma(expected, d);
-    d << "), not (";
-    llvm::interleaveComma(encoded, d);
-    return d << ")";
+  int64_t block = 256;
+  if (blockAttr) {
+    if (codec != Codec::int8 && codec != Codec::int4)
+      return op->emitOpError() << rule << ": only int8 and int4 take a block size";
+    block = blockAttr.getInt();
+    if (block < 1)
+      return op->emitOpError() << rule << ": the block size must be positive, got "
+                               << block;
   }
+  int64_t bytes = encodedByteCount(codec, plain.getNumElements(),
+                                   (elt.getWidth() + 7) / 8, ratio, block);
+  if (encoded.getRank() != 1 || encoded.getDimSize(0) != bytes)
+    return op->emitOpError() << rule << ": codec '" << stringifyCodec(codec) << "' encodes "
+                             << plain << " in " << bytes << " bytes (tensor<" << bytes
+                             << "xi8>), not " << encoded;
   return success();
 }
 
 LogicalResult CompressOp::verify() {
-  std::optional<double> ratio;
-  if (FloatAttr r = getRatioAttr())
-    ratio = r.getValueAsDouble();
   return verifyCodec(*this, cast<RankedTensorType>(getValue().getType()), getCodec(),
-                     ratio, getOutputs().getTypes());
+                     getRatioAttr(), getBlockAttr(),
+                     cast<RankedTensorType>(getEncoded().getType()), "D8");
 }
 
 LogicalResult DecompressOp::verify() {
-  auto plain = cast<RankedTensorType>(getResult().getType());
-  std::optional<double> ratio;
-  if (getCodec() == Codec::topk) {
-    // The ratio is implied by k; recover it so that the same rule checks.
-    if (getInputs().size() != 2)
-      return emitOpError() << "D9: topk decodes two inputs (values, indices)";
-    auto values = cast<RankedTensorType>(getInputs()[0].getType());
-    if (values.getRank() != 1 || !plain.hasStaticShape() || plain.getNumElements() == 0)
-      return emitOpError() << "D9: topk values must be 1-D and the result static";
-    ratio = static_cast<double>(values.getDimSize(0)) /
-            static_cast<double>(plain.getNumElements());
-  }
-  return verifyCodec(*this, plain, getCodec(), ratio, getInputs().getTypes());
+  return verifyCodec(*this, cast<RankedTensorType>(getResult().getType()), getCodec(),
+                     getRatioAttr(), getBlockAttr(),
+                     cast<RankedTensorType>(getEncoded().getType()), "D9");
 }
 
 #define GET_OP_CLASSES

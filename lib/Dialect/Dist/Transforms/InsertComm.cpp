@@ -11,6 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ClusterDevices.h"
+
 #include "strait/Dialect/Dist/DistOps.h"
 #include "strait/Dialect/Dist/DistPasses.h"
 #include "strait/Dialect/Graph/GraphOps.h"
@@ -44,6 +46,7 @@ bool isGradientOfVariable(Operation *op, SymbolTable &symbols) {
 }
 
 struct InsertCommPass : public dist::impl::DistInsertCommBase<InsertCommPass> {
+  using DistInsertCommBase::DistInsertCommBase;
   void runOnOperation() override;
   LogicalResult insertAllReduces(func::FuncOp func, PlanAttr plan, int64_t &channel);
   LogicalResult insertTransfers(func::FuncOp func, int64_t &channel);
@@ -54,6 +57,21 @@ struct InsertCommPass : public dist::impl::DistInsertCommBase<InsertCommPass> {
 LogicalResult InsertCommPass::insertAllReduces(func::FuncOp func, PlanAttr plan,
                                                int64_t &channel) {
   SymbolTable symbols(func->getParentOfType<ModuleOp>());
+  // With the cluster, replicas on several bandwidth islands reduce
+  // hierarchically (islands per stage, computed once).
+  std::optional<ClusterModel> clusterModel;
+  std::vector<std::vector<unsigned>> devices;
+  if (!cluster.empty()) {
+    FailureOr<ClusterModel> c = strait::dist::detail::loadClusterFor(func, cluster, "dist-insert-comm");
+    if (failed(c))
+      return failure();
+    clusterModel = std::move(*c);
+    FailureOr<std::vector<std::vector<unsigned>>> d =
+        strait::dist::detail::stageDevices(func, plan, *clusterModel, cluster);
+    if (failed(d))
+      return failure();
+    devices = std::move(*d);
+  }
   SmallVector<Operation *> grads;
   for (Operation &op : func.getBody().front())
     if (isGradientOfVariable(&op, symbols))
@@ -69,10 +87,21 @@ LogicalResult InsertCommPass::insertAllReduces(func::FuncOp func, PlanAttr plan,
     llvm::sort(group);
     OpBuilder b(op->getContext());
     b.setInsertionPointAfter(op);
+    ArrayAttr islands;
+    if (clusterModel) {
+      SmallVector<Attribute> groups;
+      for (const std::vector<int64_t> &island :
+           strait::dist::detail::rankIslands(*clusterModel, devices[*stage], ranks.asArrayRef()))
+        groups.push_back(b.getDenseI64ArrayAttr(island));
+      if (!groups.empty()) {
+        islands = b.getArrayAttr(groups);
+        ++numHierarchical;
+      }
+    }
     Value grad = op->getResult(0);
     auto reduce = b.create<AllReduceOp>(
         op->getLoc(), grad.getType(), grad, ReductionAttr::get(b.getContext(), Reduction::mean),
-        b.getDenseI64ArrayAttr(group), b.getI64IntegerAttr(channel++));
+        b.getDenseI64ArrayAttr(group), islands, b.getI64IntegerAttr(channel++));
     setStage(reduce, *stage);
     grad.replaceAllUsesExcept(reduce.getResult(), reduce);
     ++numAllReduces;

@@ -1,0 +1,166 @@
+//===- Compression.h - Codecs on slow links and hierarchical all-reduce -*- C++ -*-===//
+//
+// A pure analysis shared by the IR pass dist-insert-compression, the plan
+// report and the simulator:
+//  - the codecs (fp16/bf16 casts, int8/int4 with per-block f32 scales,
+//    top-k values plus u32 indices), their wire size model and their
+//    encode/decode time (a bytes/s throughput per device kind);
+//  - the AdaTopK-like choice: the least lossy codec that brings a link's
+//    transfer time down to a target (the adjacent stages' compute time);
+//  - bandwidth islands of a stage's replicas (single linkage cut at the
+//    largest bandwidth gap) and the hierarchical all-reduce over them;
+//  - the compression of a PartitionPlan: a codec per cut and direction and
+//    per stage all-reduce, and the plan's transfer times with them.
+//
+// See docs/planner.md (section Compression) and docs/distribution-dialect.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAIT_ANALYSIS_COMPRESSION_H
+#define STRAIT_ANALYSIS_COMPRESSION_H
+
+#include "strait/Analysis/ClusterModel.h"
+#include "strait/Analysis/Partitioner.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace strait {
+
+enum class CodecKind { None, FP16, BF16, Int8, Int4, TopK };
+
+struct Codec {
+  CodecKind kind = CodecKind::None;
+  double ratio = 1;        ///< TopK: k / numel, in (0, 1]
+  unsigned blockSize = 256; ///< Int8/Int4: elements per f32 scale
+  bool errorFeedback = false;
+  bool isNone() const { return kind == CodecKind::None; }
+  bool operator==(const Codec &o) const {
+    return kind == o.kind && ratio == o.ratio && blockSize == o.blockSize &&
+           errorFeedback == o.errorFeedback;
+  }
+};
+
+/// "none", "fp16", "bf16", "int8", "int4", "topk:R" (R in (0, 1]).
+llvm::Expected<Codec> parseCodec(llvm::StringRef text);
+/// The inverse of parseCodec ("topk:0.01", "int8"), plus "+ef" with error
+/// feedback when `withFeedback`.
+std::string formatCodec(const Codec &codec, bool withFeedback = false);
+
+/// Wire bytes of `elements` values of `elementBytes` each (the size model):
+/// fp16/bf16 2n; int8 n + 4 ceil(n/B); int4 ceil(n/2) + 4 ceil(n/B); topk
+/// k (elementBytes + 4) with k = ceil(ratio n); none n elementBytes.
+double encodedBytes(const Codec &codec, double elements, unsigned elementBytes = 4);
+
+/// Input bytes per second a device of `kind` encodes (or decodes) with
+/// `codec`: casts 2x, top-k selection 1/4x the quantization rate; the
+/// quantization rate is 2 GB/s on a CPU core set, 100 GB/s on a GPU/NPU.
+double codecThroughput(DeviceKind kind, CodecKind codec);
+/// Encode on the sender plus decode on the receiver of `plainBytes`.
+double codecTime(const Codec &codec, double plainBytes, DeviceKind sender,
+                 DeviceKind receiver);
+
+enum class Payload { Activation, ActivationGradient, WeightGradient };
+
+/// One link's traffic in one direction, per micro-batch (or per iteration
+/// for an all-reduce phase), and the time it should fit in.
+struct LinkTransfer {
+  double plainBytes = 0;
+  unsigned elementBytes = 4;
+  double latency = 0, bandwidth = 1e30; ///< effective, per flow
+  /// Bytes crossing the link per plain byte (2(p-1)/p for a ring).
+  double trafficFactor = 1;
+  /// Latency hops (2(p-1) for a ring).
+  double latencyHops = 1;
+  DeviceKind sender = DeviceKind::GPU, receiver = DeviceKind::GPU;
+  Payload payload = Payload::Activation;
+  double target = 0; ///< seconds; compression aims at time <= target
+  /// Encoders working in parallel (replica pairs of a cut): the codec time
+  /// of plainBytes / parallel.
+  double parallel = 1;
+};
+
+/// Time of the transfer with `codec` (codec time included).
+double transferTimeWith(const LinkTransfer &t, const Codec &codec);
+
+/// The least lossy codec whose time fits the target: none, then fp16
+/// (activations) or bf16 (gradients), int8, int4; weight gradients then
+/// top-k with the largest ratio that fits (at least 1e-3), with error
+/// feedback on every lossy gradient codec. When nothing fits, the fastest
+/// candidate if it saves at least 10%, else none.
+Codec chooseCodec(const LinkTransfer &t);
+
+/// Islands of `devices` (indices into the cluster): components of the
+/// maximum spanning tree over their links with the edges below the largest
+/// bandwidth gap (ratio >= minGapRatio) removed, in tree order. One island
+/// when no gap is that large.
+std::vector<std::vector<unsigned>> islandsOf(const ClusterModel &cluster,
+                                             llvm::ArrayRef<unsigned> devices,
+                                             double minGapRatio = 1.5);
+
+/// Hierarchical all-reduce over islands: ring all-reduce inside each
+/// island (reduce, then share), and between them either g parallel rings
+/// carrying 1/size of the bytes each (equal sizes, no shared link crossed)
+/// or one ring over the islands' first members carrying all the bytes.
+/// `interBytes` (default `bytes`) is what the inter-island phase carries
+/// (smaller under a codec); `interExtra` is added to that phase (codec time).
+double islandAllReduceTime(const ClusterModel &cluster,
+                           llvm::ArrayRef<std::vector<unsigned>> islands, double bytes,
+                           double interBytes = -1, double interExtra = 0);
+/// The inter-island phase alone, as a LinkTransfer of `bytes` (its ring's
+/// slowest hop and largest latency).
+LinkTransfer interIslandTransfer(const ClusterModel &cluster,
+                                 llvm::ArrayRef<std::vector<unsigned>> islands,
+                                 double bytes);
+
+/// Codecs of a plan: per cut j (stage j -> j + 1) and direction, and per
+/// stage for the inter-island phase of its gradient all-reduce.
+struct CompressionOptions {
+  /// "auto" (choose per link), "none", or one codec for every transfer.
+  std::string mode = "auto";
+  /// Per link: the two endpoints (site, host or device names, either
+  /// order) and the codec.
+  struct LinkOverride {
+    std::string a, b;
+    Codec codec;
+    std::string text; ///< as given, for messages
+  };
+  std::vector<LinkOverride> links;
+};
+
+struct PlanCompression {
+  std::vector<Codec> forward, backward;           ///< per cut
+  std::vector<double> forwardBytes, backwardBytes; ///< wire bytes per micro-batch
+  std::vector<double> forwardCodecTime, backwardCodecTime;
+  /// Per cut and direction, per micro-batch, codec time included.
+  std::vector<double> forwardTime, backwardTime;
+  std::vector<Codec> allReduce;                   ///< per stage
+  std::vector<double> allReduceTime;              ///< per stage, with its codec
+  bool any() const;
+};
+
+/// Parses "A:B=CODEC[:RATIO]" (a --compress-link value).
+llvm::Expected<CompressionOptions::LinkOverride> parseLinkOverride(llvm::StringRef text);
+
+/// Whether `a`:`b` names the link between devices x and y (their sites,
+/// hosts or names, either order).
+bool linkMatches(const ClusterModel &cluster, llvm::StringRef a, llvm::StringRef b,
+                 unsigned x, unsigned y);
+
+/// Chooses the codecs of `plan` (f32 payloads). Errors name an override
+/// that matches no link of the plan.
+llvm::Expected<PlanCompression> compressPlan(const PartitionPlan &plan,
+                                             const ClusterModel &cluster,
+                                             const CompressionOptions &options);
+
+/// One line per compressed link: cut, direction, codec, ratio, time before
+/// and after; and per stage all-reduce.
+std::string formatCompression(const PlanCompression &c, const PartitionPlan &plan,
+                              const ClusterModel &cluster);
+
+} // namespace strait
+
+#endif // STRAIT_ANALYSIS_COMPRESSION_H

@@ -1,0 +1,469 @@
+//===- Compression.cpp - Codecs on slow links and hierarchical all-reduce -===//
+
+#include "strait/Analysis/Compression.h"
+#include "strait/Analysis/Workload.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+using namespace strait;
+
+static llvm::Error codecError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+llvm::Expected<Codec> strait::parseCodec(llvm::StringRef text) {
+  auto [name, ratioText] = text.split(':');
+  std::optional<CodecKind> kind = llvm::StringSwitch<std::optional<CodecKind>>(name)
+                                      .Case("none", CodecKind::None)
+                                      .Case("fp16", CodecKind::FP16)
+                                      .Case("bf16", CodecKind::BF16)
+                                      .Case("int8", CodecKind::Int8)
+                                      .Case("int4", CodecKind::Int4)
+                                      .Case("topk", CodecKind::TopK)
+                                      .Default(std::nullopt);
+  if (!kind)
+    return codecError("unknown codec '" + name +
+                      "' (expected none, fp16, bf16, int8, int4 or topk:RATIO)");
+  Codec codec;
+  codec.kind = *kind;
+  if (*kind != CodecKind::TopK) {
+    if (!ratioText.empty())
+      return codecError("codec '" + name + "' takes no ratio (only topk:RATIO does)");
+    return codec;
+  }
+  double ratio = 0;
+  if (ratioText.empty() || ratioText.getAsDouble(ratio) || !(ratio > 0 && ratio <= 1))
+    return codecError("topk needs a ratio in (0, 1], e.g. topk:0.01; got '" + ratioText +
+                      "'");
+  codec.ratio = ratio;
+  return codec;
+}
+
+std::string strait::formatCodec(const Codec &codec, bool withFeedback) {
+  std::string s;
+  switch (codec.kind) {
+  case CodecKind::None: return "none";
+  case CodecKind::FP16: s = "fp16"; break;
+  case CodecKind::BF16: s = "bf16"; break;
+  case CodecKind::Int8: s = "int8"; break;
+  case CodecKind::Int4: s = "int4"; break;
+  case CodecKind::TopK: s = llvm::formatv("topk:{0}", codec.ratio).str(); break;
+  }
+  if (withFeedback && codec.errorFeedback)
+    s += "+ef";
+  return s;
+}
+
+double strait::encodedBytes(const Codec &codec, double elements, unsigned elementBytes) {
+  double n = std::max(0.0, elements);
+  double blocks = std::ceil(n / std::max(1u, codec.blockSize));
+  switch (codec.kind) {
+  case CodecKind::None: return n * elementBytes;
+  case CodecKind::FP16:
+  case CodecKind::BF16: return 2 * n;
+  case CodecKind::Int8: return n + 4 * blocks;
+  case CodecKind::Int4: return std::ceil(n / 2) + 4 * blocks;
+  case CodecKind::TopK: return std::ceil(codec.ratio * n - 1e-6) * (elementBytes + 4);
+  }
+  return n * elementBytes;
+}
+
+double strait::codecThroughput(DeviceKind kind, CodecKind codec) {
+  double quantize = kind == DeviceKind::CPU ? 2e9 : 100e9;
+  switch (codec) {
+  case CodecKind::None: return 1e300;
+  case CodecKind::FP16:
+  case CodecKind::BF16: return 2 * quantize;
+  case CodecKind::Int8:
+  case CodecKind::Int4: return quantize;
+  case CodecKind::TopK: return quantize / 4;
+  }
+  return quantize;
+}
+
+double strait::codecTime(const Codec &codec, double plainBytes, DeviceKind sender,
+                         DeviceKind receiver) {
+  if (codec.isNone() || plainBytes <= 0)
+    return 0;
+  return plainBytes / codecThroughput(sender, codec.kind) +
+         plainBytes / codecThroughput(receiver, codec.kind);
+}
+
+double strait::transferTimeWith(const LinkTransfer &t, const Codec &codec) {
+  if (t.plainBytes <= 0)
+    return 0;
+  double elements = t.plainBytes / t.elementBytes;
+  double wire = encodedBytes(codec, elements, t.elementBytes);
+  return t.latencyHops * t.latency + t.trafficFactor * wire / t.bandwidth +
+         codecTime(codec, t.plainBytes / std::max(1.0, t.parallel), t.sender, t.receiver);
+}
+
+/// Rounds a top-k ratio down to one significant digit (0.0372 -> 0.03).
+static double roundRatioDown(double r) {
+  double scale = std::pow(10.0, std::floor(std::log10(r)));
+  return std::max(scale, std::floor(r / scale + 1e-9) * scale);
+}
+
+Codec strait::chooseCodec(const LinkTransfer &t) {
+  Codec none;
+  double base = transferTimeWith(t, none);
+  if (t.plainBytes <= 0 || base <= t.target)
+    return none;
+  bool gradient = t.payload != Payload::Activation;
+  std::vector<Codec> ladder;
+  auto add = [&](CodecKind kind) {
+    Codec c;
+    c.kind = kind;
+    c.errorFeedback = t.payload == Payload::WeightGradient;
+    ladder.push_back(c);
+  };
+  add(gradient ? CodecKind::BF16 : CodecKind::FP16);
+  add(CodecKind::Int8);
+  add(CodecKind::Int4);
+  for (const Codec &c : ladder)
+    if (transferTimeWith(t, c) <= t.target)
+      return c;
+  if (t.payload == Payload::WeightGradient) {
+    // Largest ratio whose time fits: the time is affine in k.
+    Codec topk;
+    topk.kind = CodecKind::TopK;
+    topk.errorFeedback = true;
+    topk.ratio = 1;
+    double fixed = t.latencyHops * t.latency +
+                   codecTime(topk, t.plainBytes / std::max(1.0, t.parallel), t.sender,
+                             t.receiver);
+    double perRatio =
+        t.trafficFactor * (t.plainBytes / t.elementBytes) * (t.elementBytes + 4) / t.bandwidth;
+    double fit = perRatio > 0 ? (t.target - fixed) / perRatio : 0;
+    topk.ratio = fit >= 1e-3 ? roundRatioDown(std::min(fit, 0.25)) : 1e-3;
+    if (fit >= 1e-3)
+      return topk;
+    ladder.push_back(topk);
+  }
+  // Nothing fits: the fastest candidate, when it saves at least 10%.
+  const Codec *best = &none;
+  double bestTime = base;
+  for (const Codec &c : ladder)
+    if (double time = transferTimeWith(t, c); time < bestTime) {
+      best = &c;
+      bestTime = time;
+    }
+  return bestTime <= 0.9 * base ? *best : none;
+}
+
+//===----------------------------------------------------------------------===//
+// Islands and the hierarchical all-reduce
+//===----------------------------------------------------------------------===//
+
+std::vector<std::vector<unsigned>> strait::islandsOf(const ClusterModel &cluster,
+                                                     llvm::ArrayRef<unsigned> devices,
+                                                     double minGapRatio) {
+  size_t k = devices.size();
+  if (k < 2)
+    return {std::vector<unsigned>(devices.begin(), devices.end())};
+  // Prim's maximum spanning tree over the subset, O(k^2).
+  std::vector<double> best(k, -1);
+  std::vector<size_t> from(k, 0), order{0};
+  std::vector<char> inTree(k, 0);
+  struct Edge {
+    size_t a, b;
+    double bw;
+  };
+  std::vector<Edge> edges;
+  inTree[0] = 1;
+  size_t current = 0;
+  for (size_t step = 1; step < k; ++step) {
+    for (size_t v = 0; v < k; ++v)
+      if (!inTree[v]) {
+        double bw = cluster.bandwidth(devices[current], devices[v]);
+        if (bw > best[v]) {
+          best[v] = bw;
+          from[v] = current;
+        }
+      }
+    size_t next = k;
+    for (size_t v = 0; v < k; ++v)
+      if (!inTree[v] && (next == k || best[v] > best[next]))
+        next = v;
+    inTree[next] = 1;
+    edges.push_back({from[next], next, best[next]});
+    order.push_back(next);
+    current = next;
+  }
+  std::vector<double> levels;
+  for (const Edge &e : edges)
+    levels.push_back(e.bw);
+  std::sort(levels.begin(), levels.end(), std::greater<double>());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  double threshold = -1, gap = minGapRatio;
+  for (size_t i = 0; i + 1 < levels.size(); ++i)
+    if (levels[i] / levels[i + 1] >= gap) {
+      gap = levels[i] / levels[i + 1];
+      threshold = levels[i];
+    }
+  std::vector<size_t> parent(k);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](size_t x) {
+    while (parent[x] != x)
+      x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (const Edge &e : edges)
+    if (threshold < 0 || e.bw >= threshold)
+      parent[find(e.a)] = find(e.b);
+  std::vector<int> islandOf(k, -1);
+  std::vector<std::vector<unsigned>> islands;
+  for (size_t v : order) {
+    size_t root = find(v);
+    if (islandOf[root] < 0) {
+      islandOf[root] = islands.size();
+      islands.emplace_back();
+    }
+    islands[islandOf[root]].push_back(devices[v]);
+  }
+  return islands;
+}
+
+double strait::islandAllReduceTime(const ClusterModel &cluster,
+                                   llvm::ArrayRef<std::vector<unsigned>> islands,
+                                   double bytes, double interBytes, double interExtra) {
+  if (islands.empty() || bytes <= 0)
+    return 0;
+  if (interBytes < 0)
+    interBytes = bytes;
+  double inner = 0;
+  for (const std::vector<unsigned> &island : islands)
+    inner = std::max(inner, ringAllReduceTime(cluster, island, bytes));
+  if (islands.size() < 2)
+    return inner;
+  std::vector<unsigned> leaders;
+  for (const std::vector<unsigned> &island : islands)
+    leaders.push_back(island.front());
+  double outer = ringAllReduceTime(cluster, leaders, interBytes);
+  // Equal islands on unshared links: one ring per member, 1/size each.
+  size_t local = islands.front().size();
+  bool equal = llvm::all_of(islands, [&](const auto &i) { return i.size() == local; });
+  bool shared = false;
+  if (equal && local > 1) {
+    double split = 0;
+    std::vector<unsigned> ring(islands.size());
+    for (size_t r = 0; r < local; ++r) {
+      for (size_t g = 0; g < islands.size(); ++g) {
+        ring[g] = islands[g][r];
+        shared |= cluster.link(ring[g], islands[(g + 1) % islands.size()][r]).shared;
+      }
+      split = std::max(split, ringAllReduceTime(cluster, ring, interBytes / local));
+    }
+    if (!shared)
+      outer = std::min(outer, split);
+  }
+  return inner + outer + interExtra;
+}
+
+LinkTransfer strait::interIslandTransfer(const ClusterModel &cluster,
+                                         llvm::ArrayRef<std::vector<unsigned>> islands,
+                                         double bytes) {
+  LinkTransfer t;
+  t.plainBytes = bytes;
+  t.payload = Payload::WeightGradient;
+  std::vector<unsigned> leaders;
+  for (const std::vector<unsigned> &island : islands)
+    leaders.push_back(island.front());
+  size_t g = leaders.size();
+  if (g < 2)
+    return t;
+  RingCost ring = ringCost(cluster, leaders);
+  t.latency = ring.latency;
+  t.bandwidth = ring.bandwidth;
+  t.trafficFactor = 2.0 * (g - 1) / g;
+  t.latencyHops = 2.0 * (g - 1);
+  DeviceKind slowest = DeviceKind::GPU;
+  for (unsigned d : leaders)
+    if (cluster.typeOf(d).kind == DeviceKind::CPU)
+      slowest = DeviceKind::CPU;
+  t.sender = t.receiver = slowest;
+  return t;
+}
+
+//===----------------------------------------------------------------------===//
+// Codecs of a plan
+//===----------------------------------------------------------------------===//
+
+bool PlanCompression::any() const {
+  auto some = [](const std::vector<Codec> &v) {
+    return llvm::any_of(v, [](const Codec &c) { return !c.isNone(); });
+  };
+  return some(forward) || some(backward) || some(allReduce);
+}
+
+llvm::Expected<CompressionOptions::LinkOverride>
+strait::parseLinkOverride(llvm::StringRef text) {
+  auto [link, codecText] = text.split('=');
+  auto [a, b] = link.split(':');
+  if (a.empty() || b.empty() || codecText.empty())
+    return codecError("'" + text + "': expected SITE_A:SITE_B=CODEC[:RATIO]");
+  llvm::Expected<Codec> codec = parseCodec(codecText);
+  if (!codec)
+    return codecError("'" + text + "': " + llvm::toString(codec.takeError()));
+  return CompressionOptions::LinkOverride{a.str(), b.str(), *codec, text.str()};
+}
+
+bool strait::linkMatches(const ClusterModel &cluster, llvm::StringRef a, llvm::StringRef b,
+                         unsigned x, unsigned y) {
+  const Device &dx = cluster.devices[x], &dy = cluster.devices[y];
+  auto pairIs = [&](llvm::StringRef p, llvm::StringRef q) {
+    return (p == a && q == b) || (p == b && q == a);
+  };
+  return pairIs(cluster.sites[dx.site], cluster.sites[dy.site]) ||
+         pairIs(cluster.hosts[dx.host], cluster.hosts[dy.host]) ||
+         pairIs(dx.name, dy.name);
+}
+
+namespace {
+/// The codec a transfer between device pairs gets: an override naming one
+/// of the pairs, else the mode's.
+struct CodecPicker {
+  const ClusterModel &cluster;
+  const CompressionOptions &options;
+  std::optional<Codec> global; ///< mode is a codec
+  std::vector<char> used;
+
+  CodecPicker(const ClusterModel &cluster, const CompressionOptions &options)
+      : cluster(cluster), options(options), used(options.links.size(), 0) {}
+
+  Codec pick(llvm::ArrayRef<std::pair<unsigned, unsigned>> pairs, const LinkTransfer &t) {
+    for (auto [i, o] : llvm::enumerate(options.links))
+      for (auto [x, y] : pairs)
+        if (linkMatches(cluster, o.a, o.b, x, y)) {
+          used[i] = 1;
+          Codec c = o.codec;
+          c.errorFeedback = !c.isNone() && t.payload == Payload::WeightGradient;
+          return c;
+        }
+    if (options.mode == "none")
+      return Codec();
+    if (global) {
+      Codec c = *global;
+      c.errorFeedback = !c.isNone() && t.payload == Payload::WeightGradient;
+      return c;
+    }
+    return chooseCodec(t);
+  }
+};
+} // namespace
+
+llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
+                                                     const ClusterModel &cluster,
+                                                     const CompressionOptions &options) {
+  CodecPicker picker(cluster, options);
+  if (options.mode != "auto" && options.mode != "none") {
+    llvm::Expected<Codec> c = parseCodec(options.mode);
+    if (!c)
+      return codecError("--compress=" + options.mode + ": " + llvm::toString(c.takeError()));
+    picker.global = *c;
+  }
+  PlanCompression out;
+  size_t S = plan.stages.size();
+  auto stageTime = [&](size_t j) {
+    return plan.stages[j].fwdTime + plan.stages[j].bwdTime;
+  };
+  for (size_t j = 0; j + 1 < S; ++j) {
+    const StagePlan &s = plan.stages[j], &next = plan.stages[j + 1];
+    std::vector<std::pair<unsigned, unsigned>> pairs;
+    for (size_t i = 0; i < std::min(s.devices.size(), next.devices.size()); ++i)
+      pairs.push_back({s.devices[i], next.devices[i]});
+    LinkTransfer t;
+    t.plainBytes = s.sendBytes;
+    t.latency = s.sendLatency;
+    t.bandwidth = s.sendBandwidth > 0 ? s.sendBandwidth : 1e30;
+    t.parallel = pairs.size();
+    t.target = std::max(stageTime(j), stageTime(j + 1));
+    t.sender = cluster.typeOf(s.devices[0]).kind;
+    t.receiver = cluster.typeOf(next.devices[0]).kind;
+    for (bool backward : {false, true}) {
+      if (backward) {
+        std::swap(t.sender, t.receiver);
+        t.payload = Payload::ActivationGradient;
+      }
+      Codec c = picker.pick(pairs, t);
+      (backward ? out.backward : out.forward).push_back(c);
+      (backward ? out.backwardBytes : out.forwardBytes)
+          .push_back(encodedBytes(c, t.plainBytes / t.elementBytes, t.elementBytes));
+      (backward ? out.backwardCodecTime : out.forwardCodecTime)
+          .push_back(codecTime(c, t.plainBytes / t.parallel, t.sender, t.receiver));
+      (backward ? out.backwardTime : out.forwardTime).push_back(transferTimeWith(t, c));
+    }
+  }
+  for (size_t j = 0; j < S; ++j) {
+    const StagePlan &s = plan.stages[j];
+    Codec c;
+    double time = s.allReduceTime;
+    if (s.devices.size() > 1 && s.paramBytes > 0) {
+      std::vector<std::vector<unsigned>> islands = islandsOf(cluster, s.devices);
+      if (islands.size() < 2) { // one island: the flat ring is the slow phase
+        islands.clear();
+        for (unsigned d : s.devices)
+          islands.push_back({d});
+      }
+      LinkTransfer t = interIslandTransfer(cluster, islands, s.paramBytes);
+      t.target = plan.microBatches * stageTime(j);
+      std::vector<std::pair<unsigned, unsigned>> pairs;
+      for (size_t a = 0; a < islands.size(); ++a)
+        for (size_t b = a + 1; b < islands.size(); ++b)
+          pairs.push_back({islands[a].front(), islands[b].front()});
+      c = picker.pick(pairs, t);
+      if (!c.isNone())
+        time = islandAllReduceTime(
+            cluster, islands, s.paramBytes, encodedBytes(c, s.paramBytes / 4, 4),
+            codecTime(c, s.paramBytes, t.sender, t.receiver));
+    }
+    out.allReduce.push_back(c);
+    out.allReduceTime.push_back(time);
+  }
+  for (auto [i, o] : llvm::enumerate(options.links))
+    if (!picker.used[i])
+      return codecError("--compress-link=" + o.text + ": no link of the plan joins '" + o.a +
+                        "' and '" + o.b + "' (sites, hosts or devices of the stages)");
+  return out;
+}
+
+std::string strait::formatCompression(const PlanCompression &c, const PartitionPlan &plan,
+                                      const ClusterModel &cluster) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto ms = [](double s) { return llvm::formatv("{0:f2} ms", s * 1e3).str(); };
+  for (size_t j = 0; j < c.forward.size(); ++j) {
+    const StagePlan &s = plan.stages[j];
+    for (bool backward : {false, true}) {
+      const Codec &codec = backward ? c.backward[j] : c.forward[j];
+      double wire = backward ? c.backwardBytes[j] : c.forwardBytes[j];
+      os << llvm::formatv("link stage {0} -> {1} ({2}, {3}): {4}", backward ? j + 1 : j,
+                          backward ? j : j + 1, backward ? "gradients" : "activations",
+                          cluster.links[s.sendLink].origin, formatCodec(codec, true));
+      if (!codec.isNone())
+        os << llvm::formatv(" ({0:f1}x)", s.sendBytes / std::max(1.0, wire));
+      os << llvm::formatv(", {0} -> {1} per micro-batch\n", ms(s.sendTime),
+                          ms(backward ? c.backwardTime[j] : c.forwardTime[j]));
+    }
+  }
+  for (size_t j = 0; j < c.allReduce.size(); ++j) {
+    const StagePlan &s = plan.stages[j];
+    if (s.devices.size() < 2)
+      continue;
+    size_t islands = islandsOf(cluster, s.devices).size();
+    const Codec &codec = c.allReduce[j];
+    os << llvm::formatv("all-reduce stage {0} ({1} replicas, {2} islands): {3}", j,
+                        s.devices.size(), islands, formatCodec(codec, true));
+    if (!codec.isNone())
+      os << llvm::formatv(" ({0:f1}x between islands)",
+                          s.paramBytes / std::max(1.0, encodedBytes(codec, s.paramBytes / 4)));
+    os << llvm::formatv(", {0} -> {1}\n", ms(s.allReduceTime), ms(c.allReduceTime[j]));
+  }
+  return text;
+}

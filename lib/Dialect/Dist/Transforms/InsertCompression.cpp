@@ -1,0 +1,390 @@
+//===- InsertCompression.cpp - Codecs on the transfers of slow links ------===//
+//
+// Applies the codec choice of strait/Analysis/Compression.h to the IR: the
+// transfers of @main are grouped by link (sending stage, receiving stage),
+// each gradient all-reduce is one more link (its inter-island phase, or its
+// flat ring), and a link whose codec is not `none` gets dist.compress before
+// its transfer and dist.decompress after it. The analysis needs the cluster
+// (bandwidths, latencies, device speeds); the IR gives the exact bytes and
+// each stage's compute through the cost interface.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ClusterDevices.h"
+
+#include "strait/Analysis/Compression.h"
+#include "strait/Analysis/Workload.h"
+#include "strait/Dialect/Dist/DistOps.h"
+#include "strait/Dialect/Dist/DistPasses.h"
+#include "strait/Interfaces/CostOpInterface.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <map>
+
+namespace strait::dist {
+#define GEN_PASS_DEF_DISTINSERTCOMPRESSION
+#include "strait/Dialect/Dist/DistPasses.h.inc"
+} // namespace strait::dist
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::dist;
+
+namespace {
+
+constexpr int64_t kMinElements = 64;
+
+std::optional<dist::Codec> irCodec(CodecKind kind) {
+  switch (kind) {
+  case CodecKind::None: return std::nullopt;
+  case CodecKind::FP16: return dist::Codec::fp16;
+  case CodecKind::BF16: return dist::Codec::bf16;
+  case CodecKind::Int8: return dist::Codec::int8;
+  case CodecKind::Int4: return dist::Codec::int4;
+  case CodecKind::TopK: return dist::Codec::topk;
+  }
+  return std::nullopt;
+}
+
+OpKind opKindOf(KernelClass k) {
+  switch (k) {
+  case KernelClass::MatMul: return OpKind::MatMul;
+  case KernelClass::Conv: return OpKind::Conv;
+  case KernelClass::Normalization: return OpKind::Norm;
+  case KernelClass::Elementwise: return OpKind::Elementwise;
+  default: return OpKind::Other;
+  }
+}
+
+/// A float tensor with a static shape and enough elements to encode.
+bool encodable(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.hasStaticShape() && isa<FloatType>(t.getElementType()) &&
+         t.getNumElements() >= kMinElements;
+}
+
+double bytesOf(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return static_cast<double>(t.getNumElements()) *
+         ((t.getElementTypeBitWidth() + 7) / 8);
+}
+
+struct Transfer {
+  SendOp send;
+  RecvOp recv;
+};
+
+struct InsertCompressionPass
+    : public dist::impl::DistInsertCompressionBase<InsertCompressionPass> {
+  using DistInsertCompressionBase::DistInsertCompressionBase;
+  void runOnOperation() override;
+
+  /// Compute seconds of one micro-batch (forward and backward) per stage on
+  /// its slowest replica.
+  std::vector<double> stageTimes(func::FuncOp func, PlanAttr plan) const;
+  /// The codec of a link given by its device pairs (override, mode, auto).
+  strait::Codec pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
+                     ArrayRef<std::pair<StringRef, StringRef>> names, const LinkTransfer &t,
+                     bool canChoose);
+  void compressTransfer(Transfer &t, const strait::Codec &codec);
+  void compressAllReduce(AllReduceOp op, const strait::Codec &codec);
+  Value encode(OpBuilder &b, Location loc, Value v, const strait::Codec &codec,
+               int64_t stage);
+  Value decode(OpBuilder &b, Location loc, Value bytes, Type plain,
+               const strait::Codec &codec, int64_t stage);
+
+  std::optional<ClusterModel> clusterModel;
+  std::vector<std::vector<unsigned>> devices;
+  CompressionOptions options;
+  std::optional<strait::Codec> global;
+  std::vector<char> used;
+};
+
+} // namespace
+
+std::vector<double> InsertCompressionPass::stageTimes(func::FuncOp func,
+                                                      PlanAttr plan) const {
+  std::vector<double> times(plan.getNumStages(), 0);
+  if (!clusterModel)
+    return times;
+  bool training = false;
+  func.walk([&](Operation *op) { training |= op->hasAttr("graph.grad_of"); });
+  for (Operation &op : func.getBody().front()) {
+    auto cost = dyn_cast<CostOpInterface>(op);
+    std::optional<int64_t> stage = getStage(&op);
+    if (!cost || !stage)
+      continue;
+    // In a training step the optimizer tail is not pipeline work; backward
+    // ops are ops of their own (their forward FLOPs are backward work).
+    bool backwardOp = op.hasAttr("graph.grad_of");
+    if (training && !backwardOp && !op.hasAttr("graph.op_id"))
+      continue;
+    CostNode node;
+    node.kind = opKindOf(cost.getKernelClass());
+    node.fwdFlops = cost.getForwardFlops();
+    node.bwdFlops = cost.getBackwardFlops();
+    node.bytesRead = cost.getBytesRead();
+    node.bytesWritten = cost.getBytesWritten();
+    double slowest = 0;
+    for (unsigned d : devices[*stage]) {
+      double t = nodeTime(node, *clusterModel, d, false);
+      if (!training)
+        t += nodeTime(node, *clusterModel, d, true);
+      slowest = std::max(slowest, t);
+    }
+    times[*stage] += slowest;
+  }
+  return times;
+}
+
+strait::Codec InsertCompressionPass::pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
+                                          ArrayRef<std::pair<StringRef, StringRef>> names,
+                                          const LinkTransfer &t, bool canChoose) {
+  bool gradient = t.payload == Payload::WeightGradient;
+  auto withFeedback = [&](strait::Codec c) {
+    c.errorFeedback = !c.isNone() && gradient;
+    return c;
+  };
+  for (auto [i, o] : llvm::enumerate(options.links)) {
+    bool match = false;
+    if (clusterModel)
+      match = llvm::any_of(pairs, [&, &o = o](auto p) {
+        return linkMatches(*clusterModel, o.a, o.b, p.first, p.second);
+      });
+    else
+      match = llvm::any_of(names, [&, &o = o](auto p) {
+        return (p.first == o.a && p.second == o.b) || (p.first == o.b && p.second == o.a);
+      });
+    if (match) {
+      used[i] = 1;
+      return withFeedback(o.codec);
+    }
+  }
+  if (global)
+    return withFeedback(*global);
+  if (options.mode == "auto" && canChoose)
+    return chooseCodec(t);
+  return strait::Codec();
+}
+
+Value InsertCompressionPass::encode(OpBuilder &b, Location loc, Value v,
+                                    const strait::Codec &codec, int64_t stage) {
+  dist::Codec kind = *irCodec(codec.kind);
+  auto type = cast<RankedTensorType>(v.getType());
+  FloatAttr ratio = codec.kind == CodecKind::TopK ? b.getF64FloatAttr(codec.ratio) : nullptr;
+  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4;
+  IntegerAttr block = quantized ? b.getI64IntegerAttr(codec.blockSize) : nullptr;
+  int64_t bytes = encodedByteCount(kind, type.getNumElements(),
+                                   (type.getElementTypeBitWidth() + 7) / 8, codec.ratio,
+                                   codec.blockSize);
+  auto encodedType = RankedTensorType::get({bytes}, b.getIntegerType(8));
+  auto op = b.create<CompressOp>(loc, encodedType, v, CodecAttr::get(b.getContext(), kind),
+                                 ratio, block,
+                                 codec.errorFeedback ? b.getUnitAttr() : nullptr);
+  setStage(op, stage);
+  return op.getEncoded();
+}
+
+Value InsertCompressionPass::decode(OpBuilder &b, Location loc, Value bytes, Type plain,
+                                    const strait::Codec &codec, int64_t stage) {
+  dist::Codec kind = *irCodec(codec.kind);
+  FloatAttr ratio = codec.kind == CodecKind::TopK ? b.getF64FloatAttr(codec.ratio) : nullptr;
+  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4;
+  IntegerAttr block = quantized ? b.getI64IntegerAttr(codec.blockSize) : nullptr;
+  auto op = b.create<DecompressOp>(loc, plain, bytes, CodecAttr::get(b.getContext(), kind),
+                                   ratio, block);
+  setStage(op, stage);
+  return op.getResult();
+}
+
+void InsertCompressionPass::compressTransfer(Transfer &t, const strait::Codec &codec) {
+  Value plain = t.send.getValue();
+  if (!encodable(plain))
+    return;
+  OpBuilder b(t.send);
+  Value bytes = encode(b, t.send.getLoc(), plain, codec, *getStage(t.send));
+  t.send.getValueMutable().assign(bytes);
+  b.setInsertionPoint(t.recv);
+  auto recv = b.create<RecvOp>(t.recv.getLoc(), bytes.getType(), t.recv.getPeerAttr(),
+                               t.recv.getChannelAttr());
+  recv->setAttrs(t.recv->getAttrs());
+  b.setInsertionPointAfter(recv);
+  Value decoded = decode(b, recv.getLoc(), recv.getResult(), plain.getType(), codec,
+                         *getStage(t.recv));
+  t.recv.getResult().replaceAllUsesWith(decoded);
+  t.recv.erase();
+  ++numCompressed;
+}
+
+void InsertCompressionPass::compressAllReduce(AllReduceOp op, const strait::Codec &codec) {
+  Value plain = op.getValue();
+  if (!encodable(plain))
+    return;
+  int64_t stage = *getStage(op);
+  OpBuilder b(op);
+  Value bytes = encode(b, op.getLoc(), plain, codec, stage);
+  auto reduce = b.create<AllReduceOp>(op.getLoc(), bytes.getType(), bytes,
+                                      op.getReductionAttr(), op.getGroupAttr(),
+                                      op.getIslandsAttr(), op.getChannelAttr());
+  reduce->setAttrs(op->getAttrs());
+  Value decoded = decode(b, op.getLoc(), reduce.getResult(), plain.getType(), codec, stage);
+  op.getResult().replaceAllUsesWith(decoded);
+  op.erase();
+  ++numCompressedAllReduces;
+}
+
+void InsertCompressionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  PlanAttr plan = getPlan(module);
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!plan || !func || func.isExternal()) {
+    module.emitError("dist-insert-compression needs a dist.plan and a function @main; run "
+                     "dist-assign-stages and dist-insert-comm first");
+    return signalPassFailure();
+  }
+  options.mode = compress;
+  if (compress != "auto" && compress != "none") {
+    llvm::Expected<strait::Codec> c = parseCodec(compress);
+    if (!c) {
+      module.emitError() << "--compress=" << compress << ": " << llvm::toString(c.takeError());
+      return signalPassFailure();
+    }
+    global = *c;
+  }
+  for (const std::string &text : compressLink) {
+    llvm::Expected<CompressionOptions::LinkOverride> o = parseLinkOverride(text);
+    if (!o) {
+      module.emitError() << "--compress-link=" << llvm::toString(o.takeError());
+      return signalPassFailure();
+    }
+    options.links.push_back(std::move(*o));
+  }
+  used.assign(options.links.size(), 0);
+  if (compress == "none" && options.links.empty())
+    return;
+  if (!cluster.empty()) {
+    FailureOr<ClusterModel> c = strait::dist::detail::loadClusterFor(module, cluster, "dist-insert-compression");
+    if (failed(c))
+      return signalPassFailure();
+    clusterModel = std::move(*c);
+    FailureOr<std::vector<std::vector<unsigned>>> d =
+        strait::dist::detail::stageDevices(module, plan, *clusterModel, cluster);
+    if (failed(d))
+      return signalPassFailure();
+    devices = std::move(*d);
+  } else if (compress == "auto") {
+    module.emitError("--compress=auto needs the cluster file (cluster=FILE) to weigh links; "
+                     "give a codec or compress=none with compress-link overrides instead");
+    return signalPassFailure();
+  }
+  std::vector<double> times = stageTimes(func, plan);
+  int64_t microBatches = plan.getMicroBatches();
+  auto deviceName = [&](int64_t stage, size_t replica) {
+    return cast<StringAttr>(plan.getStage(stage).getDevices()[replica]).getValue();
+  };
+
+  // Cuts: the transfers of each (from, to) pair share one codec.
+  std::map<std::pair<int64_t, int64_t>, SmallVector<Transfer>> links;
+  for (Operation &op : func.getBody().front())
+    if (auto send = dyn_cast<SendOp>(op))
+      if (auto recv = dyn_cast_or_null<RecvOp>(send->getNextNode());
+          recv && recv.getChannel() == send.getChannel())
+        links[{*getStage(send), send.getPeer()}].push_back({send, recv});
+  for (auto &[link, transfers] : links) {
+    auto [from, to] = link;
+    size_t replicas = std::min(plan.getStage(from).getRanks().size(),
+                               plan.getStage(to).getRanks().size());
+    SmallVector<std::pair<unsigned, unsigned>> pairs;
+    SmallVector<std::pair<StringRef, StringRef>> names;
+    for (size_t r = 0; r < replicas; ++r) {
+      names.push_back({deviceName(from, r), deviceName(to, r)});
+      if (clusterModel)
+        pairs.push_back({devices[from][r], devices[to][r]});
+    }
+    LinkTransfer t;
+    t.payload = from < to ? Payload::Activation : Payload::ActivationGradient;
+    for (Transfer &tr : transfers)
+      if (encodable(tr.send.getValue()))
+        t.plainBytes += bytesOf(tr.send.getValue());
+    if (clusterModel) {
+      // Replica pairs on one shared link split it (as the planner's comm()).
+      std::map<unsigned, unsigned> uses;
+      for (auto [x, y] : pairs)
+        ++uses[clusterModel->linkId(x, y)];
+      double slowest = 1e30, latency = 0;
+      for (auto [id, count] : uses) {
+        const Link &l = clusterModel->links[id];
+        slowest = std::min(slowest, l.shared ? l.bandwidth / count : l.bandwidth);
+        latency = std::max(latency, l.latency);
+      }
+      t.bandwidth = slowest;
+      t.latency = latency;
+      t.sender = clusterModel->typeOf(devices[from][0]).kind;
+      t.receiver = clusterModel->typeOf(devices[to][0]).kind;
+      t.target = std::max(times[from], times[to]);
+    }
+    strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
+    if (codec.isNone())
+      continue;
+    for (Transfer &tr : transfers)
+      compressTransfer(tr, codec);
+  }
+
+  // All-reduces: the inter-island phase (or the flat ring) is the link.
+  SmallVector<AllReduceOp> reduces;
+  func.walk([&](AllReduceOp op) { reduces.push_back(op); });
+  for (AllReduceOp op : reduces) {
+    int64_t stage = *getStage(op);
+    PlacementAttr place = plan.getStage(stage);
+    ArrayRef<int64_t> ranks = place.getRanks().asArrayRef();
+    // Islands as replica indices: the op's, else one per replica.
+    std::vector<std::vector<size_t>> islands;
+    if (ArrayAttr attr = op.getIslandsAttr()) {
+      for (auto group : attr.getAsRange<DenseI64ArrayAttr>()) {
+        std::vector<size_t> island;
+        for (int64_t r : group.asArrayRef())
+          island.push_back(llvm::find(ranks, r) - ranks.begin());
+        islands.push_back(std::move(island));
+      }
+    } else {
+      for (int64_t r : op.getGroup())
+        islands.push_back({static_cast<size_t>(llvm::find(ranks, r) - ranks.begin())});
+    }
+    if (islands.size() < 2 || !encodable(op.getValue()))
+      continue;
+    SmallVector<std::pair<unsigned, unsigned>> pairs;
+    SmallVector<std::pair<StringRef, StringRef>> names;
+    for (size_t a = 0; a < islands.size(); ++a)
+      for (size_t b = a + 1; b < islands.size(); ++b) {
+        names.push_back({deviceName(stage, islands[a][0]), deviceName(stage, islands[b][0])});
+        if (clusterModel)
+          pairs.push_back({devices[stage][islands[a][0]], devices[stage][islands[b][0]]});
+      }
+    LinkTransfer t;
+    t.payload = Payload::WeightGradient;
+    t.plainBytes = bytesOf(op.getValue());
+    if (clusterModel) {
+      std::vector<std::vector<unsigned>> deviceIslands;
+      for (const std::vector<size_t> &island : islands) {
+        deviceIslands.emplace_back();
+        for (size_t r : island)
+          deviceIslands.back().push_back(devices[stage][r]);
+      }
+      t = interIslandTransfer(*clusterModel, deviceIslands, t.plainBytes);
+      t.target = microBatches * times[stage];
+    }
+    strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
+    if (!codec.isNone())
+      compressAllReduce(op, codec);
+  }
+
+  for (auto [i, o] : llvm::enumerate(options.links))
+    if (!used[i]) {
+      module.emitError() << "--compress-link=" << o.text << ": no link of the plan joins '"
+                         << o.a << "' and '" << o.b
+                         << "' (sites, hosts or devices of the stages"
+                         << (clusterModel ? "" : "; without a cluster, device names") << ")";
+      return signalPassFailure();
+    }
+}
