@@ -1,0 +1,468 @@
+"""Finite-difference checks of the gradient rules, run on the CPU runtime.
+
+For each op family with a gradient rule, a tiny ONNX model is built with onnx.helper whose
+float tensors are initializers (the trainable variables) and whose output is a scalar
+loss ``L = sum(y * R)`` (R a fixed random constant, so dL/dy is a generic direction).
+straitc compiles it to a gradients-only training step (``--loss output --optimizer none
+--return-gradients``), strait-run runs it and dumps ``grad.<name>``. The reference is a
+central finite difference of the same model evaluated by onnxruntime (independent of Strait)
+with the parameters as inputs:
+
+* in float64 (h = 1e-6) when onnxruntime has float64 kernels for every op of the model:
+  truncation h^2 f'''/6 ~ 1e-12 and rounding 1e-16 |L| / h ~ 1e-10, so the difference to
+  Strait's f32 gradient is Strait's own rounding (~1e-6 relative); tolerance 2e-4;
+* otherwise in float32 (h = 1e-2): truncation ~ 1e-5 and rounding 6e-8 |L| / h ~ 1e-5 for
+  |L| ~ 1, tolerance 5e-3.
+
+Errors are relative to the largest reference entry of each parameter (as gradcheck.py).
+Inputs stay away from kinks (Relu, Abs, Clip, MaxPool ties) by more than h.
+
+The optimizer checks run a few full training steps (SGD with momentum and Nesterov, AdamW
+with weight decay and bias correction, clipping by global norm, a warm-up schedule) and
+compare the parameters the step reads with a numpy implementation of the update.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
+STRAITC = os.path.join(BUILD, "bin", "straitc")
+STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-run"),
+                               os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
+                   if os.path.exists(p)), None)
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or STRAIT_RUN is None,
+                                reason="straitc or strait-run not built")
+
+F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
+NP = {F32: np.float32, F64: np.float64}
+OPSET = 17
+
+
+class Case:
+    """nodes(T) -> list of nodes reading parameters p0, p1, ... and writing `y`; params: name
+    -> array; loss: straitc --loss (``output``: the model's sum(y*R); ``mse`` /
+    ``cross-entropy``: built by the pass against all-zero labels, which strait-run feeds
+    when no data is given)."""
+
+    def __init__(self, name, nodes, params, loss="output", flags=()):
+        self.name, self.nodes, self.params, self.loss, self.flags = (
+            name, nodes, params, loss, list(flags))
+
+
+def _rng(name):
+    """A generator seeded by the case name (stable across runs, unlike hash())."""
+    return np.random.default_rng(sum(ord(c) * 131**i for i, c in enumerate(name)) % (2**32))
+
+
+def _const(name, value, T):
+    arr = np.asarray(value)
+    if arr.dtype.kind == "f":
+        arr = arr.astype(NP[T])
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name))
+
+
+def _output_shape(case: Case, T) -> list[int]:
+    graph = helper.make_graph(
+        case.nodes(T), "shape",
+        [helper.make_tensor_value_info(n, T, a.shape) for n, a in case.params.items()],
+        [helper.make_tensor_value_info("y", T, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    dims = inferred.graph.output[0].type.tensor_type.shape.dim
+    return [d.dim_value for d in dims]
+
+
+def _model(case: Case, T, as_inputs: bool, R: np.ndarray | None) -> bytes:
+    """The case's model in element type T; parameters are initializers (Strait) or inputs
+    (the onnxruntime reference). With loss=output the tail sum(y * R) makes `loss`."""
+    nodes = case.nodes(T)
+    outputs = []
+    if case.loss == "output":
+        nodes += [_const("R", R, T), helper.make_node("Mul", ["y", "R"], ["yr"]),
+                  helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0)]
+        outputs.append(helper.make_tensor_value_info("loss", T, []))
+    else:
+        outputs.append(helper.make_tensor_value_info("y", T, None))
+    params = {n: a.astype(NP[T]) for n, a in case.params.items()}
+    if as_inputs:
+        inputs = [helper.make_tensor_value_info(n, T, a.shape) for n, a in params.items()]
+        inits = []
+    else:
+        inputs = []
+        inits = [numpy_helper.from_array(a, n) for n, a in params.items()]
+    graph = helper.make_graph(nodes, case.name.replace("-", "_"), inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    return model.SerializeToString()
+
+
+def _reference_loss(case: Case, y: np.ndarray) -> float:
+    """The pass-built losses against all-zero labels."""
+    if case.loss == "mse":
+        return float(np.mean(y.astype(np.float64) ** 2))
+    logits = y.reshape(-1, y.shape[-1]).astype(np.float64)
+    m = logits.max(axis=1, keepdims=True)
+    logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
+    return float(-np.mean(logp[:, 0]))
+
+
+def finite_differences(case: Case, R) -> tuple[dict, str]:
+    """Central differences of L with respect to every parameter entry, through onnxruntime
+    (float64 when it runs the model, else float32). Returns ({name: grad}, dtype name)."""
+    for T, h in ((F64, 1e-6), (F32, 1e-2)):
+        try:
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            sess = ort.InferenceSession(_model(case, T, True, R), opts,
+                                        providers=["CPUExecutionProvider"])
+            base = {n: a.astype(np.float32).astype(NP[T]) for n, a in case.params.items()}
+            sess.run(None, base)
+            break
+        except Exception:  # noqa: BLE001 - no kernel of that type: next type
+            if T == F32:
+                raise
+
+    def loss(feed):
+        out = sess.run(None, feed)[0]
+        return float(out) if case.loss == "output" else _reference_loss(case, out)
+
+    grads = {}
+    for name, value in base.items():
+        g = np.zeros(value.shape, np.float64)
+        for idx in np.ndindex(value.shape):
+            feed = dict(base)
+            plus, minus = value.copy(), value.copy()
+            plus[idx] += h
+            minus[idx] -= h
+            feed[name] = plus
+            lp = loss(feed)
+            feed[name] = minus
+            g[idx] = (lp - loss(feed)) / (2 * h)
+        grads[name] = g
+    return grads, "f64" if T == F64 else "f32"
+
+
+def strait_gradients(case: Case, R, tmp) -> dict:
+    path = os.path.join(tmp, f"{case.name}.onnx")
+    with open(path, "wb") as f:
+        f.write(_model(case, F32, False, R))
+    job, dump = os.path.join(tmp, "job"), os.path.join(tmp, "dump")
+    c = subprocess.run([STRAITC, path, "--loss", case.loss, "--optimizer", "none",
+                        "--return-gradients", *case.flags, "-o", job],
+                       capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr[-2000:]
+    r = subprocess.run([STRAIT_RUN, job, "--steps", "1", "--threads", "1", "--dump-outputs",
+                        dump], capture_output=True, text=True, timeout=120)
+    logs = os.path.join(job, "logs", "rank0.log")
+    assert r.returncode == 0, (r.stderr + r.stdout + open(logs).read())[-2000:]
+    return {n: np.load(os.path.join(dump, f"grad.{n}.rank0.npy")) for n in case.params}
+
+
+def _check(case: Case, tmp):
+    R = None
+    if case.loss == "output":
+        R = _rng(case.name + "R").uniform(-1, 1, _output_shape(case, F32))
+    ref, dtype = finite_differences(case, R)
+    got = strait_gradients(case, R, str(tmp))
+    tol = 2e-4 if dtype == "f64" else 5e-3
+    worst = 0.0
+    for name, g in ref.items():
+        assert got[name].shape == g.shape, name
+        scale = float(np.abs(g).max())
+        assert scale > 1e-3, f"{case.name}: d{name} is ~0, a weak check"
+        err = float(np.abs(got[name] - g).max()) / scale
+        assert err <= tol, f"{case.name}: d{name} differs by {err:.2e} (ref {dtype})"
+        worst = max(worst, err)
+    return dtype, worst
+
+
+# ---------------------------------------------------------------------------------------
+# Cases, by family.
+
+def _u(name, low=-2.0, high=2.0, shape=(2, 3), **attrs):
+    """A unary op on p0, values in [low, high] away from 0 (kinks of Relu, Abs...)."""
+    rng = _rng(name)
+    v = rng.uniform(low, high, shape)
+    v = np.where(np.abs(v) < 0.05, v + 0.1, v)
+    return Case(name, lambda T: [helper.make_node(name, ["p0"], ["y"], **attrs)], {"p0": v})
+
+
+def _b(name, sa=(2, 3), sb=(3,), positive_b=False, **attrs):
+    """A binary op on p0 [sa] and p1 [sb] (broadcast)."""
+    rng = _rng(name)
+    a = rng.uniform(-2, 2, sa)
+    b = rng.uniform(0.5, 2, sb) if positive_b else rng.uniform(-2, 2, sb)
+    return Case(name, lambda T: [helper.make_node(name, ["p0", "p1"], ["y"], **attrs)],
+                {"p0": a, "p1": b})
+
+
+def _n(name, nodes, **params):
+    return Case(name, nodes, params)
+
+
+def _r(shape, seed, low=-1.0, high=1.0):
+    return np.random.default_rng(seed).uniform(low, high, shape)
+
+
+def _cases():
+    c = []
+    # elementwise, unary
+    for op in ("Sin", "Cos", "Softsign", "Exp", "Tanh", "Sigmoid", "Neg", "Abs", "Relu",
+               "Erf", "Softplus", "HardSwish"):
+        c.append(_u(op))
+    for op in ("Sqrt", "Log", "Reciprocal"):
+        c.append(_u(op, 0.3, 2.0))
+    c.append(_u("LeakyRelu", alpha=0.1))
+    c.append(_u("Elu", alpha=0.7))
+    c.append(_u("HardSigmoid", -4.0, 4.0, alpha=0.3, beta=0.4))
+    # elementwise, binary with broadcasting
+    for op in ("Add", "Sub", "Mul"):
+        c.append(_b(op))
+    for op in ("Max", "Min"):  # p1 wins in some rows, p0 in others
+        c.append(_b(op, sa=(5, 3)))
+    c.append(_b("Div", positive_b=True))
+    c.append(Case("Pow", lambda T: [helper.make_node("Pow", ["p0", "p1"], ["y"])],
+                  {"p0": _r((2, 3), 1, 0.5, 2.0), "p1": _r((3,), 2, -1.5, 2.0)}))
+    c.append(Case("Clip", lambda T: [_const("lo", np.array(-0.5), T),
+                                     _const("hi", np.array(0.7), T),
+                                     helper.make_node("Clip", ["p0", "lo", "hi"], ["y"])],
+                  {"p0": np.array([[-1.2, -0.3, 0.1], [0.5, 0.9, 1.4]])}))
+    c.append(Case("Where", lambda T: [
+        _const("cond", np.array([[True, False, True], [False, False, True]]), T),
+        helper.make_node("Where", ["cond", "p0", "p1"], ["y"])],
+        {"p0": _r((2, 3), 3), "p1": _r((3,), 4)}))
+    c.append(Case("Cast", lambda T: [
+        helper.make_node("Cast", ["p0"], ["c"], to=T),
+        helper.make_node("Mul", ["c", "c"], ["y"])], {"p0": _r((2, 3), 5)}))
+    c.append(Case("Sum-Mean", lambda T: [
+        helper.make_node("Sum", ["p0", "p1", "p0"], ["s"]),
+        helper.make_node("Mean", ["s", "p1"], ["y"])], {"p0": _r((2, 3), 6), "p1": _r((3,), 7)}))
+    # linear algebra
+    c.append(Case("MatMul", lambda T: [helper.make_node("MatMul", ["p0", "p1"], ["y"])],
+                  {"p0": _r((2, 3, 4), 8), "p1": _r((4, 5), 9)}))
+    c.append(Case("MatMul-batched", lambda T: [helper.make_node("MatMul", ["p0", "p1"], ["y"])],
+                  {"p0": _r((2, 3, 4), 10), "p1": _r((2, 4, 2), 11)}))
+    c.append(Case("Gemm", lambda T: [helper.make_node("Gemm", ["p0", "p1", "p2"], ["y"],
+                                                      transA=1, transB=1, alpha=0.7, beta=1.3)],
+                  {"p0": _r((4, 3), 12), "p1": _r((5, 4), 13), "p2": _r((5,), 14)}))
+    # reductions, softmax
+    for op in ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceMax", "ReduceMin"):
+        def nodes(T, op=op):
+            if op == "ReduceSum":
+                return [_const("axes", np.array([1], np.int64), T),
+                        helper.make_node(op, ["p0", "axes"], ["y"], keepdims=1)]
+            return [helper.make_node(op, ["p0"], ["y"], axes=[1], keepdims=0)]
+        c.append(Case(op, nodes, {"p0": _r((2, 4, 3), 15)}))
+    c.append(Case("Softmax", lambda T: [helper.make_node("Softmax", ["p0"], ["y"], axis=-1)],
+                  {"p0": _r((2, 3, 4), 16, -2, 2)}))
+    c.append(Case("LogSoftmax", lambda T: [helper.make_node("LogSoftmax", ["p0"], ["y"],
+                                                            axis=1)],
+                  {"p0": _r((2, 3, 4), 17, -2, 2)}))
+    # normalization
+    c.append(Case("LayerNormalization", lambda T: [helper.make_node(
+        "LayerNormalization", ["p0", "p1", "p2"], ["y"], axis=-1, epsilon=1e-5)],
+        {"p0": _r((2, 3, 4), 18, -2, 2), "p1": _r((4,), 19, 0.5, 1.5), "p2": _r((4,), 20)}))
+    # convolution, pooling
+    c.append(Case("Conv", lambda T: [helper.make_node(
+        "Conv", ["p0", "p1", "p2"], ["y"], pads=[1, 0, 1, 1], strides=[2, 1], group=2)],
+        {"p0": _r((2, 4, 5, 4), 21), "p1": _r((4, 2, 3, 2), 22), "p2": _r((4,), 23)}))
+    c.append(Case("Conv-dilated", lambda T: [helper.make_node(
+        "Conv", ["p0", "p1"], ["y"], dilations=[2, 1], pads=[1, 1, 1, 1])],
+        {"p0": _r((1, 2, 5, 4), 24), "p1": _r((3, 2, 2, 2), 25)}))
+    x = np.random.default_rng(26).permutation(2 * 2 * 4 * 5).reshape(2, 2, 4, 5) / 10.0 - 2
+    c.append(Case("MaxPool", lambda T: [helper.make_node(
+        "MaxPool", ["p0"], ["y"], kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1])],
+        {"p0": x}))
+    c.append(Case("AveragePool", lambda T: [helper.make_node(
+        "AveragePool", ["p0"], ["y"], kernel_shape=[2, 2], strides=[2, 1], pads=[1, 0, 0, 1],
+        count_include_pad=0)], {"p0": _r((2, 2, 4, 5), 27)}))
+    c.append(Case("AveragePool-pad", lambda T: [helper.make_node(
+        "AveragePool", ["p0"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+        count_include_pad=1)], {"p0": _r((1, 2, 5, 5), 28)}))
+    c.append(Case("GlobalAveragePool", lambda T: [helper.make_node(
+        "GlobalAveragePool", ["p0"], ["y"])], {"p0": _r((2, 3, 2, 4), 29)}))
+    # data movement
+    c.append(Case("Gather", lambda T: [
+        _const("idx", np.array([[0, 2], [2, 3]], np.int64), T),
+        helper.make_node("Gather", ["p0", "idx"], ["y"], axis=0)], {"p0": _r((4, 3), 30)}))
+    c.append(Case("Gather-axis1", lambda T: [
+        _const("idx", np.array([1, 1, 0], np.int64), T),
+        helper.make_node("Gather", ["p0", "idx"], ["y"], axis=1)], {"p0": _r((2, 3), 31)}))
+    c.append(Case("Concat-Split", lambda T: [
+        helper.make_node("Concat", ["p0", "p1"], ["c"], axis=1),
+        _const("sizes", np.array([1, 4], np.int64), T),
+        helper.make_node("Split", ["c", "sizes"], ["s0", "s1"], axis=1),
+        helper.make_node("Mul", ["s1", "s1"], ["m"]),
+        helper.make_node("Concat", ["m", "s0"], ["y"], axis=1)],
+        {"p0": _r((2, 2, 3), 32), "p1": _r((2, 3, 3), 33)}))
+    c.append(Case("Slice", lambda T: [
+        _const("st", np.array([3, 0], np.int64), T), _const("en", np.array([-5, 9], np.int64), T),
+        _const("ax", np.array([1, 2], np.int64), T), _const("sp", np.array([-1, 2], np.int64), T),
+        helper.make_node("Slice", ["p0", "st", "en", "ax", "sp"], ["y"])],
+        {"p0": _r((2, 4, 5), 34)}))
+    c.append(Case("Transpose-Reshape", lambda T: [
+        helper.make_node("Transpose", ["p0"], ["t"], perm=[2, 0, 1]),
+        _const("shape", np.array([4, -1], np.int64), T),
+        helper.make_node("Reshape", ["t", "shape"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"], axis=1),
+        _const("ax", np.array([0], np.int64), T),
+        helper.make_node("Unsqueeze", ["f", "ax"], ["u"]),
+        helper.make_node("Squeeze", ["u", "ax"], ["y"])], {"p0": _r((2, 3, 4), 35)}))
+    c.append(Case("Expand", lambda T: [
+        _const("shape", np.array([2, 3, 4], np.int64), T),
+        helper.make_node("Expand", ["p0", "shape"], ["y"])], {"p0": _r((3, 1), 36)}))
+    c.append(Case("Pad", lambda T: [
+        _const("pads", np.array([0, 1, 2, 0, 2, 1], np.int64), T),
+        helper.make_node("Pad", ["p0", "pads"], ["y"], mode="constant")],
+        {"p0": _r((2, 3, 2), 37)}))
+    # losses
+    c.append(Case("SoftmaxCrossEntropyLoss", lambda T: [
+        _const("lab", np.array([1, 0, 3, 2, 1], np.int64), T),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["p0", "lab"], ["sce"], reduction="mean",
+                         ignore_index=2),
+        helper.make_node("Mul", ["sce", "sce"], ["y"])], {"p0": _r((5, 4), 38, -2, 2)}))
+    c.append(Case("mse-loss", lambda T: [helper.make_node("Mul", ["p0", "p1"], ["y"])],
+                  {"p0": _r((3, 4), 39), "p1": _r((4,), 40)}, loss="mse"))
+    c.append(Case("cross-entropy-loss", lambda T: [helper.make_node("MatMul", ["p0", "p1"],
+                                                                     ["y"])],
+                  {"p0": _r((2, 3, 4), 41), "p1": _r((4, 5), 42)}, loss="cross-entropy"))
+    return {case.name: case for case in c}
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, tmp_path):
+    dtype, worst = _check(CASES[name], tmp_path)
+    print(f"{name}: worst {worst:.1e} (reference {dtype})")
+
+
+# ---------------------------------------------------------------------------------------
+# Optimizer updates against numpy.
+
+def _optimizer_model(W, b, R, S) -> bytes:
+    """loss = sum(R * W^2) / 2 + sum(S * b), so dW = R * W and db = S; the outputs `w_seen`
+    and `b_seen` are the parameters the step reads (before its update)."""
+    T = F32
+    nodes = [_const("R", R, T), _const("S", S, T), _const("half", np.array(0.5), T),
+             _const("one", np.array(1.0), T),
+             helper.make_node("Mul", ["W", "W"], ["w2"]),
+             helper.make_node("Mul", ["w2", "R"], ["w2r"]),
+             helper.make_node("ReduceSum", ["w2r"], ["sw"], keepdims=0),
+             helper.make_node("Mul", ["sw", "half"], ["lw"]),
+             helper.make_node("Mul", ["b", "S"], ["bs"]),
+             helper.make_node("ReduceSum", ["bs"], ["lb"], keepdims=0),
+             helper.make_node("Add", ["lw", "lb"], ["loss"]),
+             helper.make_node("Mul", ["W", "one"], ["w_seen"]),
+             helper.make_node("Mul", ["b", "one"], ["b_seen"])]
+    graph = helper.make_graph(
+        nodes, "opt", [],
+        [helper.make_tensor_value_info("loss", T, []),
+         helper.make_tensor_value_info("w_seen", T, W.shape),
+         helper.make_tensor_value_info("b_seen", T, b.shape)],
+        [numpy_helper.from_array(W.astype(np.float32), "W"),
+         numpy_helper.from_array(b.astype(np.float32), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]) \
+        .SerializeToString()
+
+
+def _lr_at(step, lr, warmup, total, min_lr):
+    """docs/program-format.md, Learning-rate schedule."""
+    if step <= warmup:
+        return lr * step / warmup
+    if total == 0:
+        return lr
+    if step >= total:
+        return min_lr
+    p = (step - warmup) / (total - warmup)
+    return min_lr + (lr - min_lr) * (1 + np.cos(np.pi * p)) / 2
+
+
+def _numpy_updates(params, grad_fn, updates, opt, lr, wd=0.0, momentum=0.0, nesterov=False,
+                   beta1=0.9, beta2=0.999, eps=1e-8, clip=0.0, schedule=(0, 0, 0.0)):
+    """PyTorch's SGD (dampening 0) / AdamW, clip_grad_norm_, in float64."""
+    p = {k: v.astype(np.float32).astype(np.float64) for k, v in params.items()}
+    state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
+    for t in range(1, updates + 1):
+        g = grad_fn(p)
+        if clip > 0:
+            norm = np.sqrt(sum(float((x ** 2).sum()) for x in g.values()))
+            g = {k: x * min(1.0, clip / (norm + 1e-6)) for k, x in g.items()}
+        a = _lr_at(t, lr, *schedule)
+        for k in p:
+            m, v = state[k]
+            if opt == "sgd":
+                gk = g[k] + wd * p[k]
+                if momentum:
+                    m[...] = momentum * m + gk
+                    gk = gk + momentum * m if nesterov else m
+                p[k] = p[k] - a * gk
+            else:
+                p[k] = p[k] * (1 - a * wd)
+                m[...] = beta1 * m + (1 - beta1) * g[k]
+                v[...] = beta2 * v + (1 - beta2) * g[k] ** 2
+                mh, vh = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+                p[k] = p[k] - a * mh / (np.sqrt(vh) + eps)
+    return p
+
+
+OPTIMIZERS = {
+    "sgd-momentum": dict(opt="sgd", lr=0.1, momentum=0.9, wd=0.01),
+    "sgd-nesterov": dict(opt="sgd", lr=0.05, momentum=0.8, nesterov=True, wd=0.1),
+    "sgd-plain": dict(opt="sgd", lr=0.2),
+    "adamw": dict(opt="adamw", lr=0.01, wd=0.1, beta1=0.8, beta2=0.95, eps=1e-6),
+    "adamw-clip-schedule": dict(opt="adamw", lr=0.02, wd=0.05, clip=0.3,
+                                schedule=(2, 5, 0.002)),
+    "sgd-clip": dict(opt="sgd", lr=0.1, momentum=0.5, clip=0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_update_matches_numpy(name, tmp_path):
+    cfg = OPTIMIZERS[name]
+    rng = _rng(name)
+    W, b = rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (3,))
+    R, S = rng.uniform(0.5, 2, (2, 3)), rng.uniform(-1, 1, (3,))
+    path = tmp_path / "opt.onnx"
+    path.write_bytes(_optimizer_model(W, b, R, S))
+    flags = ["--loss", "output", "--optimizer", cfg["opt"], "--lr", str(cfg["lr"]),
+             "--weight-decay", str(cfg.get("wd", 0.0)), "--clip-norm", str(cfg.get("clip", 0.0))]
+    if cfg["opt"] == "sgd":
+        flags += ["--momentum", str(cfg.get("momentum", 0.0))]
+        if cfg.get("nesterov"):
+            flags.append("--nesterov")
+    else:
+        flags += ["--beta1", str(cfg["beta1"]) if "beta1" in cfg else "0.9",
+                  "--beta2", str(cfg.get("beta2", 0.999)), "--eps", str(cfg.get("eps", 1e-8))]
+    warmup, total, min_lr = cfg.get("schedule", (0, 0, 0.0))
+    flags += ["--warmup-steps", str(warmup), "--total-steps", str(total), "--min-lr", str(min_lr)]
+    job, dump = tmp_path / "job", tmp_path / "dump"
+    c = subprocess.run([STRAITC, str(path), *flags, "-o", str(job)], capture_output=True,
+                       text=True)
+    assert c.returncode == 0, c.stderr[-2000:]
+    steps = 4  # the 4th step reads the parameters after 3 updates
+    r = subprocess.run([STRAIT_RUN, str(job), "--steps", str(steps), "--threads", "1",
+                        "--dump-outputs", str(dump)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, (r.stderr + r.stdout)[-2000:]
+    got = {"W": np.load(dump / "w_seen.rank0.npy"), "b": np.load(dump / "b_seen.rank0.npy")}
+    ref = _numpy_updates({"W": W, "b": b},
+                         lambda p: {"W": R.astype(np.float32) * p["W"],
+                                    "b": S.astype(np.float32).astype(np.float64)},
+                         steps - 1, **cfg)
+    moved = max(float(np.abs(ref[k] - v.astype(np.float32)).max())
+                for k, v in {"W": W, "b": b}.items())
+    assert moved > 1e-3, "the updates barely move the parameters: a weak check"
+    for k in ("W", "b"):
+        # f32 arithmetic in the runtime over 3 updates: ~1e-7 relative per operation.
+        np.testing.assert_allclose(got[k], ref[k], rtol=2e-5, atol=2e-6, err_msg=f"{name}: {k}")
