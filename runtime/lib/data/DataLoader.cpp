@@ -120,7 +120,9 @@ public:
       return invalidArgument(path + " holds " + std::to_string(n) + " tokens, fewer than a window of T+1 = " +
                              std::to_string(t + 1) + " for input '" +
                              (input ? inputName : labelsName) + "' of shape " + shapeToString(s));
-    std::vector<uint64_t> offsets = sampleOffsets(seed, stream, iteration, b, n - t - 1);
+    std::vector<uint64_t> offsets =
+        sampleOffsets(seed, stream, iteration, (batchPart + 1) * b, n - t - 1);
+    offsets.erase(offsets.begin(), offsets.begin() + batchPart * b);
     for (int64_t i = 0; i < b; ++i)
       for (int64_t j = 0; j < t; ++j) {
         if (input)
@@ -187,8 +189,9 @@ public:
     }
     if (b < 0)
       return Status::ok();
-    std::vector<uint64_t> rows =
-        sampleOffsets(seed, stream, iteration, b, static_cast<uint64_t>(samples.shape[0] - 1));
+    std::vector<uint64_t> rows = sampleOffsets(seed, stream, iteration, (batchPart + 1) * b,
+                                               static_cast<uint64_t>(samples.shape[0] - 1));
+    rows.erase(rows.begin(), rows.begin() + batchPart * b);
     if (input) {
       size_t rowBytes = samples.bytes.size() / static_cast<size_t>(samples.shape[0]);
       for (int64_t i = 0; i < b; ++i)

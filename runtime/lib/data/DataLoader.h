@@ -45,6 +45,14 @@ public:
                       int64_t iteration) = 0;
   /// Items one batch holds for throughput: tokens (B*T) or samples (B).
   virtual const char *itemName() const = 0;
+  /// Makes this loader feed part `part` of a larger batch: with a local batch
+  /// of B it feeds windows [part*B, (part+1)*B) of the iteration's sequence,
+  /// so replica r of R (all on one stream) together feed exactly the R*B
+  /// windows that one rank with batch R*B reads (default part 0).
+  void setBatchPart(int64_t part) { batchPart = part; }
+
+protected:
+  int64_t batchPart = 0;
 };
 
 /// Opens a token file (memory-mapped).

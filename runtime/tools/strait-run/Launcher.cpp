@@ -95,6 +95,7 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--input-name", o.inputName);
   pass("--labels-name", o.labelsName);
   pass("--dump-outputs", o.dumpDir);
+  pass("--save-params", o.saveParamsDir);
   pass("--seed", std::to_string(o.seed));
   std::vector<char *> argv;
   for (auto &a : args)

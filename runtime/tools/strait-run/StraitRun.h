@@ -39,6 +39,7 @@ struct RunOptions {
   std::string labelsName = "labels";
   uint64_t seed = 1234;     // batch sampling seed
   std::string dumpDir;      // --dump-outputs DIR: outputs of the last step
+  std::string saveParamsDir; // --save-params DIR: parameters after the last step
   bool quietProgress = false; // launcher: do not echo the merged progress
   std::string listenAddress; // worker: listen here instead of the manifest's address
 };

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -166,6 +167,38 @@ Status dumpOutputs(const Executor &exec, const program::Program &p, const RunOpt
   return Status::ok();
 }
 
+/// Writes every ROLE_PARAMETER as DIR/<parameter_name>.rank<R>.npy (odd
+/// characters of the name become '_'; `DIR/params.rank<R>.txt` lists
+/// "file parameter_name" per line, so the exact names survive).
+Status saveParameters(const Executor &exec, const program::Program &p, const RunOptions &o) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = o.saveParamsDir.find('/', pos + 1);
+    ::mkdir(o.saveParamsDir.substr(0, pos).c_str(), 0755);
+  }
+  std::string index;
+  for (const auto &v : p.values()) {
+    if (v.role() != program::ROLE_PARAMETER)
+      continue;
+    std::string key = v.parameter_name().empty() ? v.name() : v.parameter_name();
+    std::string name = key.empty() ? "value" + std::to_string(v.id()) : key;
+    for (char &c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+        c = '_';
+    name += ".rank" + std::to_string(o.rank) + ".npy";
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
+    STRAIT_RETURN_IF_ERROR(data::writeNpy(o.saveParamsDir + "/" + name, t));
+    index += name + " " + key + "\n";
+  }
+  std::string list = o.saveParamsDir + "/params.rank" + std::to_string(o.rank) + ".txt";
+  FILE *f = std::fopen(list.c_str(), "w");
+  bool ok = f && std::fwrite(index.data(), 1, index.size(), f) == index.size();
+  if (f && std::fclose(f) != 0)
+    ok = false;
+  if (!ok)
+    return ioError("cannot write " + list);
+  return Status::ok();
+}
+
 StatusOr<std::unique_ptr<Communicator>>
 connect(const RunOptions &o, const program::PlanManifest &m) {
   GlooOptions g;
@@ -221,11 +254,13 @@ Status runRank(const RunOptions &o) {
   if (!o.dataPath.empty()) {
     STRAIT_ASSIGN_OR_RETURN(data::DataFormat format,
                             data::parseDataFormat(o.dataFormat, o.dataPath));
-    // Ranks of one replica (the stages of a pipeline) read the same batch.
+    // Ranks of one replica (the stages of a pipeline) read the same batch;
+    // replica r feeds part r of the global batch (one stream, so the job
+    // reads what one rank with the whole batch would read).
     bool layout = false;
     for (const auto &r : m.ranks())
       layout |= r.stage() > 0 || r.replica() != 0;
-    uint64_t stream = static_cast<uint64_t>(layout ? entry->replica() : o.rank);
+    uint64_t stream = static_cast<uint64_t>(layout ? 0 : o.rank);
     tokens = format != data::DataFormat::Npy;
     if (tokens) {
       if (!o.labelsPath.empty())
@@ -236,6 +271,8 @@ Status runRank(const RunOptions &o) {
       STRAIT_ASSIGN_OR_RETURN(loader, data::openNpyArrays(o.dataPath, o.labelsPath, o.seed,
                                                           stream));
     }
+    if (layout)
+      loader->setBatchPart(entry->replica());
   }
   std::unique_ptr<Communicator> comm;
   CountingCommunicator *counter = nullptr;
@@ -337,6 +374,8 @@ Status runRank(const RunOptions &o) {
   }
   if (!o.dumpDir.empty())
     STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, {inputName, labelsName}));
+  if (!o.saveParamsDir.empty())
+    STRAIT_RETURN_IF_ERROR(saveParameters(*exec, p, o));
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   return Status::ok();

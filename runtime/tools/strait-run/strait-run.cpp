@@ -17,7 +17,8 @@ const char *kUsage =
     "                  [--run-id ID] [--lr LR] [--data FILE]\n"
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
-    "                  [--dump-outputs DIR] [--quiet] [--listen-address IP]\n"
+    "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
+    "                  [--listen-address IP]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -30,7 +31,8 @@ const char *kUsage =
     "  and next-token targets to \"labels\"; an .npy sample array feeds B\n"
     "  seeded random rows to the first float input, --labels FILE.npy the\n"
     "  labels. --dump-outputs DIR writes the last iteration's outputs as\n"
-    "  DIR/<name>.rank<R>.npy. The launcher prints one line per step (loss,\n"
+    "  DIR/<name>.rank<R>.npy; --save-params DIR each rank's parameters after\n"
+    "  the last iteration as DIR/<parameter>.rank<R>.npy. The launcher prints one line per step (loss,\n"
     "  tokens or samples/s, bytes per link); --quiet turns it off.\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
@@ -81,6 +83,8 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.labelsName);
     else if (a == "--dump-outputs")
       ok = text(o.dumpDir);
+    else if (a == "--save-params")
+      ok = text(o.saveParamsDir);
     else if (a == "--listen-address")
       ok = text(o.listenAddress);
     else if (a == "--quiet")
