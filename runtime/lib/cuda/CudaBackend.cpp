@@ -1,0 +1,303 @@
+//===- CudaBackend.cpp - The CUDA backend: memory, stream, kernel table ---===//
+//
+// One backend per device ordinal. Values live in managed memory (see
+// strait/runtime/Cuda.h), zeroed at allocation; kernels run on the backend's
+// stream; device-side argument errors raise a flag that synchronize() turns
+// into a Status naming the kernel. Ops without a CUDA kernel fail at load
+// with Unimplemented naming the op and "cuda" (no silent CPU fallback).
+//
+//===----------------------------------------------------------------------===//
+#include "CudaKernels.h"
+
+#include <algorithm>
+#include <map>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+
+Status cudaStatus(cudaError_t err, const std::string &what) {
+  if (err == cudaSuccess)
+    return Status::ok();
+  std::string message = "cuda: " + what + ": " + cudaGetErrorName(err) + " (" +
+                        cudaGetErrorString(err) + ")";
+  return err == cudaErrorMemoryAllocation ? unavailable(message) : internalError(message);
+}
+
+Status cublasStatus(cublasStatus_t err, const std::string &what) {
+  if (err == CUBLAS_STATUS_SUCCESS)
+    return Status::ok();
+  return internalError("cuda: " + what + ": cuBLAS status " + std::to_string(int(err)) +
+                       " (" + cublasGetStatusString(err) + ")");
+}
+
+Status checkLaunch(const KernelContext &ctx) {
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess)
+    return Status::ok();
+  return internalError(std::string("cuda: kernel launch failed: ") + cudaGetErrorName(err) +
+                       " (" + cudaGetErrorString(err) + ")")
+      .withKernel(ctx.op());
+}
+
+ET elemType(DType dtype) {
+  switch (dtype) {
+  case program::DTYPE_F32: return ET::F32;
+  case program::DTYPE_F64: return ET::F64;
+  case program::DTYPE_F16: return ET::F16;
+  case program::DTYPE_BF16: return ET::BF16;
+  case program::DTYPE_I32: return ET::I32;
+  case program::DTYPE_I64: return ET::I64;
+  case program::DTYPE_BOOL: return ET::Bool;
+  default: return ET::Other;
+  }
+}
+
+namespace {
+
+/// Merges adjacent dims where every operand is contiguous across them and
+/// drops dims of size 1. `st[k][d]` are operand k's strides over `out`.
+bool mergeInto(const Shape &out, const std::vector<std::vector<int64_t>> &st, Index &ix) {
+  size_t ops = st.size();
+  ix = Index();
+  ix.n = numElements(out);
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1)
+      continue;
+    if (ix.rank > 0) {
+      int p = ix.rank - 1;
+      bool mergeable = true;
+      for (size_t k = 0; k < ops; ++k)
+        mergeable &= ix.stride[k][p] == st[k][d] * out[d];
+      if (mergeable) {
+        ix.shape[p] *= out[d];
+        for (size_t k = 0; k < ops; ++k)
+          ix.stride[k][p] = st[k][d];
+        continue;
+      }
+    }
+    if (ix.rank == kMaxDims)
+      return false;
+    ix.shape[ix.rank] = out[d];
+    for (size_t k = 0; k < ops; ++k)
+      ix.stride[k][ix.rank] = st[k][d];
+    ++ix.rank;
+  }
+  return true;
+}
+
+} // namespace
+
+bool broadcastIndex(const std::vector<int64_t> &out,
+                    const std::vector<std::vector<int64_t>> &ins, Index &ix) {
+  std::vector<std::vector<int64_t>> st;
+  for (const Shape &in : ins) {
+    if (in.size() > out.size())
+      return false;
+    std::vector<int64_t> s(out.size(), 0);
+    size_t shift = out.size() - in.size();
+    int64_t acc = 1;
+    for (int64_t d = static_cast<int64_t>(in.size()) - 1; d >= 0; --d) {
+      s[d + shift] = in[d] == 1 ? 0 : acc;
+      acc *= in[d];
+    }
+    st.push_back(s);
+  }
+  if (!mergeInto(out, st, ix))
+    return false;
+  for (size_t k = 0; k < ins.size(); ++k)
+    ix.dense[k] = numElements(ins[k]) == ix.n;
+  return true;
+}
+
+bool stridedIndex(const std::vector<int64_t> &out, const std::vector<int64_t> &strides,
+                  Index &ix) {
+  return mergeInto(out, {strides}, ix);
+}
+
+StatusOr<void *> CudaContext::getScratch(size_t bytes) {
+  if (bytes <= scratchBytes)
+    return scratch;
+  // Kernels queued earlier may still use the old block.
+  STRAIT_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "synchronize"));
+  if (scratch)
+    cudaFree(scratch);
+  scratch = nullptr;
+  scratchBytes = 0;
+  size_t rounded = std::max<size_t>(bytes, 1 << 20);
+  STRAIT_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&scratch, rounded),
+                                    "scratch of " + std::to_string(rounded) + " bytes"));
+  scratchBytes = rounded;
+  return scratch;
+}
+
+int CudaContext::addTag(const std::string &name) {
+  std::lock_guard<std::mutex> lock(mutex);
+  tags.push_back(name);
+  return static_cast<int>(tags.size());
+}
+
+namespace {
+
+void releaseManaged(void *p) { cudaFree(p); }
+
+const char *deviceErrorText(int code) {
+  switch (code) {
+  case kErrIndexOutOfRange: return "an index is out of range";
+  case kErrLabelOutOfRange: return "a label is outside [0, C) and not ignore_index";
+  case kErrBadStep: return "the step count must start at 1";
+  default: return "unknown device error";
+  }
+}
+
+class CudaBackend : public Backend {
+public:
+  explicit CudaBackend(std::unique_ptr<CudaContext> ctx) : ctx(std::move(ctx)) {
+    CudaKernelTable t;
+    addElementwiseKernels(t);
+    addLayoutKernels(t);
+    addMatMulKernels(t);
+    addNormKernels(t);
+    addTrainingKernels(t);
+    for (auto &e : t.entries)
+      table[e.first] = e.second;
+  }
+  ~CudaBackend() override {
+    cudaSetDevice(ctx->options.device);
+    if (ctx->stream)
+      cudaStreamSynchronize(ctx->stream);
+    if (ctx->blas)
+      cublasDestroy(ctx->blas);
+    if (ctx->scratch)
+      cudaFree(ctx->scratch);
+    if (ctx->errorFlag)
+      cudaFree(ctx->errorFlag);
+    if (ctx->stream)
+      cudaStreamDestroy(ctx->stream);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
+    if (!kernel.domain().empty() && kernel.domain() != "ai.onnx" &&
+        kernel.domain() != "strait" && kernel.domain() != "ai.onnx.preview.training")
+      return unimplemented("cuda backend: unknown op domain '" + kernel.domain() + "'");
+    auto it = table.find(kernel.op());
+    if (it == table.end())
+      return unimplemented("cuda backend has no kernel for op '" + kernel.op() + "'");
+    CudaContext *c = ctx.get();
+    CudaKernelFn fn = it->second;
+    int tag = c->addTag(kernel.op() + " '" + kernel.name() + "'");
+    const CudaBackend *self = this;
+    return KernelFn([c, fn, tag, self](KernelContext &k) -> Status {
+      cudaSetDevice(c->options.device);
+      STRAIT_RETURN_IF_ERROR(fn(*c, k, tag));
+      STRAIT_RETURN_IF_ERROR(checkLaunch(k));
+      if (c->options.syncEachKernel)
+        return self->synchronize();
+      return Status::ok();
+    });
+  }
+
+  std::vector<std::string> supportedOps() const override {
+    std::vector<std::string> ops;
+    for (const auto &e : table)
+      ops.push_back(e.first);
+    return ops;
+  }
+
+  StatusOr<Buffer> allocate(size_t bytes) const override {
+    cudaSetDevice(ctx->options.device);
+    size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+    void *p = nullptr;
+    cudaError_t err = cudaMallocManaged(&p, rounded);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return unavailable("cuda backend: cannot allocate " + std::to_string(bytes) +
+                         " bytes of managed memory on device " +
+                         std::to_string(ctx->options.device) + ": " + cudaGetErrorString(err));
+    }
+    Buffer buffer = Buffer::adopt(p, bytes, releaseManaged);
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaMemsetAsync(p, 0, rounded, ctx->stream), "memset"));
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(ctx->stream), "memset"));
+    return buffer;
+  }
+
+  Status synchronize() const override {
+    cudaSetDevice(ctx->options.device);
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(ctx->stream), "stream synchronize")
+                               .withDevice("cuda:" + std::to_string(ctx->options.device)));
+    int tag = ctx->errorFlag[0];
+    if (tag == 0)
+      return Status::ok();
+    int code = ctx->errorFlag[1];
+    ctx->errorFlag[0] = ctx->errorFlag[1] = 0;
+    std::string kernel = "?";
+    {
+      std::lock_guard<std::mutex> lock(ctx->mutex);
+      if (tag > 0 && tag <= static_cast<int>(ctx->tags.size()))
+        kernel = ctx->tags[tag - 1];
+    }
+    return invalidArgument(std::string("cuda: ") + deviceErrorText(code) +
+                           " (detected on the device)")
+        .withKernel(kernel);
+  }
+
+private:
+  std::unique_ptr<CudaContext> ctx;
+  std::map<std::string, CudaKernelFn> table;
+};
+
+} // namespace
+} // namespace cuda
+
+int cudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string cudaUnavailableReason() {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  if (err != cudaSuccess)
+    return std::string("no usable CUDA driver/device: ") + cudaGetErrorName(err) + " (" +
+           cudaGetErrorString(err) + ")";
+  if (n == 0)
+    return "no CUDA device";
+  return "";
+}
+
+StatusOr<std::unique_ptr<Backend>> createCudaBackend(const CudaOptions &options) {
+  using namespace cuda;
+  int count = cudaDeviceCount();
+  if (options.device < 0 || options.device >= count)
+    return unavailable("cuda backend: device " + std::to_string(options.device) +
+                       " not available (" +
+                       (count ? std::to_string(count) + " devices" : cudaUnavailableReason()) +
+                       ")");
+  auto ctx = std::make_unique<CudaContext>();
+  ctx->options = options;
+  STRAIT_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(options.device), "set device"));
+  STRAIT_RETURN_IF_ERROR(
+      cudaStatus(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), "stream"));
+  STRAIT_RETURN_IF_ERROR(
+      cudaStatus(cudaMallocManaged(reinterpret_cast<void **>(&ctx->errorFlag), 2 * sizeof(int)), "error flag"));
+  ctx->errorFlag[0] = ctx->errorFlag[1] = 0;
+  STRAIT_RETURN_IF_ERROR(cublasStatus(cublasCreate(&ctx->blas), "cublasCreate"));
+  STRAIT_RETURN_IF_ERROR(cublasStatus(cublasSetStream(ctx->blas, ctx->stream), "cublasSetStream"));
+  return std::unique_ptr<Backend>(new CudaBackend(std::move(ctx)));
+}
+
+Status registerCudaBackend(BackendRegistry &registry, const CudaOptions &options) {
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, createCudaBackend(options));
+  registry.add(std::move(backend));
+  return Status::ok();
+}
+
+} // namespace rt
+} // namespace strait

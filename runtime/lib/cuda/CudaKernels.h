@@ -1,0 +1,72 @@
+//===- CudaKernels.h - Internal interface of the CUDA backend ---*- C++ -*-===//
+//
+// Host side (*.cpp, compiled by the C++ compiler): kernel functions that read
+// attributes, check shapes and call the launchers. Device side (*.cu, nvcc):
+// the __global__ kernels behind the launch* functions declared here. Shape
+// checks happen on the host from the static shapes; checks that need data
+// (indices, labels, the optimizer step) happen on the device and raise the
+// backend's error flag with the kernel's tag, reported by synchronize().
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_LIB_CUDA_CUDAKERNELS_H
+#define STRAIT_RUNTIME_LIB_CUDA_CUDAKERNELS_H
+
+#include "strait/runtime/Backend.h"
+#include "strait/runtime/Cuda.h"
+#include "CudaLaunch.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+
+/// State shared by the kernels of one backend.
+struct CudaContext {
+  CudaOptions options;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  /// [0]: tag of the first kernel that failed on the device, [1]: its code.
+  int *errorFlag = nullptr;
+  /// Scratch device memory for reductions (grows, never shrinks).
+  void *scratch = nullptr;
+  size_t scratchBytes = 0;
+  /// Kernel names by tag (tag = index + 1).
+  std::vector<std::string> tags;
+  std::mutex mutex;
+
+  StatusOr<void *> getScratch(size_t bytes);
+  int addTag(const std::string &name);
+};
+
+/// Status from a CUDA runtime error, naming `what` and the backend.
+Status cudaStatus(cudaError_t err, const std::string &what);
+Status cublasStatus(cublasStatus_t err, const std::string &what);
+/// Checks the last launch error (cheap, no synchronization).
+Status checkLaunch(const KernelContext &ctx);
+/// The launchers' element type of a program dtype (ET::Other if none).
+ET elemType(DType dtype);
+
+// Kernel families (host side), registered by the backend.
+using CudaKernelFn = Status (*)(CudaContext &, KernelContext &, int tag);
+struct CudaKernelTable {
+  std::vector<std::pair<std::string, CudaKernelFn>> entries;
+  void add(const std::string &op, CudaKernelFn fn) { entries.push_back({op, fn}); }
+};
+void addElementwiseKernels(CudaKernelTable &table);
+void addLayoutKernels(CudaKernelTable &table);
+void addMatMulKernels(CudaKernelTable &table);
+void addNormKernels(CudaKernelTable &table);
+void addTrainingKernels(CudaKernelTable &table);
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_LIB_CUDA_CUDAKERNELS_H

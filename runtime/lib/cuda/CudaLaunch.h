@@ -1,0 +1,144 @@
+//===- CudaLaunch.h - Launchers of the CUDA kernels -------------*- C++ -*-===//
+//
+// The interface between the host-side kernel functions (*.cpp) and the
+// device code (*.cu). Plain types only (no protobuf), so nvcc compiles the
+// .cu files without the program format's headers.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_LIB_CUDA_CUDALAUNCH_H
+#define STRAIT_RUNTIME_LIB_CUDA_CUDALAUNCH_H
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+
+/// Device error codes written to the error flag's second word.
+enum DeviceError : int {
+  kErrNone = 0,
+  kErrIndexOutOfRange = 1,
+  kErrLabelOutOfRange = 2,
+  kErrBadStep = 3,
+};
+
+/// Element types of the launchers.
+enum class ET { F32, F64, F16, BF16, I32, I64, Bool, Other };
+
+/// A row-major index map over up to kMaxDims output dims: for every output
+/// element, the offset into up to three operands (stride 0 on broadcast dims).
+constexpr int kMaxDims = 8;
+struct Index {
+  int rank = 0;
+  int64_t n = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t stride[3][kMaxDims] = {};
+  /// Operand k is laid out exactly like the output (fast path).
+  bool dense[3] = {false, false, false};
+};
+
+/// Builds an Index over `out` for operands of shapes `ins` broadcast to it;
+/// merges adjacent dims where all operands are contiguous. False if the rank
+/// exceeds kMaxDims after merging.
+bool broadcastIndex(const std::vector<int64_t> &out, const std::vector<std::vector<int64_t>> &ins, Index &ix);
+/// An Index over `out` where operand 0 has explicit element strides.
+bool stridedIndex(const std::vector<int64_t> &out, const std::vector<int64_t> &strides, Index &ix);
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Mod,
+                      Equal, Less, LessOrEqual, Greater, GreaterOrEqual, And, Or };
+enum class UnaryOp { Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Sigmoid, Relu, Erf,
+                     Sin, Cos, Floor, Ceil, GeluErf, GeluTanh, Not };
+
+/// out = a op b. dtype: of a and b (f32, f64, i32, i64; bool for And/Or);
+/// comparisons write bool (u8).
+bool launchBinary(BinaryOp op, ET dtype, const void *a, const void *b, void *out,
+                  const Index &ix, cudaStream_t s);
+bool launchUnary(UnaryOp op, ET dtype, const void *x, void *y, int64_t n, cudaStream_t s);
+/// out = cond ? x : y, elements of `elemSize` bytes.
+bool launchWhere(size_t elemSize, const uint8_t *cond, const void *x, const void *y,
+                 void *out, const Index &ix, cudaStream_t s);
+/// out[i] = in[offset of operand 0] (Transpose, Expand), `elemSize` bytes.
+bool launchStridedCopy(size_t elemSize, const void *in, void *out, const Index &ix,
+                       cudaStream_t s);
+/// f32 out = dy * gelu'(x).
+void launchGeluGrad(bool tanhApprox, const float *dy, const float *x, float *dx, int64_t n,
+                    cudaStream_t s);
+
+/// Gather along an axis: out[o, i, k] = data[o, idx[i], k]; `elemSize` bytes.
+void launchGather(size_t elemSize, const void *data, const void *indices, bool idx64,
+                  void *out, int64_t outer, int64_t len, int64_t n, int64_t inner,
+                  int *errorFlag, int tag, cudaStream_t s);
+/// dData (zeroed by the launcher) += dY scattered by indices.
+void launchGatherGrad(const float *dy, const void *indices, bool idx64, float *dd,
+                      int64_t outer, int64_t len, int64_t n, int64_t inner,
+                      int *errorFlag, int tag, cudaStream_t s);
+/// Sums `in` (shape inShape) into `out` (inShape with some dims set to 1,
+/// same rank); `out` is zeroed by the launcher. f32.
+bool launchReduceToShape(const float *in, const std::vector<int64_t> &inShape, float *out,
+                         const std::vector<int64_t> &outShape, cudaStream_t s);
+
+/// Softmax / LogSoftmax over [outer, len, inner] (axis in the middle).
+void launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t len,
+                   int64_t inner, cudaStream_t s);
+void launchSoftmaxGrad(bool log, const float *dy, const float *y, float *dx, int64_t outer,
+                       int64_t len, int64_t inner, cudaStream_t s);
+/// Rows of `len` elements; mean / invStd may be null.
+void launchLayerNorm(const float *x, const float *scale, const float *bias, float *y,
+                     float *mean, float *invStd, int64_t rows, int64_t len, float eps,
+                     cudaStream_t s);
+/// dX per row; dScale, dBias (zeroed by the launcher) accumulated over rows.
+/// `stats` is scratch of 2 * rows floats.
+void launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx,
+                         float *dScale, float *dBias, float *stats, int64_t rows,
+                         int64_t len, float eps, cudaStream_t s);
+
+/// Cross entropy of scores [n, c, d] against labels [n, d].
+struct LossArgs {
+  int64_t n = 0, c = 0, d = 1;
+  const void *labels = nullptr;
+  bool labels64 = true;
+  const float *weights = nullptr; // [c] or null
+  bool hasIgnore = false;
+  int64_t ignore = 0;
+  int reduction = 0; // 0 mean, 1 sum, 2 none
+};
+/// loss: scalar (mean/sum) or [n, d] (none); logProb [n, c, d] or null.
+/// `scratch` holds 2 * n * d floats.
+void launchSoftmaxCrossEntropy(const float *x, const LossArgs &a, float *loss,
+                               float *logProb, float *scratch, int *errorFlag, int tag,
+                               cudaStream_t s);
+/// `scratch` holds 1 float.
+void launchSoftmaxCrossEntropyGrad(const float *dLoss, const float *x, const LossArgs &a,
+                                   float *dx, float *scratch, int *errorFlag, int tag,
+                                   cudaStream_t s);
+
+/// AdamW on one tensor; lr (f32) and step (i64 or i32) are read on the device.
+void launchAdamW(const float *lr, const void *step, bool step64, const float *x,
+                 const float *g, const float *m, const float *v, float *xo, float *mo,
+                 float *vo, int64_t n, float b1, float b2, float eps, float wd,
+                 int *errorFlag, int tag, cudaStream_t s);
+void launchSgd(const float *lr, const float *p, const float *g, const float *v, float *po,
+               float *vo, int64_t n, float momentum, float wd, bool nesterov,
+               cudaStream_t s);
+/// total = (first ? 0 : total) + g * f.
+void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,
+                      cudaStream_t s);
+/// *sumSq += sum(g^2) (double accumulator).
+void launchSumSquares(const float *g, int64_t n, double *sumSq, cudaStream_t s);
+/// out = g * min(1, maxNorm / (sqrt(*sumSq) + 1e-6)).
+void launchClipScale(const float *g, float *out, int64_t n, const double *sumSq,
+                     float maxNorm, cudaStream_t s);
+/// *norm = sqrt(*sumSq).
+void launchWriteNorm(const double *sumSq, float *norm, cudaStream_t s);
+/// y = cast(x) between f32, f64, f16, bf16, i32, i64, bool.
+bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t s);
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_LIB_CUDA_CUDALAUNCH_H

@@ -1,0 +1,310 @@
+//===- CudaTraining.cpp - Normalization, losses, optimizers (host side) ---===//
+//
+// Softmax / LogSoftmax and their gradients, LayerNormalization and its
+// gradient, ReduceToShape, SoftmaxCrossEntropyLoss and its gradient, AdamW,
+// SGD, AccumulateGrad and ClipByGlobalNorm, with the CPU backend's operand
+// order, attributes and semantics (runtime/lib/cpu/{Normalization,Training,
+// Gradients}.cpp). All f32.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaKernels.h"
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+struct Rows {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+StatusOr<Rows> rowsAround(const KernelContext &ctx, const Shape &s, int64_t axisAttr,
+                          bool legacy) {
+  int64_t r = static_cast<int64_t>(s.size());
+  int64_t axis = axisAttr < 0 ? axisAttr + r : axisAttr;
+  if (axis < 0 || axis >= std::max<int64_t>(r, 1))
+    return ctx.error("axis " + std::to_string(axisAttr) + " out of range for rank " +
+                     std::to_string(r));
+  Rows rows;
+  for (int64_t d = 0; d < r; ++d)
+    (d < axis ? rows.outer : (d == axis || legacy) ? rows.len : rows.inner) *= s[d];
+  return rows;
+}
+
+Status softmaxKernel(CudaContext &c, KernelContext &ctx, bool log) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  bool legacy = ctx.opset() > 0 && ctx.opset() < 13;
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, ctx.getAttrs().getInt("axis", legacy ? 1 : -1));
+  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axis, legacy));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  launchSoftmax(log, x->as<float>(), y->as<float>(), r.outer, r.len, r.inner, c.stream);
+  return Status::ok();
+}
+
+Status softmaxGradKernel(CudaContext &c, KernelContext &ctx, bool log) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *y, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, ctx.getAttrs().getInt("axis", -1));
+  if (dy->shape != y->shape)
+    return ctx.error("dY and Y shapes differ");
+  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, y->shape, axis, false));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, y->shape, y->dtype));
+  launchSoftmaxGrad(log, dy->as<float>(), y->as<float>(), dx->as<float>(), r.outer, r.len,
+                    r.inner, c.stream);
+  return Status::ok();
+}
+
+Status layerNormKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
+  const Tensor *bias = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  if (scale->numel() != r.len || (bias && (bias->numel() != r.len ||
+                                           bias->dtype != program::DTYPE_F32)))
+    return ctx.unsupported("cuda: scale/bias must be dense over the normalized dims (" +
+                           std::to_string(r.len) + " elements)");
+  int64_t axis = axisAttr < 0 ? axisAttr + x->rank() : axisAttr;
+  Shape statShape = x->shape;
+  for (int64_t d = axis; d < x->rank(); ++d)
+    statShape[d] = 1;
+  float *mean = nullptr, *inv = nullptr;
+  if (ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor * m, ctx.requireOutput(1, statShape, x->dtype));
+    mean = m->as<float>();
+  }
+  if (ctx.output(2)) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor * i, ctx.requireOutput(2, statShape, x->dtype));
+    inv = i->as<float>();
+  }
+  launchLayerNorm(x->as<float>(), scale->as<float>(), bias ? bias->as<float>() : nullptr,
+                  y->as<float>(), mean, inv, r.outer, r.len, eps, c.stream);
+  return Status::ok();
+}
+
+Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
+  if (dy->shape != x->shape || scale->numel() != r.len)
+    return ctx.unsupported("dY/X shapes differ or Scale is not dense over the normalized dims");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, scale->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, scale->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(void *stats, c.getScratch(2 * sizeof(float) * r.outer));
+  launchLayerNormGrad(dy->as<float>(), x->as<float>(), scale->as<float>(), dx->as<float>(),
+                      ds->as<float>(), db->as<float>(), static_cast<float *>(stats), r.outer,
+                      r.len, eps, c.stream);
+  return Status::ok();
+}
+
+Status reduceToShapeKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  if (!ctx.getAttrs().has("shape"))
+    return ctx.error("missing attribute 'shape'");
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ctx.getAttrs().getInts("shape", {}));
+  if (shape.size() > x->shape.size())
+    return ctx.error("shape " + shapeToString(shape) + " does not broadcast to " +
+                     x->typeString());
+  Shape aligned(x->shape.size() - shape.size(), 1);
+  aligned.insert(aligned.end(), shape.begin(), shape.end());
+  for (size_t d = 0; d < aligned.size(); ++d)
+    if (aligned[d] != 1 && aligned[d] != x->shape[d])
+      return ctx.error("shape " + shapeToString(shape) + " does not broadcast to " +
+                       x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, Shape(shape.begin(), shape.end()),
+                                                        x->dtype));
+  if (!launchReduceToShape(x->as<float>(), x->shape, y->as<float>(), aligned, c.stream))
+    return ctx.unsupported("cuda: ReduceToShape of " + x->typeString() + " has too many dims");
+  return Status::ok();
+}
+
+StatusOr<LossArgs> lossArgs(const KernelContext &ctx, const Tensor &x, const Tensor &t,
+                            const Tensor *weight) {
+  if (x.rank() < 2 || t.rank() != x.rank() - 1 || t.shape[0] != x.shape[0])
+    return ctx.error("input " + x.typeString() + " and target " + t.typeString() +
+                     " do not fit [N, C, d...] / [N, d...]");
+  LossArgs a;
+  a.n = x.shape[0];
+  a.c = x.shape[1];
+  for (int64_t i = 2; i < x.rank(); ++i) {
+    if (t.shape[i - 1] != x.shape[i])
+      return ctx.error("target " + t.typeString() + " does not match input " + x.typeString());
+    a.d *= x.shape[i];
+  }
+  if (t.dtype != program::DTYPE_I64 && t.dtype != program::DTYPE_I32)
+    return ctx.unsupported("cuda: labels must be i32 or i64, got " + t.typeString());
+  a.labels = t.data;
+  a.labels64 = t.dtype == program::DTYPE_I64;
+  if (weight) {
+    if (weight->numel() != a.c || weight->dtype != program::DTYPE_F32)
+      return ctx.error("weight " + weight->typeString() + " must be f32 with C entries");
+    a.weights = weight->as<float>();
+  }
+  STRAIT_ASSIGN_OR_RETURN(std::string red, ctx.getAttrs().getString("reduction", "mean"));
+  if (red != "mean" && red != "sum" && red != "none")
+    return ctx.error("unknown reduction '" + red + "'");
+  a.reduction = red == "mean" ? 0 : red == "sum" ? 1 : 2;
+  a.hasIgnore = ctx.getAttrs().has("ignore_index");
+  STRAIT_ASSIGN_OR_RETURN(a.ignore, ctx.getAttrs().getInt("ignore_index", 0));
+  return a;
+}
+
+Status sceKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(LossArgs a, lossArgs(ctx, *x, *t, ctx.input(2)));
+  Shape lossShape = a.reduction == 2 ? t->shape : Shape{};
+  STRAIT_ASSIGN_OR_RETURN(Tensor * loss, ctx.requireOutput(0, lossShape, x->dtype));
+  float *logProb = nullptr;
+  if (ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor * lp, ctx.requireOutput(1, x->shape, x->dtype));
+    logProb = lp->as<float>();
+  }
+  STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(2 * sizeof(float) * a.n * a.d));
+  launchSoftmaxCrossEntropy(x->as<float>(), a, loss->as<float>(), logProb,
+                            static_cast<float *>(scratch), c.errorFlag, tag, c.stream);
+  return Status::ok();
+}
+
+Status sceGradKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dl, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(2));
+  STRAIT_ASSIGN_OR_RETURN(LossArgs a, lossArgs(ctx, *x, *t, ctx.input(3)));
+  if (a.reduction != 2 && dl->numel() != 1)
+    return ctx.error("dLoss must be a scalar for a reduced loss");
+  if (a.reduction == 2 && dl->numel() != a.n * a.d)
+    return ctx.error("dLoss must have the labels' shape for reduction 'none'");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(float)));
+  launchSoftmaxCrossEntropyGrad(dl->as<float>(), x->as<float>(), a, dx->as<float>(),
+                                static_cast<float *>(scratch), c.errorFlag, tag, c.stream);
+  return Status::ok();
+}
+
+Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *lr, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *step, ctx.requireInput(1));
+  if (lr->numel() != 1)
+    return ctx.error("learning rate must be a float scalar");
+  if (step->numel() != 1 ||
+      (step->dtype != program::DTYPE_I64 && step->dtype != program::DTYPE_I32))
+    return ctx.error("step count must be an integer scalar");
+  size_t rest = ctx.numInputs() - 2;
+  if (rest == 0 || rest % 4)
+    return ctx.error(std::to_string(rest) + " tensor inputs do not form 4 equal groups");
+  size_t n = rest / 4;
+  if (ctx.numOutputs() != 3 * n)
+    return ctx.error("expected " + std::to_string(3 * n) + " outputs");
+  const AttrReader &at = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float b1, at.getFloat("beta1", 0.9f));
+  STRAIT_ASSIGN_OR_RETURN(float b2, at.getFloat("beta2", 0.999f));
+  STRAIT_ASSIGN_OR_RETURN(float eps, at.getFloat("epsilon", 1e-8f));
+  STRAIT_ASSIGN_OR_RETURN(float wd, at.getFloat("weight_decay", 0.01f));
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor *x = ctx.input(2 + i);
+    for (size_t g = 0; g < 4; ++g) {
+      const Tensor *in = ctx.input(2 + g * n + i);
+      if (!in || in->dtype != program::DTYPE_F32 || in->shape != x->shape)
+        return ctx.unsupported("optimizer tensors must be f32 of equal shapes");
+    }
+    for (size_t g = 0; g < 3; ++g)
+      STRAIT_RETURN_IF_ERROR(ctx.requireOutput(g * n + i, x->shape, x->dtype).getStatus());
+    launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64, x->as<float>(),
+                ctx.input(2 + n + i)->as<float>(), ctx.input(2 + 2 * n + i)->as<float>(),
+                ctx.input(2 + 3 * n + i)->as<float>(), ctx.output(i)->as<float>(),
+                ctx.output(n + i)->as<float>(), ctx.output(2 * n + i)->as<float>(), x->numel(),
+                b1, b2, eps, wd, c.errorFlag, tag, c.stream);
+  }
+  return Status::ok();
+}
+
+Status sgdKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *lr, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *p, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *v, ctx.requireInput(3, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(float mom, ctx.getAttrs().getFloat("momentum", 0));
+  STRAIT_ASSIGN_OR_RETURN(float wd, ctx.getAttrs().getFloat("weight_decay", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t nesterov, ctx.getAttrs().getInt("nesterov", 0));
+  if (lr->numel() != 1 || g->shape != p->shape || v->shape != p->shape)
+    return ctx.error("lr must be a scalar and param/grad/velocity shapes equal");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * po, ctx.requireOutput(0, p->shape, p->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * vo, ctx.requireOutput(1, p->shape, p->dtype));
+  launchSgd(lr->as<float>(), p->as<float>(), g->as<float>(), v->as<float>(), po->as<float>(),
+            vo->as<float>(), p->numel(), mom, wd, nesterov != 0, c.stream);
+  return Status::ok();
+}
+
+Status accumulateGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
+  if (mbs < 1)
+    return ctx.error("micro_batches must be positive");
+  int mb = ctx.getMicroBatch();
+  if (mbs > 1 && mb < 0)
+    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
+                     " micro-batches must run in a step with micro_batch set");
+  if (mb >= mbs)
+    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
+                     std::to_string(mbs));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * total, ctx.requireOutput(0, g->shape, g->dtype));
+  launchAccumulate(g->as<float>(), total->as<float>(), g->numel(),
+                   1.0f / static_cast<float>(mbs), mb <= 0, c.stream);
+  return Status::ok();
+}
+
+Status clipByGlobalNormKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(float maxNorm, ctx.getAttrs().getFloat("max_norm", 0));
+  if (ctx.numOutputs() != ctx.numInputs() + 1 || ctx.numInputs() == 0)
+    return ctx.error("needs n gradients and 1 + n outputs");
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(i, program::DTYPE_F32));
+    STRAIT_RETURN_IF_ERROR(ctx.requireOutput(i + 1, g->shape, g->dtype).getStatus());
+  }
+  STRAIT_ASSIGN_OR_RETURN(Tensor * norm, ctx.requireOutput(0, {}, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(double)));
+  double *sumSq = static_cast<double *>(scratch);
+  STRAIT_RETURN_IF_ERROR(
+      cudaStatus(cudaMemsetAsync(sumSq, 0, sizeof(double), c.stream), "memset"));
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    launchSumSquares(ctx.input(i)->as<float>(), ctx.input(i)->numel(), sumSq, c.stream);
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    launchClipScale(ctx.input(i)->as<float>(), ctx.output(i + 1)->as<float>(),
+                    ctx.input(i)->numel(), sumSq, maxNorm, c.stream);
+  launchWriteNorm(sumSq, norm->as<float>(), c.stream);
+  return Status::ok();
+}
+
+} // namespace
+
+void addNormKernels(CudaKernelTable &t) {
+  t.add("Softmax", [](CudaContext &c, KernelContext &k, int) { return softmaxKernel(c, k, false); });
+  t.add("LogSoftmax", [](CudaContext &c, KernelContext &k, int) { return softmaxKernel(c, k, true); });
+  t.add("SoftmaxGrad",
+        [](CudaContext &c, KernelContext &k, int) { return softmaxGradKernel(c, k, false); });
+  t.add("LogSoftmaxGrad",
+        [](CudaContext &c, KernelContext &k, int) { return softmaxGradKernel(c, k, true); });
+  t.add("LayerNormalization", layerNormKernel);
+  t.add("LayerNormalizationGrad", layerNormGradKernel);
+  t.add("ReduceToShape", reduceToShapeKernel);
+}
+
+void addTrainingKernels(CudaKernelTable &t) {
+  t.add("SoftmaxCrossEntropyLoss", sceKernel);
+  t.add("SoftmaxCrossEntropyLossGrad", sceGradKernel);
+  t.add("AdamW", adamWKernel);
+  t.add("SGD", sgdKernel);
+  t.add("AccumulateGrad", accumulateGradKernel);
+  t.add("ClipByGlobalNorm", clipByGlobalNormKernel);
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

@@ -1,0 +1,504 @@
+//===- Elementwise.cu - Elementwise, layout and indexing kernels ----------===//
+//
+// Broadcasting binary ops, unary ops, Where, strided copies (Transpose,
+// Expand), Cast, Gather and its backward (scatter-add), ReduceToShape. One
+// grid-stride loop per kernel; operand offsets come from an Index (dense
+// operands skip the unravelling).
+//
+//===----------------------------------------------------------------------===//
+#include "CudaLaunch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+inline unsigned blocksFor(int64_t n) {
+  int64_t b = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
+}
+
+#define GRID_STRIDE(i, n)                                                        \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);     \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ inline void unravel(const Index &ix, int64_t i, int ops, int64_t *off) {
+  for (int k = 0; k < ops; ++k)
+    off[k] = 0;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    int64_t c = i % ix.shape[d];
+    i /= ix.shape[d];
+    for (int k = 0; k < ops; ++k)
+      off[k] += c * ix.stride[k][d];
+  }
+}
+
+__device__ inline void raise(int *flag, int tag, int code) {
+  if (atomicCAS(flag, 0, tag) == 0)
+    flag[1] = code;
+}
+
+struct BinF {
+  BinaryOp op;
+  template <typename T> __device__ T arith(T a, T b) const {
+    switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return b == T(0) && !std::is_floating_point<T>::value ? T(0) : a / b;
+    case BinaryOp::Max: return a > b ? a : b;
+    case BinaryOp::Min: return a < b ? a : b;
+    case BinaryOp::Pow: return static_cast<T>(pow(static_cast<double>(a), static_cast<double>(b)));
+    default: return T(0);
+    }
+  }
+  template <typename T> __device__ uint8_t cmp(T a, T b) const {
+    switch (op) {
+    case BinaryOp::Equal: return a == b;
+    case BinaryOp::Less: return a < b;
+    case BinaryOp::LessOrEqual: return a <= b;
+    case BinaryOp::Greater: return a > b;
+    case BinaryOp::GreaterOrEqual: return a >= b;
+    case BinaryOp::And: return a && b;
+    case BinaryOp::Or: return a || b;
+    default: return 0;
+    }
+  }
+};
+
+template <> __device__ float BinF::arith<float>(float a, float b) const {
+  switch (op) {
+  case BinaryOp::Add: return a + b;
+  case BinaryOp::Sub: return a - b;
+  case BinaryOp::Mul: return a * b;
+  case BinaryOp::Div: return a / b;
+  case BinaryOp::Max: return fmaxf(a, b);
+  case BinaryOp::Min: return fminf(a, b);
+  case BinaryOp::Pow: return b == 2.0f ? a * a : (b == 3.0f ? a * a * a : powf(a, b));
+  default: return 0.0f;
+  }
+}
+
+template <typename T, bool Cmp>
+__global__ void binaryKernel(const T *a, const T *b, void *out, Index ix, BinF f) {
+  bool dense = ix.dense[0] && ix.dense[1];
+  GRID_STRIDE(i, ix.n) {
+    int64_t off[2] = {i, i};
+    if (!dense)
+      unravel(ix, i, 2, off);
+    if (Cmp)
+      static_cast<uint8_t *>(out)[i] = f.cmp(a[off[0]], b[off[1]]);
+    else
+      static_cast<T *>(out)[i] = f.arith(a[off[0]], b[off[1]]);
+  }
+}
+
+template <typename T>
+bool binaryFor(BinaryOp op, const void *a, const void *b, void *out, const Index &ix,
+               cudaStream_t s) {
+  bool cmp = op >= BinaryOp::Equal;
+  if (op == BinaryOp::Mod)
+    return false;
+  if (cmp)
+    binaryKernel<T, true><<<blocksFor(ix.n), kBlock, 0, s>>>(
+        static_cast<const T *>(a), static_cast<const T *>(b), out, ix, BinF{op});
+  else
+    binaryKernel<T, false><<<blocksFor(ix.n), kBlock, 0, s>>>(
+        static_cast<const T *>(a), static_cast<const T *>(b), out, ix, BinF{op});
+  return true;
+}
+
+struct UnF {
+  UnaryOp op;
+  template <typename T> __device__ T operator()(T x) const {
+    double v = static_cast<double>(x);
+    switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Abs: return x < T(0) ? -x : x;
+    case UnaryOp::Exp: return static_cast<T>(exp(v));
+    case UnaryOp::Log: return static_cast<T>(log(v));
+    case UnaryOp::Sqrt: return static_cast<T>(sqrt(v));
+    case UnaryOp::Reciprocal: return static_cast<T>(1.0 / v);
+    case UnaryOp::Tanh: return static_cast<T>(tanh(v));
+    case UnaryOp::Sigmoid: return static_cast<T>(1.0 / (1.0 + exp(-v)));
+    case UnaryOp::Relu: return x > T(0) ? x : T(0);
+    case UnaryOp::Erf: return static_cast<T>(erf(v));
+    case UnaryOp::Sin: return static_cast<T>(sin(v));
+    case UnaryOp::Cos: return static_cast<T>(cos(v));
+    case UnaryOp::Floor: return static_cast<T>(floor(v));
+    case UnaryOp::Ceil: return static_cast<T>(ceil(v));
+    case UnaryOp::GeluErf: return static_cast<T>(0.5 * v * (1.0 + erf(v * 0.7071067811865476)));
+    case UnaryOp::GeluTanh:
+      return static_cast<T>(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+    default: return x;
+    }
+  }
+};
+
+// f32 in float arithmetic (the fast path of the training step).
+template <> __device__ float UnF::operator()<float>(float x) const {
+  switch (op) {
+  case UnaryOp::Neg: return -x;
+  case UnaryOp::Abs: return fabsf(x);
+  case UnaryOp::Exp: return expf(x);
+  case UnaryOp::Log: return logf(x);
+  case UnaryOp::Sqrt: return sqrtf(x);
+  case UnaryOp::Reciprocal: return 1.0f / x;
+  case UnaryOp::Tanh: return tanhf(x);
+  case UnaryOp::Sigmoid: return 1.0f / (1.0f + expf(-x));
+  case UnaryOp::Relu: return x > 0.0f ? x : 0.0f;
+  case UnaryOp::Erf: return erff(x);
+  case UnaryOp::Sin: return sinf(x);
+  case UnaryOp::Cos: return cosf(x);
+  case UnaryOp::Floor: return floorf(x);
+  case UnaryOp::Ceil: return ceilf(x);
+  case UnaryOp::GeluErf: return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+  case UnaryOp::GeluTanh:
+    return 0.5f * x * (1.0f + tanhf(0.79788456f * (x + 0.044715f * x * x * x)));
+  default: return x;
+  }
+}
+
+template <typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n, UnF f) {
+  GRID_STRIDE(i, n) { y[i] = f(x[i]); }
+}
+
+__global__ void notKernel(const uint8_t *x, uint8_t *y, int64_t n) {
+  GRID_STRIDE(i, n) { y[i] = !x[i]; }
+}
+
+template <typename T>
+__global__ void whereKernel(const uint8_t *c, const T *x, const T *y, T *out, Index ix) {
+  bool dense = ix.dense[0] && ix.dense[1] && ix.dense[2];
+  GRID_STRIDE(i, ix.n) {
+    int64_t off[3] = {i, i, i};
+    if (!dense)
+      unravel(ix, i, 3, off);
+    out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+  }
+}
+
+template <typename T> __global__ void stridedCopyKernel(const T *in, T *out, Index ix) {
+  GRID_STRIDE(i, ix.n) {
+    int64_t off;
+    unravel(ix, i, 1, &off);
+    out[i] = in[off];
+  }
+}
+
+__global__ void geluGradKernel(bool tanhApprox, const float *dy, const float *x, float *dx,
+                               int64_t n) {
+  GRID_STRIDE(i, n) {
+    float v = x[i], d;
+    if (tanhApprox) {
+      const float k = 0.7978845608028654f, c = 0.044715f;
+      float t = tanhf(k * (v + c * v * v * v));
+      d = 0.5f * (1 + t) + 0.5f * v * (1 - t * t) * k * (1 + 3 * c * v * v);
+    } else {
+      d = 0.5f * (1 + erff(v * 0.7071067811865476f)) + v * expf(-0.5f * v * v) * 0.3989422804014327f;
+    }
+    dx[i] = dy[i] * d;
+  }
+}
+
+template <typename I>
+__device__ inline bool loadIndex(const I *idx, int64_t j, int64_t len, int64_t &out) {
+  int64_t v = static_cast<int64_t>(idx[j]);
+  if (v < 0)
+    v += len;
+  out = v;
+  return v >= 0 && v < len;
+}
+
+template <typename T, typename I>
+__global__ void gatherKernel(const T *data, const I *idx, T *out, int64_t len, int64_t n,
+                             int64_t inner, int64_t total, int *flag, int tag) {
+  GRID_STRIDE(i, total) {
+    int64_t k = i % inner, j = (i / inner) % n, o = i / (inner * n), v;
+    if (!loadIndex(idx, j, len, v)) {
+      raise(flag, tag, kErrIndexOutOfRange);
+      out[i] = T(0);
+      continue;
+    }
+    out[i] = data[(o * len + v) * inner + k];
+  }
+}
+
+template <typename I>
+__global__ void gatherGradKernel(const float *dy, const I *idx, float *dd, int64_t len,
+                                 int64_t n, int64_t inner, int64_t total, int *flag, int tag) {
+  GRID_STRIDE(i, total) {
+    int64_t k = i % inner, j = (i / inner) % n, o = i / (inner * n), v;
+    if (!loadIndex(idx, j, len, v)) {
+      raise(flag, tag, kErrIndexOutOfRange);
+      continue;
+    }
+    atomicAdd(&dd[(o * len + v) * inner + k], dy[i]);
+  }
+}
+
+struct ReduceIndex {
+  int keptRank = 0, redRank = 0;
+  int64_t keptShape[kMaxDims], keptStride[kMaxDims];
+  int64_t redShape[kMaxDims], redStride[kMaxDims];
+  int64_t outN = 1, redN = 1, chunk = 1;
+};
+
+__global__ void reduceKernel(const float *in, float *out, ReduceIndex r) {
+  int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (o >= r.outN)
+    return;
+  int64_t base = 0, t = o;
+  for (int d = r.keptRank - 1; d >= 0; --d) {
+    base += (t % r.keptShape[d]) * r.keptStride[d];
+    t /= r.keptShape[d];
+  }
+  int64_t begin = blockIdx.y * r.chunk, end = min(begin + r.chunk, r.redN);
+  float acc = 0.0f;
+  if (r.redRank == 1) {
+    for (int64_t j = begin; j < end; ++j)
+      acc += in[base + j * r.redStride[0]];
+  } else {
+    for (int64_t j = begin; j < end; ++j) {
+      int64_t off = 0, u = j;
+      for (int d = r.redRank - 1; d >= 0; --d) {
+        off += (u % r.redShape[d]) * r.redStride[d];
+        u /= r.redShape[d];
+      }
+      acc += in[base + off];
+    }
+  }
+  if (begin < end)
+    atomicAdd(&out[o], acc);
+}
+
+// Cast through double (floats) or int64 (integers).
+template <typename T> __device__ inline double toD(T v) { return static_cast<double>(v); }
+template <> __device__ inline double toD<__half>(__half v) { return __half2float(v); }
+template <> __device__ inline double toD<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T> __device__ inline T fromD(double v) { return static_cast<T>(v); }
+template <> __device__ inline __half fromD<__half>(double v) {
+  return __double2half(v);
+}
+template <> __device__ inline __nv_bfloat16 fromD<__nv_bfloat16>(double v) {
+  return __float2bfloat16_rn(static_cast<float>(v));
+}
+template <> __device__ inline uint8_t fromD<uint8_t>(double v) { return v != 0.0; }
+
+template <typename S, typename D> __global__ void castKernel(const S *x, D *y, int64_t n) {
+  GRID_STRIDE(i, n) {
+    if (std::is_integral<S>::value && std::is_integral<D>::value && !std::is_same<D, uint8_t>::value)
+      y[i] = static_cast<D>(static_cast<int64_t>(x[i]));
+    else
+      y[i] = fromD<D>(toD<S>(x[i]));
+  }
+}
+
+template <typename S>
+bool castFrom(ET to, const void *x, void *y, int64_t n, cudaStream_t s) {
+  const S *in = static_cast<const S *>(x);
+  switch (to) {
+  case ET::F32: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<float *>(y), n); return true;
+  case ET::F64: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<double *>(y), n); return true;
+  case ET::F16: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<__half *>(y), n); return true;
+  case ET::BF16: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<__nv_bfloat16 *>(y), n); return true;
+  case ET::I32: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<int32_t *>(y), n); return true;
+  case ET::I64: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<int64_t *>(y), n); return true;
+  case ET::Bool: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<uint8_t *>(y), n); return true;
+  default: return false;
+  }
+}
+
+} // namespace
+
+bool launchBinary(BinaryOp op, ET dtype, const void *a, const void *b, void *out,
+                  const Index &ix, cudaStream_t s) {
+  if (ix.n == 0)
+    return true;
+  bool logical = op == BinaryOp::And || op == BinaryOp::Or;
+  if (logical)
+    return dtype == ET::Bool && binaryFor<uint8_t>(op, a, b, out, ix, s);
+  switch (dtype) {
+  case ET::F32: return binaryFor<float>(op, a, b, out, ix, s);
+  case ET::F64: return binaryFor<double>(op, a, b, out, ix, s);
+  case ET::I32: return op != BinaryOp::Pow && binaryFor<int32_t>(op, a, b, out, ix, s);
+  case ET::I64: return op != BinaryOp::Pow && binaryFor<int64_t>(op, a, b, out, ix, s);
+  default: return false;
+  }
+}
+
+bool launchUnary(UnaryOp op, ET dtype, const void *x, void *y, int64_t n, cudaStream_t s) {
+  if (n == 0)
+    return true;
+  if (op == UnaryOp::Not) {
+    if (dtype != ET::Bool)
+      return false;
+    notKernel<<<blocksFor(n), kBlock, 0, s>>>(static_cast<const uint8_t *>(x),
+                                              static_cast<uint8_t *>(y), n);
+    return true;
+  }
+  if (dtype == ET::F32)
+    unaryKernel<<<blocksFor(n), kBlock, 0, s>>>(static_cast<const float *>(x),
+                                                static_cast<float *>(y), n, UnF{op});
+  else if (dtype == ET::F64)
+    unaryKernel<<<blocksFor(n), kBlock, 0, s>>>(static_cast<const double *>(x),
+                                                static_cast<double *>(y), n, UnF{op});
+  else
+    return false;
+  return true;
+}
+
+bool launchWhere(size_t es, const uint8_t *c, const void *x, const void *y, void *out,
+                 const Index &ix, cudaStream_t s) {
+  if (ix.n == 0)
+    return true;
+#define WHERE_CASE(T)                                                            \
+  whereKernel<<<blocksFor(ix.n), kBlock, 0, s>>>(c, static_cast<const T *>(x),   \
+                                                 static_cast<const T *>(y),      \
+                                                 static_cast<T *>(out), ix);     \
+  return true;
+  switch (es) {
+  case 1: WHERE_CASE(uint8_t)
+  case 2: WHERE_CASE(uint16_t)
+  case 4: WHERE_CASE(uint32_t)
+  case 8: WHERE_CASE(uint64_t)
+  default: return false;
+  }
+#undef WHERE_CASE
+}
+
+bool launchStridedCopy(size_t es, const void *in, void *out, const Index &ix, cudaStream_t s) {
+  if (ix.n == 0)
+    return true;
+#define COPY_CASE(T)                                                             \
+  stridedCopyKernel<<<blocksFor(ix.n), kBlock, 0, s>>>(static_cast<const T *>(in), \
+                                                       static_cast<T *>(out), ix); \
+  return true;
+  switch (es) {
+  case 1: COPY_CASE(uint8_t)
+  case 2: COPY_CASE(uint16_t)
+  case 4: COPY_CASE(uint32_t)
+  case 8: COPY_CASE(uint64_t)
+  default: return false;
+  }
+#undef COPY_CASE
+}
+
+void launchGeluGrad(bool tanhApprox, const float *dy, const float *x, float *dx, int64_t n,
+                    cudaStream_t s) {
+  if (n)
+    geluGradKernel<<<blocksFor(n), kBlock, 0, s>>>(tanhApprox, dy, x, dx, n);
+}
+
+void launchGather(size_t es, const void *data, const void *indices, bool idx64, void *out,
+                  int64_t outer, int64_t len, int64_t n, int64_t inner, int *flag, int tag,
+                  cudaStream_t s) {
+  int64_t total = outer * n * inner;
+  if (total == 0)
+    return;
+#define GATHER_CASE(T)                                                           \
+  if (idx64)                                                                     \
+    gatherKernel<<<blocksFor(total), kBlock, 0, s>>>(                            \
+        static_cast<const T *>(data), static_cast<const int64_t *>(indices),     \
+        static_cast<T *>(out), len, n, inner, total, flag, tag);                 \
+  else                                                                           \
+    gatherKernel<<<blocksFor(total), kBlock, 0, s>>>(                            \
+        static_cast<const T *>(data), static_cast<const int32_t *>(indices),     \
+        static_cast<T *>(out), len, n, inner, total, flag, tag);                 \
+  return;
+  switch (es) {
+  case 1: GATHER_CASE(uint8_t)
+  case 2: GATHER_CASE(uint16_t)
+  case 4: GATHER_CASE(uint32_t)
+  default: GATHER_CASE(uint64_t)
+  }
+#undef GATHER_CASE
+}
+
+void launchGatherGrad(const float *dy, const void *indices, bool idx64, float *dd,
+                      int64_t outer, int64_t len, int64_t n, int64_t inner, int *flag, int tag,
+                      cudaStream_t s) {
+  cudaMemsetAsync(dd, 0, sizeof(float) * outer * len * inner, s);
+  int64_t total = outer * n * inner;
+  if (total == 0)
+    return;
+  if (idx64)
+    gatherGradKernel<<<blocksFor(total), kBlock, 0, s>>>(
+        dy, static_cast<const int64_t *>(indices), dd, len, n, inner, total, flag, tag);
+  else
+    gatherGradKernel<<<blocksFor(total), kBlock, 0, s>>>(
+        dy, static_cast<const int32_t *>(indices), dd, len, n, inner, total, flag, tag);
+}
+
+bool launchReduceToShape(const float *in, const std::vector<int64_t> &inShape, float *out,
+                         const std::vector<int64_t> &outShape, cudaStream_t s) {
+  if (inShape.size() != outShape.size())
+    return false;
+  int rank = static_cast<int>(inShape.size());
+  std::vector<int64_t> st(rank, 1);
+  for (int d = rank - 2; d >= 0; --d)
+    st[d] = st[d + 1] * inShape[d + 1];
+  ReduceIndex r;
+  for (int d = 0; d < rank; ++d) {
+    if (inShape[d] == 1)
+      continue;
+    bool reduced = outShape[d] == 1;
+    int &cnt = reduced ? r.redRank : r.keptRank;
+    int64_t *shp = reduced ? r.redShape : r.keptShape, *str = reduced ? r.redStride : r.keptStride;
+    // Merge with the previous dim of the same kind when contiguous with it.
+    if (cnt > 0 && str[cnt - 1] == st[d] * inShape[d]) {
+      shp[cnt - 1] *= inShape[d];
+      str[cnt - 1] = st[d];
+      continue;
+    }
+    if (cnt == kMaxDims)
+      return false;
+    shp[cnt] = inShape[d];
+    str[cnt] = st[d];
+    ++cnt;
+  }
+  for (int d = 0; d < r.keptRank; ++d)
+    r.outN *= r.keptShape[d];
+  for (int d = 0; d < r.redRank; ++d)
+    r.redN *= r.redShape[d];
+  cudaMemsetAsync(out, 0, sizeof(float) * r.outN, s);
+  if (r.outN == 0 || r.redN == 0)
+    return true;
+  int64_t chunks = std::min<int64_t>((r.redN + 63) / 64, 65535);
+  // Aim for ~256K threads in all: fewer, longer chunks for many outputs.
+  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, (262144 + r.outN - 1) / r.outN));
+  r.chunk = (r.redN + chunks - 1) / chunks;
+  int block = static_cast<int>(std::min<int64_t>(256, (r.outN + 31) / 32 * 32));
+  dim3 grid(static_cast<unsigned>((r.outN + block - 1) / block), static_cast<unsigned>(chunks));
+  reduceKernel<<<grid, block, 0, s>>>(in, out, r);
+  return true;
+}
+
+bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t s) {
+  if (n == 0)
+    return true;
+  switch (from) {
+  case ET::F32: return castFrom<float>(to, x, y, n, s);
+  case ET::F64: return castFrom<double>(to, x, y, n, s);
+  case ET::F16: return castFrom<__half>(to, x, y, n, s);
+  case ET::BF16: return castFrom<__nv_bfloat16>(to, x, y, n, s);
+  case ET::I32: return castFrom<int32_t>(to, x, y, n, s);
+  case ET::I64: return castFrom<int64_t>(to, x, y, n, s);
+  case ET::Bool: return castFrom<uint8_t>(to, x, y, n, s);
+  default: return false;
+  }
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

@@ -1,0 +1,199 @@
+//===- NcclCommunicator.cpp - Communicator over NCCL ----------------------===//
+//
+// Bootstrap: rank 0 creates the ncclUniqueId and sends it to every rank over
+// the bootstrap communicator (Gloo, connected through the job's file or Redis
+// rendezvous). A group all-reduce gets its own NCCL communicator the first
+// time the group is used: its lowest rank creates the id and sends it to the
+// other members, so only the group's ranks take part. Every operation runs
+// on the communicator's stream and is waited for (the Communicator interface
+// is blocking); one that exceeds the timeout aborts the NCCL communicator.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaKernels.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+/// Bootstrap channels, above any channel a compiled program uses.
+constexpr uint32_t kIdChannel = 0x7fff0000u;
+
+Status ncclStatus(ncclResult_t r, const std::string &what) {
+  if (r == ncclSuccess)
+    return Status::ok();
+  return unavailable("nccl: " + what + ": " + ncclGetErrorString(r));
+}
+
+class NcclCommunicator : public Communicator {
+public:
+  NcclCommunicator(Communicator &bootstrap, const NcclOptions &options)
+      : bootstrap(bootstrap), options(options) {}
+  ~NcclCommunicator() override {
+    for (auto &g : groups)
+      if (g.second)
+        ncclCommDestroy(g.second);
+    if (world)
+      ncclCommDestroy(world);
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+
+  Status init() {
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(options.device), "set device"));
+    STRAIT_RETURN_IF_ERROR(
+        cudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+    std::vector<int> all(bootstrap.getWorldSize());
+    for (int r = 0; r < static_cast<int>(all.size()); ++r)
+      all[r] = r;
+    STRAIT_ASSIGN_OR_RETURN(world, createComm(all));
+    return Status::ok();
+  }
+
+  int getRank() const override { return bootstrap.getRank(); }
+  int getWorldSize() const override { return bootstrap.getWorldSize(); }
+
+  Status send(const Tensor &t, int peer, uint32_t) override {
+    STRAIT_RETURN_IF_ERROR(usable());
+    STRAIT_RETURN_IF_ERROR(
+        ncclStatus(ncclSend(t.data, t.byteSize(), ncclUint8, peer, world, stream), "send")
+            .withRank(getRank())
+            .withPeer(peer));
+    return wait("send to " + std::to_string(peer));
+  }
+
+  Status recv(const Tensor &t, int peer, uint32_t) override {
+    STRAIT_RETURN_IF_ERROR(usable());
+    STRAIT_RETURN_IF_ERROR(
+        ncclStatus(ncclRecv(t.data, t.byteSize(), ncclUint8, peer, world, stream), "recv")
+            .withRank(getRank())
+            .withPeer(peer));
+    return wait("recv from " + std::to_string(peer));
+  }
+
+  Status allReduceSum(const Tensor &t, uint32_t) override {
+    return allReduceOn(world, t);
+  }
+
+  Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks, uint32_t) override {
+    if (ranks.size() == static_cast<size_t>(getWorldSize()))
+      return allReduceOn(world, t);
+    auto it = groups.find(ranks);
+    if (it == groups.end()) {
+      STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, createComm(ranks));
+      it = groups.emplace(ranks, comm).first;
+    }
+    return allReduceOn(it->second, t);
+  }
+
+  Status barrier() override { return bootstrap.barrier(); }
+
+private:
+  Status usable() const {
+    if (!failure.empty())
+      return unavailable("nccl communicator unusable after an earlier failure: " + failure)
+          .withRank(getRank());
+    return Status::ok();
+  }
+
+  /// A communicator over `ranks` (sorted, containing this rank); the lowest
+  /// rank creates the id and sends it to the others over the bootstrap.
+  StatusOr<ncclComm_t> createComm(const std::vector<int> &ranks) {
+    int me = -1;
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] == getRank())
+        me = static_cast<int>(i);
+    if (me < 0)
+      return invalidArgument("nccl: rank " + std::to_string(getRank()) +
+                             " is not in the group it reduces over");
+    OwnedTensor id(program::DTYPE_U8, {static_cast<int64_t>(sizeof(ncclUniqueId))});
+    ncclUniqueId uid;
+    if (me == 0) {
+      STRAIT_RETURN_IF_ERROR(ncclStatus(ncclGetUniqueId(&uid), "get unique id"));
+      std::memcpy(id.tensor.data, &uid, sizeof(uid));
+      for (size_t i = 1; i < ranks.size(); ++i)
+        STRAIT_RETURN_IF_ERROR(bootstrap.send(id.tensor, ranks[i], kIdChannel));
+    } else {
+      STRAIT_RETURN_IF_ERROR(bootstrap.recv(id.tensor, ranks[0], kIdChannel));
+      std::memcpy(&uid, id.tensor.data, sizeof(uid));
+    }
+    ncclComm_t comm = nullptr;
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(options.device), "set device"));
+    STRAIT_RETURN_IF_ERROR(
+        ncclStatus(ncclCommInitRank(&comm, static_cast<int>(ranks.size()), uid, me),
+                   "init rank " + std::to_string(me) + " of " + std::to_string(ranks.size()))
+            .withRank(getRank()));
+    return comm;
+  }
+
+  Status allReduceOn(ncclComm_t comm, const Tensor &t) {
+    STRAIT_RETURN_IF_ERROR(usable());
+    if (t.dtype != program::DTYPE_F32)
+      return unimplemented("nccl: all-reduce of " + t.typeString() + " (f32 only)")
+          .withRank(getRank());
+    STRAIT_RETURN_IF_ERROR(
+        ncclStatus(ncclAllReduce(t.data, t.data, t.numel(), ncclFloat32, ncclSum, comm, stream),
+                   "all-reduce")
+            .withRank(getRank()));
+    return wait("all-reduce of " + t.typeString());
+  }
+
+  /// Polls the stream until done or the timeout, then aborts.
+  Status wait(const std::string &what) {
+    auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess)
+        return Status::ok();
+      if (q != cudaErrorNotReady) {
+        failure = what + ": " + cudaGetErrorString(q);
+        return internalError("nccl: " + failure).withRank(getRank());
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(world, &async);
+      if (async != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
+        failure = what + (async != ncclSuccess ? std::string(": ") + ncclGetErrorString(async)
+                                               : ": timed out");
+        ncclCommAbort(world);
+        world = nullptr;
+        for (auto &g : groups) {
+          ncclCommAbort(g.second);
+          g.second = nullptr;
+        }
+        return deadlineExceeded("nccl: " + failure).withRank(getRank());
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  Communicator &bootstrap;
+  NcclOptions options;
+  cudaStream_t stream = nullptr;
+  ncclComm_t world = nullptr;
+  std::map<std::vector<int>, ncclComm_t> groups;
+  std::string failure;
+};
+
+} // namespace
+} // namespace cuda
+
+StatusOr<std::unique_ptr<Communicator>> createNcclCommunicator(Communicator &bootstrap,
+                                                               const NcclOptions &options) {
+  if (options.device < 0 || options.device >= cudaDeviceCount())
+    return unavailable("nccl: device " + std::to_string(options.device) + " not available (" +
+                       cudaUnavailableReason() + ")")
+        .withRank(bootstrap.getRank());
+  auto comm = std::make_unique<cuda::NcclCommunicator>(bootstrap, options);
+  STRAIT_RETURN_IF_ERROR(comm->init());
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+} // namespace rt
+} // namespace strait

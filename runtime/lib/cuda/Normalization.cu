@@ -1,0 +1,378 @@
+//===- Normalization.cu - Softmax, layer norm and cross-entropy kernels ---===//
+//
+// Row kernels: one 256-thread block per row when the reduced axis is
+// contiguous (inner == 1), one thread per column otherwise. Softmax and the
+// cross-entropy use an online max/sum (one pass for the statistics). The
+// column sums of LayerNormalizationGrad (dScale, dBias) accumulate chunks of
+// rows with atomicAdd.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaLaunch.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+__device__ inline void raise(int *flag, int tag, int code) {
+  if (atomicCAS(flag, 0, tag) == 0)
+    flag[1] = code;
+}
+
+/// Sum over the block (blockDim.x == kBlock); every thread gets the result.
+__device__ inline float blockSum(float v, float *shm) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0)
+    shm[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int w = 0; w < kBlock / 32; ++w)
+    r += shm[w];
+  return r;
+}
+
+__device__ inline double blockSumD(double v, double *shm) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0)
+    shm[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double r = 0.0;
+  for (int w = 0; w < kBlock / 32; ++w)
+    r += shm[w];
+  return r;
+}
+
+/// Online softmax statistics: running max m and sum s of exp(x - m).
+struct MaxSum {
+  float m, s;
+};
+__device__ inline MaxSum merge(MaxSum a, MaxSum b) {
+  if (a.m == -INFINITY)
+    return b;
+  if (b.m == -INFINITY)
+    return a;
+  float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+__device__ inline MaxSum add(MaxSum a, float x) { return merge(a, MaxSum{x, 1.0f}); }
+
+__device__ inline MaxSum blockMaxSum(MaxSum v, float *shmM, float *shmS) {
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+    v = merge(v, other);
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    shmM[threadIdx.x >> 5] = v.m;
+    shmS[threadIdx.x >> 5] = v.s;
+  }
+  __syncthreads();
+  MaxSum r{-INFINITY, 0.0f};
+  for (int w = 0; w < kBlock / 32; ++w)
+    r = merge(r, MaxSum{shmM[w], shmS[w]});
+  return r;
+}
+
+// Element k of row `row` in an [outer, len, inner] layout.
+__device__ inline int64_t at(int64_t row, int64_t k, int64_t len, int64_t inner) {
+  return (row / inner) * len * inner + row % inner + k * inner;
+}
+
+__global__ void softmaxRowKernel(bool logOut, const float *x, float *y, int64_t len,
+                                 int64_t inner) {
+  __shared__ float shmM[32], shmS[32];
+  int64_t row = blockIdx.x;
+  MaxSum ms{-INFINITY, 0.0f};
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    ms = add(ms, x[at(row, k, len, inner)]);
+  ms = blockMaxSum(ms, shmM, shmS);
+  float lse = ms.m + logf(ms.s), inv = 1.0f / ms.s;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    int64_t i = at(row, k, len, inner);
+    y[i] = logOut ? x[i] - lse : expf(x[i] - ms.m) * inv;
+  }
+}
+
+__global__ void softmaxGradRowKernel(bool logOut, const float *dy, const float *y, float *dx,
+                                     int64_t len, int64_t inner) {
+  __shared__ float shm[32];
+  int64_t row = blockIdx.x;
+  float part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    int64_t i = at(row, k, len, inner);
+    part += logOut ? dy[i] : dy[i] * y[i];
+  }
+  float sum = blockSum(part, shm);
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    int64_t i = at(row, k, len, inner);
+    dx[i] = logOut ? dy[i] - expf(y[i]) * sum : y[i] * (dy[i] - sum);
+  }
+}
+
+__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y,
+                                float *mean, float *invStd, int64_t len, float eps) {
+  __shared__ float shm[32];
+  int64_t row = blockIdx.x;
+  const float *xr = x + row * len;
+  float part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    part += xr[k];
+  float mu = blockSum(part, shm) / len;
+  part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    float d = xr[k] - mu;
+    part += d * d;
+  }
+  float inv = rsqrtf(blockSum(part, shm) / len + eps);
+  float *yr = y + row * len;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    float v = (xr[k] - mu) * inv * scale[k];
+    yr[k] = bias ? v + bias[k] : v;
+  }
+  if (threadIdx.x == 0) {
+    if (mean)
+      mean[row] = mu;
+    if (invStd)
+      invStd[row] = inv;
+  }
+}
+
+__global__ void layerNormGradRowKernel(const float *dy, const float *x, const float *scale,
+                                       float *dx, float *stats, int64_t len, float eps) {
+  __shared__ float shm[32];
+  int64_t row = blockIdx.x;
+  const float *xr = x + row * len, *gr = dy + row * len;
+  float part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    part += xr[k];
+  float mu = blockSum(part, shm) / len;
+  part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    float d = xr[k] - mu;
+    part += d * d;
+  }
+  float inv = rsqrtf(blockSum(part, shm) / len + eps);
+  float pg = 0.0f, pgx = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    float gh = gr[k] * scale[k];
+    pg += gh;
+    pgx += gh * (xr[k] - mu) * inv;
+  }
+  float sumG = blockSum(pg, shm), sumGX = blockSum(pgx, shm);
+  float *dr = dx + row * len;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
+    float xhat = (xr[k] - mu) * inv, gh = gr[k] * scale[k];
+    dr[k] = inv / len * (len * gh - sumG - xhat * sumGX);
+  }
+  if (threadIdx.x == 0) {
+    stats[2 * row] = mu;
+    stats[2 * row + 1] = inv;
+  }
+}
+
+__global__ void layerNormGradColKernel(const float *dy, const float *x, const float *stats,
+                                       float *dScale, float *dBias, int64_t rows, int64_t len,
+                                       int64_t chunk) {
+  int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (col >= len)
+    return;
+  int64_t begin = blockIdx.y * chunk, end = min(begin + chunk, rows);
+  float ds = 0.0f, db = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    float g = dy[r * len + col];
+    ds += g * (x[r * len + col] - stats[2 * r]) * stats[2 * r + 1];
+    db += g;
+  }
+  if (begin < end) {
+    atomicAdd(&dScale[col], ds);
+    atomicAdd(&dBias[col], db);
+  }
+}
+
+template <typename I>
+__device__ inline bool readLabel(const LossArgs &a, int64_t row, int64_t &label, float &w,
+                                 int *flag, int tag) {
+  label = static_cast<int64_t>(static_cast<const I *>(a.labels)[row]);
+  if (a.hasIgnore && label == a.ignore) {
+    w = 0.0f;
+    return false;
+  }
+  if (label < 0 || label >= a.c) {
+    if (threadIdx.x == 0)
+      raise(flag, tag, kErrLabelOutOfRange);
+    w = 0.0f;
+    return false;
+  }
+  w = a.weights ? a.weights[label] : 1.0f;
+  return true;
+}
+
+template <typename I>
+__global__ void sceRowKernel(const float *x, LossArgs a, float *loss, float *logProb,
+                             float *scratch, int *flag, int tag) {
+  __shared__ float shmM[32], shmS[32];
+  int64_t row = blockIdx.x; // = n * d + j
+  MaxSum ms{-INFINITY, 0.0f};
+  for (int64_t k = threadIdx.x; k < a.c; k += kBlock)
+    ms = add(ms, x[at(row, k, a.c, a.d)]);
+  ms = blockMaxSum(ms, shmM, shmS);
+  float lse = ms.m + logf(ms.s);
+  if (logProb)
+    for (int64_t k = threadIdx.x; k < a.c; k += kBlock) {
+      int64_t i = at(row, k, a.c, a.d);
+      logProb[i] = x[i] - lse;
+    }
+  if (threadIdx.x == 0) {
+    int64_t label;
+    float w;
+    float l = readLabel<I>(a, row, label, w, flag, tag)
+                  ? -(x[at(row, label, a.c, a.d)] - lse) * w
+                  : 0.0f;
+    int64_t rows = a.n * a.d;
+    scratch[row] = l;
+    scratch[rows + row] = w;
+    if (a.reduction == 2)
+      loss[row] = l;
+  }
+}
+
+__global__ void lossReduceKernel(const float *scratch, int64_t rows, int reduction, float *loss) {
+  __shared__ double shm[32];
+  double l = 0.0, w = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += kBlock) {
+    l += scratch[r];
+    w += scratch[rows + r];
+  }
+  l = blockSumD(l, shm);
+  w = blockSumD(w, shm);
+  if (threadIdx.x == 0)
+    loss[0] = static_cast<float>(reduction == 1 ? l : (w == 0.0 ? 0.0 : l / w));
+}
+
+template <typename I>
+__global__ void weightSumKernel(LossArgs a, float *out) {
+  __shared__ double shm[32];
+  double w = 0.0;
+  int64_t rows = a.n * a.d;
+  for (int64_t r = threadIdx.x; r < rows; r += kBlock) {
+    int64_t label = static_cast<int64_t>(static_cast<const I *>(a.labels)[r]);
+    if ((a.hasIgnore && label == a.ignore) || label < 0 || label >= a.c)
+      continue;
+    w += a.weights ? a.weights[label] : 1.0f;
+  }
+  w = blockSumD(w, shm);
+  if (threadIdx.x == 0)
+    out[0] = static_cast<float>(w);
+}
+
+template <typename I>
+__global__ void sceGradRowKernel(const float *dLoss, const float *x, LossArgs a, float *dx,
+                                 const float *weightSum, int *flag, int tag) {
+  __shared__ float shmM[32], shmS[32];
+  int64_t row = blockIdx.x, label;
+  float w;
+  bool valid = readLabel<I>(a, row, label, w, flag, tag);
+  float g = (a.reduction == 2 ? dLoss[row] : dLoss[0]) * w;
+  if (a.reduction == 0)
+    g = weightSum[0] == 0.0f ? 0.0f : g / weightSum[0];
+  MaxSum ms{-INFINITY, 0.0f};
+  for (int64_t k = threadIdx.x; k < a.c; k += kBlock)
+    ms = add(ms, x[at(row, k, a.c, a.d)]);
+  ms = blockMaxSum(ms, shmM, shmS);
+  float inv = 1.0f / ms.s;
+  for (int64_t k = threadIdx.x; k < a.c; k += kBlock) {
+    int64_t i = at(row, k, a.c, a.d);
+    float p = expf(x[i] - ms.m) * inv;
+    dx[i] = g * (p - (valid && k == label ? 1.0f : 0.0f));
+  }
+}
+
+} // namespace
+
+void launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t len,
+                   int64_t inner, cudaStream_t s) {
+  int64_t rows = outer * inner;
+  if (rows > 0 && len > 0)
+    softmaxRowKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(log, x, y, len, inner);
+}
+
+void launchSoftmaxGrad(bool log, const float *dy, const float *y, float *dx, int64_t outer,
+                       int64_t len, int64_t inner, cudaStream_t s) {
+  int64_t rows = outer * inner;
+  if (rows > 0 && len > 0)
+    softmaxGradRowKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(log, dy, y, dx, len,
+                                                                        inner);
+}
+
+void launchLayerNorm(const float *x, const float *scale, const float *bias, float *y,
+                     float *mean, float *invStd, int64_t rows, int64_t len, float eps,
+                     cudaStream_t s) {
+  if (rows > 0 && len > 0)
+    layerNormKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, scale, bias, y, mean,
+                                                                   invStd, len, eps);
+}
+
+void launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx,
+                         float *dScale, float *dBias, float *stats, int64_t rows, int64_t len,
+                         float eps, cudaStream_t s) {
+  cudaMemsetAsync(dScale, 0, sizeof(float) * len, s);
+  cudaMemsetAsync(dBias, 0, sizeof(float) * len, s);
+  if (rows == 0 || len == 0)
+    return;
+  layerNormGradRowKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dy, x, scale, dx, stats,
+                                                                        len, eps);
+  int64_t colBlocks = (len + kBlock - 1) / kBlock;
+  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, 1024 / colBlocks + 1));
+  int64_t chunk = (rows + chunks - 1) / chunks;
+  dim3 grid(static_cast<unsigned>(colBlocks), static_cast<unsigned>(chunks));
+  layerNormGradColKernel<<<grid, kBlock, 0, s>>>(dy, x, stats, dScale, dBias, rows, len, chunk);
+}
+
+void launchSoftmaxCrossEntropy(const float *x, const LossArgs &a, float *loss, float *logProb,
+                               float *scratch, int *flag, int tag, cudaStream_t s) {
+  int64_t rows = a.n * a.d;
+  if (rows == 0) {
+    if (a.reduction != 2)
+      cudaMemsetAsync(loss, 0, sizeof(float), s);
+    return;
+  }
+  if (a.labels64)
+    sceRowKernel<int64_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, a, loss, logProb,
+                                                                         scratch, flag, tag);
+  else
+    sceRowKernel<int32_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, a, loss, logProb,
+                                                                         scratch, flag, tag);
+  if (a.reduction != 2)
+    lossReduceKernel<<<1, kBlock, 0, s>>>(scratch, rows, a.reduction, loss);
+}
+
+void launchSoftmaxCrossEntropyGrad(const float *dLoss, const float *x, const LossArgs &a,
+                                   float *dx, float *scratch, int *flag, int tag,
+                                   cudaStream_t s) {
+  int64_t rows = a.n * a.d;
+  if (rows == 0)
+    return;
+  if (a.labels64) {
+    weightSumKernel<int64_t><<<1, kBlock, 0, s>>>(a, scratch);
+    sceGradRowKernel<int64_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dLoss, x, a, dx,
+                                                                             scratch, flag, tag);
+  } else {
+    weightSumKernel<int32_t><<<1, kBlock, 0, s>>>(a, scratch);
+    sceGradRowKernel<int32_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dLoss, x, a, dx,
+                                                                             scratch, flag, tag);
+  }
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

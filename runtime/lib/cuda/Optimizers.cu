@@ -1,0 +1,135 @@
+//===- Optimizers.cu - Optimizer, accumulation and clipping kernels -------===//
+//
+// AdamW and SGD read the learning rate and the step count from device memory
+// (program inputs), so an optimizer update never waits for the host.
+// ClipByGlobalNorm accumulates the squared norm in a double on the device.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaLaunch.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+inline unsigned blocksFor(int64_t n) {
+  int64_t b = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
+}
+
+#define GRID_STRIDE(i, n)                                                        \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);     \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, const float *x,
+                            const float *g, const float *m, const float *v, float *xo,
+                            float *mo, float *vo, int64_t n, float b1, float b2, float eps,
+                            float wd, int *flag, int tag) {
+  int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
+                        : static_cast<const int32_t *>(stepPtr)[0];
+  if (step < 1) {
+    if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(flag, 0, tag) == 0)
+      flag[1] = kErrBadStep;
+    return;
+  }
+  float c1 = 1.0f - static_cast<float>(pow(static_cast<double>(b1), static_cast<double>(step)));
+  float c2 = 1.0f - static_cast<float>(pow(static_cast<double>(b2), static_cast<double>(step)));
+  float rate = lr[0];
+  GRID_STRIDE(k, n) {
+    float gk = g[k], xk = x[k];
+    float mn = b1 * m[k] + (1 - b1) * gk;
+    float vn = b2 * v[k] + (1 - b2) * gk * gk;
+    float update = (mn / c1) / (sqrtf(vn / c2) + eps);
+    xo[k] = xk - rate * (update + wd * xk);
+    mo[k] = mn;
+    vo[k] = vn;
+  }
+}
+
+__global__ void sgdKernel(const float *lr, const float *p, const float *g, const float *v,
+                          float *po, float *vo, int64_t n, float mom, float wd, bool nesterov) {
+  float rate = lr[0];
+  GRID_STRIDE(i, n) {
+    float gr = g[i] + wd * p[i];
+    float vn = mom * v[i] + gr;
+    po[i] = p[i] - rate * (nesterov ? gr + mom * vn : vn);
+    vo[i] = vn;
+  }
+}
+
+__global__ void accumulateKernel(const float *g, float *total, int64_t n, float f, bool first) {
+  GRID_STRIDE(i, n) { total[i] = (first ? 0.0f : total[i]) + g[i] * f; }
+}
+
+__global__ void sumSquaresKernel(const float *g, int64_t n, double *sumSq) {
+  __shared__ double shm[kBlock / 32];
+  double part = 0.0;
+  GRID_STRIDE(i, n) { part += static_cast<double>(g[i]) * g[i]; }
+  for (int o = 16; o > 0; o >>= 1)
+    part += __shfl_xor_sync(0xffffffffu, part, o);
+  if ((threadIdx.x & 31) == 0)
+    shm[threadIdx.x >> 5] = part;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kBlock / 32; ++w)
+      total += shm[w];
+    atomicAdd(sumSq, total);
+  }
+}
+
+__global__ void clipScaleKernel(const float *g, float *out, int64_t n, const double *sumSq,
+                                float maxNorm) {
+  double norm = sqrt(*sumSq);
+  float f = static_cast<float>(fmin(1.0, maxNorm / (norm + 1e-6)));
+  GRID_STRIDE(i, n) { out[i] = g[i] * f; }
+}
+
+__global__ void writeNormKernel(const double *sumSq, float *norm) {
+  norm[0] = static_cast<float>(sqrt(*sumSq));
+}
+
+} // namespace
+
+void launchAdamW(const float *lr, const void *step, bool step64, const float *x, const float *g,
+                 const float *m, const float *v, float *xo, float *mo, float *vo, int64_t n,
+                 float b1, float b2, float eps, float wd, int *flag, int tag, cudaStream_t s) {
+  adamWKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, step, step64, x, g, m, v, xo, mo, vo, n, b1,
+                                              b2, eps, wd, flag, tag);
+}
+
+void launchSgd(const float *lr, const float *p, const float *g, const float *v, float *po,
+               float *vo, int64_t n, float momentum, float wd, bool nesterov, cudaStream_t s) {
+  if (n)
+    sgdKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, p, g, v, po, vo, n, momentum, wd, nesterov);
+}
+
+void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,
+                      cudaStream_t s) {
+  if (n)
+    accumulateKernel<<<blocksFor(n), kBlock, 0, s>>>(g, total, n, f, first);
+}
+
+void launchSumSquares(const float *g, int64_t n, double *sumSq, cudaStream_t s) {
+  if (n)
+    sumSquaresKernel<<<std::min<unsigned>(blocksFor(n), 1024), kBlock, 0, s>>>(g, n, sumSq);
+}
+
+void launchClipScale(const float *g, float *out, int64_t n, const double *sumSq, float maxNorm,
+                     cudaStream_t s) {
+  if (n)
+    clipScaleKernel<<<blocksFor(n), kBlock, 0, s>>>(g, out, n, sumSq, maxNorm);
+}
+
+void launchWriteNorm(const double *sumSq, float *norm, cudaStream_t s) {
+  writeNormKernel<<<1, 1, 0, s>>>(sumSq, norm);
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

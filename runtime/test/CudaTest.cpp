@@ -1,0 +1,384 @@
+//===- CudaTest.cpp - CUDA kernels against the CPU backend ----------------===//
+//
+// Every test builds a one-kernel program, runs it on the CPU backend and on
+// the CUDA backend with the same inputs, and compares every output. Tests
+// that need a GPU call GTEST_SKIP() (reported by ctest as skipped) when
+// cudaGetDeviceCount finds none; the error paths that need no GPU run always.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+#include "strait/runtime/Cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+using namespace strait;
+using namespace strait::rt;
+using namespace strait::rt::test;
+
+namespace {
+
+#define REQUIRE_GPU()                                                            \
+  do {                                                                           \
+    if (cudaDeviceCount() == 0)                                                  \
+      GTEST_SKIP() << "no GPU: " << cudaUnavailableReason();                     \
+  } while (0)
+
+/// A typed host array for one input or output.
+struct Arr {
+  DType dtype = program::DTYPE_F32;
+  Shape shape;
+  std::vector<char> bytes;
+  static Arr f(Shape s, const std::vector<float> &v) {
+    Arr a{program::DTYPE_F32, std::move(s), {}};
+    a.bytes.resize(v.size() * 4);
+    std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+    return a;
+  }
+  static Arr i(Shape s, const std::vector<int64_t> &v) {
+    Arr a{program::DTYPE_I64, std::move(s), {}};
+    a.bytes.resize(v.size() * 8);
+    std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+    return a;
+  }
+  static Arr rand(Shape s, uint32_t seed, float scale = 1.0f) {
+    std::vector<float> v = pseudoRandom(numElements(s), seed);
+    for (float &x : v)
+      x *= scale;
+    return f(std::move(s), v);
+  }
+  static Arr out(Shape s, DType t = program::DTYPE_F32) { return {t, std::move(s), {}}; }
+  double at(int64_t k) const {
+    switch (dtype) {
+    case program::DTYPE_F32: return reinterpret_cast<const float *>(bytes.data())[k];
+    case program::DTYPE_I64: return double(reinterpret_cast<const int64_t *>(bytes.data())[k]);
+    case program::DTYPE_BOOL: return bytes[k];
+    default: return NAN;
+    }
+  }
+};
+
+using Attrs = std::function<void(program::Kernel &)>;
+
+/// Runs `op` on `device` ("cpu" or "cuda:0"); fills the outputs' bytes.
+Status runOn(const std::string &device, const BackendRegistry &registry, const std::string &op,
+             const std::vector<Arr> &ins, std::vector<Arr> &outs, const Attrs &attrs,
+             const std::vector<int> &inPlace = {}) {
+  ProgramBuilder b;
+  std::vector<uint32_t> inIds, outIds;
+  for (size_t i = 0; i < ins.size(); ++i)
+    inIds.push_back(b.addValue("in" + std::to_string(i), ins[i].dtype, ins[i].shape,
+                               program::ROLE_INPUT));
+  for (size_t i = 0; i < outs.size(); ++i)
+    outIds.push_back(i < inPlace.size() && inPlace[i] >= 0
+                         ? inIds[inPlace[i]]
+                         : b.addValue("out" + std::to_string(i), outs[i].dtype, outs[i].shape,
+                                      program::ROLE_OUTPUT));
+  program::Kernel &k = b.addKernel(op, inIds, outIds);
+  k.set_name("k");
+  if (attrs)
+    attrs(k);
+  b.addRunStep();
+  b.get().set_device(device);
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec, Executor::create(b.get(), registry));
+  for (size_t i = 0; i < ins.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(inIds[i]));
+    std::memcpy(t.data, ins[i].bytes.data(), ins[i].bytes.size());
+  }
+  STRAIT_RETURN_IF_ERROR(exec->run());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValue(outIds[i]));
+    outs[i].bytes.assign(t.as<char>(), t.as<char>() + t.byteSize());
+  }
+  return Status::ok();
+}
+
+class Cuda : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (cudaDeviceCount() == 0)
+      return;
+    registerCpuBackend(registry);
+    CudaOptions o;
+    o.syncEachKernel = true;
+    Status s = registerCudaBackend(registry, o);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+  }
+
+  /// Runs on both backends; every output element within atol + rtol*|cpu|.
+  void compare(const std::string &op, const std::vector<Arr> &ins, std::vector<Arr> outs,
+               const Attrs &attrs = {}, double rtol = 1e-4, double atol = 1e-5,
+               const std::vector<int> &inPlace = {}) {
+    std::vector<Arr> cpu = outs, gpu = outs;
+    Status s = runOn("cpu", registry, op, ins, cpu, attrs, inPlace);
+    ASSERT_TRUE(s.isOk()) << "cpu: " << s.toString();
+    s = runOn("cuda:0", registry, op, ins, gpu, attrs, inPlace);
+    ASSERT_TRUE(s.isOk()) << "cuda: " << s.toString();
+    for (size_t o = 0; o < outs.size(); ++o) {
+      int64_t n = numElements(outs[o].shape);
+      int bad = 0;
+      for (int64_t k = 0; k < n && bad < 5; ++k) {
+        double c = cpu[o].at(k), g = gpu[o].at(k);
+        if (!(std::abs(c - g) <= atol + rtol * std::abs(c))) {
+          ADD_FAILURE() << op << " output " << o << " element " << k << ": cpu " << c
+                        << " cuda " << g;
+          ++bad;
+        }
+      }
+    }
+  }
+
+  BackendRegistry registry;
+};
+
+} // namespace
+
+// Runs everywhere: without a device, creating the backend is a clear error.
+TEST(CudaNoDevice, CreateFailsCleanlyOrSucceeds) {
+  StatusOr<std::unique_ptr<Backend>> b = createCudaBackend();
+  if (cudaDeviceCount() == 0) {
+    ASSERT_FALSE(b.isOk());
+    EXPECT_EQ(b.getStatus().getCode(), StatusCode::Unavailable);
+    EXPECT_NE(b.getStatus().toString().find("cuda backend"), std::string::npos);
+  } else {
+    ASSERT_TRUE(b.isOk()) << b.getStatus().toString();
+    EXPECT_EQ((*b)->name(), "cuda");
+  }
+  CudaOptions bad;
+  bad.device = 1000;
+  EXPECT_EQ(createCudaBackend(bad).getStatus().getCode(), StatusCode::Unavailable);
+}
+
+TEST_F(Cuda, BinaryBroadcast) {
+  REQUIRE_GPU();
+  Arr a = Arr::rand({8, 4, 6, 5}, 1), b = Arr::rand({8, 1, 6, 5}, 2), s = Arr::f({}, {0.5f});
+  for (const char *op : {"Add", "Sub", "Mul", "Max", "Min"})
+    compare(op, {a, b}, {Arr::out({8, 4, 6, 5})});
+  compare("Div", {a, Arr::f({5}, {1.5f, -2, 3, 4, 0.5f})}, {Arr::out({8, 4, 6, 5})});
+  compare("Mul", {s, a}, {Arr::out({8, 4, 6, 5})});
+  Arr pos = Arr::rand({3, 7}, 3);
+  for (size_t k = 0; k < pos.bytes.size() / 4; ++k)
+    reinterpret_cast<float *>(pos.bytes.data())[k] += 1.5f;
+  compare("Pow", {pos, Arr::f({}, {3.0f})}, {Arr::out({3, 7})});
+  compare("Pow", {pos, Arr::f({}, {0.7f})}, {Arr::out({3, 7})});
+  compare("LessOrEqual", {Arr::i({1, 1, 1, 6}, {0, 1, 2, 3, 4, 5}), Arr::i({1, 1, 6, 1}, {0, 1, 2, 3, 4, 5})},
+          {Arr::out({1, 1, 6, 6}, program::DTYPE_BOOL)});
+  compare("Add", {Arr::i({4}, {1, 2, 3, 4}), Arr::i({1}, {10})}, {Arr::out({4}, program::DTYPE_I64)});
+}
+
+TEST_F(Cuda, UnaryAndWhere) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({1000, 3}, 4, 3.0f);
+  for (const char *op : {"Tanh", "Exp", "Neg", "Abs", "Sigmoid", "Relu", "Erf"})
+    compare(op, {x}, {Arr::out({1000, 3})});
+  Arr cond{program::DTYPE_BOOL, {2, 1, 3, 3}, {1, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 1, 1, 0}};
+  compare("Where", {cond, Arr::f({}, {0.0f}), Arr::f({}, {-1e9f})}, {Arr::out({2, 1, 3, 3})});
+  compare("Where", {cond, Arr::rand({2, 4, 3, 3}, 5), Arr::rand({3}, 6)}, {Arr::out({2, 4, 3, 3})});
+}
+
+TEST_F(Cuda, Layout) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({2, 3, 4, 5}, 7);
+  for (std::vector<int64_t> perm : {std::vector<int64_t>{0, 2, 1, 3}, {0, 1, 3, 2}, {3, 2, 1, 0}, {0, 2, 3, 1}}) {
+    Shape out = {x.shape[perm[0]], x.shape[perm[1]], x.shape[perm[2]], x.shape[perm[3]]};
+    compare("Transpose", {x}, {Arr::out(out)}, [&](program::Kernel &k) { setInts(k, "perm", perm); });
+  }
+  compare("Reshape", {x, Arr::i({2}, {6, 20})}, {Arr::out({6, 20})});
+  compare("Expand", {Arr::rand({1, 3, 1}, 8), Arr::i({3}, {2, 3, 4})}, {Arr::out({2, 3, 4})});
+  compare("Concat", {Arr::rand({2, 3, 2}, 9), Arr::rand({2, 3, 5}, 10), Arr::rand({2, 3, 1}, 11)},
+          {Arr::out({2, 3, 8})}, [](program::Kernel &k) { setInt(k, "axis", -1); });
+  compare("Split", {Arr::rand({2, 9, 3}, 12), Arr::i({3}, {3, 4, 2})},
+          {Arr::out({2, 3, 3}), Arr::out({2, 4, 3}), Arr::out({2, 2, 3})},
+          [](program::Kernel &k) { setInt(k, "axis", 1); });
+}
+
+TEST_F(Cuda, GatherAndScatterAdd) {
+  REQUIRE_GPU();
+  Arr table = Arr::rand({50, 16}, 13), idx = Arr::i({4, 6}, {1, 2, 3, 1, 1, 49, -1, 0, 7, 7, 7, 7,
+                                                              5, 4, 3, 2, 1, 0, 10, 20, 30, 40, 1, 1});
+  compare("Gather", {table, idx}, {Arr::out({4, 6, 16})}, [](program::Kernel &k) { setInt(k, "axis", 0); });
+  compare("Gather", {Arr::rand({3, 50, 2}, 14), Arr::i({2}, {4, -3})}, {Arr::out({3, 2, 2})},
+          [](program::Kernel &k) { setInt(k, "axis", 1); });
+  compare("GatherGrad", {Arr::rand({4, 6, 16}, 15), idx}, {Arr::out({50, 16})}, [](program::Kernel &k) {
+    setInt(k, "axis", 0);
+    setInts(k, "data_shape", {50, 16});
+  });
+}
+
+TEST_F(Cuda, GatherIndexOutOfRangeIsAnError) {
+  REQUIRE_GPU();
+  std::vector<Arr> outs = {Arr::out({2, 4})};
+  Status s = runOn("cuda:0", registry, "Gather", {Arr::rand({5, 4}, 16), Arr::i({2}, {1, 5})}, outs,
+                   {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.toString().find("Gather 'k'"), std::string::npos) << s.toString();
+  EXPECT_NE(s.toString().find("out of range"), std::string::npos) << s.toString();
+}
+
+TEST_F(Cuda, UnsupportedOpFailsAtLoad) {
+  REQUIRE_GPU();
+  std::vector<Arr> outs = {Arr::out({1, 1, 3, 3})};
+  Status s = runOn("cuda:0", registry, "MaxRoiPool", {Arr::rand({1, 1, 3, 3}, 1)}, outs, {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.getCode(), StatusCode::Unimplemented);
+  EXPECT_NE(s.toString().find("cuda backend has no kernel for op 'MaxRoiPool'"), std::string::npos)
+      << s.toString();
+}
+
+TEST_F(Cuda, MatMulAndGemm) {
+  REQUIRE_GPU();
+  compare("MatMul", {Arr::rand({8, 4, 16, 32}, 17), Arr::rand({8, 4, 32, 24}, 18)}, {Arr::out({8, 4, 16, 24})});
+  compare("MatMul", {Arr::rand({8, 16, 32}, 19), Arr::rand({32, 24}, 20)}, {Arr::out({8, 16, 24})});
+  compare("MatMul", {Arr::rand({16, 32}, 21), Arr::rand({3, 32, 24}, 22)}, {Arr::out({3, 16, 24})});
+  compare("MatMul", {Arr::rand({2, 1, 5, 7}, 23), Arr::rand({1, 3, 7, 4}, 24)}, {Arr::out({2, 3, 5, 4})});
+  compare("MatMul", {Arr::rand({7}, 25), Arr::rand({7, 4}, 26)}, {Arr::out({4})});
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      Shape as = ta ? Shape{33, 20} : Shape{20, 33}, bs = tb ? Shape{17, 33} : Shape{33, 17};
+      compare("Gemm", {Arr::rand(as, 27), Arr::rand(bs, 28), Arr::rand({17}, 29)}, {Arr::out({20, 17})},
+              [&](program::Kernel &k) {
+                setInt(k, "transA", ta);
+                setInt(k, "transB", tb);
+                setFloat(k, "alpha", 0.5f);
+                setFloat(k, "beta", 2.0f);
+              });
+    }
+  compare("Gemm", {Arr::rand({20, 33}, 30), Arr::rand({33, 17}, 31)}, {Arr::out({20, 17})});
+}
+
+TEST_F(Cuda, MatMulBf16TensorCores) {
+  REQUIRE_GPU();
+  BackendRegistry bf16;
+  registerCpuBackend(bf16);
+  CudaOptions o;
+  o.matmul = MatmulPrecision::BF16;
+  ASSERT_TRUE(registerCudaBackend(bf16, o).isOk());
+  std::swap(registry, bf16);
+  // bf16 inputs (8 bits of mantissa), f32 accumulation over K = 256: relative
+  // error ~ sqrt(K) * 2^-8 / sqrt(K)-ish of the row norm; 2e-2 is generous.
+  compare("MatMul", {Arr::rand({64, 256}, 32), Arr::rand({256, 96}, 33)}, {Arr::out({64, 96})}, {},
+          2e-2, 5e-2);
+  std::swap(registry, bf16);
+}
+
+TEST_F(Cuda, SoftmaxFamily) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({4, 3, 70}, 34, 4.0f), dy = Arr::rand({4, 3, 70}, 35);
+  compare("Softmax", {x}, {Arr::out({4, 3, 70})});
+  compare("LogSoftmax", {x}, {Arr::out({4, 3, 70})});
+  compare("Softmax", {x}, {Arr::out({4, 3, 70})}, [](program::Kernel &k) { setInt(k, "axis", 1); });
+  compare("Softmax", {Arr::rand({2, 50257}, 36, 5.0f)}, {Arr::out({2, 50257})}, {}, 1e-4, 1e-7);
+  std::vector<Arr> y = {Arr::out({4, 3, 70})};
+  ASSERT_TRUE(runOn("cpu", registry, "Softmax", {x}, y, {}).isOk());
+  compare("SoftmaxGrad", {dy, y[0]}, {Arr::out({4, 3, 70})});
+  compare("SoftmaxGrad", {dy, y[0]}, {Arr::out({4, 3, 70})}, [](program::Kernel &k) { setInt(k, "axis", 1); });
+  compare("LogSoftmaxGrad", {dy, Arr::rand({4, 3, 70}, 37)}, {Arr::out({4, 3, 70})});
+}
+
+TEST_F(Cuda, LayerNormAndGrad) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({6, 10, 768}, 38, 2.0f), s = Arr::rand({768}, 39), b = Arr::rand({768}, 40);
+  compare("LayerNormalization", {x, s, b}, {Arr::out({6, 10, 768}), Arr::out({6, 10, 1}), Arr::out({6, 10, 1})},
+          [](program::Kernel &k) { setFloat(k, "epsilon", 1e-5f); });
+  compare("LayerNormalizationGrad", {Arr::rand({6, 10, 768}, 41), x, s},
+          {Arr::out({6, 10, 768}), Arr::out({768}), Arr::out({768})}, {}, 1e-3, 1e-4);
+  compare("ReduceToShape", {Arr::rand({6, 10, 768}, 42)}, {Arr::out({768})},
+          [](program::Kernel &k) { setInts(k, "shape", {768}); }, 1e-4, 1e-4);
+  compare("ReduceToShape", {Arr::rand({6, 10, 7}, 43)}, {Arr::out({6, 1, 7})},
+          [](program::Kernel &k) { setInts(k, "shape", {6, 1, 7}); });
+  compare("ReduceToShape", {Arr::rand({300, 500}, 44)}, {Arr::out({})},
+          [](program::Kernel &k) { setInts(k, "shape", {}); }, 1e-4, 1e-3);
+}
+
+TEST_F(Cuda, CrossEntropyAndGrad) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({64, 1000}, 45, 4.0f);
+  std::vector<int64_t> labels(64);
+  for (int i = 0; i < 64; ++i)
+    labels[i] = i % 5 == 0 ? -100 : (i * 37) % 1000;
+  Arr t = Arr::i({64}, labels);
+  Attrs mean = [](program::Kernel &k) {
+    setString(k, "reduction", "mean");
+    setInt(k, "ignore_index", -100);
+  };
+  compare("SoftmaxCrossEntropyLoss", {x, t}, {Arr::out({}), Arr::out({64, 1000})}, mean);
+  compare("SoftmaxCrossEntropyLossGrad", {Arr::f({}, {1.5f}), x, t}, {Arr::out({64, 1000})}, mean, 1e-4, 1e-8);
+  Attrs none = [](program::Kernel &k) { setString(k, "reduction", "none"); };
+  Arr x3 = Arr::rand({4, 7, 3}, 46);
+  Arr t3 = Arr::i({4, 3}, {0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4});
+  compare("SoftmaxCrossEntropyLoss", {x3, t3}, {Arr::out({4, 3})}, none);
+  compare("SoftmaxCrossEntropyLossGrad", {Arr::rand({4, 3}, 47), x3, t3}, {Arr::out({4, 7, 3})}, none);
+  std::vector<Arr> outs = {Arr::out({})};
+  Status s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLoss", {Arr::rand({2, 3}, 1), Arr::i({2}, {0, 3})},
+                   outs, {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.toString().find("label"), std::string::npos) << s.toString();
+}
+
+TEST_F(Cuda, Optimizers) {
+  REQUIRE_GPU();
+  Arr lr = Arr::f({}, {0.01f}), step = Arr::i({}, {3});
+  Arr x1 = Arr::rand({100}, 48), x2 = Arr::rand({7, 9}, 49), g1 = Arr::rand({100}, 50),
+      g2 = Arr::rand({7, 9}, 51), m1 = Arr::rand({100}, 52, 0.1f), m2 = Arr::rand({7, 9}, 53, 0.1f);
+  Arr v1 = Arr::rand({100}, 54, 0.01f), v2 = Arr::rand({7, 9}, 55, 0.01f);
+  for (Arr *v : {&v1, &v2})
+    for (size_t k = 0; k < v->bytes.size() / 4; ++k)
+      reinterpret_cast<float *>(v->bytes.data())[k] = std::abs(reinterpret_cast<float *>(v->bytes.data())[k]);
+  compare("AdamW", {lr, step, x1, x2, g1, g2, m1, m2, v1, v2},
+          {Arr::out({100}), Arr::out({7, 9}), Arr::out({100}), Arr::out({7, 9}), Arr::out({100}), Arr::out({7, 9})},
+          [](program::Kernel &k) {
+            k.set_domain("strait");
+            setFloat(k, "weight_decay", 0.1f);
+          },
+          1e-5, 1e-6, {2, 3, 6, 7, 8, 9});
+  compare("SGD", {lr, x1, g1, m1}, {Arr::out({100}), Arr::out({100})}, [](program::Kernel &k) {
+    setFloat(k, "momentum", 0.9f);
+    setFloat(k, "weight_decay", 0.01f);
+    setInt(k, "nesterov", 1);
+  });
+  compare("AccumulateGrad", {g1}, {Arr::out({100})});
+  compare("ClipByGlobalNorm", {g1, g2}, {Arr::out({}), Arr::out({100}), Arr::out({7, 9})},
+          [](program::Kernel &k) { setFloat(k, "max_norm", 1.0f); });
+  std::vector<Arr> outs = {Arr::out({100}), Arr::out({100}), Arr::out({100})};
+  Status s = runOn("cuda:0", registry, "AdamW", {lr, Arr::i({}, {0}), x1, g1, m1, v1}, outs,
+                   [](program::Kernel &k) { k.set_domain("strait"); });
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.toString().find("step count must start at 1"), std::string::npos) << s.toString();
+}
+
+// NCCL on one rank: bootstrap over a one-rank loopback communicator, the
+// all-reduce of a world of one leaves the tensor unchanged.
+namespace {
+class LoneCommunicator : public Communicator {
+public:
+  int getRank() const override { return 0; }
+  int getWorldSize() const override { return 1; }
+  Status send(const Tensor &, int, uint32_t) override { return internalError("no peers"); }
+  Status recv(const Tensor &, int, uint32_t) override { return internalError("no peers"); }
+  Status allReduceSum(const Tensor &, uint32_t) override { return Status::ok(); }
+  Status allReduceSumGroup(const Tensor &, const std::vector<int> &, uint32_t) override {
+    return Status::ok();
+  }
+  Status barrier() override { return Status::ok(); }
+};
+} // namespace
+
+TEST_F(Cuda, NcclOneRankAllReduce) {
+  REQUIRE_GPU();
+  LoneCommunicator lone;
+  StatusOr<std::unique_ptr<Communicator>> nccl = createNcclCommunicator(lone);
+  ASSERT_TRUE(nccl.isOk()) << nccl.getStatus().toString();
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  StatusOr<Buffer> buf = (*backend)->allocate(64 * sizeof(float));
+  ASSERT_TRUE(buf.isOk());
+  Tensor t{program::DTYPE_F32, {64}, buf->data()};
+  for (int i = 0; i < 64; ++i)
+    t.as<float>()[i] = float(i);
+  ASSERT_TRUE((*nccl)->allReduceSum(t, 0).isOk());
+  for (int i = 0; i < 64; ++i)
+    EXPECT_EQ(t.as<float>()[i], float(i));
+  EXPECT_EQ((*nccl)->getWorldSize(), 1);
+}
