@@ -458,11 +458,14 @@ std::string strait::formatCompression(const PlanCompression &c, const PartitionP
       continue;
     size_t islands = islandsOf(cluster, s.devices).size();
     const Codec &codec = c.allReduce[j];
-    os << llvm::formatv("all-reduce stage {0} ({1} replicas, {2} islands): {3}", j,
-                        s.devices.size(), islands, formatCodec(codec, true));
+    os << llvm::formatv("all-reduce stage {0} ({1} replicas, {2}): {3}", j, s.devices.size(),
+                        islands > 1 ? llvm::formatv("{0} islands", islands).str()
+                                    : std::string("one island"),
+                        formatCodec(codec, true));
     if (!codec.isNone())
-      os << llvm::formatv(" ({0:f1}x between islands)",
-                          s.paramBytes / std::max(1.0, encodedBytes(codec, s.paramBytes / 4)));
+      os << llvm::formatv(" ({0:f1}x {1})",
+                          s.paramBytes / std::max(1.0, encodedBytes(codec, s.paramBytes / 4)),
+                          islands > 1 ? "between islands" : "on the ring");
     os << llvm::formatv(", {0} -> {1}\n", ms(s.allReduceTime), ms(c.allReduceTime[j]));
   }
   return text;

@@ -1,0 +1,190 @@
+//===- CompressionTest.cpp - Codec choice, islands, compressed plans ------===//
+
+#include "strait/Analysis/Compression.h"
+#include "strait/Analysis/Simulator.h"
+#include "strait/Analysis/Workload.h"
+
+#include "gtest/gtest.h"
+
+using namespace strait;
+
+namespace {
+
+Codec make(CodecKind kind, double ratio = 1) {
+  Codec c;
+  c.kind = kind;
+  c.ratio = ratio;
+  return c;
+}
+
+TEST(Compression, SizeModel) {
+  // 1000 f32 values, blocks of 256 (4 scales).
+  EXPECT_EQ(encodedBytes(make(CodecKind::None), 1000), 4000);
+  EXPECT_EQ(encodedBytes(make(CodecKind::FP16), 1000), 2000);
+  EXPECT_EQ(encodedBytes(make(CodecKind::BF16), 1000), 2000);
+  EXPECT_EQ(encodedBytes(make(CodecKind::Int8), 1000), 1000 + 16);
+  EXPECT_EQ(encodedBytes(make(CodecKind::Int4), 1001), 501 + 16);
+  // k = ceil(0.01 x 1000) = 10 values and u32 indices.
+  EXPECT_EQ(encodedBytes(make(CodecKind::TopK, 0.01), 1000), 80);
+  EXPECT_EQ(encodedBytes(make(CodecKind::TopK, 0.015), 1000), 120);
+}
+
+TEST(Compression, ParsesCodecsAndOverrides) {
+  llvm::Expected<Codec> topk = parseCodec("topk:0.05");
+  ASSERT_TRUE(!!topk);
+  EXPECT_EQ(topk->kind, CodecKind::TopK);
+  EXPECT_DOUBLE_EQ(topk->ratio, 0.05);
+  EXPECT_EQ(formatCodec(*topk), "topk:0.05");
+  EXPECT_EQ(llvm::toString(parseCodec("int3").takeError()),
+            "unknown codec 'int3' (expected none, fp16, bf16, int8, int4 or topk:RATIO)");
+  EXPECT_EQ(llvm::toString(parseCodec("topk:0").takeError()),
+            "topk needs a ratio in (0, 1], e.g. topk:0.01; got '0'");
+  EXPECT_EQ(llvm::toString(parseCodec("int8:0.5").takeError()),
+            "codec 'int8' takes no ratio (only topk:RATIO does)");
+  auto o = parseLinkOverride("east:west=int4");
+  ASSERT_TRUE(!!o);
+  EXPECT_EQ(o->a, "east");
+  EXPECT_EQ(o->b, "west");
+  EXPECT_EQ(o->codec.kind, CodecKind::Int4);
+  EXPECT_EQ(llvm::toString(parseLinkOverride("east=int4").takeError()),
+            "'east=int4': expected SITE_A:SITE_B=CODEC[:RATIO]");
+}
+
+/// 1 MB of f32 over 100 MB/s with no latency, GPU codecs: 10 ms plain.
+LinkTransfer link(double target, Payload payload) {
+  LinkTransfer t;
+  t.plainBytes = 1e6;
+  t.bandwidth = 1e8;
+  t.target = target;
+  t.payload = payload;
+  return t;
+}
+
+TEST(Compression, ChoosesTheLeastLossyCodecThatFits) {
+  // Plain 10 ms; fp16 5 ms; int8 ~2.5 ms; int4 ~1.3 ms (+ 0.02 ms codec).
+  EXPECT_TRUE(chooseCodec(link(0.011, Payload::Activation)).isNone());
+  EXPECT_EQ(chooseCodec(link(0.006, Payload::Activation)).kind, CodecKind::FP16);
+  EXPECT_EQ(chooseCodec(link(0.006, Payload::ActivationGradient)).kind, CodecKind::BF16);
+  EXPECT_EQ(chooseCodec(link(0.003, Payload::Activation)).kind, CodecKind::Int8);
+  EXPECT_EQ(chooseCodec(link(0.0015, Payload::Activation)).kind, CodecKind::Int4);
+  // Nothing fits an activation: the fastest quantization, never top-k.
+  Codec act = chooseCodec(link(1e-5, Payload::Activation));
+  EXPECT_EQ(act.kind, CodecKind::Int4);
+  EXPECT_FALSE(act.errorFeedback);
+  // Weight gradients go on to top-k with the largest (rounded) ratio that
+  // fits, with error feedback.
+  LinkTransfer g = link(5e-4, Payload::WeightGradient);
+  Codec topk = chooseCodec(g);
+  ASSERT_EQ(topk.kind, CodecKind::TopK);
+  EXPECT_TRUE(topk.errorFeedback);
+  EXPECT_LE(transferTimeWith(g, topk), g.target);
+  EXPECT_DOUBLE_EQ(topk.ratio, 0.02); // (0.5 ms - 0.08 ms top-k codec) / (20 ms per unit of ratio)
+  // Latency-bound transfers gain less than 10%: no codec.
+  LinkTransfer slow = link(0, Payload::Activation);
+  slow.latency = 1;
+  EXPECT_TRUE(chooseCodec(slow).isNone());
+}
+
+/// Two sites of two hosts of two devices: 10 GB/s in a host, 1 GB/s in a
+/// site, 10 MB/s between sites.
+ClusterModel twoSites() {
+  return makeUniformCluster(makeV100(), 2, 2, 2, {1e10, 1e-6, false}, {1e9, 1e-5, false},
+                            {1e7, 1e-2, false});
+}
+
+TEST(Compression, IslandsCutAtTheLargestGap) {
+  ClusterModel c = twoSites();
+  std::vector<unsigned> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  auto islands = islandsOf(c, all);
+  ASSERT_EQ(islands.size(), 2u); // the 100x site gap, not the 10x host gap
+  for (auto &island : islands) {
+    ASSERT_EQ(island.size(), 4u);
+    for (unsigned d : island)
+      EXPECT_EQ(c.devices[d].site, c.devices[island[0]].site);
+  }
+  // Inside one site the largest gap is between hosts.
+  EXPECT_EQ(islandsOf(c, {0, 1, 2, 3}).size(), 2u);
+  // Equal links: one island.
+  EXPECT_EQ(islandsOf(c, {0, 1}).size(), 1u);
+}
+
+TEST(Compression, HierarchicalAllReduce) {
+  ClusterModel c = twoSites();
+  std::vector<std::vector<unsigned>> islands = {{0, 1}, {4, 5}};
+  double bytes = 1e8;
+  // Inside: a 2-ring at 10 GB/s; between: 2 parallel 2-rings (one per
+  // member) of bytes / 2 at 10 MB/s.
+  double inner = 2 * (1e-6 + bytes / 2 / 1e10);
+  double outer = 2 * (1e-2 + bytes / 2 / 2 / 1e7);
+  EXPECT_NEAR(islandAllReduceTime(c, islands, bytes), inner + outer, 1e-9);
+  double flat = ringAllReduceTime(c, {0, 1, 4, 5}, bytes);
+  EXPECT_LT(islandAllReduceTime(c, islands, bytes), flat);
+  // Unequal islands: one ring over the first members carries all bytes.
+  std::vector<std::vector<unsigned>> unequal = {{0, 1, 2}, {4}};
+  double inner3 = ringAllReduceTime(c, {0, 1, 2}, bytes);
+  EXPECT_NEAR(islandAllReduceTime(c, unequal, bytes),
+              inner3 + ringAllReduceTime(c, {0, 4}, bytes), 1e-9);
+  // A codec shrinks the inter-island phase only.
+  EXPECT_NEAR(islandAllReduceTime(c, islands, bytes, bytes / 4, 0.5),
+              inner + 2 * (1e-2 + bytes / 4 / 2 / 2 / 1e7) + 0.5, 1e-9);
+}
+
+/// Two stages on the two sites, one device each, a 100 MB activation.
+struct TwoStage {
+  ClusterModel cluster = twoSites();
+  CoarseGraph graph;
+  PlannerOptions options;
+  PartitionPlan plan;
+  TwoStage() {
+    CostGraph g;
+    g.batchSamples = 4;
+    for (unsigned l = 0; l < 2; ++l) {
+      CostNode n;
+      n.kind = OpKind::MatMul;
+      n.fwdFlops = 4e12;
+      n.layer = l;
+      g.addNode(n);
+    }
+    g.addEdge(0, 1, 1e8);
+    graph = *coarsenGraph(g, cluster, 64);
+    plan = evaluateStages(graph, cluster, options, {{0, 1, {0}}, {1, 2, {4}}}, 4,
+                          Schedule::OneFOneB);
+  }
+};
+
+TEST(Compression, PlanAndSimulatorAccountForCodecs) {
+  TwoStage f;
+  CompressionOptions opts; // auto
+  llvm::Expected<PlanCompression> c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c) << llvm::toString(c.takeError());
+  ASSERT_EQ(c->forward.size(), 1u);
+  EXPECT_FALSE(c->forward[0].isNone());
+  EXPECT_FALSE(c->backward[0].isNone());
+  EXPECT_LT(c->forwardBytes[0], f.plan.stages[0].sendBytes);
+  auto plain = simulatePlan(f.plan, f.cluster);
+  auto compressed = simulatePlan(f.plan, f.cluster, &*c);
+  ASSERT_TRUE(plain && compressed);
+  EXPECT_LT(compressed->iterationTime, plain->iterationTime);
+  // The simulated link carries the encoded bytes (4 micro-batches, both ways).
+  double bytes = 0;
+  for (const LinkUsage &l : compressed->links)
+    bytes += l.bytes;
+  EXPECT_NEAR(bytes, 4 * (c->forwardBytes[0] + c->backwardBytes[0]), 1);
+  // none keeps the plain plan; an override names sites in either order.
+  opts.mode = "none";
+  c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c);
+  EXPECT_FALSE(c->any());
+  opts.links.push_back({f.cluster.sites[1], f.cluster.sites[0], make(CodecKind::FP16), "x"});
+  c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c);
+  EXPECT_EQ(c->forward[0].kind, CodecKind::FP16);
+  EXPECT_NEAR(c->forwardBytes[0], f.plan.stages[0].sendBytes / 2, 1);
+  // An override naming no link of the plan is an error naming the flag.
+  opts.links = {{"nowhere", f.cluster.sites[0], make(CodecKind::Int8), "nowhere:x=int8"}};
+  EXPECT_EQ(llvm::toString(compressPlan(f.plan, f.cluster, opts).takeError()),
+            "--compress-link=nowhere:x=int8: no link of the plan joins 'nowhere' and '" +
+                f.cluster.sites[0] + "' (sites, hosts or devices of the stages)");
+}
+
+} // namespace
