@@ -1,0 +1,92 @@
+"""strait-probe: its profile parses in the planner and changes the plan.
+
+  - `strait-probe --quick --cluster examples/clusters/local-4cpu.yaml -o F`
+    writes a complete cluster file; `straitc --emit=plan --cluster F` plans
+    with it, and the planned forward time differs from the unprofiled file's
+    (the measured GEMM rate replaces peak x efficiency); every op kind the
+    planner knows has a positive efficiency; the GEMM rate is plausible for a
+    CPU (1 GFLOP/s .. 10 TFLOP/s);
+  - a cluster that already has profiles is refused with a clear error;
+  - two probes (ranks 0 and 1 over Gloo on loopback) measure the link.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
+STRAITC = os.path.join(BUILD, "bin", "straitc")
+PROBE = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-probe"),
+                           os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-probe"))
+              if os.path.isfile(p)), "")
+MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
+KINDS = ["matmul", "conv", "elementwise", "norm", "softmax", "embedding", "other"]
+
+pytestmark = pytest.mark.skipif(not PROBE, reason="strait-probe not built")
+
+
+def run(cmd, timeout=300):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def plan(cluster, tmp_path, name):
+    out = tmp_path / f"{name}.json"
+    run([STRAITC, MODEL, "--input-shape", "input_ids=8x64", "--loss", "cross-entropy",
+         "--optimizer", "adamw", "--cluster", str(cluster), "--emit=plan", "--plan-json", str(out)])
+    return json.loads(out.read_text())
+
+
+def test_probe_profile_plans(tmp_path):
+    probed = tmp_path / "probed.yaml"
+    run([PROBE, "--quick", "--threads", "1", "--cluster", CLUSTER, "-o", str(probed)])
+    text = probed.read_text()
+    assert text.startswith(open(CLUSTER).read().rstrip("\n")), text[:200]
+    m = re.search(r"^profiles:\n  - \{type: cpu, gemm_tflops: ([\d.e+-]+), efficiency: \{(.*)\}\}$",
+                  text, re.M)
+    assert m, text
+    gemm = float(m.group(1))
+    assert 1e-3 <= gemm <= 10, gemm
+    eff = dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(2)))
+    assert sorted(eff) == sorted(KINDS) and all(v > 0 for v in eff.values()), eff
+    assert re.search(r"mem_bandwidth_gbs: [\d.]+", text)
+    if not (os.path.exists(STRAITC) and os.path.exists(MODEL)):
+        pytest.skip("needs build/bin/straitc for the planning half")
+    base, measured = plan(CLUSTER, tmp_path, "base"), plan(probed, tmp_path, "probed")
+    assert measured["feasible"], measured
+    fwd = lambda p: sum(s["forward_s"] for s in p["stages"])
+    assert fwd(measured) != fwd(base), (fwd(measured), fwd(base))
+    print(f"probe: GEMM {gemm * 1e3:.1f} GFLOP/s; planned forward {fwd(base) * 1e3:.3f} ms with "
+          f"the file's peak, {fwd(measured) * 1e3:.3f} ms with the probe")
+
+
+def test_probe_refuses_cluster_with_profiles(tmp_path):
+    c = tmp_path / "c.yaml"
+    c.write_text(open(CLUSTER).read() + "profiles:\n  - {type: cpu, gemm_tflops: 1}\n")
+    p = subprocess.run([PROBE, "--quick", "--cluster", str(c)], capture_output=True, text=True)
+    assert p.returncode == 2 and "already has a 'profiles:' section" in p.stderr, p.stderr
+    p = subprocess.run([PROBE, "--link-rank", "0"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--link-store go together" in p.stderr, p.stderr
+
+
+def test_probe_link_between_two_ranks(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    cmd = [PROBE, "--quick", "--threads", "1", "--link-store", str(store), "--link-mib", "4"]
+    procs = [subprocess.Popen(cmd + ["--link-rank", str(r)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    m = re.search(r"# link to rank 1 \(127.0.0.1\): ([\d.e+]+) Mbit/s, latency ([\d.e+-]+) ms", outs[0][0])
+    assert m, outs[0][0]
+    mbit, ms = float(m.group(1)), float(m.group(2))
+    assert mbit > 100 and 0 < ms < 100, (mbit, ms)  # loopback: well above 100 Mbit/s
+    print(f"probe link over loopback: {mbit:.0f} Mbit/s, {ms:.3f} ms")

@@ -1,0 +1,414 @@
+//===- strait-probe.cpp - Measure this machine for the planner ------------===//
+//
+// Runs the CPU backend's own kernels (the ones strait-run executes) on
+// representative shapes and writes the `profiles:` section of a cluster file
+// (docs/planner.md) that ClusterParser reads:
+//   - GEMM FLOP/s: MatMul f32 [n,n]x[n,n] (OpenBLAS sgemm) -> gemm_tflops,
+//   - memory bandwidth: Add f32 over arrays far larger than the caches
+//     (3 x 4 bytes per element) -> a comment with mem_bandwidth_gbs,
+//   - efficiency per op kind the planner knows (matmul conv elementwise
+//     norm softmax embedding other): achieved FLOP/s of a representative
+//     kernel over the peak (--peak-tflops, default the measured GEMM rate),
+//     counting FLOPs as the planner's cost model does (elementwise 1,
+//     norm and softmax 5 per element, embedding and other 1 per output).
+//   - optionally, with a peer (`--link-rank 0|1 --link-store DIR`), the link
+//     bandwidth and latency to it over Gloo, as a links.hosts hint.
+// `--cluster FILE` writes FILE's text followed by the profiles, so
+// `straitc --cluster OUT` plans with the measured numbers.
+//
+//===----------------------------------------------------------------------===//
+#include "strait/runtime/Backend.h"
+#include "strait/runtime/Communicator.h"
+#include "strait/runtime/ThreadPool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace strait;
+using namespace strait::rt;
+
+namespace {
+
+const char *kUsage =
+    "usage: strait-probe [--quick] [-o FILE] [--type NAME | --device NAME]\n"
+    "                    [--peak-tflops X] [--threads N] [--cluster FILE]\n"
+    "                    [--link-rank 0|1 --link-store DIR [--link-address IP]\n"
+    "                     [--link-mib N] [--timeout-ms MS]]\n"
+    "  Measures the CPU backend's kernels (GEMM FLOP/s, memory bandwidth,\n"
+    "  efficiency per op kind) and writes a cluster file `profiles:` section\n"
+    "  for device type NAME (default cpu) or one device. --cluster FILE\n"
+    "  writes FILE followed by the profiles (a complete cluster file for\n"
+    "  straitc --cluster). --peak-tflops: the device type's fp32 peak the\n"
+    "  efficiencies refer to (default: the measured GEMM rate). With\n"
+    "  --link-rank/--link-store two probes (ranks 0 and 1, a shared folder)\n"
+    "  measure the link between them over Gloo. --quick: small shapes (~1 s).\n";
+
+struct Options {
+  bool quick = false;
+  std::string out, type = "cpu", device, cluster, linkStore, linkAddress = "127.0.0.1";
+  double peakTflops = 0;
+  int threads = 0, linkRank = -1, linkMib = 0, timeoutMs = 60000;
+};
+
+/// One kernel with owned buffers, timed by repetition.
+class KernelBench {
+public:
+  KernelBench(const std::string &op) { kernel.set_op(op); }
+  void attrInts(const std::string &k, std::vector<int64_t> v) {
+    for (int64_t x : v)
+      (*kernel.mutable_attrs())[k].mutable_ints()->add_v(x);
+  }
+  void attrInt(const std::string &k, int64_t v) { (*kernel.mutable_attrs())[k].set_i(v); }
+  void attrFloat(const std::string &k, float v) { (*kernel.mutable_attrs())[k].set_f(v); }
+  Tensor &input(DType d, Shape s, bool random = true) { return add(ins, d, std::move(s), random); }
+  Tensor &output(DType d, Shape s) { return add(outs, d, std::move(s), false); }
+
+  /// Best seconds per call over repetitions within `budget` seconds.
+  StatusOr<double> time(const Backend &backend, double budget) {
+    STRAIT_ASSIGN_OR_RETURN(KernelFn fn, backend.resolve(kernel));
+    std::vector<const Tensor *> in;
+    std::vector<Tensor *> out;
+    for (auto &t : ins)
+      in.push_back(&t);
+    for (auto &t : outs)
+      out.push_back(&t);
+    KernelContext ctx(kernel, in, out);
+    STRAIT_RETURN_IF_ERROR(fn(ctx)); // warm-up
+    double best = 1e30, total = 0;
+    for (int rep = 0; rep < 50 && (rep < 3 || total < budget); ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      STRAIT_RETURN_IF_ERROR(fn(ctx));
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::min(best, s);
+      total += s;
+    }
+    return best;
+  }
+
+private:
+  Tensor &add(std::vector<Tensor> &list, DType d, Shape s, bool random) {
+    Tensor t;
+    t.dtype = d;
+    t.shape = std::move(s);
+    buffers.emplace_back(std::max<size_t>(t.byteSize(), 64));
+    t.data = buffers.back().data();
+    if (random && d == program::DTYPE_F32) {
+      float *p = t.as<float>();
+      uint32_t x = 12345;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f);
+      }
+    }
+    list.push_back(t);
+    return list.back();
+  }
+  program::Kernel kernel;
+  std::vector<Buffer> buffers;
+  std::vector<Tensor> ins, outs;
+};
+
+struct Measure {
+  std::string kind, what;
+  double flops = 0, seconds = 0, bytes = 0;
+  double rate() const { return flops / seconds; }
+};
+
+StatusOr<Measure> measure(const Backend &b, const std::string &kind, const std::string &what,
+                          KernelBench &k, double flops, double bytes, double budget) {
+  STRAIT_ASSIGN_OR_RETURN(double s, k.time(b, budget));
+  Measure m;
+  m.kind = kind;
+  m.what = what;
+  m.flops = flops;
+  m.seconds = s;
+  m.bytes = bytes;
+  return m;
+}
+
+StatusOr<std::vector<Measure>> probeKernels(const Options &o) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  const Backend &b = *cpu;
+  const DType f32 = program::DTYPE_F32;
+  double budget = o.quick ? 0.05 : 0.5;
+  std::vector<Measure> out;
+  auto push = [&](StatusOr<Measure> m) -> Status {
+    if (!m.isOk())
+      return m.getStatus();
+    out.push_back(*m);
+    return Status::ok();
+  };
+  { // matmul
+    int64_t n = o.quick ? 384 : 1024;
+    KernelBench k("MatMul");
+    k.input(f32, {n, n});
+    k.input(f32, {n, n});
+    k.output(f32, {n, n});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "matmul", "MatMul f32 " + std::to_string(n) + "^3", k,
+                                        2.0 * n * n * n, 12.0 * n * n, budget)));
+  }
+  { // conv: 3x3, pads 1
+    int64_t N = o.quick ? 2 : 8, C = o.quick ? 32 : 64, H = o.quick ? 16 : 28;
+    KernelBench k("Conv");
+    k.attrInts("kernel_shape", {3, 3});
+    k.attrInts("pads", {1, 1, 1, 1});
+    k.input(f32, {N, C, H, H});
+    k.input(f32, {C, C, 3, 3});
+    k.output(f32, {N, C, H, H});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "conv", "Conv f32 3x3 " + std::to_string(N) + "x" +
+                                                       std::to_string(C) + "x" + std::to_string(H) + "^2",
+                                        k, 2.0 * N * C * H * H * C * 9, 8.0 * N * C * H * H, budget)));
+  }
+  int64_t big = o.quick ? (1 << 21) : (1 << 24); // elements, far beyond the caches
+  { // elementwise: Add, also the memory bandwidth
+    KernelBench k("Add");
+    k.input(f32, {big});
+    k.input(f32, {big});
+    k.output(f32, {big});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "elementwise", "Add f32 " + std::to_string(big), k,
+                                        double(big), 12.0 * big, budget)));
+  }
+  int64_t h = 256, rows = big / h;
+  { // norm
+    KernelBench k("LayerNormalization");
+    k.attrInt("axis", -1);
+    k.attrFloat("epsilon", 1e-5f);
+    k.input(f32, {rows, h});
+    k.input(f32, {h});
+    k.input(f32, {h});
+    k.output(f32, {rows, h});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "norm", "LayerNormalization f32 " +
+                                                       std::to_string(rows) + "x256",
+                                        k, 5.0 * big, 8.0 * big, budget)));
+  }
+  { // softmax
+    KernelBench k("Softmax");
+    k.attrInt("axis", -1);
+    k.input(f32, {rows, h});
+    k.output(f32, {rows, h});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "softmax", "Softmax f32 " + std::to_string(rows) + "x256",
+                                        k, 5.0 * big, 8.0 * big, budget)));
+  }
+  { // embedding: Gather rows of a [vocab, h] table
+    int64_t vocab = o.quick ? 4096 : 32768, tokens = rows;
+    KernelBench k("Gather");
+    k.attrInt("axis", 0);
+    k.input(f32, {vocab, h});
+    Tensor &idx = k.input(program::DTYPE_I64, {tokens}, false);
+    for (int64_t i = 0; i < tokens; ++i)
+      idx.as<int64_t>()[i] = (i * 7919) % vocab;
+    k.output(f32, {tokens, h});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "embedding", "Gather f32 " + std::to_string(tokens) +
+                                                            " rows of 256",
+                                        k, double(tokens * h), 8.0 * tokens * h, budget)));
+  }
+  { // other: Transpose
+    int64_t side = static_cast<int64_t>(std::sqrt(double(big)));
+    KernelBench k("Transpose");
+    k.attrInts("perm", {1, 0});
+    k.input(f32, {side, side});
+    k.output(f32, {side, side});
+    STRAIT_RETURN_IF_ERROR(push(measure(b, "other", "Transpose f32 " + std::to_string(side) + "^2",
+                                        k, double(side * side), 8.0 * side * side, budget)));
+  }
+  return out;
+}
+
+/// Bandwidth (bytes/s) and one-way latency (s) to the other rank.
+StatusOr<std::pair<double, double>> probeLink(const Options &o) {
+  GlooOptions g;
+  g.rank = o.linkRank;
+  g.worldSize = 2;
+  g.storePath = o.linkStore;
+  g.prefix = "strait-probe";
+  g.hostname = o.linkAddress;
+  g.timeout = std::chrono::milliseconds(o.timeoutMs);
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, createGlooCommunicator(g));
+  int peer = 1 - o.linkRank;
+  std::vector<float> small(1), large((size_t(o.linkMib ? o.linkMib : (o.quick ? 4 : 32)) << 20) / 4);
+  Tensor ts{program::DTYPE_F32, {1}, small.data()};
+  Tensor tl{program::DTYPE_F32, {int64_t(large.size())}, large.data()};
+  auto pingpong = [&](Tensor &t) -> Status {
+    if (o.linkRank == 0) {
+      STRAIT_RETURN_IF_ERROR(comm->send(t, peer, 1));
+      return comm->recv(ts, peer, 2);
+    }
+    STRAIT_RETURN_IF_ERROR(comm->recv(t, peer, 1));
+    return comm->send(ts, peer, 2);
+  };
+  STRAIT_RETURN_IF_ERROR(pingpong(ts)); // warm-up
+  int reps = o.quick ? 20 : 100;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i)
+    STRAIT_RETURN_IF_ERROR(pingpong(ts));
+  double rtt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  int bulk = 3;
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < bulk; ++i)
+    STRAIT_RETURN_IF_ERROR(pingpong(tl));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / bulk;
+  STRAIT_RETURN_IF_ERROR(comm->barrier());
+  return std::make_pair(double(tl.byteSize()) / std::max(1e-9, s - rtt), rtt / 2);
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+bool parse(int argc, char **argv, Options &o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&](std::string &v) {
+      if (i + 1 >= argc)
+        return false;
+      v = argv[++i];
+      return true;
+    };
+    std::string v;
+    char *end = nullptr;
+    if (a == "--quick")
+      o.quick = true;
+    else if (a == "-o" || a == "--output") {
+      if (!next(o.out))
+        return false;
+    } else if (a == "--type") {
+      if (!next(o.type))
+        return false;
+    } else if (a == "--device") {
+      if (!next(o.device))
+        return false;
+    } else if (a == "--cluster") {
+      if (!next(o.cluster))
+        return false;
+    } else if (a == "--link-store") {
+      if (!next(o.linkStore))
+        return false;
+    } else if (a == "--link-address") {
+      if (!next(o.linkAddress))
+        return false;
+    } else if (a == "--peak-tflops") {
+      if (!next(v) || (o.peakTflops = std::strtod(v.c_str(), &end), *end) || !(o.peakTflops > 0))
+        return false;
+    } else if (a == "--threads" || a == "--link-rank" || a == "--link-mib" || a == "--timeout-ms") {
+      if (!next(v))
+        return false;
+      long x = std::strtol(v.c_str(), &end, 10);
+      if (*end || v.empty())
+        return false;
+      (a == "--threads" ? o.threads : a == "--link-rank" ? o.linkRank
+                                    : a == "--link-mib"  ? o.linkMib
+                                                         : o.timeoutMs) = int(x);
+    } else {
+      std::cerr << "strait-probe: unknown argument '" << a << "'\n";
+      return false;
+    }
+  }
+  if (o.linkRank > 1 || (o.linkRank >= 0) != !o.linkStore.empty()) {
+    std::cerr << "strait-probe: --link-rank (0 or 1) and --link-store go together\n";
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  if (!parse(argc, argv, o)) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::string base;
+  if (!o.cluster.empty()) {
+    std::ifstream in(o.cluster);
+    if (!in) {
+      std::cerr << "strait-probe: cannot read cluster file " << o.cluster << "\n";
+      return 2;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    base = ss.str();
+    std::istringstream lines(base);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("profiles:", 0) == 0) {
+        std::cerr << "strait-probe: " << o.cluster
+                  << " already has a 'profiles:' section; remove it or write the profile alone (no --cluster)\n";
+        return 2;
+      }
+    if (!base.empty() && base.back() != '\n')
+      base += '\n';
+  }
+  if (o.threads > 0)
+    setNumThreads(o.threads);
+  StatusOr<std::vector<Measure>> ms = probeKernels(o);
+  if (!ms.isOk()) {
+    std::cerr << "strait-probe: " << ms.getStatus().toString() << "\n";
+    return 1;
+  }
+  double gemm = 0, bandwidth = 0;
+  for (const Measure &m : *ms) {
+    if (m.kind == "matmul")
+      gemm = m.rate();
+    if (m.kind == "elementwise")
+      bandwidth = m.bytes / m.seconds;
+  }
+  double peak = o.peakTflops > 0 ? o.peakTflops * 1e12 : gemm;
+  char hostname[256] = "?";
+  ::gethostname(hostname, sizeof hostname - 1);
+  std::ostringstream y;
+  y << "# strait-probe" << (o.quick ? " --quick" : "") << ": host " << hostname << ", "
+    << getNumThreads() << " threads, CPU backend (OpenBLAS sgemm)\n";
+  for (const Measure &m : *ms)
+    y << "#   " << m.kind << ": " << m.what << ": " << num(m.seconds * 1e3) << " ms, "
+      << num(m.rate() / 1e9) << " GFLOP/s, " << num(m.bytes / m.seconds / 1e9) << " GB/s\n";
+  y << "# memory bandwidth (Add): " << num(bandwidth / 1e9)
+    << " GB/s -> device_types[].mem_bandwidth_gbs: " << num(bandwidth / 1e9) << "\n";
+  y << "# efficiencies relative to " << num(peak / 1e12) << " TFLOP/s ("
+    << (o.peakTflops > 0 ? "--peak-tflops" : "the measured GEMM rate; use it as peak_tflops.fp32")
+    << ")\n";
+  if (o.linkRank >= 0) {
+    StatusOr<std::pair<double, double>> link = probeLink(o);
+    if (!link.isOk()) {
+      Status s = link.getStatus();
+      std::cerr << "strait-probe: link: " << s.withRank(o.linkRank).toString() << "\n";
+      return 3;
+    }
+    y << "# link to rank " << 1 - o.linkRank << " (" << o.linkAddress << "): "
+      << num(link->first * 8 / 1e6) << " Mbit/s, latency " << num(link->second * 1e3)
+      << " ms -> links.hosts: {between: [A, B], bandwidth_mbps: " << num(link->first * 8 / 1e6)
+      << ", latency_ms: " << num(link->second * 1e3) << "}\n";
+  }
+  y << "profiles:\n  - {" << (o.device.empty() ? "type: " + o.type : "device: " + o.device)
+    << ", gemm_tflops: " << num(gemm / 1e12) << ", efficiency: {";
+  bool first = true;
+  for (const Measure &m : *ms) {
+    double eff = std::max(1e-6, m.rate() / peak);
+    y << (first ? "" : ", ") << m.kind << ": " << num(eff);
+    first = false;
+  }
+  y << "}}\n";
+  std::string text = base + y.str();
+  if (o.out.empty() || o.out == "-") {
+    std::cout << text;
+  } else {
+    std::ofstream f(o.out);
+    if (!(f << text)) {
+      std::cerr << "strait-probe: cannot write " << o.out << "\n";
+      return 1;
+    }
+    std::cerr << "strait-probe: wrote " << o.out << "\n";
+  }
+  return 0;
+}
