@@ -248,9 +248,6 @@ private:
   int run(double periodBound, double arBound, bool minMax);
   PathTime pathTime(int first) const;
   std::vector<StageAssignment> reconstruct(int first) const;
-  /// Bounds on the period worth trying for a given all-reduce bound.
-  std::vector<double> periodBounds(double lmin, double upper,
-                                   double arBound) const;
   bool fits(size_t idx, unsigned stagesFromEnd, double cycle,
             double period) const {
     if (ignoreMemory)
@@ -260,9 +257,20 @@ private:
                                  std::max(t, period));
     return need <= unitFit[idx] / m;
   }
+  /// Transfer time of a micro-batch from chunk v to chunk w at the cut
+  /// before block b1 (tabulated per solve, for the current m).
   double commTime(unsigned v, unsigned w, unsigned b1) const {
-    const CommCost &c = comms[size_t(v) * maxSkip + (w - v - 1)];
-    return ctx.commTime(c, b1 - 1, m);
+    return xTimes[(size_t(v) * maxSkip + (w - v - 1)) * (B + 1) + b1];
+  }
+  void tabulateCommTimes() {
+    xTimes.assign(size_t(V) * maxSkip * (B + 1), 0);
+    for (unsigned v = 0; v < V; ++v)
+      for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w) {
+        const CommCost &c = comms[size_t(v) * maxSkip + (w - v - 1)];
+        for (unsigned b1 = 1; b1 <= B; ++b1)
+          xTimes[(size_t(v) * maxSkip + (w - v - 1)) * (B + 1) + b1] =
+              ctx.commTime(c, b1 - 1, m);
+      }
   }
 
   const PlanContext &ctx;
@@ -272,6 +280,7 @@ private:
   unsigned B = 0, V = 0;
   std::vector<double> unitTime, allReduce, unitFit; // per (v, b0, b1), m = 1
   std::vector<CommCost> comms;                      // per (v, w - v - 1)
+  std::vector<double> xTimes;                       // per (v, w - v - 1, b1)
   std::vector<Entry> table;                         // per (b, v)
   unsigned M = 1;
   double m = 1;
@@ -312,9 +321,12 @@ int ChunkDP::run(double periodBound, double arBound, bool minMax) {
   for (int b = int(B) - 1; b >= 0; --b) {
     for (unsigned v = 0; v < V; ++v) {
       Entry best;
+      auto better = [&](double cost, unsigned stages) {
+        return cost < best.cost || (cost == best.cost && stages < best.stages);
+      };
       auto consider = [&](double cost, unsigned next, unsigned w,
                           unsigned stages) {
-        if (cost < best.cost || (cost == best.cost && stages < best.stages))
+        if (better(cost, stages))
           best = {cost, next, w, stages};
       };
       for (unsigned b1 = b + 1; b1 <= B; ++b1) {
@@ -335,15 +347,16 @@ int ChunkDP::run(double periodBound, double arBound, bool minMax) {
           double xLoad = steady * x;
           if (!minMax && xLoad > periodBound)
             continue;
+          double cost = minMax ? std::max({load, xLoad, e.cost})
+                               : lat + 2 * x + e.cost;
+          // The memory check only matters for a candidate that would win.
           // In min-max mode the downstream latency is unknown; classic 1F1B
           // in-flight counts are a relaxation, so the bound stays a bound.
-          if (!fits(idx, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost,
+          if (!better(cost, e.stages + 1) ||
+              !fits(idx, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost,
                     period))
             continue;
-          if (minMax)
-            consider(std::max({load, xLoad, e.cost}), b1, w, e.stages + 1);
-          else
-            consider(lat + 2 * x + e.cost, b1, w, e.stages + 1);
+          consider(cost, b1, w, e.stages + 1);
         }
       }
       at(b, v) = best;
@@ -399,29 +412,12 @@ static std::vector<double> distinctIn(std::vector<double> values, double lo,
   return values;
 }
 
-std::vector<double> ChunkDP::periodBounds(double lmin, double upper,
-                                          double arBound) const {
-  double steady = M > 1 ? M - 1 : 0;
-  std::vector<double> values;
-  for (unsigned v = 0; v < V; ++v)
-    for (unsigned b0 = 0; b0 < B; ++b0)
-      for (unsigned b1 = b0 + 1; b1 <= B; ++b1) {
-        size_t idx = stageIndex(v, b0, b1);
-        if (allReduce[idx] <= arBound)
-          values.push_back(steady * unitTime[idx] * m);
-      }
-  for (unsigned v = 0; v < V; ++v)
-    for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w)
-      for (unsigned b1 = 1; b1 < B; ++b1)
-        values.push_back(steady * commTime(v, w, b1));
-  return distinctIn(std::move(values), lmin, upper);
-}
-
 std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
                                             Schedule sched, double incumbent) {
   M = microBatches;
   m = ctx.globalBatch / M;
   schedule = sched;
+  tabulateCommTimes();
   const PlannerOptions &opts = ctx.options;
   const double slack = 1 + 1e-12, ratio = std::max(1.001, opts.boundRatio);
   std::vector<StageAssignment> best;
@@ -470,18 +466,26 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
       double lmin = table[first].cost;
       double freeLatency = table[freeFirst].cost;
       double cap = bestTime - freeLatency - arPrev;
-      if (lmin <= cap) {
-        keep(run(lmin * slack, arBound, false));
+      // Sweep the period bound down from the loosest useful one. Each run
+      // gives the least-latency plan within the bound; the next bound lies
+      // just under that plan's period, so each run finds a new point of the
+      // (latency, period) Pareto front, exactly, for the first
+      // exhaustiveLimit runs; after that the bound falls by `ratio` at
+      // least. Lowering the bound only raises the latency, so the sweep
+      // stops once latency + least period can no longer beat the best.
+      double bound = cap;
+      for (unsigned runs = 0; lmin <= cap; ++runs) {
+        bool last = bound <= lmin;
+        int f = run(last ? lmin * slack : bound * slack, arBound, false);
+        if (f < 0)
+          break;
+        PathTime t = pathTime(f);
+        keep(f);
         cap = bestTime - freeLatency - arPrev;
-        std::vector<double> exact = periodBounds(lmin, cap, arBound);
-        if (exact.size() <= opts.exhaustiveLimit) {
-          for (double bound : exact)
-            keep(run(bound * slack, arBound, false));
-        } else if (lmin > 0) { // with M = 1 every period is 0
-          for (double bound = lmin * ratio;
-               bound <= bestTime - freeLatency - arPrev; bound *= ratio)
-            keep(run(bound * slack, arBound, false));
-        }
+        if (last || t.period <= lmin || t.latency + lmin + arPrev >= bestTime)
+          break;
+        double below = t.period * (1 - 1e-9);
+        bound = std::min(runs + 1 < opts.exhaustiveLimit ? below : t.period / ratio, cap);
       }
     }
     arPrev = arValues[i];

@@ -166,12 +166,3 @@ double PlanContext::commTime(const CommCost &c, unsigned cutAfter,
   return bytes > 0 ? c.latency + bytes / c.bandwidth : 0;
 }
 
-unsigned PlanContext::inFlight(Schedule schedule, unsigned microBatches,
-                               unsigned stagesFromEnd, double cycle,
-                               double stageTime) const {
-  if (schedule == Schedule::GPipe)
-    return microBatches;
-  double cover = stageTime > 0 ? std::ceil(cycle / stageTime - 1e-9) : 0;
-  double need = std::max<double>(stagesFromEnd, cover);
-  return unsigned(std::min<double>(microBatches, need));
-}

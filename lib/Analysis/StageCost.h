@@ -13,6 +13,8 @@
 
 #include "strait/Analysis/Partitioner.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace strait {
@@ -62,7 +64,13 @@ public:
   /// left (classic 1F1B), at least cycle / stageTime, at most M.
   unsigned inFlight(Schedule schedule, unsigned microBatches,
                     unsigned stagesFromEnd, double cycle = 0,
-                    double stageTime = 0) const;
+                    double stageTime = 0) const {
+    if (schedule == Schedule::GPipe)
+      return microBatches;
+    double cover = stageTime > 0 ? std::ceil(cycle / stageTime - 1e-9) : 0;
+    double need = std::max<double>(stagesFromEnd, cover);
+    return unsigned(std::min<double>(microBatches, need));
+  }
   /// Memory of one replica of class c holding inFlight micro-batches.
   double memory(unsigned b0, unsigned b1, const Chunk &chunk, unsigned cls,
                 double m, double inFlight) const;
