@@ -1,0 +1,162 @@
+"""100 AdamW steps of the bundled tiny GPT-2 on real text: Strait vs PyTorch.
+
+strait-run trains models/gpt2-tiny (compiled by straitc into a full training step: loss,
+backward, AdamW, assignment) on the byte-level token file that
+runtime/scripts/make-text-tokens.py builds from the licence texts Debian ships; PyTorch
+trains transformers' GPT2LMHeadModel of the same configuration from the same initial
+weights (the ONNX file's initializers) on the same batches: the windows strait-run samples
+are recomputed here from its seeded sampler (runtime/lib/data/DataLoader.cpp,
+sampleOffsets). The per-step losses must agree within TOLERANCE (docs/training.md states
+the measured deviation).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
+STRAITC = os.path.join(BUILD, "bin", "straitc")
+STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-run"),
+                               os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
+                   if os.path.exists(p)), None)
+MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+onnx = pytest.importorskip("onnx")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or STRAIT_RUN is None,
+                                reason="straitc or strait-run not built")
+
+STEPS, BATCH, SEQ = 100, 4, 64
+# The program's schedule (straitc --warmup-steps/--total-steps/--min-lr), evaluated by
+# strait-run each step; torch gets the same lr through LambdaLR.
+LR, WEIGHT_DECAY, WARMUP, TOTAL, MIN_LR = 1e-3, 0.01, 10, 100, 1e-4
+SEED = 1234  # strait-run's default --seed
+# Max relative difference of a step's loss. The runtime prints 6 significant digits (up to
+# 1.7e-6 relative at loss ~3) and float32 rounding differs between the two kernel libraries;
+# measured 8.2e-6 over the 100 steps (docs/training.md). At a constant lr of 3e-3 instead,
+# both runs spike on the same batches and the trajectories part after ~30 steps (chaotic
+# amplification of rounding by Adam's normalized steps), which is why the test uses the
+# warm-up + cosine schedule GPT training uses anyway.
+TOLERANCE = 1e-4
+MASK64 = (1 << 64) - 1
+
+
+def _splitmix(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def sample_offsets(seed: int, stream: int, iteration: int, count: int, limit: int) -> list[int]:
+    """strait-run's window offsets (DataLoader.cpp sampleOffsets), iteration 0-based."""
+    base = _splitmix(_splitmix(_splitmix(seed) ^ stream) ^ iteration)
+    return [_splitmix((base + i) & MASK64) % (limit + 1) for i in range(count)]
+
+
+def test_sample_offsets_known_values():
+    # Fixed points of the sampler, so that a change of the C++ side is noticed here.
+    assert _splitmix(0) == 0xE220A8397B1DCDAF
+    offs = sample_offsets(SEED, 0, 0, 3, 1000)
+    assert len(offs) == 3 and all(0 <= o <= 1000 for o in offs)
+    assert offs != sample_offsets(SEED, 0, 1, 3, 1000)
+
+
+def lr_at(step: int) -> float:
+    """Warm-up then cosine (docs/program-format.md, Learning-rate schedule)."""
+    if step <= WARMUP:
+        return LR * step / WARMUP
+    if step >= TOTAL:
+        return MIN_LR
+    p = (step - WARMUP) / (TOTAL - WARMUP)
+    return MIN_LR + (LR - MIN_LR) * (1 + np.cos(np.pi * p)) / 2
+
+
+def _tokens(tmp) -> np.ndarray:
+    out = os.path.join(tmp, "text")
+    subprocess.run([sys.executable, os.path.join(ROOT, "runtime", "scripts",
+                                                 "make-text-tokens.py"), out,
+                    "--max-bytes", "400000", "--no-docstrings"], check=True,
+                   capture_output=True)
+    path = os.path.join(out, "train.bin")
+    tokens = np.fromfile(path, dtype=np.uint16)
+    if tokens.size < 10 * SEQ:
+        pytest.skip("no licence texts to build the token file from")
+    return path, tokens
+
+
+def strait_losses(tokens_path: str, tmp) -> list[float]:
+    job = os.path.join(tmp, "job")
+    c = subprocess.run([STRAITC, MODEL, "--input-shape", f"input_ids={BATCH}x{SEQ}",
+                        "--loss", "cross-entropy", "--optimizer", "adamw", "--lr", str(LR),
+                        "--weight-decay", str(WEIGHT_DECAY), "--warmup-steps", str(WARMUP),
+                        "--total-steps", str(TOTAL), "--min-lr", str(MIN_LR), "-o", job],
+                       capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr[-2000:]
+    r = subprocess.run([STRAIT_RUN, job, "--steps", str(STEPS), "--threads", "1", "--data",
+                        tokens_path, "--data-format", "tokens-u16", "--seed", str(SEED)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stderr + r.stdout)[-2000:]
+    losses = [float(v) for v in re.findall(r"^step \d+/\d+ loss (\S+)", r.stdout, re.M)]
+    assert len(losses) == STEPS, r.stdout[-2000:]
+    return losses
+
+
+def torch_losses(tokens: np.ndarray) -> list[float]:
+    from onnx import numpy_helper
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=128,
+                     bos_token_id=0, eos_token_id=0)
+    cfg._attn_implementation = "eager"
+    model = GPT2LMHeadModel(cfg)
+    model.eval()  # no dropout; Strait's training step treats Dropout as the identity
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(MODEL).graph.initializer}
+    state = model.state_dict()
+    loaded = 0
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if name in inits and tuple(inits[name].shape) == tuple(tensor.shape):
+                tensor.copy_(torch.from_numpy(inits[name].copy()))
+                loaded += 1
+    # Every parameter (wte is tied to lm_head.weight) comes from the ONNX file.
+    params = dict(model.named_parameters())
+    assert all(n in inits or n == "transformer.wte.weight" for n in params), sorted(params)
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    # LambdaLR's epoch e is the (e+1)-th step: lr(step) / LR of docs/program-format.md.
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_at(e + 1) / LR)
+    t = torch.from_numpy(tokens.astype(np.int64))
+    losses = []
+    for it in range(STEPS):
+        offs = sample_offsets(SEED, 0, it, BATCH, tokens.size - SEQ - 1)
+        x = torch.stack([t[o:o + SEQ] for o in offs])
+        y = torch.stack([t[o + 1:o + SEQ + 1] for o in offs])
+        opt.zero_grad()
+        logits = model(input_ids=x, use_cache=False, return_dict=False)[0]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_gpt2_tiny_text_follows_torch(tmp_path):
+    torch.set_num_threads(1)  # tiny model: more threads only wait on each other
+    path, tokens = _tokens(str(tmp_path))
+    ours = np.array(strait_losses(path, str(tmp_path)))
+    ref = np.array(torch_losses(tokens))
+    rel = np.abs(ours - ref) / np.abs(ref)
+    print(f"max relative loss difference {rel.max():.2e} at step {rel.argmax() + 1}; "
+          f"loss {ref[0]:.4f} -> {ref[-1]:.4f}")
+    assert ref[-1] < 0.75 * ref[0], "the model does not learn: a weak check"
+    assert rel.max() <= TOLERANCE, (rel.max(), rel.argmax() + 1)
