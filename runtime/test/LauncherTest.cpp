@@ -270,9 +270,10 @@ TEST(StraitRunData, RanksSeeDistinctBatchesAndBytesPerPeer) {
   std::vector<int64_t> ids1 = readI64(dir + "/out/ids_out.rank1.npy");
   ASSERT_EQ(ids0.size(), 16u);
   EXPECT_NE(ids0, ids1); // data-parallel ranks draw different windows
-  // f32[2x8] = 64 bytes from rank 0 to rank 1 per step.
-  EXPECT_NE(r.output.find("| rank0 sent 1:64B recv -"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("| rank1 sent - recv 0:64B"), std::string::npos) << r.output;
+  // f32[2x8] = 64 bytes from rank 0 to rank 1 per step, plus the 16-byte
+  // message header: the bytes the communicator posts to the transport.
+  EXPECT_NE(r.output.find("| rank0 sent 1:80B recv -"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| rank1 sent - recv 0:80B"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step 2/2 loss "), std::string::npos) << r.output;
 }
 

@@ -30,7 +30,7 @@ namespace {
 constexpr uint8_t kMagic = 0xC5;
 constexpr uint8_t kLayoutVersion = 1;
 constexpr int64_t kGrain = 1 << 16;
-constexpr uint32_t kMaxBlock = 1u << 24;
+constexpr uint32_t kMaxBlock = kMaxCodecBlock;
 
 inline uint32_t floatBits(float f) {
   uint32_t u;
@@ -479,32 +479,6 @@ uint32_t codecBlockSize(const program::CodecParams &params) {
 int64_t topkCount(const program::CodecParams &params, int64_t numel) {
   double k = std::ceil(static_cast<double>(params.topk_ratio()) * numel);
   return std::max<int64_t>(1, std::min<int64_t>(numel, static_cast<int64_t>(k)));
-}
-
-Status validateCodecParams(const program::CodecParams &params,
-                           const std::string &field) {
-  switch (params.codec()) {
-  case program::CODEC_NONE:
-  case program::CODEC_FP16:
-  case program::CODEC_BF16:
-    return Status::ok();
-  case program::CODEC_TOPK:
-    if (!(params.topk_ratio() > 0.0f && params.topk_ratio() <= 1.0f))
-      return invalidArgument(field + ".topk_ratio: " +
-                             std::to_string(params.topk_ratio()) +
-                             " is not in (0, 1]");
-    return Status::ok();
-  case program::CODEC_INT8:
-  case program::CODEC_INT4:
-    if (params.block_size() > kMaxBlock)
-      return invalidArgument(field + ".block_size: " +
-                             std::to_string(params.block_size()) +
-                             " exceeds 2^24");
-    return Status::ok();
-  default:
-    return invalidArgument(field + ".codec: unknown codec " +
-                           std::to_string(static_cast<int>(params.codec())));
-  }
 }
 
 Status encode(const program::CodecParams &params, const float *data,

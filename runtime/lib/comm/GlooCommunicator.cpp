@@ -5,14 +5,20 @@
 //  - send/recv: a 16-byte header (magic, byte count) then the payload, on two
 //    Gloo slots derived from the channel, so that a size mismatch between the
 //    two ends is a clear error instead of a transport abort;
-//  - allReduceSum: Gloo's ring all-reduce with a float sum;
+//  - sendCoded/recvCoded: the same with a codec payload (lib/codec) of
+//    variable size;
+//  - all-reduce: a ring reduce-scatter + all-gather on unbound buffers, the
+//    compressed variant (every rank encodes once, the group exchanges the
+//    payloads and each rank decodes and sums them in rank order), and the
+//    hierarchical one over islands (docs/runtime.md, "All-reduce");
 //  - barrier.
-// Every Gloo exception becomes a Status naming this rank and the peer.
+// Every buffer is posted through postSend/postRecv, which count the bytes
+// per peer (takeTraffic). Every Gloo exception becomes a Status naming this
+// rank and the peer.
 //
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Communicator.h"
 
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -22,6 +28,9 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <sys/stat.h>
+
+#include <algorithm>
+#include <mutex>
 
 namespace strait {
 namespace rt {
@@ -52,8 +61,45 @@ public:
   Status allReduceSumGroup(const Tensor &tensor, const std::vector<int> &ranks,
                            uint32_t channel) override;
   Status barrier() override;
+  Status sendCoded(const Tensor &tensor, int peer, uint32_t channel,
+                   const program::CodecParams &codec,
+                   ErrorFeedback *feedback) override;
+  Status recvCoded(const Tensor &tensor, int peer, uint32_t channel,
+                   const program::CodecParams &codec) override;
+  Status allReduce(const Tensor &tensor, uint32_t channel,
+                   const AllReduceOptions &options) override;
+  TrafficCounters takeTraffic() override;
 
 private:
+  using Buf = std::unique_ptr<gloo::transport::UnboundBuffer>;
+  /// Posts a send / receive of `bytes` at `data` and counts them.
+  Buf postSend(const void *data, size_t bytes, int peer, uint64_t slot);
+  Buf postRecv(void *data, size_t bytes, int peer, uint64_t slot);
+  Status waitSend(Buf &buf, const std::string &what, int peer);
+  Status waitRecv(Buf &buf, const std::string &what, int peer);
+  /// Header + payload on slots 2c, 2c+1 (send/recv of the public API).
+  Status sendMessage(const void *data, size_t bytes, int peer, uint32_t channel);
+  /// Receives a message of exactly `expect` bytes into `data`, or, with
+  /// data == null, a message of at most `expect` bytes into `variable`.
+  Status recvMessage(void *data, size_t expect, std::vector<uint8_t> *variable,
+                     int peer, uint32_t channel, const std::string &expectText);
+  Status checkGroup(const std::vector<int> &ranks, int &me) const;
+  /// Ring over `ranks` (this rank at position me) on chunks
+  /// [n*c/k, n*(c+1)/k): reduce-scatter leaves chunk (me+1)%k summed on this
+  /// rank; all-gather spreads each rank's chunk (me+1)%k to all.
+  Status ringPhase(float *data, int64_t n, const std::vector<int> &ranks, int me,
+                   uint32_t channel, uint8_t prefix, bool gather);
+  Status ringAllReduce(float *data, int64_t n, const std::vector<int> &ranks,
+                       uint32_t channel);
+  /// Every rank of `peers` (this rank at me) encodes its `n` floats once,
+  /// sends the payload to the others and replaces data with the sum of all
+  /// decoded payloads in `peers` order (identical on every rank).
+  Status exchangeSum(float *data, int64_t n, const std::vector<int> &peers,
+                     int me, uint32_t channel, uint8_t prefix,
+                     const program::CodecParams &codec, ErrorFeedback *feedback);
+  Status hierarchicalAllReduce(float *data, int64_t n,
+                               const std::vector<int> &group,
+                               uint32_t channel, const AllReduceOptions &options);
   Status checkPeer(int peer) const;
   /// Records the first transport failure; Gloo pairs do not recover from
   /// one, so later calls fail fast with the original cause.
@@ -66,7 +112,16 @@ private:
   std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::string brokenBy;
+  std::mutex trafficMutex;
+  TrafficCounters traffic;
+  std::vector<uint8_t> sendScratch, recvScratch;
 };
+
+/// Upper bound of a codec payload for n floats (the receiver's check before
+/// allocating): header, k, values, and the largest index encoding.
+uint64_t maxPayloadBytes(int64_t n) {
+  return kCodecHeaderBytes + 8 + 8ull * uint64_t(n) + 64;
+}
 
 Status GlooCommunicator::markBroken(Status status) {
   if (!status.isOk() && brokenBy.empty() &&
@@ -106,62 +161,98 @@ Status GlooCommunicator::fromException(const std::exception &e,
   return s;
 }
 
-Status GlooCommunicator::send(const Tensor &tensor, int peer, uint32_t channel) {
+
+GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes,
+                                                 int peer, uint64_t slot) {
+  Buf buf = context->createUnboundBuffer(const_cast<void *>(data), bytes);
+  buf->send(peer, slot);
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  traffic.sent[peer] += bytes;
+  return buf;
+}
+
+GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes,
+                                                 int peer, uint64_t slot) {
+  Buf buf = context->createUnboundBuffer(data, bytes);
+  buf->recv(peer, slot);
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  traffic.received[peer] += bytes;
+  return buf;
+}
+
+Status GlooCommunicator::waitSend(Buf &buf, const std::string &what, int peer) {
+  if (buf && !buf->waitSend(options.timeout))
+    return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+  return Status::ok();
+}
+
+Status GlooCommunicator::waitRecv(Buf &buf, const std::string &what, int peer) {
+  if (buf && !buf->waitRecv(options.timeout))
+    return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+  return Status::ok();
+}
+
+TrafficCounters GlooCommunicator::takeTraffic() {
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  TrafficCounters out = std::move(traffic);
+  out.measured = true;
+  traffic = TrafficCounters();
+  return out;
+}
+
+Status GlooCommunicator::sendMessage(const void *data, size_t bytes, int peer,
+                                     uint32_t channel) {
   STRAIT_RETURN_IF_ERROR(checkPeer(peer));
-  MessageHeader header = {kHeaderMagic, tensor.byteSize()};
+  MessageHeader header = {kHeaderMagic, bytes};
+  std::string what = "send on channel " + std::to_string(channel);
   try {
-    auto hbuf = context->createUnboundBuffer(&header, sizeof(header));
-    hbuf->send(peer, 2ull * channel);
-    std::unique_ptr<gloo::transport::UnboundBuffer> pbuf;
-    if (header.bytes) {
-      pbuf = context->createUnboundBuffer(tensor.data, header.bytes);
-      pbuf->send(peer, 2ull * channel + 1);
-    }
-    if (!hbuf->waitSend(options.timeout) || (pbuf && !pbuf->waitSend(options.timeout)))
-      return unavailable("send on channel " + std::to_string(channel) + " aborted")
-          .withRank(options.rank)
-          .withPeer(peer);
+    Buf hbuf = postSend(&header, sizeof(header), peer, 2ull * channel);
+    Buf pbuf;
+    if (bytes)
+      pbuf = postSend(data, bytes, peer, 2ull * channel + 1);
+    STRAIT_RETURN_IF_ERROR(waitSend(hbuf, what, peer));
+    STRAIT_RETURN_IF_ERROR(waitSend(pbuf, what, peer));
   } catch (const std::exception &e) {
-    return markBroken(
-        fromException(e, ("send on channel " + std::to_string(channel)).c_str(), peer));
+    return markBroken(fromException(e, what.c_str(), peer));
   }
   return Status::ok();
 }
 
-Status GlooCommunicator::recv(const Tensor &tensor, int peer, uint32_t channel) {
+Status GlooCommunicator::recvMessage(void *data, size_t expect,
+                                     std::vector<uint8_t> *variable, int peer,
+                                     uint32_t channel,
+                                     const std::string &expectText) {
   STRAIT_RETURN_IF_ERROR(checkPeer(peer));
   MessageHeader header = {0, 0};
   std::string what = "recv on channel " + std::to_string(channel);
   try {
-    auto hbuf = context->createUnboundBuffer(&header, sizeof(header));
-    hbuf->recv(peer, 2ull * channel);
-    if (!hbuf->waitRecv(options.timeout))
-      return unavailable(what + " aborted").withRank(options.rank).withPeer(peer);
+    Buf hbuf = postRecv(&header, sizeof(header), peer, 2ull * channel);
+    STRAIT_RETURN_IF_ERROR(waitRecv(hbuf, what, peer));
     if (header.magic != kHeaderMagic)
       return unavailable(what + ": peer did not send a Strait message header")
           .withRank(options.rank)
           .withPeer(peer);
-    if (header.bytes != tensor.byteSize()) {
+    bool fits = data ? header.bytes == expect : header.bytes <= expect;
+    if (!fits) {
       // Drain the payload so the sender completes and the channel stays
       // consistent, then report the mismatch.
       if (header.bytes) {
         std::vector<char> scratch(header.bytes);
-        auto pbuf = context->createUnboundBuffer(scratch.data(), header.bytes);
-        pbuf->recv(peer, 2ull * channel + 1);
+        Buf pbuf = postRecv(scratch.data(), header.bytes, peer, 2ull * channel + 1);
         pbuf->waitRecv(options.timeout);
       }
       return invalidArgument(what + ": peer sent " + std::to_string(header.bytes) +
-                             " bytes, this rank expects " +
-                             std::to_string(tensor.byteSize()) + " (" +
-                             tensor.typeString() + ")")
+                             " bytes, this rank expects " + expectText)
           .withRank(options.rank)
           .withPeer(peer);
     }
+    if (!data) {
+      variable->resize(header.bytes);
+      data = variable->data();
+    }
     if (header.bytes) {
-      auto pbuf = context->createUnboundBuffer(tensor.data, header.bytes);
-      pbuf->recv(peer, 2ull * channel + 1);
-      if (!pbuf->waitRecv(options.timeout))
-        return unavailable(what + " aborted").withRank(options.rank).withPeer(peer);
+      Buf pbuf = postRecv(data, header.bytes, peer, 2ull * channel + 1);
+      STRAIT_RETURN_IF_ERROR(waitRecv(pbuf, what, peer));
     }
   } catch (const std::exception &e) {
     return markBroken(fromException(e, what.c_str(), peer));
@@ -169,74 +260,100 @@ Status GlooCommunicator::recv(const Tensor &tensor, int peer, uint32_t channel) 
   return Status::ok();
 }
 
-Status GlooCommunicator::allReduceSum(const Tensor &tensor, uint32_t channel) {
+Status GlooCommunicator::send(const Tensor &tensor, int peer, uint32_t channel) {
+  return sendMessage(tensor.data, tensor.byteSize(), peer, channel);
+}
+
+Status GlooCommunicator::recv(const Tensor &tensor, int peer, uint32_t channel) {
+  return recvMessage(tensor.data, tensor.byteSize(), nullptr, peer, channel,
+                     std::to_string(tensor.byteSize()) + " (" +
+                         tensor.typeString() + ")");
+}
+
+Status GlooCommunicator::sendCoded(const Tensor &tensor, int peer,
+                                   uint32_t channel,
+                                   const program::CodecParams &codec,
+                                   ErrorFeedback *feedback) {
+  if (codec.codec() == program::CODEC_NONE)
+    return send(tensor, peer, channel);
+  STRAIT_RETURN_IF_ERROR(checkPeer(peer));
   if (tensor.dtype != program::DTYPE_F32)
-    return unimplemented("all-reduce of " + tensor.typeString() +
-                         " (only f32 is supported)")
-        .withRank(options.rank);
-  if (options.worldSize == 1 || tensor.numel() == 0)
-    return Status::ok();
-  STRAIT_RETURN_IF_ERROR(checkPeer(options.rank == 0 ? 1 : 0));
-  try {
-    gloo::AllreduceOptions opts(context);
-    opts.setOutput(tensor.as<float>(), static_cast<size_t>(tensor.numel()));
-    opts.setReduceFunction(
-        [](void *out, const void *a, const void *b, size_t n) {
-          float *o = static_cast<float *>(out);
-          const float *x = static_cast<const float *>(a);
-          const float *y = static_cast<const float *>(b);
-          for (size_t i = 0; i < n; ++i)
-            o[i] = x[i] + y[i];
-        });
-    opts.setTag(channel);
-    opts.setTimeout(options.timeout);
-    gloo::allreduce(opts);
-  } catch (const std::exception &e) {
-    return markBroken(fromException(
-        e, ("all-reduce on channel " + std::to_string(channel)).c_str(), -1));
-  }
+    return invalidArgument("codec " + program::Codec_Name(codec.codec()) +
+                           " on a " + tensor.typeString() + " send (f32 only)")
+        .withRank(options.rank)
+        .withPeer(peer);
+  Status s = feedback ? feedback->encode(codec, tensor.as<float>(), tensor.numel(), sendScratch)
+                      : encode(codec, tensor.as<float>(), tensor.numel(), sendScratch);
+  if (!s.isOk())
+    return s.withRank(options.rank).withPeer(peer);
+  return sendMessage(sendScratch.data(), sendScratch.size(), peer, channel);
+}
+
+Status GlooCommunicator::recvCoded(const Tensor &tensor, int peer,
+                                   uint32_t channel,
+                                   const program::CodecParams &codec) {
+  if (codec.codec() == program::CODEC_NONE)
+    return recv(tensor, peer, channel);
+  if (tensor.dtype != program::DTYPE_F32)
+    return invalidArgument("codec " + program::Codec_Name(codec.codec()) +
+                           " on a " + tensor.typeString() + " recv (f32 only)")
+        .withRank(options.rank)
+        .withPeer(peer);
+  STRAIT_RETURN_IF_ERROR(recvMessage(
+      nullptr, maxPayloadBytes(tensor.numel()), &recvScratch, peer, channel,
+      "a " + program::Codec_Name(codec.codec()) + " payload for " +
+          tensor.typeString()));
+  std::string what = "recv on channel " + std::to_string(channel) + ": ";
+  StatusOr<program::Codec> got = payloadCodec(recvScratch.data(), recvScratch.size());
+  Status s = got.isOk() ? Status::ok() : got.getStatus();
+  if (s.isOk() && *got != codec.codec())
+    s = invalidArgument("peer sent a " + program::Codec_Name(*got) +
+                        " payload, this rank expects " +
+                        program::Codec_Name(codec.codec()));
+  if (s.isOk())
+    s = decode(recvScratch.data(), recvScratch.size(), tensor.as<float>(), tensor.numel());
+  if (!s.isOk())
+    return invalidArgument(what + s.getMessage()).withRank(options.rank).withPeer(peer);
   return Status::ok();
 }
 
-/// Ring all-reduce over `ranks` on unbound buffers: k-1 reduce-scatter
-/// steps then k-1 all-gather steps, each sending one chunk to the next rank
-/// of the ring while receiving one from the previous. Slots live in a range
-/// of their own (bits 48..55 = 'S'), apart from send/recv slots (< 2^33) and
-/// Gloo's collective slots (prefix in bits 56..63).
-Status GlooCommunicator::allReduceSumGroup(const Tensor &tensor,
-                                           const std::vector<int> &ranks,
-                                           uint32_t channel) {
-  if (tensor.dtype != program::DTYPE_F32)
-    return unimplemented("all-reduce of " + tensor.typeString()).withRank(options.rank);
-  int k = static_cast<int>(ranks.size());
-  int me = -1;
-  for (int i = 0; i < k; ++i) {
+Status GlooCommunicator::checkGroup(const std::vector<int> &ranks, int &me) const {
+  me = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= options.worldSize || (i && ranks[i] <= ranks[i - 1]))
       return invalidArgument("all-reduce group must hold sorted distinct ranks")
           .withRank(options.rank);
     if (ranks[i] == options.rank)
-      me = i;
+      me = static_cast<int>(i);
   }
   if (me < 0)
     return invalidArgument("this rank is not in its all-reduce group").withRank(options.rank);
-  if (k == options.worldSize)
-    return allReduceSum(tensor, channel);
-  if (k == 1 || tensor.numel() == 0)
+  return Status::ok();
+}
+
+/// Slots of the collectives: bits 56..63 = 0 (Gloo's own collectives use a
+/// prefix there), bits 48..55 = the phase prefix ('S' ring reduce-scatter,
+/// 'T' ring all-gather, 'U'/'V' exchange header/payload, 'W' island
+/// broadcast), bits 16..47 = channel, bits 0..15 = step. Send/recv slots are
+/// < 2^33.
+uint64_t collectiveSlot(uint8_t prefix, uint32_t channel, uint64_t step) {
+  return (uint64_t(prefix) << 48) | (uint64_t(channel) << 16) | (step & 0xFFFF);
+}
+
+Status GlooCommunicator::ringPhase(float *data, int64_t n,
+                                   const std::vector<int> &ranks, int me,
+                                   uint32_t channel, uint8_t prefix, bool gather) {
+  int k = static_cast<int>(ranks.size());
+  if (k == 1 || n == 0)
     return Status::ok();
   int next = ranks[(me + 1) % k], prev = ranks[(me + k - 1) % k];
   STRAIT_RETURN_IF_ERROR(checkPeer(next));
-  int64_t n = tensor.numel();
   auto chunkBegin = [&](int c) { return n * c / k; };
-  float *data = tensor.as<float>();
-  std::vector<float> incoming((n + k - 1) / k + 1);
-  std::string what = "group all-reduce on channel " + std::to_string(channel);
-  auto slot = [&](int step) {
-    return (0x53ull << 48) | (uint64_t(channel) << 16) | uint64_t(step);
-  };
+  std::vector<float> incoming(gather ? 0 : (n + k - 1) / k + 1);
+  std::string what = std::string(gather ? "all-gather" : "reduce-scatter") +
+                     " of the all-reduce on channel " + std::to_string(channel);
   try {
-    for (int step = 0; step < 2 * (k - 1); ++step) {
-      bool gather = step >= k - 1;
-      int s = gather ? step - (k - 1) : step;
+    for (int s = 0; s < k - 1; ++s) {
       // Reduce-scatter: send chunk (me - s), receive chunk (me - s - 1).
       // All-gather: send chunk (me + 1 - s), receive chunk (me - s).
       int sendChunk = ((gather ? me + 1 - s : me - s) % k + k) % k;
@@ -244,18 +361,210 @@ Status GlooCommunicator::allReduceSumGroup(const Tensor &tensor,
       int64_t sb = chunkBegin(sendChunk), se = chunkBegin(sendChunk + 1);
       int64_t rb = chunkBegin(recvChunk), re = chunkBegin(recvChunk + 1);
       float *recvTo = gather ? data + rb : incoming.data();
-      auto sbuf = context->createUnboundBuffer(data + sb, (se - sb) * sizeof(float));
-      auto rbuf = context->createUnboundBuffer(recvTo, (re - rb) * sizeof(float));
+      Buf sbuf, rbuf;
       if (se > sb)
-        sbuf->send(next, slot(step));
+        sbuf = postSend(data + sb, (se - sb) * sizeof(float), next,
+                        collectiveSlot(prefix, channel, s));
       if (re > rb)
-        rbuf->recv(prev, slot(step));
-      if ((re > rb && !rbuf->waitRecv(options.timeout)) ||
-          (se > sb && !sbuf->waitSend(options.timeout)))
-        return markBroken(unavailable(what + " aborted").withRank(options.rank));
+        rbuf = postRecv(recvTo, (re - rb) * sizeof(float), prev,
+                        collectiveSlot(prefix, channel, s));
+      STRAIT_RETURN_IF_ERROR(waitRecv(rbuf, what, prev));
+      STRAIT_RETURN_IF_ERROR(waitSend(sbuf, what, next));
       if (!gather)
         for (int64_t i = rb; i < re; ++i)
           data[i] += incoming[i - rb];
+    }
+  } catch (const std::exception &e) {
+    return markBroken(fromException(e, what.c_str(), -1));
+  }
+  return Status::ok();
+}
+
+Status GlooCommunicator::ringAllReduce(float *data, int64_t n,
+                                       const std::vector<int> &ranks,
+                                       uint32_t channel) {
+  int me;
+  STRAIT_RETURN_IF_ERROR(checkGroup(ranks, me));
+  STRAIT_RETURN_IF_ERROR(ringPhase(data, n, ranks, me, channel, 'S', false));
+  return ringPhase(data, n, ranks, me, channel, 'T', true);
+}
+
+Status GlooCommunicator::allReduceSum(const Tensor &tensor, uint32_t channel) {
+  std::vector<int> all(options.worldSize);
+  for (int r = 0; r < options.worldSize; ++r)
+    all[r] = r;
+  return allReduceSumGroup(tensor, all, channel);
+}
+
+/// A ring reduce-scatter + all-gather over `ranks` (the whole world
+/// included): each rank sends 2 (k-1)/k of the tensor to the next rank.
+/// Disjoint groups may reduce concurrently on one channel.
+Status GlooCommunicator::allReduceSumGroup(const Tensor &tensor,
+                                           const std::vector<int> &ranks,
+                                           uint32_t channel) {
+  if (tensor.dtype != program::DTYPE_F32)
+    return unimplemented("all-reduce of " + tensor.typeString() +
+                         " (only f32 is supported)")
+        .withRank(options.rank);
+  return ringAllReduce(tensor.as<float>(), tensor.numel(), ranks, channel);
+}
+
+Status GlooCommunicator::exchangeSum(float *data, int64_t n,
+                                     const std::vector<int> &peers, int me,
+                                     uint32_t channel, uint8_t prefix,
+                                     const program::CodecParams &codec,
+                                     ErrorFeedback *feedback) {
+  int k = static_cast<int>(peers.size());
+  std::vector<uint8_t> mine;
+  Status s = feedback ? feedback->encode(codec, data, n, mine)
+                      : encode(codec, data, n, mine);
+  if (!s.isOk())
+    return s.withRank(options.rank);
+  if (k == 1)
+    return decode(mine.data(), mine.size(), data, n).withRank(options.rank);
+  std::string what = "compressed all-reduce exchange on channel " + std::to_string(channel);
+  uint64_t mySize = mine.size();
+  std::vector<uint64_t> sizes(k, 0);
+  std::vector<std::vector<uint8_t>> payloads(k);
+  try {
+    // Everything is posted before anything is waited for: no ordering
+    // between the pairs can deadlock.
+    std::vector<Buf> sends, sizeRecvs(k);
+    for (int i = 0; i < k; ++i) {
+      if (i == me)
+        continue;
+      STRAIT_RETURN_IF_ERROR(checkPeer(peers[i]));
+      sends.push_back(postSend(&mySize, 8, peers[i], collectiveSlot(prefix, channel, 0)));
+      sends.push_back(postSend(mine.data(), mine.size(), peers[i],
+                               collectiveSlot(prefix + 1, channel, 0)));
+      sizeRecvs[i] = postRecv(&sizes[i], 8, peers[i], collectiveSlot(prefix, channel, 0));
+    }
+    std::vector<Buf> recvs(k);
+    for (int i = 0; i < k; ++i) {
+      if (i == me)
+        continue;
+      STRAIT_RETURN_IF_ERROR(waitRecv(sizeRecvs[i], what, peers[i]));
+      if (sizes[i] < kCodecHeaderBytes || sizes[i] > maxPayloadBytes(n))
+        return markBroken(unavailable(what + ": peer announced a payload of " +
+                                      std::to_string(sizes[i]) + " bytes for " +
+                                      std::to_string(n) + " elements")
+                              .withRank(options.rank)
+                              .withPeer(peers[i]));
+      payloads[i].resize(sizes[i]);
+      recvs[i] = postRecv(payloads[i].data(), sizes[i], peers[i],
+                          collectiveSlot(prefix + 1, channel, 0));
+    }
+    for (int i = 0; i < k; ++i)
+      if (i != me)
+        STRAIT_RETURN_IF_ERROR(waitRecv(recvs[i], what, peers[i]));
+    for (auto &b : sends)
+      STRAIT_RETURN_IF_ERROR(waitSend(b, what, -1));
+  } catch (const std::exception &e) {
+    return markBroken(fromException(e, what.c_str(), -1));
+  }
+  payloads[me] = std::move(mine);
+  // Sum in group order, this rank's own payload decoded like the others, so
+  // every rank computes the same floats.
+  for (int i = 0; i < k; ++i) {
+    Status d = decode(payloads[i].data(), payloads[i].size(), data, n, i > 0);
+    if (!d.isOk())
+      return d.withRank(options.rank).withPeer(peers[i]);
+  }
+  return Status::ok();
+}
+
+Status GlooCommunicator::allReduce(const Tensor &tensor, uint32_t channel,
+                                   const AllReduceOptions &opts) {
+  if (tensor.dtype != program::DTYPE_F32)
+    return unimplemented("all-reduce of " + tensor.typeString() +
+                         " (only f32 is supported)")
+        .withRank(options.rank);
+  STRAIT_RETURN_IF_ERROR(validateCodecParams(opts.codec, "all_reduce.codec").withRank(options.rank));
+  std::vector<int> group = opts.ranks;
+  if (group.empty())
+    for (int r = 0; r < options.worldSize; ++r)
+      group.push_back(r);
+  int me;
+  STRAIT_RETURN_IF_ERROR(checkGroup(group, me));
+  float *data = tensor.as<float>();
+  int64_t n = tensor.numel();
+  if (!opts.islands.empty())
+    return hierarchicalAllReduce(data, n, group, channel, opts);
+  if (opts.codec.codec() == program::CODEC_NONE)
+    return ringAllReduce(data, n, group, channel);
+  return exchangeSum(data, n, group, me, channel, 'U', opts.codec, opts.feedback);
+}
+
+Status GlooCommunicator::hierarchicalAllReduce(float *data, int64_t n,
+                                               const std::vector<int> &group,
+                                               uint32_t channel,
+                                               const AllReduceOptions &opts) {
+  // The islands must partition the group; find this rank's island.
+  std::vector<int> seen;
+  int myIsland = -1, myPos = -1;
+  bool equalSizes = true;
+  for (size_t i = 0; i < opts.islands.size(); ++i) {
+    const auto &island = opts.islands[i];
+    if (island.empty())
+      return invalidArgument("all-reduce island " + std::to_string(i) + " is empty")
+          .withRank(options.rank);
+    equalSizes &= island.size() == opts.islands[0].size();
+    for (size_t j = 0; j < island.size(); ++j) {
+      if (j && island[j] <= island[j - 1])
+        return invalidArgument("all-reduce island " + std::to_string(i) +
+                               " must hold sorted distinct ranks")
+            .withRank(options.rank);
+      seen.push_back(island[j]);
+      if (island[j] == options.rank) {
+        myIsland = static_cast<int>(i);
+        myPos = static_cast<int>(j);
+      }
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  if (seen != group)
+    return invalidArgument("all-reduce islands do not partition the group of " +
+                           std::to_string(group.size()) + " ranks")
+        .withRank(options.rank);
+  const std::vector<int> &island = opts.islands[myIsland];
+  int s = static_cast<int>(island.size());
+  if (equalSizes) {
+    // 1. Reduce-scatter inside the island: member j holds the island's sum
+    //    of chunk (j+1) % s.  2. Member j of every island reduces that chunk
+    //    across the islands (the codec applies here; the slow links run in
+    //    parallel over the s members).  3. All-gather inside the island.
+    STRAIT_RETURN_IF_ERROR(ringPhase(data, n, island, myPos, channel, 'S', false));
+    int chunk = (myPos + 1) % s;
+    int64_t lo = n * chunk / s, hi = n * (chunk + 1) / s;
+    std::vector<int> peers;
+    for (const auto &other : opts.islands)
+      peers.push_back(other[myPos]);
+    if (hi > lo)
+      STRAIT_RETURN_IF_ERROR(exchangeSum(data + lo, hi - lo, peers, myIsland, channel,
+                                         'U', opts.codec, opts.feedback));
+    return ringPhase(data, n, island, myPos, channel, 'T', true);
+  }
+  // Unequal islands: reduce inside each island, the leaders (first rank of
+  // each island) reduce across, and each leader sends the result to its
+  // island.
+  STRAIT_RETURN_IF_ERROR(ringAllReduce(data, n, island, channel));
+  std::string what = "island broadcast of the all-reduce on channel " + std::to_string(channel);
+  try {
+    if (myPos == 0) {
+      std::vector<int> leaders;
+      for (const auto &other : opts.islands)
+        leaders.push_back(other[0]);
+      STRAIT_RETURN_IF_ERROR(exchangeSum(data, n, leaders, myIsland, channel, 'U',
+                                         opts.codec, opts.feedback));
+      std::vector<Buf> sends;
+      for (int j = 1; j < s && n; ++j)
+        sends.push_back(postSend(data, n * sizeof(float), island[j],
+                                 collectiveSlot('W', channel, 0)));
+      for (size_t j = 0; j < sends.size(); ++j)
+        STRAIT_RETURN_IF_ERROR(waitSend(sends[j], what, island[j + 1]));
+    } else if (n) {
+      Buf r = postRecv(data, n * sizeof(float), island[0], collectiveSlot('W', channel, 0));
+      STRAIT_RETURN_IF_ERROR(waitRecv(r, what, island[0]));
     }
   } catch (const std::exception &e) {
     return markBroken(fromException(e, what.c_str(), -1));

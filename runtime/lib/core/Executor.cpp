@@ -4,10 +4,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Executor.h"
+#include "strait/runtime/Codec.h"
 #include "strait/runtime/Program.h"
 
 #include <algorithm>
 #include <list>
+#include <set>
 
 namespace strait {
 namespace rt {
@@ -148,17 +150,96 @@ Executor::create(program::Program program, const BackendRegistry &registry,
                           std::to_string(p.rank()) + " of " +
                           std::to_string(p.world_size())),
           i);
-    const program::CodecParams &codec =
-        step.has_send()   ? step.send().codec()
-        : step.has_recv() ? step.recv().codec()
-                          : step.all_reduce().codec();
-    if (codec.codec() != program::CODEC_NONE)
-      return exec->annotate(
-          unimplemented("codec " + program::Codec_Name(codec.codec()) +
-                        " is reserved; runtime v1 implements CODEC_NONE only"),
-          i);
+    STRAIT_RETURN_IF_ERROR(exec->annotate(exec->checkCommStep(i), i));
+    // Error feedback state for every value a lossy codec sends.
+    std::vector<uint32_t> sent;
+    const program::CodecParams *codec = nullptr;
+    if (step.has_send()) {
+      sent.push_back(step.send().value_id());
+      codec = &step.send().codec();
+    } else if (step.has_all_reduce()) {
+      sent.assign(step.all_reduce().value_ids().begin(),
+                  step.all_reduce().value_ids().end());
+      codec = &step.all_reduce().codec();
+    }
+    if (codec && codec->error_feedback() && codec->codec() != program::CODEC_NONE)
+      for (uint32_t id : sent)
+        exec->feedback[{i, id}] = std::make_unique<ErrorFeedback>();
   }
+  bool hasComm = false;
+  for (const auto &step : p.steps())
+    hasComm |= step.kind_case() != program::Step::kRun;
+  if (hasComm)
+    exec->commThread = std::thread([e = exec.get()] { e->commLoop(); });
   return exec;
+}
+
+Executor::~Executor() {
+  if (commThread.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(commMutex);
+      stopping = true;
+    }
+    commWake.notify_all();
+    commThread.join();
+  }
+}
+
+/// Load-time checks of a communication step beyond validateProgram: codec
+/// parameters, codecs only on f32 values, islands that partition the group.
+Status Executor::checkCommStep(int index) const {
+  const program::Step &step = program.steps(index);
+  std::string field = "steps[" + std::to_string(index) + "].";
+  auto dtypeOf = [&](uint32_t id) {
+    for (const auto &v : program.values())
+      if (v.id() == id)
+        return v.dtype();
+    return program::DTYPE_UNSPECIFIED;
+  };
+  auto checkCodec = [&](const program::CodecParams &codec, const std::string &f,
+                        uint32_t id) -> Status {
+    STRAIT_RETURN_IF_ERROR(validateCodecParams(codec, f));
+    if (codec.codec() != program::CODEC_NONE && dtypeOf(id) != program::DTYPE_F32)
+      return invalidArgument(f + ": codec " + program::Codec_Name(codec.codec()) +
+                             " on value " + std::to_string(id) + " of type " +
+                             program::DType_Name(dtypeOf(id)) + " (codecs carry f32)");
+    return Status::ok();
+  };
+  if (step.has_send())
+    return checkCodec(step.send().codec(), field + "send.codec", step.send().value_id());
+  if (step.has_recv())
+    return checkCodec(step.recv().codec(), field + "recv.codec", step.recv().value_id());
+  const program::AllReduce &ar = step.all_reduce();
+  for (uint32_t id : ar.value_ids())
+    STRAIT_RETURN_IF_ERROR(checkCodec(ar.codec(), field + "all_reduce.codec", id));
+  if (ar.islands().empty())
+    return Status::ok();
+  std::set<int> group(ar.ranks().begin(), ar.ranks().end());
+  if (group.empty())
+    for (int r = 0; r < program.world_size(); ++r)
+      group.insert(r);
+  std::set<int> covered;
+  for (int i = 0; i < ar.islands_size(); ++i) {
+    const auto &island = ar.islands(i).ranks();
+    std::string f = field + "all_reduce.islands[" + std::to_string(i) + "]";
+    if (island.empty())
+      return invalidArgument(f + ": empty island");
+    for (int j = 0; j < island.size(); ++j) {
+      if (j && island[j] <= island[j - 1])
+        return invalidArgument(f + ": ranks must be sorted and distinct");
+      if (!group.count(island[j]))
+        return invalidArgument(f + ": rank " + std::to_string(island[j]) +
+                               " is not in the all-reduce group");
+      if (!covered.insert(island[j]).second)
+        return invalidArgument(f + ": rank " + std::to_string(island[j]) +
+                               " is in two islands");
+    }
+  }
+  if (covered.size() != group.size())
+    return invalidArgument(field + "all_reduce.islands: " +
+                           std::to_string(group.size() - covered.size()) +
+                           " rank(s) of the group are in no island");
+  return Status::ok();
 }
 
 Status Executor::annotate(Status status, int step) const {
@@ -252,9 +333,9 @@ Status Executor::runKernel(const program::Kernel &kernel, int microBatch) {
   std::vector<const Tensor *> ins;
   std::vector<Tensor *> outs;
   for (uint32_t id : kernel.inputs())
-    ins.push_back(id == kAbsentValue ? nullptr : &values[id]);
+    ins.push_back(id == kAbsentValue ? nullptr : &value(id));
   for (uint32_t id : kernel.outputs())
-    outs.push_back(id == kAbsentValue ? nullptr : &values[id]);
+    outs.push_back(id == kAbsentValue ? nullptr : &value(id));
   KernelContext ctx(kernel, std::move(ins), std::move(outs));
   ctx.setMicroBatch(microBatch);
   Status s = kernelFns[kernelIndex[kernel.id()]](ctx);
@@ -263,26 +344,38 @@ Status Executor::runKernel(const program::Kernel &kernel, int microBatch) {
   return s;
 }
 
-Status Executor::runComm(const program::Step &step) {
+Status Executor::runComm(int index) {
+  const program::Step &step = program.steps(index);
+  auto feedbackOf = [&](uint32_t id) -> ErrorFeedback * {
+    auto it = feedback.find({index, id});
+    return it == feedback.end() ? nullptr : it->second.get();
+  };
   switch (step.kind_case()) {
-  case program::Step::kSend:
-    return comm->send(values[step.send().value_id()], step.send().peer(),
-                      step.send().channel())
-        .withPeer(step.send().peer());
-  case program::Step::kRecv:
-    return comm->recv(values[step.recv().value_id()], step.recv().peer(),
-                      step.recv().channel())
-        .withPeer(step.recv().peer());
+  case program::Step::kSend: {
+    const auto &m = step.send();
+    return comm->sendCoded(value(m.value_id()), m.peer(), m.channel(), m.codec(),
+                           feedbackOf(m.value_id()))
+        .withPeer(m.peer());
+  }
+  case program::Step::kRecv: {
+    const auto &m = step.recv();
+    return comm->recvCoded(value(m.value_id()), m.peer(), m.channel(), m.codec())
+        .withPeer(m.peer());
+  }
   case program::Step::kAllReduce: {
     const auto &ar = step.all_reduce();
-    std::vector<int> group(ar.ranks().begin(), ar.ranks().end());
+    AllReduceOptions options;
+    options.ranks.assign(ar.ranks().begin(), ar.ranks().end());
+    for (const auto &island : ar.islands())
+      options.islands.emplace_back(island.ranks().begin(), island.ranks().end());
+    options.codec = ar.codec();
     for (uint32_t id : ar.value_ids()) {
-      Tensor &t = values[id];
-      STRAIT_RETURN_IF_ERROR(group.empty()
-                                 ? comm->allReduceSum(t, ar.channel())
-                                 : comm->allReduceSumGroup(t, group, ar.channel()));
+      Tensor &t = value(id);
+      options.feedback = feedbackOf(id);
+      STRAIT_RETURN_IF_ERROR(comm->allReduce(t, ar.channel(), options));
       if (ar.reduce() == program::REDUCE_MEAN) {
-        float scale = 1.0f / (group.empty() ? comm->getWorldSize() : group.size());
+        float scale = 1.0f / (options.ranks.empty() ? comm->getWorldSize()
+                                                    : options.ranks.size());
         float *d = t.as<float>();
         for (int64_t i = 0; i < t.numel(); ++i)
           d[i] *= scale;
@@ -302,7 +395,7 @@ Status Executor::runStep(int index) {
   if (step.kind_case() != program::Step::kRun) {
     // The communicator and the mean scaling read the values from the host.
     STRAIT_RETURN_IF_ERROR(annotate(backend->synchronize(), index));
-    return annotate(runComm(step), index);
+    return annotate(runComm(index), index);
   }
   for (uint32_t kid : step.run().kernel_ids())
     STRAIT_RETURN_IF_ERROR(
@@ -312,9 +405,143 @@ Status Executor::runStep(int index) {
 }
 
 Status Executor::run() {
+  if (overlap && commThread.joinable())
+    return runOverlapped();
   for (int i = 0; i < program.steps_size(); ++i)
     STRAIT_RETURN_IF_ERROR(runStep(i));
   return annotate(backend->synchronize(), program.steps_size() - 1);
+}
+
+// --- Communication overlapped with compute ---------------------------------
+//
+// run() queues each communication step (in program order, so every rank
+// posts its transfers in the order of the sequential schedule) and goes on
+// with the kernels; the communication thread serves the queue one step at a
+// time. Before a kernel runs, it waits for the last queued transfer whose
+// memory overlaps one of the kernel's values where either side writes (a
+// recv or an all-reduce writes, a send reads; a kernel reads its inputs and
+// writes its outputs). Memory, not value ids, is compared because the arena
+// reuses the bytes of dead activations. Every value thus sees the same
+// reads and writes in the same order as sequentially: results are
+// identical.
+
+void Executor::commLoop() {
+  for (;;) {
+    int step;
+    {
+      std::unique_lock<std::mutex> lock(commMutex);
+      commWake.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty())
+        return;
+      step = queue.front().step;
+      if (!commError.isOk()) { // skip what follows a failure
+        queue.pop_front();
+        ++doneSeq;
+        commDone.notify_all();
+        continue;
+      }
+    }
+    Status s = annotate(runComm(step), step);
+    {
+      std::lock_guard<std::mutex> lock(commMutex);
+      queue.pop_front(); // stays queued while it runs: kernels see it
+      ++doneSeq;
+      if (!s.isOk() && commError.isOk())
+        commError = s;
+    }
+    commDone.notify_all();
+  }
+}
+
+Status Executor::waitTransfers(uint64_t seq, bool all) {
+  std::unique_lock<std::mutex> lock(commMutex);
+  commDone.wait(lock, [&] { return doneSeq >= seq || (!all && !commError.isOk()); });
+  return commError;
+}
+
+bool Executor::lastConflict(const program::Kernel &kernel, uint64_t &seq) {
+  std::lock_guard<std::mutex> lock(commMutex);
+  uint64_t number = doneSeq;
+  bool found = false;
+  for (const Transfer &t : queue) {
+    ++number;
+    auto touches = [&](uint32_t id, bool kernelWrites) {
+      if (id == kAbsentValue)
+        return false;
+      const Tensor &v = value(id);
+      const char *lo = static_cast<const char *>(v.data), *hi = lo + v.byteSize();
+      for (const auto &m : t.memory)
+        if (lo < m.second && m.first < hi && (kernelWrites || t.writes))
+          return true;
+      return false;
+    };
+    bool hit = false;
+    for (uint32_t id : kernel.inputs())
+      hit = hit || touches(id, false);
+    for (uint32_t id : kernel.outputs())
+      hit = hit || touches(id, true);
+    if (hit) {
+      seq = number;
+      found = true;
+    }
+  }
+  return found;
+}
+
+Status Executor::runOverlapped() {
+  Status result;
+  for (int i = 0; i < program.steps_size() && result.isOk(); ++i) {
+    const program::Step &step = program.steps(i);
+    if (step.kind_case() != program::Step::kRun) {
+      result = annotate(backend->synchronize(), i);
+      if (!result.isOk())
+        break;
+      Transfer t;
+      t.step = i;
+      t.writes = !step.has_send();
+      std::vector<uint32_t> ids;
+      if (step.has_send())
+        ids.push_back(step.send().value_id());
+      else if (step.has_recv())
+        ids.push_back(step.recv().value_id());
+      else
+        ids.assign(step.all_reduce().value_ids().begin(),
+                   step.all_reduce().value_ids().end());
+      for (uint32_t id : ids) {
+        const Tensor &v = value(id);
+        const char *lo = static_cast<const char *>(v.data);
+        t.memory.emplace_back(lo, lo + v.byteSize());
+      }
+      {
+        std::lock_guard<std::mutex> lock(commMutex);
+        if (!commError.isOk())
+          break;
+        queue.push_back(std::move(t));
+        ++queuedSeq;
+      }
+      commWake.notify_one();
+      continue;
+    }
+    for (uint32_t kid : step.run().kernel_ids()) {
+      const program::Kernel &kernel = program.kernels(kernelIndex[kid]);
+      uint64_t seq;
+      if (lastConflict(kernel, seq)) {
+        result = waitTransfers(seq);
+        if (!result.isOk())
+          break;
+      }
+      result = annotate(runKernel(kernel, step.has_micro_batch() ? step.micro_batch() : -1), i);
+      if (!result.isOk())
+        break;
+    }
+  }
+  // Every queued transfer finishes (or fails) before run() returns.
+  Status drained = waitTransfers(queuedSeq, /*all=*/true);
+  if (result.isOk())
+    result = drained;
+  if (result.isOk())
+    result = annotate(backend->synchronize(), program.steps_size() - 1);
+  return result;
 }
 
 } // namespace rt

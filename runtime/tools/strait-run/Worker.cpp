@@ -43,8 +43,11 @@ std::string resolvePath(const std::string &dir, const std::string &path) {
 }
 
 /// Forwards to a communicator and counts the bytes sent to and received
-/// from each peer. All-reduce traffic is estimated as a ring's: 2 (n-1)/n of
-/// the tensor to the next rank of the group and from the previous one.
+/// from each peer. A communicator that measures its traffic at the
+/// transport (Gloo: every buffer posted, codec payloads included) is read
+/// through takeTraffic(); otherwise send/recv count the tensor bytes and
+/// all-reduce traffic is estimated as a ring's: 2 (n-1)/n of the tensor to
+/// the next rank of the group and from the previous one.
 class CountingCommunicator : public Communicator {
 public:
   explicit CountingCommunicator(std::unique_ptr<Communicator> inner)
@@ -72,10 +75,34 @@ public:
     return inner->allReduceSumGroup(t, ranks, channel);
   }
   Status barrier() override { return inner->barrier(); }
+  Status sendCoded(const Tensor &t, int peer, uint32_t channel,
+                   const program::CodecParams &codec, ErrorFeedback *feedback) override {
+    add(sent, peer, t.byteSize());
+    return inner->sendCoded(t, peer, channel, codec, feedback);
+  }
+  Status recvCoded(const Tensor &t, int peer, uint32_t channel,
+                   const program::CodecParams &codec) override {
+    add(received, peer, t.byteSize());
+    return inner->recvCoded(t, peer, channel, codec);
+  }
+  Status allReduce(const Tensor &t, uint32_t channel,
+                   const AllReduceOptions &options) override {
+    std::vector<int> ranks = options.ranks;
+    for (int r = 0; ranks.empty() && r < getWorldSize(); ++r)
+      ranks.push_back(r);
+    ring(t, ranks);
+    return inner->allReduce(t, channel, options);
+  }
+  TrafficCounters takeTraffic() override { return inner->takeTraffic(); }
 
   /// "P:B,P:B" of sent and received bytes since the last call, then resets.
   void take(std::string &sentText, std::string &recvText) {
     std::lock_guard<std::mutex> lock(mutex);
+    TrafficCounters measured = inner->takeTraffic();
+    if (measured.measured) {
+      sent = measured.sent;
+      received = measured.received;
+    }
     sentText = format(sent);
     recvText = format(received);
     for (auto &kv : sent)

@@ -38,10 +38,38 @@ enum class TopKIndexEncoding : uint8_t {
   Bitmap = 3,   // ceil(numel / 8) bytes, bit i set when element i is kept
 };
 
+/// Largest INT8/INT4 block size.
+constexpr uint32_t kMaxCodecBlock = 1u << 24;
+
 /// Checks a CodecParams message: known codec, top-k ratio in (0, 1], block
 /// size at most 2^24. `field` prefixes the message ("steps[3].send.codec").
-Status validateCodecParams(const program::CodecParams &params,
-                           const std::string &field);
+/// Inline so that the executor (strait_rt_core) checks programs at load
+/// without linking the codec library.
+inline Status validateCodecParams(const program::CodecParams &params,
+                                  const std::string &field) {
+  switch (params.codec()) {
+  case program::CODEC_NONE:
+  case program::CODEC_FP16:
+  case program::CODEC_BF16:
+    return Status::ok();
+  case program::CODEC_TOPK:
+    if (!(params.topk_ratio() > 0.0f && params.topk_ratio() <= 1.0f))
+      return invalidArgument(field + ".topk_ratio: " +
+                             std::to_string(params.topk_ratio()) +
+                             " is not in (0, 1]");
+    return Status::ok();
+  case program::CODEC_INT8:
+  case program::CODEC_INT4:
+    if (params.block_size() > kMaxCodecBlock)
+      return invalidArgument(field + ".block_size: " +
+                             std::to_string(params.block_size()) +
+                             " exceeds 2^24");
+    return Status::ok();
+  default:
+    return invalidArgument(field + ".codec: unknown codec " +
+                           std::to_string(static_cast<int>(params.codec())));
+  }
+}
 
 /// Elements per scale block of INT8/INT4 (block_size, 0 = 256).
 uint32_t codecBlockSize(const program::CodecParams &params);

@@ -9,17 +9,39 @@
 #ifndef STRAIT_RUNTIME_COMMUNICATOR_H
 #define STRAIT_RUNTIME_COMMUNICATOR_H
 
+#include "strait/runtime/Codec.h"
 #include "strait/runtime/Status.h"
 #include "strait/runtime/Tensor.h"
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace strait {
 namespace rt {
+
+/// Bytes this rank posted to the transport per peer (payloads and Strait's
+/// message headers, counted where buffers are handed to Gloo), since the
+/// previous takeTraffic().
+struct TrafficCounters {
+  bool measured = false; // false: the communicator does not count
+  std::map<int, uint64_t> sent, received;
+};
+
+/// How an all-reduce runs (docs/runtime.md, "All-reduce").
+struct AllReduceOptions {
+  /// Participating ranks, sorted and distinct; empty = all ranks.
+  std::vector<int> ranks;
+  /// Hierarchical when non-empty: a partition of the group into islands of
+  /// fast links. The codec then applies to the inter-island phase only.
+  std::vector<std::vector<int>> islands;
+  program::CodecParams codec; // CODEC_NONE: exact f32 sums
+  /// Sender state of this (step, value) when codec.error_feedback.
+  ErrorFeedback *feedback = nullptr;
+};
 
 class Communicator {
 public:
@@ -41,6 +63,38 @@ public:
                                    uint32_t channel) = 0;
   /// Waits until every rank reached the barrier.
   virtual Status barrier() = 0;
+
+  /// Send of a float32 tensor through a codec: encode (with the error
+  /// feedback state when given), send the payload, the peer decodes.
+  virtual Status sendCoded(const Tensor &tensor, int peer, uint32_t channel,
+                           const program::CodecParams &codec,
+                           ErrorFeedback *feedback) {
+    if (codec.codec() == program::CODEC_NONE)
+      return send(tensor, peer, channel);
+    return unimplemented("this communicator has no codecs").withRank(getRank());
+  }
+  /// Receive of a sendCoded transfer; the payload's codec must be `codec`.
+  virtual Status recvCoded(const Tensor &tensor, int peer, uint32_t channel,
+                           const program::CodecParams &codec) {
+    if (codec.codec() == program::CODEC_NONE)
+      return recv(tensor, peer, channel);
+    return unimplemented("this communicator has no codecs").withRank(getRank());
+  }
+  /// In-place all-reduce (sum) of a float32 tensor: flat or hierarchical,
+  /// with or without a codec. Every rank of the group ends with the same
+  /// values.
+  virtual Status allReduce(const Tensor &tensor, uint32_t channel,
+                           const AllReduceOptions &options) {
+    if (!options.islands.empty() || options.codec.codec() != program::CODEC_NONE)
+      return unimplemented("this communicator has no hierarchical or compressed "
+                           "all-reduce")
+          .withRank(getRank());
+    return options.ranks.empty()
+               ? allReduceSum(tensor, channel)
+               : allReduceSumGroup(tensor, options.ranks, channel);
+  }
+  /// Bytes posted to the transport per peer since the previous call.
+  virtual TrafficCounters takeTraffic() { return {}; }
 };
 
 enum class StoreKind { File, Redis };

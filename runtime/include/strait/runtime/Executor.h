@@ -5,6 +5,10 @@
 // program leaves offsets unset) and one buffer per persistent value
 // (inputs, parameters, optimizer state, gradients, outputs, constants). It
 // resolves every kernel on its backend once, then runs the step list.
+// Communication steps run on a thread of their own (run()), so that a
+// transfer overlaps the kernels that follow it; a kernel whose inputs or
+// outputs overlap the memory of a transfer still in flight waits for it, so
+// results equal the sequential order's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_EXECUTOR_H
@@ -16,9 +20,13 @@
 #include "strait/runtime/Tensor.h"
 #include "strait_program.pb.h"
 
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace strait {
@@ -41,11 +49,18 @@ public:
   StatusOr<Tensor> getValue(uint32_t id) const;
   StatusOr<Tensor> getValueByName(const std::string &name) const;
 
+  ~Executor();
+
   /// Runs every step once, in order; returns once the device finished
-  /// (Backend::synchronize), so values can be read.
+  /// (Backend::synchronize) and every transfer completed, so values can be
+  /// read. With overlap on (the default), communication steps run on the
+  /// executor's communication thread while the following kernels run.
   Status run();
-  /// Runs one step by index into program.steps.
+  /// Runs one step by index into program.steps, synchronously.
   Status runStep(int index);
+  /// Overlap of communication with compute in run() (default on); off runs
+  /// every step on the calling thread, in order.
+  void setOverlapCommunication(bool on) { overlap = on; }
 
   const program::Program &getProgram() const { return program; }
   size_t getArenaBytes() const { return arena.size(); }
@@ -55,8 +70,27 @@ private:
   Status resolveKernels(const Backend &backend);
   Status allocate(const Backend &backend);
   Status runKernel(const program::Kernel &kernel, int microBatch);
-  Status runComm(const program::Step &step);
+  Status runComm(int index);
   Status annotate(Status status, int step) const;
+  Status checkCommStep(int index) const;
+  /// Lookup without std::map::operator[] (which may insert), so that the
+  /// communication thread and kernels may read the map concurrently.
+  Tensor &value(uint32_t id) { return values.find(id)->second; }
+  const Tensor &value(uint32_t id) const { return values.find(id)->second; }
+  // Overlapped run: a FIFO of communication steps served by commThread.
+  struct Transfer {
+    int step;
+    bool writes; // recv / all-reduce: writes its values; send: reads
+    std::vector<std::pair<const char *, const char *>> memory;
+  };
+  Status runOverlapped();
+  void commLoop();
+  /// Waits until the transfers up to sequence number `seq` finished (or,
+  /// unless `all`, one failed); returns the first failure.
+  Status waitTransfers(uint64_t seq, bool all = false);
+  /// The sequence number of the last queued transfer whose memory overlaps
+  /// the kernel's values, or none.
+  bool lastConflict(const program::Kernel &kernel, uint64_t &seq);
 
   program::Program program;
   const Backend *backend = nullptr; // owned by the registry
@@ -66,6 +100,18 @@ private:
   std::map<uint32_t, Tensor> values;
   std::map<uint32_t, int> kernelIndex;
   std::vector<KernelFn> kernelFns; // parallel to program.kernels()
+  /// Error feedback of each (step, value) that sends with a lossy codec.
+  std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> feedback;
+
+  bool overlap = true;
+  std::thread commThread;
+  std::mutex commMutex;
+  std::condition_variable commWake, commDone;
+  std::deque<Transfer> queue;  // queued or running, in program order
+  uint64_t queuedSeq = 0;      // transfers queued so far
+  uint64_t doneSeq = 0;        // transfers finished so far
+  Status commError;            // first failure of the communication thread
+  bool stopping = false;
 };
 
 /// Plans arena offsets for activations by liveness over the schedule

@@ -1,0 +1,434 @@
+//===- CommCodecTest.cpp - Compressed and hierarchical transfers ----------===//
+//
+// Ranks on loopback threads (file rendezvous, bounded timeouts), as in
+// CommTest.cpp: codec'd send/recv and all-reduce against the codec applied
+// locally (bitwise), byte counters at the transport, hierarchical ==
+// flat all-reduce for equal and unequal islands of 4 and 6 ranks, and the
+// executor: codecs, islands, error feedback, and overlapped == sequential.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+#include "strait/runtime/Codec.h"
+#include "strait/runtime/Communicator.h"
+
+#include <chrono>
+#include <cmath>
+#include <gtest/gtest.h>
+#include <mutex>
+#include <random>
+#include <thread>
+
+using namespace strait;
+using namespace strait::rt;
+using namespace strait::rt::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string makeStoreDir() {
+  std::string tmpl = testing::TempDir() + "/strait-codec-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char *dir = ::mkdtemp(buf.data());
+  return dir ? dir : "";
+}
+
+void runRanks(int world, const std::function<void(int, Communicator &)> &body) {
+  std::string dir = makeStoreDir();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      GlooOptions o;
+      o.rank = r;
+      o.worldSize = world;
+      o.storePath = dir;
+      o.timeout = 20000ms;
+      auto comm = createGlooCommunicator(o);
+      if (!comm.isOk()) {
+        ADD_FAILURE() << comm.getStatus().toString();
+        return;
+      }
+      body(r, **comm);
+    });
+  for (auto &t : threads)
+    t.join();
+}
+
+program::CodecParams codecOf(program::Codec c, float ratio = 0.01f, bool ef = false) {
+  program::CodecParams p;
+  p.set_codec(c);
+  p.set_topk_ratio(ratio);
+  p.set_error_feedback(ef);
+  return p;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto &x : v)
+    x = d(gen);
+  return v;
+}
+
+std::vector<float> codecRoundTrip(const program::CodecParams &p, const std::vector<float> &x) {
+  std::vector<uint8_t> payload;
+  EXPECT_TRUE(encode(p, x.data(), x.size(), payload).isOk());
+  std::vector<float> y(x.size());
+  EXPECT_TRUE(decode(payload.data(), payload.size(), y.data(), y.size()).isOk());
+  return y;
+}
+
+uint64_t sum(const std::map<int, uint64_t> &m) {
+  uint64_t s = 0;
+  for (const auto &kv : m)
+    s += kv.second;
+  return s;
+}
+
+const program::Codec kLossy[] = {program::CODEC_TOPK, program::CODEC_INT8,
+                                 program::CODEC_INT4, program::CODEC_FP16,
+                                 program::CODEC_BF16};
+
+} // namespace
+
+TEST(CommCodec, SendRecvDecodesWhatTheCodecKeepsAndShrinksTheWire) {
+  const int n = 1 << 20;
+  runRanks(2, [&](int rank, Communicator &comm) {
+    auto x = gaussian(n, 42);
+    OwnedTensor t(program::DTYPE_F32, {n});
+    comm.takeTraffic();
+    // Uncompressed first: the baseline of the ratios.
+    std::map<program::Codec, double> wire;
+    for (program::Codec c : {program::CODEC_NONE, kLossy[0], kLossy[1], kLossy[2],
+                             kLossy[3], kLossy[4]}) {
+      auto p = codecOf(c);
+      if (rank == 0) {
+        std::copy(x.begin(), x.end(), t.as<float>());
+        Status s = comm.sendCoded(t.tensor, 1, 3, p, nullptr);
+        ASSERT_TRUE(s.isOk()) << s.toString();
+        TrafficCounters tc = comm.takeTraffic();
+        ASSERT_TRUE(tc.measured);
+        wire[c] = double(tc.sent[1]);
+        EXPECT_EQ(tc.sent.size(), 1u);
+      } else {
+        Status s = comm.recvCoded(t.tensor, 0, 3, p);
+        ASSERT_TRUE(s.isOk()) << s.toString();
+        auto expect = c == program::CODEC_NONE ? x : codecRoundTrip(p, x);
+        ASSERT_EQ(0, std::memcmp(expect.data(), t.as<float>(), 4ull * n))
+            << program::Codec_Name(c);
+        comm.takeTraffic();
+      }
+    }
+    if (rank == 0) {
+      double raw = wire[program::CODEC_NONE];
+      EXPECT_EQ(raw, 16.0 + 4.0 * n); // message header + f32 payload
+      EXPECT_NEAR(raw / wire[program::CODEC_INT8], 4.0, 0.07);
+      EXPECT_NEAR(raw / wire[program::CODEC_INT4], 8.0, 0.3);
+      EXPECT_NEAR(raw / wire[program::CODEC_FP16], 2.0, 0.01);
+      EXPECT_NEAR(raw / wire[program::CODEC_BF16], 2.0, 0.01);
+      EXPECT_GT(raw / wire[program::CODEC_TOPK], 50.0);
+      std::printf("wire shrink vs f32: int8 %.2fx int4 %.2fx fp16 %.2fx topk1%% %.1fx\n",
+                  raw / wire[program::CODEC_INT8], raw / wire[program::CODEC_INT4],
+                  raw / wire[program::CODEC_FP16], raw / wire[program::CODEC_TOPK]);
+    }
+  });
+}
+
+TEST(CommCodec, CodecMismatchAndWrongDtypeAreErrors) {
+  runRanks(2, [&](int rank, Communicator &comm) {
+    OwnedTensor t(program::DTYPE_F32, {100});
+    if (rank == 0) {
+      EXPECT_TRUE(comm.sendCoded(t.tensor, 1, 1, codecOf(program::CODEC_INT8), nullptr).isOk());
+      OwnedTensor i(program::DTYPE_I64, {4});
+      Status s = comm.sendCoded(i.tensor, 1, 2, codecOf(program::CODEC_FP16), nullptr);
+      EXPECT_NE(s.toString().find("f32 only"), std::string::npos) << s.toString();
+    } else {
+      Status s = comm.recvCoded(t.tensor, 0, 1, codecOf(program::CODEC_FP16));
+      EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument);
+      EXPECT_NE(s.toString().find("rank 1 peer 0"), std::string::npos) << s.toString();
+      EXPECT_NE(s.getMessage().find("peer sent a CODEC_INT8 payload, this rank expects CODEC_FP16"),
+                std::string::npos) << s.toString();
+    }
+    EXPECT_TRUE(comm.barrier().isOk());
+  });
+}
+
+TEST(CommCodec, CompressedAllReduceIsTheSumOfDecodedPayloadsOnEveryRank) {
+  const int world = 4, n = 100003;
+  for (program::Codec c : kLossy) {
+    auto p = codecOf(c, 0.05f);
+    std::vector<std::vector<float>> results(world);
+    runRanks(world, [&](int rank, Communicator &comm) {
+      auto x = gaussian(n, 7 + rank);
+      OwnedTensor t(program::DTYPE_F32, {n});
+      std::copy(x.begin(), x.end(), t.as<float>());
+      AllReduceOptions o;
+      o.codec = p;
+      Status s = comm.allReduce(t.tensor, 9, o);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      results[rank].assign(t.as<float>(), t.as<float>() + n);
+    });
+    // Reference: decode(encode(x_r)) summed in rank order.
+    std::vector<float> expect(n, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      auto y = codecRoundTrip(p, gaussian(n, 7 + r));
+      for (int i = 0; i < n; ++i)
+        expect[i] = r ? expect[i] + y[i] : y[i];
+    }
+    for (int r = 0; r < world; ++r)
+      ASSERT_EQ(0, std::memcmp(results[r].data(), expect.data(), 4ull * n))
+          << program::Codec_Name(c) << " rank " << r;
+  }
+}
+
+TEST(CommCodec, TwoRankInt8AllReduceSendsAQuarterOfTheRing) {
+  const int n = 1 << 20;
+  runRanks(2, [&](int rank, Communicator &comm) {
+    OwnedTensor t(program::DTYPE_F32, {n});
+    auto x = gaussian(n, rank);
+    std::copy(x.begin(), x.end(), t.as<float>());
+    comm.takeTraffic();
+    ASSERT_TRUE(comm.allReduceSum(t.tensor, 1).isOk());
+    double ring = double(comm.takeTraffic().sent[1 - rank]);
+    EXPECT_EQ(ring, 4.0 * n); // 2 (k-1)/k of the tensor
+    AllReduceOptions o;
+    o.codec = codecOf(program::CODEC_INT8);
+    ASSERT_TRUE(comm.allReduce(t.tensor, 1, o).isOk());
+    double int8 = double(comm.takeTraffic().sent[1 - rank]);
+    EXPECT_NEAR(ring / int8, 4.0, 0.07);
+  });
+}
+
+namespace {
+/// Runs flat and hierarchical all-reduce on `world` ranks; checks that the
+/// hierarchical result is identical on all ranks and equals the flat one
+/// within float rounding, and returns each rank's bytes sent per peer.
+std::vector<std::map<int, uint64_t>>
+checkHierarchical(int world, std::vector<std::vector<int>> islands, int n,
+                  program::Codec codec = program::CODEC_NONE, double tol = -1) {
+  std::vector<std::vector<float>> flat(world), hier(world);
+  std::vector<std::map<int, uint64_t>> sent(world);
+  runRanks(world, [&](int rank, Communicator &comm) {
+    auto x = gaussian(n, 100 + rank);
+    OwnedTensor t(program::DTYPE_F32, {n});
+    std::copy(x.begin(), x.end(), t.as<float>());
+    ASSERT_TRUE(comm.allReduceSum(t.tensor, 2).isOk());
+    flat[rank].assign(t.as<float>(), t.as<float>() + n);
+    std::copy(x.begin(), x.end(), t.as<float>());
+    AllReduceOptions o;
+    o.islands = islands;
+    o.codec = codecOf(codec);
+    comm.takeTraffic();
+    Status s = comm.allReduce(t.tensor, 2, o);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    sent[rank] = comm.takeTraffic().sent;
+    hier[rank].assign(t.as<float>(), t.as<float>() + n);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(0, std::memcmp(hier[r].data(), hier[0].data(), 4ull * n)) << "rank " << r;
+    double maxErr = 0;
+    for (int i = 0; i < n; ++i)
+      maxErr = std::max(maxErr, double(std::fabs(hier[r][i] - flat[r][i])));
+    if (tol < 0)
+      tol = codec == program::CODEC_NONE ? 4e-6 * world : 0.05 * world;
+    EXPECT_LT(maxErr, tol) << "rank " << r;
+  }
+  return sent;
+}
+} // namespace
+
+TEST(CommCodec, HierarchicalEqualsFlatFourRanksTwoIslands) {
+  const int n = 100001;
+  auto sent = checkHierarchical(4, {{0, 1}, {2, 3}}, n);
+  // Each member carries its half of the island's sum to its counterpart in
+  // the other island: the slow links carry the data once per island.
+  uint64_t chunk0 = 4ull * (n * 1 / 2), chunk1 = 4ull * (n - n / 2);
+  uint64_t overhead = 8 + kCodecHeaderBytes;
+  EXPECT_EQ(sent[0][2] + sent[1][3], chunk0 + chunk1 + 2 * overhead);
+  EXPECT_EQ(sent[0].count(3) + sent[1].count(2), 0u);
+}
+
+TEST(CommCodec, HierarchicalEqualsFlatFourRanksUnequalIslands) {
+  auto sent = checkHierarchical(4, {{0, 1, 2}, {3}}, 50000);
+  // Only the leaders (0 and 3) cross islands.
+  EXPECT_EQ(sent[1].count(3) + sent[2].count(3), 0u);
+  EXPECT_GT(sent[0][3], 4u * 50000);
+}
+
+TEST(CommCodec, HierarchicalEqualsFlatSixRanks) {
+  checkHierarchical(6, {{0, 1, 2}, {3, 4, 5}}, 30001);
+  checkHierarchical(6, {{0, 1}, {2, 3}, {4, 5}}, 30001);
+  checkHierarchical(6, {{0}, {1, 2, 3, 4}, {5}}, 1001);
+  checkHierarchical(6, {{0, 1, 2}, {3, 4, 5}}, 2); // fewer elements than members
+}
+
+TEST(CommCodec, HierarchicalCodecAppliesBetweenIslandsOnly) {
+  const int n = 1 << 18;
+  auto plain = checkHierarchical(4, {{0, 1}, {2, 3}}, n);
+  auto int8 = checkHierarchical(4, {{0, 1}, {2, 3}}, n, program::CODEC_INT8);
+  // Inside an island: unchanged. Across: about 4x less.
+  EXPECT_EQ(int8[0][1], plain[0][1]);
+  EXPECT_NEAR(double(plain[0][2]) / int8[0][2], 4.0, 0.1);
+  // Top-k 1% between the leaders of unequal islands: identical on all
+  // ranks (checked inside); far from the exact sum, so no tolerance.
+  auto topk = checkHierarchical(4, {{0, 1, 2}, {3}}, 40000, program::CODEC_TOPK, 1e30);
+  EXPECT_LT(topk[3][0], 4u * 40000 / 50);
+}
+
+TEST(CommCodec, BadIslandsAreErrors) {
+  runRanks(2, [&](int rank, Communicator &comm) {
+    OwnedTensor t(program::DTYPE_F32, {10});
+    AllReduceOptions o;
+    o.islands = {{0}};
+    Status s = comm.allReduce(t.tensor, 1, o);
+    EXPECT_NE(s.getMessage().find("do not partition"), std::string::npos) << s.toString();
+    o.islands = {{1, 0}};
+    s = comm.allReduce(t.tensor, 1, o);
+    EXPECT_NE(s.getMessage().find("sorted distinct"), std::string::npos) << s.toString();
+  });
+}
+
+namespace {
+
+/// A program per rank: `buckets` gradient buckets, each computed by a
+/// MatMul chain and all-reduced (group of all ranks, islands of pairs when
+/// `islands`, codec), then a Neg of every reduced bucket into the outputs.
+/// Rank 0 also sends `x` to rank 1 right before overwriting it (the
+/// transfer must read the old value).
+program::Program bucketProgram(int rank, int world, int buckets, int dim,
+                               const program::CodecParams &codec, bool islands) {
+  ProgramBuilder b(rank, world);
+  uint32_t w = b.addValue("w", program::DTYPE_F32, {dim, dim}, program::ROLE_INPUT);
+  uint32_t x = b.addValue("x", program::DTYPE_F32, {dim, dim}, program::ROLE_INPUT);
+  std::vector<uint32_t> grads, outs;
+  for (int k = 0; k < buckets; ++k) {
+    uint32_t h = b.addValue("h" + std::to_string(k), program::DTYPE_F32, {dim, dim},
+                            program::ROLE_ACTIVATION);
+    uint32_t g = b.addValue("g" + std::to_string(k), program::DTYPE_F32, {dim, dim},
+                            program::ROLE_GRADIENT);
+    uint32_t o = b.addValue("out" + std::to_string(k), program::DTYPE_F32, {dim, dim},
+                            program::ROLE_OUTPUT);
+    uint32_t k1 = b.addKernel("MatMul", {x, w}, {h}).id();
+    uint32_t k2 = b.addKernel("MatMul", {h, w}, {g}).id();
+    b.addRunStep({k1, k2});
+    auto *ar = b.get().add_steps()->mutable_all_reduce();
+    ar->add_value_ids(g);
+    ar->set_reduce(program::REDUCE_MEAN);
+    ar->set_channel(10 + k);
+    *ar->mutable_codec() = codec;
+    if (islands)
+      for (int i = 0; i < world; i += 2) {
+        auto *isl = ar->add_islands();
+        isl->add_ranks(i);
+        isl->add_ranks(i + 1);
+      }
+    grads.push_back(g);
+    outs.push_back(o);
+  }
+  uint32_t copy = b.addValue("xcopy", program::DTYPE_F32, {dim, dim}, program::ROLE_OUTPUT);
+  if (rank == 0) {
+    auto *send = b.get().add_steps()->mutable_send();
+    send->set_value_id(x);
+    send->set_peer(1);
+    send->set_channel(5);
+    *send->mutable_codec() = codec;
+    b.addRunStep({b.addKernel("Neg", {w}, {x}).id()}); // overwrites x
+  } else if (rank == 1) {
+    auto *recv = b.get().add_steps()->mutable_recv();
+    recv->set_value_id(copy);
+    recv->set_peer(0);
+    recv->set_channel(5);
+    *recv->mutable_codec() = codec;
+  }
+  std::vector<uint32_t> negs;
+  for (int k = 0; k < buckets; ++k)
+    negs.push_back(b.addKernel("Neg", {grads[k]}, {outs[k]}).id());
+  b.addRunStep(negs);
+  return b.get();
+}
+
+/// Runs the bucket program for `iterations` on every rank; returns every
+/// rank's outputs (flattened) after the last iteration.
+std::vector<std::vector<float>> runBuckets(int world, const program::CodecParams &codec,
+                                           bool islands, bool overlap, int iterations = 3) {
+  const int buckets = 4, dim = 48;
+  std::vector<std::vector<float>> outputs(world);
+  runRanks(world, [&](int rank, Communicator &comm) {
+    BackendRegistry reg;
+    registerCpuBackend(reg);
+    auto exec = Executor::create(bucketProgram(rank, world, buckets, dim, codec, islands),
+                                 reg, &comm);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    (*exec)->setOverlapCommunication(overlap);
+    for (int it = 0; it < iterations; ++it) {
+      for (const char *name : {"w", "x"}) {
+        Tensor t = *(*exec)->getValueByName(name);
+        auto v = gaussian(t.numel(), 1000 * it + 10 * rank + (name[0] == 'w'));
+        std::copy(v.begin(), v.end(), t.as<float>());
+      }
+      Status s = (*exec)->run();
+      ASSERT_TRUE(s.isOk()) << s.toString();
+    }
+    for (const auto &v : (*exec)->getProgram().values())
+      if (v.role() == program::ROLE_OUTPUT) {
+        Tensor t = *(*exec)->getValue(v.id());
+        outputs[rank].insert(outputs[rank].end(), t.as<float>(), t.as<float>() + t.numel());
+      }
+  });
+  return outputs;
+}
+
+} // namespace
+
+TEST(CommCodec, ExecutorOverlappedEqualsSequential) {
+  for (bool islands : {false, true})
+    for (program::Codec c : {program::CODEC_NONE, program::CODEC_TOPK, program::CODEC_INT8}) {
+      auto codec = codecOf(c, 0.1f, /*ef=*/c != program::CODEC_NONE);
+      auto seq = runBuckets(4, codec, islands, false);
+      auto ovl = runBuckets(4, codec, islands, true);
+      for (int r = 0; r < 4; ++r) {
+        ASSERT_FALSE(seq[r].empty());
+        ASSERT_EQ(seq[r], ovl[r]) << program::Codec_Name(c) << " islands " << islands
+                                  << " rank " << r;
+      }
+    }
+}
+
+TEST(CommCodec, ExecutorSendReadsTheValueBeforeTheNextKernelOverwritesIt) {
+  auto out = runBuckets(2, codecOf(program::CODEC_NONE), false, true, 1);
+  // rank 1's xcopy (last output, after the 4 buckets) is rank 0's x as fed.
+  auto x = gaussian(48 * 48, 0);
+  std::vector<float> got(out[1].end() - 48 * 48, out[1].end());
+  EXPECT_EQ(got, x);
+}
+
+TEST(CommCodec, ExecutorRejectsBadCodecsAndIslandsNamingTheField) {
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  runRanks(2, [&](int rank, Communicator &comm) {
+    if (rank)
+      return;
+    auto bad = codecOf(program::CODEC_TOPK, 2.0f);
+    auto p = bucketProgram(0, 2, 1, 4, bad, false);
+    auto exec = Executor::create(p, reg, &comm);
+    ASSERT_FALSE(exec.isOk());
+    EXPECT_NE(exec.getStatus().toString().find("step 1"), std::string::npos)
+        << exec.getStatus().toString();
+    EXPECT_NE(exec.getStatus().getMessage().find("steps[1].all_reduce.codec.topk_ratio"),
+              std::string::npos) << exec.getStatus().toString();
+    p = bucketProgram(0, 2, 1, 4, codecOf(program::CODEC_NONE), true);
+    p.mutable_steps(1)->mutable_all_reduce()->mutable_islands(0)->set_ranks(1, 0);
+    exec = Executor::create(p, reg, &comm);
+    ASSERT_FALSE(exec.isOk());
+    EXPECT_NE(exec.getStatus().getMessage().find("steps[1].all_reduce.islands[0]: ranks must be sorted"),
+              std::string::npos) << exec.getStatus().toString();
+    p = bucketProgram(0, 2, 1, 4, codecOf(program::CODEC_NONE), false);
+    auto *ar = p.mutable_steps(1)->mutable_all_reduce();
+    ar->add_islands()->add_ranks(0);
+    exec = Executor::create(p, reg, &comm);
+    ASSERT_FALSE(exec.isOk());
+    EXPECT_NE(exec.getStatus().getMessage().find("1 rank(s) of the group are in no island"),
+              std::string::npos) << exec.getStatus().toString();
+  });
+}
