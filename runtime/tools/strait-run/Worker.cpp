@@ -30,6 +30,7 @@
 #include <optional>
 #include <sstream>
 #include <sys/stat.h>
+#include <sys/resource.h>
 
 namespace strait {
 namespace run {
@@ -312,6 +313,16 @@ Status runRank(const RunOptions &o) {
   registerCpuBackend(registry);
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create(p, registry, comm.get()));
+  { // Memory, for bench/runtime/memory_vs_plan.py: arena + persistent buffers.
+    uint64_t persistent = 0;
+    for (const auto &v : p.values())
+      if (v.role() != program::ROLE_ACTIVATION && v.role() != program::ROLE_CONSTANT) {
+        StatusOr<Tensor> t = exec->getValue(v.id());
+        persistent += t.isOk() ? t->byteSize() : 0;
+      }
+    std::cerr << "rank " << o.rank << ": memory arena " << exec->getArenaBytes()
+              << " bytes, persistent " << persistent << " bytes\n";
+  }
   if (!entry->parameter_file().empty()) {
     STRAIT_ASSIGN_OR_RETURN(program::ParameterShardFile shards,
                             loadShardFile(resolvePath(o.planDir, entry->parameter_file())));
@@ -421,6 +432,10 @@ int runWorker(const RunOptions &options) {
                 s.getCode() == StatusCode::DeadlineExceeded;
     return comm ? 3 : 1;
   }
+  struct rusage usage;
+  if (::getrusage(RUSAGE_SELF, &usage) == 0)
+    std::cout << "rank " << options.rank << " peak RSS " << usage.ru_maxrss << " KiB"
+              << std::endl;
   std::cout << "rank " << options.rank << " done" << std::endl;
   return 0;
 }
