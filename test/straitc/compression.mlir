@@ -1,4 +1,4 @@
-// RUN: rm -rf %t && straitc %s --cluster %inputs/compress-2site.yaml --num-stages 2 --loss cross-entropy --optimizer sgd --compress=int8 --compress-link=east:west=fp16 -o %t > /dev/null
+// RUN: rm -rf %t && straitc %s --cluster %inputs/compress-2site.yaml --num-stages 2 --loss cross-entropy --optimizer sgd --compress=int8 --compress-link=east:west=fp16 -o %t | FileCheck %s --check-prefix=JOB
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank0.program.pb | FileCheck %s --check-prefix=SEND --implicit-check-not=DTYPE_I8
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank2.program.pb | FileCheck %s --check-prefix=RECV --implicit-check-not=DTYPE_I8
 // RUN: rm -rf %t.ar && straitc %s --cluster %inputs/compress-2site.yaml --num-stages 1 --loss cross-entropy --optimizer sgd --compress=topk:0.25 -o %t.ar > /dev/null
@@ -14,6 +14,13 @@
 // (fp16) wins over the global int8.
 
 // No program value holds encoded bytes (--implicit-check-not=DTYPE_I8).
+// straitc lists what dist-insert-compression put on each link.
+// JOB: straitc: compressed all-reduce of stage 0: int8+ef (1 value)
+// JOB-NEXT: straitc: compressed all-reduce of stage 1: int8+ef (1 value)
+// JOB-NEXT: straitc: compressed stage 0 -> 1: fp16 (1 value)
+// JOB-NEXT: straitc: compressed stage 1 -> 0: fp16 (1 value)
+// JOB-NEXT: straitc: wrote
+
 // SEND: send {
 // SEND-NEXT: value_id:
 // SEND-NEXT: peer: 2

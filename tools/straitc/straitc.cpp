@@ -38,6 +38,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <map>
+
 using namespace mlir;
 namespace cl = llvm::cl;
 
@@ -236,6 +238,31 @@ LogicalResult reportCompression(const strait::PartitionPlan &plan,
   return success();
 }
 
+/// One line per compressed link of the compiled job (what
+/// dist-insert-compression inserted): "stage 0 -> 1: int8 (3 values)".
+void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
+  std::map<std::string, int> links;
+  module.walk([&](strait::dist::CompressOp c) {
+    if (c.getEncoded().use_empty())
+      return;
+    Operation *user = *c.getEncoded().getUsers().begin();
+    std::string codec = strait::dist::stringifyCodec(c.getCodec()).str();
+    if (FloatAttr r = c.getRatioAttr())
+      codec += llvm::formatv(":{0}", r.getValueAsDouble()).str();
+    if (c.getErrorFeedback())
+      codec += "+ef";
+    std::optional<int64_t> stage = strait::dist::getStage(c);
+    std::string key;
+    if (auto send = dyn_cast<strait::dist::SendOp>(user))
+      key = llvm::formatv("stage {0} -> {1}: {2}", stage.value_or(-1), send.getPeer(), codec);
+    else
+      key = llvm::formatv("all-reduce of stage {0}: {1}", stage.value_or(-1), codec);
+    ++links[key];
+  });
+  for (auto &[key, count] : links)
+    os << "straitc: compressed " << key << " (" << count << (count == 1 ? " value)\n" : " values)\n");
+}
+
 /// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
 /// plan report is computed on the way.
 LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
@@ -323,6 +350,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
   llvm::outs() << report->text;
+  printJobCompression(module, llvm::outs());
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
   if (plan.getMicroBatches() > 1)
