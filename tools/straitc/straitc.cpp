@@ -33,6 +33,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -247,8 +248,11 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
       return;
     Operation *user = *c.getEncoded().getUsers().begin();
     std::string codec = strait::dist::stringifyCodec(c.getCodec()).str();
-    if (FloatAttr r = c.getRatioAttr())
-      codec += llvm::formatv(":{0}", r.getValueAsDouble()).str();
+    if (FloatAttr r = c.getRatioAttr()) {
+      std::string ratio;
+      llvm::raw_string_ostream(ratio) << llvm::format("%g", r.getValueAsDouble());
+      codec += ":" + ratio;
+    }
     if (c.getErrorFeedback())
       codec += "+ef";
     std::optional<int64_t> stage = strait::dist::getStage(c);
@@ -355,8 +359,8 @@ int compileJob(ModuleOp module, TimingScope &timing) {
                << " ranks, " << plan.getNumStages() << " stages)\n";
   if (plan.getMicroBatches() > 1)
     llvm::outs() << "straitc: each rank runs " << plan.getMicroBatches()
-                 << " micro-batches of the IR's batch in sequence (batch inputs hold "
-                    "them stacked)\n";
+                 << " micro-batches of the IR's batch in GPipe order (batch inputs "
+                    "hold them stacked)\n";
   return 0;
 }
 

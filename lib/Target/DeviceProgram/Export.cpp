@@ -33,7 +33,7 @@ public:
 
   pb::RunKernels &run() {
     if (!current) {
-      pb::Step *step = newStep("forward");
+      pb::Step *step = newStep(phase);
       current = step->mutable_run();
     }
     return *current;
@@ -50,6 +50,13 @@ public:
   void setMicroBatch(int m) {
     microBatch = m;
     current = nullptr;
+  }
+  /// Kernel steps created from now on are labelled `name` ("forward",
+  /// "backward", "update").
+  void setPhase(const char *name) {
+    if (phase != name)
+      current = nullptr;
+    phase = name;
   }
   /// The rank of the replica of stage `peer` that talks to this rank.
   FailureOr<int> peerRank(Operation *op, int64_t peer) const {
@@ -73,6 +80,7 @@ private:
   const StageRanks &stageRanks;
   pb::RunKernels *current = nullptr;
   int microBatch = -1;
+  const char *phase = "forward";
 };
 
 /// The runtime's codec parameters of a dist.compress / dist.decompress.
@@ -237,8 +245,9 @@ private:
   pb::Program &program;
   StepBuilder &steps;
   int microBatches;
-  /// Kernel ids of forward ops (of the current micro-batch).
-  DenseMap<int64_t, uint32_t> kernelOfOpId;
+  /// Kernel ids of forward ops, per micro-batch.
+  SmallVector<DenseMap<int64_t, uint32_t>> kernelOfOpId{1};
+  size_t currentMicroBatch = 0;
   SmallVector<BlockArgument> batchArgs;
 };
 
@@ -269,10 +278,11 @@ LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
   k->set_id(program.kernels_size() - 1);
   if (failed(lowerToKernel(&op, values, *k)))
     return failure();
+  DenseMap<int64_t, uint32_t> &forwardKernels = kernelOfOpId[currentMicroBatch];
   if (auto id = op.getAttrOfType<IntegerAttr>("graph.op_id"))
-    kernelOfOpId[id.getInt()] = k->id();
+    forwardKernels[id.getInt()] = k->id();
   if (auto gradOf = op.getAttrOfType<IntegerAttr>("graph.grad_of"))
-    if (auto it = kernelOfOpId.find(gradOf.getInt()); it != kernelOfOpId.end())
+    if (auto it = forwardKernels.find(gradOf.getInt()); it != forwardKernels.end())
       k->set_forward_kernel(it->second + 1);
   // The mean gradient over micro-batches persists across them; the program's
   // micro-batch count is the one it averages over.
@@ -324,11 +334,26 @@ LogicalResult ProgramLowering::sliceBatchInputs(ValueTable &base, ValueTable &mb
 LogicalResult ProgramLowering::run(ValueTable &values) {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
+  // Backward ops: those autodiff tagged, the transfers dist-insert-comm
+  // marked as carrying backward values, and every op reading their results.
+  llvm::DenseSet<Operation *> backward;
+  for (Operation &op : body.without_terminator())
+    if (op.hasAttr("graph.grad_of") || op.hasAttr("dist.backward") ||
+        llvm::any_of(op.getOperands(), [&](Value v) {
+          Operation *d = v.getDefiningOp();
+          return d && backward.contains(d);
+        }))
+      backward.insert(&op);
+  auto phaseOf = [&](Operation &op) {
+    return backward.contains(&op) ? "backward" : "forward";
+  };
   if (microBatches <= 1) {
-    for (Operation &op : body.without_terminator())
+    for (Operation &op : body.without_terminator()) {
+      steps.setPhase(phaseOf(op));
       if (failed(isa<graph::ReadVariableOp, graph::ConstantOp>(op) ? lowerLeaf(op, values)
                                                                     : lowerOp(op, values)))
         return failure();
+    }
     return lowerReturn(ret, values);
   }
   // Per-step ops: those after the gradient accumulation (all-reduce, clipping,
@@ -360,23 +385,37 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
     batchArgs.push_back(arg);
     values.at(*values.lookup(arg)).set_shape(0, type.getDimSize(0) * microBatches);
   }
-  std::optional<ValueTable> last;
-  for (int m = 0; m < microBatches; ++m) {
-    ValueTable mb = values;
-    steps.setMicroBatch(m);
-    if (failed(sliceBatchInputs(values, mb, m)))
-      return failure();
-    for (Operation &op : body.without_terminator())
-      if (!isa<graph::ReadVariableOp, graph::ConstantOp>(op) && !perStep.contains(&op) &&
-          failed(lowerOp(op, mb)))
+  // GPipe order: the forwards of every micro-batch, then their backwards,
+  // then the update. Each rank's transfers then follow one order that all
+  // ranks share (phase, micro-batch, position in the original block, where
+  // every recv follows its send), so blocking transfers cannot wait on each
+  // other in a cycle, and stage s+1 computes micro-batch m while stage s
+  // computes m+1. (1F1B interleaves per stage, so its ranks' orders differ:
+  // it needs non-blocking sends.)
+  std::vector<ValueTable> tables;
+  tables.reserve(microBatches);
+  for (int m = 0; m < microBatches; ++m)
+    tables.push_back(values);
+  kernelOfOpId.resize(microBatches);
+  for (bool backwardPhase : {false, true}) {
+    steps.setPhase(backwardPhase ? "backward" : "forward");
+    for (int m = 0; m < microBatches; ++m) {
+      steps.setMicroBatch(m);
+      currentMicroBatch = m;
+      if (!backwardPhase && failed(sliceBatchInputs(values, tables[m], m)))
         return failure();
-    last.emplace(mb);
+      for (Operation &op : body.without_terminator())
+        if (!isa<graph::ReadVariableOp, graph::ConstantOp>(op) && !perStep.contains(&op) &&
+            backward.contains(&op) == backwardPhase && failed(lowerOp(op, tables[m])))
+          return failure();
+    }
   }
   steps.setMicroBatch(-1);
+  steps.setPhase("update");
   for (Operation &op : body.without_terminator())
-    if (perStep.contains(&op) && failed(lowerOp(op, *last)))
+    if (perStep.contains(&op) && failed(lowerOp(op, tables.back())))
       return failure();
-  return lowerReturn(ret, *last);
+  return lowerReturn(ret, tables.back());
 }
 
 LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,

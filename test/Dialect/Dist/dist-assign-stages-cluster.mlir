@@ -3,7 +3,7 @@
 
 // With a cluster, num-stages=2 forces one layer per stage, one device each;
 // devices are named after the cluster's.
-// CHECK: module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>, #dist.placement<stage = 1, devices = ["cpu1"], ranks = [1]>]>}
+// CHECK: module attributes {dist.plan = #dist.plan<schedule = gpipe, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>, #dist.placement<stage = 1, devices = ["cpu1"], ranks = [1]>]>}
 // The planner's own choice for this tiny model: one stage on one device
 // (a slow link is not worth crossing), ranks from 0.
 // PLANNER: module attributes {dist.plan = #dist.plan<schedule = {{.*}}, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>]>}

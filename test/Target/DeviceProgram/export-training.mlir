@@ -31,23 +31,30 @@
 // CHECK-NEXT: outputs: [[M]]
 
 // Two micro-batches: the batch input holds both (4 rows), each micro-batch
-// slices its 2 rows, runs forward and backward in steps marked with its
-// index, and accumulates over 2; the update runs once, unmarked.
+// slices its 2 rows; GPipe order: the forwards of both micro-batches, then
+// their backwards, each accumulating over 2; the update runs once, unmarked.
 // MB: name: "x"
 // MB-NEXT: dtype: DTYPE_F32
 // MB-NEXT: shape: 4
 // MB: op: "Slice"
+// MB: op: "MatMul"
+// MB: op: "Slice"
+// MB: op: "MatMul"
 // MB: op: "AccumulateGrad"
 // MB: key: "micro_batches"
 // MB-NEXT: value {
 // MB-NEXT: i: 2
-// MB: op: "Slice"
+// MB: op: "AccumulateGrad"
 // MB: op: "SGD"
 // MB: label: "forward mb0"
 // MB-NEXT: micro_batch: 0
 // MB: label: "forward mb1"
 // MB-NEXT: micro_batch: 1
-// MB: label: "forward"
+// MB: label: "backward mb0"
+// MB-NEXT: micro_batch: 0
+// MB: label: "backward mb1"
+// MB-NEXT: micro_batch: 1
+// MB: label: "update"
 // MB-NEXT: micro_batch: -1
 
 // The variable is one value: the forward MatMul reads it and SGD writes it.

@@ -125,6 +125,14 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << kPlanAttrName << "' belongs on a module";
     return success();
   }
+  // Marks a transfer of a backward value (dist-insert-comm): the exporter
+  // orders every rank's forwards before its backwards.
+  if (attr.getName() == "dist.backward") {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<SendOp, RecvOp>(op))
+      return op->emitError()
+             << "'dist.backward' is a unit attribute of dist.send and dist.recv";
+    return success();
+  }
   return op->emitError() << "unknown distribution attribute '"
                          << attr.getName().getValue() << "'";
 }

@@ -111,9 +111,18 @@ LogicalResult InsertCommPass::insertAllReduces(func::FuncOp func, PlanAttr plan,
 
 LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channel) {
   SmallVector<Operation *> producers;
-  for (Operation &op : func.getBody().front())
+  // Backward ops: autodiff's (graph.grad_of) and every op reading one. Their
+  // transfers are marked dist.backward so that the exporter can order all
+  // forwards before all backwards on every rank (docs/program-format.md).
+  llvm::DenseSet<Operation *> backward;
+  for (Operation &op : func.getBody().front()) {
+    if (op.hasAttr("graph.grad_of") || llvm::any_of(op.getOperands(), [&](Value v) {
+          return v.getDefiningOp() && backward.contains(v.getDefiningOp());
+        }))
+      backward.insert(&op);
     if (!isa<func::ReturnOp, SendOp, RecvOp>(op))
       producers.push_back(&op);
+  }
   for (Operation *op : producers) {
     std::optional<int64_t> stage = getStage(op);
     if (!stage)
@@ -144,6 +153,10 @@ LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channe
         auto recv = b.create<RecvOp>(op->getLoc(), v.getType(), b.getI64IntegerAttr(*stage),
                                      b.getI64IntegerAttr(channel));
         setStage(recv, to);
+        if (backward.contains(op)) {
+          send->setAttr("dist.backward", b.getUnitAttr());
+          recv->setAttr("dist.backward", b.getUnitAttr());
+        }
         insertAfter = recv;
         for (OpOperand *use : uses)
           use->set(recv.getResult());

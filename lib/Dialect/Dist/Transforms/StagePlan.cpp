@@ -68,7 +68,7 @@ static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterMode
       stages[i].devices.push_back(d);
   }
   mp.plan = evaluateStages(mp.coarse, cluster, popts, stages, microBatches,
-                           Schedule::OneFOneB);
+                           popts.schedules.front());
   mp.plan.strategy = popts.strategy;
   assignNodeStages(mp);
   return mp;
@@ -88,6 +88,10 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
   // More than one micro-batch asked for: the planner uses that count.
   if (o.microBatches > 1)
     popts.microBatchCounts = {static_cast<unsigned>(o.microBatches)};
+  // The exporter unrolls micro-batches in GPipe order (1F1B needs
+  // non-blocking sends), so the plan applied to the IR is costed, memory
+  // included, as GPipe.
+  popts.schedules = {Schedule::GPipe};
   llvm::Expected<ModelPlan> mp =
       o.numStages > 0
           ? forcedPlan(func, *cluster, popts, o.numStages,
