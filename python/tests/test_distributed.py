@@ -174,6 +174,29 @@ def load_params_initial(jobs):
     return {k: v for k, v in init.items() if k in jobs["ref"]}
 
 
+def test_replicas_feed_parts_of_the_single_rank_batch(jobs, tmp_path):
+    """The data the 4-rank job feeds is the single rank's batch, split by replica."""
+    if jobs["optimizer"] != "sgd":
+        pytest.skip("one optimizer is enough")
+    args = list(jobs["args"])
+    args[args.index("--steps") + 1] = "3"
+    run([STRAIT_RUN, str(jobs["tmp"] / "single"), *args, "--dump-outputs", str(tmp_path / "one")])
+    run([STRAIT_RUN, str(jobs["multi"]), *args, "--dump-outputs", str(tmp_path / "four")])
+    ids = np.load(tmp_path / "one" / "input_ids.rank0.npy")
+    labels = np.load(tmp_path / "one" / "labels.rank0.npy")
+    assert ids.shape == (8, 16) and len(np.unique(ids)) > 10
+    # Rank r is replica r % 2 (ranks 0, 1 stage 0; 2, 3 stage 1): it feeds rows [4k, 4k+4).
+    seen = set()
+    for r in range(4):
+        for name, whole in (("input_ids", ids), ("labels", labels)):
+            f = tmp_path / "four" / f"{name}.rank{r}.npy"
+            if f.exists():
+                k = r % 2
+                np.testing.assert_array_equal(np.load(f), whole[4 * k:4 * k + 4], err_msg=str(f))
+                seen.add((name, k))
+    assert seen == {(n, k) for n in ("input_ids", "labels") for k in (0, 1)}, seen
+
+
 def wan_unavailable():
     if os.geteuid() != 0:
         return "the emulated WAN needs root (network namespaces and tc)"
