@@ -4,6 +4,7 @@
 #include "strait/Analysis/Workload.h"
 
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -53,7 +54,11 @@ std::string strait::formatCodec(const Codec &codec, bool withFeedback) {
   case CodecKind::BF16: s = "bf16"; break;
   case CodecKind::Int8: s = "int8"; break;
   case CodecKind::Int4: s = "int4"; break;
-  case CodecKind::TopK: s = llvm::formatv("topk:{0}", codec.ratio).str(); break;
+  case CodecKind::TopK: {
+    llvm::raw_string_ostream os(s);
+    os << "topk:" << llvm::format("%g", codec.ratio);
+    break;
+  }
   }
   if (withFeedback && codec.errorFeedback)
     s += "+ef";

@@ -35,6 +35,10 @@ TEST(Compression, ParsesCodecsAndOverrides) {
   EXPECT_EQ(topk->kind, CodecKind::TopK);
   EXPECT_DOUBLE_EQ(topk->ratio, 0.05);
   EXPECT_EQ(formatCodec(*topk), "topk:0.05");
+  EXPECT_EQ(formatCodec(make(CodecKind::TopK, 0.001)), "topk:0.001");
+  Codec ef = make(CodecKind::Int8);
+  ef.errorFeedback = true;
+  EXPECT_EQ(formatCodec(ef, /*withFeedback=*/true), "int8+ef");
   EXPECT_EQ(llvm::toString(parseCodec("int3").takeError()),
             "unknown codec 'int3' (expected none, fp16, bf16, int8, int4 or topk:RATIO)");
   EXPECT_EQ(llvm::toString(parseCodec("topk:0").takeError()),
