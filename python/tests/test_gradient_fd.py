@@ -54,9 +54,10 @@ class Case:
     ``cross-entropy``: built by the pass against all-zero labels, which strait-run feeds
     when no data is given)."""
 
-    def __init__(self, name, nodes, params, loss="output", flags=()):
+    def __init__(self, name, nodes, params, loss="output", flags=(), opset=OPSET):
         self.name, self.nodes, self.params, self.loss, self.flags = (
             name, nodes, params, loss, list(flags))
+        self.opset = opset
 
 
 def _rng(name):
@@ -72,14 +73,16 @@ def _const(name, value, T):
 
 
 def _output_shape(case: Case, T) -> list[int]:
+    """y's shape, from onnxruntime (ONNX shape inference leaves function ops such as
+    GroupNormalization-21 unshaped)."""
     graph = helper.make_graph(
         case.nodes(T), "shape",
         [helper.make_tensor_value_info(n, T, a.shape) for n, a in case.params.items()],
         [helper.make_tensor_value_info("y", T, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    dims = inferred.graph.output[0].type.tensor_type.shape.dim
-    return [d.dim_value for d in dims]
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {n: a.astype(NP[T]) for n, a in case.params.items()}
+    return list(sess.run(None, feed)[0].shape)
 
 
 def _model(case: Case, T, as_inputs: bool, R: np.ndarray | None) -> bytes:
@@ -101,7 +104,7 @@ def _model(case: Case, T, as_inputs: bool, R: np.ndarray | None) -> bytes:
         inputs = []
         inits = [numpy_helper.from_array(a, n) for n, a in params.items()]
     graph = helper.make_graph(nodes, case.name.replace("-", "_"), inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
     return model.SerializeToString()
 
 
@@ -335,6 +338,54 @@ def _cases():
     c.append(Case("cross-entropy-loss", lambda T: [helper.make_node("MatMul", ["p0", "p1"],
                                                                      ["y"])],
                   {"p0": _r((2, 3, 4), 41), "p1": _r((4, 5), 42)}, loss="cross-entropy"))
+    # rules added with this file: Einsum, ReduceProd and the other reductions,
+    # Group/InstanceNormalization, Tile, ConvTranspose
+    for i, (eq, sa, sb) in enumerate([("bij,bjk->bik", (2, 3, 4), (2, 4, 2)),
+                                      ("bhqd,bhkd->bhqk", (1, 2, 3, 4), (1, 2, 5, 4)),
+                                      ("ij,jk", (3, 4), (4, 2)),
+                                      ("...ij,jk->...ik", (2, 1, 3, 4), (4, 2)),
+                                      ("bi,bi->b", (3, 4), (3, 4)),
+                                      ("i,j->ij", (3,), (4,)),
+                                      ("...j,...j->...", (2, 1, 4), (1, 3, 4))]):
+        c.append(Case(f"Einsum-{i}-{eq}", lambda T, eq=eq: [
+            helper.make_node("Einsum", ["p0", "p1"], ["y"], equation=eq)],
+            {"p0": _r(sa, 50 + i), "p1": _r(sb, 60 + i)}))
+    c.append(Case("Einsum-transpose", lambda T: [
+        helper.make_node("Einsum", ["p0"], ["y"], equation="ijk->kij")], {"p0": _r((2, 3, 4), 70)}))
+    prod = _r((3, 4), 71, 0.5, 1.5) * np.sign(_r((3, 4), 72))
+    prod[1, 2] = 0.0  # one zero in row 1: only that entry gets a gradient
+    prod[2, 0] = prod[2, 3] = 0.0  # two zeros in row 2: no gradient
+    c.append(Case("ReduceProd", lambda T: [helper.make_node("ReduceProd", ["p0"], ["y"],
+                                                            axes=[1], keepdims=1)],
+                  {"p0": prod}))
+    c.append(Case("ReduceProd-all", lambda T: [helper.make_node("ReduceProd", ["p0"], ["y"],
+                                                                keepdims=0)],
+                  {"p0": _r((2, 3), 73, 0.5, 1.5)}))
+    for op in ("ReduceL1", "ReduceL2", "ReduceLogSumExp"):
+        c.append(Case(op, lambda T, op=op: [helper.make_node(op, ["p0"], ["y"], axes=[0, 2],
+                                                             keepdims=0)],
+                      {"p0": _u(op).params["p0"].reshape(1, 2, 3).repeat(2, 0) * 1.1}))
+    c.append(Case("ReduceLogSum", lambda T: [helper.make_node("ReduceLogSum", ["p0"], ["y"],
+                                                              axes=[1], keepdims=1)],
+                  {"p0": _r((2, 3, 2), 74, 0.5, 2.0)}))
+    c.append(Case("InstanceNormalization", lambda T: [helper.make_node(
+        "InstanceNormalization", ["p0", "p1", "p2"], ["y"], epsilon=1e-5)],
+        {"p0": _r((2, 3, 2, 3), 75, -2, 2), "p1": _r((3,), 76, 0.5, 1.5), "p2": _r((3,), 77)}))
+    c.append(Case("GroupNormalization", lambda T: [helper.make_node(
+        "GroupNormalization", ["p0", "p1", "p2"], ["y"], epsilon=1e-5, num_groups=2,
+        stash_type=T)],  # statistics in T (default float32 even for a double model)
+        {"p0": _r((2, 4, 3), 78, -2, 2), "p1": _r((4,), 79, 0.5, 1.5), "p2": _r((4,), 80)},
+        opset=21))
+    c.append(Case("Tile", lambda T: [
+        _const("rep", np.array([2, 1, 3], np.int64), T),
+        helper.make_node("Tile", ["p0", "rep"], ["y"])], {"p0": _r((2, 3, 2), 81)}))
+    c.append(Case("ConvTranspose", lambda T: [helper.make_node(
+        "ConvTranspose", ["p0", "p1", "p2"], ["y"], strides=[2, 1], pads=[1, 0, 0, 1],
+        output_padding=[1, 0], group=2)],
+        {"p0": _r((2, 4, 3, 3), 82), "p1": _r((4, 1, 3, 2), 83), "p2": _r((2,), 84)}))
+    c.append(Case("ConvTranspose-dilated", lambda T: [helper.make_node(
+        "ConvTranspose", ["p0", "p1"], ["y"], dilations=[2, 2])],
+        {"p0": _r((1, 2, 3, 2), 85), "p1": _r((2, 3, 2, 2), 86)}))
     return {case.name: case for case in c}
 
 

@@ -247,6 +247,46 @@ Status instanceNormKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// GroupNormalization (opset 21: scale and bias per channel): statistics per
+/// sample and group of C / num_groups channels.
+Status groupNormKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *bias, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(int64_t groups, ctx.getAttrs().getInt("num_groups", 0));
+  if (x->rank() < 2 || groups < 1 || x->shape[1] % groups != 0 ||
+      scale->numel() != x->shape[1] || bias->numel() != x->shape[1])
+    return ctx.error("X " + x->typeString() + " with " + std::to_string(groups) +
+                     " groups, scale " + scale->typeString() + " and bias " +
+                     bias->typeString() + " (scale and bias per channel)");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  int64_t c = x->shape[1], n = x->shape[0];
+  int64_t spatial = x->numel() / std::max<int64_t>(n * c, 1);
+  int64_t perGroup = (c / groups) * spatial;
+  parallelFor(n * groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const float *in = x->as<float>() + gi * perGroup;
+      float *out = y->as<float>() + gi * perGroup;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < perGroup; ++j)
+        mean += in[j];
+      mean /= perGroup;
+      for (int64_t j = 0; j < perGroup; ++j)
+        var += (in[j] - mean) * (in[j] - mean);
+      var /= perGroup;
+      double inv = 1.0 / std::sqrt(var + eps);
+      int64_t firstChannel = (gi % groups) * (c / groups);
+      for (int64_t j = 0; j < perGroup; ++j) {
+        int64_t ch = firstChannel + j / spatial;
+        out[j] = static_cast<float>((in[j] - mean) * inv) * scale->as<float>()[ch] +
+                 bias->as<float>()[ch];
+      }
+    }
+  });
+  return Status::ok();
+}
+
 } // namespace
 
 void addNormalizationKernels(KernelTable &table) {
@@ -262,6 +302,7 @@ void addNormalizationKernels(KernelTable &table) {
   table.add("LayerNormalization", layerNormKernel);
   table.add("BatchNormalization", batchNormKernel);
   table.add("InstanceNormalization", instanceNormKernel);
+  table.add("GroupNormalization", groupNormKernel);
 }
 
 } // namespace cpu

@@ -7,8 +7,10 @@ module {
   func.func @main(%x: tensor<4x3xf32> {graph.name = "x"}) -> (tensor<f32> {graph.name = "loss"}) {
     %w = graph.ReadVariable @w : tensor<4x3xf32>
     %a = graph.Mul %x, %w : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
-    // expected-error@+1 {{'graph.ReduceProd' op has no gradient rule, but it lies between trainable variable @w and the loss}}
-    %m = graph.ReduceProd %a {axes = array<i64>, keepdims = 0 : i64} : (tensor<4x3xf32>) -> tensor<f32>
+    %r = graph.Reshape %a {shape = array<i64: 1, 4, 3, 1>} : (tensor<4x3xf32>) -> tensor<1x4x3x1xf32>
+    // expected-error@+1 {{'graph.LRN' op has no gradient rule, but it lies between trainable variable @w and the loss}}
+    %n = graph.LRN %r {alpha = 1.0e-04 : f32, beta = 7.500000e-01 : f32, bias = 1.0 : f32, size = 3 : i64} : (tensor<1x4x3x1xf32>) -> tensor<1x4x3x1xf32>
+    %m = graph.ReduceSum %n {axes = array<i64>, keepdims = 0 : i64} : (tensor<1x4x3x1xf32>) -> tensor<f32>
     return %m : tensor<f32>
   }
 }
@@ -52,5 +54,32 @@ module {
     %a = graph.Mul %x, %w : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
     %m = graph.ReduceSum %a {axes = array<i64>, keepdims = 0 : i64} : (tensor<3xf32>) -> tensor<f32>
     return %m : tensor<f32>
+  }
+}
+
+// -----
+
+// Einsum: an index summed within one operand has no rule (the diagnostic
+// names the equation, the index and the operand).
+module {
+  graph.Variable @w : tensor<4x3xf32> = dense<1.0> : tensor<4x3xf32>
+  func.func @main(%x: tensor<3xf32> {graph.name = "x"}) -> (tensor<f32> {graph.name = "loss"}) {
+    %w = graph.ReadVariable @w : tensor<4x3xf32>
+    // expected-error@+1 {{'graph.Einsum' op gradient of Einsum 'ij,j->': index 'i' of operand 0 is summed within that operand, which is not supported}}
+    %y = graph.Einsum %w, %x {equation = "ij,j->"} : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<f32>
+    return %y : tensor<f32>
+  }
+}
+
+// -----
+
+// Einsum: a repeated index (a diagonal) has no rule.
+module {
+  graph.Variable @w : tensor<3x3xf32> = dense<1.0> : tensor<3x3xf32>
+  func.func @main() -> (tensor<f32> {graph.name = "loss"}) {
+    %w = graph.ReadVariable @w : tensor<3x3xf32>
+    // expected-error@+1 {{'graph.Einsum' op gradient of an Einsum term with a repeated index (a diagonal) is not supported: 'ii->'}}
+    %y = graph.Einsum %w {equation = "ii->"} : (tensor<3x3xf32>) -> tensor<f32>
+    return %y : tensor<f32>
   }
 }

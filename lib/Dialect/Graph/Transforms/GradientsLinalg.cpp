@@ -1,6 +1,11 @@
-//===- GradientsLinalg.cpp - Rules of MatMul and Gemm ---------------------===//
+//===- GradientsLinalg.cpp - Rules of MatMul, Gemm and Einsum -------------===//
 
 #include "GradientUtils.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string>
 
 using namespace mlir;
 using namespace strait::graph;
@@ -55,9 +60,108 @@ LogicalResult gemmGrad(GemmOp op, GradBuilder &g, ValueRange dy, DX dx) {
   return success();
 }
 
+/// An Einsum equation split into its input terms and its explicit output
+/// term; an ellipsis stays "..." (its dims broadcast as in the forward op).
+struct EinsumTerms {
+  SmallVector<std::string> inputs;
+  std::string output;
+};
+
+/// Parses `equation` for `numInputs` operands; implicit mode (no "->") gets
+/// ONNX's output: the ellipsis, then the letters used once, sorted.
+FailureOr<EinsumTerms> parseEinsum(EinsumOp op, size_t numInputs) {
+  std::string eq;
+  for (char c : op.getEquation())
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      eq.push_back(c);
+  EinsumTerms t;
+  size_t arrow = eq.find("->");
+  StringRef lhs = StringRef(eq).substr(0, arrow);
+  SmallVector<StringRef> parts;
+  lhs.split(parts, ',');
+  for (StringRef p : parts)
+    t.inputs.push_back(p.str());
+  if (t.inputs.size() != numInputs)
+    return op.emitOpError("equation '") << op.getEquation() << "' has "
+                                        << t.inputs.size() << " input terms for "
+                                        << numInputs << " operands";
+  auto letters = [](StringRef term) {
+    std::string out;
+    for (char c : term)
+      if (std::isalpha(static_cast<unsigned char>(c)))
+        out.push_back(c);
+    return out;
+  };
+  for (const std::string &term : t.inputs) {
+    std::string l = letters(term);
+    llvm::sort(l);
+    if (std::adjacent_find(l.begin(), l.end()) != l.end())
+      return op.emitOpError("gradient of an Einsum term with a repeated index "
+                            "(a diagonal) is not supported: '")
+             << op.getEquation() << "'";
+  }
+  if (arrow != std::string::npos) {
+    t.output = eq.substr(arrow + 2);
+    return t;
+  }
+  std::map<char, int> uses;
+  bool ellipsis = false;
+  for (const std::string &term : t.inputs) {
+    ellipsis |= StringRef(term).contains("...");
+    for (char c : letters(term))
+      ++uses[c];
+  }
+  if (ellipsis)
+    t.output = "...";
+  for (auto [c, n] : uses)
+    if (n == 1)
+      t.output.push_back(c);
+  return t;
+}
+
+/// Y = einsum(A[, B]). The gradient of each operand is one Einsum of dY
+/// with the other operand onto the operand's term ("out,B->A"), summed over
+/// broadcast ellipsis dims. Each index of the operand must appear in the
+/// output or in the other operand (contractions, batched products and outer
+/// products, as exporters emit; not an index summed within one operand).
+LogicalResult einsumGrad(EinsumOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  ValueRange in = op.getInputs();
+  if (in.empty() || in.size() > 2)
+    return op.emitOpError("gradient of an Einsum over ")
+           << in.size() << " operands is not supported (1 or 2)";
+  FailureOr<EinsumTerms> t = parseEinsum(op, in.size());
+  if (failed(t))
+    return failure();
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!strait::detail::isFloatTensor(in[k].getType()))
+      continue;
+    std::string other = in.size() == 2 ? t->inputs[1 - k] : "";
+    const std::string &mine = t->inputs[k];
+    std::string available = t->output + other;
+    for (char c : mine)
+      if (std::isalpha(static_cast<unsigned char>(c)) &&
+          available.find(c) == std::string::npos)
+        return op.emitOpError("gradient of Einsum '")
+               << op.getEquation() << "': index '" << c << "' of operand " << k
+               << " is summed within that operand, which is not supported";
+    if (StringRef(mine).contains("...") && !StringRef(available).contains("..."))
+      return op.emitOpError("gradient of Einsum '")
+             << op.getEquation() << "': the ellipsis of operand " << k
+             << " is summed away, which is not supported";
+    std::string eq = t->output + (other.empty() ? "" : "," + other) + "->" + mine;
+    SmallVector<Value> operands{dy[0]};
+    if (!other.empty())
+      operands.push_back(in[1 - k]);
+    Value grad = g.make<EinsumOp>(ValueRange(operands), g.b.getStringAttr(eq));
+    dx[k] = g.reduceTo(grad, in[k]);
+  }
+  return success();
+}
+
 } // namespace
 
 void grad::registerLinalgGradients(MLIRContext *ctx) {
   attachRule<MatMulOp, matmulGrad>(ctx);
   attachRule<GemmOp, gemmGrad>(ctx);
+  attachRule<EinsumOp, einsumGrad>(ctx);
 }

@@ -1,7 +1,9 @@
 //===- GradientsNormalization.cpp - Rules of normalization ops ------------===//
 //
 // LayerNormalization and the training form of BatchNormalization go to fused
-// gradient ops that recompute (LayerNorm) or reuse (BatchNorm) statistics.
+// gradient ops that recompute (LayerNorm) or reuse (BatchNorm) statistics;
+// Group- and InstanceNormalization reuse LayerNormalizationGrad on X viewed
+// as [N, groups, rest].
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,10 +66,67 @@ LogicalResult batchNormInferenceGrad(BatchNormalizationOp op, GradBuilder &g,
   return success();
 }
 
+/// GroupNormalization (InstanceNormalization: one group per channel) over
+/// X [N, C, ...]: X viewed as [N, G, C/G * spatial] is a LayerNormalization
+/// over the last axis without affine parameters, followed by the per-channel
+/// scale and bias. dX is LayerNormalizationGrad of dY * scale (unit scale);
+/// the normalized X is recomputed for dScale.
+LogicalResult groupNormGrad(Operation *op, GradBuilder &g, Value dy, Value x,
+                            Value scale, Value bias, int64_t groups,
+                            APFloat epsilon, DX dx) {
+  ArrayRef<int64_t> shape = shapeOf(x);
+  if (shape.size() < 2 || shape[1] % groups != 0)
+    return op->emitOpError("gradient needs X of rank >= 2 whose channels divide "
+                           "into ")
+           << groups << " groups";
+  int64_t per = cast<RankedTensorType>(x.getType()).getNumElements() /
+                (shape[0] * groups);
+  auto floatType = cast<RankedTensorType>(x.getType()).getElementType();
+  auto unitType = RankedTensorType::get({per}, floatType);
+  Value unit = g.make<ConstantOp>(cast<ElementsAttr>(
+      DenseElementsAttr::get(unitType, FloatAttr::get(floatType, 1.0))));
+  SmallVector<int64_t> grouped{shape[0], groups, per};
+  SmallVector<int64_t> chan(shape.size(), 1);
+  chan[1] = shape[1];
+  auto perChannel = [&](Value v) { return g.make<ReshapeOp>(v, ArrayRef<int64_t>(chan), 0); };
+  auto epsAttr = g.b.getF32FloatAttr(epsilon.convertToFloat());
+  auto axisAttr = g.b.getI64IntegerAttr(-1);
+  Value xg = g.make<ReshapeOp>(x, ArrayRef<int64_t>(grouped), 0);
+  Value dxhat = g.make<ReshapeOp>(g.mul(dy, perChannel(scale)), ArrayRef<int64_t>(grouped), 0);
+  auto lnGrad = g.create<LayerNormalizationGradOp>(dxhat, xg, unit, axisAttr, epsAttr);
+  dx[0] = g.reshapeTo(lnGrad.getDX(), x);
+  Value xhat = g.reshapeTo(
+      g.make<LayerNormalizationOp>(xg, unit, Value(), axisAttr, epsAttr), x);
+  SmallVector<int64_t> axes{0};
+  for (int64_t i = 2, e = shape.size(); i < e; ++i)
+    axes.push_back(i);
+  dx[1] = g.reshapeTo(g.make<ReduceSumOp>(g.mul(dy, xhat), ArrayRef<int64_t>(axes), 0),
+                      scale);
+  dx[2] = g.reshapeTo(g.make<ReduceSumOp>(dy, ArrayRef<int64_t>(axes), 0), bias);
+  return success();
+}
+
+LogicalResult instanceNormGrad(InstanceNormalizationOp op, GradBuilder &g,
+                               ValueRange dy, DX dx) {
+  Value x = op.getInput();
+  if (shapeOf(x).size() < 2)
+    return op.emitOpError("gradient needs an input of rank >= 2");
+  return groupNormGrad(op, g, dy[0], x, op.getScale(), op.getB(), shapeOf(x)[1],
+                       op.getEpsilon(), dx);
+}
+
+LogicalResult groupNormalizationGrad(GroupNormalizationOp op, GradBuilder &g,
+                                     ValueRange dy, DX dx) {
+  return groupNormGrad(op, g, dy[0], op.getX(), op.getScale(), op.getBias(),
+                       op.getNumGroups(), op.getEpsilon(), dx);
+}
+
 } // namespace
 
 void grad::registerNormalizationGradients(MLIRContext *ctx) {
   attachRule<LayerNormalizationOp, layerNormGrad>(ctx);
   attachRule<BatchNormalizationTrainingOp, batchNormTrainingGrad>(ctx);
   attachRule<BatchNormalizationOp, batchNormInferenceGrad>(ctx);
+  attachRule<InstanceNormalizationOp, instanceNormGrad>(ctx);
+  attachRule<GroupNormalizationOp, groupNormalizationGrad>(ctx);
 }

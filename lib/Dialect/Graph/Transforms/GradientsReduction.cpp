@@ -71,6 +71,69 @@ LogicalResult extremumGrad(OpT op, GradBuilder &g, ValueRange dy, DX dx) {
   return success();
 }
 
+/// ReduceProd: d/dx_i = prod of the other entries, exact with zeros (as
+/// PyTorch): with no zero in the group y/x_i; with one zero, the product of
+/// the nonzero entries at the zero and 0 elsewhere; with more, 0.
+LogicalResult reduceProdGrad(ReduceProdOp op, GradBuilder &g, ValueRange dy,
+                             DX dx) {
+  Value x = op.getData();
+  Type elt = getElementTypeOrSelf(x);
+  SmallVector<int64_t> axes = reducedAxes(op.getAxes(), op.getNoopWithEmptyAxes() != 0,
+                                          shapeOf(x).size());
+  Value zero = g.scalar(0.0, x), one = g.scalar(1.0, x);
+  Value isZero = g.make<EqualOp>(x, zero);
+  Value nonzero = g.make<WhereOp>(isZero, one, x);
+  auto groupOf = [&](Value v) { // reduce with keepdims, then broadcast back
+    return g.make<ExpandOp>(v, shapeOf(x));
+  };
+  Value prodNonzero =
+      groupOf(g.make<ReduceProdOp>(nonzero, ArrayRef<int64_t>(axes), /*keepdims=*/1));
+  Value zeros = groupOf(g.make<ReduceSumOp>(g.make<CastOp>(isZero, elt),
+                                            ArrayRef<int64_t>(axes), /*keepdims=*/1));
+  Value noZero = g.make<CastOp>(g.make<EqualOp>(zeros, zero), elt);
+  Value oneZero = g.make<CastOp>(g.make<EqualOp>(zeros, one), elt);
+  Value atZero = g.mul(prodNonzero, oneZero);
+  Value elsewhere = g.mul(g.div(prodNonzero, nonzero), noZero);
+  Value factor = g.make<WhereOp>(isZero, atZero, elsewhere);
+  dx[0] = g.mul(expandReduced(op, g, dy[0]).first, factor);
+  return success();
+}
+
+/// ReduceL1: dY * sign(x).
+LogicalResult reduceL1Grad(ReduceL1Op op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.mul(expandReduced(op, g, dy[0]).first, g.make<SignOp>(op.getData()));
+  return success();
+}
+
+/// ReduceL2: dY * x / y, 0 where y = 0 (PyTorch's subgradient of the norm).
+LogicalResult reduceL2Grad(ReduceL2Op op, GradBuilder &g, ValueRange dy, DX dx) {
+  Value x = op.getData();
+  Value y = expandReduced(op, g, op.getReduced()).first;
+  Value zero = g.scalar(0.0, x);
+  Value isZero = g.make<EqualOp>(y, zero);
+  Value safe = g.make<WhereOp>(isZero, g.scalar(1.0, x), y);
+  Value ratio = g.make<WhereOp>(isZero, g.zeros(x.getType()), g.div(x, safe));
+  dx[0] = g.mul(expandReduced(op, g, dy[0]).first, ratio);
+  return success();
+}
+
+/// ReduceLogSumExp: dY * exp(x - y) (the softmax over the reduced axes).
+LogicalResult reduceLogSumExpGrad(ReduceLogSumExpOp op, GradBuilder &g,
+                                  ValueRange dy, DX dx) {
+  Value y = expandReduced(op, g, op.getReduced()).first;
+  dx[0] = g.mul(expandReduced(op, g, dy[0]).first,
+                g.make<ExpOp>(g.sub(op.getData(), y)));
+  return success();
+}
+
+/// ReduceLogSum: dY / sum(x) = dY / exp(y).
+LogicalResult reduceLogSumGrad(ReduceLogSumOp op, GradBuilder &g, ValueRange dy,
+                               DX dx) {
+  Value y = expandReduced(op, g, op.getReduced()).first;
+  dx[0] = g.div(expandReduced(op, g, dy[0]).first, g.make<ExpOp>(y));
+  return success();
+}
+
 LogicalResult softmaxGrad(SoftmaxOp op, GradBuilder &g, ValueRange dy, DX dx) {
   dx[0] = g.make<SoftmaxGradOp>(dy[0], op.getOutput(), op.getAxisAttr());
   return success();
@@ -99,6 +162,11 @@ void grad::registerReductionGradients(MLIRContext *ctx) {
   attachRule<ReduceSumSquareOp, reduceSumSquareGrad>(ctx);
   attachRule<ReduceMaxOp, extremumGrad<ReduceMaxOp>>(ctx);
   attachRule<ReduceMinOp, extremumGrad<ReduceMinOp>>(ctx);
+  attachRule<ReduceProdOp, reduceProdGrad>(ctx);
+  attachRule<ReduceL1Op, reduceL1Grad>(ctx);
+  attachRule<ReduceL2Op, reduceL2Grad>(ctx);
+  attachRule<ReduceLogSumExpOp, reduceLogSumExpGrad>(ctx);
+  attachRule<ReduceLogSumOp, reduceLogSumGrad>(ctx);
   attachRule<SoftmaxOp, softmaxGrad>(ctx);
   attachRule<LogSoftmaxOp, logSoftmaxGrad>(ctx);
   attachRule<SoftmaxCrossEntropyLossOp, sceGrad>(ctx);

@@ -31,6 +31,24 @@ LogicalResult transposeGrad(TransposeOp op, GradBuilder &g, ValueRange dy,
   return success();
 }
 
+/// Tile: dY [r0*d0, r1*d1, ...] viewed as [r0, d0, r1, d1, ...] summed over
+/// the repeat axes.
+LogicalResult tileGrad(TileOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  ArrayRef<int64_t> in = shapeOf(op.getInput());
+  ArrayRef<int64_t> repeats = op.getRepeats();
+  if (repeats.size() != in.size())
+    return op.emitOpError("gradient needs one repeat per dimension");
+  SmallVector<int64_t> split, axes;
+  for (auto [i, r] : llvm::enumerate(repeats)) {
+    axes.push_back(static_cast<int64_t>(2 * i));
+    split.push_back(r);
+    split.push_back(in[i]);
+  }
+  Value view = g.make<ReshapeOp>(dy[0], ArrayRef<int64_t>(split), 0);
+  dx[0] = g.make<ReduceSumOp>(view, ArrayRef<int64_t>(axes), /*keepdims=*/0);
+  return success();
+}
+
 LogicalResult expandGrad(ExpandOp op, GradBuilder &g, ValueRange dy, DX dx) {
   dx[0] = g.reduceTo(dy[0], op.getInput());
   return success();
@@ -103,6 +121,7 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<UnsqueezeOp, reshapeLikeGrad<UnsqueezeOp>>(ctx);
   attachRule<TransposeOp, transposeGrad>(ctx);
   attachRule<ExpandOp, expandGrad>(ctx);
+  attachRule<TileOp, tileGrad>(ctx);
   attachRule<GatherOp, gatherGrad>(ctx);
   attachRule<SliceOp, sliceGrad>(ctx);
   attachRule<ConcatOp, concatGrad>(ctx);
