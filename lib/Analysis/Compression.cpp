@@ -418,10 +418,14 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       }
       LinkTransfer t = interIslandTransfer(cluster, islands, s.paramBytes);
       t.target = plan.microBatches * stageTime(j);
+      // Overrides may name any pair of replicas in different islands.
       std::vector<std::pair<unsigned, unsigned>> pairs;
-      for (size_t a = 0; a < islands.size(); ++a)
-        for (size_t b = a + 1; b < islands.size(); ++b)
-          pairs.push_back({islands[a].front(), islands[b].front()});
+      if (!options.links.empty())
+        for (size_t a = 0; a < islands.size(); ++a)
+          for (size_t b = a + 1; b < islands.size(); ++b)
+            for (unsigned x : islands[a])
+              for (unsigned y : islands[b])
+                pairs.push_back({x, y});
       c = picker.pick(pairs, t);
       if (!c.isNone())
         time = islandAllReduceTime(

@@ -80,9 +80,16 @@ struct InsertCompressionPass
   using DistInsertCompressionBase::DistInsertCompressionBase;
   void runOnOperation() override;
 
+  LogicalResult parseOptions(ModuleOp module);
+  LogicalResult loadCluster(ModuleOp module);
   /// Compute seconds of one micro-batch (forward and backward) per stage on
-  /// its slowest replica.
-  std::vector<double> stageTimes(func::FuncOp func, PlanAttr plan) const;
+  /// its slowest replica (zeros without a cluster).
+  std::vector<double> stageTimes(func::FuncOp func) const;
+  StringRef deviceName(int64_t stage, size_t replica) const;
+  /// One codec per (sending stage, receiving stage) for all its transfers.
+  void compressCuts(func::FuncOp func, ArrayRef<double> times);
+  /// The inter-island phase (or flat ring) of each gradient all-reduce.
+  void compressAllReduces(func::FuncOp func, ArrayRef<double> times);
   /// The codec of a link given by its device pairs (override, mode, auto).
   strait::Codec pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
                      ArrayRef<std::pair<StringRef, StringRef>> names, const LinkTransfer &t,
@@ -94,6 +101,7 @@ struct InsertCompressionPass
   Value decode(OpBuilder &b, Location loc, Value bytes, Type plain,
                const strait::Codec &codec, int64_t stage);
 
+  PlanAttr plan;
   std::optional<ClusterModel> clusterModel;
   std::vector<std::vector<unsigned>> devices;
   CompressionOptions options;
@@ -103,8 +111,7 @@ struct InsertCompressionPass
 
 } // namespace
 
-std::vector<double> InsertCompressionPass::stageTimes(func::FuncOp func,
-                                                      PlanAttr plan) const {
+std::vector<double> InsertCompressionPass::stageTimes(func::FuncOp func) const {
   std::vector<double> times(plan.getNumStages(), 0);
   if (!clusterModel)
     return times;
@@ -234,57 +241,52 @@ void InsertCompressionPass::compressAllReduce(AllReduceOp op, const strait::Code
   ++numCompressedAllReduces;
 }
 
-void InsertCompressionPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  PlanAttr plan = getPlan(module);
-  auto func = module.lookupSymbol<func::FuncOp>("main");
-  if (!plan || !func || func.isExternal()) {
-    module.emitError("dist-insert-compression needs a dist.plan and a function @main; run "
-                     "dist-assign-stages and dist-insert-comm first");
-    return signalPassFailure();
-  }
+LogicalResult InsertCompressionPass::parseOptions(ModuleOp module) {
   options.mode = compress;
   if (compress != "auto" && compress != "none") {
     llvm::Expected<strait::Codec> c = parseCodec(compress);
-    if (!c) {
-      module.emitError() << "--compress=" << compress << ": " << llvm::toString(c.takeError());
-      return signalPassFailure();
-    }
+    if (!c)
+      return module.emitError() << "--compress=" << compress << ": "
+                                << llvm::toString(c.takeError());
     global = *c;
   }
   for (const std::string &text : compressLink) {
     llvm::Expected<CompressionOptions::LinkOverride> o = parseLinkOverride(text);
-    if (!o) {
-      module.emitError() << "--compress-link=" << llvm::toString(o.takeError());
-      return signalPassFailure();
-    }
+    if (!o)
+      return module.emitError() << "--compress-link=" << llvm::toString(o.takeError());
     options.links.push_back(std::move(*o));
   }
   used.assign(options.links.size(), 0);
-  if (compress == "none" && options.links.empty())
-    return;
-  if (!cluster.empty()) {
-    FailureOr<ClusterModel> c = strait::dist::detail::loadClusterFor(module, cluster, "dist-insert-compression");
-    if (failed(c))
-      return signalPassFailure();
-    clusterModel = std::move(*c);
-    FailureOr<std::vector<std::vector<unsigned>>> d =
-        strait::dist::detail::stageDevices(module, plan, *clusterModel, cluster);
-    if (failed(d))
-      return signalPassFailure();
-    devices = std::move(*d);
-  } else if (compress == "auto") {
-    module.emitError("--compress=auto needs the cluster file (cluster=FILE) to weigh links; "
-                     "give a codec or compress=none with compress-link overrides instead");
-    return signalPassFailure();
-  }
-  std::vector<double> times = stageTimes(func, plan);
-  int64_t microBatches = plan.getMicroBatches();
-  auto deviceName = [&](int64_t stage, size_t replica) {
-    return cast<StringAttr>(plan.getStage(stage).getDevices()[replica]).getValue();
-  };
+  return success();
+}
 
-  // Cuts: the transfers of each (from, to) pair share one codec.
+LogicalResult InsertCompressionPass::loadCluster(ModuleOp module) {
+  if (cluster.empty()) {
+    if (compress == "auto")
+      return module.emitError(
+          "--compress=auto needs the cluster file (cluster=FILE) to weigh links; give a codec "
+          "or compress=none with compress-link overrides instead");
+    return success();
+  }
+  FailureOr<ClusterModel> c =
+      strait::dist::detail::loadClusterFor(module, cluster, "dist-insert-compression");
+  if (failed(c))
+    return failure();
+  clusterModel = std::move(*c);
+  FailureOr<std::vector<std::vector<unsigned>>> d =
+      strait::dist::detail::stageDevices(module, plan, *clusterModel, cluster);
+  if (failed(d))
+    return failure();
+  devices = std::move(*d);
+  return success();
+}
+
+StringRef InsertCompressionPass::deviceName(int64_t stage, size_t replica) const {
+  return cast<StringAttr>(plan.getStage(stage).getDevices()[replica]).getValue();
+}
+
+void InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> times) {
+  // The transfers of each (from, to) pair share one codec.
   std::map<std::pair<int64_t, int64_t>, SmallVector<Transfer>> links;
   for (Operation &op : func.getBody().front())
     if (auto send = dyn_cast<SendOp>(op))
@@ -330,37 +332,44 @@ void InsertCompressionPass::runOnOperation() {
     for (Transfer &tr : transfers)
       compressTransfer(tr, codec);
   }
+}
 
-  // All-reduces: the inter-island phase (or the flat ring) is the link.
+void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<double> times) {
   SmallVector<AllReduceOp> reduces;
   func.walk([&](AllReduceOp op) { reduces.push_back(op); });
   for (AllReduceOp op : reduces) {
     int64_t stage = *getStage(op);
-    PlacementAttr place = plan.getStage(stage);
-    ArrayRef<int64_t> ranks = place.getRanks().asArrayRef();
-    // Islands as replica indices: the op's, else one per replica.
+    ArrayRef<int64_t> ranks = plan.getStage(stage).getRanks().asArrayRef();
+    auto replicaOf = [&](int64_t rank) {
+      return static_cast<size_t>(llvm::find(ranks, rank) - ranks.begin());
+    };
+    // Islands as replica indices: the op's, else one per replica (the flat
+    // ring is then the slow link).
     std::vector<std::vector<size_t>> islands;
     if (ArrayAttr attr = op.getIslandsAttr()) {
       for (auto group : attr.getAsRange<DenseI64ArrayAttr>()) {
-        std::vector<size_t> island;
+        islands.emplace_back();
         for (int64_t r : group.asArrayRef())
-          island.push_back(llvm::find(ranks, r) - ranks.begin());
-        islands.push_back(std::move(island));
+          islands.back().push_back(replicaOf(r));
       }
     } else {
       for (int64_t r : op.getGroup())
-        islands.push_back({static_cast<size_t>(llvm::find(ranks, r) - ranks.begin())});
+        islands.push_back({replicaOf(r)});
     }
     if (islands.size() < 2 || !encodable(op.getValue()))
       continue;
+    // Overrides may name any pair of replicas in different islands.
     SmallVector<std::pair<unsigned, unsigned>> pairs;
     SmallVector<std::pair<StringRef, StringRef>> names;
-    for (size_t a = 0; a < islands.size(); ++a)
-      for (size_t b = a + 1; b < islands.size(); ++b) {
-        names.push_back({deviceName(stage, islands[a][0]), deviceName(stage, islands[b][0])});
-        if (clusterModel)
-          pairs.push_back({devices[stage][islands[a][0]], devices[stage][islands[b][0]]});
-      }
+    if (!options.links.empty())
+      for (size_t a = 0; a < islands.size(); ++a)
+        for (size_t b = a + 1; b < islands.size(); ++b)
+          for (size_t x : islands[a])
+            for (size_t y : islands[b]) {
+              names.push_back({deviceName(stage, x), deviceName(stage, y)});
+              if (clusterModel)
+                pairs.push_back({devices[stage][x], devices[stage][y]});
+            }
     LinkTransfer t;
     t.payload = Payload::WeightGradient;
     t.plainBytes = bytesOf(op.getValue());
@@ -372,13 +381,32 @@ void InsertCompressionPass::runOnOperation() {
           deviceIslands.back().push_back(devices[stage][r]);
       }
       t = interIslandTransfer(*clusterModel, deviceIslands, t.plainBytes);
-      t.target = microBatches * times[stage];
+      t.target = plan.getMicroBatches() * times[stage];
     }
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
     if (!codec.isNone())
       compressAllReduce(op, codec);
   }
+}
 
+void InsertCompressionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  plan = getPlan(module);
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!plan || !func || func.isExternal()) {
+    module.emitError("dist-insert-compression needs a dist.plan and a function @main; run "
+                     "dist-assign-stages and dist-insert-comm first");
+    return signalPassFailure();
+  }
+  if (failed(parseOptions(module)))
+    return signalPassFailure();
+  if (compress == "none" && options.links.empty())
+    return;
+  if (failed(loadCluster(module)))
+    return signalPassFailure();
+  std::vector<double> times = stageTimes(func);
+  compressCuts(func, times);
+  compressAllReduces(func, times);
   for (auto [i, o] : llvm::enumerate(options.links))
     if (!used[i]) {
       module.emitError() << "--compress-link=" << o.text << ": no link of the plan joins '"
