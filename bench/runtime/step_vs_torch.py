@@ -12,6 +12,8 @@ is forward + backward + optimizer update:
     runs the same module (models/digits-cnn/export.py).
 Strait: `strait-run --threads T` (its per-iteration time, median over iterations after 5 warm-up
 ones). PyTorch: `torch.set_num_threads(T)`, median of the same number of steps after 5 warm-up.
+Each is measured --rounds times (default 3) and the best median kept, which damps the load of
+other processes on a shared machine.
 Prints one row per (model, threads) with both times and the ratio Strait / PyTorch (< 1: Strait is
 faster), all measured in this run.
 """
@@ -68,6 +70,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     import numpy as np
@@ -113,8 +116,11 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for name, model, shape, opt, data_args, module, batch, batch_text in cases:
         for t in [int(x) for x in a.threads.split(",")]:
-            s = strait_step_ms(a.build, model, shape, opt, t, a.steps, work, data_args)
-            p = torch_step_ms(module, batch, opt, t, a.steps)
+            # Rounds alternate the two so that load from other processes hits both; the
+            # best round's median of each is kept.
+            s = min(strait_step_ms(a.build, model, shape, opt, t, a.steps, work, data_args)
+                    for _ in range(a.rounds))
+            p = min(torch_step_ms(module, batch, opt, t, a.steps) for _ in range(a.rounds))
             print(f"| {name} | {batch_text} | {opt} | {t} | {s:.2f} | {p:.2f} | {s / p:.2f} |", flush=True)
 
 
