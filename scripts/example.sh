@@ -6,14 +6,17 @@
 # replicas, 4 local ranks. (Left to itself the planner picks 2 replicas on one
 # host for a model this small; --num-stages 2 forces the 2x2 layout.)
 # Usage: scripts/example.sh [steps]
+# (STRAIT_SKIP_SETUP=1 uses the existing build; STRAIT_EXAMPLE_OUT=DIR writes
+# the job and the text data under DIR instead of out/: the tests do both.)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${STRAIT_BUILD_DIR:-$root/build}"
 steps="${1:-100}"
-"$root/scripts/setup.sh" "$build"
+[ "${STRAIT_SKIP_SETUP:-0}" = 1 ] || "$root/scripts/setup.sh" "$build"
 
-out="$root/out/gpt2-tiny"
-data="$root/out/text"
+outroot="${STRAIT_EXAMPLE_OUT:-$root/out}"
+out="$outroot/gpt2-tiny"
+data="$outroot/text"
 [ -f "$data/train.bin" ] || "$root/.venv/bin/python" "$root/runtime/scripts/make-text-tokens.py" "$data"
 
 echo "== straitc: import, training step, plan, per-rank programs"

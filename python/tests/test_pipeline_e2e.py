@@ -188,3 +188,20 @@ def test_forward_two_stages_match_single_rank(tmp_path):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert not (tmp_path / "out4" / "logits.rank0.npy").exists()
     print(f"forward: bytes sent per iteration {sent}; logits equal on 1 and 4 ranks")
+
+
+def test_quick_start_trains_on_four_ranks(tmp_path):
+    """scripts/example.sh (the README's main command), 30 steps, with the existing build:
+    4 ranks (2 stages x 2 replicas) and a visibly falling loss."""
+    env = dict(os.environ, STRAIT_SKIP_SETUP="1", STRAIT_EXAMPLE_OUT=str(tmp_path),
+               STRAIT_BUILD_DIR=BUILD)
+    p = subprocess.run([os.path.join(ROOT, "scripts", "example.sh"), "30"], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "(4 ranks, 2 stages)" in p.stdout, p.stdout[-3000:]
+    assert "all 4 ranks finished" in p.stdout + p.stderr
+    steps = [(int(s), float(l)) for s, l in re.findall(r"^step (\d+)/30 loss (\S+)", p.stdout, re.M)]
+    assert [s for s, _ in steps] == list(range(1, 31)), p.stdout[-3000:]
+    first, last = steps[0][1], sum(l for _, l in steps[-5:]) / 5
+    assert last < first - 1.0, (first, last)  # ln(256) = 5.5 -> about 3.2 on byte-level text
+    print(f"quick start on 4 ranks: loss {first:.3f} -> {last:.3f} (mean of the last 5 of 30 steps)")
