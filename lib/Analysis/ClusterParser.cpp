@@ -138,6 +138,11 @@ static Error parseDeviceType(const Reader &r, yaml::Node *node,
       if (!x)
         return x.takeError();
       type.memCapacity = *x * double(1ull << 30);
+    } else if (key == "codec_gbs") { // transfer codecs (Compression.h)
+      Expected<double> x = r.positive(v, key);
+      if (!x)
+        return x.takeError();
+      type.codecBandwidth = *x * 1e9;
     } else if (key == "efficiency") {
       return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
         std::optional<OpKind> kind = symbolizeOpKind(op);

@@ -79,25 +79,30 @@ double strait::encodedBytes(const Codec &codec, double elements, unsigned elemen
   return n * elementBytes;
 }
 
-double strait::codecThroughput(DeviceKind kind, CodecKind codec) {
-  double quantize = kind == DeviceKind::CPU ? 2e9 : 100e9;
+double strait::quantizeRate(const DeviceType &type) {
+  if (type.codecBandwidth > 0)
+    return type.codecBandwidth;
+  return type.kind == DeviceKind::CPU ? 2e9 : 100e9;
+}
+
+double strait::codecThroughput(double rate, CodecKind codec) {
   switch (codec) {
   case CodecKind::None: return 1e300;
   case CodecKind::FP16:
-  case CodecKind::BF16: return 2 * quantize;
+  case CodecKind::BF16: return 2 * rate;
   case CodecKind::Int8:
-  case CodecKind::Int4: return quantize;
-  case CodecKind::TopK: return quantize / 4;
+  case CodecKind::Int4: return rate;
+  case CodecKind::TopK: return rate / 4;
   }
-  return quantize;
+  return rate;
 }
 
-double strait::codecTime(const Codec &codec, double plainBytes, DeviceKind sender,
-                         DeviceKind receiver) {
+double strait::codecTime(const Codec &codec, double plainBytes, double senderRate,
+                         double receiverRate) {
   if (codec.isNone() || plainBytes <= 0)
     return 0;
-  return plainBytes / codecThroughput(sender, codec.kind) +
-         plainBytes / codecThroughput(receiver, codec.kind);
+  return plainBytes / codecThroughput(senderRate, codec.kind) +
+         plainBytes / codecThroughput(receiverRate, codec.kind);
 }
 
 double strait::transferTimeWith(const LinkTransfer &t, const Codec &codec) {
@@ -106,7 +111,8 @@ double strait::transferTimeWith(const LinkTransfer &t, const Codec &codec) {
   double elements = t.plainBytes / t.elementBytes;
   double wire = encodedBytes(codec, elements, t.elementBytes);
   return t.latencyHops * t.latency + t.trafficFactor * wire / t.bandwidth +
-         codecTime(codec, t.plainBytes / std::max(1.0, t.parallel), t.sender, t.receiver);
+         codecTime(codec, t.plainBytes / std::max(1.0, t.parallel), t.senderRate,
+                   t.receiverRate);
 }
 
 /// Rounds a top-k ratio down to one significant digit (0.0372 -> 0.03).
@@ -141,8 +147,8 @@ Codec strait::chooseCodec(const LinkTransfer &t) {
     topk.errorFeedback = true;
     topk.ratio = 1;
     double fixed = t.latencyHops * t.latency +
-                   codecTime(topk, t.plainBytes / std::max(1.0, t.parallel), t.sender,
-                             t.receiver);
+                   codecTime(topk, t.plainBytes / std::max(1.0, t.parallel), t.senderRate,
+                             t.receiverRate);
     double perRatio =
         t.trafficFactor * (t.plainBytes / t.elementBytes) * (t.elementBytes + 4) / t.bandwidth;
     double fit = perRatio > 0 ? (t.target - fixed) / perRatio : 0;
@@ -288,11 +294,10 @@ LinkTransfer strait::interIslandTransfer(const ClusterModel &cluster,
   t.bandwidth = ring.bandwidth;
   t.trafficFactor = 2.0 * (g - 1) / g;
   t.latencyHops = 2.0 * (g - 1);
-  DeviceKind slowest = DeviceKind::GPU;
+  double slowest = 1e300;
   for (unsigned d : leaders)
-    if (cluster.typeOf(d).kind == DeviceKind::CPU)
-      slowest = DeviceKind::CPU;
-  t.sender = t.receiver = slowest;
+    slowest = std::min(slowest, quantizeRate(cluster.typeOf(d)));
+  t.senderRate = t.receiverRate = slowest;
   return t;
 }
 
@@ -389,11 +394,14 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     t.bandwidth = s.sendBandwidth > 0 ? s.sendBandwidth : 1e30;
     t.parallel = pairs.size();
     t.target = std::max(stageTime(j), stageTime(j + 1));
-    t.sender = cluster.typeOf(s.devices[0]).kind;
-    t.receiver = cluster.typeOf(next.devices[0]).kind;
+    t.senderRate = t.receiverRate = 1e300;
+    for (auto [x, y] : pairs) {
+      t.senderRate = std::min(t.senderRate, quantizeRate(cluster.typeOf(x)));
+      t.receiverRate = std::min(t.receiverRate, quantizeRate(cluster.typeOf(y)));
+    }
     for (bool backward : {false, true}) {
       if (backward) {
-        std::swap(t.sender, t.receiver);
+        std::swap(t.senderRate, t.receiverRate);
         t.payload = Payload::ActivationGradient;
       }
       Codec c = picker.pick(pairs, t);
@@ -401,7 +409,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       (backward ? out.backwardBytes : out.forwardBytes)
           .push_back(encodedBytes(c, t.plainBytes / t.elementBytes, t.elementBytes));
       (backward ? out.backwardCodecTime : out.forwardCodecTime)
-          .push_back(codecTime(c, t.plainBytes / t.parallel, t.sender, t.receiver));
+          .push_back(codecTime(c, t.plainBytes / t.parallel, t.senderRate, t.receiverRate));
       (backward ? out.backwardTime : out.forwardTime).push_back(transferTimeWith(t, c));
     }
   }
@@ -430,7 +438,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       if (!c.isNone())
         time = islandAllReduceTime(
             cluster, islands, s.paramBytes, encodedBytes(c, s.paramBytes / 4, 4),
-            codecTime(c, s.paramBytes, t.sender, t.receiver));
+            codecTime(c, s.paramBytes, t.senderRate, t.receiverRate));
     }
     out.allReduce.push_back(c);
     out.allReduceTime.push_back(time);

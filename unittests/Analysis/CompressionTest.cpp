@@ -29,6 +29,30 @@ TEST(Compression, SizeModel) {
   EXPECT_EQ(encodedBytes(make(CodecKind::TopK, 0.015), 1000), 120);
 }
 
+TEST(Compression, CodecTimeFollowsTheDeviceType) {
+  DeviceType cpu = makeCpuType(), gpu = makeA100();
+  EXPECT_EQ(quantizeRate(cpu), 2e9);
+  EXPECT_EQ(quantizeRate(gpu), 100e9);
+  cpu.codecBandwidth = 8e9; // codec_gbs: 8
+  EXPECT_EQ(quantizeRate(cpu), 8e9);
+  // 1 GB through int8: encode at 8 GB/s, decode at 100 GB/s; casts twice
+  // as fast, top-k four times slower; none is free.
+  EXPECT_NEAR(codecTime(make(CodecKind::Int8), 1e9, 8e9, 100e9), 0.125 + 0.01, 1e-12);
+  EXPECT_NEAR(codecTime(make(CodecKind::FP16), 1e9, 8e9, 100e9), 0.0625 + 0.005, 1e-12);
+  EXPECT_NEAR(codecTime(make(CodecKind::TopK, 0.1), 1e9, 8e9, 100e9), 0.5 + 0.04, 1e-12);
+  EXPECT_EQ(codecTime(make(CodecKind::None), 1e9, 8e9, 100e9), 0);
+  // The cluster file's field.
+  llvm::Expected<ClusterModel> c = parseCluster(R"(
+name: t
+device_types:
+  - {name: cpu, kind: cpu, peak_tflops: {fp32: 1}, mem_bandwidth_gbs: 10, memory_gib: 1, codec_gbs: 3}
+devices:
+  - {name: d0, type: cpu, host: h, site: s}
+)", "t.yaml");
+  ASSERT_TRUE(!!c) << llvm::toString(c.takeError());
+  EXPECT_EQ(quantizeRate(c->types[0]), 3e9);
+}
+
 TEST(Compression, ParsesCodecsAndOverrides) {
   llvm::Expected<Codec> topk = parseCodec("topk:0.05");
   ASSERT_TRUE(!!topk);

@@ -47,6 +47,9 @@ struct DeviceType {
   double memCapacity = 0;  ///< bytes
   /// Achievable fraction of peak per op kind (1 = pure roofline).
   std::array<double, kNumOpKinds> efficiency{1, 1, 1, 1, 1, 1, 1};
+  /// Input bytes/s the device quantizes (int8/int4) a transfer at (cluster
+  /// field `codec_gbs`); 0: the default of its kind (Compression.h).
+  double codecBandwidth = 0;
 };
 
 /// Measured numbers for one device (or every device of a type); they

@@ -55,13 +55,16 @@ std::string formatCodec(const Codec &codec, bool withFeedback = false);
 /// k (elementBytes + 4) with k = ceil(ratio n); none n elementBytes.
 double encodedBytes(const Codec &codec, double elements, unsigned elementBytes = 4);
 
-/// Input bytes per second a device of `kind` encodes (or decodes) with
-/// `codec`: casts 2x, top-k selection 1/4x the quantization rate; the
-/// quantization rate is 2 GB/s on a CPU core set, 100 GB/s on a GPU/NPU.
-double codecThroughput(DeviceKind kind, CodecKind codec);
-/// Encode on the sender plus decode on the receiver of `plainBytes`.
-double codecTime(const Codec &codec, double plainBytes, DeviceKind sender,
-                 DeviceKind receiver);
+/// Input bytes per second a device of `type` quantizes (int8/int4) at: the
+/// type's `codec_gbs`, else 2 GB/s for a CPU, 100 GB/s for a GPU or NPU.
+double quantizeRate(const DeviceType &type);
+/// Input bytes per second of `codec` on a device quantizing at `rate`:
+/// casts 2x, top-k selection (linear time) 1/4x.
+double codecThroughput(double rate, CodecKind codec);
+/// Encode on the sender plus decode on the receiver of `plainBytes`, their
+/// quantization rates given.
+double codecTime(const Codec &codec, double plainBytes, double senderRate,
+                 double receiverRate);
 
 enum class Payload { Activation, ActivationGradient, WeightGradient };
 
@@ -75,7 +78,8 @@ struct LinkTransfer {
   double trafficFactor = 1;
   /// Latency hops (2(p-1) for a ring).
   double latencyHops = 1;
-  DeviceKind sender = DeviceKind::GPU, receiver = DeviceKind::GPU;
+  /// Quantization rates (bytes/s) of the encoding and decoding devices.
+  double senderRate = 100e9, receiverRate = 100e9;
   Payload payload = Payload::Activation;
   double target = 0; ///< seconds; compression aims at time <= target
   /// Encoders working in parallel (replica pairs of a cut): the codec time

@@ -322,8 +322,12 @@ void InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> tim
       }
       t.bandwidth = slowest;
       t.latency = latency;
-      t.sender = clusterModel->typeOf(devices[from][0]).kind;
-      t.receiver = clusterModel->typeOf(devices[to][0]).kind;
+      // The slowest encoder and decoder among the replica pairs.
+      t.senderRate = t.receiverRate = 1e300;
+      for (auto [x, y] : pairs) {
+        t.senderRate = std::min(t.senderRate, quantizeRate(clusterModel->typeOf(x)));
+        t.receiverRate = std::min(t.receiverRate, quantizeRate(clusterModel->typeOf(y)));
+      }
       t.target = std::max(times[from], times[to]);
     }
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
