@@ -235,7 +235,7 @@ StatusOr<std::pair<double, double>> probeLink(const Options &o) {
   g.timeout = std::chrono::milliseconds(o.timeoutMs);
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, createGlooCommunicator(g));
   int peer = 1 - o.linkRank;
-  std::vector<float> small(1), large((size_t(o.linkMib ? o.linkMib : (o.quick ? 4 : 32)) << 20) / 4);
+  std::vector<float> small(1), large((size_t(o.linkMib ? o.linkMib : (o.quick ? 8 : 32)) << 20) / 4);
   Tensor ts{program::DTYPE_F32, {1}, small.data()};
   Tensor tl{program::DTYPE_F32, {int64_t(large.size())}, large.data()};
   auto pingpong = [&](Tensor &t) -> Status {
@@ -252,13 +252,19 @@ StatusOr<std::pair<double, double>> probeLink(const Options &o) {
   for (int i = 0; i < reps; ++i)
     STRAIT_RETURN_IF_ERROR(pingpong(ts));
   double rtt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-  int bulk = 3;
+  // Bandwidth: `bulk` large messages back to back, then one small reply:
+  // time = bulk * bytes / bandwidth + rtt.
+  int bulk = 4;
   t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < bulk; ++i)
-    STRAIT_RETURN_IF_ERROR(pingpong(tl));
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / bulk;
+    STRAIT_RETURN_IF_ERROR(o.linkRank == 0 ? comm->send(tl, peer, 1) : comm->recv(tl, peer, 1));
+  STRAIT_RETURN_IF_ERROR(o.linkRank == 0 ? comm->recv(ts, peer, 2) : comm->send(ts, peer, 2));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   STRAIT_RETURN_IF_ERROR(comm->barrier());
-  return std::make_pair(double(tl.byteSize()) / std::max(1e-9, s - rtt), rtt / 2);
+  // Subtract the round trip only when the transfer dominates (a noisy rtt
+  // must not make a fast link look infinitely fast).
+  double transfer = s - rtt > 0.5 * s ? s - rtt : s;
+  return std::make_pair(double(bulk) * double(tl.byteSize()) / transfer, rtt / 2);
 }
 
 std::string num(double v) {
