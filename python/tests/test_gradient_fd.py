@@ -386,6 +386,18 @@ def _cases():
     c.append(Case("ConvTranspose-dilated", lambda T: [helper.make_node(
         "ConvTranspose", ["p0", "p1"], ["y"], dilations=[2, 2])],
         {"p0": _r((1, 2, 3, 2), 85), "p1": _r((2, 3, 2, 2), 86)}))
+    for i, (mode, coord, nearest, size) in enumerate([
+            ("nearest", "asymmetric", "floor", [2, 2, 6, 7]),
+            ("nearest", "half_pixel", "round_prefer_floor", [2, 2, 2, 5]),
+            ("linear", "half_pixel", "round_prefer_floor", [2, 2, 7, 4]),
+            ("linear", "align_corners", "round_prefer_floor", [2, 2, 6, 6]),
+            ("linear", "pytorch_half_pixel", "round_prefer_floor", [2, 2, 2, 3])]):
+        c.append(Case(f"Resize-{i}-{mode}-{coord}", lambda T, mode=mode, coord=coord,
+                      nearest=nearest, size=size: [
+            _const("sizes", np.array(size, np.int64), T),
+            helper.make_node("Resize", ["p0", "", "", "sizes"], ["y"], mode=mode,
+                             coordinate_transformation_mode=coord, nearest_mode=nearest)],
+            {"p0": _r((2, 2, 3, 4), 90 + i)}))
     return {case.name: case for case in c}
 
 

@@ -261,3 +261,31 @@ TEST(Gradients, ClipByGlobalNormAndSgd) {
   EXPECT_NEAR((*s)[1][0], 1.5f, 1e-6);
   EXPECT_NEAR((*s)[0][0], 0.85f, 1e-6);
 }
+
+// ResizeGrad: dX of <Resize(x), r> for nearest and linear modes, up- and
+// downsampling (Resize is linear in x, so the differences are exact up to
+// rounding).
+TEST(Gradients, ResizeNearestAndLinear) {
+  struct Config {
+    const char *mode, *coord, *nearest;
+    Shape ys;
+  };
+  Shape xs = {1, 2, 3, 4};
+  for (const Config &c : {Config{"nearest", "asymmetric", "floor", {1, 2, 6, 7}},
+                          Config{"nearest", "half_pixel", "round_prefer_ceil", {1, 2, 2, 3}},
+                          Config{"linear", "half_pixel", "", {1, 2, 7, 5}},
+                          Config{"linear", "align_corners", "", {1, 2, 5, 3}},
+                          Config{"linear", "pytorch_half_pixel", "", {1, 2, 1, 6}}}) {
+    Attrs a = [&](program::Kernel &k) {
+      setString(k, "mode", c.mode);
+      setString(k, "coordinate_transformation_mode", c.coord);
+      if (*c.nearest)
+        setString(k, "nearest_mode", c.nearest);
+    };
+    auto x = pseudoRandom(numElements(xs), 30), r = pseudoRandom(numElements(c.ys), 31);
+    auto dx = run1("ResizeGrad", {Input::f(c.ys, r)}, {{F32, xs}}, a);
+    std::string what = std::string(c.mode) + " " + c.coord;
+    expectClose(dx, numericGrad("Resize", {Input::f(xs, x)}, 0, {F32, c.ys}, a, r),
+                what.c_str());
+  }
+}

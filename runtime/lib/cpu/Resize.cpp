@@ -4,10 +4,13 @@
 // half_pixel, pytorch_half_pixel, align_corners, asymmetric and
 // tf_half_pixel_for_nn, and all four nearest rounding modes. The output shape
 // is the program's static one; scales default to out/in per dimension.
+// ResizeGrad (the training step's gradient) scatters dY back with the same
+// taps.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace strait {
@@ -66,19 +69,52 @@ struct Tap {
   float w1;
 };
 
+/// The interpolation attributes shared by Resize and ResizeGrad.
+struct ResizeAttrs {
+  std::string mode, nearestMode;
+  CoordMode coord;
+};
+
+StatusOr<ResizeAttrs> readResizeAttrs(KernelContext &ctx) {
+  const AttrReader &attrs = ctx.getAttrs();
+  ResizeAttrs a;
+  STRAIT_ASSIGN_OR_RETURN(a.mode, attrs.getString("mode", "nearest"));
+  STRAIT_ASSIGN_OR_RETURN(std::string cm, attrs.getString("coordinate_transformation_mode", "half_pixel"));
+  STRAIT_ASSIGN_OR_RETURN(a.nearestMode, attrs.getString("nearest_mode", "round_prefer_floor"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t antialias, attrs.getInt("antialias", 0));
+  if ((a.mode != "nearest" && a.mode != "linear") || antialias || attrs.has("axes"))
+    return ctx.unsupported("mode '" + a.mode + "' / antialias / axes");
+  STRAIT_ASSIGN_OR_RETURN(a.coord, parseCoordMode(ctx, cm));
+  return a;
+}
+
+/// Per dim, the taps of every output coordinate for input shape `in` and
+/// output shape `out` with the given scales.
+std::vector<std::vector<Tap>> resizeTaps(const ResizeAttrs &a, const Shape &in,
+                                         const Shape &out, const std::vector<double> &scales) {
+  std::vector<std::vector<Tap>> taps(in.size());
+  for (size_t d = 0; d < in.size(); ++d)
+    for (int64_t o = 0; o < out[d]; ++o) {
+      double c = originalCoord(a.coord, o, scales[d], in[d], in[d] * scales[d]);
+      int64_t last = in[d] - 1;
+      if (a.mode == "nearest") {
+        int64_t i = std::clamp<int64_t>(nearestIndex(a.nearestMode, c), 0, last);
+        taps[d].push_back({i, i, 0.0f});
+      } else {
+        c = std::clamp(c, 0.0, double(last));
+        int64_t i0 = static_cast<int64_t>(std::floor(c));
+        taps[d].push_back({i0, std::min(i0 + 1, last), float(c - i0)});
+      }
+    }
+  return taps;
+}
+
 Status resizeKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   Tensor *y = ctx.output(0);
   if (!y || y->rank() != x->rank() || y->dtype != x->dtype)
     return ctx.error("output must be an f32 tensor of the input's rank");
-  const AttrReader &attrs = ctx.getAttrs();
-  STRAIT_ASSIGN_OR_RETURN(std::string mode, attrs.getString("mode", "nearest"));
-  STRAIT_ASSIGN_OR_RETURN(std::string cm, attrs.getString("coordinate_transformation_mode", "half_pixel"));
-  STRAIT_ASSIGN_OR_RETURN(std::string nm, attrs.getString("nearest_mode", "round_prefer_floor"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t antialias, attrs.getInt("antialias", 0));
-  if ((mode != "nearest" && mode != "linear") || antialias || attrs.has("axes"))
-    return ctx.unsupported("mode '" + mode + "' / antialias / axes");
-  STRAIT_ASSIGN_OR_RETURN(CoordMode coord, parseCoordMode(ctx, cm));
+  STRAIT_ASSIGN_OR_RETURN(ResizeAttrs a, readResizeAttrs(ctx));
   int64_t r = x->rank();
   std::vector<double> scales(r);
   const Tensor *scalesIn = ctx.input(2);
@@ -92,21 +128,7 @@ Status resizeKernel(KernelContext &ctx) {
       return ctx.error("declared output dim " + std::to_string(d) +
                        " differs from floor(input * scale)");
   }
-  std::vector<std::vector<Tap>> taps(r);
-  for (int64_t d = 0; d < r; ++d)
-    for (int64_t o = 0; o < y->shape[d]; ++o) {
-      double c = originalCoord(coord, o, scales[d], x->shape[d],
-                               x->shape[d] * scales[d]);
-      int64_t last = x->shape[d] - 1;
-      if (mode == "nearest") {
-        int64_t i = std::clamp<int64_t>(nearestIndex(nm, c), 0, last);
-        taps[d].push_back({i, i, 0.0f});
-      } else {
-        c = std::clamp(c, 0.0, double(last));
-        int64_t i0 = static_cast<int64_t>(std::floor(c));
-        taps[d].push_back({i0, std::min(i0 + 1, last), float(c - i0)});
-      }
-    }
+  std::vector<std::vector<Tap>> taps = resizeTaps(a, x->shape, y->shape, scales);
   std::vector<int64_t> st = rowMajorStrides(x->shape);
   const float *in = x->as<float>();
   float *out = y->as<float>();
@@ -136,9 +158,56 @@ Status resizeKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// ResizeGrad (strait domain): dX (the output's static shape, the forward
+/// input's) is zero plus every dY entry times its taps' weights, scattered
+/// to the positions the forward Resize read; scales are dY / dX per dim.
+Status resizeGradKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  Tensor *dx = ctx.output(0);
+  if (!dx || dx->rank() != dy->rank() || dx->dtype != dy->dtype)
+    return ctx.error("output must be an f32 tensor of dY's rank");
+  STRAIT_ASSIGN_OR_RETURN(ResizeAttrs a, readResizeAttrs(ctx));
+  int64_t r = dy->rank();
+  std::vector<double> scales(r);
+  for (int64_t d = 0; d < r; ++d) {
+    if (dx->shape[d] <= 0)
+      return ctx.error("empty input dim " + std::to_string(d));
+    scales[d] = double(dy->shape[d]) / double(dx->shape[d]);
+  }
+  std::vector<std::vector<Tap>> taps = resizeTaps(a, dx->shape, dy->shape, scales);
+  std::vector<int64_t> st = rowMajorStrides(dx->shape);
+  const float *g = dy->as<float>();
+  float *out = dx->as<float>();
+  std::fill(out, out + dx->numel(), 0.0f);
+  // Scatter-add: sequential, as different dY entries share dX positions.
+  std::vector<const Tap *> t(r);
+  for (int64_t i = 0; i < dy->numel(); ++i) {
+    int64_t rem = i;
+    for (int64_t d = r - 1; d >= 0; --d) {
+      t[d] = &taps[d][rem % dy->shape[d]];
+      rem /= dy->shape[d];
+    }
+    for (int64_t corner = 0; corner < (int64_t(1) << r); ++corner) {
+      float w = 1;
+      int64_t off = 0;
+      for (int64_t d = 0; d < r && w != 0; ++d) {
+        bool hi = (corner >> d) & 1;
+        w *= hi ? t[d]->w1 : 1 - t[d]->w1;
+        off += (hi ? t[d]->i1 : t[d]->i0) * st[d];
+      }
+      if (w != 0)
+        out[off] += w * g[i];
+    }
+  }
+  return Status::ok();
+}
+
 } // namespace
 
-void addResizeKernels(KernelTable &table) { table.add("Resize", resizeKernel); }
+void addResizeKernels(KernelTable &table) {
+  table.add("Resize", resizeKernel);
+  table.add("ResizeGrad", resizeGradKernel);
+}
 
 } // namespace cpu
 } // namespace rt

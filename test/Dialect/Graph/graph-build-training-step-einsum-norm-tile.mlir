@@ -148,3 +148,20 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// Resize (linear, align_corners): ResizeGrad with the forward op's
+// interpolation attributes and the input's shape.
+// CHECK-LABEL: func.func @resize
+// CHECK: graph.Resize %{{.*}}graph.op_id = 1
+// CHECK: graph.ResizeGrad %{{.*}} {coordinate_transformation_mode = #graph.coord_mode<align_corners>, graph.grad_of = 1 : i64, input_shape = array<i64: 1, 1, 2, 3>, mode = #graph.resize_mode<linear>} : (tensor<1x1x4x5xf32>) -> tensor<1x1x2x3xf32>
+module {
+  graph.Variable @x : tensor<1x1x2x3xf32> = dense<0.5> : tensor<1x1x2x3xf32>
+  func.func @resize() -> (tensor<f32> {graph.name = "loss"}) {
+    %x = graph.ReadVariable @x : tensor<1x1x2x3xf32>
+    %y = graph.Resize %x {coordinate_transformation_mode = #graph.coord_mode<align_corners>, mode = #graph.resize_mode<linear>, scales = array<f32: 1.0, 1.0, 2.0, 1.66666663>, sizes = array<i64: 1, 1, 4, 5>} : (tensor<1x1x2x3xf32>) -> tensor<1x1x4x5xf32>
+    %l = graph.ReduceSumSquare %y {axes = array<i64>, keepdims = 0 : i64} : (tensor<1x1x4x5xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -83,3 +83,17 @@ module {
     return %y : tensor<f32>
   }
 }
+
+// -----
+
+// Cubic Resize has no gradient rule (nearest and linear have).
+module {
+  graph.Variable @w : tensor<1x1x2x2xf32> = dense<1.0> : tensor<1x1x2x2xf32>
+  func.func @main() -> (tensor<f32> {graph.name = "loss"}) {
+    %w = graph.ReadVariable @w : tensor<1x1x2x2xf32>
+    // expected-error@+1 {{'graph.Resize' op gradient of cubic Resize is not supported (nearest, linear)}}
+    %y = graph.Resize %w {mode = #graph.resize_mode<cubic>, scales = array<f32: 1.0, 1.0, 2.0, 2.0>, sizes = array<i64: 1, 1, 4, 4>} : (tensor<1x1x2x2xf32>) -> tensor<1x1x4x4xf32>
+    %l = graph.ReduceSum %y {axes = array<i64>, keepdims = 0 : i64} : (tensor<1x1x4x4xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -61,3 +61,20 @@ func.func @adamw(%lr: tensor<f32>, %s: tensor<i64>, %w: tensor<4xf32>) {
   %p:3 = graph.AdamW %lr, %s, %w, %w, %w, %w {beta1 = 1.0 : f32} : (tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
   return
 }
+
+// -----
+
+// T7: ResizeGrad interpolates as nearest or linear Resize, over dY's rank.
+func.func @resize_grad_cubic(%dy: tensor<2x4xf32>) {
+  // expected-error@+1 {{(T7) mode must be nearest or linear}}
+  %0 = graph.ResizeGrad %dy {input_shape = array<i64: 2, 2>, mode = #graph.resize_mode<cubic>} : (tensor<2x4xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @resize_grad_rank(%dy: tensor<2x4xf32>) {
+  // expected-error@+1 {{(T7) input_shape [2] should have dY's rank 2}}
+  %0 = graph.ResizeGrad %dy {input_shape = array<i64: 2>} : (tensor<2x4xf32>) -> tensor<2xf32>
+  return
+}

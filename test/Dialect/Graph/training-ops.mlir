@@ -22,6 +22,8 @@ func.func @grads(%dy: tensor<2x3xf32>, %y: tensor<2x3xf32>, %s: tensor<3xf32>,
   %5 = graph.SoftmaxCrossEntropyLossGrad %l, %y, %lab {ignore_index = -100 : i64, reduction = #graph.loss_reduction<mean>} : (tensor<f32>, tensor<2x3xf32>, tensor<2xi64>) -> tensor<2x3xf32>
   // CHECK: graph.SliceGrad {{.*}} -> tensor<2x5xf32>
   %6 = graph.SliceGrad %dy {axes = array<i64: 1>, ends = array<i64: 4>, input_shape = array<i64: 2, 5>, starts = array<i64: 1>, steps = array<i64: 1>} : (tensor<2x3xf32>) -> tensor<2x5xf32>
+  // CHECK: graph.ResizeGrad %{{.*}} {coordinate_transformation_mode = #graph.coord_mode<align_corners>, input_shape = array<i64: 2, 2>, mode = #graph.resize_mode<linear>} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  %7 = graph.ResizeGrad %dy {coordinate_transformation_mode = #graph.coord_mode<align_corners>, input_shape = array<i64: 2, 2>, mode = #graph.resize_mode<linear>} : (tensor<2x3xf32>) -> tensor<2x2xf32>
   return
 }
 

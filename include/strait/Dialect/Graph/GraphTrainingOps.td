@@ -290,6 +290,27 @@ def Graph_SliceGradOp : Graph_GenericOp<"SliceGrad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Graph_ResizeGradOp : Graph_GenericOp<"ResizeGrad", [Pure]> {
+  let summary = "gradient of Resize (nearest, linear): scatter-add";
+  let description = [{
+    A zero tensor of `input_shape` into which each dY entry is added at the
+    input positions the forward Resize read for it, with its interpolation
+    weights (same mode, coordinate transformation and nearest rounding; the
+    scales are output / input per dimension, as the exported forward uses).
+    (T7) mode is nearest or linear and `input_shape` has dY's rank.
+
+    ```mlir
+    %dx = graph.ResizeGrad %dy {input_shape = array<i64: 1, 2, 2, 2>, mode = #graph.resize_mode<linear>} : (tensor<1x2x4x4xf32>) -> tensor<1x2x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$dY, DenseI64ArrayAttr:$input_shape,
+      DefaultValuedAttr<Graph_ResizeModeAttr, "ResizeMode::nearest">:$mode,
+      DefaultValuedAttr<Graph_CoordModeAttr, "CoordMode::half_pixel">:$coordinate_transformation_mode,
+      DefaultValuedAttr<Graph_NearestModeAttr, "NearestMode::round_prefer_floor">:$nearest_mode);
+  let results = (outs AnyTensor:$dX);
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Micro-batches, clipping, optimizers and state.
 //===----------------------------------------------------------------------===//

@@ -187,6 +187,20 @@ LogicalResult GatherGradOp::verify() {
   return success();
 }
 
+STRAIT_INFER(ResizeGradOp) {
+  return pushShaped(types, adaptor.getInputShape(), adaptor.getDY());
+}
+
+LogicalResult ResizeGradOp::verify() {
+  if (getMode() == ResizeMode::cubic)
+    return emitOpError("(T7) mode must be nearest or linear");
+  TensorType dy = tensorOf(getDY());
+  if (dy.hasRank() && dy.getRank() != static_cast<int64_t>(getInputShape().size()))
+    return emitOpError("(T7) input_shape ")
+           << shapeStr(getInputShape()) << " should have dY's rank " << dy.getRank();
+  return success();
+}
+
 STRAIT_INFER(SliceGradOp) {
   return pushShaped(types, adaptor.getInputShape(), adaptor.getDY());
 }

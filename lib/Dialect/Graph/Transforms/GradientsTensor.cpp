@@ -49,6 +49,21 @@ LogicalResult tileGrad(TileOp op, GradBuilder &g, ValueRange dy, DX dx) {
   return success();
 }
 
+/// Resize (nearest, linear): ResizeGrad scatters dY back with the forward
+/// op's interpolation weights.
+LogicalResult resizeGrad(ResizeOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  if (op.getMode() == ResizeMode::cubic)
+    return op.emitOpError("gradient of cubic Resize is not supported (nearest, linear)");
+  CoordMode coord = op.getCoordinateTransformationMode();
+  if (coord == CoordMode::tf_crop_and_resize || coord == CoordMode::half_pixel_symmetric)
+    return op.emitOpError("gradient of Resize with coordinate_transformation_mode ")
+           << stringifyCoordMode(coord) << " is not supported";
+  dx[0] = g.make<ResizeGradOp>(dy[0], g.b.getDenseI64ArrayAttr(shapeOf(op.getX())),
+                               op.getModeAttr(), op.getCoordinateTransformationModeAttr(),
+                               op.getNearestModeAttr());
+  return success();
+}
+
 LogicalResult expandGrad(ExpandOp op, GradBuilder &g, ValueRange dy, DX dx) {
   dx[0] = g.reduceTo(dy[0], op.getInput());
   return success();
@@ -122,6 +137,7 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<TransposeOp, transposeGrad>(ctx);
   attachRule<ExpandOp, expandGrad>(ctx);
   attachRule<TileOp, tileGrad>(ctx);
+  attachRule<ResizeOp, resizeGrad>(ctx);
   attachRule<GatherOp, gatherGrad>(ctx);
   attachRule<SliceOp, sliceGrad>(ctx);
   attachRule<ConcatOp, concatGrad>(ctx);
