@@ -183,6 +183,46 @@ TEST(Codec, TopKKeepsExactlyTheKLargestMagnitudes) {
   }
 }
 
+namespace {
+/// Checks that a top-k payload keeps exactly the k largest magnitudes (ties
+/// to the lower index) against a full sort of (|x|, index).
+void expectExactTopK(const std::vector<float> &x, float ratio) {
+  auto p = params(program::CODEC_TOPK, ratio);
+  auto y = roundTrip(p, x);
+  int64_t k = topkCount(p, x.size());
+  std::vector<uint32_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
+    return fa > fb || (fa == fb && a < b);
+  });
+  std::vector<char> kept(x.size(), 0);
+  for (int64_t j = 0; j < k; ++j)
+    kept[order[j]] = 1;
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(y[i], kept[i] ? x[i] : 0.0f) << "ratio " << ratio << " element " << i;
+}
+} // namespace
+
+TEST(Codec, TopKOnLargeInputsMatchesAFullSort) {
+  // Above 2^18 elements the threshold comes from a sample and a candidate
+  // pass; the result must still be the exact top-k.
+  auto x = gaussian(1 << 20, 11);
+  for (float ratio : {0.0001f, 0.01f, 0.1f})
+    expectExactTopK(x, ratio);
+  // Many ties at the threshold, spread over the tensor.
+  std::vector<float> ties(1 << 19);
+  for (size_t i = 0; i < ties.size(); ++i)
+    ties[i] = float(int(i * 2654435761u % 7)) - 3.0f;
+  expectExactTopK(ties, 0.2f);
+  // A sample that sees only large values (the sampled positions hold 2, the
+  // rest 1) overestimates the threshold: the full-selection fallback.
+  std::vector<float> fooled(1 << 20, 1.0f);
+  for (uint64_t j = 0; j < (1u << 14); ++j)
+    fooled[(j * 0x9E3779B97F4A7C15ull) % fooled.size()] = 2.0f;
+  expectExactTopK(fooled, 0.1f);
+}
+
 TEST(Codec, TopKTiesGoToLowerIndicesAndEachIndexEncodingIsChosen) {
   // All equal magnitudes: the first k indices are kept.
   std::vector<float> x(1000, 1.0f);

@@ -217,10 +217,61 @@ void castIn(const uint8_t *src, int64_t numel, float *out, bool accumulate, Fn f
 
 // --- TOPK ------------------------------------------------------------------
 
+/// The k-th largest of the magnitude keys (bits & 0x7fffffff; their integer
+/// order is the numeric order of |x|, NaN above inf). Large inputs: a sample
+/// of 2^14 keys gives a lower bound that about k (1 + 3/sqrt(k)) keys pass;
+/// one parallel pass collects those candidates and nth_element runs on them
+/// only. If fewer than k pass (an unlucky sample), nth_element runs on all.
+uint32_t kthLargestKey(const uint32_t *bits, int64_t numel, int64_t k) {
+  auto exact = [&](std::vector<uint32_t> &keys, int64_t kk) {
+    std::nth_element(keys.begin(), keys.begin() + (kk - 1), keys.end(),
+                     std::greater<uint32_t>());
+    return keys[kk - 1];
+  };
+  const int64_t samples = 1 << 14;
+  if (numel < 16 * samples) {
+    std::vector<uint32_t> keys(numel);
+    for (int64_t i = 0; i < numel; ++i)
+      keys[i] = bits[i] & 0x7fffffffu;
+    return exact(keys, k);
+  }
+  std::vector<uint32_t> sample(samples);
+  for (int64_t j = 0; j < samples; ++j) {
+    // Multiplicative hashing spreads the sample over the tensor without
+    // following a stride that could alias the data's structure.
+    uint64_t i = (uint64_t(j) * 0x9E3779B97F4A7C15ull) % uint64_t(numel);
+    sample[j] = bits[i] & 0x7fffffffu;
+  }
+  double expected = double(k) * samples / numel;
+  int64_t rank = std::min<int64_t>(
+      samples, int64_t(expected + 3.0 * std::sqrt(expected) + 16.0));
+  uint32_t low = exact(sample, rank);
+  int64_t chunks = (numel + kGrain - 1) / kGrain;
+  std::vector<std::vector<uint32_t>> parts(chunks);
+  parallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      int64_t lo = c * kGrain, hi = std::min(numel, lo + kGrain);
+      for (int64_t i = lo; i < hi; ++i) {
+        uint32_t key = bits[i] & 0x7fffffffu;
+        if (key >= low)
+          parts[c].push_back(key);
+      }
+    }
+  });
+  std::vector<uint32_t> candidates;
+  for (auto &part : parts)
+    candidates.insert(candidates.end(), part.begin(), part.end());
+  if (static_cast<int64_t>(candidates.size()) >= k)
+    return exact(candidates, k);
+  std::vector<uint32_t> keys(numel);
+  for (int64_t i = 0; i < numel; ++i)
+    keys[i] = bits[i] & 0x7fffffffu;
+  return exact(keys, k);
+}
+
 /// Selects the k largest |x| (NaN counts as largest; ties go to the lower
 /// index) and returns their indices in increasing order. Linear expected
-/// time: nth_element over the magnitude bit patterns (the order of
-/// non-negative floats' bits is their numeric order), then one scan.
+/// time: the k-th largest magnitude key (kthLargestKey), then one scan.
 std::vector<uint32_t> selectTopK(const float *x, int64_t numel, int64_t k) {
   std::vector<uint32_t> idx;
   idx.reserve(k);
@@ -229,18 +280,25 @@ std::vector<uint32_t> selectTopK(const float *x, int64_t numel, int64_t k) {
       idx.push_back(static_cast<uint32_t>(i));
     return idx;
   }
-  std::vector<uint32_t> keys(numel);
   const uint32_t *bits = reinterpret_cast<const uint32_t *>(x);
-  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      keys[i] = bits[i] & 0x7fffffffu;
-  });
-  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(),
-                   std::greater<uint32_t>());
-  uint32_t threshold = keys[k - 1];
-  int64_t greater = 0; // only keys[0, k-1) can exceed the threshold
-  for (int64_t i = 0; i < k - 1; ++i)
-    greater += keys[i] > threshold;
+  uint32_t threshold = kthLargestKey(bits, numel, k);
+  // Elements above the threshold are all kept; ties at the threshold fill
+  // the remaining places from the lowest index.
+  int64_t greater = 0;
+  {
+    int64_t blocks = (numel + kGrain - 1) / kGrain;
+    std::vector<int64_t> partial(blocks, 0);
+    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        int64_t c = 0, hi = std::min(numel, (b + 1) * kGrain);
+        for (int64_t i = b * kGrain; i < hi; ++i)
+          c += (bits[i] & 0x7fffffffu) > threshold;
+        partial[b] = c;
+      }
+    });
+    for (int64_t c : partial)
+      greater += c;
+  }
   int64_t equalLeft = k - greater;
   // Parallel scan: per chunk, count the elements above the threshold and
   // equal to it, then each chunk writes its indices at its prefix offset.
@@ -498,10 +556,13 @@ Status encode(const program::CodecParams &params, const float *data,
   case program::CODEC_BF16:
     out.resize(kCodecHeaderBytes + 2ull * numel);
     writeHeader(out, codec, TopKIndexEncoding::None, 0, numel);
+    // Lambdas, not function pointers, so that the conversions inline.
     if (codec == program::CODEC_FP16)
-      castOut(data, numel, out.data() + kCodecHeaderBytes, floatToHalf);
+      castOut(data, numel, out.data() + kCodecHeaderBytes,
+              [](float f) { return floatToHalf(f); });
     else
-      castOut(data, numel, out.data() + kCodecHeaderBytes, floatToBFloat16);
+      castOut(data, numel, out.data() + kCodecHeaderBytes,
+              [](float f) { return floatToBFloat16(f); });
     return Status::ok();
   case program::CODEC_INT8:
   case program::CODEC_INT4: {
@@ -571,9 +632,11 @@ Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
       return corrupt(std::to_string(bytes) + " bytes for " +
                      std::to_string(numel) + " 16-bit values");
     if (codec == program::CODEC_FP16)
-      castIn(p + kCodecHeaderBytes, numel, out, accumulate, halfToFloat);
+      castIn(p + kCodecHeaderBytes, numel, out, accumulate,
+             [](uint16_t h) { return halfToFloat(h); });
     else
-      castIn(p + kCodecHeaderBytes, numel, out, accumulate, bfloat16ToFloat);
+      castIn(p + kCodecHeaderBytes, numel, out, accumulate,
+             [](uint16_t h) { return bfloat16ToFloat(h); });
     return Status::ok();
   case program::CODEC_INT8:
   case program::CODEC_INT4:

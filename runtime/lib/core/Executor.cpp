@@ -38,7 +38,18 @@ computeLiveness(const program::Program &p) {
     kernelPos[p.kernels(k).id()] = k;
   std::map<uint32_t, std::pair<int, int>> live;
   int event = 0;
+  // A sent value stays live until the next communication step: run()
+  // overlaps the send with the kernels that follow it, and a kernel that
+  // wrote into the sent bytes (arena reuse) would have to wait for it.
+  std::vector<uint32_t> inFlight;
+  auto settle = [&](int at) {
+    for (uint32_t id : inFlight)
+      recordUse(live, id, at);
+    inFlight.clear();
+  };
   for (const auto &step : p.steps()) {
+    if (step.kind_case() != program::Step::kRun)
+      settle(event);
     switch (step.kind_case()) {
     case program::Step::kRun:
       for (uint32_t kid : step.run().kernel_ids()) {
@@ -53,6 +64,7 @@ computeLiveness(const program::Program &p) {
       }
       break;
     case program::Step::kSend:
+      inFlight.push_back(step.send().value_id());
       recordUse(live, step.send().value_id(), event++);
       break;
     case program::Step::kRecv:
@@ -67,6 +79,7 @@ computeLiveness(const program::Program &p) {
       break;
     }
   }
+  settle(std::max(0, event - 1));
   return live;
 }
 
