@@ -211,8 +211,8 @@ def wan_unavailable():
 
 
 def run_interruptible(cmd, timeout):
-    """Runs cmd; on timeout or interruption sends SIGTERM (the script's trap
-    removes its namespaces) before giving up."""
+    """Runs cmd; on timeout or interruption sends SIGTERM (the script removes
+    its namespaces) before giving up. Returns (output, pid)."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = p.communicate(timeout=timeout)
@@ -221,7 +221,7 @@ def run_interruptible(cmd, timeout):
         p.communicate(timeout=30)
         raise
     assert p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{out[-4000:]}"
-    return out
+    return out, p.pid
 
 
 def test_equal_under_emulated_wan(jobs):
@@ -229,13 +229,13 @@ def test_equal_under_emulated_wan(jobs):
     if reason:
         pytest.skip(reason)
     tmp, multi = jobs["tmp"], jobs["multi"]
-    out = run_interruptible([sys.executable, WAN, "--cluster", CLUSTER, "--strait-run", STRAIT_RUN,
-                             "--", str(multi), *jobs["args"],
-                             "--save-params", str(tmp / "params-wan")], timeout=600)
+    out, pid = run_interruptible([sys.executable, WAN, "--cluster", CLUSTER, "--strait-run", STRAIT_RUN,
+                                  "--", str(multi), *jobs["args"],
+                                  "--save-params", str(tmp / "params-wan")], timeout=600)
     # The two hosts of local-4cpu.yaml, joined by its 100 Mbps link.
     assert re.search(r"ns0 <-> ns1: 100mbit", out), out
     loss_err, weight_err, noisy = check_job(jobs, tmp / "params-wan")
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "straitwan" not in left, left
+    assert f"straitwan-{pid}-" not in left, left  # (other jobs may run their own)
     print(f"{jobs['optimizer']} under the emulated WAN (100 Mbit/s between the stages): max "
           f"loss rel err {loss_err:.2e}, max weight err {weight_err:.2e}, {noisy} noise-driven")

@@ -49,8 +49,14 @@ links:
 
 
 def wan(*args, timeout=300):
-    return subprocess.run([sys.executable, WAN, *args], capture_output=True, text=True,
-                          timeout=timeout)
+    """Runs wan-cluster.py; returns the completed process with its pid (namespaces are
+    named straitwan-PID-*, so leftovers of this run can be told from other jobs')."""
+    p = subprocess.Popen([sys.executable, WAN, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=timeout)
+    done = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    done.pid = p.pid
+    return done
 
 
 def wan_unavailable():
@@ -64,9 +70,9 @@ def wan_unavailable():
     return ""
 
 
-def leftover():
+def leftover(pid):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if l.startswith(f"straitwan-")]
+    return [l for l in out.splitlines() if l.startswith(f"straitwan-{pid}-")]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +124,7 @@ def test_shaped_pairs_reach_their_rates(tmp_path):
     for a, b, achieved, configured in got:
         ratio = float(achieved) / float(configured)
         assert 0.85 <= ratio <= 1.02, (a, b, achieved, configured)
-    assert not leftover(), leftover()
+    assert not leftover(p.pid), leftover(p.pid)
     print(p.stdout)
 
 
@@ -136,10 +142,10 @@ def test_interrupt_cleans_up(plan):
     while time.time() < deadline and not (log.exists() and "iteration 2/" in log.read_text()):
         time.sleep(0.2)
     assert log.exists() and "iteration 2/" in log.read_text(), "the job did not start"
-    assert leftover()
+    assert leftover(proc.pid)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
-    assert not leftover(), leftover()
+    assert not leftover(proc.pid), leftover(proc.pid)
     ranks = subprocess.run(["pgrep", "-f", f"strait-run {plan}"], capture_output=True, text=True)
     assert ranks.stdout.strip() == "", "ranks left running: " + ranks.stdout
