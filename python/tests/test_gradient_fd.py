@@ -54,10 +54,14 @@ class Case:
     ``cross-entropy``: built by the pass against all-zero labels, which strait-run feeds
     when no data is given)."""
 
-    def __init__(self, name, nodes, params, loss="output", flags=(), opset=OPSET):
+    def __init__(self, name, nodes, params, loss="output", flags=(), opset=OPSET,
+                 ref_nodes=None):
         self.name, self.nodes, self.params, self.loss, self.flags = (
             name, nodes, params, loss, list(flags))
         self.opset = opset
+        # The reference's nodes when they differ (BatchNormalization: the training step
+        # uses batch statistics, written out explicitly for onnxruntime).
+        self.ref_nodes = ref_nodes or nodes
 
 
 def _rng(name):
@@ -88,7 +92,7 @@ def _output_shape(case: Case, T) -> list[int]:
 def _model(case: Case, T, as_inputs: bool, R: np.ndarray | None) -> bytes:
     """The case's model in element type T; parameters are initializers (Strait) or inputs
     (the onnxruntime reference). With loss=output the tail sum(y * R) makes `loss`."""
-    nodes = case.nodes(T)
+    nodes = case.ref_nodes(T) if as_inputs else case.nodes(T)
     outputs = []
     if case.loss == "output":
         nodes += [_const("R", R, T), helper.make_node("Mul", ["y", "R"], ["yr"]),
@@ -274,6 +278,29 @@ def _cases():
     c.append(Case("LayerNormalization", lambda T: [helper.make_node(
         "LayerNormalization", ["p0", "p1", "p2"], ["y"], axis=-1, epsilon=1e-5)],
         {"p0": _r((2, 3, 4), 18, -2, 2), "p1": _r((4,), 19, 0.5, 1.5), "p2": _r((4,), 20)}))
+    # BatchNormalization: the training step normalizes with the batch statistics
+    mean, var = _r((3,), 87), _r((3,), 88, 0.5, 1.5)
+
+    def bn_reference(T):
+        return [_const("eps", np.array(1e-5), T),
+                helper.make_node("ReduceMean", ["p0"], ["m"], axes=[0, 2, 3], keepdims=1),
+                helper.make_node("Sub", ["p0", "m"], ["c"]),
+                helper.make_node("Mul", ["c", "c"], ["c2"]),
+                helper.make_node("ReduceMean", ["c2"], ["v"], axes=[0, 2, 3], keepdims=1),
+                helper.make_node("Add", ["v", "eps"], ["ve"]),
+                helper.make_node("Sqrt", ["ve"], ["sd"]),
+                helper.make_node("Div", ["c", "sd"], ["xh"]),
+                _const("cs", np.array([1, 3, 1, 1], np.int64), T),
+                helper.make_node("Reshape", ["p1", "cs"], ["s4"]),
+                helper.make_node("Reshape", ["p2", "cs"], ["b4"]),
+                helper.make_node("Mul", ["xh", "s4"], ["xs"]),
+                helper.make_node("Add", ["xs", "b4"], ["y"])]
+    c.append(Case("BatchNormalization", lambda T: [
+        _const("mean", mean, T), _const("var", var, T),
+        helper.make_node("BatchNormalization", ["p0", "p1", "p2", "mean", "var"], ["y"],
+                         epsilon=1e-5)],
+        {"p0": _r((4, 3, 2, 2), 89, -2, 2), "p1": _r((3,), 90, 0.5, 1.5), "p2": _r((3,), 91)},
+        ref_nodes=bn_reference))
     # convolution, pooling
     c.append(Case("Conv", lambda T: [helper.make_node(
         "Conv", ["p0", "p1", "p2"], ["y"], pads=[1, 0, 1, 1], strides=[2, 1], group=2)],
