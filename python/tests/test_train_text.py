@@ -3,14 +3,16 @@
 strait-run trains models/gpt2-tiny (compiled by straitc into a full training step: loss,
 backward, AdamW, assignment) on the byte-level token file that
 runtime/scripts/make-text-tokens.py builds from the licence texts Debian ships; PyTorch
-trains transformers' GPT2LMHeadModel of the same configuration from the same initial
-weights (the ONNX file's initializers) on the same batches: the windows strait-run samples
+trains the same GPT-2 (transformers' GPT2LMHeadModel written out in plain torch, checked
+equal to it where transformers is installed) from the same initial weights (the ONNX
+file's initializers) on the same batches: the windows strait-run samples
 are recomputed here from its seeded sampler (runtime/lib/data/DataLoader.cpp,
 sampleOffsets). The per-step losses must agree within TOLERANCE (docs/training.md states
 the measured deviation).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -27,7 +29,6 @@ STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-r
                    if os.path.exists(p)), None)
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 onnx = pytest.importorskip("onnx")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or STRAIT_RUN is None,
@@ -109,28 +110,82 @@ def strait_losses(tokens_path: str, tmp) -> list[float]:
     return losses
 
 
-def torch_losses(tokens: np.ndarray) -> list[float]:
-    from onnx import numpy_helper
-    from transformers import GPT2Config, GPT2LMHeadModel
+LAYERS, WIDTH, HEADS, VOCAB = 2, 64, 4, 256  # models/gpt2-tiny (export.py build_gpt2)
 
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=128,
-                     bos_token_id=0, eos_token_id=0)
+
+class Gpt2(torch.nn.Module):
+    """transformers' GPT2LMHeadModel in plain torch (so CI needs no transformers): pre-LN
+    blocks, Conv1D projections (x @ W + b, W as [in, out]), tanh GELU, causal attention
+    scaled by 1/sqrt(head size), LayerNorm eps 1e-5, head tied to the token embedding.
+    Parameters carry the HF names of the ONNX initializers."""
+
+    def __init__(self, inits: dict):
+        super().__init__()
+        self.p = torch.nn.ParameterDict({
+            n.replace(".", "__"): torch.nn.Parameter(torch.from_numpy(a.copy()))
+            for n, a in inits.items()
+            if n.startswith(("transformer.", "lm_head."))})
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def ln(self, x, name):
+        return torch.nn.functional.layer_norm(x, (WIDTH,), self.w(name + ".weight"),
+                                              self.w(name + ".bias"), 1e-5)
+
+    def conv1d(self, x, name):
+        return x @ self.w(name + ".weight") + self.w(name + ".bias")
+
+    def forward(self, ids):
+        b, t = ids.shape
+        wte = self.w("lm_head.weight")  # tied: the ONNX file names it lm_head.weight
+        x = wte[ids] + self.w("transformer.wpe.weight")[:t]
+        hd = WIDTH // HEADS
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        for i in range(LAYERS):
+            h = f"transformer.h.{i}"
+            q, k, v = self.conv1d(self.ln(x, h + ".ln_1"), h + ".attn.c_attn").split(WIDTH, 2)
+            q, k, v = (z.reshape(b, t, HEADS, hd).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+            att = torch.softmax(att.masked_fill(~mask, torch.finfo(att.dtype).min), -1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, WIDTH)
+            x = x + self.conv1d(y, h + ".attn.c_proj")
+            m = torch.nn.functional.gelu(self.conv1d(self.ln(x, h + ".ln_2"), h + ".mlp.c_fc"),
+                                         approximate="tanh")
+            x = x + self.conv1d(m, h + ".mlp.c_proj")
+        return self.ln(x, "transformer.ln_f") @ wte.t()
+
+
+def _initializers() -> dict:
+    from onnx import numpy_helper
+
+    return {i.name: numpy_helper.to_array(i) for i in onnx.load(MODEL).graph.initializer}
+
+
+def test_plain_gpt2_equals_transformers():
+    """The reference model is transformers' GPT-2 (checked where transformers is
+    installed; models/ is exported with it)."""
+    transformers = pytest.importorskip("transformers")
+    inits = _initializers()
+    cfg = transformers.GPT2Config(n_layer=LAYERS, n_embd=WIDTH, n_head=HEADS,
+                                  vocab_size=VOCAB, n_positions=128)
     cfg._attn_implementation = "eager"
-    model = GPT2LMHeadModel(cfg)
-    model.eval()  # no dropout; Strait's training step treats Dropout as the identity
-    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(MODEL).graph.initializer}
-    state = model.state_dict()
-    loaded = 0
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
-        for name, tensor in state.items():
-            if name in inits and tuple(inits[name].shape) == tuple(tensor.shape):
+        for name, tensor in hf.state_dict().items():
+            if name in inits:
                 tensor.copy_(torch.from_numpy(inits[name].copy()))
-                loaded += 1
-    # Every parameter (wte is tied to lm_head.weight) comes from the ONNX file.
-    params = dict(model.named_parameters())
-    assert all(n in inits or n == "transformer.wte.weight" for n in params), sorted(params)
-    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = hf(input_ids=ids, use_cache=False, return_dict=False)[0]
+        ours = Gpt2(inits)(ids)
+    assert float((ours - ref).abs().max()) < 1e-5
+
+
+def torch_losses(tokens: np.ndarray) -> list[float]:
+    model = Gpt2(_initializers())
+    # 28 tensors: wpe, 12 per block, ln_f, the tied embedding/head.
+    assert len(list(model.parameters())) == 28
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     # LambdaLR's epoch e is the (e+1)-th step: lr(step) / LR of docs/program-format.md.
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_at(e + 1) / LR)
@@ -141,8 +196,7 @@ def torch_losses(tokens: np.ndarray) -> list[float]:
         x = torch.stack([t[o:o + SEQ] for o in offs])
         y = torch.stack([t[o + 1:o + SEQ + 1] for o in offs])
         opt.zero_grad()
-        logits = model(input_ids=x, use_cache=False, return_dict=False)[0]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
         loss.backward()
         opt.step()
         sched.step()
@@ -151,10 +205,14 @@ def torch_losses(tokens: np.ndarray) -> list[float]:
 
 
 def test_gpt2_tiny_text_follows_torch(tmp_path):
-    torch.set_num_threads(1)  # tiny model: more threads only wait on each other
     path, tokens = _tokens(str(tmp_path))
     ours = np.array(strait_losses(path, str(tmp_path)))
-    ref = np.array(torch_losses(tokens))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model: more threads only wait on each other
+    try:
+        ref = np.array(torch_losses(tokens))
+    finally:
+        torch.set_num_threads(threads)
     rel = np.abs(ours - ref) / np.abs(ref)
     print(f"max relative loss difference {rel.max():.2e} at step {rel.argmax() + 1}; "
           f"loss {ref[0]:.4f} -> {ref[-1]:.4f}")
