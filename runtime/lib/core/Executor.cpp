@@ -179,6 +179,7 @@ Executor::create(program::Program program, const BackendRegistry &registry,
       for (uint32_t id : sent)
         exec->feedback[{i, id}] = std::make_unique<ErrorFeedback>();
   }
+  exec->planAllReduceBuckets();
   bool hasComm = false;
   for (const auto &step : p.steps())
     hasComm |= step.kind_case() != program::Step::kRun;
@@ -253,6 +254,41 @@ Status Executor::checkCommStep(int index) const {
                            std::to_string(group.size() - covered.size()) +
                            " rank(s) of the group are in no island");
   return Status::ok();
+}
+
+/// Groups the values of each all-reduce step into buckets reduced as one
+/// tensor: consecutive values up to kFuseBytes together. Top-k keeps one
+/// bucket per value (its ratio is per value), as does a value larger than
+/// the limit. Results equal the per-value all-reduce within float rounding
+/// (the ring's chunks fall elsewhere) and are identical on all ranks.
+void Executor::planAllReduceBuckets() {
+  constexpr uint64_t kFuseBytes = 32ull << 20;
+  size_t largest = 0;
+  for (int i = 0; i < program.steps_size(); ++i) {
+    if (!program.steps(i).has_all_reduce())
+      continue;
+    const program::AllReduce &ar = program.steps(i).all_reduce();
+    bool fuse = ar.codec().codec() != program::CODEC_TOPK;
+    std::vector<std::vector<uint32_t>> &buckets = allReduceBuckets[i];
+    uint64_t bytes = 0;
+    for (uint32_t id : ar.value_ids()) {
+      uint64_t b = value(id).byteSize();
+      if (!fuse || buckets.empty() || bytes + b > kFuseBytes) {
+        buckets.emplace_back();
+        bytes = 0;
+      }
+      buckets.back().push_back(id);
+      bytes += b;
+    }
+    for (const auto &bucket : buckets)
+      if (bucket.size() > 1) {
+        size_t n = 0;
+        for (uint32_t id : bucket)
+          n += value(id).numel();
+        largest = std::max(largest, n);
+      }
+  }
+  fused.resize(largest);
 }
 
 Status Executor::annotate(Status status, int step) const {
@@ -382,17 +418,33 @@ Status Executor::runComm(int index) {
     for (const auto &island : ar.islands())
       options.islands.emplace_back(island.ranks().begin(), island.ranks().end());
     options.codec = ar.codec();
-    for (uint32_t id : ar.value_ids()) {
-      Tensor &t = value(id);
-      options.feedback = feedbackOf(id);
+    float scale = 1.0f / (options.ranks.empty() ? comm->getWorldSize()
+                                                : options.ranks.size());
+    // Buckets of several values go through one all-reduce on a fused copy
+    // (one message per hop instead of one per value; see allReduceBuckets).
+    for (const std::vector<uint32_t> &bucket : allReduceBuckets.at(index)) {
+      Tensor t = value(bucket[0]);
+      if (bucket.size() > 1) {
+        int64_t n = 0;
+        for (uint32_t id : bucket) {
+          const Tensor &v = value(id);
+          std::copy(v.as<float>(), v.as<float>() + v.numel(), fused.data() + n);
+          n += v.numel();
+        }
+        t = Tensor{program::DTYPE_F32, {n}, fused.data()};
+      }
+      options.feedback = feedbackOf(bucket[0]);
       STRAIT_RETURN_IF_ERROR(comm->allReduce(t, ar.channel(), options));
-      if (ar.reduce() == program::REDUCE_MEAN) {
-        float scale = 1.0f / (options.ranks.empty() ? comm->getWorldSize()
-                                                    : options.ranks.size());
-        float *d = t.as<float>();
+      float *d = t.as<float>();
+      if (ar.reduce() == program::REDUCE_MEAN)
         for (int64_t i = 0; i < t.numel(); ++i)
           d[i] *= scale;
-      }
+      if (bucket.size() > 1)
+        for (uint32_t id : bucket) {
+          const Tensor &v = value(id);
+          std::copy(d, d + v.numel(), v.as<float>());
+          d += v.numel();
+        }
     }
     return Status::ok();
   }

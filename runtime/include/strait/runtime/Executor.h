@@ -100,7 +100,12 @@ private:
   std::map<uint32_t, Tensor> values;
   std::map<uint32_t, int> kernelIndex;
   std::vector<KernelFn> kernelFns; // parallel to program.kernels()
-  /// Error feedback of each (step, value) that sends with a lossy codec.
+  void planAllReduceBuckets();
+  /// Per all-reduce step: its values grouped into buckets reduced together.
+  std::map<int, std::vector<std::vector<uint32_t>>> allReduceBuckets;
+  std::vector<float> fused; // the largest multi-value bucket, contiguous
+  /// Error feedback of each (step, value) that sends with a lossy codec
+  /// (a fused bucket uses its first value's).
   std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> feedback;
 
   bool overlap = true;
