@@ -20,10 +20,13 @@ so the two jobs compute the same steps. Checked, with no compression:
   - the loss falls.
 With AdamW the losses agree within 1e-5 as well, but elementwise weights
 cannot: Adam divides each gradient by its own magnitude, so entries whose
-exact gradient is zero (the key biases of attention: softmax ignores a shift)
-move by +-lr on float rounding noise, which differs with the summation
-order. Those weights are held to 1e-3 of the largest Adam update
-(lr x steps); the others, and the SGD run, to 1e-5.
+exact gradient is zero (the key biases of attention: softmax ignores a
+shift; the output rows of dead GELU units) move by +-lr on float rounding
+noise, which differs with the summation order. The test allows differences
+above 1e-5 in at most 0.5 % of the weights, at least a third of them key
+biases (c_attn.bias [64, 128): q, k, v are 64 each; the rest are mostly
+the weights of dead MLP units), each bounded by 1e-3 of the largest AdamW
+move (lr x steps); every weight of the SGD run is held to 1e-5.
 The same check runs under the emulated WAN (root only; skipped with the
 reason otherwise): the ranks in network namespaces, one per host of
 local-4cpu.yaml, joined by a tbf-shaped 100 Mbit/s veth pair
@@ -130,7 +133,7 @@ def check_job(jobs, params_dir):
     stage0, stage1 = set(ranks[0]), set(ranks[2])
     assert stage0 and stage1 and not (stage0 & stage1), (stage0 & stage1)
     assert stage0 | stage1 == set(ref), set(ref) ^ (stage0 | stage1)
-    worst, noisy = 0.0, 0
+    worst, noisy, key_bias = 0.0, 0, 0
     adam_bound = 1e-3 * LR["adamw"] * STEPS
     for k, expect in ref.items():
         got = ranks[0 if k in stage0 else 2][k]
@@ -140,13 +143,18 @@ def check_job(jobs, params_dir):
         close = err <= TOL * np.abs(expect) + TOL * scale
         if jobs["optimizer"] == "adamw":
             assert err.max() <= adam_bound, (k, float(err.max()))
-            noisy += int((~close).sum())
+            off = np.argwhere(~close)
+            if k.endswith("attn.c_attn.bias"):  # the key biases [64, 128) have no gradient
+                key_bias += int(((off[:, 0] >= 64) & (off[:, 0] < 128)).sum())
+            noisy += len(off)
             err = err[close]
         else:
             np.testing.assert_allclose(got, expect, rtol=TOL, atol=TOL * scale, err_msg=k)
         worst = max(worst, float(err.max(initial=0)) / scale)
     total = sum(v.size for v in ref.values())
     assert noisy <= total // 200, (noisy, total)  # AdamW: few noise-driven entries (<0.5%)
+    # Most of them are key biases (exactly zero gradient).
+    assert noisy == 0 or key_bias >= noisy // 3, (key_bias, noisy)
     return loss_err, worst, noisy
 
 
