@@ -90,8 +90,8 @@ double strait::codecThroughput(double rate, CodecKind codec) {
   case CodecKind::None: return 1e300;
   case CodecKind::FP16:
   case CodecKind::BF16: return 2 * rate;
-  case CodecKind::Int8:
-  case CodecKind::Int4: return rate;
+  case CodecKind::Int8: return rate;
+  case CodecKind::Int4: return rate / 2; // nibble packing
   case CodecKind::TopK: return rate / 4;
   }
   return rate;

@@ -47,8 +47,9 @@ struct DeviceType {
   double memCapacity = 0;  ///< bytes
   /// Achievable fraction of peak per op kind (1 = pure roofline).
   std::array<double, kNumOpKinds> efficiency{1, 1, 1, 1, 1, 1, 1};
-  /// Input bytes/s the device quantizes (int8/int4) a transfer at (cluster
-  /// field `codec_gbs`); 0: the default of its kind (Compression.h).
+  /// Input bytes/s the device quantizes a transfer to int8 at (cluster
+  /// field `codec_gbs`; other codecs scale from it); 0: the default of its
+  /// kind (Compression.h).
   double codecBandwidth = 0;
 };
 

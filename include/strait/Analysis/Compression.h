@@ -55,11 +55,13 @@ std::string formatCodec(const Codec &codec, bool withFeedback = false);
 /// k (elementBytes + 4) with k = ceil(ratio n); none n elementBytes.
 double encodedBytes(const Codec &codec, double elements, unsigned elementBytes = 4);
 
-/// Input bytes per second a device of `type` quantizes (int8/int4) at: the
+/// Input bytes per second a device of `type` quantizes to int8 at: the
 /// type's `codec_gbs`, else 2 GB/s for a CPU, 100 GB/s for a GPU or NPU.
 double quantizeRate(const DeviceType &type);
 /// Input bytes per second of `codec` on a device quantizing at `rate`:
-/// casts 2x, top-k selection (linear time) 1/4x.
+/// casts 2x, int4 1/2x (packing), top-k selection (linear time) 1/4x; the
+/// CPU defaults match the runtime's measured codecs within about 2x
+/// (docs/benchmarks.md, Runtime: codec throughput).
 double codecThroughput(double rate, CodecKind codec);
 /// Encode on the sender plus decode on the receiver of `plainBytes`, their
 /// quantization rates given.
