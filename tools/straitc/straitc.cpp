@@ -40,6 +40,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <map>
+#include <memory>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -373,6 +374,19 @@ int main(int argc, char **argv) {
   registerDefaultTimingManagerCLOptions();
   registerPassManagerCLOptions();
   cl::ParseCommandLineOptions(argc, argv, "Strait compiler\n");
+  const cl::Option *trainingFlags[] = {
+      &lossOutput, &label, &ignoreIndex, &returnGradients, &lr, &momentum,
+      &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
+      &warmupSteps, &totalSteps, &minLr,
+      // cl::list overloads operator& (it returns the storage).
+      std::addressof(trainable), std::addressof(frozen)};
+  if (loss.empty())
+    for (const cl::Option *o : trainingFlags)
+      if (o->getNumOccurrences()) {
+        llvm::errs() << "straitc: --" << o->ArgStr << " configures the training step; it "
+                     << "needs --loss\n";
+        return 1;
+      }
 
   DialectRegistry registry;
   strait::registerAllDialects(registry);

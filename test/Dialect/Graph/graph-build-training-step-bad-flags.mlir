@@ -34,3 +34,7 @@ func.func @main(%x: tensor<2x3xf32> {graph.name = "x"}) -> (tensor<2x3xf32> {gra
   %a = graph.Mul %x, %w : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
   return %a : tensor<2x3xf32>
 }
+
+// A training flag without --loss would be ignored: it is an error instead.
+// RUN: not straitc %s --lr 0.1 --emit=mlir 2>&1 | FileCheck %s --check-prefix=NOLOSS
+// NOLOSS: straitc: --lr configures the training step; it needs --loss
