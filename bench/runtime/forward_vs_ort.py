@@ -4,7 +4,8 @@
     .venv/bin/python bench/runtime/forward_vs_ort.py [--threads 1] [--iters 30] [--build build]
 
 Models with committed weights: gpt2-tiny and llama-tiny (batch 8 x 64 tokens), digits-cnn
-(batch 256 images). Strait: `straitc --emit=program` (forward only, one rank), `strait-run
+(batch 256 images); with --large also mobilenet-v3-large and resnet50 (batch 1 x 3 x 224 x 224,
+seeded random weights written by `python -m strait.weights` next to a temporary copy). Strait: `straitc --emit=program` (forward only, one rank), `strait-run
 --threads T` with zero inputs, median per-iteration time after 5 warm-up iterations.
 onnxruntime: the same ONNX file, CPUExecutionProvider, intra_op_num_threads=T, inter_op 1,
 sequential execution, the same zero inputs, median of the same number of runs after 5 warm-up.
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -26,6 +29,10 @@ WARMUP = 5
 MODELS = [("gpt2-tiny", "input_ids", (8, 64), "int64"),
           ("llama-tiny", "input_ids", (8, 64), "int64"),
           ("digits-cnn", "images", (256, 1, 8, 8), "float32")]
+# --large: committed graphs without their weights; the bench copies the graph to a temporary
+# folder and writes seeded random weights next to it (python -m strait.weights).
+LARGE = [("mobilenet-v3-large", "pixel_values", (1, 3, 224, 224), "float32"),
+         ("resnet50", "pixel_values", (1, 3, 224, 224), "float32")]
 
 
 def main():
@@ -34,6 +41,8 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--large", action="store_true",
+                    help="also mobilenet-v3-large and resnet50 (batch 1, random weights)")
     a = ap.parse_args()
     import numpy as np
     import onnxruntime as ort
@@ -41,8 +50,15 @@ def main():
     work = tempfile.mkdtemp(prefix="strait-forward-bench-")
     print(f"| model | input | threads | Strait forward (ms) | onnxruntime {ort.__version__} (ms) | Strait / ORT |")
     print("|---|---|---|---|---|---|")
-    for name, input_name, shape, dtype in MODELS:
+    for name, input_name, shape, dtype in MODELS + (LARGE if a.large else []):
         model = os.path.join(ROOT, "models", name, name + ".onnx")
+        if (name, input_name, shape, dtype) in LARGE:
+            copy = os.path.join(work, name + ".onnx")
+            shutil.copy(model, copy)
+            subprocess.run([sys.executable, "-m", "strait.weights", copy], check=True,
+                           capture_output=True, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+            model = copy
         job = os.path.join(work, name)
         shape_text = "x".join(map(str, shape))
         subprocess.run([os.path.join(a.build, "bin", "straitc"), model, "--input-shape",
