@@ -19,7 +19,7 @@
 // JOB-NEXT: straitc: compressed all-reduce of stage 1: int8+ef (1 value)
 // JOB-NEXT: straitc: compressed stage 0 -> 1: fp16 (1 value)
 // JOB-NEXT: straitc: compressed stage 1 -> 0: fp16 (1 value)
-// JOB-NEXT: straitc: wrote
+// JOB: straitc: wrote
 
 // SEND: send {
 // SEND-NEXT: value_id:

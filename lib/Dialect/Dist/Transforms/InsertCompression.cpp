@@ -19,6 +19,7 @@
 #include "strait/Interfaces/CostOpInterface.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
 
 #include <map>
 
@@ -88,7 +89,8 @@ struct InsertCompressionPass
   StringRef deviceName(int64_t stage, size_t replica) const;
   /// One codec per (sending stage, receiving stage) for all its transfers.
   void compressCuts(func::FuncOp func, ArrayRef<double> times);
-  /// The inter-island phase (or flat ring) of each gradient all-reduce.
+  /// The inter-island phase (or flat ring) of the gradient all-reduces, one
+  /// codec per stage and islands.
   void compressAllReduces(func::FuncOp func, ArrayRef<double> times);
   /// The codec of a link given by its device pairs (override, mode, auto).
   strait::Codec pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
@@ -339,28 +341,38 @@ void InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> tim
 }
 
 void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<double> times) {
-  SmallVector<AllReduceOp> reduces;
-  func.walk([&](AllReduceOp op) { reduces.push_back(op); });
-  for (AllReduceOp op : reduces) {
-    int64_t stage = *getStage(op);
+  // The gradient all-reduces of a stage over the same islands run one after
+  // another after its last backward: like the planner (one all-reduce of
+  // the stage's parameters), they share one codec chosen for their total.
+  llvm::MapVector<std::pair<int64_t, const void *>, SmallVector<AllReduceOp>> groups;
+  func.walk([&](AllReduceOp op) {
+    groups[{*getStage(op), op.getIslandsAttr().getAsOpaquePointer()}].push_back(op);
+  });
+  for (auto &[key, ops] : groups) {
+    int64_t stage = key.first;
+    AllReduceOp first = ops.front();
     ArrayRef<int64_t> ranks = plan.getStage(stage).getRanks().asArrayRef();
     auto replicaOf = [&](int64_t rank) {
       return static_cast<size_t>(llvm::find(ranks, rank) - ranks.begin());
     };
-    // Islands as replica indices: the op's, else one per replica (the flat
+    // Islands as replica indices: the ops', else one per replica (the flat
     // ring is then the slow link).
     std::vector<std::vector<size_t>> islands;
-    if (ArrayAttr attr = op.getIslandsAttr()) {
+    if (ArrayAttr attr = first.getIslandsAttr()) {
       for (auto group : attr.getAsRange<DenseI64ArrayAttr>()) {
         islands.emplace_back();
         for (int64_t r : group.asArrayRef())
           islands.back().push_back(replicaOf(r));
       }
     } else {
-      for (int64_t r : op.getGroup())
+      for (int64_t r : first.getGroup())
         islands.push_back({replicaOf(r)});
     }
-    if (islands.size() < 2 || !encodable(op.getValue()))
+    double bytes = 0;
+    for (AllReduceOp op : ops)
+      if (encodable(op.getValue()))
+        bytes += bytesOf(op.getValue());
+    if (islands.size() < 2 || bytes <= 0)
       continue;
     // Overrides may name any pair of replicas in different islands.
     SmallVector<std::pair<unsigned, unsigned>> pairs;
@@ -376,7 +388,7 @@ void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<doubl
             }
     LinkTransfer t;
     t.payload = Payload::WeightGradient;
-    t.plainBytes = bytesOf(op.getValue());
+    t.plainBytes = bytes;
     if (clusterModel) {
       std::vector<std::vector<unsigned>> deviceIslands;
       for (const std::vector<size_t> &island : islands) {
@@ -384,11 +396,13 @@ void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<doubl
         for (size_t r : island)
           deviceIslands.back().push_back(devices[stage][r]);
       }
-      t = interIslandTransfer(*clusterModel, deviceIslands, t.plainBytes);
+      t = interIslandTransfer(*clusterModel, deviceIslands, bytes);
       t.target = plan.getMicroBatches() * times[stage];
     }
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
-    if (!codec.isNone())
+    if (codec.isNone())
+      continue;
+    for (AllReduceOp op : ops)
       compressAllReduce(op, codec);
   }
 }
