@@ -181,7 +181,7 @@ struct PlanReporter : public PassInstrumentation {
 /// the simulated iteration time without and with them (text and JSON).
 LogicalResult reportCompression(const strait::PartitionPlan &plan,
                                 const strait::ClusterModel &cluster, llvm::raw_ostream &os,
-                                llvm::json::Value *json) {
+                                llvm::json::Value *json, bool perLink = true) {
   if (compress == "none" && compressLink.empty())
     return success();
   strait::CompressionOptions copts;
@@ -206,7 +206,9 @@ LogicalResult reportCompression(const strait::PartitionPlan &plan,
                  << llvm::toString(without ? with.takeError() : without.takeError()) << "\n";
     return failure();
   }
-  os << "compression (--compress=" << compress << "):\n" << strait::formatCompression(*c, plan, cluster);
+  if (perLink)
+    os << "compression (--compress=" << compress << "):\n"
+       << strait::formatCompression(*c, plan, cluster);
   double t0 = without->iterationTime, t1 = with->iterationTime;
   os << llvm::formatv("predicted iteration (simulated): {0:f4} s without compression, {1:f4} s "
                       "with ({2:f2}x throughput)\n",
@@ -351,11 +353,26 @@ int compileJob(ModuleOp module, TimingScope &timing) {
     }
     jobOpts.stageRanks.push_back(std::move(stageRanks));
   }
+  // The simulator's prediction for the plan the job runs (forced stages
+  // included), with and without the codecs the pipeline inserted; computed
+  // before anything is written.
+  std::string prediction;
+  if (report->plan) {
+    llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
+    if (!cluster) {
+      llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
+      return 1;
+    }
+    llvm::raw_string_ostream os(prediction);
+    if (failed(reportCompression(*report->plan, *cluster, os, nullptr, /*perLink=*/false)))
+      return 1;
+  }
   TimingScope exportTiming = timing.nest("export");
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
   llvm::outs() << report->text;
   printJobCompression(module, llvm::outs());
+  llvm::outs() << prediction;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
   if (plan.getMicroBatches() > 1)

@@ -47,6 +47,8 @@ struct StagePlanResult {
   /// Human-readable plan and its JSON (planner figures when a cluster is used).
   std::string text;
   llvm::json::Value json = nullptr;
+  /// The planner's plan (with a cluster; empty for an explicit plan).
+  std::optional<PartitionPlan> plan;
 };
 
 /// Computes the plan of `func`. Errors (bad cluster file, infeasible plan,

@@ -107,6 +107,7 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
   fillStages(out, mp->plan, *cluster);
   out.text = formatPlan(mp->plan, *cluster);
   out.json = planToJSON(*mp, *cluster);
+  out.plan = mp->plan;
   return out;
 }
 
