@@ -3,7 +3,7 @@
 // The distribution dialect says where the computation runs: the pipeline
 // stage of every op, the module's plan (stages -> devices and ranks,
 // micro-batches, schedule) and the communication between stages and
-// replicas. See docs/distribution-dialect.md (constraints D1-D9).
+// replicas. See docs/distribution-dialect.md (constraints D1-D10).
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,8 +21,11 @@ def Dist_Dialect : Dialect {
     every op of `@main` and the plan `dist.plan = #dist.plan<...>` on the
     module; `dist-insert-comm` adds `dist.send`/`dist.recv` where a value
     crosses stages and `dist.all_reduce` for gradients of replicated
-    parameters; `dist-split-stages` makes one function per stage, which the
-    DeviceProgram exporter turns into one program per rank.
+    parameters (hierarchical over bandwidth islands); `dist-insert-compression`
+    puts `dist.compress`/`dist.decompress` around the transfers of slow links;
+    `dist-split-stages` makes one function per stage, which the
+    DeviceProgram exporter turns into one program per rank (codecs folded
+    into the transfers).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
