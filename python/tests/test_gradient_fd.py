@@ -514,6 +514,8 @@ OPTIMIZERS = {
     "adamw-clip-schedule": dict(opt="adamw", lr=0.02, wd=0.05, clip=0.3,
                                 schedule=(2, 5, 0.002)),
     "sgd-clip": dict(opt="sgd", lr=0.1, momentum=0.5, clip=0.5),
+    # strait-run --lr replaces the compiled schedule's peak (here 0.5 -> 0.1).
+    "adamw-run-lr": dict(opt="adamw", lr=0.1, compiled_lr=0.5, schedule=(2, 0, 0.0)),
 }
 
 
@@ -525,7 +527,8 @@ def test_optimizer_update_matches_numpy(name, tmp_path):
     R, S = rng.uniform(0.5, 2, (2, 3)), rng.uniform(-1, 1, (3,))
     path = tmp_path / "opt.onnx"
     path.write_bytes(_optimizer_model(W, b, R, S))
-    flags = ["--loss", "output", "--optimizer", cfg["opt"], "--lr", str(cfg["lr"]),
+    flags = ["--loss", "output", "--optimizer", cfg["opt"],
+             "--lr", str(cfg.get("compiled_lr", cfg["lr"])),
              "--weight-decay", str(cfg.get("wd", 0.0)), "--clip-norm", str(cfg.get("clip", 0.0))]
     if cfg["opt"] == "sgd":
         flags += ["--momentum", str(cfg.get("momentum", 0.0))]
@@ -541,15 +544,16 @@ def test_optimizer_update_matches_numpy(name, tmp_path):
                        text=True)
     assert c.returncode == 0, c.stderr[-2000:]
     steps = 4  # the 4th step reads the parameters after 3 updates
+    run_lr = ["--lr", str(cfg["lr"])] if "compiled_lr" in cfg else []
     r = subprocess.run([STRAIT_RUN, str(job), "--steps", str(steps), "--threads", "1",
-                        "--dump-outputs", str(dump)], capture_output=True, text=True,
+                        "--dump-outputs", str(dump), *run_lr], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, (r.stderr + r.stdout)[-2000:]
     got = {"W": np.load(dump / "w_seen.rank0.npy"), "b": np.load(dump / "b_seen.rank0.npy")}
     ref = _numpy_updates({"W": W, "b": b},
                          lambda p: {"W": R.astype(np.float32) * p["W"],
                                     "b": S.astype(np.float32).astype(np.float64)},
-                         steps - 1, **cfg)
+                         steps - 1, **{k: v for k, v in cfg.items() if k != "compiled_lr"})
     moved = max(float(np.abs(ref[k] - v.astype(np.float32)).max())
                 for k, v in {"W": W, "b": b}.items())
     assert moved > 1e-3, "the updates barely move the parameters: a weak check"
