@@ -4,6 +4,7 @@
 // RUN: rm -rf %t.ar && straitc %s --cluster %inputs/compress-2site.yaml --num-stages 1 --loss cross-entropy --optimizer sgd --compress=topk:0.25 -o %t.ar > /dev/null
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t.ar/rank3.program.pb | FileCheck %s --check-prefix=AR
 // RUN: straitc %s --cluster %inputs/compress-2site.yaml --num-stages 2 --loss cross-entropy --emit=mlir --compress=int8 | FileCheck %s --check-prefix=IR
+// RUN: strait-opt %s --strait-pipeline="cluster=%inputs/compress-2site.yaml num-stages=2 loss=cross-entropy compress=none compress-link=east:west=topk:0.5,e0:e1=int8" | FileCheck %s --check-prefix=PIPE
 // RUN: not straitc %s --cluster %inputs/compress-2site.yaml --num-stages 2 --compress-link=east:mars=int8 -o %t.bad 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not ls %t.bad/plan.pb
 
@@ -86,6 +87,16 @@
 // IR-LABEL: func.func @stage1
 // IR: dist.recv from stage 0 channel {{[0-9]+}} {dist.stage = #dist.stage<1>} : tensor<132xi8>
 // IR-NEXT: dist.decompress %{{.*}} codec <int8> block 256 {dist.stage = #dist.stage<1>} : tensor<132xi8> -> tensor<8x16xf32>
+
+// The same options on strait-opt's --strait-pipeline (compress-link is a
+// comma-separated list): top-k on the east-west cut, int8 on the all-reduce
+// between e0 and e1 (stage 0's replicas), nothing on stage 1's (w0, w1).
+// PIPE-LABEL: func.func @stage0
+// PIPE: dist.compress %{{.*}} codec <topk> ratio 5.000000e-01 {dist.stage = #dist.stage<0>} : tensor<8x16xf32> -> tensor<512xi8>
+// PIPE: dist.compress %{{.*}} codec <int8> block 256 error_feedback {dist.stage = #dist.stage<0>} : tensor<16x16xf32> -> tensor<260xi8>
+// PIPE-LABEL: func.func @stage1
+// PIPE-NOT: codec <int8>
+// PIPE: return
 
 // A link override that names no link of the plan fails before any file is
 // written.
