@@ -438,15 +438,20 @@ Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
     if (indexBytes != static_cast<uint64_t>((numel + 7) / 8))
       return corrupt("bitmap of " + std::to_string(indexBytes) +
                      " bytes for " + std::to_string(numel) + " elements");
-    for (int64_t i = 0; i < numel; ++i)
-      if (ip[i >> 3] >> (i & 7) & 1) {
+    if (numel % 8 && (ip[numel / 8] >> (numel % 8)))
+      return corrupt("bitmap marks elements past numel");
+    // 64 bits at a time (little-endian, like the whole payload): zero words
+    // are skipped, set bits found by ctz.
+    for (uint64_t w = 0; w < indexBytes; w += 8) {
+      uint64_t word = 0;
+      std::memcpy(&word, ip + w, std::min<uint64_t>(8, indexBytes - w));
+      for (; word; word &= word - 1) {
         if (idx.size() == k)
           return corrupt("bitmap marks more than k = " + std::to_string(k) +
                          " elements");
-        idx.push_back(static_cast<uint32_t>(i));
+        idx.push_back(static_cast<uint32_t>(w * 8 + __builtin_ctzll(word)));
       }
-    if (numel % 8 && (ip[numel / 8] >> (numel % 8)))
-      return corrupt("bitmap marks elements past numel");
+    }
     break;
   }
   case TopKIndexEncoding::U16Gaps: {
