@@ -72,17 +72,17 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
 // -----
 
 // A fast link (e0 -> e1, 10 Gbps inside the site): auto inserts nothing;
-// integer values and values under 64 elements are never encoded, even with
-// a global codec.
+// integer and f16 values and values under 64 elements are never encoded,
+// even with a global codec (the runtime's codecs carry f32).
 module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["e0"], ranks = [0]>, #dist.placement<stage = 1, devices = ["e1"], ranks = [1]>]>} {
   // AUTO-LABEL: func @main
   // AUTO-NOT: dist.compress
   // AUTO: return
-  // INT8-LABEL: func @main(%{{.*}}: tensor<64x256xf32>, %{{.*}}: tensor<64xi64>, %{{.*}}: tensor<8xf32>)
+  // INT8-LABEL: func @main(%{{.*}}: tensor<64x256xf32>, %{{.*}}: tensor<64xi64>, %{{.*}}: tensor<8xf32>, %{{.*}}: tensor<64x64xf16>)
   // INT8: dist.compress %{{.*}} codec <int8> block 256 {{.*}} : tensor<64x256xf32> -> tensor<16640xi8>
   // INT8-NOT: dist.compress
   // INT8: return
-  func.func @main(%x: tensor<64x256xf32>, %i: tensor<64xi64>, %s: tensor<8xf32>) -> (tensor<64x256xf32>, tensor<64xi64>, tensor<8xf32>) {
+  func.func @main(%x: tensor<64x256xf32>, %i: tensor<64xi64>, %s: tensor<8xf32>, %f: tensor<64x64xf16>) -> (tensor<64x256xf32>, tensor<64xi64>, tensor<8xf32>, tensor<64x64xf16>) {
     %h = graph.Relu %x {dist.stage = #dist.stage<0>} : tensor<64x256xf32>
     dist.send %h to stage 1 channel 0 {dist.stage = #dist.stage<0>} : tensor<64x256xf32>
     %r = dist.recv from stage 0 channel 0 {dist.stage = #dist.stage<1>} : tensor<64x256xf32>
@@ -90,8 +90,10 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
     %ri = dist.recv from stage 0 channel 1 {dist.stage = #dist.stage<1>} : tensor<64xi64>
     dist.send %s to stage 1 channel 2 {dist.stage = #dist.stage<0>} : tensor<8xf32>
     %rs = dist.recv from stage 0 channel 2 {dist.stage = #dist.stage<1>} : tensor<8xf32>
+    dist.send %f to stage 1 channel 3 {dist.stage = #dist.stage<0>} : tensor<64x64xf16>
+    %rf = dist.recv from stage 0 channel 3 {dist.stage = #dist.stage<1>} : tensor<64x64xf16>
     %y = graph.Relu %r {dist.stage = #dist.stage<1>} : tensor<64x256xf32>
-    return %y, %ri, %rs : tensor<64x256xf32>, tensor<64xi64>, tensor<8xf32>
+    return %y, %ri, %rs, %rf : tensor<64x256xf32>, tensor<64xi64>, tensor<8xf32>, tensor<64x64xf16>
   }
 }
 

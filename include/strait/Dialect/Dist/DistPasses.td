@@ -111,8 +111,8 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
     A compressed transfer becomes `dist.compress` (sender's stage) ->
     `dist.send`/`dist.recv` of the encoded bytes -> `dist.decompress`
     (receiver's stage); an all-reduce becomes `dist.compress` ->
-    `dist.all_reduce` of the bytes -> `dist.decompress`. Only float values of
-    at least 64 elements are encoded.
+    `dist.all_reduce` of the bytes -> `dist.decompress`. Only f32 values of
+    at least 64 elements are encoded (the runtime's codecs carry f32).
 
     ```
     strait-opt --dist-insert-comm --dist-insert-compression='cluster=c.yaml compress=auto' model.mlir

@@ -58,10 +58,11 @@ OpKind opKindOf(KernelClass k) {
   }
 }
 
-/// A float tensor with a static shape and enough elements to encode.
+/// An f32 tensor with a static shape and enough elements to encode (the
+/// runtime's codecs carry f32: program-format CodecParams).
 bool encodable(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.hasStaticShape() && isa<FloatType>(t.getElementType()) &&
+  return t && t.hasStaticShape() && t.getElementType().isF32() &&
          t.getNumElements() >= kMinElements;
 }
 
