@@ -425,6 +425,17 @@ def _cases():
             helper.make_node("Resize", ["p0", "", "", "sizes"], ["y"], mode=mode,
                              coordinate_transformation_mode=coord, nearest_mode=nearest)],
             {"p0": _r((2, 2, 3, 4), 90 + i)}))
+    for exclusive, reverse in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        c.append(Case(f"CumSum-{exclusive}{reverse}", lambda T, e=exclusive, r=reverse: [
+            _const("axis", np.array(1, np.int64), T),
+            helper.make_node("CumSum", ["p0", "axis"], ["y"], exclusive=e, reverse=r)],
+            {"p0": _r((2, 4, 3), 100 + 2 * exclusive + reverse)}))
+    for mode in ("DCR", "CRD"):
+        c.append(Case(f"DepthToSpace-{mode}", lambda T, mode=mode: [
+            helper.make_node("DepthToSpace", ["p0"], ["y"], blocksize=2, mode=mode)],
+            {"p0": _r((2, 8, 2, 3), 110)}))
+    c.append(Case("SpaceToDepth", lambda T: [
+        helper.make_node("SpaceToDepth", ["p0"], ["y"], blocksize=2)], {"p0": _r((1, 3, 4, 6), 111)}))
     return {case.name: case for case in c}
 
 

@@ -165,3 +165,24 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// CumSum: dX is the CumSum of dY in the other direction (same exclusivity);
+// DepthToSpace (DCR): dY reshaped to the transposed 6-D view, inverse
+// transpose, reshape to the input.
+// CHECK-LABEL: func.func @cumsum_depth_to_space
+// CHECK: %[[V:.*]] = graph.Reshape %{{.*}} {graph.grad_of = 2 : i64, shape = array<i64: 1, 2, 2, 2, 2, 2>}
+// CHECK: %[[T:.*]] = graph.Transpose %[[V]] {graph.grad_of = 2 : i64, perm = array<i64: 0, 3, 5, 1, 2, 4>}
+// CHECK: %[[D:.*]] = graph.Reshape %[[T]] {allowzero = 1 : i64, graph.grad_of = 2 : i64, shape = array<i64: 1, 8, 2, 2>}
+// CHECK: graph.CumSum %[[D]] {axis = 1 : i64, exclusive = 1 : i64, graph.grad_of = 1 : i64, reverse = 1 : i64}
+module {
+  graph.Variable @x : tensor<1x8x2x2xf32> = dense<0.5> : tensor<1x8x2x2xf32>
+  func.func @cumsum_depth_to_space() -> (tensor<f32> {graph.name = "loss"}) {
+    %x = graph.ReadVariable @x : tensor<1x8x2x2xf32>
+    %c = graph.CumSum %x {axis = 1 : i64, exclusive = 1 : i64} : (tensor<1x8x2x2xf32>) -> tensor<1x8x2x2xf32>
+    %y = graph.DepthToSpace %c {blocksize = 2 : i64} : (tensor<1x8x2x2xf32>) -> tensor<1x2x4x4xf32>
+    %l = graph.ReduceSumSquare %y {axes = array<i64>, keepdims = 0 : i64} : (tensor<1x2x4x4xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -64,6 +64,58 @@ LogicalResult resizeGrad(ResizeOp op, GradBuilder &g, ValueRange dy, DX dx) {
   return success();
 }
 
+/// CumSum: each x_i reaches the sums at and after it (before it when
+/// reversed), so dX is the CumSum of dY in the other direction with the same
+/// exclusivity.
+LogicalResult cumSumGrad(CumSumOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.make<CumSumOp>(dy[0], op.getAxisAttr(), op.getExclusiveAttr(),
+                           g.b.getI64IntegerAttr(op.getReverse() ? 0 : 1));
+  return success();
+}
+
+/// A permutation written as reshape to `split`, transpose by `perm`, reshape:
+/// its gradient undoes the steps (reshape dY to the transposed split shape,
+/// transpose by the inverse permutation, reshape to the input).
+Value unpermute(GradBuilder &g, Value d, Value input, ArrayRef<int64_t> split,
+                ArrayRef<int64_t> perm) {
+  SmallVector<int64_t> permuted, inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm)) {
+    permuted.push_back(split[p]);
+    inverse[p] = static_cast<int64_t>(i);
+  }
+  Value v = g.make<ReshapeOp>(d, ArrayRef<int64_t>(permuted), 0);
+  v = g.make<TransposeOp>(v, ArrayRef<int64_t>(inverse));
+  return g.reshapeTo(v, input);
+}
+
+/// DepthToSpace [b, c, h, w] -> [b, c/bs^2, h*bs, w*bs] (ONNX's DCR and CRD
+/// orders as reshape + transpose).
+LogicalResult depthToSpaceGrad(DepthToSpaceOp op, GradBuilder &g, ValueRange dy,
+                               DX dx) {
+  ArrayRef<int64_t> s = shapeOf(op.getInput());
+  int64_t bs = op.getBlocksize();
+  if (s.size() != 4)
+    return op.emitOpError("gradient needs a 4-D input");
+  int64_t b = s[0], c = s[1] / (bs * bs), h = s[2], w = s[3];
+  if (op.getMode() == DepthToSpaceMode::DCR)
+    dx[0] = unpermute(g, dy[0], op.getInput(), {b, bs, bs, c, h, w}, {0, 3, 4, 1, 5, 2});
+  else
+    dx[0] = unpermute(g, dy[0], op.getInput(), {b, c, bs, bs, h, w}, {0, 1, 4, 2, 5, 3});
+  return success();
+}
+
+/// SpaceToDepth [b, c, h, w] -> [b, c*bs^2, h/bs, w/bs].
+LogicalResult spaceToDepthGrad(SpaceToDepthOp op, GradBuilder &g, ValueRange dy,
+                               DX dx) {
+  ArrayRef<int64_t> s = shapeOf(op.getInput());
+  int64_t bs = op.getBlocksize();
+  if (s.size() != 4)
+    return op.emitOpError("gradient needs a 4-D input");
+  dx[0] = unpermute(g, dy[0], op.getInput(), {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs},
+                    {0, 3, 5, 1, 2, 4});
+  return success();
+}
+
 LogicalResult expandGrad(ExpandOp op, GradBuilder &g, ValueRange dy, DX dx) {
   dx[0] = g.reduceTo(dy[0], op.getInput());
   return success();
@@ -138,6 +190,9 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<ExpandOp, expandGrad>(ctx);
   attachRule<TileOp, tileGrad>(ctx);
   attachRule<ResizeOp, resizeGrad>(ctx);
+  attachRule<CumSumOp, cumSumGrad>(ctx);
+  attachRule<DepthToSpaceOp, depthToSpaceGrad>(ctx);
+  attachRule<SpaceToDepthOp, spaceToDepthGrad>(ctx);
   attachRule<GatherOp, gatherGrad>(ctx);
   attachRule<SliceOp, sliceGrad>(ctx);
   attachRule<ConcatOp, concatGrad>(ctx);
