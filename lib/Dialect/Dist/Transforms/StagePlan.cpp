@@ -5,6 +5,7 @@
 #include "strait/Dialect/Graph/GraphOps.h"
 
 #include "llvm/ADT/StringSwitch.h"
+#include <cmath>
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -74,6 +75,50 @@ static llvm::Expected<ModelPlan> forcedPlan(func::FuncOp func, const ClusterMode
   return mp;
 }
 
+/// The job runs the IR's batch b per replica and micro-batch: an iteration
+/// is b x M x R samples for M micro-batches and R replicas a stage. The
+/// planner chose M for its own micro-batch (global batch / M over the
+/// stage's replicas); re-evaluate the chosen stages at the M that makes the
+/// job run the global batch (or at the planner's M without one), so that
+/// the plan's figures describe what the job runs.
+static llvm::Error matchJobBatch(ModelPlan &mp, const ClusterModel &cluster,
+                                 PlannerOptions popts, const StagePlanOptions &o) {
+  double b = mp.costs.graph.batchSamples;
+  size_t R = mp.plan.stages.front().devices.size();
+  for (const StagePlan &s : mp.plan.stages)
+    if (s.devices.size() != R)
+      return llvm::Error::success(); // the exporter reports unequal replicas
+  unsigned M = mp.plan.microBatches;
+  if (o.globalBatch > 0) {
+    double perMicroBatch = b * R, m = o.globalBatch / perMicroBatch;
+    if (m < 1 || m != std::floor(m))
+      return planError(llvm::formatv(
+          "the global batch {0:0} is not a multiple of the IR's batch {1:0} x {2} "
+          "replicas a stage; pass --global-batch {3:0} (or change the input's batch)",
+          o.globalBatch, b, R, std::max(1.0, std::round(m)) * perMicroBatch));
+    if (o.microBatches > 1 && static_cast<unsigned>(o.microBatches) != unsigned(m))
+      return planError(llvm::formatv(
+          "--micro-batches {0} of the IR's batch {1:0} on {2} replicas make {3:0} samples, "
+          "not the global batch {4:0}",
+          o.microBatches, b, R, o.microBatches * b * R, o.globalBatch));
+    M = unsigned(m);
+  }
+  popts.globalBatch = b * R * M;
+  if (M == mp.plan.microBatches && popts.globalBatch == mp.plan.globalBatch)
+    return llvm::Error::success();
+  std::vector<StageAssignment> stages;
+  for (const StagePlan &s : mp.plan.stages)
+    stages.push_back({s.firstBlock, s.endBlock, s.devices});
+  PartitionPlan plan = evaluateStages(mp.coarse, cluster, popts, stages, M, mp.plan.schedule);
+  plan.strategy = mp.plan.strategy;
+  if (!plan.feasible)
+    return planError(llvm::formatv("the plan does not fit with {0} micro-batches of the "
+                                   "IR's batch {1:0}: {2}",
+                                   M, b, plan.message));
+  mp.plan = std::move(plan);
+  return llvm::Error::success();
+}
+
 static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
                                                    const StagePlanOptions &o) {
   llvm::Expected<ClusterModel> cluster = loadClusterFile(o.clusterFile);
@@ -101,6 +146,8 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
     return mp.takeError();
   if (!mp->plan.feasible)
     return planError("no plan fits: " + mp->plan.message);
+  if (llvm::Error err = matchJobBatch(*mp, *cluster, popts, o))
+    return std::move(err);
   StagePlanResult out;
   out.ops = mp->costs.ops;
   out.stageOfNode = mp->stageOfNode;
