@@ -157,31 +157,51 @@ TEST(CommCodec, CodecMismatchAndWrongDtypeAreErrors) {
 }
 
 TEST(CommCodec, CompressedAllReduceIsTheSumOfDecodedPayloadsOnEveryRank) {
-  const int world = 4, n = 100003;
-  for (program::Codec c : kLossy) {
-    auto p = codecOf(c, 0.05f);
-    std::vector<std::vector<float>> results(world);
-    runRanks(world, [&](int rank, Communicator &comm) {
-      auto x = gaussian(n, 7 + rank);
-      OwnedTensor t(program::DTYPE_F32, {n});
-      std::copy(x.begin(), x.end(), t.as<float>());
-      AllReduceOptions o;
-      o.codec = p;
-      Status s = comm.allReduce(t.tensor, 9, o);
-      ASSERT_TRUE(s.isOk()) << s.toString();
-      results[rank].assign(t.as<float>(), t.as<float>() + n);
-    });
-    // Reference: decode(encode(x_r)) summed in rank order.
-    std::vector<float> expect(n, 0.0f);
-    for (int r = 0; r < world; ++r) {
-      auto y = codecRoundTrip(p, gaussian(n, 7 + r));
-      for (int i = 0; i < n; ++i)
-        expect[i] = r ? expect[i] + y[i] : y[i];
+  // Two ranks: each payload is decoded by both and summed in rank order.
+  // Four ranks: chunk c of every rank goes encoded to rank c, which sums the
+  // decoded chunks in rank order and sends its encoded sum to all.
+  const int n = 100003;
+  for (int world : {2, 4})
+    for (program::Codec c : kLossy) {
+      auto p = codecOf(c, 0.05f);
+      std::vector<std::vector<float>> results(world);
+      std::vector<uint64_t> sent(world);
+      runRanks(world, [&](int rank, Communicator &comm) {
+        auto x = gaussian(n, 7 + rank);
+        OwnedTensor t(program::DTYPE_F32, {n});
+        std::copy(x.begin(), x.end(), t.as<float>());
+        AllReduceOptions o;
+        o.codec = p;
+        comm.takeTraffic();
+        Status s = comm.allReduce(t.tensor, 9, o);
+        ASSERT_TRUE(s.isOk()) << s.toString();
+        sent[rank] = sum(comm.takeTraffic().sent);
+        results[rank].assign(t.as<float>(), t.as<float>() + n);
+      });
+      std::vector<float> expect(n, 0.0f);
+      for (int ch = 0; ch < (world == 2 ? 1 : world); ++ch) {
+        int64_t lo = world == 2 ? 0 : int64_t(n) * ch / world;
+        int64_t hi = world == 2 ? n : int64_t(n) * (ch + 1) / world;
+        std::vector<float> acc(hi - lo, 0.0f);
+        for (int r = 0; r < world; ++r) {
+          auto x = gaussian(n, 7 + r);
+          auto y = codecRoundTrip(p, std::vector<float>(x.begin() + lo, x.begin() + hi));
+          for (int64_t i = 0; i < hi - lo; ++i)
+            acc[i] = r ? acc[i] + y[i] : y[i];
+        }
+        if (world > 2)
+          acc = codecRoundTrip(p, acc);
+        std::copy(acc.begin(), acc.end(), expect.begin() + lo);
+      }
+      for (int r = 0; r < world; ++r)
+        ASSERT_EQ(0, std::memcmp(results[r].data(), expect.data(), 4ull * n))
+            << program::Codec_Name(c) << " world " << world << " rank " << r;
+      if (c == program::CODEC_INT8) {
+        // Like a ring, 2 (k-1)/k of the (int8) tensor per rank.
+        double ring = 2.0 * (world - 1) / world * 4.0 * n;
+        EXPECT_NEAR(ring / sent[0], 4.0, 0.1) << "world " << world;
+      }
     }
-    for (int r = 0; r < world; ++r)
-      ASSERT_EQ(0, std::memcmp(results[r].data(), expect.data(), 4ull * n))
-          << program::Codec_Name(c) << " rank " << r;
-  }
 }
 
 TEST(CommCodec, TwoRankInt8AllReduceSendsAQuarterOfTheRing) {

@@ -91,9 +91,24 @@ private:
                    uint32_t channel, uint8_t prefix, bool gather);
   Status ringAllReduce(float *data, int64_t n, const std::vector<int> &ranks,
                        uint32_t channel);
-  /// Every rank of `peers` (this rank at me) encodes its `n` floats once,
-  /// sends the payload to the others and replaces data with the sum of all
-  /// decoded payloads in `peers` order (identical on every rank).
+  /// Compressed sum over `peers` (this rank at me), identical on every rank.
+  /// Two ranks: each encodes its `n` floats once, sends the payload to the
+  /// other, and both sum the two decoded payloads in `peers` order. Three
+  /// or more: reduceScatterGatherCoded.
+  /// Sends out[i] to peers[i] and receives in[i] from it, for every i but
+  /// me (an 8-byte size then the payload, on slots prefix / prefix + 1).
+  Status swapPayloads(const std::vector<const std::vector<uint8_t> *> &out,
+                      std::vector<std::vector<uint8_t>> &in,
+                      const std::vector<int> &peers, int me, uint32_t channel,
+                      uint8_t prefix, uint64_t step, uint64_t maxBytes);
+  /// Compressed all-reduce of 3 or more ranks: chunk c of every rank,
+  /// encoded, goes to rank c, which sums the decoded chunks and sends the
+  /// encoded sum to all: 2 (k-1)/k payloads per rank, like a ring.
+  Status reduceScatterGatherCoded(float *data, int64_t n,
+                                  const std::vector<int> &peers, int me,
+                                  uint32_t channel, uint8_t prefix,
+                                  const program::CodecParams &codec,
+                                  ErrorFeedback *feedback);
   Status exchangeSum(float *data, int64_t n, const std::vector<int> &peers,
                      int me, uint32_t channel, uint8_t prefix,
                      const program::CodecParams &codec, ErrorFeedback *feedback);
@@ -409,23 +424,14 @@ Status GlooCommunicator::allReduceSumGroup(const Tensor &tensor,
   return ringAllReduce(tensor.as<float>(), tensor.numel(), ranks, channel);
 }
 
-Status GlooCommunicator::exchangeSum(float *data, int64_t n,
-                                     const std::vector<int> &peers, int me,
-                                     uint32_t channel, uint8_t prefix,
-                                     const program::CodecParams &codec,
-                                     ErrorFeedback *feedback) {
+Status GlooCommunicator::swapPayloads(
+    const std::vector<const std::vector<uint8_t> *> &out,
+    std::vector<std::vector<uint8_t>> &in, const std::vector<int> &peers, int me,
+    uint32_t channel, uint8_t prefix, uint64_t step, uint64_t maxBytes) {
   int k = static_cast<int>(peers.size());
-  std::vector<uint8_t> mine;
-  Status s = feedback ? feedback->encode(codec, data, n, mine)
-                      : encode(codec, data, n, mine);
-  if (!s.isOk())
-    return s.withRank(options.rank);
-  if (k == 1)
-    return decode(mine.data(), mine.size(), data, n).withRank(options.rank);
   std::string what = "compressed all-reduce exchange on channel " + std::to_string(channel);
-  uint64_t mySize = mine.size();
-  std::vector<uint64_t> sizes(k, 0);
-  std::vector<std::vector<uint8_t>> payloads(k);
+  std::vector<uint64_t> outSizes(k, 0), sizes(k, 0);
+  in.assign(k, {});
   try {
     // Everything is posted before anything is waited for: no ordering
     // between the pairs can deadlock.
@@ -434,25 +440,26 @@ Status GlooCommunicator::exchangeSum(float *data, int64_t n,
       if (i == me)
         continue;
       STRAIT_RETURN_IF_ERROR(checkPeer(peers[i]));
-      sends.push_back(postSend(&mySize, 8, peers[i], collectiveSlot(prefix, channel, 0)));
-      sends.push_back(postSend(mine.data(), mine.size(), peers[i],
-                               collectiveSlot(prefix + 1, channel, 0)));
-      sizeRecvs[i] = postRecv(&sizes[i], 8, peers[i], collectiveSlot(prefix, channel, 0));
+      outSizes[i] = out[i]->size();
+      sends.push_back(postSend(&outSizes[i], 8, peers[i], collectiveSlot(prefix, channel, step)));
+      sends.push_back(postSend(out[i]->data(), out[i]->size(), peers[i],
+                               collectiveSlot(prefix + 1, channel, step)));
+      sizeRecvs[i] = postRecv(&sizes[i], 8, peers[i], collectiveSlot(prefix, channel, step));
     }
     std::vector<Buf> recvs(k);
     for (int i = 0; i < k; ++i) {
       if (i == me)
         continue;
       STRAIT_RETURN_IF_ERROR(waitRecv(sizeRecvs[i], what, peers[i]));
-      if (sizes[i] < kCodecHeaderBytes || sizes[i] > maxPayloadBytes(n))
+      if (sizes[i] < kCodecHeaderBytes || sizes[i] > maxBytes)
         return markBroken(unavailable(what + ": peer announced a payload of " +
-                                      std::to_string(sizes[i]) + " bytes for " +
-                                      std::to_string(n) + " elements")
+                                      std::to_string(sizes[i]) + " bytes (at most " +
+                                      std::to_string(maxBytes) + ")")
                               .withRank(options.rank)
                               .withPeer(peers[i]));
-      payloads[i].resize(sizes[i]);
-      recvs[i] = postRecv(payloads[i].data(), sizes[i], peers[i],
-                          collectiveSlot(prefix + 1, channel, 0));
+      in[i].resize(sizes[i]);
+      recvs[i] = postRecv(in[i].data(), sizes[i], peers[i],
+                          collectiveSlot(prefix + 1, channel, step));
     }
     for (int i = 0; i < k; ++i)
       if (i != me)
@@ -462,6 +469,26 @@ Status GlooCommunicator::exchangeSum(float *data, int64_t n,
   } catch (const std::exception &e) {
     return markBroken(fromException(e, what.c_str(), -1));
   }
+  return Status::ok();
+}
+
+Status GlooCommunicator::exchangeSum(float *data, int64_t n,
+                                     const std::vector<int> &peers, int me,
+                                     uint32_t channel, uint8_t prefix,
+                                     const program::CodecParams &codec,
+                                     ErrorFeedback *feedback) {
+  int k = static_cast<int>(peers.size());
+  if (k > 2)
+    return reduceScatterGatherCoded(data, n, peers, me, channel, prefix, codec, feedback);
+  std::vector<uint8_t> mine;
+  Status s = feedback ? feedback->encode(codec, data, n, mine)
+                      : encode(codec, data, n, mine);
+  if (!s.isOk())
+    return s.withRank(options.rank);
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<const std::vector<uint8_t> *> out(k, &mine);
+  STRAIT_RETURN_IF_ERROR(
+      swapPayloads(out, payloads, peers, me, channel, prefix, 0, maxPayloadBytes(n)));
   payloads[me] = std::move(mine);
   // Sum in group order, this rank's own payload decoded like the others, so
   // every rank computes the same floats.
@@ -469,6 +496,52 @@ Status GlooCommunicator::exchangeSum(float *data, int64_t n,
     Status d = decode(payloads[i].data(), payloads[i].size(), data, n, i > 0);
     if (!d.isOk())
       return d.withRank(options.rank).withPeer(peers[i]);
+  }
+  return Status::ok();
+}
+
+Status GlooCommunicator::reduceScatterGatherCoded(
+    float *data, int64_t n, const std::vector<int> &peers, int me,
+    uint32_t channel, uint8_t prefix, const program::CodecParams &codec,
+    ErrorFeedback *feedback) {
+  int k = static_cast<int>(peers.size());
+  auto lo = [&](int c) { return n * c / k; };
+  auto len = [&](int c) { return lo(c + 1) - lo(c); };
+  auto encodeInto = [&](const float *x, int64_t count, ErrorFeedback *fb,
+                        std::vector<uint8_t> &out) {
+    Status st = fb ? fb->encode(codec, x, count, out) : encode(codec, x, count, out);
+    return st.isOk() ? st : st.withRank(options.rank);
+  };
+  // 1. Chunk c of every rank, encoded (with its own feedback stream), goes
+  //    to rank c, which decodes the k payloads and sums them in rank order.
+  std::vector<std::vector<uint8_t>> chunks(k), in;
+  std::vector<const std::vector<uint8_t> *> out(k);
+  for (int c = 0; c < k; ++c) {
+    STRAIT_RETURN_IF_ERROR(encodeInto(data + lo(c), len(c),
+                                      feedback ? &feedback->part(c) : nullptr, chunks[c]));
+    out[c] = &chunks[c];
+  }
+  uint64_t maxBytes = maxPayloadBytes((n + k - 1) / k);
+  STRAIT_RETURN_IF_ERROR(swapPayloads(out, in, peers, me, channel, prefix, 0, maxBytes));
+  in[me] = std::move(chunks[me]);
+  for (int r = 0; r < k; ++r) {
+    Status d = decode(in[r].data(), in[r].size(), data + lo(me), len(me), r > 0);
+    if (!d.isOk())
+      return d.withRank(options.rank).withPeer(peers[r]);
+  }
+  // 2. The reduced chunk, encoded once more (a second feedback stream),
+  //    goes to every rank; all ranks, this one included, decode the same
+  //    payloads.
+  std::vector<uint8_t> reduced;
+  STRAIT_RETURN_IF_ERROR(encodeInto(data + lo(me), len(me),
+                                    feedback ? &feedback->part(k) : nullptr, reduced));
+  std::vector<const std::vector<uint8_t> *> all(k, &reduced);
+  STRAIT_RETURN_IF_ERROR(swapPayloads(all, in, peers, me, channel, prefix, 1, maxBytes));
+  in[me] = std::move(reduced);
+  for (int r = 0; r < k; ++r) {
+    Status d = decode(in[r].data(), in[r].size(), data + lo(r), len(r));
+    if (!d.isOk())
+      return d.withRank(options.rank).withPeer(peers[r]);
   }
   return Status::ok();
 }

@@ -21,6 +21,7 @@
 #include "strait_program.pb.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,10 +103,20 @@ public:
   Status encode(const program::CodecParams &params, const float *data,
                 int64_t numel, std::vector<uint8_t> &out);
   const std::vector<float> &getResidual() const { return residual; }
+  /// Sub-stream i (created empty on first use): a compressed all-reduce of 3
+  /// or more ranks encodes each chunk, and the reduced chunk, separately.
+  ErrorFeedback &part(size_t i) {
+    if (parts.size() <= i)
+      parts.resize(i + 1);
+    if (!parts[i])
+      parts[i] = std::make_unique<ErrorFeedback>();
+    return *parts[i];
+  }
 
 private:
   std::vector<float> residual;
   std::vector<float> scratch;
+  std::vector<std::unique_ptr<ErrorFeedback>> parts;
 };
 
 /// Round-to-nearest-even conversions used by the FP16/BF16 codecs.
