@@ -179,26 +179,42 @@ Status resizeGradKernel(KernelContext &ctx) {
   const float *g = dy->as<float>();
   float *out = dx->as<float>();
   std::fill(out, out + dx->numel(), 0.0f);
-  // Scatter-add: sequential, as different dY entries share dX positions.
-  std::vector<const Tap *> t(r);
-  for (int64_t i = 0; i < dy->numel(); ++i) {
-    int64_t rem = i;
-    for (int64_t d = r - 1; d >= 0; --d) {
-      t[d] = &taps[d][rem % dy->shape[d]];
-      rem /= dy->shape[d];
-    }
-    for (int64_t corner = 0; corner < (int64_t(1) << r); ++corner) {
-      float w = 1;
-      int64_t off = 0;
-      for (int64_t d = 0; d < r && w != 0; ++d) {
-        bool hi = (corner >> d) & 1;
-        w *= hi ? t[d]->w1 : 1 - t[d]->w1;
-        off += (hi ? t[d]->i1 : t[d]->i0) * st[d];
+  // Leading dims that Resize leaves alone (batch, channels) split the work
+  // into independent slices; inside a slice the scatter-add is sequential,
+  // as different dY entries share dX positions.
+  int64_t lead = 0, slices = 1;
+  auto identity = [&](int64_t d) {
+    if (dy->shape[d] != dx->shape[d])
+      return false;
+    for (int64_t o = 0; o < dy->shape[d]; ++o)
+      if (taps[d][o].i0 != o || taps[d][o].w1 != 0)
+        return false;
+    return true;
+  };
+  while (lead < r && identity(lead))
+    slices *= dy->shape[lead++];
+  int64_t perSlice = dy->numel() / std::max<int64_t>(slices, 1);
+  parallelFor(slices, 1, [&](int64_t s0, int64_t s1) {
+    std::vector<const Tap *> t(r);
+    for (int64_t i = s0 * perSlice; i < s1 * perSlice; ++i) {
+      int64_t rem = i;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        t[d] = &taps[d][rem % dy->shape[d]];
+        rem /= dy->shape[d];
       }
-      if (w != 0)
-        out[off] += w * g[i];
+      for (int64_t corner = 0; corner < (int64_t(1) << r); ++corner) {
+        float w = 1;
+        int64_t off = 0;
+        for (int64_t d = 0; d < r && w != 0; ++d) {
+          bool hi = (corner >> d) & 1;
+          w *= hi ? t[d]->w1 : 1 - t[d]->w1;
+          off += (hi ? t[d]->i1 : t[d]->i0) * st[d];
+        }
+        if (w != 0)
+          out[off] += w * g[i];
+      }
     }
-  }
+  });
   return Status::ok();
 }
 
