@@ -571,3 +571,20 @@ def test_optimizer_update_matches_numpy(name, tmp_path):
     for k in ("W", "b"):
         # f32 arithmetic in the runtime over 3 updates: ~1e-7 relative per operation.
         np.testing.assert_allclose(got[k], ref[k], rtol=2e-5, atol=2e-6, err_msg=f"{name}: {k}")
+
+
+def test_bad_schedule_is_an_error_naming_the_field(tmp_path):
+    """strait-run checks the program's lr_schedule (after --lr) before connecting."""
+    rng = _rng("bad-schedule")
+    path = tmp_path / "opt.onnx"
+    path.write_bytes(_optimizer_model(rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (3,)),
+                                      rng.uniform(0.5, 2, (2, 3)), rng.uniform(-1, 1, (3,))))
+    job = tmp_path / "job"
+    c = subprocess.run([STRAITC, str(path), "--loss", "output", "--optimizer", "sgd",
+                        "--warmup-steps", "2", "-o", str(job)], capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr[-2000:]
+    r = subprocess.run([STRAIT_RUN, str(job), "--steps", "1", "--lr", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    log = (job / "logs" / "rank0.log").read_text()
+    assert "lr_schedule.peak_lr" in log and "(after --lr -1)" in log, log[-1000:]

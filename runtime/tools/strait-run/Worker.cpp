@@ -274,6 +274,21 @@ Status runRank(const RunOptions &o) {
                            "' is for rank " + std::to_string(p.rank()) +
                            " of " + std::to_string(p.world_size()))
         .withRank(o.rank);
+  // The learning-rate schedule (an explicit --lr replaces its peak); like a
+  // bad data file, a bad schedule fails before the rendezvous.
+  std::optional<program::LrSchedule> schedule;
+  if (p.has_lr_schedule()) {
+    schedule = p.lr_schedule();
+    if (o.lrGiven) {
+      schedule->set_peak_lr(o.learningRate);
+      schedule->set_min_lr(std::min(schedule->min_lr(), o.learningRate));
+    }
+    Status s = validateLrSchedule(*schedule);
+    if (!s.isOk())
+      return invalidArgument("program file '" + entry->program_file() + "': " + s.getMessage() +
+                             (o.lrGiven ? " (after --lr " + o.lrText + ")" : ""))
+          .withRank(o.rank);
+  }
   if (o.threads > 0)
     setNumThreads(o.threads);
   // Data first: a bad file fails before the rendezvous.
@@ -336,19 +351,6 @@ Status runRank(const RunOptions &o) {
   StatusOr<Tensor> lrIn = exec->getValueByName("lr");
   bool stepOk = stepIn.isOk() && stepIn->dtype == program::DTYPE_I64 && stepIn->numel() == 1;
   bool lrOk = lrIn.isOk() && lrIn->dtype == program::DTYPE_F32 && lrIn->numel() == 1;
-  std::optional<program::LrSchedule> schedule;
-  if (p.has_lr_schedule()) {
-    schedule = p.lr_schedule();
-    if (o.lrGiven) {
-      schedule->set_peak_lr(o.learningRate);
-      schedule->set_min_lr(std::min(schedule->min_lr(), o.learningRate));
-    }
-    Status s = validateLrSchedule(*schedule);
-    if (!s.isOk())
-      return invalidArgument("program file '" + entry->program_file() + "': " + s.getMessage() +
-                             (o.lrGiven ? " (after --lr " + o.lrText + ")" : ""))
-          .withRank(o.rank);
-  }
   auto lrAt = [&](int64_t step) -> float {
     return schedule ? static_cast<float>(learningRateAt(*schedule, step)) : o.learningRate;
   };
