@@ -436,6 +436,10 @@ def _cases():
             {"p0": _r((2, 8, 2, 3), 110)}))
     c.append(Case("SpaceToDepth", lambda T: [
         helper.make_node("SpaceToDepth", ["p0"], ["y"], blocksize=2)], {"p0": _r((1, 3, 4, 6), 111)}))
+    for size in (3, 5):  # onnxruntime runs odd windows only
+        c.append(Case(f"LRN-{size}", lambda T, size=size: [helper.make_node(
+            "LRN", ["p0"], ["y"], size=size, alpha=0.3, beta=0.75, bias=1.5)],
+            {"p0": _r((2, 5, 2, 3), 120 + size, -2, 2)}))
     return {case.name: case for case in c}
 
 

@@ -186,3 +186,22 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// LRN: window sums of the forward (x^2) and of the adjoint (mirrored
+// window: pads swapped, here size 4: 1 before / 2 after, then 2 / 1) as
+// AveragePools with counted pads over X viewed as [N, 1, C, rest].
+// CHECK-LABEL: func.func @lrn
+// CHECK: graph.AveragePool {{.*}}count_include_pad = 1 : i64, {{.*}}graph.grad_of = 1 : i64, kernel_shape = array<i64: 4, 1>, pads = array<i64: 1, 0, 2, 0>, strides = array<i64: 1, 1>} : (tensor<2x1x5x6xf32>) -> tensor<2x1x5x6xf32>
+// CHECK: graph.Pow {{.*}}graph.grad_of = 1 : i64
+// CHECK: graph.AveragePool {{.*}}count_include_pad = 1 : i64, {{.*}}graph.grad_of = 1 : i64, kernel_shape = array<i64: 4, 1>, pads = array<i64: 2, 0, 1, 0>, strides = array<i64: 1, 1>}
+module {
+  graph.Variable @x : tensor<2x5x2x3xf32> = dense<0.5> : tensor<2x5x2x3xf32>
+  func.func @lrn() -> (tensor<f32> {graph.name = "loss"}) {
+    %x = graph.ReadVariable @x : tensor<2x5x2x3xf32>
+    %y = graph.LRN %x {alpha = 1.0e-04 : f32, beta = 7.500000e-01 : f32, bias = 1.0 : f32, size = 4 : i64} : (tensor<2x5x2x3xf32>) -> tensor<2x5x2x3xf32>
+    %l = graph.ReduceSumSquare %y {axes = array<i64>, keepdims = 0 : i64} : (tensor<2x5x2x3xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -121,6 +121,37 @@ LogicalResult groupNormalizationGrad(GroupNormalizationOp op, GradBuilder &g,
                        op.getNumGroups(), op.getEpsilon(), dx);
 }
 
+/// LRN over X [N, C, ...]: y = x d^-beta, d = bias + alpha/size * S, S the
+/// sum of x^2 over the channel window [c - floor((size-1)/2), c +
+/// ceil((size-1)/2)]. dX = dY d^-beta - 2 alpha beta / size * x * S'(dY x
+/// d^(-beta-1)), with S' the sum over the mirrored window. Window sums are
+/// AveragePools (counted pads) over X viewed as [N, 1, C, rest], times size.
+LogicalResult lrnGrad(LRNOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  Value x = op.getX(), d0 = dy[0];
+  ArrayRef<int64_t> shape = shapeOf(x);
+  if (shape.size() < 3)
+    return op.emitOpError("gradient needs X of rank >= 3");
+  int64_t size = op.getSize();
+  double alpha = op.getAlpha().convertToDouble(), beta = op.getBeta().convertToDouble();
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  int64_t rest = cast<RankedTensorType>(x.getType()).getNumElements() / (shape[0] * shape[1]);
+  SmallVector<int64_t> view{shape[0], 1, shape[1], rest};
+  auto windowSum = [&](Value v, int64_t before, int64_t after) {
+    Value r = g.make<ReshapeOp>(v, ArrayRef<int64_t>(view), 0);
+    Value avg = g.make<AveragePoolOp>(
+        r, g.b.getDenseI64ArrayAttr({size, 1}), g.b.getDenseI64ArrayAttr({before, 0, after, 0}),
+        g.b.getDenseI64ArrayAttr({1, 1}), g.b.getDenseI64ArrayAttr({1, 1}),
+        g.b.getI64IntegerAttr(0), g.b.getI64IntegerAttr(1));
+    return g.reshapeTo(g.mulScalar(avg, static_cast<double>(size)), x);
+  };
+  Value d = g.add(g.mulScalar(windowSum(g.mul(x, x), lo, hi), alpha / size),
+                  g.scalar(op.getBias().convertToDouble(), x));
+  Value dPow = g.make<PowOp>(d, g.scalar(-beta, x));
+  Value back = windowSum(g.mul(g.mul(d0, x), g.div(dPow, d)), hi, lo);
+  dx[0] = g.sub(g.mul(d0, dPow), g.mulScalar(g.mul(x, back), 2.0 * alpha * beta / size));
+  return success();
+}
+
 } // namespace
 
 void grad::registerNormalizationGradients(MLIRContext *ctx) {
@@ -129,4 +160,5 @@ void grad::registerNormalizationGradients(MLIRContext *ctx) {
   attachRule<BatchNormalizationOp, batchNormInferenceGrad>(ctx);
   attachRule<InstanceNormalizationOp, instanceNormGrad>(ctx);
   attachRule<GroupNormalizationOp, groupNormalizationGrad>(ctx);
+  attachRule<LRNOp, lrnGrad>(ctx);
 }
