@@ -505,3 +505,73 @@ TEST(CommCodec, ExecutorFusesTheValuesOfAnAllReduceStep) {
       EXPECT_EQ(got[r], got[0]);
   }
 }
+
+TEST(CommCodec, ExecutorPrefetchesReceivesAndKeepsTheirOrder) {
+  // Stage 0 sends M activations; stage 1 receives each (activations, so the
+  // arena plans them; the executor queues the receives ahead of the
+  // kernels) and negates it. The last two messages are received into the
+  // same value, read by a kernel in between: that receive must not be
+  // queued before the read. Overlapped == sequential, bitwise.
+  const int m = 5, n = 4096;
+  auto build = [&](int rank) {
+    ProgramBuilder b(rank, 2);
+    uint32_t same = b.addValue("same", program::DTYPE_F32, {n}, program::ROLE_ACTIVATION);
+    for (int k = 0; k < m; ++k) {
+      std::string s = std::to_string(k);
+      bool last = k >= m - 2;
+      if (rank == 0) {
+        uint32_t x = b.addValue("x" + s, program::DTYPE_F32, {n}, program::ROLE_INPUT);
+        uint32_t a = b.addValue("a" + s, program::DTYPE_F32, {n}, program::ROLE_ACTIVATION);
+        b.addRunStep({b.addKernel("Relu", {x}, {a}).id()});
+        auto *send = b.get().add_steps()->mutable_send();
+        send->set_value_id(a);
+        send->set_peer(1);
+        send->set_channel(20 + k);
+      } else {
+        uint32_t a = last ? same
+                          : b.addValue("a" + s, program::DTYPE_F32, {n}, program::ROLE_ACTIVATION);
+        uint32_t o = b.addValue("o" + s, program::DTYPE_F32, {n}, program::ROLE_OUTPUT);
+        auto *recv = b.get().add_steps()->mutable_recv();
+        recv->set_value_id(a);
+        recv->set_peer(0);
+        recv->set_channel(20 + k);
+        b.addRunStep({b.addKernel("Neg", {a}, {o}).id()});
+      }
+    }
+    return b.get();
+  };
+  std::vector<std::vector<float>> out[2];
+  for (bool overlap : {false, true})
+    runRanks(2, [&](int rank, Communicator &comm) {
+      BackendRegistry reg;
+      registerCpuBackend(reg);
+      auto exec = Executor::create(build(rank), reg, &comm);
+      ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+      (*exec)->setOverlapCommunication(overlap);
+      for (int it = 0; it < 2; ++it) {
+        if (rank == 0)
+          for (int k = 0; k < m; ++k) {
+            Tensor t = *(*exec)->getValueByName("x" + std::to_string(k));
+            auto v = gaussian(n, 100 * it + k);
+            std::copy(v.begin(), v.end(), t.as<float>());
+          }
+        Status s = (*exec)->run();
+        ASSERT_TRUE(s.isOk()) << s.toString();
+      }
+      if (rank == 1) {
+        std::vector<float> all;
+        for (int k = 0; k < m; ++k) {
+          Tensor t = *(*exec)->getValueByName("o" + std::to_string(k));
+          all.insert(all.end(), t.as<float>(), t.as<float>() + n);
+          // o_k = -relu(x_k) of the last iteration
+          auto x = gaussian(n, 100 + k);
+          for (int i = 0; i < n; i += 97)
+            ASSERT_EQ(t.as<float>()[i], -std::max(x[i], 0.0f)) << "k " << k;
+        }
+        out[overlap].push_back(all);
+      }
+    });
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(out[0][0], out[1][0]);
+}

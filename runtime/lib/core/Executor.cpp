@@ -47,9 +47,11 @@ computeLiveness(const program::Program &p) {
       recordUse(live, id, at);
     inFlight.clear();
   };
+  int prevComm = -1;
   for (const auto &step : p.steps()) {
     if (step.kind_case() != program::Step::kRun)
       settle(event);
+    int commEvent = event;
     switch (step.kind_case()) {
     case program::Step::kRun:
       for (uint32_t kid : step.run().kernel_ids()) {
@@ -68,6 +70,11 @@ computeLiveness(const program::Program &p) {
       recordUse(live, step.send().value_id(), event++);
       break;
     case program::Step::kRecv:
+      // Live from the previous communication step: run() may queue the
+      // receive that early (prefetch), and its bytes must not be shared
+      // with the kernels in between.
+      if (prevComm >= 0)
+        recordUse(live, step.recv().value_id(), prevComm);
       recordUse(live, step.recv().value_id(), event++);
       break;
     case program::Step::kAllReduce:
@@ -78,6 +85,8 @@ computeLiveness(const program::Program &p) {
     default:
       break;
     }
+    if (step.kind_case() != program::Step::kRun)
+      prevComm = commEvent;
   }
   settle(std::max(0, event - 1));
   return live;
@@ -553,38 +562,87 @@ bool Executor::lastConflict(const program::Kernel &kernel, uint64_t &seq) {
   return found;
 }
 
+Executor::Transfer Executor::makeTransfer(int index) const {
+  const program::Step &step = program.steps(index);
+  Transfer t;
+  t.step = index;
+  t.writes = !step.has_send();
+  std::vector<uint32_t> ids;
+  if (step.has_send())
+    ids.push_back(step.send().value_id());
+  else if (step.has_recv())
+    ids.push_back(step.recv().value_id());
+  else
+    ids.assign(step.all_reduce().value_ids().begin(), step.all_reduce().value_ids().end());
+  for (uint32_t id : ids) {
+    const Tensor &v = value(id);
+    const char *lo = static_cast<const char *>(v.data);
+    t.memory.emplace_back(lo, lo + v.byteSize());
+  }
+  return t;
+}
+
+bool Executor::kernelsTouch(const Transfer &t, int from, int to) const {
+  for (int i = from; i < to; ++i) {
+    const program::Step &step = program.steps(i);
+    if (!step.has_run())
+      continue;
+    for (uint32_t kid : step.run().kernel_ids()) {
+      const program::Kernel &kernel = program.kernels(kernelIndex.find(kid)->second);
+      for (const auto *ids : {&kernel.inputs(), &kernel.outputs()})
+        for (uint32_t id : *ids) {
+          if (id == kAbsentValue)
+            continue;
+          const Tensor &v = value(id);
+          const char *lo = static_cast<const char *>(v.data), *hi = lo + v.byteSize();
+          for (const auto &m : t.memory)
+            if (lo < m.second && m.first < hi)
+              return true;
+        }
+    }
+  }
+  return false;
+}
+
 Status Executor::runOverlapped() {
   Status result;
+  std::vector<char> queued(program.steps_size(), 0);
+  int lastQueued = -1;
+  auto enqueue = [&](int index) -> bool {
+    Transfer t = makeTransfer(index);
+    {
+      std::lock_guard<std::mutex> lock(commMutex);
+      if (!commError.isOk())
+        return false;
+      queue.push_back(std::move(t));
+      ++queuedSeq;
+    }
+    commWake.notify_one();
+    queued[index] = 1;
+    lastQueued = index;
+    return true;
+  };
   for (int i = 0; i < program.steps_size() && result.isOk(); ++i) {
     const program::Step &step = program.steps(i);
     if (step.kind_case() != program::Step::kRun) {
-      result = annotate(backend->synchronize(), i);
-      if (!result.isOk())
-        break;
-      Transfer t;
-      t.step = i;
-      t.writes = !step.has_send();
-      std::vector<uint32_t> ids;
-      if (step.has_send())
-        ids.push_back(step.send().value_id());
-      else if (step.has_recv())
-        ids.push_back(step.recv().value_id());
-      else
-        ids.assign(step.all_reduce().value_ids().begin(),
-                   step.all_reduce().value_ids().end());
-      for (uint32_t id : ids) {
-        const Tensor &v = value(id);
-        const char *lo = static_cast<const char *>(v.data);
-        t.memory.emplace_back(lo, lo + v.byteSize());
-      }
-      {
-        std::lock_guard<std::mutex> lock(commMutex);
-        if (!commError.isOk())
+      if (!queued[i]) {
+        result = annotate(backend->synchronize(), i);
+        if (!result.isOk() || !enqueue(i))
           break;
-        queue.push_back(std::move(t));
-        ++queuedSeq;
       }
-      commWake.notify_one();
+      // Receives that follow with only kernels in between are queued now
+      // (prefetch), unless a kernel not yet run before them touches their
+      // memory; the queue stays in program order, so no transfer passes
+      // another.
+      for (int j = lastQueued + 1; j < program.steps_size(); ++j) {
+        const program::Step &next = program.steps(j);
+        if (next.has_run())
+          continue;
+        if (!next.has_recv() || kernelsTouch(makeTransfer(j), i + 1, j))
+          break;
+        if (!enqueue(j))
+          break;
+      }
       continue;
     }
     for (uint32_t kid : step.run().kernel_ids()) {

@@ -84,6 +84,9 @@ private:
     std::vector<std::pair<const char *, const char *>> memory;
   };
   Status runOverlapped();
+  Transfer makeTransfer(int index) const;
+  /// Whether a kernel of the run steps in [from, to) touches t's memory.
+  bool kernelsTouch(const Transfer &t, int from, int to) const;
   void commLoop();
   /// Waits until the transfers up to sequence number `seq` finished (or,
   /// unless `all`, one failed); returns the first failure.
