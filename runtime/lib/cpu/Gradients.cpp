@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
 
+#include "strait/runtime/KernelArgs.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -412,23 +414,12 @@ Status sliceGradKernel(KernelContext &ctx) {
 /// total = mean over micro-batches: overwritten by micro-batch 0, added to
 /// by the others (Step.micro_batch tells which).
 Status accumulateGradKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
-  if (mbs < 1)
-    return ctx.error("micro_batches must be positive");
-  int mb = ctx.getMicroBatch();
-  if (mbs > 1 && mb < 0)
-    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
-                     " micro-batches must run in a step with micro_batch set");
-  if (mb >= mbs)
-    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
-                     std::to_string(mbs));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * total, ctx.requireOutput(0, g->shape, g->dtype));
-  float f = 1.0f / static_cast<float>(mbs);
-  bool first = mb <= 0;
-  parallelFor(g->numel(), 16384, [&](int64_t b, int64_t e) {
+  STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
+  const float *g = a.grad->as<float>();
+  float *total = a.total->as<float>();
+  parallelFor(a.grad->numel(), 16384, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
-      total->as<float>()[i] = (first ? 0.0f : total->as<float>()[i]) + g->as<float>()[i] * f;
+      total[i] = (a.first ? 0.0f : total[i]) + g[i] * a.scale;
   });
   return Status::ok();
 }
@@ -458,24 +449,16 @@ Status clipByGlobalNormKernel(KernelContext &ctx) {
 }
 
 Status sgdKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *lr, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *p, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(2, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *v, ctx.requireInput(3, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(float mom, ctx.getAttrs().getFloat("momentum", 0));
-  STRAIT_ASSIGN_OR_RETURN(float wd, ctx.getAttrs().getFloat("weight_decay", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t nesterov, ctx.getAttrs().getInt("nesterov", 0));
-  if (lr->numel() != 1 || g->shape != p->shape || v->shape != p->shape)
-    return ctx.error("lr must be a scalar and param/grad/velocity shapes equal");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * po, ctx.requireOutput(0, p->shape, p->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * vo, ctx.requireOutput(1, p->shape, p->dtype));
-  float rate = lr->as<float>()[0];
-  parallelFor(p->numel(), 16384, [&](int64_t b, int64_t e) {
+  STRAIT_ASSIGN_OR_RETURN(SgdArgs a, sgdArgs(ctx));
+  float rate = a.lr->as<float>()[0], mom = a.momentum, wd = a.weightDecay;
+  const float *p = a.param->as<float>(), *g = a.grad->as<float>(), *v = a.velocity->as<float>();
+  float *po = a.paramOut->as<float>(), *vo = a.velocityOut->as<float>();
+  parallelFor(a.param->numel(), 16384, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      float gr = g->as<float>()[i] + wd * p->as<float>()[i];
-      float vn = mom * v->as<float>()[i] + gr;
-      po->as<float>()[i] = p->as<float>()[i] - rate * (nesterov ? gr + mom * vn : vn);
-      vo->as<float>()[i] = vn;
+      float gr = g[i] + wd * p[i];
+      float vn = mom * v[i] + gr;
+      po[i] = p[i] - rate * (a.nesterov ? gr + mom * vn : vn);
+      vo[i] = vn;
     }
   });
   return Status::ok();

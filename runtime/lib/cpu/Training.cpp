@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
 
+#include "strait/runtime/KernelArgs.h"
+
 #include <cmath>
 
 namespace strait {
@@ -166,23 +168,7 @@ StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
   if (tv.size() != 1)
     return ctx.error("step count must be a scalar");
   a.step = tv[0];
-  size_t rest = ctx.numInputs() - 2;
-  if (rest == 0 || rest % groups)
-    return ctx.error(std::to_string(rest) + " tensor inputs do not form " +
-                     std::to_string(groups) + " equal groups");
-  a.n = rest / groups;
-  if (ctx.numOutputs() != a.n * outGroups)
-    return ctx.error("expected " + std::to_string(a.n * outGroups) + " outputs");
-  for (size_t i = 0; i < a.n; ++i) {
-    const Tensor *x = ctx.input(2 + i);
-    for (size_t g = 0; g < groups; ++g) {
-      const Tensor *in = ctx.input(2 + g * a.n + i);
-      if (!in || in->dtype != program::DTYPE_F32 || in->shape != x->shape)
-        return ctx.unsupported("optimizer tensors must be f32 of equal shapes");
-    }
-    for (size_t g = 0; g < outGroups; ++g)
-      STRAIT_RETURN_IF_ERROR(ctx.requireOutput(g * a.n + i, x->shape, x->dtype).getStatus());
-  }
+  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups));
   return a;
 }
 
@@ -270,11 +256,8 @@ Status adamKernel(KernelContext &ctx) {
 /// weight_decay. Bias-corrected moments, decoupled weight decay.
 Status adamWKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3));
-  const AttrReader &at = ctx.getAttrs();
-  STRAIT_ASSIGN_OR_RETURN(float b1, at.getFloat("beta1", 0.9f));
-  STRAIT_ASSIGN_OR_RETURN(float b2, at.getFloat("beta2", 0.999f));
-  STRAIT_ASSIGN_OR_RETURN(float eps, at.getFloat("epsilon", 1e-8f));
-  STRAIT_ASSIGN_OR_RETURN(float wd, at.getFloat("weight_decay", 0.01f));
+  STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
+  float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   if (a.step < 1)
     return ctx.error("AdamW step count must start at 1, got " + std::to_string(a.step));
   float c1 = 1 - static_cast<float>(std::pow(double(b1), double(a.step)));

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
 
+#include "strait/runtime/KernelArgs.h"
+
 namespace strait {
 namespace rt {
 namespace cuda {
@@ -196,26 +198,11 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
   if (step->numel() != 1 ||
       (step->dtype != program::DTYPE_I64 && step->dtype != program::DTYPE_I32))
     return ctx.error("step count must be an integer scalar");
-  size_t rest = ctx.numInputs() - 2;
-  if (rest == 0 || rest % 4)
-    return ctx.error(std::to_string(rest) + " tensor inputs do not form 4 equal groups");
-  size_t n = rest / 4;
-  if (ctx.numOutputs() != 3 * n)
-    return ctx.error("expected " + std::to_string(3 * n) + " outputs");
-  const AttrReader &at = ctx.getAttrs();
-  STRAIT_ASSIGN_OR_RETURN(float b1, at.getFloat("beta1", 0.9f));
-  STRAIT_ASSIGN_OR_RETURN(float b2, at.getFloat("beta2", 0.999f));
-  STRAIT_ASSIGN_OR_RETURN(float eps, at.getFloat("epsilon", 1e-8f));
-  STRAIT_ASSIGN_OR_RETURN(float wd, at.getFloat("weight_decay", 0.01f));
+  STRAIT_ASSIGN_OR_RETURN(size_t n, optimizerGroups(ctx, 4, 3));
+  STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
+  float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   for (size_t i = 0; i < n; ++i) {
     const Tensor *x = ctx.input(2 + i);
-    for (size_t g = 0; g < 4; ++g) {
-      const Tensor *in = ctx.input(2 + g * n + i);
-      if (!in || in->dtype != program::DTYPE_F32 || in->shape != x->shape)
-        return ctx.unsupported("optimizer tensors must be f32 of equal shapes");
-    }
-    for (size_t g = 0; g < 3; ++g)
-      STRAIT_RETURN_IF_ERROR(ctx.requireOutput(g * n + i, x->shape, x->dtype).getStatus());
     launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64, x->as<float>(),
                 ctx.input(2 + n + i)->as<float>(), ctx.input(2 + 2 * n + i)->as<float>(),
                 ctx.input(2 + 3 * n + i)->as<float>(), ctx.output(i)->as<float>(),
@@ -226,37 +213,17 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
 }
 
 Status sgdKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *lr, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *p, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(2, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *v, ctx.requireInput(3, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(float mom, ctx.getAttrs().getFloat("momentum", 0));
-  STRAIT_ASSIGN_OR_RETURN(float wd, ctx.getAttrs().getFloat("weight_decay", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t nesterov, ctx.getAttrs().getInt("nesterov", 0));
-  if (lr->numel() != 1 || g->shape != p->shape || v->shape != p->shape)
-    return ctx.error("lr must be a scalar and param/grad/velocity shapes equal");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * po, ctx.requireOutput(0, p->shape, p->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * vo, ctx.requireOutput(1, p->shape, p->dtype));
-  launchSgd(lr->as<float>(), p->as<float>(), g->as<float>(), v->as<float>(), po->as<float>(),
-            vo->as<float>(), p->numel(), mom, wd, nesterov != 0, c.stream);
+  STRAIT_ASSIGN_OR_RETURN(SgdArgs a, sgdArgs(ctx));
+  launchSgd(a.lr->as<float>(), a.param->as<float>(), a.grad->as<float>(),
+            a.velocity->as<float>(), a.paramOut->as<float>(), a.velocityOut->as<float>(),
+            a.param->numel(), a.momentum, a.weightDecay, a.nesterov, c.stream);
   return Status::ok();
 }
 
 Status accumulateGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
-  if (mbs < 1)
-    return ctx.error("micro_batches must be positive");
-  int mb = ctx.getMicroBatch();
-  if (mbs > 1 && mb < 0)
-    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
-                     " micro-batches must run in a step with micro_batch set");
-  if (mb >= mbs)
-    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
-                     std::to_string(mbs));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * total, ctx.requireOutput(0, g->shape, g->dtype));
-  launchAccumulate(g->as<float>(), total->as<float>(), g->numel(),
-                   1.0f / static_cast<float>(mbs), mb <= 0, c.stream);
+  STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
+  launchAccumulate(a.grad->as<float>(), a.total->as<float>(), a.grad->numel(), a.scale, a.first,
+                   c.stream);
   return Status::ok();
 }
 

@@ -1,0 +1,55 @@
+//===- KernelArgs.h - Operand checks shared by the backends -----*- C++ -*-===//
+//
+// A training op's contract (operand count, dtypes, shapes, attributes and
+// their defaults) is the same on every device; only the arithmetic differs.
+// Each backend's kernel for these ops starts with the checker here, so the
+// CPU, CUDA and future NPU kernels accept and reject the same programs with
+// the same messages.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_KERNELARGS_H
+#define STRAIT_RUNTIME_KERNELARGS_H
+
+#include "strait/runtime/Backend.h"
+
+#include <cstddef>
+
+namespace strait {
+namespace rt {
+
+/// AccumulateGrad: total = mean over `micro_batches` of grad; micro-batch 0
+/// (or a step without one) overwrites, later ones add.
+struct AccumulateGradArgs {
+  const Tensor *grad = nullptr;
+  Tensor *total = nullptr;
+  float scale = 1;     ///< 1 / micro_batches
+  bool first = true;   ///< overwrite instead of add
+};
+StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx);
+
+/// SGD: inputs lr (f32 scalar), param, grad, velocity; outputs param and
+/// velocity; attributes momentum, weight_decay, nesterov.
+struct SgdArgs {
+  const Tensor *lr = nullptr, *param = nullptr, *grad = nullptr, *velocity = nullptr;
+  Tensor *paramOut = nullptr, *velocityOut = nullptr;
+  float momentum = 0, weightDecay = 0;
+  bool nesterov = false;
+};
+StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx);
+
+/// Multi-tensor optimizers (Adagrad, Momentum, Adam, AdamW): inputs lr,
+/// step, then `groups` groups of n f32 tensors, each of the shape of the
+/// first group's; outputs `outGroups` groups mirroring the first. Returns
+/// n. Reads no tensor data (lr and step may live on a device).
+StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups);
+
+/// AdamW's attributes (defaults as in the graph dialect's AdamW).
+struct AdamWAttrs {
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f, weightDecay = 0.01f;
+};
+StatusOr<AdamWAttrs> adamWAttrs(const KernelContext &ctx);
+
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_KERNELARGS_H
