@@ -39,7 +39,15 @@ STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
 WAN = os.path.join(ROOT, "runtime", "scripts", "wan-cluster.py")
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 DATA = os.path.join(ROOT, "out", "text", "train.bin")
-BATCH, SEQ, GLOBAL = 8, 64, 16
+BATCH, SEQ = 8, 64
+# Every job runs BATCH sequences per replica and micro-batch: 16 sequences an
+# iteration on 2 replicas a stage (pipeline), 32 on 4 (data-parallel).
+GLOBAL = {"pipeline": 16, "data-parallel": 32}
+# AdamW with a warm-up + cosine schedule (the program's lr_schedule): at a
+# constant rate two runs that differ only by rounding part ways after tens
+# of steps (docs/training.md), which would hide the codecs' effect.
+LR, WARMUP, MIN_LR = 0.003, 10, 0.0003
+LAST = 10  # final loss = mean over the last LAST steps
 
 CLUSTER = """name: wan-{mbps}mbps
 device_types:
@@ -76,12 +84,13 @@ def cluster_file(tmp, mbps):
     return path
 
 
-def compile_job(tmp, cluster, layout, codec):
+def compile_job(tmp, cluster, layout, codec, steps):
     job = os.path.join(tmp, f"job-{layout}-{codec.replace(':', '_')}-{os.path.basename(cluster)[:-5]}")
     shutil.rmtree(job, ignore_errors=True)
     common = [MODEL, "--input-shape", f"input_ids={BATCH}x{SEQ}", "--loss", "cross-entropy",
-              "--optimizer", "adamw", "--cluster", cluster, "--global-batch", GLOBAL,
-              "--num-stages", LAYOUTS[layout], "--compress", codec]
+              "--optimizer", "adamw", "--cluster", cluster, "--global-batch", GLOBAL[layout],
+              "--num-stages", LAYOUTS[layout], "--compress", codec,
+              "--lr", LR, "--warmup-steps", WARMUP, "--total-steps", steps, "--min-lr", MIN_LR]
     plan = sh([STRAITC, *common, "-o", job])
     m = re.search(r"predicted iteration \(simulated\): ([0-9.e+-]+) s without compression, "
                   r"([0-9.e+-]+) s with", plan)
@@ -89,10 +98,9 @@ def compile_job(tmp, cluster, layout, codec):
     return job, predicted
 
 
-def run_job(job, cluster, steps, lr):
+def run_job(job, cluster, steps, layout):
     sh([sys.executable, WAN, "--cluster", cluster, "--strait-run", STRAIT_RUN, "--", job,
-        "--data", DATA, "--data-format", "tokens-u16", "--steps", steps, "--lr", lr,
-        "--timeout-ms", 120000])
+        "--data", DATA, "--data-format", "tokens-u16", "--steps", steps, "--timeout-ms", 120000])
     manifest = json.load(open(os.path.join(job, "plan.json")))
     last = len(manifest["stages"]) - 1
     losses, times = {}, {}
@@ -106,7 +114,7 @@ def run_job(job, cluster, steps, lr):
     curve = [statistics.mean(losses[i]) for i in sorted(losses)]
     # A step takes as long as its slowest rank; skip the first (warm-up).
     step_ms = statistics.median(max(times[i]) for i in sorted(times)[1:])
-    return curve, BATCH * SEQ * GLOBAL // BATCH / (step_ms / 1e3), last
+    return curve, GLOBAL[layout] * SEQ / (step_ms / 1e3), last
 
 
 def main():
@@ -115,7 +123,6 @@ def main():
     ap.add_argument("--png", default=os.path.join(ROOT, "docs", "img", "compression-convergence.png"))
     ap.add_argument("--conv-mbps", type=int, default=25)
     ap.add_argument("--conv-steps", type=int, default=150)
-    ap.add_argument("--lr", default="0.003")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("wan_bench: needs root (network namespaces, tc)")
@@ -134,13 +141,14 @@ def main():
     curves = {}
     for layout, names in codecs.items():
         for codec in names:
-            job, _ = compile_job(tmp, cluster, layout, codec)
-            curve, tps, _ = run_job(job, cluster, conv_steps, args.lr)
+            job, _ = compile_job(tmp, cluster, layout, codec, conv_steps)
+            curve, tps, _ = run_job(job, cluster, conv_steps, layout)
             curves[(layout, codec)] = curve
-            base = curves[(layout, "none")]
-            print(f"{layout:14} {codec:10} final loss {curve[-1]:.4f} "
-                  f"(uncompressed {base[-1]:.4f}, {100 * (curve[-1] / base[-1] - 1):+.2f}%) "
-                  f"tokens/s {tps:.0f}", flush=True)
+            final = statistics.mean(curve[-LAST:])
+            base = statistics.mean(curves[(layout, "none")][-LAST:])
+            print(f"{layout:14} {codec:10} final loss {final:.4f} (mean of the last {LAST} steps; "
+                  f"uncompressed {base:.4f}, {100 * (final / base - 1):+.2f}%) tokens/s {tps:.0f}",
+                  flush=True)
 
     print(f"\n== speed: tokens/s with / without compression ({speed_steps} steps)")
     print("| layout | link Mbit/s | codec | tokens/s | measured speed-up | predicted speed-up |")
@@ -150,8 +158,8 @@ def main():
         for layout, names in codecs.items():
             base = None
             for codec in names:
-                job, predicted = compile_job(tmp, cluster, layout, codec)
-                _, tps, _ = run_job(job, cluster, speed_steps, args.lr)
+                job, predicted = compile_job(tmp, cluster, layout, codec, speed_steps)
+                _, tps, _ = run_job(job, cluster, speed_steps, layout)
                 base = base or tps
                 pred = f"{predicted:.2f}x" if predicted else "n/a"
                 print(f"| {layout} | {mbps} | {codec} | {tps:.0f} | {tps / base:.2f}x | {pred} |",

@@ -408,6 +408,9 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   strait::registerAllDialects(registry);
   MLIRContext context(registry);
+  // A user's error names the model, op and field; the whole function's IR
+  // after it ("see current operation") would bury it (strait-opt keeps it).
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
 
