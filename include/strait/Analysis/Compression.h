@@ -93,8 +93,9 @@ struct LinkTransfer {
 double transferTimeWith(const LinkTransfer &t, const Codec &codec);
 
 /// The least lossy codec whose time fits the target: none, then fp16
-/// (activations) or bf16 (gradients), int8, int4; weight gradients then
-/// top-k with the largest ratio that fits (at least 1e-3), with error
+/// (activations) or bf16 (gradients), int8, int4; weight gradients then,
+/// when int4 is still over 3x the target, top-k with the largest ratio that
+/// fits (at least 1e-3) (else int4: top-k converges more slowly), with error
 /// feedback on every lossy gradient codec. When nothing fits, the fastest
 /// candidate if it saves at least 10%, else none.
 Codec chooseCodec(const LinkTransfer &t);

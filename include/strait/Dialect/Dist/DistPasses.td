@@ -97,8 +97,9 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
       two stages per micro-batch for a cut, the stage's compute over all
       micro-batches for an all-reduce. Activations: fp16, int8, int4
       (quantization, AQ-SGD style); activation gradients: bf16, int8, int4;
-      weight gradients: bf16, int8, int4, then top-k with the largest ratio
-      that fits, all with error feedback. A link that fits uncompressed gets
+      weight gradients: bf16, int8, int4, then (when int4 is still over 3x
+      the target) top-k with the largest ratio that fits, all with error
+      feedback. A link that fits uncompressed gets
       nothing.
     - `compress=none`: only the `compress-link` overrides;
       `compress=CODEC` (fp16, bf16, int8, int4, topk:R): that codec on every
