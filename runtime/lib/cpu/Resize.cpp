@@ -69,6 +69,25 @@ struct Tap {
   float w1;
 };
 
+/// Calls fn(offset, weight) for each of the 2^r corners of one output
+/// element's interpolation (its tap per dim in t, input strides st) whose
+/// weight is non-zero: Resize gathers from them, ResizeGrad scatters to them.
+template <typename Fn>
+void forEachCorner(const std::vector<const Tap *> &t, const std::vector<int64_t> &st, Fn fn) {
+  int64_t r = static_cast<int64_t>(t.size());
+  for (int64_t corner = 0; corner < (int64_t(1) << r); ++corner) {
+    float w = 1;
+    int64_t off = 0;
+    for (int64_t d = 0; d < r && w != 0; ++d) {
+      bool hi = (corner >> d) & 1;
+      w *= hi ? t[d]->w1 : 1 - t[d]->w1;
+      off += (hi ? t[d]->i1 : t[d]->i0) * st[d];
+    }
+    if (w != 0)
+      fn(off, w);
+  }
+}
+
 /// The interpolation attributes shared by Resize and ResizeGrad.
 struct ResizeAttrs {
   std::string mode, nearestMode;
@@ -141,17 +160,7 @@ Status resizeKernel(KernelContext &ctx) {
         rem /= y->shape[d];
       }
       float acc = 0;
-      for (int64_t corner = 0; corner < (int64_t(1) << r); ++corner) {
-        float w = 1;
-        int64_t off = 0;
-        for (int64_t d = 0; d < r && w != 0; ++d) {
-          bool hi = (corner >> d) & 1;
-          w *= hi ? t[d]->w1 : 1 - t[d]->w1;
-          off += (hi ? t[d]->i1 : t[d]->i0) * st[d];
-        }
-        if (w != 0)
-          acc += w * in[off];
-      }
+      forEachCorner(t, st, [&](int64_t off, float w) { acc += w * in[off]; });
       out[i] = acc;
     }
   });
@@ -202,17 +211,7 @@ Status resizeGradKernel(KernelContext &ctx) {
         t[d] = &taps[d][rem % dy->shape[d]];
         rem /= dy->shape[d];
       }
-      for (int64_t corner = 0; corner < (int64_t(1) << r); ++corner) {
-        float w = 1;
-        int64_t off = 0;
-        for (int64_t d = 0; d < r && w != 0; ++d) {
-          bool hi = (corner >> d) & 1;
-          w *= hi ? t[d]->w1 : 1 - t[d]->w1;
-          off += (hi ? t[d]->i1 : t[d]->i0) * st[d];
-        }
-        if (w != 0)
-          out[off] += w * g[i];
-      }
+      forEachCorner(t, st, [&](int64_t off, float w) { out[off] += w * g[i]; });
     }
   });
   return Status::ok();

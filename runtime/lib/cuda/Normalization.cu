@@ -26,27 +26,14 @@ __device__ inline void raise(int *flag, int tag, int code) {
 }
 
 /// Sum over the block (blockDim.x == kBlock); every thread gets the result.
-__device__ inline float blockSum(float v, float *shm) {
+template <typename T> __device__ inline T blockSum(T v, T *shm) {
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
   if ((threadIdx.x & 31) == 0)
     shm[threadIdx.x >> 5] = v;
   __syncthreads();
-  float r = 0.0f;
-  for (int w = 0; w < kBlock / 32; ++w)
-    r += shm[w];
-  return r;
-}
-
-__device__ inline double blockSumD(double v, double *shm) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0)
-    shm[threadIdx.x >> 5] = v;
-  __syncthreads();
-  double r = 0.0;
+  T r = T(0);
   for (int w = 0; w < kBlock / 32; ++w)
     r += shm[w];
   return r;
@@ -253,8 +240,8 @@ __global__ void lossReduceKernel(const float *scratch, int64_t rows, int reducti
     l += scratch[r];
     w += scratch[rows + r];
   }
-  l = blockSumD(l, shm);
-  w = blockSumD(w, shm);
+  l = blockSum(l, shm);
+  w = blockSum(w, shm);
   if (threadIdx.x == 0)
     loss[0] = static_cast<float>(reduction == 1 ? l : (w == 0.0 ? 0.0 : l / w));
 }
@@ -270,7 +257,7 @@ __global__ void weightSumKernel(LossArgs a, float *out) {
       continue;
     w += a.weights ? a.weights[label] : 1.0f;
   }
-  w = blockSumD(w, shm);
+  w = blockSum(w, shm);
   if (threadIdx.x == 0)
     out[0] = static_cast<float>(w);
 }
