@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaLaunch.h"
+#include "DeviceCommon.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,17 +19,6 @@ namespace strait {
 namespace rt {
 namespace cuda {
 namespace {
-
-constexpr int kBlock = 256;
-
-inline unsigned blocksFor(int64_t n) {
-  int64_t b = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
-}
-
-#define GRID_STRIDE(i, n)                                                        \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);     \
-       i += (int64_t)gridDim.x * blockDim.x)
 
 __device__ inline void unravel(const Index &ix, int64_t i, int ops, int64_t *off) {
   for (int k = 0; k < ops; ++k)

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaLaunch.h"
+#include "DeviceCommon.cuh"
 
 #include <algorithm>
 #include <cfloat>
@@ -17,8 +18,6 @@ namespace strait {
 namespace rt {
 namespace cuda {
 namespace {
-
-constexpr int kBlock = 256;
 
 __device__ inline void raise(int *flag, int tag, int code) {
   if (atomicCAS(flag, 0, tag) == 0)

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaLaunch.h"
+#include "DeviceCommon.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -14,17 +15,6 @@ namespace strait {
 namespace rt {
 namespace cuda {
 namespace {
-
-constexpr int kBlock = 256;
-
-inline unsigned blocksFor(int64_t n) {
-  int64_t b = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
-}
-
-#define GRID_STRIDE(i, n)                                                        \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);     \
-       i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, const float *x,
                             const float *g, const float *m, const float *v, float *xo,
