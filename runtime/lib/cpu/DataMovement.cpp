@@ -9,6 +9,7 @@
 #include "CpuKernels.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace strait {
@@ -28,8 +29,29 @@ void stridedCopy(const char *src, int64_t base, const std::vector<int64_t> &stri
       std::memcpy(to, from, n * es);
       return;
     }
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(to + i * es, from + i * s[0] * es, es);
+    // Typed element moves: a memcpy call of a run-time size per element is
+    // an order of magnitude slower (Transpose ran at ~1 GB/s).
+    auto gather = [&](auto *d, const auto *f) {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(d + i, f + i * s[0], sizeof(*d));
+    };
+    switch (es) {
+    case 1:
+      gather(reinterpret_cast<uint8_t *>(to), reinterpret_cast<const uint8_t *>(from));
+      return;
+    case 2:
+      gather(reinterpret_cast<uint16_t *>(to), reinterpret_cast<const uint16_t *>(from));
+      return;
+    case 4:
+      gather(reinterpret_cast<uint32_t *>(to), reinterpret_cast<const uint32_t *>(from));
+      return;
+    case 8:
+      gather(reinterpret_cast<uint64_t *>(to), reinterpret_cast<const uint64_t *>(from));
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(to + i * es, from + i * s[0] * es, es);
+    }
   });
 }
 
