@@ -7,7 +7,7 @@
 // 1. Ctrl-C (SIGINT) or SIGTERM to the launcher stops all ranks the same way
 // and returns 130 / 143. While the ranks run, the launcher follows their logs
 // and, once every rank reported iteration N, prints one merged progress line:
-//   step N/M loss L tokens/s X time T ms | rank0 sent 1:16.0KiB recv 1:2.0KiB | ...
+//   step N/M loss L tokens/s X time T ms [lr LR] | rank0 sent 1:16.0KiB recv 1:2.0KiB | ...
 // (loss: mean of the ranks that report one; tokens or samples per second:
 // items of all replicas over the slowest rank's time; bytes since the last
 // line per peer).
@@ -113,6 +113,7 @@ struct Progress {
   double ms = 0;
   bool hasLoss = false;
   double loss = 0;
+  std::string lr; // as the worker printed it (the schedule's value this step)
   std::string itemName;
   int64_t items = 0;
   std::string sent, recv;
@@ -131,6 +132,8 @@ bool parseProgress(const std::string &line, int &rank, int &step, Progress &p) {
       in >> p.ms;
     else if (w == "loss")
       p.hasLoss = static_cast<bool>(in >> p.loss);
+    else if (w == "lr")
+      in >> p.lr;
     else if (w == "tokens" || w == "samples") {
       p.itemName = w;
       in >> p.items;
@@ -215,9 +218,11 @@ private:
     double ms = 0, loss = 0;
     int losses = 0;
     std::map<int, int64_t> itemsPerReplica;
-    std::string itemName;
+    std::string itemName, lr;
     for (const auto &kv : ranks) {
       ms = std::max(ms, kv.second.ms);
+      if (lr.empty())
+        lr = kv.second.lr;
       if (kv.second.hasLoss) {
         loss += kv.second.loss;
         ++losses;
@@ -241,6 +246,8 @@ private:
     char t[32];
     std::snprintf(t, sizeof(t), ms < 10 ? "%.3f" : "%.1f", ms);
     line << " time " << t << " ms";
+    if (!lr.empty())
+      line << " lr " << lr;
     for (const auto &kv : ranks)
       if (!kv.second.sent.empty())
         line << " | rank" << kv.first << " sent " << humanBytes(kv.second.sent) << " recv "
