@@ -18,6 +18,7 @@
 
 using namespace strait;
 using namespace strait::rt;
+using namespace strait::rt::test;
 
 namespace {
 
@@ -29,15 +30,6 @@ program::CodecParams params(program::Codec codec, float ratio = 0.0f,
   p.set_block_size(block);
   p.set_error_feedback(feedback);
   return p;
-}
-
-std::vector<float> gaussian(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto &x : v)
-    x = d(gen);
-  return v;
 }
 
 std::vector<float> roundTrip(const program::CodecParams &p,

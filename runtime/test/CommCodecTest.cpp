@@ -25,13 +25,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string makeStoreDir() {
-  std::string tmpl = testing::TempDir() + "/strait-codec-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  char *dir = ::mkdtemp(buf.data());
-  return dir ? dir : "";
-}
+std::string makeStoreDir() { return makeTempDir("strait-codec"); }
 
 void runRanks(int world, const std::function<void(int, Communicator &)> &body) {
   std::string dir = makeStoreDir();
@@ -63,15 +57,6 @@ program::CodecParams codecOf(program::Codec c, float ratio = 0.01f, bool ef = fa
   p.set_topk_ratio(ratio);
   p.set_error_feedback(ef);
   return p;
-}
-
-std::vector<float> gaussian(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto &x : v)
-    x = d(gen);
-  return v;
 }
 
 std::vector<float> codecRoundTrip(const program::CodecParams &p, const std::vector<float> &x) {

@@ -24,13 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string makeStoreDir() {
-  std::string tmpl = testing::TempDir() + "/strait-comm-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  char *dir = ::mkdtemp(buf.data());
-  return dir ? dir : "";
-}
+std::string makeStoreDir() { return makeTempDir("strait-comm"); }
 
 GlooOptions fileOptions(const std::string &dir, int rank, int world,
                         std::chrono::milliseconds timeout = 10000ms) {

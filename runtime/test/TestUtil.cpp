@@ -6,6 +6,9 @@
 #include "TestUtil.h"
 
 #include <cstring>
+#include <gtest/gtest.h>
+#include <random>
+#include <stdlib.h>
 
 namespace strait {
 namespace rt {
@@ -143,6 +146,23 @@ std::vector<float> pseudoRandom(size_t n, uint32_t seed) {
     s = s * 1664525u + 1013904223u;
     x = static_cast<float>((s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
   }
+  return v;
+}
+
+std::string makeTempDir(const std::string &prefix) {
+  std::string tmpl = testing::TempDir() + "/" + prefix + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char *dir = ::mkdtemp(buf.data());
+  return dir ? dir : "";
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto &x : v)
+    x = d(gen);
   return v;
 }
 

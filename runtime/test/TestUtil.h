@@ -73,6 +73,13 @@ runKernel(const std::string &op, const std::vector<Input> &inputs,
 /// Fills a vector with a deterministic pseudo-random sequence in [-1, 1).
 std::vector<float> pseudoRandom(size_t n, uint32_t seed);
 
+/// A fresh directory under gtest's temp dir ("" on failure), e.g. a file
+/// store for communicator tests.
+std::string makeTempDir(const std::string &prefix);
+
+/// n samples of N(0, 1), reproducible from `seed`.
+std::vector<float> gaussian(size_t n, uint32_t seed);
+
 } // namespace test
 } // namespace rt
 } // namespace strait

@@ -105,21 +105,29 @@ __global__ void softmaxGradRowKernel(bool logOut, const float *dy, const float *
   }
 }
 
-__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y,
-                                float *mean, float *invStd, int64_t len, float eps) {
-  __shared__ float shm[32];
-  int64_t row = blockIdx.x;
-  const float *xr = x + row * len;
+/// Mean and 1/sqrt(variance + eps) of one row of len elements (one block
+/// a row; every thread gets both).
+__device__ inline void rowStats(const float *xr, int64_t len, float eps, float *shm, float &mu,
+                                float &inv) {
   float part = 0.0f;
   for (int64_t k = threadIdx.x; k < len; k += kBlock)
     part += xr[k];
-  float mu = blockSum(part, shm) / len;
+  mu = blockSum(part, shm) / len;
   part = 0.0f;
   for (int64_t k = threadIdx.x; k < len; k += kBlock) {
     float d = xr[k] - mu;
     part += d * d;
   }
-  float inv = rsqrtf(blockSum(part, shm) / len + eps);
+  inv = rsqrtf(blockSum(part, shm) / len + eps);
+}
+
+__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y,
+                                float *mean, float *invStd, int64_t len, float eps) {
+  __shared__ float shm[32];
+  int64_t row = blockIdx.x;
+  const float *xr = x + row * len;
+  float mu, inv;
+  rowStats(xr, len, eps, shm, mu, inv);
   float *yr = y + row * len;
   for (int64_t k = threadIdx.x; k < len; k += kBlock) {
     float v = (xr[k] - mu) * inv * scale[k];
@@ -138,16 +146,8 @@ __global__ void layerNormGradRowKernel(const float *dy, const float *x, const fl
   __shared__ float shm[32];
   int64_t row = blockIdx.x;
   const float *xr = x + row * len, *gr = dy + row * len;
-  float part = 0.0f;
-  for (int64_t k = threadIdx.x; k < len; k += kBlock)
-    part += xr[k];
-  float mu = blockSum(part, shm) / len;
-  part = 0.0f;
-  for (int64_t k = threadIdx.x; k < len; k += kBlock) {
-    float d = xr[k] - mu;
-    part += d * d;
-  }
-  float inv = rsqrtf(blockSum(part, shm) / len + eps);
+  float mu, inv;
+  rowStats(xr, len, eps, shm, mu, inv);
   float pg = 0.0f, pgx = 0.0f;
   for (int64_t k = threadIdx.x; k < len; k += kBlock) {
     float gh = gr[k] * scale[k];
