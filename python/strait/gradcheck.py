@@ -322,28 +322,13 @@ def run_on_runtime(onnx_path: str, case: Case, build: str) -> dict:
     returns {param: gradient}: straitc exports the step (a plain function of forward and
     gradient ops whose results include grad.<name>), strait-run feeds the batch and dumps
     the outputs. Raises RuntimeUnavailable when a tool cannot do its part yet."""
-    import numpy as np
-
     grads_mlir = compile_training_step(onnx_path, case.input_shapes, build, GRADIENTS_ONLY)
-    with tempfile.TemporaryDirectory() as work:
-        step = os.path.join(work, "grads.mlir")
-        with open(step, "w") as f:
-            f.write(grads_mlir)
-        job, dump = os.path.join(work, "job"), os.path.join(work, "dump")
-        export = subprocess.run([_tool(build, "straitc"), step, "--emit=program", "-o", job],
-                                capture_output=True, text=True)
-        if export.returncode != 0:
-            raise RuntimeUnavailable("straitc cannot export the step: " + export.stderr[-400:])
-        run = subprocess.run([_strait_run(build), job, "--steps", "1", "--dump-outputs", dump,
-                              *_write_data(case, work)], capture_output=True, text=True,
-                             timeout=600)
-        if run.returncode != 0 or not os.path.isdir(dump):
-            raise RuntimeUnavailable("strait-run failed: " + (run.stderr + run.stdout)[-600:])
-        out = {}
-        for file in os.listdir(dump):
-            if file.startswith("grad.") and file.endswith(".rank0.npy"):
-                out[file[len("grad."):-len(".rank0.npy")]] = np.load(os.path.join(dump, file))
-        return out
+    _, files = _export_and_run(grads_mlir, case, build, ["--steps", "1"])
+    out = {f[len("grad."):-len(".rank0.npy")]: v for f, v in files.items()
+           if f.startswith("grad.") and f.endswith(".rank0.npy")}
+    if not out:
+        raise RuntimeUnavailable("strait-run dumped no gradients")
+    return out
 
 
 def _export_and_run(step_mlir: str, case: Case, build: str, run_args: list[str]):
