@@ -7,7 +7,7 @@
 // executor: codecs, islands, error feedback, and overlapped == sequential.
 //
 //===----------------------------------------------------------------------===//
-#include "TestUtil.h"
+#include "CommTestUtil.h"
 #include "strait/runtime/Codec.h"
 #include "strait/runtime/Communicator.h"
 
@@ -29,26 +29,7 @@ std::string makeStoreDir() { return makeTempDir("strait-codec"); }
 
 void runRanks(int world, const std::function<void(int, Communicator &)> &body) {
   std::string dir = makeStoreDir();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      GlooOptions o;
-      o.rank = r;
-      o.worldSize = world;
-      o.storePath = dir;
-      o.timeout = 20000ms;
-      auto comm = createGlooCommunicator(o);
-      if (!comm.isOk()) {
-        ADD_FAILURE() << comm.getStatus().toString();
-        return;
-      }
-      body(r, **comm);
-      // Nobody closes its pairs while another rank still connects or waits.
-      Status s = (*comm)->barrier();
-      EXPECT_TRUE(s.isOk()) << s.toString();
-    });
-  for (auto &t : threads)
-    t.join();
+  runGlooRanks(world, [&](int r) { return fileStoreOptions(dir, r, world); }, body);
 }
 
 program::CodecParams codecOf(program::Codec c, float ratio = 0.01f, bool ef = false) {

@@ -5,7 +5,7 @@
 // redis-server when one is installed). All timeouts are bounded.
 //
 //===----------------------------------------------------------------------===//
-#include "TestUtil.h"
+#include "CommTestUtil.h"
 #include "strait/runtime/Communicator.h"
 
 #include <atomic>
@@ -28,30 +28,14 @@ std::string makeStoreDir() { return makeTempDir("strait-comm"); }
 
 GlooOptions fileOptions(const std::string &dir, int rank, int world,
                         std::chrono::milliseconds timeout = 10000ms) {
-  GlooOptions o;
-  o.rank = rank;
-  o.worldSize = world;
-  o.store = StoreKind::File;
-  o.storePath = dir;
-  o.timeout = timeout;
-  return o;
+  return fileStoreOptions(dir, rank, world, timeout);
 }
 
-/// Runs body(rank, comm) on `world` threads after connecting them.
+/// Runs body(rank, comm) on `world` threads after connecting them (no
+/// barrier at the end: several tests make ranks fail on purpose).
 void runRanks(int world, const std::function<GlooOptions(int)> &options,
               const std::function<void(int, Communicator &)> &body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      auto comm = createGlooCommunicator(options(r));
-      if (!comm.isOk()) {
-        ADD_FAILURE() << comm.getStatus().toString();
-        return;
-      }
-      body(r, **comm);
-    });
-  for (auto &t : threads)
-    t.join();
+  runGlooRanks(world, options, body, /*barrierAfter=*/false);
 }
 
 } // namespace

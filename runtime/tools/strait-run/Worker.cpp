@@ -89,8 +89,9 @@ public:
   Status allReduce(const Tensor &t, uint32_t channel,
                    const AllReduceOptions &options) override {
     std::vector<int> ranks = options.ranks;
-    for (int r = 0; ranks.empty() && r < getWorldSize(); ++r)
-      ranks.push_back(r);
+    if (ranks.empty())
+      for (int r = 0; r < getWorldSize(); ++r)
+        ranks.push_back(r);
     ring(t, ranks);
     return inner->allReduce(t, channel, options);
   }

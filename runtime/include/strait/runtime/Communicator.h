@@ -121,6 +121,19 @@ struct GlooOptions {
 StatusOr<std::unique_ptr<Communicator>>
 createGlooCommunicator(const GlooOptions &options);
 
+/// A communicator that sends inside a domain of ranks over `fast` (NCCL
+/// between the GPUs of one host) and everything else over `slow` (Gloo/TCP,
+/// with the codecs). `domainOf[r]` is rank r's domain id. All-reduces over
+/// groups that span domains sum inside each domain on `fast`, across
+/// domains between one leader per domain on `slow` (codec, error feedback
+/// and islands apply there), then broadcast inside each domain. Both
+/// transports must cover the same world with the same rank numbers; `fast`
+/// is only used between ranks of one domain. `fast` is destroyed first, so
+/// it may borrow `slow` as its bootstrap.
+StatusOr<std::unique_ptr<Communicator>>
+createHybridCommunicator(std::unique_ptr<Communicator> slow, std::unique_ptr<Communicator> fast,
+                         std::vector<int> domainOf);
+
 } // namespace rt
 } // namespace strait
 
