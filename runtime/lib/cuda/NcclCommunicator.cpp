@@ -13,6 +13,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -50,10 +51,11 @@ public:
     STRAIT_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(options.device), "set device"));
     STRAIT_RETURN_IF_ERROR(
         cudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
-    std::vector<int> all(bootstrap.getWorldSize());
-    for (int r = 0; r < static_cast<int>(all.size()); ++r)
-      all[r] = r;
-    STRAIT_ASSIGN_OR_RETURN(world, createComm(all));
+    members = options.ranks;
+    if (members.empty())
+      for (int r = 0; r < bootstrap.getWorldSize(); ++r)
+        members.push_back(r);
+    STRAIT_ASSIGN_OR_RETURN(world, createComm(members));
     return Status::ok();
   }
 
@@ -62,8 +64,9 @@ public:
 
   Status send(const Tensor &t, int peer, uint32_t) override {
     STRAIT_RETURN_IF_ERROR(usable());
+    STRAIT_ASSIGN_OR_RETURN(int local, localRank(peer));
     STRAIT_RETURN_IF_ERROR(
-        ncclStatus(ncclSend(t.data, t.byteSize(), ncclUint8, peer, world, stream), "send")
+        ncclStatus(ncclSend(t.data, t.byteSize(), ncclUint8, local, world, stream), "send")
             .withRank(getRank())
             .withPeer(peer));
     return wait("send to " + std::to_string(peer));
@@ -71,20 +74,28 @@ public:
 
   Status recv(const Tensor &t, int peer, uint32_t) override {
     STRAIT_RETURN_IF_ERROR(usable());
+    STRAIT_ASSIGN_OR_RETURN(int local, localRank(peer));
     STRAIT_RETURN_IF_ERROR(
-        ncclStatus(ncclRecv(t.data, t.byteSize(), ncclUint8, peer, world, stream), "recv")
+        ncclStatus(ncclRecv(t.data, t.byteSize(), ncclUint8, local, world, stream), "recv")
             .withRank(getRank())
             .withPeer(peer));
     return wait("recv from " + std::to_string(peer));
   }
 
   Status allReduceSum(const Tensor &t, uint32_t) override {
+    if (members.size() != static_cast<size_t>(getWorldSize()))
+      return invalidArgument("nccl: an all-reduce over every rank on a communicator of " +
+                             std::to_string(members.size()) + " of the " +
+                             std::to_string(getWorldSize()) + " ranks")
+          .withRank(getRank());
     return allReduceOn(world, t);
   }
 
   Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks, uint32_t) override {
-    if (ranks.size() == static_cast<size_t>(getWorldSize()))
+    if (ranks == members)
       return allReduceOn(world, t);
+    for (int r : ranks)
+      STRAIT_RETURN_IF_ERROR(localRank(r).getStatus());
     auto it = groups.find(ranks);
     if (it == groups.end()) {
       STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, createComm(ranks));
@@ -96,6 +107,17 @@ public:
   Status barrier() override { return bootstrap.barrier(); }
 
 private:
+  /// The communicator's index of global rank `peer`.
+  StatusOr<int> localRank(int peer) const {
+    auto it = std::lower_bound(members.begin(), members.end(), peer);
+    if (it == members.end() || *it != peer)
+      return invalidArgument("nccl: rank " + std::to_string(peer) +
+                             " is outside this NCCL communicator's ranks")
+          .withRank(getRank())
+          .withPeer(peer);
+    return static_cast<int>(it - members.begin());
+  }
+
   Status usable() const {
     if (!failure.empty())
       return unavailable("nccl communicator unusable after an earlier failure: " + failure)
@@ -177,6 +199,7 @@ private:
   NcclOptions options;
   cudaStream_t stream = nullptr;
   ncclComm_t world = nullptr;
+  std::vector<int> members; ///< global ranks of `world`, sorted
   std::map<std::vector<int>, ncclComm_t> groups;
   std::string failure;
 };
@@ -189,6 +212,15 @@ StatusOr<std::unique_ptr<Communicator>> createNcclCommunicator(Communicator &boo
   if (options.device < 0 || options.device >= cudaDeviceCount())
     return unavailable("nccl: device " + std::to_string(options.device) + " not available (" +
                        cudaUnavailableReason() + ")")
+        .withRank(bootstrap.getRank());
+  const std::vector<int> &r = options.ranks;
+  if (!r.empty() && (!std::is_sorted(r.begin(), r.end()) ||
+                     std::adjacent_find(r.begin(), r.end()) != r.end() || r.front() < 0 ||
+                     r.back() >= bootstrap.getWorldSize() ||
+                     !std::binary_search(r.begin(), r.end(), bootstrap.getRank())))
+    return invalidArgument("nccl: the communicator's ranks must be sorted, distinct, within "
+                           "the world of " + std::to_string(bootstrap.getWorldSize()) +
+                           " and contain this rank")
         .withRank(bootstrap.getRank());
   auto comm = std::make_unique<cuda::NcclCommunicator>(bootstrap, options);
   STRAIT_RETURN_IF_ERROR(comm->init());
