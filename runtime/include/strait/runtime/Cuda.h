@@ -56,6 +56,10 @@ Status registerCudaBackend(BackendRegistry &registry, const CudaOptions &options
 struct NcclOptions {
   int device = 0;
   std::chrono::milliseconds timeout{60000};
+  /// The ranks this communicator joins (sorted, containing this rank; empty:
+  /// every rank), e.g. the GPUs of one host under a hybrid communicator.
+  /// Transfers name global ranks; a peer outside is an InvalidArgument.
+  std::vector<int> ranks;
 };
 StatusOr<std::unique_ptr<Communicator>>
 createNcclCommunicator(Communicator &bootstrap, const NcclOptions &options = {});
