@@ -139,3 +139,182 @@ TEST(Executor, CommunicationStepNeedsCommunicator) {
   EXPECT_NE(exec.getStatus().toString().find("step 0"), std::string::npos);
   EXPECT_NE(exec.getStatus().toString().find("without a communicator"), std::string::npos);
 }
+
+// --- Segments (Backend::createSegment) ----------------------------------------
+
+namespace {
+
+/// The CPU backend, recording what the executor does with segments: "S<id>["
+/// kernel names "]" for each KernelSegment::run (id: the segment object, in
+/// order of creation), "sync" for each synchronize(), and kernels launched
+/// outside any segment as "!<name>".
+class RecordingBackend : public Backend {
+public:
+  std::string name() const override { return "cpu"; }
+  StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
+    STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(kernel));
+    std::string name = kernel.name();
+    return KernelFn([this, fn, name](KernelContext &ctx) {
+      trace.push_back(inSegment ? name : "!" + name);
+      return fn(ctx);
+    });
+  }
+  std::vector<std::string> supportedOps() const override { return cpu->supportedOps(); }
+  StatusOr<Buffer> allocate(size_t bytes) const override { return cpu->allocate(bytes); }
+  Status synchronize() const override {
+    trace.push_back("sync");
+    return Status::ok();
+  }
+  std::unique_ptr<KernelSegment> createSegment() const override {
+    return std::make_unique<Recording>(*this, created++);
+  }
+  /// The trace since the last call, segments folded into "S<id>[a b]".
+  std::vector<std::string> take() const {
+    std::vector<std::string> out;
+    bool open = false;
+    for (const std::string &e : trace) {
+      if (e == "]") {
+        out.back() += "]";
+        open = false;
+      } else if (open) {
+        out.back() += (out.back().back() == '[' ? "" : " ") + e;
+      } else {
+        out.push_back(e);
+        open = e.back() == '[';
+      }
+    }
+    trace.clear();
+    return out;
+  }
+
+private:
+  struct Recording : KernelSegment {
+    Recording(const RecordingBackend &b, int id) : b(b), id(id) {}
+    Status run(const std::function<Status()> &launch) override {
+      b.trace.push_back("S" + std::to_string(id) + "[");
+      b.inSegment = true;
+      Status s = launch();
+      b.inSegment = false;
+      b.trace.push_back("]");
+      return s;
+    }
+    const RecordingBackend &b;
+    int id;
+  };
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  mutable std::vector<std::string> trace;
+  mutable bool inSegment = false;
+  mutable int created = 0;
+};
+
+/// Rank 0 of 2 whose peer is simulated: sends are dropped, receives yield
+/// 0.5 everywhere, an all-reduce sum doubles the tensor (the peer holds the
+/// same values).
+class PeerlessCommunicator : public Communicator {
+public:
+  int getRank() const override { return 0; }
+  int getWorldSize() const override { return 2; }
+  Status send(const Tensor &, int, uint32_t) override { return Status::ok(); }
+  Status recv(const Tensor &t, int, uint32_t) override {
+    std::fill(t.as<float>(), t.as<float>() + t.numel(), 0.5f);
+    return Status::ok();
+  }
+  Status allReduceSum(const Tensor &t, uint32_t) override {
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.as<float>()[i] *= 2.0f;
+    return Status::ok();
+  }
+  Status allReduceSumGroup(const Tensor &t, const std::vector<int> &, uint32_t c) override {
+    return allReduceSum(t, c);
+  }
+  Status barrier() override { return Status::ok(); }
+};
+
+/// Kernels k0..k7 around a send (step 1), a receive (step 3) and an
+/// all-reduce (step 5). k3 overwrites the value in flight of the send, k6
+/// reads the received value, k7 the all-reduced one.
+program::Program segmentProgram() {
+  ProgramBuilder b(0, 2);
+  auto act = [&](const char *name) {
+    return b.addValue(name, program::DTYPE_F32, {64}, program::ROLE_ACTIVATION);
+  };
+  uint32_t x = b.addValue("x", program::DTYPE_F32, {64}, program::ROLE_INPUT);
+  uint32_t a = act("a"), bv = act("b"), c = act("c"), d = act("d"), e = act("e"),
+           r = act("r");
+  uint32_t g = b.addValue("g", program::DTYPE_F32, {64}, program::ROLE_GRADIENT);
+  uint32_t y = b.addValue("y", program::DTYPE_F32, {64}, program::ROLE_OUTPUT);
+  uint32_t k0 = b.addKernel("Relu", {x}, {a}).id(), k1 = b.addKernel("Neg", {a}, {bv}).id();
+  b.addRunStep({k0, k1});
+  auto *send = b.get().add_steps()->mutable_send();
+  send->set_value_id(bv);
+  send->set_peer(1);
+  uint32_t k2 = b.addKernel("Exp", {x}, {c}).id(), k3 = b.addKernel("Neg", {c}, {bv}).id(),
+           k4 = b.addKernel("Relu", {bv}, {d}).id();
+  b.addRunStep({k2, k3, k4});
+  auto *recv = b.get().add_steps()->mutable_recv();
+  recv->set_value_id(r);
+  recv->set_peer(1);
+  recv->set_channel(1);
+  uint32_t k5 = b.addKernel("Neg", {d}, {e}).id(), k6 = b.addKernel("Add", {e, r}, {g}).id();
+  b.addRunStep({k5, k6});
+  auto *ar = b.get().add_steps()->mutable_all_reduce();
+  ar->add_value_ids(g);
+  ar->set_reduce(program::REDUCE_MEAN);
+  ar->set_channel(2);
+  b.addRunStep({b.addKernel("Neg", {g}, {y}).id()});
+  return b.get();
+}
+
+} // namespace
+
+TEST(ExecutorSegments, SequentialPathSegmentsAreTheRunsBetweenCommunicationSteps) {
+  BackendRegistry reg;
+  auto owned = std::make_unique<RecordingBackend>();
+  const RecordingBackend &rec = *owned;
+  reg.add(std::move(owned));
+  PeerlessCommunicator comm;
+  auto exec = Executor::create(segmentProgram(), reg, &comm);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  (*exec)->setOverlapCommunication(false);
+  rec.take();
+  const std::vector<std::string> expect = {
+      "S0[Relu_0 Neg_1]", "sync", "S1[Exp_2 Neg_3 Relu_4]", "sync",
+      "S2[Neg_5 Add_6]",  "sync", "S3[Neg_7]",              "sync"};
+  for (int it = 0; it < 2; ++it) { // the same segment objects every run
+    ASSERT_TRUE((*exec)->run().isOk());
+    EXPECT_EQ(rec.take(), expect) << "run " << it;
+  }
+}
+
+TEST(ExecutorSegments, OverlappedPathSplitsWhereAKernelWaitsForATransfer) {
+  BackendRegistry reg;
+  auto owned = std::make_unique<RecordingBackend>();
+  const RecordingBackend &rec = *owned;
+  reg.add(std::move(owned));
+  PeerlessCommunicator comm;
+  auto exec = Executor::create(segmentProgram(), reg, &comm);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  rec.take();
+  // Step 1 synchronizes and queues the send and (prefetch) the receive of
+  // step 3. Neg_3 overwrites the sent value: it waits for the send, so a
+  // segment starts there; Add_6 reads the received value (waits for the
+  // receive), Neg_7 the all-reduced one (synchronize + wait).
+  const std::vector<std::string> expect = {
+      "S0[Relu_0 Neg_1]", "sync", "S1[Exp_2]", "S2[Neg_3 Relu_4]", "S3[Neg_5]",
+      "S4[Add_6]",        "sync", "S5[Neg_7]", "sync"};
+  std::vector<float> results[2];
+  for (int it = 0; it < 2; ++it) {
+    Tensor x = *(*exec)->getValueByName("x");
+    auto v = gaussian(64, 7);
+    std::copy(v.begin(), v.end(), x.as<float>());
+    ASSERT_TRUE((*exec)->run().isOk());
+    EXPECT_EQ(rec.take(), expect) << "run " << it;
+    Tensor y = *(*exec)->getValueByName("y");
+    results[it].assign(y.as<float>(), y.as<float>() + 64);
+  }
+  // y = -(-(relu(-exp(x))... : g = -relu(-exp(x)) + 0.5 = 0.5 (exp > 0), the
+  // mean of the doubled g is g, y = -g.
+  for (float f : results[0])
+    EXPECT_EQ(f, -0.5f);
+  EXPECT_EQ(results[0], results[1]);
+}

@@ -189,6 +189,8 @@ Executor::create(program::Program program, const BackendRegistry &registry,
         exec->feedback[{i, id}] = std::make_unique<ErrorFeedback>();
   }
   exec->planAllReduceBuckets();
+  exec->planSequential();
+  exec->planOverlapped();
   bool hasComm = false;
   for (const auto &step : p.steps())
     hasComm |= step.kind_case() != program::Step::kRun;
@@ -481,9 +483,113 @@ Status Executor::runStep(int index) {
 Status Executor::run() {
   if (overlap && commThread.joinable())
     return runOverlapped();
-  for (int i = 0; i < program.steps_size(); ++i)
-    STRAIT_RETURN_IF_ERROR(runStep(i));
+  for (const Action &a : sequentialPlan.actions)
+    STRAIT_RETURN_IF_ERROR(a.kind == Action::Comm ? runStep(a.step)
+                                                  : launchSegment(sequentialPlan, a));
   return annotate(backend->synchronize(), program.steps_size() - 1);
+}
+
+// --- Segments ----------------------------------------------------------------
+//
+// Both run() paths are planned at load: the kernels between two host
+// synchronization points form a segment that the backend launches as one
+// (KernelSegment: the CUDA backend captures it into a graph). The plans hold
+// no data-dependent decision: the schedule, the memory and the order in
+// which transfers are queued are static.
+
+void Executor::planSequential() {
+  Plan &plan = sequentialPlan;
+  for (int i = 0; i < program.steps_size(); ++i) {
+    const program::Step &step = program.steps(i);
+    if (!step.has_run()) {
+      plan.actions.push_back({Action::Comm, i, -1, 0});
+      continue;
+    }
+    if (step.run().kernel_ids().empty())
+      continue;
+    if (plan.actions.empty() || plan.actions.back().kind != Action::Launch) {
+      plan.actions.push_back({Action::Launch, i, int(plan.segments.size()), 0});
+      plan.segments.emplace_back();
+    }
+    for (uint32_t kid : step.run().kernel_ids())
+      plan.segments.back().launches.push_back({i, kernelIndex.at(kid)});
+  }
+}
+
+void Executor::planOverlapped() {
+  Plan &plan = overlapPlan;
+  // Mirrors runOverlapped() before segments existed: a communication step
+  // not queued yet synchronizes and is queued; receives that follow with
+  // only kernels in between are queued too unless one of those kernels
+  // touches their memory; a kernel waits for the last queued transfer it
+  // conflicts with. Transfers finish in queue order (one thread serves the
+  // FIFO), so waiting for transfer t covers every earlier one.
+  std::vector<Transfer> transfers; // queued, in order (number = index + 1)
+  std::vector<char> queued(program.steps_size(), 0);
+  int lastQueued = -1;
+  uint64_t waited = 0;
+  bool open = false; // the last action is a Launch that kernels may join
+  auto enqueue = [&](int index) {
+    transfers.push_back(makeTransfer(index));
+    plan.actions.push_back({Action::Enqueue, index, -1, 0});
+    queued[index] = 1;
+    lastQueued = index;
+    open = false;
+  };
+  for (int i = 0; i < program.steps_size(); ++i) {
+    const program::Step &step = program.steps(i);
+    if (!step.has_run()) {
+      if (!queued[i]) {
+        plan.actions.push_back({Action::Sync, i, -1, 0});
+        enqueue(i);
+      }
+      for (int j = lastQueued + 1; j < program.steps_size(); ++j) {
+        const program::Step &next = program.steps(j);
+        if (next.has_run())
+          continue;
+        if (!next.has_recv() || kernelsTouch(makeTransfer(j), i + 1, j))
+          break;
+        enqueue(j);
+      }
+      open = false;
+      continue;
+    }
+    for (uint32_t kid : step.run().kernel_ids()) {
+      int k = kernelIndex.at(kid);
+      uint64_t need = 0;
+      for (uint64_t t = transfers.size(); t > waited; --t)
+        if (conflicts(transfers[t - 1], program.kernels(k))) {
+          need = t;
+          break;
+        }
+      if (!open || need > waited) {
+        plan.actions.push_back({Action::Launch, i, int(plan.segments.size()),
+                                need > waited ? need : 0});
+        plan.segments.emplace_back();
+        waited = std::max(waited, need);
+        open = true;
+      }
+      plan.segments.back().launches.push_back({i, k});
+    }
+  }
+}
+
+Status Executor::launchSegment(Plan &plan, const Action &action) {
+  Segment &segment = plan.segments[action.segment];
+  if (!segment.impl)
+    segment.impl = backend->createSegment();
+  auto launch = [&]() -> Status {
+    for (const auto &[stepIndex, k] : segment.launches) {
+      const program::Step &step = program.steps(stepIndex);
+      STRAIT_RETURN_IF_ERROR(annotate(
+          runKernel(program.kernels(k), step.has_micro_batch() ? step.micro_batch() : -1),
+          stepIndex));
+    }
+    return Status::ok();
+  };
+  // Errors of the backend itself (a failed graph launch) name the segment's
+  // first step; kernel errors already name theirs (inner context wins).
+  return annotate(segment.impl->run(launch), action.step);
 }
 
 // --- Communication overlapped with compute ---------------------------------
@@ -533,33 +639,24 @@ Status Executor::waitTransfers(uint64_t seq, bool all) {
   return commError;
 }
 
-bool Executor::lastConflict(const program::Kernel &kernel, uint64_t &seq) {
-  std::lock_guard<std::mutex> lock(commMutex);
-  uint64_t number = doneSeq;
-  bool found = false;
-  for (const Transfer &t : queue) {
-    ++number;
-    auto touches = [&](uint32_t id, bool kernelWrites) {
-      if (id == kAbsentValue)
-        return false;
-      const Tensor &v = value(id);
-      const char *lo = static_cast<const char *>(v.data), *hi = lo + v.byteSize();
-      for (const auto &m : t.memory)
-        if (lo < m.second && m.first < hi && (kernelWrites || t.writes))
-          return true;
+bool Executor::conflicts(const Transfer &t, const program::Kernel &kernel) const {
+  auto touches = [&](uint32_t id, bool kernelWrites) {
+    if (id == kAbsentValue || !(kernelWrites || t.writes))
       return false;
-    };
-    bool hit = false;
-    for (uint32_t id : kernel.inputs())
-      hit = hit || touches(id, false);
-    for (uint32_t id : kernel.outputs())
-      hit = hit || touches(id, true);
-    if (hit) {
-      seq = number;
-      found = true;
-    }
-  }
-  return found;
+    const Tensor &v = value(id);
+    const char *lo = static_cast<const char *>(v.data), *hi = lo + v.byteSize();
+    for (const auto &m : t.memory)
+      if (lo < m.second && m.first < hi)
+        return true;
+    return false;
+  };
+  for (uint32_t id : kernel.inputs())
+    if (touches(id, false))
+      return true;
+  for (uint32_t id : kernel.outputs())
+    if (touches(id, true))
+      return true;
+  return false;
 }
 
 Executor::Transfer Executor::makeTransfer(int index) const {
@@ -606,57 +703,32 @@ bool Executor::kernelsTouch(const Transfer &t, int from, int to) const {
 
 Status Executor::runOverlapped() {
   Status result;
-  std::vector<char> queued(program.steps_size(), 0);
-  int lastQueued = -1;
-  auto enqueue = [&](int index) -> bool {
-    Transfer t = makeTransfer(index);
-    {
-      std::lock_guard<std::mutex> lock(commMutex);
-      if (!commError.isOk())
-        return false;
-      queue.push_back(std::move(t));
-      ++queuedSeq;
-    }
-    commWake.notify_one();
-    queued[index] = 1;
-    lastQueued = index;
-    return true;
-  };
-  for (int i = 0; i < program.steps_size() && result.isOk(); ++i) {
-    const program::Step &step = program.steps(i);
-    if (step.kind_case() != program::Step::kRun) {
-      if (!queued[i]) {
-        result = annotate(backend->synchronize(), i);
-        if (!result.isOk() || !enqueue(i))
+  uint64_t base; // transfers queued before this run
+  {
+    std::lock_guard<std::mutex> lock(commMutex);
+    base = queuedSeq;
+  }
+  for (const Action &a : overlapPlan.actions) {
+    if (a.kind == Action::Sync) {
+      result = annotate(backend->synchronize(), a.step);
+    } else if (a.kind == Action::Enqueue) {
+      Transfer t = makeTransfer(a.step);
+      {
+        std::lock_guard<std::mutex> lock(commMutex);
+        if (!commError.isOk())
           break;
+        queue.push_back(std::move(t));
+        ++queuedSeq;
       }
-      // Receives that follow with only kernels in between are queued now
-      // (prefetch), unless a kernel not yet run before them touches their
-      // memory; the queue stays in program order, so no transfer passes
-      // another.
-      for (int j = lastQueued + 1; j < program.steps_size(); ++j) {
-        const program::Step &next = program.steps(j);
-        if (next.has_run())
-          continue;
-        if (!next.has_recv() || kernelsTouch(makeTransfer(j), i + 1, j))
-          break;
-        if (!enqueue(j))
-          break;
-      }
-      continue;
+      commWake.notify_one();
+    } else {
+      if (a.wait)
+        result = waitTransfers(base + a.wait);
+      if (result.isOk())
+        result = launchSegment(overlapPlan, a);
     }
-    for (uint32_t kid : step.run().kernel_ids()) {
-      const program::Kernel &kernel = program.kernels(kernelIndex[kid]);
-      uint64_t seq;
-      if (lastConflict(kernel, seq)) {
-        result = waitTransfers(seq);
-        if (!result.isOk())
-          break;
-      }
-      result = annotate(runKernel(kernel, step.has_micro_batch() ? step.micro_batch() : -1), i);
-      if (!result.isOk())
-        break;
-    }
+    if (!result.isOk())
+      break;
   }
   // Every queued transfer finishes (or fails) before run() returns.
   Status drained = waitTransfers(queuedSeq, /*all=*/true);

@@ -83,6 +83,22 @@ private:
   std::map<std::string, KernelFn> table;
 };
 
+/// A maximal run of kernel launches between two host synchronization points
+/// of the executor (communication steps, waits for a transfer, the end of
+/// run()). The executor launches it the same way every run(): the same
+/// kernels on the same memory, with no host reads in between. The default
+/// launches the kernels each time; the CUDA backend records them once into
+/// a CUDA graph and replays it. Owned by one executor and used by one thread
+/// at a time; it may keep device state until it is destroyed.
+class KernelSegment {
+public:
+  virtual ~KernelSegment() = default;
+  /// Runs the segment. `launch` calls the segment's kernel functions in
+  /// order; an implementation may call it (possibly more than once, e.g.
+  /// after a failed capture) or replay what an earlier call launched.
+  virtual Status run(const std::function<Status()> &launch) { return launch(); }
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -100,6 +116,10 @@ public:
   /// code touches values: before communication steps and at the end of
   /// run(). The CPU backend runs kernels synchronously: nothing to wait for.
   virtual Status synchronize() const { return Status::ok(); }
+  /// A new segment for an executor (see KernelSegment).
+  virtual std::unique_ptr<KernelSegment> createSegment() const {
+    return std::make_unique<KernelSegment>();
+  }
 };
 
 class BackendRegistry {

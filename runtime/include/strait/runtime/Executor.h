@@ -10,6 +10,11 @@
 // outputs overlap the memory of a transfer still in flight waits for it, so
 // results equal the sequential order's.
 //
+// Kernels are launched in segments (Backend::createSegment): maximal runs of
+// kernels between host synchronization points, planned once at load for
+// each of the two paths, so that a GPU backend can record a segment once
+// and replay it (CUDA graphs).
+//
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_EXECUTOR_H
 #define STRAIT_RUNTIME_EXECUTOR_H
@@ -83,6 +88,31 @@ private:
     bool writes; // recv / all-reduce: writes its values; send: reads
     std::vector<std::pair<const char *, const char *>> memory;
   };
+  /// A run of kernel launches between host synchronization points.
+  struct Segment {
+    std::vector<std::pair<int, int>> launches; // (step, kernel position)
+    std::unique_ptr<KernelSegment> impl;       // created on first use
+  };
+  /// One action of a run() path, in order.
+  struct Action {
+    enum Kind { Launch, Comm, Sync, Enqueue } kind;
+    int step;       // Comm, Sync, Enqueue: the step; Launch: its first step
+    int segment;    // Launch: index into the path's segments
+    uint64_t wait;  // Launch (overlap): transfers of this run (numbered from
+                    // 1 in queue order) that must have finished first; 0: none
+  };
+  struct Plan {
+    std::vector<Action> actions;
+    std::vector<Segment> segments;
+  };
+  /// The sequential path: comm steps (synchronize + transfer) and the
+  /// maximal runs of run steps between them.
+  void planSequential();
+  /// The overlapped path: the order in which run() queues transfers
+  /// (prefetching receives), and segments split where a kernel must wait
+  /// for a queued transfer that overlaps its memory.
+  void planOverlapped();
+  Status launchSegment(Plan &plan, const Action &action);
   Status runOverlapped();
   Transfer makeTransfer(int index) const;
   /// Whether a kernel of the run steps in [from, to) touches t's memory.
@@ -91,9 +121,9 @@ private:
   /// Waits until the transfers up to sequence number `seq` finished (or,
   /// unless `all`, one failed); returns the first failure.
   Status waitTransfers(uint64_t seq, bool all = false);
-  /// The sequence number of the last queued transfer whose memory overlaps
-  /// the kernel's values, or none.
-  bool lastConflict(const program::Kernel &kernel, uint64_t &seq);
+  /// Whether transfer t and the kernel touch common memory where either
+  /// writes (a recv or an all-reduce writes, a send reads).
+  bool conflicts(const Transfer &t, const program::Kernel &kernel) const;
 
   program::Program program;
   const Backend *backend = nullptr; // owned by the registry
@@ -110,6 +140,8 @@ private:
   /// Error feedback of each (step, value) that sends with a lossy codec
   /// (a fused bucket uses its first value's).
   std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> feedback;
+
+  Plan sequentialPlan, overlapPlan;
 
   bool overlap = true;
   std::thread commThread;
