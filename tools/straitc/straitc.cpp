@@ -327,6 +327,38 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   return success();
 }
 
+/// Each rank's device and host from the cluster file: a device of kind gpu
+/// runs "cuda:N", N its index among its host's GPUs (in file order); cpu and
+/// npu devices run "cpu" (there is no NPU backend yet: straitc says so).
+void assignDevices(strait::dist::PlanAttr plan, const strait::ClusterModel &cluster,
+                   std::vector<strait::RankExport> &ranks) {
+  llvm::StringMap<unsigned> byName;
+  std::vector<int> ordinal(cluster.size(), -1);
+  std::map<unsigned, int> gpusOnHost;
+  for (unsigned d = 0; d < cluster.size(); ++d) {
+    byName[cluster.devices[d].name] = d;
+    if (cluster.typeOf(d).kind == strait::DeviceKind::GPU)
+      ordinal[d] = gpusOnHost[cluster.devices[d].host]++;
+  }
+  bool npu = false;
+  for (int64_t s = 0; s < plan.getNumStages(); ++s) {
+    strait::dist::PlacementAttr p = plan.getStage(s);
+    for (auto [device, rank] : llvm::zip(p.getDevices(), p.getRanks().asArrayRef())) {
+      auto it = byName.find(llvm::cast<StringAttr>(device).getValue());
+      if (it == byName.end() || rank < 0 || rank >= static_cast<int64_t>(ranks.size()))
+        continue;
+      unsigned d = it->second;
+      strait::RankExport &e = ranks[rank];
+      e.host = cluster.hosts[cluster.devices[d].host];
+      e.device = ordinal[d] >= 0 ? "cuda:" + std::to_string(ordinal[d]) : "cpu";
+      npu |= cluster.typeOf(d).kind == strait::DeviceKind::NPU;
+    }
+  }
+  if (npu)
+    llvm::outs() << "straitc: note: the runtime has no NPU backend yet; ranks on npu "
+                    "devices run the CPU backend\n";
+}
+
 /// The multi-rank flow: pipeline, plan report, one program per rank.
 int compileJob(ModuleOp module, TimingScope &timing) {
   std::optional<strait::dist::StagePlanResult> report;
@@ -357,12 +389,18 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   // included), with and without the codecs the pipeline inserted; computed
   // before anything is written.
   std::string prediction;
-  if (report->plan) {
+  std::optional<strait::ClusterModel> clusterModel;
+  if (!clusterFile.empty()) {
     llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
     if (!cluster) {
       llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
       return 1;
     }
+    clusterModel = std::move(*cluster);
+    assignDevices(plan, *clusterModel, ranks);
+  }
+  if (report->plan && clusterModel) {
+    std::optional<strait::ClusterModel> &cluster = clusterModel;
     llvm::raw_string_ostream os(prediction);
     if (failed(reportCompression(*report->plan, *cluster, os, nullptr, /*perLink=*/false)))
       return 1;
