@@ -97,6 +97,9 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--dump-outputs", o.dumpDir);
   pass("--save-params", o.saveParamsDir);
   pass("--seed", std::to_string(o.seed));
+  pass("--device", o.device);
+  pass("--comm", o.comm);
+  pass("--matmul-precision", o.matmulPrecision);
   std::vector<char *> argv;
   for (auto &a : args)
     argv.push_back(&a[0]);

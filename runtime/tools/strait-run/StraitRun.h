@@ -42,6 +42,10 @@ struct RunOptions {
   std::string saveParamsDir; // --save-params DIR: parameters after the last step
   bool quietProgress = false; // launcher: do not echo the merged progress
   std::string listenAddress; // worker: listen here instead of the manifest's address
+  // Devices (docs/runtime.md, "Devices"): auto = the device straitc planned.
+  std::string device = "auto";        // auto | cpu | cuda | cuda:N
+  std::string comm = "auto";          // auto (NCCL inside a GPU host) | gloo
+  std::string matmulPrecision = "bf16"; // CUDA MatMul/Gemm: f32 | tf32 | bf16
 };
 
 /// Starts and supervises the local ranks; returns the process exit code.

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
 #include "DataLoader.h"
+#include "Devices.h"
 #include "Npy.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
@@ -275,6 +276,16 @@ Status runRank(const RunOptions &o) {
                            "' is for rank " + std::to_string(p.rank()) +
                            " of " + std::to_string(p.world_size()))
         .withRank(o.rank);
+  // The device: the program's unless --device says otherwise; a missing
+  // GPU fails here, before the rendezvous.
+  std::string cudaReason;
+  bool wantsCuda = p.device().rfind("cuda", 0) == 0 || o.device.rfind("cuda", 0) == 0;
+  int gpus = wantsCuda && o.device != "cpu" ? cudaDevices(cudaReason) : 0;
+  StatusOr<DeviceSpec> chosen = chooseDevice(p.device(), o.device, cudaBuilt(), gpus, cudaReason);
+  if (!chosen.isOk())
+    return Status(chosen.getStatus()).withRank(o.rank);
+  DeviceSpec device = *chosen;
+  p.set_device(device.str());
   // The learning-rate schedule (an explicit --lr replaces its peak); like a
   // bad data file, a bad schedule fails before the rendezvous.
   std::optional<program::LrSchedule> schedule;
@@ -318,15 +329,20 @@ Status runRank(const RunOptions &o) {
     if (layout)
       loader->setBatchPart(entry->replica());
   }
+  BackendRegistry registry;
+  std::string backendText, commText = "none (one rank)";
+  STRAIT_RETURN_IF_ERROR(registerBackend(registry, device, o, backendText));
   std::unique_ptr<Communicator> comm;
   CountingCommunicator *counter = nullptr;
   if (m.world_size() > 1) {
     STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> gloo, connect(o, m));
-    counter = new CountingCommunicator(std::move(gloo));
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> joined,
+                            joinFastTransport(std::move(gloo), m, device, o, commText));
+    counter = new CountingCommunicator(std::move(joined));
     comm.reset(counter);
   }
-  BackendRegistry registry;
-  registerCpuBackend(registry);
+  std::cerr << "rank " << o.rank << ": device " << backendText << ", communication "
+            << commText << "\n";
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create(p, registry, comm.get()));
   { // Memory, for bench/runtime/memory_vs_plan.py: arena + persistent buffers.

@@ -3,7 +3,7 @@
 // Flag parsing only; see StraitRun.h for the two modes.
 //
 //===----------------------------------------------------------------------===//
-#include "StraitRun.h"
+#include "Devices.h"
 
 #include <cstdlib>
 #include <iostream>
@@ -18,7 +18,8 @@ const char *kUsage =
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
     "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
-    "                  [--listen-address IP]\n"
+    "                  [--listen-address IP] [--device auto|cpu|cuda|cuda:N]\n"
+    "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -34,6 +35,11 @@ const char *kUsage =
     "  DIR/<name>.rank<R>.npy; --save-params DIR each rank's parameters after\n"
     "  the last iteration as DIR/<parameter>.rank<R>.npy. The launcher prints one line per step (loss,\n"
     "  tokens or samples/s, bytes per link); --quiet turns it off.\n"
+    "  --device: each rank runs the device straitc planned (cpu, or cuda:N\n"
+    "  for a GPU of the cluster file); cpu runs a GPU job on the CPU. On\n"
+    "  GPUs the ranks of one host talk over NCCL and hosts over Gloo\n"
+    "  (--comm gloo: Gloo everywhere); --matmul-precision sets the GEMMs'\n"
+    "  tensor-core mode (bf16 default: f32 storage and master weights).\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -87,6 +93,12 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.saveParamsDir);
     else if (a == "--listen-address")
       ok = text(o.listenAddress);
+    else if (a == "--device")
+      ok = text(o.device);
+    else if (a == "--comm")
+      ok = text(o.comm);
+    else if (a == "--matmul-precision")
+      ok = text(o.matmulPrecision);
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {
@@ -113,6 +125,19 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
   if (o.dataFormat != "" && o.dataFormat != "tokens-u16" && o.dataFormat != "tokens-u32" &&
       o.dataFormat != "npy") {
     std::cerr << "strait-run: unknown --data-format '" << o.dataFormat << "'\n";
+    return false;
+  }
+  if (o.device != "auto" && !strait::run::parseDevice(o.device).isOk()) {
+    std::cerr << "strait-run: unknown --device '" << o.device << "' (auto, cpu, cuda, cuda:N)\n";
+    return false;
+  }
+  if (o.comm != "auto" && o.comm != "gloo") {
+    std::cerr << "strait-run: unknown --comm '" << o.comm << "' (auto, gloo)\n";
+    return false;
+  }
+  if (o.matmulPrecision != "f32" && o.matmulPrecision != "tf32" && o.matmulPrecision != "bf16") {
+    std::cerr << "strait-run: unknown --matmul-precision '" << o.matmulPrecision
+              << "' (f32, tf32, bf16)\n";
     return false;
   }
   return !o.planDir.empty() && o.steps >= 1;
