@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "strait/runtime/Codec.h"
+#include "../lib/codec/CodecLayout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -351,4 +352,127 @@ TEST(Codec, ErrorFeedbackCarriesExactlyWhatWasNotSent) {
   std::vector<uint8_t> payload;
   ASSERT_TRUE(none.encode(params(program::CODEC_INT8), x.data(), 100, payload).isOk());
   EXPECT_TRUE(none.getResidual().empty());
+}
+
+// --- CodecLayout.h: the per-element code the device codecs run --------------
+//
+// lib/cuda/Codec.cu encodes element by element with the functions of
+// CodecLayout.h (one CUDA block per scale block, one thread per code). The
+// same computation, written here on the CPU in the kernels' order, must give
+// rt::encode's payload byte for byte, and decodeElement rt::decode's floats.
+
+namespace {
+
+std::vector<uint8_t> layoutEncode(int codecNumber, const std::vector<float> &x, uint32_t block) {
+  namespace cl = codec;
+  int64_t n = static_cast<int64_t>(x.size());
+  cl::FixedLayout l;
+  EXPECT_TRUE(cl::fixedLayout(codecNumber, n, block, l));
+  std::vector<uint8_t> out(l.bytes, 0xAB);
+  bool quantized = codecNumber == 3 || codecNumber == 4;
+  cl::writeHeader(out.data(), codecNumber, 0, quantized ? block : 0, n);
+  if (codecNumber == 0) {
+    std::memcpy(out.data() + l.data, x.data(), 4 * x.size());
+  } else if (!quantized) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h = codecNumber == 5 ? cl::floatToBFloat16(x[i]) : cl::floatToHalf(x[i]);
+      out[l.data + 2 * i] = uint8_t(h);
+      out[l.data + 2 * i + 1] = uint8_t(h >> 8);
+    }
+  } else {
+    float qmax = codecNumber == 4 ? 7.0f : 127.0f;
+    std::vector<float> scales(cl::numBlocks(n, block));
+    for (size_t b = 0; b < scales.size(); ++b) {
+      // As the kernel: strided partial maxima, then a tree.
+      std::vector<float> part(256, 0.0f);
+      bool nonFinite = false;
+      for (int64_t i = b * block, t = 0; i < std::min<int64_t>(n, (b + 1) * int64_t(block)); ++i, ++t) {
+        float a = std::fabs(x[i]);
+        part[t % 256] = a > part[t % 256] ? a : part[t % 256];
+        nonFinite |= cl::isNonFinite(x[i]);
+      }
+      for (int w = 128; w > 0; w /= 2)
+        for (int t = 0; t < w; ++t)
+          part[t] = part[t + w] > part[t] ? part[t + w] : part[t];
+      scales[b] = cl::blockScale(part[0], nonFinite, qmax);
+    }
+    std::memcpy(out.data() + l.scales, scales.data(), 4 * scales.size());
+    if (codecNumber == 3)
+      for (int64_t i = 0; i < n; ++i)
+        out[l.data + i] = uint8_t(cl::int8Code(x.data(), i, block, scales.data()));
+    else
+      for (int64_t j = 0; j < (n + 1) / 2; ++j)
+        out[l.data + j] = cl::int4Byte(x.data(), n, j, block, scales.data());
+  }
+  return out;
+}
+
+/// Gaussian values with the hard cases: a zero block, a block with inf /
+/// NaN, a block of subnormals (a subnormal scale), exact ties and halves.
+std::vector<float> hardValues(size_t n, uint32_t seed) {
+  std::vector<float> x = gaussian(n, seed);
+  for (size_t i = 0; i < std::min<size_t>(n, 40); ++i)
+    x[i] = 0.0f;
+  if (n > 60) {
+    x[45] = INFINITY;
+    x[50] = NAN;
+  }
+  for (size_t i = 64; i < std::min<size_t>(n, 96); ++i)
+    x[i] = 1e-39f * float(i - 70);
+  for (size_t i = 96; i < std::min<size_t>(n, 128); ++i)
+    x[i] = 0.5f * float(int(i) - 110); // halves: rounding ties
+  return x;
+}
+
+} // namespace
+
+TEST(CodecLayout, ElementCodesGiveTheHostPayloadByteForByte) {
+  for (size_t n : {1u, 2u, 7u, 127u, 300u, 4099u})
+    for (uint32_t block : {1u, 7u, 32u, 256u})
+      for (program::Codec c : {program::CODEC_NONE, program::CODEC_FP16, program::CODEC_BF16,
+                               program::CODEC_INT8, program::CODEC_INT4}) {
+        auto x = hardValues(n, uint32_t(n + block));
+        std::vector<uint8_t> host;
+        ASSERT_TRUE(encode(params(c, 0.0f, block), x.data(), n, host).isOk());
+        std::vector<uint8_t> layout = layoutEncode(c, x, block);
+        ASSERT_EQ(host, layout) << program::Codec_Name(c) << " n " << n << " block " << block;
+        std::vector<float> decoded(n);
+        ASSERT_TRUE(decode(host.data(), host.size(), decoded.data(), n).isOk());
+        for (size_t i = 0; i < n; ++i) {
+          float e = codec::decodeElement(host.data(), c, n, block, i);
+          ASSERT_EQ(codec::floatBits(e), codec::floatBits(decoded[i]))
+              << program::Codec_Name(c) << " element " << i;
+        }
+      }
+}
+
+TEST(CodecLayout, SectionsMatchTheHostPayloads) {
+  std::vector<float> x = gaussian(1000, 3);
+  for (program::Codec c : {program::CODEC_NONE, program::CODEC_FP16, program::CODEC_INT8,
+                           program::CODEC_INT4, program::CODEC_BF16}) {
+    std::vector<uint8_t> host;
+    ASSERT_TRUE(encode(params(c, 0.0f, 64), x.data(), x.size(), host).isOk());
+    codec::FixedLayout l;
+    ASSERT_TRUE(codec::fixedLayout(c, 1000, 64, l));
+    EXPECT_EQ(l.bytes, host.size()) << program::Codec_Name(c);
+  }
+  codec::FixedLayout none;
+  EXPECT_FALSE(codec::fixedLayout(program::CODEC_TOPK, 1000, 64, none));
+  // Top-k: k after the header, then k values, then the indices.
+  std::vector<uint8_t> host;
+  ASSERT_TRUE(encode(params(program::CODEC_TOPK, 0.01f), x.data(), x.size(), host).isOk());
+  uint64_t k = 0;
+  std::memcpy(&k, host.data() + codec::kHeaderBytes, 8);
+  EXPECT_EQ(k, 10u);
+  float first;
+  std::memcpy(&first, host.data() + codec::topkValuesOffset(), 4);
+  uint32_t index = 0;
+  if (host[2] == uint8_t(TopKIndexEncoding::U32))
+    std::memcpy(&index, host.data() + codec::topkIndicesOffset(k), 4);
+  else if (host[2] == uint8_t(TopKIndexEncoding::U16Gaps))
+    index = uint32_t(host[codec::topkIndicesOffset(k)]) |
+            uint32_t(host[codec::topkIndicesOffset(k) + 1]) << 8;
+  else
+    FAIL() << "1000 elements, k 10: u32 or gaps, not a bitmap";
+  EXPECT_EQ(first, x[index]);
 }

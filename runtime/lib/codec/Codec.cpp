@@ -1,6 +1,8 @@
 //===- Codec.cpp - Compression of float32 transfers -----------------------===//
 //
-// Payload layout (little-endian), docs/runtime.md "Codecs":
+// Payload layout (little-endian), docs/runtime.md "Codecs", in
+// CodecLayout.h with the per-element arithmetic that the device codecs
+// (lib/cuda/Codec.cu) share:
 //   byte 0      magic 0xC5
 //   byte 1      codec (program::Codec)
 //   byte 2      top-k index encoding (TopKIndexEncoding), else 0
@@ -16,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Codec.h"
 #include "strait/runtime/ThreadPool.h"
+#include "CodecLayout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,21 +30,13 @@ namespace strait {
 namespace rt {
 namespace {
 
-constexpr uint8_t kMagic = 0xC5;
-constexpr uint8_t kLayoutVersion = 1;
+using codec::kLayoutVersion;
+using codec::kMagic;
+using codec::numBlocks;
+using codec::roundEven;
 constexpr int64_t kGrain = 1 << 16;
 constexpr uint32_t kMaxBlock = kMaxCodecBlock;
-
-inline uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+static_assert(codec::kHeaderBytes == kCodecHeaderBytes, "one header size");
 
 template <typename T> void put(std::vector<uint8_t> &out, size_t at, T v) {
   std::memcpy(out.data() + at, &v, sizeof(T));
@@ -52,22 +47,13 @@ template <typename T> T get(const uint8_t *p) {
   return v;
 }
 
-void writeHeader(std::vector<uint8_t> &out, program::Codec codec,
+void writeHeader(std::vector<uint8_t> &out, program::Codec kind,
                  TopKIndexEncoding index, uint32_t block, int64_t numel) {
-  out[0] = kMagic;
-  out[1] = static_cast<uint8_t>(codec);
-  out[2] = static_cast<uint8_t>(index);
-  out[3] = kLayoutVersion;
-  put<uint32_t>(out, 4, block);
-  put<uint64_t>(out, 8, static_cast<uint64_t>(numel));
+  codec::writeHeader(out.data(), kind, static_cast<int>(index), block, numel);
 }
 
 Status corrupt(const std::string &what) {
   return invalidArgument("corrupt codec payload: " + what);
-}
-
-int64_t numBlocks(int64_t numel, uint32_t block) {
-  return (numel + block - 1) / block;
 }
 
 // --- INT8 / INT4 -----------------------------------------------------------
@@ -85,21 +71,16 @@ void computeScales(const float *x, int64_t numel, uint32_t block, float qmax,
       for (int64_t i = lo; i < hi; ++i) {
         float a = std::fabs(x[i]);
         m = a > m ? a : m;
-        nonFinite |= (floatBits(x[i]) & 0x7f800000u) == 0x7f800000u;
+        nonFinite |= codec::isNonFinite(x[i]);
       }
-      scales[b] = nonFinite ? std::nanf("") : m / qmax;
+      scales[b] = codec::blockScale(m, nonFinite, qmax);
     }
   });
 }
 
-/// Round to nearest even of |v| <= 2^22 with plain float adds (vectorizes
-/// without SSE4.1's roundps).
-inline float roundEven(float v) {
-  const float magic = 12582912.0f; // 1.5 * 2^23
-  return (v + magic) - magic;
-}
-
-/// Quantizes x[lo, hi) with the block scales into q (one code per element).
+/// Quantizes x[lo, hi) with the block scales into q (one code per element):
+/// codec::quantizeCode, with the branches on the scale taken once per block
+/// so that the loops vectorize (roundEven uses plain float adds, no roundps).
 void quantizeRange(const float *x, int64_t lo, int64_t hi, uint32_t block,
                    const float *scales, float qmax, int8_t *q) {
   for (int64_t s = lo; s < hi;) {
@@ -152,7 +133,7 @@ void encodeInt4(const float *x, int64_t numel, uint32_t block,
     quantizeRange(x, lo, hi, block, sc.data(), 7.0f, q.data());
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i = 2 * b - lo;
-      packed[b] = static_cast<uint8_t>((q[i] & 0x0F) | ((q[i + 1] & 0x0F) << 4));
+      packed[b] = codec::packNibbles(q[i], q[i + 1]);
     }
   });
 }
@@ -181,11 +162,11 @@ Status decodeQuantized(const uint8_t *p, size_t bytes, int64_t numel,
         int q;
         if (int4) {
           int nib = (codes[i >> 1] >> ((i & 1) * 4)) & 0x0F;
-          q = nib >= 8 ? nib - 16 : nib;
+          q = codec::nibbleValue(nib);
         } else {
           q = static_cast<int8_t>(codes[i]);
         }
-        float v = static_cast<float>(q) * scale;
+        float v = codec::dequantize(q, scale);
         out[i] = accumulate ? out[i] + v : v;
       }
       s = e;
@@ -491,49 +472,10 @@ Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
 
 } // namespace
 
-uint16_t floatToHalf(float f) {
-  // Round to nearest even (F. Giesen's float_to_half_fast3_rtne).
-  uint32_t x = floatBits(f);
-  const uint32_t f32infty = 255u << 23, f16max = (127u + 16) << 23;
-  const uint32_t denormMagic = ((127u - 15) + (23 - 10) + 1) << 23;
-  uint32_t sign = x & 0x80000000u;
-  x ^= sign;
-  uint16_t o;
-  if (x >= f16max) {
-    o = x > f32infty ? 0x7e00 : 0x7c00;
-  } else if (x < (113u << 23)) {
-    float v = bitsFloat(x) + bitsFloat(denormMagic);
-    o = static_cast<uint16_t>(floatBits(v) - denormMagic);
-  } else {
-    uint32_t mantOdd = (x >> 13) & 1;
-    x += ((15u - 127u) << 23) + 0xfff;
-    x += mantOdd;
-    o = static_cast<uint16_t>(x >> 13);
-  }
-  return static_cast<uint16_t>(o | (sign >> 16));
-}
-
-float halfToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  if (exp == 0) {
-    float v = std::ldexp(static_cast<float>(mant), -24);
-    return bitsFloat(floatBits(v) | sign);
-  }
-  if (exp == 31)
-    return bitsFloat(sign | 0x7f800000u | (mant << 13));
-  return bitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t floatToBFloat16(float f) {
-  uint32_t u = floatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x40); // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float bfloat16ToFloat(uint16_t h) { return bitsFloat(uint32_t(h) << 16); }
+uint16_t floatToHalf(float f) { return codec::floatToHalf(f); }
+float halfToFloat(uint16_t h) { return codec::halfToFloat(h); }
+uint16_t floatToBFloat16(float f) { return codec::floatToBFloat16(f); }
+float bfloat16ToFloat(uint16_t h) { return codec::bfloat16ToFloat(h); }
 
 uint32_t codecBlockSize(const program::CodecParams &params) {
   return params.block_size() ? params.block_size() : 256;

@@ -113,10 +113,20 @@ public:
     return *parts[i];
   }
 
+  /// State that a device implementation of the codecs keeps for this stream
+  /// (lib/cuda: the residual in GPU memory), destroyed with it. A stream
+  /// encoded on the device keeps its residual there; getResidual() then
+  /// stays empty.
+  struct DeviceState {
+    virtual ~DeviceState() = default;
+  };
+  std::unique_ptr<DeviceState> &deviceState() { return device; }
+
 private:
   std::vector<float> residual;
   std::vector<float> scratch;
   std::vector<std::unique_ptr<ErrorFeedback>> parts;
+  std::unique_ptr<DeviceState> device;
 };
 
 /// Round-to-nearest-even conversions used by the FP16/BF16 codecs.
