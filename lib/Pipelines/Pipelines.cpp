@@ -5,6 +5,7 @@
 #include "strait/Dialect/Dist/DistPasses.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -61,6 +62,8 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   compression.compressLink = links;
   pm.addPass(dist::createDistInsertCompression(compression));
   pm.addPass(dist::createDistSplitStages());
+  if (o.fuse == FuseMode::Elementwise)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseElementwise());
 }
 
 void strait::registerStraitPipeline() {

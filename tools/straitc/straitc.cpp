@@ -153,6 +153,12 @@ cl::list<std::string> compressLink(
     "compress-link",
     cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
              "repeatable; wins over --compress)"));
+cl::opt<strait::FuseMode> fuse(
+    "fuse", cl::desc("Fusion after the stage split (training jobs and --cluster)"),
+    cl::init(strait::FuseMode::Elementwise),
+    cl::values(clEnumValN(strait::FuseMode::Elementwise, "elementwise",
+                          "chains of elementwise ops become one FusedElementwise kernel"),
+               clEnumValN(strait::FuseMode::None, "none", "one kernel per op")));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false));
@@ -301,6 +307,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.frozen = std::vector<std::string>(frozen.begin(), frozen.end());
   popts.compress = compress.getValue();
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
+  popts.fuse = fuse.getValue();
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;

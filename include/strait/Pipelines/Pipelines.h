@@ -18,6 +18,9 @@
 
 namespace strait {
 
+/// What the pipeline fuses after the stage split.
+enum class FuseMode { Elementwise, None };
+
 struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOptions> {
   /// The pass's defaults, so the two option sets cannot drift apart.
   inline static const graph::GraphBuildTrainingStepOptions kTrainDefaults{};
@@ -103,10 +106,17 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   ListOption<std::string> compressLink{
       *this, "compress-link",
       llvm::cl::desc("per link: A:B=CODEC[:R] (sites, hosts or devices A and B)")};
+  Option<FuseMode> fuse{
+      *this, "fuse", llvm::cl::desc("fusion after the stage split"),
+      llvm::cl::init(FuseMode::Elementwise),
+      llvm::cl::values(clEnumValN(FuseMode::Elementwise, "elementwise",
+                                  "graph-fuse-elementwise on every function"),
+                       clEnumValN(FuseMode::None, "none", "one kernel per op"))};
 };
 
 /// [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
-/// dist-insert-compression -> dist-split-stages.
+/// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
+/// Fusion runs last, so pipeline cuts and communication see unfused ops.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);
 
 /// Registers `strait-pipeline` with the global pass registry.

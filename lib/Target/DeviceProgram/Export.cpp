@@ -213,6 +213,38 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
   return op->emitError("op '") << op->getName() << "' has no program step";
 }
 
+/// graph.FusedElementwise as the runtime's FusedElementwise kernel (domain
+/// "strait"): the program as attributes ops (opcode names), args (3
+/// registers per instruction), constants and outputs; see
+/// docs/program-format.md.
+LogicalResult lowerFused(graph::FusedElementwiseOp op, ValueTable &values, pb::Kernel &k) {
+  k.set_op("FusedElementwise");
+  k.set_domain("strait");
+  k.set_opset(1);
+  if (auto nameLoc = dyn_cast<NameLoc>(op->getLoc()))
+    k.set_name(nameLoc.getName().str());
+  for (Value v : op.getInputs()) {
+    std::optional<uint32_t> id = values.lookup(v);
+    if (!id)
+      return op.emitError("operand is not defined before this op in the exported function");
+    k.add_inputs(*id);
+  }
+  for (Value r : op.getY())
+    k.add_outputs(values.get(r, pb::ROLE_ACTIVATION));
+  auto &attrs = *k.mutable_attrs();
+  for (auto code : op.getOps().getAsRange<graph::FusedOpcodeAttr>())
+    attrs["ops"].mutable_strings()->add_v(graph::stringifyFusedOpcode(code.getValue()).str());
+  for (int32_t a : op.getArgs())
+    attrs["args"].mutable_ints()->add_v(a);
+  // An empty list still names its kind.
+  attrs["constants"].mutable_floats();
+  for (float c : op.getConstants())
+    attrs["constants"].mutable_floats()->add_v(c);
+  for (int32_t r : op.getOutputs())
+    attrs["outputs"].mutable_ints()->add_v(r);
+  return success();
+}
+
 } // namespace
 
 LogicalResult strait::exportProgram(func::FuncOp func, int rank, int worldSize,
@@ -276,7 +308,8 @@ LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
            << op.getDialect()->getNamespace() << "' cannot be exported to a program";
   pb::Kernel *k = program.add_kernels();
   k->set_id(program.kernels_size() - 1);
-  if (failed(lowerToKernel(&op, values, *k)))
+  auto fused = dyn_cast<graph::FusedElementwiseOp>(op);
+  if (failed(fused ? lowerFused(fused, values, *k) : lowerToKernel(&op, values, *k)))
     return failure();
   DenseMap<int64_t, uint32_t> &forwardKernels = kernelOfOpId[currentMicroBatch];
   if (auto id = op.getAttrOfType<IntegerAttr>("graph.op_id"))

@@ -70,6 +70,18 @@ AttrReader::getFloats(const std::string &name,
   return std::vector<float>(v.begin(), v.end());
 }
 
+StatusOr<std::vector<std::string>>
+AttrReader::getStrings(const std::string &name,
+                       const std::vector<std::string> &dflt) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end())
+    return dflt;
+  if (it->second.value_case() != program::Attribute::kStrings)
+    return wrongKind(name, "strings");
+  const auto &v = it->second.strings().v();
+  return std::vector<std::string>(v.begin(), v.end());
+}
+
 StatusOr<const program::TensorData *>
 AttrReader::getTensor(const std::string &name) const {
   auto it = attrs.find(name);

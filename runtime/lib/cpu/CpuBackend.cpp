@@ -130,6 +130,7 @@ public:
     addTrainingKernels(table);
     addMiscKernels(table);
     addGradientKernels(table);
+    addFusedKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {

@@ -30,6 +30,8 @@ void addGeneratorKernels(KernelTable &table);
 void addTrainingKernels(KernelTable &table);
 void addMiscKernels(KernelTable &table);
 void addGradientKernels(KernelTable &table);
+/// FusedElementwise: Fused.cpp.
+void addFusedKernels(KernelTable &table);
 
 /// C[m,n] = A[m,k] * B[k,n] (+ C when accumulate), row-major, f32.
 void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,

@@ -22,9 +22,9 @@
 // RUN: diff %t.sgd.straitc.mlir %t.sgd.opt.mlir
 // RUN: FileCheck %s --check-prefix=SGD < %t.sgd.opt.mlir
 //
-// mse on a named output, gradients returned:
+// mse on a named output, gradients returned (unfused, to see the loss's Sub):
 // RUN: straitc %s --loss mse --output h --optimizer none --return-gradients \
-// RUN:   --emit=mlir | FileCheck %s --check-prefix=MSE
+// RUN:   --fuse=none --emit=mlir | FileCheck %s --check-prefix=MSE
 
 graph.Variable @head.w : tensor<4x3xf32> = dense<0.5> : tensor<4x3xf32>
 graph.Variable @body.w : tensor<4x4xf32> = dense<0.25> : tensor<4x4xf32>

@@ -90,4 +90,34 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"> {
+  let summary = "Fuse connected elementwise ops into graph.FusedElementwise";
+  let description = [{
+    Groups elementwise ops (unary math, binary arithmetic and comparisons with
+    numpy broadcasting, Where, Cast to f32, scalar constants) whose results
+    share one static shape into one `graph.FusedElementwise` that evaluates
+    them in one pass over the elements. In program order each candidate op
+    joins the groups of its operands' producers when the group stays
+    placeable: every input of the group is defined before the first op
+    outside the group that uses a group result (so the fused op can take
+    that place without moving any other op). Results used outside become the
+    fused op's outputs (several if needed). Forward, backward and per-step
+    (after gradient accumulation) ops are not mixed. Groups of one op are
+    left alone. See docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-fuse-elementwise model.mlir
+    ```
+  }];
+  let options = [
+    Option<"maxInstructions", "max-instructions", "unsigned", "64",
+           "largest program (instructions, constants included)">
+  ];
+  let statistics = [
+    Statistic<"numGroups", "num-groups", "FusedElementwise ops created">,
+    Statistic<"numFusedOps", "num-fused-ops", "Elementwise ops replaced">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHPASSES_TD

@@ -33,6 +33,9 @@ public:
   getInts(const std::string &name, const std::vector<int64_t> &dflt) const;
   StatusOr<std::vector<float>>
   getFloats(const std::string &name, const std::vector<float> &dflt) const;
+  StatusOr<std::vector<std::string>>
+  getStrings(const std::string &name,
+             const std::vector<std::string> &dflt) const;
   /// Returns nullptr when absent.
   StatusOr<const program::TensorData *>
   getTensor(const std::string &name) const;
