@@ -2,6 +2,7 @@
 //
 //   strait-cuda-step-bench JOB_DIR [--steps N] [--warmup W] [--precision f32|tf32|bf16]
 //                          [--compare-cpu K] [--flops-per-step F] [--peak-tflops P]
+//                          [--graphs on|off]
 //
 // Loads rank 0 of a job written by straitc (a one-rank training step), runs it
 // on cuda:0 with random tokens in [0, vocab) for the i64 inputs (input_ids,
@@ -10,6 +11,10 @@
 // the peak, the MFU. --compare-cpu K first runs K steps on the CPU and on the
 // GPU from the same parameters and batches and prints both loss sequences and
 // their largest relative difference (exit 1 above --tolerance, default 2e-2).
+// --graphs (default on) sets CudaOptions::graphs: the kernels between host
+// synchronization points are captured into CUDA graphs on the second step and
+// replayed afterwards; the counters of captured / replayed / direct segments
+// are printed after the timed steps.
 // Exit 77 without a GPU.
 //
 //===----------------------------------------------------------------------===//
@@ -34,6 +39,7 @@ struct Options {
   std::string precision = "bf16";
   double flopsPerStep = 0, peakTflops = 989, tolerance = 2e-2;
   int64_t vocab = 50257;
+  bool graphs = true;
 };
 
 /// Fills the i64 data inputs with tokens, `step` and `lr`.
@@ -86,6 +92,7 @@ int run(const Options &o) {
     return 77;
   }
   CudaOptions co;
+  co.graphs = o.graphs;
   co.matmul = o.precision == "f32" ? MatmulPrecision::F32
               : o.precision == "tf32" ? MatmulPrecision::TF32 : MatmulPrecision::BF16;
   BackendRegistry reg;
@@ -145,7 +152,11 @@ int run(const Options &o) {
   double ms = total / o.steps;
   std::cout << "strait-cuda: " << ms << " ms/step, " << tokens / (ms / 1e3) << " tokens/s"
             << " (matmul " << o.precision << ", arena " << (*exec)->getArenaBytes() / 1048576
-            << " MiB)\n";
+            << " MiB, graphs " << (o.graphs ? "on" : "off") << ")\n";
+  CudaGraphStats g = cudaGraphStats(*reg.forDevice("cuda:0").takeValue());
+  std::cout << "strait-cuda: graphs: " << g.captured << " segments captured, " << g.replays
+            << " graph launches, " << g.direct << " direct segment runs, " << g.disabled
+            << " segments not capturable\n";
   if (o.flopsPerStep > 0)
     std::cout << "strait-cuda: MFU " << 100.0 * o.flopsPerStep / (ms / 1e3) / (o.peakTflops * 1e12)
               << " % of " << o.peakTflops << " TFLOP/s\n";
@@ -167,10 +178,13 @@ int main(int argc, char **argv) {
     else if (a == "--peak-tflops") o.peakTflops = std::stod(next());
     else if (a == "--tolerance") o.tolerance = std::stod(next());
     else if (a == "--vocab") o.vocab = std::stoll(next());
+    else if (a == "--graphs" && (i + 1 < argc) &&
+             (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off"))
+      o.graphs = next() == "on";
     else if (a.rfind("--", 0) == 0 || !o.dir.empty()) {
       std::cerr << "usage: strait-cuda-step-bench JOB_DIR [--steps N] [--warmup W] "
                    "[--precision f32|tf32|bf16] [--compare-cpu K] [--tolerance T] "
-                   "[--flops-per-step F] [--peak-tflops P] [--vocab V]\n";
+                   "[--flops-per-step F] [--peak-tflops P] [--vocab V] [--graphs on|off]\n";
       return 2;
     } else o.dir = a;
   }

@@ -118,13 +118,22 @@ bool stridedIndex(const std::vector<int64_t> &out, const std::vector<int64_t> &s
 StatusOr<void *> CudaContext::getScratch(size_t bytes) {
   if (bytes <= scratchBytes)
     return scratch;
-  // Kernels queued earlier may still use the old block.
+  // A CUDA graph capture cannot allocate: it fails, the segment runs
+  // directly (growing the block) and captures on its next run.
+  if (capturing()) {
+    refusal = Refusal::Retry;
+    return unavailable("cuda: the scratch block must grow to " + std::to_string(bytes) +
+                       " bytes inside a CUDA graph capture");
+  }
+  // Kernels queued earlier may still use the old block, and captured graphs
+  // point into it: it is kept until the backend goes (at most the size of
+  // the new one in all, as blocks at least double).
   STRAIT_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "synchronize"));
   if (scratch)
-    cudaFree(scratch);
+    retiredScratch.push_back(scratch);
   scratch = nullptr;
+  size_t rounded = std::max<size_t>({bytes, 2 * scratchBytes, size_t(1) << 20});
   scratchBytes = 0;
-  size_t rounded = std::max<size_t>(bytes, 1 << 20);
   STRAIT_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&scratch, rounded),
                                     "scratch of " + std::to_string(rounded) + " bytes"));
   scratchBytes = rounded;
@@ -170,6 +179,7 @@ public:
       cublasDestroy(ctx->blas);
     if (ctx->scratch)
       cudaFree(ctx->scratch);
+    releaseGraphs(*ctx);
     if (ctx->errorFlag)
       cudaFree(ctx->errorFlag);
     if (ctx->stream)
@@ -206,6 +216,11 @@ public:
     return ops;
   }
 
+  std::unique_ptr<KernelSegment> createSegment() const override {
+    return createGraphSegment(*ctx);
+  }
+  CudaGraphStats graphStats() const { return ctx->graphStats; }
+
   StatusOr<Buffer> allocate(size_t bytes) const override {
     cudaSetDevice(ctx->options.device);
     size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
@@ -225,6 +240,8 @@ public:
 
   Status synchronize() const override {
     cudaSetDevice(ctx->options.device);
+    if (ctx->capturing()) // a kernel of a segment being captured
+      return ctx->hostSync("synchronize");
     STRAIT_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(ctx->stream), "stream synchronize")
                                .withDevice("cuda:" + std::to_string(ctx->options.device)));
     int tag = ctx->errorFlag[0];
@@ -290,7 +307,14 @@ StatusOr<std::unique_ptr<Backend>> createCudaBackend(const CudaOptions &options)
   ctx->errorFlag[0] = ctx->errorFlag[1] = 0;
   STRAIT_RETURN_IF_ERROR(cublasStatus(cublasCreate(&ctx->blas), "cublasCreate"));
   STRAIT_RETURN_IF_ERROR(cublasStatus(cublasSetStream(ctx->blas, ctx->stream), "cublasSetStream"));
+  STRAIT_RETURN_IF_ERROR(setupGraphs(*ctx));
   return std::unique_ptr<Backend>(new CudaBackend(std::move(ctx)));
+}
+
+CudaGraphStats cudaGraphStats(const Backend &backend) {
+  if (backend.name() != "cuda")
+    return {};
+  return static_cast<const cuda::CudaBackend &>(backend).graphStats();
 }
 
 Status registerCudaBackend(BackendRegistry &registry, const CudaOptions &options) {

@@ -43,7 +43,34 @@ struct CudaContext {
 
   StatusOr<void *> getScratch(size_t bytes);
   int addTag(const std::string &name);
+
+  // --- CUDA graphs of executor segments (CudaGraph.cpp) ---------------------
+  /// Why the capture in progress must fail: Retry (the scratch block must
+  /// grow first; the next run captures again) or Never (a kernel waits for
+  /// the stream: the segment always runs without a graph).
+  enum class Refusal { None, Retry, Never } refusal = Refusal::None;
+  /// Scratch blocks replaced by a larger one, freed with the backend:
+  /// captured graphs may still point into them.
+  std::vector<void *> retiredScratch;
+  /// The fixed cuBLAS workspace (cublasSetWorkspace), so that no GEMM
+  /// allocates inside a capture.
+  void *blasWorkspace = nullptr;
+  CudaGraphStats graphStats;
+  bool graphWarned = false;
+  /// Whether the backend stream is being captured (by this thread).
+  bool capturing() const;
+  /// Waits for the stream so host code can read device results (host
+  /// kernels). Inside a capture it refuses (Unavailable, refusal = Never):
+  /// the segment then runs without a graph.
+  Status hostSync(const std::string &why);
 };
+
+/// Allocates the cuBLAS workspace (createCudaBackend, after cublasCreate).
+Status setupGraphs(CudaContext &c);
+/// Frees the retired scratch blocks and the cuBLAS workspace.
+void releaseGraphs(CudaContext &c);
+/// The backend's KernelSegment: a CUDA graph captured on the second run.
+std::unique_ptr<KernelSegment> createGraphSegment(CudaContext &c);
 
 /// Status from a CUDA runtime error, naming `what` and the backend.
 Status cudaStatus(cudaError_t err, const std::string &what);

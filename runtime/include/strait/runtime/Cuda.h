@@ -36,6 +36,19 @@ struct CudaOptions {
   MatmulPrecision matmul = MatmulPrecision::F32;
   /// Debugging: wait after every kernel so an asynchronous error names it.
   bool syncEachKernel = false;
+  /// CUDA graphs: each run of kernels between two host synchronization
+  /// points of the executor (a KernelSegment) runs directly once, is captured
+  /// on its second run and replayed with one cudaGraphLaunch afterwards.
+  /// Segments that cannot be captured run directly (one warning).
+  bool graphs = true;
+};
+
+/// What the CUDA graphs of a backend did so far (cudaGraphStats).
+struct CudaGraphStats {
+  int64_t captured = 0; // segments captured into a graph
+  int64_t replays = 0;  // graph launches
+  int64_t direct = 0;   // segment runs launched kernel by kernel
+  int64_t disabled = 0; // segments whose capture failed for good
 };
 
 /// Number of CUDA devices; 0 without a driver or a device (never an error).
@@ -47,6 +60,20 @@ std::string cudaUnavailableReason();
 StatusOr<std::unique_ptr<Backend>> createCudaBackend(const CudaOptions &options = {});
 /// Adds the CUDA backend to `registry` beside the CPU backend.
 Status registerCudaBackend(BackendRegistry &registry, const CudaOptions &options = {});
+
+/// Graph counters of a CUDA backend (zeros for another backend).
+CudaGraphStats cudaGraphStats(const Backend &backend);
+
+/// A communicator that runs the codecs of sendCoded / recvCoded on GPU
+/// `device` for f32 tensors in device or managed memory (the payload bytes
+/// of lib/codec's encode, sent as the inner communicator's plain message:
+/// wire-compatible with the Gloo communicator's own sendCoded / recvCoded,
+/// so GPU and CPU ranks interoperate); everything else goes to `inner`.
+/// Fixed-size codecs (int8/int4/fp16/bf16) decode on the GPU and need the
+/// same block size on both ends; a top-k receive decodes on the host.
+/// docs/runtime-cuda.md, "Device codecs".
+StatusOr<std::unique_ptr<Communicator>>
+createCudaCodecCommunicator(std::unique_ptr<Communicator> inner, int device = 0);
 
 /// A communicator over NCCL between the GPUs of one cluster. `bootstrap` (a
 /// Gloo communicator, connected through the job's rendezvous) carries the

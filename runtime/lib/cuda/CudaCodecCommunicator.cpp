@@ -1,0 +1,309 @@
+//===- CudaCodecCommunicator.cpp - Codecs on the GPU in front of a transport ===//
+//
+// A Communicator decorator: sendCoded / recvCoded of f32 tensors in device or
+// managed memory encode and decode on the GPU (Codec.cu), so only the
+// payload crosses PCIe and the host, instead of the whole f32 tensor being
+// migrated to the host, encoded by the CPU and migrated back before the next
+// kernel touches it. Everything else goes to the inner communicator
+// unchanged.
+//
+// Wire format: the inner communicator's plain send of the payload bytes. For
+// the Gloo communicator that is exactly what its own sendCoded puts on the
+// wire (a message header with the byte count, then the payload on the
+// channel's two slots), and its recvCoded accepts it; the payload bytes are
+// rt::encode's (CodecLayout.h). A GPU rank and a CPU rank thus interoperate
+// in both directions. The receive side posts a receive of the exact payload
+// size computed from the local codec parameters (the inner communicator's
+// plain recv needs it), so a fixed-size codec must use the same block size
+// on both ends (the compiler writes one CodecParams per transfer); a top-k
+// receive, whose size depends on the sender's index encoding, goes to the
+// inner communicator's recvCoded (host decode into managed memory: only k
+// values are written).
+//
+// Error feedback: the residual of a stream encoded here lives in GPU memory
+// (ErrorFeedback::deviceState), with the host codec's arithmetic, so the
+// payloads of a stream equal the host codec's step after step.
+//
+// Not on the device: the compressed all-reduce (its exchange protocol is
+// internal to the Gloo communicator) and tensors in plain host memory.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaCodec.h"
+#include "CudaKernels.h"
+#include "../codec/CodecLayout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+/// A device allocation that grows (cudaMalloc / cudaMallocHost).
+struct Block {
+  void *p = nullptr;
+  size_t bytes = 0;
+  bool host = false;
+  ~Block() { release(); }
+  void release() {
+    if (p)
+      host ? cudaFreeHost(p) : cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+  }
+  Status reserve(size_t want, const char *what) {
+    if (want <= bytes)
+      return Status::ok();
+    release();
+    size_t n = std::max<size_t>(want, 1 << 16);
+    cudaError_t err = host ? cudaMallocHost(&p, n) : cudaMalloc(&p, n);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+      return cudaStatus(err, std::string(what) + " of " + std::to_string(n) + " bytes");
+    }
+    bytes = n;
+    return Status::ok();
+  }
+};
+
+/// The residual of one error-feedback stream, on the GPU.
+struct DeviceResidual : ErrorFeedback::DeviceState {
+  Block residual;
+  int64_t numel = -1;
+};
+
+int codecNumber(const program::CodecParams &p) { return static_cast<int>(p.codec()); }
+
+class CudaCodecCommunicator : public Communicator {
+public:
+  CudaCodecCommunicator(std::unique_ptr<Communicator> inner, int device, cudaStream_t stream)
+      : inner(std::move(inner)), device(device), stream(stream) {
+    staging.host = true;
+  }
+  ~CudaCodecCommunicator() override {
+    cudaSetDevice(device);
+    cudaStreamSynchronize(stream);
+    payload.release();
+    sum.release();
+    flags.release();
+    work.release();
+    staging.release();
+    cudaStreamDestroy(stream);
+  }
+
+  int getRank() const override { return inner->getRank(); }
+  int getWorldSize() const override { return inner->getWorldSize(); }
+  Status send(const Tensor &t, int peer, uint32_t channel) override {
+    return inner->send(t, peer, channel);
+  }
+  Status recv(const Tensor &t, int peer, uint32_t channel) override {
+    return inner->recv(t, peer, channel);
+  }
+  Status allReduceSum(const Tensor &t, uint32_t channel) override {
+    return inner->allReduceSum(t, channel);
+  }
+  Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks,
+                           uint32_t channel) override {
+    return inner->allReduceSumGroup(t, ranks, channel);
+  }
+  Status barrier() override { return inner->barrier(); }
+  Status allReduce(const Tensor &t, uint32_t channel, const AllReduceOptions &options) override {
+    return inner->allReduce(t, channel, options);
+  }
+  TrafficCounters takeTraffic() override { return inner->takeTraffic(); }
+
+  Status sendCoded(const Tensor &t, int peer, uint32_t channel,
+                   const program::CodecParams &codec, ErrorFeedback *feedback) override {
+    if (!onDevice(t, codec))
+      return inner->sendCoded(t, peer, channel, codec, feedback);
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaSetDevice(device);
+    StatusOr<size_t> bytes = encodeOnDevice(t, codec, feedback);
+    if (!bytes.isOk())
+      return bytes.takeStatus().withRank(getRank()).withPeer(peer);
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(*bytes)}, staging.p};
+    return inner->send(wire, peer, channel);
+  }
+
+  Status recvCoded(const Tensor &t, int peer, uint32_t channel,
+                   const program::CodecParams &codec) override {
+    codec::FixedLayout l;
+    if (!onDevice(t, codec) ||
+        !codec::fixedLayout(codecNumber(codec), t.numel(), codecBlockSizeOf(codec), l))
+      return inner->recvCoded(t, peer, channel, codec);
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaSetDevice(device);
+    STRAIT_RETURN_IF_ERROR(reserveAll(l.bytes, 0));
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(l.bytes)}, staging.p};
+    STRAIT_RETURN_IF_ERROR(inner->recv(wire, peer, channel));
+    const uint8_t *h = static_cast<const uint8_t *>(staging.p);
+    std::string what = "recv on channel " + std::to_string(channel) + ": ";
+    uint32_t block = 0;
+    uint64_t numel = 0;
+    for (int i = 0; i < 4; ++i)
+      block |= uint32_t(h[4 + i]) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      numel |= uint64_t(h[8 + i]) << (8 * i);
+    Status bad;
+    if (h[0] != codec::kMagic || h[3] != codec::kLayoutVersion)
+      bad = invalidArgument(what + "corrupt codec payload: bad magic or layout version");
+    else if (h[1] != codecNumber(codec) || h[2] != 0)
+      bad = invalidArgument(what + "peer sent a payload of codec " + std::to_string(h[1]) +
+                            ", this rank expects " + program::Codec_Name(codec.codec()));
+    else if (numel != static_cast<uint64_t>(t.numel()))
+      bad = invalidArgument(what + "corrupt codec payload: payload holds " +
+                            std::to_string(numel) + " elements, the destination " +
+                            std::to_string(t.numel()));
+    else if ((codec.codec() == program::CODEC_INT8 || codec.codec() == program::CODEC_INT4) &&
+             block != codecBlockSizeOf(codec))
+      bad = invalidArgument(what + "peer quantized in blocks of " + std::to_string(block) +
+                            ", this rank expects " + std::to_string(codecBlockSizeOf(codec)));
+    if (!bad.isOk())
+      return bad.withRank(getRank()).withPeer(peer);
+    uint8_t *d = static_cast<uint8_t *>(payload.p);
+    STRAIT_RETURN_IF_ERROR(
+        cudaStatus(cudaMemcpyAsync(d, h, l.bytes, cudaMemcpyHostToDevice, stream), "payload copy")
+            .withRank(getRank()));
+    launchDecodeFixed(codecNumber(codec), d, t.numel(), block, t.as<float>(), stream);
+    return finish("decode").withRank(getRank()).withPeer(peer);
+  }
+
+private:
+  static uint32_t codecBlockSizeOf(const program::CodecParams &p) {
+    return p.block_size() ? p.block_size() : 256;
+  }
+
+  /// Device path: a lossy f32 codec on device or managed memory.
+  bool onDevice(const Tensor &t, const program::CodecParams &codec) const {
+    if (codec.codec() == program::CODEC_NONE || t.dtype != program::DTYPE_F32 || t.numel() == 0 ||
+        !validateCodecParams(codec, "codec").isOk())
+      return false;
+    cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, t.data) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) &&
+           attr.device == device;
+  }
+
+  Status reserveAll(size_t payloadBytes, int64_t numel) {
+    STRAIT_RETURN_IF_ERROR(payload.reserve(payloadBytes, "codec payload"));
+    STRAIT_RETURN_IF_ERROR(staging.reserve(payloadBytes, "pinned codec payload"));
+    if (numel)
+      STRAIT_RETURN_IF_ERROR(sum.reserve(4ull * numel, "codec sum"));
+    return Status::ok();
+  }
+
+  Status finish(const char *what) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess)
+      err = cudaStreamSynchronize(stream);
+    return cudaStatus(err, std::string("device codec ") + what);
+  }
+
+  /// Encodes into staging (pinned host memory); returns the payload size.
+  StatusOr<size_t> encodeOnDevice(const Tensor &t, const program::CodecParams &codec,
+                                  ErrorFeedback *feedback) {
+    int64_t n = t.numel();
+    const float *x = t.as<float>();
+    DeviceResidual *res = nullptr;
+    if (feedback && codec.error_feedback()) {
+      auto &state = feedback->deviceState();
+      if (!state)
+        state = std::make_unique<DeviceResidual>();
+      res = static_cast<DeviceResidual *>(state.get());
+      if (res->numel != n) { // a new stream or a change of numel: zero residual
+        STRAIT_RETURN_IF_ERROR(res->residual.reserve(4ull * n, "codec residual"));
+        STRAIT_RETURN_IF_ERROR(
+            cudaStatus(cudaMemsetAsync(res->residual.p, 0, 4ull * n, stream), "residual"));
+        res->numel = n;
+      }
+      STRAIT_RETURN_IF_ERROR(sum.reserve(4ull * n, "codec sum"));
+      launchCodecAdd(x, static_cast<float *>(res->residual.p), static_cast<float *>(sum.p), n,
+                     stream);
+      x = static_cast<const float *>(sum.p);
+    }
+    float *r = res ? static_cast<float *>(res->residual.p) : nullptr;
+    size_t bytes = 0;
+    codec::FixedLayout l;
+    uint32_t block = codecBlockSizeOf(codec);
+    if (codec::fixedLayout(codecNumber(codec), n, block, l)) {
+      STRAIT_RETURN_IF_ERROR(reserveAll(l.bytes, 0));
+      uint8_t *d = static_cast<uint8_t *>(payload.p);
+      if (!launchEncodeFixed(codecNumber(codec), x, n, block, d, stream))
+        return unimplemented("device codec " + program::Codec_Name(codec.codec()) + " of " +
+                             std::to_string(n) + " elements");
+      if (r) { // residual = sum - decode(payload)
+        launchDecodeFixed(codecNumber(codec), d, n, block, r, stream);
+        launchCodecResidual(x, r, n, stream);
+      }
+      bytes = l.bytes;
+    } else { // top-k
+      if (n > 0x7fffffff)
+        return unimplemented("device top-k of " + std::to_string(n) +
+                             " elements (at most 2^31 - 1)");
+      int64_t k = std::max<int64_t>(
+          1, std::min<int64_t>(n, static_cast<int64_t>(std::ceil(
+                                      static_cast<double>(codec.topk_ratio()) * n))));
+      STRAIT_RETURN_IF_ERROR(flags.reserve(n, "top-k flags"));
+      STRAIT_RETURN_IF_ERROR(work.reserve(topkWorkBytes(n), "top-k work"));
+      uint8_t *f = static_cast<uint8_t *>(flags.p);
+      if (!selectTopK(x, n, k, f, work.p, stream)) {
+        Status failed = finish("top-k selection");
+        return failed.isOk() ? internalError("device top-k selection failed") : failed;
+      }
+      uint64_t sizes[3];
+      topkIndexBytes(f, n, k, work.p, sizes, stream);
+      int encoding = 1;
+      uint64_t indexBytes = sizes[0];
+      if (sizes[1] < indexBytes)
+        encoding = 2, indexBytes = sizes[1];
+      if (sizes[2] < indexBytes)
+        encoding = 3, indexBytes = sizes[2];
+      bytes = codec::topkIndicesOffset(k) + indexBytes;
+      STRAIT_RETURN_IF_ERROR(reserveAll(bytes, 0));
+      launchEncodeTopK(x, f, n, k, encoding, work.p, static_cast<uint8_t *>(payload.p), stream);
+      if (r)
+        launchTopKResidual(x, f, r, n, stream);
+    }
+    STRAIT_RETURN_IF_ERROR(cudaStatus(
+        cudaMemcpyAsync(staging.p, payload.p, bytes, cudaMemcpyDeviceToHost, stream), "payload copy"));
+    STRAIT_RETURN_IF_ERROR(finish("encode"));
+    return bytes;
+  }
+
+  std::unique_ptr<Communicator> inner;
+  int device;
+  cudaStream_t stream;
+  std::mutex mutex;
+  Block payload, sum, flags, work, staging;
+};
+
+} // namespace
+} // namespace cuda
+
+StatusOr<std::unique_ptr<Communicator>>
+createCudaCodecCommunicator(std::unique_ptr<Communicator> inner, int device) {
+  using namespace cuda;
+  if (!inner)
+    return invalidArgument("createCudaCodecCommunicator: no inner communicator");
+  int count = cudaDeviceCount();
+  if (device < 0 || device >= count)
+    return unavailable("cuda codec communicator: device " + std::to_string(device) +
+                       " not available (" +
+                       (count ? std::to_string(count) + " devices" : cudaUnavailableReason()) + ")")
+        .withRank(inner->getRank());
+  STRAIT_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(device), "set device"));
+  cudaStream_t stream = nullptr;
+  STRAIT_RETURN_IF_ERROR(
+      cudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "codec stream"));
+  return std::unique_ptr<Communicator>(
+      new CudaCodecCommunicator(std::move(inner), device, stream));
+}
+
+} // namespace rt
+} // namespace strait
