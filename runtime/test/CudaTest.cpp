@@ -665,3 +665,81 @@ TEST(CudaCodecs, MismatchedPayloadsAndHostTensors) {
                   .isOk());
   EXPECT_EQ(wire.codedCalls, 1);
 }
+
+//===----------------------------------------------------------------------===//
+// FusedElementwise: the programs of FusedTestPrograms.h (the CPU kernel's
+// conformance cases) on CUDA vs the CPU backend.
+//===----------------------------------------------------------------------===//
+#include "FusedTestPrograms.h"
+
+namespace {
+
+TEST(CudaFused, ProgramsMatchCpu) {
+  REQUIRE_GPU();
+  BackendRegistry registry;
+  registerCpuBackend(registry);
+  CudaOptions o;
+  o.syncEachKernel = true;
+  Status st = registerCudaBackend(registry, o);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  for (int i = 0; i < numFusedCases(); ++i) {
+    FusedCase c = fusedCase(i);
+    SCOPED_TRACE(c.name);
+    std::vector<Arr> ins, outs;
+    for (const OwnedTensor &t : c.inputs) {
+      Arr a{t.tensor.dtype, t.tensor.shape, {}};
+      a.bytes.assign(t.as<char>(), t.as<char>() + t.tensor.byteSize());
+      ins.push_back(std::move(a));
+    }
+    for (DType d : c.outputTypes)
+      outs.push_back(Arr::out(c.shape, d));
+    program::Kernel proto = c.kernel();
+    Attrs attrs = [&](program::Kernel &k) {
+      k.set_domain("strait");
+      *k.mutable_attrs() = proto.attrs();
+    };
+    std::vector<Arr> cpu = outs, gpu = outs;
+    Status s = runOn("cpu", registry, "FusedElementwise", ins, cpu, attrs);
+    ASSERT_TRUE(s.isOk()) << "cpu: " << s.toString();
+    s = runOn("cuda:0", registry, "FusedElementwise", ins, gpu, attrs);
+    ASSERT_TRUE(s.isOk()) << "cuda: " << s.toString();
+    for (size_t j = 0; j < outs.size(); ++j) {
+      int bad = 0;
+      for (int64_t k = 0; k < numElements(c.shape) && bad < 5; ++k) {
+        double x = cpu[j].at(k), g = gpu[j].at(k);
+        // CUDA's expf/tanhf/erff are within 2 ulp of the CPU's libm.
+        if (!(std::abs(x - g) <= 1e-6 + 1e-5 * std::abs(x)) && !(std::isnan(x) && std::isnan(g))) {
+          ADD_FAILURE() << "output " << j << " element " << k << ": cpu " << x << " cuda " << g;
+          ++bad;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaFused, BadProgramIsInvalidArgumentOnCuda) {
+  REQUIRE_GPU();
+  BackendRegistry registry;
+  registerCpuBackend(registry);
+  ASSERT_TRUE(registerCudaBackend(registry, CudaOptions{}).isOk());
+  FusedCase c = fusedCase(1);
+  std::vector<Arr> ins;
+  for (const OwnedTensor &t : c.inputs) {
+    Arr a{t.tensor.dtype, t.tensor.shape, {}};
+    a.bytes.assign(t.as<char>(), t.as<char>() + t.tensor.byteSize());
+    ins.push_back(std::move(a));
+  }
+  std::vector<Arr> outs = {Arr::out(c.shape)};
+  program::Kernel proto = c.kernel();
+  (*proto.mutable_attrs())["args"].mutable_ints()->set_v(3, 50);
+  Status s = runOn("cuda:0", registry, "FusedElementwise", ins, outs, [&](program::Kernel &k) {
+    k.set_domain("strait");
+    *k.mutable_attrs() = proto.attrs();
+  });
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument) << s.toString();
+  EXPECT_NE(s.toString().find("reads register 50 before it is written"), std::string::npos)
+      << s.toString();
+}
+
+} // namespace

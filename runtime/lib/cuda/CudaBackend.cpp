@@ -168,6 +168,7 @@ public:
     addMatMulKernels(t);
     addNormKernels(t);
     addTrainingKernels(t);
+    addFusedKernels(t);
     for (auto &e : t.entries)
       table[e.first] = e.second;
   }

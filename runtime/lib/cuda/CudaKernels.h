@@ -92,6 +92,11 @@ void addMatMulKernels(CudaKernelTable &table);
 void addNormKernels(CudaKernelTable &table);
 void addTrainingKernels(CudaKernelTable &table);
 
+// --- FusedElementwise (CudaFused.cpp, Fused.cu) ------------------------------
+/// The fused elementwise programs of graph-fuse-elementwise: one thread per
+/// element, the program in kernel-parameter memory.
+void addFusedKernels(CudaKernelTable &table);
+
 } // namespace cuda
 } // namespace rt
 } // namespace strait

@@ -1,0 +1,120 @@
+//===- Fused.cu - FusedElementwise on the GPU ------------------------------===//
+//
+// One thread per output element (grid-stride): the thread computes its
+// input offsets from the output index, loads the inputs into its registers,
+// runs the program (FusedLaunch.h, in kernel-parameter memory) and stores
+// the outputs. Arithmetic follows the CPU kernel (Fused.cpp): f32 registers,
+// booleans as 0/1, Pow through double.
+//
+//===----------------------------------------------------------------------===//
+#include "DeviceCommon.cuh"
+#include "FusedLaunch.h"
+
+#include <cstdint>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+// Opcodes: the order of rt::FusedOp (strait/runtime/FusedProgram.h), which
+// this file cannot include (protobuf headers); CudaFused.cpp checks it.
+enum Op : uint8_t {
+  Const, Identity, Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Sigmoid, Relu,
+  Erf, Sin, Cos, Floor, Ceil, Not, Add, Sub, Mul, Div, Pow, Max, Min, Equal,
+  Less, LessOrEqual, Greater, GreaterOrEqual, And, Or, Where
+};
+
+__device__ float sigmoidOf(float x) {
+  return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+}
+
+__device__ float evalOp(const FusedDeviceProgram &p, int k, float a, float b, float c) {
+  switch (p.op[k]) {
+  case Const: return p.constants[p.a[k]];
+  case Identity: return a;
+  case Neg: return -a;
+  case Abs: return fabsf(a);
+  case Exp: return expf(a);
+  case Log: return logf(a);
+  case Sqrt: return sqrtf(a);
+  case Reciprocal: return 1.0f / a;
+  case Tanh: return tanhf(a);
+  case Sigmoid: return sigmoidOf(a);
+  case Relu: return a > 0 ? a : 0.0f;
+  case Erf: return erff(a);
+  case Sin: return sinf(a);
+  case Cos: return cosf(a);
+  case Floor: return floorf(a);
+  case Ceil: return ceilf(a);
+  case Not: return a != 0 ? 0.0f : 1.0f;
+  case Add: return a + b;
+  case Sub: return a - b;
+  case Mul: return a * b;
+  case Div: return a / b;
+  case Pow:
+    if (p.powInt[k] == 2)
+      return static_cast<float>(double(a) * double(a));
+    if (p.powInt[k] == 3)
+      return static_cast<float>(double(a) * double(a) * double(a));
+    return static_cast<float>(pow(double(a), double(b)));
+  case Max: return (isnan(a) || isnan(b)) ? __int_as_float(0x7fc00000) : (a > b ? a : b);
+  case Min: return (isnan(a) || isnan(b)) ? __int_as_float(0x7fc00000) : (a < b ? a : b);
+  case Equal: return a == b;
+  case Less: return a < b;
+  case LessOrEqual: return a <= b;
+  case Greater: return a > b;
+  case GreaterOrEqual: return a >= b;
+  case And: return (a != 0) && (b != 0);
+  case Or: return (a != 0) || (b != 0);
+  case Where: return a != 0 ? b : c;
+  }
+  return 0;
+}
+
+__global__ void fusedKernel(const FusedDeviceProgram p) {
+  constexpr int kRegs = FusedDeviceProgram::kInputs + FusedDeviceProgram::kInstructions;
+  float r[kRegs];
+  GRID_STRIDE(e, p.n) {
+    // Input offsets from the output index (row-major, innermost last).
+    int64_t off[FusedDeviceProgram::kInputs];
+    for (int i = 0; i < p.numInputs; ++i)
+      off[i] = 0;
+    int64_t rem = e;
+    for (int d = p.rank - 1; d >= 0; --d) {
+      int64_t idx = rem % p.shape[d];
+      rem /= p.shape[d];
+      for (int i = 0; i < p.numInputs; ++i)
+        off[i] += idx * p.stride[i][d];
+    }
+    for (int i = 0; i < p.numInputs; ++i)
+      r[i] = p.inputBool[i] ? float(static_cast<const uint8_t *>(p.inputs[i])[off[i]] != 0)
+                            : static_cast<const float *>(p.inputs[i])[off[i]];
+    for (int k = 0; k < p.numInstructions; ++k) {
+      float a = p.a[k] >= 0 && p.op[k] != Const ? r[p.a[k]] : 0.0f;
+      float b = p.b[k] >= 0 ? r[p.b[k]] : 0.0f;
+      float c = p.c[k] >= 0 ? r[p.c[k]] : 0.0f;
+      r[p.numInputs + k] = evalOp(p, k, a, b, c);
+    }
+    for (int j = 0; j < p.numOutputs; ++j) {
+      float v = r[p.outputReg[j]];
+      if (p.outputBool[j])
+        static_cast<uint8_t *>(p.outputs[j])[e] = v != 0;
+      else
+        static_cast<float *>(p.outputs[j])[e] = v;
+    }
+  }
+}
+
+} // namespace
+
+bool launchFused(const FusedDeviceProgram &p, cudaStream_t s) {
+  if (p.n == 0)
+    return true;
+  fusedKernel<<<blocksFor(p.n), kBlock, 0, s>>>(p);
+  return true;
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait
