@@ -3,14 +3,17 @@
 // One backend per device ordinal. Values live in managed memory (see
 // strait/runtime/Cuda.h), zeroed at allocation; kernels run on the backend's
 // stream; device-side argument errors raise a flag that synchronize() turns
-// into a Status naming the kernel. Ops without a CUDA kernel fail at load
-// with Unimplemented naming the op and "cuda" (no silent CPU fallback).
+// into a Status naming the kernel. Ops without a CUDA kernel run the CPU
+// backend's kernel on the same managed memory after waiting for the stream
+// (CudaOptions::hostFallback, listed by cudaHostFallbackNote), or fail at
+// load with Unimplemented naming the op and "cuda" when that is off.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace strait {
 namespace rt {
@@ -169,8 +172,14 @@ public:
     addNormKernels(t);
     addTrainingKernels(t);
     addFusedKernels(t);
+    addSpatialKernels(t);
+#ifdef STRAIT_HAVE_CUDNN
+    addConvKernels(t);
+#endif
     for (auto &e : t.entries)
       table[e.first] = e.second;
+    if (this->ctx->options.hostFallback)
+      cpu = createCpuBackend();
   }
   ~CudaBackend() override {
     cudaSetDevice(ctx->options.device);
@@ -178,6 +187,7 @@ public:
       cudaStreamSynchronize(ctx->stream);
     if (ctx->blas)
       cublasDestroy(ctx->blas);
+    ctx->cudnn.reset();
     if (ctx->scratch)
       cudaFree(ctx->scratch);
     releaseGraphs(*ctx);
@@ -194,15 +204,39 @@ public:
         kernel.domain() != "strait" && kernel.domain() != "ai.onnx.preview.training")
       return unimplemented("cuda backend: unknown op domain '" + kernel.domain() + "'");
     auto it = table.find(kernel.op());
-    if (it == table.end())
-      return unimplemented("cuda backend has no kernel for op '" + kernel.op() + "'");
+    // The host fallback: the CPU backend's kernel, null without one.
+    KernelFn host;
+    if (cpu) {
+      StatusOr<KernelFn> h = cpu->resolve(kernel);
+      if (h.isOk())
+        host = h.takeValue();
+    }
+    if (it == table.end() && !host)
+      return unimplemented("cuda backend has no kernel for op '" + kernel.op() + "'" +
+                           (cpu ? " (nor the CPU backend, for the host fallback)" : ""));
     CudaContext *c = ctx.get();
-    CudaKernelFn fn = it->second;
     int tag = c->addTag(kernel.op() + " '" + kernel.name() + "'");
     const CudaBackend *self = this;
-    return KernelFn([c, fn, tag, self](KernelContext &k) -> Status {
+    if (it == table.end()) {
+      noteHostKernel(kernel.op(), tag);
+      return KernelFn([c, host](KernelContext &k) -> Status {
+        cudaSetDevice(c->options.device);
+        STRAIT_RETURN_IF_ERROR(c->hostSync("a host kernel").withKernel(k.op()));
+        return host(k);
+      });
+    }
+    CudaKernelFn fn = it->second;
+    return KernelFn([c, fn, tag, self, host](KernelContext &k) -> Status {
       cudaSetDevice(c->options.device);
-      STRAIT_RETURN_IF_ERROR(fn(*c, k, tag));
+      Status s = fn(*c, k, tag);
+      if (!s.isOk() && s.getCode() == StatusCode::Unimplemented && host) {
+        // The CUDA kernel declined (a dtype, an attribute combination)
+        // before launching anything: run the CPU kernel instead.
+        self->noteHostKernel(k.op(), tag);
+        STRAIT_RETURN_IF_ERROR(c->hostSync("a host kernel").withKernel(k.op()));
+        return host(k);
+      }
+      STRAIT_RETURN_IF_ERROR(s);
       STRAIT_RETURN_IF_ERROR(checkLaunch(k));
       if (c->options.syncEachKernel)
         return self->synchronize();
@@ -210,6 +244,7 @@ public:
     });
   }
 
+  /// The ops with a CUDA kernel (the host fallback's are not listed).
   std::vector<std::string> supportedOps() const override {
     std::vector<std::string> ops;
     for (const auto &e : table)
@@ -217,10 +252,19 @@ public:
     return ops;
   }
 
+  /// Kernels (by tag) per op that run on the host.
   std::unique_ptr<KernelSegment> createSegment() const override {
     return createGraphSegment(*ctx);
   }
   CudaGraphStats graphStats() const { return ctx->graphStats; }
+
+  std::map<std::string, int64_t> hostFallbackCounts() const {
+    std::lock_guard<std::mutex> lock(hostMutex);
+    std::map<std::string, int64_t> counts;
+    for (const auto &e : hostKernels)
+      counts[e.first] = static_cast<int64_t>(e.second.size());
+    return counts;
+  }
 
   StatusOr<Buffer> allocate(size_t bytes) const override {
     cudaSetDevice(ctx->options.device);
@@ -262,8 +306,17 @@ public:
   }
 
 private:
+  void noteHostKernel(const std::string &op, int tag) const {
+    std::lock_guard<std::mutex> lock(hostMutex);
+    hostKernels[op].insert(tag);
+  }
+
   std::unique_ptr<CudaContext> ctx;
   std::map<std::string, CudaKernelFn> table;
+  /// The CPU backend behind the host fallback (null when it is off).
+  std::unique_ptr<Backend> cpu;
+  mutable std::mutex hostMutex;
+  mutable std::map<std::string, std::set<int>> hostKernels;
 };
 
 } // namespace
@@ -316,6 +369,26 @@ CudaGraphStats cudaGraphStats(const Backend &backend) {
   if (backend.name() != "cuda")
     return {};
   return static_cast<const cuda::CudaBackend &>(backend).graphStats();
+}
+
+std::map<std::string, int64_t> cudaHostFallbackCounts(const Backend &backend) {
+  if (backend.name() != "cuda")
+    return {};
+  return static_cast<const cuda::CudaBackend &>(backend).hostFallbackCounts();
+}
+
+std::string cudaHostFallbackNote(const Backend &backend) {
+  std::map<std::string, int64_t> counts = cudaHostFallbackCounts(backend);
+  if (counts.empty())
+    return "";
+  int64_t kernels = 0;
+  std::string ops;
+  for (const auto &e : counts) {
+    kernels += e.second;
+    ops += (ops.empty() ? "" : ", ") + e.first;
+  }
+  return "cuda: " + std::to_string(kernels) + " kernel" + (kernels == 1 ? "" : "s") +
+         " of ops [" + ops + "] run on the host (no CUDA kernel)";
 }
 
 Status registerCudaBackend(BackendRegistry &registry, const CudaOptions &options) {

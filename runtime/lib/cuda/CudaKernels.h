@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ struct CudaContext {
   /// Kernel names by tag (tag = index + 1).
   std::vector<std::string> tags;
   std::mutex mutex;
+
+  /// cuDNN handle and per-kernel algorithm choices (CudaConv.cpp), created
+  /// on first use; type-erased so that this header needs no cuDNN header.
+  std::shared_ptr<void> cudnn;
 
   StatusOr<void *> getScratch(size_t bytes);
   int addTag(const std::string &name);
@@ -96,6 +101,35 @@ void addTrainingKernels(CudaKernelTable &table);
 /// The fused elementwise programs of graph-fuse-elementwise: one thread per
 /// element, the program in kernel-parameter memory.
 void addFusedKernels(CudaKernelTable &table);
+
+// --- Spatial ops, reductions, slices (CudaSpatial.cpp, CudaConv.cpp) --------
+/// Pooling (native kernels), BatchNormalization(+Training, +Grad),
+/// Reduce*, Slice, SliceGrad, HardSigmoid, HardSwish.
+void addSpatialKernels(CudaKernelTable &table);
+/// Conv, ConvGradInput, ConvGradWeight through cuDNN (STRAIT_HAVE_CUDNN only).
+void addConvKernels(CudaKernelTable &table);
+
+/// The window of a Conv / pool / their gradients over X of shape `x` with
+/// `kernel` (the spatial kernel shape): strides, dilations, pads, auto_pad
+/// and (pooling only) ceil_mode, with the CPU backend's rules and messages.
+StatusOr<SpatialWindow> spatialWindow(const KernelContext &ctx, const Shape &x,
+                                      const std::vector<int64_t> &kernel, bool pooling);
+/// [N, C, out...] of a window.
+Shape windowOutputShape(int64_t n, int64_t c, const SpatialWindow &w);
+
+/// cuDNN's view of a convolution: 4-D (1-D and 2-D convolutions) or 5-D
+/// tensors, one symmetric pad per spatial dim.
+struct CudnnConvShape {
+  int nbDims = 4;
+  int x[5] = {}, w[5] = {}, y[5] = {};
+  int pad[3] = {}, stride[3] = {}, dil[3] = {};
+};
+/// Maps a Conv (X [n, c, ...], W [m, c / group, ...]) to cuDNN's
+/// descriptors. Unimplemented when cuDNN cannot express it: pads that differ
+/// between the two sides of a dim and change the output size, or sizes past
+/// int range.
+StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const SpatialWindow &w,
+                                        int64_t n, int64_t c, int64_t m, int64_t group);
 
 } // namespace cuda
 } // namespace rt

@@ -137,6 +137,71 @@ void launchWriteNorm(const double *sumSq, float *norm, cudaStream_t s);
 /// y = cast(x) between f32, f64, f16, bf16, i32, i64, bool.
 bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t s);
 
+// --- Spatial and reduction kernels (Pooling.cu, Reduce.cu) ------------------
+
+/// A convolution / pooling window over 3 spatial slots; 1-D and 2-D windows
+/// use the last slots (the leading ones have size 1). `pad` is the padding at
+/// the start of each dim, `padEnd` at its end (it only decides `out`).
+struct SpatialWindow {
+  int nd = 0;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1}, pad[3] = {0, 0, 0},
+          padEnd[3] = {0, 0, 0};
+  int64_t inSize() const { return in[0] * in[1] * in[2]; }
+  int64_t outSize() const { return out[0] * out[1] * out[2]; }
+};
+
+/// MaxPool / AveragePool over `planes` = N * C planes (f32). `indices` (i64,
+/// may be null): flat index of each maximum into X, as ONNX's MaxPool.
+void launchPool(bool max, bool countIncludePad, const float *x, float *y, int64_t *indices,
+                int64_t planes, const SpatialWindow &w, cudaStream_t s);
+/// dX (zeroed by the launcher) of MaxPool (x needed) / AveragePool (x null).
+void launchPoolGrad(bool max, bool countIncludePad, const float *dy, const float *x, float *dx,
+                    int64_t planes, const SpatialWindow &w, cudaStream_t s);
+/// GlobalMaxPool / GlobalAveragePool: one value per plane of `size` elements.
+void launchGlobalPool(bool max, const float *x, float *y, int64_t planes, int64_t size,
+                      cudaStream_t s);
+
+/// Batch normalization over X [n, c, spatial] (f32). Training (`batchStats`):
+/// statistics of the batch; `mean`/`invStd` (may be null) receive them,
+/// `runMean`/`runVar` (may be null) the momentum update of `inMean`/`inVar`
+/// with the population (`unbiasedVar` false) or unbiased batch variance.
+/// Inference: normalizes with `inMean`/`inVar`.
+struct BatchNormArgs {
+  int64_t n = 0, c = 0, spatial = 0;
+  float eps = 1e-5f, momentum = 0.9f;
+  bool batchStats = false, unbiasedVar = false;
+  const float *scale = nullptr, *bias = nullptr, *inMean = nullptr, *inVar = nullptr;
+  float *mean = nullptr, *invStd = nullptr, *runMean = nullptr, *runVar = nullptr;
+};
+void launchBatchNorm(const float *x, float *y, const BatchNormArgs &a, cudaStream_t s);
+/// BatchNormalizationGrad: dX, dScale, dBias from the saved mean / invStd.
+void launchBatchNormGrad(const float *dy, const float *x, const float *scale, const float *mean,
+                         const float *invStd, float *dx, float *dScale, float *dBias, int64_t n,
+                         int64_t c, int64_t spatial, cudaStream_t s);
+
+/// The Reduce* family; accumulation in double as the CPU backend.
+enum class ReduceOp { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
+/// Kept dims (in order, they enumerate the outputs) and reduced dims of X,
+/// each with its element stride in X.
+struct ReducePlan {
+  int kept = 0, red = 0;
+  int64_t keptDims[kMaxDims] = {}, keptStrides[kMaxDims] = {};
+  int64_t redDims[kMaxDims] = {}, redStrides[kMaxDims] = {};
+  int64_t outCount = 1, redCount = 1;
+};
+/// f32, f64, i32, i64; false for another type.
+bool launchReduce(ReduceOp op, ET dtype, const void *x, void *y, const ReducePlan &p,
+                  cudaStream_t s);
+/// out[offset of element i in operand 0 of ix] = in[i] (the adjoint of
+/// launchStridedCopy, for SliceGrad); elements of `elemSize` bytes.
+bool launchStridedScatter(size_t elemSize, const void *in, void *out, const Index &ix,
+                          cudaStream_t s);
+/// HardSigmoid max(0, min(1, alpha x + beta)) and HardSwish x * HardSigmoid
+/// with alpha 1/6, beta 1/2 (f32).
+void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,
+                       cudaStream_t s);
+
 } // namespace cuda
 } // namespace rt
 } // namespace strait

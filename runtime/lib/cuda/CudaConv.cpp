@@ -1,0 +1,301 @@
+//===- CudaConv.cpp - Conv and its gradients through cuDNN ----------------===//
+//
+// Conv (1-3 spatial dims, groups, strides, dilations, pads, auto_pad, bias)
+// and the compiler's ConvGradInput / ConvGradWeight, with cuDNN's legacy
+// convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter).
+// The window is computed as the CPU backend does (spatialWindow) and mapped
+// to cuDNN's descriptors by cudnnConvShape (1-D runs as 2-D; pads must be
+// symmetric unless the end pad does not change the output size).
+//
+// Algorithms come from cuDNN's heuristics (the *_v7 queries, no timing
+// runs), chosen once per kernel and kept; the workspace is the backend's
+// scratch block. Math: FMA only (exact f32) unless CudaOptions::matmul
+// allows TF32/BF16, then cuDNN may use TF32 tensor cores.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaKernels.h"
+
+#include <cudnn.h>
+
+#include <map>
+#include <mutex>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+/// The backend's cuDNN handle (on its stream) and the algorithm chosen for
+/// each conv kernel (by tag).
+struct CudnnState {
+  cudnnHandle_t handle = nullptr;
+  std::mutex mutex; // guards algos
+  std::map<int, int> algos;
+  ~CudnnState() {
+    if (handle)
+      cudnnDestroy(handle);
+  }
+};
+
+Status cudnnStatus(cudnnStatus_t err, const std::string &what) {
+  if (err == CUDNN_STATUS_SUCCESS)
+    return Status::ok();
+  return internalError("cuda: " + what + ": cuDNN status " + std::to_string(int(err)) + " (" +
+                       cudnnGetErrorString(err) + ")");
+}
+
+StatusOr<CudnnState *> cudnnState(CudaContext &c) {
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (!c.cudnn) {
+    auto state = std::make_shared<CudnnState>();
+    STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreate(&state->handle), "cudnnCreate"));
+    STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnSetStream(state->handle, c.stream), "cudnnSetStream"));
+    c.cudnn = state;
+  }
+  return static_cast<CudnnState *>(c.cudnn.get());
+}
+
+/// The four descriptors of one convolution, destroyed with it.
+struct ConvDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  ~ConvDescs() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+void packedStrides(int nb, const int *dims, int *strides) {
+  strides[nb - 1] = 1;
+  for (int d = nb - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * dims[d + 1];
+}
+
+Status makeDescs(CudaContext &c, const CudnnConvShape &s, int64_t group, ConvDescs &d) {
+  int nb = s.nbDims, xs[5], ys[5];
+  packedStrides(nb, s.x, xs);
+  packedStrides(nb, s.y, ys);
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreateTensorDescriptor(&d.x), "descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreateTensorDescriptor(&d.y), "descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreateFilterDescriptor(&d.w), "descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreateConvolutionDescriptor(&d.conv), "descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnSetTensorNdDescriptor(d.x, CUDNN_DATA_FLOAT, nb, s.x, xs), "X descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnSetTensorNdDescriptor(d.y, CUDNN_DATA_FLOAT, nb, s.y, ys), "Y descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnSetFilterNdDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, s.w),
+      "W descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnSetConvolutionNdDescriptor(d.conv, nb - 2, s.pad, s.stride, s.dil,
+                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+      "convolution descriptor"));
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(group)), "group count"));
+  cudnnMathType_t math =
+      c.options.matmul == MatmulPrecision::F32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnSetConvolutionMathType(d.conv, math), "math type"));
+  // cuDNN's own output size must be the window's (they agree by construction).
+  int out[5];
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnGetConvolutionNdForwardOutputDim(d.conv, d.x, d.w, nb, out), "output size"));
+  for (int i = 0; i < nb; ++i)
+    if (out[i] != s.y[i])
+      return internalError("cuda: cuDNN's convolution output size differs from the window's");
+  return Status::ok();
+}
+
+enum class ConvPass { Forward, Data, Filter };
+
+/// The heuristics' first algorithm that ran without error, cached by tag.
+template <typename Perf, typename Query>
+StatusOr<int> chooseAlgo(CudnnState &st, int tag, Query query, const char *what) {
+  std::lock_guard<std::mutex> lock(st.mutex);
+  auto it = st.algos.find(tag);
+  if (it != st.algos.end())
+    return it->second;
+  Perf perf[16];
+  int count = 0;
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(query(perf, 16, &count), what));
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS)
+      return st.algos[tag] = static_cast<int>(perf[i].algo);
+  return internalError(std::string("cuda: cuDNN offers no ") + what + " algorithm");
+}
+
+Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
+               const CudnnConvShape &s, int64_t group, const void *a, const void *b,
+               void *out) {
+  STRAIT_ASSIGN_OR_RETURN(CudnnState * st, cudnnState(c));
+  ConvDescs d;
+  STRAIT_RETURN_IF_ERROR(makeDescs(c, s, group, d).withKernel(ctx.op()));
+  cudnnHandle_t h = st->handle;
+  const float one = 1.0f, zero = 0.0f;
+  size_t ws = 0;
+  if (pass == ConvPass::Forward) {
+    STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionFwdAlgoPerf_t>(
+        *st, tag, [&](auto *p, int n, int *k) {
+          return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, k, p);
+        }, "forward")));
+    auto al = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+    STRAIT_RETURN_IF_ERROR(cudnnStatus(
+        cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, al, &ws), "workspace"));
+    STRAIT_ASSIGN_OR_RETURN(void *w, c.getScratch(ws));
+    return cudnnStatus(cudnnConvolutionForward(h, &one, d.x, a, d.w, b, d.conv, al, w, ws,
+                                               &zero, d.y, out),
+                       "cudnnConvolutionForward");
+  }
+  if (pass == ConvPass::Data) { // a = dY, b = W, out = dX
+    STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionBwdDataAlgoPerf_t>(
+        *st, tag, [&](auto *p, int n, int *k) {
+          return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, k, p);
+        }, "backward-data")));
+    auto al = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
+    STRAIT_RETURN_IF_ERROR(cudnnStatus(
+        cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, al, &ws),
+        "workspace"));
+    STRAIT_ASSIGN_OR_RETURN(void *w, c.getScratch(ws));
+    return cudnnStatus(cudnnConvolutionBackwardData(h, &one, d.w, b, d.y, a, d.conv, al, w, ws,
+                                                    &zero, d.x, out),
+                       "cudnnConvolutionBackwardData");
+  }
+  // a = dY, b = X, out = dW
+  STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      *st, tag, [&](auto *p, int n, int *k) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, k, p);
+      }, "backward-filter")));
+  auto al = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
+  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, al, &ws),
+      "workspace"));
+  STRAIT_ASSIGN_OR_RETURN(void *w, c.getScratch(ws));
+  return cudnnStatus(cudnnConvolutionBackwardFilter(h, &one, d.x, b, d.y, a, d.conv, al, w, ws,
+                                                    &zero, d.w, out),
+                     "cudnnConvolutionBackwardFilter");
+}
+
+/// Adds bias[m] to every [n, m, spatial...] element of Y.
+Status addBias(CudaContext &c, const CudnnConvShape &s, const float *bias, float *y) {
+  STRAIT_ASSIGN_OR_RETURN(CudnnState * st, cudnnState(c));
+  cudnnTensorDescriptor_t bd = nullptr, yd = nullptr;
+  int bdims[5] = {1, s.y[1], 1, 1, 1}, bs[5], ys[5];
+  packedStrides(s.nbDims, bdims, bs);
+  packedStrides(s.nbDims, s.y, ys);
+  Status status = cudnnStatus(cudnnCreateTensorDescriptor(&bd), "descriptor");
+  if (status.isOk())
+    status = cudnnStatus(cudnnCreateTensorDescriptor(&yd), "descriptor");
+  if (status.isOk())
+    status = cudnnStatus(cudnnSetTensorNdDescriptor(bd, CUDNN_DATA_FLOAT, s.nbDims, bdims, bs),
+                         "bias descriptor");
+  if (status.isOk())
+    status = cudnnStatus(cudnnSetTensorNdDescriptor(yd, CUDNN_DATA_FLOAT, s.nbDims, s.y, ys),
+                         "Y descriptor");
+  const float one = 1.0f;
+  if (status.isOk())
+    status = cudnnStatus(cudnnAddTensor(st->handle, &one, bd, bias, &one, yd, y), "bias");
+  if (bd)
+    cudnnDestroyTensorDescriptor(bd);
+  if (yd)
+    cudnnDestroyTensorDescriptor(yd);
+  return status;
+}
+
+Status convKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
+  const Tensor *bias = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (x->rank() < 3 || wt->rank() != x->rank())
+    return ctx.error("X " + x->typeString() + " and W " + wt->typeString() +
+                     " ranks do not fit a convolution");
+  int64_t n = x->shape[0], ch = x->shape[1], m = wt->shape[0];
+  if (group < 1 || ch % group || m % group || wt->shape[1] != ch / group)
+    return ctx.error("channels " + std::to_string(ch) + " / W " + wt->typeString() +
+                     " do not fit group " + std::to_string(group));
+  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
+  STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
+  if (kattr != kshape)
+    return ctx.error("kernel_shape attribute disagrees with W " + wt->typeString());
+  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, x->shape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, windowOutputShape(n, m, w),
+                                                        program::DTYPE_F32));
+  if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
+    return ctx.error("bias " + bias->typeString() + " does not have " + std::to_string(m) +
+                     " f32 entries");
+  if (y->numel() == 0)
+    return Status::ok();
+  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, w, n, ch, m, group));
+  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, group, x->data, wt->data,
+                                 y->data).withKernel(ctx.op()));
+  if (bias)
+    STRAIT_RETURN_IF_ERROR(addBias(c, s, bias->as<float>(), y->as<float>()).withKernel(ctx.op()));
+  return Status::ok();
+}
+
+StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
+  if (v.empty())
+    return ctx.error("missing attribute '" + std::string(name) + "'");
+  return Shape(v.begin(), v.end());
+}
+
+Status convGradInputKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(Shape xShape, shapeAttr(ctx, "input_shape"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (xShape.size() != dy->shape.size() || wt->rank() != dy->rank() || group < 1 ||
+      xShape[1] % group || wt->shape[0] != dy->shape[1] || wt->shape[1] * group != xShape[1])
+    return ctx.error("dY " + dy->typeString() + ", W " + wt->typeString() +
+                     " and input_shape " + shapeToString(xShape) + " do not fit");
+  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
+  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, xShape, kshape, false));
+  if (windowOutputShape(xShape[0], wt->shape[0], w) != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
+  if (dx->numel() == 0)
+    return Status::ok();
+  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s,
+                          cudnnConvShape(ctx, w, xShape[0], xShape[1], wt->shape[0], group));
+  return runConv(c, ctx, tag, ConvPass::Data, s, group, dy->data, wt->data, dx->data)
+      .withKernel(ctx.op());
+}
+
+Status convGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(Shape wShape, shapeAttr(ctx, "weight_shape"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
+  if (wShape.size() != x->shape.size() || group < 1 || x->shape[1] % group ||
+      wShape[1] * group != x->shape[1] || wShape[0] != dy->shape[1])
+    return ctx.error("dY " + dy->typeString() + ", X " + x->typeString() +
+                     " and weight_shape " + shapeToString(wShape) + " do not fit");
+  std::vector<int64_t> kshape(wShape.begin() + 2, wShape.end());
+  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, x->shape, kshape, false));
+  if (windowOutputShape(x->shape[0], wShape[0], w) != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dw, ctx.requireOutput(0, wShape, program::DTYPE_F32));
+  if (dw->numel() == 0)
+    return Status::ok();
+  if (x->numel() == 0) // no image: the gradient is zero
+    return cudaStatus(cudaMemsetAsync(dw->data, 0, dw->byteSize(), c.stream), "memset");
+  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s,
+                          cudnnConvShape(ctx, w, x->shape[0], x->shape[1], wShape[0], group));
+  return runConv(c, ctx, tag, ConvPass::Filter, s, group, dy->data, x->data, dw->data)
+      .withKernel(ctx.op());
+}
+
+} // namespace
+
+void addConvKernels(CudaKernelTable &t) {
+  t.add("Conv", convKernel);
+  t.add("ConvGradInput", convGradInputKernel);
+  t.add("ConvGradWeight", convGradWeightKernel);
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

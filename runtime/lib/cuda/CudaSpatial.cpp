@@ -1,0 +1,530 @@
+//===- CudaSpatial.cpp - Pooling, batch norm, reductions, slices (host) ---===//
+//
+// Shape and attribute checks (the CPU backend's rules and messages) and the
+// launches of Pooling.cu and Reduce.cu: MaxPool, AveragePool, the global
+// pools and their gradients; BatchNormalization (inference and training
+// mode), BatchNormalizationTraining and BatchNormalizationGrad; the Reduce*
+// family; Slice and SliceGrad; HardSigmoid and HardSwish. Also the window
+// arithmetic shared with the cuDNN convolution (CudaConv.cpp), which is
+// plain host code and tested without a GPU.
+//
+// Integer operands that only exist as tensors (Slice's starts/ends/axes/
+// steps inputs, the axes input of the reductions) are read on the host after
+// waiting for the stream; the compiler's training graphs carry them as
+// attributes, so a compiled step never waits here.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaKernels.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+
+StatusOr<SpatialWindow> spatialWindow(const KernelContext &ctx, const Shape &x,
+                                      const std::vector<int64_t> &kernel, bool pooling) {
+  SpatialWindow w;
+  w.nd = static_cast<int>(x.size()) - 2;
+  if (w.nd < 1 || w.nd > 3)
+    return ctx.unsupported("only 1-3 spatial dimensions, got input " + shapeToString(x));
+  if (static_cast<int>(kernel.size()) != w.nd)
+    return ctx.error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " +
+                     std::to_string(w.nd) + " spatial dims");
+  const AttrReader &attrs = ctx.getAttrs();
+  std::vector<int64_t> ones(w.nd, 1), zeros(2 * w.nd, 0);
+  STRAIT_ASSIGN_OR_RETURN(auto strides, attrs.getInts("strides", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto dils, attrs.getInts("dilations", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto pads, attrs.getInts("pads", zeros));
+  STRAIT_ASSIGN_OR_RETURN(std::string autoPad, attrs.getString("auto_pad", "NOTSET"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t ceilMode, attrs.getInt("ceil_mode", 0));
+  if (static_cast<int>(strides.size()) != w.nd || static_cast<int>(dils.size()) != w.nd ||
+      static_cast<int>(pads.size()) != 2 * w.nd)
+    return ctx.error("strides/dilations/pads do not match the spatial rank");
+  for (int d = 0; d < w.nd; ++d) {
+    if (strides[d] < 1 || dils[d] < 1 || kernel[d] < 1)
+      return ctx.error("strides, dilations and kernel_shape must be positive");
+    int64_t in = x[2 + d], eff = (kernel[d] - 1) * dils[d] + 1;
+    int64_t pb = pads[d], pe = pads[d + w.nd], out;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      out = (in + strides[d] - 1) / strides[d];
+      int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + eff - in);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else if (autoPad == "VALID") {
+      pb = pe = 0;
+      out = (in - eff) / strides[d] + 1;
+    } else if (autoPad == "NOTSET") {
+      int64_t span = in + pb + pe - eff;
+      out = (ceilMode && pooling ? (span + strides[d] - 1) / strides[d] : span / strides[d]) + 1;
+      if (ceilMode && pooling && (out - 1) * strides[d] >= in + pb)
+        --out;
+    } else {
+      return ctx.error("unknown auto_pad '" + autoPad + "'");
+    }
+    if (out <= 0)
+      return ctx.error("empty output along spatial dim " + std::to_string(d));
+    int slot = 3 - w.nd + d;
+    w.in[slot] = in;
+    w.out[slot] = out;
+    w.k[slot] = kernel[d];
+    w.stride[slot] = strides[d];
+    w.dil[slot] = dils[d];
+    w.pad[slot] = pb;
+    w.padEnd[slot] = pe;
+  }
+  return w;
+}
+
+Shape windowOutputShape(int64_t n, int64_t c, const SpatialWindow &w) {
+  Shape s = {n, c};
+  for (int d = 3 - w.nd; d < 3; ++d)
+    s.push_back(w.out[d]);
+  return s;
+}
+
+StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const SpatialWindow &w,
+                                        int64_t n, int64_t c, int64_t m, int64_t group) {
+  CudnnConvShape s;
+  int spatial = std::max(2, w.nd); // 1-D runs as 2-D with a height of 1
+  s.nbDims = 2 + spatial;
+  std::vector<int64_t> dims = {n, c, m, c / group};
+  for (int d = 0; d < spatial; ++d) {
+    int slot = 3 - spatial + d;
+    if (w.pad[slot] != w.padEnd[slot]) {
+      int64_t eff = (w.k[slot] - 1) * w.dil[slot] + 1;
+      int64_t symOut = (w.in[slot] + 2 * w.pad[slot] - eff) / w.stride[slot] + 1;
+      if (symOut != w.out[slot])
+        return ctx.unsupported(
+            "cuda: pads " + std::to_string(w.pad[slot]) + " (begin) and " +
+            std::to_string(w.padEnd[slot]) + " (end) of spatial dim " +
+            std::to_string(d - (spatial - w.nd)) +
+            " differ and change the output size; cuDNN pads both sides equally");
+    }
+    s.x[2 + d] = static_cast<int>(w.in[slot]);
+    s.w[2 + d] = static_cast<int>(w.k[slot]);
+    s.y[2 + d] = static_cast<int>(w.out[slot]);
+    s.pad[d] = static_cast<int>(w.pad[slot]);
+    s.stride[d] = static_cast<int>(w.stride[slot]);
+    s.dil[d] = static_cast<int>(w.dil[slot]);
+    dims.insert(dims.end(), {w.in[slot], w.k[slot], w.out[slot], w.pad[slot],
+                             w.stride[slot], w.dil[slot]});
+  }
+  for (int64_t v : dims)
+    if (v > INT_MAX)
+      return ctx.unsupported("cuda: a convolution size exceeds cuDNN's int range");
+  s.x[0] = static_cast<int>(n);
+  s.x[1] = static_cast<int>(c);
+  s.w[0] = static_cast<int>(m);
+  s.w[1] = static_cast<int>(c / group);
+  s.y[0] = static_cast<int>(n);
+  s.y[1] = static_cast<int>(m);
+  return s;
+}
+
+namespace {
+
+/// An integer list from input `index` when present (read on the host after
+/// the stream's queued work), else from attribute `name`.
+StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelContext &ctx,
+                                               size_t index, const char *name,
+                                               const std::vector<int64_t> &dflt) {
+  const Tensor *t = ctx.input(index);
+  if (!t)
+    return ctx.getAttrs().getInts(name, dflt);
+  std::vector<int64_t> v(t->numel());
+  if (t->dtype != program::DTYPE_I64 && t->dtype != program::DTYPE_I32)
+    return ctx.unsupported("expected an integer tensor, got " + t->typeString());
+  STRAIT_RETURN_IF_ERROR(c.hostSync(std::string("reading input '") + name + "'"));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = t->dtype == program::DTYPE_I64 ? t->as<int64_t>()[i] : t->as<int32_t>()[i];
+  return v;
+}
+
+StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
+  if (!ctx.getAttrs().has(name))
+    return ctx.error("missing attribute '" + std::string(name) + "'");
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
+  if (v.empty())
+    return ctx.error("missing attribute '" + std::string(name) + "'");
+  return Shape(v.begin(), v.end());
+}
+
+StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= std::max<int64_t>(rank, 1))
+    return ctx.error("axis " + std::to_string(axis) + " out of range for rank " +
+                     std::to_string(rank));
+  return a;
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+Status poolKernel(CudaContext &c, KernelContext &ctx, bool max) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  std::vector<int64_t> none;
+  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t storageOrder, ctx.getAttrs().getInt("storage_order", 0));
+  if (x->rank() < 3)
+    return ctx.error("input must have rank >= 3, got " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, x->shape, kshape, true));
+  Shape outShape = windowOutputShape(x->shape[0], x->shape[1], w);
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  Tensor *indices = nullptr;
+  if (ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(indices, ctx.requireOutput(1, outShape, program::DTYPE_I64));
+    if (storageOrder != 0)
+      return ctx.unsupported("storage_order=1 for Indices");
+  }
+  launchPool(max, includePad != 0, x->as<float>(), y->as<float>(),
+             indices ? indices->as<int64_t>() : nullptr, x->shape[0] * x->shape[1], w, c.stream);
+  return Status::ok();
+}
+
+Status globalPoolKernel(CudaContext &c, KernelContext &ctx, bool max) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  if (x->rank() < 3)
+    return ctx.error("input must have rank >= 3, got " + x->typeString());
+  Shape outShape(x->shape.size(), 1);
+  outShape[0] = x->shape[0];
+  outShape[1] = x->shape[1];
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  int64_t planes = x->shape[0] * x->shape[1];
+  launchGlobalPool(max, x->as<float>(), y->as<float>(), planes,
+                   x->numel() / std::max<int64_t>(planes, 1), c.stream);
+  return Status::ok();
+}
+
+Status poolGradKernel(CudaContext &c, KernelContext &ctx, bool max) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  const Tensor *x = nullptr;
+  Shape xShape;
+  if (max) {
+    STRAIT_ASSIGN_OR_RETURN(x, ctx.requireInput(1, program::DTYPE_F32));
+    xShape = x->shape;
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(xShape, shapeAttr(ctx, "input_shape"));
+  }
+  std::vector<int64_t> none;
+  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
+  if (xShape.size() < 3)
+    return ctx.error("input must have rank >= 3");
+  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, xShape, kshape, true));
+  if (windowOutputShape(xShape[0], xShape[1], w) != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
+  launchPoolGrad(max, includePad != 0, dy->as<float>(), x ? x->as<float>() : nullptr,
+                 dx->as<float>(), xShape[0] * xShape[1], w, c.stream);
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Batch normalization
+//===----------------------------------------------------------------------===//
+
+/// X [n, c, ...] and the four per-channel f32 inputs 1..4.
+StatusOr<BatchNormArgs> batchNormInputs(const KernelContext &ctx, const Tensor &x,
+                                        bool onnxMessages) {
+  if (x.rank() < 2)
+    return ctx.error("input must have rank >= 2, got " + x.typeString());
+  BatchNormArgs a;
+  a.n = x.shape[0];
+  a.c = x.shape[1];
+  a.spatial = x.numel() / std::max<int64_t>(a.n * a.c, 1);
+  const float **ps[4] = {&a.scale, &a.bias, &a.inMean, &a.inVar};
+  for (int i = 0; i < 4; ++i) {
+    STRAIT_ASSIGN_OR_RETURN(const Tensor *p, ctx.requireInput(1 + i, program::DTYPE_F32));
+    if (p->numel() != a.c)
+      return onnxMessages ? ctx.error("parameter " + std::to_string(i + 1) + " " +
+                                      p->typeString() + " does not have C=" +
+                                      std::to_string(a.c) + " entries")
+                          : ctx.error("parameter " + std::to_string(i + 1) +
+                                      " must have C entries");
+    *ps[i] = p->as<float>();
+  }
+  STRAIT_ASSIGN_OR_RETURN(a.eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(a.momentum, ctx.getAttrs().getFloat("momentum", 0.9f));
+  return a;
+}
+
+/// ONNX BatchNormalization: inference, or training_mode=1 with the running
+/// statistics (population variance) in outputs 1 and 2.
+Status batchNormKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(BatchNormArgs a, batchNormInputs(ctx, *x, true));
+  STRAIT_ASSIGN_OR_RETURN(int64_t training, ctx.getAttrs().getInt("training_mode", 0));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  a.batchStats = training != 0;
+  if (a.batchStats) {
+    Shape cs = {a.c};
+    if (ctx.output(1)) {
+      STRAIT_ASSIGN_OR_RETURN(Tensor * rm, ctx.requireOutput(1, cs, x->dtype));
+      a.runMean = rm->as<float>();
+    }
+    if (ctx.output(2)) {
+      STRAIT_ASSIGN_OR_RETURN(Tensor * rv, ctx.requireOutput(2, cs, x->dtype));
+      a.runVar = rv->as<float>();
+    }
+  }
+  launchBatchNorm(x->as<float>(), y->as<float>(), a, c.stream);
+  return Status::ok();
+}
+
+/// The compiler's BatchNormalizationTraining: Y and the optional saved mean,
+/// saved inverse std, running mean and running variance (unbiased).
+Status batchNormTrainingKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(BatchNormArgs a, batchNormInputs(ctx, *x, false));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  float **outs[4] = {&a.mean, &a.invStd, &a.runMean, &a.runVar};
+  for (int i = 0; i < 4; ++i)
+    if (ctx.output(1 + i)) {
+      STRAIT_ASSIGN_OR_RETURN(Tensor * o, ctx.requireOutput(1 + i, Shape{a.c}, x->dtype));
+      *outs[i] = o->as<float>();
+    }
+  a.batchStats = true;
+  a.unbiasedVar = true;
+  launchBatchNorm(x->as<float>(), y->as<float>(), a, c.stream);
+  return Status::ok();
+}
+
+Status batchNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *mean, ctx.requireInput(3, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *inv, ctx.requireInput(4, program::DTYPE_F32));
+  if (x->rank() < 2)
+    return ctx.error("input must have rank >= 2, got " + x->typeString());
+  int64_t n = x->shape[0], ch = x->shape[1];
+  int64_t spatial = x->numel() / std::max<int64_t>(n * ch, 1);
+  if (dy->shape != x->shape || scale->numel() != ch || mean->numel() != ch ||
+      inv->numel() != ch)
+    return ctx.error("shapes do not fit X " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, scale->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, scale->shape, x->dtype));
+  launchBatchNormGrad(dy->as<float>(), x->as<float>(), scale->as<float>(), mean->as<float>(),
+                      inv->as<float>(), dx->as<float>(), ds->as<float>(), db->as<float>(), n,
+                      ch, spatial, c.stream);
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+Status reduceKernel(CudaContext &c, KernelContext &ctx, ReduceOp op) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> axes, intsInputOrAttr(c, ctx, 1, "axes", {}));
+  STRAIT_ASSIGN_OR_RETURN(int64_t keep, ctx.getAttrs().getInt("keepdims", 1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t noop, ctx.getAttrs().getInt("noop_with_empty_axes", 0));
+  int64_t rank = x->rank();
+  if (rank > kMaxDims)
+    return ctx.unsupported("cuda: " + ctx.op() + " of rank " + std::to_string(rank) +
+                           " (at most " + std::to_string(kMaxDims) + ")");
+  std::vector<bool> reduced(rank, axes.empty() && noop == 0);
+  for (int64_t a : axes) {
+    STRAIT_ASSIGN_OR_RETURN(int64_t ax, normalizeAxis(ctx, a, rank));
+    reduced[ax] = true;
+  }
+  ReducePlan p;
+  Shape out;
+  int64_t stride = 1;
+  std::vector<int64_t> strides(rank);
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= x->shape[d];
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    if (reduced[d]) {
+      p.redDims[p.red] = x->shape[d];
+      p.redStrides[p.red++] = strides[d];
+      p.redCount *= x->shape[d];
+      if (keep)
+        out.push_back(1);
+    } else {
+      p.keptDims[p.kept] = x->shape[d];
+      p.keptStrides[p.kept++] = strides[d];
+      p.outCount *= x->shape[d];
+      out.push_back(x->shape[d]);
+    }
+  }
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, out, x->dtype));
+  if (!launchReduce(op, elemType(x->dtype), x->data, y->data, p, c.stream))
+    return ctx.unsupported("dtype " + x->typeString());
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Slice, SliceGrad
+//===----------------------------------------------------------------------===//
+
+/// Per-dim start and step of a slice of `shape` and the sliced shape.
+struct SliceMap {
+  std::vector<int64_t> start, step;
+  Shape out;
+};
+
+StatusOr<SliceMap> sliceMap(const KernelContext &ctx, const Shape &shape,
+                            const std::vector<int64_t> &starts, const std::vector<int64_t> &ends,
+                            std::vector<int64_t> axes, const std::vector<int64_t> &steps,
+                            bool namedStepAxis) {
+  int64_t rank = static_cast<int64_t>(shape.size());
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(static_cast<int64_t>(i));
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return ctx.error("starts/ends/axes/steps lengths differ");
+  SliceMap m{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), shape};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(int64_t a, normalizeAxis(ctx, axes[i], rank));
+    int64_t dim = shape[a], s = steps[i];
+    if (s == 0)
+      return ctx.error(namedStepAxis ? "step 0 on axis " + std::to_string(a) : "step 0");
+    int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i];
+    int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
+    if (s > 0) {
+      b = std::clamp<int64_t>(b, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      m.out[a] = e > b ? (e - b + s - 1) / s : 0;
+    } else {
+      b = std::clamp<int64_t>(b, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      m.out[a] = b > e ? (b - e - s - 1) / -s : 0;
+    }
+    m.start[a] = b;
+    m.step[a] = s;
+  }
+  return m;
+}
+
+/// Base offset (elements) and strides of the slice's elements in `shape`.
+int64_t sliceStrides(const Shape &shape, const SliceMap &m, std::vector<int64_t> &strides) {
+  int64_t rank = static_cast<int64_t>(shape.size()), base = 0, st = 1;
+  strides.assign(rank, 0);
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    base += m.start[d] * st;
+    strides[d] = st * m.step[d];
+    st *= shape[d];
+  }
+  return base;
+}
+
+Status sliceKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(auto starts, intsInputOrAttr(c, ctx, 1, "starts", {}));
+  STRAIT_ASSIGN_OR_RETURN(auto ends, intsInputOrAttr(c, ctx, 2, "ends", {}));
+  std::vector<int64_t> allAxes;
+  for (size_t i = 0; i < starts.size(); ++i)
+    allAxes.push_back(static_cast<int64_t>(i));
+  STRAIT_ASSIGN_OR_RETURN(auto axes, intsInputOrAttr(c, ctx, 3, "axes", allAxes));
+  std::vector<int64_t> ones(starts.size(), 1);
+  STRAIT_ASSIGN_OR_RETURN(auto steps, intsInputOrAttr(c, ctx, 4, "steps", ones));
+  STRAIT_ASSIGN_OR_RETURN(SliceMap m, sliceMap(ctx, x->shape, starts, ends, axes, steps, true));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, m.out, x->dtype));
+  std::vector<int64_t> strides;
+  int64_t base = sliceStrides(x->shape, m, strides);
+  if (y->numel() == 0)
+    return Status::ok();
+  Index ix;
+  if (!stridedIndex(m.out, strides, ix))
+    return ctx.unsupported("cuda: Slice to " + shapeToString(m.out) + " has more than " +
+                           std::to_string(kMaxDims) + " non-mergeable dims");
+  size_t es = dtypeSize(x->dtype);
+  if (!launchStridedCopy(es, x->as<char>() + base * es, y->data, ix, c.stream))
+    return ctx.unsupported("cuda: Slice of " + x->typeString());
+  return Status::ok();
+}
+
+Status sliceGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0));
+  if (!ctx.getAttrs().has("input_shape"))
+    return ctx.error("missing attribute 'input_shape'");
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> xsv, ctx.getAttrs().getInts("input_shape", {}));
+  Shape xs(xsv.begin(), xsv.end());
+  STRAIT_ASSIGN_OR_RETURN(auto starts, ctx.getAttrs().getInts("starts", {}));
+  STRAIT_ASSIGN_OR_RETURN(auto ends, ctx.getAttrs().getInts("ends", {}));
+  STRAIT_ASSIGN_OR_RETURN(auto axes, ctx.getAttrs().getInts("axes", {}));
+  std::vector<int64_t> ones(starts.size(), 1);
+  STRAIT_ASSIGN_OR_RETURN(auto steps, ctx.getAttrs().getInts("steps", ones));
+  STRAIT_ASSIGN_OR_RETURN(SliceMap m, sliceMap(ctx, xs, starts, ends, axes, steps, false));
+  if (m.out != dy->shape)
+    return ctx.error("dY " + dy->typeString() + " is not the slice's shape " +
+                     shapeToString(m.out));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xs, dy->dtype));
+  if (dx->byteSize())
+    STRAIT_RETURN_IF_ERROR(
+        cudaStatus(cudaMemsetAsync(dx->data, 0, dx->byteSize(), c.stream), "memset"));
+  if (dy->numel() == 0)
+    return Status::ok();
+  std::vector<int64_t> strides;
+  int64_t base = sliceStrides(xs, m, strides);
+  Index ix;
+  if (!stridedIndex(m.out, strides, ix))
+    return ctx.unsupported("cuda: SliceGrad of " + dy->typeString() + " has more than " +
+                           std::to_string(kMaxDims) + " non-mergeable dims");
+  size_t es = dtypeSize(dy->dtype);
+  if (!launchStridedScatter(es, dy->data, dx->as<char>() + base * es, ix, c.stream))
+    return ctx.unsupported("cuda: SliceGrad of " + dy->typeString());
+  return Status::ok();
+}
+
+Status hardSigmoidKernel(CudaContext &c, KernelContext &ctx, bool swish) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(float alpha, ctx.getAttrs().getFloat("alpha", 0.2f));
+  STRAIT_ASSIGN_OR_RETURN(float beta, ctx.getAttrs().getFloat("beta", 0.5f));
+  if (x->dtype != program::DTYPE_F32)
+    return ctx.unsupported("cuda: " + ctx.op() + " on " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  launchHardSigmoid(swish, alpha, beta, x->as<float>(), y->as<float>(), x->numel(), c.stream);
+  return Status::ok();
+}
+
+} // namespace
+
+void addSpatialKernels(CudaKernelTable &t) {
+  t.add("MaxPool", [](CudaContext &c, KernelContext &k, int) { return poolKernel(c, k, true); });
+  t.add("AveragePool",
+        [](CudaContext &c, KernelContext &k, int) { return poolKernel(c, k, false); });
+  t.add("GlobalMaxPool",
+        [](CudaContext &c, KernelContext &k, int) { return globalPoolKernel(c, k, true); });
+  t.add("GlobalAveragePool",
+        [](CudaContext &c, KernelContext &k, int) { return globalPoolKernel(c, k, false); });
+  t.add("MaxPoolGrad",
+        [](CudaContext &c, KernelContext &k, int) { return poolGradKernel(c, k, true); });
+  t.add("AveragePoolGrad",
+        [](CudaContext &c, KernelContext &k, int) { return poolGradKernel(c, k, false); });
+  t.add("BatchNormalization", batchNormKernel);
+  t.add("BatchNormalizationTraining", batchNormTrainingKernel);
+  t.add("BatchNormalizationGrad", batchNormGradKernel);
+  t.add("Slice", sliceKernel);
+  t.add("SliceGrad", sliceGradKernel);
+  t.add("HardSigmoid",
+        [](CudaContext &c, KernelContext &k, int) { return hardSigmoidKernel(c, k, false); });
+  t.add("HardSwish",
+        [](CudaContext &c, KernelContext &k, int) { return hardSigmoidKernel(c, k, true); });
+#define STRAIT_REDUCE(NAME, OP)                                                          \
+  t.add(NAME, [](CudaContext &c, KernelContext &k, int) { return reduceKernel(c, k, OP); });
+  STRAIT_REDUCE("ReduceSum", ReduceOp::Sum)
+  STRAIT_REDUCE("ReduceMean", ReduceOp::Mean)
+  STRAIT_REDUCE("ReduceMax", ReduceOp::Max)
+  STRAIT_REDUCE("ReduceMin", ReduceOp::Min)
+  STRAIT_REDUCE("ReduceProd", ReduceOp::Prod)
+  STRAIT_REDUCE("ReduceL1", ReduceOp::L1)
+  STRAIT_REDUCE("ReduceL2", ReduceOp::L2)
+  STRAIT_REDUCE("ReduceLogSum", ReduceOp::LogSum)
+  STRAIT_REDUCE("ReduceLogSumExp", ReduceOp::LogSumExp)
+  STRAIT_REDUCE("ReduceSumSquare", ReduceOp::SumSquare)
+#undef STRAIT_REDUCE
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

@@ -1,0 +1,178 @@
+//===- Reduce.cu - Reductions, strided scatter, hard activations ----------===//
+//
+// Reduce*: each output is reduced by one warp when the reduced elements are
+// contiguous (the innermost dim is reduced: the lanes read consecutive
+// addresses), else by one thread (neighbouring outputs read neighbouring
+// addresses). Accumulation in double, as the CPU backend; LogSumExp takes
+// the maximum first.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaLaunch.h"
+#include "DeviceCommon.cuh"
+
+#include <cfloat>
+#include <cmath>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+__device__ inline int64_t offsetOf(int64_t i, int nd, const int64_t *dims, const int64_t *st) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    off += (i % dims[d]) * st[d];
+    i /= dims[d];
+  }
+  return off;
+}
+
+__device__ inline double reduceInit(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Prod: return 1.0;
+  case ReduceOp::Max: return -INFINITY;
+  case ReduceOp::Min: return INFINITY;
+  default: return 0.0;
+  }
+}
+
+__device__ inline double reduceStep(ReduceOp op, double acc, double v, double mx) {
+  switch (op) {
+  case ReduceOp::Max: return fmax(acc, v);
+  case ReduceOp::Min: return fmin(acc, v);
+  case ReduceOp::Prod: return acc * v;
+  case ReduceOp::L1: return acc + fabs(v);
+  case ReduceOp::L2: case ReduceOp::SumSquare: return acc + v * v;
+  case ReduceOp::LogSumExp: return acc + exp(v - mx);
+  default: return acc + v;
+  }
+}
+
+__device__ inline double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+  case ReduceOp::Max: return fmax(a, b);
+  case ReduceOp::Min: return fmin(a, b);
+  case ReduceOp::Prod: return a * b;
+  default: return a + b;
+  }
+}
+
+__device__ inline double warpCombine(ReduceOp op, double v, int lanes) {
+  for (int o = lanes / 2; o > 0; o >>= 1)
+    v = combine(op, v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// `lanes` threads (32 or 1) per output.
+template <typename T>
+__global__ void reduceKernel(ReduceOp op, const T *x, T *y, ReducePlan p, int lanes) {
+  int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  int64_t o = tid / lanes;
+  int lane = static_cast<int>(tid % lanes);
+  // With 32 lanes a whole warp shares o, so the shuffles below are uniform.
+  bool active = o < p.outCount;
+  int64_t base = active ? offsetOf(o, p.kept, p.keptDims, p.keptStrides) : 0;
+  double mx = -INFINITY;
+  if (op == ReduceOp::LogSumExp) {
+    if (active)
+      for (int64_t j = lane; j < p.redCount; j += lanes)
+        mx = fmax(mx, (double)x[base + offsetOf(j, p.red, p.redDims, p.redStrides)]);
+    if (lanes > 1)
+      mx = warpCombine(ReduceOp::Max, mx, lanes);
+  }
+  double acc = reduceInit(op);
+  if (active)
+    for (int64_t j = lane; j < p.redCount; j += lanes)
+      acc = reduceStep(op, acc, (double)x[base + offsetOf(j, p.red, p.redDims, p.redStrides)],
+                       mx);
+  if (lanes > 1)
+    acc = warpCombine(op == ReduceOp::LogSumExp ? ReduceOp::Sum : op, acc, lanes);
+  if (!active || lane != 0)
+    return;
+  if (op == ReduceOp::Mean)
+    acc /= (double)p.redCount;
+  if (op == ReduceOp::L2)
+    acc = sqrt(acc);
+  if (op == ReduceOp::LogSum)
+    acc = log(acc);
+  if (op == ReduceOp::LogSumExp)
+    acc = log(acc) + mx;
+  y[o] = (T)acc;
+}
+
+template <typename T> __global__ void stridedScatterKernel(const T *in, T *out, Index ix) {
+  GRID_STRIDE(i, ix.n) {
+    int64_t off = 0, r = i;
+    for (int d = ix.rank - 1; d >= 0; --d) {
+      off += (r % ix.shape[d]) * ix.stride[0][d];
+      r /= ix.shape[d];
+    }
+    out[off] = in[i];
+  }
+}
+
+__global__ void hardSigmoidKernel(bool swish, float alpha, float beta, const float *x, float *y,
+                                  int64_t n) {
+  GRID_STRIDE(i, n) {
+    float v = x[i];
+    // The CPU backend's formulas: HardSwish in float, HardSigmoid in double.
+    y[i] = swish ? v * fmaxf(0.0f, fminf(1.0f, v / 6.0f + 0.5f))
+                 : (float)fmax(0.0, fmin(1.0, (double)alpha * v + (double)beta));
+  }
+}
+
+template <typename T>
+void reduceAs(ReduceOp op, const void *x, void *y, const ReducePlan &p, cudaStream_t s) {
+  // Contiguous reduced elements (innermost dim reduced): a warp per output.
+  bool innerReduced = p.red > 0 && p.redStrides[p.red - 1] == 1;
+  int lanes = innerReduced && p.redCount >= 32 ? 32 : 1;
+  int64_t threads = p.outCount * lanes;
+  unsigned blocks = static_cast<unsigned>((threads + kBlock - 1) / kBlock);
+  reduceKernel<T><<<blocks, kBlock, 0, s>>>(op, static_cast<const T *>(x), static_cast<T *>(y),
+                                            p, lanes);
+}
+
+} // namespace
+
+bool launchReduce(ReduceOp op, ET dtype, const void *x, void *y, const ReducePlan &p,
+                  cudaStream_t s) {
+  if (p.outCount == 0)
+    return true;
+  switch (dtype) {
+  case ET::F32: reduceAs<float>(op, x, y, p, s); return true;
+  case ET::F64: reduceAs<double>(op, x, y, p, s); return true;
+  case ET::I32: reduceAs<int32_t>(op, x, y, p, s); return true;
+  case ET::I64: reduceAs<int64_t>(op, x, y, p, s); return true;
+  default: return false;
+  }
+}
+
+bool launchStridedScatter(size_t elemSize, const void *in, void *out, const Index &ix,
+                          cudaStream_t s) {
+  if (ix.n == 0)
+    return true;
+  unsigned blocks = blocksFor(ix.n);
+#define STRAIT_SCATTER(T)                                                                \
+  stridedScatterKernel<T><<<blocks, kBlock, 0, s>>>(static_cast<const T *>(in),          \
+                                                    static_cast<T *>(out), ix);          \
+  return true;
+  switch (elemSize) {
+  case 1: STRAIT_SCATTER(uint8_t)
+  case 2: STRAIT_SCATTER(uint16_t)
+  case 4: STRAIT_SCATTER(uint32_t)
+  case 8: STRAIT_SCATTER(uint64_t)
+  default: return false;
+  }
+#undef STRAIT_SCATTER
+}
+
+void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,
+                       cudaStream_t s) {
+  if (n == 0)
+    return;
+  hardSigmoidKernel<<<blocksFor(n), kBlock, 0, s>>>(swish, alpha, beta, x, y, n);
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait
