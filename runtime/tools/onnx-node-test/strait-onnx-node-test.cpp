@@ -9,6 +9,9 @@
 // runtime reported Unimplemented (op, dtype or feature not supported).
 // Exit status 1 when a test fails, or with --list FILE / --strict when a test
 // does not pass (the regression checks registered with ctest).
+// --backend cuda runs the same tests on GPU 0; ops without a CUDA kernel run
+// the CPU kernel through the backend's host fallback, and the summary counts
+// the tests that ran natively and those that needed the host.
 //
 //===----------------------------------------------------------------------===//
 #include "OnnxToProgram.h"
@@ -38,6 +41,7 @@ struct Options {
   bool quiet = false;
   bool strict = false; // a skipped test fails the run too
   std::string backend = "cpu"; // or "cuda": the same tests on the GPU
+  bool hostFallback = true;    // cuda: CudaOptions::hostFallback
 };
 
 bool exists(const std::string &path) {
@@ -190,6 +194,8 @@ bool parseArgs(int argc, char **argv, Options &o) {
       o.strict = true;
     else if (a == "--backend")
       o.backend = next();
+    else if (a == "--no-host-fallback")
+      o.hostFallback = false;
     else if (a == "--help" || a.rfind("--", 0) == 0)
       return false;
     else
@@ -207,7 +213,9 @@ int main(int argc, char **argv) {
                  "[--rtol R] [--atol A] [--quiet] [--strict] [--backend cpu|cuda] "
                  "[TEST_DIR|TEST_NAME ...]\n"
                  "  --backend cuda: run on GPU 0 (exit 77 without one); ops the CUDA\n"
-                 "    backend lacks are SKIP and do not fail a --list run\n"
+                 "    backend lacks run on the host (CPU kernel, managed memory)\n"
+                 "  --no-host-fallback: (cuda) those ops are SKIP instead and do not\n"
+                 "    fail a --list run\n"
                  "  --strict: skipped tests fail the run (implied by --list)\n"
                  "  no tests and no --list: every test_* under --root\n";
     return 2;
@@ -238,7 +246,9 @@ int main(int argc, char **argv) {
       std::cout << "skipped: " << cudaUnavailableReason() << "\n";
       return 77;
     }
-    Status cs = registerCudaBackend(registry);
+    CudaOptions co;
+    co.hostFallback = o.hostFallback;
+    Status cs = registerCudaBackend(registry, co);
     if (!cs.isOk()) {
       std::cerr << cs.toString() << "\n";
       return 1;
@@ -251,11 +261,30 @@ int main(int argc, char **argv) {
     std::cerr << "--backend must be cpu or cuda\n";
     return 2;
   }
-  int pass = 0, fail = 0, skip = 0;
+  // cuda: tests whose kernels all ran on the GPU vs. those with host kernels.
+  const Backend *cudaBackend = nullptr;
+  if (o.backend == "cuda") {
+    StatusOr<const Backend *> b = registry.forDevice("cuda:0");
+    if (b.isOk())
+      cudaBackend = *b;
+  }
+  auto hostKernels = [&]() -> int64_t {
+    int64_t total = 0;
+#ifdef STRAIT_HAVE_CUDA
+    if (cudaBackend)
+      for (const auto &e : cudaHostFallbackCounts(*cudaBackend))
+        total += e.second;
+#endif
+    return total;
+  };
+  int pass = 0, fail = 0, skip = 0, passNative = 0, passHost = 0;
   for (const std::string &t : o.tests) {
     std::string dir = t.find('/') == std::string::npos ? o.root + "/" + t : t;
     std::string name = dir.substr(dir.find_last_of('/') + 1), op, reason;
+    int64_t hostBefore = hostKernels();
     Outcome r = runTest(dir, registry, o, op, reason);
+    if (r == Outcome::Pass)
+      ++(hostKernels() > hostBefore ? passHost : passNative);
     const char *tag = r == Outcome::Pass ? "PASS" : r == Outcome::Fail ? "FAIL" : "SKIP";
     (r == Outcome::Pass ? pass : r == Outcome::Fail ? fail : skip)++;
     if (!o.quiet || r != Outcome::Pass)
@@ -264,8 +293,19 @@ int main(int argc, char **argv) {
   }
   std::cout << "summary: " << pass << " passed, " << fail << " failed, " << skip
             << " skipped (rtol " << o.rtol << ", atol " << o.atol << ")\n";
-  // On cuda, a --list run checks that nothing fails; ops without a CUDA
-  // kernel are reported as skips (--strict still fails on them).
-  bool strict = o.strict || (!o.listFile.empty() && o.backend == "cpu");
+  if (cudaBackend) {
+    std::cout << "cuda: " << passNative << " passed natively, " << passHost
+              << " passed with host kernels\n";
+#ifdef STRAIT_HAVE_CUDA
+    std::string note = cudaHostFallbackNote(*cudaBackend);
+    if (!note.empty())
+      std::cout << note << "\n";
+#endif
+  }
+  // A --list run checks that every listed test passes; on cuda without the
+  // host fallback, ops without a CUDA kernel are skips that do not fail it
+  // (--strict still does).
+  bool strict = o.strict ||
+                (!o.listFile.empty() && (o.backend == "cpu" || o.hostFallback));
   return fail > 0 || (strict && skip > 0) ? 1 : 0;
 }
