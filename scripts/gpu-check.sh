@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
 # GPU check of the CUDA backend (issue #7), for a machine with one NVIDIA GPU
-# (H100/H200, sm_90), the CUDA toolkit in /usr/local/cuda and this repository
-# with its .venv (no network needed). Phases, each with its own timeout; a
-# summary is printed at the end even when a phase fails:
-#   1 build     the runtime only (-DSTRAIT_BUILD_COMPILER=OFF, CUDA on) into build-gpu
-#   2 gtest     strait-cuda-tests: every CUDA kernel against the CPU backend, NCCL on one rank
-#   3 conform   the CPU's ONNX conformance list on --backend cuda (no FAIL allowed)
-#   4 tiny      gpt2-tiny training steps: CPU vs GPU losses (exact f32 matmul)
-#   5 strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores
-#   6 torch     the same step in PyTorch eager with bf16 autocast (bench/gpu/torch_gpt2_step.py)
+# (H100/H200, sm_90). The GPU machines of this workplace have CUDA, PyTorch,
+# CMake and ninja but not the project's Debian libraries (protobuf, Gloo,
+# OpenBLAS, ONNX), so the runtime is built HERE and travels as a bundle:
+#
+#   here:   scripts/gpu-prepare.sh      # programs, jobs, data and the bundle in out/gpu
+#   there:  scripts/gpu-check.sh        # run(command=..., carry=["out/gpu"], timeout_s=540)
+#
+# Without out/gpu/bundle.tar.xz the script builds the runtime itself into
+# build-gpu (for a machine that has the libraries). Phases, each with its
+# own timeout; a summary is printed at the end even when a phase fails:
+#   build     (only without a bundle) the runtime with CUDA into build-gpu
+#   gtest     strait-cuda-tests: every CUDA kernel against the CPU backend, NCCL on one rank
+#   conform   the CPU's ONNX conformance list on --backend cuda (no FAIL allowed;
+#             natively vs. through the host fallback is counted)
+#   tiny      gpt2-tiny training steps: CPU vs GPU losses (exact f32 matmul)
+#   strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores,
+#             CUDA graphs on; strait-nograph the same without graphs
+#   torch     the same step in PyTorch eager with bf16 autocast (bench/gpu/torch_gpt2_step.py)
+#   run1      strait-run: gpt2-tiny job planned for one H200, 20 steps on text,
+#             GPU (f32 matmul) vs --device cpu losses
+#   run2      strait-run: gpt2-tiny in 2 pipeline stages on two "hosts" (both on
+#             GPU 0 here), Gloo between them, vs --device cpu
+#   probe     strait-probe --backend cuda: the device profile for the planner
 # MFU = FLOPs/step / time / 989 TFLOP/s (H200 bf16 dense), FLOPs/step =
 # T (6 N + 12 L d S) with T = 8192 tokens, N = 124.44 M, L = 12, d = 768, S = 1024.
-#
-# Programs (prepared with straitc, ~200 KB, not committed; out/ is ignored):
-#   build/bin/straitc models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 \
-#       --loss cross-entropy --optimizer adamw --emit=program -o out/gpt2-small-step
-#   build/bin/straitc models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 \
-#       --loss cross-entropy --optimizer adamw --emit=program -o out/gpt2-tiny-step
-# The script runs these itself when build/bin/straitc works and the folders are
-# missing. Usage: scripts/gpu-check.sh [SMALL_DIR [TINY_DIR]]
+# Usage: scripts/gpu-check.sh [GPU_DIR (default out/gpu)]
 set -u
 cd "$(dirname "$0")/.."
-SMALL=${1:-out/gpt2-small-step}
-TINY=${2:-out/gpt2-tiny-step}
-B=build-gpu
-LOG=${GPU_CHECK_LOG:-$B-logs}
+G=${1:-out/gpu}
+SMALL=$G/small-step
+TINY=$G/tiny-step
+LOG=${GPU_CHECK_LOG:-${OUT:-/tmp}/gpu-check-logs}
 mkdir -p "$LOG"
 declare -A RESULT
 SECONDS=0
@@ -45,50 +52,79 @@ phase() { # name timeout command...
   echo "=== $name: ${RESULT[$name]}"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1 | head -2
 
-phase build 170 bash -c "
-  cmake -S . -B $B -G Ninja -DSTRAIT_BUILD_COMPILER=OFF -DSTRAIT_ENABLE_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > /dev/null &&
-  ninja -C $B -j16 strait-cuda-tests strait-onnx-node-test strait-cuda-step-bench"
-
-for spec in "$SMALL|models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024" \
-            "$TINY|models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64"; do
-  dir=${spec%%|*}; args=${spec#*|}
-  if [ ! -f "$dir/rank0.program.pb" ] && [ -x build/bin/straitc ]; then
-    timeout 60 build/bin/straitc $args --loss cross-entropy --optimizer adamw \
-      --emit=program -o "$dir" > "$LOG/straitc-$(basename "$dir").log" 2>&1 ||
-      echo "straitc failed for $dir (see $LOG)"
-  fi
+# CUDA libraries of this machine: the toolkit's cudart/cuBLAS, and NCCL and
+# cuDNN wherever they are (the toolkit, or PyTorch's nvidia-* wheels).
+libdirs=/usr/local/cuda/lib64:/usr/local/cuda/lib
+for lib in libnccl.so.2 libcudnn.so.9 libcublas.so.13; do
+  d=$(find /usr/local/cuda/ /usr/lib /opt /usr/local/lib -name "$lib" 2>/dev/null | head -1)
+  [ -n "$d" ] && libdirs="$libdirs:$(dirname "$d")"
 done
 
-phase gtest 60 $B/runtime/test/strait-cuda-tests
-phase conform 75 $B/runtime/tools/strait-onnx-node-test --quiet --backend cuda \
+if [ -f "$G/bundle.tar.xz" ]; then
+  B=/tmp/strait-gpu
+  rm -rf $B && mkdir -p $B && tar -xJf "$G/bundle.tar.xz" -C $B
+  export LD_LIBRARY_PATH="$B/lib:$libdirs:${LD_LIBRARY_PATH:-}"
+  RESULT[build]="bundle ($(cat $B/BUILD_INFO 2>/dev/null | head -1))"
+  CUDA_TESTS=$B/bin/strait-cuda-tests NODE_TEST=$B/bin/strait-onnx-node-test
+  STEP_BENCH=$B/bin/strait-cuda-step-bench STRAIT_RUN=$B/bin/strait-run PROBE=$B/bin/strait-probe
+  NODE_ROOT=$B/node
+  for b in $B/bin/*; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
+else
+  B=build-gpu
+  export LD_LIBRARY_PATH="$libdirs:${LD_LIBRARY_PATH:-}"
+  phase build 170 bash -c "
+    cmake -S . -B $B -G Ninja -DSTRAIT_BUILD_COMPILER=OFF -DSTRAIT_ENABLE_CUDA=ON \
+          -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > /dev/null &&
+    ninja -C $B -j16 strait-cuda-tests strait-onnx-node-test strait-cuda-step-bench strait-run strait-probe"
+  CUDA_TESTS=$B/runtime/test/strait-cuda-tests NODE_TEST=$B/runtime/tools/strait-onnx-node-test
+  STEP_BENCH=$B/runtime/test/strait-cuda-step-bench STRAIT_RUN=$B/runtime/tools/strait-run
+  PROBE=$B/runtime/tools/strait-probe
+  NODE_ROOT=/usr/share/libonnx-testdata/data/node
+fi
+
+phase gtest 75 $CUDA_TESTS
+phase conform 75 $NODE_TEST --quiet --backend cuda --root "$NODE_ROOT" \
   --list runtime/test/conformance/expected-passes.txt
 if [ -f "$TINY/rank0.program.pb" ]; then
-  phase tiny 40 $B/runtime/test/strait-cuda-step-bench "$TINY" --vocab 256 --precision f32 \
+  phase tiny 40 $STEP_BENCH "$TINY" --vocab 256 --precision f32 \
     --compare-cpu 5 --tolerance 1e-3 --steps 5 --warmup 1
-else RESULT[tiny]="no program in $TINY"; fi
+else RESULT[tiny]="no program in $TINY (run scripts/gpu-prepare.sh)"; fi
 if [ -f "$SMALL/rank0.program.pb" ]; then
-  phase strait 90 $B/runtime/test/strait-cuda-step-bench "$SMALL" --precision bf16 \
+  phase strait 75 $STEP_BENCH "$SMALL" --precision bf16 --graphs on \
     --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
-else RESULT[strait]="no program in $SMALL"; fi
+  phase strait-nograph 60 $STEP_BENCH "$SMALL" --precision bf16 --graphs off \
+    --steps 5 --warmup 2 --flops-per-step "$FLOPS" --peak-tflops 989
+else RESULT[strait]="no program in $SMALL (run scripts/gpu-prepare.sh)"; fi
 PY=.venv/bin/python; [ -x $PY ] || PY=python3
-phase torch 90 $PY bench/gpu/torch_gpt2_step.py --batch 8 --seq 1024 --steps 10 --warmup 3
+phase torch 75 $PY bench/gpu/torch_gpt2_step.py --batch 8 --seq 1024 --steps 10 --warmup 3
+
+# strait-run end to end: GPU losses against the same job on the CPU.
+[ -f "$G/tiny-1gpu/plan.pb" ] && phase run1 60 scripts/gpu-compare-runs.sh $STRAIT_RUN "$G/tiny-1gpu" 20 "$G/text"
+[ -f "$G/tiny-2host/plan.pb" ] && phase run2 60 scripts/gpu-compare-runs.sh $STRAIT_RUN "$G/tiny-2host" 10 "$G/text"
+phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest conform tiny strait torch; do printf '%-8s %s\n' "$p" "${RESULT[$p]:-not run}"; done
+for p in build gtest conform tiny strait strait-nograph torch run1 run2 probe; do
+  printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
+done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
-grep -h "^summary" "$LOG/conform.log" 2>/dev/null
+grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "compare-cpu" "$LOG/tiny.log" 2>/dev/null
-grep -h "^strait-cuda:" "$LOG/strait.log" 2>/dev/null
+grep -h "^strait-cuda:" "$LOG/strait.log" "$LOG/strait-nograph.log" 2>/dev/null
 grep -h "^torch-eager:" "$LOG/torch.log" 2>/dev/null
+grep -h "^compare-runs:" "$LOG/run1.log" "$LOG/run2.log" 2>/dev/null
+grep -h "gemm_tflops\|memory bandwidth" "$LOG/probe.log" 2>/dev/null
 S=$(sed -n 's/^strait-cuda: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/strait.log" 2>/dev/null | head -1)
 T=$(sed -n 's/^torch-eager: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/torch.log" 2>/dev/null | head -1)
 if [ -n "$S" ] && [ -n "$T" ]; then
   python3 -c "s,t=$S,$T; print(f'ratio: strait {s:.2f} ms vs torch eager {t:.2f} ms per step -> strait is {t/s:.2f}x torch eager')"
 fi
 echo "FLOPs/step = T*(6N + 12*L*d*S) = $FLOPS; peak 989 TFLOP/s (H200 bf16 dense); logs in $LOG/"
-fail=0; for p in build gtest conform tiny strait; do case "${RESULT[$p]:-}" in ok|skipped) ;; *) fail=1 ;; esac; done
+fail=0
+for p in gtest conform tiny strait run1 run2; do
+  case "${RESULT[$p]:-}" in ok|skipped) ;; *) fail=1 ;; esac
+done
 exit $fail

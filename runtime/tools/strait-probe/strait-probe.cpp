@@ -1,9 +1,12 @@
 //===- strait-probe.cpp - Measure this machine for the planner ------------===//
 //
-// Runs the CPU backend's own kernels (the ones strait-run executes) on
+// Runs a backend's own kernels (the ones strait-run executes: the CPU
+// backend's, or with --backend cuda[:N] the CUDA backend's on that GPU) on
 // representative shapes and writes the `profiles:` section of a cluster file
 // (docs/planner.md) that ClusterParser reads:
-//   - GEMM FLOP/s: MatMul f32 [n,n]x[n,n] (OpenBLAS sgemm) -> gemm_tflops,
+//   - GEMM FLOP/s: MatMul f32 [n,n]x[n,n] (CPU: OpenBLAS sgemm; CUDA: cuBLAS
+//     with bf16 tensor cores and f32 storage, the mode strait-run uses by
+//     default; the f32 and tf32 rates are printed as comments) -> gemm_tflops,
 //   - memory bandwidth: Add f32 over arrays far larger than the caches
 //     (3 x 4 bytes per element) -> a comment with mem_bandwidth_gbs,
 //   - efficiency per op kind the planner knows (matmul conv elementwise
@@ -11,6 +14,8 @@
 //     kernel over the peak (--peak-tflops, default the measured GEMM rate),
 //     counting FLOPs as the planner's cost model does (elementwise 1,
 //     norm and softmax 5 per element, embedding and other 1 per output).
+//   On CUDA, op kinds without a native kernel are left out (no host
+//   fallback: it would measure the CPU), and the timings wait for the GPU.
 //   - optionally, with a peer (`--link-rank 0|1 --link-store DIR`), the link
 //     bandwidth and latency to it over Gloo, as a links.hosts hint.
 // `--cluster FILE` writes FILE's text followed by the profiles, so
@@ -20,6 +25,9 @@
 #include "strait/runtime/Backend.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/ThreadPool.h"
+#ifdef STRAIT_HAVE_CUDA
+#include "strait/runtime/Cuda.h"
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +50,7 @@ namespace {
 const char *kUsage =
     "usage: strait-probe [--quick] [-o FILE] [--type NAME | --device NAME]\n"
     "                    [--peak-tflops X] [--threads N] [--cluster FILE]\n"
+    "                    [--backend cpu|cuda|cuda:N]\n"
     "                    [--link-rank 0|1 --link-store DIR [--link-address IP]\n"
     "                     [--link-mib N] [--timeout-ms MS]]\n"
     "  Measures the CPU backend's kernels (GEMM FLOP/s, memory bandwidth,\n"
@@ -51,11 +60,14 @@ const char *kUsage =
     "  straitc --cluster). --peak-tflops: the device type's fp32 peak the\n"
     "  efficiencies refer to (default: the measured GEMM rate). With\n"
     "  --link-rank/--link-store two probes (ranks 0 and 1, a shared folder)\n"
-    "  measure the link between them over Gloo. --quick: small shapes (~1 s).\n";
+    "  measure the link between them over Gloo. --quick: small shapes (~1 s).\n"
+    "  --backend cuda[:N]: the CUDA backend's kernels on GPU N (exit 77\n"
+    "  without a GPU or a CUDA build); --peak-tflops is then the bf16 peak.\n";
 
 struct Options {
   bool quick = false;
   std::string out, type = "cpu", device, cluster, linkStore, linkAddress = "127.0.0.1";
+  std::string backend = "cpu"; // cpu | cuda | cuda:N
   double peakTflops = 0;
   int threads = 0, linkRank = -1, linkMib = 0, timeoutMs = 60000;
 };
@@ -63,7 +75,9 @@ struct Options {
 /// One kernel with owned buffers, timed by repetition.
 class KernelBench {
 public:
-  KernelBench(const std::string &op) { kernel.set_op(op); }
+  KernelBench(const Backend &backend, const std::string &op) : backend(backend) {
+    kernel.set_op(op);
+  }
   void attrInts(const std::string &k, std::vector<int64_t> v) {
     for (int64_t x : v)
       (*kernel.mutable_attrs())[k].mutable_ints()->add_v(x);
@@ -74,7 +88,8 @@ public:
   Tensor &output(DType d, Shape s) { return add(outs, d, std::move(s), false); }
 
   /// Best seconds per call over repetitions within `budget` seconds.
-  StatusOr<double> time(const Backend &backend, double budget) {
+  StatusOr<double> time(double budget) {
+    STRAIT_RETURN_IF_ERROR(failed);
     STRAIT_ASSIGN_OR_RETURN(KernelFn fn, backend.resolve(kernel));
     std::vector<const Tensor *> in;
     std::vector<Tensor *> out;
@@ -84,10 +99,12 @@ public:
       out.push_back(&t);
     KernelContext ctx(kernel, in, out);
     STRAIT_RETURN_IF_ERROR(fn(ctx)); // warm-up
+    STRAIT_RETURN_IF_ERROR(backend.synchronize());
     double best = 1e30, total = 0;
     for (int rep = 0; rep < 50 && (rep < 3 || total < budget); ++rep) {
       auto t0 = std::chrono::steady_clock::now();
       STRAIT_RETURN_IF_ERROR(fn(ctx));
+      STRAIT_RETURN_IF_ERROR(backend.synchronize());
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       best = std::min(best, s);
       total += s;
@@ -100,8 +117,15 @@ private:
     Tensor t;
     t.dtype = d;
     t.shape = std::move(s);
-    buffers.emplace_back(std::max<size_t>(t.byteSize(), 64));
+    StatusOr<Buffer> b = backend.allocate(std::max<size_t>(t.byteSize(), 64));
+    if (!b.isOk()) { // reported by time()
+      failed = b.getStatus();
+      b = Buffer(64);
+    }
+    buffers.push_back(std::move(*b));
     t.data = buffers.back().data();
+    if (!failed.isOk())
+      t.shape = {1};
     if (random && d == program::DTYPE_F32) {
       float *p = t.as<float>();
       uint32_t x = 12345;
@@ -113,10 +137,18 @@ private:
     list.push_back(t);
     return list.back();
   }
+  const Backend &backend;
+  Status failed = Status::ok();
   program::Kernel kernel;
   std::vector<Buffer> buffers;
   std::vector<Tensor> ins, outs;
 };
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
 
 struct Measure {
   std::string kind, what;
@@ -124,9 +156,9 @@ struct Measure {
   double rate() const { return flops / seconds; }
 };
 
-StatusOr<Measure> measure(const Backend &b, const std::string &kind, const std::string &what,
-                          KernelBench &k, double flops, double bytes, double budget) {
-  STRAIT_ASSIGN_OR_RETURN(double s, k.time(b, budget));
+StatusOr<Measure> measure(const std::string &kind, const std::string &what, KernelBench &k,
+                          double flops, double bytes, double budget) {
+  STRAIT_ASSIGN_OR_RETURN(double s, k.time(budget));
   Measure m;
   m.kind = kind;
   m.what = what;
@@ -136,89 +168,126 @@ StatusOr<Measure> measure(const Backend &b, const std::string &kind, const std::
   return m;
 }
 
-StatusOr<std::vector<Measure>> probeKernels(const Options &o) {
-  std::unique_ptr<Backend> cpu = createCpuBackend();
-  const Backend &b = *cpu;
+/// The backend --backend names: the CPU backend, or the CUDA backend on GPU
+/// N with the given GEMM mode and without host fallback.
+StatusOr<std::unique_ptr<Backend>> makeBackend(const Options &o, const std::string &matmul) {
+  if (o.backend == "cpu")
+    return createCpuBackend();
+#ifdef STRAIT_HAVE_CUDA
+  CudaOptions c;
+  c.device = o.backend.size() > 5 ? std::atoi(o.backend.c_str() + 5) : 0;
+  c.matmul = matmul == "f32" ? MatmulPrecision::F32
+             : matmul == "tf32" ? MatmulPrecision::TF32
+                                : MatmulPrecision::BF16;
+  c.hostFallback = false;
+  return createCudaBackend(c);
+#else
+  (void)matmul;
+  return unimplemented("strait-probe was built without the CUDA backend");
+#endif
+}
+
+StatusOr<std::vector<Measure>> probeKernels(const Options &o, std::vector<std::string> &notes) {
+  bool gpu = o.backend != "cpu";
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, makeBackend(o, "bf16"));
+  const Backend &b = *backend;
   const DType f32 = program::DTYPE_F32;
   double budget = o.quick ? 0.05 : 0.5;
   std::vector<Measure> out;
+  // A kind the CUDA backend has no kernel for is left out with a note.
   auto push = [&](StatusOr<Measure> m) -> Status {
-    if (!m.isOk())
+    if (!m.isOk()) {
+      if (gpu && m.getStatus().getCode() == StatusCode::Unimplemented) {
+        notes.push_back("left out (" + m.getStatus().getMessage() + ")");
+        return Status::ok();
+      }
       return m.getStatus();
+    }
     out.push_back(*m);
     return Status::ok();
   };
-  { // matmul
-    int64_t n = o.quick ? 384 : 1024;
-    KernelBench k("MatMul");
+  auto matmul = [&](const Backend &on, const std::string &mode) -> StatusOr<Measure> {
+    int64_t n = gpu ? (o.quick ? 4096 : 8192) : (o.quick ? 384 : 1024);
+    KernelBench k(on, "MatMul");
     k.input(f32, {n, n});
     k.input(f32, {n, n});
     k.output(f32, {n, n});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "matmul", "MatMul f32 " + std::to_string(n) + "^3", k,
-                                        2.0 * n * n * n, 12.0 * n * n, budget)));
+    return measure("matmul", "MatMul " + mode + " " + std::to_string(n) + "^3", k,
+                   2.0 * n * n * n, 12.0 * n * n, budget);
+  };
+  STRAIT_RETURN_IF_ERROR(push(matmul(b, gpu ? "f32 storage, bf16 tensor cores" : "f32")));
+  for (const char *mode : {"tf32", "f32"}) { // the other GEMM modes, as comments
+    if (!gpu)
+      break;
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> other, makeBackend(o, mode));
+    StatusOr<Measure> m = matmul(*other, mode);
+    if (m.isOk())
+      notes.push_back("MatMul " + std::string(mode) + ": " + num(m->rate() / 1e12) + " TFLOP/s");
   }
   { // conv: 3x3, pads 1
-    int64_t N = o.quick ? 2 : 8, C = o.quick ? 32 : 64, H = o.quick ? 16 : 28;
-    KernelBench k("Conv");
+    int64_t N = gpu ? 32 : o.quick ? 2 : 8, C = gpu ? 128 : o.quick ? 32 : 64,
+            H = gpu ? 56 : o.quick ? 16 : 28;
+    KernelBench k(b, "Conv");
     k.attrInts("kernel_shape", {3, 3});
     k.attrInts("pads", {1, 1, 1, 1});
     k.input(f32, {N, C, H, H});
     k.input(f32, {C, C, 3, 3});
     k.output(f32, {N, C, H, H});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "conv", "Conv f32 3x3 " + std::to_string(N) + "x" +
-                                                       std::to_string(C) + "x" + std::to_string(H) + "^2",
+    STRAIT_RETURN_IF_ERROR(push(measure("conv", "Conv f32 3x3 " + std::to_string(N) + "x" +
+                                                    std::to_string(C) + "x" + std::to_string(H) + "^2",
                                         k, 2.0 * N * C * H * H * C * 9, 8.0 * N * C * H * H, budget)));
   }
-  int64_t big = o.quick ? (1 << 21) : (1 << 24); // elements, far beyond the caches
+  // Elements far beyond the caches (a GPU's L2 is 50-60 MB).
+  int64_t big = gpu ? (o.quick ? (1 << 25) : (1 << 27)) : (o.quick ? (1 << 21) : (1 << 24));
   { // elementwise: Add, also the memory bandwidth
-    KernelBench k("Add");
+    KernelBench k(b, "Add");
     k.input(f32, {big});
     k.input(f32, {big});
     k.output(f32, {big});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "elementwise", "Add f32 " + std::to_string(big), k,
+    STRAIT_RETURN_IF_ERROR(push(measure("elementwise", "Add f32 " + std::to_string(big), k,
                                         double(big), 12.0 * big, budget)));
   }
   int64_t h = 256, rows = big / h;
   { // norm
-    KernelBench k("LayerNormalization");
+    KernelBench k(b, "LayerNormalization");
     k.attrInt("axis", -1);
     k.attrFloat("epsilon", 1e-5f);
     k.input(f32, {rows, h});
     k.input(f32, {h});
     k.input(f32, {h});
     k.output(f32, {rows, h});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "norm", "LayerNormalization f32 " +
-                                                       std::to_string(rows) + "x256",
+    STRAIT_RETURN_IF_ERROR(push(measure("norm", "LayerNormalization f32 " +
+                                                    std::to_string(rows) + "x256",
                                         k, 5.0 * big, 8.0 * big, budget)));
   }
   { // softmax
-    KernelBench k("Softmax");
+    KernelBench k(b, "Softmax");
     k.attrInt("axis", -1);
     k.input(f32, {rows, h});
     k.output(f32, {rows, h});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "softmax", "Softmax f32 " + std::to_string(rows) + "x256",
+    STRAIT_RETURN_IF_ERROR(push(measure("softmax", "Softmax f32 " + std::to_string(rows) + "x256",
                                         k, 5.0 * big, 8.0 * big, budget)));
   }
   { // embedding: Gather rows of a [vocab, h] table
     int64_t vocab = o.quick ? 4096 : 32768, tokens = rows;
-    KernelBench k("Gather");
+    KernelBench k(b, "Gather");
     k.attrInt("axis", 0);
     k.input(f32, {vocab, h});
     Tensor &idx = k.input(program::DTYPE_I64, {tokens}, false);
-    for (int64_t i = 0; i < tokens; ++i)
+    for (int64_t i = 0; i < idx.numel(); ++i)
       idx.as<int64_t>()[i] = (i * 7919) % vocab;
     k.output(f32, {tokens, h});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "embedding", "Gather f32 " + std::to_string(tokens) +
-                                                            " rows of 256",
+    STRAIT_RETURN_IF_ERROR(push(measure("embedding", "Gather f32 " + std::to_string(tokens) +
+                                                         " rows of 256",
                                         k, double(tokens * h), 8.0 * tokens * h, budget)));
   }
   { // other: Transpose
     int64_t side = static_cast<int64_t>(std::sqrt(double(big)));
-    KernelBench k("Transpose");
+    KernelBench k(b, "Transpose");
     k.attrInts("perm", {1, 0});
     k.input(f32, {side, side});
     k.output(f32, {side, side});
-    STRAIT_RETURN_IF_ERROR(push(measure(b, "other", "Transpose f32 " + std::to_string(side) + "^2",
+    STRAIT_RETURN_IF_ERROR(push(measure("other", "Transpose f32 " + std::to_string(side) + "^2",
                                         k, double(side * side), 8.0 * side * side, budget)));
   }
   return out;
@@ -267,12 +336,6 @@ StatusOr<std::pair<double, double>> probeLink(const Options &o) {
   return std::make_pair(double(bulk) * double(tl.byteSize()) / transfer, rtt / 2);
 }
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
-
 bool parse(int argc, char **argv, Options &o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -295,6 +358,15 @@ bool parse(int argc, char **argv, Options &o) {
     } else if (a == "--device") {
       if (!next(o.device))
         return false;
+    } else if (a == "--backend") {
+      if (!next(o.backend))
+        return false;
+      if (o.backend != "cpu" && o.backend != "cuda" &&
+          !(o.backend.rfind("cuda:", 0) == 0 && o.backend.size() > 5 &&
+            o.backend.find_first_not_of("0123456789", 5) == std::string::npos)) {
+        std::cerr << "strait-probe: --backend must be cpu, cuda or cuda:N\n";
+        return false;
+      }
     } else if (a == "--cluster") {
       if (!next(o.cluster))
         return false;
@@ -358,10 +430,14 @@ int main(int argc, char **argv) {
   }
   if (o.threads > 0)
     setNumThreads(o.threads);
-  StatusOr<std::vector<Measure>> ms = probeKernels(o);
+  std::vector<std::string> notes;
+  StatusOr<std::vector<Measure>> ms = probeKernels(o, notes);
   if (!ms.isOk()) {
     std::cerr << "strait-probe: " << ms.getStatus().toString() << "\n";
-    return 1;
+    // No GPU (or no CUDA build) for --backend cuda: "skipped", as the tests.
+    bool noGpu = o.backend != "cpu" && (ms.getStatus().getCode() == StatusCode::Unavailable ||
+                                        ms.getStatus().getCode() == StatusCode::Unimplemented);
+    return noGpu ? 77 : 1;
   }
   double gemm = 0, bandwidth = 0;
   for (const Measure &m : *ms) {
@@ -374,8 +450,13 @@ int main(int argc, char **argv) {
   char hostname[256] = "?";
   ::gethostname(hostname, sizeof hostname - 1);
   std::ostringstream y;
-  y << "# strait-probe" << (o.quick ? " --quick" : "") << ": host " << hostname << ", "
-    << getNumThreads() << " threads, CPU backend (OpenBLAS sgemm)\n";
+  y << "# strait-probe" << (o.quick ? " --quick" : "") << ": host " << hostname << ", ";
+  if (o.backend == "cpu")
+    y << getNumThreads() << " threads, CPU backend (OpenBLAS sgemm)\n";
+  else
+    y << "CUDA backend on " << o.backend << " (cuBLAS; GEMM with bf16 tensor cores)\n";
+  for (const std::string &n : notes)
+    y << "#   " << n << "\n";
   for (const Measure &m : *ms)
     y << "#   " << m.kind << ": " << m.what << ": " << num(m.seconds * 1e3) << " ms, "
       << num(m.rate() / 1e9) << " GFLOP/s, " << num(m.bytes / m.seconds / 1e9) << " GB/s\n";
