@@ -476,3 +476,92 @@ TEST(CodecLayout, SectionsMatchTheHostPayloads) {
     FAIL() << "1000 elements, k 10: u32 or gaps, not a bitmap";
   EXPECT_EQ(first, x[index]);
 }
+
+namespace {
+
+/// The device top-k (Codec.cu) on the CPU: 4 radix passes over 8-bit digits
+/// with the shared RadixSelect functions, the tie ranks in index order, the
+/// index encoding by the host's size rule, the payload from the shared
+/// layout.
+std::vector<uint8_t> layoutEncodeTopK(const std::vector<float> &x, int64_t k) {
+  namespace cl = codec;
+  int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> flags(n, 1);
+  if (k < n) {
+    cl::RadixSelect st;
+    st.remaining = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      uint32_t hist[256] = {};
+      for (float f : x)
+        if (cl::radixMatches(st, cl::magnitudeKey(f)))
+          ++hist[cl::radixDigit(cl::magnitudeKey(f), shift)];
+      cl::radixPick(st, shift, hist);
+    }
+    uint64_t ties = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t key = cl::magnitudeKey(x[i]);
+      flags[i] = cl::topkKeep(st, key, ties);
+      ties += key == st.prefix;
+    }
+  }
+  std::vector<uint32_t> idx;
+  for (int64_t i = 0; i < n; ++i)
+    if (flags[i])
+      idx.push_back(uint32_t(i));
+  EXPECT_EQ(int64_t(idx.size()), k);
+  uint64_t words = 0;
+  for (size_t j = 0; j < idx.size(); ++j)
+    words += cl::gapWords(idx[j] - (j ? int64_t(idx[j - 1]) : -1) - 1);
+  uint64_t sizes[3] = {4ull * k, 2 * words, (uint64_t(n) + 7) / 8};
+  int encoding = 1;
+  uint64_t indexBytes = sizes[0];
+  if (sizes[1] < indexBytes)
+    encoding = 2, indexBytes = sizes[1];
+  if (sizes[2] < indexBytes)
+    encoding = 3, indexBytes = sizes[2];
+  std::vector<uint8_t> out(cl::topkIndicesOffset(k) + indexBytes, 0);
+  cl::writeHeader(out.data(), program::CODEC_TOPK, encoding, 0, n);
+  uint64_t kk = k;
+  std::memcpy(out.data() + cl::kHeaderBytes, &kk, 8);
+  uint8_t *ip = out.data() + cl::topkIndicesOffset(k);
+  uint64_t w = 0;
+  for (size_t j = 0; j < idx.size(); ++j) {
+    std::memcpy(out.data() + cl::topkValuesOffset() + 4 * j, &x[idx[j]], 4);
+    if (encoding == 1)
+      std::memcpy(ip + 4 * j, &idx[j], 4);
+    else if (encoding == 3)
+      ip[idx[j] / 8] |= uint8_t(1u << (idx[j] % 8));
+    else
+      for (uint64_t gap = idx[j] - (j ? int64_t(idx[j - 1]) : -1) - 1;; gap -= 0xFFFF) {
+        uint16_t word = gap >= 0xFFFF ? 0xFFFF : uint16_t(gap);
+        std::memcpy(ip + 2 * w++, &word, 2);
+        if (gap < 0xFFFF)
+          break;
+      }
+  }
+  return out;
+}
+
+} // namespace
+
+TEST(CodecLayout, RadixTopKSelectsTheHostIndices) {
+  // Ties of magnitude (+-1.5, +-0 and 0), inf, NaN, and sizes on both sides
+  // of the host's sampling threshold (16 * 2^14 elements).
+  for (size_t n : {1u, 10u, 1000u, 70000u, 300000u})
+    for (float ratio : {0.0001f, 0.01f, 0.35f, 0.9f}) {
+      std::vector<float> x = gaussian(n, uint32_t(n) + 7);
+      for (size_t i = 0; i < n; i += 3)
+        x[i] = (i % 2 ? -1.5f : 1.5f);
+      for (size_t i = 1; i < n; i += 17)
+        x[i] = (i % 2 ? -0.0f : 0.0f);
+      if (n > 100) {
+        x[50] = -INFINITY;
+        x[77] = NAN;
+      }
+      auto p = params(program::CODEC_TOPK, ratio);
+      std::vector<uint8_t> host;
+      ASSERT_TRUE(encode(p, x.data(), n, host).isOk());
+      ASSERT_EQ(host, layoutEncodeTopK(x, topkCount(p, n))) << "n " << n << " ratio " << ratio
+                                                            << " encoding " << int(host[2]);
+    }
+}

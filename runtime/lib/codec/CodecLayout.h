@@ -267,6 +267,50 @@ STRAIT_HD inline float decodeElement(const uint8_t *p, int codec, int64_t numel,
   }
 }
 
+// --- Top-k selection by radix search (the device codec's algorithm) -----------
+//
+// The k-th largest magnitude key (bits & 0x7fffffff: their integer order is
+// the order of |x|, NaN above inf) is found digit by digit, 8 bits at a time
+// from the top: a histogram of the digit over the keys that match the digits
+// fixed so far, then radixPick. Afterwards `prefix` is that key and
+// `remaining` the number of keys equal to it to keep; the kept elements are
+// those above it and the first `remaining` equal ones by index (the host
+// codec's rule).
+
+struct RadixSelect {
+  uint32_t prefix = 0, mask = 0;
+  int64_t remaining = 0; // starts at k
+};
+
+STRAIT_HD inline uint32_t magnitudeKey(float f) { return floatBits(f) & 0x7fffffffu; }
+STRAIT_HD inline bool radixMatches(const RadixSelect &st, uint32_t key) {
+  return (key & st.mask) == st.prefix;
+}
+STRAIT_HD inline int radixDigit(uint32_t key, int shift) { return (key >> shift) & 0xFF; }
+/// Fixes the digit at `shift` from the histogram of the matching keys.
+STRAIT_HD inline void radixPick(RadixSelect &st, int shift, const uint32_t *hist) {
+  int64_t above = 0;
+  int digit = 0;
+  for (int b = 255; b >= 0; --b) {
+    if (above + hist[b] >= st.remaining) {
+      digit = b;
+      break;
+    }
+    above += hist[b];
+  }
+  st.remaining -= above;
+  st.prefix |= uint32_t(digit) << shift;
+  st.mask |= 0xFFu << shift;
+}
+/// Whether an element is kept; `tieRank`: how many keys equal to the
+/// threshold precede it.
+STRAIT_HD inline bool topkKeep(const RadixSelect &st, uint32_t key, uint64_t tieRank) {
+  return key > st.prefix || (key == st.prefix && int64_t(tieRank) < st.remaining);
+}
+/// u16 words of a kept index `gap` elements after the previous one (u16 gap
+/// encoding: one 0xFFFF per 65535, then the rest).
+STRAIT_HD inline uint64_t gapWords(uint64_t gap) { return gap / 0xFFFF + 1; }
+
 } // namespace codec
 } // namespace rt
 } // namespace strait

@@ -99,14 +99,10 @@ __global__ void decodeKernel(const uint8_t *p, int codec, int64_t n, uint32_t bl
 
 // --- Top-k ---------------------------------------------------------------------
 
-__device__ inline uint32_t magnitudeKey(float f) { return floatBits(f) & 0x7fffffffu; }
-
-/// Radix search state: the digits fixed so far and how many elements equal
-/// to the prefix are still to take.
+/// Radix search state (CodecLayout.h) and the gap word count.
 struct RadixState {
-  uint32_t prefix, mask;
-  int64_t remaining;
-  uint64_t indexBytes[3];
+  RadixSelect select;
+  unsigned long long words;
 };
 
 __global__ void histogramKernel(const float *x, int64_t n, const RadixState *st, int shift,
@@ -115,11 +111,11 @@ __global__ void histogramKernel(const float *x, int64_t n, const RadixState *st,
   for (int b = threadIdx.x; b < 256; b += blockDim.x)
     local[b] = 0;
   __syncthreads();
-  uint32_t prefix = st->prefix, mask = st->mask;
+  RadixSelect select = st->select;
   GRID_STRIDE(i, n) {
     uint32_t key = magnitudeKey(x[i]);
-    if ((key & mask) == prefix)
-      atomicAdd(&local[(key >> shift) & 0xFF], 1u);
+    if (radixMatches(select, key))
+      atomicAdd(&local[radixDigit(key, shift)], 1u);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < 256; b += blockDim.x)
@@ -130,33 +126,20 @@ __global__ void histogramKernel(const float *x, int64_t n, const RadixState *st,
 /// Fixes the digit at `shift`: the bin (from the top) where the count of
 /// larger keys reaches `remaining`. Clears the histogram for the next pass.
 __global__ void pickDigitKernel(RadixState *st, int shift, uint32_t *hist) {
-  int64_t above = 0;
-  int digit = 0;
-  for (int b = 255; b >= 0; --b) {
-    if (above + hist[b] >= st->remaining) {
-      digit = b;
-      break;
-    }
-    above += hist[b];
-  }
-  st->remaining -= above;
-  st->prefix |= uint32_t(digit) << shift;
-  st->mask |= 0xFFu << shift;
+  radixPick(st->select, shift, hist);
   for (int b = 0; b < 256; ++b)
     hist[b] = 0;
 }
 
 __global__ void tieKernel(const float *x, int64_t n, const RadixState *st, uint32_t *tie) {
-  GRID_STRIDE(i, n) { tie[i] = magnitudeKey(x[i]) == st->prefix; }
+  GRID_STRIDE(i, n) { tie[i] = magnitudeKey(x[i]) == st->select.prefix; }
 }
 
 /// tieRank: exclusive scan of the tie flags.
 __global__ void flagKernel(const float *x, int64_t n, const RadixState *st,
                            const uint32_t *tieRank, uint8_t *flags) {
-  GRID_STRIDE(i, n) {
-    uint32_t key = magnitudeKey(x[i]);
-    flags[i] = key > st->prefix || (key == st->prefix && tieRank[i] < st->remaining);
-  }
+  RadixSelect select = st->select;
+  GRID_STRIDE(i, n) { flags[i] = topkKeep(select, magnitudeKey(x[i]), tieRank[i]); }
 }
 
 __global__ void allKernel(uint8_t *flags, int64_t n) {
@@ -176,17 +159,16 @@ __global__ void compactKernel(const uint8_t *flags, const uint32_t *pos, int64_t
   }
 }
 
-/// u16 words of kept index j: one per 0xFFFF of its gap, plus one.
-__device__ inline uint32_t gapWords(const uint32_t *idx, int64_t j) {
+/// Elements between kept index j and the previous kept one.
+__device__ inline uint64_t gapBefore(const uint32_t *idx, int64_t j) {
   int64_t prev = j ? int64_t(idx[j - 1]) : -1;
-  uint64_t gap = uint64_t(int64_t(idx[j]) - prev - 1);
-  return static_cast<uint32_t>(gap / 0xFFFF + 1);
+  return uint64_t(int64_t(idx[j]) - prev - 1);
 }
 
 __global__ void wordsKernel(const uint32_t *idx, int64_t k, uint32_t *words,
                             unsigned long long *total) {
   GRID_STRIDE(j, k) {
-    uint32_t w = gapWords(idx, j);
+    uint32_t w = static_cast<uint32_t>(gapWords(gapBefore(idx, j)));
     words[j] = w;
     atomicAdd(total, static_cast<unsigned long long>(w));
   }
@@ -206,8 +188,7 @@ __global__ void topkValuesKernel(const float *x, const uint32_t *idx, int64_t k,
     if (encoding == 1) {
       putU32(ip + 4 * j, idx[j]);
     } else if (encoding == 2) {
-      int64_t prev = j ? int64_t(idx[j - 1]) : -1;
-      uint64_t gap = uint64_t(int64_t(idx[j]) - prev - 1);
+      uint64_t gap = gapBefore(idx, j);
       uint8_t *w = ip + 2 * uint64_t(wordOffset[j]);
       for (; gap >= 0xFFFF; gap -= 0xFFFF, w += 2)
         w[0] = w[1] = 0xFF;
@@ -237,8 +218,9 @@ __global__ void topkResidualKernel(const float *sum, const uint8_t *flags, float
 }
 
 /// Work memory of the top-k: the radix state and histogram, then three u32
-/// arrays of n (tie ranks / positions, kept indices, gap words and their
-/// offsets), then CUB's scan storage.
+/// arrays of n (`a`: scan outputs (tie ranks, positions, gap word offsets),
+/// `idx`: kept indices, `words`: scan inputs (tie flags, kept flags, gap
+/// words); scans never run in place), then CUB's scan storage.
 struct TopKWork {
   RadixState *state;
   uint32_t *hist, *a, *idx, *words;
@@ -339,7 +321,9 @@ bool selectTopK(const float *x, int64_t n, int64_t k, uint8_t *flags, void *work
     return cudaStreamSynchronize(s) == cudaSuccess;
   }
   TopKWork w = carve(work, n);
-  RadixState init = {0u, 0u, k, {0, 0, 0}};
+  RadixState init;
+  init.select.remaining = k;
+  init.words = 0;
   if (cudaMemcpyAsync(w.state, &init, sizeof(init), cudaMemcpyHostToDevice, s) != cudaSuccess ||
       cudaMemsetAsync(w.hist, 0, 1024, s) != cudaSuccess)
     return false;
@@ -347,8 +331,8 @@ bool selectTopK(const float *x, int64_t n, int64_t k, uint8_t *flags, void *work
     histogramKernel<<<blocksFor(n), kBlock, 0, s>>>(x, n, w.state, shift, w.hist);
     pickDigitKernel<<<1, 1, 0, s>>>(w.state, shift, w.hist);
   }
-  tieKernel<<<blocksFor(n), kBlock, 0, s>>>(x, n, w.state, w.a);
-  if (!scan(w, w.a, w.a, n, s))
+  tieKernel<<<blocksFor(n), kBlock, 0, s>>>(x, n, w.state, w.words);
+  if (!scan(w, w.words, w.a, n, s))
     return false;
   flagKernel<<<blocksFor(n), kBlock, 0, s>>>(x, n, w.state, w.a, flags);
   return cudaStreamSynchronize(s) == cudaSuccess;
@@ -357,10 +341,10 @@ bool selectTopK(const float *x, int64_t n, int64_t k, uint8_t *flags, void *work
 void topkIndexBytes(const uint8_t *flags, int64_t n, int64_t k, void *work, uint64_t bytes[3],
                     cudaStream_t s) {
   TopKWork w = carve(work, n);
-  flagsToU32Kernel<<<blocksFor(n), kBlock, 0, s>>>(flags, n, w.a);
-  scan(w, w.a, w.a, n, s);
+  flagsToU32Kernel<<<blocksFor(n), kBlock, 0, s>>>(flags, n, w.words);
+  scan(w, w.words, w.a, n, s);
   compactKernel<<<blocksFor(n), kBlock, 0, s>>>(flags, w.a, n, w.idx);
-  auto *total = reinterpret_cast<unsigned long long *>(&w.state->indexBytes[0]);
+  unsigned long long *total = &w.state->words;
   cudaMemsetAsync(total, 0, sizeof(unsigned long long), s);
   wordsKernel<<<blocksFor(k), kBlock, 0, s>>>(w.idx, k, w.words, total);
   unsigned long long words = 0;

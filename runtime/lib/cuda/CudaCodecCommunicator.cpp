@@ -179,7 +179,8 @@ private:
   /// Device path: a lossy f32 codec on device or managed memory.
   bool onDevice(const Tensor &t, const program::CodecParams &codec) const {
     if (codec.codec() == program::CODEC_NONE || t.dtype != program::DTYPE_F32 || t.numel() == 0 ||
-        !validateCodecParams(codec, "codec").isOk())
+        !validateCodecParams(codec, "codec").isOk() ||
+        (codec.codec() == program::CODEC_TOPK && t.numel() > 0x7fffffff))
       return false;
     cudaPointerAttributes attr;
     if (cudaPointerGetAttributes(&attr, t.data) != cudaSuccess) {
@@ -243,9 +244,6 @@ private:
       }
       bytes = l.bytes;
     } else { // top-k
-      if (n > 0x7fffffff)
-        return unimplemented("device top-k of " + std::to_string(n) +
-                             " elements (at most 2^31 - 1)");
       int64_t k = std::max<int64_t>(
           1, std::min<int64_t>(n, static_cast<int64_t>(std::ceil(
                                       static_cast<double>(codec.topk_ratio()) * n))));
