@@ -89,14 +89,20 @@ StatusOr<std::unique_ptr<Communicator>>
 joinFastTransport(std::unique_ptr<Communicator> gloo, const program::PlanManifest &m,
                   const DeviceSpec &device, const RunOptions &o, std::string &description) {
   description = "gloo";
-  if (device.kind != "cuda" || o.comm == "gloo")
+  if (device.kind != "cuda")
     return std::move(gloo);
+#ifdef STRAIT_HAVE_CUDA
+  // Codecs of transfers from GPU memory run on the GPU (the same payload
+  // bytes as the host's: CPU peers decode them).
+  STRAIT_ASSIGN_OR_RETURN(gloo, createCudaCodecCommunicator(std::move(gloo), device.ordinal));
+  description = "gloo (codecs on the GPU)";
+#endif
   std::vector<int> domainOf = gpuDomains(m);
   std::vector<int> mine;
   for (int r = 0; r < static_cast<int>(domainOf.size()); ++r)
     if (domainOf[r] == domainOf[o.rank])
       mine.push_back(r);
-  if (mine.size() < 2)
+  if (mine.size() < 2 || o.comm == "gloo")
     return std::move(gloo);
 #ifdef STRAIT_HAVE_CUDA
   NcclOptions n;
@@ -108,7 +114,7 @@ joinFastTransport(std::unique_ptr<Communicator> gloo, const program::PlanManifes
   description = "nccl inside the host (ranks";
   for (int r : mine)
     description += " " + std::to_string(r);
-  description += "), gloo between hosts";
+  description += "), gloo between hosts (codecs on the GPU)";
   return createHybridCommunicator(std::move(gloo), std::move(nccl), std::move(domainOf));
 #else
   return std::move(gloo);
