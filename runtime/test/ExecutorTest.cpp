@@ -1,5 +1,6 @@
 //===- ExecutorTest.cpp - Executing multi-kernel programs -----------------===//
 #include "TestUtil.h"
+#include "../lib/cuda/GraphSegment.h"
 
 #include <cmath>
 #include <gtest/gtest.h>
@@ -317,4 +318,135 @@ TEST(ExecutorSegments, OverlappedPathSplitsWhereAKernelWaitsForATransfer) {
   for (float f : results[0])
     EXPECT_EQ(f, -0.5f);
   EXPECT_EQ(results[0], results[1]);
+}
+
+// --- The CUDA graph policy of a segment (lib/cuda/GraphSegment.h) -----------
+//
+// The policy has no CUDA call; a scripted Api stands for the CUDA runtime
+// (begin/end capture, replay) and records what the segment asks of it.
+
+namespace {
+
+struct ScriptedApi {
+  std::vector<std::string> *log;
+  bool on = true, beginOk = true, endOk = true, retryable = false;
+  bool capturing = false;
+  CudaGraphStats counters;
+  bool enabled() const { return on; }
+  bool begin(std::string &why) {
+    log->push_back("begin");
+    why = "refused";
+    capturing = beginOk;
+    return beginOk;
+  }
+  bool end(std::string &why) {
+    log->push_back("end");
+    capturing = false;
+    why = "cannot instantiate";
+    return endOk;
+  }
+  Status replay() {
+    log->push_back("replay");
+    return Status::ok();
+  }
+  bool takeRetryable() {
+    bool r = retryable;
+    retryable = false;
+    return r;
+  }
+  void warn(const std::string &why) { log->push_back("warn " + why); }
+  CudaGraphStats &stats() { return counters; }
+};
+
+struct PolicyRun {
+  std::vector<std::string> log;
+  cuda::GraphSegment<ScriptedApi> segment{ScriptedApi{&log}};
+  /// A launch that fails while capturing when `refuseCapture`, and always
+  /// when `broken` (a kernel error).
+  bool refuseCapture = false, broken = false;
+  Status run() {
+    log.clear();
+    return segment.run([&]() -> Status {
+      bool capturing = segment.getApi().capturing;
+      log.push_back(capturing ? "launch(captured)" : "launch");
+      if (broken)
+        return invalidArgument("kernel error");
+      if (capturing && refuseCapture)
+        return unavailable("waits for the stream");
+      return Status::ok();
+    });
+  }
+};
+
+using Log = std::vector<std::string>;
+
+} // namespace
+
+TEST(GraphSegmentPolicy, WarmsUpCapturesOnTheSecondRunThenReplays) {
+  PolicyRun p;
+  ASSERT_TRUE(p.run().isOk());
+  EXPECT_EQ(p.log, (Log{"launch"}));
+  ASSERT_TRUE(p.run().isOk());
+  EXPECT_EQ(p.log, (Log{"begin", "launch(captured)", "end", "replay"}));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(p.run().isOk());
+    EXPECT_EQ(p.log, (Log{"replay"}));
+  }
+  const CudaGraphStats &st = p.segment.getApi().counters;
+  EXPECT_EQ(st.captured, 1);
+  EXPECT_EQ(st.replays, 3);
+  EXPECT_EQ(st.direct, 1);
+  EXPECT_EQ(st.disabled, 0);
+}
+
+TEST(GraphSegmentPolicy, AFailedCaptureLaunchesDirectlyAndDisablesTheGraph) {
+  PolicyRun p;
+  p.refuseCapture = true; // e.g. a host-fallback kernel synchronizes
+  ASSERT_TRUE(p.run().isOk());
+  Status s = p.run();
+  ASSERT_TRUE(s.isOk()) << s.toString(); // the failure is not the caller's
+  EXPECT_EQ(p.log, (Log{"begin", "launch(captured)", "end", "warn waits for the stream", "launch"}));
+  ASSERT_TRUE(p.run().isOk());
+  EXPECT_EQ(p.log, (Log{"launch"}));
+  EXPECT_EQ(p.segment.getApi().counters.disabled, 1);
+  EXPECT_EQ(p.segment.getApi().counters.captured, 0);
+
+  PolicyRun q; // instantiation fails
+  q.segment.getApi().endOk = false;
+  ASSERT_TRUE(q.run().isOk());
+  ASSERT_TRUE(q.run().isOk());
+  EXPECT_EQ(q.log, (Log{"begin", "launch(captured)", "end", "warn cannot instantiate", "launch"}));
+  PolicyRun r; // begin fails: no end
+  r.segment.getApi().beginOk = false;
+  ASSERT_TRUE(r.run().isOk());
+  ASSERT_TRUE(r.run().isOk());
+  EXPECT_EQ(r.log, (Log{"begin", "warn begin capture: refused", "launch"}));
+}
+
+TEST(GraphSegmentPolicy, ScratchGrowthRetriesTheCaptureNextRun) {
+  PolicyRun p;
+  ASSERT_TRUE(p.run().isOk());
+  p.refuseCapture = true;
+  p.segment.getApi().retryable = true; // the scratch block had to grow
+  ASSERT_TRUE(p.run().isOk());
+  EXPECT_EQ(p.log, (Log{"begin", "launch(captured)", "end", "launch"}));
+  p.refuseCapture = false;
+  ASSERT_TRUE(p.run().isOk());
+  EXPECT_EQ(p.log, (Log{"begin", "launch(captured)", "end", "replay"}));
+  EXPECT_EQ(p.segment.getApi().counters.disabled, 0);
+}
+
+TEST(GraphSegmentPolicy, OffOrBrokenKernelsLaunchDirectlyAndReportErrors) {
+  PolicyRun p;
+  p.segment.getApi().on = false; // graphs off or syncEachKernel
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(p.run().isOk());
+    EXPECT_EQ(p.log, (Log{"launch"}));
+  }
+  PolicyRun q;
+  q.broken = true;
+  EXPECT_FALSE(q.run().isOk());
+  Status s = q.run(); // the capture fails, the direct launch reports the error
+  EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument);
+  EXPECT_EQ(q.log, (Log{"begin", "launch(captured)", "end", "warn kernel error", "launch"}));
 }

@@ -2,12 +2,13 @@
 //
 // The executor launches the kernels between two host synchronization points
 // as one KernelSegment (strait/runtime/Backend.h), identically every run().
-// A CudaGraphSegment runs its first call directly (warm-up: the scratch block
+// A GraphSegment<CudaGraphApi> runs its first call directly (warm-up: the scratch block
 // grows to its final size, cuBLAS picks its kernels), captures the second on
 // the backend stream (cudaStreamCaptureModeThreadLocal: the communication
 // thread may keep using CUDA meanwhile), instantiates the graph and launches
 // it, and from then on only calls cudaGraphLaunch: one launch instead of one
-// per kernel.
+// per kernel. The policy (GraphSegment.h) has no CUDA call and is tested on
+// the CPU; this file holds the CUDA side.
 //
 // What cannot be captured falls back to direct launches, never to an error:
 // a capture that fails (a kernel that synchronizes the stream, such as the
@@ -20,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
+#include "GraphSegment.h"
 
 #include <iostream>
 
@@ -34,90 +36,69 @@ namespace {
 /// capture.
 constexpr size_t kBlasWorkspaceBytes = 32u << 20;
 
-class CudaGraphSegment : public KernelSegment {
+/// The CUDA side of GraphSegment (GraphSegment.h holds the policy).
+class CudaGraphApi {
 public:
-  explicit CudaGraphSegment(CudaContext &c) : c(c) {}
-  ~CudaGraphSegment() override {
+  explicit CudaGraphApi(CudaContext &c) : c(c) {}
+  CudaGraphApi(CudaGraphApi &&o) noexcept : c(o.c), exec(o.exec) { o.exec = nullptr; }
+  CudaGraphApi(const CudaGraphApi &) = delete;
+  ~CudaGraphApi() {
     if (exec) {
       cudaSetDevice(c.options.device);
       cudaGraphExecDestroy(exec);
     }
   }
 
-  Status run(const std::function<Status()> &launch) override {
-    if (disabled || !c.options.graphs || c.options.syncEachKernel) {
-      c.graphStats.direct++;
-      return launch();
-    }
-    if (exec) {
-      cudaSetDevice(c.options.device);
-      c.graphStats.replays++;
-      return cudaStatus(cudaGraphLaunch(exec, c.stream), "graph launch");
-    }
-    if (runs++ == 0) { // warm-up
-      c.graphStats.direct++;
-      return launch();
-    }
-    return capture(launch);
-  }
-
-private:
-  Status capture(const std::function<Status()> &launch) {
+  bool enabled() const { return c.options.graphs && !c.options.syncEachKernel; }
+  bool begin(std::string &why) {
     cudaSetDevice(c.options.device);
     c.refusal = CudaContext::Refusal::None;
-    cudaError_t begin = cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal);
-    if (begin != cudaSuccess) {
-      cudaGetLastError();
-      return fallBack(launch, std::string("cudaStreamBeginCapture: ") + cudaGetErrorName(begin),
-                      true);
-    }
-    Status s = launch();
+    cudaError_t err = cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal);
+    if (err == cudaSuccess)
+      return true;
+    cudaGetLastError();
+    why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorName(err);
+    return false;
+  }
+  bool end(std::string &why) {
     cudaGraph_t graph = nullptr;
-    cudaError_t end = cudaStreamEndCapture(c.stream, &graph);
-    std::string why;
-    if (s.isOk() && end == cudaSuccess && graph) {
-      cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaError_t err = cudaStreamEndCapture(c.stream, &graph);
+    if (err == cudaSuccess && graph) {
+      err = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
-      if (inst == cudaSuccess) {
-        c.graphStats.captured++;
-        c.graphStats.replays++;
-        return cudaStatus(cudaGraphLaunch(exec, c.stream), "graph launch");
-      }
+      if (err == cudaSuccess)
+        return true;
       exec = nullptr;
-      why = std::string("cudaGraphInstantiate: ") + cudaGetErrorName(inst);
+      why = std::string("cudaGraphInstantiate: ") + cudaGetErrorName(err);
     } else {
       if (graph)
         cudaGraphDestroy(graph);
-      why = !s.isOk() ? s.getMessage()
-                      : std::string("cudaStreamEndCapture: ") + cudaGetErrorName(end);
+      why = std::string("cudaStreamEndCapture: ") + cudaGetErrorName(err);
     }
-    cudaGetLastError(); // the capture's error is not sticky: clear it
-    bool never = c.refusal != CudaContext::Refusal::Retry;
+    cudaGetLastError(); // a capture's error is not sticky: clear it
+    return false;
+  }
+  Status replay() {
+    cudaSetDevice(c.options.device);
+    return cudaStatus(cudaGraphLaunch(exec, c.stream), "graph launch");
+  }
+  bool takeRetryable() {
+    bool retry = c.refusal == CudaContext::Refusal::Retry;
     c.refusal = CudaContext::Refusal::None;
-    return fallBack(launch, why, never);
+    return retry;
   }
-
-  /// Nothing of a failed capture ran: launch the kernels directly.
-  Status fallBack(const std::function<Status()> &launch, const std::string &why, bool never) {
-    if (never) {
-      disabled = true;
-      c.graphStats.disabled++;
-      if (!c.graphWarned) {
-        c.graphWarned = true;
-        std::cerr << "warning: cuda:" << c.options.device
-                  << ": a kernel segment runs without a CUDA graph (" << why
-                  << "); further such segments are counted, not reported\n";
-      }
-    } else {
-      runs = 1; // the direct launch below grows the scratch: capture next run
-    }
-    c.graphStats.direct++;
-    return launch();
+  void warn(const std::string &why) {
+    if (c.graphWarned)
+      return;
+    c.graphWarned = true;
+    std::cerr << "warning: cuda:" << c.options.device
+              << ": a kernel segment runs without a CUDA graph (" << why
+              << "); further such segments are counted, not reported\n";
   }
+  CudaGraphStats &stats() { return c.graphStats; }
 
+private:
   CudaContext &c;
-  int runs = 0;
-  bool disabled = false;
   cudaGraphExec_t exec = nullptr;
 };
 
@@ -158,7 +139,7 @@ void releaseGraphs(CudaContext &c) {
 }
 
 std::unique_ptr<KernelSegment> createGraphSegment(CudaContext &c) {
-  return std::make_unique<CudaGraphSegment>(c);
+  return std::make_unique<GraphSegment<CudaGraphApi>>(CudaGraphApi(c));
 }
 
 } // namespace cuda
