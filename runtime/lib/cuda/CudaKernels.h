@@ -104,7 +104,7 @@ void addFusedKernels(CudaKernelTable &table);
 
 // --- Spatial ops, reductions, slices (CudaSpatial.cpp, CudaConv.cpp) --------
 /// Pooling (native kernels), BatchNormalization(+Training, +Grad),
-/// Reduce*, Slice, SliceGrad, HardSigmoid, HardSwish.
+/// Reduce*, Slice, SliceGrad, GatherElements, HardSigmoid, HardSwish.
 void addSpatialKernels(CudaKernelTable &table);
 /// Conv, ConvGradInput, ConvGradWeight through cuDNN (STRAIT_HAVE_CUDNN only).
 void addConvKernels(CudaKernelTable &table);

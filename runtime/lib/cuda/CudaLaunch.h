@@ -197,6 +197,17 @@ bool launchReduce(ReduceOp op, ET dtype, const void *x, void *y, const ReducePla
 /// launchStridedCopy, for SliceGrad); elements of `elemSize` bytes.
 bool launchStridedScatter(size_t elemSize, const void *in, void *out, const Index &ix,
                           cudaStream_t s);
+/// GatherElements: out[i] = data[offset of index i with its axis coordinate
+/// replaced by indices[i]] (negative indices wrap; out of range raises the
+/// error flag). `shape`: the indices' shape, `stride`: data's strides.
+struct ElementsIndex {
+  int rank = 0, axis = 0;
+  int64_t len = 0, n = 0;
+  int64_t shape[kMaxDims] = {}, stride[kMaxDims] = {};
+};
+bool launchGatherElements(size_t elemSize, const void *data, const void *indices, bool idx64,
+                          void *out, const ElementsIndex &ix, int *errorFlag, int tag,
+                          cudaStream_t s);
 /// HardSigmoid max(0, min(1, alpha x + beta)) and HardSwish x * HardSigmoid
 /// with alpha 1/6, beta 1/2 (f32).
 void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,

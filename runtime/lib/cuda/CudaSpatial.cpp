@@ -4,7 +4,8 @@
 // launches of Pooling.cu and Reduce.cu: MaxPool, AveragePool, the global
 // pools and their gradients; BatchNormalization (inference and training
 // mode), BatchNormalizationTraining and BatchNormalizationGrad; the Reduce*
-// family; Slice and SliceGrad; HardSigmoid and HardSwish. Also the window
+// family; Slice and SliceGrad; GatherElements; HardSigmoid and HardSwish.
+// Also the window
 // arithmetic shared with the cuDNN convolution (CudaConv.cpp), which is
 // plain host code and tested without a GPU.
 //
@@ -476,6 +477,41 @@ Status sliceGradKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
+/// GatherElements (the CPU's checks, plus indices no larger than data off
+/// the axis); indices are checked on the device.
+Status gatherElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, ind->shape, x->dtype));
+  if (ind->rank() != x->rank())
+    return ctx.error("indices rank differs from data rank");
+  if (ind->dtype != program::DTYPE_I64 && ind->dtype != program::DTYPE_I32)
+    return ctx.unsupported("expected an integer tensor, got " + ind->typeString());
+  if (x->rank() > kMaxDims)
+    return ctx.unsupported("cuda: GatherElements of rank " + std::to_string(x->rank()));
+  ElementsIndex ix;
+  ix.rank = static_cast<int>(x->rank());
+  ix.axis = static_cast<int>(axis);
+  ix.len = x->shape[axis];
+  ix.n = ind->numel();
+  int64_t st = 1;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    if (d != axis && ind->shape[d] > x->shape[d])
+      return ctx.error("indices " + ind->typeString() + " exceed data " + x->typeString() +
+                       " on dim " + std::to_string(d));
+    ix.shape[d] = ind->shape[d];
+    ix.stride[d] = st;
+    st *= x->shape[d];
+  }
+  if (!launchGatherElements(dtypeSize(x->dtype), x->data, ind->data,
+                            ind->dtype == program::DTYPE_I64, y->data, ix, c.errorFlag, tag,
+                            c.stream))
+    return ctx.unsupported("cuda: GatherElements of " + x->typeString());
+  return Status::ok();
+}
+
 Status hardSigmoidKernel(CudaContext &c, KernelContext &ctx, bool swish) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(float alpha, ctx.getAttrs().getFloat("alpha", 0.2f));
@@ -506,6 +542,7 @@ void addSpatialKernels(CudaKernelTable &t) {
   t.add("BatchNormalizationGrad", batchNormGradKernel);
   t.add("Slice", sliceKernel);
   t.add("SliceGrad", sliceGradKernel);
+  t.add("GatherElements", gatherElementsKernel);
   t.add("HardSigmoid",
         [](CudaContext &c, KernelContext &k, int) { return hardSigmoidKernel(c, k, false); });
   t.add("HardSwish",

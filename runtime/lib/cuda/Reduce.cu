@@ -1,4 +1,4 @@
-//===- Reduce.cu - Reductions, strided scatter, hard activations ----------===//
+//===- Reduce.cu - Reductions, strided scatter, GatherElements, HardSigmoid ===//
 //
 // Reduce*: each output is reduced by one warp when the reduced elements are
 // contiguous (the innermost dim is reduced: the lanes read consecutive
@@ -111,6 +111,34 @@ template <typename T> __global__ void stridedScatterKernel(const T *in, T *out, 
   }
 }
 
+__device__ inline void raise(int *flag, int tag, int code) {
+  if (atomicCAS(flag, 0, tag) == 0)
+    flag[1] = code;
+}
+
+template <typename T>
+__global__ void gatherElementsKernel(const T *data, const void *indices, bool idx64, T *out,
+                                     ElementsIndex ix, int *flag, int tag) {
+  GRID_STRIDE(i, ix.n) {
+    int64_t idx = idx64 ? static_cast<const int64_t *>(indices)[i]
+                        : static_cast<const int32_t *>(indices)[i];
+    if (idx < 0)
+      idx += ix.len;
+    if (idx < 0 || idx >= ix.len) {
+      raise(flag, tag, kErrIndexOutOfRange);
+      out[i] = T(0);
+      continue;
+    }
+    int64_t off = 0, r = i;
+    for (int d = ix.rank - 1; d >= 0; --d) {
+      int64_t c = r % ix.shape[d];
+      r /= ix.shape[d];
+      off += (d == ix.axis ? idx : c) * ix.stride[d];
+    }
+    out[i] = data[off];
+  }
+}
+
 __global__ void hardSigmoidKernel(bool swish, float alpha, float beta, const float *x, float *y,
                                   int64_t n) {
   GRID_STRIDE(i, n) {
@@ -164,6 +192,27 @@ bool launchStridedScatter(size_t elemSize, const void *in, void *out, const Inde
   default: return false;
   }
 #undef STRAIT_SCATTER
+}
+
+bool launchGatherElements(size_t elemSize, const void *data, const void *indices, bool idx64,
+                          void *out, const ElementsIndex &ix, int *errorFlag, int tag,
+                          cudaStream_t s) {
+  if (ix.n == 0)
+    return true;
+  unsigned blocks = blocksFor(ix.n);
+#define STRAIT_GATHER(T)                                                                 \
+  gatherElementsKernel<T><<<blocks, kBlock, 0, s>>>(static_cast<const T *>(data), indices, \
+                                                    idx64, static_cast<T *>(out), ix,     \
+                                                    errorFlag, tag);                      \
+  return true;
+  switch (elemSize) {
+  case 1: STRAIT_GATHER(uint8_t)
+  case 2: STRAIT_GATHER(uint16_t)
+  case 4: STRAIT_GATHER(uint32_t)
+  case 8: STRAIT_GATHER(uint64_t)
+  default: return false;
+  }
+#undef STRAIT_GATHER
 }
 
 void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,

@@ -37,12 +37,12 @@ struct CudaOptions {
   MatmulPrecision matmul = MatmulPrecision::F32;
   /// Debugging: wait after every kernel so an asynchronous error names it.
   bool syncEachKernel = false;
-  /// CUDA graphs: each run of kernels between two host synchronization
   /// Ops without a CUDA kernel (and CUDA kernels that decline a dtype or an
   /// attribute combination with Unimplemented) run the CPU backend's kernel
   /// on the same managed memory after waiting for the stream. Off: such ops
   /// fail at load with Unimplemented, as before.
   bool hostFallback = true;
+  /// CUDA graphs: each run of kernels between two host synchronization
   /// points of the executor (a KernelSegment) runs directly once, is captured
   /// on its second run and replayed with one cudaGraphLaunch afterwards.
   /// Segments that cannot be captured run directly (one warning).
@@ -67,15 +67,15 @@ StatusOr<std::unique_ptr<Backend>> createCudaBackend(const CudaOptions &options 
 /// Adds the CUDA backend to `registry` beside the CPU backend.
 Status registerCudaBackend(BackendRegistry &registry, const CudaOptions &options = {});
 
-/// Graph counters of a CUDA backend (zeros for another backend).
 /// Kernels that a CUDA backend ran or will run on the host (hostFallback):
-/// per op, the number of kernels resolved to the CPU kernel at load plus the
-/// calls where a CUDA kernel declined at run time. Empty for another backend.
+/// per op, the number of kernels resolved to the CPU kernel at load or whose
+/// CUDA kernel declined at run time (counted once). Empty for another backend.
 std::map<std::string, int64_t> cudaHostFallbackCounts(const Backend &backend);
 /// "cuda: N kernels of ops [A, B] run on the host (no CUDA kernel)", or ""
 /// when every kernel so far ran on the GPU.
 std::string cudaHostFallbackNote(const Backend &backend);
 
+/// Graph counters of a CUDA backend (zeros for another backend).
 CudaGraphStats cudaGraphStats(const Backend &backend);
 
 /// A communicator that runs the codecs of sendCoded / recvCoded on GPU
