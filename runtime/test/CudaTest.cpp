@@ -1217,3 +1217,70 @@ TEST(CudaFused, BadProgramIsInvalidArgumentOnCuda) {
 }
 
 } // namespace
+
+#ifdef STRAIT_TEST_HAVE_GLOO
+// A GPU rank (device codecs over Gloo) and a CPU rank (Gloo's own codecs) on
+// loopback: each decodes exactly what the other's host codec would send.
+#include "CommTestUtil.h"
+
+#include <thread>
+
+TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
+  REQUIRE_GPU();
+  const int64_t n = 100003;
+  std::string dir = makeTempDir("strait-cuda-codec");
+  const CodecCase cases[] = {{program::CODEC_INT8, 0, 0}, {program::CODEC_BF16, 0, 0},
+                             {program::CODEC_TOPK, 0.01f, 0}, {program::CODEC_INT4, 0, 128}};
+  std::vector<std::vector<float>> got[2], want[2];
+  auto rank = [&](int r) {
+    auto gloo = createGlooCommunicator(fileStoreOptions(dir, r, 2));
+    ASSERT_TRUE(gloo.isOk()) << gloo.getStatus().toString();
+    std::unique_ptr<Communicator> comm = std::move(*gloo);
+    StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+    ASSERT_TRUE(backend.isOk());
+    StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
+    ASSERT_TRUE(buf.isOk());
+    std::vector<float> hostData(n);
+    if (r == 0) { // the GPU rank: device codecs, tensor in managed memory
+      auto wrapped = createCudaCodecCommunicator(std::move(comm), 0);
+      ASSERT_TRUE(wrapped.isOk()) << wrapped.getStatus().toString();
+      comm = std::move(*wrapped);
+    }
+    Tensor t{program::DTYPE_F32, {n}, r == 0 ? buf->data() : hostData.data()};
+    for (const CodecCase &cc : cases) {
+      auto p = codecParams(cc.codec, cc.ratio, cc.block, /*ef=*/true);
+      ErrorFeedback feedback, reference;
+      for (int step = 0; step < 3; ++step) {
+        // Sender: rank 0 in even rounds, rank 1 in odd ones.
+        for (int sender = 0; sender < 2; ++sender) {
+          auto x = codecValues(n, 100 * step + 10 * sender + 1);
+          if (r == sender) {
+            std::copy(x.begin(), x.end(), t.as<float>());
+            Status s = comm->sendCoded(t, 1 - r, 7, p, &feedback);
+            ASSERT_TRUE(s.isOk()) << s.toString();
+          } else {
+            Status s = comm->recvCoded(t, 1 - r, 7, p);
+            ASSERT_TRUE(s.isOk()) << s.toString();
+            got[r].emplace_back(t.as<float>(), t.as<float>() + n);
+            std::vector<uint8_t> payload;
+            ASSERT_TRUE(reference.encode(p, x.data(), n, payload).isOk());
+            std::vector<float> expect(n);
+            ASSERT_TRUE(decode(payload.data(), payload.size(), expect.data(), n).isOk());
+            want[r].push_back(expect);
+          }
+        }
+      }
+    }
+    ASSERT_TRUE(comm->barrier().isOk());
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[r].size(), want[r].size());
+    for (size_t i = 0; i < got[r].size(); ++i)
+      ASSERT_EQ(std::memcmp(got[r][i].data(), want[r][i].data(), 4 * n), 0)
+          << "rank " << r << " transfer " << i;
+  }
+}
+#endif // STRAIT_TEST_HAVE_GLOO
