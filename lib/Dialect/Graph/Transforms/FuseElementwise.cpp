@@ -336,7 +336,8 @@ struct FuseElementwisePass
       return;
     if (maxInstructions < 2 || maxInstructions > FusedElementwiseOp::kMaxInstructions) {
       func.emitError("graph-fuse-elementwise: max-instructions must be in [2, ")
-          << FusedElementwiseOp::kMaxInstructions << "], got " << maxInstructions;
+          << FusedElementwiseOp::kMaxInstructions << "], got "
+          << static_cast<unsigned>(maxInstructions);
       return signalPassFailure();
     }
     for (Block &block : func.getBody()) {
