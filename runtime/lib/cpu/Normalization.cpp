@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "RowMath.h"
 
 #include <cmath>
 
@@ -45,6 +46,31 @@ Status softmaxKernel(KernelContext &ctx, SoftmaxKind kind) {
   STRAIT_ASSIGN_OR_RETURN(Split3 s, softmaxSplit(ctx, x->shape));
   const float *in = x->as<float>();
   float *out = y->as<float>();
+  if (s.inner == 1 && kind != SoftmaxKind::Hardmax) { // contiguous rows, vectorized
+    parallelFor(s.outer, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float *p = in + r * s.len;
+        float *q = out + r * s.len;
+        float mx = rowMax(p, s.len);
+        if (kind == SoftmaxKind::LogSoftmax) {
+          double sum = 0;
+          for (int64_t i = 0; i < s.len; ++i)
+            q[i] = expNonPositive(p[i] - mx); // scratch: q is overwritten below
+          sum = rowSum(q, s.len);
+          float lse = static_cast<float>(std::log(sum));
+          for (int64_t i = 0; i < s.len; ++i)
+            q[i] = p[i] - mx - lse;
+          continue;
+        }
+        for (int64_t i = 0; i < s.len; ++i)
+          q[i] = expNonPositive(p[i] - mx);
+        float inv = static_cast<float>(1.0 / rowSum(q, s.len));
+        for (int64_t i = 0; i < s.len; ++i)
+          q[i] *= inv;
+      }
+    });
+    return Status::ok();
+  }
   parallelFor(s.outer * s.inner, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int64_t base = (r / s.inner) * s.len * s.inner + r % s.inner;
@@ -114,17 +140,26 @@ Status layerNormKernel(KernelContext &ctx) {
     for (int64_t r = r0; r < r1; ++r) {
       const float *in = x->as<float>() + r * len;
       float *out = y->as<float>() + r * len;
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < len; ++i)
-        mean += in[i];
-      mean /= len;
-      for (int64_t i = 0; i < len; ++i)
-        var += (in[i] - mean) * (in[i] - mean);
-      var /= len;
+      // Shifted by the first element: the sums stay small when the row's
+      // mean is large against its spread.
+      float shift = len > 0 ? in[0] : 0.0f;
+      double mean = shift + rowSum(in, len, shift) / len;
+      double var = rowSumSquaredDeviation(in, len, static_cast<float>(mean)) / len;
       double inv = 1.0 / std::sqrt(var + eps);
-      for (int64_t i = 0; i < len; ++i) {
-        int64_t si = denseScale ? i : 0;
-        if (!denseScale) {
+      if (denseScale) { // the common case, vectorized
+        float m = static_cast<float>(mean), s = static_cast<float>(inv);
+        const float *g = scale->as<float>();
+        const float *b = bias ? bias->as<float>() : nullptr;
+        if (b)
+          for (int64_t i = 0; i < len; ++i)
+            out[i] = (in[i] - m) * s * g[i] + b[i];
+        else
+          for (int64_t i = 0; i < len; ++i)
+            out[i] = (in[i] - m) * s * g[i];
+      }
+      for (int64_t i = 0; i < len && !denseScale; ++i) {
+        int64_t si = 0;
+        {
           int64_t rem = i;
           for (int64_t d = static_cast<int64_t>(normShape.size()) - 1; d >= 0; --d) {
             si += (rem % normShape[d]) * sstr[d];
