@@ -165,5 +165,19 @@ int cudaDevices(std::string &reason) {
 #endif
 }
 
+std::string backendNote(const BackendRegistry &registry, const DeviceSpec &device) {
+#ifdef STRAIT_HAVE_CUDA
+  if (device.kind == "cuda") {
+    StatusOr<const Backend *> b = registry.forDevice(device.str());
+    if (b.isOk())
+      return cudaHostFallbackNote(**b);
+  }
+#else
+  (void)registry;
+  (void)device;
+#endif
+  return "";
+}
+
 } // namespace run
 } // namespace strait

@@ -48,6 +48,10 @@ joinFastTransport(std::unique_ptr<rt::Communicator> gloo, const program::PlanMan
 rt::Status registerBackend(rt::BackendRegistry &registry, const DeviceSpec &device,
                            const RunOptions &o, std::string &description);
 
+/// What the device's backend says after loading a program: for CUDA, the
+/// ops that run on the host ("" when every kernel runs on the GPU).
+std::string backendNote(const rt::BackendRegistry &registry, const DeviceSpec &device);
+
 /// Whether this strait-run has the CUDA backend, and how many GPUs it sees
 /// (0 with the reason when none).
 bool cudaBuilt();

@@ -345,6 +345,9 @@ Status runRank(const RunOptions &o) {
             << commText << "\n";
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create(p, registry, comm.get()));
+  std::string note = backendNote(registry, device);
+  if (!note.empty())
+    std::cerr << "rank " << o.rank << ": " << note << "\n";
   { // Memory, for bench/runtime/memory_vs_plan.py: arena + persistent buffers.
     uint64_t persistent = 0;
     for (const auto &v : p.values())
