@@ -115,3 +115,23 @@ func.func @predicates(%x: tensor<4xf32>, %m: tensor<4xi1>) -> tensor<4xf32> {
   %s = graph.Add %w, %f : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %s : tensor<4xf32>
 }
+
+// -----
+
+// Two groups where the backward one ({Neg, Mul}) must be placed before the
+// Softmax and reads the forward one ({Exp, Tanh}), whose own place is the
+// Mul: groups are fused in the order of their places, so the forward group
+// lands before the backward one and every operand still dominates its use.
+// CHECK-LABEL: func.func @cross_group_order
+// CHECK: %[[F:.*]]:2 = graph.FusedElementwise %arg0 {{.*}}ops = [#graph.fused_op<Exp>, #graph.fused_op<Tanh>]
+// CHECK: %[[B:.*]]:2 = graph.FusedElementwise %arg1, %[[F]]#0 {{.*}}ops = [#graph.fused_op<Neg>, #graph.fused_op<Mul>]
+// CHECK: %[[S:.*]] = graph.Softmax %[[B]]#0
+// CHECK: return %[[S]], %[[B]]#1, %[[F]]#1
+func.func @cross_group_order(%x: tensor<4xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %p = graph.Exp %x : tensor<4xf32>
+  %a = graph.Neg %y {graph.grad_of = 1 : i64} : tensor<4xf32>
+  %s = graph.Softmax %a {axis = -1 : i64, graph.grad_of = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %q = graph.Tanh %p : tensor<4xf32>
+  %m = graph.Mul %a, %p {graph.grad_of = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %s, %m, %q : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}

@@ -157,6 +157,15 @@ private:
   /// Whether `members` can become one fused op placed before its first
   /// outside user: every input is defined before it, within the limits.
   bool placeable(ArrayRef<Operation *> members) const;
+  int64_t firstOutsideUse(ArrayRef<Operation *> members) const {
+    llvm::SmallPtrSet<Operation *, 16> in(members.begin(), members.end());
+    int64_t first = std::numeric_limits<int64_t>::max();
+    for (Operation *m : members)
+      for (Operation *u : m->getResult(0).getUsers())
+        if (!in.contains(u))
+          first = std::min(first, positionOf(u));
+    return first;
+  }
   int64_t positionOf(Operation *user) const {
     Operation *anc = block.findAncestorOpInBlock(*user);
     return anc ? position.lookup(anc) : std::numeric_limits<int64_t>::max();
@@ -232,16 +241,27 @@ std::vector<SmallVector<Operation *>> GroupBuilder::run() {
       groupOf[m] = groups.size();
     groups.push_back(Group{std::move(merged)});
   }
-  std::vector<SmallVector<Operation *>> out;
+  // In the order of their places (first outside use): a group placed
+  // earlier is fused first, so each group's inputs from other groups are
+  // already where they will stay or still at their original ops.
+  std::vector<std::pair<int64_t, SmallVector<Operation *>>> placed;
   for (Group &g : groups)
     if (g.alive && g.members.size() >= 2)
-      out.push_back(std::move(g.members));
+      placed.push_back({firstOutsideUse(g.members), std::move(g.members)});
+  std::stable_sort(placed.begin(), placed.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<SmallVector<Operation *>> out;
+  for (auto &p : placed)
+    out.push_back(std::move(p.second));
   return out;
 }
 
 /// Replaces the ops of one group (in program order) by a FusedElementwise
-/// placed before the first op outside the group that reads a result.
-void fuseGroup(ArrayRef<Operation *> members) {
+/// placed before the first op outside the group that reads a result. Checks
+/// on the current IR that every input is defined before that place (other
+/// groups fused before may have moved an input); if not, leaves the group
+/// unfused and returns false.
+bool fuseGroup(ArrayRef<Operation *> members) {
   llvm::SmallPtrSet<Operation *, 16> in(members.begin(), members.end());
   Block *block = members.front()->getBlock();
   MLIRContext *ctx = members.front()->getContext();
@@ -295,6 +315,12 @@ void fuseGroup(ArrayRef<Operation *> members) {
     types.push_back(v.getType());
   }
   Operation *root = members.back();
+  for (auto &[v, r] : inputs) {
+    Operation *d = v.getDefiningOp();
+    Operation *anc = d ? block->findAncestorOpInBlock(*d) : nullptr;
+    if (anc && !in.contains(anc) && !anc->isBeforeInBlock(insertBefore))
+      return false;
+  }
   OpBuilder b(insertBefore);
   SmallVector<Value> operands;
   for (auto &[v, r] : inputs)
@@ -325,6 +351,7 @@ void fuseGroup(ArrayRef<Operation *> members) {
   for (Operation *c : constOps)
     if (c->use_empty())
       c->erase();
+  return true;
 }
 
 struct FuseElementwisePass
@@ -343,9 +370,10 @@ struct FuseElementwisePass
     for (Block &block : func.getBody()) {
       std::vector<SmallVector<Operation *>> groups = GroupBuilder(block, maxInstructions).run();
       for (const SmallVector<Operation *> &g : groups) {
+        if (!fuseGroup(g))
+          continue;
         numFusedOps += g.size();
         ++numGroups;
-        fuseGroup(g);
       }
     }
   }
