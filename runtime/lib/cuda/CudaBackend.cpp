@@ -269,6 +269,20 @@ public:
   StatusOr<Buffer> allocate(size_t bytes) const override {
     cudaSetDevice(ctx->options.device);
     size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+    // Managed memory beyond what the device has free can hang the GPU
+    // instead of failing: refuse it here, keeping a reserve for the
+    // cuBLAS/cuDNN workspaces and NCCL's buffers.
+    size_t freeBytes = 0, totalBytes = 0;
+    constexpr size_t kReserve = size_t(512) << 20;
+    if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess &&
+        rounded + kReserve > freeBytes)
+      return unavailable("cuda backend: " + std::to_string(bytes) +
+                         " bytes requested on device " + std::to_string(ctx->options.device) +
+                         " with " + std::to_string(freeBytes) + " of " +
+                         std::to_string(totalBytes) +
+                         " bytes free (512 MiB are kept for library workspaces); the plan "
+                         "does not fit this GPU");
+    cudaGetLastError();
     void *p = nullptr;
     cudaError_t err = cudaMallocManaged(&p, rounded);
     if (err != cudaSuccess) {
