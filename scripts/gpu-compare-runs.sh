@@ -6,7 +6,12 @@
 set -euo pipefail
 run=$1 job=$2 steps=$3 text=$4
 data=(--data "$text/train.bin" --data-format tokens-u16 --steps "$steps" --timeout-ms 60000)
-"$run" "$job" "${data[@]}" --matmul-precision f32
+if ! "$run" "$job" "${data[@]}" --matmul-precision f32; then
+  if grep -q "is not usable\|built without" "$job"/logs/rank0.log; then
+    echo "skipped: no usable GPU"; exit 77
+  fi
+  exit 1
+fi
 cat "$job"/logs/rank*.log > "$job/gpu-ranks.txt"
 "$run" "$job" "${data[@]}" --device cpu
 cat "$job"/logs/rank*.log > "$job/cpu-ranks.txt"
