@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <gtest/gtest.h>
+#include <set>
 
 using namespace strait;
 using namespace strait::rt;
@@ -169,6 +170,11 @@ public:
   std::unique_ptr<KernelSegment> createSegment() const override {
     return std::make_unique<Recording>(*this, created++);
   }
+  bool runsOnHost(const program::Kernel &kernel) const override {
+    return hostOps.count(kernel.op()) > 0;
+  }
+  /// Ops that the backend declares to run on the host.
+  std::set<std::string> hostOps;
   /// The trace since the last call, segments folded into "S<id>[a b]".
   std::vector<std::string> take() const {
     std::vector<std::string> out;
@@ -318,6 +324,32 @@ TEST(ExecutorSegments, OverlappedPathSplitsWhereAKernelWaitsForATransfer) {
   for (float f : results[0])
     EXPECT_EQ(f, -0.5f);
   EXPECT_EQ(results[0], results[1]);
+}
+
+TEST(ExecutorSegments, AHostKernelRunsOutsideSegmentsInBothPaths) {
+  for (bool overlap : {false, true}) {
+    BackendRegistry reg;
+    auto owned = std::make_unique<RecordingBackend>();
+    owned->hostOps = {"Exp"};
+    const RecordingBackend &rec = *owned;
+    reg.add(std::move(owned));
+    PeerlessCommunicator comm;
+    auto exec = Executor::create(segmentProgram(), reg, &comm);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    (*exec)->setOverlapCommunication(overlap);
+    rec.take();
+    ASSERT_TRUE((*exec)->run().isOk());
+    // Exp_2 ("!": launched outside a segment) splits the run after the
+    // send; the kernels before and after it stay in segments.
+    std::vector<std::string> expect =
+        overlap ? std::vector<std::string>{"S0[Relu_0 Neg_1]", "sync", "!Exp_2",
+                                           "S1[Neg_3 Relu_4]", "S2[Neg_5]", "S3[Add_6]",
+                                           "sync", "S4[Neg_7]", "sync"}
+                : std::vector<std::string>{"S0[Relu_0 Neg_1]", "sync", "!Exp_2",
+                                           "S1[Neg_3 Relu_4]", "sync", "S2[Neg_5 Add_6]",
+                                           "sync", "S3[Neg_7]", "sync"};
+    EXPECT_EQ(rec.take(), expect) << "overlap " << overlap;
+  }
 }
 
 // --- The CUDA graph policy of a segment (lib/cuda/GraphSegment.h) -----------

@@ -505,14 +505,17 @@ void Executor::planSequential() {
       plan.actions.push_back({Action::Comm, i, -1, 0});
       continue;
     }
-    if (step.run().kernel_ids().empty())
-      continue;
-    if (plan.actions.empty() || plan.actions.back().kind != Action::Launch) {
-      plan.actions.push_back({Action::Launch, i, int(plan.segments.size()), 0});
-      plan.segments.emplace_back();
+    for (uint32_t kid : step.run().kernel_ids()) {
+      int k = kernelIndex.at(kid);
+      bool host = backend->runsOnHost(program.kernels(k));
+      if (host || plan.actions.empty() || plan.actions.back().kind != Action::Launch ||
+          plan.segments.back().host) {
+        plan.actions.push_back({Action::Launch, i, int(plan.segments.size()), 0});
+        plan.segments.emplace_back();
+        plan.segments.back().host = host;
+      }
+      plan.segments.back().launches.push_back({i, k});
     }
-    for (uint32_t kid : step.run().kernel_ids())
-      plan.segments.back().launches.push_back({i, kernelIndex.at(kid)});
   }
 }
 
@@ -562,13 +565,15 @@ void Executor::planOverlapped() {
           need = t;
           break;
         }
-      if (!open || need > waited) {
+      bool host = backend->runsOnHost(program.kernels(k));
+      if (!open || need > waited || host) {
         plan.actions.push_back({Action::Launch, i, int(plan.segments.size()),
                                 need > waited ? need : 0});
         plan.segments.emplace_back();
+        plan.segments.back().host = host;
         waited = std::max(waited, need);
-        open = true;
       }
+      open = !host;
       plan.segments.back().launches.push_back({i, k});
     }
   }
@@ -576,7 +581,7 @@ void Executor::planOverlapped() {
 
 Status Executor::launchSegment(Plan &plan, const Action &action) {
   Segment &segment = plan.segments[action.segment];
-  if (!segment.impl)
+  if (!segment.impl && !segment.host)
     segment.impl = backend->createSegment();
   auto launch = [&]() -> Status {
     for (const auto &[stepIndex, k] : segment.launches) {
@@ -589,7 +594,7 @@ Status Executor::launchSegment(Plan &plan, const Action &action) {
   };
   // Errors of the backend itself (a failed graph launch) name the segment's
   // first step; kernel errors already name theirs (inner context wins).
-  return annotate(segment.impl->run(launch), action.step);
+  return annotate(segment.host ? launch() : segment.impl->run(launch), action.step);
 }
 
 // --- Communication overlapped with compute ---------------------------------

@@ -252,12 +252,17 @@ public:
     return ops;
   }
 
-  /// Kernels (by tag) per op that run on the host.
   std::unique_ptr<KernelSegment> createSegment() const override {
     return createGraphSegment(*ctx);
   }
+  /// Ops without a CUDA kernel (the host fallback): the executor keeps them
+  /// out of the segments it captures into graphs.
+  bool runsOnHost(const program::Kernel &kernel) const override {
+    return cpu && table.find(kernel.op()) == table.end();
+  }
   CudaGraphStats graphStats() const { return ctx->graphStats; }
 
+  /// Kernels (by tag) per op that run on the host.
   std::map<std::string, int64_t> hostFallbackCounts() const {
     std::lock_guard<std::mutex> lock(hostMutex);
     std::map<std::string, int64_t> counts;

@@ -92,6 +92,7 @@ private:
   struct Segment {
     std::vector<std::pair<int, int>> launches; // (step, kernel position)
     std::unique_ptr<KernelSegment> impl;       // created on first use
+    bool host = false; // one kernel that runs on the host: launched directly
   };
   /// One action of a run() path, in order.
   struct Action {
