@@ -608,7 +608,8 @@ Status Executor::launchSegment(Plan &plan, const Action &action) {
 // writes its outputs). Memory, not value ids, is compared because the arena
 // reuses the bytes of dead activations. Every value thus sees the same
 // reads and writes in the same order as sequentially: results are
-// identical.
+// identical. Which transfer a kernel waits for is static (planOverlapped),
+// so the wait happens before the segment that starts at that kernel.
 
 void Executor::commLoop() {
   for (;;) {
