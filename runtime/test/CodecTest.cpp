@@ -565,3 +565,27 @@ TEST(CodecLayout, RadixTopKSelectsTheHostIndices) {
                                                             << " encoding " << int(host[2]);
     }
 }
+
+TEST(CodecLayout, ReceivedHeadersAreCheckedAgainstTheReceive) {
+  std::vector<float> x = gaussian(100, 9);
+  std::vector<uint8_t> p;
+  ASSERT_TRUE(encode(params(program::CODEC_INT8, 0.0f, 32), x.data(), 100, p).isOk());
+  EXPECT_EQ(codec::fixedHeaderMismatch(p.data(), program::CODEC_INT8, 100, 32), "");
+  EXPECT_EQ(codec::fixedHeaderMismatch(p.data(), program::CODEC_INT8, 100, 64),
+            "peer quantized in blocks of 32, this rank expects 64");
+  EXPECT_EQ(codec::fixedHeaderMismatch(p.data(), program::CODEC_INT8, 99, 32),
+            "corrupt codec payload: payload holds 100 elements, the destination 99");
+  EXPECT_EQ(codec::fixedHeaderMismatch(p.data(), program::CODEC_INT4, 100, 32),
+            "peer sent a payload of codec 3, this rank expects codec 4");
+  ASSERT_TRUE(encode(params(program::CODEC_BF16), x.data(), 100, p).isOk());
+  // The block size is not part of a bf16 payload.
+  EXPECT_EQ(codec::fixedHeaderMismatch(p.data(), program::CODEC_BF16, 100, 256), "");
+  p[0] = 0;
+  EXPECT_EQ(codec::fixedHeaderMismatch(p.data(), program::CODEC_BF16, 100, 256),
+            "corrupt codec payload: bad magic byte 0");
+  p[0] = codec::kMagic;
+  p[2] = 1;
+  EXPECT_NE(codec::fixedHeaderMismatch(p.data(), program::CODEC_BF16, 100, 256)
+                .find("index encoding"),
+            std::string::npos);
+}

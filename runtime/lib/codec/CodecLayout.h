@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #ifdef __CUDACC__
 #define STRAIT_HD __host__ __device__
@@ -265,6 +266,37 @@ STRAIT_HD inline float decodeElement(const uint8_t *p, int codec, int64_t numel,
     return dequantize(q, scale);
   }
   }
+}
+
+/// Why a received fixed-layout payload (its first 16 bytes at `h`) does not
+/// fit a receive of `numel` elements with `codec` (and, for INT8/INT4,
+/// `block`), or "" when it does: the device receive checks this before it
+/// decodes with the header's block size (the size was checked by the
+/// transport).
+inline std::string fixedHeaderMismatch(const uint8_t *h, int codec, int64_t numel,
+                                       uint32_t block) {
+  uint32_t hb = 0;
+  uint64_t hn = 0;
+  for (int i = 0; i < 4; ++i)
+    hb |= uint32_t(h[4 + i]) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    hn |= uint64_t(h[8 + i]) << (8 * i);
+  if (h[0] != kMagic)
+    return "corrupt codec payload: bad magic byte " + std::to_string(h[0]);
+  if (h[3] != kLayoutVersion)
+    return "corrupt codec payload: unknown layout version " + std::to_string(h[3]);
+  if (h[1] != codec)
+    return "peer sent a payload of codec " + std::to_string(h[1]) + ", this rank expects codec " +
+           std::to_string(codec);
+  if (h[2] != 0)
+    return "corrupt codec payload: index encoding set on a fixed-size codec";
+  if (hn != static_cast<uint64_t>(numel))
+    return "corrupt codec payload: payload holds " + std::to_string(hn) +
+           " elements, the destination " + std::to_string(numel);
+  if ((codec == 3 || codec == 4) && hb != block)
+    return "peer quantized in blocks of " + std::to_string(hb) + ", this rank expects " +
+           std::to_string(block);
+  return "";
 }
 
 // --- Top-k selection by radix search (the device codec's algorithm) -----------

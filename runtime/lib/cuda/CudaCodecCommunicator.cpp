@@ -140,29 +140,14 @@ public:
     Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(l.bytes)}, staging.p};
     STRAIT_RETURN_IF_ERROR(inner->recv(wire, peer, channel));
     const uint8_t *h = static_cast<const uint8_t *>(staging.p);
-    std::string what = "recv on channel " + std::to_string(channel) + ": ";
-    uint32_t block = 0;
-    uint64_t numel = 0;
-    for (int i = 0; i < 4; ++i)
-      block |= uint32_t(h[4 + i]) << (8 * i);
-    for (int i = 0; i < 8; ++i)
-      numel |= uint64_t(h[8 + i]) << (8 * i);
-    Status bad;
-    if (h[0] != codec::kMagic || h[3] != codec::kLayoutVersion)
-      bad = invalidArgument(what + "corrupt codec payload: bad magic or layout version");
-    else if (h[1] != codecNumber(codec) || h[2] != 0)
-      bad = invalidArgument(what + "peer sent a payload of codec " + std::to_string(h[1]) +
-                            ", this rank expects " + program::Codec_Name(codec.codec()));
-    else if (numel != static_cast<uint64_t>(t.numel()))
-      bad = invalidArgument(what + "corrupt codec payload: payload holds " +
-                            std::to_string(numel) + " elements, the destination " +
-                            std::to_string(t.numel()));
-    else if ((codec.codec() == program::CODEC_INT8 || codec.codec() == program::CODEC_INT4) &&
-             block != codecBlockSizeOf(codec))
-      bad = invalidArgument(what + "peer quantized in blocks of " + std::to_string(block) +
-                            ", this rank expects " + std::to_string(codecBlockSizeOf(codec)));
-    if (!bad.isOk())
-      return bad.withRank(getRank()).withPeer(peer);
+    std::string why = codec::fixedHeaderMismatch(h, codecNumber(codec), t.numel(),
+                                                 codecBlockSizeOf(codec));
+    if (!why.empty())
+      return invalidArgument("recv on channel " + std::to_string(channel) + ": " + why +
+                             " (" + program::Codec_Name(codec.codec()) + ")")
+          .withRank(getRank())
+          .withPeer(peer);
+    uint32_t block = codecBlockSizeOf(codec);
     uint8_t *d = static_cast<uint8_t *>(payload.p);
     STRAIT_RETURN_IF_ERROR(
         cudaStatus(cudaMemcpyAsync(d, h, l.bytes, cudaMemcpyHostToDevice, stream), "payload copy")
