@@ -15,6 +15,7 @@
 #   conform   the CPU's ONNX conformance list on --backend cuda (no FAIL allowed;
 #             natively vs. through the host fallback is counted)
 #   tiny      gpt2-tiny training steps: CPU vs GPU losses (exact f32 matmul)
+#   digits    the digits CNN's training steps (cuDNN conv, batch norm, pooling): CPU vs GPU
 #   strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores,
 #             CUDA graphs on; strait-nograph the same without graphs
 #   torch     the same step in PyTorch eager with bf16 autocast (bench/gpu/torch_gpt2_step.py)
@@ -91,6 +92,10 @@ if [ -f "$TINY/rank0.program.pb" ]; then
   phase tiny 40 $STEP_BENCH "$TINY" --vocab 256 --precision f32 \
     --compare-cpu 5 --tolerance 1e-3 --steps 5 --warmup 1
 else RESULT[tiny]="no program in $TINY (run scripts/gpu-prepare.sh)"; fi
+if [ -f "$G/digits-step/rank0.program.pb" ]; then # cuDNN conv, batch norm, pooling
+  phase digits 40 $STEP_BENCH "$G/digits-step" --vocab 10 --precision f32 \
+    --compare-cpu 3 --tolerance 1e-3 --steps 5 --warmup 1
+fi
 if [ -f "$SMALL/rank0.program.pb" ]; then
   phase strait 75 $STEP_BENCH "$SMALL" --precision bf16 --graphs on \
     --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
@@ -107,12 +112,12 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest conform tiny strait strait-nograph torch run1 run2 probe; do
+for p in build gtest conform tiny digits strait strait-nograph torch run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
-grep -h "compare-cpu" "$LOG/tiny.log" 2>/dev/null
+grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/digits.log" 2>/dev/null
 grep -h "^strait-cuda:" "$LOG/strait.log" "$LOG/strait-nograph.log" 2>/dev/null
 grep -h "^torch-eager:" "$LOG/torch.log" 2>/dev/null
 grep -h "^compare-runs:" "$LOG/run1.log" "$LOG/run2.log" 2>/dev/null
@@ -124,7 +129,7 @@ if [ -n "$S" ] && [ -n "$T" ]; then
 fi
 echo "FLOPs/step = T*(6N + 12*L*d*S) = $FLOPS; peak 989 TFLOP/s (H200 bf16 dense); logs in $LOG/"
 fail=0
-for p in gtest conform tiny strait run1 run2; do
+for p in gtest conform tiny digits strait run1 run2; do
   case "${RESULT[$p]:-}" in ok|skipped) ;; *) fail=1 ;; esac
 done
 exit $fail

@@ -4,6 +4,7 @@
 # (git-ignored; carry it: run(carry=["out/gpu"])):
 #   small-step/   GPT-2 small training step (8x1024 tokens, AdamW), one rank
 #   tiny-step/    gpt2-tiny training step (8x64), one rank
+#   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
 #   tiny-1gpu/    gpt2-tiny job for a cluster of one H200 (rank 0 on cuda:0)
 #   tiny-2host/   gpt2-tiny in 2 pipeline stages on two hosts of one H200 each
 #                 (100 Gbit/s between them: each rank on cuda:0 of its host, Gloo between)
@@ -29,6 +30,8 @@ common=(--loss cross-entropy --optimizer adamw)
   --emit=program -o "$out/small-step"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   --emit=program -o "$out/tiny-step"
+"$STRAITC" models/digits-cnn/digits-cnn.onnx --input-shape images=32x1x8x8 "${common[@]}" \
+  --emit=program -o "$out/digits-step"
 
 h200='  - name: H200
     kind: gpu

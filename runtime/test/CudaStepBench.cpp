@@ -6,7 +6,7 @@
 //
 // Loads rank 0 of a job written by straitc (a one-rank training step), runs it
 // on cuda:0 with random tokens in [0, vocab) for the i64 inputs (input_ids,
-// labels), `step` = iteration and `lr` = 1e-4, and prints the mean step time,
+// labels), uniform values in [-1, 1) for f32 inputs (images), `step` = iteration and `lr` = 1e-4, and prints the mean step time,
 // tokens/s (elements of input_ids per step) and, given the FLOPs of a step and
 // the peak, the MFU. --compare-cpu K first runs K steps on the CPU and on the
 // GPU from the same parameters and batches and prints both loss sequences and
@@ -42,7 +42,8 @@ struct Options {
   bool graphs = true;
 };
 
-/// Fills the i64 data inputs with tokens, `step` and `lr`.
+/// Fills the i64 data inputs with tokens in [0, vocab) (labels too), f32 data
+/// inputs with uniform values, `step` and `lr`.
 Status feed(Executor &exec, const program::Program &p, int iteration, std::mt19937_64 &rng,
             int64_t vocab) {
   for (const auto &v : p.values()) {
@@ -57,6 +58,9 @@ Status feed(Executor &exec, const program::Program &p, int iteration, std::mt199
     else if (t.dtype == program::DTYPE_I64)
       for (int64_t i = 0; i < t.numel(); ++i)
         t.as<int64_t>()[i] = static_cast<int64_t>(rng() % vocab);
+    else if (t.dtype == program::DTYPE_F32) // images, features: uniform in [-1, 1)
+      for (int64_t i = 0; i < t.numel(); ++i)
+        t.as<float>()[i] = static_cast<float>(rng() >> 40) / float(1 << 23) - 1.0f;
   }
   return Status::ok();
 }
