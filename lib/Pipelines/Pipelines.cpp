@@ -12,6 +12,13 @@
 using namespace mlir;
 
 void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+  // Mixed precision rewrites the forward graph, so that autodiff
+  // differentiates through the casts; "f32" leaves the graph unchanged.
+  if (o.precision != "f32") {
+    graph::GraphAutocastOptions autocast;
+    autocast.precision = o.precision;
+    pm.addPass(graph::createGraphAutocast(autocast));
+  }
   if (!o.loss.empty()) {
     graph::GraphBuildTrainingStepOptions train;
     train.loss = o.loss;

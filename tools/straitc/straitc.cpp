@@ -83,6 +83,11 @@ cl::opt<std::string> loss("loss",
                           cl::desc("Compile a training step with this loss (cross-entropy, "
                                    "mse, output); runs the Strait pipeline"),
                           cl::init(""));
+cl::opt<std::string> precision(
+    "precision",
+    cl::desc("Mixed precision: f32 (default, no casts), bf16 or f16 (graph-autocast: MatMul, "
+             "Gemm and Conv on that type, f32 master weights and optimizer)"),
+    cl::init("f32"));
 cl::opt<std::string> optimizer("optimizer",
                                cl::desc("Training step optimizer: sgd, adamw, none"),
                                cl::init("sgd"));
@@ -288,6 +293,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.loss = loss.getValue();
   popts.microBatches = microBatches.getValue();
   popts.optimizer = optimizer.getValue();
+  popts.precision = precision.getValue();
   popts.output = lossOutput.getValue();
   popts.label = label.getValue();
   popts.ignoreIndex = ignoreIndex.getValue();
@@ -488,6 +494,15 @@ int main(int argc, char **argv) {
     if (!cluster) {
       llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
       return 1;
+    }
+    // The plan of a mixed-precision job costs the products in its type.
+    if (precision != "f32") {
+      PassManager pm(&context);
+      strait::graph::GraphAutocastOptions autocast;
+      autocast.precision = precision;
+      pm.addPass(strait::graph::createGraphAutocast(autocast));
+      if (failed(pm.run(*module)))
+        return 1;
     }
     strait::PlannerOptions popts;
     popts.strategy = strategy;

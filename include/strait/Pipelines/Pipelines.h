@@ -29,6 +29,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                            llvm::cl::desc("build a training step with this loss "
                                           "(cross-entropy, mse, output); empty: forward only"),
                            llvm::cl::init("")};
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("f32 (no casts), or bf16 / f16: graph-autocast runs the "
+                     "products in that type before the training step"),
+      llvm::cl::init("f32")};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("training step optimizer: sgd, adamw, none"),
                                 llvm::cl::init("sgd")};
@@ -114,7 +119,7 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                        clEnumValN(FuseMode::None, "none", "one kernel per op"))};
 };
 
-/// [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
+/// [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
 /// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
 /// Fusion runs last, so pipeline cuts and communication see unfused ops.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);

@@ -120,4 +120,36 @@ def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphAutocast : Pass<"graph-autocast", "::mlir::ModuleOp"> {
+  let summary = "Mixed precision: run GEMM-like ops on bf16 (or f16) operands";
+  let description = [{
+    An automatic-mixed-precision policy like PyTorch's autocast, applied to
+    the forward graph before `graph-build-training-step`, so that autodiff
+    differentiates through the casts. Every MatMul, Gemm, Conv and
+    ConvTranspose whose float operands are all f32 gets a `graph.Cast` to
+    `precision` on each float operand (a fresh cast per use, so gradients of
+    a value used by several products are summed in f32 after the backward
+    cast), computes in `precision` (result element type `precision`; the
+    kernels accumulate in f32) and its result is cast back to f32 for every
+    other op: softmax, normalizations, losses, reductions and elementwise ops
+    stay f32. Variables stay f32 (the master weights): the weight read by a
+    product is cast each step, its gradient is cast back to f32 (the rule of
+    Cast) before it reaches AccumulateGrad and the optimizer, whose state
+    stays f32. Einsum is left in f32. See docs/training.md, "Mixed precision".
+
+    ```
+    strait-opt --graph-autocast='precision=bf16' --graph-build-training-step model.mlir
+    ```
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"bf16\"",
+           "element type of the products' operands and results: bf16 or f16">
+  ];
+  let statistics = [
+    Statistic<"numOps", "num-ops", "Ops that now compute in low precision">,
+    Statistic<"numCasts", "num-casts", "Cast ops inserted">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHPASSES_TD
