@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <set>
 
 namespace strait {
 namespace rt {
@@ -116,6 +118,93 @@ uint16_t floatToHalf(float f) {
 
 namespace {
 
+bool isLowFloat(DType t) {
+  return t == program::DTYPE_BF16 || t == program::DTYPE_F16;
+}
+
+float lowToFloat(DType t, uint16_t v) {
+  if (t == program::DTYPE_F16)
+    return halfToFloat(v);
+  uint32_t bits = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToLow(DType t, float f) {
+  if (t == program::DTYPE_F16)
+    return floatToHalf(f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) // NaN stays a quiet NaN
+    return static_cast<uint16_t>((bits | 0x00400000u) >> 16);
+  bits += 0x7FFF + ((bits >> 16) & 1); // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+/// bf16/f16 support of an f32 kernel (mixed precision, graph-autocast):
+/// 16-bit float inputs are widened to f32 (exact), the f32 kernel runs
+/// (f32 accumulation) on f32 outputs, and each 16-bit output is rounded to
+/// nearest even on store. Kernels without 16-bit operands run unchanged.
+/// The inner context needs the kernel proto: `kernel` is the one resolve()
+/// got, kept alive by the returned function.
+KernelFn widenLowFloats(KernelFn fn, std::shared_ptr<const program::Kernel> kernel) {
+  return [fn, kernel](KernelContext &ctx) -> Status {
+    bool low = false;
+    for (size_t i = 0; i < ctx.numInputs(); ++i)
+      low |= ctx.input(i) && isLowFloat(ctx.input(i)->dtype);
+    for (size_t i = 0; i < ctx.numOutputs(); ++i)
+      low |= ctx.output(i) && isLowFloat(ctx.output(i)->dtype);
+    if (!low)
+      return fn(ctx);
+    std::vector<OwnedTensor> wide;
+    wide.reserve(ctx.numInputs() + ctx.numOutputs());
+    std::vector<const Tensor *> ins;
+    for (size_t i = 0; i < ctx.numInputs(); ++i) {
+      const Tensor *x = ctx.input(i);
+      if (!x || !isLowFloat(x->dtype)) {
+        ins.push_back(x);
+        continue;
+      }
+      wide.emplace_back(program::DTYPE_F32, x->shape);
+      float *w = wide.back().tensor.as<float>();
+      const uint16_t *v = x->as<uint16_t>();
+      DType t = x->dtype;
+      parallelFor(x->numel(), 16384, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k)
+          w[k] = lowToFloat(t, v[k]);
+      });
+      ins.push_back(&wide.back().tensor);
+    }
+    std::vector<Tensor *> outs;
+    for (size_t i = 0; i < ctx.numOutputs(); ++i) {
+      Tensor *y = ctx.output(i);
+      if (!y || !isLowFloat(y->dtype)) {
+        outs.push_back(y);
+        continue;
+      }
+      wide.emplace_back(program::DTYPE_F32, y->shape);
+      outs.push_back(&wide.back().tensor);
+    }
+    KernelContext inner(*kernel, std::move(ins), outs);
+    inner.setMicroBatch(ctx.getMicroBatch());
+    STRAIT_RETURN_IF_ERROR(fn(inner));
+    for (size_t i = 0; i < ctx.numOutputs(); ++i) {
+      Tensor *y = ctx.output(i);
+      if (!y || !isLowFloat(y->dtype))
+        continue;
+      const float *w = outs[i]->as<float>();
+      uint16_t *v = y->as<uint16_t>();
+      DType t = y->dtype;
+      parallelFor(y->numel(), 16384, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k)
+          v[k] = floatToLow(t, w[k]);
+      });
+    }
+    return Status::ok();
+  };
+}
+
 class CpuBackend : public Backend {
 public:
   CpuBackend() {
@@ -143,6 +232,14 @@ public:
     if (!fn)
       return unimplemented("cpu backend has no kernel for op '" + kernel.op() +
                            "'");
+    // Mixed precision (graph-autocast): the products and the gradient ops
+    // autodiff emits for them take bf16/f16 operands. Reshape, Transpose
+    // and the other data-movement kernels copy bytes of any dtype.
+    static const std::set<std::string> widened = {
+        "MatMul",        "Gemm",           "Conv",          "ConvTranspose",
+        "ConvGradInput", "ConvGradWeight", "ReduceToShape", "ReduceSum"};
+    if (widened.count(kernel.op()))
+      return widenLowFloats(*fn, std::make_shared<const program::Kernel>(kernel));
     return *fn;
   }
   std::vector<std::string> supportedOps() const override { return table.ops(); }
