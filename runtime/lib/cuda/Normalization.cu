@@ -24,20 +24,6 @@ __device__ inline void raise(int *flag, int tag, int code) {
     flag[1] = code;
 }
 
-/// Sum over the block (blockDim.x == kBlock); every thread gets the result.
-template <typename T> __device__ inline T blockSum(T v, T *shm) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0)
-    shm[threadIdx.x >> 5] = v;
-  __syncthreads();
-  T r = T(0);
-  for (int w = 0; w < kBlock / 32; ++w)
-    r += shm[w];
-  return r;
-}
-
 /// Online softmax statistics: running max m and sum s of exp(x - m).
 struct MaxSum {
   float m, s;

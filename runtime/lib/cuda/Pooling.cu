@@ -18,20 +18,6 @@ namespace rt {
 namespace cuda {
 namespace {
 
-template <typename T> __device__ inline T blockSum(T v, T *shm) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0)
-    shm[threadIdx.x >> 5] = v;
-  __syncthreads();
-  T r = T(0);
-  for (int w = 0; w < kBlock / 32; ++w)
-    r += shm[w];
-  __syncthreads();
-  return r;
-}
-
 /// Walks the window of output `o` of a plane: f(inputIndex) for elements
 /// inside X, returns the number of positions in the padding (not counting
 /// ceil-mode overhang past the end padding, as the CPU backend).
