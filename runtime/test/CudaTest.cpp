@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "strait/runtime/Cuda.h"
+#include "strait/runtime/KernelArgs.h"
 #include "CudaKernels.h"
 
 #include <gtest/gtest.h>
@@ -238,15 +239,15 @@ namespace {
 
 using Kfn = std::function<void(program::Kernel &)>;
 
-/// A window computed by the CUDA backend's host code (no GPU needed).
-StatusOr<cuda::SpatialWindow> windowOf(const Shape &x, const std::vector<int64_t> &kernel,
-                                       bool pooling, const Kfn &attrs) {
+/// A window as the CUDA backend computes it (rt::convWindow, no GPU needed).
+StatusOr<ConvWindow> windowOf(const Shape &x, const std::vector<int64_t> &kernel,
+                              bool pooling, const Kfn &attrs) {
   program::Kernel k;
   k.set_op(pooling ? "MaxPool" : "Conv");
   k.set_name("w");
   attrs(k);
   KernelContext ctx(k, {}, {});
-  return cuda::spatialWindow(ctx, x, kernel, pooling);
+  return convWindow(ctx, x, kernel, pooling);
 }
 
 StatusOr<cuda::CudnnConvShape> cudnnShapeOf(const Shape &x, const Shape &w, int64_t group,
@@ -257,7 +258,7 @@ StatusOr<cuda::CudnnConvShape> cudnnShapeOf(const Shape &x, const Shape &w, int6
   attrs(k);
   KernelContext ctx(k, {}, {});
   std::vector<int64_t> kshape(w.begin() + 2, w.end());
-  STRAIT_ASSIGN_OR_RETURN(cuda::SpatialWindow win, cuda::spatialWindow(ctx, x, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow win, convWindow(ctx, x, kshape, false));
   return cuda::cudnnConvShape(ctx, win, x[0], x[1], w[0], group);
 }
 
@@ -273,7 +274,7 @@ TEST(CudaNoDevice, SpatialWindowFollowsOnnxRules) {
     };
   };
   // 224 with k=3, s=2: 112 outputs, one pad in all, at the end (UPPER) or start.
-  StatusOr<cuda::SpatialWindow> up = windowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_UPPER"));
+  StatusOr<ConvWindow> up = windowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_UPPER"));
   ASSERT_TRUE(up.isOk()) << up.getStatus().toString();
   EXPECT_EQ(up->nd, 2);
   EXPECT_EQ(up->out[1], 112);
@@ -283,7 +284,7 @@ TEST(CudaNoDevice, SpatialWindowFollowsOnnxRules) {
   EXPECT_EQ(up->pad[2], 0);
   EXPECT_EQ(up->padEnd[2], 1);
   EXPECT_EQ(up->in[0], 1); // 2-D windows use the last two slots
-  StatusOr<cuda::SpatialWindow> low = windowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_LOWER"));
+  StatusOr<ConvWindow> low = windowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_LOWER"));
   ASSERT_TRUE(low.isOk());
   EXPECT_EQ(low->pad[1], 1);
   EXPECT_EQ(low->padEnd[1], 0);
@@ -349,14 +350,14 @@ TEST(CudaNoDevice, SpatialWindowAgreesWithCpuBackend) {
                 if (std::string(autoPad) == "NOTSET")
                   setInts(k, "pads", pads);
               };
-              StatusOr<cuda::SpatialWindow> w = windowOf(x, kernel, !conv, attrs);
+              StatusOr<ConvWindow> w = windowOf(x, kernel, !conv, attrs);
               if (!w.isOk())
                 continue; // an empty output: the CPU rejects it too (not checked)
               std::vector<Arr> ins = {Arr::rand(x, 1)};
               if (conv)
                 ins.push_back(Arr::rand({3, 2, 3, 2}, 2));
               std::vector<Arr> outs = {
-                  Arr::out(cuda::windowOutputShape(1, conv ? 3 : 2, *w))};
+                  Arr::out(windowOutputShape(1, conv ? 3 : 2, *w))};
               Status s = runOn("cpu", cpu, op, ins, outs, attrs);
               EXPECT_TRUE(s.isOk()) << op << " " << autoPad << " ceil " << ceilMode
                                     << " stride " << stride << " dil " << dil << ": "
@@ -459,9 +460,9 @@ TEST_F(Cuda, ConvGradients) {
     };
     // The forward output shape, from the CPU backend.
     std::vector<int64_t> kshape(c.w.begin() + 2, c.w.end());
-    StatusOr<cuda::SpatialWindow> w = windowOf(c.x, kshape, false, attrs);
+    StatusOr<ConvWindow> w = windowOf(c.x, kshape, false, attrs);
     ASSERT_TRUE(w.isOk());
-    Shape y = cuda::windowOutputShape(c.x[0], c.w[0], *w);
+    Shape y = windowOutputShape(c.x[0], c.w[0], *w);
     Arr dy = Arr::rand(y, 45), x = Arr::rand(c.x, 46), wt = Arr::rand(c.w, 47);
     compare("ConvGradInput", {dy, wt}, {Arr::out(c.x)}, [&](program::Kernel &k) {
       attrs(k);

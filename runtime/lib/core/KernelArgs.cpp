@@ -2,6 +2,7 @@
 
 #include "strait/runtime/KernelArgs.h"
 
+#include <algorithm>
 #include <string>
 
 namespace strait {
@@ -76,6 +77,74 @@ StatusOr<AdamWAttrs> adamWAttrs(const KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(a.epsilon, at.getFloat("epsilon", a.epsilon));
   STRAIT_ASSIGN_OR_RETURN(a.weightDecay, at.getFloat("weight_decay", a.weightDecay));
   return a;
+}
+
+StatusOr<ConvWindow> convWindow(const KernelContext &ctx, const Shape &x,
+                                const std::vector<int64_t> &kernel, bool pooling) {
+  ConvWindow w;
+  w.nd = static_cast<int>(x.size()) - 2;
+  if (w.nd < 1 || w.nd > 3)
+    return ctx.unsupported("only 1-3 spatial dimensions, got input " + shapeToString(x));
+  if (static_cast<int>(kernel.size()) != w.nd)
+    return ctx.error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " +
+                     std::to_string(w.nd) + " spatial dims");
+  const AttrReader &attrs = ctx.getAttrs();
+  std::vector<int64_t> ones(w.nd, 1), zeros(2 * w.nd, 0);
+  STRAIT_ASSIGN_OR_RETURN(auto strides, attrs.getInts("strides", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto dils, attrs.getInts("dilations", ones));
+  STRAIT_ASSIGN_OR_RETURN(auto pads, attrs.getInts("pads", zeros));
+  STRAIT_ASSIGN_OR_RETURN(std::string autoPad, attrs.getString("auto_pad", "NOTSET"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t ceilMode, attrs.getInt("ceil_mode", 0));
+  if (static_cast<int>(strides.size()) != w.nd || static_cast<int>(dils.size()) != w.nd ||
+      static_cast<int>(pads.size()) != 2 * w.nd)
+    return ctx.error("strides/dilations/pads do not match the spatial rank");
+  bool ceil = ceilMode != 0 && pooling;
+  for (int d = 0; d < w.nd; ++d) {
+    // A zero stride would divide by zero below; a zero dilation or kernel
+    // size is no window.
+    for (auto [name, v] : {std::pair<const char *, int64_t>{"strides", strides[d]},
+                           {"dilations", dils[d]},
+                           {"kernel_shape", kernel[d]}})
+      if (v < 1)
+        return ctx.error(std::string(name) + " must be positive, got " + std::to_string(v) +
+                         " along spatial dim " + std::to_string(d));
+    int64_t in = x[2 + d], s = strides[d], eff = (kernel[d] - 1) * dils[d] + 1;
+    int64_t pb = pads[d], pe = pads[d + w.nd], out;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      out = (in + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + eff - in);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else if (autoPad == "VALID") {
+      pb = pe = 0;
+      out = (in - eff) / s + 1;
+    } else if (autoPad == "NOTSET") {
+      int64_t span = in + pb + pe - eff;
+      out = (ceil ? (span + s - 1) / s : span / s) + 1;
+      if (ceil && (out - 1) * s >= in + pb)
+        --out;
+    } else {
+      return ctx.error("unknown auto_pad '" + autoPad + "'");
+    }
+    if (out <= 0)
+      return ctx.error("empty output along spatial dim " + std::to_string(d));
+    int slot = 3 - w.nd + d;
+    w.in[slot] = in;
+    w.out[slot] = out;
+    w.k[slot] = kernel[d];
+    w.stride[slot] = s;
+    w.dil[slot] = dils[d];
+    w.pad[slot] = pb;
+    w.padEnd[slot] = pe;
+  }
+  return w;
+}
+
+Shape windowOutputShape(int64_t n, int64_t c, const ConvWindow &w) {
+  Shape s = {n, c};
+  for (int d = 3 - w.nd; d < 3; ++d)
+    s.push_back(w.out[d]);
+  return s;
 }
 
 } // namespace rt

@@ -2,10 +2,12 @@
 //
 // Conv (groups, strides, pads, dilations, auto_pad) as im2col + sgemm, and
 // MaxPool / AveragePool / global pooling. 1-D and 2-D windows are handled as
-// 3-D windows whose extra dimensions have size 1.
+// 3-D windows whose extra dimensions have size 1. The window comes from
+// rt::convWindow (KernelArgs.h), shared with the CUDA backend.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "strait/runtime/KernelArgs.h"
 
 #include <cmath>
 #include <limits>
@@ -15,77 +17,8 @@ namespace rt {
 namespace cpu {
 namespace {
 
-struct Window {
-  int nd = 0;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
-  int64_t stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
-  int64_t inSize() const { return in[0] * in[1] * in[2]; }
-  int64_t outSize() const { return out[0] * out[1] * out[2]; }
-  int64_t kSize() const { return k[0] * k[1] * k[2]; }
-};
-
-StatusOr<Window> makeWindow(const KernelContext &ctx, const Shape &x,
-                            std::vector<int64_t> kernel, bool pooling) {
-  Window w;
-  w.nd = static_cast<int>(x.size()) - 2;
-  if (w.nd < 1 || w.nd > 3)
-    return ctx.unsupported("only 1-3 spatial dimensions, got input " +
-                           shapeToString(x));
-  if (static_cast<int>(kernel.size()) != w.nd)
-    return ctx.error("kernel_shape has " + std::to_string(kernel.size()) +
-                     " entries for " + std::to_string(w.nd) + " spatial dims");
-  const AttrReader &attrs = ctx.getAttrs();
-  std::vector<int64_t> ones(w.nd, 1), zeros(2 * w.nd, 0);
-  STRAIT_ASSIGN_OR_RETURN(auto strides, attrs.getInts("strides", ones));
-  STRAIT_ASSIGN_OR_RETURN(auto dils, attrs.getInts("dilations", ones));
-  STRAIT_ASSIGN_OR_RETURN(auto pads, attrs.getInts("pads", zeros));
-  STRAIT_ASSIGN_OR_RETURN(std::string autoPad, attrs.getString("auto_pad", "NOTSET"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t ceilMode, attrs.getInt("ceil_mode", 0));
-  if (static_cast<int>(strides.size()) != w.nd ||
-      static_cast<int>(dils.size()) != w.nd ||
-      static_cast<int>(pads.size()) != 2 * w.nd)
-    return ctx.error("strides/dilations/pads do not match the spatial rank");
-  for (int d = 0; d < w.nd; ++d) {
-    int64_t in = x[2 + d], eff = (kernel[d] - 1) * dils[d] + 1;
-    int64_t pb = pads[d], pe = pads[d + w.nd], out;
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      out = (in + strides[d] - 1) / strides[d];
-      int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + eff - in);
-      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-    } else if (autoPad == "VALID") {
-      pb = 0;
-      out = (in - eff) / strides[d] + 1;
-    } else if (autoPad == "NOTSET") {
-      int64_t span = in + pb + pe - eff;
-      out = (ceilMode && pooling ? (span + strides[d] - 1) / strides[d]
-                                 : span / strides[d]) + 1;
-      if (ceilMode && pooling && (out - 1) * strides[d] >= in + pb)
-        --out;
-    } else {
-      return ctx.error("unknown auto_pad '" + autoPad + "'");
-    }
-    if (out <= 0)
-      return ctx.error("empty output along spatial dim " + std::to_string(d));
-    int slot = 3 - w.nd + d;
-    w.in[slot] = in;
-    w.out[slot] = out;
-    w.k[slot] = kernel[d];
-    w.stride[slot] = strides[d];
-    w.dil[slot] = dils[d];
-    w.pad[slot] = pb;
-  }
-  return w;
-}
-
-Shape outputShape(int64_t n, int64_t c, const Window &w) {
-  Shape s = {n, c};
-  for (int d = 3 - w.nd; d < 3; ++d)
-    s.push_back(w.out[d]);
-  return s;
-}
-
 /// col[(c*K + kpos) * P + opos] for one image and one group.
-void im2col(const float *x, int64_t channels, const Window &w, float *col) {
+void im2col(const float *x, int64_t channels, const ConvWindow &w, float *col) {
   int64_t kSize = w.kSize(), p = w.outSize();
   parallelFor(channels * kSize, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) {
@@ -113,7 +46,7 @@ void im2col(const float *x, int64_t channels, const Window &w, float *col) {
 /// Adjoint of im2col: img[c, ipos] += col[(c*K + kpos) * P + opos]. Serial
 /// over kernel positions of one channel so that no two threads add into the
 /// same image element.
-void col2im(const float *col, int64_t channels, const Window &w, float *img) {
+void col2im(const float *col, int64_t channels, const ConvWindow &w, float *img) {
   int64_t kSize = w.kSize(), p = w.outSize();
   parallelFor(channels, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -158,8 +91,8 @@ Status convKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
   if (kattr != kshape)
     return ctx.error("kernel_shape attribute disagrees with W " + wt->typeString());
-  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, x->shape, kshape, false));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outputShape(n, m, w),
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, windowOutputShape(n, m, w),
                                                         program::DTYPE_F32));
   if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
     return ctx.error("bias " + bias->typeString() + " does not have " +
@@ -194,9 +127,9 @@ Status convKernel(KernelContext &ctx) {
 
 /// ConvTranspose's window seen from the adjoint convolution: `in` is the
 /// ConvTranspose output, `out` its input.
-StatusOr<Window> transposeWindow(const KernelContext &ctx, const Shape &x,
-                                 const std::vector<int64_t> &kernel) {
-  Window w;
+StatusOr<ConvWindow> transposeWindow(const KernelContext &ctx, const Shape &x,
+                                     const std::vector<int64_t> &kernel) {
+  ConvWindow w;
   w.nd = static_cast<int>(x.size()) - 2;
   if (w.nd < 1 || w.nd > 3 || static_cast<int>(kernel.size()) != w.nd)
     return ctx.unsupported("only 1-3 spatial dimensions");
@@ -249,7 +182,7 @@ Status convTransposeKernel(KernelContext &ctx) {
                      std::to_string(group));
   int64_t n = x->shape[0], c = x->shape[1], mg = wt->shape[1], m = mg * group;
   std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(Window w, transposeWindow(ctx, x->shape, kshape));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, transposeWindow(ctx, x->shape, kshape));
   Shape outShape = {n, m};
   for (int d = 3 - w.nd; d < 3; ++d)
     outShape.push_back(w.in[d]);
@@ -288,8 +221,8 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
                           ctx.getAttrs().getInt("storage_order", 0));
   if (x->rank() < 3)
     return ctx.error("input must have rank >= 3, got " + x->typeString());
-  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, x->shape, kshape, true));
-  Shape outShape = outputShape(x->shape[0], x->shape[1], w);
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, true));
+  Shape outShape = windowOutputShape(x->shape[0], x->shape[1], w);
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
   Tensor *indices = nullptr;
   if (ctx.output(1)) {
@@ -302,47 +235,28 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x->as<float>() + pl * w.inSize();
       float *out = y->as<float>() + pl * w.outSize();
-      int64_t o = 0;
-      for (int64_t oz = 0; oz < w.out[0]; ++oz)
-        for (int64_t oy = 0; oy < w.out[1]; ++oy)
-          for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
-            float best = -std::numeric_limits<float>::infinity(), sum = 0;
-            int64_t bestIdx = 0, count = 0, padded = 0;
-            for (int64_t kz = 0; kz < w.k[0]; ++kz)
-              for (int64_t ky = 0; ky < w.k[1]; ++ky)
-                for (int64_t kx = 0; kx < w.k[2]; ++kx) {
-                  int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-                  int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-                  int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
-                  bool inside = iz >= 0 && iz < w.in[0] && iy >= 0 &&
-                                iy < w.in[1] && ix >= 0 && ix < w.in[2];
-                  // Padding that count_include_pad counts stops at the
-                  // padded extent (pads), not at ceil-mode overhang.
-                  if (!inside) {
-                    bool inPad = iz < w.in[0] + w.pad[0] && iy < w.in[1] + w.pad[1] &&
-                                 ix < w.in[2] + w.pad[2];
-                    padded += inPad;
-                    continue;
-                  }
-                  int64_t idx = (iz * w.in[1] + iy) * w.in[2] + ix;
-                  float v = in[idx];
-                  sum += v;
-                  ++count;
-                  if (v > best) {
-                    best = v;
-                    bestIdx = idx;
-                  }
-                }
-            if (kind == PoolKind::Max) {
-              out[o] = best;
-              if (indices)
-                indices->as<int64_t>()[pl * w.outSize() + o] =
-                    pl * w.inSize() + bestIdx;
-            } else {
-              int64_t denom = includePad ? count + padded : count;
-              out[o] = denom ? sum / denom : 0.0f;
-            }
+      for (int64_t o = 0; o < w.outSize(); ++o) {
+        float best = -std::numeric_limits<float>::infinity(), sum = 0;
+        int64_t bestIdx = 0, count = 0;
+        // count_include_pad counts the pads, not ceil-mode overhang.
+        int64_t padded = walkWindow(w, o, [&](int64_t idx) {
+          float v = in[idx];
+          sum += v;
+          ++count;
+          if (v > best) {
+            best = v;
+            bestIdx = idx;
           }
+        });
+        if (kind == PoolKind::Max) {
+          out[o] = best;
+          if (indices)
+            indices->as<int64_t>()[pl * w.outSize() + o] = pl * w.inSize() + bestIdx;
+        } else {
+          int64_t denom = includePad ? count + padded : count;
+          out[o] = denom ? sum / denom : 0.0f;
+        }
+      }
     }
   });
   return Status::ok();
@@ -394,8 +308,8 @@ Status convGradInputKernel(KernelContext &ctx) {
     return ctx.error("dY " + dy->typeString() + ", W " + wt->typeString() +
                      " and input_shape " + shapeToString(xShape) + " do not fit");
   std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, xShape, kshape, false));
-  if (outputShape(xShape[0], wt->shape[0], w) != dy->shape)
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, false));
+  if (windowOutputShape(xShape[0], wt->shape[0], w) != dy->shape)
     return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
   int64_t n = xShape[0], c = xShape[1], m = wt->shape[0], cg = c / group, mg = m / group;
@@ -421,8 +335,8 @@ Status convGradWeightKernel(KernelContext &ctx) {
     return ctx.error("dY " + dy->typeString() + ", X " + x->typeString() +
                      " and weight_shape " + shapeToString(wShape) + " do not fit");
   std::vector<int64_t> kshape(wShape.begin() + 2, wShape.end());
-  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, x->shape, kshape, false));
-  if (outputShape(x->shape[0], wShape[0], w) != dy->shape)
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
+  if (windowOutputShape(x->shape[0], wShape[0], w) != dy->shape)
     return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dw, ctx.requireOutput(0, wShape, program::DTYPE_F32));
   int64_t n = x->shape[0], c = x->shape[1], m = wShape[0], cg = c / group, mg = m / group;
@@ -452,8 +366,8 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
   STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
   if (xShape.size() < 3)
     return ctx.error("input must have rank >= 3");
-  STRAIT_ASSIGN_OR_RETURN(Window w, makeWindow(ctx, xShape, kshape, true));
-  if (outputShape(xShape[0], xShape[1], w) != dy->shape)
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, true));
+  if (windowOutputShape(xShape[0], xShape[1], w) != dy->shape)
     return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
   std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
@@ -464,39 +378,23 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
       const float *in = x ? x->as<float>() + pl * w.inSize() : nullptr;
       float *out = dx->as<float>() + pl * w.inSize();
       const float *g = dy->as<float>() + pl * w.outSize();
-      int64_t o = 0;
-      for (int64_t oz = 0; oz < w.out[0]; ++oz)
-        for (int64_t oy = 0; oy < w.out[1]; ++oy)
-          for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
-            window.clear();
-            int64_t padded = 0;
-            for (int64_t kz = 0; kz < w.k[0]; ++kz)
-              for (int64_t ky = 0; ky < w.k[1]; ++ky)
-                for (int64_t kx = 0; kx < w.k[2]; ++kx) {
-                  int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-                  int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-                  int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
-                  if (iz >= 0 && iz < w.in[0] && iy >= 0 && iy < w.in[1] && ix >= 0 &&
-                      ix < w.in[2])
-                    window.push_back((iz * w.in[1] + iy) * w.in[2] + ix);
-                  else
-                    padded += iz < w.in[0] + w.pad[0] && iy < w.in[1] + w.pad[1] &&
-                              ix < w.in[2] + w.pad[2];
-                }
-            if (window.empty())
-              continue;
-            if (kind == PoolKind::Max) {
-              int64_t best = window[0];
-              for (int64_t idx : window)
-                if (in[idx] > in[best])
-                  best = idx;
-              out[best] += g[o];
-            } else {
-              int64_t denom = static_cast<int64_t>(window.size()) + (includePad ? padded : 0);
-              for (int64_t idx : window)
-                out[idx] += g[o] / denom;
-            }
-          }
+      for (int64_t o = 0; o < w.outSize(); ++o) {
+        window.clear();
+        int64_t padded = walkWindow(w, o, [&](int64_t idx) { window.push_back(idx); });
+        if (window.empty())
+          continue;
+        if (kind == PoolKind::Max) {
+          int64_t best = window[0];
+          for (int64_t idx : window)
+            if (in[idx] > in[best])
+              best = idx;
+          out[best] += g[o];
+        } else {
+          int64_t denom = static_cast<int64_t>(window.size()) + (includePad ? padded : 0);
+          for (int64_t idx : window)
+            out[idx] += g[o] / denom;
+        }
+      }
     }
   });
   return Status::ok();

@@ -3,9 +3,9 @@
 // Conv (1-3 spatial dims, groups, strides, dilations, pads, auto_pad, bias)
 // and the compiler's ConvGradInput / ConvGradWeight, with cuDNN's legacy
 // convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter).
-// The window is computed as the CPU backend does (spatialWindow) and mapped
-// to cuDNN's descriptors by cudnnConvShape (1-D runs as 2-D; pads must be
-// symmetric unless the end pad does not change the output size).
+// The window comes from rt::convWindow (shared with the CPU backend) and is
+// mapped to cuDNN's descriptors by cudnnConvShape (1-D runs as 2-D; pads
+// must be symmetric unless the end pad does not change the output size).
 //
 // Algorithms come from cuDNN's heuristics (the *_v7 queries, no timing
 // runs), chosen once per kernel and kept; the workspace is the backend's
@@ -219,7 +219,7 @@ Status convKernel(CudaContext &c, KernelContext &ctx, int tag) {
   STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
   if (kattr != kshape)
     return ctx.error("kernel_shape attribute disagrees with W " + wt->typeString());
-  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, x->shape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, windowOutputShape(n, m, w),
                                                         program::DTYPE_F32));
   if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
@@ -252,7 +252,7 @@ Status convGradInputKernel(CudaContext &c, KernelContext &ctx, int tag) {
     return ctx.error("dY " + dy->typeString() + ", W " + wt->typeString() +
                      " and input_shape " + shapeToString(xShape) + " do not fit");
   std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, xShape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, false));
   if (windowOutputShape(xShape[0], wt->shape[0], w) != dy->shape)
     return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
@@ -274,7 +274,7 @@ Status convGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
     return ctx.error("dY " + dy->typeString() + ", X " + x->typeString() +
                      " and weight_shape " + shapeToString(wShape) + " do not fit");
   std::vector<int64_t> kshape(wShape.begin() + 2, wShape.end());
-  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, x->shape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
   if (windowOutputShape(x->shape[0], wShape[0], w) != dy->shape)
     return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dw, ctx.requireOutput(0, wShape, program::DTYPE_F32));

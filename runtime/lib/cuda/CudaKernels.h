@@ -13,6 +13,7 @@
 
 #include "strait/runtime/Backend.h"
 #include "strait/runtime/Cuda.h"
+#include "strait/runtime/KernelArgs.h"
 #include "CudaLaunch.h"
 
 #include <cublas_v2.h>
@@ -109,14 +110,6 @@ void addSpatialKernels(CudaKernelTable &table);
 /// Conv, ConvGradInput, ConvGradWeight through cuDNN (STRAIT_HAVE_CUDNN only).
 void addConvKernels(CudaKernelTable &table);
 
-/// The window of a Conv / pool / their gradients over X of shape `x` with
-/// `kernel` (the spatial kernel shape): strides, dilations, pads, auto_pad
-/// and (pooling only) ceil_mode, with the CPU backend's rules and messages.
-StatusOr<SpatialWindow> spatialWindow(const KernelContext &ctx, const Shape &x,
-                                      const std::vector<int64_t> &kernel, bool pooling);
-/// [N, C, out...] of a window.
-Shape windowOutputShape(int64_t n, int64_t c, const SpatialWindow &w);
-
 /// cuDNN's view of a convolution: 4-D (1-D and 2-D convolutions) or 5-D
 /// tensors, one symmetric pad per spatial dim.
 struct CudnnConvShape {
@@ -128,7 +121,7 @@ struct CudnnConvShape {
 /// descriptors. Unimplemented when cuDNN cannot express it: pads that differ
 /// between the two sides of a dim and change the output size, or sizes past
 /// int range.
-StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const SpatialWindow &w,
+StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const ConvWindow &w,
                                         int64_t n, int64_t c, int64_t m, int64_t group);
 
 } // namespace cuda

@@ -8,6 +8,8 @@
 #ifndef STRAIT_RUNTIME_LIB_CUDA_CUDALAUNCH_H
 #define STRAIT_RUNTIME_LIB_CUDA_CUDALAUNCH_H
 
+#include "strait/runtime/ConvWindow.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -139,25 +141,16 @@ bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t 
 
 // --- Spatial and reduction kernels (Pooling.cu, Reduce.cu) ------------------
 
-/// A convolution / pooling window over 3 spatial slots; 1-D and 2-D windows
-/// use the last slots (the leading ones have size 1). `pad` is the padding at
-/// the start of each dim, `padEnd` at its end (it only decides `out`).
-struct SpatialWindow {
-  int nd = 0;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
-  int64_t stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1}, pad[3] = {0, 0, 0},
-          padEnd[3] = {0, 0, 0};
-  int64_t inSize() const { return in[0] * in[1] * in[2]; }
-  int64_t outSize() const { return out[0] * out[1] * out[2]; }
-};
+// The window (rt::ConvWindow, computed by rt::convWindow) is plain data and
+// passed to the pooling kernels by value.
 
 /// MaxPool / AveragePool over `planes` = N * C planes (f32). `indices` (i64,
 /// may be null): flat index of each maximum into X, as ONNX's MaxPool.
 void launchPool(bool max, bool countIncludePad, const float *x, float *y, int64_t *indices,
-                int64_t planes, const SpatialWindow &w, cudaStream_t s);
+                int64_t planes, const ConvWindow &w, cudaStream_t s);
 /// dX (zeroed by the launcher) of MaxPool (x needed) / AveragePool (x null).
 void launchPoolGrad(bool max, bool countIncludePad, const float *dy, const float *x, float *dx,
-                    int64_t planes, const SpatialWindow &w, cudaStream_t s);
+                    int64_t planes, const ConvWindow &w, cudaStream_t s);
 /// GlobalMaxPool / GlobalAveragePool: one value per plane of `size` elements.
 void launchGlobalPool(bool max, const float *x, float *y, int64_t planes, int64_t size,
                       cudaStream_t s);

@@ -5,9 +5,9 @@
 // pools and their gradients; BatchNormalization (inference and training
 // mode), BatchNormalizationTraining and BatchNormalizationGrad; the Reduce*
 // family; Slice and SliceGrad; GatherElements; HardSigmoid and HardSwish.
-// Also the window
-// arithmetic shared with the cuDNN convolution (CudaConv.cpp), which is
-// plain host code and tested without a GPU.
+// Also the mapping of a window (rt::convWindow, shared with the CPU
+// backend) to cuDNN's descriptors for CudaConv.cpp, which is plain host code
+// and tested without a GPU.
 //
 // Integer operands that only exist as tensors (Slice's starts/ends/axes/
 // steps inputs, the axes input of the reductions) are read on the host after
@@ -24,68 +24,7 @@ namespace strait {
 namespace rt {
 namespace cuda {
 
-StatusOr<SpatialWindow> spatialWindow(const KernelContext &ctx, const Shape &x,
-                                      const std::vector<int64_t> &kernel, bool pooling) {
-  SpatialWindow w;
-  w.nd = static_cast<int>(x.size()) - 2;
-  if (w.nd < 1 || w.nd > 3)
-    return ctx.unsupported("only 1-3 spatial dimensions, got input " + shapeToString(x));
-  if (static_cast<int>(kernel.size()) != w.nd)
-    return ctx.error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " +
-                     std::to_string(w.nd) + " spatial dims");
-  const AttrReader &attrs = ctx.getAttrs();
-  std::vector<int64_t> ones(w.nd, 1), zeros(2 * w.nd, 0);
-  STRAIT_ASSIGN_OR_RETURN(auto strides, attrs.getInts("strides", ones));
-  STRAIT_ASSIGN_OR_RETURN(auto dils, attrs.getInts("dilations", ones));
-  STRAIT_ASSIGN_OR_RETURN(auto pads, attrs.getInts("pads", zeros));
-  STRAIT_ASSIGN_OR_RETURN(std::string autoPad, attrs.getString("auto_pad", "NOTSET"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t ceilMode, attrs.getInt("ceil_mode", 0));
-  if (static_cast<int>(strides.size()) != w.nd || static_cast<int>(dils.size()) != w.nd ||
-      static_cast<int>(pads.size()) != 2 * w.nd)
-    return ctx.error("strides/dilations/pads do not match the spatial rank");
-  for (int d = 0; d < w.nd; ++d) {
-    if (strides[d] < 1 || dils[d] < 1 || kernel[d] < 1)
-      return ctx.error("strides, dilations and kernel_shape must be positive");
-    int64_t in = x[2 + d], eff = (kernel[d] - 1) * dils[d] + 1;
-    int64_t pb = pads[d], pe = pads[d + w.nd], out;
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      out = (in + strides[d] - 1) / strides[d];
-      int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + eff - in);
-      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pe = total - pb;
-    } else if (autoPad == "VALID") {
-      pb = pe = 0;
-      out = (in - eff) / strides[d] + 1;
-    } else if (autoPad == "NOTSET") {
-      int64_t span = in + pb + pe - eff;
-      out = (ceilMode && pooling ? (span + strides[d] - 1) / strides[d] : span / strides[d]) + 1;
-      if (ceilMode && pooling && (out - 1) * strides[d] >= in + pb)
-        --out;
-    } else {
-      return ctx.error("unknown auto_pad '" + autoPad + "'");
-    }
-    if (out <= 0)
-      return ctx.error("empty output along spatial dim " + std::to_string(d));
-    int slot = 3 - w.nd + d;
-    w.in[slot] = in;
-    w.out[slot] = out;
-    w.k[slot] = kernel[d];
-    w.stride[slot] = strides[d];
-    w.dil[slot] = dils[d];
-    w.pad[slot] = pb;
-    w.padEnd[slot] = pe;
-  }
-  return w;
-}
-
-Shape windowOutputShape(int64_t n, int64_t c, const SpatialWindow &w) {
-  Shape s = {n, c};
-  for (int d = 3 - w.nd; d < 3; ++d)
-    s.push_back(w.out[d]);
-  return s;
-}
-
-StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const SpatialWindow &w,
+StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const ConvWindow &w,
                                         int64_t n, int64_t c, int64_t m, int64_t group) {
   CudnnConvShape s;
   int spatial = std::max(2, w.nd); // 1-D runs as 2-D with a height of 1
@@ -172,7 +111,7 @@ Status poolKernel(CudaContext &c, KernelContext &ctx, bool max) {
   STRAIT_ASSIGN_OR_RETURN(int64_t storageOrder, ctx.getAttrs().getInt("storage_order", 0));
   if (x->rank() < 3)
     return ctx.error("input must have rank >= 3, got " + x->typeString());
-  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, x->shape, kshape, true));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, true));
   Shape outShape = windowOutputShape(x->shape[0], x->shape[1], w);
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
   Tensor *indices = nullptr;
@@ -215,7 +154,7 @@ Status poolGradKernel(CudaContext &c, KernelContext &ctx, bool max) {
   STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
   if (xShape.size() < 3)
     return ctx.error("input must have rank >= 3");
-  STRAIT_ASSIGN_OR_RETURN(SpatialWindow w, spatialWindow(ctx, xShape, kshape, true));
+  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, true));
   if (windowOutputShape(xShape[0], xShape[1], w) != dy->shape)
     return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));

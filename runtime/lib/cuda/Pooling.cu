@@ -1,8 +1,8 @@
 //===- Pooling.cu - Pooling and batch normalization kernels ---------------===//
 //
-// Pooling: one thread per output element, the window walked in the CPU
-// backend's order (so MaxPool's ties and MaxPoolGrad's routing pick the same
-// element); the gradients scatter with atomicAdd into a zeroed dX. Batch
+// Pooling: one thread per output element, the window walked by the CPU
+// backend's code (rt::walkWindow: MaxPool's ties and MaxPoolGrad's routing
+// pick the same element, AveragePool counts the same padding); the gradients scatter with atomicAdd into a zeroed dX. Batch
 // normalization: one 256-thread block per channel, statistics in double
 // (sum and sum of squares, as the CPU backend), then the affine pass.
 //
@@ -18,32 +18,8 @@ namespace rt {
 namespace cuda {
 namespace {
 
-/// Walks the window of output `o` of a plane: f(inputIndex) for elements
-/// inside X, returns the number of positions in the padding (not counting
-/// ceil-mode overhang past the end padding, as the CPU backend).
-template <typename F>
-__device__ inline int64_t walkWindow(const SpatialWindow &w, int64_t o, F f) {
-  int64_t ox = o % w.out[2], oy = (o / w.out[2]) % w.out[1], oz = o / (w.out[2] * w.out[1]);
-  int64_t padded = 0;
-  for (int64_t kz = 0; kz < w.k[0]; ++kz)
-    for (int64_t ky = 0; ky < w.k[1]; ++ky)
-      for (int64_t kx = 0; kx < w.k[2]; ++kx) {
-        int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-        int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-        int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
-        bool inside = iz >= 0 && iz < w.in[0] && iy >= 0 && iy < w.in[1] && ix >= 0 &&
-                      ix < w.in[2];
-        if (inside)
-          f((iz * w.in[1] + iy) * w.in[2] + ix);
-        else
-          padded += iz < w.in[0] + w.pad[0] && iy < w.in[1] + w.pad[1] &&
-                    ix < w.in[2] + w.pad[2];
-      }
-  return padded;
-}
-
 __global__ void poolKernel(bool max, bool includePad, const float *x, float *y,
-                           int64_t *indices, int64_t planes, SpatialWindow w) {
+                           int64_t *indices, int64_t planes, ConvWindow w) {
   int64_t per = w.out[0] * w.out[1] * w.out[2], inSize = w.in[0] * w.in[1] * w.in[2];
   GRID_STRIDE(i, planes * per) {
     int64_t pl = i / per, o = i % per;
@@ -71,7 +47,7 @@ __global__ void poolKernel(bool max, bool includePad, const float *x, float *y,
 }
 
 __global__ void poolGradKernel(bool max, bool includePad, const float *dy, const float *x,
-                               float *dx, int64_t planes, SpatialWindow w) {
+                               float *dx, int64_t planes, ConvWindow w) {
   int64_t per = w.out[0] * w.out[1] * w.out[2], inSize = w.in[0] * w.in[1] * w.in[2];
   GRID_STRIDE(i, planes * per) {
     int64_t pl = i / per, o = i % per;
@@ -198,7 +174,7 @@ __global__ void batchNormGradKernel(const float *dy, const float *x, const float
 } // namespace
 
 void launchPool(bool max, bool countIncludePad, const float *x, float *y, int64_t *indices,
-                int64_t planes, const SpatialWindow &w, cudaStream_t s) {
+                int64_t planes, const ConvWindow &w, cudaStream_t s) {
   int64_t n = planes * w.outSize();
   if (n == 0)
     return;
@@ -206,7 +182,7 @@ void launchPool(bool max, bool countIncludePad, const float *x, float *y, int64_
 }
 
 void launchPoolGrad(bool max, bool countIncludePad, const float *dy, const float *x, float *dx,
-                    int64_t planes, const SpatialWindow &w, cudaStream_t s) {
+                    int64_t planes, const ConvWindow &w, cudaStream_t s) {
   cudaMemsetAsync(dx, 0, planes * w.inSize() * sizeof(float), s);
   int64_t n = planes * w.outSize();
   if (n == 0)

@@ -11,8 +11,10 @@
 #define STRAIT_RUNTIME_KERNELARGS_H
 
 #include "strait/runtime/Backend.h"
+#include "strait/runtime/ConvWindow.h"
 
 #include <cstddef>
+#include <vector>
 
 namespace strait {
 namespace rt {
@@ -48,6 +50,19 @@ struct AdamWAttrs {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f, weightDecay = 0.01f;
 };
 StatusOr<AdamWAttrs> adamWAttrs(const KernelContext &ctx);
+
+/// The window of Conv, MaxPool, AveragePool and their gradients over X of
+/// shape `x` ([N, C, 1-3 spatial dims]) with `kernel` (the spatial kernel
+/// shape): attributes strides, dilations (default 1), pads (default 0),
+/// auto_pad (NOTSET, SAME_UPPER, SAME_LOWER, VALID) and, for `pooling` only,
+/// ceil_mode (a last window that would start past the input is dropped, as
+/// onnxruntime does). Errors: a rank past 3 spatial dims (unimplemented),
+/// list lengths that differ from the spatial rank, a non-positive stride,
+/// dilation or kernel size, an unknown auto_pad, an empty output.
+StatusOr<ConvWindow> convWindow(const KernelContext &ctx, const Shape &x,
+                                const std::vector<int64_t> &kernel, bool pooling);
+/// [n, c, out...] of a window (the output shape of Conv and the pools).
+Shape windowOutputShape(int64_t n, int64_t c, const ConvWindow &w);
 
 } // namespace rt
 } // namespace strait
