@@ -92,6 +92,21 @@ computeLiveness(const program::Program &p) {
   return live;
 }
 
+/// The bytes [lo, hi) of a tensor.
+std::pair<const char *, const char *> byteRange(const Tensor &v) {
+  const char *lo = static_cast<const char *>(v.data);
+  return {lo, lo + v.byteSize()};
+}
+
+/// Whether the bytes of v overlap one of the ranges of a transfer.
+bool overlaps(const Tensor &v, const std::vector<std::pair<const char *, const char *>> &memory) {
+  auto [lo, hi] = byteRange(v);
+  for (const auto &m : memory)
+    if (lo < m.second && m.first < hi)
+      return true;
+  return false;
+}
+
 } // namespace
 
 StatusOr<uint64_t> planMemory(program::Program &p) {
@@ -647,14 +662,7 @@ Status Executor::waitTransfers(uint64_t seq, bool all) {
 
 bool Executor::conflicts(const Transfer &t, const program::Kernel &kernel) const {
   auto touches = [&](uint32_t id, bool kernelWrites) {
-    if (id == kAbsentValue || !(kernelWrites || t.writes))
-      return false;
-    const Tensor &v = value(id);
-    const char *lo = static_cast<const char *>(v.data), *hi = lo + v.byteSize();
-    for (const auto &m : t.memory)
-      if (lo < m.second && m.first < hi)
-        return true;
-    return false;
+    return id != kAbsentValue && (kernelWrites || t.writes) && overlaps(value(id), t.memory);
   };
   for (uint32_t id : kernel.inputs())
     if (touches(id, false))
@@ -677,11 +685,8 @@ Executor::Transfer Executor::makeTransfer(int index) const {
     ids.push_back(step.recv().value_id());
   else
     ids.assign(step.all_reduce().value_ids().begin(), step.all_reduce().value_ids().end());
-  for (uint32_t id : ids) {
-    const Tensor &v = value(id);
-    const char *lo = static_cast<const char *>(v.data);
-    t.memory.emplace_back(lo, lo + v.byteSize());
-  }
+  for (uint32_t id : ids)
+    t.memory.push_back(byteRange(value(id)));
   return t;
 }
 
@@ -693,15 +698,9 @@ bool Executor::kernelsTouch(const Transfer &t, int from, int to) const {
     for (uint32_t kid : step.run().kernel_ids()) {
       const program::Kernel &kernel = program.kernels(kernelIndex.find(kid)->second);
       for (const auto *ids : {&kernel.inputs(), &kernel.outputs()})
-        for (uint32_t id : *ids) {
-          if (id == kAbsentValue)
-            continue;
-          const Tensor &v = value(id);
-          const char *lo = static_cast<const char *>(v.data), *hi = lo + v.byteSize();
-          for (const auto &m : t.memory)
-            if (lo < m.second && m.first < hi)
-              return true;
-        }
+        for (uint32_t id : *ids)
+          if (id != kAbsentValue && overlaps(value(id), t.memory))
+            return true;
     }
   }
   return false;
