@@ -272,18 +272,32 @@ program::Program segmentProgram() {
   return b.get();
 }
 
+/// segmentProgram loaded on a RecordingBackend (ops in `hostOps` run on the
+/// host) with a PeerlessCommunicator; the trace of the load is dropped.
+struct SegmentRun {
+  explicit SegmentRun(bool overlap, std::set<std::string> hostOps = {}) {
+    auto owned = std::make_unique<RecordingBackend>();
+    owned->hostOps = std::move(hostOps);
+    rec = owned.get();
+    reg.add(std::move(owned));
+    exec = Executor::create(segmentProgram(), reg, &comm);
+    if (exec.isOk())
+      (*exec)->setOverlapCommunication(overlap);
+    rec->take();
+  }
+  BackendRegistry reg;
+  PeerlessCommunicator comm;
+  const RecordingBackend *rec = nullptr;
+  StatusOr<std::unique_ptr<Executor>> exec = internalError("not created");
+};
+
 } // namespace
 
 TEST(ExecutorSegments, SequentialPathSegmentsAreTheRunsBetweenCommunicationSteps) {
-  BackendRegistry reg;
-  auto owned = std::make_unique<RecordingBackend>();
-  const RecordingBackend &rec = *owned;
-  reg.add(std::move(owned));
-  PeerlessCommunicator comm;
-  auto exec = Executor::create(segmentProgram(), reg, &comm);
+  SegmentRun r(false);
+  auto &exec = r.exec;
+  const RecordingBackend &rec = *r.rec;
   ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-  (*exec)->setOverlapCommunication(false);
-  rec.take();
   const std::vector<std::string> expect = {
       "S0[Relu_0 Neg_1]", "sync", "S1[Exp_2 Neg_3 Relu_4]", "sync",
       "S2[Neg_5 Add_6]",  "sync", "S3[Neg_7]",              "sync"};
@@ -294,14 +308,10 @@ TEST(ExecutorSegments, SequentialPathSegmentsAreTheRunsBetweenCommunicationSteps
 }
 
 TEST(ExecutorSegments, OverlappedPathSplitsWhereAKernelWaitsForATransfer) {
-  BackendRegistry reg;
-  auto owned = std::make_unique<RecordingBackend>();
-  const RecordingBackend &rec = *owned;
-  reg.add(std::move(owned));
-  PeerlessCommunicator comm;
-  auto exec = Executor::create(segmentProgram(), reg, &comm);
+  SegmentRun r(true);
+  auto &exec = r.exec;
+  const RecordingBackend &rec = *r.rec;
   ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-  rec.take();
   // Step 1 synchronizes and queues the send and (prefetch) the receive of
   // step 3. Neg_3 overwrites the sent value: it waits for the send, so a
   // segment starts there; Add_6 reads the received value (waits for the
@@ -328,17 +338,9 @@ TEST(ExecutorSegments, OverlappedPathSplitsWhereAKernelWaitsForATransfer) {
 
 TEST(ExecutorSegments, AHostKernelRunsOutsideSegmentsInBothPaths) {
   for (bool overlap : {false, true}) {
-    BackendRegistry reg;
-    auto owned = std::make_unique<RecordingBackend>();
-    owned->hostOps = {"Exp"};
-    const RecordingBackend &rec = *owned;
-    reg.add(std::move(owned));
-    PeerlessCommunicator comm;
-    auto exec = Executor::create(segmentProgram(), reg, &comm);
-    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-    (*exec)->setOverlapCommunication(overlap);
-    rec.take();
-    ASSERT_TRUE((*exec)->run().isOk());
+    SegmentRun r(overlap, {"Exp"});
+    ASSERT_TRUE(r.exec.isOk()) << r.exec.getStatus().toString();
+    ASSERT_TRUE((*r.exec)->run().isOk());
     // Exp_2 ("!": launched outside a segment) splits the run after the
     // send; the kernels before and after it stay in segments.
     std::vector<std::string> expect =
@@ -348,7 +350,7 @@ TEST(ExecutorSegments, AHostKernelRunsOutsideSegmentsInBothPaths) {
                 : std::vector<std::string>{"S0[Relu_0 Neg_1]", "sync", "!Exp_2",
                                            "S1[Neg_3 Relu_4]", "sync", "S2[Neg_5 Add_6]",
                                            "sync", "S3[Neg_7]", "sync"};
-    EXPECT_EQ(rec.take(), expect) << "overlap " << overlap;
+    EXPECT_EQ(r.rec->take(), expect) << "overlap " << overlap;
   }
 }
 
