@@ -513,12 +513,8 @@ std::vector<uint8_t> layoutEncodeTopK(const std::vector<float> &x, int64_t k) {
   for (size_t j = 0; j < idx.size(); ++j)
     words += cl::gapWords(idx[j] - (j ? int64_t(idx[j - 1]) : -1) - 1);
   uint64_t sizes[3] = {4ull * k, 2 * words, (uint64_t(n) + 7) / 8};
-  int encoding = 1;
-  uint64_t indexBytes = sizes[0];
-  if (sizes[1] < indexBytes)
-    encoding = 2, indexBytes = sizes[1];
-  if (sizes[2] < indexBytes)
-    encoding = 3, indexBytes = sizes[2];
+  uint64_t indexBytes;
+  int encoding = cl::smallestIndexEncoding(sizes, indexBytes);
   std::vector<uint8_t> out(cl::topkIndicesOffset(k) + indexBytes, 0);
   cl::writeHeader(out.data(), program::CODEC_TOPK, encoding, 0, n);
   uint64_t kk = k;

@@ -119,6 +119,19 @@ STRAIT_HD inline bool fixedLayout(int codec, int64_t numel, uint32_t block, Fixe
 /// Top-k: the u64 k after the header, k f32 values, then the indices.
 STRAIT_HD inline uint64_t topkValuesOffset() { return kHeaderBytes + 8; }
 STRAIT_HD inline uint64_t topkIndicesOffset(uint64_t k) { return kHeaderBytes + 8 + 4 * k; }
+/// The top-k index encoding (1 u32 indices, 2 u16 gaps, 3 bitmap) of the
+/// fewest bytes, from the byte sizes of the three (sizes[encoding - 1]); a
+/// tie goes to the lower number, as the host codec (Codec.cpp) chooses.
+/// Sets `bytes` to the chosen size.
+STRAIT_HD inline int smallestIndexEncoding(const uint64_t sizes[3], uint64_t &bytes) {
+  int encoding = 1;
+  bytes = sizes[0];
+  if (sizes[1] < bytes)
+    encoding = 2, bytes = sizes[1];
+  if (sizes[2] < bytes)
+    encoding = 3, bytes = sizes[2];
+  return encoding;
+}
 
 /// Writes the 16-byte header.
 STRAIT_HD inline void writeHeader(uint8_t *out, int codec, int indexEncoding, uint32_t block,

@@ -241,12 +241,8 @@ private:
       }
       uint64_t sizes[3];
       topkIndexBytes(f, n, k, work.p, sizes, stream);
-      int encoding = 1;
-      uint64_t indexBytes = sizes[0];
-      if (sizes[1] < indexBytes)
-        encoding = 2, indexBytes = sizes[1];
-      if (sizes[2] < indexBytes)
-        encoding = 3, indexBytes = sizes[2];
+      uint64_t indexBytes;
+      int encoding = codec::smallestIndexEncoding(sizes, indexBytes);
       bytes = codec::topkIndicesOffset(k) + indexBytes;
       STRAIT_RETURN_IF_ERROR(reserveAll(bytes, 0));
       launchEncodeTopK(x, f, n, k, encoding, work.p, static_cast<uint8_t *>(payload.p), stream);
