@@ -9,6 +9,7 @@
 #include "strait/runtime/KernelArgs.h"
 
 #include <cmath>
+#include <cstring>
 #include <gtest/gtest.h>
 
 using namespace strait;
@@ -58,6 +59,137 @@ TEST(Kernels, BatchedMatMulBroadcastsBatchDims) {
         for (int kk = 0; kk < k; ++kk)
           ref[(bi * m + i) * n + j] += a[(bi * m + i) * k + kk] * w[kk * n + j];
   expectNear((*r)[0], ref, 1e-4f);
+}
+
+// --- bf16 operands (graph-autocast's mixed precision): the CPU kernels widen
+// bf16 to f32, accumulate in f32 and round results to nearest even -----------
+
+namespace {
+/// Reference rounding, written independently of the backend: f32 -> bf16
+/// bits, round to nearest even.
+uint16_t bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t lower = u & 0xFFFFu, upper = u >> 16;
+  if (lower > 0x8000u || (lower == 0x8000u && (upper & 1)))
+    ++upper;
+  return static_cast<uint16_t>(upper);
+}
+float bf16Value(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+OwnedTensor bf16Tensor(Shape shape, const std::vector<float> &v) {
+  OwnedTensor t(program::DTYPE_BF16, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i)
+    t.tensor.as<uint16_t>()[i] = bf16Bits(v[i]);
+  return t;
+}
+/// Runs one CPU kernel on tensors directly (the backend's resolve, as the
+/// executor calls it).
+Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
+              std::vector<Tensor *> outs) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(k));
+  KernelContext ctx(k, std::move(ins), std::move(outs));
+  return fn(ctx);
+}
+/// Every result equals the bf16 rounding of the double-precision reference,
+/// up to one bf16 ulp where the f32 accumulation lands next to a tie.
+void expectBf16(const Tensor &y, const std::vector<double> &ref) {
+  ASSERT_EQ(y.dtype, program::DTYPE_BF16);
+  ASSERT_EQ(static_cast<size_t>(y.numel()), ref.size());
+  int exact = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    uint16_t want = bf16Bits(static_cast<float>(ref[i])), got = y.as<uint16_t>()[i];
+    exact += want == got;
+    ASSERT_LE(std::abs(int(want) - int(got)), 1)
+        << "at " << i << ": " << bf16Value(got) << " vs " << ref[i];
+  }
+  EXPECT_GE(exact, static_cast<int>(ref.size() * 9 / 10));
+}
+} // namespace
+
+TEST(Kernels, Bf16BatchedMatMulAccumulatesInF32AndRoundsToNearestEven) {
+  const int b = 3, m = 5, k = 64, n = 4;
+  std::vector<float> a = pseudoRandom(b * m * k, 11), w = pseudoRandom(k * n, 12);
+  OwnedTensor ta = bf16Tensor({b, m, k}, a), tw = bf16Tensor({k, n}, w);
+  OwnedTensor y(program::DTYPE_BF16, {b, m, n});
+  program::Kernel kernel;
+  kernel.set_op("MatMul");
+  Status st = runCpu(kernel, {&ta.tensor, &tw.tensor}, {&y.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  // The reference multiplies the bf16 operands exactly (double) and rounds
+  // once: what f32 accumulation gives, not a bf16-accumulated sum.
+  std::vector<double> ref(b * m * n, 0);
+  for (int bi = 0; bi < b; ++bi)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        for (int kk = 0; kk < k; ++kk)
+          ref[(bi * m + i) * n + j] +=
+              double(bf16Value(ta.tensor.as<uint16_t>()[(bi * m + i) * k + kk])) *
+              bf16Value(tw.tensor.as<uint16_t>()[kk * n + j]);
+  expectBf16(y.tensor, ref);
+}
+
+TEST(Kernels, Bf16GemmWithBiasAndTransB) {
+  const int m = 6, k = 32, n = 5;
+  std::vector<float> a = pseudoRandom(m * k, 13), w = pseudoRandom(n * k, 14),
+                     c = pseudoRandom(n, 15);
+  OwnedTensor ta = bf16Tensor({m, k}, a), tw = bf16Tensor({n, k}, w), tc = bf16Tensor({n}, c);
+  OwnedTensor y(program::DTYPE_BF16, {m, n});
+  program::Kernel kernel;
+  kernel.set_op("Gemm");
+  setInt(kernel, "transB", 1);
+  setFloat(kernel, "alpha", 0.5f);
+  Status st = runCpu(kernel, {&ta.tensor, &tw.tensor, &tc.tensor}, {&y.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  auto at = [](const OwnedTensor &t, int i) { return double(bf16Value(t.tensor.as<uint16_t>()[i])); };
+  std::vector<double> ref(m * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int kk = 0; kk < k; ++kk)
+        s += at(ta, i * k + kk) * at(tw, j * k + kk);
+      ref[i * n + j] = 0.5 * s + at(tc, j);
+    }
+  expectBf16(y.tensor, ref);
+}
+
+TEST(Kernels, Bf16ReduceToShapeSumsInF32) {
+  // 512 rows: column 1 holds ones, whose bf16-accumulated sum would stall at
+  // 256 (the bf16 spacing there is 2: 256 + 1 ties to even); f32
+  // accumulation gives 512. Column 0 holds bf16(1.01) = 1.0078125.
+  const int rows = 512, cols = 3;
+  std::vector<float> x(rows * cols);
+  for (int i = 0; i < rows * cols; ++i)
+    x[i] = 1.0f + (i % cols == 0 ? 0.01f : 0.0f);
+  OwnedTensor tx = bf16Tensor({rows, cols}, x);
+  OwnedTensor y(program::DTYPE_BF16, {cols});
+  program::Kernel kernel;
+  kernel.set_op("ReduceToShape");
+  setInts(kernel, "shape", {cols});
+  Status st = runCpu(kernel, {&tx.tensor}, {&y.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  std::vector<double> ref(cols, 0);
+  for (int i = 0; i < rows * cols; ++i)
+    ref[i % cols] += bf16Value(tx.tensor.as<uint16_t>()[i]);
+  expectBf16(y.tensor, ref);
+  EXPECT_EQ(bf16Value(y.tensor.as<uint16_t>()[1]), 512.0f);
+}
+
+TEST(Kernels, Bf16MatMulKeepsShapeErrors) {
+  OwnedTensor a = bf16Tensor({2, 3}, std::vector<float>(6, 1)),
+              b = bf16Tensor({4, 2}, std::vector<float>(8, 1));
+  OwnedTensor y(program::DTYPE_BF16, {2, 2});
+  program::Kernel kernel;
+  kernel.set_op("MatMul");
+  Status st = runCpu(kernel, {&a.tensor, &b.tensor}, {&y.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("inner dimensions differ"), std::string::npos) << st.toString();
+  EXPECT_NE(st.toString().find("MatMul"), std::string::npos) << st.toString();
 }
 
 TEST(Kernels, GroupedStridedDilatedConvMatchesNaive) {
