@@ -53,12 +53,32 @@ struct Arr {
       x *= scale;
     return f(std::move(s), v);
   }
+  /// bf16 (round to nearest even) of pseudo-random values.
+  static Arr randBf16(Shape s, uint32_t seed) {
+    std::vector<float> v = pseudoRandom(numElements(s), seed);
+    Arr a{program::DTYPE_BF16, std::move(s), {}};
+    a.bytes.resize(v.size() * 2);
+    for (size_t k = 0; k < v.size(); ++k) {
+      uint32_t u;
+      std::memcpy(&u, &v[k], 4);
+      u += 0x7FFF + ((u >> 16) & 1);
+      uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(a.bytes.data() + 2 * k, &h, 2);
+    }
+    return a;
+  }
   static Arr out(Shape s, DType t = program::DTYPE_F32) { return {t, std::move(s), {}}; }
   double at(int64_t k) const {
     switch (dtype) {
     case program::DTYPE_F32: return reinterpret_cast<const float *>(bytes.data())[k];
     case program::DTYPE_I64: return double(reinterpret_cast<const int64_t *>(bytes.data())[k]);
     case program::DTYPE_BOOL: return bytes[k];
+    case program::DTYPE_BF16: {
+      uint32_t u = uint32_t(reinterpret_cast<const uint16_t *>(bytes.data())[k]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
     default: return NAN;
     }
   }
@@ -736,6 +756,28 @@ TEST_F(Cuda, MatMulBf16TensorCores) {
   compare("MatMul", {Arr::rand({64, 256}, 32), Arr::rand({256, 96}, 33)}, {Arr::out({64, 96})}, {},
           2e-2, 5e-2);
   std::swap(registry, bf16);
+}
+
+// graph-autocast's programs: bf16 products, casts, transposes and the bias
+// gradient (ReduceToShape) against the CPU backend (f32 accumulation and
+// round to nearest even on both; summation orders differ: one bf16 ulp).
+TEST_F(Cuda, Bf16StorageOfMixedPrecisionPrograms) {
+  REQUIRE_GPU();
+  const double ulp = 1.0 / 128;
+  compare("MatMul", {Arr::randBf16({2, 16, 64}, 60), Arr::randBf16({64, 24}, 61)},
+          {Arr::out({2, 16, 24}, program::DTYPE_BF16)}, {}, ulp, 1e-3);
+  compare("Gemm", {Arr::randBf16({16, 64}, 62), Arr::randBf16({24, 64}, 63),
+                   Arr::randBf16({24}, 64)},
+          {Arr::out({16, 24}, program::DTYPE_BF16)},
+          [](program::Kernel &k) { setInt(k, "transB", 1); }, ulp, 1e-3);
+  compare("Cast", {Arr::rand({300}, 65)}, {Arr::out({300}, program::DTYPE_BF16)},
+          [](program::Kernel &k) { setInt(k, "to", program::DTYPE_BF16); }, 0, 0);
+  compare("Cast", {Arr::randBf16({300}, 66)}, {Arr::out({300})},
+          [](program::Kernel &k) { setInt(k, "to", program::DTYPE_F32); }, 0, 0);
+  compare("Transpose", {Arr::randBf16({3, 5, 7}, 67)}, {Arr::out({7, 3, 5}, program::DTYPE_BF16)},
+          [](program::Kernel &k) { setInts(k, "perm", {2, 0, 1}); }, 0, 0);
+  compare("ReduceToShape", {Arr::randBf16({256, 24}, 68)}, {Arr::out({24}, program::DTYPE_BF16)},
+          [](program::Kernel &k) { setInts(k, "shape", {24}); }, ulp, 1e-2);
 }
 
 TEST_F(Cuda, SoftmaxFamily) {
