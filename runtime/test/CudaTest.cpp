@@ -259,17 +259,6 @@ namespace {
 
 using Kfn = std::function<void(program::Kernel &)>;
 
-/// A window as the CUDA backend computes it (rt::convWindow, no GPU needed).
-StatusOr<ConvWindow> windowOf(const Shape &x, const std::vector<int64_t> &kernel,
-                              bool pooling, const Kfn &attrs) {
-  program::Kernel k;
-  k.set_op(pooling ? "MaxPool" : "Conv");
-  k.set_name("w");
-  attrs(k);
-  KernelContext ctx(k, {}, {});
-  return convWindow(ctx, x, kernel, pooling);
-}
-
 StatusOr<cuda::CudnnConvShape> cudnnShapeOf(const Shape &x, const Shape &w, int64_t group,
                                             const Kfn &attrs) {
   program::Kernel k;
@@ -284,65 +273,9 @@ StatusOr<cuda::CudnnConvShape> cudnnShapeOf(const Shape &x, const Shape &w, int6
 
 } // namespace
 
-// Runs everywhere: the window arithmetic follows ONNX's auto_pad and
-// ceil_mode rules (the CPU backend's) and maps to cuDNN's descriptors.
-TEST(CudaNoDevice, SpatialWindowFollowsOnnxRules) {
-  auto same = [](const char *mode) {
-    return [mode](program::Kernel &k) {
-      setString(k, "auto_pad", mode);
-      setInts(k, "strides", {2, 2});
-    };
-  };
-  // 224 with k=3, s=2: 112 outputs, one pad in all, at the end (UPPER) or start.
-  StatusOr<ConvWindow> up = windowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_UPPER"));
-  ASSERT_TRUE(up.isOk()) << up.getStatus().toString();
-  EXPECT_EQ(up->nd, 2);
-  EXPECT_EQ(up->out[1], 112);
-  EXPECT_EQ(up->pad[1], 0);
-  EXPECT_EQ(up->padEnd[1], 1);
-  EXPECT_EQ(up->out[2], 4); // ceil(7 / 2), total pad (4-1)*2+2-7 = 1
-  EXPECT_EQ(up->pad[2], 0);
-  EXPECT_EQ(up->padEnd[2], 1);
-  EXPECT_EQ(up->in[0], 1); // 2-D windows use the last two slots
-  StatusOr<ConvWindow> low = windowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_LOWER"));
-  ASSERT_TRUE(low.isOk());
-  EXPECT_EQ(low->pad[1], 1);
-  EXPECT_EQ(low->padEnd[1], 0);
-  // ceil_mode counts a last, partial window for pooling only.
-  auto ceil = [](program::Kernel &k) {
-    setInts(k, "strides", {2});
-    setInt(k, "ceil_mode", 1);
-  };
-  EXPECT_EQ(windowOf({1, 1, 5}, {2}, true, ceil)->out[2], 3);
-  EXPECT_EQ(windowOf({1, 1, 5}, {2}, false, ceil)->out[2], 2);
-  // ... but not one that starts in the end padding.
-  auto ceilPad = [](program::Kernel &k) {
-    setInts(k, "strides", {2});
-    setInts(k, "pads", {0, 1});
-    setInt(k, "ceil_mode", 1);
-  };
-  EXPECT_EQ(windowOf({1, 1, 4}, {2}, true, ceilPad)->out[2], 2);
-  // Dilation widens the window: (10 - ((3 - 1) * 3 + 1)) + 1 = 4.
-  EXPECT_EQ(windowOf({1, 1, 10}, {3}, false,
-                     [](program::Kernel &k) { setInts(k, "dilations", {3}); })->out[2], 4);
-  // Errors name the kernel and the field.
-  Status bad = windowOf({1, 1, 5}, {2}, true, [](program::Kernel &k) {
-    setString(k, "auto_pad", "SAME_MIDDLE");
-  }).getStatus();
-  EXPECT_EQ(bad.getCode(), StatusCode::InvalidArgument);
-  EXPECT_NE(bad.toString().find("unknown auto_pad 'SAME_MIDDLE'"), std::string::npos);
-  EXPECT_NE(bad.toString().find("MaxPool 'w'"), std::string::npos) << bad.toString();
-  bad = windowOf({1, 1, 5, 5}, {2, 2}, true,
-                 [](program::Kernel &k) { setInts(k, "strides", {1}); }).getStatus();
-  EXPECT_NE(bad.toString().find("strides/dilations/pads do not match"), std::string::npos);
-  bad = windowOf({1, 1, 2}, {3}, false, [](program::Kernel &) {}).getStatus();
-  EXPECT_NE(bad.toString().find("empty output along spatial dim 0"), std::string::npos);
-  EXPECT_EQ(windowOf({1, 1}, {}, false, [](program::Kernel &) {}).getStatus().getCode(),
-            StatusCode::Unimplemented);
-}
-
-// Runs everywhere: for many attribute combinations the CPU backend accepts
-// exactly the output shape that the CUDA backend's window computes.
+// Runs everywhere: for many attribute combinations the CPU kernels accept
+// the output shape of the shared window (rt::convWindow) that the CUDA
+// kernels allocate.
 TEST(CudaNoDevice, SpatialWindowAgreesWithCpuBackend) {
   BackendRegistry cpu;
   registerCpuBackend(cpu);
@@ -370,7 +303,7 @@ TEST(CudaNoDevice, SpatialWindowAgreesWithCpuBackend) {
                 if (std::string(autoPad) == "NOTSET")
                   setInts(k, "pads", pads);
               };
-              StatusOr<ConvWindow> w = windowOf(x, kernel, !conv, attrs);
+              StatusOr<ConvWindow> w = convWindowOf(x, kernel, !conv, attrs);
               if (!w.isOk())
                 continue; // an empty output: the CPU rejects it too (not checked)
               std::vector<Arr> ins = {Arr::rand(x, 1)};
@@ -480,7 +413,7 @@ TEST_F(Cuda, ConvGradients) {
     };
     // The forward output shape, from the CPU backend.
     std::vector<int64_t> kshape(c.w.begin() + 2, c.w.end());
-    StatusOr<ConvWindow> w = windowOf(c.x, kshape, false, attrs);
+    StatusOr<ConvWindow> w = convWindowOf(c.x, kshape, false, attrs);
     ASSERT_TRUE(w.isOk());
     Shape y = windowOutputShape(c.x[0], c.w[0], *w);
     Arr dy = Arr::rand(y, 45), x = Arr::rand(c.x, 46), wt = Arr::rand(c.w, 47);

@@ -355,42 +355,67 @@ TEST(Kernels, SoftmaxCrossEntropyMeanWithIgnoredLabel) {
 // --- The conv / pool window (rt::convWindow and rt::walkWindow, shared by
 // the CPU and CUDA backends) ----------------------------------------------
 
-namespace {
-
 using KernelAttrs = std::function<void(program::Kernel &)>;
 
-/// rt::convWindow of a Conv (`pooling`: a MaxPool) kernel named 'w'.
-StatusOr<ConvWindow> convWindowOf(const Shape &x, const std::vector<int64_t> &kernel,
-                                  bool pooling, const KernelAttrs &attrs) {
-  program::Kernel k;
-  k.set_op(pooling ? "MaxPool" : "Conv");
-  k.set_name("w");
-  attrs(k);
-  KernelContext ctx(k, {}, {});
-  return convWindow(ctx, x, kernel, pooling);
-}
-
-} // namespace
-
-TEST(ConvWindow, AutoPadSplitsThePaddingBetweenBothEnds) {
-  auto attrs = [](const char *autoPad) {
-    return [autoPad](program::Kernel &k) {
-      setString(k, "auto_pad", autoPad);
-      setInts(k, "strides", {2});
+// The window follows ONNX's auto_pad, ceil_mode and dilation rules; errors
+// name the kernel and the field.
+TEST(ConvWindow, FollowsOnnxRules) {
+  auto same = [](const char *mode) {
+    return [mode](program::Kernel &k) {
+      setString(k, "auto_pad", mode);
+      setInts(k, "strides", {2, 2});
     };
   };
-  // 1-D, 5 long, k 2, stride 2: 3 outputs, total pad (3-1)*2+2-5 = 1.
-  StatusOr<ConvWindow> up = convWindowOf({1, 1, 5}, {2}, false, attrs("SAME_UPPER"));
+  // 224 with k=3, s=2: 112 outputs, one pad in all, at the end (UPPER) or start.
+  StatusOr<ConvWindow> up = convWindowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_UPPER"));
   ASSERT_TRUE(up.isOk()) << up.getStatus().toString();
-  EXPECT_EQ(up->nd, 1);
-  EXPECT_EQ(up->out[2], 3);
+  EXPECT_EQ(up->nd, 2);
+  EXPECT_EQ(up->out[1], 112);
+  EXPECT_EQ(up->pad[1], 0);
+  EXPECT_EQ(up->padEnd[1], 1);
+  EXPECT_EQ(up->out[2], 4); // ceil(7 / 2), total pad (4-1)*2+2-7 = 1
   EXPECT_EQ(up->pad[2], 0);
   EXPECT_EQ(up->padEnd[2], 1);
-  EXPECT_EQ(up->in[0] * up->in[1] * up->out[0] * up->out[1], 1); // unused slots
-  StatusOr<ConvWindow> low = convWindowOf({1, 1, 5}, {2}, false, attrs("SAME_LOWER"));
+  EXPECT_EQ(up->in[0], 1); // 2-D windows use the last two slots
+  StatusOr<ConvWindow> low = convWindowOf({1, 1, 224, 7}, {3, 2}, false, same("SAME_LOWER"));
   ASSERT_TRUE(low.isOk());
-  EXPECT_EQ(low->pad[2], 1);
-  EXPECT_EQ(low->padEnd[2], 0);
+  EXPECT_EQ(low->pad[1], 1);
+  EXPECT_EQ(low->padEnd[1], 0);
+  // ceil_mode counts a last, partial window for pooling only.
+  auto ceil = [](program::Kernel &k) {
+    setInts(k, "strides", {2});
+    setInt(k, "ceil_mode", 1);
+  };
+  EXPECT_EQ(convWindowOf({1, 1, 5}, {2}, true, ceil)->out[2], 3);
+  EXPECT_EQ(convWindowOf({1, 1, 5}, {2}, false, ceil)->out[2], 2);
+  // ... but not one that starts in the end padding.
+  auto ceilPad = [](program::Kernel &k) {
+    setInts(k, "strides", {2});
+    setInts(k, "pads", {0, 1});
+    setInt(k, "ceil_mode", 1);
+  };
+  EXPECT_EQ(convWindowOf({1, 1, 4}, {2}, true, ceilPad)->out[2], 2);
+  // Dilation widens the window: (10 - ((3 - 1) * 3 + 1)) + 1 = 4.
+  EXPECT_EQ(convWindowOf({1, 1, 10}, {3}, false,
+                         [](program::Kernel &k) { setInts(k, "dilations", {3}); })->out[2],
+            4);
+  // Errors name the kernel and the field.
+  Status bad = convWindowOf({1, 1, 5}, {2}, true, [](program::Kernel &k) {
+    setString(k, "auto_pad", "SAME_MIDDLE");
+  }).getStatus();
+  EXPECT_EQ(bad.getCode(), StatusCode::InvalidArgument);
+  EXPECT_NE(bad.toString().find("unknown auto_pad 'SAME_MIDDLE'"), std::string::npos);
+  EXPECT_NE(bad.toString().find("MaxPool 'w'"), std::string::npos) << bad.toString();
+  bad = convWindowOf({1, 1, 5, 5}, {2, 2}, true,
+                     [](program::Kernel &k) { setInts(k, "strides", {1}); }).getStatus();
+  EXPECT_NE(bad.toString().find("strides/dilations/pads do not match"), std::string::npos);
+  bad = convWindowOf({1, 1, 2}, {3}, false, [](program::Kernel &) {}).getStatus();
+  EXPECT_NE(bad.toString().find("empty output along spatial dim 0"), std::string::npos);
+  EXPECT_EQ(convWindowOf({1, 1}, {}, false, [](program::Kernel &) {}).getStatus().getCode(),
+            StatusCode::Unimplemented);
+}
+
+TEST(ConvWindow, ValidAndAsymmetric3dPads) {
   StatusOr<ConvWindow> valid = convWindowOf({1, 1, 5}, {2}, false, [](program::Kernel &k) {
     setString(k, "auto_pad", "VALID");
     setInts(k, "strides", {2});

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "strait/runtime/KernelArgs.h"
 
 #include <cstring>
 #include <gtest/gtest.h>
@@ -137,6 +138,17 @@ runKernel(const std::string &op, const std::vector<Input> &inputs,
     result.push_back(std::move(v));
   }
   return result;
+}
+
+StatusOr<ConvWindow> convWindowOf(const Shape &x, const std::vector<int64_t> &kernel,
+                                  bool pooling,
+                                  const std::function<void(program::Kernel &)> &setAttrs) {
+  program::Kernel k;
+  k.set_op(pooling ? "MaxPool" : "Conv");
+  k.set_name("w");
+  setAttrs(k);
+  KernelContext ctx(k, {}, {});
+  return convWindow(ctx, x, kernel, pooling);
 }
 
 std::vector<float> pseudoRandom(size_t n, uint32_t seed) {

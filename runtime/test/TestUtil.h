@@ -7,9 +7,11 @@
 #ifndef STRAIT_RUNTIME_TEST_TESTUTIL_H
 #define STRAIT_RUNTIME_TEST_TESTUTIL_H
 
+#include "strait/runtime/ConvWindow.h"
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/Program.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,12 @@ StatusOr<std::vector<std::vector<float>>>
 runKernel(const std::string &op, const std::vector<Input> &inputs,
           const std::vector<Output> &outputs,
           const std::function<void(program::Kernel &)> &setAttrs = {});
+
+/// rt::convWindow (no tensors, no backend) of a Conv, or with `pooling` a
+/// MaxPool, kernel named 'w' with the attributes `setAttrs` sets.
+StatusOr<ConvWindow> convWindowOf(const Shape &x, const std::vector<int64_t> &kernel,
+                                  bool pooling,
+                                  const std::function<void(program::Kernel &)> &setAttrs);
 
 /// Fills a vector with a deterministic pseudo-random sequence in [-1, 1).
 std::vector<float> pseudoRandom(size_t n, uint32_t seed);

@@ -10,7 +10,6 @@
 #include "strait/runtime/KernelArgs.h"
 
 #include <cmath>
-#include <limits>
 
 namespace strait {
 namespace rt {
@@ -236,26 +235,10 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
       const float *in = x->as<float>() + pl * w.inSize();
       float *out = y->as<float>() + pl * w.outSize();
       for (int64_t o = 0; o < w.outSize(); ++o) {
-        float best = -std::numeric_limits<float>::infinity(), sum = 0;
-        int64_t bestIdx = 0, count = 0;
-        // count_include_pad counts the pads, not ceil-mode overhang.
-        int64_t padded = walkWindow(w, o, [&](int64_t idx) {
-          float v = in[idx];
-          sum += v;
-          ++count;
-          if (v > best) {
-            best = v;
-            bestIdx = idx;
-          }
-        });
-        if (kind == PoolKind::Max) {
-          out[o] = best;
-          if (indices)
-            indices->as<int64_t>()[pl * w.outSize() + o] = pl * w.inSize() + bestIdx;
-        } else {
-          int64_t denom = includePad ? count + padded : count;
-          out[o] = denom ? sum / denom : 0.0f;
-        }
+        int64_t argmax;
+        out[o] = poolWindow(w, in, o, kind == PoolKind::Max, includePad != 0, argmax);
+        if (kind == PoolKind::Max && indices)
+          indices->as<int64_t>()[pl * w.outSize() + o] = pl * w.inSize() + argmax;
       }
     }
   });

@@ -23,26 +23,10 @@ __global__ void poolKernel(bool max, bool includePad, const float *x, float *y,
   int64_t per = w.out[0] * w.out[1] * w.out[2], inSize = w.in[0] * w.in[1] * w.in[2];
   GRID_STRIDE(i, planes * per) {
     int64_t pl = i / per, o = i % per;
-    const float *in = x + pl * inSize;
-    float best = -INFINITY, sum = 0;
-    int64_t bestIdx = 0, count = 0;
-    int64_t padded = walkWindow(w, o, [&](int64_t idx) {
-      float v = in[idx];
-      sum += v;
-      ++count;
-      if (v > best) {
-        best = v;
-        bestIdx = idx;
-      }
-    });
-    if (max) {
-      y[i] = best;
-      if (indices)
-        indices[i] = pl * inSize + bestIdx;
-    } else {
-      int64_t denom = includePad ? count + padded : count;
-      y[i] = denom ? sum / denom : 0.0f;
-    }
+    int64_t argmax;
+    y[i] = poolWindow(w, x + pl * inSize, o, max, includePad, argmax);
+    if (max && indices)
+      indices[i] = pl * inSize + argmax;
   }
 }
 

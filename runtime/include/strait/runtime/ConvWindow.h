@@ -2,15 +2,17 @@
 //
 // The per-dimension geometry of Conv, MaxPool, AveragePool and their
 // gradients, computed once from the ONNX attributes by rt::convWindow
-// (KernelArgs.h) and used by every backend, and the walk over one output's
-// window that the CPU and CUDA pooling kernels share. Plain data with no
-// dependency (no protobuf, no Status), trivially copyable: CUDA device code
-// includes this header and takes the window by value as a kernel argument.
+// (KernelArgs.h) and used by every backend; and the walk over one output's
+// window and the pooling of one output, shared by the CPU and CUDA pooling
+// kernels (host and device functions). Plain data with no dependency (no
+// protobuf, no Status), trivially copyable: CUDA device code includes this
+// header and takes the window by value as a kernel argument.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_CONVWINDOW_H
 #define STRAIT_RUNTIME_CONVWINDOW_H
 
+#include <cmath>
 #include <cstdint>
 
 #ifndef STRAIT_HD
@@ -60,6 +62,31 @@ STRAIT_HD inline int64_t walkWindow(const ConvWindow &w, int64_t o, F &&f) {
                     ix < w.in[2] + w.padEnd[2];
       }
   return padded;
+}
+
+/// MaxPool (`max`) or AveragePool of output `o` over the plane `in`: the
+/// maximum (its index into the plane in `argmax`, the first among equal
+/// maxima; -inf for a window without an element of X) or the mean over the
+/// positions inside X plus, with `countIncludePad`, those in the padding
+/// (0 for a window with neither).
+STRAIT_HD inline float poolWindow(const ConvWindow &w, const float *in, int64_t o, bool max,
+                                  bool countIncludePad, int64_t &argmax) {
+  float best = -INFINITY, sum = 0;
+  int64_t count = 0;
+  argmax = 0;
+  int64_t padded = walkWindow(w, o, [&](int64_t idx) {
+    float v = in[idx];
+    sum += v;
+    ++count;
+    if (v > best) {
+      best = v;
+      argmax = idx;
+    }
+  });
+  if (max)
+    return best;
+  int64_t denom = countIncludePad ? count + padded : count;
+  return denom ? sum / denom : 0.0f;
 }
 
 } // namespace rt
