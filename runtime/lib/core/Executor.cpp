@@ -204,6 +204,12 @@ Executor::create(program::Program program, const BackendRegistry &registry,
         exec->feedback[{i, id}] = std::make_unique<ErrorFeedback>();
   }
   exec->planAllReduceBuckets();
+  if (exec->fusedElements > 0) { // device memory: NCCL and GPU codecs read it
+    StatusOr<Buffer> fused = (*backend)->allocate(exec->fusedElements * sizeof(float));
+    if (!fused.isOk())
+      return fused.takeStatus().withRank(p.rank());
+    exec->fused = std::move(*fused);
+  }
   exec->planSequential();
   exec->planOverlapped();
   bool hasComm = false;
@@ -314,7 +320,7 @@ void Executor::planAllReduceBuckets() {
         largest = std::max(largest, n);
       }
   }
-  fused.resize(largest);
+  fusedElements = largest;
 }
 
 Status Executor::annotate(Status status, int step) const {
@@ -454,7 +460,8 @@ Status Executor::runComm(int index) {
         int64_t n = 0;
         for (uint32_t id : bucket) {
           const Tensor &v = value(id);
-          std::copy(v.as<float>(), v.as<float>() + v.numel(), fused.data() + n);
+          std::copy(v.as<float>(), v.as<float>() + v.numel(),
+                    static_cast<float *>(fused.data()) + n);
           n += v.numel();
         }
         t = Tensor{program::DTYPE_F32, {n}, fused.data()};

@@ -137,7 +137,10 @@ private:
   void planAllReduceBuckets();
   /// Per all-reduce step: its values grouped into buckets reduced together.
   std::map<int, std::vector<std::vector<uint32_t>>> allReduceBuckets;
-  std::vector<float> fused; // the largest multi-value bucket, contiguous
+  /// The largest multi-value bucket, contiguous, in the backend's memory
+  /// (a GPU communicator reads it on the device).
+  Buffer fused;
+  size_t fusedElements = 0;
   /// Error feedback of each (step, value) that sends with a lossy codec
   /// (a fused bucket uses its first value's).
   std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> feedback;
