@@ -1,6 +1,7 @@
 //===- KernelLowering.cpp - Graph ops to runtime kernels ------------------===//
 //
-// Kernels follow ONNX opset 18 (LayerNormalization 17, Gelu 20): the static
+// Kernels follow ONNX opset 18 (LayerNormalization 17, Gelu 20,
+// RMSNormalization 23): the static
 // configuration that the graph dialect keeps in attributes (Reshape's shape,
 // Slice's starts, Reduce axes, Pad's pads, ...) goes back to constant inputs;
 // enum attributes become ONNX strings.
@@ -249,6 +250,8 @@ LogicalResult strait::exporter::lowerToKernel(Operation *op, ValueTable &values,
     k.set_opset(17);
   else if (isa<graph::GeluOp>(op))
     k.set_opset(20);
+  else if (isa<graph::RMSNormalizationOp>(op))
+    k.set_opset(23);
   if (auto nameLoc = dyn_cast<NameLoc>(op->getLoc()))
     k.set_name(nameLoc.getName().str());
 

@@ -294,6 +294,22 @@ LogicalResult importLayerNorm(NodeImporter &n) {
   return n.setResults({(*y)[0], (*stats)[0], (*stats)[1]});
 }
 
+/// RMSNormalization (opset 23): one output; stash_type is kept for export.
+LogicalResult importRMSNorm(NodeImporter &n) {
+  if (failed(n.checkAttributes({"axis", "epsilon", "stash_type"})))
+    return failure();
+  FailureOr<int64_t> axis = n.getInt("axis", -1);
+  FailureOr<int64_t> stash = n.getInt("stash_type", 1);
+  FailureOr<float> eps = n.getFloat("epsilon", 1e-5f);
+  FailureOr<Value> x = n.requiredInput(0), scale = n.requiredInput(1);
+  if (failed(axis) || failed(stash) || failed(eps) || failed(x) || failed(scale))
+    return failure();
+  return emit<graph::RMSNormalizationOp>(
+      n, {*x, *scale},
+      {n.named("axis", n.i64(*axis)), n.named("epsilon", n.f32(*eps)),
+       n.named("stash_type", n.i64(*stash))});
+}
+
 LogicalResult importInstanceNorm(NodeImporter &n) {
   if (failed(n.checkAttributes({"epsilon", "consumed_inputs"})))
     return failure();
@@ -454,6 +470,7 @@ void strait::onnximport::registerNNImporters(OpRegistry &r) {
   r.add("GlobalMaxPool", 1, importGlobalPool<GlobalMaxPoolOp>);
   r.add("BatchNormalization", 1, importBatchNorm);
   r.add("LayerNormalization", 17, importLayerNorm);
+  r.add("RMSNormalization", 23, importRMSNorm);
   r.add("InstanceNormalization", 1, importInstanceNorm);
   r.add("GroupNormalization", 18, importGroupNorm);
   r.add("LRN", 1, importLRN);

@@ -165,6 +165,26 @@ def Graph_LayerNormalizationOp : Graph_GenericOp<"LayerNormalization", [Pure]> {
   let results = (outs AnyTensor:$Y);
 }
 
+def Graph_RMSNormalizationOp : Graph_GenericOp<"RMSNormalization", [Pure]> {
+  let summary = "root-mean-square normalization over the trailing dims from axis";
+  let description = [{
+    ONNX opset-23 RMSNormalization:
+    `Y = X / sqrt(mean(X^2 over the dims from axis) + epsilon) * scale`, with
+    `scale` broadcast to the normalized dims. `stash_type` is kept for export;
+    the kernels accumulate in f32 lanes combined in double whatever its value.
+    graph-fuse-rmsnorm builds it from the decomposition of LLaMA exports.
+
+    ```mlir
+    %y = graph.RMSNormalization %x, %s {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$scale,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<F32Attr, "1e-5">:$epsilon,
+                   DefaultValuedAttr<I64Attr, "1">:$stash_type);
+  let results = (outs AnyTensor:$Y);
+}
+
 def Graph_InstanceNormalizationOp : Graph_GenericOp<"InstanceNormalization", [Pure]> {
   let summary = "per-sample, per-channel normalization";
   let description = [{

@@ -107,6 +107,26 @@ def Graph_LayerNormalizationGradOp
   let hasVerifier = 1;
 }
 
+def Graph_RMSNormalizationGradOp
+    : Graph_GenericOp<"RMSNormalizationGrad", [Pure]> {
+  let summary = "gradient of RMSNormalization";
+  let description = [{
+    Recomputes the inverse root mean square r of X over the dims from `axis`
+    and returns `dX = r * (dY * scale - Xhat * mean(dY * scale * Xhat))` with
+    `Xhat = X * r` (the mean over the normalized dims) and
+    `dScale = sum over rows of dY * Xhat`, of scale's type.
+
+    ```mlir
+    %dx, %ds = graph.RMSNormalizationGrad %dy, %x, %s {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+    ```
+  }];
+  let arguments = (ins AnyTensor:$dY, AnyTensor:$X, AnyTensor:$scale,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<F32Attr, "1e-5">:$epsilon);
+  let results = (outs AnyTensor:$dX, AnyTensor:$dScale);
+  let hasVerifier = 1;
+}
+
 def Graph_BatchNormalizationTrainingOp
     : Graph_GenericOp<"BatchNormalizationTraining", [Pure]> {
   let summary = "batch normalization with batch statistics";

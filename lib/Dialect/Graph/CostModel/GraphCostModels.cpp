@@ -95,10 +95,13 @@ KernelClass kernelClass(AveragePoolOp) { return KernelClass::Reduction; }
 
 // Normalizations: mean, variance, scale and shift.
 double forwardFlops(LayerNormalizationOp op) { return 8.0 * elems(op.getY()); }
+// RMSNormalization: square, sum, scale by the inverse root and the weight.
+double forwardFlops(RMSNormalizationOp op) { return 4.0 * elems(op.getY()); }
 double forwardFlops(BatchNormalizationOp op) { return 4.0 * elems(op.getY()); }
 double forwardFlops(GroupNormalizationOp op) { return 8.0 * elems(op.getY()); }
 double forwardFlops(InstanceNormalizationOp op) { return 8.0 * elems(op.getOutput()); }
 KernelClass kernelClass(LayerNormalizationOp) { return KernelClass::Normalization; }
+KernelClass kernelClass(RMSNormalizationOp) { return KernelClass::Normalization; }
 KernelClass kernelClass(BatchNormalizationOp) { return KernelClass::Normalization; }
 KernelClass kernelClass(GroupNormalizationOp) { return KernelClass::Normalization; }
 KernelClass kernelClass(InstanceNormalizationOp) { return KernelClass::Normalization; }

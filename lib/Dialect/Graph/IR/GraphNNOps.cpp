@@ -214,17 +214,20 @@ STRAIT_INFER(GroupNormalizationOp) {
   return success();
 }
 
-STRAIT_INFER(LayerNormalizationOp) {
-  TensorType x = tensorOf(adaptor.getX());
+/// Layer- and RMSNormalization: Y has X's type; every parameter broadcasts
+/// to the normalized dims X.shape[axis:].
+static LogicalResult inferRowNorm(OptLoc loc, StringRef op, Value xv, int64_t axisAttr,
+                                  ValueRange params, SmallVectorImpl<Type> &types) {
+  TensorType x = tensorOf(xv);
   if (!x.hasRank()) {
     types.push_back(x);
     return success();
   }
-  FailureOr<int64_t> axis = normalizeAxis(loc, adaptor.getAxis(), x.getRank());
+  FailureOr<int64_t> axis = normalizeAxis(loc, axisAttr, x.getRank());
   if (failed(axis))
     return failure();
   ArrayRef<int64_t> norm = x.getShape().drop_front(*axis);
-  for (Value p : adaptor.getOperands().drop_front()) {
+  for (Value p : params) {
     TensorType t = tensorOf(p);
     if (!t.hasRank())
       continue;
@@ -232,11 +235,21 @@ STRAIT_INFER(LayerNormalizationOp) {
     if (failed(b))
       return failure();
     if (Shape(norm) != *b)
-      return emitOptionalError(loc, "LayerNormalization: parameter ", t,
+      return emitOptionalError(loc, op, ": parameter ", t,
                                " does not broadcast to the normalized dims");
   }
   types.push_back(x);
   return success();
+}
+
+STRAIT_INFER(LayerNormalizationOp) {
+  return inferRowNorm(loc, "LayerNormalization", adaptor.getX(), adaptor.getAxis(),
+                      adaptor.getOperands().drop_front(), types);
+}
+
+STRAIT_INFER(RMSNormalizationOp) {
+  return inferRowNorm(loc, "RMSNormalization", adaptor.getX(), adaptor.getAxis(),
+                      adaptor.getOperands().drop_front(), types);
 }
 
 /// Loss over scores N x C x D... and labels N x D...

@@ -64,6 +64,22 @@ LogicalResult LayerNormalizationGradOp::verify() {
   return success();
 }
 
+STRAIT_INFER(RMSNormalizationGradOp) {
+  types.push_back(adaptor.getX().getType());
+  types.push_back(adaptor.getScale().getType());
+  return success();
+}
+
+LogicalResult RMSNormalizationGradOp::verify() {
+  if (getDY().getType() != getX().getType())
+    return emitOpError("dY type ") << getDY().getType() << " differs from X's "
+                                   << getX().getType();
+  TensorType x = tensorOf(getX());
+  if (x.hasRank() && failed(normalizeAxis(getLoc(), getAxis(), x.getRank())))
+    return failure();
+  return success();
+}
+
 /// BatchNormalization's channel parameters must be 1-D of X's dim 1.
 static LogicalResult checkChannels(Operation *op, Value x, ValueRange params) {
   TensorType xt = tensorOf(x);

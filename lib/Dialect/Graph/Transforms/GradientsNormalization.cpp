@@ -1,7 +1,7 @@
 //===- GradientsNormalization.cpp - Rules of normalization ops ------------===//
 //
-// LayerNormalization and the training form of BatchNormalization go to fused
-// gradient ops that recompute (LayerNorm) or reuse (BatchNorm) statistics;
+// LayerNormalization, RMSNormalization and the training form of
+// BatchNormalization go to fused gradient ops that recompute (LayerNorm) or reuse (BatchNorm) statistics;
 // Group- and InstanceNormalization reuse LayerNormalizationGrad on X viewed
 // as [N, groups, rest].
 //
@@ -27,6 +27,15 @@ LogicalResult layerNormGrad(LayerNormalizationOp op, GradBuilder &g,
       return op.emitOpError("gradient needs B of Scale's type, got ") << b.getType();
     dx[2] = grad.getDB();
   }
+  return success();
+}
+
+LogicalResult rmsNormGrad(RMSNormalizationOp op, GradBuilder &g, ValueRange dy,
+                          DX dx) {
+  auto grad = g.create<RMSNormalizationGradOp>(
+      dy[0], op.getX(), op.getScale(), op.getAxisAttr(), op.getEpsilonAttr());
+  dx[0] = grad.getDX();
+  dx[1] = grad.getDScale();
   return success();
 }
 
@@ -156,6 +165,7 @@ LogicalResult lrnGrad(LRNOp op, GradBuilder &g, ValueRange dy, DX dx) {
 
 void grad::registerNormalizationGradients(MLIRContext *ctx) {
   attachRule<LayerNormalizationOp, layerNormGrad>(ctx);
+  attachRule<RMSNormalizationOp, rmsNormGrad>(ctx);
   attachRule<BatchNormalizationTrainingOp, batchNormTrainingGrad>(ctx);
   attachRule<BatchNormalizationOp, batchNormInferenceGrad>(ctx);
   attachRule<InstanceNormalizationOp, instanceNormGrad>(ctx);
