@@ -12,6 +12,10 @@
 using namespace mlir;
 
 void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+  // On the forward graph, so that autodiff sees one RMSNormalization (and
+  // builds one RMSNormalizationGrad) per decomposed RMSNorm.
+  if (o.fuseRmsNorm)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRMSNorm());
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
   if (o.precision != "f32") {

@@ -164,6 +164,11 @@ cl::opt<strait::FuseMode> fuse(
     cl::values(clEnumValN(strait::FuseMode::Elementwise, "elementwise",
                           "chains of elementwise ops become one FusedElementwise kernel"),
                clEnumValN(strait::FuseMode::None, "none", "one kernel per op")));
+cl::opt<bool> fuseRmsNorm(
+    "fuse-rmsnorm",
+    cl::desc("Rewrite decomposed RMSNorm chains (LLaMA exports) into one RMSNormalization "
+             "before the training step (default on; =false keeps the decomposition)"),
+    cl::init(true));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false));
@@ -314,6 +319,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.compress = compress.getValue();
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
   popts.fuse = fuse.getValue();
+  popts.fuseRmsNorm = fuseRmsNorm.getValue();
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;

@@ -29,6 +29,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                            llvm::cl::desc("build a training step with this loss "
                                           "(cross-entropy, mse, output); empty: forward only"),
                            llvm::cl::init("")};
+  Option<bool> fuseRmsNorm{
+      *this, "fuse-rmsnorm",
+      llvm::cl::desc("graph-fuse-rmsnorm first: decomposed RMSNorm chains become "
+                     "graph.RMSNormalization"),
+      llvm::cl::init(true)};
   Option<std::string> precision{
       *this, "precision",
       llvm::cl::desc("f32 (no casts), or bf16 / f16: graph-autocast runs the "
@@ -119,7 +124,7 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                        clEnumValN(FuseMode::None, "none", "one kernel per op"))};
 };
 
-/// [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
+/// [graph-fuse-rmsnorm] -> [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
 /// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
 /// Fusion runs last, so pipeline cuts and communication see unfused ops.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);

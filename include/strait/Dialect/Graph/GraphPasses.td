@@ -120,6 +120,31 @@ def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphFuseRMSNorm : Pass<"graph-fuse-rmsnorm", "::mlir::func::FuncOp"> {
+  let summary = "Rewrite the decomposed RMSNorm of LLaMA exports into graph.RMSNormalization";
+  let description = [{
+    Matches, on f32 values,
+    `Pow(x, 2) -> ReduceMean(trailing axes, keepdims) -> Add(eps) -> Sqrt ->
+    Reciprocal | Div(1, .) -> Mul(x, .) -> Mul(weight, .)` (and
+    `Div(x, Sqrt)` for the middle two; Add, Mul and the weight on either
+    side), where every intermediate value has that one user, eps is a scalar
+    constant, the exponent 2 and the numerator 1 are splat constants, and
+    the weight broadcasts to the reduced dims without widening x. The chain
+    becomes one `graph.RMSNormalization` (axis = the first reduced dim),
+    whose gradient rule is the fused `graph.RMSNormalizationGrad`. It runs
+    on the forward graph before `graph-build-training-step`. See
+    docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-fuse-rmsnorm model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "RMSNormalization ops created">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 def GraphAutocast : Pass<"graph-autocast", "::mlir::ModuleOp"> {
   let summary = "Mixed precision: run GEMM-like ops on bf16 (or f16) operands";
   let description = [{
