@@ -544,3 +544,27 @@ TEST(ConvWindow, AveragePoolCountsTheEndPaddingAsOnnxruntime) {
   ASSERT_TRUE(g.isOk()) << g.getStatus().toString();
   EXPECT_EQ((*g)[0], (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0.5f}));
 }
+
+// The operand checks that both backends share (rt::convGradInputArgs,
+// convGradWeightArgs) reject shapes below rank 3 before indexing a channel
+// dim (each backend's copy used to read input_shape[1] / weight_shape[1]
+// past the end of a 1-entry attribute).
+TEST(ConvWindow, ConvGradientsOfRankOneAreErrors) {
+  auto in = runKernel("ConvGradInput",
+                      {Input::f({4}, std::vector<float>(4, 1.0f)),
+                       Input::f({4}, std::vector<float>(4, 1.0f))},
+                      {{program::DTYPE_F32, {4}}},
+                      [](program::Kernel &k) { setInts(k, "input_shape", {4}); });
+  ASSERT_FALSE(in.isOk());
+  EXPECT_EQ(in.getStatus().getCode(), StatusCode::InvalidArgument);
+  EXPECT_NE(in.getStatus().toString().find("and input_shape [4] do not fit"), std::string::npos)
+      << in.getStatus().toString();
+  auto wt = runKernel("ConvGradWeight",
+                      {Input::f({4}, std::vector<float>(4, 1.0f)),
+                       Input::f({4}, std::vector<float>(4, 1.0f))},
+                      {{program::DTYPE_F32, {4}}},
+                      [](program::Kernel &k) { setInts(k, "weight_shape", {4}); });
+  ASSERT_FALSE(wt.isOk());
+  EXPECT_NE(wt.getStatus().toString().find("and weight_shape [4] do not fit"), std::string::npos)
+      << wt.getStatus().toString();
+}

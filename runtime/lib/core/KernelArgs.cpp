@@ -147,5 +147,129 @@ Shape windowOutputShape(int64_t n, int64_t c, const ConvWindow &w) {
   return s;
 }
 
+namespace {
+
+/// A shape attribute that must be present and non-empty.
+StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
+  if (v.empty())
+    return ctx.error("missing attribute '" + std::string(name) + "'");
+  return Shape(v.begin(), v.end());
+}
+
+} // namespace
+
+StatusOr<ConvArgs> convArgs(const KernelContext &ctx) {
+  ConvArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.w, ctx.requireInput(1, program::DTYPE_F32));
+  a.bias = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(a.group, ctx.getAttrs().getInt("group", 1));
+  const Tensor &x = *a.x, &wt = *a.w;
+  if (x.rank() < 3 || wt.rank() != x.rank())
+    return ctx.error("X " + x.typeString() + " and W " + wt.typeString() +
+                     " ranks do not fit a convolution");
+  int64_t c = x.shape[1], m = wt.shape[0];
+  if (a.group < 1 || c % a.group || m % a.group || wt.shape[1] != c / a.group)
+    return ctx.error("channels " + std::to_string(c) + " / W " + wt.typeString() +
+                     " do not fit group " + std::to_string(a.group));
+  std::vector<int64_t> kshape(wt.shape.begin() + 2, wt.shape.end());
+  STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
+  if (kattr != kshape)
+    return ctx.error("kernel_shape attribute disagrees with W " + wt.typeString());
+  STRAIT_ASSIGN_OR_RETURN(a.window, convWindow(ctx, x.shape, kshape, false));
+  STRAIT_ASSIGN_OR_RETURN(a.y, ctx.requireOutput(0, windowOutputShape(x.shape[0], m, a.window),
+                                                 program::DTYPE_F32));
+  if (a.bias && (a.bias->dtype != program::DTYPE_F32 || a.bias->numel() != m))
+    return ctx.error("bias " + a.bias->typeString() + " does not have " + std::to_string(m) +
+                     " f32 entries");
+  return a;
+}
+
+StatusOr<ConvGradArgs> convGradInputArgs(const KernelContext &ctx) {
+  ConvGradArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.operand, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.xShape, shapeAttr(ctx, "input_shape"));
+  STRAIT_ASSIGN_OR_RETURN(a.group, ctx.getAttrs().getInt("group", 1));
+  const Tensor &dy = *a.dy, &wt = *a.operand;
+  const Shape &xs = a.xShape;
+  if (xs.size() < 3 || xs.size() != dy.shape.size() || wt.rank() != dy.rank() || a.group < 1 ||
+      xs[1] % a.group || wt.shape[0] != dy.shape[1] || wt.shape[1] * a.group != xs[1])
+    return ctx.error("dY " + dy.typeString() + ", W " + wt.typeString() + " and input_shape " +
+                     shapeToString(xs) + " do not fit");
+  a.wShape = wt.shape;
+  std::vector<int64_t> kshape(wt.shape.begin() + 2, wt.shape.end());
+  STRAIT_ASSIGN_OR_RETURN(a.window, convWindow(ctx, xs, kshape, false));
+  if (windowOutputShape(xs[0], wt.shape[0], a.window) != dy.shape)
+    return ctx.error("dY " + dy.typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(a.out, ctx.requireOutput(0, xs, program::DTYPE_F32));
+  return a;
+}
+
+StatusOr<ConvGradArgs> convGradWeightArgs(const KernelContext &ctx) {
+  ConvGradArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.operand, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.wShape, shapeAttr(ctx, "weight_shape"));
+  STRAIT_ASSIGN_OR_RETURN(a.group, ctx.getAttrs().getInt("group", 1));
+  const Tensor &dy = *a.dy, &x = *a.operand;
+  const Shape &ws = a.wShape;
+  if (x.rank() < 3 || ws.size() != x.shape.size() || dy.rank() != x.rank() || a.group < 1 ||
+      x.shape[1] % a.group || ws[1] * a.group != x.shape[1] || ws[0] != dy.shape[1])
+    return ctx.error("dY " + dy.typeString() + ", X " + x.typeString() + " and weight_shape " +
+                     shapeToString(ws) + " do not fit");
+  a.xShape = x.shape;
+  std::vector<int64_t> kshape(ws.begin() + 2, ws.end());
+  STRAIT_ASSIGN_OR_RETURN(a.window, convWindow(ctx, x.shape, kshape, false));
+  if (windowOutputShape(x.shape[0], ws[0], a.window) != dy.shape)
+    return ctx.error("dY " + dy.typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(a.out, ctx.requireOutput(0, ws, program::DTYPE_F32));
+  return a;
+}
+
+StatusOr<PoolArgs> poolArgs(const KernelContext &ctx) {
+  PoolArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(0, program::DTYPE_F32));
+  std::vector<int64_t> none;
+  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t storageOrder, ctx.getAttrs().getInt("storage_order", 0));
+  a.countIncludePad = includePad != 0;
+  if (a.x->rank() < 3)
+    return ctx.error("input must have rank >= 3, got " + a.x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(a.window, convWindow(ctx, a.x->shape, kshape, true));
+  Shape outShape = windowOutputShape(a.x->shape[0], a.x->shape[1], a.window);
+  STRAIT_ASSIGN_OR_RETURN(a.y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  if (ctx.output(1)) {
+    STRAIT_ASSIGN_OR_RETURN(a.indices, ctx.requireOutput(1, outShape, program::DTYPE_I64));
+    if (storageOrder != 0)
+      return ctx.unsupported("storage_order=1 for Indices");
+  }
+  return a;
+}
+
+StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max) {
+  PoolGradArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));
+  if (max) {
+    STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(1, program::DTYPE_F32));
+    a.xShape = a.x->shape;
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(a.xShape, shapeAttr(ctx, "input_shape"));
+  }
+  std::vector<int64_t> none;
+  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
+  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
+  a.countIncludePad = includePad != 0;
+  if (a.xShape.size() < 3)
+    return ctx.error("input must have rank >= 3");
+  STRAIT_ASSIGN_OR_RETURN(a.window, convWindow(ctx, a.xShape, kshape, true));
+  if (windowOutputShape(a.xShape[0], a.xShape[1], a.window) != a.dy->shape)
+    return ctx.error("dY " + a.dy->typeString() + " is not the forward output shape");
+  STRAIT_ASSIGN_OR_RETURN(a.dx, ctx.requireOutput(0, a.xShape, program::DTYPE_F32));
+  return a;
+}
+
 } // namespace rt
 } // namespace strait

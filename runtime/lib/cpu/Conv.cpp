@@ -74,28 +74,11 @@ void col2im(const float *col, int64_t channels, const ConvWindow &w, float *img)
 }
 
 Status convKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
-  const Tensor *bias = ctx.input(2);
-  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
-  if (x->rank() < 3 || wt->rank() != x->rank())
-    return ctx.error("X " + x->typeString() + " and W " + wt->typeString() +
-                     " ranks do not fit a convolution");
-  int64_t n = x->shape[0], c = x->shape[1], m = wt->shape[0];
-  if (group < 1 || c % group || m % group || wt->shape[1] != c / group)
-    return ctx.error("channels " + std::to_string(c) + " / W " +
-                     wt->typeString() + " do not fit group " +
-                     std::to_string(group));
-  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
-  if (kattr != kshape)
-    return ctx.error("kernel_shape attribute disagrees with W " + wt->typeString());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, windowOutputShape(n, m, w),
-                                                        program::DTYPE_F32));
-  if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
-    return ctx.error("bias " + bias->typeString() + " does not have " +
-                     std::to_string(m) + " f32 entries");
+  STRAIT_ASSIGN_OR_RETURN(ConvArgs a, convArgs(ctx));
+  const Tensor *x = a.x, *wt = a.w, *bias = a.bias;
+  Tensor *y = a.y;
+  const ConvWindow &w = a.window;
+  int64_t group = a.group, n = x->shape[0], c = x->shape[1], m = wt->shape[0];
   int64_t cg = c / group, mg = m / group, kdim = cg * w.kSize(), p = w.outSize();
   bool direct = w.kSize() == 1 && w.inSize() == p && w.stride[0] == 1 &&
                 w.stride[1] == 1 && w.stride[2] == 1 && w.pad[0] == 0 &&
@@ -211,24 +194,11 @@ Status convTransposeKernel(KernelContext &ctx) {
 enum class PoolKind { Max, Average };
 
 Status poolKernel(KernelContext &ctx, PoolKind kind) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
-  std::vector<int64_t> none;
-  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
-  STRAIT_ASSIGN_OR_RETURN(int64_t includePad,
-                          ctx.getAttrs().getInt("count_include_pad", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t storageOrder,
-                          ctx.getAttrs().getInt("storage_order", 0));
-  if (x->rank() < 3)
-    return ctx.error("input must have rank >= 3, got " + x->typeString());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, true));
-  Shape outShape = windowOutputShape(x->shape[0], x->shape[1], w);
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
-  Tensor *indices = nullptr;
-  if (ctx.output(1)) {
-    STRAIT_ASSIGN_OR_RETURN(indices, ctx.requireOutput(1, outShape, program::DTYPE_I64));
-    if (storageOrder != 0)
-      return ctx.unsupported("storage_order=1 for Indices");
-  }
+  STRAIT_ASSIGN_OR_RETURN(PoolArgs a, poolArgs(ctx));
+  const Tensor *x = a.x;
+  Tensor *y = a.y, *indices = a.indices;
+  const ConvWindow &w = a.window;
+  bool includePad = a.countIncludePad;
   int64_t planes = x->shape[0] * x->shape[1];
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
@@ -236,7 +206,7 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
       float *out = y->as<float>() + pl * w.outSize();
       for (int64_t o = 0; o < w.outSize(); ++o) {
         int64_t argmax;
-        out[o] = poolWindow(w, in, o, kind == PoolKind::Max, includePad != 0, argmax);
+        out[o] = poolWindow(w, in, o, kind == PoolKind::Max, includePad, argmax);
         if (kind == PoolKind::Max && indices)
           indices->as<int64_t>()[pl * w.outSize() + o] = pl * w.inSize() + argmax;
       }
@@ -271,30 +241,16 @@ Status globalPoolKernel(KernelContext &ctx, PoolKind kind) {
 //===----------------------------------------------------------------------===//
 // Gradients (the compiler's graph.ConvGradInput, ConvGradWeight,
 // MaxPoolGrad, AveragePoolGrad): the forward window comes from the same
-// attributes as the forward op plus the forward input shape.
+// attributes as the forward op plus the forward input shape (KernelArgs).
 //===----------------------------------------------------------------------===//
 
-StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
-  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
-  if (v.empty())
-    return ctx.error("missing attribute '" + std::string(name) + "'");
-  return Shape(v.begin(), v.end());
-}
-
 Status convGradInputKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(Shape xShape, shapeAttr(ctx, "input_shape"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
-  if (xShape.size() != dy->shape.size() || wt->rank() != dy->rank() || group < 1 ||
-      xShape[1] % group || wt->shape[0] != dy->shape[1] || wt->shape[1] * group != xShape[1])
-    return ctx.error("dY " + dy->typeString() + ", W " + wt->typeString() +
-                     " and input_shape " + shapeToString(xShape) + " do not fit");
-  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, false));
-  if (windowOutputShape(xShape[0], wt->shape[0], w) != dy->shape)
-    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradInputArgs(ctx));
+  const Tensor *dy = a.dy, *wt = a.operand;
+  Tensor *dx = a.out;
+  const ConvWindow &w = a.window;
+  const Shape &xShape = a.xShape;
+  int64_t group = a.group;
   int64_t n = xShape[0], c = xShape[1], m = wt->shape[0], cg = c / group, mg = m / group;
   int64_t kdim = cg * w.kSize(), p = w.outSize();
   std::vector<float> col(kdim * p);
@@ -309,20 +265,12 @@ Status convGradInputKernel(KernelContext &ctx) {
 }
 
 Status convGradWeightKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(Shape wShape, shapeAttr(ctx, "weight_shape"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
-  if (wShape.size() != x->shape.size() || group < 1 || x->shape[1] % group ||
-      wShape[1] * group != x->shape[1] || wShape[0] != dy->shape[1])
-    return ctx.error("dY " + dy->typeString() + ", X " + x->typeString() +
-                     " and weight_shape " + shapeToString(wShape) + " do not fit");
-  std::vector<int64_t> kshape(wShape.begin() + 2, wShape.end());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
-  if (windowOutputShape(x->shape[0], wShape[0], w) != dy->shape)
-    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dw, ctx.requireOutput(0, wShape, program::DTYPE_F32));
-  int64_t n = x->shape[0], c = x->shape[1], m = wShape[0], cg = c / group, mg = m / group;
+  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradWeightArgs(ctx));
+  const Tensor *dy = a.dy, *x = a.operand;
+  Tensor *dw = a.out;
+  const ConvWindow &w = a.window;
+  int64_t group = a.group;
+  int64_t n = x->shape[0], c = x->shape[1], m = a.wShape[0], cg = c / group, mg = m / group;
   int64_t kdim = cg * w.kSize(), p = w.outSize();
   std::vector<float> col(kdim * p);
   for (int64_t i = 0; i < n; ++i)
@@ -335,24 +283,12 @@ Status convGradWeightKernel(KernelContext &ctx) {
 }
 
 Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  const Tensor *x = nullptr;
-  Shape xShape;
-  if (kind == PoolKind::Max) {
-    STRAIT_ASSIGN_OR_RETURN(x, ctx.requireInput(1, program::DTYPE_F32));
-    xShape = x->shape;
-  } else {
-    STRAIT_ASSIGN_OR_RETURN(xShape, shapeAttr(ctx, "input_shape"));
-  }
-  std::vector<int64_t> none;
-  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
-  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
-  if (xShape.size() < 3)
-    return ctx.error("input must have rank >= 3");
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, true));
-  if (windowOutputShape(xShape[0], xShape[1], w) != dy->shape)
-    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(PoolGradArgs a, poolGradArgs(ctx, kind == PoolKind::Max));
+  const Tensor *dy = a.dy, *x = a.x;
+  Tensor *dx = a.dx;
+  const ConvWindow &w = a.window;
+  const Shape &xShape = a.xShape;
+  bool includePad = a.countIncludePad;
   std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
   int64_t planes = xShape[0] * xShape[1];
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {

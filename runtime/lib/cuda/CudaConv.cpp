@@ -204,87 +204,40 @@ Status addBias(CudaContext &c, const CudnnConvShape &s, const float *bias, float
 }
 
 Status convKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
-  const Tensor *bias = ctx.input(2);
-  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
-  if (x->rank() < 3 || wt->rank() != x->rank())
-    return ctx.error("X " + x->typeString() + " and W " + wt->typeString() +
-                     " ranks do not fit a convolution");
-  int64_t n = x->shape[0], ch = x->shape[1], m = wt->shape[0];
-  if (group < 1 || ch % group || m % group || wt->shape[1] != ch / group)
-    return ctx.error("channels " + std::to_string(ch) + " / W " + wt->typeString() +
-                     " do not fit group " + std::to_string(group));
-  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(auto kattr, ctx.getAttrs().getInts("kernel_shape", kshape));
-  if (kattr != kshape)
-    return ctx.error("kernel_shape attribute disagrees with W " + wt->typeString());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, windowOutputShape(n, m, w),
-                                                        program::DTYPE_F32));
-  if (bias && (bias->dtype != program::DTYPE_F32 || bias->numel() != m))
-    return ctx.error("bias " + bias->typeString() + " does not have " + std::to_string(m) +
-                     " f32 entries");
-  if (y->numel() == 0)
+  STRAIT_ASSIGN_OR_RETURN(ConvArgs a, convArgs(ctx));
+  if (a.y->numel() == 0)
     return Status::ok();
-  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, w, n, ch, m, group));
-  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, group, x->data, wt->data,
-                                 y->data).withKernel(ctx.op()));
-  if (bias)
-    STRAIT_RETURN_IF_ERROR(addBias(c, s, bias->as<float>(), y->as<float>()).withKernel(ctx.op()));
+  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.x->shape[0],
+                                                           a.x->shape[1], a.w->shape[0], a.group));
+  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, a.group, a.x->data,
+                                 a.w->data, a.y->data).withKernel(ctx.op()));
+  if (a.bias)
+    STRAIT_RETURN_IF_ERROR(
+        addBias(c, s, a.bias->as<float>(), a.y->as<float>()).withKernel(ctx.op()));
   return Status::ok();
 }
 
-StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
-  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
-  if (v.empty())
-    return ctx.error("missing attribute '" + std::string(name) + "'");
-  return Shape(v.begin(), v.end());
-}
-
 Status convGradInputKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *wt, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(Shape xShape, shapeAttr(ctx, "input_shape"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
-  if (xShape.size() != dy->shape.size() || wt->rank() != dy->rank() || group < 1 ||
-      xShape[1] % group || wt->shape[0] != dy->shape[1] || wt->shape[1] * group != xShape[1])
-    return ctx.error("dY " + dy->typeString() + ", W " + wt->typeString() +
-                     " and input_shape " + shapeToString(xShape) + " do not fit");
-  std::vector<int64_t> kshape(wt->shape.begin() + 2, wt->shape.end());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, false));
-  if (windowOutputShape(xShape[0], wt->shape[0], w) != dy->shape)
-    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
-  if (dx->numel() == 0)
+  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradInputArgs(ctx));
+  if (a.out->numel() == 0)
     return Status::ok();
-  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s,
-                          cudnnConvShape(ctx, w, xShape[0], xShape[1], wt->shape[0], group));
-  return runConv(c, ctx, tag, ConvPass::Data, s, group, dy->data, wt->data, dx->data)
+  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.xShape[0],
+                                                           a.xShape[1], a.wShape[0], a.group));
+  return runConv(c, ctx, tag, ConvPass::Data, s, a.group, a.dy->data, a.operand->data,
+                 a.out->data)
       .withKernel(ctx.op());
 }
 
 Status convGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(Shape wShape, shapeAttr(ctx, "weight_shape"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t group, ctx.getAttrs().getInt("group", 1));
-  if (wShape.size() != x->shape.size() || group < 1 || x->shape[1] % group ||
-      wShape[1] * group != x->shape[1] || wShape[0] != dy->shape[1])
-    return ctx.error("dY " + dy->typeString() + ", X " + x->typeString() +
-                     " and weight_shape " + shapeToString(wShape) + " do not fit");
-  std::vector<int64_t> kshape(wShape.begin() + 2, wShape.end());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, false));
-  if (windowOutputShape(x->shape[0], wShape[0], w) != dy->shape)
-    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dw, ctx.requireOutput(0, wShape, program::DTYPE_F32));
-  if (dw->numel() == 0)
+  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradWeightArgs(ctx));
+  if (a.out->numel() == 0)
     return Status::ok();
-  if (x->numel() == 0) // no image: the gradient is zero
-    return cudaStatus(cudaMemsetAsync(dw->data, 0, dw->byteSize(), c.stream), "memset");
-  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s,
-                          cudnnConvShape(ctx, w, x->shape[0], x->shape[1], wShape[0], group));
-  return runConv(c, ctx, tag, ConvPass::Filter, s, group, dy->data, x->data, dw->data)
+  if (a.operand->numel() == 0) // no image: the gradient is zero
+    return cudaStatus(cudaMemsetAsync(a.out->data, 0, a.out->byteSize(), c.stream), "memset");
+  STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.xShape[0],
+                                                           a.xShape[1], a.wShape[0], a.group));
+  return runConv(c, ctx, tag, ConvPass::Filter, s, a.group, a.dy->data, a.operand->data,
+                 a.out->data)
       .withKernel(ctx.op());
 }
 

@@ -1,6 +1,7 @@
 //===- CudaSpatial.cpp - Pooling, batch norm, reductions, slices (host) ---===//
 //
-// Shape and attribute checks (the CPU backend's rules and messages) and the
+// Shape and attribute checks (the CPU backend's rules and messages; the
+// pools' are rt::poolArgs / poolGradArgs, shared with it) and the
 // launches of Pooling.cu and Reduce.cu: MaxPool, AveragePool, the global
 // pools and their gradients; BatchNormalization (inference and training
 // mode), BatchNormalizationTraining and BatchNormalizationGrad; the Reduce*
@@ -82,15 +83,6 @@ StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelConte
   return v;
 }
 
-StatusOr<Shape> shapeAttr(const KernelContext &ctx, const char *name) {
-  if (!ctx.getAttrs().has(name))
-    return ctx.error("missing attribute '" + std::string(name) + "'");
-  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, ctx.getAttrs().getInts(name, {}));
-  if (v.empty())
-    return ctx.error("missing attribute '" + std::string(name) + "'");
-  return Shape(v.begin(), v.end());
-}
-
 StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= std::max<int64_t>(rank, 1))
@@ -104,24 +96,10 @@ StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t 
 //===----------------------------------------------------------------------===//
 
 Status poolKernel(CudaContext &c, KernelContext &ctx, bool max) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
-  std::vector<int64_t> none;
-  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
-  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t storageOrder, ctx.getAttrs().getInt("storage_order", 0));
-  if (x->rank() < 3)
-    return ctx.error("input must have rank >= 3, got " + x->typeString());
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, x->shape, kshape, true));
-  Shape outShape = windowOutputShape(x->shape[0], x->shape[1], w);
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
-  Tensor *indices = nullptr;
-  if (ctx.output(1)) {
-    STRAIT_ASSIGN_OR_RETURN(indices, ctx.requireOutput(1, outShape, program::DTYPE_I64));
-    if (storageOrder != 0)
-      return ctx.unsupported("storage_order=1 for Indices");
-  }
-  launchPool(max, includePad != 0, x->as<float>(), y->as<float>(),
-             indices ? indices->as<int64_t>() : nullptr, x->shape[0] * x->shape[1], w, c.stream);
+  STRAIT_ASSIGN_OR_RETURN(PoolArgs a, poolArgs(ctx));
+  launchPool(max, a.countIncludePad, a.x->as<float>(), a.y->as<float>(),
+             a.indices ? a.indices->as<int64_t>() : nullptr, a.x->shape[0] * a.x->shape[1],
+             a.window, c.stream);
   return Status::ok();
 }
 
@@ -140,26 +118,9 @@ Status globalPoolKernel(CudaContext &c, KernelContext &ctx, bool max) {
 }
 
 Status poolGradKernel(CudaContext &c, KernelContext &ctx, bool max) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  const Tensor *x = nullptr;
-  Shape xShape;
-  if (max) {
-    STRAIT_ASSIGN_OR_RETURN(x, ctx.requireInput(1, program::DTYPE_F32));
-    xShape = x->shape;
-  } else {
-    STRAIT_ASSIGN_OR_RETURN(xShape, shapeAttr(ctx, "input_shape"));
-  }
-  std::vector<int64_t> none;
-  STRAIT_ASSIGN_OR_RETURN(auto kshape, ctx.getAttrs().getInts("kernel_shape", none));
-  STRAIT_ASSIGN_OR_RETURN(int64_t includePad, ctx.getAttrs().getInt("count_include_pad", 0));
-  if (xShape.size() < 3)
-    return ctx.error("input must have rank >= 3");
-  STRAIT_ASSIGN_OR_RETURN(ConvWindow w, convWindow(ctx, xShape, kshape, true));
-  if (windowOutputShape(xShape[0], xShape[1], w) != dy->shape)
-    return ctx.error("dY " + dy->typeString() + " is not the forward output shape");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xShape, program::DTYPE_F32));
-  launchPoolGrad(max, includePad != 0, dy->as<float>(), x ? x->as<float>() : nullptr,
-                 dx->as<float>(), xShape[0] * xShape[1], w, c.stream);
+  STRAIT_ASSIGN_OR_RETURN(PoolGradArgs a, poolGradArgs(ctx, max));
+  launchPoolGrad(max, a.countIncludePad, a.dy->as<float>(), a.x ? a.x->as<float>() : nullptr,
+                 a.dx->as<float>(), a.xShape[0] * a.xShape[1], a.window, c.stream);
   return Status::ok();
 }
 

@@ -64,6 +64,55 @@ StatusOr<ConvWindow> convWindow(const KernelContext &ctx, const Shape &x,
 /// [n, c, out...] of a window (the output shape of Conv and the pools).
 Shape windowOutputShape(int64_t n, int64_t c, const ConvWindow &w);
 
+/// Conv: X [N, C, spatial...], W [M, C / group, kernel...] and the optional
+/// bias [M] (f32); attributes group, kernel_shape (W's if absent, else equal
+/// to it) and the window's; Y [N, M, out...] f32.
+struct ConvArgs {
+  const Tensor *x = nullptr, *w = nullptr, *bias = nullptr;
+  Tensor *y = nullptr;
+  int64_t group = 1;
+  ConvWindow window;
+};
+StatusOr<ConvArgs> convArgs(const KernelContext &ctx);
+
+/// The compiler's ConvGradInput (dY, W; attribute input_shape; output dX)
+/// and ConvGradWeight (dY, X; attribute weight_shape; output dW), f32: the
+/// forward window from the same attributes as the Conv; dY must have the
+/// forward output's shape.
+struct ConvGradArgs {
+  const Tensor *dy = nullptr;
+  const Tensor *operand = nullptr; ///< W (ConvGradInput) or X (ConvGradWeight)
+  Tensor *out = nullptr;           ///< dX or dW
+  Shape xShape, wShape;
+  int64_t group = 1;
+  ConvWindow window;
+};
+StatusOr<ConvGradArgs> convGradInputArgs(const KernelContext &ctx);
+StatusOr<ConvGradArgs> convGradWeightArgs(const KernelContext &ctx);
+
+/// MaxPool / AveragePool: X [N, C, spatial...] f32; attributes kernel_shape,
+/// count_include_pad, storage_order (0 only, when Indices is requested) and
+/// the window's; Y and MaxPool's optional Indices (i64, flat into X).
+struct PoolArgs {
+  const Tensor *x = nullptr;
+  Tensor *y = nullptr, *indices = nullptr;
+  bool countIncludePad = false;
+  ConvWindow window;
+};
+StatusOr<PoolArgs> poolArgs(const KernelContext &ctx);
+
+/// MaxPoolGrad (dY, X) and AveragePoolGrad (dY; attribute input_shape), f32:
+/// the forward pool's attributes; dY must have the forward output's shape;
+/// output dX. `x` is null for AveragePoolGrad.
+struct PoolGradArgs {
+  const Tensor *dy = nullptr, *x = nullptr;
+  Tensor *dx = nullptr;
+  Shape xShape;
+  bool countIncludePad = false;
+  ConvWindow window;
+};
+StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max);
+
 } // namespace rt
 } // namespace strait
 
