@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Backend.h"
 
+#include <cstring>
+
 namespace strait {
 namespace rt {
 
@@ -55,6 +57,21 @@ std::vector<std::string> KernelTable::ops() const {
 
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   backends.push_back(std::move(backend));
+}
+
+Status Backend::scale(const Tensor &t, float factor) const {
+  if (t.dtype != program::DTYPE_F32)
+    return unimplemented("scale of " + t.typeString() + " (f32 only)");
+  float *d = t.as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    d[i] *= factor;
+  return Status::ok();
+}
+
+Status Backend::copy(void *dst, const void *src, size_t bytes) const {
+  if (bytes)
+    std::memcpy(dst, src, bytes);
+  return Status::ok();
 }
 
 StatusOr<const Backend *>

@@ -460,22 +460,21 @@ Status Executor::runComm(int index) {
         int64_t n = 0;
         for (uint32_t id : bucket) {
           const Tensor &v = value(id);
-          std::copy(v.as<float>(), v.as<float>() + v.numel(),
-                    static_cast<float *>(fused.data()) + n);
+          STRAIT_RETURN_IF_ERROR(
+              backend->copy(static_cast<float *>(fused.data()) + n, v.data, v.byteSize()));
           n += v.numel();
         }
         t = Tensor{program::DTYPE_F32, {n}, fused.data()};
       }
       options.feedback = feedbackOf(bucket[0]);
       STRAIT_RETURN_IF_ERROR(comm->allReduce(t, ar.channel(), options));
-      float *d = t.as<float>();
       if (ar.reduce() == program::REDUCE_MEAN)
-        for (int64_t i = 0; i < t.numel(); ++i)
-          d[i] *= scale;
+        STRAIT_RETURN_IF_ERROR(backend->scale(t, scale));
+      const float *d = t.as<float>();
       if (bucket.size() > 1)
         for (uint32_t id : bucket) {
           const Tensor &v = value(id);
-          std::copy(d, d + v.numel(), v.as<float>());
+          STRAIT_RETURN_IF_ERROR(backend->copy(v.data, d, v.byteSize()));
           d += v.numel();
         }
     }

@@ -195,9 +195,40 @@ public:
       cudaFree(ctx->errorFlag);
     if (ctx->stream)
       cudaStreamDestroy(ctx->stream);
+    if (ctx->commStream)
+      cudaStreamDestroy(ctx->commStream);
+  }
+
+  Status scale(const Tensor &t, float factor) const override {
+    if (t.dtype != program::DTYPE_F32)
+      return unimplemented("cuda: scale of " + t.typeString() + " (f32 only)");
+    STRAIT_ASSIGN_OR_RETURN(cudaStream_t s, commStream());
+    std::lock_guard<std::mutex> lock(ctx->commMutex);
+    launchAccumulate(t.as<float>(), t.as<float>(), t.numel(), factor, /*first=*/true, s);
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaGetLastError(), "scale launch"));
+    return cudaStatus(cudaStreamSynchronize(s), "scale");
+  }
+
+  Status copy(void *dst, const void *src, size_t bytes) const override {
+    if (!bytes)
+      return Status::ok();
+    STRAIT_ASSIGN_OR_RETURN(cudaStream_t s, commStream());
+    std::lock_guard<std::mutex> lock(ctx->commMutex);
+    STRAIT_RETURN_IF_ERROR(
+        cudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "copy"));
+    return cudaStatus(cudaStreamSynchronize(s), "copy");
   }
 
   std::string name() const override { return "cuda"; }
+
+  StatusOr<cudaStream_t> commStream() const {
+    std::lock_guard<std::mutex> lock(ctx->commMutex);
+    cudaSetDevice(ctx->options.device);
+    if (!ctx->commStream)
+      STRAIT_RETURN_IF_ERROR(cudaStatus(
+          cudaStreamCreateWithFlags(&ctx->commStream, cudaStreamNonBlocking), "comm stream"));
+    return ctx->commStream;
+  }
 
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
     if (!kernel.domain().empty() && kernel.domain() != "ai.onnx" &&

@@ -33,6 +33,10 @@ namespace cuda {
 struct CudaContext {
   CudaOptions options;
   cudaStream_t stream = nullptr;
+  /// For the executor's communication steps (Backend::scale / copy), which
+  /// may run while `stream` is under a graph capture; created on first use.
+  cudaStream_t commStream = nullptr;
+  std::mutex commMutex;
   cublasHandle_t blas = nullptr;
   /// [0]: tag of the first kernel that failed on the device, [1]: its code.
   int *errorFlag = nullptr;

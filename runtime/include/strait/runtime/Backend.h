@@ -128,6 +128,15 @@ public:
     (void)kernel;
     return false;
   }
+  /// For the executor's communication steps, which may run on its
+  /// communication thread while kernels are queued: `t *= factor` on an f32
+  /// tensor of this backend's memory (an all-reduce's mean), and a copy
+  /// between two such buffers (all-reduce buckets), both finished on return.
+  /// The CPU backend loops on the host; a GPU backend works on the device,
+  /// on a stream of its own (not the kernels' stream, which may be under a
+  /// graph capture), instead of migrating managed pages to the host.
+  virtual Status scale(const Tensor &t, float factor) const;
+  virtual Status copy(void *dst, const void *src, size_t bytes) const;
 };
 
 class BackendRegistry {
