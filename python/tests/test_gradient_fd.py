@@ -278,6 +278,22 @@ def _cases():
     c.append(Case("LayerNormalization", lambda T: [helper.make_node(
         "LayerNormalization", ["p0", "p1", "p2"], ["y"], axis=-1, epsilon=1e-5)],
         {"p0": _r((2, 3, 4), 18, -2, 2), "p1": _r((4,), 19, 0.5, 1.5), "p2": _r((4,), 20)}))
+    # RMSNormalization (opset 23) and the LLaMA decomposition that graph-fuse-rmsnorm
+    # rewrites into it (x * Reciprocal(Sqrt(ReduceMean(Pow(x, 2)) + eps)) * w); the
+    # reference evaluates the decomposition op by op.
+    c.append(Case("RMSNormalization", lambda T: [helper.make_node(
+        "RMSNormalization", ["p0", "p1"], ["y"], axis=-1, epsilon=1e-5)],
+        {"p0": _r((2, 3, 8), 21, -2, 2), "p1": _r((8,), 22, 0.5, 1.5)}, opset=23))
+    c.append(Case("RMSNormDecomposed", lambda T: [
+        _const("two", np.array(2.0), T), _const("eps", np.array(1e-5), T),
+        helper.make_node("Pow", ["p0", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+        helper.make_node("Add", ["ms", "eps"], ["mse"]),
+        helper.make_node("Sqrt", ["mse"], ["rms"]),
+        helper.make_node("Reciprocal", ["rms"], ["inv"]),
+        helper.make_node("Mul", ["p0", "inv"], ["xn"]),
+        helper.make_node("Mul", ["p1", "xn"], ["y"])],
+        {"p0": _r((2, 3, 8), 23, -2, 2), "p1": _r((8,), 24, 0.5, 1.5)}))
     # BatchNormalization: the training step normalizes with the batch statistics
     mean, var = _r((3,), 87), _r((3,), 88, 0.5, 1.5)
 

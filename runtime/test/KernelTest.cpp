@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "strait/runtime/KernelArgs.h"
+#include "strait/runtime/ThreadPool.h"
 
 #include <cmath>
 #include <cstring>
@@ -567,4 +568,115 @@ TEST(ConvWindow, ConvGradientsOfRankOneAreErrors) {
   ASSERT_FALSE(wt.isOk());
   EXPECT_NE(wt.getStatus().toString().find("and weight_shape [4] do not fit"), std::string::npos)
       << wt.getStatus().toString();
+}
+
+// RMSNormalization (opset 23) and RMSNormalizationGrad against a double
+// precision reference written from the definitions.
+namespace {
+struct RmsRef {
+  std::vector<double> y, dx, dScale;
+};
+RmsRef rmsReference(const std::vector<float> &x, const std::vector<float> &scale,
+                    const std::vector<float> &dy, int64_t rows, int64_t len, double eps) {
+  RmsRef r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.dScale.assign(len, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < len; ++j)
+      ss += double(x[i * len + j]) * x[i * len + j];
+    double inv = 1.0 / std::sqrt(ss / len + eps);
+    // dX_j = sum_k dY_k s_k dY_k/dX_j: inv * (g_j - inv^2 x_j sum_k g_k x_k / len).
+    double gx = 0;
+    for (int64_t k = 0; k < len; ++k)
+      gx += double(dy[i * len + k]) * scale[k] * x[i * len + k];
+    for (int64_t j = 0; j < len; ++j) {
+      double xj = x[i * len + j];
+      r.y[i * len + j] = xj * inv * scale[j];
+      r.dx[i * len + j] = inv * (double(dy[i * len + j]) * scale[j] - inv * inv * xj * gx / len);
+      r.dScale[j] += double(dy[i * len + j]) * xj * inv;
+    }
+  }
+  return r;
+}
+
+void expectRelClose(const std::vector<float> &got, const std::vector<double> &ref,
+                    double rel, const char *what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double scale = 0;
+  for (double v : ref)
+    scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], rel * scale) << what << " at " << i;
+}
+} // namespace
+
+TEST(Kernels, RMSNormalizationMatchesDoubleReference) {
+  // 37 rows of 300 (lanes plus a tail), mean far from zero in some rows.
+  const int64_t rows = 37, len = 300;
+  std::vector<float> x = pseudoRandom(rows * len, 71), s = pseudoRandom(len, 72);
+  for (int64_t j = 0; j < len; ++j)
+    x[5 * len + j] += 40.0f;
+  auto r = runKernel("RMSNormalization", {Input::f({rows, len}, x), Input::f({len}, s)},
+                     {{program::DTYPE_F32, {rows, len}}},
+                     [](program::Kernel &k) { setFloat(k, "epsilon", 1e-6f); });
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  RmsRef ref = rmsReference(x, s, std::vector<float>(x.size()), rows, len, 1e-6);
+  expectRelClose((*r)[0], ref.y, 2e-6, "Y");
+}
+
+TEST(Kernels, RMSNormalizationOverTrailingDimsWithBroadcastScale) {
+  // axis = 1 of [3, 4, 5]: rows of 20; scale [5] broadcasts over [4, 5].
+  std::vector<float> x = pseudoRandom(60, 73), s = pseudoRandom(5, 74);
+  auto r = runKernel("RMSNormalization", {Input::f({3, 4, 5}, x), Input::f({5}, s)},
+                     {{program::DTYPE_F32, {3, 4, 5}}},
+                     [](program::Kernel &k) { setInt(k, "axis", 1); });
+  ASSERT_TRUE(r.isOk()) << r.getStatus().toString();
+  std::vector<float> dense(20);
+  for (int j = 0; j < 20; ++j)
+    dense[j] = s[j % 5];
+  RmsRef ref = rmsReference(x, dense, std::vector<float>(60), 3, 20, 1e-5);
+  expectRelClose((*r)[0], ref.y, 2e-6, "Y");
+}
+
+TEST(Kernels, RMSNormalizationRejectsAScaleThatDoesNotBroadcast) {
+  auto r = runKernel("RMSNormalization",
+                     {Input::f({2, 4}, std::vector<float>(8, 1)), Input::f({3}, {1, 1, 1})},
+                     {{program::DTYPE_F32, {2, 4}}});
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.getStatus().toString().find("RMSNormalization"), std::string::npos)
+      << r.getStatus().toString();
+  auto g = runKernel("RMSNormalizationGrad",
+                     {Input::f({2, 4}, std::vector<float>(8, 1)),
+                      Input::f({2, 3}, std::vector<float>(6, 1)), Input::f({4}, {1, 1, 1, 1})},
+                     {{program::DTYPE_F32, {2, 4}}, {program::DTYPE_F32, {4}}});
+  ASSERT_FALSE(g.isOk());
+  EXPECT_NE(g.getStatus().toString().find("RMSNormalizationGrad"), std::string::npos)
+      << g.getStatus().toString();
+}
+
+TEST(Kernels, RMSNormalizationGradMatchesDoubleReferenceForAnyThreadCount) {
+  const int64_t rows = 150, len = 130;
+  std::vector<float> x = pseudoRandom(rows * len, 75), s = pseudoRandom(len, 76),
+                     dy = pseudoRandom(rows * len, 77);
+  auto run = [&] {
+    return runKernel("RMSNormalizationGrad",
+                     {Input::f({rows, len}, dy), Input::f({rows, len}, x), Input::f({len}, s)},
+                     {{program::DTYPE_F32, {rows, len}}, {program::DTYPE_F32, {len}}});
+  };
+  int threads = getNumThreads();
+  setNumThreads(1);
+  auto one = run();
+  setNumThreads(4);
+  auto four = run();
+  setNumThreads(threads);
+  ASSERT_TRUE(one.isOk()) << one.getStatus().toString();
+  ASSERT_TRUE(four.isOk()) << four.getStatus().toString();
+  RmsRef ref = rmsReference(x, s, dy, rows, len, 1e-5);
+  expectRelClose((*one)[0], ref.dx, 1e-5, "dX");
+  expectRelClose((*one)[1], ref.dScale, 1e-5, "dScale");
+  // dScale's row blocks do not depend on the thread count: bit-equal.
+  EXPECT_EQ((*one)[0], (*four)[0]);
+  EXPECT_EQ((*one)[1], (*four)[1]);
 }

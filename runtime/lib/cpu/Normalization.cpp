@@ -1,7 +1,8 @@
 //===- Normalization.cpp - Softmax family and normalization layers --------===//
 //
-// Softmax, LogSoftmax, Hardmax, LayerNormalization, BatchNormalization
-// (inference and training mode) and InstanceNormalization, all f32,
+// Softmax, LogSoftmax, Hardmax, LayerNormalization, RMSNormalization (and
+// its gradient), BatchNormalization (inference and training mode) and
+// InstanceNormalization, all f32,
 // parallel over independent rows / channels, accumulating in double.
 //
 //===----------------------------------------------------------------------===//
@@ -178,6 +179,124 @@ Status layerNormKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// Rows of an op normalized over the dims from `axis`: len elements each.
+struct NormRows {
+  Shape normShape;
+  int64_t len = 1, rows = 1;
+};
+
+StatusOr<NormRows> normRows(const KernelContext &ctx, const Tensor &x) {
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x.rank()));
+  NormRows r;
+  r.normShape.assign(x.shape.begin() + axis, x.shape.end());
+  r.len = numElements(r.normShape);
+  r.rows = x.numel() / std::max<int64_t>(r.len, 1);
+  return r;
+}
+
+/// 1 / sqrt(mean(p^2) + eps) over a row (f32 lanes, combined in double).
+double invRms(const float *p, int64_t len, float eps) {
+  return 1.0 / std::sqrt(rowSumSquaredDeviation(p, len, 0.0f) / std::max<int64_t>(len, 1) + eps);
+}
+
+/// RMSNormalization (opset 23): Y = X / sqrt(mean(X^2) + epsilon) * scale
+/// over the dims from axis; scale broadcasts to those dims.
+Status rmsNormKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(NormRows nr, normRows(ctx, *x));
+  STRAIT_ASSIGN_OR_RETURN(Shape sb, broadcastShapes(ctx, scale->shape, nr.normShape));
+  if (sb != nr.normShape)
+    return ctx.error("scale " + scale->typeString() +
+                     " does not broadcast to the normalized shape " +
+                     shapeToString(nr.normShape));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  // A broadcast scale is expanded once to a dense row.
+  std::vector<float> dense;
+  const float *g = scale->as<float>();
+  if (scale->numel() != nr.len) {
+    dense.resize(nr.len);
+    std::vector<int64_t> sstr = broadcastStrides(scale->shape, nr.normShape);
+    for (int64_t i = 0; i < nr.len; ++i) {
+      int64_t si = 0, rem = i;
+      for (int64_t d = static_cast<int64_t>(nr.normShape.size()) - 1; d >= 0; --d) {
+        si += (rem % nr.normShape[d]) * sstr[d];
+        rem /= nr.normShape[d];
+      }
+      dense[i] = g[si];
+    }
+    g = dense.data();
+  }
+  int64_t len = nr.len;
+  parallelFor(nr.rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *in = x->as<float>() + r * len;
+      float *out = y->as<float>() + r * len;
+      float inv = static_cast<float>(invRms(in, len, eps));
+      for (int64_t i = 0; i < len; ++i)
+        out[i] = in[i] * inv * g[i];
+    }
+  });
+  return Status::ok();
+}
+
+/// RMSNormalizationGrad (dY, X, scale -> dX, dScale): with r the inverse
+/// RMS of a row and Xhat = X * r,
+///   dX = r * (dY * scale - Xhat * sum(dY * scale * Xhat) / len),
+///   dScale = sum over rows of dY * Xhat.
+/// Rows go in fixed blocks (independent of the thread count), each block
+/// summing its dScale in double; the blocks are then added in block order,
+/// so the result is the same for any number of threads.
+Status rmsNormGradKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(NormRows nr, normRows(ctx, *x));
+  if (dy->shape != x->shape)
+    return ctx.error("dY " + dy->typeString() + " and X " + x->typeString() +
+                     " have different shapes");
+  if (scale->numel() != nr.len)
+    return ctx.unsupported("scale " + scale->typeString() +
+                           " is not dense over the normalized shape " +
+                           shapeToString(nr.normShape));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, scale->shape, x->dtype));
+  const int64_t len = nr.len, rows = nr.rows;
+  const int64_t blocks = std::min<int64_t>(rows, 64);
+  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * len), 0.0);
+  const float *s = scale->as<float>();
+  parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      double *acc = partial.data() + blk * len;
+      for (int64_t r = blk * rows / blocks; r < (blk + 1) * rows / blocks; ++r) {
+        const float *xi = x->as<float>() + r * len, *gi = dy->as<float>() + r * len;
+        double inv = invRms(xi, len, eps), sumGX = 0;
+        for (int64_t i = 0; i < len; ++i) {
+          double xhat = xi[i] * inv;
+          sumGX += double(gi[i]) * s[i] * xhat;
+          acc[i] += double(gi[i]) * xhat;
+        }
+        double c = sumGX / len;
+        float *out = dx->as<float>() + r * len;
+        for (int64_t i = 0; i < len; ++i)
+          out[i] = static_cast<float>(inv * (double(gi[i]) * s[i] - xi[i] * inv * c));
+      }
+    }
+  });
+  parallelFor(len, 256, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double sum = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        sum += partial[blk * len + i];
+      ds->as<float>()[i] = static_cast<float>(sum);
+    }
+  });
+  return Status::ok();
+}
+
 /// Mean and (population) variance per channel over N and spatial dims.
 void channelStats(const Tensor &x, std::vector<double> &mean,
                   std::vector<double> &var) {
@@ -342,6 +461,8 @@ void addNormalizationKernels(KernelTable &table) {
     return softmaxKernel(ctx, SoftmaxKind::Hardmax);
   });
   table.add("LayerNormalization", layerNormKernel);
+  table.add("RMSNormalization", rmsNormKernel);
+  table.add("RMSNormalizationGrad", rmsNormGradKernel);
   table.add("BatchNormalization", batchNormKernel);
   table.add("InstanceNormalization", instanceNormKernel);
   table.add("GroupNormalization", groupNormKernel);
