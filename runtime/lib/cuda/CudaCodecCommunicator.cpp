@@ -96,11 +96,39 @@ public:
 
   int getRank() const override { return inner->getRank(); }
   int getWorldSize() const override { return inner->getWorldSize(); }
+  // Plain transfers of GPU memory are staged through pinned host memory:
+  // one cudaMemcpy over PCIe/NVLink-C2C instead of the page faults of the
+  // inner (host) transport touching managed memory, and the pages stay on
+  // the GPU for the next kernels. The executor calls these on its
+  // communication thread, so the copies overlap the compute stream. The
+  // wire carries the same bytes (Gloo's header holds only the byte count).
   Status send(const Tensor &t, int peer, uint32_t channel) override {
-    return inner->send(t, peer, channel);
+    if (!staged(t))
+      return inner->send(t, peer, channel);
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaSetDevice(device);
+    STRAIT_RETURN_IF_ERROR(staging.reserve(t.byteSize(), "pinned staging").withRank(getRank()));
+    STRAIT_RETURN_IF_ERROR(
+        cudaStatus(cudaMemcpyAsync(staging.p, t.data, t.byteSize(), cudaMemcpyDefault, stream),
+                   "staging copy to the host")
+            .withRank(getRank()));
+    STRAIT_RETURN_IF_ERROR(finish("staging to the host").withRank(getRank()).withPeer(peer));
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(t.byteSize())}, staging.p};
+    return inner->send(wire, peer, channel);
   }
   Status recv(const Tensor &t, int peer, uint32_t channel) override {
-    return inner->recv(t, peer, channel);
+    if (!staged(t))
+      return inner->recv(t, peer, channel);
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaSetDevice(device);
+    STRAIT_RETURN_IF_ERROR(staging.reserve(t.byteSize(), "pinned staging").withRank(getRank()));
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(t.byteSize())}, staging.p};
+    STRAIT_RETURN_IF_ERROR(inner->recv(wire, peer, channel));
+    STRAIT_RETURN_IF_ERROR(
+        cudaStatus(cudaMemcpyAsync(t.data, staging.p, t.byteSize(), cudaMemcpyDefault, stream),
+                   "staging copy to the device")
+            .withRank(getRank()));
+    return finish("staging to the device").withRank(getRank()).withPeer(peer);
   }
   Status allReduceSum(const Tensor &t, uint32_t channel) override {
     return inner->allReduceSum(t, channel);
@@ -161,19 +189,28 @@ private:
     return p.block_size() ? p.block_size() : 256;
   }
 
+  /// Staged plain transfer: GPU memory of this device, 64 KiB or more (below,
+  /// the copy's latency outweighs the page faults).
+  bool staged(const Tensor &t) const { return t.byteSize() >= (64u << 10) && onThisGpu(t.data); }
+
+  /// Device or managed memory of this communicator's GPU.
+  bool onThisGpu(const void *p) const {
+    cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) &&
+           attr.device == device;
+  }
+
   /// Device path: a lossy f32 codec on device or managed memory.
   bool onDevice(const Tensor &t, const program::CodecParams &codec) const {
     if (codec.codec() == program::CODEC_NONE || t.dtype != program::DTYPE_F32 || t.numel() == 0 ||
         !validateCodecParams(codec, "codec").isOk() ||
         (codec.codec() == program::CODEC_TOPK && t.numel() > 0x7fffffff))
       return false;
-    cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, t.data) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) &&
-           attr.device == device;
+    return onThisGpu(t.data);
   }
 
   Status reserveAll(size_t payloadBytes, int64_t numel) {
