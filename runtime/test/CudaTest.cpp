@@ -1260,6 +1260,7 @@ TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
           << "rank " << r << " transfer " << i;
   }
 }
+
 // Plain transfers of GPU memory go through the pinned staging copy (64 KiB
 // and up) and arrive bit-exact at a CPU rank, and back.
 TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
@@ -1301,3 +1302,22 @@ TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
   EXPECT_EQ(back[0], sent); // and back into GPU memory
 }
 #endif // STRAIT_TEST_HAVE_GLOO
+
+// RMSNormalization (one block a row) and its gradient (dScale from per-chunk
+// partials summed in chunk order) against the CPU backend; rows of 4096 and
+// of 100 (fewer elements than threads in a block), axis 1 over [10, 100],
+// 3000 rows (several chunks).
+TEST_F(Cuda, RMSNormAndGrad) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({6, 10, 4096}, 90, 2.0f), s = Arr::rand({4096}, 91);
+  compare("RMSNormalization", {x, s}, {Arr::out({6, 10, 4096})},
+          [](program::Kernel &k) { setFloat(k, "epsilon", 1e-6f); });
+  compare("RMSNormalizationGrad", {Arr::rand({6, 10, 4096}, 92), x, s},
+          {Arr::out({6, 10, 4096}), Arr::out({4096})}, {}, 1e-3, 1e-4);
+  Arr x2 = Arr::rand({3000, 100}, 93), s2 = Arr::rand({100}, 94);
+  auto axis1 = [](program::Kernel &k) { setInt(k, "axis", 1); };
+  compare("RMSNormalization", {Arr::rand({30, 10, 100}, 95), Arr::rand({10, 100}, 97)},
+          {Arr::out({30, 10, 100})}, axis1);
+  compare("RMSNormalizationGrad", {Arr::rand({3000, 100}, 96), x2, s2},
+          {Arr::out({3000, 100}), Arr::out({100})}, {}, 1e-3, 1e-3);
+}

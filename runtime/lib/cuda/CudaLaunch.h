@@ -98,6 +98,17 @@ void launchLayerNormGrad(const float *dy, const float *x, const float *scale, fl
                          float *dScale, float *dBias, float *stats, int64_t rows,
                          int64_t len, float eps, cudaStream_t s);
 
+/// RMSNormalization over rows of `len` elements (scale dense over a row).
+void launchRMSNorm(const float *x, const float *scale, float *y, int64_t rows, int64_t len,
+                   float eps, cudaStream_t s);
+/// Chunks of rows whose dScale partials launchRMSNormGrad keeps.
+int64_t rmsNormGradChunks(int64_t rows);
+/// dX per row and dScale (summed over rows in a fixed order); `scratch` holds
+/// rows + rmsNormGradChunks(rows) * len floats.
+void launchRMSNormGrad(const float *dy, const float *x, const float *scale, float *dx,
+                       float *dScale, float *scratch, int64_t rows, int64_t len, float eps,
+                       cudaStream_t s);
+
 /// Cross entropy of scores [n, c, d] against labels [n, d].
 struct LossArgs {
   int64_t n = 0, c = 0, d = 1;

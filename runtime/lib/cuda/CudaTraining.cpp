@@ -1,7 +1,7 @@
 //===- CudaTraining.cpp - Normalization, losses, optimizers (host side) ---===//
 //
-// Softmax / LogSoftmax and their gradients, LayerNormalization and its
-// gradient, ReduceToShape, SoftmaxCrossEntropyLoss and its gradient, AdamW,
+// Softmax / LogSoftmax and their gradients, LayerNormalization,
+// RMSNormalization and their gradients, ReduceToShape, SoftmaxCrossEntropyLoss and its gradient, AdamW,
 // SGD, AccumulateGrad and ClipByGlobalNorm, with the CPU backend's operand
 // order, attributes and semantics (runtime/lib/cpu/{Normalization,Training,
 // Gradients}.cpp). All f32.
@@ -102,6 +102,45 @@ Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
   launchLayerNormGrad(dy->as<float>(), x->as<float>(), scale->as<float>(), dx->as<float>(),
                       ds->as<float>(), db->as<float>(), static_cast<float *>(stats), r.outer,
                       r.len, eps, c.stream);
+  return Status::ok();
+}
+
+Status rmsNormKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
+  if (scale->numel() != r.len)
+    return ctx.unsupported("cuda: scale " + scale->typeString() +
+                           " must be dense over the normalized dims (" +
+                           std::to_string(r.len) + " elements)");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  launchRMSNorm(x->as<float>(), scale->as<float>(), y->as<float>(), r.outer, r.len, eps,
+                c.stream);
+  return Status::ok();
+}
+
+Status rmsNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
+  if (dy->shape != x->shape)
+    return ctx.error("dY " + dy->typeString() + " and X " + x->typeString() +
+                     " have different shapes");
+  if (scale->numel() != r.len)
+    return ctx.unsupported("cuda: scale " + scale->typeString() +
+                           " must be dense over the normalized dims");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, scale->shape, x->dtype));
+  size_t floats = static_cast<size_t>(r.outer + rmsNormGradChunks(r.outer) * r.len);
+  STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(float) * std::max<size_t>(floats, 1)));
+  launchRMSNormGrad(dy->as<float>(), x->as<float>(), scale->as<float>(), dx->as<float>(),
+                    ds->as<float>(), static_cast<float *>(scratch), r.outer, r.len, eps,
+                    c.stream);
   return Status::ok();
 }
 
@@ -279,6 +318,8 @@ void addNormKernels(CudaKernelTable &t) {
         [](CudaContext &c, KernelContext &k, int) { return softmaxGradKernel(c, k, true); });
   t.add("LayerNormalization", layerNormKernel);
   t.add("LayerNormalizationGrad", layerNormGradKernel);
+  t.add("RMSNormalization", rmsNormKernel);
+  t.add("RMSNormalizationGrad", rmsNormGradKernel);
   t.add("ReduceToShape", reduceToShapeKernel);
 }
 

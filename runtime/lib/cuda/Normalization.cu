@@ -4,7 +4,8 @@
 // contiguous (inner == 1), one thread per column otherwise. Softmax and the
 // cross-entropy use an online max/sum (one pass for the statistics). The
 // column sums of LayerNormalizationGrad (dScale, dBias) accumulate chunks of
-// rows with atomicAdd.
+// rows with atomicAdd; RMSNormalizationGrad's dScale sums per-chunk partials
+// in chunk order (deterministic).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaLaunch.h"
@@ -171,6 +172,68 @@ __global__ void layerNormGradColKernel(const float *dy, const float *x, const fl
   }
 }
 
+/// RMSNormalization: one block a row, y = x * rsqrt(mean(x^2) + eps) * scale.
+__global__ void rmsNormKernel(const float *x, const float *scale, float *y, int64_t len,
+                              float eps) {
+  __shared__ float shm[32];
+  int64_t row = blockIdx.x;
+  const float *xr = x + row * len;
+  float part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    part += xr[k] * xr[k];
+  float inv = rsqrtf(blockSum(part, shm) / len + eps);
+  float *yr = y + row * len;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    yr[k] = xr[k] * inv * scale[k];
+}
+
+/// dX of one row: inv * (dY * scale - xhat * sum(dY * scale * xhat) / len);
+/// the row's inv goes to invOut for the dScale columns.
+__global__ void rmsNormGradRowKernel(const float *dy, const float *x, const float *scale,
+                                     float *dx, float *invOut, int64_t len, float eps) {
+  __shared__ float shm[32];
+  int64_t row = blockIdx.x;
+  const float *xr = x + row * len, *gr = dy + row * len;
+  float part = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    part += xr[k] * xr[k];
+  float inv = rsqrtf(blockSum(part, shm) / len + eps);
+  float pgx = 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    pgx += gr[k] * scale[k] * xr[k] * inv;
+  float c = blockSum(pgx, shm) / len;
+  float *dr = dx + row * len;
+  for (int64_t k = threadIdx.x; k < len; k += kBlock)
+    dr[k] = inv * (gr[k] * scale[k] - xr[k] * inv * c);
+  if (threadIdx.x == 0)
+    invOut[row] = inv;
+}
+
+/// Partial dScale of one chunk of rows per column: partial[chunk][col]. No
+/// atomics, so dScale does not depend on the order blocks run in.
+__global__ void rmsNormGradColKernel(const float *dy, const float *x, const float *inv,
+                                     float *partial, int64_t rows, int64_t len, int64_t chunk) {
+  int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (col >= len)
+    return;
+  int64_t begin = blockIdx.y * chunk, end = min(begin + chunk, rows);
+  float ds = 0.0f;
+  for (int64_t r = begin; r < end; ++r)
+    ds += dy[r * len + col] * x[r * len + col] * inv[r];
+  partial[blockIdx.y * len + col] = ds;
+}
+
+__global__ void rmsNormGradSumKernel(const float *partial, float *dScale, int64_t len,
+                                     int64_t chunks) {
+  int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (col >= len)
+    return;
+  float s = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c)
+    s += partial[c * len + col];
+  dScale[col] = s;
+}
+
 template <typename I>
 __device__ inline bool readLabel(const LossArgs &a, int64_t row, int64_t &label, float &w,
                                  int *flag, int tag) {
@@ -308,6 +371,36 @@ void launchLayerNormGrad(const float *dy, const float *x, const float *scale, fl
   int64_t chunk = (rows + chunks - 1) / chunks;
   dim3 grid(static_cast<unsigned>(colBlocks), static_cast<unsigned>(chunks));
   layerNormGradColKernel<<<grid, kBlock, 0, s>>>(dy, x, stats, dScale, dBias, rows, len, chunk);
+}
+
+void launchRMSNorm(const float *x, const float *scale, float *y, int64_t rows, int64_t len,
+                   float eps, cudaStream_t s) {
+  if (rows > 0 && len > 0)
+    rmsNormKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, scale, y, len, eps);
+}
+
+int64_t rmsNormGradChunks(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, 256));
+}
+
+void launchRMSNormGrad(const float *dy, const float *x, const float *scale, float *dx,
+                       float *dScale, float *scratch, int64_t rows, int64_t len, float eps,
+                       cudaStream_t s) {
+  if (len == 0)
+    return;
+  if (rows == 0) {
+    cudaMemsetAsync(dScale, 0, sizeof(float) * len, s);
+    return;
+  }
+  float *inv = scratch, *partial = scratch + rows;
+  rmsNormGradRowKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dy, x, scale, dx, inv,
+                                                                      len, eps);
+  int64_t colBlocks = (len + kBlock - 1) / kBlock;
+  int64_t chunks = rmsNormGradChunks(rows), chunk = (rows + chunks - 1) / chunks;
+  dim3 grid(static_cast<unsigned>(colBlocks), static_cast<unsigned>(chunks));
+  rmsNormGradColKernel<<<grid, kBlock, 0, s>>>(dy, x, inv, partial, rows, len, chunk);
+  rmsNormGradSumKernel<<<static_cast<unsigned>(colBlocks), kBlock, 0, s>>>(partial, dScale, len,
+                                                                           chunks);
 }
 
 void launchSoftmaxCrossEntropy(const float *x, const LossArgs &a, float *loss, float *logProb,
