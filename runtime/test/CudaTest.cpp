@@ -1202,6 +1202,35 @@ TEST(CudaFused, BadProgramIsInvalidArgumentOnCuda) {
 
 #include <thread>
 
+/// Rank r of a pair on loopback Gloo: rank 0 is a GPU rank (the CUDA codec
+/// communicator, its tensor in managed memory), rank 1 a CPU rank.
+struct MixedRank {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
+  Buffer gpu;
+  std::vector<float> host;
+  Tensor t;
+};
+
+void makeMixedRank(int r, const std::string &dir, int64_t n, MixedRank &m) {
+  auto gloo = createGlooCommunicator(fileStoreOptions(dir, r, 2));
+  ASSERT_TRUE(gloo.isOk()) << gloo.getStatus().toString();
+  m.comm = std::move(*gloo);
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  m.backend = std::move(*backend);
+  StatusOr<Buffer> buf = m.backend->allocate(4 * n);
+  ASSERT_TRUE(buf.isOk());
+  m.gpu = std::move(*buf);
+  m.host.resize(n);
+  if (r == 0) {
+    auto wrapped = createCudaCodecCommunicator(std::move(m.comm), 0);
+    ASSERT_TRUE(wrapped.isOk()) << wrapped.getStatus().toString();
+    m.comm = std::move(*wrapped);
+  }
+  m.t = Tensor{program::DTYPE_F32, {n}, r == 0 ? m.gpu.data() : m.host.data()};
+}
+
 TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
   REQUIRE_GPU();
   const int64_t n = 100003;
@@ -1210,20 +1239,12 @@ TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
                              {program::CODEC_TOPK, 0.01f, 0}, {program::CODEC_INT4, 0, 128}};
   std::vector<std::vector<float>> got[2], want[2];
   auto rank = [&](int r) {
-    auto gloo = createGlooCommunicator(fileStoreOptions(dir, r, 2));
-    ASSERT_TRUE(gloo.isOk()) << gloo.getStatus().toString();
-    std::unique_ptr<Communicator> comm = std::move(*gloo);
-    StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
-    ASSERT_TRUE(backend.isOk());
-    StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
-    ASSERT_TRUE(buf.isOk());
-    std::vector<float> hostData(n);
-    if (r == 0) { // the GPU rank: device codecs, tensor in managed memory
-      auto wrapped = createCudaCodecCommunicator(std::move(comm), 0);
-      ASSERT_TRUE(wrapped.isOk()) << wrapped.getStatus().toString();
-      comm = std::move(*wrapped);
-    }
-    Tensor t{program::DTYPE_F32, {n}, r == 0 ? buf->data() : hostData.data()};
+    MixedRank m;
+    makeMixedRank(r, dir, n, m);
+    if (HasFatalFailure())
+      return;
+    std::unique_ptr<Communicator> &comm = m.comm;
+    Tensor &t = m.t;
     for (const CodecCase &cc : cases) {
       auto p = codecParams(cc.codec, cc.ratio, cc.block, /*ef=*/true);
       ErrorFeedback feedback, reference;
@@ -1269,20 +1290,12 @@ TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
   std::string dir = makeTempDir("strait-cuda-staging");
   std::vector<float> sent = codecValues(n, 5), back[2];
   auto rank = [&](int r) {
-    auto gloo = createGlooCommunicator(fileStoreOptions(dir, r, 2));
-    ASSERT_TRUE(gloo.isOk()) << gloo.getStatus().toString();
-    std::unique_ptr<Communicator> comm = std::move(*gloo);
-    StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
-    ASSERT_TRUE(backend.isOk());
-    StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
-    ASSERT_TRUE(buf.isOk());
-    std::vector<float> hostData(n);
-    if (r == 0) {
-      auto wrapped = createCudaCodecCommunicator(std::move(comm), 0);
-      ASSERT_TRUE(wrapped.isOk()) << wrapped.getStatus().toString();
-      comm = std::move(*wrapped);
-    }
-    Tensor t{program::DTYPE_F32, {n}, r == 0 ? buf->data() : hostData.data()};
+    MixedRank m;
+    makeMixedRank(r, dir, n, m);
+    if (HasFatalFailure())
+      return;
+    std::unique_ptr<Communicator> &comm = m.comm;
+    Tensor &t = m.t;
     if (r == 0) {
       std::copy(sent.begin(), sent.end(), t.as<float>());
       ASSERT_TRUE(comm->send(t, 1, 3).isOk());
