@@ -20,37 +20,16 @@ same token data and checks:
 """
 
 import os
-import re
-import struct
-import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
-STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
-PROTO_DIR = os.path.join(ROOT, "runtime", "proto")
+from jobutil import ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, step_losses, write_tokens
+
 MODEL = os.path.join(ROOT, "models", "llama-tiny", "llama-tiny.onnx")
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
     reason="needs build/bin/straitc, strait-run and models/llama-tiny")
-
-
-def run(cmd, timeout=300):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    return p
-
-
-def kernel_ops(job):
-    """Op of every kernel of rank 0's program."""
-    with open(job / "rank0.program.pb", "rb") as f:
-        p = subprocess.run(["protoc", "--decode=strait.program.Program", "-I", PROTO_DIR,
-                            "strait_program.proto"], stdin=f, capture_output=True, timeout=60)
-    assert p.returncode == 0, p.stderr.decode()
-    return re.findall(r'^kernels \{\n(?:  .*\n)*?  op: "([^"]+)"', p.stdout.decode(), re.M)
 
 
 def compile_job(tmp_path, name, *flags):
@@ -60,21 +39,9 @@ def compile_job(tmp_path, name, *flags):
     return job
 
 
-def losses(job, data):
-    p = run([STRAIT_RUN, str(job), "--steps", "5", "--lr", "0.1", "--data", str(data),
-             "--threads", "2", "--timeout-ms", "60000"])
-    return [float(x) for x in re.findall(r"^step \d+/5 loss (\S+)", p.stdout, re.M)]
-
-
 def test_fused_rmsnorm_llama_tiny_trains_like_decomposed(tmp_path):
     # Token ids below llama-tiny's 256-entry vocabulary, fixed seed.
-    data = tmp_path / "tokens.bin"
-    state = 2024
-    ids = []
-    for _ in range(4096):
-        state = (1103515245 * state + 12345) % (1 << 31)
-        ids.append(state % 256)
-    data.write_bytes(struct.pack(f"<{len(ids)}H", *ids))
+    data = write_tokens(tmp_path / "tokens.bin", seed=2024)
 
     fused = compile_job(tmp_path, "fused")
     decomposed = compile_job(tmp_path, "decomposed", "--fuse-rmsnorm=false")
@@ -85,7 +52,7 @@ def test_fused_rmsnorm_llama_tiny_trains_like_decomposed(tmp_path):
     print(f"llama-tiny training step: {len(ops_d)} kernels decomposed, {len(ops_f)} with "
           f"RMSNormalization")
 
-    got, ref = losses(fused, data), losses(decomposed, data)
+    got, ref = step_losses(fused, data), step_losses(decomposed, data)
     assert len(ref) == 5 and len(got) == 5, (got, ref)
     assert ref[-1] < ref[0], ref  # it trains
     worst = max(abs(g - e) / abs(e) for g, e in zip(got, ref))

@@ -1,0 +1,45 @@
+"""Helpers shared by the tests that compile a job with straitc and run it with strait-run."""
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
+STRAITC = os.path.join(BUILD, "bin", "straitc")
+STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
+PROTO_DIR = os.path.join(ROOT, "runtime", "proto")
+
+
+def run(cmd, timeout=300):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def kernel_ops(job):
+    """Op of every kernel of rank 0's program."""
+    with open(job / "rank0.program.pb", "rb") as f:
+        p = subprocess.run(["protoc", "--decode=strait.program.Program", "-I", PROTO_DIR,
+                            "strait_program.proto"], stdin=f, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    return re.findall(r'^kernels \{\n(?:  .*\n)*?  op: "([^"]+)"', p.stdout.decode(), re.M)
+
+
+def step_losses(job, data, steps=5, lr=0.1):
+    """The launcher's merged loss of each step of `steps` on token file `data`."""
+    p = run([STRAIT_RUN, str(job), "--steps", str(steps), "--lr", str(lr), "--data", str(data),
+             "--threads", "2", "--timeout-ms", "60000"])
+    return [float(x) for x in re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)]
+
+
+def write_tokens(path, seed, n=4096, vocab=256):
+    """`n` uint16 token ids below `vocab` from a fixed linear congruential sequence."""
+    state, ids = seed, []
+    for _ in range(n):
+        state = (1103515245 * state + 12345) % (1 << 31)
+        ids.append(state % vocab)
+    path.write_bytes(struct.pack(f"<{len(ids)}H", *ids))
+    return path
