@@ -48,6 +48,17 @@ LogicalResult ReduceToShapeOp::verify() {
 // Normalization gradients
 //===----------------------------------------------------------------------===//
 
+/// LayerNormalizationGrad and RMSNormalizationGrad: dY has X's type and
+/// axis is in range for X's rank.
+static LogicalResult verifyNormGrad(Operation *op, Value dY, Value x, int64_t axis) {
+  if (dY.getType() != x.getType())
+    return op->emitOpError("dY type ") << dY.getType() << " differs from X's " << x.getType();
+  TensorType xt = tensorOf(x);
+  if (xt.hasRank() && failed(normalizeAxis(op->getLoc(), axis, xt.getRank())))
+    return failure();
+  return success();
+}
+
 STRAIT_INFER(LayerNormalizationGradOp) {
   types.push_back(adaptor.getX().getType());
   types.append(2, adaptor.getScale().getType());
@@ -55,13 +66,7 @@ STRAIT_INFER(LayerNormalizationGradOp) {
 }
 
 LogicalResult LayerNormalizationGradOp::verify() {
-  if (getDY().getType() != getX().getType())
-    return emitOpError("dY type ") << getDY().getType() << " differs from X's "
-                                   << getX().getType();
-  TensorType x = tensorOf(getX());
-  if (x.hasRank() && failed(normalizeAxis(getLoc(), getAxis(), x.getRank())))
-    return failure();
-  return success();
+  return verifyNormGrad(*this, getDY(), getX(), getAxis());
 }
 
 STRAIT_INFER(RMSNormalizationGradOp) {
@@ -71,13 +76,7 @@ STRAIT_INFER(RMSNormalizationGradOp) {
 }
 
 LogicalResult RMSNormalizationGradOp::verify() {
-  if (getDY().getType() != getX().getType())
-    return emitOpError("dY type ") << getDY().getType() << " differs from X's "
-                                   << getX().getType();
-  TensorType x = tensorOf(getX());
-  if (x.hasRank() && failed(normalizeAxis(getLoc(), getAxis(), x.getRank())))
-    return failure();
-  return success();
+  return verifyNormGrad(*this, getDY(), getX(), getAxis());
 }
 
 /// BatchNormalization's channel parameters must be 1-D of X's dim 1.
