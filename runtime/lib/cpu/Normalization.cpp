@@ -111,6 +111,17 @@ Status softmaxKernel(KernelContext &ctx, SoftmaxKind kind) {
   return Status::ok();
 }
 
+/// Offset into a tensor broadcast to `shape` (element strides `strides`,
+/// from broadcastStrides) of the element at row-major index i of `shape`.
+int64_t broadcastIndex(int64_t i, const Shape &shape, const std::vector<int64_t> &strides) {
+  int64_t off = 0;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    off += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }
+  return off;
+}
+
 Status layerNormKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
@@ -159,14 +170,7 @@ Status layerNormKernel(KernelContext &ctx) {
             out[i] = (in[i] - m) * s * g[i];
       }
       for (int64_t i = 0; i < len && !denseScale; ++i) {
-        int64_t si = 0;
-        {
-          int64_t rem = i;
-          for (int64_t d = static_cast<int64_t>(normShape.size()) - 1; d >= 0; --d) {
-            si += (rem % normShape[d]) * sstr[d];
-            rem /= normShape[d];
-          }
-        }
+        int64_t si = broadcastIndex(i, normShape, sstr);
         float v = static_cast<float>((in[i] - mean) * inv) * scale->as<float>()[si];
         out[i] = bias ? v + bias->as<float>()[si] : v;
       }
@@ -219,14 +223,8 @@ Status rmsNormKernel(KernelContext &ctx) {
   if (scale->numel() != nr.len) {
     dense.resize(nr.len);
     std::vector<int64_t> sstr = broadcastStrides(scale->shape, nr.normShape);
-    for (int64_t i = 0; i < nr.len; ++i) {
-      int64_t si = 0, rem = i;
-      for (int64_t d = static_cast<int64_t>(nr.normShape.size()) - 1; d >= 0; --d) {
-        si += (rem % nr.normShape[d]) * sstr[d];
-        rem /= nr.normShape[d];
-      }
-      dense[i] = g[si];
-    }
+    for (int64_t i = 0; i < nr.len; ++i)
+      dense[i] = g[broadcastIndex(i, nr.normShape, sstr)];
     g = dense.data();
   }
   int64_t len = nr.len;
