@@ -249,6 +249,20 @@ StatusOr<PoolArgs> poolArgs(const KernelContext &ctx) {
   return a;
 }
 
+StatusOr<GlobalPoolArgs> globalPoolArgs(const KernelContext &ctx) {
+  GlobalPoolArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(0, program::DTYPE_F32));
+  if (a.x->rank() < 3)
+    return ctx.error("input must have rank >= 3, got " + a.x->typeString());
+  Shape outShape(a.x->shape.size(), 1);
+  outShape[0] = a.x->shape[0];
+  outShape[1] = a.x->shape[1];
+  STRAIT_ASSIGN_OR_RETURN(a.y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
+  a.planes = a.x->shape[0] * a.x->shape[1];
+  a.size = a.x->numel() / std::max<int64_t>(a.planes, 1);
+  return a;
+}
+
 StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max) {
   PoolGradArgs a;
   STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));

@@ -216,22 +216,15 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
 }
 
 Status globalPoolKernel(KernelContext &ctx, PoolKind kind) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
-  if (x->rank() < 3)
-    return ctx.error("input must have rank >= 3, got " + x->typeString());
-  Shape outShape(x->shape.size(), 1);
-  outShape[0] = x->shape[0];
-  outShape[1] = x->shape[1];
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
-  int64_t planes = x->shape[0] * x->shape[1];
-  int64_t size = x->numel() / std::max<int64_t>(planes, 1);
-  parallelFor(planes, 16, [&](int64_t p0, int64_t p1) {
+  STRAIT_ASSIGN_OR_RETURN(GlobalPoolArgs a, globalPoolArgs(ctx));
+  const int64_t size = a.size;
+  parallelFor(a.planes, 16, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
-      const float *in = x->as<float>() + pl * size;
+      const float *in = a.x->as<float>() + pl * size;
       double acc = kind == PoolKind::Max ? -INFINITY : 0.0;
       for (int64_t i = 0; i < size; ++i)
         acc = kind == PoolKind::Max ? std::max<double>(acc, in[i]) : acc + in[i];
-      y->as<float>()[pl] =
+      a.y->as<float>()[pl] =
           static_cast<float>(kind == PoolKind::Max ? acc : acc / size);
     }
   });

@@ -104,16 +104,8 @@ Status poolKernel(CudaContext &c, KernelContext &ctx, bool max) {
 }
 
 Status globalPoolKernel(CudaContext &c, KernelContext &ctx, bool max) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
-  if (x->rank() < 3)
-    return ctx.error("input must have rank >= 3, got " + x->typeString());
-  Shape outShape(x->shape.size(), 1);
-  outShape[0] = x->shape[0];
-  outShape[1] = x->shape[1];
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
-  int64_t planes = x->shape[0] * x->shape[1];
-  launchGlobalPool(max, x->as<float>(), y->as<float>(), planes,
-                   x->numel() / std::max<int64_t>(planes, 1), c.stream);
+  STRAIT_ASSIGN_OR_RETURN(GlobalPoolArgs a, globalPoolArgs(ctx));
+  launchGlobalPool(max, a.x->as<float>(), a.y->as<float>(), a.planes, a.size, c.stream);
   return Status::ok();
 }
 

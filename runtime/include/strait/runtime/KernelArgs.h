@@ -101,6 +101,15 @@ struct PoolArgs {
 };
 StatusOr<PoolArgs> poolArgs(const KernelContext &ctx);
 
+/// GlobalMaxPool / GlobalAveragePool: X [N, C, spatial...] f32 (rank >= 3);
+/// Y [N, C, 1, ...]; `planes` = N * C rows of `size` elements each.
+struct GlobalPoolArgs {
+  const Tensor *x = nullptr;
+  Tensor *y = nullptr;
+  int64_t planes = 0, size = 0;
+};
+StatusOr<GlobalPoolArgs> globalPoolArgs(const KernelContext &ctx);
+
 /// MaxPoolGrad (dY, X) and AveragePoolGrad (dY; attribute input_shape), f32:
 /// the forward pool's attributes; dY must have the forward output's shape;
 /// output dX. `x` is null for AveragePoolGrad.
