@@ -86,22 +86,37 @@ Status layerNormKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
-Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
+/// Operands of LayerNormalizationGrad and RMSNormalizationGrad (dY, X,
+/// Scale; attributes axis and epsilon), X split into rows around axis.
+struct NormGradArgs {
+  const Tensor *dy = nullptr, *x = nullptr, *scale = nullptr;
+  float eps = 1e-5f;
+  Rows r;
+};
+
+StatusOr<NormGradArgs> normGradArgs(const KernelContext &ctx) {
+  NormGradArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.scale, ctx.requireInput(2, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
-  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
-  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
-  if (dy->shape != x->shape || scale->numel() != r.len)
+  STRAIT_ASSIGN_OR_RETURN(a.eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
+  STRAIT_ASSIGN_OR_RETURN(a.r, rowsAround(ctx, a.x->shape, axisAttr, true));
+  return a;
+}
+
+Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(NormGradArgs a, normGradArgs(ctx));
+  const Rows &r = a.r;
+  if (a.dy->shape != a.x->shape || a.scale->numel() != r.len)
     return ctx.unsupported("dY/X shapes differ or Scale is not dense over the normalized dims");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, scale->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, scale->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, a.x->shape, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, a.scale->shape, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, a.scale->shape, a.x->dtype));
   STRAIT_ASSIGN_OR_RETURN(void *stats, c.getScratch(2 * sizeof(float) * r.outer));
-  launchLayerNormGrad(dy->as<float>(), x->as<float>(), scale->as<float>(), dx->as<float>(),
+  launchLayerNormGrad(a.dy->as<float>(), a.x->as<float>(), a.scale->as<float>(), dx->as<float>(),
                       ds->as<float>(), db->as<float>(), static_cast<float *>(stats), r.outer,
-                      r.len, eps, c.stream);
+                      r.len, a.eps, c.stream);
   return Status::ok();
 }
 
@@ -122,24 +137,20 @@ Status rmsNormKernel(CudaContext &c, KernelContext &ctx, int) {
 }
 
 Status rmsNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
-  STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
-  STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
-  if (dy->shape != x->shape)
-    return ctx.error("dY " + dy->typeString() + " and X " + x->typeString() +
+  STRAIT_ASSIGN_OR_RETURN(NormGradArgs a, normGradArgs(ctx));
+  const Rows &r = a.r;
+  if (a.dy->shape != a.x->shape)
+    return ctx.error("dY " + a.dy->typeString() + " and X " + a.x->typeString() +
                      " have different shapes");
-  if (scale->numel() != r.len)
-    return ctx.unsupported("cuda: scale " + scale->typeString() +
+  if (a.scale->numel() != r.len)
+    return ctx.unsupported("cuda: scale " + a.scale->typeString() +
                            " must be dense over the normalized dims");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, scale->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, a.x->shape, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, a.scale->shape, a.x->dtype));
   size_t floats = static_cast<size_t>(r.outer + rmsNormGradChunks(r.outer) * r.len);
   STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(float) * std::max<size_t>(floats, 1)));
-  launchRMSNormGrad(dy->as<float>(), x->as<float>(), scale->as<float>(), dx->as<float>(),
-                    ds->as<float>(), static_cast<float *>(scratch), r.outer, r.len, eps,
+  launchRMSNormGrad(a.dy->as<float>(), a.x->as<float>(), a.scale->as<float>(), dx->as<float>(),
+                    ds->as<float>(), static_cast<float *>(scratch), r.outer, r.len, a.eps,
                     c.stream);
   return Status::ok();
 }
