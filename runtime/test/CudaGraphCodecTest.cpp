@@ -1,0 +1,491 @@
+//===- CudaGraphCodecTest.cpp - CUDA graphs, device codecs, fused kernels ===//
+//
+// Training steps with CUDA graphs on and off, the device codecs against the
+// host codecs (and a GPU rank against a CPU rank over Gloo), staged plain
+// transfers, and the FusedElementwise kernel against the CPU backend.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaTestUtil.h"
+
+// --- CUDA graphs (CudaGraph.cpp) ---------------------------------------------
+//
+// A small training step (MatMul, cross-entropy and its gradient, Transpose,
+// ClipByGlobalNorm, SGD) with a one-rank all-reduce of the gradient in the
+// middle, so the executor forms two segments around a host synchronization.
+// Three steps with graphs on (direct, captured, replayed) against graphs off.
+
+namespace {
+
+program::Program graphTrainingProgram(const std::string &device) {
+  ProgramBuilder b(0, 1);
+  b.get().set_device(device);
+  auto v = [&](const char *n, Shape s, program::ValueRole role,
+               DType t = program::DTYPE_F32) { return b.addValue(n, t, s, role); };
+  uint32_t x = v("x", {16, 32}, program::ROLE_INPUT),
+           labels = v("labels", {16}, program::ROLE_INPUT, program::DTYPE_I64),
+           lr = v("lr", {}, program::ROLE_INPUT), w = v("W", {32, 10}, program::ROLE_PARAMETER),
+           mom = v("mom", {32, 10}, program::ROLE_OPTIMIZER_STATE),
+           one = b.addConstant("one", {1.0f}, {}),
+           logits = v("logits", {16, 10}, program::ROLE_ACTIVATION),
+           loss = v("loss", {}, program::ROLE_OUTPUT),
+           dlogits = v("dlogits", {16, 10}, program::ROLE_ACTIVATION),
+           xt = v("xt", {32, 16}, program::ROLE_ACTIVATION),
+           dw = v("dW", {32, 10}, program::ROLE_GRADIENT),
+           norm = v("norm", {}, program::ROLE_OUTPUT),
+           dwc = v("dWc", {32, 10}, program::ROLE_ACTIVATION);
+  b.get().mutable_values(w)->set_parameter_name("W");
+  b.get().mutable_values(mom)->set_parameter_name("mom");
+  auto mean = [](program::Kernel &k) { setString(k, "reduction", "mean"); };
+  std::vector<uint32_t> fwd = {b.addKernel("MatMul", {x, w}, {logits}).id()};
+  program::Kernel &ce = b.addKernel("SoftmaxCrossEntropyLoss", {logits, labels}, {loss});
+  mean(ce);
+  fwd.push_back(ce.id());
+  program::Kernel &ceg = b.addKernel("SoftmaxCrossEntropyLossGrad", {one, logits, labels}, {dlogits});
+  mean(ceg);
+  fwd.push_back(ceg.id());
+  program::Kernel &tr = b.addKernel("Transpose", {x}, {xt});
+  setInts(tr, "perm", {1, 0});
+  fwd.push_back(tr.id());
+  fwd.push_back(b.addKernel("MatMul", {xt, dlogits}, {dw}).id());
+  b.addRunStep(fwd);
+  auto *ar = b.get().add_steps()->mutable_all_reduce();
+  ar->add_value_ids(dw);
+  ar->set_reduce(program::REDUCE_MEAN);
+  program::Kernel &clip = b.addKernel("ClipByGlobalNorm", {dw}, {norm, dwc});
+  setFloat(clip, "max_norm", 0.5f);
+  program::Kernel &sgd = b.addKernel("SGD", {lr, w, dwc, mom}, {w, mom});
+  setFloat(sgd, "momentum", 0.9f);
+  b.addRunStep({clip.id(), sgd.id()});
+  return b.get();
+}
+
+/// Losses and final W of 3 steps on `device` (cuda:0 with graphs on or off).
+void runGraphSteps(const std::string &device, bool graphs, std::vector<float> &losses,
+                   std::vector<float> &w, CudaGraphStats &stats) {
+  CudaOptions co;
+  co.graphs = graphs;
+  BackendRegistry reg;
+  if (device == "cpu")
+    registerCpuBackend(reg);
+  else
+    ASSERT_TRUE(registerCudaBackend(reg, co).isOk());
+  LoneCommunicator lone;
+  auto exec = Executor::create(graphTrainingProgram(device), reg, &lone);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  Tensor wt = *(*exec)->getValueByName("W");
+  auto w0 = pseudoRandom(wt.numel(), 5);
+  std::copy(w0.begin(), w0.end(), wt.as<float>());
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = *(*exec)->getValueByName("x");
+    auto xv = pseudoRandom(x.numel(), 100 + step);
+    std::copy(xv.begin(), xv.end(), x.as<float>());
+    Tensor l = *(*exec)->getValueByName("labels");
+    for (int64_t i = 0; i < l.numel(); ++i)
+      l.as<int64_t>()[i] = (i * 7 + step) % 10;
+    (*exec)->getValueByName("lr")->as<float>()[0] = 0.1f;
+    Status s = (*exec)->run();
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    losses.push_back((*exec)->getValueByName("loss")->as<float>()[0]);
+  }
+  w.assign(wt.as<float>(), wt.as<float>() + wt.numel());
+  stats = cudaGraphStats(*reg.forDevice(device).takeValue());
+}
+
+} // namespace
+
+TEST(CudaGraphs, ReplayedStepsEqualDirectLaunches) {
+  REQUIRE_GPU();
+  std::vector<float> lossOn, lossOff, lossCpu, wOn, wOff, wCpu;
+  CudaGraphStats on, off, cpu;
+  runGraphSteps("cuda:0", true, lossOn, wOn, on);
+  runGraphSteps("cuda:0", false, lossOff, wOff, off);
+  runGraphSteps("cpu", false, lossCpu, wCpu, cpu);
+  ASSERT_EQ(lossOn.size(), 3u);
+  ASSERT_EQ(lossOff.size(), 3u);
+  ASSERT_EQ(lossCpu.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(lossOn[i], lossOff[i], 1e-6 * std::abs(lossOff[i])) << "step " << i;
+    EXPECT_NEAR(lossOn[i], lossCpu[i], 1e-4 * std::abs(lossCpu[i])) << "step " << i;
+  }
+  EXPECT_NE(lossOn[0], lossOn[2]); // SGD changed W between steps
+  for (size_t i = 0; i < wOn.size(); ++i)
+    ASSERT_NEAR(wOn[i], wOff[i], 1e-6) << "W[" << i << "]";
+  // Two segments: run 1 direct, run 2 captured and launched, run 3 replayed.
+  EXPECT_EQ(on.captured, 2);
+  EXPECT_EQ(on.replays, 4);
+  EXPECT_EQ(on.direct, 2);
+  EXPECT_EQ(on.disabled, 0);
+  EXPECT_EQ(off.captured, 0);
+  EXPECT_EQ(off.direct, 6);
+}
+
+// --- Device codecs (Codec.cu, CudaCodecCommunicator.cpp) ---------------------
+//
+// The inner communicator records the wire (plain sends) and plays back host
+// payloads; the device side must produce rt::encode's bytes and decode them
+// as rt::decode does.
+
+namespace {
+
+class WireRecorder : public Communicator {
+public:
+  std::vector<std::vector<uint8_t>> sent; // plain sends (payloads)
+  std::vector<uint8_t> incoming;          // what the next recv delivers
+  int codedCalls = 0;                     // sendCoded/recvCoded left to this layer
+  int getRank() const override { return 0; }
+  int getWorldSize() const override { return 2; }
+  Status send(const Tensor &t, int, uint32_t) override {
+    const uint8_t *p = static_cast<const uint8_t *>(t.data);
+    sent.emplace_back(p, p + t.byteSize());
+    return Status::ok();
+  }
+  Status recv(const Tensor &t, int, uint32_t) override {
+    if (t.byteSize() != incoming.size())
+      return invalidArgument("peer sent " + std::to_string(incoming.size()) + " bytes");
+    std::memcpy(t.data, incoming.data(), incoming.size());
+    return Status::ok();
+  }
+  Status sendCoded(const Tensor &t, int, uint32_t, const program::CodecParams &codec,
+                   ErrorFeedback *feedback) override {
+    ++codedCalls;
+    std::vector<uint8_t> out;
+    Status s = feedback ? feedback->encode(codec, t.as<float>(), t.numel(), out)
+                        : encode(codec, t.as<float>(), t.numel(), out);
+    sent.push_back(out);
+    return s;
+  }
+  Status recvCoded(const Tensor &t, int, uint32_t, const program::CodecParams &) override {
+    ++codedCalls;
+    return decode(incoming.data(), incoming.size(), t.as<float>(), t.numel());
+  }
+  Status allReduceSum(const Tensor &, uint32_t) override { return Status::ok(); }
+  Status allReduceSumGroup(const Tensor &, const std::vector<int> &, uint32_t) override {
+    return Status::ok();
+  }
+  Status barrier() override { return Status::ok(); }
+};
+
+program::CodecParams codecParams(program::Codec c, float ratio, uint32_t block, bool ef) {
+  program::CodecParams p;
+  p.set_codec(c);
+  p.set_topk_ratio(ratio);
+  p.set_block_size(block);
+  p.set_error_feedback(ef);
+  return p;
+}
+
+/// Values with zeros, a non-finite block, subnormals and ties of magnitude.
+std::vector<float> codecValues(size_t n, uint32_t seed) {
+  std::vector<float> x = gaussian(n, seed);
+  for (size_t i = 0; i < n && i < 40; ++i)
+    x[i] = 0.0f;
+  for (size_t i = 64; i < n && i < 96; ++i)
+    x[i] = 1e-39f * float(int(i) - 70);
+  for (size_t i = 200; i < n && i < 260; ++i)
+    x[i] = (i % 2 ? -1.5f : 1.5f); // ties for top-k
+  return x;
+}
+
+struct CodecCase {
+  program::Codec codec;
+  float ratio;
+  uint32_t block;
+};
+const CodecCase kCodecCases[] = {
+    {program::CODEC_FP16, 0, 0},    {program::CODEC_BF16, 0, 0},
+    {program::CODEC_INT8, 0, 0},    {program::CODEC_INT8, 0, 7},
+    {program::CODEC_INT4, 0, 64},   {program::CODEC_INT4, 0, 0},
+    {program::CODEC_TOPK, 0.01f, 0}, {program::CODEC_TOPK, 0.3f, 0},
+    {program::CODEC_TOPK, 0.9f, 0}};
+
+} // namespace
+
+TEST(CudaCodecs, DevicePayloadsEqualHostPayloadsWithErrorFeedback) {
+  REQUIRE_GPU();
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  for (size_t n : {1u, 1001u, 300007u})
+    for (const CodecCase &cc : kCodecCases)
+      for (bool ef : {false, true}) {
+        auto recorder = std::make_unique<WireRecorder>();
+        WireRecorder &wire = *recorder;
+        auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
+        ASSERT_TRUE(comm.isOk()) << comm.getStatus().toString();
+        StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
+        ASSERT_TRUE(buf.isOk());
+        Tensor t{program::DTYPE_F32, {int64_t(n)}, buf->data()};
+        auto p = codecParams(cc.codec, cc.ratio, cc.block, ef);
+        ErrorFeedback device, host;
+        for (int step = 0; step < 3; ++step) {
+          auto x = codecValues(n, 10 * step + uint32_t(n));
+          std::copy(x.begin(), x.end(), t.as<float>());
+          Status s = (*comm)->sendCoded(t, 1, 0, p, &device);
+          ASSERT_TRUE(s.isOk()) << s.toString();
+          std::vector<uint8_t> expect;
+          ASSERT_TRUE(host.encode(p, x.data(), n, expect).isOk());
+          ASSERT_EQ(wire.sent.size(), size_t(step + 1));
+          ASSERT_EQ(wire.sent.back(), expect)
+              << program::Codec_Name(cc.codec) << " n " << n << " block " << cc.block
+              << " ratio " << cc.ratio << " ef " << ef << " step " << step;
+        }
+        EXPECT_EQ(wire.codedCalls, 0); // all on the device
+      }
+}
+
+TEST(CudaCodecs, DeviceDecodeEqualsHostDecode) {
+  REQUIRE_GPU();
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  const size_t n = 70001;
+  auto x = codecValues(n, 5);
+  for (const CodecCase &cc : kCodecCases) {
+    auto recorder = std::make_unique<WireRecorder>();
+    WireRecorder &wire = *recorder;
+    auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
+    ASSERT_TRUE(comm.isOk());
+    auto p = codecParams(cc.codec, cc.ratio, cc.block, false);
+    ASSERT_TRUE(encode(p, x.data(), n, wire.incoming).isOk());
+    std::vector<float> expect(n);
+    ASSERT_TRUE(decode(wire.incoming.data(), wire.incoming.size(), expect.data(), n).isOk());
+    StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
+    ASSERT_TRUE(buf.isOk());
+    Tensor t{program::DTYPE_F32, {int64_t(n)}, buf->data()};
+    Status s = (*comm)->recvCoded(t, 1, 0, p);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    ASSERT_EQ(std::memcmp(t.data, expect.data(), 4 * n), 0) << program::Codec_Name(cc.codec);
+    // Top-k receives decode on the host (size unknown in advance).
+    EXPECT_EQ(wire.codedCalls, cc.codec == program::CODEC_TOPK ? 1 : 0);
+  }
+}
+
+TEST(CudaCodecs, MismatchedPayloadsAndHostTensors) {
+  REQUIRE_GPU();
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  auto recorder = std::make_unique<WireRecorder>();
+  WireRecorder &wire = *recorder;
+  auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
+  ASSERT_TRUE(comm.isOk());
+  const size_t n = 1000;
+  auto x = gaussian(n, 1);
+  StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
+  ASSERT_TRUE(buf.isOk());
+  Tensor t{program::DTYPE_F32, {int64_t(n)}, buf->data()};
+  // fp16 payload, bf16 expected: same size, the header names the codec.
+  ASSERT_TRUE(encode(codecParams(program::CODEC_FP16, 0, 0, false), x.data(), n, wire.incoming)
+                  .isOk());
+  Status s = (*comm)->recvCoded(t, 1, 0, codecParams(program::CODEC_BF16, 0, 0, false));
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.toString().find("codec 2, this rank expects codec 5 (CODEC_BF16)"),
+            std::string::npos) << s.toString();
+  // int8 in blocks of 128 while blocks of 64 are expected: a size error.
+  ASSERT_TRUE(encode(codecParams(program::CODEC_INT8, 0, 128, false), x.data(), n, wire.incoming)
+                  .isOk());
+  s = (*comm)->recvCoded(t, 1, 0, codecParams(program::CODEC_INT8, 0, 64, false));
+  ASSERT_FALSE(s.isOk());
+  // A host tensor goes to the inner communicator's codecs.
+  std::vector<float> hostData(x);
+  Tensor h{program::DTYPE_F32, {int64_t(n)}, hostData.data()};
+  ASSERT_TRUE((*comm)->sendCoded(h, 1, 0, codecParams(program::CODEC_INT8, 0, 0, false), nullptr)
+                  .isOk());
+  EXPECT_EQ(wire.codedCalls, 1);
+}
+
+//===----------------------------------------------------------------------===//
+// FusedElementwise: the programs of FusedTestPrograms.h (the CPU kernel's
+// conformance cases) on CUDA vs the CPU backend.
+//===----------------------------------------------------------------------===//
+#include "FusedTestPrograms.h"
+
+namespace {
+
+TEST(CudaFused, ProgramsMatchCpu) {
+  REQUIRE_GPU();
+  BackendRegistry registry;
+  registerCpuBackend(registry);
+  CudaOptions o;
+  o.syncEachKernel = true;
+  Status st = registerCudaBackend(registry, o);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  for (int i = 0; i < numFusedCases(); ++i) {
+    FusedCase c = fusedCase(i);
+    SCOPED_TRACE(c.name);
+    std::vector<Arr> ins, outs;
+    for (const OwnedTensor &t : c.inputs) {
+      Arr a{t.tensor.dtype, t.tensor.shape, {}};
+      a.bytes.assign(t.as<char>(), t.as<char>() + t.tensor.byteSize());
+      ins.push_back(std::move(a));
+    }
+    for (DType d : c.outputTypes)
+      outs.push_back(Arr::out(c.shape, d));
+    program::Kernel proto = c.kernel();
+    Attrs attrs = [&](program::Kernel &k) {
+      k.set_domain("strait");
+      *k.mutable_attrs() = proto.attrs();
+    };
+    std::vector<Arr> cpu = outs, gpu = outs;
+    Status s = runOn("cpu", registry, "FusedElementwise", ins, cpu, attrs);
+    ASSERT_TRUE(s.isOk()) << "cpu: " << s.toString();
+    s = runOn("cuda:0", registry, "FusedElementwise", ins, gpu, attrs);
+    ASSERT_TRUE(s.isOk()) << "cuda: " << s.toString();
+    for (size_t j = 0; j < outs.size(); ++j) {
+      int bad = 0;
+      for (int64_t k = 0; k < numElements(c.shape) && bad < 5; ++k) {
+        double x = cpu[j].at(k), g = gpu[j].at(k);
+        // CUDA's expf/tanhf/erff are within 2 ulp of the CPU's libm.
+        if (!(std::abs(x - g) <= 1e-6 + 1e-5 * std::abs(x)) && !(std::isnan(x) && std::isnan(g))) {
+          ADD_FAILURE() << "output " << j << " element " << k << ": cpu " << x << " cuda " << g;
+          ++bad;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaFused, BadProgramIsInvalidArgumentOnCuda) {
+  REQUIRE_GPU();
+  BackendRegistry registry;
+  registerCpuBackend(registry);
+  ASSERT_TRUE(registerCudaBackend(registry, CudaOptions{}).isOk());
+  FusedCase c = fusedCase(1);
+  std::vector<Arr> ins;
+  for (const OwnedTensor &t : c.inputs) {
+    Arr a{t.tensor.dtype, t.tensor.shape, {}};
+    a.bytes.assign(t.as<char>(), t.as<char>() + t.tensor.byteSize());
+    ins.push_back(std::move(a));
+  }
+  std::vector<Arr> outs = {Arr::out(c.shape)};
+  program::Kernel proto = c.kernel();
+  (*proto.mutable_attrs())["args"].mutable_ints()->set_v(3, 50);
+  Status s = runOn("cuda:0", registry, "FusedElementwise", ins, outs, [&](program::Kernel &k) {
+    k.set_domain("strait");
+    *k.mutable_attrs() = proto.attrs();
+  });
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument) << s.toString();
+  EXPECT_NE(s.toString().find("reads register 50 before it is written"), std::string::npos)
+      << s.toString();
+}
+
+} // namespace
+
+#ifdef STRAIT_TEST_HAVE_GLOO
+// A GPU rank (device codecs over Gloo) and a CPU rank (Gloo's own codecs) on
+// loopback: each decodes exactly what the other's host codec would send.
+#include "CommTestUtil.h"
+
+#include <thread>
+
+/// Rank r of a pair on loopback Gloo: rank 0 is a GPU rank (the CUDA codec
+/// communicator, its tensor in managed memory), rank 1 a CPU rank.
+struct MixedRank {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
+  Buffer gpu;
+  std::vector<float> host;
+  Tensor t;
+};
+
+void makeMixedRank(int r, const std::string &dir, int64_t n, MixedRank &m) {
+  auto gloo = createGlooCommunicator(fileStoreOptions(dir, r, 2));
+  ASSERT_TRUE(gloo.isOk()) << gloo.getStatus().toString();
+  m.comm = std::move(*gloo);
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  m.backend = std::move(*backend);
+  StatusOr<Buffer> buf = m.backend->allocate(4 * n);
+  ASSERT_TRUE(buf.isOk());
+  m.gpu = std::move(*buf);
+  m.host.resize(n);
+  if (r == 0) {
+    auto wrapped = createCudaCodecCommunicator(std::move(m.comm), 0);
+    ASSERT_TRUE(wrapped.isOk()) << wrapped.getStatus().toString();
+    m.comm = std::move(*wrapped);
+  }
+  m.t = Tensor{program::DTYPE_F32, {n}, r == 0 ? m.gpu.data() : m.host.data()};
+}
+
+TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
+  REQUIRE_GPU();
+  const int64_t n = 100003;
+  std::string dir = makeTempDir("strait-cuda-codec");
+  const CodecCase cases[] = {{program::CODEC_INT8, 0, 0}, {program::CODEC_BF16, 0, 0},
+                             {program::CODEC_TOPK, 0.01f, 0}, {program::CODEC_INT4, 0, 128}};
+  std::vector<std::vector<float>> got[2], want[2];
+  auto rank = [&](int r) {
+    MixedRank m;
+    makeMixedRank(r, dir, n, m);
+    if (HasFatalFailure())
+      return;
+    std::unique_ptr<Communicator> &comm = m.comm;
+    Tensor &t = m.t;
+    for (const CodecCase &cc : cases) {
+      auto p = codecParams(cc.codec, cc.ratio, cc.block, /*ef=*/true);
+      ErrorFeedback feedback, reference;
+      for (int step = 0; step < 3; ++step) {
+        // Sender: rank 0 in even rounds, rank 1 in odd ones.
+        for (int sender = 0; sender < 2; ++sender) {
+          auto x = codecValues(n, 100 * step + 10 * sender + 1);
+          if (r == sender) {
+            std::copy(x.begin(), x.end(), t.as<float>());
+            Status s = comm->sendCoded(t, 1 - r, 7, p, &feedback);
+            ASSERT_TRUE(s.isOk()) << s.toString();
+          } else {
+            Status s = comm->recvCoded(t, 1 - r, 7, p);
+            ASSERT_TRUE(s.isOk()) << s.toString();
+            got[r].emplace_back(t.as<float>(), t.as<float>() + n);
+            std::vector<uint8_t> payload;
+            ASSERT_TRUE(reference.encode(p, x.data(), n, payload).isOk());
+            std::vector<float> expect(n);
+            ASSERT_TRUE(decode(payload.data(), payload.size(), expect.data(), n).isOk());
+            want[r].push_back(expect);
+          }
+        }
+      }
+    }
+    ASSERT_TRUE(comm->barrier().isOk());
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[r].size(), want[r].size());
+    for (size_t i = 0; i < got[r].size(); ++i)
+      ASSERT_EQ(std::memcmp(got[r][i].data(), want[r][i].data(), 4 * n), 0)
+          << "rank " << r << " transfer " << i;
+  }
+}
+
+// Plain transfers of GPU memory go through the pinned staging copy (64 KiB
+// and up) and arrive bit-exact at a CPU rank, and back.
+TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
+  REQUIRE_GPU();
+  const int64_t n = 100003;
+  std::string dir = makeTempDir("strait-cuda-staging");
+  std::vector<float> sent = codecValues(n, 5), back[2];
+  auto rank = [&](int r) {
+    MixedRank m;
+    makeMixedRank(r, dir, n, m);
+    if (HasFatalFailure())
+      return;
+    std::unique_ptr<Communicator> &comm = m.comm;
+    Tensor &t = m.t;
+    if (r == 0) {
+      std::copy(sent.begin(), sent.end(), t.as<float>());
+      ASSERT_TRUE(comm->send(t, 1, 3).isOk());
+      std::fill(t.as<float>(), t.as<float>() + n, 0.0f);
+      ASSERT_TRUE(comm->recv(t, 1, 4).isOk());
+    } else {
+      ASSERT_TRUE(comm->recv(t, 0, 3).isOk());
+      ASSERT_TRUE(comm->send(t, 0, 4).isOk());
+    }
+    back[r].assign(t.as<float>(), t.as<float>() + n);
+    ASSERT_TRUE(comm->barrier().isOk());
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  EXPECT_EQ(back[1], sent); // GPU -> CPU
+  EXPECT_EQ(back[0], sent); // and back into GPU memory
+}
+#endif // STRAIT_TEST_HAVE_GLOO
