@@ -405,6 +405,23 @@ void makeMixedRank(int r, const std::string &dir, int64_t n, MixedRank &m) {
   m.t = Tensor{program::DTYPE_F32, {n}, r == 0 ? m.gpu.data() : m.host.data()};
 }
 
+/// Runs body(rank, comm, tensor) on both ranks of a mixed pair, one thread
+/// each, then a barrier.
+void runMixedPair(const std::string &dir, int64_t n,
+                  const std::function<void(int, std::unique_ptr<Communicator> &, Tensor &)> &body) {
+  auto rank = [&](int r) {
+    MixedRank m;
+    makeMixedRank(r, dir, n, m);
+    if (::testing::Test::HasFatalFailure())
+      return;
+    body(r, m.comm, m.t);
+    ASSERT_TRUE(m.comm->barrier().isOk());
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+}
+
 TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
   REQUIRE_GPU();
   const int64_t n = 100003;
@@ -412,13 +429,7 @@ TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
   const CodecCase cases[] = {{program::CODEC_INT8, 0, 0}, {program::CODEC_BF16, 0, 0},
                              {program::CODEC_TOPK, 0.01f, 0}, {program::CODEC_INT4, 0, 128}};
   std::vector<std::vector<float>> got[2], want[2];
-  auto rank = [&](int r) {
-    MixedRank m;
-    makeMixedRank(r, dir, n, m);
-    if (HasFatalFailure())
-      return;
-    std::unique_ptr<Communicator> &comm = m.comm;
-    Tensor &t = m.t;
+  runMixedPair(dir, n, [&](int r, std::unique_ptr<Communicator> &comm, Tensor &t) {
     for (const CodecCase &cc : cases) {
       auto p = codecParams(cc.codec, cc.ratio, cc.block, /*ef=*/true);
       ErrorFeedback feedback, reference;
@@ -443,11 +454,7 @@ TEST(CudaCodecs, GpuAndCpuRanksInteroperateOverGloo) {
         }
       }
     }
-    ASSERT_TRUE(comm->barrier().isOk());
-  };
-  std::thread other(rank, 1);
-  rank(0);
-  other.join();
+  });
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(got[r].size(), want[r].size());
     for (size_t i = 0; i < got[r].size(); ++i)
@@ -463,13 +470,7 @@ TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
   const int64_t n = 100003;
   std::string dir = makeTempDir("strait-cuda-staging");
   std::vector<float> sent = codecValues(n, 5), back[2];
-  auto rank = [&](int r) {
-    MixedRank m;
-    makeMixedRank(r, dir, n, m);
-    if (HasFatalFailure())
-      return;
-    std::unique_ptr<Communicator> &comm = m.comm;
-    Tensor &t = m.t;
+  runMixedPair(dir, n, [&](int r, std::unique_ptr<Communicator> &comm, Tensor &t) {
     if (r == 0) {
       std::copy(sent.begin(), sent.end(), t.as<float>());
       ASSERT_TRUE(comm->send(t, 1, 3).isOk());
@@ -480,11 +481,7 @@ TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
       ASSERT_TRUE(comm->send(t, 0, 4).isOk());
     }
     back[r].assign(t.as<float>(), t.as<float>() + n);
-    ASSERT_TRUE(comm->barrier().isOk());
-  };
-  std::thread other(rank, 1);
-  rank(0);
-  other.join();
+  });
   EXPECT_EQ(back[1], sent); // GPU -> CPU
   EXPECT_EQ(back[0], sent); // and back into GPU memory
 }
