@@ -18,7 +18,9 @@
 #   digits    the digits CNN's training steps (cuDNN conv, batch norm, pooling): CPU vs GPU
 #   strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores,
 #             CUDA graphs on; strait-nograph the same without graphs
-#   torch     the same step in PyTorch eager with bf16 autocast (bench/gpu/torch_gpt2_step.py)
+#   torch     the same step in PyTorch eager with bf16 autocast (bench/gpu/torch_gpt2_step.py),
+#             attention written out as the exported model has it; torch-sdpa the same
+#             with F.scaled_dot_product_attention (PyTorch's flash kernels)
 #   run1      strait-run: gpt2-tiny job planned for one H200, 20 steps on text,
 #             GPU (f32 matmul) vs --device cpu losses
 #   run2      strait-run: gpt2-tiny in 2 pipeline stages on two "hosts" (both on
@@ -104,6 +106,8 @@ if [ -f "$SMALL/rank0.program.pb" ]; then
 else RESULT[strait]="no program in $SMALL (run scripts/gpu-prepare.sh)"; fi
 PY=.venv/bin/python; [ -x $PY ] || PY=python3
 phase torch 75 $PY bench/gpu/torch_gpt2_step.py --batch 8 --seq 1024 --steps 10 --warmup 3
+phase torch-sdpa 60 $PY bench/gpu/torch_gpt2_step.py --batch 8 --seq 1024 --steps 10 --warmup 3 \
+  --attention sdpa
 
 # strait-run end to end: GPU losses against the same job on the CPU.
 [ -f "$G/tiny-1gpu/plan.pb" ] && phase run1 60 scripts/gpu-compare-runs.sh $STRAIT_RUN "$G/tiny-1gpu" 20 "$G/text"
@@ -112,20 +116,24 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest conform tiny digits strait strait-nograph torch run1 run2 probe; do
+for p in build gtest conform tiny digits strait strait-nograph torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/digits.log" 2>/dev/null
 grep -h "^strait-cuda:" "$LOG/strait.log" "$LOG/strait-nograph.log" 2>/dev/null
-grep -h "^torch-eager:" "$LOG/torch.log" 2>/dev/null
+grep -h "^torch-eager" "$LOG/torch.log" "$LOG/torch-sdpa.log" 2>/dev/null
 grep -h "^compare-runs:" "$LOG/run1.log" "$LOG/run2.log" 2>/dev/null
 grep -h "gemm_tflops\|memory bandwidth" "$LOG/probe.log" 2>/dev/null
 S=$(sed -n 's/^strait-cuda: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/strait.log" 2>/dev/null | head -1)
 T=$(sed -n 's/^torch-eager: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/torch.log" 2>/dev/null | head -1)
 if [ -n "$S" ] && [ -n "$T" ]; then
   python3 -c "s,t=$S,$T; print(f'ratio: strait {s:.2f} ms vs torch eager {t:.2f} ms per step -> strait is {t/s:.2f}x torch eager')"
+fi
+T2=$(sed -n 's/^torch-eager-sdpa: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/torch-sdpa.log" 2>/dev/null | head -1)
+if [ -n "$S" ] && [ -n "$T2" ]; then
+  python3 -c "s,t=$S,$T2; print(f'ratio: strait {s:.2f} ms vs torch eager + sdpa {t:.2f} ms per step -> strait is {t/s:.2f}x')"
 fi
 echo "FLOPs/step = T*(6N + 12*L*d*S) = $FLOPS; peak 989 TFLOP/s (H200 bf16 dense); logs in $LOG/"
 fail=0
