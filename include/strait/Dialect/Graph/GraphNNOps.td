@@ -185,6 +185,40 @@ def Graph_RMSNormalizationOp : Graph_GenericOp<"RMSNormalization", [Pure]> {
   let results = (outs AnyTensor:$Y);
 }
 
+def Graph_FusedAttentionOp : Graph_GenericOp<"FusedAttention", [Pure]> {
+  let summary = "scaled dot-product attention with an optional additive bias";
+  let description = [{
+    One kernel for the attention that exported transformers spell as
+    `MatMul(Q, Kt) -> Mul(scale) -> Add(Bias) -> Softmax(last axis) ->
+    MatMul(., V)` (graph-fuse-attention builds it; named "Fused..." because
+    ONNX opset 23's `Attention` has another operand layout). With batch dims
+    `b...` (zero or more, identical for Q, Kt and V):
+
+    - Q `[b..., Tq, D]`, Kt `[b..., D, Tk]` (K already transposed), V
+      `[b..., Tk, Dv]`, all f32, all bf16 or all f16;
+    - Bias (optional, additive) broadcasts to `[b..., Tq, Tk]` without
+      widening it, rank <= rank of Q, f32 or Q's element type;
+    - `S = scale * Q Kt + Bias`; with `causal = 1` key j is also masked for
+      query i when `j > i + (Tk - Tq)`;
+    - Y `[b..., Tq, Dv]` (Q's element type) is `softmax(S) V` over the last
+      axis; LSE `[b..., Tq]` (always f32) is `log(sum_j exp(S))` over the
+      unmasked keys, saved for the gradient. A row with no finite score gives
+      Y = 0 and LSE = -inf.
+
+    The T x T scores never leave the kernel. See docs/graph-dialect.md.
+
+    ```mlir
+    %y, %lse = graph.FusedAttention %q, %kt, %v, %mask {scale = 2.500000e-01 : f32} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16xf32>)
+    ```
+  }];
+  let arguments = (ins AnyTensor:$Q, AnyTensor:$Kt, AnyTensor:$V,
+                   Optional<AnyTensor>:$Bias,
+                   F32Attr:$scale,
+                   DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>,
+                                     "0">:$causal);
+  let results = (outs AnyTensor:$Y, AnyTensor:$LSE);
+}
+
 def Graph_InstanceNormalizationOp : Graph_GenericOp<"InstanceNormalization", [Pure]> {
   let summary = "per-sample, per-channel normalization";
   let description = [{

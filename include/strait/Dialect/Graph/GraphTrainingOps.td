@@ -127,6 +127,31 @@ def Graph_RMSNormalizationGradOp
   let hasVerifier = 1;
 }
 
+def Graph_FusedAttentionGradOp
+    : Graph_GenericOp<"FusedAttentionGrad", [Pure]> {
+  let summary = "gradient of FusedAttention";
+  let description = [{
+    Recomputes the probabilities `P = exp(S - LSE)` (0 for masked keys and
+    for rows with LSE = -inf) from Q, Kt, the optional Bias and the `scale` /
+    `causal` of the forward op, then with `Drow = rowsum(dY * Y)`:
+    `dV = P^T dY`, `dS = P * (dY V^T - Drow)`, `dQ = scale * dS Kt^T`,
+    `dKt = scale * Q^T dS`. dQ, dKt and dV have the types of Q, Kt and V; dY
+    has Y's type and LSE is FusedAttention's f32 statistic. No gradient for
+    Bias (the gradient rule rejects a bias that would need one).
+
+    ```mlir
+    %dq, %dkt, %dv = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse {causal = 1 : i64, scale = 2.500000e-01 : f32} : (tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16xf32>) -> (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>)
+    ```
+  }];
+  let arguments = (ins AnyTensor:$dY, AnyTensor:$Q, AnyTensor:$Kt, AnyTensor:$V,
+                   AnyTensor:$Y, AnyTensor:$LSE, Optional<AnyTensor>:$Bias,
+                   F32Attr:$scale,
+                   DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>,
+                                     "0">:$causal);
+  let results = (outs AnyTensor:$dQ, AnyTensor:$dKt, AnyTensor:$dV);
+  let hasVerifier = 1;
+}
+
 def Graph_BatchNormalizationTrainingOp
     : Graph_GenericOp<"BatchNormalizationTraining", [Pure]> {
   let summary = "batch normalization with batch statistics";

@@ -29,6 +29,9 @@ template <typename Op>
 double forwardFlops(Op op) { return strait::detail::elementsOf(op->getResultTypes()); }
 template <typename Op>
 KernelClass kernelClass(Op) { return KernelClass::Elementwise; }
+// Generic: the planner estimates backward from forward (CostOpInterface).
+template <typename Op>
+double backwardFlops(Op) { return -1.0; }
 
 double forwardFlops(MatMulOp op) {
   auto a = cast<ShapedType>(op.getA().getType());
@@ -106,6 +109,27 @@ KernelClass kernelClass(BatchNormalizationOp) { return KernelClass::Normalizatio
 KernelClass kernelClass(GroupNormalizationOp) { return KernelClass::Normalization; }
 KernelClass kernelClass(InstanceNormalizationOp) { return KernelClass::Normalization; }
 
+// Attention over Q [b..., Tq, D], Kt [b..., D, Tk], V [b..., Tk, Dv]: per
+// score, 2D for Q Kt, 5 for scale/bias/softmax, 2Dv for P V. The backward
+// kernel recomputes S and P and runs four products (dV, dP, dQ, dKt), about
+// 2.5x the forward; FusedAttention's backward cost is FusedAttentionGrad's.
+// Bytes are the operands' and results' (the defaults): no T x T tensor.
+double attentionFlops(Value q, Value v, bool backward) {
+  auto qt = cast<ShapedType>(q.getType()), vt = cast<ShapedType>(v.getType());
+  if (!qt.hasStaticShape() || !vt.hasStaticShape() || qt.getRank() < 2)
+    return 0;
+  double d = qt.getShape().back(), dv = vt.getShape().back();
+  double scores = product(qt.getShape().drop_back()) * vt.getShape()[vt.getRank() - 2];
+  return scores * (backward ? 6 * d + 4 * dv + 8 : 2 * d + 2 * dv + 5);
+}
+double forwardFlops(FusedAttentionOp op) { return attentionFlops(op.getQ(), op.getV(), false); }
+double backwardFlops(FusedAttentionOp op) { return attentionFlops(op.getQ(), op.getV(), true); }
+double forwardFlops(FusedAttentionGradOp op) {
+  return attentionFlops(op.getQ(), op.getV(), true);
+}
+KernelClass kernelClass(FusedAttentionOp) { return KernelClass::MatMul; }
+KernelClass kernelClass(FusedAttentionGradOp) { return KernelClass::MatMul; }
+
 // Softmax: max, exp, sum, divide.
 double forwardFlops(SoftmaxOp op) { return 5.0 * elems(op.getOutput()); }
 double forwardFlops(LogSoftmaxOp op) { return 5.0 * elems(op.getOutput()); }
@@ -152,6 +176,7 @@ STRAIT_DATA_MOVEMENT(DropoutOp)
 template <typename Op>
 struct GraphCostModel : CostOpInterface::ExternalModel<GraphCostModel<Op>, Op> {
   double getForwardFlops(Operation *op) const { return forwardFlops(cast<Op>(op)); }
+  double getBackwardFlops(Operation *op) const { return backwardFlops(cast<Op>(op)); }
   KernelClass getKernelClass(Operation *op) const { return kernelClass(cast<Op>(op)); }
 };
 

@@ -1,0 +1,168 @@
+//===- AttentionOps.cpp - FusedAttention and FusedAttentionGrad -----------===//
+//
+// One shape function for the attention pair: the forward op's inference,
+// the gradient op's inference and its verifier check Q, Kt, V and the
+// optional Bias the same way (constraint 11 of docs/graph-dialect.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "InferHelpers.h"
+
+using namespace mlir;
+using namespace strait::graph;
+using namespace strait::graph::detail;
+
+static constexpr int64_t kDyn = ShapedType::kDynamic;
+
+namespace {
+
+/// Y and LSE of an attention over Q, Kt, V (and Bias).
+struct AttentionTypes {
+  Type y, lse;
+};
+
+std::string dimsStr(ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "[";
+  llvm::interleave(
+      shape, os, [&](int64_t d) { d == kDyn ? os << "?" : os << d; }, "x");
+  os << "]";
+  return s;
+}
+
+bool sameDim(int64_t a, int64_t b) { return a == kDyn || b == kDyn || a == b; }
+
+/// The first static one of `dims`, or dynamic.
+int64_t mergeDims(std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims)
+    if (d != kDyn)
+      return d;
+  return kDyn;
+}
+
+/// The bias is f32 or of Q's element type.
+LogicalResult checkBiasType(OptLoc loc, StringRef op, Value bias, Type qElt) {
+  Type elt = tensorOf(bias).getElementType();
+  if (!elt.isF32() && elt != qElt)
+    return emitOptionalError(loc, op, ": Bias element type ", elt, " is neither f32 nor Q's ",
+                             qElt);
+  return success();
+}
+
+/// The bias broadcasts to the scores' shape `scores` without widening it.
+LogicalResult checkBiasShape(OptLoc loc, StringRef op, Value bias, ArrayRef<int64_t> scores) {
+  TensorType bt = tensorOf(bias);
+  if (!bt.hasRank())
+    return success();
+  ArrayRef<int64_t> b = bt.getShape();
+  if (b.size() > scores.size())
+    return emitOptionalError(loc, op, ": Bias rank ", b.size(), " exceeds Q's rank ",
+                             scores.size());
+  size_t off = scores.size() - b.size();
+  for (size_t i = 0; i < b.size(); ++i)
+    if (b[i] != 1 && !sameDim(b[i], scores[off + i]))
+      return emitOptionalError(loc, op, ": Bias ", dimsStr(b),
+                               " does not broadcast to the scores ", dimsStr(scores),
+                               " (dimension ", off + i, ")");
+  return success();
+}
+
+/// Constraint 11: Q [b..., Tq, D], Kt [b..., D, Tk], V [b..., Tk, Dv] of one
+/// element type (f32, bf16 or f16), rank >= 2, identical batch dims; Bias
+/// broadcasts to [b..., Tq, Tk]. Y is [b..., Tq, Dv] of Q's element type,
+/// LSE [b..., Tq] f32.
+FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q, Value kt, Value v,
+                                         Value bias) {
+  TensorType qt = tensorOf(q), kt2 = tensorOf(kt), vt = tensorOf(v);
+  Type elt = qt.getElementType();
+  if (kt2.getElementType() != elt || vt.getElementType() != elt)
+    return emitOptionalError(loc, op, ": Q, Kt and V element types differ (", elt, ", ",
+                             kt2.getElementType(), ", ", vt.getElementType(), ")");
+  if (!elt.isF32() && !elt.isBF16() && !elt.isF16())
+    return emitOptionalError(loc, op, ": element type ", elt, " is not f32, bf16 or f16");
+  if (bias && failed(checkBiasType(loc, op, bias, elt)))
+    return failure();
+  Type f32 = Float32Type::get(elt.getContext());
+  if (!qt.hasRank() || !kt2.hasRank() || !vt.hasRank())
+    return AttentionTypes{UnrankedTensorType::get(elt), UnrankedTensorType::get(f32)};
+  int64_t rank = qt.getRank();
+  if (rank < 2)
+    return emitOptionalError(loc, op, ": Q must have rank >= 2 ([b..., Tq, D]), got ",
+                             dimsStr(qt.getShape()));
+  if (kt2.getRank() != rank || vt.getRank() != rank)
+    return emitOptionalError(loc, op, ": Q, Kt and V must have the same rank, got ",
+                             dimsStr(qt.getShape()), ", ", dimsStr(kt2.getShape()), ", ",
+                             dimsStr(vt.getShape()));
+  ArrayRef<int64_t> qs = qt.getShape(), ks = kt2.getShape(), vs = vt.getShape();
+  Shape batch;
+  for (int64_t i = 0; i < rank - 2; ++i) {
+    if (!sameDim(qs[i], ks[i]) || !sameDim(qs[i], vs[i]) || !sameDim(ks[i], vs[i]))
+      return emitOptionalError(loc, op, ": batch dimension ", i, " differs: Q ",
+                               dimsStr(qs), ", Kt ", dimsStr(ks), ", V ", dimsStr(vs));
+    batch.push_back(mergeDims({qs[i], ks[i], vs[i]}));
+  }
+  int64_t tq = qs[rank - 2], d = qs[rank - 1];
+  int64_t dk = ks[rank - 2], tk = ks[rank - 1];
+  int64_t tv = vs[rank - 2], dv = vs[rank - 1];
+  if (!sameDim(d, dk))
+    return emitOptionalError(loc, op, ": Q ", dimsStr(qs), " and Kt ", dimsStr(ks),
+                             " disagree on D (Q's last dimension, Kt's second-to-last)");
+  if (!sameDim(tk, tv))
+    return emitOptionalError(loc, op, ": Kt ", dimsStr(ks), " and V ", dimsStr(vs),
+                             " disagree on Tk (Kt's last dimension, V's second-to-last)");
+  tk = mergeDims({tk, tv});
+  if (bias) {
+    Shape scores = batch;
+    scores.append({tq, tk});
+    if (failed(checkBiasShape(loc, op, bias, scores)))
+      return failure();
+  }
+  Shape y = batch, lse = batch;
+  y.append({tq, dv});
+  lse.push_back(tq);
+  return AttentionTypes{RankedTensorType::get(y, elt), RankedTensorType::get(lse, f32)};
+}
+
+} // namespace
+
+STRAIT_INFER(FusedAttentionOp) {
+  FailureOr<AttentionTypes> t =
+      attentionTypes(loc, "FusedAttention", adaptor.getQ(), adaptor.getKt(), adaptor.getV(),
+                     adaptor.getBias());
+  if (failed(t))
+    return failure();
+  types.push_back(t->y);
+  types.push_back(t->lse);
+  return success();
+}
+
+STRAIT_INFER(FusedAttentionGradOp) {
+  if (failed(attentionTypes(loc, "FusedAttentionGrad", adaptor.getQ(), adaptor.getKt(),
+                            adaptor.getV(), adaptor.getBias())))
+    return failure();
+  types.push_back(adaptor.getQ().getType());
+  types.push_back(adaptor.getKt().getType());
+  types.push_back(adaptor.getV().getType());
+  return success();
+}
+
+/// dY and Y have the forward op's Y type, LSE its f32 statistic type.
+LogicalResult FusedAttentionGradOp::verify() {
+  FailureOr<AttentionTypes> t =
+      attentionTypes(getLoc(), "FusedAttentionGrad", getQ(), getKt(), getV(), getBias());
+  if (failed(t))
+    return failure();
+  auto check = [&](Value v, StringRef name, Type expected, StringRef what) -> LogicalResult {
+    if (failed(verifyCompatibleShape(v.getType(), expected)) ||
+        getElementTypeOrSelf(v) != getElementTypeOrSelf(expected))
+      return emitOpError(name) << " type " << v.getType() << " differs from " << what << " "
+                               << expected;
+    return success();
+  };
+  if (failed(check(getDY(), "dY", t->y, "the forward Y's")) ||
+      failed(check(getY(), "Y", t->y, "the forward Y's")) ||
+      failed(check(getLSE(), "LSE", t->lse, "the forward LSE's")))
+    return failure();
+  return success();
+}
