@@ -145,6 +145,35 @@ def GraphFuseRMSNorm : Pass<"graph-fuse-rmsnorm", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
+  let summary = "Rewrite the decomposed attention of transformer exports into graph.FusedAttention";
+  let description = [{
+    Matches `MatMul(Q, Kt) -> Mul(c) | Div(c) -> [Add(bias)] -> Softmax(last
+    axis) -> MatMul(., V)`, where every intermediate value has that one
+    user, each scale is a splat float constant (Mul by c gives c, Div by c
+    gives 1/c; several multiply, and scalings of Q and/or Kt right before
+    the first MatMul count too), the bias (either Add operand) broadcasts to
+    the scores without widening them and does not read a variable, and Q,
+    Kt, V have one element type (f32, bf16 or f16), one rank and the same
+    batch dims. The chain becomes one `graph.FusedAttention` (the product of
+    the scales as `scale`), whose gradient rule is one
+    `graph.FusedAttentionGrad`; the T x T scores and probabilities are no
+    longer tensors of the graph. A bias that is a constant causal mask (0 on
+    and below the diagonal shifted by Tk - Tq, at most -1e30 above) becomes
+    `causal = 1` without a bias. It runs on the forward graph before
+    `graph-build-training-step`. See docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-fuse-attention model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "FusedAttention ops created">,
+    Statistic<"numCausal", "num-causal", "constant causal masks turned into causal = 1">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 def GraphAutocast : Pass<"graph-autocast", "::mlir::ModuleOp"> {
   let summary = "Mixed precision: run GEMM-like ops on bf16 (or f16) operands";
   let description = [{
