@@ -116,8 +116,6 @@ uint16_t floatToHalf(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-namespace {
-
 bool isLowFloat(DType t) {
   return t == program::DTYPE_BF16 || t == program::DTYPE_F16;
 }
@@ -141,6 +139,8 @@ uint16_t floatToLow(DType t, float f) {
   bits += 0x7FFF + ((bits >> 16) & 1); // round to nearest even
   return static_cast<uint16_t>(bits >> 16);
 }
+
+namespace {
 
 /// bf16/f16 support of an f32 kernel (mixed precision, graph-autocast):
 /// 16-bit float inputs are widened to f32 (exact), the f32 kernel runs
@@ -220,6 +220,7 @@ public:
     addMiscKernels(table);
     addGradientKernels(table);
     addFusedKernels(table);
+    addAttentionKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {

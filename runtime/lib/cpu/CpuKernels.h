@@ -32,6 +32,8 @@ void addMiscKernels(KernelTable &table);
 void addGradientKernels(KernelTable &table);
 /// FusedElementwise: Fused.cpp.
 void addFusedKernels(KernelTable &table);
+/// FusedAttention, FusedAttentionGrad: Attention.cpp.
+void addAttentionKernels(KernelTable &table);
 
 /// C[m,n] = A[m,k] * B[k,n] (+ C when accumulate), row-major, f32.
 void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,
@@ -56,6 +58,13 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 /// IEEE half <-> float (round to nearest even).
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
+
+/// bf16 or f16.
+bool isLowFloat(DType t);
+/// A bf16/f16 value (bits `v` of dtype t) widened to float (exact).
+float lowToFloat(DType t, uint16_t v);
+/// f to bf16/f16 bits, rounded to nearest even (NaN stays NaN).
+uint16_t floatToLow(DType t, float f);
 
 /// Maps a possibly negative axis into [0, rank); error when out of range.
 StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,

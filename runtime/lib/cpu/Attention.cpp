@@ -1,0 +1,426 @@
+//===- Attention.cpp - FusedAttention and its gradient --------------------===//
+//
+// The graph dialect's FusedAttention(Q, Kt, V [, Bias]) {scale, causal} ->
+// (Y, LSE) and FusedAttentionGrad(dY, Q, Kt, V, Y, LSE [, Bias]) -> (dQ, dKt,
+// dV) (contract: docs/runtime.md, "Fused attention"). Shapes: Q [b..., Tq,
+// D], Kt [b..., D, Tk], V [b..., Tk, Dv], Bias broadcastable to [b..., Tq,
+// Tk]; Y [b..., Tq, Dv], LSE [b..., Tq] (f32).
+//
+// Neither kernel materializes the Tq x Tk scores: the forward runs over
+// (batch slice, block of kBlockRows query rows) items in parallel, each
+// computing its block's scores with one sgemm (alpha = scale), adding the
+// bias and the causal mask, a softmax in f32 (RowMath.h loops) that also
+// gives the row's log-sum-exp, and Y_blk = P_blk V with a second sgemm. The
+// backward runs over batch slices in parallel and over the query blocks of
+// a slice in order, so that the block's contributions to dKt and dV add up
+// without races; it recomputes P_blk from the saved LSE. Scratch per worker
+// is O(kBlockRows x Tk) (plus the slices of Q, Kt, V widened to f32 when
+// they are bf16/f16). Under a causal mask a block only visits the keys its
+// last row may see.
+//
+//===----------------------------------------------------------------------===//
+#include "CpuKernels.h"
+#include "RowMath.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlockRows = 64;
+
+bool isAttentionDType(DType t) {
+  return t == program::DTYPE_F32 || t == program::DTYPE_BF16 ||
+         t == program::DTYPE_F16;
+}
+
+/// The operands of either kernel after the checks shared by both.
+struct AttnArgs {
+  const Tensor *q = nullptr, *kt = nullptr, *v = nullptr, *bias = nullptr;
+  DType dtype = program::DTYPE_F32;
+  Shape batch;
+  int64_t nBatch = 1, tq = 0, tk = 0, d = 0, dv = 0;
+  float scale = 1;
+  bool causal = false;
+  /// Element strides of Bias broadcast to [b..., Tq, Tk] (0 on broadcast dims).
+  std::vector<int64_t> biasStrides;
+
+  /// Offset of slice b's first element in Bias.
+  int64_t biasOffset(int64_t b) const {
+    int64_t off = 0;
+    for (int64_t dim = static_cast<int64_t>(batch.size()) - 1; dim >= 0; --dim) {
+      off += (b % batch[dim]) * biasStrides[dim];
+      b /= batch[dim];
+    }
+    return off;
+  }
+  /// Keys visible to query row i: [0, keyEnd(i)).
+  int64_t keyEnd(int64_t i) const {
+    if (!causal)
+      return tk;
+    return std::clamp<int64_t>(i + 1 + (tk - tq), 0, tk);
+  }
+};
+
+Shape withTail(const Shape &batch, std::initializer_list<int64_t> tail) {
+  Shape s = batch;
+  s.insert(s.end(), tail);
+  return s;
+}
+
+/// Q, Kt, V and the optional Bias at the given input positions, the scale
+/// and causal attributes: every check happens here, before any compute.
+StatusOr<AttnArgs> attentionArgs(const KernelContext &ctx, size_t qIndex,
+                                 size_t biasIndex) {
+  AttnArgs a;
+  const char *names[3] = {"Q", "Kt", "V"};
+  const Tensor *t[3];
+  for (size_t k = 0; k < 3; ++k) {
+    t[k] = ctx.input(qIndex + k);
+    if (!t[k])
+      return ctx.error(std::string("missing operand ") + names[k]);
+  }
+  a.q = t[0];
+  a.kt = t[1];
+  a.v = t[2];
+  if (!isAttentionDType(a.q->dtype))
+    return ctx.unsupported("Q " + a.q->typeString() + ": expected f32, bf16 or f16");
+  for (size_t k = 1; k < 3; ++k)
+    if (t[k]->dtype != a.q->dtype)
+      return ctx.error(std::string("dtype mix: ") + names[k] + " " +
+                       t[k]->typeString() + " with Q " + a.q->typeString() +
+                       " (Q, Kt and V must share one dtype)");
+  a.dtype = a.q->dtype;
+  int64_t r = a.q->rank();
+  if (r < 2)
+    return ctx.error("Q " + a.q->typeString() + " must have rank >= 2 ([b..., Tq, D])");
+  for (size_t k = 1; k < 3; ++k)
+    if (t[k]->rank() != r)
+      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
+                       " must have the rank of Q " + a.q->typeString());
+  a.batch.assign(a.q->shape.begin(), a.q->shape.end() - 2);
+  for (size_t k = 1; k < 3; ++k)
+    if (!std::equal(a.batch.begin(), a.batch.end(), t[k]->shape.begin()))
+      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
+                       " has other batch dims than Q " + a.q->typeString());
+  a.nBatch = numElements(a.batch);
+  a.tq = a.q->shape[r - 2];
+  a.d = a.q->shape[r - 1];
+  a.tk = a.kt->shape[r - 1];
+  a.dv = a.v->shape[r - 1];
+  if (a.kt->shape[r - 2] != a.d)
+    return ctx.error("Kt " + a.kt->typeString() + " has D=" +
+                     std::to_string(a.kt->shape[r - 2]) + " but Q " +
+                     a.q->typeString() + " has D=" + std::to_string(a.d));
+  if (a.v->shape[r - 2] != a.tk)
+    return ctx.error("V " + a.v->typeString() + " has " +
+                     std::to_string(a.v->shape[r - 2]) + " rows but Kt " +
+                     a.kt->typeString() + " has Tk=" + std::to_string(a.tk));
+  a.bias = ctx.input(biasIndex);
+  Shape scores = withTail(a.batch, {a.tq, a.tk});
+  if (a.bias) {
+    const Tensor &b = *a.bias;
+    if (b.dtype != program::DTYPE_F32 && b.dtype != a.dtype)
+      return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " +
+                             dtypeName(a.dtype) + " (the dtype of Q)");
+    bool ok = b.rank() <= r;
+    for (int64_t k = 0; ok && k < b.rank(); ++k) {
+      int64_t dim = b.shape[k], want = scores[r - b.rank() + k];
+      ok = dim == 1 || dim == want;
+    }
+    if (!ok)
+      return ctx.error("Bias " + b.typeString() + " does not broadcast to the scores " +
+                       shapeToString(scores) + " ([b..., Tq, Tk])");
+    a.biasStrides = broadcastStrides(b.shape, scores);
+  }
+  if (!ctx.getAttrs().has("scale"))
+    return ctx.error("missing required attribute 'scale'");
+  STRAIT_ASSIGN_OR_RETURN(a.scale, ctx.getAttrs().getFloat("scale", 1.0f));
+  STRAIT_ASSIGN_OR_RETURN(int64_t causal, ctx.getAttrs().getInt("causal", 0));
+  if (causal != 0 && causal != 1)
+    return ctx.error("attribute causal must be 0 or 1, got " + std::to_string(causal));
+  a.causal = causal == 1;
+  return a;
+}
+
+/// Output `i` named `name` must be declared `dtype` `shape`.
+StatusOr<Tensor *> attentionOutput(const KernelContext &ctx, size_t i,
+                                   const char *name, const Shape &shape,
+                                   DType dtype) {
+  Tensor *t = ctx.output(i);
+  if (!t)
+    return ctx.error(std::string("missing output ") + name);
+  if (t->shape != shape || t->dtype != dtype)
+    return ctx.error(std::string("output ") + name + " is declared " +
+                     t->typeString() + " but the op computes " +
+                     dtypeName(dtype) + shapeToString(shape));
+  return t;
+}
+
+/// C = alpha * op(A) op(B) + beta * C for any sizes (k = 0 included).
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+          float alpha, const float *a, int64_t lda, const float *b,
+          int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  sgemm(transA, transB, m, n, k, alpha, a, std::max<int64_t>(lda, 1), b,
+        std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
+}
+
+/// `count` elements of `t` from `offset` as f32: the tensor's own memory
+/// when it is f32, else widened into `scratch`.
+const float *f32View(const Tensor &t, int64_t offset, int64_t count,
+                     std::vector<float> &scratch) {
+  if (t.dtype == program::DTYPE_F32)
+    return t.as<float>() + offset;
+  scratch.resize(static_cast<size_t>(count));
+  const uint16_t *p = t.as<uint16_t>() + offset;
+  for (int64_t i = 0; i < count; ++i)
+    scratch[i] = lowToFloat(t.dtype, p[i]);
+  return scratch.data();
+}
+
+/// Rounds `count` f32 values into `t` (of any attention dtype) at `offset`.
+void storeRounded(const float *src, int64_t count, Tensor &t, int64_t offset) {
+  if (t.dtype == program::DTYPE_F32) {
+    std::memcpy(t.as<float>() + offset, src, count * sizeof(float));
+    return;
+  }
+  uint16_t *p = t.as<uint16_t>() + offset;
+  for (int64_t i = 0; i < count; ++i)
+    p[i] = floatToLow(t.dtype, src[i]);
+}
+
+/// The scores of query rows [i0, i0 + rows) of slice b (qBlk: those rows
+/// of Q) against keys [0, n) (leading dimension n): scale * Q_blk Kt +
+/// Bias, -inf where the causal mask hides a key.
+void blockScores(const AttnArgs &a, int64_t b, int64_t i0, int64_t rows,
+                 int64_t n, const float *qBlk, const float *kt, float *s) {
+  gemm(false, false, rows, n, a.d, a.scale, qBlk, a.d, kt, a.tk, 0.0f, s, n);
+  if (a.bias) {
+    int64_t rank = static_cast<int64_t>(a.biasStrides.size());
+    int64_t sq = a.biasStrides[rank - 2], sk = a.biasStrides[rank - 1];
+    int64_t base = a.biasOffset(b);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = s + r * n;
+      int64_t off = base + (i0 + r) * sq;
+      if (a.bias->dtype == program::DTYPE_F32) {
+        const float *p = a.bias->as<float>() + off;
+        if (sk == 1)
+          for (int64_t j = 0; j < n; ++j)
+            row[j] += p[j];
+        else
+          for (int64_t j = 0; j < n; ++j)
+            row[j] += p[j * sk];
+      } else {
+        const uint16_t *p = a.bias->as<uint16_t>() + off;
+        for (int64_t j = 0; j < n; ++j)
+          row[j] += lowToFloat(a.bias->dtype, p[j * sk]);
+      }
+    }
+  }
+  if (a.causal)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = a.keyEnd(i0 + r); j < n; ++j)
+        s[r * n + j] = -INFINITY;
+}
+
+/// Softmax of each of `rows` rows of s (length n) in place, and its
+/// log-sum-exp; a row without a finite score becomes 0 with LSE -inf.
+void softmaxRows(float *s, int64_t rows, int64_t n, float *lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = s + r * n;
+    float mx = rowMax(row, n);
+    if (mx == -INFINITY) {
+      std::fill(row, row + n, 0.0f);
+      lse[r] = -INFINITY;
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j)
+      row[j] = expNonPositive(row[j] - mx);
+    double sum = rowSum(row, n);
+    lse[r] = static_cast<float>(mx + std::log(sum));
+    float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j)
+      row[j] *= inv;
+  }
+}
+
+/// Runs `body` over [0, n) in parallel with single-threaded BLAS calls
+/// inside (OpenBLAS's own threads would oversubscribe the pool).
+void parallelBlocks(int64_t n, const std::function<void(int64_t, int64_t)> &body) {
+  if (n <= 1) {
+    body(0, n);
+    return;
+  }
+  openblas_set_num_threads(1);
+  parallelFor(n, 1, body);
+  openblas_set_num_threads(getNumThreads());
+}
+
+Status fusedAttentionKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(ctx, 0, 3));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, attentionOutput(ctx, 0, "Y",
+                                                      withTail(a.batch, {a.tq, a.dv}), a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * lse, attentionOutput(ctx, 1, "LSE",
+                                                        withTail(a.batch, {a.tq}),
+                                                        program::DTYPE_F32));
+  if (a.nBatch == 0 || a.tq == 0)
+    return Status::ok();
+  const int64_t blocks = (a.tq + kBlockRows - 1) / kBlockRows;
+  const bool wide = a.dtype == program::DTYPE_F32;
+  parallelBlocks(a.nBatch * blocks, [&](int64_t w0, int64_t w1) {
+    std::vector<float> s, qs, ks, vs, ys;
+    for (int64_t w = w0; w < w1; ++w) {
+      int64_t b = w / blocks, i0 = (w % blocks) * kBlockRows;
+      int64_t rows = std::min(kBlockRows, a.tq - i0);
+      int64_t n = a.keyEnd(i0 + rows - 1); // keys any row of the block sees
+      const float *q = f32View(*a.q, (b * a.tq + i0) * a.d, rows * a.d, qs);
+      const float *kt = f32View(*a.kt, b * a.d * a.tk, a.d * a.tk, ks);
+      const float *v = f32View(*a.v, b * a.tk * a.dv, n * a.dv, vs);
+      float *yb = wide ? y->as<float>() + (b * a.tq + i0) * a.dv : nullptr;
+      if (!wide) {
+        ys.resize(static_cast<size_t>(rows * a.dv));
+        yb = ys.data();
+      }
+      float *l = lse->as<float>() + b * a.tq + i0;
+      s.resize(static_cast<size_t>(rows * std::max<int64_t>(n, 1)));
+      if (n > 0) {
+        blockScores(a, b, i0, rows, n, q, kt, s.data());
+        softmaxRows(s.data(), rows, n, l);
+      } else {
+        std::fill(l, l + rows, -INFINITY);
+      }
+      gemm(false, false, rows, a.dv, n, 1.0f, s.data(), n, v, a.dv, 0.0f, yb, a.dv);
+      if (!wide)
+        storeRounded(yb, rows * a.dv, *y, (b * a.tq + i0) * a.dv);
+    }
+  });
+  return Status::ok();
+}
+
+/// Per-slice f32 views and accumulators of the backward.
+struct GradSlice {
+  std::vector<float> qs, ks, vs, dys, ys, dqs, dks, dvs, s, dp;
+};
+
+/// The backward of slice b: query blocks in order, dKt and dV summed over
+/// them in f32 (in the outputs when they are f32).
+void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT,
+                        const Tensor &yT, const float *lse, Tensor &dqT,
+                        Tensor &dktT, Tensor &dvT, GradSlice &g) {
+  const bool wide = a.dtype == program::DTYPE_F32;
+  const float *q = f32View(*a.q, b * a.tq * a.d, a.tq * a.d, g.qs);
+  const float *kt = f32View(*a.kt, b * a.d * a.tk, a.d * a.tk, g.ks);
+  const float *v = f32View(*a.v, b * a.tk * a.dv, a.tk * a.dv, g.vs);
+  const float *dy = f32View(dyT, b * a.tq * a.dv, a.tq * a.dv, g.dys);
+  const float *y = f32View(yT, b * a.tq * a.dv, a.tq * a.dv, g.ys);
+  auto acc = [&](Tensor &t, int64_t count, std::vector<float> &scratch) {
+    float *p = wide ? t.as<float>() + b * count : nullptr;
+    if (!wide) {
+      scratch.resize(static_cast<size_t>(count));
+      p = scratch.data();
+    }
+    return p;
+  };
+  float *dq = acc(dqT, a.tq * a.d, g.dqs);
+  float *dkt = acc(dktT, a.d * a.tk, g.dks);
+  float *dv = acc(dvT, a.tk * a.dv, g.dvs);
+  std::fill(dkt, dkt + a.d * a.tk, 0.0f);
+  std::fill(dv, dv + a.tk * a.dv, 0.0f);
+  for (int64_t i0 = 0; i0 < a.tq; i0 += kBlockRows) {
+    int64_t rows = std::min(kBlockRows, a.tq - i0);
+    int64_t n = a.keyEnd(i0 + rows - 1);
+    const float *qb = q + i0 * a.d, *dyb = dy + i0 * a.dv, *yb = y + i0 * a.dv;
+    float *dqb = dq + i0 * a.d;
+    if (n == 0) { // every key hidden: P = 0, no gradient
+      std::fill(dqb, dqb + rows * a.d, 0.0f);
+      continue;
+    }
+    g.s.resize(static_cast<size_t>(rows * n));
+    g.dp.resize(static_cast<size_t>(rows * n));
+    float *s = g.s.data(), *dp = g.dp.data();
+    blockScores(a, b, i0, rows, n, qb, kt, s);
+    // P = exp(S - LSE) (0 where masked or LSE = -inf).
+    for (int64_t r = 0; r < rows; ++r) {
+      float l = lse[b * a.tq + i0 + r];
+      float *row = s + r * n;
+      if (l == -INFINITY)
+        std::fill(row, row + n, 0.0f);
+      else
+        for (int64_t j = 0; j < n; ++j)
+          row[j] = expNonPositive(row[j] - l);
+    }
+    gemm(true, false, n, a.dv, rows, 1.0f, s, n, dyb, a.dv, 1.0f, dv, a.dv);
+    gemm(false, true, rows, n, a.dv, 1.0f, dyb, a.dv, v, a.dv, 0.0f, dp, n);
+    // dS = P * (dP - Drow), Drow = rowsum(dY * Y).
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *dyr = dyb + r * a.dv, *yr = yb + r * a.dv;
+      double drow = 0;
+      for (int64_t c = 0; c < a.dv; ++c)
+        drow += double(dyr[c]) * yr[c];
+      float dr = static_cast<float>(drow);
+      float *pr = s + r * n, *dpr = dp + r * n;
+      for (int64_t j = 0; j < n; ++j)
+        dpr[j] = pr[j] * (dpr[j] - dr);
+    }
+    gemm(false, true, rows, a.d, n, a.scale, dp, n, kt, a.tk, 0.0f, dqb, a.d);
+    gemm(true, false, a.d, n, rows, a.scale, qb, a.d, dp, n, 1.0f, dkt, a.tk);
+  }
+  if (!wide) {
+    storeRounded(dq, a.tq * a.d, dqT, b * a.tq * a.d);
+    storeRounded(dkt, a.d * a.tk, dktT, b * a.d * a.tk);
+    storeRounded(dv, a.tk * a.dv, dvT, b * a.tk * a.dv);
+  }
+}
+
+Status fusedAttentionGradKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(ctx, 1, 6));
+  Shape yShape = withTail(a.batch, {a.tq, a.dv}), lseShape = withTail(a.batch, {a.tq});
+  const Tensor *dy = ctx.input(0), *y = ctx.input(4), *lse = ctx.input(5);
+  if (!dy || !y || !lse)
+    return ctx.error(std::string("missing operand ") + (!dy ? "dY" : !y ? "Y" : "LSE"));
+  if (dy->shape != yShape || dy->dtype != a.dtype)
+    return ctx.error("dY " + dy->typeString() + " must be " + dtypeName(a.dtype) +
+                     shapeToString(yShape) + " (the type of Y)");
+  if (y->shape != yShape || y->dtype != a.dtype)
+    return ctx.error("Y " + y->typeString() + " must be " + dtypeName(a.dtype) +
+                     shapeToString(yShape) + " ([b..., Tq, Dv], the dtype of Q)");
+  if (lse->shape != lseShape || lse->dtype != program::DTYPE_F32)
+    return ctx.error("LSE " + lse->typeString() + " must be f32" +
+                     shapeToString(lseShape) + " ([b..., Tq])");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dq, attentionOutput(ctx, 0, "dQ", a.q->shape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dkt, attentionOutput(ctx, 1, "dKt", a.kt->shape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * dv, attentionOutput(ctx, 2, "dV", a.v->shape, a.dtype));
+  if (a.nBatch == 0)
+    return Status::ok();
+  parallelBlocks(a.nBatch, [&](int64_t b0, int64_t b1) {
+    GradSlice g;
+    for (int64_t b = b0; b < b1; ++b)
+      attentionGradSlice(a, b, *dy, *y, lse->as<float>(), *dq, *dkt, *dv, g);
+  });
+  return Status::ok();
+}
+
+} // namespace
+
+void addAttentionKernels(KernelTable &table) {
+  table.add("FusedAttention", fusedAttentionKernel);
+  table.add("FusedAttentionGrad", fusedAttentionGradKernel);
+}
+
+} // namespace cpu
+} // namespace rt
+} // namespace strait
