@@ -172,6 +172,7 @@ public:
     addNormKernels(t);
     addTrainingKernels(t);
     addFusedKernels(t);
+    addAttentionKernels(t);
     addSpatialKernels(t);
 #ifdef STRAIT_HAVE_CUDNN
     addConvKernels(t);

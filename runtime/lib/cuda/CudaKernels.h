@@ -107,6 +107,14 @@ void addTrainingKernels(CudaKernelTable &table);
 /// element, the program in kernel-parameter memory.
 void addFusedKernels(CudaKernelTable &table);
 
+// --- FusedAttention(+Grad) (CudaAttention.cpp, Attention.cu) --------------
+/// Attention through cuBLAS GEMMs and row kernels, chunked over the batch.
+void addAttentionKernels(CudaKernelTable &table);
+/// The f32 scores plus P of one chunk stay under `bytes` (at least one batch
+/// entry per chunk); 0 restores the default (1 GiB). Process-wide; for tests
+/// that exercise the chunk loop with small shapes.
+void setAttentionChunkBytes(size_t bytes);
+
 // --- Spatial ops, reductions, slices (CudaSpatial.cpp, CudaConv.cpp) --------
 /// Pooling (native kernels), BatchNormalization(+Training, +Grad),
 /// Reduce*, Slice, SliceGrad, GatherElements, HardSigmoid, HardSwish.

@@ -217,6 +217,46 @@ bool launchGatherElements(size_t elemSize, const void *data, const void *indices
 void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,
                        cudaStream_t s);
 
+// --- FusedAttention(+Grad) row kernels (Attention.cu) ------------------------
+
+/// The additive bias of a fused attention, broadcast over [b..., Tq, Tk]:
+/// element (batch entry g, row i, key j) is at
+/// sum_d coord_d(g) * batchStride[d] + i * rowStride + j * colStride, where
+/// coord_d(g) are g's coordinates over batchShape (row-major). Strides are 0
+/// on broadcast dims. dtype F32, F16 or BF16; data null: no bias.
+struct AttnBias {
+  const void *data = nullptr;
+  ET dtype = ET::F32;
+  int batchRank = 0;
+  int64_t batchShape[kMaxDims] = {};
+  int64_t batchStride[kMaxDims] = {};
+  int64_t rowStride = 0, colStride = 0;
+};
+/// A chunk of nb batch entries starting at entry b0: nb * tq rows of tk
+/// f32 scores (already scaled), causal: key j masked for query i when
+/// j > i + (tk - tq).
+struct AttnRows {
+  int64_t b0 = 0, nb = 0, tq = 0, tk = 0;
+  bool causal = false;
+  AttnBias bias;
+};
+/// Per row: + bias, mask, LSE = log sum exp (f32, -inf for a row without a
+/// finite score) and P = exp(score - LSE) (0 where masked or LSE = -inf) in
+/// `pType` (F32, F16, BF16; false otherwise). `lse`: nb * tq floats of the
+/// chunk.
+bool launchAttentionSoftmax(const float *s, const AttnRows &a, ET pType, void *p, float *lse,
+                            cudaStream_t st);
+/// The backward's recomputation: P = exp(score - LSE), 0 where masked or
+/// LSE = -inf.
+bool launchAttentionProbs(const float *s, const float *lse, const AttnRows &a, ET pType, void *p,
+                          cudaStream_t st);
+/// drow[r] = sum_c dy[r, c] * y[r, c] over rows of dv elements (f32 sum).
+bool launchAttentionDrow(ET type, const void *dy, const void *y, float *drow, int64_t rows,
+                         int64_t dv, cudaStream_t st);
+/// p[r, j] = p[r, j] * (dp[r, j] - drow[r]) in place (dS over P).
+bool launchAttentionDscores(const float *dp, const float *drow, ET pType, void *p, int64_t rows,
+                            int64_t tk, cudaStream_t st);
+
 } // namespace cuda
 } // namespace rt
 } // namespace strait

@@ -1,0 +1,551 @@
+//===- CudaAttentionTest.cpp - FusedAttention(+Grad) on the GPU -----------===//
+//
+// Each case runs FusedAttention and FusedAttentionGrad on the CUDA backend
+// and compares them with an independent reference computed here in double
+// from the contract (docs/runtime-cuda.md "Fused attention") and with the
+// CPU backend's kernels (called by name through the kernel table). The
+// gradient gets the reference's Y and LSE as inputs on every backend, so it
+// is checked apart from the forward. Skips without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaTestUtil.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <limits>
+
+namespace {
+
+class CudaAttention : public Cuda {};
+
+uint16_t bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) // NaN
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+/// An array of `dtype` (f32 or bf16) holding v (rounded to bf16 if so).
+Arr typed(DType dtype, Shape s, const std::vector<double> &v) {
+  if (dtype == program::DTYPE_F32) {
+    std::vector<float> f(v.begin(), v.end());
+    return Arr::f(std::move(s), f);
+  }
+  Arr a{program::DTYPE_BF16, std::move(s), {}};
+  a.bytes.resize(v.size() * 2);
+  for (size_t k = 0; k < v.size(); ++k) {
+    uint16_t h = bf16Bits(static_cast<float>(v[k]));
+    std::memcpy(a.bytes.data() + 2 * k, &h, 2);
+  }
+  return a;
+}
+
+Arr randomOf(DType dtype, Shape s, uint32_t seed) {
+  return dtype == program::DTYPE_F32 ? Arr::rand(std::move(s), seed)
+                                     : Arr::randBf16(std::move(s), seed);
+}
+
+std::vector<double> values(const Arr &a) {
+  std::vector<double> v(numElements(a.shape));
+  for (size_t k = 0; k < v.size(); ++k)
+    v[k] = a.at(static_cast<int64_t>(k));
+  return v;
+}
+
+/// One attention problem: Q [b..., Tq, D], Kt [b..., D, Tk], V [b..., Tk, Dv],
+/// an optional f32 bias of `biasShape` (masked entries finfo.min).
+struct Problem {
+  Shape batch;
+  int64_t tq = 4, tk = 4, d = 8, dv = 8;
+  bool causal = false;
+  bool hasBias = false;
+  Shape biasShape;
+  DType dtype = program::DTYPE_F32;
+  float scale = 0.35f;
+
+  Shape full(std::initializer_list<int64_t> tail) const {
+    Shape s = batch;
+    s.insert(s.end(), tail.begin(), tail.end());
+    return s;
+  }
+  int64_t entries() const { return numElements(batch); }
+  Attrs attrs() const {
+    float sc = scale;
+    bool ca = causal;
+    return [sc, ca](program::Kernel &k) {
+      setFloat(k, "scale", sc);
+      if (ca)
+        setInt(k, "causal", 1);
+    };
+  }
+};
+
+struct Inputs {
+  Arr q, kt, v, bias;
+};
+
+/// Random inputs; the bias masks (finfo.min) a varying tail of keys per
+/// broadcast row and holds small values elsewhere (never a whole row).
+Inputs makeInputs(const Problem &p, uint32_t seed) {
+  Inputs in;
+  in.q = randomOf(p.dtype, p.full({p.tq, p.d}), seed);
+  in.kt = randomOf(p.dtype, p.full({p.d, p.tk}), seed + 1);
+  in.v = randomOf(p.dtype, p.full({p.tk, p.dv}), seed + 2);
+  if (p.hasBias) {
+    int64_t n = numElements(p.biasShape);
+    int64_t cols = p.biasShape.empty() ? 1 : p.biasShape.back();
+    std::vector<float> b = pseudoRandom(n, seed + 3);
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t row = k / cols, j = k % cols;
+      if (cols > 1 && j >= cols - 1 - (row % 3))
+        b[k] = -FLT_MAX;
+      else
+        b[k] *= 0.5f;
+    }
+    in.bias = Arr::f(p.biasShape, b);
+  }
+  return in;
+}
+
+/// The bias at (batch entry g, i, j), broadcast numpy-style.
+double biasAt(const Problem &p, const std::vector<double> &bias, int64_t g, int64_t i,
+              int64_t j) {
+  Shape full = p.full({p.tq, p.tk});
+  std::vector<int64_t> coord(full.size());
+  coord[full.size() - 1] = j;
+  coord[full.size() - 2] = i;
+  for (int64_t d = static_cast<int64_t>(p.batch.size()) - 1; d >= 0; --d) {
+    coord[d] = g % p.batch[d];
+    g /= p.batch[d];
+  }
+  int64_t off = 0;
+  size_t r = p.biasShape.size();
+  for (size_t k = 0; k < r; ++k) {
+    int64_t dim = p.biasShape[k];
+    off = off * dim + (dim == 1 ? 0 : coord[full.size() - r + k]);
+  }
+  return bias[off];
+}
+
+/// The contract's forward in double (scores rounded to f32 before the bias
+/// is added, as the kernels do, so finfo.min masks behave alike).
+void referenceForward(const Problem &p, const Inputs &in, std::vector<double> &y,
+                      std::vector<double> &lse) {
+  std::vector<double> q = values(in.q), kt = values(in.kt), v = values(in.v);
+  std::vector<double> bias = p.hasBias ? values(in.bias) : std::vector<double>();
+  y.assign(p.entries() * p.tq * p.dv, 0.0);
+  lse.assign(p.entries() * p.tq, 0.0);
+  std::vector<double> s(p.tk);
+  for (int64_t g = 0; g < p.entries(); ++g)
+    for (int64_t i = 0; i < p.tq; ++i) {
+      double m = -INFINITY;
+      for (int64_t j = 0; j < p.tk; ++j) {
+        s[j] = -INFINITY;
+        if (p.causal && j > i + (p.tk - p.tq))
+          continue;
+        double acc = 0;
+        for (int64_t d = 0; d < p.d; ++d)
+          acc += q[(g * p.tq + i) * p.d + d] * kt[(g * p.d + d) * p.tk + j];
+        float sf = static_cast<float>(p.scale * acc);
+        if (p.hasBias)
+          sf += static_cast<float>(biasAt(p, bias, g, i, j));
+        s[j] = sf;
+        m = std::max(m, s[j]);
+      }
+      int64_t r = g * p.tq + i;
+      if (m == -INFINITY) {
+        lse[r] = -INFINITY;
+        continue;
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < p.tk; ++j)
+        sum += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - m);
+      lse[r] = m + std::log(sum);
+      for (int64_t j = 0; j < p.tk; ++j) {
+        double pj = s[j] == -INFINITY ? 0.0 : std::exp(s[j] - lse[r]);
+        for (int64_t c = 0; c < p.dv; ++c)
+          y[r * p.dv + c] += pj * v[(g * p.tk + j) * p.dv + c];
+      }
+    }
+}
+
+/// The contract's gradient in double from the given Y and LSE.
+void referenceGrad(const Problem &p, const Inputs &in, const Arr &dyA, const Arr &yA,
+                   const Arr &lseA, std::vector<double> &dq, std::vector<double> &dkt,
+                   std::vector<double> &dv) {
+  std::vector<double> q = values(in.q), kt = values(in.kt), v = values(in.v);
+  std::vector<double> dy = values(dyA), y = values(yA), lse = values(lseA);
+  std::vector<double> bias = p.hasBias ? values(in.bias) : std::vector<double>();
+  dq.assign(q.size(), 0.0);
+  dkt.assign(kt.size(), 0.0);
+  dv.assign(v.size(), 0.0);
+  for (int64_t g = 0; g < p.entries(); ++g)
+    for (int64_t i = 0; i < p.tq; ++i) {
+      int64_t r = g * p.tq + i;
+      double drow = 0;
+      for (int64_t c = 0; c < p.dv; ++c)
+        drow += dy[r * p.dv + c] * y[r * p.dv + c];
+      for (int64_t j = 0; j < p.tk; ++j) {
+        if (lse[r] == -INFINITY || (p.causal && j > i + (p.tk - p.tq)))
+          continue;
+        double acc = 0;
+        for (int64_t d = 0; d < p.d; ++d)
+          acc += q[r * p.d + d] * kt[(g * p.d + d) * p.tk + j];
+        float sf = static_cast<float>(p.scale * acc);
+        if (p.hasBias)
+          sf += static_cast<float>(biasAt(p, bias, g, i, j));
+        double pij = std::exp(double(sf) - lse[r]);
+        double dp = 0;
+        for (int64_t c = 0; c < p.dv; ++c) {
+          dv[(g * p.tk + j) * p.dv + c] += pij * dy[r * p.dv + c];
+          dp += dy[r * p.dv + c] * v[(g * p.tk + j) * p.dv + c];
+        }
+        double ds = pij * (dp - drow);
+        for (int64_t d = 0; d < p.d; ++d) {
+          dq[r * p.d + d] += p.scale * ds * kt[(g * p.d + d) * p.tk + j];
+          dkt[(g * p.d + d) * p.tk + j] += p.scale * q[r * p.d + d] * ds;
+        }
+      }
+    }
+}
+
+/// Every element within atol * max(1, max|want|) + rtol * |want|; equal
+/// infinities match.
+void expectClose(const std::string &what, const Arr &got, const std::vector<double> &want,
+                 double rtol, double atol) {
+  ASSERT_EQ(numElements(got.shape), static_cast<int64_t>(want.size())) << what;
+  double scale = 1.0;
+  for (double w : want)
+    if (std::isfinite(w))
+      scale = std::max(scale, std::abs(w));
+  int bad = 0;
+  for (size_t k = 0; k < want.size() && bad < 5; ++k) {
+    double g = got.at(static_cast<int64_t>(k)), w = want[k];
+    bool ok = g == w || std::abs(g - w) <= atol * scale + rtol * std::abs(w);
+    if (!ok) {
+      ADD_FAILURE() << what << " element " << k << ": got " << g << ", want " << w;
+      ++bad;
+    }
+  }
+}
+
+struct Tolerance {
+  double rtol = 1e-4, atol = 2e-5;
+};
+Tolerance f32Tol() { return {}; }
+/// bf16 operands: P and dS are rounded to bf16 (8 bits) before their GEMMs.
+Tolerance bf16Tol() { return {2e-2, 1e-2}; }
+
+std::vector<Arr> forwardInputs(const Problem &p, const Inputs &in) {
+  std::vector<Arr> ins = {in.q, in.kt, in.v};
+  if (p.hasBias)
+    ins.push_back(in.bias);
+  return ins;
+}
+
+/// Runs the forward and the gradient of `p` on cuda:0 (and cpu) and checks
+/// both against the double reference.
+void checkAttention(const BackendRegistry &registry, const Problem &p, uint32_t seed,
+                    Tolerance tol, std::vector<const char *> devices = {"cuda:0", "cpu"}) {
+  SCOPED_TRACE("Q " + dtypeName(p.dtype) + shapeToString(p.full({p.tq, p.d})) + " Tk " +
+               std::to_string(p.tk) + " Dv " + std::to_string(p.dv) +
+               (p.causal ? " causal" : "") + (p.hasBias ? " bias " + shapeToString(p.biasShape) : ""));
+  Inputs in = makeInputs(p, seed);
+  std::vector<double> yRef, lseRef;
+  referenceForward(p, in, yRef, lseRef);
+  for (const char *device : devices) {
+    std::vector<Arr> outs = {Arr::out(p.full({p.tq, p.dv}), p.dtype),
+                             Arr::out(p.full({p.tq}), program::DTYPE_F32)};
+    Status s = runOn(device, registry, "FusedAttention", forwardInputs(p, in), outs, p.attrs());
+    ASSERT_TRUE(s.isOk()) << device << ": " << s.toString();
+    expectClose(std::string(device) + " Y", outs[0], yRef, tol.rtol, tol.atol);
+    expectClose(std::string(device) + " LSE", outs[1], lseRef, 1e-5, 1e-5);
+  }
+  // The gradient from the reference's Y and LSE (Y in Q's dtype).
+  Arr y = typed(p.dtype, p.full({p.tq, p.dv}), yRef);
+  Arr lse = typed(program::DTYPE_F32, p.full({p.tq}), lseRef);
+  Arr dy = randomOf(p.dtype, p.full({p.tq, p.dv}), seed + 7);
+  std::vector<double> dqRef, dktRef, dvRef;
+  referenceGrad(p, in, dy, y, lse, dqRef, dktRef, dvRef);
+  std::vector<Arr> ins = {dy, in.q, in.kt, in.v, y, lse};
+  if (p.hasBias)
+    ins.push_back(in.bias);
+  for (const char *device : devices) {
+    std::vector<Arr> outs = {Arr::out(in.q.shape, p.dtype), Arr::out(in.kt.shape, p.dtype),
+                             Arr::out(in.v.shape, p.dtype)};
+    Status s = runOn(device, registry, "FusedAttentionGrad", ins, outs, p.attrs());
+    ASSERT_TRUE(s.isOk()) << device << ": " << s.toString();
+    double rtol = p.dtype == program::DTYPE_F32 ? 1e-3 : 3e-2;
+    double atol = p.dtype == program::DTYPE_F32 ? 1e-4 : 2e-2;
+    expectClose(std::string(device) + " dQ", outs[0], dqRef, rtol, atol);
+    expectClose(std::string(device) + " dKt", outs[1], dktRef, rtol, atol);
+    expectClose(std::string(device) + " dV", outs[2], dvRef, rtol, atol);
+  }
+}
+
+} // namespace
+
+// Runs everywhere: the double reference above against the CPU backend's
+// kernels, so that the GPU tests' reference is itself checked on machines
+// without a GPU.
+TEST(CudaAttentionReference, MatchesCpuKernels) {
+  std::vector<std::string> ops = createCpuBackend()->supportedOps();
+  if (std::find(ops.begin(), ops.end(), "FusedAttentionGrad") == ops.end())
+    GTEST_SKIP() << "the CPU backend has no FusedAttention(+Grad) kernel yet";
+  BackendRegistry cpu;
+  registerCpuBackend(cpu);
+  Problem p;
+  p.batch = {2, 3};
+  p.tq = p.tk = 16;
+  p.hasBias = true;
+  p.biasShape = {2, 1, 16, 16};
+  checkAttention(cpu, p, 11, f32Tol(), {"cpu"});
+  p.hasBias = false;
+  p.causal = true;
+  p.tq = 12;
+  p.tk = 5;
+  checkAttention(cpu, p, 31, f32Tol(), {"cpu"});
+  Problem odd;
+  odd.batch = {};
+  odd.tq = 37;
+  odd.tk = 53;
+  odd.d = 24;
+  odd.dv = 40;
+  odd.hasBias = true;
+  odd.biasShape = {1, 53};
+  odd.causal = true;
+  checkAttention(cpu, odd, 42, f32Tol(), {"cpu"});
+  Problem bf;
+  bf.batch = {2, 2};
+  bf.tq = bf.tk = 32;
+  bf.d = bf.dv = 16;
+  bf.dtype = program::DTYPE_BF16;
+  bf.causal = true;
+  bf.hasBias = true;
+  bf.biasShape = {2, 1, 1, 32};
+  checkAttention(cpu, bf, 61, bf16Tol(), {"cpu"});
+}
+
+// A [B, 1, T, T] padding mask with finfo.min entries, as exported models add.
+TEST_F(CudaAttention, F32BiasMask) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2, 3};
+  p.tq = p.tk = 16;
+  p.hasBias = true;
+  p.biasShape = {2, 1, 16, 16};
+  checkAttention(registry, p, 11, f32Tol());
+}
+
+TEST_F(CudaAttention, F32NoBias) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {4};
+  p.tq = 9;
+  p.tk = 13;
+  checkAttention(registry, p, 21, f32Tol());
+}
+
+// causal: key j masked for query i when j > i + (Tk - Tq); Tq > Tk leaves the
+// first Tq - Tk rows without a key (LSE = -inf, Y = 0).
+TEST_F(CudaAttention, Causal) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2, 2};
+  p.causal = true;
+  for (auto [tq, tk] : std::vector<std::pair<int64_t, int64_t>>{{20, 20}, {5, 12}, {12, 5}}) {
+    p.tq = tq;
+    p.tk = tk;
+    checkAttention(registry, p, 31, f32Tol());
+  }
+}
+
+// Sizes that fill no warp or block evenly, a [Tq, Tk] bias broadcast over the
+// batch, causal on top.
+TEST_F(CudaAttention, OddSizes) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {3};
+  p.tq = 37;
+  p.tk = 53;
+  p.d = 24;
+  p.dv = 40;
+  p.hasBias = true;
+  p.biasShape = {37, 53};
+  checkAttention(registry, p, 41, f32Tol());
+  p.causal = true;
+  p.biasShape = {1, 53}; // one row broadcast over the queries
+  checkAttention(registry, p, 42, f32Tol());
+}
+
+TEST_F(CudaAttention, BatchRanks) {
+  REQUIRE_GPU();
+  for (Shape batch : {Shape{}, Shape{3}, Shape{2, 3}}) {
+    Problem p;
+    p.batch = batch;
+    p.tq = 7;
+    p.tk = 11;
+    p.d = 5;
+    p.dv = 6;
+    checkAttention(registry, p, 51, f32Tol());
+  }
+}
+
+// bf16 Q, Kt, V with an f32 bias and causal masking: f32 scores and
+// statistics, P and dS rounded to bf16 for the tensor-core GEMMs.
+TEST_F(CudaAttention, Bf16) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2, 2};
+  p.tq = p.tk = 32;
+  p.d = 16;
+  p.dv = 16;
+  p.dtype = program::DTYPE_BF16;
+  p.causal = true;
+  p.hasBias = true;
+  p.biasShape = {2, 1, 1, 32};
+  checkAttention(registry, p, 61, bf16Tol());
+}
+
+// A chunk limit of two batch entries: chunks of 2, 2 and 1 entries.
+TEST_F(CudaAttention, Chunked) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {5};
+  p.tq = 10;
+  p.tk = 12;
+  p.hasBias = true;
+  p.biasShape = {5, 1, 12};
+  cuda::setAttentionChunkBytes(2 * 10 * 12 * (4 + 4));
+  checkAttention(registry, p, 71, f32Tol());
+  p.causal = true;
+  cuda::setAttentionChunkBytes(1); // one entry per chunk
+  checkAttention(registry, p, 72, f32Tol());
+  cuda::setAttentionChunkBytes(0);
+}
+
+namespace {
+
+/// The error of FusedAttention on cuda:0 with the given inputs.
+Status attentionError(const BackendRegistry &registry, const std::vector<Arr> &ins,
+                      const Attrs &attrs, const Shape &y, const Shape &lse) {
+  std::vector<Arr> outs = {Arr::out(y), Arr::out(lse)};
+  return runOn("cuda:0", registry, "FusedAttention", ins, outs, attrs);
+}
+
+void expectError(const Status &s, const std::vector<std::string> &parts) {
+  ASSERT_FALSE(s.isOk());
+  for (const std::string &part : parts)
+    EXPECT_NE(s.toString().find(part), std::string::npos) << s.toString() << " lacks " << part;
+}
+
+} // namespace
+
+// Shape and attribute errors are Status values naming the kernel, the operand
+// and the shapes.
+TEST_F(CudaAttention, Errors) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2};
+  Attrs ok = p.attrs();
+  Arr q = Arr::rand({2, 4, 8}, 1), kt = Arr::rand({2, 8, 4}, 2), v = Arr::rand({2, 4, 8}, 3);
+  expectError(attentionError(registry, {q, Arr::rand({2, 6, 4}, 2), v}, ok, {2, 4, 8}, {2, 4}),
+              {"FusedAttention", "Kt f32[2x6x4]", "[2x8x4]"});
+  expectError(attentionError(registry, {q, kt, Arr::rand({2, 5, 8}, 3)}, ok, {2, 4, 8}, {2, 4}),
+              {"FusedAttention", "V f32[2x5x8]", "[2x4x8]"});
+  expectError(attentionError(registry, {q, kt, v, Arr::rand({3, 4, 4}, 4)}, ok, {2, 4, 8},
+                             {2, 4}),
+              {"FusedAttention", "Bias f32[3x4x4]", "[2x4x4]"});
+  expectError(attentionError(registry, {q, kt, v}, {}, {2, 4, 8}, {2, 4}),
+              {"FusedAttention", "scale"});
+  expectError(attentionError(registry, {q, kt, Arr::randBf16({2, 4, 8}, 3)}, ok, {2, 4, 8},
+                             {2, 4}),
+              {"FusedAttention", "V bf16[2x4x8]"});
+  // The gradient checks Y and LSE against Q and V.
+  Arr y = Arr::rand({2, 4, 8}, 5), lse = Arr::rand({2, 5}, 6);
+  std::vector<Arr> outs = {Arr::out({2, 4, 8}), Arr::out({2, 8, 4}), Arr::out({2, 4, 8})};
+  expectError(runOn("cuda:0", registry, "FusedAttentionGrad", {y, q, kt, v, y, lse}, outs, ok),
+              {"FusedAttentionGrad", "LSE f32[2x5]", "[2x4]"});
+}
+
+namespace {
+
+/// FusedAttention then FusedAttentionGrad in one run step (one segment).
+program::Program attentionStep(const Problem &p) {
+  ProgramBuilder b;
+  b.get().set_device("cuda:0");
+  auto v = [&](const char *n, Shape s, program::ValueRole role,
+               DType t = program::DTYPE_F32) { return b.addValue(n, t, s, role); };
+  uint32_t q = v("q", p.full({p.tq, p.d}), program::ROLE_INPUT),
+           kt = v("kt", p.full({p.d, p.tk}), program::ROLE_INPUT),
+           vv = v("v", p.full({p.tk, p.dv}), program::ROLE_INPUT),
+           dy = v("dy", p.full({p.tq, p.dv}), program::ROLE_INPUT),
+           y = v("y", p.full({p.tq, p.dv}), program::ROLE_OUTPUT),
+           lse = v("lse", p.full({p.tq}), program::ROLE_OUTPUT),
+           dq = v("dq", p.full({p.tq, p.d}), program::ROLE_OUTPUT),
+           dkt = v("dkt", p.full({p.d, p.tk}), program::ROLE_OUTPUT),
+           dv = v("dv", p.full({p.tk, p.dv}), program::ROLE_OUTPUT);
+  program::Kernel &f = b.addKernel("FusedAttention", {q, kt, vv}, {y, lse});
+  p.attrs()(f);
+  program::Kernel &g = b.addKernel("FusedAttentionGrad", {dy, q, kt, vv, y, lse}, {dq, dkt, dv});
+  p.attrs()(g);
+  b.addRunStep();
+  return b.get();
+}
+
+/// Runs the step 3 times with fresh inputs each run; returns every output
+/// of every run and the graph counters.
+void runAttentionSteps(bool graphs, const Problem &p, std::vector<std::vector<float>> &results,
+                       CudaGraphStats &stats) {
+  CudaOptions o;
+  o.graphs = graphs;
+  BackendRegistry reg;
+  ASSERT_TRUE(registerCudaBackend(reg, o).isOk());
+  auto exec = Executor::create(attentionStep(p), reg);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  for (int step = 0; step < 3; ++step) {
+    uint32_t seed = 100 + 10 * step;
+    for (const char *name : {"q", "kt", "v", "dy"}) {
+      Tensor t = *(*exec)->getValueByName(name);
+      std::vector<float> x = pseudoRandom(t.numel(), seed++);
+      std::copy(x.begin(), x.end(), t.as<float>());
+    }
+    Status s = (*exec)->run();
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    for (const char *name : {"y", "lse", "dq", "dkt", "dv"}) {
+      Tensor t = *(*exec)->getValueByName(name);
+      results.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+    }
+  }
+  stats = cudaGraphStats(*reg.forDevice("cuda:0").takeValue());
+}
+
+} // namespace
+
+// The step captured into a CUDA graph on run 2 and replayed on run 3 gives
+// the direct launches' results (the scratch block grows on run 1).
+TEST(CudaAttentionGraphs, CapturedStepEqualsDirectLaunches) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2, 3};
+  p.tq = p.tk = 24;
+  p.causal = true;
+  std::vector<std::vector<float>> on, off;
+  CudaGraphStats statsOn, statsOff;
+  runAttentionSteps(true, p, on, statsOn);
+  runAttentionSteps(false, p, off, statsOff);
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t k = 0; k < on.size(); ++k) {
+    ASSERT_EQ(on[k].size(), off[k].size());
+    for (size_t e = 0; e < on[k].size(); ++e)
+      ASSERT_TRUE(on[k][e] == off[k][e] || std::abs(on[k][e] - off[k][e]) <= 1e-6f)
+          << "output " << k % 5 << " of run " << k / 5 << " element " << e << ": " << on[k][e]
+          << " vs " << off[k][e];
+  }
+  EXPECT_EQ(statsOn.captured, 1);
+  EXPECT_EQ(statsOn.replays, 2);
+  EXPECT_EQ(statsOn.direct, 1);
+  EXPECT_EQ(statsOn.disabled, 0);
+}
