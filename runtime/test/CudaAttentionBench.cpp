@@ -1,0 +1,219 @@
+//===- CudaAttentionBench.cpp - FusedAttention vs the composed ops on a GPU ===//
+//
+//   strait-cuda-attention-bench [--b 8] [--h 12] [--t 1024] [--d 64] [--iters 20]
+//                               [--precision f32|tf32|bf16] [--graphs on|off]
+//
+// Times one causal self-attention forward + backward of Q, Kt, V [b, h, t, d]
+// (f32 tensors; --precision sets CudaOptions::matmul, default bf16 tensor
+// cores) on cuda:0 in two programs:
+//   fused:    FusedAttention(Q, Kt, V) {causal} + FusedAttentionGrad
+//   composed: MatMul, Mul (scale), Add ([t, t] finfo.min mask), Softmax,
+//             MatMul; Transposes, MatMuls, SoftmaxGrad, Mul for the gradient
+// (what graph-fuse-attention replaces), with the same inputs, and prints the
+// mean ms per iteration of each, the speedup, and the largest difference of
+// Y, dQ, dKt, dV between the two (relative to the largest |composed| value).
+// Exit 77 without a GPU, 1 when the outputs differ by more than --tolerance
+// (default 2e-2, for bf16 tensor cores).
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+#include "strait/runtime/Cuda.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+using namespace strait;
+using namespace strait::rt;
+using namespace strait::rt::test;
+
+namespace {
+
+struct Options {
+  int64_t b = 8, h = 12, t = 1024, d = 64;
+  int iters = 20, warmup = 3;
+  std::string precision = "bf16";
+  bool graphs = true;
+  double tolerance = 2e-2;
+};
+
+const char *kOutputs[] = {"y", "dq", "dkt", "dv"};
+
+/// The inputs and outputs every variant shares (names as in kOutputs).
+struct Values {
+  uint32_t q, kt, v, dy, y, dq, dkt, dv;
+};
+
+Values addCommon(ProgramBuilder &b, const Options &o) {
+  auto val = [&](const char *n, Shape s, program::ValueRole role) {
+    return b.addValue(n, program::DTYPE_F32, s, role);
+  };
+  Shape qs = {o.b, o.h, o.t, o.d}, kts = {o.b, o.h, o.d, o.t};
+  return {val("q", qs, program::ROLE_INPUT),    val("kt", kts, program::ROLE_INPUT),
+          val("v", qs, program::ROLE_INPUT),    val("dy", qs, program::ROLE_INPUT),
+          val("y", qs, program::ROLE_OUTPUT),   val("dq", qs, program::ROLE_OUTPUT),
+          val("dkt", kts, program::ROLE_OUTPUT), val("dv", qs, program::ROLE_OUTPUT)};
+}
+
+program::Program fusedProgram(const Options &o) {
+  ProgramBuilder b;
+  b.get().set_device("cuda:0");
+  Values x = addCommon(b, o);
+  uint32_t lse = b.addValue("lse", program::DTYPE_F32, {o.b, o.h, o.t}, program::ROLE_ACTIVATION);
+  float scale = 1.0f / std::sqrt(float(o.d));
+  program::Kernel &f = b.addKernel("FusedAttention", {x.q, x.kt, x.v}, {x.y, lse});
+  setFloat(f, "scale", scale);
+  setInt(f, "causal", 1);
+  program::Kernel &g =
+      b.addKernel("FusedAttentionGrad", {x.dy, x.q, x.kt, x.v, x.y, lse}, {x.dq, x.dkt, x.dv});
+  setFloat(g, "scale", scale);
+  setInt(g, "causal", 1);
+  b.addRunStep();
+  return b.get();
+}
+
+program::Program composedProgram(const Options &o) {
+  ProgramBuilder b;
+  b.get().set_device("cuda:0");
+  Values x = addCommon(b, o);
+  Shape ss = {o.b, o.h, o.t, o.t}, qs = {o.b, o.h, o.t, o.d}, kts = {o.b, o.h, o.d, o.t};
+  auto act = [&](const char *n, Shape s) {
+    return b.addValue(n, program::DTYPE_F32, s, program::ROLE_ACTIVATION);
+  };
+  std::vector<float> mask(o.t * o.t, 0.0f);
+  for (int64_t i = 0; i < o.t; ++i)
+    for (int64_t j = i + 1; j < o.t; ++j)
+      mask[i * o.t + j] = -FLT_MAX;
+  uint32_t scale = b.addConstant("scale", {1.0f / std::sqrt(float(o.d))}, {});
+  uint32_t bias = b.addConstant("mask", mask, {o.t, o.t});
+  uint32_t s0 = act("s0", ss), s1 = act("s1", ss), s2 = act("s2", ss), p = act("p", ss);
+  b.addKernel("MatMul", {x.q, x.kt}, {s0});
+  b.addKernel("Mul", {s0, scale}, {s1});
+  b.addKernel("Add", {s1, bias}, {s2});
+  setInt(b.addKernel("Softmax", {s2}, {p}), "axis", -1);
+  b.addKernel("MatMul", {p, x.v}, {x.y});
+  // Gradient: dV = P^T dY, dP = dY V^T, dS = softmax'(dP) * scale,
+  // dQ = dS Kt^T, dKt = Q^T dS.
+  uint32_t pt = act("pt", ss), vt = act("vt", kts), dp = act("dp", ss), ds0 = act("ds0", ss),
+           ds = act("ds", ss), ktt = act("ktt", qs), qt = act("qt", kts);
+  auto transpose = [&](uint32_t in, uint32_t out) {
+    setInts(b.addKernel("Transpose", {in}, {out}), "perm", {0, 1, 3, 2});
+  };
+  transpose(p, pt);
+  b.addKernel("MatMul", {pt, x.dy}, {x.dv});
+  transpose(x.v, vt);
+  b.addKernel("MatMul", {x.dy, vt}, {dp});
+  setInt(b.addKernel("SoftmaxGrad", {dp, p}, {ds0}), "axis", -1);
+  b.addKernel("Mul", {ds0, scale}, {ds});
+  transpose(x.kt, ktt);
+  b.addKernel("MatMul", {ds, ktt}, {x.dq});
+  transpose(x.q, qt);
+  b.addKernel("MatMul", {qt, ds}, {x.dkt});
+  b.addRunStep();
+  return b.get();
+}
+
+/// Mean ms per run() of `p` over o.iters runs after o.warmup; fills the
+/// outputs of the last run.
+StatusOr<double> timeProgram(const program::Program &p, const BackendRegistry &reg,
+                             const Options &o, std::vector<std::vector<float>> &outputs) {
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec, Executor::create(p, reg));
+  uint32_t seed = 1;
+  for (const char *name : {"q", "kt", "v", "dy"}) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValueByName(name));
+    std::vector<float> x = pseudoRandom(t.numel(), seed++);
+    std::copy(x.begin(), x.end(), t.as<float>());
+  }
+  for (int i = 0; i < o.warmup; ++i)
+    STRAIT_RETURN_IF_ERROR(exec->run());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i)
+    STRAIT_RETURN_IF_ERROR(exec->run());
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count() / std::max(1, o.iters);
+  outputs.clear();
+  for (const char *name : kOutputs) {
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValueByName(name));
+    outputs.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+  }
+  return ms;
+}
+
+bool parse(int argc, char **argv, Options &o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc)
+      return false;
+    std::string v = argv[++i];
+    if (a == "--b") o.b = std::stoll(v);
+    else if (a == "--h") o.h = std::stoll(v);
+    else if (a == "--t") o.t = std::stoll(v);
+    else if (a == "--d") o.d = std::stoll(v);
+    else if (a == "--iters") o.iters = std::stoi(v);
+    else if (a == "--precision") o.precision = v;
+    else if (a == "--graphs") o.graphs = v == "on";
+    else if (a == "--tolerance") o.tolerance = std::stod(v);
+    else return false;
+  }
+  return o.precision == "f32" || o.precision == "tf32" || o.precision == "bf16";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  if (!parse(argc, argv, o)) {
+    std::cerr << "usage: strait-cuda-attention-bench [--b N] [--h N] [--t N] [--d N] "
+                 "[--iters N] [--precision f32|tf32|bf16] [--graphs on|off] [--tolerance X]\n";
+    return 2;
+  }
+  if (cudaDeviceCount() == 0) {
+    std::cout << "skipped: " << cudaUnavailableReason() << "\n";
+    return 77;
+  }
+  CudaOptions co;
+  co.graphs = o.graphs;
+  co.matmul = o.precision == "bf16"   ? MatmulPrecision::BF16
+              : o.precision == "tf32" ? MatmulPrecision::TF32
+                                      : MatmulPrecision::F32;
+  BackendRegistry reg;
+  Status s = registerCudaBackend(reg, co);
+  if (!s.isOk()) {
+    std::cerr << s.toString() << "\n";
+    return 1;
+  }
+  std::vector<std::vector<float>> fused, composed;
+  StatusOr<double> tf = timeProgram(fusedProgram(o), reg, o, fused);
+  if (!tf.isOk()) {
+    std::cerr << "fused: " << tf.getStatus().toString() << "\n";
+    return 1;
+  }
+  StatusOr<double> tc = timeProgram(composedProgram(o), reg, o, composed);
+  if (!tc.isOk()) {
+    std::cerr << "composed: " << tc.getStatus().toString() << "\n";
+    return 1;
+  }
+  std::cout << "attention fwd+bwd b=" << o.b << " h=" << o.h << " t=" << o.t << " d=" << o.d
+            << " causal, matmul " << o.precision << ", graphs " << (o.graphs ? "on" : "off")
+            << ": fused " << *tf << " ms, composed " << *tc << " ms, speedup " << *tc / *tf
+            << "\n";
+  bool ok = true;
+  for (size_t k = 0; k < fused.size(); ++k) {
+    double maxRef = 0, maxDiff = 0;
+    for (size_t e = 0; e < fused[k].size(); ++e) {
+      maxRef = std::max(maxRef, double(std::abs(composed[k][e])));
+      double diff = std::abs(double(fused[k][e]) - composed[k][e]);
+      maxDiff = std::isnan(diff) ? INFINITY : std::max(maxDiff, diff);
+    }
+    double rel = maxDiff / std::max(maxRef, 1e-30);
+    std::cout << "  " << kOutputs[k] << ": max |fused - composed| = " << maxDiff
+              << " (relative to max |composed| " << maxRef << ": " << rel << ")\n";
+    ok &= rel <= o.tolerance;
+  }
+  if (!ok)
+    std::cout << "FAIL: fused and composed outputs differ by more than " << o.tolerance << "\n";
+  return ok ? 0 : 1;
+}
