@@ -96,3 +96,33 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// FusedAttentionGrad gives no gradient for the bias: a bias computed from a
+// trainable variable is reported (graph-fuse-attention never fuses one).
+module {
+  graph.Variable @pos : tensor<4x4xf32> = dense<0.0> : tensor<4x4xf32>
+  func.func @main(%q: tensor<4x8xf32> {graph.name = "q"}, %kt: tensor<8x4xf32> {graph.name = "kt"}, %v: tensor<4x8xf32> {graph.name = "v"}) -> (tensor<f32> {graph.name = "loss"}) {
+    %b = graph.ReadVariable @pos : tensor<4x4xf32>
+    // expected-error@+1 {{'graph.FusedAttention' op bias depends on trainable variable @pos, but FusedAttentionGrad gives no gradient for the bias; keep the decomposed attention (--fuse-attention=false)}}
+    %y:2 = graph.FusedAttention %q, %kt, %v, %b {scale = 1.0 : f32} : (tensor<4x8xf32>, tensor<8x4xf32>, tensor<4x8xf32>, tensor<4x4xf32>) -> (tensor<4x8xf32>, tensor<4xf32>)
+    %m = graph.ReduceSum %y#0 {axes = array<i64>, keepdims = 0 : i64} : (tensor<4x8xf32>) -> tensor<f32>
+    return %m : tensor<f32>
+  }
+}
+
+// -----
+
+// LSE is a statistic for the backward kernel: a loss that uses it cannot be
+// differentiated through the fused op.
+module {
+  graph.Variable @wq : tensor<4x8xf32> = dense<0.5> : tensor<4x8xf32>
+  func.func @main(%kt: tensor<8x4xf32> {graph.name = "kt"}, %v: tensor<4x8xf32> {graph.name = "v"}) -> (tensor<f32> {graph.name = "loss"}) {
+    %q = graph.ReadVariable @wq : tensor<4x8xf32>
+    // expected-error@+1 {{'graph.FusedAttention' op LSE (result #1) is used on the way to the loss; FusedAttentionGrad gives no gradient through it}}
+    %y:2 = graph.FusedAttention %q, %kt, %v {scale = 1.0 : f32} : (tensor<4x8xf32>, tensor<8x4xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4xf32>)
+    %m = graph.ReduceSum %y#1 {axes = array<i64>, keepdims = 0 : i64} : (tensor<4xf32>) -> tensor<f32>
+    return %m : tensor<f32>
+  }
+}

@@ -113,7 +113,17 @@ void ReverseSweep::tagSince(Operation *before, Attribute id) {
 LogicalResult ReverseSweep::addOperandGrad(Operation *op, unsigned index,
                                            Value grad) {
   Value operand = op->getOperand(index);
-  if (!grad || !source.contains(operand) || !isDifferentiable(op, index))
+  if (!source.contains(operand) || !isDifferentiable(op, index))
+    return success();
+  // FusedAttentionGrad has no bias gradient (graph-fuse-attention fuses
+  // masks only); a bias computed from a trainable variable would silently
+  // get none.
+  if (!grad && isa<FusedAttentionOp>(op) && index == 3)
+    return op->emitOpError("bias depends on ")
+           << describeSource(source.lookup(operand))
+           << ", but FusedAttentionGrad gives no gradient for the bias; keep the "
+              "decomposed attention (--fuse-attention=false)";
+  if (!grad)
     return success();
   if (grad.getType() != operand.getType())
     return op->emitOpError("gradient rule produced ")

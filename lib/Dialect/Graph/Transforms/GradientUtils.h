@@ -72,6 +72,7 @@ void attachRule(mlir::MLIRContext *ctx) {
 }
 
 // One registration function per op family.
+void registerAttentionGradients(mlir::MLIRContext *ctx);
 void registerElementwiseGradients(mlir::MLIRContext *ctx);
 void registerLinalgGradients(mlir::MLIRContext *ctx);
 void registerNormalizationGradients(mlir::MLIRContext *ctx);

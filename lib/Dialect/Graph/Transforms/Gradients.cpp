@@ -59,6 +59,7 @@ Value GradBuilder::transposeLast2(Value a) {
 
 void strait::registerGraphGradientModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, GraphDialect *) {
+    registerAttentionGradients(ctx);
     registerElementwiseGradients(ctx);
     registerLinalgGradients(ctx);
     registerNormalizationGradients(ctx);
