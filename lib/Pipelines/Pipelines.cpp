@@ -11,11 +11,19 @@
 
 using namespace mlir;
 
-void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention) {
   // On the forward graph, so that autodiff sees one RMSNormalization (and
-  // builds one RMSNormalizationGrad) per decomposed RMSNorm.
-  if (o.fuseRmsNorm)
+  // builds one RMSNormalizationGrad) per decomposed RMSNorm, and one
+  // FusedAttention (one FusedAttentionGrad) per attention block; before
+  // autocast, which casts FusedAttention's Q, Kt and V like a MatMul's.
+  if (fuseRmsNorm)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRMSNorm());
+  if (fuseAttention)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
+}
+
+void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
   if (o.precision != "f32") {

@@ -169,6 +169,12 @@ cl::opt<bool> fuseRmsNorm(
     cl::desc("Rewrite decomposed RMSNorm chains (LLaMA exports) into one RMSNormalization "
              "before the training step (default on; =false keeps the decomposition)"),
     cl::init(true));
+cl::opt<bool> fuseAttention(
+    "fuse-attention",
+    cl::desc("Rewrite decomposed attention (MatMul, scale, bias, Softmax, MatMul) into one "
+             "FusedAttention before the training step (default on; =false keeps the "
+             "decomposition)"),
+    cl::init(true));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false));
@@ -320,6 +326,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
   popts.fuse = fuse.getValue();
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
+  popts.fuseAttention = fuseAttention.getValue();
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;
@@ -567,6 +574,15 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: --emit=program needs -o DIR\n";
       return 1;
     }
+    // A forward-only program gets the forward-graph fusions of the pipeline
+    // (not the stage split or the elementwise fusion).
+    PassManager pm(&context);
+    if (failed(applyPassManagerCLOptions(pm)))
+      return 1;
+    pm.enableTiming(timing);
+    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention);
+    if (failed(pm.run(*module)))
+      return 1;
     auto func = module->lookupSymbol<func::FuncOp>("main");
     strait::RankExport rank;
     rank.function = func;

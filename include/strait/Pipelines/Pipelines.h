@@ -34,6 +34,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("graph-fuse-rmsnorm first: decomposed RMSNorm chains become "
                      "graph.RMSNormalization"),
       llvm::cl::init(true)};
+  Option<bool> fuseAttention{
+      *this, "fuse-attention",
+      llvm::cl::desc("graph-fuse-attention after graph-fuse-rmsnorm: decomposed attention "
+                     "(MatMul, scale, bias, Softmax, MatMul) becomes graph.FusedAttention"),
+      llvm::cl::init(true)};
   Option<std::string> precision{
       *this, "precision",
       llvm::cl::desc("f32 (no casts), or bf16 / f16: graph-autocast runs the "
@@ -124,7 +129,12 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                        clEnumValN(FuseMode::None, "none", "one kernel per op"))};
 };
 
-/// [graph-fuse-rmsnorm] -> [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
+/// The forward-graph fusions, in pipeline order: [graph-fuse-rmsnorm] ->
+/// [graph-fuse-attention]. buildStraitPipeline starts with them; straitc runs
+/// them alone for a forward-only program.
+void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention);
+
+/// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
 /// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
 /// Fusion runs last, so pipeline cuts and communication see unfused ops.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);

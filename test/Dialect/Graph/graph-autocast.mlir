@@ -67,3 +67,23 @@ func.func @shared_conv_einsum(%x: tensor<3x3xf32>, %i: tensor<1x2x4x4xf32>, %k: 
   %f = graph.MatMul %d, %d : (tensor<3x3xf64>, tensor<3x3xf64>) -> tensor<3x3xf64>
   return %m, %c, %e, %f : tensor<3x3xf32>, tensor<1x3x2x2xf32>, tensor<3x3xf32>, tensor<3x3xf64>
 }
+
+// -----
+
+// FusedAttention runs like a MatMul: Q, Kt and V are cast, Y comes out in
+// the low type and is cast back; LSE (its f32 statistic) and the additive
+// bias stay f32.
+// CHECK-LABEL: func.func @attention
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4x8xf32>, %[[KT:.*]]: tensor<2x8x4xf32>, %[[V:.*]]: tensor<2x4x8xf32>, %[[M:.*]]: tensor<4x4xf32>)
+// CHECK: %[[QC:.*]] = graph.Cast %[[Q]] {to = bf16} : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
+// CHECK: %[[KC:.*]] = graph.Cast %[[KT]] {to = bf16} : (tensor<2x8x4xf32>) -> tensor<2x8x4xbf16>
+// CHECK: %[[VC:.*]] = graph.Cast %[[V]] {to = bf16} : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
+// CHECK: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[QC]], %[[KC]], %[[VC]], %[[M]] {scale = 5.000000e-01 : f32} : (tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4xf32>)
+// CHECK: %[[YF:.*]] = graph.Cast %[[Y]] {to = f32} : (tensor<2x4x8xbf16>) -> tensor<2x4x8xf32>
+// CHECK: return %[[YF]], %[[LSE]] : tensor<2x4x8xf32>, tensor<2x4xf32>
+// F16-LABEL: func.func @attention
+// F16: graph.FusedAttention {{.*}} -> (tensor<2x4x8xf16>, tensor<2x4xf32>)
+func.func @attention(%q: tensor<2x4x8xf32>, %kt: tensor<2x8x4xf32>, %v: tensor<2x4x8xf32>, %m: tensor<4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>) {
+  %y:2 = graph.FusedAttention %q, %kt, %v, %m {scale = 0.5 : f32} : (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  return %y#0, %y#1 : tensor<2x4x8xf32>, tensor<2x4xf32>
+}

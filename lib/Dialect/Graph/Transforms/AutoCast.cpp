@@ -1,8 +1,9 @@
 //===- AutoCast.cpp - graph-autocast --------------------------------------===//
 //
 // Mixed precision on the forward graph: the GEMM-like ops (MatMul, Gemm,
-// Conv, ConvTranspose) take bf16 (or f16) operands and produce a bf16
-// result that is cast back to f32 for everything else. Runs before
+// Conv, ConvTranspose, and FusedAttention's Q, Kt, V and Y) take bf16 (or
+// f16) operands and produce a bf16 result that is cast back to f32 for
+// everything else. Runs before
 // graph-build-training-step, so the Cast gradient rule carries gradients
 // back to f32 at each cast. See docs/training.md, "Mixed precision".
 //
@@ -29,10 +30,19 @@ bool isF32Tensor(Type t) {
   return tt && tt.getElementType().isF32();
 }
 
+/// The operands cast to the low type: all but FusedAttention's bias.
+unsigned numLowOperands(Operation *op) {
+  return isa<FusedAttentionOp>(op) ? 3 : op->getNumOperands();
+}
+
 /// The ops the policy runs in low precision: their float operands are all
 /// f32 (integer operands do not occur in these ops) and their one result is
-/// f32.
+/// f32. FusedAttention is a product too: Q, Kt, V and Y go low, its f32
+/// statistic LSE and its additive bias stay f32 (see lowOperands).
 bool isCandidate(Operation *op) {
+  if (auto attention = dyn_cast<FusedAttentionOp>(op))
+    return isF32Tensor(attention.getQ().getType()) && isF32Tensor(attention.getKt().getType()) &&
+           isF32Tensor(attention.getV().getType()) && isF32Tensor(attention.getY().getType());
   if (!isa<MatMulOp, GemmOp, ConvOp, ConvTransposeOp>(op))
     return false;
   if (op->getNumResults() != 1 || !isF32Tensor(op->getResult(0).getType()))
@@ -78,7 +88,7 @@ struct GraphAutocastPass
       b.setInsertionPoint(op);
       // One cast per use: a value feeding several products (Q, K and V
       // projections) gets one gradient per cast, summed in f32.
-      for (OpOperand &operand : op->getOpOperands()) {
+      for (OpOperand &operand : op->getOpOperands().take_front(numLowOperands(op))) {
         Value cast = b.create<CastOp>(op->getLoc(), operand.get(), low);
         operand.set(cast);
         ++numCasts;
