@@ -27,30 +27,45 @@ uint16_t bf16Bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-/// An array of `dtype` (f32 or bf16) holding v (rounded to bf16 if so).
+/// An array of `dtype` (f32, bf16 or f16) holding v (rounded to nearest even).
 Arr typed(DType dtype, Shape s, const std::vector<double> &v) {
   if (dtype == program::DTYPE_F32) {
     std::vector<float> f(v.begin(), v.end());
     return Arr::f(std::move(s), f);
   }
-  Arr a{program::DTYPE_BF16, std::move(s), {}};
+  Arr a{dtype, std::move(s), {}};
   a.bytes.resize(v.size() * 2);
   for (size_t k = 0; k < v.size(); ++k) {
-    uint16_t h = bf16Bits(static_cast<float>(v[k]));
+    uint16_t h;
+    if (dtype == program::DTYPE_BF16) {
+      h = bf16Bits(static_cast<float>(v[k]));
+    } else {
+      _Float16 x = static_cast<_Float16>(static_cast<float>(v[k]));
+      std::memcpy(&h, &x, 2);
+    }
     std::memcpy(a.bytes.data() + 2 * k, &h, 2);
   }
   return a;
 }
 
 Arr randomOf(DType dtype, Shape s, uint32_t seed) {
-  return dtype == program::DTYPE_F32 ? Arr::rand(std::move(s), seed)
-                                     : Arr::randBf16(std::move(s), seed);
+  std::vector<float> f = pseudoRandom(numElements(s), seed);
+  return typed(dtype, std::move(s), std::vector<double>(f.begin(), f.end()));
+}
+
+/// Element k as a double (f16 here, the other types through Arr::at).
+double elem(const Arr &a, int64_t k) {
+  if (a.dtype != program::DTYPE_F16)
+    return a.at(k);
+  _Float16 x;
+  std::memcpy(&x, a.bytes.data() + 2 * k, 2);
+  return static_cast<float>(x);
 }
 
 std::vector<double> values(const Arr &a) {
   std::vector<double> v(numElements(a.shape));
   for (size_t k = 0; k < v.size(); ++k)
-    v[k] = a.at(static_cast<int64_t>(k));
+    v[k] = elem(a, static_cast<int64_t>(k));
   return v;
 }
 
@@ -222,7 +237,7 @@ void expectClose(const std::string &what, const Arr &got, const std::vector<doub
       scale = std::max(scale, std::abs(w));
   int bad = 0;
   for (size_t k = 0; k < want.size() && bad < 5; ++k) {
-    double g = got.at(static_cast<int64_t>(k)), w = want[k];
+    double g = elem(got, static_cast<int64_t>(k)), w = want[k];
     bool ok = g == w || std::abs(g - w) <= atol * scale + rtol * std::abs(w);
     if (!ok) {
       ADD_FAILURE() << what << " element " << k << ": got " << g << ", want " << w;
@@ -237,6 +252,14 @@ struct Tolerance {
 Tolerance f32Tol() { return {}; }
 /// bf16 operands: P and dS are rounded to bf16 (8 bits) before their GEMMs.
 Tolerance bf16Tol() { return {2e-2, 1e-2}; }
+/// f16 operands: 11 bits.
+Tolerance f16Tol() { return {4e-3, 2e-3}; }
+/// The gradients: dS is rounded to Q's dtype before two more GEMMs.
+Tolerance gradTol(DType t) {
+  if (t == program::DTYPE_F32)
+    return {1e-3, 1e-4};
+  return t == program::DTYPE_F16 ? Tolerance{6e-3, 4e-3} : Tolerance{3e-2, 2e-2};
+}
 
 std::vector<Arr> forwardInputs(const Problem &p, const Inputs &in) {
   std::vector<Arr> ins = {in.q, in.kt, in.v};
@@ -250,8 +273,8 @@ std::vector<Arr> forwardInputs(const Problem &p, const Inputs &in) {
 void checkAttention(const BackendRegistry &registry, const Problem &p, uint32_t seed,
                     Tolerance tol, std::vector<const char *> devices = {"cuda:0", "cpu"}) {
   SCOPED_TRACE("Q " + dtypeName(p.dtype) + shapeToString(p.full({p.tq, p.d})) + " Tk " +
-               std::to_string(p.tk) + " Dv " + std::to_string(p.dv) +
-               (p.causal ? " causal" : "") + (p.hasBias ? " bias " + shapeToString(p.biasShape) : ""));
+               std::to_string(p.tk) + " Dv " + std::to_string(p.dv) + (p.causal ? " causal" : "") +
+               (p.hasBias ? " bias " + shapeToString(p.biasShape) : ""));
   Inputs in = makeInputs(p, seed);
   std::vector<double> yRef, lseRef;
   referenceForward(p, in, yRef, lseRef);
@@ -277,8 +300,8 @@ void checkAttention(const BackendRegistry &registry, const Problem &p, uint32_t 
                              Arr::out(in.v.shape, p.dtype)};
     Status s = runOn(device, registry, "FusedAttentionGrad", ins, outs, p.attrs());
     ASSERT_TRUE(s.isOk()) << device << ": " << s.toString();
-    double rtol = p.dtype == program::DTYPE_F32 ? 1e-3 : 3e-2;
-    double atol = p.dtype == program::DTYPE_F32 ? 1e-4 : 2e-2;
+    Tolerance g = gradTol(p.dtype);
+    double rtol = g.rtol, atol = g.atol;
     expectClose(std::string(device) + " dQ", outs[0], dqRef, rtol, atol);
     expectClose(std::string(device) + " dKt", outs[1], dktRef, rtol, atol);
     expectClose(std::string(device) + " dV", outs[2], dvRef, rtol, atol);
@@ -326,6 +349,8 @@ TEST(CudaAttentionReference, MatchesCpuKernels) {
   bf.hasBias = true;
   bf.biasShape = {2, 1, 1, 32};
   checkAttention(cpu, bf, 61, bf16Tol(), {"cpu"});
+  bf.dtype = program::DTYPE_F16;
+  checkAttention(cpu, bf, 62, f16Tol(), {"cpu"});
 }
 
 // A [B, 1, T, T] padding mask with finfo.min entries, as exported models add.
@@ -407,6 +432,22 @@ TEST_F(CudaAttention, Bf16) {
   p.hasBias = true;
   p.biasShape = {2, 1, 1, 32};
   checkAttention(registry, p, 61, bf16Tol());
+}
+
+// f16 Q, Kt, V: the __half instantiations of the row kernels.
+TEST_F(CudaAttention, F16) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2, 2};
+  p.tq = 24;
+  p.tk = 40;
+  p.d = 16;
+  p.dv = 8;
+  p.dtype = program::DTYPE_F16;
+  p.causal = true;
+  p.hasBias = true;
+  p.biasShape = {2, 1, 1, 40};
+  checkAttention(registry, p, 62, f16Tol());
 }
 
 // A chunk limit of two batch entries: chunks of 2, 2 and 1 entries.

@@ -204,7 +204,8 @@ StatusOr<AttnScratch> attnScratch(CudaContext &c, const AttnArgs &a, int64_t chu
   size_t scores = size_t(chunk) * size_t(a.tq) * size_t(a.tk);
   size_t dBytes = align256(drowFloats * 4), sBytes = align256(scores * 4);
   size_t pBytes = align256(scores * a.ty.elemSize);
-  STRAIT_ASSIGN_OR_RETURN(void *base, c.getScratch(std::max<size_t>(dBytes + sBytes + pBytes, 256)));
+  size_t total = std::max<size_t>(dBytes + sBytes + pBytes, 256);
+  STRAIT_ASSIGN_OR_RETURN(void *base, c.getScratch(total));
   char *p = static_cast<char *>(base);
   return AttnScratch{reinterpret_cast<float *>(p), reinterpret_cast<float *>(p + dBytes),
                      p + dBytes + sBytes};
