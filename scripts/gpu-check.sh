@@ -12,6 +12,8 @@
 # own timeout; a summary is printed at the end even when a phase fails:
 #   build     (only without a bundle) the runtime with CUDA into build-gpu
 #   gtest     strait-cuda-tests: every CUDA kernel against the CPU backend, NCCL on one rank
+#   attn      FusedAttention fwd+bwd vs the composed ops (MatMul, Mul, Add, Softmax,
+#             MatMul and gradients) at GPT-2 small shapes, f32; attn-bf16 in bf16
 #   conform   the CPU's ONNX conformance list on --backend cuda (no FAIL allowed;
 #             natively vs. through the host fallback is counted)
 #   tiny      gpt2-tiny training steps: CPU vs GPU losses (exact f32 matmul)
@@ -72,6 +74,7 @@ if [ -f "$G/bundle.tar.xz" ]; then
   RESULT[build]="bundle ($(cat $B/BUILD_INFO 2>/dev/null | head -1))"
   CUDA_TESTS=$B/bin/strait-cuda-tests NODE_TEST=$B/bin/strait-onnx-node-test
   STEP_BENCH=$B/bin/strait-cuda-step-bench STRAIT_RUN=$B/bin/strait-run PROBE=$B/bin/strait-probe
+  ATTN_BENCH=$B/bin/strait-cuda-attention-bench
   NODE_ROOT=$B/node
   for b in $B/bin/*; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
 else
@@ -80,14 +83,18 @@ else
   phase build 170 bash -c "
     cmake -S . -B $B -G Ninja -DSTRAIT_BUILD_COMPILER=OFF -DSTRAIT_ENABLE_CUDA=ON \
           -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > /dev/null &&
-    ninja -C $B -j16 strait-cuda-tests strait-onnx-node-test strait-cuda-step-bench strait-run strait-probe"
+    ninja -C $B -j16 strait-cuda-tests strait-onnx-node-test strait-cuda-step-bench strait-run strait-probe \
+      strait-cuda-attention-bench"
   CUDA_TESTS=$B/runtime/test/strait-cuda-tests NODE_TEST=$B/runtime/tools/strait-onnx-node-test
   STEP_BENCH=$B/runtime/test/strait-cuda-step-bench STRAIT_RUN=$B/runtime/tools/strait-run
-  PROBE=$B/runtime/tools/strait-probe
+  PROBE=$B/runtime/tools/strait-probe ATTN_BENCH=$B/runtime/test/strait-cuda-attention-bench
   NODE_ROOT=/usr/share/libonnx-testdata/data/node
 fi
 
 phase gtest 75 $CUDA_TESTS
+# FusedAttention (cuBLAS + fused row kernels) against the composed ops, GPT-2 small shapes.
+phase attn 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 10 --precision f32 --tolerance 1e-3
+phase attn-bf16 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 20 --precision bf16
 phase conform 75 $NODE_TEST --quiet --backend cuda --root "$NODE_ROOT" \
   --list runtime/test/conformance/expected-passes.txt
 if [ -f "$TINY/rank0.program.pb" ]; then
@@ -116,11 +123,12 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest conform tiny digits strait strait-nograph torch torch-sdpa run1 run2 probe; do
+for p in build gtest attn attn-bf16 conform tiny digits strait strait-nograph torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
+grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
 grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/digits.log" 2>/dev/null
 grep -h "^strait-cuda:" "$LOG/strait.log" "$LOG/strait-nograph.log" 2>/dev/null
 grep -h "^torch-eager" "$LOG/torch.log" "$LOG/torch-sdpa.log" 2>/dev/null
@@ -137,7 +145,7 @@ if [ -n "$S" ] && [ -n "$T2" ]; then
 fi
 echo "FLOPs/step = T*(6N + 12*L*d*S) = $FLOPS; peak 989 TFLOP/s (H200 bf16 dense); logs in $LOG/"
 fail=0
-for p in gtest conform tiny digits strait run1 run2; do
+for p in gtest attn conform tiny digits strait run1 run2; do
   case "${RESULT[$p]:-}" in ok|skipped) ;; *) fail=1 ;; esac
 done
 exit $fail
