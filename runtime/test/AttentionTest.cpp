@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <limits>
 
 using namespace strait;
@@ -547,6 +548,91 @@ TEST(FusedAttention, Bf16ForwardAndGradientFollowF32) {
   check(g->dq.tensor, rg.dq, "dQ");
   check(g->dkt.tensor, rg.dkt, "dKt");
   check(g->dv.tensor, rg.dv, "dV");
+}
+
+namespace {
+/// f16 bits of a value exactly representable in f16 (normal or 0, +-inf).
+uint16_t exactHalf(float f) {
+  if (std::isinf(f))
+    return f < 0 ? 0xFC00 : 0x7C00;
+  if (f == 0)
+    return 0;
+  int e;
+  float m = std::frexp(std::abs(f), &e); // f = m 2^e, m in [0.5, 1)
+  uint16_t mant = static_cast<uint16_t>(std::lround((m * 2 - 1) * 1024));
+  return static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | ((e - 1 + 15) << 10) | mant);
+}
+float halfValue(uint16_t h) {
+  int e = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  float v = e == 0 ? std::ldexp(float(mant), -24)
+            : e == 31 ? INFINITY
+                      : std::ldexp(1.0f + mant / 1024.0f, e - 15);
+  return h & 0x8000 ? -v : v;
+}
+/// Values on the f16 grid: multiples of 2^-10 in (-2, 2).
+std::vector<float> halfGrid(size_t n, uint32_t seed) {
+  std::vector<float> v = gaussian(n, seed);
+  for (float &x : v)
+    x = std::round(std::clamp(x, -1.99f, 1.99f) * 1024) / 1024;
+  return v;
+}
+OwnedTensor halfTensor(const Shape &shape, const std::vector<float> &v) {
+  OwnedTensor t(program::DTYPE_F16, shape);
+  for (size_t i = 0; i < v.size(); ++i)
+    t.tensor.as<uint16_t>()[i] = exactHalf(v[i]);
+  return t;
+}
+std::vector<float> halfValues(const Tensor &t) {
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v[i] = halfValue(t.as<uint16_t>()[i]);
+  return v;
+}
+} // namespace
+
+// f16 Q, Kt, V with an f16 bias (the dtype of Q; -inf entries mask keys):
+// forward and gradient within f16 rounding of the double reference.
+TEST(FusedAttention, F16WithF16Bias) {
+  Problem pr = makeProblem({3}, 37, 53, 24, 40, 95);
+  pr.q = halfGrid(pr.q.size(), 95);
+  pr.kt = halfGrid(pr.kt.size(), 96);
+  pr.v = halfGrid(pr.v.size(), 97);
+  pr.biasShape = {1, 37, 53};
+  pr.bias = halfGrid(37 * 53, 98);
+  for (size_t i = 0; i < pr.bias.size(); i += 7)
+    pr.bias[i] = -INFINITY;
+  std::vector<float> dy = halfGrid(3 * 37 * 40, 99);
+  OwnedTensor q = halfTensor(pr.shape({37, 24}), pr.q), kt = halfTensor(pr.shape({24, 53}), pr.kt),
+              v = halfTensor(pr.shape({53, 40}), pr.v), bias = halfTensor(pr.biasShape, pr.bias),
+              tdy = halfTensor(pr.shape({37, 40}), dy);
+  OwnedTensor y(program::DTYPE_F16, pr.shape({37, 40})), lse(program::DTYPE_F32, pr.shape({37}));
+  Status st = runCpu(attentionKernel("FusedAttention", pr.scale, false),
+                     {&q.tensor, &kt.tensor, &v.tensor, &bias.tensor}, {&y.tensor, &lse.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  Reference r = reference(pr);
+  std::vector<float> got = halfValues(y.tensor);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], r.y[i], 1.0 / 1024 * (std::abs(r.y[i]) + 0.05)) << "Y at " << i;
+  for (size_t i = 0; i < r.lse.size(); ++i)
+    ASSERT_NEAR(lse.tensor.as<float>()[i], r.lse[i], 1e-4 * (1 + std::abs(r.lse[i])));
+  OwnedTensor dq(program::DTYPE_F16, q.tensor.shape), dkt(program::DTYPE_F16, kt.tensor.shape),
+      dv(program::DTYPE_F16, v.tensor.shape);
+  st = runCpu(attentionKernel("FusedAttentionGrad", pr.scale, false),
+              {&tdy.tensor, &q.tensor, &kt.tensor, &v.tensor, &y.tensor, &lse.tensor, &bias.tensor},
+              {&dq.tensor, &dkt.tensor, &dv.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  RefGrad rg = referenceGrad(pr, dy);
+  auto check = [](const Tensor &t, const std::vector<double> &ref, const char *what) {
+    double mx = 0;
+    for (double x : ref)
+      mx = std::max(mx, std::abs(x));
+    std::vector<float> g = halfValues(t);
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], ref[i], 2.0 / 1024 * std::abs(ref[i]) + 0.003 * mx) << what << " at " << i;
+  };
+  check(dq.tensor, rg.dq, "dQ");
+  check(dkt.tensor, rg.dkt, "dKt");
+  check(dv.tensor, rg.dv, "dV");
 }
 
 // --- Errors -----------------------------------------------------------------
