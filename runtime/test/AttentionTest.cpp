@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "strait/runtime/ThreadPool.h"
 
 #include <cmath>
 #include <cstring>
@@ -505,6 +506,30 @@ TEST(FusedAttention, GradientWithoutBatchDims) {
   auto g = runBackward(pr, dy);
   ASSERT_TRUE(g.isOk()) << g.getStatus().toString();
   expectGrad(*g, referenceGrad(pr, dy), 1e-4);
+}
+
+// Each query block and each slice's backward is computed the same way
+// whatever the worker count: the same bits with 1 and 4 threads.
+TEST(FusedAttention, SameBitsForAnyThreadCount) {
+  Problem pr = makeProblem({2, 3}, 150, 150, 32, 32, 85);
+  pr.causal = true;
+  pr.biasShape = {150, 150};
+  pr.bias = gaussian(150 * 150, 86);
+  std::vector<float> dy = gaussian(6 * 150 * 32, 87);
+  int threads = getNumThreads();
+  std::vector<std::vector<float>> runs[2];
+  for (int k = 0; k < 2; ++k) {
+    setNumThreads(k == 0 ? 1 : 4);
+    auto f = runForward(pr);
+    auto g = runBackward(pr, dy);
+    ASSERT_TRUE(f.isOk() && g.isOk());
+    runs[k] = {values(f->y.tensor), values(f->lse.tensor), values(g->dq.tensor),
+               values(g->dkt.tensor), values(g->dv.tensor)};
+  }
+  setNumThreads(threads);
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * 4), 0)
+        << "output " << i;
 }
 
 // --- bf16 -------------------------------------------------------------------
