@@ -74,6 +74,27 @@ Shape withTail(const Shape &batch, std::initializer_list<int64_t> tail) {
   return s;
 }
 
+/// Bias: f32 or Q's dtype, rank <= rank of Q, broadcastable to the scores
+/// [b..., Tq, Tk]; sets a.biasStrides.
+Status checkBias(const KernelContext &ctx, AttnArgs &a) {
+  const Tensor &b = *a.bias;
+  Shape scores = withTail(a.batch, {a.tq, a.tk});
+  int64_t r = static_cast<int64_t>(scores.size());
+  if (b.dtype != program::DTYPE_F32 && b.dtype != a.dtype)
+    return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " +
+                           dtypeName(a.dtype) + " (the dtype of Q)");
+  bool ok = b.rank() <= r;
+  for (int64_t k = 0; ok && k < b.rank(); ++k) {
+    int64_t dim = b.shape[k], want = scores[r - b.rank() + k];
+    ok = dim == 1 || dim == want;
+  }
+  if (!ok)
+    return ctx.error("Bias " + b.typeString() + " does not broadcast to the scores " +
+                     shapeToString(scores) + " ([b..., Tq, Tk])");
+  a.biasStrides = broadcastStrides(b.shape, scores);
+  return Status::ok();
+}
+
 /// Q, Kt, V and the optional Bias at the given input positions, the scale
 /// and causal attributes: every check happens here, before any compute.
 StatusOr<AttnArgs> attentionArgs(const KernelContext &ctx, size_t qIndex,
@@ -123,21 +144,8 @@ StatusOr<AttnArgs> attentionArgs(const KernelContext &ctx, size_t qIndex,
                      std::to_string(a.v->shape[r - 2]) + " rows but Kt " +
                      a.kt->typeString() + " has Tk=" + std::to_string(a.tk));
   a.bias = ctx.input(biasIndex);
-  Shape scores = withTail(a.batch, {a.tq, a.tk});
   if (a.bias) {
-    const Tensor &b = *a.bias;
-    if (b.dtype != program::DTYPE_F32 && b.dtype != a.dtype)
-      return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " +
-                             dtypeName(a.dtype) + " (the dtype of Q)");
-    bool ok = b.rank() <= r;
-    for (int64_t k = 0; ok && k < b.rank(); ++k) {
-      int64_t dim = b.shape[k], want = scores[r - b.rank() + k];
-      ok = dim == 1 || dim == want;
-    }
-    if (!ok)
-      return ctx.error("Bias " + b.typeString() + " does not broadcast to the scores " +
-                       shapeToString(scores) + " ([b..., Tq, Tk])");
-    a.biasStrides = broadcastStrides(b.shape, scores);
+    STRAIT_RETURN_IF_ERROR(checkBias(ctx, a));
   }
   if (!ctx.getAttrs().has("scale"))
     return ctx.error("missing required attribute 'scale'");
