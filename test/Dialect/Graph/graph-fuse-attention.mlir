@@ -196,3 +196,94 @@ module {
     return %y : tensor<4x8xf32>
   }
 }
+
+// -----
+
+// The GPT-2 / LLaMA causal mask, computed from constants (position ranges,
+// LessOrEqual, Expand, Where of 0 and the lowest float): causal = 1 and no
+// bias; the mask computation, now unused, is gone.
+// CHECK-LABEL: func.func @causal_mask
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4x4x8xf32>, %[[KT:.*]]: tensor<2x4x8x4xf32>, %[[V:.*]]: tensor<2x4x4x8xf32>)
+// CHECK-NOT: graph.Constant
+// CHECK-NOT: graph.LessOrEqual
+// CHECK-NOT: graph.Where
+// CHECK: %[[Y:.*]], %{{.*}} = graph.FusedAttention %[[Q]], %[[KT]], %[[V]] {causal = 1 : i64, scale = 5.000000e-01 : f32} : (tensor<2x4x4x8xf32>, tensor<2x4x8x4xf32>, tensor<2x4x4x8xf32>) -> (tensor<2x4x4x8xf32>, tensor<2x4x4xf32>)
+// CHECK-NEXT: return %[[Y]]
+func.func @causal_mask(%q: tensor<2x4x4x8xf32>, %kt: tensor<2x4x8x4xf32>, %v: tensor<2x4x4x8xf32>) -> tensor<2x4x4x8xf32> {
+  %lowest = graph.Constant dense<-3.40282347E+38> : tensor<f32>
+  %zero = graph.Constant dense<0.0> : tensor<f32>
+  %rows = graph.Constant dense<[[[[0], [1], [2], [3]]]]> : tensor<1x1x4x1xi64>
+  %cols = graph.Constant dense<[[[[0, 1, 2, 3]]]]> : tensor<1x1x1x4xi64>
+  %le = graph.LessOrEqual %cols, %rows : (tensor<1x1x1x4xi64>, tensor<1x1x4x1xi64>) -> tensor<1x1x4x4xi1>
+  %ex = graph.Expand %le {shape = array<i64: 2, 1, 4, 4>} : (tensor<1x1x4x4xi1>) -> tensor<2x1x4x4xi1>
+  %m = graph.Where %ex, %zero, %lowest : (tensor<2x1x4x4xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x4x4xf32>
+  %c = graph.Constant dense<5.000000e-01> : tensor<f32>
+  %s = graph.MatMul %q, %kt : (tensor<2x4x4x8xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x4x4xf32>
+  %a = graph.Mul %s, %c : (tensor<2x4x4x4xf32>, tensor<f32>) -> tensor<2x4x4x4xf32>
+  %b = graph.Add %a, %m : (tensor<2x4x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x4x4x4xf32>
+  %p = graph.Softmax %b : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  %y = graph.MatMul %p, %v : (tensor<2x4x4x4xf32>, tensor<2x4x4x8xf32>) -> tensor<2x4x4x8xf32>
+  return %y : tensor<2x4x4x8xf32>
+}
+
+// -----
+
+// Fewer queries than keys (decoding with a cache): the diagonal shifts by
+// Tk - Tq = 2; -inf counts as masked.
+// CHECK-LABEL: func.func @causal_offset
+// CHECK: graph.FusedAttention %arg0, %arg1, %arg2 {causal = 1 : i64, scale = 1.000000e+00 : f32}
+func.func @causal_offset(%q: tensor<2x8xf32>, %kt: tensor<8x4xf32>, %v: tensor<4x8xf32>) -> tensor<2x8xf32> {
+  %m = graph.Constant dense<[[0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]> : tensor<2x4xf32>
+  %s = graph.MatMul %q, %kt : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+  %b = graph.Add %m, %s : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %p = graph.Softmax %b : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  %y = graph.MatMul %p, %v : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// BERT without an attention_mask input: the mask folds to zeros and is
+// dropped (causal stays 0).
+// CHECK-LABEL: func.func @zero_mask
+// CHECK-NOT: graph.GreaterOrEqual
+// CHECK: graph.FusedAttention %arg0, %arg1, %arg2 {scale = 1.250000e-01 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x8x4xf32>, tensor<2x3x4x8xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x4xf32>)
+func.func @zero_mask(%q: tensor<2x3x4x8xf32>, %kt: tensor<2x3x8x4xf32>, %v: tensor<2x3x4x8xf32>) -> tensor<2x3x4x8xf32> {
+  %lowest = graph.Constant dense<-3.40282347E+38> : tensor<f32>
+  %zero = graph.Constant dense<0.0> : tensor<f32>
+  %izero = graph.Constant dense<0> : tensor<i64>
+  %rows = graph.Constant dense<[[[[0], [1], [2], [3]]]]> : tensor<1x1x4x1xi64>
+  %ge = graph.GreaterOrEqual %rows, %izero : (tensor<1x1x4x1xi64>, tensor<i64>) -> tensor<1x1x4x1xi1>
+  %ex = graph.Expand %ge {shape = array<i64: 2, 1, 4, 4>} : (tensor<1x1x4x1xi1>) -> tensor<2x1x4x4xi1>
+  %m = graph.Where %ex, %zero, %lowest : (tensor<2x1x4x4xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x4x4xf32>
+  %c = graph.Constant dense<1.250000e-01> : tensor<f32>
+  %s = graph.MatMul %q, %kt : (tensor<2x3x4x8xf32>, tensor<2x3x8x4xf32>) -> tensor<2x3x4x4xf32>
+  %a = graph.Mul %s, %c : (tensor<2x3x4x4xf32>, tensor<f32>) -> tensor<2x3x4x4xf32>
+  %b = graph.Add %a, %m : (tensor<2x3x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %p = graph.Softmax %b : (tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %y = graph.MatMul %p, %v : (tensor<2x3x4x4xf32>, tensor<2x3x4x8xf32>) -> tensor<2x3x4x8xf32>
+  return %y : tensor<2x3x4x8xf32>
+}
+
+// -----
+
+// A constant mask that is not causal (it masks below the diagonal) or masks
+// with a finite -1e9 (not at most -1e30) stays a bias.
+// CHECK-LABEL: func.func @not_causal
+// CHECK: %[[M:.*]] = graph.Constant
+// CHECK: %[[N:.*]] = graph.Constant
+// CHECK: graph.FusedAttention %arg0, %arg1, %arg2, %[[M]] {scale = 1.000000e+00 : f32}
+// CHECK: graph.FusedAttention %arg0, %arg1, %arg2, %[[N]] {scale = 1.000000e+00 : f32}
+func.func @not_causal(%q: tensor<2x8xf32>, %kt: tensor<8x2xf32>, %v: tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>) {
+  %m = graph.Constant dense<[[0.0, 0.0], [0xFF800000, 0.0]]> : tensor<2x2xf32>
+  %n = graph.Constant dense<[[0.0, -1.0e9], [0.0, 0.0]]> : tensor<2x2xf32>
+  %s = graph.MatMul %q, %kt : (tensor<2x8xf32>, tensor<8x2xf32>) -> tensor<2x2xf32>
+  %b = graph.Add %s, %m : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %p = graph.Softmax %b : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %y = graph.MatMul %p, %v : (tensor<2x2xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %s2 = graph.MatMul %q, %kt : (tensor<2x8xf32>, tensor<8x2xf32>) -> tensor<2x2xf32>
+  %b2 = graph.Add %s2, %n : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %p2 = graph.Softmax %b2 : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %y2 = graph.MatMul %p2, %v : (tensor<2x2xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %y, %y2 : tensor<2x8xf32>, tensor<2x8xf32>
+}

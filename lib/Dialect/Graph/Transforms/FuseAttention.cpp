@@ -16,6 +16,7 @@
 #include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHFUSEATTENTION
@@ -172,6 +173,129 @@ std::optional<AttentionMatch> matchAttention(SoftmaxOp softmax) {
   return m;
 }
 
+constexpr int64_t kEvalLimit = 1 << 16; // elements, as GraphFolds.cpp
+
+/// The elements of an int or float constant as doubles.
+std::optional<SmallVector<double>> elementsOf(DenseElementsAttr d) {
+  SmallVector<double> out;
+  if (isa<FloatType>(d.getElementType())) {
+    for (APFloat x : d.getValues<APFloat>())
+      out.push_back(x.convertToDouble());
+  } else if (d.getElementType().isSignlessInteger() && !d.getElementType().isInteger(1)) {
+    for (APInt x : d.getValues<APInt>())
+      out.push_back(static_cast<double>(x.getSExtValue()));
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+/// LessOrEqual / GreaterOrEqual of two constants (GraphFolds.cpp folds
+/// Equal, Less and Greater only; the masks of GPT-2, LLaMA and BERT exports
+/// compare position ranges with these two).
+Attribute foldOrderedCompare(Operation *op, ArrayRef<Attribute> operands) {
+  auto a = dyn_cast_or_null<DenseElementsAttr>(operands[0]);
+  auto b = dyn_cast_or_null<DenseElementsAttr>(operands[1]);
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!a || !b || !type || !type.hasStaticShape() || type.getNumElements() > kEvalLimit)
+    return {};
+  std::optional<SmallVector<double>> x = elementsOf(a), y = elementsOf(b);
+  if (!x || !y)
+    return {};
+  // Flat index into an operand of `shape` broadcast to the result index.
+  auto flat = [&](ArrayRef<int64_t> shape, ArrayRef<int64_t> idx) {
+    int64_t f = 0, stride = 1;
+    size_t off = idx.size() - shape.size();
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      if (shape[d] != 1)
+        f += idx[off + d] * stride;
+      stride *= shape[d];
+    }
+    return f;
+  };
+  bool le = isa<LessOrEqualOp>(op);
+  SmallVector<bool> out;
+  SmallVector<int64_t> idx(type.getRank(), 0);
+  for (int64_t i = 0, n = type.getNumElements(); i < n; ++i) {
+    double l = (*x)[flat(a.getType().getShape(), idx)];
+    double r = (*y)[flat(b.getType().getShape(), idx)];
+    out.push_back(le ? l <= r : l >= r);
+    for (int64_t d = type.getRank() - 1; d >= 0; --d) {
+      if (++idx[d] < type.getDimSize(d))
+        break;
+      idx[d] = 0;
+    }
+  }
+  return DenseElementsAttr::get(type, ArrayRef<bool>(out));
+}
+
+/// The value of `v` when it is computed from constants only, by folding its
+/// backward slice; null when an op does not fold (or the fold limits of
+/// GraphFolds.cpp are hit). The IR is not changed; the folded ops go into
+/// `slice`.
+DenseElementsAttr evaluateConstant(Value v, SetVector<Operation *> &slice) {
+  BackwardSliceOptions options;
+  bool argument = false;
+  options.filter = [&](Operation *op) {
+    for (Value operand : op->getOperands())
+      argument |= isa<BlockArgument>(operand);
+    return true;
+  };
+  getBackwardSlice(v, &slice, options);
+  Operation *def = v.getDefiningOp();
+  if (!def || argument || llvm::any_of(def->getOperands(), llvm::IsaPred<BlockArgument>))
+    return {};
+  slice.insert(def);
+  DenseMap<Value, Attribute> known;
+  for (Operation *op : slice) { // topological order: definitions first
+    if (op->getNumRegions() || !isMemoryEffectFree(op) || op->getNumResults() != 1)
+      return {};
+    SmallVector<Attribute> operands;
+    for (Value operand : op->getOperands())
+      operands.push_back(known.lookup(operand));
+    SmallVector<OpFoldResult, 1> results;
+    if (isa<LessOrEqualOp, GreaterOrEqualOp>(op))
+      results.push_back(foldOrderedCompare(op, operands));
+    else if (failed(op->fold(operands, results)) || results.size() != 1)
+      return {};
+    if (!results[0])
+      return {};
+    Attribute attr = dyn_cast<Attribute>(results[0]);
+    if (!attr)
+      attr = known.lookup(cast<Value>(results[0]));
+    if (!attr)
+      return {};
+    known[op->getResult(0)] = attr;
+  }
+  return dyn_cast_or_null<DenseElementsAttr>(known.lookup(v));
+}
+
+/// What a constant bias does to the [b..., Tq, Tk] scores.
+enum class BiasKind { Other, Zero, Causal };
+
+/// Zero everywhere, or a causal mask: 0 where key j <= i + (Tk - Tq) and at
+/// most -1e30 (-inf included) above, in every batch entry.
+BiasKind classifyBias(DenseElementsAttr bias, int64_t tq, int64_t tk) {
+  if (!isa<FloatType>(bias.getElementType()))
+    return BiasKind::Other;
+  ArrayRef<int64_t> shape = bias.getType().getShape();
+  bool zero = true, causal = shape.size() >= 2 && shape[shape.size() - 2] == tq &&
+                             shape.back() == tk;
+  int64_t i = 0;
+  for (APFloat x : bias.getValues<APFloat>()) {
+    double d = x.convertToDouble();
+    zero &= d == 0.0;
+    if (causal) {
+      int64_t col = i % tk, row = (i / tk) % tq;
+      causal = col <= row + (tk - tq) ? d == 0.0 : d <= -1e30;
+    }
+    if (!zero && !causal)
+      return BiasKind::Other;
+    ++i;
+  }
+  return zero ? BiasKind::Zero : BiasKind::Causal;
+}
+
 struct FuseAttentionPass
     : strait::graph::impl::GraphFuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
@@ -183,16 +307,32 @@ struct FuseAttentionPass
         continue;
       Operation *last = m->chain.back();
       OpBuilder b(last);
+      // A constant bias that is all zeros goes; a causal mask becomes
+      // causal = 1 (the kernel skips the masked keys).
+      int64_t causal = 0;
+      auto yType = cast<RankedTensorType>(last->getResult(0).getType());
+      if (m->bias) {
+        SetVector<Operation *> slice;
+        if (DenseElementsAttr value = evaluateConstant(m->bias, slice)) {
+          ArrayRef<int64_t> ks = cast<RankedTensorType>(m->kt.getType()).getShape();
+          BiasKind kind = classifyBias(value, yType.getShape().drop_back().back(), ks.back());
+          if (kind != BiasKind::Other) {
+            causal = kind == BiasKind::Causal;
+            numCausal += causal;
+            m->bias = Value();
+            maybeDead.insert(slice.begin(), slice.end());
+          }
+        }
+      }
       SmallVector<Value, 4> operands{m->q, m->kt, m->v};
       if (m->bias)
         operands.push_back(m->bias);
       // Y is P V's type (operandsFit and the MatMuls' shapes make it so);
       // LSE drops Dv and is f32.
-      auto yType = cast<RankedTensorType>(last->getResult(0).getType());
       auto lseType = RankedTensorType::get(yType.getShape().drop_back(), b.getF32Type());
       NamedAttrList attrs;
       attrs.append("scale", b.getF32FloatAttr(static_cast<float>(m->scale)));
-      attrs.append("causal", b.getI64IntegerAttr(0));
+      attrs.append("causal", b.getI64IntegerAttr(causal));
       auto fused = b.create<FusedAttentionOp>(last->getLoc(), TypeRange{yType, lseType},
                                               operands, attrs.getAttrs());
       last->getResult(0).replaceAllUsesWith(fused.getY());
@@ -205,11 +345,21 @@ struct FuseAttentionPass
       for (Operation *op : llvm::reverse(m->chain))
         op->erase();
       for (Operation *c : constants)
-        if (c->use_empty())
+        if (c->use_empty()) {
+          maybeDead.remove(c);
           c->erase();
+        }
       ++numFused;
     }
+    // The mask computations no fused op reads any more (shared by all
+    // blocks, so erased once all are fused), last use first.
+    for (Operation &op : llvm::make_early_inc_range(
+             llvm::reverse(getOperation().getBody().front())))
+      if (maybeDead.contains(&op) && op.use_empty())
+        op.erase();
   }
+
+  SetVector<Operation *> maybeDead;
 };
 
 } // namespace
