@@ -8,8 +8,10 @@
 //             SoftmaxGrad, Mul(scale), MatMul(dS, Transpose(Kt)),
 //             MatMul(Transpose(Q), dS);
 //   fused:    FusedAttention + FusedAttentionGrad with the same [1, 1, T, T]
-//             additive mask (what graph-fuse-attention builds from GPT-2);
-//   causal:   the same with causal=1 and no mask tensor (the blocks above the
+//             additive mask as Bias (graph-fuse-attention's output when the
+//             mask depends on the inputs);
+//   causal:   the same with causal=1 and no mask tensor (its output for a
+//             mask computed from constants; the key blocks above the
 //             diagonal are skipped).
 // Prints the median time of each, the ratios, and the peak scratch bytes:
 // for the composed run the T x T intermediates live at once (each freed
