@@ -52,3 +52,15 @@ func.func @multi_result(%x: tensor<4x6xf32>) -> (tensor<4x2xf32>, tensor<4x4xf32
   %v, %i = graph.TopK %x {k = 2 : i64} : (tensor<4x6xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>)
   return %a#0, %a#1, %i : tensor<4x2xf32>, tensor<4x4xf32>, tensor<4x2xi64>
 }
+
+// FusedAttention with and without its bias; causal prints when set, dynamic
+// Tq and D are inferred through.
+// CHECK-LABEL: func @attention
+func.func @attention(%q: tensor<2x4x?x8xf32>, %kt: tensor<2x4x8x6xf32>, %v: tensor<2x4x6x3xf32>,
+                     %m: tensor<2x1x1x6xf32>) -> (tensor<2x4x?x3xf32>, tensor<2x4x?xf32>) {
+  // CHECK: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f32} : (tensor<2x4x?x8xf32>, tensor<2x4x8x6xf32>, tensor<2x4x6x3xf32>, tensor<2x1x1x6xf32>) -> (tensor<2x4x?x3xf32>, tensor<2x4x?xf32>)
+  %y, %lse = graph.FusedAttention %q, %kt, %v, %m {scale = 0.125 : f32} : (tensor<2x4x?x8xf32>, tensor<2x4x8x6xf32>, tensor<2x4x6x3xf32>, tensor<2x1x1x6xf32>) -> (tensor<2x4x?x3xf32>, tensor<2x4x?xf32>)
+  // CHECK: graph.FusedAttention %{{.*}}, %{{.*}}, %{{.*}} {causal = 1 : i64, scale = 1.000000e+00 : f32} : (tensor<2x4x?x8xf32>, tensor<2x4x8x6xf32>, tensor<2x4x6x3xf32>) -> (tensor<2x4x?x3xf32>, tensor<2x4x?xf32>)
+  %c:2 = graph.FusedAttention %q, %kt, %v {scale = 1.0 : f32, causal = 1 : i64} : (tensor<2x4x?x8xf32>, tensor<2x4x8x6xf32>, tensor<2x4x6x3xf32>) -> (tensor<2x4x?x3xf32>, tensor<2x4x?xf32>)
+  return %y, %lse : tensor<2x4x?x3xf32>, tensor<2x4x?xf32>
+}

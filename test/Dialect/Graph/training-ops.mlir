@@ -69,3 +69,14 @@ func.func @update(%g: tensor<4xf32>, %g2: tensor<2x2xf32>, %lr: tensor<f32>, %st
   graph.AssignVariable @w = %q#0 : tensor<4xf32>
   return
 }
+
+// FusedAttentionGrad: dQ, dKt, dV have the types of Q, Kt, V (bf16 here;
+// LSE stays f32, the bias may be f32).
+// CHECK-LABEL: func @attention_grad
+func.func @attention_grad(%dy: tensor<2x4x8xbf16>, %q: tensor<2x4x8xbf16>, %kt: tensor<2x8x5xbf16>,
+                          %v: tensor<2x5x8xbf16>, %y: tensor<2x4x8xbf16>, %lse: tensor<2x4xf32>,
+                          %m: tensor<4x5xf32>) {
+  // CHECK: graph.FusedAttentionGrad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal = 1 : i64, scale = 5.000000e-01 : f32} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x8x5xbf16>, tensor<2x5x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<4x5xf32>) -> (tensor<2x4x8xbf16>, tensor<2x8x5xbf16>, tensor<2x5x8xbf16>)
+  %d:3 = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse, %m {scale = 0.5 : f32, causal = 1 : i64} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x8x5xbf16>, tensor<2x5x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<4x5xf32>) -> (tensor<2x4x8xbf16>, tensor<2x8x5xbf16>, tensor<2x5x8xbf16>)
+  return
+}
