@@ -508,12 +508,17 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
       return 1;
     }
-    // The plan of a mixed-precision job costs the products in its type.
-    if (precision != "f32") {
+    // The plan costs the graph the job compiles: the forward fusions (no
+    // T x T attention scores), and the products in a mixed-precision job's
+    // type.
+    {
       PassManager pm(&context);
-      strait::graph::GraphAutocastOptions autocast;
-      autocast.precision = precision;
-      pm.addPass(strait::graph::createGraphAutocast(autocast));
+      strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention);
+      if (precision != "f32") {
+        strait::graph::GraphAutocastOptions autocast;
+        autocast.precision = precision;
+        pm.addPass(strait::graph::createGraphAutocast(autocast));
+      }
       if (failed(pm.run(*module)))
         return 1;
     }
