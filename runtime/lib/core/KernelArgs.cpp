@@ -285,5 +285,164 @@ StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max) {
   return a;
 }
 
+// --- FusedAttention ----------------------------------------------------------
+
+int64_t AttentionArgs::keyEnd(int64_t i) const {
+  if (!causal)
+    return tk;
+  return std::clamp<int64_t>(i + 1 + (tk - tq), 0, tk);
+}
+
+int64_t AttentionArgs::biasOffset(int64_t b) const {
+  int64_t off = 0;
+  for (int64_t dim = static_cast<int64_t>(batch.size()) - 1; dim >= 0; --dim) {
+    off += (b % batch[dim]) * biasStrides[dim];
+    b /= batch[dim];
+  }
+  return off;
+}
+
+namespace {
+
+Shape withTail(const Shape &batch, std::initializer_list<int64_t> tail) {
+  Shape s = batch;
+  s.insert(s.end(), tail);
+  return s;
+}
+
+/// Output `i` named `name` must be declared `dtype` `shape`.
+StatusOr<Tensor *> attentionOutput(const KernelContext &ctx, size_t i, const char *name,
+                                   const Shape &shape, DType dtype) {
+  Tensor *t = ctx.output(i);
+  if (!t)
+    return ctx.error(std::string("missing output ") + name);
+  if (t->shape != shape || t->dtype != dtype)
+    return ctx.error(std::string("output ") + name + " is declared " + t->typeString() +
+                     " but the op computes " + dtypeName(dtype) + shapeToString(shape));
+  return t;
+}
+
+/// Bias: f32 or Q's dtype, rank <= rank of the scores, broadcastable to
+/// them; sets a.biasStrides.
+Status checkAttentionBias(const KernelContext &ctx, AttentionArgs &a) {
+  const Tensor &b = *a.bias;
+  Shape scores = withTail(a.batch, {a.tq, a.tk});
+  size_t r = scores.size();
+  if (b.dtype != program::DTYPE_F32 && b.dtype != a.dtype)
+    return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " +
+                           dtypeName(a.dtype) + " (the dtype of Q)");
+  std::string broadcast = "Bias " + b.typeString() + " does not broadcast to the scores " +
+                          shapeToString(scores) + " ([b..., Tq, Tk])";
+  if (b.rank() > r)
+    return ctx.error(broadcast);
+  a.biasStrides.assign(r, 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < b.rank(); ++k) {
+    size_t bd = b.rank() - 1 - k, od = r - 1 - k;
+    int64_t dim = b.shape[bd];
+    if (dim != 1 && dim != scores[od])
+      return ctx.error(broadcast);
+    a.biasStrides[od] = dim == 1 ? 0 : stride;
+    stride *= dim;
+  }
+  return Status::ok();
+}
+
+/// Q, Kt, V at qIndex.., the optional Bias at biasIndex and the attributes.
+StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qIndex,
+                                          size_t biasIndex) {
+  AttentionArgs a;
+  const char *names[3] = {"Q", "Kt", "V"};
+  const Tensor *t[3];
+  for (size_t k = 0; k < 3; ++k) {
+    t[k] = ctx.input(qIndex + k);
+    if (!t[k])
+      return ctx.error(std::string("missing operand ") + names[k]);
+  }
+  a.q = t[0];
+  a.kt = t[1];
+  a.v = t[2];
+  DType dt = a.q->dtype;
+  if (dt != program::DTYPE_F32 && dt != program::DTYPE_BF16 && dt != program::DTYPE_F16)
+    return ctx.unsupported("Q " + a.q->typeString() + ": expected f32, bf16 or f16");
+  for (size_t k = 1; k < 3; ++k)
+    if (t[k]->dtype != dt)
+      return ctx.error(std::string("dtype mix: ") + names[k] + " " + t[k]->typeString() +
+                       " with Q " + a.q->typeString() + " (Q, Kt and V must share one dtype)");
+  a.dtype = dt;
+  size_t r = a.q->rank();
+  if (r < 2)
+    return ctx.error("Q " + a.q->typeString() + " must have rank >= 2 ([b..., Tq, D])");
+  for (size_t k = 1; k < 3; ++k)
+    if (t[k]->rank() != r)
+      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
+                       " must have the rank of Q " + a.q->typeString());
+  a.batch.assign(a.q->shape.begin(), a.q->shape.end() - 2);
+  a.nBatch = numElements(a.batch);
+  a.tq = a.q->shape[r - 2];
+  a.d = a.q->shape[r - 1];
+  a.tk = a.kt->shape[r - 1];
+  a.dv = a.v->shape[r - 1];
+  Shape ktWant = withTail(a.batch, {a.d, a.tk}), vWant = withTail(a.batch, {a.tk, a.dv});
+  for (size_t k = 1; k < 3; ++k)
+    if (!std::equal(a.batch.begin(), a.batch.end(), t[k]->shape.begin()))
+      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
+                       " has other batch dims than Q " + a.q->typeString() + " (must be " +
+                       shapeToString(k == 1 ? ktWant : vWant) + ")");
+  if (a.kt->shape[r - 2] != a.d)
+    return ctx.error("Kt " + a.kt->typeString() + " must be " + shapeToString(ktWant) +
+                     " ([b..., D, Tk]): D=" + std::to_string(a.kt->shape[r - 2]) +
+                     " but Q " + a.q->typeString() + " has D=" + std::to_string(a.d));
+  if (a.v->shape[r - 2] != a.tk)
+    return ctx.error("V " + a.v->typeString() + " must be " + shapeToString(vWant) +
+                     " ([b..., Tk, Dv]): " + std::to_string(a.v->shape[r - 2]) +
+                     " rows but Kt " + a.kt->typeString() + " has Tk=" + std::to_string(a.tk));
+  a.bias = ctx.input(biasIndex);
+  if (a.bias)
+    STRAIT_RETURN_IF_ERROR(checkAttentionBias(ctx, a));
+  if (!ctx.getAttrs().has("scale"))
+    return ctx.error("missing required attribute 'scale'");
+  STRAIT_ASSIGN_OR_RETURN(a.scale, ctx.getAttrs().getFloat("scale", 1.0f));
+  STRAIT_ASSIGN_OR_RETURN(int64_t causal, ctx.getAttrs().getInt("causal", 0));
+  if (causal != 0 && causal != 1)
+    return ctx.error("attribute causal must be 0 or 1, got " + std::to_string(causal));
+  a.causal = causal == 1;
+  return a;
+}
+
+} // namespace
+
+StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(AttentionArgs a, attentionOperands(ctx, 0, 3));
+  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "Y", withTail(a.batch, {a.tq, a.dv}),
+                                                    a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "LSE", withTail(a.batch, {a.tq}),
+                                                    program::DTYPE_F32));
+  return a;
+}
+
+StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(AttentionArgs a, attentionOperands(ctx, 1, 6));
+  Shape yShape = withTail(a.batch, {a.tq, a.dv}), lseShape = withTail(a.batch, {a.tq});
+  a.dy = ctx.input(0);
+  a.y = ctx.input(4);
+  a.lse = ctx.input(5);
+  if (!a.dy || !a.y || !a.lse)
+    return ctx.error(std::string("missing operand ") + (!a.dy ? "dY" : !a.y ? "Y" : "LSE"));
+  if (a.dy->shape != yShape || a.dy->dtype != a.dtype)
+    return ctx.error("dY " + a.dy->typeString() + " must be " + dtypeName(a.dtype) +
+                     shapeToString(yShape) + " (the type of Y)");
+  if (a.y->shape != yShape || a.y->dtype != a.dtype)
+    return ctx.error("Y " + a.y->typeString() + " must be " + dtypeName(a.dtype) +
+                     shapeToString(yShape) + " ([b..., Tq, Dv], the dtype of Q)");
+  if (a.lse->shape != lseShape || a.lse->dtype != program::DTYPE_F32)
+    return ctx.error("LSE " + a.lse->typeString() + " must be f32" + shapeToString(lseShape) +
+                     " ([b..., Tq])");
+  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "dQ", a.q->shape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "dKt", a.kt->shape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[2], attentionOutput(ctx, 2, "dV", a.v->shape, a.dtype));
+  return a;
+}
+
 } // namespace rt
 } // namespace strait

@@ -4,7 +4,8 @@
 // (Y, LSE) and FusedAttentionGrad(dY, Q, Kt, V, Y, LSE [, Bias]) -> (dQ, dKt,
 // dV) (contract: docs/runtime.md, "Fused attention"). Shapes: Q [b..., Tq,
 // D], Kt [b..., D, Tk], V [b..., Tk, Dv], Bias broadcastable to [b..., Tq,
-// Tk]; Y [b..., Tq, Dv], LSE [b..., Tq] (f32).
+// Tk]; Y [b..., Tq, Dv], LSE [b..., Tq] (f32). The operand checks are
+// shared with the CUDA kernels (fusedAttentionArgs, KernelArgs.h).
 //
 // Neither kernel materializes the Tq x Tk scores: the forward runs over
 // (batch slice, block of kBlockRows query rows) items in parallel, each
@@ -22,6 +23,8 @@
 #include "CpuKernels.h"
 #include "RowMath.h"
 
+#include "strait/runtime/KernelArgs.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -35,141 +38,7 @@ namespace {
 
 constexpr int64_t kBlockRows = 64;
 
-bool isAttentionDType(DType t) {
-  return t == program::DTYPE_F32 || t == program::DTYPE_BF16 ||
-         t == program::DTYPE_F16;
-}
-
-/// The operands of either kernel after the checks shared by both.
-struct AttnArgs {
-  const Tensor *q = nullptr, *kt = nullptr, *v = nullptr, *bias = nullptr;
-  DType dtype = program::DTYPE_F32;
-  Shape batch;
-  int64_t nBatch = 1, tq = 0, tk = 0, d = 0, dv = 0;
-  float scale = 1;
-  bool causal = false;
-  /// Element strides of Bias broadcast to [b..., Tq, Tk] (0 on broadcast dims).
-  std::vector<int64_t> biasStrides;
-
-  /// Offset of slice b's first element in Bias.
-  int64_t biasOffset(int64_t b) const {
-    int64_t off = 0;
-    for (int64_t dim = static_cast<int64_t>(batch.size()) - 1; dim >= 0; --dim) {
-      off += (b % batch[dim]) * biasStrides[dim];
-      b /= batch[dim];
-    }
-    return off;
-  }
-  /// Keys visible to query row i: [0, keyEnd(i)).
-  int64_t keyEnd(int64_t i) const {
-    if (!causal)
-      return tk;
-    return std::clamp<int64_t>(i + 1 + (tk - tq), 0, tk);
-  }
-};
-
-Shape withTail(const Shape &batch, std::initializer_list<int64_t> tail) {
-  Shape s = batch;
-  s.insert(s.end(), tail);
-  return s;
-}
-
-/// Bias: f32 or Q's dtype, rank <= rank of Q, broadcastable to the scores
-/// [b..., Tq, Tk]; sets a.biasStrides.
-Status checkBias(const KernelContext &ctx, AttnArgs &a) {
-  const Tensor &b = *a.bias;
-  Shape scores = withTail(a.batch, {a.tq, a.tk});
-  int64_t r = static_cast<int64_t>(scores.size());
-  if (b.dtype != program::DTYPE_F32 && b.dtype != a.dtype)
-    return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " +
-                           dtypeName(a.dtype) + " (the dtype of Q)");
-  bool ok = b.rank() <= r;
-  for (int64_t k = 0; ok && k < b.rank(); ++k) {
-    int64_t dim = b.shape[k], want = scores[r - b.rank() + k];
-    ok = dim == 1 || dim == want;
-  }
-  if (!ok)
-    return ctx.error("Bias " + b.typeString() + " does not broadcast to the scores " +
-                     shapeToString(scores) + " ([b..., Tq, Tk])");
-  a.biasStrides = broadcastStrides(b.shape, scores);
-  return Status::ok();
-}
-
-/// Q, Kt, V and the optional Bias at the given input positions, the scale
-/// and causal attributes: every check happens here, before any compute.
-StatusOr<AttnArgs> attentionArgs(const KernelContext &ctx, size_t qIndex,
-                                 size_t biasIndex) {
-  AttnArgs a;
-  const char *names[3] = {"Q", "Kt", "V"};
-  const Tensor *t[3];
-  for (size_t k = 0; k < 3; ++k) {
-    t[k] = ctx.input(qIndex + k);
-    if (!t[k])
-      return ctx.error(std::string("missing operand ") + names[k]);
-  }
-  a.q = t[0];
-  a.kt = t[1];
-  a.v = t[2];
-  if (!isAttentionDType(a.q->dtype))
-    return ctx.unsupported("Q " + a.q->typeString() + ": expected f32, bf16 or f16");
-  for (size_t k = 1; k < 3; ++k)
-    if (t[k]->dtype != a.q->dtype)
-      return ctx.error(std::string("dtype mix: ") + names[k] + " " +
-                       t[k]->typeString() + " with Q " + a.q->typeString() +
-                       " (Q, Kt and V must share one dtype)");
-  a.dtype = a.q->dtype;
-  int64_t r = a.q->rank();
-  if (r < 2)
-    return ctx.error("Q " + a.q->typeString() + " must have rank >= 2 ([b..., Tq, D])");
-  for (size_t k = 1; k < 3; ++k)
-    if (t[k]->rank() != r)
-      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
-                       " must have the rank of Q " + a.q->typeString());
-  a.batch.assign(a.q->shape.begin(), a.q->shape.end() - 2);
-  for (size_t k = 1; k < 3; ++k)
-    if (!std::equal(a.batch.begin(), a.batch.end(), t[k]->shape.begin()))
-      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
-                       " has other batch dims than Q " + a.q->typeString());
-  a.nBatch = numElements(a.batch);
-  a.tq = a.q->shape[r - 2];
-  a.d = a.q->shape[r - 1];
-  a.tk = a.kt->shape[r - 1];
-  a.dv = a.v->shape[r - 1];
-  if (a.kt->shape[r - 2] != a.d)
-    return ctx.error("Kt " + a.kt->typeString() + " has D=" +
-                     std::to_string(a.kt->shape[r - 2]) + " but Q " +
-                     a.q->typeString() + " has D=" + std::to_string(a.d));
-  if (a.v->shape[r - 2] != a.tk)
-    return ctx.error("V " + a.v->typeString() + " has " +
-                     std::to_string(a.v->shape[r - 2]) + " rows but Kt " +
-                     a.kt->typeString() + " has Tk=" + std::to_string(a.tk));
-  a.bias = ctx.input(biasIndex);
-  if (a.bias) {
-    STRAIT_RETURN_IF_ERROR(checkBias(ctx, a));
-  }
-  if (!ctx.getAttrs().has("scale"))
-    return ctx.error("missing required attribute 'scale'");
-  STRAIT_ASSIGN_OR_RETURN(a.scale, ctx.getAttrs().getFloat("scale", 1.0f));
-  STRAIT_ASSIGN_OR_RETURN(int64_t causal, ctx.getAttrs().getInt("causal", 0));
-  if (causal != 0 && causal != 1)
-    return ctx.error("attribute causal must be 0 or 1, got " + std::to_string(causal));
-  a.causal = causal == 1;
-  return a;
-}
-
-/// Output `i` named `name` must be declared `dtype` `shape`.
-StatusOr<Tensor *> attentionOutput(const KernelContext &ctx, size_t i,
-                                   const char *name, const Shape &shape,
-                                   DType dtype) {
-  Tensor *t = ctx.output(i);
-  if (!t)
-    return ctx.error(std::string("missing output ") + name);
-  if (t->shape != shape || t->dtype != dtype)
-    return ctx.error(std::string("output ") + name + " is declared " +
-                     t->typeString() + " but the op computes " +
-                     dtypeName(dtype) + shapeToString(shape));
-  return t;
-}
+using AttnArgs = AttentionArgs;
 
 /// C = alpha * op(A) op(B) + beta * C for any sizes (k = 0 included).
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
@@ -279,12 +148,8 @@ void parallelBlocks(int64_t n, const std::function<void(int64_t, int64_t)> &body
 }
 
 Status fusedAttentionKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(ctx, 0, 3));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, attentionOutput(ctx, 0, "Y",
-                                                      withTail(a.batch, {a.tq, a.dv}), a.dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * lse, attentionOutput(ctx, 1, "LSE",
-                                                        withTail(a.batch, {a.tq}),
-                                                        program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, fusedAttentionArgs(ctx));
+  Tensor *y = a.out[0], *lse = a.out[1];
   if (a.nBatch == 0 || a.tq == 0)
     return Status::ok();
   const int64_t blocks = (a.tq + kBlockRows - 1) / kBlockRows;
@@ -395,23 +260,9 @@ void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT,
 }
 
 Status fusedAttentionGradKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(ctx, 1, 6));
-  Shape yShape = withTail(a.batch, {a.tq, a.dv}), lseShape = withTail(a.batch, {a.tq});
-  const Tensor *dy = ctx.input(0), *y = ctx.input(4), *lse = ctx.input(5);
-  if (!dy || !y || !lse)
-    return ctx.error(std::string("missing operand ") + (!dy ? "dY" : !y ? "Y" : "LSE"));
-  if (dy->shape != yShape || dy->dtype != a.dtype)
-    return ctx.error("dY " + dy->typeString() + " must be " + dtypeName(a.dtype) +
-                     shapeToString(yShape) + " (the type of Y)");
-  if (y->shape != yShape || y->dtype != a.dtype)
-    return ctx.error("Y " + y->typeString() + " must be " + dtypeName(a.dtype) +
-                     shapeToString(yShape) + " ([b..., Tq, Dv], the dtype of Q)");
-  if (lse->shape != lseShape || lse->dtype != program::DTYPE_F32)
-    return ctx.error("LSE " + lse->typeString() + " must be f32" +
-                     shapeToString(lseShape) + " ([b..., Tq])");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dq, attentionOutput(ctx, 0, "dQ", a.q->shape, a.dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dkt, attentionOutput(ctx, 1, "dKt", a.kt->shape, a.dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dv, attentionOutput(ctx, 2, "dV", a.v->shape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, fusedAttentionGradArgs(ctx));
+  const Tensor *dy = a.dy, *y = a.y, *lse = a.lse;
+  Tensor *dq = a.out[0], *dkt = a.out[1], *dv = a.out[2];
   if (a.nBatch == 0)
     return Status::ok();
   parallelBlocks(a.nBatch, [&](int64_t b0, int64_t b1) {

@@ -93,94 +93,39 @@ struct AttnArgs {
   ET et = ET::F32;
 };
 
-Shape withBatch(const Shape &batch, std::initializer_list<int64_t> tail) {
-  Shape s = batch;
-  s.insert(s.end(), tail.begin(), tail.end());
-  return s;
-}
-
-/// Checks Q, Kt, V (at inputs first..first+2), the optional Bias at input
-/// `biasIndex` and the attributes; the messages name the operand and shapes.
-StatusOr<AttnArgs> attnArgs(const CudaContext &c, const KernelContext &ctx, size_t first,
-                            size_t biasIndex) {
+/// The device view of the shared checks' result (fusedAttentionArgs /
+/// fusedAttentionGradArgs, KernelArgs.h): GEMM types and the bias strides.
+StatusOr<AttnArgs> attnArgs(const CudaContext &c, const KernelContext &ctx,
+                            const AttentionArgs &s) {
   AttnArgs a;
-  const AttrReader &at = ctx.getAttrs();
-  if (!at.has("scale"))
-    return ctx.error("attribute 'scale' is required");
-  STRAIT_ASSIGN_OR_RETURN(a.scale, at.getFloat("scale", 1.0f));
-  STRAIT_ASSIGN_OR_RETURN(int64_t causal, at.getInt("causal", 0));
-  if (causal != 0 && causal != 1)
-    return ctx.error("attribute 'causal' must be 0 or 1, got " + std::to_string(causal));
-  a.causal = causal == 1;
-  STRAIT_ASSIGN_OR_RETURN(a.q, ctx.requireInput(first));
-  STRAIT_ASSIGN_OR_RETURN(a.kt, ctx.requireInput(first + 1));
-  STRAIT_ASSIGN_OR_RETURN(a.v, ctx.requireInput(first + 2));
-  DType t = a.q->dtype;
-  if (t != program::DTYPE_F32 && t != program::DTYPE_BF16 && t != program::DTYPE_F16)
-    return ctx.unsupported("cuda: " + ctx.op() + " on Q " + a.q->typeString() +
-                           " (f32, bf16 or f16)");
-  if (a.kt->dtype != t || a.v->dtype != t)
-    return ctx.error("Q, Kt and V must have one dtype: Q " + a.q->typeString() + ", Kt " +
-                     a.kt->typeString() + ", V " + a.v->typeString());
-  size_t r = a.q->rank();
-  if (r < 2)
-    return ctx.error("Q " + a.q->typeString() + " must have rank >= 2 ([b..., Tq, D])");
-  if (a.kt->rank() != r || a.v->rank() != r)
-    return ctx.error("Kt " + a.kt->typeString() + " and V " + a.v->typeString() +
-                     " must have Q's rank (Q " + a.q->typeString() + ")");
-  a.batch.assign(a.q->shape.begin(), a.q->shape.end() - 2);
-  a.tq = a.q->shape[r - 2];
-  a.d = a.q->shape[r - 1];
-  a.tk = a.kt->shape[r - 1];
-  a.dv = a.v->shape[r - 1];
-  if (Shape(a.kt->shape.begin(), a.kt->shape.end() - 2) != a.batch ||
-      a.kt->shape[r - 2] != a.d)
-    return ctx.error("Kt " + a.kt->typeString() + " must be " +
-                     shapeToString(withBatch(a.batch, {a.d, a.tk})) + " ([b..., D, Tk] for Q " +
-                     a.q->typeString() + ")");
-  if (Shape(a.v->shape.begin(), a.v->shape.end() - 2) != a.batch || a.v->shape[r - 2] != a.tk)
-    return ctx.error("V " + a.v->typeString() + " must be " +
-                     shapeToString(withBatch(a.batch, {a.tk, a.dv})) + " ([b..., Tk, Dv] for Q " +
-                     a.q->typeString() + ", Kt " + a.kt->typeString() + ")");
+  a.q = s.q;
+  a.kt = s.kt;
+  a.v = s.v;
+  a.batch = s.batch;
+  a.entries = s.nBatch;
+  a.tq = s.tq;
+  a.tk = s.tk;
+  a.d = s.d;
+  a.dv = s.dv;
+  a.scale = s.scale;
+  a.causal = s.causal;
   if (a.batch.size() > size_t(kMaxDims))
     return ctx.unsupported("cuda: " + ctx.op() + " with more than " + std::to_string(kMaxDims) +
                            " batch dims: Q " + a.q->typeString());
-  a.entries = numElements(a.batch);
-  a.ty = attnGemmTypes(c, t);
-  a.et = elemType(t);
-
-  const Tensor *bias = ctx.input(biasIndex);
-  if (!bias)
+  a.ty = attnGemmTypes(c, s.dtype);
+  a.et = elemType(s.dtype);
+  if (!s.bias)
     return a;
-  Shape full = withBatch(a.batch, {a.tq, a.tk});
-  if (bias->dtype != program::DTYPE_F32 && bias->dtype != t)
-    return ctx.error("Bias " + bias->typeString() + " must be f32 or Q's dtype (Q " +
-                     a.q->typeString() + ")");
-  if (bias->rank() > r)
-    return ctx.error("Bias " + bias->typeString() + " has a higher rank than Q " +
-                     a.q->typeString());
-  // Contiguous strides of the bias, right-aligned to [b..., Tq, Tk]; 0 on
-  // dims it broadcasts.
-  std::vector<int64_t> stride(r, 0);
-  int64_t acc = 1;
-  for (size_t k = 0; k < bias->rank(); ++k) {
-    size_t bd = bias->rank() - 1 - k, od = r - 1 - k;
-    int64_t dim = bias->shape[bd];
-    if (dim != 1 && dim != full[od])
-      return ctx.error("Bias " + bias->typeString() + " does not broadcast to the scores " +
-                       shapeToString(full) + " (dim " + std::to_string(bd) + ")");
-    stride[od] = dim == 1 ? 0 : acc;
-    acc *= dim;
-  }
-  a.bias.data = bias->data;
-  a.bias.dtype = elemType(bias->dtype);
+  size_t r = s.biasStrides.size(); // the scores' rank: batch dims + 2
+  a.bias.data = s.bias->data;
+  a.bias.dtype = elemType(s.bias->dtype);
   a.bias.batchRank = static_cast<int>(a.batch.size());
   for (size_t k = 0; k < a.batch.size(); ++k) {
     a.bias.batchShape[k] = a.batch[k];
-    a.bias.batchStride[k] = stride[k];
+    a.bias.batchStride[k] = s.biasStrides[k];
   }
-  a.bias.rowStride = stride[r - 2];
-  a.bias.colStride = stride[r - 1];
+  a.bias.rowStride = s.biasStrides[r - 2];
+  a.bias.colStride = s.biasStrides[r - 1];
   return a;
 }
 
@@ -233,11 +178,9 @@ AttnRows chunkRows(const AttnArgs &a, int64_t b0, int64_t nb) {
 }
 
 Status fusedAttentionKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, 0, 3));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y,
-                          ctx.requireOutput(0, withBatch(a.batch, {a.tq, a.dv}), a.q->dtype));
-  Shape lseShape = withBatch(a.batch, {a.tq});
-  STRAIT_ASSIGN_OR_RETURN(Tensor * lse, ctx.requireOutput(1, lseShape, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(AttentionArgs shared, fusedAttentionArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, shared));
+  Tensor *y = shared.out[0], *lse = shared.out[1];
   if (a.entries == 0 || a.tq == 0)
     return Status::ok();
   int64_t chunk = chunkEntries(a);
@@ -261,23 +204,10 @@ Status fusedAttentionKernel(CudaContext &c, KernelContext &ctx, int) {
 }
 
 Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, 1, 6));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *y, ctx.requireInput(4));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *lse, ctx.requireInput(5));
-  Shape yShape = withBatch(a.batch, {a.tq, a.dv}), lseShape = withBatch(a.batch, {a.tq});
-  if (y->dtype != a.q->dtype || y->shape != yShape)
-    return ctx.error("Y " + y->typeString() + " must be " + dtypeName(a.q->dtype) +
-                     shapeToString(yShape) + " (Q " + a.q->typeString() + ", V " +
-                     a.v->typeString() + ")");
-  if (dy->dtype != y->dtype || dy->shape != y->shape)
-    return ctx.error("dY " + dy->typeString() + " must have Y's type " + y->typeString());
-  if (lse->dtype != program::DTYPE_F32 || lse->shape != lseShape)
-    return ctx.error("LSE " + lse->typeString() + " must be f32" + shapeToString(lseShape) +
-                     " (Q " + a.q->typeString() + ")");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dq, ctx.requireOutput(0, a.q->shape, a.q->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dkt, ctx.requireOutput(1, a.kt->shape, a.kt->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * dv, ctx.requireOutput(2, a.v->shape, a.v->dtype));
+  STRAIT_ASSIGN_OR_RETURN(AttentionArgs shared, fusedAttentionGradArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, shared));
+  const Tensor *dy = shared.dy, *y = shared.y, *lse = shared.lse;
+  Tensor *dq = shared.out[0], *dkt = shared.out[1], *dv = shared.out[2];
   if (a.entries == 0)
     return Status::ok();
   int64_t chunk = chunkEntries(a);

@@ -122,6 +122,35 @@ struct PoolGradArgs {
 };
 StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max);
 
+/// FusedAttention (Q, Kt, V [, Bias] -> Y, LSE) and FusedAttentionGrad (dY,
+/// Q, Kt, V, Y, LSE [, Bias] -> dQ, dKt, dV); docs/runtime.md "Fused
+/// attention". Q [b..., Tq, D], Kt [b..., D, Tk], V [b..., Tk, Dv] share one
+/// dtype (f32, bf16 or f16) and the batch dims b...; Bias (f32 or Q's dtype)
+/// broadcasts to the scores [b..., Tq, Tk]; attributes scale (required) and
+/// causal (0 or 1). Y and dY are [b..., Tq, Dv] of Q's dtype, LSE f32
+/// [b..., Tq]; the gradients have their operand's type. Reads no tensor data.
+struct AttentionArgs {
+  const Tensor *q = nullptr, *kt = nullptr, *v = nullptr, *bias = nullptr;
+  const Tensor *dy = nullptr, *y = nullptr, *lse = nullptr; ///< the gradient's
+  /// Y, LSE (FusedAttention) or dQ, dKt, dV (FusedAttentionGrad).
+  Tensor *out[3] = {nullptr, nullptr, nullptr};
+  DType dtype = program::DTYPE_F32;
+  Shape batch;
+  int64_t nBatch = 1, tq = 0, tk = 0, d = 0, dv = 0;
+  float scale = 1;
+  bool causal = false;
+  /// Element strides of Bias broadcast to [b..., Tq, Tk] (0 on broadcast
+  /// dims); empty without Bias.
+  std::vector<int64_t> biasStrides;
+
+  /// Keys visible to query row i: [0, keyEnd(i)) (all Tk without causal).
+  int64_t keyEnd(int64_t i) const;
+  /// Offset in Bias of batch slice b's [Tq, Tk] scores.
+  int64_t biasOffset(int64_t b) const;
+};
+StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx);
+StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx);
+
 } // namespace rt
 } // namespace strait
 
