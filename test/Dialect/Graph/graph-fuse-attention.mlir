@@ -287,3 +287,45 @@ func.func @not_causal(%q: tensor<2x8xf32>, %kt: tensor<8x2xf32>, %v: tensor<2x8x
   %y2 = graph.MatMul %p2, %v : (tensor<2x2xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
   return %y, %y2 : tensor<2x8xf32>, tensor<2x8xf32>
 }
+
+// -----
+
+// A mask beyond the folders' 65,536 elements ([64, 1, 64, 64]: a 64 x 64
+// causal mask expanded along a batch of 64) is still recognized: the pass
+// reads its elements without building it.
+// CHECK-LABEL: func.func @large_causal_mask
+// CHECK-NOT: graph.Where
+// CHECK: graph.FusedAttention %arg0, %arg1, %arg2 {causal = 1 : i64, scale = 1.000000e+00 : f32}
+func.func @large_causal_mask(%q: tensor<64x2x64x8xf32>, %kt: tensor<64x2x8x64xf32>, %v: tensor<64x2x64x8xf32>) -> tensor<64x2x64x8xf32> {
+  %lowest = graph.Constant dense<0xFF800000> : tensor<f32>
+  %zero = graph.Constant dense<0.0> : tensor<f32>
+  %rows = graph.Constant dense<[[[[0], [1], [2], [3], [4], [5], [6], [7], [8], [9], [10], [11], [12], [13], [14], [15], [16], [17], [18], [19], [20], [21], [22], [23], [24], [25], [26], [27], [28], [29], [30], [31], [32], [33], [34], [35], [36], [37], [38], [39], [40], [41], [42], [43], [44], [45], [46], [47], [48], [49], [50], [51], [52], [53], [54], [55], [56], [57], [58], [59], [60], [61], [62], [63]]]]> : tensor<1x1x64x1xi64>
+  %cols = graph.Constant dense<[[[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63]]]]> : tensor<1x1x1x64xi64>
+  %le = graph.LessOrEqual %cols, %rows : (tensor<1x1x1x64xi64>, tensor<1x1x64x1xi64>) -> tensor<1x1x64x64xi1>
+  %ex = graph.Expand %le {shape = array<i64: 64, 1, 64, 64>} : (tensor<1x1x64x64xi1>) -> tensor<64x1x64x64xi1>
+  %m = graph.Where %ex, %zero, %lowest : (tensor<64x1x64x64xi1>, tensor<f32>, tensor<f32>) -> tensor<64x1x64x64xf32>
+  %s = graph.MatMul %q, %kt : (tensor<64x2x64x8xf32>, tensor<64x2x8x64xf32>) -> tensor<64x2x64x64xf32>
+  %b = graph.Add %s, %m : (tensor<64x2x64x64xf32>, tensor<64x1x64x64xf32>) -> tensor<64x2x64x64xf32>
+  %p = graph.Softmax %b : (tensor<64x2x64x64xf32>) -> tensor<64x2x64x64xf32>
+  %y = graph.MatMul %p, %v : (tensor<64x2x64x64xf32>, tensor<64x2x64x8xf32>) -> tensor<64x2x64x8xf32>
+  return %y : tensor<64x2x64x8xf32>
+}
+
+// -----
+
+// One masked entry on the diagonal of the last batch entry makes the same
+// mask not causal: it stays a bias.
+// CHECK-LABEL: func.func @almost_causal
+// CHECK: %[[M:.*]] = graph.Where
+// CHECK: graph.FusedAttention %arg0, %arg1, %arg2, %[[M]] {scale = 1.000000e+00 : f32}
+func.func @almost_causal(%q: tensor<3x4x8xf32>, %kt: tensor<3x8x4xf32>, %v: tensor<3x4x8xf32>, %c: tensor<3x4x4xi1>) -> tensor<3x4x8xf32> {
+  %lowest = graph.Constant dense<0xFF800000> : tensor<f32>
+  %zero = graph.Constant dense<0.0> : tensor<f32>
+  %keep = graph.Constant dense<[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]], [[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]], [[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, false]]]> : tensor<3x4x4xi1>
+  %m = graph.Where %keep, %zero, %lowest : (tensor<3x4x4xi1>, tensor<f32>, tensor<f32>) -> tensor<3x4x4xf32>
+  %s = graph.MatMul %q, %kt : (tensor<3x4x8xf32>, tensor<3x8x4xf32>) -> tensor<3x4x4xf32>
+  %b = graph.Add %s, %m : (tensor<3x4x4xf32>, tensor<3x4x4xf32>) -> tensor<3x4x4xf32>
+  %p = graph.Softmax %b : (tensor<3x4x4xf32>) -> tensor<3x4x4xf32>
+  %y = graph.MatMul %p, %v : (tensor<3x4x4xf32>, tensor<3x4x8xf32>) -> tensor<3x4x8xf32>
+  return %y : tensor<3x4x8xf32>
+}

@@ -158,8 +158,9 @@ def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
     batch dims. The chain becomes one `graph.FusedAttention` (the product of
     the scales as `scale`), whose gradient rule is one
     `graph.FusedAttentionGrad`; the T x T scores and probabilities are no
-    longer tensors of the graph. A bias computed from constants only is
-    evaluated (up to 65,536 elements): all zeros, it is dropped; a causal
+    longer tensors of the graph. A bias computed from constants only
+    (Expand, Cast, Where, comparisons, arithmetic) is read element by element
+    without building it: all zeros, it is dropped; a causal
     mask (0 on and below the diagonal shifted by Tk - Tq, at most -1e30 or
     -inf above) becomes `causal = 1` without a bias. It runs on the forward graph before
     `graph-build-training-step`. See docs/graph-dialect.md.

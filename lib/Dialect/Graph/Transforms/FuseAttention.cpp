@@ -14,9 +14,9 @@
 #include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Analysis/SliceAnalysis.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHFUSEATTENTION
@@ -173,125 +173,178 @@ std::optional<AttentionMatch> matchAttention(SoftmaxOp softmax) {
   return m;
 }
 
-constexpr int64_t kEvalLimit = 1 << 16; // elements, as GraphFolds.cpp
-
-/// The elements of an int or float constant as doubles.
-std::optional<SmallVector<double>> elementsOf(DenseElementsAttr d) {
-  SmallVector<double> out;
-  if (isa<FloatType>(d.getElementType())) {
-    for (APFloat x : d.getValues<APFloat>())
-      out.push_back(x.convertToDouble());
-  } else if (d.getElementType().isSignlessInteger() && !d.getElementType().isInteger(1)) {
-    for (APInt x : d.getValues<APInt>())
-      out.push_back(static_cast<double>(x.getSExtValue()));
-  } else {
-    return std::nullopt;
-  }
-  return out;
-}
-
-/// LessOrEqual / GreaterOrEqual of two constants (GraphFolds.cpp folds
-/// Equal, Less and Greater only; the masks of GPT-2, LLaMA and BERT exports
-/// compare position ranges with these two).
-Attribute foldOrderedCompare(Operation *op, ArrayRef<Attribute> operands) {
-  auto a = dyn_cast_or_null<DenseElementsAttr>(operands[0]);
-  auto b = dyn_cast_or_null<DenseElementsAttr>(operands[1]);
-  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
-  if (!a || !b || !type || !type.hasStaticShape() || type.getNumElements() > kEvalLimit)
-    return {};
-  std::optional<SmallVector<double>> x = elementsOf(a), y = elementsOf(b);
-  if (!x || !y)
-    return {};
-  // Flat index into an operand of `shape` broadcast to the result index.
-  auto flat = [&](ArrayRef<int64_t> shape, ArrayRef<int64_t> idx) {
-    int64_t f = 0, stride = 1;
-    size_t off = idx.size() - shape.size();
-    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-      if (shape[d] != 1)
-        f += idx[off + d] * stride;
-      stride *= shape[d];
+/// Reads single elements of a value computed from constants by Expand,
+/// Cast and broadcasting elementwise ops (the masks of GPT-2, LLaMA and BERT
+/// exports: position ranges, LessOrEqual, Expand, Where), without building
+/// it: a [B, 1, T, T] mask at T = 1024 is far beyond what the folders
+/// materialize. The IR is not changed.
+class MaskEvaluator {
+public:
+  /// Whether `v` is such a value; its ops go into `ops`.
+  bool supports(Value v, SetVector<Operation *> &ops) {
+    SmallVector<Value> worklist{v};
+    while (!worklist.empty()) {
+      Value x = worklist.pop_back_val();
+      auto t = dyn_cast<RankedTensorType>(x.getType());
+      Operation *op = x.getDefiningOp();
+      if (!t || !t.hasStaticShape() || !op)
+        return false;
+      if (!ops.insert(op))
+        continue;
+      if (auto c = dyn_cast<ConstantOp>(op)) {
+        if (!load(c))
+          return false;
+        continue;
+      }
+      if (!isa<ExpandOp, CastOp, WhereOp, NotOp, AndOp, OrOp, EqualOp, LessOp, LessOrEqualOp,
+               GreaterOp, GreaterOrEqualOp, AddOp, SubOp, MulOp, DivOp, NegOp>(op))
+        return false;
+      llvm::append_range(worklist, op->getOperands());
     }
-    return f;
-  };
-  bool le = isa<LessOrEqualOp>(op);
-  SmallVector<bool> out;
-  SmallVector<int64_t> idx(type.getRank(), 0);
-  for (int64_t i = 0, n = type.getNumElements(); i < n; ++i) {
-    double l = (*x)[flat(a.getType().getShape(), idx)];
-    double r = (*y)[flat(b.getType().getShape(), idx)];
-    out.push_back(le ? l <= r : l >= r);
-    for (int64_t d = type.getRank() - 1; d >= 0; --d) {
-      if (++idx[d] < type.getDimSize(d))
-        break;
-      idx[d] = 0;
-    }
-  }
-  return DenseElementsAttr::get(type, ArrayRef<bool>(out));
-}
-
-/// The value of `v` when it is computed from constants only, by folding its
-/// backward slice; null when an op does not fold (or the fold limits of
-/// GraphFolds.cpp are hit). The IR is not changed; the folded ops go into
-/// `slice`.
-DenseElementsAttr evaluateConstant(Value v, SetVector<Operation *> &slice) {
-  BackwardSliceOptions options;
-  bool argument = false;
-  options.filter = [&](Operation *op) {
-    for (Value operand : op->getOperands())
-      argument |= isa<BlockArgument>(operand);
     return true;
-  };
-  getBackwardSlice(v, &slice, options);
-  Operation *def = v.getDefiningOp();
-  if (!def || argument || llvm::any_of(def->getOperands(), llvm::IsaPred<BlockArgument>))
-    return {};
-  slice.insert(def);
-  DenseMap<Value, Attribute> known;
-  for (Operation *op : slice) { // topological order: definitions first
-    if (op->getNumRegions() || !isMemoryEffectFree(op) || op->getNumResults() != 1)
-      return {};
-    SmallVector<Attribute> operands;
-    for (Value operand : op->getOperands())
-      operands.push_back(known.lookup(operand));
-    SmallVector<OpFoldResult, 1> results;
-    if (isa<LessOrEqualOp, GreaterOrEqualOp>(op))
-      results.push_back(foldOrderedCompare(op, operands));
-    else if (failed(op->fold(operands, results)) || results.size() != 1)
-      return {};
-    if (!results[0])
-      return {};
-    Attribute attr = dyn_cast<Attribute>(results[0]);
-    if (!attr)
-      attr = known.lookup(cast<Value>(results[0]));
-    if (!attr)
-      return {};
-    known[op->getResult(0)] = attr;
   }
-  return dyn_cast_or_null<DenseElementsAttr>(known.lookup(v));
+
+  /// The element of `v` (a value `supports` accepted) at `idx`.
+  double at(Value v, ArrayRef<int64_t> idx) {
+    Operation *op = v.getDefiningOp();
+    if (auto c = dyn_cast<ConstantOp>(op)) {
+      const SmallVector<double> &values = constants[c];
+      return values.size() == 1 ? values[0] : values[flatIndex(v, idx)];
+    }
+    auto arg = [&](unsigned i) {
+      Value x = op->getOperand(i);
+      ArrayRef<int64_t> shape = cast<RankedTensorType>(x.getType()).getShape();
+      SmallVector<int64_t, 6> sub(idx.drop_front(idx.size() - shape.size()));
+      for (auto [d, n] : llvm::enumerate(shape))
+        if (n == 1)
+          sub[d] = 0;
+      return at(x, sub);
+    };
+    return llvm::TypeSwitch<Operation *, double>(op)
+        .Case<ExpandOp>([&](auto) { return arg(0); })
+        .Case<CastOp>([&](CastOp c) {
+          double x = arg(0);
+          Type to = getElementTypeOrSelf(c.getType());
+          if (to.isInteger(1))
+            return x != 0 ? 1.0 : 0.0;
+          return isa<IntegerType>(to) ? std::trunc(x) : x;
+        })
+        .Case<WhereOp>([&](auto) { return arg(0) != 0 ? arg(1) : arg(2); })
+        .Case<NotOp>([&](auto) { return arg(0) == 0 ? 1.0 : 0.0; })
+        .Case<NegOp>([&](auto) { return -arg(0); })
+        .Case<AndOp>([&](auto) { return arg(0) != 0 && arg(1) != 0 ? 1.0 : 0.0; })
+        .Case<OrOp>([&](auto) { return arg(0) != 0 || arg(1) != 0 ? 1.0 : 0.0; })
+        .Case<EqualOp>([&](auto) { return arg(0) == arg(1) ? 1.0 : 0.0; })
+        .Case<LessOp>([&](auto) { return arg(0) < arg(1) ? 1.0 : 0.0; })
+        .Case<LessOrEqualOp>([&](auto) { return arg(0) <= arg(1) ? 1.0 : 0.0; })
+        .Case<GreaterOp>([&](auto) { return arg(0) > arg(1) ? 1.0 : 0.0; })
+        .Case<GreaterOrEqualOp>([&](auto) { return arg(0) >= arg(1) ? 1.0 : 0.0; })
+        .Case<AddOp>([&](auto) { return arg(0) + arg(1); })
+        .Case<SubOp>([&](auto) { return arg(0) - arg(1); })
+        .Case<MulOp>([&](auto) { return arg(0) * arg(1); })
+        .Case<DivOp>([&](auto) { return arg(0) / arg(1); })
+        .Default([](Operation *) { return std::nan(""); });
+  }
+
+  /// Whether `v` (a value `supports` accepted) is the same along its
+  /// dimension `back` places from the last: every constant it comes from
+  /// lacks that dimension or has it of size 1.
+  bool invariant(Value v, int64_t back) {
+    ArrayRef<int64_t> shape = cast<RankedTensorType>(v.getType()).getShape();
+    if (back >= static_cast<int64_t>(shape.size()))
+      return true;
+    Operation *op = v.getDefiningOp();
+    if (isa<ConstantOp>(op))
+      return shape[shape.size() - 1 - back] == 1;
+    return llvm::all_of(op->getOperands(), [&](Value x) { return invariant(x, back); });
+  }
+
+private:
+  /// Caches a constant's elements as doubles; false for other element types.
+  bool load(ConstantOp c) {
+    auto d = dyn_cast<DenseElementsAttr>(c.getValue());
+    if (!d)
+      return false;
+    SmallVector<double> &out = constants[c];
+    Type elt = d.getElementType();
+    if (d.isSplat()) {
+      if (isa<FloatType>(elt))
+        out.push_back(d.getSplatValue<APFloat>().convertToDouble());
+      else if (elt.isInteger(1))
+        out.push_back(d.getSplatValue<bool>() ? 1.0 : 0.0);
+      else if (elt.isSignlessInteger())
+        out.push_back(static_cast<double>(d.getSplatValue<APInt>().getSExtValue()));
+      return !out.empty();
+    }
+    if (isa<FloatType>(elt)) {
+      for (APFloat x : d.getValues<APFloat>())
+        out.push_back(x.convertToDouble());
+    } else if (elt.isInteger(1)) {
+      for (bool x : d.getValues<bool>())
+        out.push_back(x ? 1.0 : 0.0);
+    } else if (elt.isSignlessInteger()) {
+      for (APInt x : d.getValues<APInt>())
+        out.push_back(static_cast<double>(x.getSExtValue()));
+    }
+    return !out.empty();
+  }
+
+  static int64_t flatIndex(Value v, ArrayRef<int64_t> idx) {
+    ArrayRef<int64_t> shape = cast<RankedTensorType>(v.getType()).getShape();
+    int64_t flat = 0;
+    for (auto [i, n] : llvm::zip(idx, shape))
+      flat = flat * n + i;
+    return flat;
+  }
+
+  DenseMap<Operation *, SmallVector<double>> constants;
+};
+
+int64_t product(ArrayRef<int64_t> shape) {
+  int64_t p = 1;
+  for (int64_t d : shape)
+    p *= d;
+  return p;
 }
 
 /// What a constant bias does to the [b..., Tq, Tk] scores.
 enum class BiasKind { Other, Zero, Causal };
 
+/// Bias elements the pass reads at most to classify one, batch dims it is
+/// only expanded along not counted (a 4096 x 4096 mask; larger ones stay a
+/// bias).
+constexpr int64_t kMaxBiasElements = int64_t(1) << 24;
+
 /// Zero everywhere, or a causal mask: 0 where key j <= i + (Tk - Tq) and at
 /// most -1e30 (-inf included) above, in every batch entry.
-BiasKind classifyBias(DenseElementsAttr bias, int64_t tq, int64_t tk) {
-  if (!isa<FloatType>(bias.getElementType()))
+BiasKind classifyBias(MaskEvaluator &eval, Value bias, int64_t tq, int64_t tk) {
+  auto t = cast<RankedTensorType>(bias.getType());
+  if (!isa<FloatType>(t.getElementType()))
     return BiasKind::Other;
-  ArrayRef<int64_t> shape = bias.getType().getShape();
-  bool zero = true, causal = shape.size() >= 2 && shape[shape.size() - 2] == tq &&
-                             shape.back() == tk;
-  int64_t i = 0;
-  for (APFloat x : bias.getValues<APFloat>()) {
-    double d = x.convertToDouble();
+  int64_t rank = t.getRank();
+  bool zero = true, causal = rank >= 2 && t.getDimSize(rank - 2) == tq && t.getDimSize(rank - 1) == tk;
+  // Batch dims the mask is only expanded along are read at index 0.
+  SmallVector<int64_t, 6> shape(t.getShape());
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    if (eval.invariant(bias, rank - 1 - d))
+      shape[d] = 1;
+  if (product(shape) > kMaxBiasElements)
+    return BiasKind::Other;
+  SmallVector<int64_t, 6> idx(rank, 0);
+  for (int64_t n = product(shape), e = 0; e < n; ++e) {
+    double d = eval.at(bias, idx);
     zero &= d == 0.0;
     if (causal) {
-      int64_t col = i % tk, row = (i / tk) % tq;
+      int64_t row = idx[rank - 2], col = idx[rank - 1];
       causal = col <= row + (tk - tq) ? d == 0.0 : d <= -1e30;
     }
     if (!zero && !causal)
       return BiasKind::Other;
-    ++i;
+    for (int64_t k = rank - 1; k >= 0; --k) {
+      if (++idx[k] < shape[k])
+        break;
+      idx[k] = 0;
+    }
   }
   return zero ? BiasKind::Zero : BiasKind::Causal;
 }
@@ -312,16 +365,12 @@ struct FuseAttentionPass
       int64_t causal = 0;
       auto yType = cast<RankedTensorType>(last->getResult(0).getType());
       if (m->bias) {
-        SetVector<Operation *> slice;
-        if (DenseElementsAttr value = evaluateConstant(m->bias, slice)) {
-          ArrayRef<int64_t> ks = cast<RankedTensorType>(m->kt.getType()).getShape();
-          BiasKind kind = classifyBias(value, yType.getShape().drop_back().back(), ks.back());
-          if (kind != BiasKind::Other) {
-            causal = kind == BiasKind::Causal;
-            numCausal += causal;
-            m->bias = Value();
-            maybeDead.insert(slice.begin(), slice.end());
-          }
+        BiasKind kind = classify(m->bias, yType.getShape().drop_back().back(),
+                                 cast<RankedTensorType>(m->kt.getType()).getShape().back());
+        if (kind != BiasKind::Other) {
+          causal = kind == BiasKind::Causal;
+          numCausal += causal;
+          m->bias = Value();
         }
       }
       SmallVector<Value, 4> operands{m->q, m->kt, m->v};
@@ -359,6 +408,23 @@ struct FuseAttentionPass
         op.erase();
   }
 
+  /// What `bias` is, once per value (blocks share their mask); the ops of a
+  /// constant one may become dead.
+  BiasKind classify(Value bias, int64_t tq, int64_t tk) {
+    auto [it, inserted] = biasKinds.try_emplace(bias, BiasKind::Other);
+    if (!inserted)
+      return it->second;
+    SetVector<Operation *> ops;
+    if (!evaluator.supports(bias, ops))
+      return BiasKind::Other;
+    BiasKind kind = classifyBias(evaluator, bias, tq, tk);
+    if (kind != BiasKind::Other)
+      maybeDead.insert(ops.begin(), ops.end());
+    return biasKinds[bias] = kind;
+  }
+
+  MaskEvaluator evaluator;
+  DenseMap<Value, BiasKind> biasKinds;
   SetVector<Operation *> maybeDead;
 };
 
