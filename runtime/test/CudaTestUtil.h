@@ -13,6 +13,7 @@
 #define STRAIT_RUNTIME_TEST_CUDATESTUTIL_H
 
 #include "TestUtil.h"
+#include "strait/runtime/Codec.h"
 #include "strait/runtime/Cuda.h"
 #include "strait/runtime/KernelArgs.h"
 #include "CudaKernels.h"
@@ -73,12 +74,25 @@ struct Arr {
     }
     return a;
   }
+  /// f16 (round to nearest even) of pseudo-random values times `scale`.
+  static Arr randF16(Shape s, uint32_t seed, float scale = 1.0f) {
+    std::vector<float> v = pseudoRandom(numElements(s), seed);
+    Arr a{program::DTYPE_F16, std::move(s), {}};
+    a.bytes.resize(v.size() * 2);
+    for (size_t k = 0; k < v.size(); ++k) {
+      uint16_t h = floatToHalf(v[k] * scale);
+      std::memcpy(a.bytes.data() + 2 * k, &h, 2);
+    }
+    return a;
+  }
   static Arr out(Shape s, DType t = program::DTYPE_F32) { return {t, std::move(s), {}}; }
   double at(int64_t k) const {
     switch (dtype) {
     case program::DTYPE_F32: return reinterpret_cast<const float *>(bytes.data())[k];
     case program::DTYPE_I64: return double(reinterpret_cast<const int64_t *>(bytes.data())[k]);
     case program::DTYPE_BOOL: return bytes[k];
+    case program::DTYPE_F16:
+      return halfToFloat(reinterpret_cast<const uint16_t *>(bytes.data())[k]);
     case program::DTYPE_BF16: {
       uint32_t u = uint32_t(reinterpret_cast<const uint16_t *>(bytes.data())[k]) << 16;
       float f;

@@ -149,6 +149,20 @@ int CudaContext::addTag(const std::string &name) {
   return static_cast<int>(tags.size());
 }
 
+void addAllKernels(CudaKernelTable &t) {
+  addElementwiseKernels(t);
+  addLayoutKernels(t);
+  addMatMulKernels(t);
+  addNormKernels(t);
+  addTrainingKernels(t);
+  addFusedKernels(t);
+  addAttentionKernels(t);
+  addSpatialKernels(t);
+#ifdef STRAIT_HAVE_CUDNN
+  addConvKernels(t);
+#endif
+}
+
 namespace {
 
 void releaseManaged(void *p) { cudaFree(p); }
@@ -166,17 +180,7 @@ class CudaBackend : public Backend {
 public:
   explicit CudaBackend(std::unique_ptr<CudaContext> ctx) : ctx(std::move(ctx)) {
     CudaKernelTable t;
-    addElementwiseKernels(t);
-    addLayoutKernels(t);
-    addMatMulKernels(t);
-    addNormKernels(t);
-    addTrainingKernels(t);
-    addFusedKernels(t);
-    addAttentionKernels(t);
-    addSpatialKernels(t);
-#ifdef STRAIT_HAVE_CUDNN
-    addConvKernels(t);
-#endif
+    addAllKernels(t);
     for (auto &e : t.entries)
       table[e.first] = e.second;
     if (this->ctx->options.hostFallback)

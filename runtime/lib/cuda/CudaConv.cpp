@@ -12,11 +12,18 @@
 // scratch block. Math: FMA only (exact f32) unless CudaOptions::matmul
 // allows TF32/BF16, then cuDNN may use TF32 tensor cores.
 //
+// bf16 and f16 operands (graph-autocast's mixed precision): X, W, dY and the
+// result in that type with f32 compute (cuDNN's PSEUDO_BFLOAT16/HALF
+// configurations, tensor cores allowed); the bias in that type or f32, added
+// by launchChannelBias. The shapes and attributes are checked by the shared
+// f32 argument checks on an f32-typed view of the operands (LowView).
+//
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -30,7 +37,8 @@ namespace {
 struct CudnnState {
   cudnnHandle_t handle = nullptr;
   std::mutex mutex; // guards algos
-  std::map<int, int> algos;
+  /// (algorithm, cuDNN's math type for it) by kernel tag.
+  std::map<int, std::pair<int, int>> algos;
   ~CudnnState() {
     if (handle)
       cudnnDestroy(handle);
@@ -74,7 +82,18 @@ void packedStrides(int nb, const int *dims, int *strides) {
     strides[d] = strides[d + 1] * dims[d + 1];
 }
 
-Status makeDescs(CudaContext &c, const CudnnConvShape &s, int64_t group, ConvDescs &d) {
+/// cuDNN's data type of the operands (F32, F16, BF16).
+cudnnDataType_t cudnnType(DType t) {
+  return t == program::DTYPE_BF16  ? CUDNN_DATA_BFLOAT16
+         : t == program::DTYPE_F16 ? CUDNN_DATA_HALF
+                                   : CUDNN_DATA_FLOAT;
+}
+
+bool isLow(DType t) { return t == program::DTYPE_BF16 || t == program::DTYPE_F16; }
+
+Status makeDescs(CudaContext &c, const CudnnConvShape &s, int64_t group, DType dtype,
+                 ConvDescs &d) {
+  cudnnDataType_t data = cudnnType(dtype);
   int nb = s.nbDims, xs[5], ys[5];
   packedStrides(nb, s.x, xs);
   packedStrides(nb, s.y, ys);
@@ -83,11 +102,11 @@ Status makeDescs(CudaContext &c, const CudnnConvShape &s, int64_t group, ConvDes
   STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreateFilterDescriptor(&d.w), "descriptor"));
   STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnCreateConvolutionDescriptor(&d.conv), "descriptor"));
   STRAIT_RETURN_IF_ERROR(cudnnStatus(
-      cudnnSetTensorNdDescriptor(d.x, CUDNN_DATA_FLOAT, nb, s.x, xs), "X descriptor"));
+      cudnnSetTensorNdDescriptor(d.x, data, nb, s.x, xs), "X descriptor"));
   STRAIT_RETURN_IF_ERROR(cudnnStatus(
-      cudnnSetTensorNdDescriptor(d.y, CUDNN_DATA_FLOAT, nb, s.y, ys), "Y descriptor"));
+      cudnnSetTensorNdDescriptor(d.y, data, nb, s.y, ys), "Y descriptor"));
   STRAIT_RETURN_IF_ERROR(cudnnStatus(
-      cudnnSetFilterNdDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, s.w),
+      cudnnSetFilterNdDescriptor(d.w, data, CUDNN_TENSOR_NCHW, nb, s.w),
       "W descriptor"));
   STRAIT_RETURN_IF_ERROR(cudnnStatus(
       cudnnSetConvolutionNdDescriptor(d.conv, nb - 2, s.pad, s.stride, s.dil,
@@ -95,8 +114,11 @@ Status makeDescs(CudaContext &c, const CudnnConvShape &s, int64_t group, ConvDes
       "convolution descriptor"));
   STRAIT_RETURN_IF_ERROR(cudnnStatus(
       cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(group)), "group count"));
-  cudnnMathType_t math =
-      c.options.matmul == MatmulPrecision::F32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  // 16-bit operands: f32 compute (above) on tensor cores; f32 operands:
+  // exact FMA unless the options allow TF32.
+  cudnnMathType_t math = isLow(dtype)                                ? CUDNN_TENSOR_OP_MATH
+                         : c.options.matmul == MatmulPrecision::F32 ? CUDNN_FMA_MATH
+                                                                    : CUDNN_DEFAULT_MATH;
   STRAIT_RETURN_IF_ERROR(cudnnStatus(cudnnSetConvolutionMathType(d.conv, math), "math type"));
   // cuDNN's own output size must be the window's (they agree by construction).
   int out[5];
@@ -111,33 +133,45 @@ Status makeDescs(CudaContext &c, const CudnnConvShape &s, int64_t group, ConvDes
 enum class ConvPass { Forward, Data, Filter };
 
 /// The heuristics' first algorithm that ran without error, cached by tag.
+/// For 16-bit operands the descriptor takes the math type the heuristics
+/// paired with the algorithm (tensor cores or not), as cuDNN asks.
 template <typename Perf, typename Query>
-StatusOr<int> chooseAlgo(CudnnState &st, int tag, Query query, const char *what) {
+StatusOr<int> chooseAlgo(CudnnState &st, int tag, DType dtype, cudnnConvolutionDescriptor_t conv,
+                         Query query, const char *what) {
   std::lock_guard<std::mutex> lock(st.mutex);
   auto it = st.algos.find(tag);
-  if (it != st.algos.end())
-    return it->second;
-  Perf perf[16];
-  int count = 0;
-  STRAIT_RETURN_IF_ERROR(cudnnStatus(query(perf, 16, &count), what));
-  for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS)
-      return st.algos[tag] = static_cast<int>(perf[i].algo);
-  return internalError(std::string("cuda: cuDNN offers no ") + what + " algorithm");
+  if (it == st.algos.end()) {
+    Perf perf[16];
+    int count = 0;
+    STRAIT_RETURN_IF_ERROR(cudnnStatus(query(perf, 16, &count), what));
+    for (int i = 0; i < count && it == st.algos.end(); ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS)
+        it = st.algos
+                 .emplace(tag, std::make_pair(static_cast<int>(perf[i].algo),
+                                              static_cast<int>(perf[i].mathType)))
+                 .first;
+    if (it == st.algos.end())
+      return internalError(std::string("cuda: cuDNN offers no ") + what + " algorithm");
+  }
+  if (isLow(dtype))
+    STRAIT_RETURN_IF_ERROR(cudnnStatus(
+        cudnnSetConvolutionMathType(conv, static_cast<cudnnMathType_t>(it->second.second)),
+        "math type"));
+  return it->second.first;
 }
 
 Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
-               const CudnnConvShape &s, int64_t group, const void *a, const void *b,
-               void *out) {
+               const CudnnConvShape &s, int64_t group, DType dtype, const void *a,
+               const void *b, void *out) {
   STRAIT_ASSIGN_OR_RETURN(CudnnState * st, cudnnState(c));
   ConvDescs d;
-  STRAIT_RETURN_IF_ERROR(makeDescs(c, s, group, d).withKernel(ctx.op()));
+  STRAIT_RETURN_IF_ERROR(makeDescs(c, s, group, dtype, d).withKernel(ctx.op()));
   cudnnHandle_t h = st->handle;
   const float one = 1.0f, zero = 0.0f;
   size_t ws = 0;
   if (pass == ConvPass::Forward) {
     STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionFwdAlgoPerf_t>(
-        *st, tag, [&](auto *p, int n, int *k) {
+        *st, tag, dtype, d.conv, [&](auto *p, int n, int *k) {
           return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, k, p);
         }, "forward")));
     auto al = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
@@ -150,7 +184,7 @@ Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
   }
   if (pass == ConvPass::Data) { // a = dY, b = W, out = dX
     STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionBwdDataAlgoPerf_t>(
-        *st, tag, [&](auto *p, int n, int *k) {
+        *st, tag, dtype, d.conv, [&](auto *p, int n, int *k) {
           return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, k, p);
         }, "backward-data")));
     auto al = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
@@ -164,7 +198,7 @@ Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
   }
   // a = dY, b = X, out = dW
   STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      *st, tag, [&](auto *p, int n, int *k) {
+      *st, tag, dtype, d.conv, [&](auto *p, int n, int *k) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, k, p);
       }, "backward-filter")));
   auto al = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
@@ -203,41 +237,156 @@ Status addBias(CudaContext &c, const CudnnConvShape &s, const float *bias, float
   return status;
 }
 
+/// A bf16/f16 convolution seen as f32: the same data, the 16-bit operands
+/// relabeled f32, and the kernel's op and convolution attributes, so that
+/// the shared argument checks (convArgs & co., f32 only) check its shapes
+/// and attributes. Not movable (the context points into it).
+struct LowView {
+  program::Kernel kernel;
+  std::vector<Tensor> tensors;
+  std::unique_ptr<KernelContext> ctx;
+  DType dtype = program::DTYPE_F32;
+  LowView() = default;
+  LowView(const LowView &) = delete;
+  LowView &operator=(const LowView &) = delete;
+};
+
+/// Copies the attributes convWindow, convArgs and the gradients' argument
+/// checks read (with their types; an attribute of another type fails here
+/// as it would there).
+Status copyConvAttrs(const KernelContext &ctx, program::Kernel &k) {
+  const AttrReader &a = ctx.getAttrs();
+  auto &attrs = *k.mutable_attrs();
+  for (const char *name : {"group", "ceil_mode"})
+    if (a.has(name)) {
+      STRAIT_ASSIGN_OR_RETURN(int64_t v, a.getInt(name, 0));
+      attrs[name].set_i(v);
+    }
+  for (const char *name :
+       {"kernel_shape", "strides", "dilations", "pads", "input_shape", "weight_shape"})
+    if (a.has(name)) {
+      STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, a.getInts(name, {}));
+      for (int64_t x : v)
+        attrs[name].mutable_ints()->add_v(x);
+      attrs[name].mutable_ints(); // an empty list stays a list
+    }
+  if (a.has("auto_pad")) {
+    STRAIT_ASSIGN_OR_RETURN(std::string v, a.getString("auto_pad", "NOTSET"));
+    attrs["auto_pad"].set_s(v);
+  }
+  return Status::ok();
+}
+
+/// The operands' type: f32, bf16 or f16, the same for the data operands and
+/// the output (a bias: that type or f32). Unimplemented for other types (the
+/// host fallback then runs the CPU kernel).
+StatusOr<DType> convType(const KernelContext &ctx, size_t dataInputs) {
+  const Tensor *x = ctx.input(0);
+  if (!x)
+    return ctx.error("missing input 0");
+  DType t = x->dtype;
+  if (t != program::DTYPE_F32 && !isLow(t))
+    return ctx.unsupported("cuda: " + ctx.op() + " on " + x->typeString() +
+                           " (f32, bf16, f16 are supported)");
+  for (size_t i = 1; i < dataInputs; ++i)
+    if (ctx.input(i) && ctx.input(i)->dtype != t)
+      return ctx.error("input " + std::to_string(i) + " " + ctx.input(i)->typeString() +
+                       " and input 0 " + x->typeString() + " differ in type");
+  if (ctx.output(0) && ctx.output(0)->dtype != t)
+    return ctx.error("output 0 is declared " + ctx.output(0)->typeString() + " for " +
+                     x->typeString() + " operands");
+  const Tensor *bias = ctx.input(dataInputs);
+  if (bias && bias->dtype != t && bias->dtype != program::DTYPE_F32)
+    return ctx.error("bias " + bias->typeString() + " for " + x->typeString() + " operands");
+  return t;
+}
+
+Status makeLowView(const KernelContext &ctx, DType t, LowView &v) {
+  v.dtype = t;
+  v.kernel.set_op(ctx.op());
+  v.kernel.set_opset(ctx.opset());
+  STRAIT_RETURN_IF_ERROR(copyConvAttrs(ctx, v.kernel));
+  v.tensors.reserve(ctx.numInputs() + ctx.numOutputs());
+  auto relabel = [&](const Tensor *x) -> Tensor * {
+    if (!x)
+      return nullptr;
+    v.tensors.push_back(*x);
+    if (isLow(x->dtype))
+      v.tensors.back().dtype = program::DTYPE_F32;
+    return &v.tensors.back();
+  };
+  std::vector<const Tensor *> ins;
+  std::vector<Tensor *> outs;
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    ins.push_back(relabel(ctx.input(i)));
+  for (size_t i = 0; i < ctx.numOutputs(); ++i)
+    outs.push_back(relabel(ctx.output(i)));
+  v.ctx = std::make_unique<KernelContext>(v.kernel, std::move(ins), std::move(outs));
+  return Status::ok();
+}
+
+/// The context whose operands the f32 argument checks accept: `ctx` itself
+/// for f32, else the f32 view of its bf16/f16 operands.
+StatusOr<const KernelContext *> checkedContext(const KernelContext &ctx, size_t dataInputs,
+                                               LowView &view) {
+  STRAIT_ASSIGN_OR_RETURN(DType t, convType(ctx, dataInputs));
+  view.dtype = t;
+  if (t == program::DTYPE_F32)
+    return &ctx;
+  STRAIT_RETURN_IF_ERROR(makeLowView(ctx, t, view));
+  return view.ctx.get();
+}
+
 Status convKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(ConvArgs a, convArgs(ctx));
+  LowView view;
+  STRAIT_ASSIGN_OR_RETURN(const KernelContext *checked, checkedContext(ctx, 2, view));
+  STRAIT_ASSIGN_OR_RETURN(ConvArgs a, convArgs(*checked));
   if (a.y->numel() == 0)
     return Status::ok();
   STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.x->shape[0],
                                                            a.x->shape[1], a.w->shape[0], a.group));
-  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, a.group, a.x->data,
-                                 a.w->data, a.y->data).withKernel(ctx.op()));
-  if (a.bias)
-    STRAIT_RETURN_IF_ERROR(
-        addBias(c, s, a.bias->as<float>(), a.y->as<float>()).withKernel(ctx.op()));
+  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, a.group, view.dtype,
+                                 a.x->data, a.w->data, a.y->data)
+                             .withKernel(ctx.op()));
+  if (!a.bias)
+    return Status::ok();
+  if (view.dtype == program::DTYPE_F32)
+    return addBias(c, s, a.bias->as<float>(), a.y->as<float>()).withKernel(ctx.op());
+  // The view relabeled a 16-bit bias: its real type is the kernel's input 2.
+  const Tensor *bias = ctx.input(2);
+  int64_t n = a.y->shape[0], m = a.y->shape[1];
+  if (!launchChannelBias(elemType(view.dtype), a.y->data, elemType(bias->dtype), bias->data, n,
+                         m, a.y->numel() / std::max<int64_t>(n * m, 1), c.stream))
+    return ctx.unsupported("cuda: Conv bias " + bias->typeString());
   return Status::ok();
 }
 
 Status convGradInputKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradInputArgs(ctx));
+  LowView view;
+  STRAIT_ASSIGN_OR_RETURN(const KernelContext *checked, checkedContext(ctx, 2, view));
+  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradInputArgs(*checked));
   if (a.out->numel() == 0)
     return Status::ok();
   STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.xShape[0],
                                                            a.xShape[1], a.wShape[0], a.group));
-  return runConv(c, ctx, tag, ConvPass::Data, s, a.group, a.dy->data, a.operand->data,
-                 a.out->data)
+  return runConv(c, ctx, tag, ConvPass::Data, s, a.group, view.dtype, a.dy->data,
+                 a.operand->data, a.out->data)
       .withKernel(ctx.op());
 }
 
 Status convGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradWeightArgs(ctx));
+  LowView view;
+  STRAIT_ASSIGN_OR_RETURN(const KernelContext *checked, checkedContext(ctx, 2, view));
+  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradWeightArgs(*checked));
   if (a.out->numel() == 0)
     return Status::ok();
   if (a.operand->numel() == 0) // no image: the gradient is zero
-    return cudaStatus(cudaMemsetAsync(a.out->data, 0, a.out->byteSize(), c.stream), "memset");
+    return cudaStatus(cudaMemsetAsync(a.out->data, 0, ctx.output(0)->byteSize(), c.stream),
+                      "memset"); // the output's own size (the view's is f32)
   STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.xShape[0],
                                                            a.xShape[1], a.wShape[0], a.group));
-  return runConv(c, ctx, tag, ConvPass::Filter, s, a.group, a.dy->data, a.operand->data,
-                 a.out->data)
+  return runConv(c, ctx, tag, ConvPass::Filter, s, a.group, view.dtype, a.dy->data,
+                 a.operand->data, a.out->data)
       .withKernel(ctx.op());
 }
 

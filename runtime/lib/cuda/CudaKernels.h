@@ -101,6 +101,9 @@ void addLayoutKernels(CudaKernelTable &table);
 void addMatMulKernels(CudaKernelTable &table);
 void addNormKernels(CudaKernelTable &table);
 void addTrainingKernels(CudaKernelTable &table);
+/// Every family above and below: the backend's table (no device needed;
+/// CudaSupport.cpp builds it too).
+void addAllKernels(CudaKernelTable &table);
 
 // --- FusedElementwise (CudaFused.cpp, Fused.cu) ------------------------------
 /// The fused elementwise programs of graph-fuse-elementwise: one thread per

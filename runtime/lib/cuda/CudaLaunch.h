@@ -184,6 +184,10 @@ void launchBatchNormGrad(const float *dy, const float *x, const float *scale, co
                          const float *invStd, float *dx, float *dScale, float *dBias, int64_t n,
                          int64_t c, int64_t spatial, cudaStream_t s);
 
+/// Y [n, m, spatial] += bias [m] (ConvBias.cu): Y f32, f16 or bf16, the bias
+/// Y's type or f32; the sum in f32, rounded once. False for other types.
+bool launchChannelBias(ET yType, void *y, ET biasType, const void *bias, int64_t n, int64_t m,
+                       int64_t spatial, cudaStream_t s);
 /// The Reduce* family; accumulation in double as the CPU backend.
 enum class ReduceOp { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
 /// Kept dims (in order, they enumerate the outputs) and reduced dims of X,

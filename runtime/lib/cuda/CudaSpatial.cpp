@@ -5,7 +5,8 @@
 // launches of Pooling.cu and Reduce.cu: MaxPool, AveragePool, the global
 // pools and their gradients; BatchNormalization (inference and training
 // mode), BatchNormalizationTraining and BatchNormalizationGrad; the Reduce*
-// family; Slice and SliceGrad; GatherElements; HardSigmoid and HardSwish.
+// family (bf16/f16 widened to f32); Slice and SliceGrad; GatherElements;
+// HardSigmoid and HardSwish.
 // Also the mapping of a window (rt::convWindow, shared with the CPU
 // backend) to cuDNN's descriptors for CudaConv.cpp, which is plain host code
 // and tested without a GPU.
@@ -249,6 +250,21 @@ Status reduceKernel(CudaContext &c, KernelContext &ctx, ReduceOp op) {
     }
   }
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, out, x->dtype));
+  if (x->dtype == program::DTYPE_BF16 || x->dtype == program::DTYPE_F16) {
+    // Mixed precision (a Conv bias gradient under graph-autocast): widened
+    // to f32 in scratch memory (exact), reduced with double accumulation,
+    // rounded back to nearest even once, as the CPU backend.
+    size_t inBytes = ((x->numel() * sizeof(float) + 255) / 256) * 256;
+    STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(inBytes + y->numel() * sizeof(float)));
+    float *wideX = static_cast<float *>(scratch);
+    float *wideY = reinterpret_cast<float *>(static_cast<char *>(scratch) + inBytes);
+    ET et = elemType(x->dtype);
+    if (!launchCast(et, ET::F32, x->data, wideX, x->numel(), c.stream) ||
+        !launchReduce(op, ET::F32, wideX, wideY, p, c.stream) ||
+        !launchCast(ET::F32, et, wideY, y->data, y->numel(), c.stream))
+      return ctx.unsupported("dtype " + x->typeString());
+    return Status::ok();
+  }
   if (!launchReduce(op, elemType(x->dtype), x->data, y->data, p, c.stream))
     return ctx.unsupported("dtype " + x->typeString());
   return Status::ok();

@@ -1,0 +1,294 @@
+//===- CudaSupport.cpp - Which kernels run natively on CUDA ---------------===//
+//
+// The rules behind nativeSupport (CudaSupport.h): an op must be in the
+// backend's kernel table (the same table the backend resolves from, built
+// here without a device) and its operand dtypes must be ones its CUDA kernel
+// accepts. Each rule names the dtypes of the kernel's own check, in the
+// kernel's file; shapes and attributes are not checked here except for the
+// integer inputs read on the host (hostWait). Known run-time declines that
+// depend on attributes: Conv with pads that differ between the two sides of
+// a dim and change the output size (cuDNN pads symmetrically), ranks past
+// 8 after merging dims.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaSupport.h"
+
+#include "CudaKernels.h"
+#include "strait/runtime/Program.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+namespace {
+
+using DT = program::DType;
+using Rule = std::string (*)(const KernelSpec &);
+
+std::string name(DType t) { return dtypeName(t); }
+
+bool isFloat(DType t) {
+  return t == program::DTYPE_F32 || t == program::DTYPE_F64 || t == program::DTYPE_F16 ||
+         t == program::DTYPE_BF16;
+}
+
+bool oneOf(DType t, std::initializer_list<DType> set) {
+  return std::find(set.begin(), set.end(), t) != set.end();
+}
+
+const OperandType *in(const KernelSpec &s, size_t i) {
+  return i < s.inputs.size() && s.inputs[i].present ? &s.inputs[i] : nullptr;
+}
+
+/// Operand 0's dtype in `set`, else the reason.
+std::string firstIn(const KernelSpec &s, std::initializer_list<DType> set, const char *what) {
+  const OperandType *x = in(s, 0);
+  if (!x)
+    return "";
+  if (oneOf(x->dtype, set))
+    return "";
+  return name(x->dtype) + " (the CUDA kernel takes " + what + ")";
+}
+
+// --- the rules, one per kernel family --------------------------------------
+
+/// Kernels written for f32 (the optimizers, norms, losses, pools): every
+/// floating operand f32; integer operands (labels, steps, indices) as the
+/// kernel checks them.
+std::string floatsF32(const KernelSpec &s) {
+  for (const auto *list : {&s.inputs, &s.outputs})
+    for (size_t i = 0; i < list->size(); ++i)
+      if ((*list)[i].present && isFloat((*list)[i].dtype) &&
+          (*list)[i].dtype != program::DTYPE_F32)
+        return std::string(list == &s.inputs ? "input " : "output ") + std::to_string(i) +
+               " is " + name((*list)[i].dtype) + " (the CUDA kernel takes f32)";
+  return "";
+}
+
+std::string anyType(const KernelSpec &) { return ""; }
+
+std::string binaryArith(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64, program::DTYPE_I32,
+                     program::DTYPE_I64},
+                 "f32, f64, i32, i64");
+}
+std::string binaryPow(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64}, "f32, f64");
+}
+std::string logical(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_BOOL}, "bool");
+}
+std::string unaryFloat(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64}, "f32, f64");
+}
+
+std::string cast(const KernelSpec &s) {
+  const OperandType *x = in(s, 0);
+  if (!x || s.outputs.empty())
+    return "";
+  DType to = s.outputs[0].dtype;
+  if (x->dtype == to)
+    return "";
+  auto ok = [](DType t) { return elemType(t) != ET::Other; };
+  if (ok(x->dtype) && ok(to))
+    return "";
+  return "from " + name(x->dtype) + " to " + name(to) +
+         " (the CUDA kernel casts between f32, f64, f16, bf16, i32, i64, bool)";
+}
+
+std::string gemm(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64, program::DTYPE_F16,
+                     program::DTYPE_BF16},
+                 "f32, f64, f16, bf16");
+}
+
+std::string attention(const KernelSpec &s) {
+  const OperandType *q = in(s, s.kernel && s.kernel->op() == "FusedAttentionGrad" ? 1 : 0);
+  if (!q || oneOf(q->dtype, {program::DTYPE_F32, program::DTYPE_F16, program::DTYPE_BF16}))
+    return "";
+  return "Q is " + name(q->dtype) + " (the CUDA kernel takes f32, f16, bf16)";
+}
+
+std::string fused(const KernelSpec &s) {
+  for (const auto *list : {&s.inputs, &s.outputs})
+    for (const OperandType &t : *list)
+      if (t.present && t.dtype != program::DTYPE_F32 && t.dtype != program::DTYPE_BOOL)
+        return "an operand is " + name(t.dtype) + " (the CUDA kernel takes f32 and bool)";
+  return "";
+}
+
+std::string lowOrF32(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16},
+                 "f32, bf16, f16");
+}
+
+/// The Reduce* family: f32, f64, i32, i64 directly, bf16/f16 widened to
+/// f32. An axes input is read on the host.
+std::string reduce(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64, program::DTYPE_I32,
+                     program::DTYPE_I64, program::DTYPE_BF16, program::DTYPE_F16},
+                 "f32, f64, i32, i64, bf16, f16");
+}
+
+/// cuDNN: X, W (and dY) of one dtype among f32, bf16, f16 (bf16/f16 with
+/// f32 compute); the bias in that dtype or f32.
+std::string conv(const KernelSpec &s) {
+  const OperandType *x = in(s, 0);
+  if (!x)
+    return "";
+  if (!oneOf(x->dtype, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16}))
+    return name(x->dtype) + " (the CUDA kernel takes f32, bf16, f16)";
+  const OperandType *w = in(s, 1);
+  if (w && w->dtype != x->dtype)
+    return "operands " + name(x->dtype) + " and " + name(w->dtype) + " differ";
+  const OperandType *b = in(s, 2);
+  if (b && b->dtype != x->dtype && b->dtype != program::DTYPE_F32)
+    return "bias " + name(b->dtype) + " for " + name(x->dtype) + " operands";
+  return "";
+}
+
+const std::map<std::string, Rule> &rules() {
+  static const std::map<std::string, Rule> table = [] {
+    std::map<std::string, Rule> r;
+    for (const char *op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Equal", "Less",
+                           "LessOrEqual", "Greater", "GreaterOrEqual"})
+      r[op] = binaryArith;
+    r["Pow"] = binaryPow;
+    for (const char *op : {"And", "Or", "Not"})
+      r[op] = logical;
+    for (const char *op : {"Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid",
+                           "Relu", "Erf", "Sin", "Cos", "Floor", "Ceil", "Gelu"})
+      r[op] = unaryFloat;
+    r["Cast"] = cast;
+    for (const char *op : {"Where", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+                           "Transpose", "Expand", "Concat", "Split", "Gather", "Slice",
+                           "SliceGrad", "GatherElements"})
+      r[op] = anyType;
+    for (const char *op : {"GeluGrad", "GatherGrad", "MaxPool", "AveragePool", "GlobalMaxPool",
+                           "GlobalAveragePool", "MaxPoolGrad", "AveragePoolGrad",
+                           "BatchNormalization", "BatchNormalizationTraining",
+                           "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
+                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "LayerNormalization",
+                           "LayerNormalizationGrad", "RMSNormalization", "RMSNormalizationGrad",
+                           "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "AdamW",
+                           "SGD", "AccumulateGrad", "ClipByGlobalNorm"})
+      r[op] = floatsF32;
+    r["MatMul"] = gemm;
+    r["Gemm"] = gemm;
+    r["FusedElementwise"] = fused;
+    r["FusedAttention"] = attention;
+    r["FusedAttentionGrad"] = attention;
+    r["ReduceToShape"] = lowOrF32;
+    for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                           "ReduceSumSquare"})
+      r[op] = reduce;
+    for (const char *op : {"Conv", "ConvGradInput", "ConvGradWeight"})
+      r[op] = conv;
+    return r;
+  }();
+  return table;
+}
+
+const std::set<std::string> &tableOps() {
+  static const std::set<std::string> ops = [] {
+    CudaKernelTable t;
+    addAllKernels(t);
+    std::set<std::string> s;
+    for (const auto &e : t.entries)
+      s.insert(e.first);
+    return s;
+  }();
+  return ops;
+}
+
+} // namespace
+
+NativeSupport nativeSupport(const KernelSpec &spec) {
+  NativeSupport r;
+  const program::Kernel &k = *spec.kernel;
+  if (!k.domain().empty() && k.domain() != "ai.onnx" && k.domain() != "strait" &&
+      k.domain() != "ai.onnx.preview.training") {
+    r.reason = "unknown op domain '" + k.domain() + "'";
+    return r;
+  }
+  if (!tableOps().count(k.op())) {
+    r.reason = "no CUDA kernel for op '" + k.op() + "'";
+    return r;
+  }
+  auto rule = rules().find(k.op());
+  if (rule == rules().end()) {
+    r.reason = "no dtype rule for op '" + k.op() + "' in CudaSupport.cpp";
+    return r;
+  }
+  r.reason = rule->second(spec);
+  r.native = r.reason.empty();
+  if (!r.native)
+    return r;
+  // Integer operands read on the host (CudaSpatial.cpp's intsInputOrAttr).
+  bool reduceOp = k.op().rfind("Reduce", 0) == 0 && k.op() != "ReduceToShape";
+  if (reduceOp && in(spec, 1)) {
+    r.hostWait = true;
+    r.reason = "reads its axes input on the host";
+  }
+  if (k.op() == "Slice" && (in(spec, 1) || in(spec, 2) || in(spec, 3) || in(spec, 4))) {
+    r.hostWait = true;
+    r.reason = "reads starts/ends/axes/steps inputs on the host";
+  }
+  return r;
+}
+
+std::vector<KernelSpec> kernelSpecs(const program::Program &program) {
+  std::map<uint32_t, const program::Value *> values;
+  for (const program::Value &v : program.values())
+    values[v.id()] = &v;
+  auto operand = [&](uint32_t id) {
+    OperandType t;
+    auto it = values.find(id);
+    if (id == kAbsentValue || it == values.end())
+      return t;
+    t.present = true;
+    t.dtype = it->second->dtype();
+    t.shape.assign(it->second->shape().begin(), it->second->shape().end());
+    return t;
+  };
+  std::vector<KernelSpec> specs;
+  for (const program::Kernel &k : program.kernels()) {
+    KernelSpec s;
+    s.kernel = &k;
+    for (uint32_t id : k.inputs())
+      s.inputs.push_back(operand(id));
+    for (uint32_t id : k.outputs())
+      s.outputs.push_back(operand(id));
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+std::string kernelSignature(const KernelSpec &spec) {
+  auto list = [](const std::vector<OperandType> &ts) {
+    std::string out;
+    for (const OperandType &t : ts)
+      out += (out.empty() ? "" : ", ") + (t.present ? name(t.dtype) : std::string("-"));
+    return "(" + out + ")";
+  };
+  return spec.kernel->op() + list(spec.inputs) + " -> " + list(spec.outputs);
+}
+
+std::vector<std::string> cudaKernelOps() {
+  return std::vector<std::string>(tableOps().begin(), tableOps().end());
+}
+
+std::vector<std::string> cudaSupportRuleOps() {
+  std::vector<std::string> ops;
+  for (const auto &e : rules())
+    ops.push_back(e.first);
+  return ops;
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait

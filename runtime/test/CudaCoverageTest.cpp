@@ -1,0 +1,236 @@
+//===- CudaCoverageTest.cpp - Static CUDA coverage of real training steps -===//
+//
+// Runs without a GPU. cuda::nativeSupport (CudaSupport.h) answers, from a
+// kernel's op, operand dtypes and attributes, whether the CUDA backend runs
+// it as a CUDA kernel or through the host fallback (a stream wait and the
+// CPU kernel). These tests check its rules on hand-built kernels and then
+// compile the training steps (cross-entropy, AdamW, f32 and bf16
+// graph-autocast) of the bundled models with straitc and expect every
+// kernel to be native, printing the (op, dtypes) that are not. straitc is
+// taken from $STRAIT_STRAITC, else from the path CMake found at configure
+// time (STRAIT_TEST_STRAITC); without it the model tests skip.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaSupport.h"
+
+#include "strait/runtime/Program.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+using namespace strait;
+using namespace strait::rt;
+using namespace strait::rt::cuda;
+
+namespace {
+
+OperandType t(DType d, Shape s = {2, 3}) { return OperandType{true, d, std::move(s)}; }
+OperandType absent() { return OperandType{}; }
+
+/// nativeSupport of `op` with the given operands (owning the kernel).
+NativeSupport check(const std::string &op, std::vector<OperandType> ins,
+                    std::vector<OperandType> outs) {
+  static std::vector<std::unique_ptr<program::Kernel>> kernels;
+  kernels.push_back(std::make_unique<program::Kernel>());
+  kernels.back()->set_op(op);
+  KernelSpec s{kernels.back().get(), std::move(ins), std::move(outs)};
+  return nativeSupport(s);
+}
+
+constexpr DType F32 = program::DTYPE_F32, BF16 = program::DTYPE_BF16,
+                F16 = program::DTYPE_F16, F64 = program::DTYPE_F64, I64 = program::DTYPE_I64,
+                U8 = program::DTYPE_U8;
+
+} // namespace
+
+// Every op of the backend's kernel table has a dtype rule, so that
+// nativeSupport never calls a kernel native by default.
+TEST(CudaNoDevice, EveryCudaOpHasASupportRule) {
+  std::vector<std::string> ops = cudaKernelOps(), rules = cudaSupportRuleOps();
+  std::set<std::string> ruleSet(rules.begin(), rules.end());
+  EXPECT_GT(ops.size(), 60u);
+  for (const std::string &op : ops)
+    EXPECT_TRUE(ruleSet.count(op)) << "op " << op << " has no rule in CudaSupport.cpp";
+}
+
+TEST(CudaNoDevice, NativeSupportRules) {
+  EXPECT_TRUE(check("MatMul", {t(BF16), t(BF16)}, {t(BF16)}).native);
+  EXPECT_TRUE(check("Cast", {t(F32)}, {t(BF16)}).native);
+  NativeSupport castU8 = check("Cast", {t(U8)}, {t(F32)});
+  EXPECT_FALSE(castU8.native);
+  EXPECT_NE(castU8.reason.find("from u8 to f32"), std::string::npos) << castU8.reason;
+  NativeSupport soft = check("Softmax", {t(BF16)}, {t(BF16)});
+  EXPECT_FALSE(soft.native);
+  EXPECT_NE(soft.reason.find("input 0 is bf16"), std::string::npos) << soft.reason;
+  // Integer operands of f32 kernels are not floats.
+  EXPECT_TRUE(check("SoftmaxCrossEntropyLoss", {t(F32), t(I64, {2})}, {t(F32, {})}).native);
+  EXPECT_FALSE(check("Pow", {t(I64), t(I64)}, {t(I64)}).native);
+  EXPECT_TRUE(check("Add", {t(I64), t(I64)}, {t(I64)}).native);
+  EXPECT_FALSE(check("Add", {t(BF16), t(BF16)}, {t(BF16)}).native);
+  EXPECT_TRUE(check("FusedAttentionGrad",
+                    {t(BF16), t(BF16), t(BF16), t(BF16), t(BF16), t(F32)},
+                    {t(BF16), t(BF16), t(BF16)})
+                  .native);
+  EXPECT_FALSE(check("ReduceSum", {t(U8)}, {t(U8)}).native);
+  EXPECT_TRUE(check("ReduceSum", {t(BF16), absent()}, {t(BF16)}).native);
+  EXPECT_TRUE(check("ReduceMean", {t(F16), absent()}, {t(F16)}).native);
+  NativeSupport none = check("NoSuchOp", {t(F32)}, {t(F32)});
+  EXPECT_FALSE(none.native);
+  EXPECT_NE(none.reason.find("no CUDA kernel for op 'NoSuchOp'"), std::string::npos);
+  // Integer inputs read on the host: native, but a stream wait.
+  NativeSupport sum = check("ReduceSum", {t(F32), t(I64, {1})}, {t(F32, {3})});
+  EXPECT_TRUE(sum.native);
+  EXPECT_TRUE(sum.hostWait);
+  NativeSupport sumAttr = check("ReduceSum", {t(F32), absent()}, {t(F32, {3})});
+  EXPECT_TRUE(sumAttr.native);
+  EXPECT_FALSE(sumAttr.hostWait);
+  EXPECT_TRUE(check("Slice", {t(F32), t(I64, {1}), t(I64, {1})}, {t(F32)}).hostWait);
+  EXPECT_FALSE(check("Slice", {t(F32)}, {t(F32)}).hostWait);
+}
+
+TEST(CudaNoDevice, NativeSupportOfConvolutions) {
+  bool cudnn = false;
+  for (const std::string &op : cudaKernelOps())
+    cudnn |= op == "Conv";
+  if (!cudnn)
+    GTEST_SKIP() << "built without cuDNN: Conv runs on the host";
+  Shape x = {2, 3, 8, 8}, w = {4, 3, 3, 3}, y = {2, 4, 6, 6};
+  EXPECT_TRUE(check("Conv", {t(F32, x), t(F32, w), t(F32, {4})}, {t(F32, y)}).native);
+  EXPECT_TRUE(check("Conv", {t(BF16, x), t(BF16, w), t(BF16, {4})}, {t(BF16, y)}).native);
+  EXPECT_TRUE(check("Conv", {t(F16, x), t(F16, w), t(F32, {4})}, {t(F16, y)}).native);
+  EXPECT_TRUE(check("ConvGradInput", {t(BF16, y), t(BF16, w)}, {t(BF16, x)}).native);
+  EXPECT_TRUE(check("ConvGradWeight", {t(BF16, y), t(BF16, x)}, {t(BF16, w)}).native);
+  EXPECT_FALSE(check("Conv", {t(F64, x), t(F64, w)}, {t(F64, y)}).native);
+  EXPECT_FALSE(check("Conv", {t(BF16, x), t(BF16, w), t(F16, {4})}, {t(BF16, y)}).native);
+  EXPECT_FALSE(check("Conv", {t(F32, x), t(BF16, w)}, {t(F32, y)}).native);
+  EXPECT_TRUE(check("ConvGradWeight", {t(F32, y), t(F32, x)}, {t(F32, w)}).native);
+}
+
+//===----------------------------------------------------------------------===//
+// The bundled models' training steps
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct ModelCase {
+  const char *model;
+  const char *inputShape;
+  const char *precision;
+};
+
+std::string straitcPath() {
+  if (const char *env = std::getenv("STRAIT_STRAITC"))
+    return env;
+#ifdef STRAIT_TEST_STRAITC
+  return STRAIT_TEST_STRAITC;
+#else
+  return "";
+#endif
+}
+
+std::string modelsDir() {
+#ifdef STRAIT_TEST_MODELS_DIR
+  return STRAIT_TEST_MODELS_DIR;
+#else
+  return "";
+#endif
+}
+
+void PrintTo(const ModelCase &m, std::ostream *os) {
+  *os << m.model << " " << m.inputShape << " " << m.precision;
+}
+
+bool exists(const std::string &path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
+
+class CudaNoDeviceModels : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(CudaNoDeviceModels, TrainingStepRunsNatively) {
+  const ModelCase &m = GetParam();
+  std::string straitc = straitcPath();
+  std::string onnx = modelsDir() + "/" + m.model + "/" + m.model + ".onnx";
+  if (!exists(straitc) || access(straitc.c_str(), X_OK) != 0)
+    GTEST_SKIP() << "no straitc (set STRAIT_STRAITC or build the compiler): '" << straitc << "'";
+  if (!exists(onnx))
+    GTEST_SKIP() << "no model " << onnx;
+  char dirTemplate[] = "/tmp/strait-cuda-coverage-XXXXXX";
+  ASSERT_NE(mkdtemp(dirTemplate), nullptr);
+  std::string dir = dirTemplate;
+  std::string cmd = "'" + straitc + "' '" + onnx + "' --shape-only --input-shape " +
+                    m.inputShape +
+                    " --loss cross-entropy --optimizer adamw --precision " + m.precision +
+                    " --emit=program -o '" + dir + "/job' > '" + dir + "/log' 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream logFile(dir + "/log");
+  std::stringstream log;
+  log << logFile.rdbuf();
+  ASSERT_EQ(rc, 0) << cmd << "\n" << log.str();
+  StatusOr<program::Program> p = loadProgram(dir + "/job/rank0.program.pb");
+  ASSERT_TRUE(p.isOk()) << p.getStatus().toString();
+  std::system(("rm -rf '" + dir + "'").c_str());
+
+  std::map<std::string, int> notNative, waits;
+  std::map<std::string, std::string> reasons;
+  std::vector<KernelSpec> specs = kernelSpecs(*p);
+  ASSERT_GT(specs.size(), 10u);
+  for (const KernelSpec &s : specs) {
+    NativeSupport n = nativeSupport(s);
+    std::string sig = kernelSignature(s);
+    if (!n.native) {
+      ++notNative[sig];
+      reasons[sig] = n.reason;
+    } else if (n.hostWait) {
+      ++waits[sig];
+      reasons[sig] = n.reason;
+    }
+  }
+  std::string list;
+  for (const auto &e : notNative)
+    list += "  " + std::to_string(e.second) + " x " + e.first + ": " + reasons[e.first] + "\n";
+  std::string waitList;
+  for (const auto &e : waits)
+    waitList += "  " + std::to_string(e.second) + " x " + e.first + ": " + reasons[e.first] + "\n";
+  // Not a failure (they run on the GPU), but their segments get no CUDA graph.
+  if (!waitList.empty())
+    std::cout << m.model << " " << m.precision << ": native kernels that wait for the stream:\n"
+              << waitList;
+  EXPECT_TRUE(notNative.empty()) << m.model << " " << m.precision << ": " << specs.size()
+                                 << " kernels, not native on CUDA (host fallback):\n"
+                                 << list;
+}
+
+std::string caseName(const ::testing::TestParamInfo<ModelCase> &info) {
+  std::string s = std::string(info.param.model) + "_" + info.param.precision;
+  for (char &c : s)
+    if (c == '-')
+      c = '_';
+  return s;
+}
+
+const ModelCase kModels[] = {
+    {"gpt2-tiny", "input_ids=2x16", "f32"},
+    {"gpt2-tiny", "input_ids=2x16", "bf16"},
+    {"llama-tiny", "input_ids=2x16", "f32"},
+    {"llama-tiny", "input_ids=2x16", "bf16"},
+    {"digits-cnn", "images=32x1x8x8", "f32"},
+    {"digits-cnn", "images=32x1x8x8", "bf16"},
+    {"gpt2", "input_ids=2x128", "f32"},
+    {"gpt2", "input_ids=2x128", "bf16"},
+    {"bert-base", "input_ids=2x128", "f32"},
+    {"bert-base", "input_ids=2x128", "bf16"},
+    {"vit-b-16", "pixel_values=2x3x224x224", "f32"},
+    {"vit-b-16", "pixel_values=2x3x224x224", "bf16"},
+    {"resnet50", "pixel_values=2x3x224x224", "f32"},
+    {"resnet50", "pixel_values=2x3x224x224", "bf16"},
+    {"mobilenet-v3-large", "pixel_values=2x3x224x224", "f32"},
+    {"mobilenet-v3-large", "pixel_values=2x3x224x224", "bf16"},
+};
+
+} // namespace
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaNoDeviceModels, ::testing::ValuesIn(kModels), caseName);

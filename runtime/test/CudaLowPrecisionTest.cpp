@@ -1,0 +1,200 @@
+//===- CudaLowPrecisionTest.cpp - bf16/f16 kernels of mixed precision -----===//
+//
+// The kernels graph-autocast (straitc --precision bf16) emits with 16-bit
+// operands that the CUDA backend runs natively: Conv, ConvGradInput and
+// ConvGradWeight through cuDNN with bf16/f16 data and f32 compute, and the
+// Reduce* family widened to f32. Each is compared with the CPU backend,
+// which widens the operands to f32 (exact), computes in f32 and rounds the
+// result once: both round one f32 result that differs only by summation
+// order, so they agree to about one unit in the last place of the 16-bit
+// type (2^-8 relative for bf16, 2^-11 for f16) plus cancellation. Every
+// case also checks that no kernel ran through the host fallback. Skipped
+// without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaTestUtil.h"
+
+#include "CudaSupport.h"
+
+namespace {
+
+class CudaLowPrecision : public Cuda {
+protected:
+  /// The kernels that ran on the host so far (none expected).
+  std::map<std::string, int64_t> hostKernels() {
+    StatusOr<const Backend *> b = registry.forDevice("cuda:0");
+    return b.isOk() ? cudaHostFallbackCounts(**b) : std::map<std::string, int64_t>{};
+  }
+};
+
+Arr randLow(DType t, Shape s, uint32_t seed) {
+  return t == program::DTYPE_BF16 ? Arr::randBf16(std::move(s), seed)
+                                  : Arr::randF16(std::move(s), seed);
+}
+
+/// Tolerances for one rounding to the 16-bit type of sums of `terms`
+/// products of values in [-1, 1].
+double rtolOf(DType t) { return t == program::DTYPE_BF16 ? 1e-2 : 2e-3; }
+double atolOf(DType t, int64_t terms) {
+  return (t == program::DTYPE_BF16 ? 8e-3 : 1e-3) * std::sqrt(double(terms));
+}
+
+} // namespace
+
+TEST_F(CudaLowPrecision, ConvForward) {
+  REQUIRE_GPU();
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    auto attrs = [](std::vector<int64_t> pads, std::vector<int64_t> strides,
+                    std::vector<int64_t> dils, int64_t group) {
+      return [=](program::Kernel &k) {
+        setInts(k, "pads", pads);
+        setInts(k, "strides", strides);
+        setInts(k, "dilations", dils);
+        setInt(k, "group", group);
+      };
+    };
+    // Bias in the operands' type, stride, dilation, groups, odd sizes.
+    compare("Conv", {randLow(t, {2, 6, 11, 9}, 130), randLow(t, {4, 3, 3, 2}, 131),
+                     randLow(t, {4}, 132)},
+            {Arr::out({2, 4, 6, 5}, t)}, attrs({2, 1, 2, 1}, {2, 2}, {2, 1}, 2), rtolOf(t),
+            atolOf(t, 18));
+    // An f32 bias, depthwise.
+    compare("Conv", {randLow(t, {3, 8, 7, 7}, 133), randLow(t, {8, 1, 3, 3}, 134),
+                     Arr::rand({8}, 135)},
+            {Arr::out({3, 8, 7, 7}, t)}, attrs({1, 1, 1, 1}, {1, 1}, {1, 1}, 8), rtolOf(t),
+            atolOf(t, 9));
+    // No bias; the 7x7/2 stem of a ResNet on a small image; 1-D.
+    compare("Conv", {randLow(t, {2, 3, 20, 20}, 136), randLow(t, {16, 3, 7, 7}, 137)},
+            {Arr::out({2, 16, 10, 10}, t)}, attrs({3, 3, 3, 3}, {2, 2}, {1, 1}, 1), rtolOf(t),
+            atolOf(t, 147));
+    compare("Conv", {randLow(t, {2, 3, 17}, 138), randLow(t, {5, 3, 4}, 139),
+                     randLow(t, {5}, 140)},
+            {Arr::out({2, 5, 8}, t)}, attrs({1, 1}, {2}, {1}, 1), rtolOf(t), atolOf(t, 12));
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+TEST_F(CudaLowPrecision, ConvGradients) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> pads, strides, dils;
+    int64_t group;
+  };
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    for (const Case &c : {Case{{2, 6, 11, 9}, {4, 3, 3, 2}, {2, 1, 2, 1}, {2, 2}, {2, 1}, 2},
+                          Case{{3, 8, 7, 7}, {8, 1, 3, 3}, {1, 1, 1, 1}, {1, 1}, {1, 1}, 8},
+                          Case{{4, 16, 8, 8}, {32, 16, 3, 3}, {1, 1, 1, 1}, {1, 1}, {1, 1}, 1},
+                          Case{{2, 3, 17}, {5, 3, 4}, {1, 1}, {2}, {1}, 1}}) {
+      auto attrs = [&](program::Kernel &k) {
+        setInts(k, "pads", c.pads);
+        setInts(k, "strides", c.strides);
+        setInts(k, "dilations", c.dils);
+        setInt(k, "group", c.group);
+      };
+      std::vector<int64_t> kshape(c.w.begin() + 2, c.w.end());
+      StatusOr<ConvWindow> w = convWindowOf(c.x, kshape, false, attrs);
+      ASSERT_TRUE(w.isOk());
+      Shape y = windowOutputShape(c.x[0], c.w[0], *w);
+      Arr dy = randLow(t, y, 145), x = randLow(t, c.x, 146), wt = randLow(t, c.w, 147);
+      // dX sums over M/group output channels and the window; dW over the
+      // batch and the output positions.
+      int64_t kernelSize = numElements(kshape);
+      int64_t dxTerms = c.w[0] / c.group * kernelSize;
+      int64_t dwTerms = y[0] * numElements(Shape(y.begin() + 2, y.end()));
+      compare("ConvGradInput", {dy, wt}, {Arr::out(c.x, t)}, [&](program::Kernel &k) {
+        attrs(k);
+        setInts(k, "input_shape", c.x);
+      }, rtolOf(t), atolOf(t, dxTerms));
+      compare("ConvGradWeight", {dy, x}, {Arr::out(c.w, t)}, [&](program::Kernel &k) {
+        attrs(k);
+        setInts(k, "weight_shape", c.w);
+      }, rtolOf(t), atolOf(t, dwTerms));
+    }
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+// Errors found on the host from the static types, before any launch.
+TEST_F(CudaLowPrecision, ConvTypeErrors) {
+  REQUIRE_GPU();
+  std::vector<Arr> outs = {Arr::out({1, 3, 4, 4}, program::DTYPE_BF16)};
+  Status s = runOn("cuda:0", registry, "Conv",
+                   {Arr::randBf16({1, 2, 6, 6}, 1), Arr::rand({3, 2, 3, 3}, 2)}, outs, {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument) << s.toString();
+  EXPECT_NE(s.toString().find("differ in type"), std::string::npos) << s.toString();
+  outs = {Arr::out({1, 3, 4, 4}, program::DTYPE_F32)};
+  s = runOn("cuda:0", registry, "Conv",
+            {Arr::randBf16({1, 2, 6, 6}, 1), Arr::randBf16({3, 2, 3, 3}, 2)}, outs, {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.toString().find("output 0 is declared f32"), std::string::npos) << s.toString();
+}
+
+TEST_F(CudaLowPrecision, ReduceSum) {
+  REQUIRE_GPU();
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    Arr x = randLow(t, {3, 4, 37, 5}, 160);
+    struct Case {
+      std::vector<int64_t> axes;
+      int64_t keep;
+      Shape out;
+    };
+    // The Conv bias gradient (axes 0, 2, 3), the innermost dim, all dims.
+    for (const Case &c : {Case{{0, 2, 3}, 0, {4}}, Case{{-1}, 0, {3, 4, 37}},
+                          Case{{1, 3}, 1, {3, 1, 37, 1}}, Case{{}, 0, {}}})
+      compare("ReduceSum", {x}, {Arr::out(c.out, t)}, [&](program::Kernel &k) {
+        setInts(k, "axes", c.axes);
+        setInt(k, "keepdims", c.keep);
+      }, rtolOf(t), atolOf(t, 3 * 4 * 37 * 5));
+    // Axes as an input, as the compiler emits it.
+    compare("ReduceSum", {x, Arr::i({3}, {0, 2, 3})}, {Arr::out({4}, t)}, {}, rtolOf(t),
+            atolOf(t, 3 * 37 * 5));
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+// ReduceMean and ReduceMax of 16-bit values (the CPU backend has no 16-bit
+// ReduceMean): against the CPU's f32 reduction of the widened values,
+// rounded once.
+TEST_F(CudaLowPrecision, ReduceMeanMaxAgainstWidenedCpu) {
+  REQUIRE_GPU();
+  Arr x = Arr::randBf16({6, 50}, 170);
+  std::vector<float> v(300);
+  for (int k = 0; k < 300; ++k)
+    v[k] = static_cast<float>(x.at(k));
+  Arr wide = Arr::f({6, 50}, v);
+  for (const char *op : {"ReduceMean", "ReduceMax"}) {
+    auto attrs = [](program::Kernel &k) {
+      setInts(k, "axes", {1});
+      setInt(k, "keepdims", 0);
+    };
+    std::vector<Arr> ref = {Arr::out({6})}, gpu = {Arr::out({6}, program::DTYPE_BF16)};
+    ASSERT_TRUE(runOn("cpu", registry, op, {wide}, ref, attrs).isOk());
+    Status s = runOn("cuda:0", registry, op, {x}, gpu, attrs);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    for (int k = 0; k < 6; ++k)
+      EXPECT_NEAR(gpu[0].at(k), ref[0].at(k), 4e-3 * std::abs(ref[0].at(k)) + 1e-6)
+          << op << " " << k;
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+// The static answer agrees with what the backend did for the cases above.
+TEST(CudaNoDevice, LowPrecisionKernelsAreNative) {
+  program::Kernel conv, sum;
+  conv.set_op("Conv");
+  sum.set_op("ReduceSum");
+  bool cudnn = false;
+  for (const std::string &op : cuda::cudaKernelOps())
+    cudnn |= op == "Conv";
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    cuda::OperandType x{true, t, {2, 3, 8, 8}}, w{true, t, {4, 3, 3, 3}},
+        y{true, t, {2, 4, 6, 6}}, b{true, t, {4}}, axes{true, program::DTYPE_I64, {3}};
+    EXPECT_EQ(cuda::nativeSupport({&conv, {x, w, b}, {y}}).native, cudnn) << dtypeName(t);
+    EXPECT_TRUE(cuda::nativeSupport({&sum, {y, axes}, {b}}).native) << dtypeName(t);
+  }
+}
