@@ -6,7 +6,9 @@
 // [b..., Tq, Tk] scores are materialized by each of those ops forward and
 // again by their gradients. The matcher walks back from each Softmax and
 // returns the operands, the scale and the ops it would replace; the pass
-// builds one FusedAttention per match. See docs/graph-dialect.md.
+// builds one FusedAttention per match. A mask computed from constants is
+// read element by element (MaskEvaluator): all zeros it goes, a causal mask
+// becomes causal = 1. See docs/graph-dialect.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,9 +16,9 @@
 #include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Analysis/SliceAnalysis.h"
-#include "llvm/ADT/TypeSwitch.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHFUSEATTENTION
@@ -352,6 +354,10 @@ BiasKind classifyBias(MaskEvaluator &eval, Value bias, int64_t tq, int64_t tk) {
 struct FuseAttentionPass
     : strait::graph::impl::GraphFuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
+    // The caches hold ops of one function.
+    evaluator = MaskEvaluator();
+    biasKinds.clear();
+    maybeDead.clear();
     SmallVector<SoftmaxOp> softmaxes;
     getOperation().walk([&](SoftmaxOp op) { softmaxes.push_back(op); });
     for (SoftmaxOp softmax : softmaxes) {
