@@ -1,5 +1,6 @@
 // RUN: strait-opt %s -split-input-file --graph-fuse-attention --graph-build-training-step='loss=output' | FileCheck %s --implicit-check-not='tensor<2x4x4xf32>'
 // RUN: strait-opt %s -split-input-file --graph-build-training-step='loss=output' | FileCheck %s --check-prefix=UNFUSED
+// RUN: strait-opt %s -split-input-file --graph-fuse-attention --graph-autocast --graph-build-training-step='loss=output' | FileCheck %s --check-prefix=BF16
 
 // One self-attention block (Q, K, V projections of x, a [4, 4] mask). After
 // graph-fuse-attention, autodiff builds one FusedAttentionGrad from dY, the
@@ -24,6 +25,16 @@
 // UNFUSED: graph.Softmax {{.*}} -> tensor<2x4x4xf32>
 // UNFUSED: graph.SoftmaxGrad {{.*}} -> tensor<2x4x4xf32>
 // UNFUSED-NOT: graph.FusedAttention
+// Under bf16 autocast the gradient op runs on the bf16 Q, Kt, V, Y and dY
+// (the cast of Y's f32 gradient) with the f32 LSE and mask; dQ, dKt, dV are
+// cast back to f32 by the Casts' rules.
+// BF16-LABEL: func.func @main
+// BF16: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[Q:.*]], %[[KT:.*]], %[[V:.*]], %[[M:.*]] {{{.*}}} : (tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4xf32>)
+// BF16: %[[DY:.*]] = graph.Cast %{{.*}} {{{.*}}to = bf16} : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
+// BF16: %[[DQ:.*]], %[[DKT:.*]], %[[DV:.*]] = graph.FusedAttentionGrad %[[DY]], %[[Q]], %[[KT]], %[[V]], %[[Y]], %[[LSE]], %[[M]] {{{.*}}} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>)
+// BF16-DAG: graph.Cast %[[DV]] {{{.*}}to = f32}
+// BF16-DAG: graph.Cast %[[DKT]] {{{.*}}to = f32}
+// BF16-DAG: graph.Cast %[[DQ]] {{{.*}}to = f32}
 module {
   graph.Variable @wq : tensor<8x8xf32> = dense<0.1> : tensor<8x8xf32>
   graph.Variable @wk : tensor<8x8xf32> = dense<0.2> : tensor<8x8xf32>
