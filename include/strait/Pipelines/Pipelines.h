@@ -131,7 +131,7 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 
 /// The forward-graph fusions, in pipeline order: [graph-fuse-rmsnorm] ->
 /// [graph-fuse-attention]. buildStraitPipeline starts with them; straitc runs
-/// them alone for a forward-only program.
+/// them alone for a forward-only program and before --emit=plan's planner.
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention);
 
 /// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
