@@ -13,6 +13,8 @@
 //===----------------------------------------------------------------------===//
 #include "CudaSupport.h"
 
+#include "CudaKernels.h"
+
 #include "strait/runtime/Program.h"
 
 #include <gtest/gtest.h>
@@ -87,11 +89,43 @@ TEST(CudaNoDevice, NativeSupportRules) {
   NativeSupport sum = check("ReduceSum", {t(F32), t(I64, {1})}, {t(F32, {3})});
   EXPECT_TRUE(sum.native);
   EXPECT_TRUE(sum.hostWait);
+  // keepdims (default 1): the output shape says which dims are reduced.
+  NativeSupport sumShaped = check("ReduceSum", {t(F32), t(I64, {1})}, {t(F32, {1, 3})});
+  EXPECT_TRUE(sumShaped.native);
+  EXPECT_FALSE(sumShaped.hostWait) << sumShaped.reason;
   NativeSupport sumAttr = check("ReduceSum", {t(F32), absent()}, {t(F32, {3})});
   EXPECT_TRUE(sumAttr.native);
   EXPECT_FALSE(sumAttr.hostWait);
   EXPECT_TRUE(check("Slice", {t(F32), t(I64, {1}), t(I64, {1})}, {t(F32)}).hostWait);
   EXPECT_FALSE(check("Slice", {t(F32)}, {t(F32)}).hostWait);
+}
+
+// The reduced dims that a reduction's declared output shape determines.
+TEST(CudaNoDevice, ReducedDimsFromShapes) {
+  using V = std::vector<bool>;
+  V r;
+  ASSERT_TRUE(reducedDimsFromShapes({2, 3, 4}, {1, 3, 1}, true, r));
+  EXPECT_EQ(r, (V{true, false, true}));
+  ASSERT_TRUE(reducedDimsFromShapes({2, 1, 4}, {2, 1, 4}, true, r));
+  EXPECT_EQ(r, (V{false, false, false}));
+  EXPECT_FALSE(reducedDimsFromShapes({2, 3}, {2, 5}, true, r));
+  EXPECT_FALSE(reducedDimsFromShapes({2, 3}, {2}, true, r));
+  // A Conv bias gradient, [N, M, H, W] -> [M].
+  ASSERT_TRUE(reducedDimsFromShapes({2, 64, 56, 56}, {64}, false, r));
+  EXPECT_EQ(r, (V{true, false, true, true}));
+  ASSERT_TRUE(reducedDimsFromShapes({1, 4, 1}, {4}, false, r));
+  EXPECT_EQ(r, (V{true, false, true}));
+  ASSERT_TRUE(reducedDimsFromShapes({4, 1}, {4}, false, r));
+  EXPECT_EQ(r, (V{false, true}));
+  ASSERT_TRUE(reducedDimsFromShapes({2, 3}, {}, false, r));
+  EXPECT_EQ(r, (V{true, true}));
+  // Size-1 dims may go either way: the same reduction.
+  ASSERT_TRUE(reducedDimsFromShapes({1, 1, 5}, {1, 5}, false, r));
+  // Ambiguous: which of two equal dims is kept.
+  EXPECT_FALSE(reducedDimsFromShapes({3, 3}, {3}, false, r));
+  EXPECT_FALSE(reducedDimsFromShapes({32, 32, 8, 8}, {32}, false, r));
+  EXPECT_FALSE(reducedDimsFromShapes({2, 3}, {5}, false, r));
+  EXPECT_FALSE(reducedDimsFromShapes({2}, {2, 1}, false, r));
 }
 
 TEST(CudaNoDevice, NativeSupportOfConvolutions) {

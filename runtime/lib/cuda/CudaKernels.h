@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,18 @@ struct CudaContext {
 
   StatusOr<void *> getScratch(size_t bytes);
   int addTag(const std::string &name);
+  /// Kernels (by tag) whose integer input was read once and agreed with the
+  /// static shapes, so later runs take what it says from the shapes (no
+  /// stream wait; see reducedDimsFromShapes).
+  bool shapeChecked(int tag) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return checkedTags.count(tag) != 0;
+  }
+  void setShapeChecked(int tag) {
+    std::lock_guard<std::mutex> lock(mutex);
+    checkedTags.insert(tag);
+  }
+  std::set<int> checkedTags;
 
   // --- CUDA graphs of executor segments (CudaGraph.cpp) ---------------------
   /// Why the capture in progress must fail: Retry (the scratch block must
@@ -122,6 +135,15 @@ void setAttentionChunkBytes(size_t bytes);
 /// Pooling (native kernels), BatchNormalization(+Training, +Grad),
 /// Reduce*, Slice, SliceGrad, GatherElements, HardSigmoid, HardSwish.
 void addSpatialKernels(CudaKernelTable &table);
+/// The dims a reduction of `in` to the declared `out` reduces, when the
+/// shapes determine them up to dims of size 1 (whose reduction moves no
+/// data): with keepdims the dims where `out` is 1 and `in` is not; without,
+/// the one way (up to size-1 dims) of removing dims of `in` that leaves
+/// `out`. False when the shapes do not fit or leave a choice ([3, 3] to [3]).
+/// Host code; a reduction whose axes input they determine reads that input
+/// only on its first run.
+bool reducedDimsFromShapes(const Shape &in, const Shape &out, bool keepdims,
+                           std::vector<bool> &reduced);
 /// Conv, ConvGradInput, ConvGradWeight through cuDNN (STRAIT_HAVE_CUDNN only).
 void addConvKernels(CudaKernelTable &table);
 

@@ -13,8 +13,11 @@
 //
 // Integer operands that only exist as tensors (Slice's starts/ends/axes/
 // steps inputs, the axes input of the reductions) are read on the host after
-// waiting for the stream; the compiler's training graphs carry them as
-// attributes, so a compiled step never waits here.
+// waiting for the stream. A reduction whose declared output shape determines
+// the reduced dims (compiled steps: the Conv bias gradients, global means)
+// reads its axes input once, on its first run, and then takes the dims from
+// the shapes, so its segment can be captured into a CUDA graph. Compiled
+// steps still carry Slice bounds as inputs (llama-tiny's rotary embedding).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -213,19 +216,87 @@ Status batchNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
 // Reductions
 //===----------------------------------------------------------------------===//
 
-Status reduceKernel(CudaContext &c, KernelContext &ctx, ReduceOp op) {
+} // namespace
+
+bool reducedDimsFromShapes(const Shape &in, const Shape &out, bool keepdims,
+                           std::vector<bool> &reduced) {
+  size_t rank = in.size();
+  if (rank > static_cast<size_t>(kMaxDims))
+    return false;
+  if (keepdims) {
+    if (out.size() != rank)
+      return false;
+    reduced.assign(rank, false);
+    for (size_t d = 0; d < rank; ++d) {
+      if (out[d] == in[d])
+        continue;
+      if (out[d] != 1)
+        return false;
+      reduced[d] = true;
+    }
+    return true;
+  }
+  if (out.size() > rank)
+    return false;
+  // Every choice of removed dims that leaves `out`; they must agree on the
+  // dims longer than 1 (which size-1 dims go moves no data).
+  bool found = false;
+  unsigned effective = 0;
+  for (unsigned mask = 0; mask < (1u << rank); ++mask) {
+    if (static_cast<size_t>(__builtin_popcount(mask)) != rank - out.size())
+      continue;
+    Shape kept;
+    unsigned eff = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      if (mask & (1u << d)) {
+        if (in[d] != 1)
+          eff |= 1u << d;
+      } else {
+        kept.push_back(in[d]);
+      }
+    }
+    if (kept != out)
+      continue;
+    if (!found) {
+      found = true;
+      effective = eff;
+      reduced.assign(rank, false);
+      for (size_t d = 0; d < rank; ++d)
+        reduced[d] = (mask >> d) & 1u;
+    } else if (eff != effective) {
+      return false;
+    }
+  }
+  return found;
+}
+
+namespace {
+
+Status reduceKernel(CudaContext &c, KernelContext &ctx, ReduceOp op, int tag) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> axes, intsInputOrAttr(c, ctx, 1, "axes", {}));
   STRAIT_ASSIGN_OR_RETURN(int64_t keep, ctx.getAttrs().getInt("keepdims", 1));
   STRAIT_ASSIGN_OR_RETURN(int64_t noop, ctx.getAttrs().getInt("noop_with_empty_axes", 0));
   int64_t rank = x->rank();
   if (rank > kMaxDims)
     return ctx.unsupported("cuda: " + ctx.op() + " of rank " + std::to_string(rank) +
                            " (at most " + std::to_string(kMaxDims) + ")");
-  std::vector<bool> reduced(rank, axes.empty() && noop == 0);
-  for (int64_t a : axes) {
-    STRAIT_ASSIGN_OR_RETURN(int64_t ax, normalizeAxis(ctx, a, rank));
-    reduced[ax] = true;
+  // An axes input is read on the host (a stream wait, no CUDA graph) only
+  // until it has been checked once against the declared output shape, when
+  // that shape determines the reduced dims (compiled programs: a Conv bias
+  // gradient, a global mean); later runs take the dims from the shapes.
+  std::vector<bool> reduced;
+  const Tensor *yDecl = ctx.output(0);
+  bool derived = ctx.input(1) && yDecl &&
+                 reducedDimsFromShapes(x->shape, yDecl->shape, keep != 0, reduced);
+  bool checked = derived && c.shapeChecked(tag);
+  if (!checked) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                            intsInputOrAttr(c, ctx, 1, "axes", {}));
+    reduced.assign(rank, axes.empty() && noop == 0);
+    for (int64_t a : axes) {
+      STRAIT_ASSIGN_OR_RETURN(int64_t ax, normalizeAxis(ctx, a, rank));
+      reduced[ax] = true;
+    }
   }
   ReducePlan p;
   Shape out;
@@ -250,6 +321,10 @@ Status reduceKernel(CudaContext &c, KernelContext &ctx, ReduceOp op) {
     }
   }
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, out, x->dtype));
+  // The axes read agree with the output shape: for these shapes the dims
+  // from the shapes are the same reduction.
+  if (derived && !checked)
+    c.setShapeChecked(tag);
   if (x->dtype == program::DTYPE_BF16 || x->dtype == program::DTYPE_F16) {
     // Mixed precision (a Conv bias gradient under graph-autocast): widened
     // to f32 in scratch memory (exact), reduced with double accumulation,
@@ -456,7 +531,9 @@ void addSpatialKernels(CudaKernelTable &t) {
   t.add("HardSwish",
         [](CudaContext &c, KernelContext &k, int) { return hardSigmoidKernel(c, k, true); });
 #define STRAIT_REDUCE(NAME, OP)                                                          \
-  t.add(NAME, [](CudaContext &c, KernelContext &k, int) { return reduceKernel(c, k, OP); });
+  t.add(NAME, [](CudaContext &c, KernelContext &k, int tag) {                          \
+    return reduceKernel(c, k, OP, tag);                                                \
+  });
   STRAIT_REDUCE("ReduceSum", ReduceOp::Sum)
   STRAIT_REDUCE("ReduceMean", ReduceOp::Mean)
   STRAIT_REDUCE("ReduceMax", ReduceOp::Max)

@@ -229,10 +229,20 @@ NativeSupport nativeSupport(const KernelSpec &spec) {
   if (!r.native)
     return r;
   // Integer operands read on the host (CudaSpatial.cpp's intsInputOrAttr).
+  // A reduction reads its axes input on the host only on its first run when
+  // the declared output shape determines the reduced dims.
   bool reduceOp = k.op().rfind("Reduce", 0) == 0 && k.op() != "ReduceToShape";
   if (reduceOp && in(spec, 1)) {
-    r.hostWait = true;
-    r.reason = "reads its axes input on the host";
+    bool keep = true;
+    auto it = k.attrs().find("keepdims");
+    if (it != k.attrs().end())
+      keep = it->second.i() != 0;
+    std::vector<bool> reduced;
+    if (spec.outputs.empty() || !spec.outputs[0].present ||
+        !reducedDimsFromShapes(in(spec, 0)->shape, spec.outputs[0].shape, keep, reduced)) {
+      r.hostWait = true;
+      r.reason = "reads its axes input on the host (the output shape leaves a choice)";
+    }
   }
   if (k.op() == "Slice" && (in(spec, 1) || in(spec, 2) || in(spec, 3) || in(spec, 4))) {
     r.hostWait = true;
