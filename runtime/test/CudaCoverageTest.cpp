@@ -4,7 +4,7 @@
 // kernel's op, operand dtypes and attributes, whether the CUDA backend runs
 // it as a CUDA kernel or through the host fallback (a stream wait and the
 // CPU kernel). These tests check its rules on hand-built kernels and then
-// compile the training steps (cross-entropy, AdamW, f32 and bf16
+// compile the training steps (cross-entropy, AdamW, f32 and bf16/f16
 // graph-autocast) of the bundled models with straitc and expect every
 // kernel to be native, printing the (op, dtypes) that are not. straitc is
 // taken from $STRAIT_STRAITC, else from the path CMake found at configure
@@ -249,20 +249,28 @@ std::string caseName(const ::testing::TestParamInfo<ModelCase> &info) {
 const ModelCase kModels[] = {
     {"gpt2-tiny", "input_ids=2x16", "f32"},
     {"gpt2-tiny", "input_ids=2x16", "bf16"},
+    {"gpt2-tiny", "input_ids=2x16", "f16"},
     {"llama-tiny", "input_ids=2x16", "f32"},
     {"llama-tiny", "input_ids=2x16", "bf16"},
+    {"llama-tiny", "input_ids=2x16", "f16"},
     {"digits-cnn", "images=32x1x8x8", "f32"},
     {"digits-cnn", "images=32x1x8x8", "bf16"},
+    {"digits-cnn", "images=32x1x8x8", "f16"},
     {"gpt2", "input_ids=2x128", "f32"},
     {"gpt2", "input_ids=2x128", "bf16"},
+    {"gpt2", "input_ids=2x128", "f16"},
     {"bert-base", "input_ids=2x128", "f32"},
     {"bert-base", "input_ids=2x128", "bf16"},
+    {"bert-base", "input_ids=2x128", "f16"},
     {"vit-b-16", "pixel_values=2x3x224x224", "f32"},
     {"vit-b-16", "pixel_values=2x3x224x224", "bf16"},
+    {"vit-b-16", "pixel_values=2x3x224x224", "f16"},
     {"resnet50", "pixel_values=2x3x224x224", "f32"},
     {"resnet50", "pixel_values=2x3x224x224", "bf16"},
+    {"resnet50", "pixel_values=2x3x224x224", "f16"},
     {"mobilenet-v3-large", "pixel_values=2x3x224x224", "f32"},
     {"mobilenet-v3-large", "pixel_values=2x3x224x224", "bf16"},
+    {"mobilenet-v3-large", "pixel_values=2x3x224x224", "f16"},
 };
 
 } // namespace
