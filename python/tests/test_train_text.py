@@ -136,6 +136,11 @@ class Gpt2(torch.nn.Module):
     def conv1d(self, x, name):
         return x @ self.w(name + ".weight") + self.w(name + ".bias")
 
+    def attention(self, q, k, v, mask):
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        att = torch.softmax(att.masked_fill(~mask, torch.finfo(att.dtype).min), -1)
+        return att @ v
+
     def forward(self, ids):
         b, t = ids.shape
         wte = self.w("lm_head.weight")  # tied: the ONNX file names it lm_head.weight
@@ -146,9 +151,7 @@ class Gpt2(torch.nn.Module):
             h = f"transformer.h.{i}"
             q, k, v = self.conv1d(self.ln(x, h + ".ln_1"), h + ".attn.c_attn").split(WIDTH, 2)
             q, k, v = (z.reshape(b, t, HEADS, hd).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-            att = torch.softmax(att.masked_fill(~mask, torch.finfo(att.dtype).min), -1)
-            y = (att @ v).transpose(1, 2).reshape(b, t, WIDTH)
+            y = self.attention(q, k, v, mask).transpose(1, 2).reshape(b, t, WIDTH)
             x = x + self.conv1d(y, h + ".attn.c_proj")
             m = torch.nn.functional.gelu(self.conv1d(self.ln(x, h + ".ln_2"), h + ".mlp.c_fc"),
                                          approximate="tanh")
