@@ -48,13 +48,16 @@ namespace cl = llvm::cl;
 namespace {
 enum class Emit { Summary, MLIR, Program, Plan };
 
-cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"), cl::Required);
+cl::OptionCategory straitCat("straitc options");
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"), cl::Required,
+                               cl::cat(straitCat));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
-                                cl::value_desc("file"), cl::init("-"));
+                                cl::value_desc("file"), cl::init("-"), cl::cat(straitCat));
 cl::opt<std::string> inputShapes("input-shape",
                                  cl::desc("Static input shapes: NAME=DxD...[,NAME=...]"),
-                                 cl::init(""));
-cl::opt<bool> shapeOnly("shape-only", cl::desc("Read no weight bytes"), cl::init(false));
+                                 cl::init(""), cl::cat(straitCat));
+cl::opt<bool> shapeOnly("shape-only", cl::desc("Read no weight bytes"), cl::init(false),
+                        cl::cat(straitCat));
 cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::Summary),
                    cl::values(clEnumValN(Emit::Summary, "summary", "model summary"),
                               clEnumValN(Emit::MLIR, "mlir", "the graph-dialect IR"),
@@ -62,11 +65,11 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::Summary),
                                          "a job folder for strait-run (-o DIR)"),
                               clEnumValN(Emit::Plan, "plan",
                                          "the partition plan on --cluster (text; JSON "
-                                         "with --plan-json)")));
+                                         "with --plan-json)")), cl::cat(straitCat));
 cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description (YAML)"),
-                                 cl::value_desc("file"), cl::init(""));
+                                 cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
 cl::opt<std::string> planJson("plan-json", cl::desc("Also write the plan as JSON"),
-                              cl::value_desc("file"), cl::init(""));
+                              cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
 cl::opt<strait::PlannerStrategy> strategy(
     "strategy", cl::desc("Planner"), cl::init(strait::PlannerStrategy::Strait),
     cl::values(clEnumValN(strait::PlannerStrategy::Strait, "strait", "bandwidth-aware DP"),
@@ -75,22 +78,22 @@ cl::opt<strait::PlannerStrategy> strategy(
                clEnumValN(strait::PlannerStrategy::PipeDream, "pipedream",
                           "homogeneous DP (baseline)"),
                clEnumValN(strait::PlannerStrategy::DTFM, "dtfm",
-                          "DT-FM-like search (baseline)")));
+                          "DT-FM-like search (baseline)")), cl::cat(straitCat));
 cl::opt<double> globalBatch("global-batch",
                             cl::desc("Samples per iteration (default: the input's batch)"),
-                            cl::init(0));
+                            cl::init(0), cl::cat(straitCat));
 cl::opt<std::string> loss("loss",
                           cl::desc("Compile a training step with this loss (cross-entropy, "
                                    "mse, output); runs the Strait pipeline"),
-                          cl::init(""));
+                          cl::init(""), cl::cat(straitCat));
 cl::opt<std::string> precision(
     "precision",
     cl::desc("Mixed precision: f32 (default, no casts), bf16 or f16 (graph-autocast: MatMul, "
-             "Gemm and Conv on that type, f32 master weights and optimizer)"),
-    cl::init("f32"));
+             "Gemm, Conv and FusedAttention on that type, f32 master weights and optimizer)"),
+    cl::init("f32"), cl::cat(straitCat));
 cl::opt<std::string> optimizer("optimizer",
                                cl::desc("Training step optimizer: sgd, adamw, none"),
-                               cl::init("sgd"));
+                               cl::init("sgd"), cl::cat(straitCat));
 // Training-step hyper-parameters (graph-build-training-step's options, as in
 // onnxruntime-training's artifact generation); defaults are the pass's.
 const strait::graph::GraphBuildTrainingStepOptions &kTrain =
@@ -142,42 +145,43 @@ cl::list<std::string> frozen("frozen",
 cl::opt<int64_t> microBatches("micro-batches",
                               cl::desc("Micro-batches per iteration, each of the IR's batch "
                                        "(default: the planner's choice; 1 without a cluster)"),
-                              cl::init(1));
+                              cl::init(1), cl::cat(straitCat));
 cl::opt<int64_t> numStages("num-stages",
                            cl::desc("Force this many pipeline stages of equal size over "
                                     "equal device chunks (0: the planner decides)"),
-                           cl::init(0));
+                           cl::init(0), cl::cat(straitCat));
 cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lacks"),
-                       cl::init(0));
+                       cl::init(0), cl::cat(straitCat));
 cl::opt<std::string> compress(
     "compress",
     cl::desc("Codecs on slow links: none (default), auto (per link from the cost model), "
              "or fp16, bf16, int8, int4, topk:R on every link"),
-    cl::init("none"));
+    cl::init("none"), cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
     cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
-             "repeatable; wins over --compress)"));
+             "repeatable; wins over --compress)"), cl::cat(straitCat));
 cl::opt<strait::FuseMode> fuse(
     "fuse", cl::desc("Fusion after the stage split (training jobs and --cluster)"),
     cl::init(strait::FuseMode::Elementwise),
     cl::values(clEnumValN(strait::FuseMode::Elementwise, "elementwise",
                           "chains of elementwise ops become one FusedElementwise kernel"),
-               clEnumValN(strait::FuseMode::None, "none", "one kernel per op")));
+               clEnumValN(strait::FuseMode::None, "none", "one kernel per op")),
+    cl::cat(straitCat));
 cl::opt<bool> fuseRmsNorm(
     "fuse-rmsnorm",
     cl::desc("Rewrite decomposed RMSNorm chains (LLaMA exports) into one RMSNormalization "
              "before the training step (default on; =false keeps the decomposition)"),
-    cl::init(true));
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> fuseAttention(
     "fuse-attention",
     cl::desc("Rewrite decomposed attention (MatMul, scale, bias, Softmax, MatMul) into one "
              "FusedAttention before the training step (default on; =false keeps the "
              "decomposition)"),
-    cl::init(true));
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
-                           cl::init(false));
+                           cl::init(false), cl::cat(straitCat));
 
 /// Computes the plan report right before dist-assign-stages runs.
 struct PlanReporter : public PassInstrumentation {
@@ -454,6 +458,9 @@ int main(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerDefaultTimingManagerCLOptions();
   registerPassManagerCLOptions();
+  // --help lists straitc's own options, not every LLVM/MLIR library flag
+  // linked in (those still parse; --help-hidden lists them).
+  cl::HideUnrelatedOptions({&straitCat, &trainCat});
   cl::ParseCommandLineOptions(argc, argv, "Strait compiler\n");
   const cl::Option *trainingFlags[] = {
       &lossOutput, &label, &ignoreIndex, &returnGradients, &lr, &momentum,
