@@ -96,7 +96,13 @@ TEST(CudaNoDevice, NativeSupportRules) {
   NativeSupport sumAttr = check("ReduceSum", {t(F32), absent()}, {t(F32, {3})});
   EXPECT_TRUE(sumAttr.native);
   EXPECT_FALSE(sumAttr.hostWait);
-  EXPECT_TRUE(check("Slice", {t(F32), t(I64, {1}), t(I64, {1})}, {t(F32)}).hostWait);
+  // Slice reads bound inputs on the device, up to rank 8.
+  NativeSupport slice = check("Slice", {t(F32), t(I64, {1}), t(I64, {1})}, {t(F32)});
+  EXPECT_TRUE(slice.native);
+  EXPECT_FALSE(slice.hostWait) << slice.reason;
+  Shape rank9 = {1, 1, 1, 1, 1, 1, 1, 2, 3};
+  EXPECT_TRUE(
+      check("Slice", {t(F32, rank9), t(I64, {1}), t(I64, {1})}, {t(F32, rank9)}).hostWait);
   EXPECT_FALSE(check("Slice", {t(F32)}, {t(F32)}).hostWait);
 }
 

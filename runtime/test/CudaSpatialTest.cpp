@@ -489,3 +489,102 @@ TEST(CudaReduceGraphs, AxesInputReadOnceWhenShapesDetermineThem) {
     }
   }
 }
+
+// Slice bounds given as inputs are read on the device (no stream wait): the
+// host-read cases above and more, against the CPU backend.
+TEST_F(CudaSpatial, SliceBoundsOnDevice) {
+  REQUIRE_GPU();
+  Arr x = Arr::rand({4, 6, 10}, 83);
+  auto i32 = [](Shape s, const std::vector<int32_t> &v) {
+    Arr a{program::DTYPE_I32, std::move(s), {}};
+    a.bytes.resize(v.size() * 4);
+    std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+    return a;
+  };
+  // Negative steps and wrapping starts, i64 extremes as ends.
+  compare("Slice", {x, Arr::i({3}, {3, -1, 0}), Arr::i({3}, {0, 0, INT64_MAX}),
+                    Arr::i({3}, {0, 1, 2}), Arr::i({3}, {-2, -2, 1})},
+          {Arr::out({2, 3, 10})});
+  // i32 bounds, no axes/steps inputs (all axes in order, steps of 1).
+  compare("Slice", {x, i32({2}, {1, -4}), i32({2}, {3, 100})}, {Arr::out({2, 4, 10})});
+  // Negative axes, a step past the end, an empty result.
+  compare("Slice", {x, Arr::i({1}, {2}), Arr::i({1}, {9}), Arr::i({1}, {-1}), Arr::i({1}, {20})},
+          {Arr::out({4, 6, 1})});
+  compare("Slice", {x, Arr::i({1}, {5}), Arr::i({1}, {2}), Arr::i({1}, {1})},
+          {Arr::out({4, 0, 10})});
+  // 2-byte elements (a bf16 activation, as in llama's rotary embedding).
+  compare("Slice", {Arr::randBf16({2, 4, 8}, 84), Arr::i({1}, {4}), Arr::i({1}, {8}),
+                    Arr::i({1}, {2})},
+          {Arr::out({2, 4, 4}, program::DTYPE_BF16)});
+  const Backend *b = *registry.forDevice("cuda:0");
+  EXPECT_EQ(cudaHostFallbackCounts(*b).count("Slice"), 0u);
+  // Bounds that disagree with the declared output: a device error naming the kernel.
+  std::vector<Arr> outs = {Arr::out({3, 6, 10})};
+  Status s = runOn("cuda:0", registry, "Slice",
+                   {x, Arr::i({1}, {1}), Arr::i({1}, {3}), Arr::i({1}, {0})}, outs, {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument) << s.toString();
+  EXPECT_NE(s.toString().find("do not give the declared output shape"), std::string::npos)
+      << s.toString();
+  EXPECT_NE(s.toString().find("Slice 'k'"), std::string::npos) << s.toString();
+  outs = {Arr::out({4, 6, 10})};
+  s = runOn("cuda:0", registry, "Slice",
+            {x, Arr::i({1}, {0}), Arr::i({1}, {4}), Arr::i({1}, {0}), Arr::i({1}, {0})}, outs,
+            {});
+  EXPECT_FALSE(s.isOk()) << "step 0 accepted";
+  // After a device error the backend still runs kernels.
+  compare("Slice", {x, Arr::i({1}, {1}), Arr::i({1}, {3})}, {Arr::out({2, 6, 10})});
+}
+
+// A step with a Slice whose bounds are i64 constant inputs (llama-tiny's
+// rotary embedding) is captured into a CUDA graph: no host read.
+TEST(CudaReduceGraphs, SliceWithBoundInputsIsCaptured) {
+  REQUIRE_GPU();
+  std::vector<float> result[2];
+  CudaGraphStats stats;
+  for (int onGpu = 0; onGpu < 2; ++onGpu) {
+    std::string device = onGpu ? "cuda:0" : "cpu";
+    BackendRegistry reg;
+    if (onGpu)
+      ASSERT_TRUE(registerCudaBackend(reg, CudaOptions{}).isOk());
+    else
+      registerCpuBackend(reg);
+    ProgramBuilder b;
+    b.get().set_device(device);
+    uint32_t x = b.addValue("x", program::DTYPE_F32, {2, 8, 6}, program::ROLE_INPUT);
+    uint32_t e = b.addValue("e", program::DTYPE_F32, {2, 8, 6}, program::ROLE_ACTIVATION);
+    std::vector<uint32_t> bounds;
+    for (int64_t v : {4, 8, 1}) {
+      uint32_t id = b.addValue("b" + std::to_string(bounds.size()), program::DTYPE_I64, {1},
+                               program::ROLE_CONSTANT);
+      program::TensorData *c = b.get().mutable_values(id)->mutable_constant();
+      c->set_dtype(program::DTYPE_I64);
+      c->add_shape(1);
+      c->add_int64_data(v);
+      bounds.push_back(id);
+    }
+    uint32_t y = b.addValue("y", program::DTYPE_F32, {2, 4, 6}, program::ROLE_OUTPUT);
+    b.addKernel("Exp", {x}, {e}).set_name("e");
+    b.addKernel("Slice", {e, bounds[0], bounds[1], bounds[2]}, {y}).set_name("s");
+    b.addRunStep();
+    auto exec = Executor::create(b.get(), reg);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    Tensor tx = *(*exec)->getValue(x);
+    std::vector<float> v = pseudoRandom(tx.numel(), 8);
+    std::copy(v.begin(), v.end(), tx.as<float>());
+    for (int run = 0; run < 3; ++run) {
+      Status s = (*exec)->run();
+      ASSERT_TRUE(s.isOk()) << s.toString();
+    }
+    Tensor ty = *(*exec)->getValue(y);
+    result[onGpu].assign(ty.as<float>(), ty.as<float>() + ty.numel());
+    if (onGpu)
+      stats = cudaGraphStats(*reg.forDevice(device).takeValue());
+  }
+  ASSERT_EQ(result[0].size(), 48u);
+  for (size_t i = 0; i < 48; ++i)
+    EXPECT_NEAR(result[1][i], result[0][i], 1e-6 * std::abs(result[0][i])) << i;
+  EXPECT_EQ(stats.captured, 1);
+  EXPECT_EQ(stats.replays, 2);
+  EXPECT_EQ(stats.disabled, 0);
+}

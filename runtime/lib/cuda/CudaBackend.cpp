@@ -172,6 +172,9 @@ const char *deviceErrorText(int code) {
   case kErrIndexOutOfRange: return "an index is out of range";
   case kErrLabelOutOfRange: return "a label is outside [0, C) and not ignore_index";
   case kErrBadStep: return "the step count must start at 1";
+  case kErrSliceBounds:
+    return "the starts/ends/axes/steps inputs do not give the declared output shape (or a "
+           "step is 0, an axis out of range)";
   default: return "unknown device error";
   }
 }

@@ -144,6 +144,10 @@ void addSpatialKernels(CudaKernelTable &table);
 /// only on its first run.
 bool reducedDimsFromShapes(const Shape &in, const Shape &out, bool keepdims,
                            std::vector<bool> &reduced);
+/// Whether Slice reads its bounds on the device (no stream wait): starts and
+/// ends given as inputs, no bound attribute, rank and bound count at most
+/// kMaxDims. Otherwise bounds given as inputs are read on the host.
+bool sliceBoundsOnDevice(bool startsEndsInputs, bool boundAttrs, int64_t rank, int64_t n);
 /// Conv, ConvGradInput, ConvGradWeight through cuDNN (STRAIT_HAVE_CUDNN only).
 void addConvKernels(CudaKernelTable &table);
 

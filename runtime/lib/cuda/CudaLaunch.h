@@ -26,6 +26,7 @@ enum DeviceError : int {
   kErrIndexOutOfRange = 1,
   kErrLabelOutOfRange = 2,
   kErrBadStep = 3,
+  kErrSliceBounds = 4,
 };
 
 /// Element types of the launchers.
@@ -205,6 +206,23 @@ bool launchReduce(ReduceOp op, ET dtype, const void *x, void *y, const ReducePla
 /// launchStridedCopy, for SliceGrad); elements of `elemSize` bytes.
 bool launchStridedScatter(size_t elemSize, const void *in, void *out, const Index &ix,
                           cudaStream_t s);
+/// Slice with its bounds in device memory: `starts`, `ends` and the optional
+/// `axes`, `steps` are i32/i64 tensors of `n` entries (absent: all axes in
+/// order, steps of 1). Every thread derives each dim's start and step as the
+/// host's sliceMap does (negative values wrap, clamping) and checks the
+/// sliced extents against the declared output shape (dims not sliced keep
+/// their size); on a mismatch, a step of 0 or an axis out of range the error
+/// flag gets kErrSliceBounds and nothing is written. No host wait.
+struct SliceBounds {
+  int rank = 0, n = 0;
+  int64_t inShape[kMaxDims] = {}, outShape[kMaxDims] = {};
+  const void *starts = nullptr, *ends = nullptr, *axes = nullptr, *steps = nullptr;
+  bool starts64 = true, ends64 = true, axes64 = true, steps64 = true;
+  int64_t nOut = 0;
+};
+/// Elements of `elemSize` (1, 2, 4, 8) bytes; false for another size.
+bool launchSliceBounds(size_t elemSize, const void *x, void *y, const SliceBounds &b,
+                       int *errorFlag, int tag, cudaStream_t s);
 /// GatherElements: out[i] = data[offset of index i with its axis coordinate
 /// replaced by indices[i]] (negative indices wrap; out of range raises the
 /// error flag). `shape`: the indices' shape, `stride`: data's strides.

@@ -12,12 +12,13 @@
 // and tested without a GPU.
 //
 // Integer operands that only exist as tensors (Slice's starts/ends/axes/
-// steps inputs, the axes input of the reductions) are read on the host after
-// waiting for the stream. A reduction whose declared output shape determines
-// the reduced dims (compiled steps: the Conv bias gradients, global means)
-// reads its axes input once, on its first run, and then takes the dims from
-// the shapes, so its segment can be captured into a CUDA graph. Compiled
-// steps still carry Slice bounds as inputs (llama-tiny's rotary embedding).
+// steps inputs, the axes input of the reductions) would need a stream wait
+// to be read on the host, which also keeps the segment out of CUDA graphs.
+// Slice reads its bound inputs on the device (launchSliceBounds, the values
+// checked there against the declared output shape). A reduction whose
+// declared output shape determines the reduced dims (compiled steps: the
+// Conv bias gradients, global means) reads its axes input once, on its first
+// run, and then takes the dims from the shapes; other reductions wait.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -401,8 +402,60 @@ int64_t sliceStrides(const Shape &shape, const SliceMap &m, std::vector<int64_t>
   return base;
 }
 
-Status sliceKernel(CudaContext &c, KernelContext &ctx, int) {
+/// Slice with its bounds as tensors, read on the device (launchSliceBounds):
+/// the static checks here, the bounds' values checked by the kernel against
+/// the declared output shape.
+Status sliceOnDevice(CudaContext &c, KernelContext &ctx, int tag, const Tensor &x) {
+  SliceBounds b;
+  b.rank = static_cast<int>(x.rank());
+  const Tensor *starts = ctx.input(1);
+  b.n = static_cast<int>(starts->numel());
+  const void **ptrs[4] = {&b.starts, &b.ends, &b.axes, &b.steps};
+  bool *wide[4] = {&b.starts64, &b.ends64, &b.axes64, &b.steps64};
+  for (int i = 0; i < 4; ++i) {
+    const Tensor *t = ctx.input(1 + i);
+    if (!t)
+      continue;
+    if (t->dtype != program::DTYPE_I64 && t->dtype != program::DTYPE_I32)
+      return ctx.unsupported("expected an integer tensor, got " + t->typeString());
+    if (t->rank() != 1 || t->numel() != b.n)
+      return ctx.error("starts/ends/axes/steps lengths differ");
+    *ptrs[i] = t->data;
+    *wide[i] = t->dtype == program::DTYPE_I64;
+  }
+  Tensor *y = ctx.output(0);
+  if (!y)
+    return ctx.error("missing output 0");
+  if (y->rank() != x.rank())
+    return ctx.error("output 0 is declared " + y->typeString() + " for a slice of " +
+                     x.typeString());
+  STRAIT_RETURN_IF_ERROR(ctx.requireOutput(0, y->shape, x.dtype).getStatus());
+  for (int d = 0; d < b.rank; ++d) {
+    b.inShape[d] = x.shape[d];
+    b.outShape[d] = y->shape[d];
+  }
+  b.nOut = y->numel();
+  if (!launchSliceBounds(dtypeSize(x.dtype), x.data, y->data, b, c.errorFlag, tag, c.stream))
+    return ctx.unsupported("cuda: Slice of " + x.typeString());
+  return Status::ok();
+}
+
+} // namespace
+
+bool sliceBoundsOnDevice(bool startsEndsInputs, bool boundAttrs, int64_t rank, int64_t n) {
+  return startsEndsInputs && !boundAttrs && rank <= kMaxDims && n <= kMaxDims;
+}
+
+namespace {
+
+Status sliceKernel(CudaContext &c, KernelContext &ctx, int tag) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  const AttrReader &attrs = ctx.getAttrs();
+  if (sliceBoundsOnDevice(ctx.input(1) && ctx.input(2),
+                          attrs.has("starts") || attrs.has("ends") || attrs.has("axes") ||
+                              attrs.has("steps"),
+                          x->rank(), ctx.input(1) ? ctx.input(1)->numel() : 0))
+    return sliceOnDevice(c, ctx, tag, *x);
   STRAIT_ASSIGN_OR_RETURN(auto starts, intsInputOrAttr(c, ctx, 1, "starts", {}));
   STRAIT_ASSIGN_OR_RETURN(auto ends, intsInputOrAttr(c, ctx, 2, "ends", {}));
   std::vector<int64_t> allAxes;

@@ -245,8 +245,15 @@ NativeSupport nativeSupport(const KernelSpec &spec) {
     }
   }
   if (k.op() == "Slice" && (in(spec, 1) || in(spec, 2) || in(spec, 3) || in(spec, 4))) {
-    r.hostWait = true;
-    r.reason = "reads starts/ends/axes/steps inputs on the host";
+    const auto &a = k.attrs();
+    bool attrs = a.count("starts") || a.count("ends") || a.count("axes") || a.count("steps");
+    const OperandType *x = in(spec, 0), *starts = in(spec, 1);
+    if (!x || !sliceBoundsOnDevice(starts && in(spec, 2), attrs,
+                                   static_cast<int64_t>(x->shape.size()),
+                                   starts ? numElements(starts->shape) : 0)) {
+      r.hostWait = true;
+      r.reason = "reads starts/ends/axes/steps inputs on the host";
+    }
   }
   return r;
 }

@@ -1,4 +1,4 @@
-//===- Reduce.cu - Reductions, strided scatter, GatherElements, HardSigmoid ===//
+//===- Reduce.cu - Reductions, strided scatter, Slice, GatherElements, ... ===//
 //
 // Reduce*: each output is reduced by one warp when the reduced elements are
 // contiguous (the innermost dim is reduced: the lanes read consecutive
@@ -116,6 +116,74 @@ __device__ inline void raise(int *flag, int tag, int code) {
     flag[1] = code;
 }
 
+__device__ inline int64_t loadIndex(const void *p, bool is64, int i) {
+  return is64 ? static_cast<const int64_t *>(p)[i] : static_cast<const int32_t *>(p)[i];
+}
+
+/// Per-dim start and step of the slice (the host's sliceMap); false when the
+/// bounds do not give the declared output shape.
+__device__ inline bool slicePlan(const SliceBounds &b, int64_t *start, int64_t *step) {
+  unsigned sliced = 0;
+  for (int d = 0; d < b.rank; ++d) {
+    start[d] = 0;
+    step[d] = 1;
+  }
+  for (int i = 0; i < b.n; ++i) {
+    int64_t a = b.axes ? loadIndex(b.axes, b.axes64, i) : i;
+    if (a < 0)
+      a += b.rank;
+    if (a < 0 || a >= b.rank)
+      return false;
+    int64_t dim = b.inShape[a], s = b.steps ? loadIndex(b.steps, b.steps64, i) : 1;
+    if (s == 0)
+      return false;
+    int64_t lo = loadIndex(b.starts, b.starts64, i), hi = loadIndex(b.ends, b.ends64, i);
+    if (lo < 0)
+      lo += dim;
+    if (hi < 0)
+      hi += dim;
+    int64_t extent;
+    if (s > 0) {
+      lo = min(max(lo, int64_t(0)), dim);
+      hi = min(max(hi, int64_t(0)), dim);
+      extent = hi > lo ? (hi - lo + s - 1) / s : 0;
+    } else {
+      lo = min(max(lo, int64_t(0)), dim - 1);
+      hi = min(max(hi, int64_t(-1)), dim - 1);
+      extent = lo > hi ? (lo - hi - s - 1) / -s : 0;
+    }
+    if (extent != b.outShape[a])
+      return false;
+    start[a] = lo;
+    step[a] = s;
+    sliced |= 1u << a;
+  }
+  for (int d = 0; d < b.rank; ++d)
+    if (!(sliced & (1u << d)) && b.outShape[d] != b.inShape[d])
+      return false;
+  return true;
+}
+
+template <typename T>
+__global__ void sliceBoundsKernel(const T *x, T *y, SliceBounds b, int *flag, int tag) {
+  int64_t start[kMaxDims], step[kMaxDims];
+  if (!slicePlan(b, start, step)) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      raise(flag, tag, kErrSliceBounds);
+    return;
+  }
+  GRID_STRIDE(i, b.nOut) {
+    int64_t off = 0, r = i, stride = 1;
+    for (int d = b.rank - 1; d >= 0; --d) {
+      int64_t c = r % b.outShape[d];
+      r /= b.outShape[d];
+      off += (start[d] + c * step[d]) * stride;
+      stride *= b.inShape[d];
+    }
+    y[i] = x[off];
+  }
+}
+
 template <typename T>
 __global__ void gatherElementsKernel(const T *data, const void *indices, bool idx64, T *out,
                                      ElementsIndex ix, int *flag, int tag) {
@@ -213,6 +281,24 @@ bool launchGatherElements(size_t elemSize, const void *data, const void *indices
   default: return false;
   }
 #undef STRAIT_GATHER
+}
+
+bool launchSliceBounds(size_t elemSize, const void *x, void *y, const SliceBounds &b,
+                       int *errorFlag, int tag, cudaStream_t s) {
+  // Launched even for an empty output: the bounds are still checked.
+  unsigned blocks = blocksFor(b.nOut);
+#define STRAIT_SLICE(T)                                                                  \
+  sliceBoundsKernel<T><<<blocks, kBlock, 0, s>>>(static_cast<const T *>(x),              \
+                                                 static_cast<T *>(y), b, errorFlag, tag); \
+  return true;
+  switch (elemSize) {
+  case 1: STRAIT_SLICE(uint8_t)
+  case 2: STRAIT_SLICE(uint16_t)
+  case 4: STRAIT_SLICE(uint32_t)
+  case 8: STRAIT_SLICE(uint64_t)
+  default: return false;
+  }
+#undef STRAIT_SLICE
 }
 
 void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,
