@@ -529,25 +529,48 @@ int main(int argc, char **argv) {
       if (failed(pm.run(*module)))
         return 1;
     }
-    strait::PlannerOptions popts;
-    popts.strategy = strategy;
-    popts.globalBatch = globalBatch.getValue();
     TimingScope planTiming = timing.nest("plan");
     auto func = module->lookupSymbol<func::FuncOp>("main");
-    llvm::Expected<strait::ModelPlan> plan = strait::planFunction(func, *cluster, popts);
+    strait::PartitionPlan partition;
+    llvm::json::Value json = nullptr;
+    if (numStages > 0 || microBatches > 1) {
+      // Forced stages or micro-batches: the plan a job compiled with these
+      // flags applies (dist-assign-stages' analysis, GPipe), not the
+      // planner's free choice.
+      strait::dist::StagePlanOptions sopts;
+      sopts.clusterFile = clusterFile;
+      sopts.strategy = strait::stringifyStrategy(strategy).str();
+      sopts.globalBatch = globalBatch;
+      sopts.numStages = numStages;
+      sopts.microBatches = microBatches;
+      llvm::Expected<strait::dist::StagePlanResult> staged =
+          strait::dist::computeStagePlan(func, sopts);
+      if (!staged) {
+        llvm::errs() << "straitc: " << llvm::toString(staged.takeError()) << "\n";
+        return 1;
+      }
+      partition = *staged->plan;
+      json = std::move(staged->json);
+    } else {
+      strait::PlannerOptions popts;
+      popts.strategy = strategy;
+      popts.globalBatch = globalBatch.getValue();
+      llvm::Expected<strait::ModelPlan> plan = strait::planFunction(func, *cluster, popts);
+      if (!plan) {
+        llvm::errs() << "straitc: " << llvm::toString(plan.takeError()) << "\n";
+        return 1;
+      }
+      if (!plan->plan.feasible) {
+        llvm::errs() << "straitc: no plan fits: " << plan->plan.message << "\n";
+        return 1;
+      }
+      json = strait::planToJSON(*plan, *cluster);
+      partition = std::move(plan->plan);
+    }
     planTiming.stop();
-    if (!plan) {
-      llvm::errs() << "straitc: " << llvm::toString(plan.takeError()) << "\n";
-      return 1;
-    }
-    if (!plan->plan.feasible) {
-      llvm::errs() << "straitc: no plan fits: " << plan->plan.message << "\n";
-      return 1;
-    }
-    llvm::json::Value json = strait::planToJSON(*plan, *cluster);
     std::string compressionText;
     llvm::raw_string_ostream compressionOS(compressionText);
-    if (failed(reportCompression(plan->plan, *cluster, compressionOS, &json)))
+    if (failed(reportCompression(partition, *cluster, compressionOS, &json)))
       return 1;
     if (!planJson.empty()) {
       std::string err;
@@ -565,7 +588,7 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: " << err << "\n";
       return 1;
     }
-    out->os() << strait::formatPlan(plan->plan, *cluster) << compressionText;
+    out->os() << strait::formatPlan(partition, *cluster) << compressionText;
     out->keep();
     return 0;
   }
