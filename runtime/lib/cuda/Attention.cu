@@ -46,36 +46,6 @@ __device__ inline float loadAny(const void *p, ET t, int64_t k) {
   }
 }
 
-/// Online softmax statistics (as Normalization.cu): running max m and the
-/// sum s of exp(x - m); -inf entries leave them unchanged.
-struct MaxSum {
-  float m, s;
-};
-__device__ inline MaxSum merge(MaxSum a, MaxSum b) {
-  if (a.m == -INFINITY)
-    return b;
-  if (b.m == -INFINITY)
-    return a;
-  float m = fmaxf(a.m, b.m);
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-
-__device__ inline MaxSum blockMaxSum(MaxSum v, float *shmM, float *shmS) {
-  for (int o = 16; o > 0; o >>= 1) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
-    v = merge(v, other);
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    shmM[threadIdx.x >> 5] = v.m;
-    shmS[threadIdx.x >> 5] = v.s;
-  }
-  __syncthreads();
-  MaxSum r{-INFINITY, 0.0f};
-  for (int w = 0; w < kBlock / 32; ++w)
-    r = merge(r, MaxSum{shmM[w], shmS[w]});
-  return r;
-}
 
 /// Where row r of the chunk reads the bias, and its last unmasked key.
 struct RowInfo {

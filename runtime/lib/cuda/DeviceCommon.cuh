@@ -2,13 +2,15 @@
 //
 // Included by device code only (nvcc): the block size every kernel uses, the
 // grid for n elements (capped; kernels loop with GRID_STRIDE), the
-// grid-stride loop, and the block-wide sum.
+// grid-stride loop, the block-wide sum and the block-wide online softmax
+// statistics (max and sum of exponentials).
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_LIB_CUDA_DEVICECOMMON_CUH
 #define STRAIT_RUNTIME_LIB_CUDA_DEVICECOMMON_CUH
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace strait {
@@ -36,6 +38,41 @@ template <typename T> __device__ inline T blockSum(T v, T *shm) {
   T r = T(0);
   for (int w = 0; w < kBlock / 32; ++w)
     r += shm[w];
+  return r;
+}
+
+/// Online softmax statistics: running max m and sum s of exp(x - m); -inf
+/// entries (m = -inf) leave the other side unchanged.
+struct MaxSum {
+  float m, s;
+};
+__device__ inline MaxSum merge(MaxSum a, MaxSum b) {
+  if (a.m == -INFINITY)
+    return b;
+  if (b.m == -INFINITY)
+    return a;
+  float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+__device__ inline MaxSum add(MaxSum a, float x) { return merge(a, MaxSum{x, 1.0f}); }
+
+/// MaxSum over the block (blockDim.x == kBlock), every thread gets the
+/// result; `shmM`, `shmS`: kBlock / 32 floats of shared memory each (same
+/// barrier rule as blockSum).
+__device__ inline MaxSum blockMaxSum(MaxSum v, float *shmM, float *shmS) {
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+    v = merge(v, other);
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    shmM[threadIdx.x >> 5] = v.m;
+    shmS[threadIdx.x >> 5] = v.s;
+  }
+  __syncthreads();
+  MaxSum r{-INFINITY, 0.0f};
+  for (int w = 0; w < kBlock / 32; ++w)
+    r = merge(r, MaxSum{shmM[w], shmS[w]});
   return r;
 }
 

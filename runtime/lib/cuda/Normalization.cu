@@ -25,36 +25,6 @@ __device__ inline void raise(int *flag, int tag, int code) {
     flag[1] = code;
 }
 
-/// Online softmax statistics: running max m and sum s of exp(x - m).
-struct MaxSum {
-  float m, s;
-};
-__device__ inline MaxSum merge(MaxSum a, MaxSum b) {
-  if (a.m == -INFINITY)
-    return b;
-  if (b.m == -INFINITY)
-    return a;
-  float m = fmaxf(a.m, b.m);
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-__device__ inline MaxSum add(MaxSum a, float x) { return merge(a, MaxSum{x, 1.0f}); }
-
-__device__ inline MaxSum blockMaxSum(MaxSum v, float *shmM, float *shmS) {
-  for (int o = 16; o > 0; o >>= 1) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
-    v = merge(v, other);
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    shmM[threadIdx.x >> 5] = v.m;
-    shmS[threadIdx.x >> 5] = v.s;
-  }
-  __syncthreads();
-  MaxSum r{-INFINITY, 0.0f};
-  for (int w = 0; w < kBlock / 32; ++w)
-    r = merge(r, MaxSum{shmM[w], shmS[w]});
-  return r;
-}
 
 // Element k of row `row` in an [outer, len, inner] layout.
 __device__ inline int64_t at(int64_t row, int64_t k, int64_t len, int64_t inner) {
