@@ -15,8 +15,8 @@
 // bf16 and f16 operands (graph-autocast's mixed precision): X, W, dY and the
 // result in that type with f32 compute (cuDNN's PSEUDO_BFLOAT16/HALF
 // configurations, tensor cores allowed); the bias in that type or f32, added
-// by launchChannelBias. The shapes and attributes are checked by the shared
-// f32 argument checks on an f32-typed view of the operands (LowView).
+// by launchChannelBias. The shapes and attributes are checked by checkConv
+// (CudaSpatial.cpp, host code tested without a GPU).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -237,147 +237,44 @@ Status addBias(CudaContext &c, const CudnnConvShape &s, const float *bias, float
   return status;
 }
 
-/// A bf16/f16 convolution seen as f32: the same data, the 16-bit operands
-/// relabeled f32, and the kernel's op and convolution attributes, so that
-/// the shared argument checks (convArgs & co., f32 only) check its shapes
-/// and attributes. Not movable (the context points into it).
-struct LowView {
-  program::Kernel kernel;
-  std::vector<Tensor> tensors;
-  std::unique_ptr<KernelContext> ctx;
-  DType dtype = program::DTYPE_F32;
-  LowView() = default;
-  LowView(const LowView &) = delete;
-  LowView &operator=(const LowView &) = delete;
-};
-
-/// Copies the attributes convWindow, convArgs and the gradients' argument
-/// checks read (with their types; an attribute of another type fails here
-/// as it would there).
-Status copyConvAttrs(const KernelContext &ctx, program::Kernel &k) {
-  const AttrReader &a = ctx.getAttrs();
-  auto &attrs = *k.mutable_attrs();
-  for (const char *name : {"group", "ceil_mode"})
-    if (a.has(name)) {
-      STRAIT_ASSIGN_OR_RETURN(int64_t v, a.getInt(name, 0));
-      attrs[name].set_i(v);
-    }
-  for (const char *name :
-       {"kernel_shape", "strides", "dilations", "pads", "input_shape", "weight_shape"})
-    if (a.has(name)) {
-      STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, a.getInts(name, {}));
-      for (int64_t x : v)
-        attrs[name].mutable_ints()->add_v(x);
-      attrs[name].mutable_ints(); // an empty list stays a list
-    }
-  if (a.has("auto_pad")) {
-    STRAIT_ASSIGN_OR_RETURN(std::string v, a.getString("auto_pad", "NOTSET"));
-    attrs["auto_pad"].set_s(v);
-  }
-  return Status::ok();
-}
-
-/// The operands' type: f32, bf16 or f16, the same for the data operands and
-/// the output (a bias: that type or f32). Unimplemented for other types (the
-/// host fallback then runs the CPU kernel).
-StatusOr<DType> convType(const KernelContext &ctx, size_t dataInputs) {
-  const Tensor *x = ctx.input(0);
-  if (!x)
-    return ctx.error("missing input 0");
-  DType t = x->dtype;
-  if (t != program::DTYPE_F32 && !isLow(t))
-    return ctx.unsupported("cuda: " + ctx.op() + " on " + x->typeString() +
-                           " (f32, bf16, f16 are supported)");
-  for (size_t i = 1; i < dataInputs; ++i)
-    if (ctx.input(i) && ctx.input(i)->dtype != t)
-      return ctx.error("input " + std::to_string(i) + " " + ctx.input(i)->typeString() +
-                       " and input 0 " + x->typeString() + " differ in type");
-  if (ctx.output(0) && ctx.output(0)->dtype != t)
-    return ctx.error("output 0 is declared " + ctx.output(0)->typeString() + " for " +
-                     x->typeString() + " operands");
-  const Tensor *bias = ctx.input(dataInputs);
-  if (bias && bias->dtype != t && bias->dtype != program::DTYPE_F32)
-    return ctx.error("bias " + bias->typeString() + " for " + x->typeString() + " operands");
-  return t;
-}
-
-Status makeLowView(const KernelContext &ctx, DType t, LowView &v) {
-  v.dtype = t;
-  v.kernel.set_op(ctx.op());
-  v.kernel.set_opset(ctx.opset());
-  STRAIT_RETURN_IF_ERROR(copyConvAttrs(ctx, v.kernel));
-  v.tensors.reserve(ctx.numInputs() + ctx.numOutputs());
-  auto relabel = [&](const Tensor *x) -> Tensor * {
-    if (!x)
-      return nullptr;
-    v.tensors.push_back(*x);
-    if (isLow(x->dtype))
-      v.tensors.back().dtype = program::DTYPE_F32;
-    return &v.tensors.back();
-  };
-  std::vector<const Tensor *> ins;
-  std::vector<Tensor *> outs;
-  for (size_t i = 0; i < ctx.numInputs(); ++i)
-    ins.push_back(relabel(ctx.input(i)));
-  for (size_t i = 0; i < ctx.numOutputs(); ++i)
-    outs.push_back(relabel(ctx.output(i)));
-  v.ctx = std::make_unique<KernelContext>(v.kernel, std::move(ins), std::move(outs));
-  return Status::ok();
-}
-
-/// The context whose operands the f32 argument checks accept: `ctx` itself
-/// for f32, else the f32 view of its bf16/f16 operands.
-StatusOr<const KernelContext *> checkedContext(const KernelContext &ctx, size_t dataInputs,
-                                               LowView &view) {
-  STRAIT_ASSIGN_OR_RETURN(DType t, convType(ctx, dataInputs));
-  view.dtype = t;
-  if (t == program::DTYPE_F32)
-    return &ctx;
-  STRAIT_RETURN_IF_ERROR(makeLowView(ctx, t, view));
-  return view.ctx.get();
-}
-
 Status convKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  LowView view;
-  STRAIT_ASSIGN_OR_RETURN(const KernelContext *checked, checkedContext(ctx, 2, view));
-  STRAIT_ASSIGN_OR_RETURN(ConvArgs a, convArgs(*checked));
+  STRAIT_ASSIGN_OR_RETURN(ConvCheck k, checkConv(ctx));
+  const ConvArgs &a = k.conv;
   if (a.y->numel() == 0)
     return Status::ok();
   STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.x->shape[0],
                                                            a.x->shape[1], a.w->shape[0], a.group));
-  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, a.group, view.dtype,
-                                 a.x->data, a.w->data, a.y->data)
+  STRAIT_RETURN_IF_ERROR(runConv(c, ctx, tag, ConvPass::Forward, s, a.group, k.dtype, a.x->data,
+                                 a.w->data, a.y->data)
                              .withKernel(ctx.op()));
   if (!a.bias)
     return Status::ok();
-  if (view.dtype == program::DTYPE_F32)
+  if (k.dtype == program::DTYPE_F32)
     return addBias(c, s, a.bias->as<float>(), a.y->as<float>()).withKernel(ctx.op());
   // The view relabeled a 16-bit bias: its real type is the kernel's input 2.
   const Tensor *bias = ctx.input(2);
   int64_t n = a.y->shape[0], m = a.y->shape[1];
-  if (!launchChannelBias(elemType(view.dtype), a.y->data, elemType(bias->dtype), bias->data, n,
-                         m, a.y->numel() / std::max<int64_t>(n * m, 1), c.stream))
+  if (!launchChannelBias(elemType(k.dtype), a.y->data, elemType(bias->dtype), bias->data, n, m,
+                         a.y->numel() / std::max<int64_t>(n * m, 1), c.stream))
     return ctx.unsupported("cuda: Conv bias " + bias->typeString());
   return Status::ok();
 }
 
 Status convGradInputKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  LowView view;
-  STRAIT_ASSIGN_OR_RETURN(const KernelContext *checked, checkedContext(ctx, 2, view));
-  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradInputArgs(*checked));
+  STRAIT_ASSIGN_OR_RETURN(ConvCheck k, checkConv(ctx));
+  const ConvGradArgs &a = k.grad;
   if (a.out->numel() == 0)
     return Status::ok();
   STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.xShape[0],
                                                            a.xShape[1], a.wShape[0], a.group));
-  return runConv(c, ctx, tag, ConvPass::Data, s, a.group, view.dtype, a.dy->data,
-                 a.operand->data, a.out->data)
+  return runConv(c, ctx, tag, ConvPass::Data, s, a.group, k.dtype, a.dy->data, a.operand->data,
+                 a.out->data)
       .withKernel(ctx.op());
 }
 
 Status convGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  LowView view;
-  STRAIT_ASSIGN_OR_RETURN(const KernelContext *checked, checkedContext(ctx, 2, view));
-  STRAIT_ASSIGN_OR_RETURN(ConvGradArgs a, convGradWeightArgs(*checked));
+  STRAIT_ASSIGN_OR_RETURN(ConvCheck k, checkConv(ctx));
+  const ConvGradArgs &a = k.grad;
   if (a.out->numel() == 0)
     return Status::ok();
   if (a.operand->numel() == 0) // no image: the gradient is zero
@@ -385,7 +282,7 @@ Status convGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
                       "memset"); // the output's own size (the view's is f32)
   STRAIT_ASSIGN_OR_RETURN(CudnnConvShape s, cudnnConvShape(ctx, a.window, a.xShape[0],
                                                            a.xShape[1], a.wShape[0], a.group));
-  return runConv(c, ctx, tag, ConvPass::Filter, s, a.group, view.dtype, a.dy->data,
+  return runConv(c, ctx, tag, ConvPass::Filter, s, a.group, k.dtype, a.dy->data,
                  a.operand->data, a.out->data)
       .withKernel(ctx.op());
 }

@@ -144,6 +144,20 @@ void addSpatialKernels(CudaKernelTable &table);
 /// only on its first run.
 bool reducedDimsFromShapes(const Shape &in, const Shape &out, bool keepdims,
                            std::vector<bool> &reduced);
+/// The checked operands of a Conv, ConvGradInput or ConvGradWeight kernel:
+/// f32, bf16 or f16 (the data operands and the output of one type; a bias of
+/// that type or f32); for 16-bit operands the shared f32 argument checks
+/// (convArgs, convGradInputArgs, convGradWeightArgs) run on an f32-typed
+/// view of them (same data, the kernel's convolution attributes copied), so
+/// `conv`/`grad` point to tensors labeled f32 whose real type is `dtype`.
+/// Unimplemented for other types; InvalidArgument for mixed ones. Host code.
+struct ConvCheck {
+  DType dtype = program::DTYPE_F32;
+  ConvArgs conv;     ///< Conv
+  ConvGradArgs grad; ///< ConvGradInput, ConvGradWeight
+  std::shared_ptr<void> view; ///< keeps the f32 view alive
+};
+StatusOr<ConvCheck> checkConv(const KernelContext &ctx);
 /// Whether Slice reads its bounds on the device (no stream wait): starts and
 /// ends given as inputs, no bound attribute, rank and bound count at most
 /// kMaxDims. Otherwise bounds given as inputs are read on the host.

@@ -71,6 +71,120 @@ StatusOr<CudnnConvShape> cudnnConvShape(const KernelContext &ctx, const ConvWind
 
 namespace {
 
+bool isLowFloat(DType t) { return t == program::DTYPE_BF16 || t == program::DTYPE_F16; }
+
+/// A bf16/f16 convolution seen as f32: the same data, the 16-bit operands
+/// relabeled f32, and the kernel's op and convolution attributes, so that
+/// the shared argument checks (convArgs & co., f32 only) check its shapes
+/// and attributes. Not movable (the context points into it).
+struct LowView {
+  program::Kernel kernel;
+  std::vector<Tensor> tensors;
+  std::unique_ptr<KernelContext> ctx;
+  DType dtype = program::DTYPE_F32;
+  LowView() = default;
+  LowView(const LowView &) = delete;
+  LowView &operator=(const LowView &) = delete;
+};
+
+/// Copies the attributes convWindow, convArgs and the gradients' argument
+/// checks read (with their types; an attribute of another type fails here
+/// as it would there).
+Status copyConvAttrs(const KernelContext &ctx, program::Kernel &k) {
+  const AttrReader &a = ctx.getAttrs();
+  auto &attrs = *k.mutable_attrs();
+  for (const char *name : {"group", "ceil_mode"})
+    if (a.has(name)) {
+      STRAIT_ASSIGN_OR_RETURN(int64_t v, a.getInt(name, 0));
+      attrs[name].set_i(v);
+    }
+  for (const char *name :
+       {"kernel_shape", "strides", "dilations", "pads", "input_shape", "weight_shape"})
+    if (a.has(name)) {
+      STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, a.getInts(name, {}));
+      for (int64_t x : v)
+        attrs[name].mutable_ints()->add_v(x);
+      attrs[name].mutable_ints(); // an empty list stays a list
+    }
+  if (a.has("auto_pad")) {
+    STRAIT_ASSIGN_OR_RETURN(std::string v, a.getString("auto_pad", "NOTSET"));
+    attrs["auto_pad"].set_s(v);
+  }
+  return Status::ok();
+}
+
+/// The operands' type: f32, bf16 or f16, the same for the data operands and
+/// the output (a bias: that type or f32). Unimplemented for other types (the
+/// host fallback then runs the CPU kernel).
+StatusOr<DType> convType(const KernelContext &ctx, size_t dataInputs) {
+  const Tensor *x = ctx.input(0);
+  if (!x)
+    return ctx.error("missing input 0");
+  DType t = x->dtype;
+  if (t != program::DTYPE_F32 && !isLowFloat(t))
+    return ctx.unsupported("cuda: " + ctx.op() + " on " + x->typeString() +
+                           " (f32, bf16, f16 are supported)");
+  for (size_t i = 1; i < dataInputs; ++i)
+    if (ctx.input(i) && ctx.input(i)->dtype != t)
+      return ctx.error("input " + std::to_string(i) + " " + ctx.input(i)->typeString() +
+                       " and input 0 " + x->typeString() + " differ in type");
+  if (ctx.output(0) && ctx.output(0)->dtype != t)
+    return ctx.error("output 0 is declared " + ctx.output(0)->typeString() + " for " +
+                     x->typeString() + " operands");
+  const Tensor *bias = ctx.input(dataInputs);
+  if (bias && bias->dtype != t && bias->dtype != program::DTYPE_F32)
+    return ctx.error("bias " + bias->typeString() + " for " + x->typeString() + " operands");
+  return t;
+}
+
+Status makeLowView(const KernelContext &ctx, DType t, LowView &v) {
+  v.dtype = t;
+  v.kernel.set_op(ctx.op());
+  v.kernel.set_opset(ctx.opset());
+  STRAIT_RETURN_IF_ERROR(copyConvAttrs(ctx, v.kernel));
+  v.tensors.reserve(ctx.numInputs() + ctx.numOutputs());
+  auto relabel = [&](const Tensor *x) -> Tensor * {
+    if (!x)
+      return nullptr;
+    v.tensors.push_back(*x);
+    if (isLowFloat(x->dtype))
+      v.tensors.back().dtype = program::DTYPE_F32;
+    return &v.tensors.back();
+  };
+  std::vector<const Tensor *> ins;
+  std::vector<Tensor *> outs;
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    ins.push_back(relabel(ctx.input(i)));
+  for (size_t i = 0; i < ctx.numOutputs(); ++i)
+    outs.push_back(relabel(ctx.output(i)));
+  v.ctx = std::make_unique<KernelContext>(v.kernel, std::move(ins), std::move(outs));
+  return Status::ok();
+}
+
+} // namespace
+
+StatusOr<ConvCheck> checkConv(const KernelContext &ctx) {
+  ConvCheck k;
+  STRAIT_ASSIGN_OR_RETURN(k.dtype, convType(ctx, 2));
+  const KernelContext *checked = &ctx;
+  if (k.dtype != program::DTYPE_F32) {
+    auto view = std::make_shared<LowView>();
+    STRAIT_RETURN_IF_ERROR(makeLowView(ctx, k.dtype, *view));
+    checked = view->ctx.get();
+    k.view = view;
+  }
+  if (ctx.op() == "Conv") {
+    STRAIT_ASSIGN_OR_RETURN(k.conv, convArgs(*checked));
+  } else if (ctx.op() == "ConvGradInput") {
+    STRAIT_ASSIGN_OR_RETURN(k.grad, convGradInputArgs(*checked));
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(k.grad, convGradWeightArgs(*checked));
+  }
+  return k;
+}
+
+namespace {
+
 /// An integer list from input `index` when present (read on the host after
 /// the stream's queued work), else from attribute `name`.
 StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelContext &ctx,
