@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FusionUtils.h"
+
 #include "strait/Dialect/Graph/GraphOps.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
 
@@ -27,6 +29,7 @@ namespace strait::graph {
 
 using namespace mlir;
 using namespace strait::graph;
+using strait::graph::fusion::splatValue;
 
 namespace {
 
@@ -37,15 +40,6 @@ struct AttentionMatch {
   double scale = 1.0;
   SmallVector<Operation *, 8> chain;
 };
-
-/// The value of a splat float constant of any shape.
-std::optional<double> splatValue(Value v) {
-  DenseElementsAttr attr;
-  if (!v || !matchPattern(v, m_Constant(&attr)) || !attr.isSplat() ||
-      !isa<FloatType>(attr.getElementType()))
-    return std::nullopt;
-  return attr.getSplatValue<APFloat>().convertToDouble();
-}
 
 bool isAttentionElement(Type t) {
   Type e = getElementTypeOrSelf(t);
@@ -392,18 +386,7 @@ struct FuseAttentionPass
                                               operands, attrs.getAttrs());
       last->getResult(0).replaceAllUsesWith(fused.getY());
       // The scale constants go too when the chain was their only user.
-      SmallVector<Operation *> constants;
-      for (Operation *op : m->chain)
-        for (Value v : op->getOperands())
-          if (auto c = v.getDefiningOp<ConstantOp>(); c && !llvm::is_contained(constants, c))
-            constants.push_back(c);
-      for (Operation *op : llvm::reverse(m->chain))
-        op->erase();
-      for (Operation *c : constants)
-        if (c->use_empty()) {
-          maybeDead.remove(c);
-          c->erase();
-        }
+      fusion::eraseChain(m->chain, [&](Operation *c) { maybeDead.remove(c); });
       ++numFused;
     }
     // The mask computations no fused op reads any more (shared by all

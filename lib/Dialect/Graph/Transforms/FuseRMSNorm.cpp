@@ -10,6 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FusionUtils.h"
+
 #include "strait/Dialect/Graph/GraphOps.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
 #include "strait/Dialect/Graph/ShapeFunctions.h"
@@ -24,6 +26,7 @@ namespace strait::graph {
 
 using namespace mlir;
 using namespace strait::graph;
+using strait::graph::fusion::splatValue;
 
 namespace {
 
@@ -35,15 +38,6 @@ struct RMSNormMatch {
   float epsilon = 0;
   SmallVector<Operation *, 8> chain;
 };
-
-/// The value of a splat f32 constant.
-std::optional<double> splatValue(Value v) {
-  DenseElementsAttr attr;
-  if (!matchPattern(v, m_Constant(&attr)) || !attr.isSplat() ||
-      !attr.getElementType().isF32())
-    return std::nullopt;
-  return attr.getSplatValue<APFloat>().convertToDouble();
-}
 
 /// The only user of `v`, when it has exactly one use.
 Operation *soleUser(Value v) {
@@ -162,16 +156,7 @@ struct FuseRMSNormPass : strait::graph::impl::GraphFuseRMSNormBase<FuseRMSNormPa
       last->getResult(0).replaceAllUsesWith(fused.getY());
       // The exponent, epsilon and numerator constants go too when the chain
       // was their only user.
-      SmallVector<Operation *> constants;
-      for (Operation *op : m->chain)
-        for (Value v : op->getOperands())
-          if (auto c = v.getDefiningOp<ConstantOp>(); c && !llvm::is_contained(constants, c))
-            constants.push_back(c);
-      for (Operation *op : llvm::reverse(m->chain))
-        op->erase();
-      for (Operation *c : constants)
-        if (c->use_empty())
-          c->erase();
+      fusion::eraseChain(m->chain);
       ++numFused;
     }
   }
