@@ -15,12 +15,14 @@
 
 #include "CudaKernels.h"
 
+#include "TestUtil.h"
 #include "strait/runtime/Program.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -29,6 +31,7 @@
 using namespace strait;
 using namespace strait::rt;
 using namespace strait::rt::cuda;
+using strait::rt::test::setInts;
 
 namespace {
 
@@ -37,10 +40,13 @@ OperandType absent() { return OperandType{}; }
 
 /// nativeSupport of `op` with the given operands (owning the kernel).
 NativeSupport check(const std::string &op, std::vector<OperandType> ins,
-                    std::vector<OperandType> outs) {
+                    std::vector<OperandType> outs,
+                    const std::function<void(program::Kernel &)> &attrs = {}) {
   static std::vector<std::unique_ptr<program::Kernel>> kernels;
   kernels.push_back(std::make_unique<program::Kernel>());
   kernels.back()->set_op(op);
+  if (attrs)
+    attrs(*kernels.back());
   KernelSpec s{kernels.back().get(), std::move(ins), std::move(outs)};
   return nativeSupport(s);
 }
@@ -144,12 +150,29 @@ TEST(CudaNoDevice, NativeSupportOfConvolutions) {
   EXPECT_TRUE(check("Conv", {t(F32, x), t(F32, w), t(F32, {4})}, {t(F32, y)}).native);
   EXPECT_TRUE(check("Conv", {t(BF16, x), t(BF16, w), t(BF16, {4})}, {t(BF16, y)}).native);
   EXPECT_TRUE(check("Conv", {t(F16, x), t(F16, w), t(F32, {4})}, {t(F16, y)}).native);
-  EXPECT_TRUE(check("ConvGradInput", {t(BF16, y), t(BF16, w)}, {t(BF16, x)}).native);
-  EXPECT_TRUE(check("ConvGradWeight", {t(BF16, y), t(BF16, x)}, {t(BF16, w)}).native);
+  auto inputShape = [&](program::Kernel &k) { setInts(k, "input_shape", x); };
+  auto weightShape = [&](program::Kernel &k) { setInts(k, "weight_shape", w); };
+  EXPECT_TRUE(
+      check("ConvGradInput", {t(BF16, y), t(BF16, w)}, {t(BF16, x)}, inputShape).native);
+  EXPECT_TRUE(
+      check("ConvGradWeight", {t(BF16, y), t(BF16, x)}, {t(BF16, w)}, weightShape).native);
   EXPECT_FALSE(check("Conv", {t(F64, x), t(F64, w)}, {t(F64, y)}).native);
   EXPECT_FALSE(check("Conv", {t(BF16, x), t(BF16, w), t(F16, {4})}, {t(BF16, y)}).native);
   EXPECT_FALSE(check("Conv", {t(F32, x), t(BF16, w)}, {t(F32, y)}).native);
-  EXPECT_TRUE(check("ConvGradWeight", {t(F32, y), t(F32, x)}, {t(F32, w)}).native);
+  EXPECT_TRUE(check("ConvGradWeight", {t(F32, y), t(F32, x)}, {t(F32, w)}, weightShape).native);
+  // The kernel's host checks run on the static shapes: a missing attribute,
+  // a wrong output shape and pads cuDNN cannot express are not native.
+  NativeSupport missing = check("ConvGradWeight", {t(F32, y), t(F32, x)}, {t(F32, w)});
+  EXPECT_FALSE(missing.native);
+  EXPECT_NE(missing.reason.find("weight_shape"), std::string::npos) << missing.reason;
+  EXPECT_FALSE(check("Conv", {t(F32, x), t(F32, w)}, {t(F32, {2, 4, 5, 5})}).native);
+  NativeSupport pads = check("Conv", {t(BF16, x), t(BF16, w)}, {t(BF16, {2, 4, 7, 7})},
+                             [](program::Kernel &k) { setInts(k, "pads", {0, 0, 1, 1}); });
+  EXPECT_FALSE(pads.native);
+  EXPECT_NE(pads.reason.find("pads 0 (begin) and 1 (end)"), std::string::npos) << pads.reason;
+  EXPECT_TRUE(check("Conv", {t(BF16, x), t(BF16, w)}, {t(BF16, {2, 4, 8, 8})},
+                    [](program::Kernel &k) { setInts(k, "pads", {1, 1, 1, 1}); })
+                  .native);
 }
 
 //===----------------------------------------------------------------------===//

@@ -5,10 +5,11 @@
 // here without a device) and its operand dtypes must be ones its CUDA kernel
 // accepts. Each rule names the dtypes of the kernel's own check, in the
 // kernel's file; shapes and attributes are not checked here except for the
-// integer inputs read on the host (hostWait). Known run-time declines that
-// depend on attributes: Conv with pads that differ between the two sides of
-// a dim and change the output size (cuDNN pads symmetrically), ranks past
-// 8 after merging dims.
+// integer inputs read on the host (hostWait), and for the convolutions, whose
+// host checks read no data: they run on operands without data, so pads that
+// cuDNN cannot express (different on the two sides of a dim and changing
+// the output size) count as not native. Known run-time declines not checked
+// here: ranks past 8 after merging dims.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaSupport.h"
@@ -134,7 +135,35 @@ std::string reduce(const KernelSpec &s) {
 }
 
 /// cuDNN: X, W (and dY) of one dtype among f32, bf16, f16 (bf16/f16 with
-/// f32 compute); the bias in that dtype or f32.
+/// f32 compute); the bias in that dtype or f32. With the static shapes the
+/// kernel's own host checks run on operands without data (checkConv and
+/// cudnnConvShape read none): pads cuDNN cannot express decline there.
+std::string convShapes(const KernelSpec &s) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(s.inputs.size() + s.outputs.size());
+  std::vector<const Tensor *> ins;
+  std::vector<Tensor *> outs;
+  for (const OperandType &t : s.inputs) {
+    tensors.push_back(Tensor{t.dtype, t.shape, nullptr});
+    ins.push_back(t.present ? &tensors.back() : nullptr);
+  }
+  for (const OperandType &t : s.outputs) {
+    tensors.push_back(Tensor{t.dtype, t.shape, nullptr});
+    outs.push_back(t.present ? &tensors.back() : nullptr);
+  }
+  KernelContext ctx(*s.kernel, ins, outs);
+  StatusOr<ConvCheck> k = checkConv(ctx);
+  if (!k.isOk())
+    return k.getStatus().toString();
+  bool forward = s.kernel->op() == "Conv";
+  const ConvWindow &w = forward ? k->conv.window : k->grad.window;
+  Shape xs = forward ? k->conv.x->shape : k->grad.xShape;
+  Shape ws = forward ? k->conv.w->shape : k->grad.wShape;
+  int64_t group = forward ? k->conv.group : k->grad.group;
+  StatusOr<CudnnConvShape> shape = cudnnConvShape(ctx, w, xs[0], xs[1], ws[0], group);
+  return shape.isOk() ? "" : shape.getStatus().toString();
+}
+
 std::string conv(const KernelSpec &s) {
   const OperandType *x = in(s, 0);
   if (!x)
@@ -147,7 +176,7 @@ std::string conv(const KernelSpec &s) {
   const OperandType *b = in(s, 2);
   if (b && b->dtype != x->dtype && b->dtype != program::DTYPE_F32)
     return "bias " + name(b->dtype) + " for " + name(x->dtype) + " operands";
-  return "";
+  return s.kernel ? convShapes(s) : "";
 }
 
 const std::map<std::string, Rule> &rules() {
