@@ -171,27 +171,6 @@ OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v) {
   return t;
 }
 
-/// Reference rounding, independent of the backend: f32 -> bf16, nearest even.
-uint16_t bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint32_t lower = u & 0xFFFFu, upper = u >> 16;
-  if (lower > 0x8000u || (lower == 0x8000u && (upper & 1)))
-    ++upper;
-  return static_cast<uint16_t>(upper);
-}
-float bf16Value(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-OwnedTensor bf16Tensor(const Shape &shape, const std::vector<float> &v) {
-  OwnedTensor t(program::DTYPE_BF16, shape);
-  for (size_t i = 0; i < v.size(); ++i)
-    t.tensor.as<uint16_t>()[i] = bf16Bits(v[i]);
-  return t;
-}
 std::vector<float> values(const Tensor &t) {
   std::vector<float> v(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i)

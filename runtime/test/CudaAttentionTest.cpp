@@ -18,15 +18,6 @@ namespace {
 
 class CudaAttention : public Cuda {};
 
-uint16_t bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) // NaN
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 /// An array of `dtype` (f32, bf16 or f16) holding v (rounded to nearest even).
 Arr typed(DType dtype, Shape s, const std::vector<double> &v) {
   if (dtype == program::DTYPE_F32) {

@@ -66,28 +66,6 @@ TEST(Kernels, BatchedMatMulBroadcastsBatchDims) {
 // bf16 to f32, accumulate in f32 and round results to nearest even -----------
 
 namespace {
-/// Reference rounding, written independently of the backend: f32 -> bf16
-/// bits, round to nearest even.
-uint16_t bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint32_t lower = u & 0xFFFFu, upper = u >> 16;
-  if (lower > 0x8000u || (lower == 0x8000u && (upper & 1)))
-    ++upper;
-  return static_cast<uint16_t>(upper);
-}
-float bf16Value(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-OwnedTensor bf16Tensor(Shape shape, const std::vector<float> &v) {
-  OwnedTensor t(program::DTYPE_BF16, std::move(shape));
-  for (size_t i = 0; i < v.size(); ++i)
-    t.tensor.as<uint16_t>()[i] = bf16Bits(v[i]);
-  return t;
-}
 /// Runs one CPU kernel on tensors directly (the backend's resolve, as the
 /// executor calls it).
 Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,

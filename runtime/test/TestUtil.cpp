@@ -178,6 +178,29 @@ std::vector<float> gaussian(size_t n, uint32_t seed) {
   return v;
 }
 
+uint16_t bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t lower = u & 0xFFFFu, upper = u >> 16;
+  if (lower > 0x8000u || (lower == 0x8000u && (upper & 1)))
+    ++upper;
+  return static_cast<uint16_t>(upper);
+}
+
+float bf16Value(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+OwnedTensor bf16Tensor(const Shape &shape, const std::vector<float> &v) {
+  OwnedTensor t(program::DTYPE_BF16, shape);
+  for (size_t i = 0; i < v.size(); ++i)
+    t.tensor.as<uint16_t>()[i] = bf16Bits(v[i]);
+  return t;
+}
+
 } // namespace test
 } // namespace rt
 } // namespace strait

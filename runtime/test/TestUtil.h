@@ -88,6 +88,13 @@ std::string makeTempDir(const std::string &prefix);
 /// n samples of N(0, 1), reproducible from `seed`.
 std::vector<float> gaussian(size_t n, uint32_t seed);
 
+/// Reference bf16 rounding, written independently of the backends: f32 ->
+/// bf16 bits, round to nearest even; and back.
+uint16_t bf16Bits(float f);
+float bf16Value(uint16_t b);
+/// A bf16 tensor holding `v` rounded to nearest even.
+OwnedTensor bf16Tensor(const Shape &shape, const std::vector<float> &v);
+
 } // namespace test
 } // namespace rt
 } // namespace strait
