@@ -183,6 +183,96 @@ TEST_F(CudaLowPrecision, ReduceMeanMaxAgainstWidenedCpu) {
   EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
 }
 
+// Runs everywhere: the checks of a 16-bit convolution (an f32 view of its
+// operands through the shared argument checks) see the kernel's attributes
+// and the real data, and reject mixed or unsupported types.
+TEST(CudaNoDevice, LowPrecisionConvChecks) {
+  std::vector<char> mem(4096);
+  auto tensor = [&](DType t, Shape s) { return Tensor{t, std::move(s), mem.data()}; };
+  const DType BF = program::DTYPE_BF16;
+  struct Run {
+    program::Kernel k;
+    std::vector<Tensor> ins, outs;
+    StatusOr<cuda::ConvCheck> check() {
+      std::vector<const Tensor *> i;
+      std::vector<Tensor *> o;
+      for (Tensor &t : ins)
+        i.push_back(&t);
+      for (Tensor &t : outs)
+        o.push_back(&t);
+      KernelContext ctx(k, i, o);
+      return cuda::checkConv(ctx);
+    }
+  };
+  Run conv;
+  conv.k.set_op("Conv");
+  conv.k.set_name("c");
+  setInts(conv.k, "strides", {2, 2});
+  setInts(conv.k, "pads", {1, 1, 1, 1});
+  conv.ins = {tensor(BF, {1, 2, 6, 6}), tensor(BF, {3, 2, 3, 3}), tensor(BF, {3})};
+  conv.outs = {tensor(BF, {1, 3, 3, 3})};
+  StatusOr<cuda::ConvCheck> c = conv.check();
+  ASSERT_TRUE(c.isOk()) << c.getStatus().toString();
+  EXPECT_EQ(c->dtype, BF);
+  EXPECT_EQ(c->conv.y->shape, (Shape{1, 3, 3, 3}));
+  EXPECT_EQ(c->conv.x->data, mem.data());
+  EXPECT_EQ(c->conv.window.stride[2], 2);
+  EXPECT_EQ(c->conv.window.pad[2], 1);
+  EXPECT_NE(c->conv.bias, nullptr);
+  // The strides were read: the unstrided output shape is an error.
+  conv.outs = {tensor(BF, {1, 3, 6, 6})};
+  c = conv.check();
+  ASSERT_FALSE(c.isOk());
+  EXPECT_EQ(c.getStatus().getCode(), StatusCode::InvalidArgument);
+  // auto_pad is read too.
+  Run same;
+  same.k.set_op("Conv");
+  setString(same.k, "auto_pad", "SAME_UPPER");
+  same.ins = {tensor(BF, {1, 2, 5, 5}), tensor(BF, {3, 2, 3, 3})};
+  same.outs = {tensor(BF, {1, 3, 5, 5})};
+  EXPECT_TRUE(same.check().isOk()) << same.check().getStatus().toString();
+  // An f32 bias with bf16 operands; an f16 bias is an error; f64 declines.
+  conv.outs = {tensor(BF, {1, 3, 3, 3})};
+  conv.ins[2] = tensor(program::DTYPE_F32, {3});
+  EXPECT_TRUE(conv.check().isOk());
+  conv.ins[2] = tensor(program::DTYPE_F16, {3});
+  EXPECT_EQ(conv.check().getStatus().getCode(), StatusCode::InvalidArgument);
+  conv.ins[2] = tensor(BF, {3});
+  conv.ins[1] = tensor(program::DTYPE_F32, {3, 2, 3, 3});
+  c = conv.check();
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.getStatus().toString().find("differ in type"), std::string::npos)
+      << c.getStatus().toString();
+  Run f64 = conv;
+  f64.ins = {tensor(program::DTYPE_F64, {1, 2, 6, 6}), tensor(program::DTYPE_F64, {3, 2, 3, 3})};
+  f64.outs = {tensor(program::DTYPE_F64, {1, 3, 3, 3})};
+  EXPECT_EQ(f64.check().getStatus().getCode(), StatusCode::Unimplemented);
+  // The gradients, grouped, with their shape attributes.
+  Run gi;
+  gi.k.set_op("ConvGradInput");
+  setInt(gi.k, "group", 2);
+  setInts(gi.k, "input_shape", {2, 4, 5, 5});
+  gi.ins = {tensor(program::DTYPE_F16, {2, 6, 3, 3}),
+            tensor(program::DTYPE_F16, {6, 2, 3, 3})};
+  gi.outs = {tensor(program::DTYPE_F16, {2, 4, 5, 5})};
+  c = gi.check();
+  ASSERT_TRUE(c.isOk()) << c.getStatus().toString();
+  EXPECT_EQ(c->dtype, program::DTYPE_F16);
+  EXPECT_EQ(c->grad.group, 2);
+  EXPECT_EQ(c->grad.xShape, (Shape{2, 4, 5, 5}));
+  Run gw;
+  gw.k.set_op("ConvGradWeight");
+  setInt(gw.k, "group", 2);
+  setInts(gw.k, "weight_shape", {6, 2, 3, 3});
+  gw.ins = {tensor(BF, {2, 6, 3, 3}), tensor(BF, {2, 4, 5, 5})};
+  gw.outs = {tensor(BF, {6, 2, 3, 3})};
+  c = gw.check();
+  ASSERT_TRUE(c.isOk()) << c.getStatus().toString();
+  EXPECT_EQ(c->grad.wShape, (Shape{6, 2, 3, 3}));
+  gw.outs = {tensor(BF, {6, 4, 3, 3})};
+  EXPECT_FALSE(gw.check().isOk());
+}
+
 // The static answer agrees with what the backend did for the cases above.
 TEST(CudaNoDevice, LowPrecisionKernelsAreNative) {
   program::Kernel conv, sum;

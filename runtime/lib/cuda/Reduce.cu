@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "CudaLaunch.h"
 #include "DeviceCommon.cuh"
+#include "SlicePlan.h"
 
 #include <cfloat>
 #include <cmath>
@@ -116,54 +117,6 @@ __device__ inline void raise(int *flag, int tag, int code) {
     flag[1] = code;
 }
 
-__device__ inline int64_t loadIndex(const void *p, bool is64, int i) {
-  return is64 ? static_cast<const int64_t *>(p)[i] : static_cast<const int32_t *>(p)[i];
-}
-
-/// Per-dim start and step of the slice (the host's sliceMap); false when the
-/// bounds do not give the declared output shape.
-__device__ inline bool slicePlan(const SliceBounds &b, int64_t *start, int64_t *step) {
-  unsigned sliced = 0;
-  for (int d = 0; d < b.rank; ++d) {
-    start[d] = 0;
-    step[d] = 1;
-  }
-  for (int i = 0; i < b.n; ++i) {
-    int64_t a = b.axes ? loadIndex(b.axes, b.axes64, i) : i;
-    if (a < 0)
-      a += b.rank;
-    if (a < 0 || a >= b.rank)
-      return false;
-    int64_t dim = b.inShape[a], s = b.steps ? loadIndex(b.steps, b.steps64, i) : 1;
-    if (s == 0)
-      return false;
-    int64_t lo = loadIndex(b.starts, b.starts64, i), hi = loadIndex(b.ends, b.ends64, i);
-    if (lo < 0)
-      lo += dim;
-    if (hi < 0)
-      hi += dim;
-    int64_t extent;
-    if (s > 0) {
-      lo = min(max(lo, int64_t(0)), dim);
-      hi = min(max(hi, int64_t(0)), dim);
-      extent = hi > lo ? (hi - lo + s - 1) / s : 0;
-    } else {
-      lo = min(max(lo, int64_t(0)), dim - 1);
-      hi = min(max(hi, int64_t(-1)), dim - 1);
-      extent = lo > hi ? (lo - hi - s - 1) / -s : 0;
-    }
-    if (extent != b.outShape[a])
-      return false;
-    start[a] = lo;
-    step[a] = s;
-    sliced |= 1u << a;
-  }
-  for (int d = 0; d < b.rank; ++d)
-    if (!(sliced & (1u << d)) && b.outShape[d] != b.inShape[d])
-      return false;
-  return true;
-}
-
 template <typename T>
 __global__ void sliceBoundsKernel(const T *x, T *y, SliceBounds b, int *flag, int tag) {
   int64_t start[kMaxDims], step[kMaxDims];
@@ -172,16 +125,7 @@ __global__ void sliceBoundsKernel(const T *x, T *y, SliceBounds b, int *flag, in
       raise(flag, tag, kErrSliceBounds);
     return;
   }
-  GRID_STRIDE(i, b.nOut) {
-    int64_t off = 0, r = i, stride = 1;
-    for (int d = b.rank - 1; d >= 0; --d) {
-      int64_t c = r % b.outShape[d];
-      r /= b.outShape[d];
-      off += (start[d] + c * step[d]) * stride;
-      stride *= b.inShape[d];
-    }
-    y[i] = x[off];
-  }
+  GRID_STRIDE(i, b.nOut) { y[i] = x[sliceOffset(b, start, step, i)]; }
 }
 
 template <typename T>
