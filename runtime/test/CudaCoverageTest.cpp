@@ -5,7 +5,7 @@
 // it as a CUDA kernel or through the host fallback (a stream wait and the
 // CPU kernel). These tests check its rules on hand-built kernels and then
 // compile the training steps (cross-entropy, AdamW, f32 and bf16/f16
-// graph-autocast) of the bundled models with straitc and expect every
+// graph-autocast; a few with MSE, SGD and clipping) of the bundled models with straitc and expect every
 // kernel to be native, printing the (op, dtypes) that are not. straitc is
 // taken from $STRAIT_STRAITC, else from the path CMake found at configure
 // time (STRAIT_TEST_STRAITC); without it the model tests skip.
@@ -185,6 +185,10 @@ struct ModelCase {
   const char *model;
   const char *inputShape;
   const char *precision;
+  /// Loss and optimizer flags.
+  const char *training = "--loss cross-entropy --optimizer adamw";
+  /// Suffix of the test name for other training flags.
+  const char *variant = "";
 };
 
 std::string straitcPath() {
@@ -206,7 +210,7 @@ std::string modelsDir() {
 }
 
 void PrintTo(const ModelCase &m, std::ostream *os) {
-  *os << m.model << " " << m.inputShape << " " << m.precision;
+  *os << m.model << " " << m.inputShape << " " << m.precision << " " << m.training;
 }
 
 bool exists(const std::string &path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
@@ -225,8 +229,7 @@ TEST_P(CudaNoDeviceModels, TrainingStepRunsNatively) {
   ASSERT_NE(mkdtemp(dirTemplate), nullptr);
   std::string dir = dirTemplate;
   std::string cmd = "'" + straitc + "' '" + onnx + "' --shape-only --input-shape " +
-                    m.inputShape +
-                    " --loss cross-entropy --optimizer adamw --precision " + m.precision +
+                    m.inputShape + " " + m.training + " --precision " + m.precision +
                     " --emit=program -o '" + dir + "/job' > '" + dir + "/log' 2>&1";
   int rc = std::system(cmd.c_str());
   std::ifstream logFile(dir + "/log");
@@ -268,7 +271,8 @@ TEST_P(CudaNoDeviceModels, TrainingStepRunsNatively) {
 }
 
 std::string caseName(const ::testing::TestParamInfo<ModelCase> &info) {
-  std::string s = std::string(info.param.model) + "_" + info.param.precision;
+  std::string s = std::string(info.param.model) + "_" + info.param.precision +
+                  info.param.variant;
   for (char &c : s)
     if (c == '-')
       c = '_';
@@ -300,6 +304,13 @@ const ModelCase kModels[] = {
     {"mobilenet-v3-large", "pixel_values=2x3x224x224", "f32"},
     {"mobilenet-v3-large", "pixel_values=2x3x224x224", "bf16"},
     {"mobilenet-v3-large", "pixel_values=2x3x224x224", "f16"},
+    // Other losses and optimizers: MSE, SGD with momentum, global-norm clipping.
+    {"gpt2-tiny", "input_ids=2x16", "bf16", "--loss mse --optimizer sgd --clip-norm 1",
+     "_mse_sgd_clip"},
+    {"digits-cnn", "images=8x1x8x8", "bf16", "--loss mse --optimizer adamw --clip-norm 1",
+     "_mse_clip"},
+    {"resnet50", "pixel_values=2x3x224x224", "bf16",
+     "--loss cross-entropy --optimizer sgd --clip-norm 1", "_sgd_clip"},
 };
 
 } // namespace
