@@ -52,6 +52,16 @@ Status cudnnStatus(cudnnStatus_t err, const std::string &what) {
                        cudnnGetErrorString(err) + ")");
 }
 
+/// The status of running a chosen algorithm: CUDNN_STATUS_NOT_SUPPORTED (a
+/// configuration the heuristics offered but cannot run, e.g. for 16-bit
+/// types) is Unimplemented, so the host fallback runs the CPU kernel instead
+/// (nothing was launched).
+Status cudnnRunStatus(cudnnStatus_t err, const std::string &what) {
+  if (err == CUDNN_STATUS_NOT_SUPPORTED)
+    return unimplemented("cuda: " + what + ": cuDNN does not support this configuration");
+  return cudnnStatus(err, what);
+}
+
 StatusOr<CudnnState *> cudnnState(CudaContext &c) {
   std::lock_guard<std::mutex> lock(c.mutex);
   if (!c.cudnn) {
@@ -175,12 +185,12 @@ Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
           return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, k, p);
         }, "forward")));
     auto al = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
-    STRAIT_RETURN_IF_ERROR(cudnnStatus(
+    STRAIT_RETURN_IF_ERROR(cudnnRunStatus(
         cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, al, &ws), "workspace"));
     STRAIT_ASSIGN_OR_RETURN(void *w, c.getScratch(ws));
-    return cudnnStatus(cudnnConvolutionForward(h, &one, d.x, a, d.w, b, d.conv, al, w, ws,
-                                               &zero, d.y, out),
-                       "cudnnConvolutionForward");
+    return cudnnRunStatus(cudnnConvolutionForward(h, &one, d.x, a, d.w, b, d.conv, al, w, ws,
+                                                  &zero, d.y, out),
+                          "cudnnConvolutionForward");
   }
   if (pass == ConvPass::Data) { // a = dY, b = W, out = dX
     STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -188,13 +198,13 @@ Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
           return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, k, p);
         }, "backward-data")));
     auto al = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
-    STRAIT_RETURN_IF_ERROR(cudnnStatus(
+    STRAIT_RETURN_IF_ERROR(cudnnRunStatus(
         cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, al, &ws),
         "workspace"));
     STRAIT_ASSIGN_OR_RETURN(void *w, c.getScratch(ws));
-    return cudnnStatus(cudnnConvolutionBackwardData(h, &one, d.w, b, d.y, a, d.conv, al, w, ws,
-                                                    &zero, d.x, out),
-                       "cudnnConvolutionBackwardData");
+    return cudnnRunStatus(cudnnConvolutionBackwardData(h, &one, d.w, b, d.y, a, d.conv, al, w,
+                                                       ws, &zero, d.x, out),
+                          "cudnnConvolutionBackwardData");
   }
   // a = dY, b = X, out = dW
   STRAIT_ASSIGN_OR_RETURN(int algo, (chooseAlgo<cudnnConvolutionBwdFilterAlgoPerf_t>(
@@ -202,13 +212,13 @@ Status runConv(CudaContext &c, const KernelContext &ctx, int tag, ConvPass pass,
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, k, p);
       }, "backward-filter")));
   auto al = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
-  STRAIT_RETURN_IF_ERROR(cudnnStatus(
+  STRAIT_RETURN_IF_ERROR(cudnnRunStatus(
       cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, al, &ws),
       "workspace"));
   STRAIT_ASSIGN_OR_RETURN(void *w, c.getScratch(ws));
-  return cudnnStatus(cudnnConvolutionBackwardFilter(h, &one, d.x, b, d.y, a, d.conv, al, w, ws,
-                                                    &zero, d.w, out),
-                     "cudnnConvolutionBackwardFilter");
+  return cudnnRunStatus(cudnnConvolutionBackwardFilter(h, &one, d.x, b, d.y, a, d.conv, al, w,
+                                                       ws, &zero, d.w, out),
+                        "cudnnConvolutionBackwardFilter");
 }
 
 /// Adds bias[m] to every [n, m, spatial...] element of Y.
