@@ -5,17 +5,17 @@
 // it as a CUDA kernel or through the host fallback (a stream wait and the
 // CPU kernel). These tests check its rules on hand-built kernels and then
 // compile the training steps (cross-entropy, AdamW, f32 and bf16/f16
-// graph-autocast; a few with MSE, SGD and clipping) of the bundled models with straitc and expect every
-// kernel to be native, printing the (op, dtypes) that are not. straitc is
-// taken from $STRAIT_STRAITC, else from the path CMake found at configure
-// time (STRAIT_TEST_STRAITC); without it the model tests skip.
+// graph-autocast; a few with MSE, SGD and clipping) of the bundled models
+// with straitc and expect every kernel to be native, printing the (op,
+// dtypes) that are not. straitc is taken from $STRAIT_STRAITC, else from the
+// path CMake found at configure time (STRAIT_TEST_STRAITC); without it the
+// model tests skip. On a GPU, CudaNativeSupport.AgreesWithTheKernels runs
+// 287 (op, dtypes) kernels and checks the rules against what the backend did.
 //
 //===----------------------------------------------------------------------===//
+#include "CudaTestUtil.h"
+
 #include "CudaSupport.h"
-
-#include "CudaKernels.h"
-
-#include "TestUtil.h"
 #include "strait/runtime/Program.h"
 
 #include <gtest/gtest.h>
@@ -31,7 +31,6 @@
 using namespace strait;
 using namespace strait::rt;
 using namespace strait::rt::cuda;
-using strait::rt::test::setInts;
 
 namespace {
 
@@ -73,6 +72,7 @@ TEST(CudaNoDevice, NativeSupportRules) {
   NativeSupport castU8 = check("Cast", {t(U8)}, {t(F32)});
   EXPECT_FALSE(castU8.native);
   EXPECT_NE(castU8.reason.find("from u8 to f32"), std::string::npos) << castU8.reason;
+  EXPECT_FALSE(check("Softmax", {t(I64)}, {t(I64)}).native);
   NativeSupport soft = check("Softmax", {t(BF16)}, {t(BF16)});
   EXPECT_FALSE(soft.native);
   EXPECT_NE(soft.reason.find("input 0 is bf16"), std::string::npos) << soft.reason;
@@ -316,3 +316,101 @@ const ModelCase kModels[] = {
 } // namespace
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaNoDeviceModels, ::testing::ValuesIn(kModels), caseName);
+
+//===----------------------------------------------------------------------===//
+// The rules against the kernels (GPU)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// `shape` filled with ones of `dtype` (no division by zero, logs of 1).
+Arr onesOf(DType dtype, Shape shape) {
+  Arr a{dtype, std::move(shape), {}};
+  int64_t n = numElements(a.shape);
+  size_t es = dtypeSize(dtype);
+  a.bytes.resize(n * es);
+  for (int64_t k = 0; k < n; ++k) {
+    char *p = a.bytes.data() + k * es;
+    switch (dtype) {
+    case program::DTYPE_F32: { float v = 1; std::memcpy(p, &v, 4); break; }
+    case program::DTYPE_F64: { double v = 1; std::memcpy(p, &v, 8); break; }
+    case program::DTYPE_I32: { int32_t v = 1; std::memcpy(p, &v, 4); break; }
+    case program::DTYPE_I64: { int64_t v = 1; std::memcpy(p, &v, 8); break; }
+    case program::DTYPE_BF16: { uint16_t v = 0x3F80; std::memcpy(p, &v, 2); break; }
+    case program::DTYPE_F16: { uint16_t v = 0x3C00; std::memcpy(p, &v, 2); break; }
+    default: *p = 1; break; // bool, u8
+    }
+  }
+  return a;
+}
+
+} // namespace
+
+// For many (op, dtypes), runs the kernel on cuda:0 and checks that
+// nativeSupport's answer is what the backend did: native means it ran as a
+// CUDA kernel (no host fallback), not native that it ran on the host or
+// failed on both backends.
+TEST(CudaNativeSupport, AgreesWithTheKernels) {
+  REQUIRE_GPU();
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  CudaOptions o;
+  o.syncEachKernel = true;
+  ASSERT_TRUE(registerCudaBackend(reg, o).isOk());
+  const Backend *cuda = *reg.forDevice("cuda:0");
+  const DType all[] = {program::DTYPE_F32, program::DTYPE_F64,  program::DTYPE_I32,
+                       program::DTYPE_I64, program::DTYPE_BF16, program::DTYPE_F16,
+                       program::DTYPE_BOOL};
+  int checked = 0, native = 0;
+  auto probe = [&](const std::string &op, const std::vector<Arr> &ins, std::vector<Arr> outs,
+                   const Attrs &attrs = {}) {
+    program::Kernel k;
+    k.set_op(op);
+    if (attrs)
+      attrs(k);
+    KernelSpec spec{&k, {}, {}};
+    for (const Arr &a : ins)
+      spec.inputs.push_back(OperandType{true, a.dtype, a.shape});
+    for (const Arr &a : outs)
+      spec.outputs.push_back(OperandType{true, a.dtype, a.shape});
+    int64_t before = cudaHostFallbackCounts(*cuda)[op];
+    Status s = runOn("cuda:0", reg, op, ins, outs, attrs);
+    bool ranNatively = s.isOk() && cudaHostFallbackCounts(*cuda)[op] == before;
+    NativeSupport n = nativeSupport(spec);
+    EXPECT_EQ(n.native, ranNatively)
+        << kernelSignature(spec) << ": nativeSupport says " << (n.native ? "native" : n.reason)
+        << "; the backend " << (!s.isOk() ? "failed: " + s.toString()
+                                : ranNatively ? std::string("ran it natively")
+                                              : std::string("ran it on the host"));
+    ++checked;
+    native += ranNatively;
+  };
+  Shape s = {2, 3};
+  for (DType t : all) {
+    for (const char *op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"})
+      probe(op, {onesOf(t, s), onesOf(t, s)}, {Arr::out(s, t)});
+    for (const char *op : {"Equal", "Less", "Greater"})
+      probe(op, {onesOf(t, s), onesOf(t, s)}, {Arr::out(s, program::DTYPE_BOOL)});
+    for (const char *op : {"And", "Or"})
+      probe(op, {onesOf(t, s), onesOf(t, s)}, {Arr::out(s, t)});
+    for (const char *op : {"Neg", "Abs", "Exp", "Log", "Sqrt", "Relu", "Tanh", "Sigmoid", "Erf",
+                           "Floor", "Not", "Gelu", "HardSigmoid", "HardSwish", "Softmax"})
+      probe(op, {onesOf(t, s)}, {Arr::out(s, t)});
+    for (DType to : all)
+      probe("Cast", {onesOf(t, s)}, {Arr::out(s, to)},
+            [to](program::Kernel &k) { setInt(k, "to", to); });
+    probe("Transpose", {onesOf(t, s)}, {Arr::out({3, 2}, t)},
+          [](program::Kernel &k) { setInts(k, "perm", {1, 0}); });
+    for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax"})
+      probe(op, {onesOf(t, s)}, {Arr::out({2}, t)}, [](program::Kernel &k) {
+        setInts(k, "axes", {1});
+        setInt(k, "keepdims", 0);
+      });
+    probe("MatMul", {onesOf(t, {2, 3}), onesOf(t, {3, 4})}, {Arr::out({2, 4}, t)});
+    probe("ReduceToShape", {onesOf(t, s)}, {Arr::out({3}, t)},
+          [](program::Kernel &k) { setInts(k, "shape", {3}); });
+    probe("Conv", {onesOf(t, {1, 2, 5, 5}), onesOf(t, {3, 2, 3, 3})}, {Arr::out({1, 3, 3, 3}, t)});
+  }
+  EXPECT_EQ(checked, 287);
+  EXPECT_GT(native, 100);
+}

@@ -56,10 +56,13 @@ std::string firstIn(const KernelSpec &s, std::initializer_list<DType> set, const
 
 // --- the rules, one per kernel family --------------------------------------
 
-/// Kernels written for f32 (the optimizers, norms, losses, pools): every
-/// floating operand f32; integer operands (labels, steps, indices) as the
-/// kernel checks them.
+/// Kernels written for f32 (the optimizers, norms, losses, pools): input 0
+/// (the data, dY, or the learning rate) and every other floating operand
+/// f32; integer operands (labels, steps, indices) as the kernel checks them.
 std::string floatsF32(const KernelSpec &s) {
+  const OperandType *x = in(s, 0);
+  if (x && x->dtype != program::DTYPE_F32)
+    return "input 0 is " + name(x->dtype) + " (the CUDA kernel takes f32)";
   for (const auto *list : {&s.inputs, &s.outputs})
     for (size_t i = 0; i < list->size(); ++i)
       if ((*list)[i].present && isFloat((*list)[i].dtype) &&
