@@ -91,7 +91,7 @@ else
   NODE_ROOT=/usr/share/libonnx-testdata/data/node
 fi
 
-phase gtest 75 $CUDA_TESTS
+phase gtest 120 $CUDA_TESTS
 # FusedAttention (cuBLAS + fused row kernels) against the composed ops, GPT-2 small shapes.
 phase attn 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 10 --precision f32 --tolerance 1e-3
 phase attn-bf16 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 20 --precision bf16
