@@ -205,3 +205,57 @@ def test_quick_start_trains_on_four_ranks(tmp_path):
     first, last = steps[0][1], sum(l for _, l in steps[-5:]) / 5
     assert last < first - 1.0, (first, last)  # ln(256) = 5.5 -> about 3.2 on byte-level text
     print(f"quick start on 4 ranks: loss {first:.3f} -> {last:.3f} (mean of the last 5 of 30 steps)")
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_tied_embedding_copy_per_stage(tmp_path, micro_batches):
+    """gpt2-tiny's tied wte / LM-head weight (lm_head.weight, 256x64 f32) is
+    read in both stages: each stage holds its own copy (its params file), the
+    weight never crosses the cut per micro-batch, each rank exchanges its
+    accumulated partial gradient once per step (one send and one recv of
+    256x64 f32, after the last micro-batch), and after the steps both
+    stages' copies are bit-identical, equal to the single-rank job's weight,
+    with the single-rank job's losses."""
+    np = pytest.importorskip("numpy")
+    h = subprocess.run([STRAIT_RUN, "--help"], capture_output=True, text=True)
+    if "--save-params" not in h.stdout + h.stderr:
+        pytest.skip("strait-run has no --save-params")
+    single, multi = compile_pair(tmp_path, "--loss", "cross-entropy", "--optimizer", "sgd",
+                                 multi_args=("--micro-batches", str(micro_batches)))
+    tied = "lm_head.weight"
+    tied_bytes = 256 * 64 * 4
+    programs, _ = check_transfers(multi)
+    for r in range(4):
+        shard = decode(multi / f"rank{r}.params.pb", "ParameterShardFile")
+        assert f'name: "{tied}"' in shard, (r, "the stage's params file lacks its copy")
+        sizes = {int(field(v, "id")): v for v in blocks(programs[r], "values")}
+        tied_steps = []
+        for st in blocks(programs[r], "steps"):
+            m = re.search(r"(send|recv) \{([^}]*)\}", st)
+            if m:
+                v = sizes[int(field(m.group(2), "value_id"))]
+                n = 4 if field(v, "dtype") == "DTYPE_F32" else 0
+                for d in re.findall(r"^\s*shape: (\d+)", v, re.M):
+                    n *= int(d)
+                if n == tied_bytes:
+                    tied_steps.append((m.group(1), st))
+        # One send and one recv of the weight-sized partial gradient per step
+        # (not per micro-batch: no micro_batch); the forward weight (the same
+        # size) is not sent any more.
+        assert sorted(k for k, _ in tied_steps) == ["recv", "send"], (r, tied_steps)
+        assert all(field(st, "micro_batch", "-1") == "-1" for _, st in tied_steps), tied_steps
+    args = ["--steps", "3", "--lr", "0.1"]
+    ref = losses(run_job(single, *args, "--save-params", str(tmp_path / "p1"))[0])
+    logs = run_job(multi, *args, "--save-params", str(tmp_path / "p4"))
+    for r in (2, 3):
+        got = losses(logs[r])
+        assert len(got) == 3, logs[r][-2000:]
+        for g, e in zip(got, ref):
+            assert abs(g - e) <= 1e-4 * max(1e-3, abs(e)), (r, got, ref)
+    copies = {r: np.load(tmp_path / "p4" / f"{tied}.rank{r}.npy") for r in range(4)}
+    for r in (1, 2, 3):
+        assert np.array_equal(copies[r], copies[0]), f"copy of rank {r} differs from rank 0's"
+    want = np.load(tmp_path / "p1" / f"{tied}.rank0.npy")
+    np.testing.assert_allclose(copies[0], want, rtol=1e-5, atol=1e-6)
+    print(f"tied weight ({micro_batches} micro-batches): one copy per stage, equal after 3 steps; "
+          f"losses {ref}")

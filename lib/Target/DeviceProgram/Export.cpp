@@ -390,13 +390,15 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
     return lowerReturn(ret, values);
   }
   // Per-step ops: those after the gradient accumulation (all-reduce, clipping,
-  // optimizer); every other op runs once per micro-batch.
+  // optimizer) and the transfers dist-insert-comm marked dist.per_step (a
+  // recv of another stage's accumulated partial gradient of a tied
+  // variable); every other op runs once per micro-batch.
   llvm::DenseSet<Operation *> perStep;
   for (Operation &op : body.without_terminator())
     if (llvm::any_of(op.getOperands(), [&](Value v) {
           Operation *d = v.getDefiningOp();
           return d && (isa<graph::AccumulateGradOp>(d) || perStep.contains(d));
-        }) || (isa<graph::AssignVariableOp>(op)))
+        }) || isa<graph::AssignVariableOp>(op) || op.hasAttr("dist.per_step"))
       perStep.insert(&op);
   for (Operation &op : body.without_terminator()) {
     if (isa<graph::ReadVariableOp, graph::ConstantOp>(op) && failed(lowerLeaf(op, values)))

@@ -67,33 +67,40 @@ func.func @main(%x: tensor<4x4xf32> {graph.name = "x"}) -> (tensor<4x4xf32>, ten
 
 // -----
 
-// A variable the step updates (tied weight used in both stages) is read once,
-// in the stage that updates it; the other stage gets the value sent (no
-// stale clone). The update (SGD) goes with the variable although the
-// boundaries put it in stage 1, and its optimizer state follows.
+// A variable the step updates that both stages read (a tied weight) gets a
+// copy in each: a read per stage, the accumulation in the stage computing
+// the gradient (stage 1 only here), and the update (SGD, both assignments,
+// the optimizer state's read) once per copy stage, on the same accumulated
+// gradient. Nothing is read once and sent.
 
 graph.Variable @layers.0.w : tensor<4x4xf32>
 graph.Variable @layers.0.w.momentum {frozen, graph.optimizer_state_of = @layers.0.w} : tensor<4x4xf32>
 // CHECK-LABEL: func @main
 func.func @main(%x: tensor<4x4xf32> {graph.name = "x"}, %lr: tensor<f32> {graph.name = "lr"}) -> tensor<4x4xf32> {
-  // CHECK: graph.ReadVariable @layers.0.w {dist.stage = #dist.stage<0>
-  // CHECK-NOT: graph.ReadVariable @layers.0.w {
+  // CHECK: %[[W1:.*]] = graph.ReadVariable @layers.0.w {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: %[[W0:.*]] = graph.ReadVariable @layers.0.w {dist.stage = #dist.stage<0>}
   %w = graph.ReadVariable @layers.0.w : tensor<4x4xf32>
-  // CHECK: graph.MatMul {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: graph.MatMul %{{.*}}, %[[W0]] {dist.stage = #dist.stage<0>
   %h = graph.MatMul %x, %w {graph.op_id = 0 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   // CHECK: graph.Relu {{.*}}dist.stage = #dist.stage<0>
   %r = graph.Relu %h {graph.op_id = 1 : i64} : tensor<4x4xf32>
-  // CHECK: graph.MatMul {{.*}}dist.stage = #dist.stage<1>
+  // CHECK: %[[Y:.*]] = graph.MatMul %{{.*}}, %[[W1]] {dist.stage = #dist.stage<1>
   %y = graph.MatMul %r, %w {graph.op_id = 2 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
-  // CHECK: graph.AccumulateGrad {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: %[[G:.*]] = graph.AccumulateGrad %[[Y]] for @layers.0.w {dist.stage = #dist.stage<1>
   %g = graph.AccumulateGrad %y for @layers.0.w {micro_batches = 1 : i64} : tensor<4x4xf32>
-  // CHECK: graph.ReadVariable @layers.0.w.momentum {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: %[[U0:.*]] = graph.ReadVariable @layers.0.w {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: %[[V0:.*]] = graph.ReadVariable @layers.0.w.momentum {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: %[[P0:.*]], %[[M0:.*]] = graph.SGD %{{.*}}, %[[U0]], %[[G]], %[[V0]] {dist.stage = #dist.stage<0>
+  // CHECK-NEXT: %[[U1:.*]] = graph.ReadVariable @layers.0.w {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: %[[V1:.*]] = graph.ReadVariable @layers.0.w.momentum {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: %[[P1:.*]], %[[M1:.*]] = graph.SGD %{{.*}}, %[[U1]], %[[G]], %[[V1]] {dist.stage = #dist.stage<1>
   %v = graph.ReadVariable @layers.0.w.momentum : tensor<4x4xf32>
-  // CHECK: graph.SGD {{.*}}dist.stage = #dist.stage<0>
   %p:2 = graph.SGD %lr, %w, %g, %v {momentum = 0.9 : f32, nesterov = 0 : i64, weight_decay = 0.0 : f32} : (tensor<f32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>)
-  // CHECK: graph.AssignVariable @layers.0.w = {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: graph.AssignVariable @layers.0.w = %[[P0]] {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: graph.AssignVariable @layers.0.w = %[[P1]] {dist.stage = #dist.stage<1>}
   graph.AssignVariable @layers.0.w = %p#0 : tensor<4x4xf32>
-  // CHECK: graph.AssignVariable @layers.0.w.momentum = {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: graph.AssignVariable @layers.0.w.momentum = %[[M0]] {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: graph.AssignVariable @layers.0.w.momentum = %[[M1]] {dist.stage = #dist.stage<1>}
   graph.AssignVariable @layers.0.w.momentum = %p#1 : tensor<4x4xf32>
   return %y : tensor<4x4xf32>
 }

@@ -222,3 +222,12 @@ func.func @plan_on_func() attributes {dist.plan = #dist.plan<schedule = gpipe, m
 func.func @unknown_attr() attributes {dist.foo = 1 : i64} {
   return
 }
+
+// -----
+
+// 'dist.per_step' (a transfer run once per step) marks only transfers.
+func.func @per_step_on_compute(%x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{'dist.per_step' is a unit attribute of dist.send and dist.recv}}
+  %y = graph.Relu %x {dist.per_step} : tensor<2xf32>
+  return %y : tensor<2xf32>
+}

@@ -17,7 +17,11 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
     ops tied to a variable (gradient accumulation, assignment) the stage of
     the variable's first forward user; other ops the stage of their users,
     else of their operands. Constants and variable reads go with their users
-    and are cloned once per further stage that uses them.
+    and are cloned once per further stage that uses them. A trained variable
+    that ops of several stages read (a tied embedding / LM head) gets a copy
+    in each: every such stage accumulates its own partial gradient, adds the
+    partials of all stages in stage order (dist-insert-comm makes the
+    cross-stage uses per-step transfers) and runs the update on its copy.
 
     ```
     strait-opt --dist-assign-stages='cluster=local-4cpu.yaml num-stages=2' model.mlir
@@ -43,7 +47,9 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
            "else the planner chooses)">
   ];
   let statistics = [
-    Statistic<"numCloned", "num-cloned", "Constants and reads cloned into other stages">
+    Statistic<"numCloned", "num-cloned", "Constants and reads cloned into other stages">,
+    Statistic<"numReplicated", "num-replicated",
+              "Trained variables (and optimizer states) copied into every stage reading them">
   ];
   let dependentDialects = ["::strait::dist::DistDialect"];
 }
@@ -56,7 +62,10 @@ def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
     one `dist.recv` in each consumer stage, right after the send (one
     transfer per value and stage pair; the consumer stage's uses read the
     received value). Keeping each pair adjacent in the block's order makes
-    the per-rank orders of blocking transfers consistent (no deadlock). Gradients flow backwards by the same rule. Every
+    the per-rank orders of blocking transfers consistent (no deadlock). Gradients flow backwards by the same rule.
+    Transfers of per-step values (an accumulated gradient, or anything
+    computed from one) are marked `dist.per_step`: the exporter runs them
+    once per step, after the last micro-batch, with the update. Every
     gradient accumulation of a variable (an op naming the variable whose
     result has the variable's type) in a stage with several replicas gets a
     `dist.all_reduce ... reduce <mean>` over the stage's ranks. Channels are

@@ -133,6 +133,15 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "'dist.backward' is a unit attribute of dist.send and dist.recv";
     return success();
   }
+  // Marks a transfer of a per-step value (an accumulated gradient; a tied
+  // variable's partial gradient, dist-insert-comm): the exporter runs it
+  // once per step, after the last micro-batch.
+  if (attr.getName() == "dist.per_step") {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<SendOp, RecvOp>(op))
+      return op->emitError()
+             << "'dist.per_step' is a unit attribute of dist.send and dist.recv";
+    return success();
+  }
   return op->emitError() << "unknown distribution attribute '"
                          << attr.getName().getValue() << "'";
 }

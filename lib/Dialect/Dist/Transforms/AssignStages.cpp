@@ -10,11 +10,17 @@
 //      weights and constants only, which go with their forward users;
 //   4. other ops take the smallest stage of their users, else the largest of
 //      their operands', else 0;
-//   5. reads of variables the step assigns stay with the update (other stages
-//      receive the value); constants and other reads go with their users,
-//      cloned per stage.
+//   5. a variable the step trains that ops of several stages read gets a
+//      copy per stage (TiedVariables.h): per-stage gradient accumulation,
+//      a per-step exchange of the partial gradients, the update in every
+//      copy stage;
+//   6. reads of other variables the step assigns stay with the update (other
+//      stages receive the value); constants and other reads go with their
+//      users, cloned per stage.
 //
 //===----------------------------------------------------------------------===//
+
+#include "TiedVariables.h"
 
 #include "strait/Dialect/Dist/DistOps.h"
 #include "strait/Dialect/Dist/DistPasses.h"
@@ -62,7 +68,8 @@ struct AssignStagesPass : public dist::impl::DistAssignStagesBase<AssignStagesPa
   LogicalResult placeOps(func::FuncOp func, const StagePlanResult &plan,
                          SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf);
   void placeLeaves(func::FuncOp func, DenseMap<Operation *, int64_t> &stageOf);
-  void placeOwnedReads(func::FuncOp func, DenseMap<Operation *, int64_t> &stageOf);
+  void placeOwnedReads(func::FuncOp func, const llvm::StringSet<> &replicated,
+                       DenseMap<Operation *, int64_t> &stageOf);
 };
 
 } // namespace
@@ -175,8 +182,10 @@ LogicalResult AssignStagesPass::placeOps(func::FuncOp func, const StagePlanResul
 
 /// Reads of a variable the step assigns stay in the stage that updates it:
 /// a clone elsewhere would go stale after the first update, so other stages
-/// receive the value (dist-insert-comm) instead.
-void AssignStagesPass::placeOwnedReads(func::FuncOp func,
+/// receive the value (dist-insert-comm) instead. Reads of `replicated`
+/// variables are either placed already (the update's) or leaves cloned per
+/// stage like constants (every copy is current).
+void AssignStagesPass::placeOwnedReads(func::FuncOp func, const llvm::StringSet<> &replicated,
                                        DenseMap<Operation *, int64_t> &stageOf) {
   llvm::StringMap<int64_t> owner;
   for (Operation &op : func.getBody().front())
@@ -184,7 +193,8 @@ void AssignStagesPass::placeOwnedReads(func::FuncOp func,
       owner.try_emplace(assign.getVariable(), stageOf.lookup(&op));
   for (Operation &op : func.getBody().front())
     if (auto read = dyn_cast<graph::ReadVariableOp>(op))
-      if (auto it = owner.find(read.getVariable()); it != owner.end())
+      if (auto it = owner.find(read.getVariable());
+          it != owner.end() && !replicated.contains(read.getVariable()))
         stageOf[&op] = it->second;
 }
 
@@ -240,7 +250,9 @@ void AssignStagesPass::runOnOperation() {
   DenseMap<Operation *, int64_t> stageOf;
   if (failed(placeOps(func, *plan, symbols, stageOf)))
     return signalPassFailure();
-  placeOwnedReads(func, stageOf);
+  llvm::StringSet<> replicated = strait::dist::detail::replicateTiedVariables(func, symbols, stageOf);
+  numReplicated += replicated.size();
+  placeOwnedReads(func, replicated, stageOf);
   placeLeaves(func, stageOf);
   for (auto [op, stage] : stageOf)
     setStage(op, stage);

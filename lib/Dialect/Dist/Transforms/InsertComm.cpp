@@ -115,11 +115,20 @@ LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channe
   // transfers are marked dist.backward so that the exporter can order all
   // forwards before all backwards on every rank (docs/program-format.md).
   llvm::DenseSet<Operation *> backward;
+  // Per-step values: accumulated gradients and what is computed from them
+  // (a tied variable's partial gradients travel once per step, after the
+  // last micro-batch). Their transfers are marked dist.per_step, since the
+  // receiving rank cannot tell from its recv alone.
+  llvm::DenseSet<Operation *> perStep;
   for (Operation &op : func.getBody().front()) {
     if (op.hasAttr("graph.grad_of") || llvm::any_of(op.getOperands(), [&](Value v) {
           return v.getDefiningOp() && backward.contains(v.getDefiningOp());
         }))
       backward.insert(&op);
+    if (isa<graph::AccumulateGradOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
+          return v.getDefiningOp() && perStep.contains(v.getDefiningOp());
+        }))
+      perStep.insert(&op);
     if (!isa<func::ReturnOp, SendOp, RecvOp>(op))
       producers.push_back(&op);
   }
@@ -156,6 +165,10 @@ LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channe
         if (backward.contains(op)) {
           send->setAttr("dist.backward", b.getUnitAttr());
           recv->setAttr("dist.backward", b.getUnitAttr());
+        }
+        if (perStep.contains(op)) {
+          send->setAttr("dist.per_step", b.getUnitAttr());
+          recv->setAttr("dist.per_step", b.getUnitAttr());
         }
         insertAfter = recv;
         for (OpOperand *use : uses)

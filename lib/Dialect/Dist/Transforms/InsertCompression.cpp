@@ -292,7 +292,9 @@ void InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> tim
   // The transfers of each (from, to) pair share one codec.
   std::map<std::pair<int64_t, int64_t>, SmallVector<Transfer>> links;
   for (Operation &op : func.getBody().front())
-    if (auto send = dyn_cast<SendOp>(op))
+    // Per-step transfers (tied variables' partial gradients) stay exact:
+    // a lossy codec would give each copy a different sum.
+    if (auto send = dyn_cast<SendOp>(op); send && !send->hasAttr("dist.per_step"))
       if (auto recv = dyn_cast_or_null<RecvOp>(send->getNextNode());
           recv && recv.getChannel() == send.getChannel())
         links[{*getStage(send), send.getPeer()}].push_back({send, recv});
