@@ -142,6 +142,16 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
     diff[a] += e.bytes * perSample;
     diff[b] -= e.bytes * perSample;
   }
+  for (const SharedWeight &w : graph.sharedWeights) {
+    std::vector<unsigned> blocks;
+    for (unsigned v : w.nodes)
+      if (v < blockOf.size())
+        blocks.push_back(blockOf[v]);
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+    if (blocks.size() > 1)
+      result.tied.push_back({w.name, w.bytes, std::move(blocks)});
+  }
   result.cutBytes.assign(numBlocks > 0 ? numBlocks - 1 : 0, 0);
   double running = 0;
   for (unsigned i = 0; i + 1 < numBlocks; ++i) {

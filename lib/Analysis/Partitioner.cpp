@@ -174,6 +174,30 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
     }
     plan.stages.push_back(std::move(s));
   }
+  // Tied weights: after its all-reduce, each stage holding a copy exchanges
+  // its accumulated partial gradient with every other copy's stage, once
+  // per iteration (replica i with replica i, the full tensor each).
+  for (const CoarseGraph::TiedWeight &w : ctx.graph.tied) {
+    std::vector<unsigned> holders;
+    for (unsigned j = 0; j < S; ++j)
+      if (llvm::any_of(w.blocks, [&](unsigned b) {
+            return b >= stages[j].firstBlock && b < stages[j].endBlock;
+          }))
+        holders.push_back(j);
+    for (unsigned j : holders) {
+      if (j != holders.front())
+        plan.stages[j].tiedBytes += w.bytes;
+      for (unsigned k : holders) {
+        if (k == j)
+          continue;
+        CommCost c = ctx.comm(chunks[j], chunks[k]);
+        double pairs = std::min(chunks[j].devices.size(), chunks[k].devices.size());
+        plan.stages[j].tiedExchangeTime += c.latency + w.bytes * pairs / c.bandwidth;
+      }
+    }
+  }
+  for (const StagePlan &st : plan.stages)
+    allReduceTail = std::max(allReduceTail, st.allReduceTime + st.tiedExchangeTime);
   // All-reduces of different stages whose rings cross one shared link run
   // at the same time and split it: charge their sum on that link.
   llvm::DenseMap<unsigned, double> sharedAllReduce;
@@ -777,6 +801,8 @@ std::string strait::formatPlan(const PartitionPlan &plan,
         "bwd {6:f4} s allreduce {7:f4} s mem {8}/{9}",
         j, s.firstBlock, s.endBlock, s.devices.size(), devs, s.fwdTime,
         s.bwdTime, s.allReduceTime, gib(s.peakMemory), gib(s.capacity));
+    if (s.tiedExchangeTime > 0)
+      out += llvm::formatv(" tied-gradient exchange {0:f4} s", s.tiedExchangeTime);
     if (j + 1 < plan.stages.size())
       out += llvm::formatv(" -> send {0:f1} MB in {1:f4} s over {2}",
                            s.sendBytes / 1e6, s.sendTime,

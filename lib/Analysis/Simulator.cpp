@@ -193,7 +193,8 @@ void Simulation::finishCompute(unsigned j) {
     if (ar > 0)
       result.events.push_back(
           {TimelineEvent::Kind::AllReduce, j, 0, now, now + ar});
-    end = std::max(end, now + ar);
+    // A copy of a tied weight exchanges its partial gradient after it.
+    end = std::max(end, now + ar + plan.stages[j].tiedExchangeTime);
   }
 }
 

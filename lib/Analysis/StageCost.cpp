@@ -93,7 +93,7 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
     total += (t > 0 ? 1 / t : 1) * count;
   }
   cost.maxInFlight = 1e30;
-  cost.paramBytes = rangeSum(paramPrefix, b0, b1);
+  cost.paramBytes = paramBytes(b0, b1);
   const MemoryOptions &mem = options.memory;
   double state = cost.paramBytes * (1 + mem.gradBytesPerParamByte +
                                     mem.optimizerBytesPerParamByte);
@@ -115,6 +115,15 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
   return cost;
 }
 
+double PlanContext::tiedCopyBytes(unsigned b0, unsigned b1) const {
+  double bytes = 0;
+  for (const CoarseGraph::TiedWeight &w : graph.tied)
+    if (w.blocks.front() < b0 &&
+        llvm::any_of(w.blocks, [&](unsigned b) { return b >= b0 && b < b1; }))
+      bytes += w.bytes;
+  return bytes;
+}
+
 double PlanContext::capacity(unsigned cls) const {
   const DeviceType &type =
       cluster.typeOf(cluster.classRepresentative[cls]);
@@ -124,7 +133,7 @@ double PlanContext::capacity(unsigned cls) const {
 double PlanContext::memory(unsigned b0, unsigned b1, const Chunk &chunk,
                            unsigned cls, double m, double inFlight) const {
   const MemoryOptions &mem = options.memory;
-  double state = rangeSum(paramPrefix, b0, b1) *
+  double state = paramBytes(b0, b1) *
                  (1 + mem.gradBytesPerParamByte + mem.optimizerBytesPerParamByte);
   return state +
          rangeSum(actPrefix, b0, b1) * m * shareOf(b0, b1, chunk, cls) *

@@ -85,6 +85,12 @@ public:
   double globalBatch = 1;
 
 private:
+  /// Parameter bytes of blocks [b0, b1), with the copies of tied weights
+  /// whose first user is before b0.
+  double paramBytes(unsigned b0, unsigned b1) const {
+    return rangeSum(paramPrefix, b0, b1) + tiedCopyBytes(b0, b1);
+  }
+  double tiedCopyBytes(unsigned b0, unsigned b1) const;
   double rangeSum(const std::vector<double> &prefix, unsigned b0,
                   unsigned b1) const {
     return prefix[b1] - prefix[b0];

@@ -175,3 +175,40 @@ TEST(Partitioner, GPT2OnDTFMDataCentre) {
 }
 
 } // namespace
+
+// A weight used by the first and the last layer (a tied embedding) costs,
+// with the two in different stages, a copy in the later stage (parameter
+// memory and all-reduce) and one exchange of its gradient per iteration
+// between the two stages, not an activation transfer.
+TEST(Partitioner, TiedWeightIsCopiedAndExchangedOncePerIteration) {
+  ClusterModel c = smallCluster();
+  PlannerOptions o;
+  o.memory.reserveFraction = 0;
+  CostGraph plain = smallGraph(), tied = smallGraph();
+  tied.sharedWeights.push_back({"wte", 4e8, {0, 5}});
+  llvm::Expected<CoarseGraph> gp = coarsenGraph(plain, c, 64);
+  llvm::Expected<CoarseGraph> gt = coarsenGraph(tied, c, 64);
+  ASSERT_TRUE(gp && gt);
+  ASSERT_EQ(gt->tied.size(), 1u);
+  EXPECT_EQ(gt->tied[0].blocks, (std::vector<unsigned>{0, 5}));
+  EXPECT_EQ(gt->cutBytes, gp->cutBytes);
+  std::vector<StageAssignment> stages = {{0, 3, {0, 1}}, {3, 6, {3, 4}}};
+  PartitionPlan a = evaluateStages(*gp, c, o, stages, 4, Schedule::GPipe);
+  PartitionPlan b = evaluateStages(*gt, c, o, stages, 4, Schedule::GPipe);
+  ASSERT_EQ(b.stages.size(), 2u);
+  EXPECT_DOUBLE_EQ(b.stages[0].paramBytes, a.stages[0].paramBytes);
+  EXPECT_DOUBLE_EQ(b.stages[1].paramBytes, a.stages[1].paramBytes + 4e8);
+  EXPECT_DOUBLE_EQ(b.stages[0].tiedBytes, 0);
+  EXPECT_DOUBLE_EQ(b.stages[1].tiedBytes, 4e8);
+  EXPECT_DOUBLE_EQ(b.stages[0].sendBytes, a.stages[0].sendBytes);
+  // Replica pairs f0-f2 and f1-f3 share the 0.2 GB/s s0-s2 link (20 ms):
+  // each sends the whole 400 MB gradient, 0.02 + 2 * 4e8 / 0.2e9 s.
+  EXPECT_NEAR(b.stages[0].tiedExchangeTime, 4.02, 1e-9);
+  EXPECT_NEAR(b.stages[1].tiedExchangeTime, 4.02, 1e-9);
+  EXPECT_GE(b.iterationTime, a.iterationTime + 4.02 - 1e-9 -
+                                 std::max(a.stages[0].allReduceTime, a.stages[1].allReduceTime));
+  // One stage holds the only copy: nothing changes.
+  std::vector<StageAssignment> one = {{0, 6, {3, 4}}};
+  EXPECT_DOUBLE_EQ(evaluateStages(*gt, c, o, one, 4, Schedule::GPipe).iterationTime,
+                   evaluateStages(*gp, c, o, one, 4, Schedule::GPipe).iterationTime);
+}

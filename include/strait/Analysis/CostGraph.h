@@ -47,10 +47,24 @@ struct CostEdge {
   double bytes = 0; ///< tensor bytes for the whole batch
 };
 
+/// A weight read by several nodes (a tied embedding / LM head). Its bytes
+/// count in the paramBytes of its first node only; if the nodes end up in
+/// several pipeline stages, every further stage holds a copy and the copies
+/// exchange their gradients once per iteration (docs/planner.md, "Tied
+/// variables across stages"). Uses through nodes computed from weights only
+/// (a transposed weight) count as uses of the weight, and such nodes have no
+/// out-edges: the compiler recomputes them next to their users.
+struct SharedWeight {
+  std::string name;
+  double bytes = 0;
+  std::vector<unsigned> nodes;
+};
+
 struct CostGraph {
   std::string name;
   std::vector<CostNode> nodes;
   std::vector<CostEdge> edges;
+  std::vector<SharedWeight> sharedWeights;
   /// Samples (sequences, images) the costs above correspond to.
   double batchSamples = 1;
 

@@ -77,6 +77,14 @@ struct CoarseGraph {
   /// cutBytes[i]: bytes per sample on edges crossing the cut after block i
   /// (an edge spanning several cuts is relayed and counted at each).
   std::vector<double> cutBytes;
+  /// Weights whose users fall in several blocks (CostGraph::sharedWeights):
+  /// a stage holding one of `blocks` but not the first holds a copy.
+  struct TiedWeight {
+    std::string name;
+    double bytes = 0;
+    std::vector<unsigned> blocks; ///< sorted, distinct
+  };
+  std::vector<TiedWeight> tied;
   /// Seconds per sample of each block, per speed class: [class][block].
   std::vector<std::vector<double>> fwdTime, bwdTime;
   double batchSamples = 1;
@@ -93,6 +101,10 @@ struct StagePlan {
   std::vector<double> shares;            ///< micro-batch share per replica
   double fwdTime = 0, bwdTime = 0;       ///< per micro-batch
   double paramBytes = 0, allReduceTime = 0;
+  /// Copies of tied weights this stage holds (included in paramBytes) and
+  /// the once-per-iteration exchange of partial gradients with the other
+  /// copies' stages (after the all-reduce).
+  double tiedBytes = 0, tiedExchangeTime = 0;
   /// To the next stage, per micro-batch and direction.
   double sendBytes = 0, sendTime = 0;
   /// Latency and aggregate bandwidth over all replica pairs of the cut.

@@ -5,6 +5,7 @@
 #include "strait/Dialect/Graph/GraphOps.h"
 #include "strait/Interfaces/CostOpInterface.h"
 
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
@@ -73,6 +74,10 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   bool training = false;
   func.walk([&](Operation *op) { training |= op->hasAttr(kGradOfAttr); });
   DenseMap<int64_t, unsigned> nodeOfOpId;
+  // Nodes using each variable, directly or through nodes computed from
+  // weights only (whose results map to the variables they derive from).
+  llvm::MapVector<StringRef, std::pair<double, SmallVector<unsigned>>> weightUsers;
+  DenseMap<Value, SmallVector<StringRef, 1>> derivedFrom;
   for (Operation &op : func.getBody().front()) {
     if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
       continue;
@@ -120,10 +125,33 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
       }
     }
     unsigned id = g.nodes.size();
-    // Ops without weights of their own follow their inputs' layer.
+    // Weights this node reads, and whether it reads nothing else.
+    SmallVector<StringRef, 1> weights;
+    bool weightsOnly = true;
+    for (Value v : op.getOperands()) {
+      if (auto read = v.getDefiningOp<graph::ReadVariableOp>()) {
+        weights.push_back(read.getVariable());
+        auto &entry = weightUsers[read.getVariable()];
+        entry.first = strait::detail::bytesOf(TypeRange(v.getType()));
+        entry.second.push_back(id);
+      } else if (auto it = derivedFrom.find(v); it != derivedFrom.end()) {
+        for (StringRef w : it->second) {
+          weights.push_back(w);
+          weightUsers[w].second.push_back(id);
+        }
+      } else if (!v.getDefiningOp<graph::ConstantOp>()) {
+        weightsOnly = false;
+      }
+    }
+    if (weightsOnly && !weights.empty())
+      for (Value r : op.getResults())
+        derivedFrom[r] = weights;
+    // Ops without weights of their own follow their inputs' layer. A value
+    // computed from weights only is no transfer (it is recomputed by its
+    // users' stage, like dist-assign-stages places it).
     for (Value v : op.getOperands()) {
       auto it = producer.find(v);
-      if (it == producer.end())
+      if (it == producer.end() || derivedFrom.count(v))
         continue;
       if (layer < 0)
         layer = std::max(layer, g.nodes[it->second].layer);
@@ -140,6 +168,13 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     out.ops.push_back(&op);
     for (Value r : op.getResults())
       producer[r] = id;
+  }
+  for (auto &[name, entry] : weightUsers) {
+    SmallVector<unsigned> nodes = entry.second;
+    llvm::sort(nodes);
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    if (nodes.size() > 1)
+      g.sharedWeights.push_back({name.str(), entry.first, {nodes.begin(), nodes.end()}});
   }
   return out;
 }
