@@ -14,6 +14,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
+#include <map>
 
 using namespace strait;
 
@@ -133,7 +134,23 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
   }
   // Edges crossing cuts, by a difference array over block indices.
   std::vector<double> diff(numBlocks + 1, 0);
+  // A value with several users beyond a cut crosses it once: its span runs
+  // from its producer's block to its last user's.
+  std::map<std::pair<unsigned, int>, CostEdge> spans;
   for (const CostEdge &e : graph.edges) {
+    if (e.value < 0 || blockOf[e.dst] < blockOf[e.src])
+      continue;
+    auto [it, inserted] = spans.try_emplace({e.src, e.value}, e);
+    if (!inserted && blockOf[e.dst] > blockOf[it->second.dst])
+      it->second.dst = e.dst;
+  }
+  std::vector<CostEdge> crossing;
+  for (const CostEdge &e : graph.edges)
+    if (e.value < 0 || blockOf[e.dst] < blockOf[e.src])
+      crossing.push_back(e);
+  for (auto &[key, e] : spans)
+    crossing.push_back(e);
+  for (const CostEdge &e : crossing) {
     unsigned a = blockOf[e.src], b = blockOf[e.dst];
     if (a == b)
       continue;

@@ -212,3 +212,28 @@ TEST(Partitioner, TiedWeightIsCopiedAndExchangedOncePerIteration) {
   EXPECT_DOUBLE_EQ(evaluateStages(*gt, c, o, one, 4, Schedule::GPipe).iterationTime,
                    evaluateStages(*gp, c, o, one, 4, Schedule::GPipe).iterationTime);
 }
+
+// One value with two users beyond a cut (a hidden state feeding the next
+// layer's LayerNorm and its residual Add) crosses the cut once; two values
+// of one node (results 0 and 1) are two transfers.
+TEST(Partitioner, OneValueCrossesACutOnce) {
+  ClusterModel c = smallCluster();
+  CostGraph g;
+  g.batchSamples = 1;
+  for (int l = 0; l < 3; ++l) {
+    CostNode n;
+    n.name = "n" + std::to_string(l);
+    n.fwdFlops = 1e9;
+    n.layer = l;
+    g.addNode(n);
+  }
+  g.addNode([] { CostNode n; n.name = "n3"; n.fwdFlops = 1e9; n.layer = 2; return n; }());
+  g.addEdge(0, 1, 100, 0);
+  g.addEdge(0, 2, 100, 0); // the same value, relayed past block 1
+  g.addEdge(0, 3, 100, 0);
+  g.addEdge(0, 3, 40, 1);  // another result of node 0
+  llvm::Expected<CoarseGraph> cg = coarsenGraph(g, c, 64);
+  ASSERT_TRUE(!!cg);
+  ASSERT_EQ(cg->blocks.size(), 3u);
+  EXPECT_EQ(cg->cutBytes, (std::vector<double>{140, 140}));
+}

@@ -45,6 +45,9 @@ struct CostNode {
 struct CostEdge {
   unsigned src = 0, dst = 0;
   double bytes = 0; ///< tensor bytes for the whole batch
+  /// The result of `src` carried, when known: edges of one value cross each
+  /// cut once, however many of its users lie beyond it. -1: its own value.
+  int value = -1;
 };
 
 /// A weight read by several nodes (a tied embedding / LM head). Its bytes
@@ -72,8 +75,8 @@ struct CostGraph {
     nodes.push_back(std::move(node));
     return nodes.size() - 1;
   }
-  void addEdge(unsigned src, unsigned dst, double bytes) {
-    edges.push_back({src, dst, bytes});
+  void addEdge(unsigned src, unsigned dst, double bytes, int value = -1) {
+    edges.push_back({src, dst, bytes, value});
   }
   double totalFwdFlops() const;
   double totalBwdFlops() const;

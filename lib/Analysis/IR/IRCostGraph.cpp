@@ -155,7 +155,8 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
         continue;
       if (layer < 0)
         layer = std::max(layer, g.nodes[it->second].layer);
-      g.addEdge(it->second, id, strait::detail::bytesOf(TypeRange(v.getType())));
+      g.addEdge(it->second, id, strait::detail::bytesOf(TypeRange(v.getType())),
+                cast<OpResult>(v).getResultNumber());
     }
     n.layer = layer;
     // A forward op of a training step with no backward op costs nothing
