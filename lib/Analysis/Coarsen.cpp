@@ -166,8 +166,14 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
         blocks.push_back(blockOf[v]);
     std::sort(blocks.begin(), blocks.end());
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-    if (blocks.size() > 1)
-      result.tied.push_back({w.name, w.bytes, std::move(blocks)});
+    if (blocks.size() < 2)
+      continue;
+    // The original lives in the first block; later blocks hold copies.
+    if (w.owner < blockOf.size() && blockOf[w.owner] != blocks.front()) {
+      result.blocks[blockOf[w.owner]].paramBytes -= w.bytes;
+      result.blocks[blocks.front()].paramBytes += w.bytes;
+    }
+    result.tied.push_back({w.name, w.bytes, std::move(blocks)});
   }
   result.cutBytes.assign(numBlocks > 0 ? numBlocks - 1 : 0, 0);
   double running = 0;

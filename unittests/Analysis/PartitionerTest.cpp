@@ -207,6 +207,15 @@ TEST(Partitioner, TiedWeightIsCopiedAndExchangedOncePerIteration) {
   EXPECT_NEAR(b.stages[1].tiedExchangeTime, 4.02, 1e-9);
   EXPECT_GE(b.iterationTime, a.iterationTime + 4.02 - 1e-9 -
                                  std::max(a.stages[0].allReduceTime, a.stages[1].allReduceTime));
+  // The bytes counted at a user in a later block (the first in op order)
+  // move to the first block: the original there, a copy in the later stage.
+  CostGraph late = smallGraph();
+  late.sharedWeights.push_back({"wte", 4e8, {0, 5}, 5});
+  llvm::Expected<CoarseGraph> gl = coarsenGraph(late, c, 64);
+  ASSERT_TRUE(!!gl);
+  PartitionPlan l = evaluateStages(*gl, c, o, stages, 4, Schedule::GPipe);
+  EXPECT_DOUBLE_EQ(l.stages[0].paramBytes, a.stages[0].paramBytes + 4e8);
+  EXPECT_DOUBLE_EQ(l.stages[1].paramBytes, a.stages[1].paramBytes);
   // One stage holds the only copy: nothing changes.
   std::vector<StageAssignment> one = {{0, 6, {3, 4}}};
   EXPECT_DOUBLE_EQ(evaluateStages(*gt, c, o, one, 4, Schedule::GPipe).iterationTime,

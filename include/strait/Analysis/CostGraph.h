@@ -51,7 +51,7 @@ struct CostEdge {
 };
 
 /// A weight read by several nodes (a tied embedding / LM head). Its bytes
-/// count in the paramBytes of its first node only; if the nodes end up in
+/// count in the paramBytes of one node only (`owner`); if the nodes end up in
 /// several pipeline stages, every further stage holds a copy and the copies
 /// exchange their gradients once per iteration (docs/planner.md, "Tied
 /// variables across stages"). Uses through nodes computed from weights only
@@ -61,6 +61,10 @@ struct SharedWeight {
   std::string name;
   double bytes = 0;
   std::vector<unsigned> nodes;
+  /// The node whose paramBytes include the weight (the first in op order,
+  /// not necessarily in the first block): coarsening moves the bytes to the
+  /// first block of `nodes`, the copies count after it.
+  unsigned owner = 0;
 };
 
 struct CostGraph {

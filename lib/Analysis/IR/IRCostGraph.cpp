@@ -78,6 +78,8 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   // weights only (whose results map to the variables they derive from).
   llvm::MapVector<StringRef, std::pair<double, SmallVector<unsigned>>> weightUsers;
   DenseMap<Value, SmallVector<StringRef, 1>> derivedFrom;
+  // The node whose paramBytes hold each variable.
+  llvm::StringMap<unsigned> weightOwner;
   for (Operation &op : func.getBody().front()) {
     if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
       continue;
@@ -116,6 +118,7 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
         if (!weightCounted[v]) {
           weightCounted[v] = true;
           n.paramBytes += strait::detail::bytesOf(TypeRange(v.getType()));
+          weightOwner.try_emplace(read.getVariable(), g.nodes.size());
         }
         std::string key = layerKeyOf(read.getVariable());
         if (!key.empty()) {
@@ -175,7 +178,8 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     llvm::sort(nodes);
     nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
     if (nodes.size() > 1)
-      g.sharedWeights.push_back({name.str(), entry.first, {nodes.begin(), nodes.end()}});
+      g.sharedWeights.push_back({name.str(), entry.first, {nodes.begin(), nodes.end()},
+                                 weightOwner.lookup(name)});
   }
   return out;
 }
