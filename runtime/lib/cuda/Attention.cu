@@ -26,17 +26,6 @@ namespace rt {
 namespace cuda {
 namespace {
 
-__device__ inline float toF(float x) { return x; }
-__device__ inline float toF(__half x) { return __half2float(x); }
-__device__ inline float toF(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ inline T fromF(float x);
-template <> __device__ inline float fromF<float>(float x) { return x; }
-template <> __device__ inline __half fromF<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ inline __nv_bfloat16 fromF<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
 /// Element k of a tensor of launcher type `t` (f32, f16 or bf16), as f32.
 __device__ inline float loadAny(const void *p, ET t, int64_t k) {
   switch (t) {

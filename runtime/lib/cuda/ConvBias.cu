@@ -16,16 +16,6 @@ namespace rt {
 namespace cuda {
 namespace {
 
-__device__ inline float toF(float v) { return v; }
-__device__ inline float toF(__half v) { return __half2float(v); }
-__device__ inline float toF(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ inline T fromF(float v);
-template <> __device__ inline float fromF<float>(float v) { return v; }
-template <> __device__ inline __half fromF<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ inline __nv_bfloat16 fromF<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 template <typename Y, typename B>
 __global__ void channelBiasKernel(Y *y, const B *bias, int64_t total, int64_t m,
                                   int64_t spatial) {

@@ -2,12 +2,16 @@
 //
 // Included by device code only (nvcc): the block size every kernel uses, the
 // grid for n elements (capped; kernels loop with GRID_STRIDE), the
-// grid-stride loop, the block-wide sum and the block-wide online softmax
-// statistics (max and sum of exponentials).
+// grid-stride loop, the block-wide sum, the block-wide online softmax
+// statistics (max and sum of exponentials), and f32 <-> f16/bf16 element
+// conversions (round to nearest even).
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_LIB_CUDA_DEVICECOMMON_CUH
 #define STRAIT_RUNTIME_LIB_CUDA_DEVICECOMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,6 +43,17 @@ template <typename T> __device__ inline T blockSum(T v, T *shm) {
   for (int w = 0; w < kBlock / 32; ++w)
     r += shm[w];
   return r;
+}
+
+/// An element of f32, f16 or bf16 as f32, and back (round to nearest even).
+__device__ inline float toF(float x) { return x; }
+__device__ inline float toF(__half x) { return __half2float(x); }
+__device__ inline float toF(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ inline T fromF(float x);
+template <> __device__ inline float fromF<float>(float x) { return x; }
+template <> __device__ inline __half fromF<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ inline __nv_bfloat16 fromF<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
 }
 
 /// Online softmax statistics: running max m and sum s of exp(x - m); -inf
