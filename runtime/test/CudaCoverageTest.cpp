@@ -113,6 +113,36 @@ TEST(CudaNoDevice, NativeSupportRules) {
 }
 
 // The reduced dims that a reduction's declared output shape determines.
+// strait-run prints this note per rank when a program loads on a GPU.
+TEST(CudaNoDevice, SupportNoteOfAProgram) {
+  test::ProgramBuilder b;
+  uint32_t x = b.addValue("x", program::DTYPE_BF16, {2, 3}, program::ROLE_INPUT);
+  uint32_t y = b.addValue("y", program::DTYPE_BF16, {2, 3}, program::ROLE_OUTPUT);
+  uint32_t z = b.addValue("z", program::DTYPE_BF16, {2, 3}, program::ROLE_OUTPUT);
+  // [3, 3] -> [3] without keepdims: the shapes do not say which axis goes.
+  uint32_t f = b.addValue("f", program::DTYPE_F32, {3, 3}, program::ROLE_INPUT);
+  uint32_t axes = b.addValue("axes", program::DTYPE_I64, {1}, program::ROLE_INPUT);
+  uint32_t s = b.addValue("s", program::DTYPE_F32, {3}, program::ROLE_OUTPUT);
+  b.addKernel("Softmax", {x}, {y}); // no bf16 Softmax: host fallback
+  b.addKernel("Softmax", {y}, {z});
+  test::setInt(b.addKernel("ReduceSum", {f, axes}, {s}), "keepdims", 0);
+  b.addRunStep();
+  std::string note = cudaSupportNote(b.get());
+  EXPECT_NE(note.find("cuda: 2 of 3 kernels will run on the host"), std::string::npos) << note;
+  EXPECT_NE(note.find("Softmax(bf16) -> (bf16) x2: input 0 is bf16"), std::string::npos) << note;
+  EXPECT_NE(note.find("\ncuda: 1 of 3 kernels wait on the host for an integer input"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("ReduceSum(f32, i64) -> (f32)"), std::string::npos) << note;
+
+  test::ProgramBuilder native;
+  uint32_t a = native.addValue("a", program::DTYPE_F32, {2, 3}, program::ROLE_INPUT);
+  uint32_t o = native.addValue("o", program::DTYPE_F32, {2, 3}, program::ROLE_OUTPUT);
+  native.addKernel("Softmax", {a}, {o});
+  native.addRunStep();
+  EXPECT_EQ(cudaSupportNote(native.get()), "");
+}
+
 TEST(CudaNoDevice, ReducedDimsFromShapes) {
   using V = std::vector<bool>;
   V r;

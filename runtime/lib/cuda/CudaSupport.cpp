@@ -339,5 +339,46 @@ std::vector<std::string> cudaSupportRuleOps() {
 }
 
 } // namespace cuda
+
+std::string cudaSupportNote(const program::Program &program) {
+  // Signature -> (count, reason), separately for the host fallback and for
+  // native kernels that wait on the host.
+  std::map<std::string, std::pair<int64_t, std::string>> host, wait;
+  int64_t total = 0, nHost = 0, nWait = 0;
+  for (const cuda::KernelSpec &spec : cuda::kernelSpecs(program)) {
+    ++total;
+    cuda::NativeSupport s = cuda::nativeSupport(spec);
+    if (s.native && !s.hostWait)
+      continue;
+    auto &bucket = s.native ? wait : host;
+    (s.native ? nWait : nHost) += 1;
+    auto &e = bucket[cuda::kernelSignature(spec)];
+    ++e.first;
+    e.second = s.reason;
+  }
+  auto list = [](const std::map<std::string, std::pair<int64_t, std::string>> &m) {
+    std::string out;
+    size_t shown = 0;
+    for (const auto &[sig, e] : m) {
+      if (shown++ == 6) {
+        out += "; ... (" + std::to_string(m.size() - 6) + " more signatures)";
+        break;
+      }
+      out += (out.empty() ? "" : "; ") + sig + (e.first > 1 ? " x" + std::to_string(e.first) : "") +
+             (e.second.empty() ? "" : ": " + e.second);
+    }
+    return out;
+  };
+  std::string note;
+  if (nHost)
+    note = "cuda: " + std::to_string(nHost) + " of " + std::to_string(total) +
+           " kernels will run on the host (CPU kernel on managed memory): " + list(host);
+  if (nWait)
+    note += std::string(note.empty() ? "" : "\n") + "cuda: " + std::to_string(nWait) + " of " +
+            std::to_string(total) +
+            " kernels wait on the host for an integer input (no CUDA graph for their segment): " +
+            list(wait);
+  return note;
+}
 } // namespace rt
 } // namespace strait

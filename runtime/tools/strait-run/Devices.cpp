@@ -165,16 +165,22 @@ int cudaDevices(std::string &reason) {
 #endif
 }
 
-std::string backendNote(const BackendRegistry &registry, const DeviceSpec &device) {
+std::string backendNote(const BackendRegistry &registry, const DeviceSpec &device,
+                        const program::Program &program) {
 #ifdef STRAIT_HAVE_CUDA
   if (device.kind == "cuda") {
+    // The static verdict (dtypes and shapes) covers kernels that have a CUDA
+    // kernel for other dtypes; the backend's own note, the ops it has none for.
+    std::string note = cudaSupportNote(program);
     StatusOr<const Backend *> b = registry.forDevice(device.str());
-    if (b.isOk())
-      return cudaHostFallbackNote(**b);
+    if (note.empty() && b.isOk())
+      note = cudaHostFallbackNote(**b);
+    return note;
   }
 #else
   (void)registry;
   (void)device;
+  (void)program;
 #endif
   return "";
 }

@@ -48,9 +48,11 @@ joinFastTransport(std::unique_ptr<rt::Communicator> gloo, const program::PlanMan
 rt::Status registerBackend(rt::BackendRegistry &registry, const DeviceSpec &device,
                            const RunOptions &o, std::string &description);
 
-/// What the device's backend says after loading a program: for CUDA, the
-/// ops that run on the host ("" when every kernel runs on the GPU).
-std::string backendNote(const rt::BackendRegistry &registry, const DeviceSpec &device);
+/// What the device's backend says after loading `program`: for CUDA, the
+/// kernels that will run on the host or wait on it, from their ops, dtypes
+/// and shapes ("" when every kernel runs natively on the GPU).
+std::string backendNote(const rt::BackendRegistry &registry, const DeviceSpec &device,
+                        const program::Program &program);
 
 /// Whether this strait-run has the CUDA backend, and how many GPUs it sees
 /// (0 with the reason when none).

@@ -345,9 +345,12 @@ Status runRank(const RunOptions &o) {
             << commText << "\n";
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create(p, registry, comm.get()));
-  std::string note = backendNote(registry, device);
-  if (!note.empty())
-    std::cerr << "rank " << o.rank << ": " << note << "\n";
+  std::string note = backendNote(registry, device, p);
+  for (size_t at = 0; !note.empty() && at != std::string::npos;) {
+    size_t nl = note.find('\n', at);
+    std::cerr << "rank " << o.rank << ": " << note.substr(at, nl - at) << "\n";
+    at = nl == std::string::npos ? nl : nl + 1;
+  }
   { // Memory, for bench/runtime/memory_vs_plan.py: arena + persistent buffers.
     uint64_t persistent = 0;
     for (const auto &v : p.values())

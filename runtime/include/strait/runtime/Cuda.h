@@ -76,6 +76,13 @@ std::map<std::string, int64_t> cudaHostFallbackCounts(const Backend &backend);
 /// when every kernel so far ran on the GPU.
 std::string cudaHostFallbackNote(const Backend &backend);
 
+/// What the CUDA backend will do with `program`'s kernels, decided from their
+/// ops, dtypes and shapes alone (no device needed): "cuda: N of M kernels
+/// will run on the host (...): Op(dtypes) -> (dtypes) xK: reason; ..." and
+/// the kernels that wait for the stream to read an integer input (no CUDA
+/// graph for their segment); "" when every kernel is native and none waits.
+std::string cudaSupportNote(const program::Program &program);
+
 /// Graph counters of a CUDA backend (zeros for another backend).
 CudaGraphStats cudaGraphStats(const Backend &backend);
 
