@@ -259,3 +259,76 @@ def test_tied_embedding_copy_per_stage(tmp_path, micro_batches):
     np.testing.assert_allclose(copies[0], want, rtol=1e-5, atol=1e-6)
     print(f"tied weight ({micro_batches} micro-batches): one copy per stage, equal after 3 steps; "
           f"losses {ref}")
+
+
+@pytest.mark.parametrize("optimizer,micro_batches", [("sgd", 1), ("sgd", 2), ("adamw", 2)])
+def test_clip_norm_stage_local(tmp_path, optimizer, micro_batches):
+    """--clip-norm 0.1 (active: gpt2-tiny's gradient norm is far above it) in
+    two stages: each stage sums the squares of its own gradients and only
+    those f32 scalars cross the cut for the norm, once per step. Per step a
+    rank sends and receives exactly one scalar (4 bytes) and the tied
+    weight's partial gradient (256x64 f32), nothing else; the losses equal
+    the single-rank job's (ClipByGlobalNorm in one op), which differ from
+    the unclipped job's, and the tied weight's copies stay bit-identical.
+    (SGD's step is proportional to the clip scale, so a wrong norm shows in
+    the losses; AdamW's is nearly scale-free.)"""
+    np = pytest.importorskip("numpy")
+    h = subprocess.run([STRAIT_RUN, "--help"], capture_output=True, text=True)
+    if "--save-params" not in h.stdout + h.stderr:
+        pytest.skip("strait-run has no --save-params")
+    train = ("--loss", "cross-entropy", "--optimizer", optimizer)
+    single, multi = compile_pair(tmp_path, *train, "--clip-norm", "0.1",
+                                 multi_args=("--micro-batches", str(micro_batches)))
+    programs, _ = check_transfers(multi)
+    tied = "lm_head.weight"
+    for r in range(4):
+        # (dtype, shape) of every value; the stage's parameters by name.
+        types, params = {}, {}
+        for v in blocks(programs[r], "values"):
+            t = (field(v, "dtype"), tuple(int(d) for d in re.findall(r"^\s*shape: (\d+)", v, re.M)))
+            types[int(field(v, "id"))] = t
+            if field(v, "parameter_name", ""):
+                params[field(v, "parameter_name")] = t
+        assert tied in params and len(params) > 10, (r, sorted(params))
+        moved = []
+        for st in blocks(programs[r], "steps"):
+            m = re.search(r"(send|recv) \{([^}]*)\}", st)
+            if m:
+                moved.append((m.group(1), types[int(field(m.group(2), "value_id"))],
+                              field(st, "micro_batch", "-1")))
+        # No gradient of a non-tied parameter crosses the cut (the old clip
+        # sent all of one stage's gradients there and back).
+        # (An MLP projection has the tied weight's shape: that shape moves
+        # once each way, the tied partial gradient.)
+        grad_types = {t for n, t in params.items() if t != params[tied]}
+        assert not [x for x in moved if x[1] in grad_types], (r, moved)
+        assert sorted(k for k, t, _ in moved if t == params[tied]) == ["recv", "send"], (r, moved)
+        # One f32 scalar each way (the stages' sums of squares), once per step.
+        scalars = sorted(k for k, t, _ in moved if t == ("DTYPE_F32", ()))
+        assert scalars == ["recv", "send"], (r, moved)
+        if micro_batches > 1:
+            per_step = sorted((k, t) for k, t, mb in moved if mb == "-1")
+            assert per_step == [("recv", ("DTYPE_F32", ())), ("recv", ("DTYPE_F32", (256, 64))),
+                                ("send", ("DTYPE_F32", ())), ("send", ("DTYPE_F32", (256, 64)))], \
+                (r, moved)
+    unclipped = tmp_path / "unclipped"
+    run([STRAITC, MODEL, "--input-shape", "input_ids=2x16", *train, "--emit=program",
+         "-o", str(unclipped)])
+    args = ["--steps", "4", "--lr", "0.5" if optimizer == "sgd" else "0.01"]
+    ref = losses(run_job(single, *args, "--save-params", str(tmp_path / "p1"))[0])
+    free = losses(run_job(unclipped, *args)[0])
+    assert len(ref) == 4 and ref[-1] < ref[0], ref
+    assert max(abs(a - b) for a, b in zip(ref[1:], free[1:])) > 1e-3, (ref, free)
+    logs = run_job(multi, *args, "--save-params", str(tmp_path / "p4"))
+    for r in (2, 3):
+        got = losses(logs[r])
+        assert len(got) == 4, logs[r][-2000:]
+        for g, e in zip(got, ref):
+            assert abs(g - e) <= 1e-4 * max(1e-3, abs(e)), (r, got, ref)
+    copies = {r: np.load(tmp_path / "p4" / f"{tied}.rank{r}.npy") for r in range(4)}
+    for r in (1, 2, 3):
+        assert np.array_equal(copies[r], copies[0]), f"copy of rank {r} differs from rank 0's"
+    np.testing.assert_allclose(copies[0], np.load(tmp_path / "p1" / f"{tied}.rank0.npy"),
+                               rtol=1e-5, atol=1e-6)
+    print(f"clip-norm 0.1 ({optimizer}, {micro_batches} micro-batches): losses {ref} on 1 and 4 ranks, "
+          f"unclipped {free}")

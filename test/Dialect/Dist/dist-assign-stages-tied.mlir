@@ -62,16 +62,21 @@ func.func @main(%ids: tensor<2xi64> {graph.name = "ids"}, %lr: tensor<f32> {grap
 
 // -----
 
-// Global-norm clipping mixes every gradient: the tied variable cannot have a
-// copy per stage (each copy would need all other stages' gradients). It
-// keeps one owner, which sends it every micro-batch, and a warning says so.
+// Global-norm clipping with a tied variable: clipping is stage-local (each
+// stage's sum of squares of its own gradients, the scalars exchanged once per
+// step), so @wte still has a copy per stage. The partial gradients are
+// exchanged first; the summed tied gradient enters the norm once, in stage 0
+// (its original accumulation's stage), and each copy scales its own sum by
+// its own stage's scale.
 
 graph.Variable @wte : tensor<8x4xf32>
 graph.Variable @b : tensor<4xf32>
 // CHECK-LABEL: func @main
+// CHECK-NOT: graph.ClipByGlobalNorm
 func.func @main(%ids: tensor<2xi64> {graph.name = "ids"}, %lr: tensor<f32> {graph.name = "lr"}) -> tensor<2x8xf32> {
-  // CHECK: %[[E:.*]] = graph.ReadVariable @wte {dist.stage = #dist.stage<0>}
-  // CHECK-NEXT: dist.send %[[E]] to stage 1
+  // CHECK: graph.ReadVariable @wte {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: graph.ReadVariable @wte {dist.stage = #dist.stage<0>}
+  // CHECK-NOT: dist.send {{.*}} : tensor<8x4xf32>
   %e = graph.ReadVariable @wte : tensor<8x4xf32>
   %bias = graph.ReadVariable @b : tensor<4xf32>
   %h = graph.Gather %e, %ids {axis = 0 : i64, graph.op_id = 0 : i64} : (tensor<8x4xf32>, tensor<2xi64>) -> tensor<2x4xf32>
@@ -85,7 +90,34 @@ func.func @main(%ids: tensor<2xi64> {graph.name = "ids"}, %lr: tensor<f32> {grap
   %db = graph.ReduceToShape %dh {shape = array<i64: 4>, graph.grad_of = 1 : i64} : (tensor<2x4xf32>) -> tensor<4xf32>
   %de0 = graph.GatherGrad %dh, %ids {data_shape = array<i64: 8, 4>, graph.grad_of = 0 : i64} : (tensor<2x4xf32>, tensor<2xi64>) -> tensor<8x4xf32>
   %gsum = graph.Add %de0, %de1 {graph.grad_of = 0 : i64} : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
-  // expected-warning @below {{variable @wte is read in 2 pipeline stages but cannot have a copy in each: its update 'graph.ClipByGlobalNorm' also reads a value of 'graph.AccumulateGrad' (e.g. global-norm clipping); its owner stage sends it every micro-batch instead}}
+  // CHECK: %[[P0:.*]] = graph.AccumulateGrad %{{.*}} for @wte {dist.stage = #dist.stage<0>
+  // CHECK-NEXT: dist.send %[[P0]] to stage 1 {{.*}}dist.per_step
+  // CHECK-NEXT: %[[P0R:.*]] = dist.recv from stage 0 {{.*}}dist.per_step
+  // CHECK-NEXT: %[[P1:.*]] = graph.AccumulateGrad %{{.*}} for @wte {dist.stage = #dist.stage<1>
+  // CHECK-NEXT: dist.send %[[P1]] to stage 0 {{.*}}dist.per_step
+  // CHECK-NEXT: %[[P1R:.*]] = dist.recv from stage 1 {{.*}}dist.per_step
+  // CHECK-NEXT: %[[W0:.*]] = graph.Add %[[P0]], %[[P1R]] {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: %[[W1:.*]] = graph.Add %[[P0R]], %[[P1]] {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: %[[GB:.*]] = graph.AccumulateGrad %{{.*}} for @b {dist.stage = #dist.stage<0>
+  // The tied gradient's square sum, once (stage 0); stage 1 has no other
+  // gradient: it only receives stage 0's sum.
+  // CHECK-NEXT: %[[SW:.*]] = graph.ReduceSumSquare %[[W0]] {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: %[[SB:.*]] = graph.ReduceSumSquare %[[GB]] {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: %[[S:.*]] = graph.Add %[[SW]], %[[SB]] {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: dist.send %[[S]] to stage 1 {{.*}}dist.per_step{{.*}} : tensor<f32>
+  // CHECK-NEXT: %[[SR:.*]] = dist.recv from stage 0 {{.*}}dist.per_step{{.*}} : tensor<f32>
+  // CHECK-NEXT: graph.Sqrt %[[S]] {dist.stage = #dist.stage<0>}
+  // CHECK: %[[C0:.*]] = graph.Min {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: graph.Sqrt %[[SR]] {dist.stage = #dist.stage<1>}
+  // CHECK: %[[C1:.*]] = graph.Min {{.*}}dist.stage = #dist.stage<1>
+  // CHECK-NEXT: %[[U0:.*]] = graph.Mul %[[W0]], %[[C0]] {dist.stage = #dist.stage<0>}
+  // CHECK-NEXT: %[[U1:.*]] = graph.Mul %[[W1]], %[[C1]] {dist.stage = #dist.stage<1>}
+  // CHECK-NEXT: graph.Mul %[[GB]], %[[C0]] {dist.stage = #dist.stage<0>}
+  // CHECK-NOT: dist.send
+  // CHECK: graph.SGD %{{.*}}, %{{.*}}, %[[U0]], %[[U0]] {dist.stage = #dist.stage<0>}
+  // CHECK: graph.SGD %{{.*}}, %{{.*}}, %[[U1]], %[[U1]] {dist.stage = #dist.stage<1>}
+  // CHECK: graph.AssignVariable @wte = {{.*}}dist.stage = #dist.stage<0>
+  // CHECK-NEXT: graph.AssignVariable @wte = {{.*}}dist.stage = #dist.stage<1>
   %g = graph.AccumulateGrad %gsum for @wte {micro_batches = 1 : i64} : tensor<8x4xf32>
   %gb = graph.AccumulateGrad %db for @b {micro_batches = 1 : i64} : tensor<4xf32>
   %n, %c:2 = graph.ClipByGlobalNorm %g, %gb {max_norm = 1.0 : f32} : (tensor<8x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<8x4xf32>, tensor<4xf32>)

@@ -22,6 +22,10 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
     in each: every such stage accumulates its own partial gradient, adds the
     partials of all stages in stage order (dist-insert-comm makes the
     cross-stage uses per-step transfers) and runs the update on its copy.
+    Global-norm clipping (`graph.ClipByGlobalNorm`, f32) becomes
+    stage-local: each stage's sum of squares of its own gradients, summed
+    in stage order in every stage (only the f32 scalars cross stages), and
+    each stage scales its own gradients.
 
     ```
     strait-opt --dist-assign-stages='cluster=local-4cpu.yaml num-stages=2' model.mlir

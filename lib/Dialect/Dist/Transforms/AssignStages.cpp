@@ -10,11 +10,13 @@
 //      weights and constants only, which go with their forward users;
 //   4. other ops take the smallest stage of their users, else the largest of
 //      their operands', else 0;
-//   5. a variable the step trains that ops of several stages read gets a
+//   5. global-norm clipping becomes stage-local (each stage's sum of squares
+//      of its own gradients, a per-step exchange of the scalars);
+//   6. a variable the step trains that ops of several stages read gets a
 //      copy per stage (TiedVariables.h): per-stage gradient accumulation,
 //      a per-step exchange of the partial gradients, the update in every
 //      copy stage;
-//   6. reads of other variables the step assigns stay with the update (other
+//   7. reads of other variables the step assigns stay with the update (other
 //      stages receive the value); constants and other reads go with their
 //      users, cloned per stage.
 //
@@ -250,7 +252,10 @@ void AssignStagesPass::runOnOperation() {
   DenseMap<Operation *, int64_t> stageOf;
   if (failed(placeOps(func, *plan, symbols, stageOf)))
     return signalPassFailure();
-  llvm::StringSet<> replicated = strait::dist::detail::replicateTiedVariables(func, symbols, stageOf);
+  strait::dist::detail::StageClips clips =
+      strait::dist::detail::splitGlobalNormClips(func, stageOf);
+  llvm::StringSet<> replicated =
+      strait::dist::detail::replicateTiedVariables(func, symbols, stageOf, clips);
   numReplicated += replicated.size();
   placeOwnedReads(func, replicated, stageOf);
   placeLeaves(func, stageOf);

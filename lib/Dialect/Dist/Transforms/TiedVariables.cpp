@@ -9,6 +9,12 @@
 // transfers) and sums them in stage order, so every copy applies the same
 // optimizer update to the same gradient and the copies stay bit-identical.
 //
+// Global-norm clipping is made stage-local first (splitGlobalNormClips):
+// each stage's sum of squares of its own gradients, a per-step exchange of
+// these scalars, and the norm and scale computed in every stage. A tied
+// variable's gradient enters the norm once, in its original stage, after
+// the exchange of the partials.
+//
 //===----------------------------------------------------------------------===//
 
 #include "TiedVariables.h"
@@ -43,8 +49,9 @@ struct Candidate {
 
 class Replicator {
 public:
-  Replicator(func::FuncOp func, SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf)
-      : body(func.getBody().front()), symbols(symbols), stageOf(stageOf) {}
+  Replicator(func::FuncOp func, SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf,
+             const strait::dist::detail::StageClips &clips)
+      : body(func.getBody().front()), symbols(symbols), stageOf(stageOf), clips(clips) {}
 
   llvm::StringSet<> run();
 
@@ -68,6 +75,7 @@ private:
   Block &body;
   SymbolTable &symbols;
   DenseMap<Operation *, int64_t> &stageOf;
+  const strait::dist::detail::StageClips &clips;
   llvm::StringSet<> assigned;
 };
 
@@ -97,7 +105,7 @@ Replicator::updateOf(graph::AccumulateGradOp acc, StringRef name, std::string &w
   llvm::SmallPtrSet<Operation *, 16> inUpdate;
   SmallVector<Operation *> update;
   for (Operation *op = acc->getNextNode(); op; op = op->getNextNode())
-    if (llvm::any_of(op->getOperands(), [&](Value v) {
+    if (!clips.normTerms.contains(op) && llvm::any_of(op->getOperands(), [&](Value v) {
           Operation *d = v.getDefiningOp();
           return d && (d == acc || inUpdate.contains(d));
         })) {
@@ -117,7 +125,7 @@ Replicator::updateOf(graph::AccumulateGradOp acc, StringRef name, std::string &w
     }
     for (Value v : op->getOperands()) {
       Operation *d = v.getDefiningOp();
-      if (!d || d == acc || inUpdate.contains(d))
+      if (!d || d == acc || inUpdate.contains(d) || clips.perStage.count(v))
         continue;
       auto read = dyn_cast<graph::ReadVariableOp>(d);
       if (isa<graph::ConstantOp>(d) ||
@@ -202,6 +210,10 @@ void Replicator::replicate(graph::AccumulateGradOp acc, ArrayRef<Operation *> up
     for (int64_t c : copies) {
       IRMapping &m = maps[c];
       for (Value v : op->getOperands()) {
+        if (auto it = clips.perStage.find(v); it != clips.perStage.end()) {
+          m.map(v, it->second.at(c));
+          continue;
+        }
         Operation *d = v.getDefiningOp();
         if (!d || !isLeaf(d) || m.contains(v))
           continue;
@@ -220,6 +232,12 @@ void Replicator::replicate(graph::AccumulateGradOp acc, ArrayRef<Operation *> up
   };
   for (Operation *op : llvm::reverse(update))
     erase(op);
+  // The clip's sum of squares of the gradient (one, in the accumulation's
+  // stage) reads that stage's sum of the partials.
+  for (OpOperand &use : llvm::make_early_inc_range(acc->getUses())) {
+    auto it = maps.find(stageOf.lookup(use.getOwner()));
+    use.set((it != maps.end() ? it->second : maps.begin()->second).lookup(acc.getResult()));
+  }
   erase(acc);
   for (Operation *add : tree)
     erase(add);
@@ -274,6 +292,89 @@ llvm::StringSet<> Replicator::run() {
 }
 
 llvm::StringSet<> strait::dist::detail::replicateTiedVariables(
-    func::FuncOp func, SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf) {
-  return Replicator(func, symbols, stageOf).run();
+    func::FuncOp func, SymbolTable &symbols, DenseMap<Operation *, int64_t> &stageOf,
+    const StageClips &clips) {
+  return Replicator(func, symbols, stageOf, clips).run();
+}
+
+/// Rewrites one clip whose gradients `stageOf` places (see the header).
+static void splitClip(graph::ClipByGlobalNormOp clip, const std::set<int64_t> &stages,
+                      DenseMap<Operation *, int64_t> &stageOf,
+                      strait::dist::detail::StageClips &out) {
+  OpBuilder b(clip);
+  Location loc = clip.getLoc();
+  auto scalar = RankedTensorType::get({}, b.getF32Type());
+  auto place = [&](Operation *op, int64_t stage) {
+    stageOf[op] = stage;
+    return op->getResult(0);
+  };
+  auto constant = [&](float v, int64_t stage) {
+    return place(b.create<graph::ConstantOp>(loc, DenseElementsAttr::get(scalar, v)), stage);
+  };
+  // Each stage's sum of squares of its own gradients.
+  std::map<int64_t, Value> partial;
+  SmallVector<int64_t> gradStage;
+  for (Value g : clip.getGrads()) {
+    int64_t s = stageOf.lookup(g.getDefiningOp());
+    gradStage.push_back(s);
+    auto type = cast<RankedTensorType>(g.getType());
+    SmallVector<int64_t> axes = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+    auto sq = b.create<graph::ReduceSumSquareOp>(loc, scalar, g, b.getDenseI64ArrayAttr(axes),
+                                                 b.getI64IntegerAttr(0), b.getI64IntegerAttr(0));
+    out.normTerms.insert(sq);
+    Value v = place(sq, s);
+    auto [it, inserted] = partial.try_emplace(s, v);
+    if (!inserted)
+      it->second = place(b.create<graph::AddOp>(loc, it->second, v), s);
+  }
+  // In every stage: the stages' sums in stage order, the norm, the scale.
+  std::map<int64_t, Value> norm, scale;
+  float maxNorm = clip.getMaxNorm().convertToFloat();
+  for (int64_t t : stages) {
+    Value total;
+    for (auto &[s, p] : partial)
+      total = total ? place(b.create<graph::AddOp>(loc, total, p), t) : p;
+    Value n = place(b.create<graph::SqrtOp>(loc, total), t);
+    Value denom = place(b.create<graph::AddOp>(loc, n, constant(1e-6f, t)), t);
+    Value ratio = place(b.create<graph::DivOp>(loc, constant(maxNorm, t), denom), t);
+    scale[t] =
+        place(b.create<graph::MinOp>(loc, scalar, ValueRange{ratio, constant(1.0f, t)}), t);
+    norm[t] = n;
+  }
+  for (auto [i, g] : llvm::enumerate(clip.getGrads())) {
+    Value s = scale[gradStage[i]];
+    out.perStage[s] = scale;
+    Value clipped = place(b.create<graph::MulOp>(loc, g, s), gradStage[i]);
+    clip.getClipped()[i].replaceAllUsesWith(clipped);
+  }
+  for (OpOperand &use : llvm::make_early_inc_range(clip.getGlobalNorm().getUses())) {
+    auto it = stageOf.find(use.getOwner());
+    use.set(it != stageOf.end() && norm.count(it->second) ? norm[it->second]
+                                                           : norm.begin()->second);
+  }
+  stageOf.erase(clip);
+  clip.erase();
+}
+
+strait::dist::detail::StageClips
+strait::dist::detail::splitGlobalNormClips(func::FuncOp func,
+                                           DenseMap<Operation *, int64_t> &stageOf) {
+  StageClips out;
+  std::set<int64_t> stages;
+  for (auto &[op, s] : stageOf)
+    stages.insert(s);
+  if (stages.size() < 2)
+    return out;
+  SmallVector<graph::ClipByGlobalNormOp> clips;
+  for (Operation &op : func.getBody().front())
+    if (auto clip = dyn_cast<graph::ClipByGlobalNormOp>(op))
+      clips.push_back(clip);
+  for (graph::ClipByGlobalNormOp clip : clips)
+    if (llvm::all_of(clip.getGrads(), [&](Value g) {
+          auto type = dyn_cast<RankedTensorType>(g.getType());
+          return type && type.getElementType().isF32() && g.getDefiningOp() &&
+                 stageOf.count(g.getDefiningOp());
+        }))
+      splitClip(clip, stages, stageOf, out);
+  return out;
 }
