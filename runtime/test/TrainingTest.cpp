@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <gtest/gtest.h>
+#include <mutex>
 #include <thread>
 #include <unistd.h>
 
@@ -186,6 +187,7 @@ TEST(Training, TwoStagePipelineMatchesOneProcess) {
   std::string dir = ::mkdtemp(buf.data());
   std::vector<float> pipeLoss;
   std::map<std::string, std::vector<float>> pipe;
+  std::mutex resultsMutex;
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
@@ -216,6 +218,9 @@ TEST(Training, TwoStagePipelineMatchesOneProcess) {
       setConstant(m, "lr", 0.0f);
       std::map<std::string, std::vector<float>> params;
       std::vector<float> losses = train(m.b.get(), comm->get(), 20, params);
+      // Both rank threads write the shared results: one at a time (an
+      // unguarded std::map insert from two threads lost W2 once in CI).
+      std::lock_guard<std::mutex> lock(resultsMutex);
       if (r == 1)
         pipeLoss = losses;
       for (auto &p : params)
