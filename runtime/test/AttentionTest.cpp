@@ -188,14 +188,6 @@ program::Kernel attentionKernel(const std::string &op, float scale, bool causal)
   return k;
 }
 
-/// Runs one kernel of the CPU backend on tensors (resolve, as the executor).
-Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
-              std::vector<Tensor *> outs) {
-  std::unique_ptr<Backend> cpu = createCpuBackend();
-  STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(k));
-  KernelContext ctx(k, std::move(ins), std::move(outs));
-  return fn(ctx);
-}
 
 /// The forward's outputs, f32 inputs.
 struct Forward {

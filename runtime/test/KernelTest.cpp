@@ -66,15 +66,6 @@ TEST(Kernels, BatchedMatMulBroadcastsBatchDims) {
 // bf16 to f32, accumulate in f32 and round results to nearest even -----------
 
 namespace {
-/// Runs one CPU kernel on tensors directly (the backend's resolve, as the
-/// executor calls it).
-Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
-              std::vector<Tensor *> outs) {
-  std::unique_ptr<Backend> cpu = createCpuBackend();
-  STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(k));
-  KernelContext ctx(k, std::move(ins), std::move(outs));
-  return fn(ctx);
-}
 /// Every result equals the bf16 rounding of the double-precision reference,
 /// up to one bf16 ulp where the f32 accumulation lands next to a tie.
 void expectBf16(const Tensor &y, const std::vector<double> &ref) {

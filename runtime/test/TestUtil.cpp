@@ -178,6 +178,14 @@ std::vector<float> gaussian(size_t n, uint32_t seed) {
   return v;
 }
 
+Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
+              std::vector<Tensor *> outs) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(k));
+  KernelContext ctx(k, std::move(ins), std::move(outs));
+  return fn(ctx);
+}
+
 uint16_t bf16Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -88,6 +88,11 @@ std::string makeTempDir(const std::string &prefix);
 /// n samples of N(0, 1), reproducible from `seed`.
 std::vector<float> gaussian(size_t n, uint32_t seed);
 
+/// Runs one CPU kernel on tensors directly (the backend's resolve, as the
+/// executor calls it).
+Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
+              std::vector<Tensor *> outs);
+
 /// Reference bf16 rounding, written independently of the backends: f32 ->
 /// bf16 bits, round to nearest even; and back.
 uint16_t bf16Bits(float f);
