@@ -207,6 +207,23 @@ def test_quick_start_trains_on_four_ranks(tmp_path):
     print(f"quick start on 4 ranks: loss {first:.3f} -> {last:.3f} (mean of the last 5 of 30 steps)")
 
 
+def _check_against_single(logs, ref, tmp_path, tied):
+    """The 4-rank job (2 stages x 2 replicas, params saved under p4) against the single-rank
+    one (p1): the last stage's ranks print the single-rank losses (1e-4 relative), and the
+    tied weight's copies on all ranks are bit-identical and equal the single-rank weight."""
+    np = pytest.importorskip("numpy")
+    for r in (2, 3):
+        got = losses(logs[r])
+        assert len(got) == len(ref), logs[r][-2000:]
+        for g, e in zip(got, ref):
+            assert abs(g - e) <= 1e-4 * max(1e-3, abs(e)), (r, got, ref)
+    copies = {r: np.load(tmp_path / "p4" / f"{tied}.rank{r}.npy") for r in range(4)}
+    for r in (1, 2, 3):
+        assert np.array_equal(copies[r], copies[0]), f"copy of rank {r} differs from rank 0's"
+    np.testing.assert_allclose(copies[0], np.load(tmp_path / "p1" / f"{tied}.rank0.npy"),
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("micro_batches", [1, 2])
 def test_tied_embedding_copy_per_stage(tmp_path, micro_batches):
     """gpt2-tiny's tied wte / LM-head weight (lm_head.weight, 256x64 f32) is
@@ -246,17 +263,9 @@ def test_tied_embedding_copy_per_stage(tmp_path, micro_batches):
         assert all(field(st, "micro_batch", "-1") == "-1" for _, st in tied_steps), tied_steps
     args = ["--steps", "3", "--lr", "0.1"]
     ref = losses(run_job(single, *args, "--save-params", str(tmp_path / "p1"))[0])
-    logs = run_job(multi, *args, "--save-params", str(tmp_path / "p4"))
-    for r in (2, 3):
-        got = losses(logs[r])
-        assert len(got) == 3, logs[r][-2000:]
-        for g, e in zip(got, ref):
-            assert abs(g - e) <= 1e-4 * max(1e-3, abs(e)), (r, got, ref)
-    copies = {r: np.load(tmp_path / "p4" / f"{tied}.rank{r}.npy") for r in range(4)}
-    for r in (1, 2, 3):
-        assert np.array_equal(copies[r], copies[0]), f"copy of rank {r} differs from rank 0's"
-    want = np.load(tmp_path / "p1" / f"{tied}.rank0.npy")
-    np.testing.assert_allclose(copies[0], want, rtol=1e-5, atol=1e-6)
+    assert len(ref) == 3, ref
+    _check_against_single(run_job(multi, *args, "--save-params", str(tmp_path / "p4")), ref,
+                          tmp_path, tied)
     print(f"tied weight ({micro_batches} micro-batches): one copy per stage, equal after 3 steps; "
           f"losses {ref}")
 
@@ -319,16 +328,7 @@ def test_clip_norm_stage_local(tmp_path, optimizer, micro_batches):
     free = losses(run_job(unclipped, *args)[0])
     assert len(ref) == 4 and ref[-1] < ref[0], ref
     assert max(abs(a - b) for a, b in zip(ref[1:], free[1:])) > 1e-3, (ref, free)
-    logs = run_job(multi, *args, "--save-params", str(tmp_path / "p4"))
-    for r in (2, 3):
-        got = losses(logs[r])
-        assert len(got) == 4, logs[r][-2000:]
-        for g, e in zip(got, ref):
-            assert abs(g - e) <= 1e-4 * max(1e-3, abs(e)), (r, got, ref)
-    copies = {r: np.load(tmp_path / "p4" / f"{tied}.rank{r}.npy") for r in range(4)}
-    for r in (1, 2, 3):
-        assert np.array_equal(copies[r], copies[0]), f"copy of rank {r} differs from rank 0's"
-    np.testing.assert_allclose(copies[0], np.load(tmp_path / "p1" / f"{tied}.rank0.npy"),
-                               rtol=1e-5, atol=1e-6)
+    _check_against_single(run_job(multi, *args, "--save-params", str(tmp_path / "p4")), ref,
+                          tmp_path, tied)
     print(f"clip-norm 0.1 ({optimizer}, {micro_batches} micro-batches): losses {ref} on 1 and 4 ranks, "
           f"unclipped {free}")
