@@ -233,7 +233,7 @@ def test_tied_embedding_copy_per_stage(tmp_path, micro_batches):
     256x64 f32, after the last micro-batch), and after the steps both
     stages' copies are bit-identical, equal to the single-rank job's weight,
     with the single-rank job's losses."""
-    np = pytest.importorskip("numpy")
+    pytest.importorskip("numpy")
     h = subprocess.run([STRAIT_RUN, "--help"], capture_output=True, text=True)
     if "--save-params" not in h.stdout + h.stderr:
         pytest.skip("strait-run has no --save-params")
@@ -281,7 +281,7 @@ def test_clip_norm_stage_local(tmp_path, optimizer, micro_batches):
     the unclipped job's, and the tied weight's copies stay bit-identical.
     (SGD's step is proportional to the clip scale, so a wrong norm shows in
     the losses; AdamW's is nearly scale-free.)"""
-    np = pytest.importorskip("numpy")
+    pytest.importorskip("numpy")
     h = subprocess.run([STRAIT_RUN, "--help"], capture_output=True, text=True)
     if "--save-params" not in h.stdout + h.stderr:
         pytest.skip("strait-run has no --save-params")
