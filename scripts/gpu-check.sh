@@ -20,7 +20,9 @@
 #   digits    the digits CNN's training steps (cuDNN conv, batch norm, pooling): CPU vs GPU
 #   strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores,
 #             CUDA graphs on; strait-nograph the same without graphs; strait-unfused
-#             the same with attention decomposed (--fuse-attention=false)
+#             the same with attention decomposed (--fuse-attention=false); strait-amp
+#             the step compiled with --precision bf16 (bf16 storage of the products);
+#             profile: device time per op of the bf16 step (graphs off, CUDA events)
 #   torch     the same step in PyTorch eager with bf16 autocast (bench/gpu/torch_gpt2_step.py),
 #             attention written out as the exported model has it; torch-sdpa the same
 #             with F.scaled_dot_product_attention (PyTorch's flash kernels)
@@ -114,6 +116,11 @@ if [ -f "$SMALL/rank0.program.pb" ]; then
   [ -f "$SMALL-unfused/rank0.program.pb" ] &&
     phase strait-unfused 60 $STEP_BENCH "$SMALL-unfused" --precision bf16 --graphs on \
       --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
+  [ -f "$SMALL-bf16/rank0.program.pb" ] && {
+    phase strait-amp 60 $STEP_BENCH "$SMALL-bf16" --precision bf16 --graphs on \
+      --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
+    phase profile 60 $STEP_BENCH "$SMALL-bf16" --precision bf16 --steps 1 --warmup 1 --profile 3
+  }
 else RESULT[strait]="no program in $SMALL (run scripts/gpu-prepare.sh)"; fi
 PY=.venv/bin/python; [ -x $PY ] || PY=python3
 phase torch 75 $PY bench/gpu/torch_gpt2_step.py --batch 8 --seq 1024 --steps 10 --warmup 3
@@ -127,14 +134,14 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest attn attn-bf16 conform tiny digits strait strait-nograph strait-unfused torch torch-sdpa run1 run2 probe; do
+for p in build gtest attn attn-bf16 conform tiny digits strait strait-nograph strait-unfused strait-amp profile torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
 grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/digits.log" 2>/dev/null
-for f in strait strait-nograph strait-unfused; do
+for f in strait strait-nograph strait-unfused strait-amp; do
   grep -h "^strait-cuda:" "$LOG/$f.log" 2>/dev/null | sed "s/^strait-cuda:/$f:/"
 done
 grep -h "^torch-eager" "$LOG/torch.log" "$LOG/torch-sdpa.log" 2>/dev/null
@@ -149,6 +156,11 @@ U=$(sed -n 's/^strait-cuda: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/strait-unfused
 if [ -n "$U" ] && [ -n "$T" ]; then
   python3 -c "s,t=$U,$T; print(f'ratio: strait with attention unfused {s:.2f} ms vs torch eager {t:.2f} ms per step -> {t/s:.2f}x')"
 fi
+A=$(sed -n 's/^strait-cuda: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/strait-amp.log" 2>/dev/null | head -1)
+if [ -n "$A" ] && [ -n "$T" ]; then
+  python3 -c "s,t=$A,$T; print(f'ratio: strait --precision bf16 {s:.2f} ms vs torch eager {t:.2f} ms per step -> {t/s:.2f}x')"
+fi
+grep -h "^profile:" "$LOG/profile.log" 2>/dev/null | head -16
 T2=$(sed -n 's/^torch-eager-sdpa: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/torch-sdpa.log" 2>/dev/null | head -1)
 if [ -n "$S" ] && [ -n "$T2" ]; then
   python3 -c "s,t=$S,$T2; print(f'ratio: strait {s:.2f} ms vs torch eager + sdpa {t:.2f} ms per step -> strait is {t/s:.2f}x')"

@@ -4,6 +4,8 @@
 # (git-ignored; carry it: run(carry=["out/gpu"])):
 #   small-step/   GPT-2 small training step (8x1024 tokens, AdamW), one rank
 #   small-step-unfused/  the same with --fuse-attention=false
+#   small-step-bf16/  the same with --precision bf16 (graph-autocast: bf16 operands
+#                 and results of the products, f32 master weights)
 #   tiny-step/    gpt2-tiny training step (8x64), one rank
 #   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
 #   tiny-1gpu/    gpt2-tiny job for a cluster of one H200 (rank 0 on cuda:0)
@@ -35,6 +37,8 @@ common=(--loss cross-entropy --optimizer adamw)
 # MFU figure, and the fused kernels' gain is measured in the whole step.
 "$STRAITC" models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 "${common[@]}" \
   --fuse-attention=false --emit=program -o "$out/small-step-unfused"
+"$STRAITC" models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 "${common[@]}" \
+  --precision bf16 --emit=program -o "$out/small-step-bf16"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   --emit=program -o "$out/tiny-step"
 "$STRAITC" models/digits-cnn/digits-cnn.onnx --input-shape images=32x1x8x8 "${common[@]}" \

@@ -2,7 +2,7 @@
 //
 //   strait-cuda-step-bench JOB_DIR [--steps N] [--warmup W] [--precision f32|tf32|bf16]
 //                          [--compare-cpu K] [--flops-per-step F] [--peak-tflops P]
-//                          [--graphs on|off]
+//                          [--graphs on|off] [--profile N]
 //
 // Loads rank 0 of a job written by straitc (a one-rank training step), runs it
 // on cuda:0 with random tokens in [0, vocab) for the i64 inputs (input_ids,
@@ -14,7 +14,9 @@
 // --graphs (default on) sets CudaOptions::graphs: the kernels between host
 // synchronization points are captured into CUDA graphs on the second step and
 // replayed afterwards; the counters of captured / replayed / direct segments
-// are printed after the timed steps.
+// are printed after the timed steps. --profile N (graphs off) then runs N
+// more steps with CUDA events around every kernel and prints the device time
+// per op, longest first, and the share of the step's wall time it covers.
 // Exit 77 without a GPU.
 //
 //===----------------------------------------------------------------------===//
@@ -40,6 +42,7 @@ struct Options {
   double flopsPerStep = 0, peakTflops = 989, tolerance = 2e-2;
   int64_t vocab = 50257;
   bool graphs = true;
+  int profile = 0;
 };
 
 /// Fills the i64 data inputs with tokens in [0, vocab) (labels too), f32 data
@@ -96,7 +99,8 @@ int run(const Options &o) {
     return 77;
   }
   CudaOptions co;
-  co.graphs = o.graphs;
+  co.graphs = o.graphs && o.profile == 0;
+  co.profile = o.profile > 0;
   co.matmul = o.precision == "f32" ? MatmulPrecision::F32
               : o.precision == "tf32" ? MatmulPrecision::TF32 : MatmulPrecision::BF16;
   BackendRegistry reg;
@@ -161,6 +165,30 @@ int run(const Options &o) {
   std::cout << "strait-cuda: graphs: " << g.captured << " segments captured, " << g.replays
             << " graph launches, " << g.direct << " direct segment runs, " << g.disabled
             << " segments not capturable\n";
+  if (o.profile > 0) {
+    cudaKernelProfile(*reg.forDevice("cuda:0").takeValue()); // drop the timed steps'
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.profile && s.isOk(); ++i) {
+      s = feed(**exec, p, 1000 + i, rng, o.vocab);
+      if (s.isOk())
+        s = (*exec)->run();
+    }
+    double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count() / o.profile;
+    if (!s.isOk()) {
+      std::cerr << "profile: " << s.toString() << "\n";
+      return 1;
+    }
+    std::vector<CudaOpTime> ops = cudaKernelProfile(*reg.forDevice("cuda:0").takeValue());
+    double device = 0;
+    for (const CudaOpTime &t : ops)
+      device += t.ms / o.profile;
+    std::cout << "profile: " << wall << " ms/step wall, " << device
+              << " ms/step in kernels (" << 100 * device / wall << " %), per op:\n";
+    for (const CudaOpTime &t : ops)
+      std::cout << "profile: " << t.op << " " << t.launches / o.profile << " launches "
+                << t.ms / o.profile << " ms/step (" << 100 * t.ms / o.profile / wall << " %)\n";
+  }
   if (o.flopsPerStep > 0)
     std::cout << "strait-cuda: MFU " << 100.0 * o.flopsPerStep / (ms / 1e3) / (o.peakTflops * 1e12)
               << " % of " << o.peakTflops << " TFLOP/s\n";
@@ -182,13 +210,14 @@ int main(int argc, char **argv) {
     else if (a == "--peak-tflops") o.peakTflops = std::stod(next());
     else if (a == "--tolerance") o.tolerance = std::stod(next());
     else if (a == "--vocab") o.vocab = std::stoll(next());
+    else if (a == "--profile") o.profile = std::stoi(next());
     else if (a == "--graphs" && (i + 1 < argc) &&
              (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off"))
       o.graphs = next() == "on";
     else if (a.rfind("--", 0) == 0 || !o.dir.empty()) {
       std::cerr << "usage: strait-cuda-step-bench JOB_DIR [--steps N] [--warmup W] "
                    "[--precision f32|tf32|bf16] [--compare-cpu K] [--tolerance T] "
-                   "[--flops-per-step F] [--peak-tflops P] [--vocab V] [--graphs on|off]\n";
+                   "[--flops-per-step F] [--peak-tflops P] [--vocab V] [--graphs on|off] [--profile N]\n";
       return 2;
     } else o.dir = a;
   }

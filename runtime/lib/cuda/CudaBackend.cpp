@@ -149,6 +149,17 @@ int CudaContext::addTag(const std::string &name) {
   return static_cast<int>(tags.size());
 }
 
+cudaEvent_t CudaContext::takeEvent() {
+  cudaEvent_t e = nullptr;
+  if (!eventPool.empty()) {
+    e = eventPool.back();
+    eventPool.pop_back();
+  } else {
+    cudaEventCreate(&e);
+  }
+  return e;
+}
+
 void addAllKernels(CudaKernelTable &t) {
   addElementwiseKernels(t);
   addLayoutKernels(t);
@@ -199,6 +210,10 @@ public:
     if (ctx->scratch)
       cudaFree(ctx->scratch);
     releaseGraphs(*ctx);
+    for (const CudaContext::ProfileMark &m : ctx->profileMarks)
+      ctx->eventPool.insert(ctx->eventPool.end(), {m.start, m.end});
+    for (cudaEvent_t e : ctx->eventPool)
+      cudaEventDestroy(e);
     if (ctx->errorFlag)
       cudaFree(ctx->errorFlag);
     if (ctx->stream)
@@ -267,7 +282,18 @@ public:
     CudaKernelFn fn = it->second;
     return KernelFn([c, fn, tag, self, host](KernelContext &k) -> Status {
       cudaSetDevice(c->options.device);
+      bool mark = c->options.profile && !c->capturing();
+      cudaEvent_t start = nullptr;
+      if (mark) {
+        start = c->takeEvent();
+        cudaEventRecord(start, c->stream);
+      }
       Status s = fn(*c, k, tag);
+      if (mark) {
+        cudaEvent_t end = c->takeEvent();
+        cudaEventRecord(end, c->stream);
+        c->profileMarks.push_back({k.op(), start, end});
+      }
       if (!s.isOk() && s.getCode() == StatusCode::Unimplemented && host) {
         // The CUDA kernel declined (a dtype, an attribute combination)
         // before launching anything: run the CPU kernel instead.
@@ -300,6 +326,29 @@ public:
     return cpu && table.find(kernel.op()) == table.end();
   }
   CudaGraphStats graphStats() const { return ctx->graphStats; }
+
+  std::vector<CudaOpTime> kernelProfile() const {
+    cudaSetDevice(ctx->options.device);
+    cudaStreamSynchronize(ctx->stream);
+    std::map<std::string, CudaOpTime> byOp;
+    for (const CudaContext::ProfileMark &m : ctx->profileMarks) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, m.start, m.end);
+      CudaOpTime &t = byOp[m.op];
+      t.op = m.op;
+      ++t.launches;
+      t.ms += ms;
+      ctx->eventPool.push_back(m.start);
+      ctx->eventPool.push_back(m.end);
+    }
+    ctx->profileMarks.clear();
+    std::vector<CudaOpTime> out;
+    for (auto &e : byOp)
+      out.push_back(e.second);
+    std::sort(out.begin(), out.end(),
+              [](const CudaOpTime &a, const CudaOpTime &b) { return a.ms > b.ms; });
+    return out;
+  }
 
   /// Kernels (by tag) per op that run on the host.
   std::map<std::string, int64_t> hostFallbackCounts() const {
@@ -427,6 +476,12 @@ CudaGraphStats cudaGraphStats(const Backend &backend) {
   if (backend.name() != "cuda")
     return {};
   return static_cast<const cuda::CudaBackend &>(backend).graphStats();
+}
+
+std::vector<CudaOpTime> cudaKernelProfile(const Backend &backend) {
+  if (backend.name() != "cuda")
+    return {};
+  return static_cast<const cuda::CudaBackend &>(backend).kernelProfile();
 }
 
 std::map<std::string, int64_t> cudaHostFallbackCounts(const Backend &backend) {

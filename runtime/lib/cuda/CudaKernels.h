@@ -67,6 +67,16 @@ struct CudaContext {
   }
   std::set<int> checkedTags;
 
+  /// CudaOptions::profile: events around each kernel launched outside a
+  /// capture (op name, start, end), and events ready for reuse.
+  struct ProfileMark {
+    std::string op;
+    cudaEvent_t start, end;
+  };
+  std::vector<ProfileMark> profileMarks;
+  std::vector<cudaEvent_t> eventPool;
+  cudaEvent_t takeEvent();
+
   // --- CUDA graphs of executor segments (CudaGraph.cpp) ---------------------
   /// Why the capture in progress must fail: Retry (the scratch block must
   /// grow first; the next run captures again) or Never (a kernel waits for

@@ -48,6 +48,17 @@ struct CudaOptions {
   /// on its second run and replayed with one cudaGraphLaunch afterwards.
   /// Segments that cannot be captured run directly (one warning).
   bool graphs = true;
+  /// Profiling: every kernel launched outside a graph capture is bracketed
+  /// by two CUDA events on the backend stream; cudaKernelProfile() sums the
+  /// device time per op. Use with graphs off (captured kernels are not seen).
+  bool profile = false;
+};
+
+/// Device time of one op's kernels (cudaKernelProfile).
+struct CudaOpTime {
+  std::string op;
+  int64_t launches = 0;
+  double ms = 0;
 };
 
 /// What the CUDA graphs of a backend did so far (cudaGraphStats).
@@ -85,6 +96,11 @@ std::string cudaSupportNote(const program::Program &program);
 
 /// Graph counters of a CUDA backend (zeros for another backend).
 CudaGraphStats cudaGraphStats(const Backend &backend);
+
+/// With CudaOptions::profile: waits for the stream and returns the device
+/// time per op of the kernels launched since the last call, longest first
+/// (empty for another backend or without profiling).
+std::vector<CudaOpTime> cudaKernelProfile(const Backend &backend);
 
 /// A communicator that runs the codecs of sendCoded / recvCoded on GPU
 /// `device` for f32 tensors in device or managed memory (the payload bytes
