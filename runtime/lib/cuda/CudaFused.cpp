@@ -43,6 +43,8 @@ Status fusedKernel(CudaContext &c, KernelContext &ctx, int) {
       p.stride[i][p.rank - s.size() + d] = s[d] == 1 ? 0 : st;
       st *= s[d];
     }
+    int64_t numel = f.inputs[i]->numel();
+    p.inputKind[i] = numel == p.n ? kFusedContiguous : numel == 1 ? kFusedScalar : kFusedStrided;
     p.inputs[i] = f.inputs[i]->data;
     p.inputBool[i] = f.inputs[i]->dtype == program::DTYPE_BOOL;
   }

@@ -1,7 +1,9 @@
 //===- Fused.cu - FusedElementwise on the GPU ------------------------------===//
 //
 // One thread per output element (grid-stride): the thread computes its
-// input offsets from the output index, loads the inputs into its registers,
+// input offsets from the output index (the host marks each input contiguous,
+// scalar or strided; only strided ones walk the dimensions, in 32-bit index
+// math when n < 2^31), loads the inputs into its registers,
 // runs the program (FusedLaunch.h, in kernel-parameter memory) and stores
 // the outputs. Arithmetic follows the CPU kernel (Fused.cpp): f32 registers,
 // booleans as 0/1, Pow through double.
@@ -72,20 +74,31 @@ __device__ float evalOp(const FusedDeviceProgram &p, int k, float a, float b, fl
   return 0;
 }
 
+/// I: the index type, uint32_t when n < 2^31 (input offsets are below their
+/// input's size, at most n), else int64_t. `anyStrided`: some input needs its
+/// offset computed from the strides.
+template <typename I, bool anyStrided>
 __global__ void fusedKernel(const FusedDeviceProgram p) {
   constexpr int kRegs = FusedDeviceProgram::kInputs + FusedDeviceProgram::kInstructions;
   float r[kRegs];
-  GRID_STRIDE(e, p.n) {
-    // Input offsets from the output index (row-major, innermost last).
-    int64_t off[FusedDeviceProgram::kInputs];
+  const I n = static_cast<I>(p.n);
+  for (I e = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<I>(gridDim.x) * blockDim.x) {
+    // Input offsets from the output index (row-major, innermost last); only
+    // strided inputs walk the dimensions.
+    I off[FusedDeviceProgram::kInputs];
     for (int i = 0; i < p.numInputs; ++i)
-      off[i] = 0;
-    int64_t rem = e;
-    for (int d = p.rank - 1; d >= 0; --d) {
-      int64_t idx = rem % p.shape[d];
-      rem /= p.shape[d];
-      for (int i = 0; i < p.numInputs; ++i)
-        off[i] += idx * p.stride[i][d];
+      off[i] = p.inputKind[i] == kFusedContiguous ? e : 0;
+    if (anyStrided) {
+      I rem = e;
+      for (int d = p.rank - 1; d >= 0; --d) {
+        I size = static_cast<I>(p.shape[d]);
+        I idx = rem % size;
+        rem /= size;
+        for (int i = 0; i < p.numInputs; ++i)
+          if (p.inputKind[i] == kFusedStrided)
+            off[i] += idx * static_cast<I>(p.stride[i][d]);
+      }
     }
     for (int i = 0; i < p.numInputs; ++i)
       r[i] = p.inputBool[i] ? float(static_cast<const uint8_t *>(p.inputs[i])[off[i]] != 0)
@@ -111,7 +124,19 @@ __global__ void fusedKernel(const FusedDeviceProgram p) {
 bool launchFused(const FusedDeviceProgram &p, cudaStream_t s) {
   if (p.n == 0)
     return true;
-  fusedKernel<<<blocksFor(p.n), kBlock, 0, s>>>(p);
+  bool anyStrided = false;
+  for (int i = 0; i < p.numInputs; ++i)
+    anyStrided |= p.inputKind[i] == kFusedStrided;
+  bool small = p.n < (int64_t(1) << 31);
+  unsigned blocks = blocksFor(p.n);
+  if (small && anyStrided)
+    fusedKernel<uint32_t, true><<<blocks, kBlock, 0, s>>>(p);
+  else if (small)
+    fusedKernel<uint32_t, false><<<blocks, kBlock, 0, s>>>(p);
+  else if (anyStrided)
+    fusedKernel<int64_t, true><<<blocks, kBlock, 0, s>>>(p);
+  else
+    fusedKernel<int64_t, false><<<blocks, kBlock, 0, s>>>(p);
   return true;
 }
 

@@ -16,6 +16,8 @@ namespace strait {
 namespace rt {
 namespace cuda {
 
+enum FusedInputKind : uint8_t { kFusedContiguous = 0, kFusedScalar = 1, kFusedStrided = 2 };
+
 /// The decoded program (limits as kFused* in FusedProgram.h).
 struct FusedDeviceProgram {
   static constexpr int kInputs = 16, kOutputs = 8, kInstructions = 64, kConstants = 64,
@@ -25,6 +27,10 @@ struct FusedDeviceProgram {
   int64_t shape[kRank] = {};
   /// Element strides of each input over the output dims (0: broadcast).
   int64_t stride[kInputs][kRank] = {};
+  /// How each input is read (FusedInputKind), chosen on the host: the
+  /// offset is the output index (same shape), 0 (one element) or computed
+  /// from the strides.
+  uint8_t inputKind[kInputs] = {};
   const void *inputs[kInputs] = {};
   uint8_t inputBool[kInputs] = {};
   void *outputs[kOutputs] = {};
@@ -36,7 +42,8 @@ struct FusedDeviceProgram {
   float constants[kConstants] = {};
 };
 
-/// One thread per output element. False if the launch was refused.
+/// One thread per output element (32-bit index math when n < 2^31). False
+/// if the launch was refused.
 bool launchFused(const FusedDeviceProgram &p, cudaStream_t s);
 
 } // namespace cuda
