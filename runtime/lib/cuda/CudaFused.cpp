@@ -1,11 +1,14 @@
 //===- CudaFused.cpp - FusedElementwise (host side) -----------------------===//
 //
 // Decodes and validates the program with the CPU backend's decoder
-// (strait/runtime/FusedProgram.h), packs it into one kernel parameter and
-// launches Fused.cu's one-thread-per-element kernel.
+// (strait/runtime/FusedProgram.h), then runs the kernel compiled for it
+// through NVRTC (FusedJit.h), or, when the JIT is off or unavailable, packs
+// the program into one kernel parameter and launches Fused.cu's
+// one-thread-per-element interpreter.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
+#include "FusedJit.h"
 #include "FusedLaunch.h"
 
 #include "strait/runtime/FusedProgram.h"
@@ -27,6 +30,9 @@ static_assert(static_cast<int>(FusedOp::Const) == 0 && static_cast<int>(FusedOp:
 
 Status fusedKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(FusedArgs f, decodeFusedKernel(ctx));
+  // The compiled kernel (FusedJit.h) when available, else the interpreter.
+  if (launchFusedJit(c, f))
+    return checkLaunch(ctx);
   const FusedProgram &prog = f.program;
   FusedDeviceProgram p;
   p.numInputs = static_cast<int>(f.inputs.size());
