@@ -34,6 +34,8 @@
 # MFU = FLOPs/step / time / 989 TFLOP/s (H200 bf16 dense), FLOPs/step =
 # T (6 N + 12 L d S) with T = 8192 tokens, N = 124.44 M, L = 12, d = 768, S = 1024.
 # Usage: scripts/gpu-check.sh [GPU_DIR (default out/gpu)]
+#   GPU_CHECK_PHASES="gtest strait ..." runs only the phases named (a quick recheck);
+#   GTEST_FILTER narrows the gtest phase.
 set -u
 cd "$(dirname "$0")/.."
 G=${1:-out/gpu}
@@ -47,6 +49,9 @@ FLOPS=$(python3 -c 'T=8*1024; N=124439808; print(T*(6*N+12*12*768*1024))')
 
 phase() { # name timeout command...
   local name=$1 t=$2; shift 2
+  if [ -n "${GPU_CHECK_PHASES:-}" ] && [[ " $GPU_CHECK_PHASES " != *" $name "* ]]; then
+    RESULT[$name]="not selected"; return 0
+  fi
   echo "=== $name (timeout ${t}s, at ${SECONDS}s)"
   timeout --kill-after=5 "$t" "$@" > "$LOG/$name.log" 2>&1
   local rc=$?

@@ -158,6 +158,31 @@ TEST_F(Cuda, Bf16StorageOfMixedPrecisionPrograms) {
           [](program::Kernel &k) { setInts(k, "shape", {24}); }, ulp, 1e-2);
 }
 
+// Products large enough to be padded (CudaMatMul.cpp, kPadMinWork) whose
+// rows are not 16-byte aligned, as GPT-2's 50257-wide logits: the padded
+// copies in and out must give the CPU's result.
+TEST_F(Cuda, MisalignedLeadingDimsArePadded) {
+  REQUIRE_GPU();
+  const double ulp = 1.0 / 128;
+  // Y and B rows misaligned (n = 8201).
+  compare("MatMul", {Arr::randBf16({512, 256}, 90), Arr::randBf16({256, 8201}, 91)},
+          {Arr::out({512, 8201}, program::DTYPE_BF16)}, {}, ulp, 1e-2);
+  // A rows misaligned (k = 8201), B shared by a batch folded into M.
+  compare("MatMul", {Arr::randBf16({2, 128, 8201}, 92), Arr::randBf16({8201, 512}, 93)},
+          {Arr::out({2, 128, 512}, program::DTYPE_BF16)}, {}, ulp, 1e-2);
+  // A strided batch of misaligned rows (k = 4101).
+  compare("MatMul", {Arr::randBf16({2, 256, 4101}, 94), Arr::randBf16({2, 4101, 512}, 95)},
+          {Arr::out({2, 256, 512}, program::DTYPE_BF16)}, {}, ulp, 1e-2);
+  // Gemm with transB and a bias, Y misaligned: the tied LM head's layout.
+  compare("Gemm", {Arr::randBf16({512, 256}, 96), Arr::randBf16({8201, 256}, 97),
+                   Arr::randBf16({8201}, 98)},
+          {Arr::out({512, 8201}, program::DTYPE_BF16)},
+          [](program::Kernel &k) { setInt(k, "transB", 1); }, ulp, 1e-2);
+  // f32 rows of 8201 (not a multiple of 4 floats).
+  compare("MatMul", {Arr::rand({512, 256}, 99), Arr::rand({256, 8201}, 100)},
+          {Arr::out({512, 8201})}, {}, 1e-4, 1e-4);
+}
+
 TEST_F(Cuda, SoftmaxFamily) {
   REQUIRE_GPU();
   Arr x = Arr::rand({4, 3, 70}, 34, 4.0f), dy = Arr::rand({4, 3, 70}, 35);

@@ -64,6 +64,7 @@ bool mergeInto(const Shape &out, const std::vector<std::vector<int64_t>> &st, In
   size_t ops = st.size();
   ix = Index();
   ix.n = numElements(out);
+  ix.small = ix.n < (int64_t(1) << 32);
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == 1)
       continue;

@@ -38,10 +38,18 @@ Status tooManyDims(const KernelContext &ctx, const Shape &s) {
 }
 
 Status binaryKernel(CudaContext &c, KernelContext &ctx, BinaryOp op) {
+  // Variadic Max / Min with other than two operands, and Pow with an
+  // exponent of another type, are the CPU kernel's (the host fallback).
+  if (ctx.numInputs() != 2)
+    return ctx.unsupported("cuda: " + ctx.op() + " of " + std::to_string(ctx.numInputs()) +
+                           " operands (the CUDA kernel takes two)");
   STRAIT_ASSIGN_OR_RETURN(const Tensor *a, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *b, ctx.requireInput(1));
-  if (a->dtype != b->dtype)
+  if (a->dtype != b->dtype) {
+    if (op == BinaryOp::Pow)
+      return ctx.unsupported("cuda: Pow of " + a->typeString() + " by " + b->typeString());
     return ctx.error("operand types differ: " + a->typeString() + " and " + b->typeString());
+  }
   STRAIT_ASSIGN_OR_RETURN(Shape out, broadcast(ctx, {a->shape, b->shape}));
   bool cmp = op >= BinaryOp::Equal && op != BinaryOp::And && op != BinaryOp::Or;
   DType outType = cmp ? program::DTYPE_BOOL : a->dtype;

@@ -42,6 +42,8 @@ struct Index {
   int64_t stride[3][kMaxDims] = {};
   /// Operand k is laid out exactly like the output (fast path).
   bool dense[3] = {false, false, false};
+  /// n < 2^32: the unravelling may use 32-bit division.
+  bool small = false;
 };
 
 /// Builds an Index over `out` for operands of shapes `ins` broadcast to it;

@@ -43,34 +43,111 @@ StatusOr<GemmTypes> gemmTypes(const CudaContext &c, const KernelContext &ctx, DT
   }
 }
 
+/// One operand of a GEMM as stored: `rows` x `ld` elements of `es` bytes
+/// per batch entry, entries `stride` elements apart (0: shared).
+struct GemmOperand {
+  const void *data;
+  int64_t rows, ld, stride;
+};
+
+/// Tensor-core GEMM kernels want 16-byte aligned rows: a leading dimension
+/// that is not (GPT-2's vocabulary, 50257) sends cuBLAS to slow kernels.
+/// Large products with such an operand copy it into scratch rows padded to
+/// 16 bytes (one cudaMemcpy2DAsync per operand, a few percent of the GEMM).
+constexpr int64_t kPadMinWork = int64_t(1) << 30; // m * n * k
+
+int64_t paddedLd(int64_t ld, size_t es) {
+  int64_t per16 = static_cast<int64_t>(16 / es);
+  return (ld + per16 - 1) / per16 * per16;
+}
+
+Status copyRows(CudaContext &c, void *dst, int64_t dstLd, const void *src, int64_t srcLd,
+                int64_t cols, int64_t rows, size_t es) {
+  return cudaStatus(cudaMemcpy2DAsync(dst, dstLd * es, src, srcLd * es, cols * es, rows,
+                                      cudaMemcpyDeviceToDevice, c.stream),
+                    "GEMM padding copy");
+}
+
 /// Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b], row-major, `batch` GEMMs
-/// with element strides sA, sB, sY.
+/// with element strides sA, sB, sY; Y of type yType (ty.data, or f32 for
+/// 16-bit operands). The first `scratchInUse` bytes of the scratch block
+/// are the caller's.
 Status gemm(CudaContext &c, const KernelContext &ctx, const GemmTypes &ty, bool ta, bool tb,
             int64_t m, int64_t n, int64_t k, double alpha, const void *a, int64_t sA,
-            const void *b, int64_t sB, double beta, void *y, int64_t sY, int64_t batch) {
+            const void *b, int64_t sB, double beta, void *y, int64_t sY, int64_t batch,
+            cudaDataType_t yType, size_t scratchInUse) {
   if (m == 0 || n == 0 || batch == 0)
     return Status::ok();
   for (int64_t v : {m, n, k, batch})
     if (v > INT_MAX)
       return ctx.unsupported("cuda: GEMM dimension " + std::to_string(v) + " exceeds int");
-  int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+  size_t es = ty.f64 ? 8 : ty.data == CUDA_R_32F ? 4 : 2;
+  size_t yes = yType == CUDA_R_32F ? 4 : yType == CUDA_R_64F ? 8 : 2;
+  int64_t lda = ta ? m : k, ldb = tb ? k : n, ldy = n;
   float alphaF = static_cast<float>(alpha), betaF = static_cast<float>(beta);
   const void *pa = ty.f64 ? static_cast<const void *>(&alpha) : &alphaF;
   const void *pb = ty.f64 ? static_cast<const void *>(&beta) : &betaF;
-  if (k == 0 && beta == 0.0) { // empty sum: cuBLAS may leave Y untouched
-    size_t es = ty.f64 ? 8 : ty.data == CUDA_R_32F ? 4 : 2;
-    return cudaStatus(cudaMemsetAsync(y, 0, es * m * n * batch, c.stream), "memset");
+  if (k == 0 && beta == 0.0) // empty sum: cuBLAS may leave Y untouched
+    return cudaStatus(cudaMemsetAsync(y, 0, yes * m * n * batch, c.stream), "memset");
+  // Padded copies of misaligned operands (see kPadMinWork).
+  GemmOperand ops[3] = {{a, ta ? k : m, lda, sA}, {b, tb ? n : k, ldb, sB}, {y, m, ldy, sY}};
+  size_t opEs[3] = {es, es, yes};
+  bool pad[3] = {false, false, false};
+  int64_t padLd[3] = {lda, ldb, ldy};
+  size_t padBytes[3] = {0, 0, 0}, total = 0;
+  if (!ty.f64 && double(m) * double(n) * double(k) >= double(kPadMinWork))
+    for (int i = 0; i < 3; ++i) {
+      const GemmOperand &o = ops[i];
+      int64_t entries = o.stride == 0 ? 1 : batch;
+      int64_t ld = paddedLd(o.ld, opEs[i]);
+      // Only dense batches (stride = rows * ld) are copied as one block.
+      if (ld == o.ld || (o.stride != 0 && o.stride != o.rows * o.ld))
+        continue;
+      pad[i] = true;
+      padLd[i] = ld;
+      padBytes[i] = static_cast<size_t>(entries * o.rows * ld) * opEs[i];
+      total += (padBytes[i] + 255) / 256 * 256;
+    }
+  void *padded[3] = {nullptr, nullptr, nullptr};
+  if (total) {
+    scratchInUse = (scratchInUse + 255) / 256 * 256;
+    STRAIT_ASSIGN_OR_RETURN(void *block, c.getScratch(scratchInUse + total));
+    char *next = static_cast<char *>(block) + scratchInUse;
+    for (int i = 0; i < 3; ++i)
+      if (pad[i]) {
+        padded[i] = next;
+        next += (padBytes[i] + 255) / 256 * 256;
+        const GemmOperand &o = ops[i];
+        int64_t rows = o.rows * (o.stride == 0 ? 1 : batch);
+        if (i < 2 || beta != 0.0)
+          STRAIT_RETURN_IF_ERROR(copyRows(c, padded[i], padLd[i], o.data, o.ld, o.ld, rows,
+                                          opEs[i]));
+      }
   }
+  auto strideOf = [&](int i) { return ops[i].stride == 0 ? 0 : ops[i].rows * padLd[i]; };
+  const void *ga = pad[0] ? padded[0] : a;
+  const void *gb = pad[1] ? padded[1] : b;
+  void *gy = pad[2] ? padded[2] : y;
   cublasStatus_t st = cublasGemmStridedBatchedEx(
       c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), pa, b, ty.data, ldb, sB, a,
-      ty.data, lda, sA, pb, y, ty.data, static_cast<int>(n), sY, static_cast<int>(batch),
-      ty.compute, CUBLAS_GEMM_DEFAULT);
+      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), pa, gb, ty.data,
+      static_cast<int>(padLd[1]), strideOf(1), ga, ty.data, static_cast<int>(padLd[0]),
+      strideOf(0), pb, gy, yType, static_cast<int>(padLd[2]), strideOf(2),
+      static_cast<int>(batch), ty.compute, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     return cublasStatus(st, "GEMM " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                                 std::to_string(k) + " batch " + std::to_string(batch))
         .withKernel(ctx.op());
+  if (pad[2])
+    return copyRows(c, y, ldy, padded[2], padLd[2], ldy,
+                    m * (sY == 0 ? 1 : batch), yes);
   return Status::ok();
+}
+
+Status gemm(CudaContext &c, const KernelContext &ctx, const GemmTypes &ty, bool ta, bool tb,
+            int64_t m, int64_t n, int64_t k, double alpha, const void *a, int64_t sA,
+            const void *b, int64_t sB, double beta, void *y, int64_t sY, int64_t batch) {
+  return gemm(c, ctx, ty, ta, tb, m, n, k, alpha, a, sA, b, sB, beta, y, sY, batch, ty.data, 0);
 }
 
 Status matMulKernel(CudaContext &c, KernelContext &ctx, int) {
@@ -175,6 +252,23 @@ Status gemmKernel(CudaContext &c, KernelContext &ctx, int) {
     if (!launchStridedCopy(dtypeSize(a->dtype), cIn->data, y->data, ix, c.stream))
       return ctx.unsupported("cuda: Gemm bias of " + cIn->typeString());
     betaEff = beta;
+  }
+  if (betaEff != 0.0 && (a->dtype == program::DTYPE_BF16 || a->dtype == program::DTYPE_F16)) {
+    // cuBLAS rounds alpha * A B to 16 bits before adding beta * C (seen on
+    // an H200: a bf16 Gemm whose bias cancels most of the product was off by
+    // a rounding of the product). The CPU backend rounds the f32 sum once:
+    // so does this, through an f32 result in scratch.
+    ET et = elemType(a->dtype);
+    int64_t mn = m * n;
+    STRAIT_ASSIGN_OR_RETURN(void *block, c.getScratch(static_cast<size_t>(mn) * 4));
+    if (!launchCast(et, ET::F32, y->data, block, mn, c.stream))
+      return ctx.unsupported("cuda: Gemm bias of " + cIn->typeString());
+    STRAIT_RETURN_IF_ERROR(gemm(c, ctx, ty, ta != 0, tb != 0, m, n, k, alpha, a->data, 0,
+                                b->data, 0, betaEff, block, 0, 1, CUDA_R_32F,
+                                static_cast<size_t>(mn) * 4));
+    if (!launchCast(ET::F32, et, block, y->data, mn, c.stream))
+      return ctx.unsupported("cuda: Gemm result of " + y->typeString());
+    return Status::ok();
   }
   return gemm(c, ctx, ty, ta != 0, tb != 0, m, n, k, alpha, a->data, 0, b->data, 0, betaEff,
               y->data, 0, 1);

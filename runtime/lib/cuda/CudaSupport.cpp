@@ -74,12 +74,23 @@ std::string floatsF32(const KernelSpec &s) {
 
 std::string anyType(const KernelSpec &) { return ""; }
 
+std::string twoOperands(const KernelSpec &s) {
+  return s.inputs.size() == 2 ? "" : std::to_string(s.inputs.size()) +
+                                         " operands (the CUDA kernel takes two)";
+}
 std::string binaryArith(const KernelSpec &s) {
+  if (std::string why = twoOperands(s); !why.empty())
+    return why;
   return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64, program::DTYPE_I32,
                      program::DTYPE_I64},
                  "f32, f64, i32, i64");
 }
 std::string binaryPow(const KernelSpec &s) {
+  if (std::string why = twoOperands(s); !why.empty())
+    return why;
+  if (s.inputs[0].present && s.inputs[1].present && s.inputs[0].dtype != s.inputs[1].dtype)
+    return "exponent " + name(s.inputs[1].dtype) + " for a " + name(s.inputs[0].dtype) +
+           " base (the CUDA kernel takes one type)";
   return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64}, "f32, f64");
 }
 std::string logical(const KernelSpec &s) {

@@ -27,8 +27,15 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, c
       flag[1] = kErrBadStep;
     return;
   }
-  float c1 = 1.0f - static_cast<float>(pow(static_cast<double>(b1), static_cast<double>(step)));
-  float c2 = 1.0f - static_cast<float>(pow(static_cast<double>(b2), static_cast<double>(step)));
+  // The bias corrections once per block: two double pow() per thread cost
+  // more than the update itself.
+  __shared__ float corr[2];
+  if (threadIdx.x == 0) {
+    corr[0] = 1.0f - static_cast<float>(pow(static_cast<double>(b1), static_cast<double>(step)));
+    corr[1] = 1.0f - static_cast<float>(pow(static_cast<double>(b2), static_cast<double>(step)));
+  }
+  __syncthreads();
+  float c1 = corr[0], c2 = corr[1];
   float rate = lr[0];
   GRID_STRIDE(k, n) {
     float gk = g[k], xk = x[k];
