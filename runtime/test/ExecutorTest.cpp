@@ -86,6 +86,39 @@ TEST(Executor, MemoryPlanReusesDeadActivations) {
   EXPECT_NE(p.values(m.h).arena_offset(), p.values(m.a).arena_offset());
 }
 
+// Reshape-like kernels (Flatten, Identity here) share their input's bytes:
+// the copy vanishes (the kernel sees equal pointers) and the result is the
+// same.
+TEST(Executor, MemoryPlanAliasesReshapeOutputs) {
+  ProgramBuilder b;
+  uint32_t x = b.addValue("x", program::DTYPE_F32, {2, 3}, program::ROLE_INPUT);
+  uint32_t h = b.addValue("h", program::DTYPE_F32, {2, 3}, program::ROLE_ACTIVATION);
+  uint32_t r = b.addValue("r", program::DTYPE_F32, {1, 6}, program::ROLE_ACTIVATION);
+  uint32_t u = b.addValue("u", program::DTYPE_F32, {1, 6}, program::ROLE_ACTIVATION);
+  uint32_t z = b.addValue("z", program::DTYPE_F32, {1, 6}, program::ROLE_ACTIVATION);
+  uint32_t y = b.addValue("y", program::DTYPE_F32, {}, program::ROLE_OUTPUT);
+  b.addKernel("Relu", {x}, {h});
+  setInt(b.addKernel("Flatten", {h}, {r}), "axis", 0);
+  b.addKernel("Identity", {r}, {u});
+  b.addKernel("Neg", {u}, {z});
+  setInt(b.addKernel("ReduceSum", {z}, {y}), "keepdims", 0);
+  b.addRunStep();
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  auto exec = Executor::create(b.get(), reg);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  const auto &p = (*exec)->getProgram();
+  EXPECT_EQ(p.values(r).arena_offset(), p.values(h).arena_offset());
+  EXPECT_EQ(p.values(u).arena_offset(), p.values(h).arena_offset());
+  // h's bytes stay taken while u is live: z gets another slot.
+  EXPECT_NE(p.values(z).arena_offset(), p.values(h).arena_offset());
+  std::vector<float> xs = {1, -2, 3, 0.5f, -0.25f, 4};
+  Tensor xt = *(*exec)->getValue(x);
+  std::copy(xs.begin(), xs.end(), xt.as<float>());
+  ASSERT_TRUE((*exec)->run().isOk());
+  EXPECT_FLOAT_EQ((*exec)->getValue(y)->as<float>()[0], -(1 + 3 + 0.5f + 4));
+}
+
 TEST(Executor, MissingParameterNamesIt) {
   Mlp m;
   BackendRegistry reg;

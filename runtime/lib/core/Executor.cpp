@@ -109,9 +109,64 @@ bool overlaps(const Tensor &v, const std::vector<std::pair<const char *, const c
 
 } // namespace
 
+/// Reshape-like kernels whose output may share its input's bytes: for each
+/// such output, the value it aliases (by index into p.values). Both must be
+/// activations of the same size, written once (by one kernel, no receive,
+/// not reduced in place), so that the shared bytes never change while
+/// either is live; chains (a Reshape of a Squeeze) resolve to their root.
+std::map<int, int> reshapeAliases(const program::Program &p) {
+  std::map<uint32_t, int> index, writes;
+  for (int v = 0; v < p.values_size(); ++v)
+    index[p.values(v).id()] = v;
+  for (const auto &k : p.kernels())
+    for (uint32_t id : k.outputs())
+      ++writes[id];
+  for (const auto &step : p.steps()) {
+    if (step.has_recv())
+      writes[step.recv().value_id()] += 2;
+    if (step.has_all_reduce())
+      for (uint32_t id : step.all_reduce().value_ids())
+        writes[id] += 2;
+  }
+  std::map<int, int> alias;
+  for (const auto &k : p.kernels()) {
+    const std::string &op = k.op();
+    if (op != "Reshape" && op != "Flatten" && op != "Squeeze" && op != "Unsqueeze" &&
+        op != "Identity")
+      continue;
+    if (k.inputs_size() < 1 || k.outputs_size() != 1)
+      continue;
+    auto in = index.find(k.inputs(0)), out = index.find(k.outputs(0));
+    if (in == index.end() || out == index.end() || in->second == out->second)
+      continue;
+    const program::Value &x = p.values(in->second), &y = p.values(out->second);
+    if (x.role() != program::ROLE_ACTIVATION || y.role() != program::ROLE_ACTIVATION ||
+        x.dtype() != y.dtype() || valueBytes(x) != valueBytes(y) ||
+        writes[x.id()] != 1 || writes[y.id()] != 1)
+      continue;
+    int root = in->second;
+    while (alias.count(root))
+      root = alias[root];
+    alias[out->second] = root;
+  }
+  return alias;
+}
+
 StatusOr<uint64_t> planMemory(program::Program &p) {
   uint64_t align = p.memory_plan().alignment() ? p.memory_plan().alignment() : 64;
   auto live = computeLiveness(p);
+  // An aliased value takes its root's placement; the root is live over the
+  // union of their lifetimes.
+  std::map<int, int> alias = reshapeAliases(p);
+  std::map<int, std::pair<int, int>> span; // by value index
+  for (int v = 0; v < p.values_size(); ++v) {
+    auto it = live.find(p.values(v).id());
+    span[v] = it == live.end() ? std::make_pair(0, 0) : it->second;
+  }
+  for (const auto &[v, root] : alias) {
+    span[root].first = std::min(span[root].first, span[v].first);
+    span[root].second = std::max(span[root].second, span[v].second);
+  }
   struct Item {
     int index, start, end;
     uint64_t size;
@@ -119,13 +174,10 @@ StatusOr<uint64_t> planMemory(program::Program &p) {
   std::vector<Item> items;
   for (int v = 0; v < p.values_size(); ++v) {
     const auto &value = p.values(v);
-    if (value.role() != program::ROLE_ACTIVATION)
+    if (value.role() != program::ROLE_ACTIVATION || alias.count(v))
       continue;
-    auto it = live.find(value.id());
-    int start = it == live.end() ? 0 : it->second.first;
-    int end = it == live.end() ? 0 : it->second.second;
     uint64_t size = (valueBytes(value) + align - 1) / align * align;
-    items.push_back({v, start, end, std::max<uint64_t>(size, align)});
+    items.push_back({v, span[v].first, span[v].second, std::max<uint64_t>(size, align)});
   }
   std::stable_sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
     return a.start < b.start || (a.start == b.start && a.size > b.size);
@@ -150,6 +202,10 @@ StatusOr<uint64_t> planMemory(program::Program &p) {
     auto *value = p.mutable_values(item.index);
     value->set_arena_offset(offset);
     value->set_has_arena_offset(true);
+  }
+  for (const auto &[v, root] : alias) {
+    p.mutable_values(v)->set_arena_offset(p.values(root).arena_offset());
+    p.mutable_values(v)->set_has_arena_offset(true);
   }
   p.mutable_memory_plan()->set_arena_bytes(arenaBytes);
   p.mutable_memory_plan()->set_alignment(align);
