@@ -12,10 +12,15 @@
 // (what graph-fuse-attention replaces), with the same inputs, and prints the
 // mean ms per iteration of each, the speedup, and the largest difference of
 // Y, dQ, dKt, dV between the two (relative to the largest |composed| value).
+// With --precision bf16 it also times the fused program on bf16 tensors
+// twice: on the flash kernels (FlashAttention.cu) and with them switched off
+// (the cuBLAS path; what STRAIT_CUDA_FLASH_ATTENTION=0 does for a whole
+// run), and checks both against the composed f32 outputs.
 // Exit 77 without a GPU, 1 when the outputs differ by more than --tolerance
 // (default 2e-2, for bf16 tensor cores).
 //
 //===----------------------------------------------------------------------===//
+#include "../lib/cuda/FlashAttention.h"
 #include "TestUtil.h"
 #include "strait/runtime/Cuda.h"
 
@@ -47,9 +52,9 @@ struct Values {
   uint32_t q, kt, v, dy, y, dq, dkt, dv;
 };
 
-Values addCommon(ProgramBuilder &b, const Options &o) {
+Values addCommon(ProgramBuilder &b, const Options &o, DType dtype = program::DTYPE_F32) {
   auto val = [&](const char *n, Shape s, program::ValueRole role) {
-    return b.addValue(n, program::DTYPE_F32, s, role);
+    return b.addValue(n, dtype, s, role);
   };
   Shape qs = {o.b, o.h, o.t, o.d}, kts = {o.b, o.h, o.d, o.t};
   return {val("q", qs, program::ROLE_INPUT),    val("kt", kts, program::ROLE_INPUT),
@@ -58,10 +63,10 @@ Values addCommon(ProgramBuilder &b, const Options &o) {
           val("dkt", kts, program::ROLE_OUTPUT), val("dv", qs, program::ROLE_OUTPUT)};
 }
 
-program::Program fusedProgram(const Options &o) {
+program::Program fusedProgram(const Options &o, DType dtype = program::DTYPE_F32) {
   ProgramBuilder b;
   b.get().set_device("cuda:0");
-  Values x = addCommon(b, o);
+  Values x = addCommon(b, o, dtype);
   uint32_t lse = b.addValue("lse", program::DTYPE_F32, {o.b, o.h, o.t}, program::ROLE_ACTIVATION);
   float scale = 1.0f / std::sqrt(float(o.d));
   program::Kernel &f = b.addKernel("FusedAttention", {x.q, x.kt, x.v}, {x.y, lse});
@@ -125,7 +130,11 @@ StatusOr<double> timeProgram(const program::Program &p, const BackendRegistry &r
   for (const char *name : {"q", "kt", "v", "dy"}) {
     STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValueByName(name));
     std::vector<float> x = pseudoRandom(t.numel(), seed++);
-    std::copy(x.begin(), x.end(), t.as<float>());
+    if (t.dtype == program::DTYPE_BF16)
+      for (int64_t k = 0; k < t.numel(); ++k)
+        t.as<uint16_t>()[k] = bf16Bits(x[k]);
+    else
+      std::copy(x.begin(), x.end(), t.as<float>());
   }
   for (int i = 0; i < o.warmup; ++i)
     STRAIT_RETURN_IF_ERROR(exec->run());
@@ -137,7 +146,14 @@ StatusOr<double> timeProgram(const program::Program &p, const BackendRegistry &r
   outputs.clear();
   for (const char *name : kOutputs) {
     STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValueByName(name));
-    outputs.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+    if (t.dtype == program::DTYPE_BF16) {
+      std::vector<float> f(t.numel());
+      for (int64_t k = 0; k < t.numel(); ++k)
+        f[k] = bf16Value(t.as<uint16_t>()[k]);
+      outputs.push_back(std::move(f));
+    } else {
+      outputs.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+    }
   }
   return ms;
 }
@@ -159,6 +175,50 @@ bool parse(int argc, char **argv, Options &o) {
     else return false;
   }
   return o.precision == "f32" || o.precision == "tf32" || o.precision == "bf16";
+}
+
+/// Prints the largest difference of each output of `got` from `want`
+/// (relative to the largest |want|); false when one exceeds `tolerance`.
+bool compare(const char *what, const std::vector<std::vector<float>> &got,
+             const std::vector<std::vector<float>> &want, double tolerance) {
+  bool ok = true;
+  for (size_t k = 0; k < got.size(); ++k) {
+    double maxRef = 0, maxDiff = 0;
+    for (size_t e = 0; e < got[k].size(); ++e) {
+      maxRef = std::max(maxRef, double(std::abs(want[k][e])));
+      double diff = std::abs(double(got[k][e]) - want[k][e]);
+      maxDiff = std::isnan(diff) ? INFINITY : std::max(maxDiff, diff);
+    }
+    double rel = maxDiff / std::max(maxRef, 1e-30);
+    std::cout << "  " << kOutputs[k] << ": max |" << what << "| = " << maxDiff
+              << " (relative to max " << maxRef << ": " << rel << ")\n";
+    ok &= rel <= tolerance;
+  }
+  return ok;
+}
+
+/// The fused program on bf16 tensors, flash kernels on and off; compared
+/// with the composed f32 outputs. False on an error or a mismatch.
+bool benchBf16Tensors(const Options &o, const BackendRegistry &reg,
+                      const std::vector<std::vector<float>> &composed, double composedMs) {
+  std::vector<std::vector<float>> flash, cublas;
+  cuda::setFlashAttentionEnabled(1);
+  StatusOr<double> tFlash = timeProgram(fusedProgram(o, program::DTYPE_BF16), reg, o, flash);
+  cuda::setFlashAttentionEnabled(0);
+  StatusOr<double> tCublas = timeProgram(fusedProgram(o, program::DTYPE_BF16), reg, o, cublas);
+  cuda::setFlashAttentionEnabled(-1);
+  if (!tFlash.isOk() || !tCublas.isOk()) {
+    std::cerr << "bf16 tensors: "
+              << (tFlash.isOk() ? tCublas.getStatus() : tFlash.getStatus()).toString() << "\n";
+    return false;
+  }
+  std::cout << "bf16 tensors, fused fwd+bwd: flash " << *tFlash << " ms, cuBLAS path "
+            << *tCublas << " ms (flash speedup " << *tCublas / *tFlash << "), composed f32 "
+            << composedMs << " ms\n";
+  bool ok = compare("flash - composed", flash, composed, o.tolerance);
+  ok &= compare("cuBLAS path - composed", cublas, composed, o.tolerance);
+  ok &= compare("flash - cuBLAS path", flash, cublas, o.tolerance);
+  return ok;
 }
 
 } // namespace
@@ -200,20 +260,10 @@ int main(int argc, char **argv) {
             << " causal, matmul " << o.precision << ", graphs " << (o.graphs ? "on" : "off")
             << ": fused " << *tf << " ms, composed " << *tc << " ms, speedup " << *tc / *tf
             << "\n";
-  bool ok = true;
-  for (size_t k = 0; k < fused.size(); ++k) {
-    double maxRef = 0, maxDiff = 0;
-    for (size_t e = 0; e < fused[k].size(); ++e) {
-      maxRef = std::max(maxRef, double(std::abs(composed[k][e])));
-      double diff = std::abs(double(fused[k][e]) - composed[k][e]);
-      maxDiff = std::isnan(diff) ? INFINITY : std::max(maxDiff, diff);
-    }
-    double rel = maxDiff / std::max(maxRef, 1e-30);
-    std::cout << "  " << kOutputs[k] << ": max |fused - composed| = " << maxDiff
-              << " (relative to max |composed| " << maxRef << ": " << rel << ")\n";
-    ok &= rel <= o.tolerance;
-  }
+  bool ok = compare("fused - composed", fused, composed, o.tolerance);
+  if (o.precision == "bf16")
+    ok &= benchBf16Tensors(o, reg, composed, *tc);
   if (!ok)
-    std::cout << "FAIL: fused and composed outputs differ by more than " << o.tolerance << "\n";
+    std::cout << "FAIL: outputs differ by more than " << o.tolerance << "\n";
   return ok ? 0 : 1;
 }

@@ -5,10 +5,12 @@
 // from the contract (docs/runtime-cuda.md "Fused attention") and with the
 // CPU backend's kernels (called by name through the kernel table). The
 // gradient gets the reference's Y and LSE as inputs on every backend, so it
-// is checked apart from the forward. Skips without a GPU.
+// is checked apart from the forward. Skips without a GPU, except the
+// reference's own check and the flash dispatch rule (pure functions).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
+#include "FlashAttention.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -265,7 +267,8 @@ void checkAttention(const BackendRegistry &registry, const Problem &p, uint32_t 
                     Tolerance tol, std::vector<const char *> devices = {"cuda:0", "cpu"}) {
   SCOPED_TRACE("Q " + dtypeName(p.dtype) + shapeToString(p.full({p.tq, p.d})) + " Tk " +
                std::to_string(p.tk) + " Dv " + std::to_string(p.dv) + (p.causal ? " causal" : "") +
-               (p.hasBias ? " bias " + shapeToString(p.biasShape) : ""));
+               (p.hasBias ? " bias " + shapeToString(p.biasShape) : "") +
+               (cuda::flashAttentionEnabled() ? "" : " (flash path off)"));
   Inputs in = makeInputs(p, seed);
   std::vector<double> yRef, lseRef;
   referenceForward(p, in, yRef, lseRef);
@@ -458,6 +461,163 @@ TEST_F(CudaAttention, Chunked) {
   cuda::setAttentionChunkBytes(0);
 }
 
+// --- The flash path (FlashAttention.cu) ------------------------------------
+
+// Which problems take the flash kernels: f16/bf16, no bias, D == Dv in
+// {64, 128}, non-empty, and the switch on. No GPU needed.
+TEST(CudaFlashAttentionDispatch, AppliesExactly) {
+  cuda::FlashQuery base;
+  base.dtype = program::DTYPE_BF16;
+  base.d = base.dv = 64;
+  base.tq = 77;
+  base.tk = 130;
+  EXPECT_TRUE(cuda::flashAttentionApplies(base));
+  auto with = [&](auto change) {
+    cuda::FlashQuery q = base;
+    change(q);
+    return cuda::flashAttentionApplies(q);
+  };
+  EXPECT_TRUE(with([](auto &q) { q.dtype = program::DTYPE_F16; }));
+  EXPECT_TRUE(with([](auto &q) { q.d = q.dv = 128; }));
+  EXPECT_TRUE(with([](auto &q) { q.tq = q.tk = 1; }));
+  EXPECT_FALSE(with([](auto &q) { q.dtype = program::DTYPE_F32; }));
+  EXPECT_FALSE(with([](auto &q) { q.dtype = program::DTYPE_F64; }));
+  EXPECT_FALSE(with([](auto &q) { q.hasBias = true; }));
+  EXPECT_FALSE(with([](auto &q) { q.enabled = false; }));
+  for (int64_t d : {0, 8, 16, 32, 48, 80, 96, 112, 144, 256})
+    EXPECT_FALSE(with([d](auto &q) { q.d = q.dv = d; })) << "D " << d;
+  EXPECT_FALSE(with([](auto &q) { q.dv = 128; }));
+  EXPECT_FALSE(with([](auto &q) { q.d = 128; }));
+  EXPECT_FALSE(with([](auto &q) { q.tq = 0; }));
+  EXPECT_FALSE(with([](auto &q) { q.tk = 0; }));
+}
+
+// The switch: the override wins over STRAIT_CUDA_FLASH_ATTENTION, -1 goes
+// back to the environment's value (on unless it is "0").
+TEST(CudaFlashAttentionDispatch, Switch) {
+  const char *env = std::getenv("STRAIT_CUDA_FLASH_ATTENTION");
+  bool envOn = !(env && std::string(env) == "0");
+  cuda::setFlashAttentionEnabled(0);
+  EXPECT_FALSE(cuda::flashAttentionEnabled());
+  cuda::setFlashAttentionEnabled(1);
+  EXPECT_TRUE(cuda::flashAttentionEnabled());
+  cuda::setFlashAttentionEnabled(-1);
+  EXPECT_EQ(cuda::flashAttentionEnabled(), envOn);
+}
+
+namespace {
+
+/// Forces the flash path on (or off) for a scope.
+struct FlashSwitch {
+  explicit FlashSwitch(bool on) { cuda::setFlashAttentionEnabled(on ? 1 : 0); }
+  ~FlashSwitch() { cuda::setFlashAttentionEnabled(-1); }
+};
+
+/// The flash path's cases for one dtype and head dim: Tq == Tk, Tq < Tk,
+/// Tq > Tk (under causal its first Tq - Tk rows see no key: Y = 0, LSE =
+/// -inf, no gradient), single rows and keys, sizes off the 64-row tiles,
+/// with and without causal. Tolerances: the cuBLAS path's for the dtype
+/// (bf16Tol / f16Tol, gradTol): the flash kernels round P and dS to the
+/// operands' dtype before their products as that path does, and accumulate
+/// in f32.
+void checkFlash(const BackendRegistry &registry, DType dtype, int64_t d, uint32_t seed) {
+  FlashSwitch on(true);
+  Tolerance tol = dtype == program::DTYPE_BF16 ? bf16Tol() : f16Tol();
+  std::vector<std::pair<int64_t, int64_t>> sizes = {{77, 130}, {130, 77}, {1, 64}, {64, 1},
+                                                    {128, 128}, {65, 63}, {1, 1}};
+  for (bool causal : {false, true})
+    for (auto [tq, tk] : sizes) {
+      Problem p;
+      p.batch = {2, 3};
+      p.tq = tq;
+      p.tk = tk;
+      p.d = p.dv = d;
+      p.dtype = dtype;
+      p.causal = causal;
+      p.scale = 1.0f / std::sqrt(float(d));
+      checkAttention(registry, p, seed++, tol, {"cuda:0"});
+    }
+}
+
+} // namespace
+
+TEST_F(CudaAttention, FlashBf16D64) {
+  REQUIRE_GPU();
+  checkFlash(registry, program::DTYPE_BF16, 64, 300);
+}
+
+TEST_F(CudaAttention, FlashBf16D128) {
+  REQUIRE_GPU();
+  checkFlash(registry, program::DTYPE_BF16, 128, 400);
+}
+
+TEST_F(CudaAttention, FlashF16D64) {
+  REQUIRE_GPU();
+  checkFlash(registry, program::DTYPE_F16, 64, 500);
+}
+
+TEST_F(CudaAttention, FlashF16D128) {
+  REQUIRE_GPU();
+  checkFlash(registry, program::DTYPE_F16, 128, 600);
+}
+
+// GPT-2's sequence length: 16 query and key tiles, causal skipping of whole
+// blocks, the dQ atomics of 16 key blocks per row; a larger scale so that
+// the softmax is peaked. Checked against the double reference only.
+TEST_F(CudaAttention, FlashLong) {
+  REQUIRE_GPU();
+  FlashSwitch on(true);
+  for (auto [dtype, d, causal] : std::vector<std::tuple<DType, int64_t, bool>>{
+           {program::DTYPE_BF16, 64, true},
+           {program::DTYPE_F16, 128, false},
+           {program::DTYPE_BF16, 128, true}}) {
+    Problem p;
+    p.batch = {1, 1};
+    p.tq = p.tk = 1024;
+    p.d = p.dv = d;
+    p.dtype = dtype;
+    p.causal = causal;
+    p.scale = 2.0f / std::sqrt(float(d));
+    checkAttention(registry, p, 700 + uint32_t(d), dtype == program::DTYPE_BF16 ? bf16Tol() : f16Tol(),
+                   {"cuda:0"});
+  }
+}
+
+// The same problems on the flash path and on the cuBLAS path (switch off)
+// agree within the dtype's tolerance (both also against the reference).
+TEST_F(CudaAttention, FlashMatchesCublasPath) {
+  REQUIRE_GPU();
+  Problem p;
+  p.batch = {2};
+  p.tq = 200;
+  p.tk = 333;
+  p.d = p.dv = 64;
+  p.dtype = program::DTYPE_BF16;
+  p.causal = true;
+  p.scale = 0.125f;
+  Inputs in = makeInputs(p, 801);
+  auto forward = [&](bool flash) {
+    FlashSwitch sw(flash);
+    std::vector<Arr> outs = {Arr::out(p.full({p.tq, p.dv}), p.dtype),
+                             Arr::out(p.full({p.tq}), program::DTYPE_F32)};
+    Status s = runOn("cuda:0", registry, "FusedAttention", forwardInputs(p, in), outs, p.attrs());
+    EXPECT_TRUE(s.isOk()) << (flash ? "flash: " : "cuBLAS: ") << s.toString();
+    return outs;
+  };
+  std::vector<Arr> flash = forward(true), cublas = forward(false);
+  SCOPED_TRACE("flash vs cuBLAS path, Q bf16" + shapeToString(p.full({p.tq, p.d})) + " Tk " +
+               std::to_string(p.tk) + " causal");
+  expectClose("Y", flash[0], values(cublas[0]), 2e-2, 1e-2);
+  expectClose("LSE", flash[1], values(cublas[1]), 1e-5, 1e-5);
+  // And both against the reference, forward and gradient.
+  {
+    FlashSwitch off(false);
+    checkAttention(registry, p, 802, bf16Tol(), {"cuda:0"});
+  }
+  FlashSwitch on(true);
+  checkAttention(registry, p, 802, bf16Tol(), {"cuda:0"});
+}
+
 namespace {
 
 /// The error of FusedAttention on cuda:0 with the given inputs.
@@ -508,8 +668,9 @@ namespace {
 program::Program attentionStep(const Problem &p) {
   ProgramBuilder b;
   b.get().set_device("cuda:0");
-  auto v = [&](const char *n, Shape s, program::ValueRole role,
-               DType t = program::DTYPE_F32) { return b.addValue(n, t, s, role); };
+  auto v = [&](const char *n, Shape s, program::ValueRole role) {
+    return b.addValue(n, std::string(n) == "lse" ? program::DTYPE_F32 : p.dtype, s, role);
+  };
   uint32_t q = v("q", p.full({p.tq, p.d}), program::ROLE_INPUT),
            kt = v("kt", p.full({p.d, p.tk}), program::ROLE_INPUT),
            vv = v("v", p.full({p.tk, p.dv}), program::ROLE_INPUT),
@@ -542,13 +703,24 @@ void runAttentionSteps(bool graphs, const Problem &p, std::vector<std::vector<fl
     for (const char *name : {"q", "kt", "v", "dy"}) {
       Tensor t = *(*exec)->getValueByName(name);
       std::vector<float> x = pseudoRandom(t.numel(), seed++);
-      std::copy(x.begin(), x.end(), t.as<float>());
+      if (t.dtype == program::DTYPE_BF16)
+        for (int64_t k = 0; k < t.numel(); ++k)
+          t.as<uint16_t>()[k] = bf16Bits(x[k]);
+      else
+        std::copy(x.begin(), x.end(), t.as<float>());
     }
     Status s = (*exec)->run();
     ASSERT_TRUE(s.isOk()) << s.toString();
     for (const char *name : {"y", "lse", "dq", "dkt", "dv"}) {
       Tensor t = *(*exec)->getValueByName(name);
-      results.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+      if (t.dtype == program::DTYPE_BF16) {
+        std::vector<float> f(t.numel());
+        for (int64_t k = 0; k < t.numel(); ++k)
+          f[k] = bf16Value(t.as<uint16_t>()[k]);
+        results.push_back(std::move(f));
+      } else {
+        results.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+      }
     }
   }
   stats = cudaGraphStats(*reg.forDevice("cuda:0").takeValue());
@@ -574,6 +746,37 @@ TEST(CudaAttentionGraphs, CapturedStepEqualsDirectLaunches) {
     for (size_t e = 0; e < on[k].size(); ++e)
       ASSERT_TRUE(on[k][e] == off[k][e] || std::abs(on[k][e] - off[k][e]) <= 1e-6f)
           << "output " << k % 5 << " of run " << k / 5 << " element " << e << ": " << on[k][e]
+          << " vs " << off[k][e];
+  }
+  EXPECT_EQ(statsOn.captured, 1);
+  EXPECT_EQ(statsOn.replays, 2);
+  EXPECT_EQ(statsOn.direct, 1);
+  EXPECT_EQ(statsOn.disabled, 0);
+}
+
+// The flash path (bf16, D 64, causal) captured and replayed: the same
+// results as direct launches, up to one bf16 rounding step of dQ (its f32
+// atomics add in any order).
+TEST(CudaAttentionGraphs, CapturedFlashStepEqualsDirectLaunches) {
+  REQUIRE_GPU();
+  FlashSwitch on(true);
+  Problem p;
+  p.batch = {2, 3};
+  p.tq = p.tk = 100;
+  p.d = p.dv = 64;
+  p.dtype = program::DTYPE_BF16;
+  p.causal = true;
+  std::vector<std::vector<float>> on1, off;
+  CudaGraphStats statsOn, statsOff;
+  runAttentionSteps(true, p, on1, statsOn);
+  runAttentionSteps(false, p, off, statsOff);
+  ASSERT_EQ(on1.size(), off.size());
+  for (size_t k = 0; k < on1.size(); ++k) {
+    ASSERT_EQ(on1[k].size(), off[k].size());
+    for (size_t e = 0; e < on1[k].size(); ++e)
+      ASSERT_TRUE(on1[k][e] == off[k][e] ||
+                  std::abs(on1[k][e] - off[k][e]) <= 1e-2f * std::max(1.0f, std::abs(off[k][e])))
+          << "output " << k % 5 << " of run " << k / 5 << " element " << e << ": " << on1[k][e]
           << " vs " << off[k][e];
   }
   EXPECT_EQ(statsOn.captured, 1);

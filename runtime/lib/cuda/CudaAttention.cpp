@@ -10,17 +10,24 @@
 // and P, then dV = P^T dY, dP = dY V^T, dS = P * (dP - Drow) (in place of
 // P), dQ = scale * dS Kt^T, dKt = scale * Q^T dS.
 //
+// f16/bf16 operands without a bias and with a head dim of 64 or 128 take the
+// flash kernels instead (FlashAttention.cu; flashAttentionApplies says when;
+// STRAIT_CUDA_FLASH_ATTENTION=0 keeps everything here).
+//
 // Scratch: Drow (backward, all rows) + f32 S/dP + P of one chunk, from the
-// backend's scratch block. The chunk size follows from the static shapes
-// only, so every run asks for the same size: the warm-up run grows the block
-// and the captured runs of a CUDA graph never allocate.
+// backend's scratch block (the flash backward: Drow + an f32 dQ). The sizes
+// follow from the static shapes only, so every run asks for the same size:
+// the warm-up run grows the block and the captured runs of a CUDA graph
+// never allocate.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
+#include "FlashAttention.h"
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <optional>
 
 namespace strait {
 namespace rt {
@@ -177,12 +184,63 @@ AttnRows chunkRows(const AttnArgs &a, int64_t b0, int64_t nb) {
   return rows;
 }
 
+/// The flash kernels' view of the problem when they apply, else nullopt.
+std::optional<FlashProblem> flashProblem(const AttentionArgs &s, const AttnArgs &a) {
+  FlashQuery fq;
+  fq.dtype = s.dtype;
+  fq.d = a.d;
+  fq.dv = a.dv;
+  fq.tq = a.tq;
+  fq.tk = a.tk;
+  fq.hasBias = s.bias != nullptr;
+  fq.enabled = flashAttentionEnabled();
+  if (a.entries == 0 || !flashAttentionApplies(fq))
+    return std::nullopt;
+  FlashProblem p;
+  p.entries = a.entries;
+  p.tq = a.tq;
+  p.tk = a.tk;
+  p.d = a.d;
+  p.scale = a.scale;
+  p.causal = a.causal;
+  p.bf16 = s.dtype == program::DTYPE_BF16;
+  return p;
+}
+
+Status flashForward(CudaContext &c, KernelContext &ctx, const FlashProblem &p, const AttnArgs &a,
+                    Tensor *y, Tensor *lse) {
+  if (!launchFlashAttentionForward(p, a.q->data, a.kt->data, a.v->data, y->data,
+                                   lse->as<float>(), c.stream))
+    return ctx.unsupported("cuda: " + ctx.op() + " (flash) on " + a.q->typeString());
+  return checkLaunch(ctx);
+}
+
+Status flashBackward(CudaContext &c, KernelContext &ctx, const FlashProblem &p,
+                     const AttnArgs &a, const AttentionArgs &s) {
+  int64_t rows = a.entries * a.tq;
+  size_t dBytes = align256(size_t(rows) * 4);
+  size_t qBytes = align256(size_t(rows) * size_t(a.d) * 4);
+  STRAIT_ASSIGN_OR_RETURN(void *base, c.getScratch(dBytes + qBytes));
+  float *drow = static_cast<float *>(base);
+  float *dqAcc = reinterpret_cast<float *>(static_cast<char *>(base) + dBytes);
+  if (!launchAttentionDrow(a.et, s.dy->data, s.y->data, drow, rows, a.dv, c.stream))
+    return ctx.unsupported("cuda: " + ctx.op() + " on " + s.y->typeString());
+  STRAIT_RETURN_IF_ERROR(checkLaunch(ctx));
+  if (!launchFlashAttentionBackward(p, s.dy->data, a.q->data, a.kt->data, a.v->data,
+                                    s.lse->as<float>(), drow, dqAcc, s.out[0]->data,
+                                    s.out[1]->data, s.out[2]->data, c.stream))
+    return ctx.unsupported("cuda: " + ctx.op() + " (flash) on " + a.q->typeString());
+  return checkLaunch(ctx);
+}
+
 Status fusedAttentionKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(AttentionArgs shared, fusedAttentionArgs(ctx));
   STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, shared));
   Tensor *y = shared.out[0], *lse = shared.out[1];
   if (a.entries == 0 || a.tq == 0)
     return Status::ok();
+  if (std::optional<FlashProblem> fp = flashProblem(shared, a))
+    return flashForward(c, ctx, *fp, a, y, lse);
   int64_t chunk = chunkEntries(a);
   STRAIT_ASSIGN_OR_RETURN(AttnScratch sc, attnScratch(c, a, chunk, 0));
   size_t es = a.ty.elemSize;
@@ -210,6 +268,8 @@ Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
   Tensor *dq = shared.out[0], *dkt = shared.out[1], *dv = shared.out[2];
   if (a.entries == 0)
     return Status::ok();
+  if (std::optional<FlashProblem> fp = flashProblem(shared, a))
+    return flashBackward(c, ctx, *fp, a, shared);
   int64_t chunk = chunkEntries(a);
   int64_t rows = a.entries * a.tq;
   STRAIT_ASSIGN_OR_RETURN(AttnScratch sc, attnScratch(c, a, chunk, size_t(rows)));

@@ -1,5 +1,585 @@
 //===- FlashAttention.cu - Tiled attention on tensor cores ----------------===//
 //
-// (In progress: filled in by the flash-attention work.)
+// FlashAttention-2 style forward and backward of FusedAttention(+Grad) for
+// f16/bf16 Q [Tq, D], Kt [D, Tk], V [Tk, D] per batch entry, D in {64, 128},
+// no bias (contract: docs/runtime-cuda.md "Fused attention"). Tensor cores
+// through `mma.sync.aligned.m16n8k16` (f32 accumulators); 4 warps per CTA,
+// each warp owns 16 rows of the tile it multiplies, tiles staged in shared
+// memory (rows padded by 16 bytes).
+//
+// Forward: one CTA per (entry, 64 query rows), a loop over 64-key blocks
+// (under causal only the blocks the block's last row may see), S = scale *
+// Q Kt in registers, online softmax in f32 (running max m and sum l per
+// row), P rounded to the operands' dtype for O += P V. Y = O / l rounded
+// once; LSE = m + log(l) (natural log of sum exp(scale * q.k)); a row
+// without a visible key gets Y = 0 and LSE = -inf.
+//
+// Backward: one CTA per (entry, 64 keys); each warp owns 16 keys and loops
+// over the query blocks that see them, computing S^T = K Q^T, P^T = exp(
+// scale * S^T - LSE), dV += P^T dY, dP^T = V dY^T, dS^T = P^T * (dP^T -
+// Drow), dK += dS^T Q (scaled once at the end). dS goes through shared
+// memory for dQ += scale * dS K, added with f32 atomics into a zeroed f32
+// scratch that a last kernel rounds into dQ.
+//
+// Every launch is capture-safe: no allocation, no host synchronization (the
+// shared-memory limit is raised once per kernel, on the first launch).
 //
 //===----------------------------------------------------------------------===//
+#include "FlashAttention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace strait {
+namespace rt {
+namespace cuda {
+
+namespace {
+
+std::atomic<int> enabledOverride{-1};
+
+bool enabledFromEnv() {
+  static const bool on = [] {
+    const char *e = std::getenv("STRAIT_CUDA_FLASH_ATTENTION");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+} // namespace
+
+bool flashAttentionApplies(const FlashQuery &q) {
+  bool lowPrecision = q.dtype == program::DTYPE_BF16 || q.dtype == program::DTYPE_F16;
+  return q.enabled && lowPrecision && !q.hasBias && q.d == q.dv && (q.d == 64 || q.d == 128) &&
+         q.tq > 0 && q.tk > 0;
+}
+
+bool flashAttentionEnabled() {
+  int o = enabledOverride.load();
+  return o >= 0 ? o != 0 : enabledFromEnv();
+}
+
+void setFlashAttentionEnabled(int mode) { enabledOverride.store(mode < 0 ? -1 : mode != 0); }
+
+namespace {
+
+constexpr int kThreads = 128; // 4 warps
+constexpr int kPad = 8;       // elements of padding per shared-memory row
+
+// --- Fragments -------------------------------------------------------------
+
+template <typename T> __device__ inline uint32_t packF(float a, float b);
+template <> __device__ inline uint32_t packF<__nv_bfloat16>(float a, float b) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ inline uint32_t packF<__half>(float a, float b) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/// Two adjacent elements (p[0] low, p[1] high); p is 4-byte aligned.
+template <typename T> __device__ inline uint32_t ld2(const T *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+/// Two elements from anywhere (lo low, hi high).
+template <typename T> __device__ inline uint32_t ld2(const T *lo, const T *hi) {
+  uint32_t a = *reinterpret_cast<const uint16_t *>(lo), b = *reinterpret_cast<const uint16_t *>(hi);
+  return a | (b << 16);
+}
+
+/// c += a b for one m16n8k16 tile (row-major A 16x16, column-major B 16x8).
+template <typename T> __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]);
+template <>
+__device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ inline void mma<__half>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/// The A fragment of the 16 columns [2k*8, 2k*8 + 16) of a 16-row f32 C
+/// tile row c[n][4] (FA2: the scores' accumulators become the next
+/// product's left operand without leaving registers).
+template <typename T, int N>
+__device__ inline void cToA(const float (&c)[N][4], int k, uint32_t a[4]) {
+  a[0] = packF<T>(c[2 * k][0], c[2 * k][1]);
+  a[1] = packF<T>(c[2 * k][2], c[2 * k][3]);
+  a[2] = packF<T>(c[2 * k + 1][0], c[2 * k + 1][1]);
+  a[3] = packF<T>(c[2 * k + 1][2], c[2 * k + 1][3]);
+}
+
+// --- Tiles -----------------------------------------------------------------
+
+/// Copies rows x cols elements (cols % 8 == 0) of a row-major source with
+/// leading dimension ld into shared memory (leading dimension cols + kPad),
+/// zero outside rowsValid x colsValid. 16-byte loads where aligned.
+template <typename T, int ROWS, int COLS>
+__device__ inline void loadTile(T *s, const T *g, int64_t ld, int64_t rowsValid,
+                                int64_t colsValid) {
+  constexpr int chunks = COLS / 8;
+  for (int idx = threadIdx.x; idx < ROWS * chunks; idx += kThreads) {
+    int r = idx / chunks, c = (idx % chunks) * 8;
+    T *dst = s + r * (COLS + kPad) + c;
+    const T *src = g + r * ld + c;
+    if (r < rowsValid && c + 8 <= colsValid &&
+        (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+      *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+    } else {
+      uint16_t *d16 = reinterpret_cast<uint16_t *>(dst);
+      const uint16_t *s16 = reinterpret_cast<const uint16_t *>(src);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        d16[e] = (r < rowsValid && c + e < colsValid) ? s16[e] : uint16_t(0);
+    }
+  }
+}
+
+// --- Forward ---------------------------------------------------------------
+
+constexpr int kFwdRows = 64, kFwdKeys = 64;
+
+template <int D> constexpr int fwdSmemBytes() {
+  return 2 * (kFwdRows * (D + kPad) + D * (kFwdKeys + kPad) + kFwdKeys * (D + kPad));
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flashForwardKernel(FlashProblem p, const T *__restrict__ q, const T *__restrict__ kt,
+                       const T *__restrict__ v, T *__restrict__ y, float *__restrict__ lse) {
+  constexpr int BM = kFwdRows, BN = kFwdKeys, LQ = D + kPad, LK = BN + kPad, LV = D + kPad;
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  T *qs = reinterpret_cast<T *>(smemRaw);
+  T *ks = qs + BM * LQ; // Kt block [D][BN]
+  T *vs = ks + D * LK;  // V block [BN][D]
+
+  const int64_t nqb = (p.tq + BM - 1) / BM;
+  const int64_t entry = blockIdx.x / nqb;
+  const int64_t i0 = (nqb - 1 - blockIdx.x % nqb) * BM; // the longest causal rows first
+  const T *qE = q + entry * p.tq * D;
+  const T *ktE = kt + entry * D * p.tk;
+  const T *vE = v + entry * p.tk * D;
+  const int64_t shift = p.tk - p.tq; // causal: key j visible to row i when j <= i + shift
+  int64_t kEnd = p.tk;
+  if (p.causal) {
+    int64_t last = i0 + BM + shift; // one past the last key of row i0 + BM - 1
+    kEnd = last < 0 ? 0 : last < p.tk ? last : p.tk;
+  }
+
+  loadTile<T, BM, D>(qs, qE + i0 * D, D, p.tq - i0, D);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int64_t j0 = 0; j0 < kEnd; j0 += BN) {
+    __syncthreads(); // the previous block's reads of ks, vs are done
+    loadTile<T, D, BN>(ks, ktE + j0, p.tk, D, p.tk - j0);
+    loadTile<T, BN, D>(vs, vE + j0 * D, D, p.tk - j0, D);
+    __syncthreads();
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const T *qa = qs + (warp * 16 + g) * LQ + kk * 16 + 2 * t;
+      uint32_t a[4] = {ld2(qa), ld2(qa + 8 * LQ), ld2(qa + 8), ld2(qa + 8 * LQ + 8)};
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) {
+        const T *kb = ks + (kk * 16 + 2 * t) * LK + n * 8 + g;
+        uint32_t b[2] = {ld2(kb, kb + LK), ld2(kb + 8 * LK, kb + 9 * LK)};
+        mma<T>(s[n], a, b);
+      }
+    }
+
+    // Scale, mask, online softmax (rows row[0]: s[.][0..1], row[1]: s[.][2..3]).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int64_t col = j0 + n * 8 + 2 * t + (e & 1);
+        float x = s[n][e] * p.scale;
+        if (col >= p.tk || (p.causal && col > row[e / 2] + shift))
+          x = -INFINITY;
+        s[n][e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+    float alpha[2], mUse[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      float mNew = fmaxf(m[h], mx[h]);
+      mUse[h] = mNew == -INFINITY ? 0.0f : mNew; // exp(-inf - 0) = 0, never NaN
+      alpha[h] = expf(m[h] - mUse[h]);
+      m[h] = mNew;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float pe = expf(s[n][e] - mUse[e / 2]);
+        s[n][e] = pe;
+        l[e / 2] += pe;
+      }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      cToA<T>(s, kk, a);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const T *vb = vs + (kk * 16 + 2 * t) * LV + n * 8 + g;
+        uint32_t b[2] = {ld2(vb, vb + LV), ld2(vb + 8 * LV, vb + 9 * LV)};
+        mma<T>(o[n], a, b);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (row[h] >= p.tq)
+      continue;
+    float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+    T *yr = y + (entry * p.tq + row[h]) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t *>(yr + n * 8 + 2 * t) =
+          packF<T>(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    if (t == 0)
+      lse[entry * p.tq + row[h]] = l[h] > 0.0f ? m[h] + logf(l[h]) : -INFINITY;
+  }
+}
+
+// --- Backward --------------------------------------------------------------
+
+constexpr int kBwdKeys = 64;
+/// Query rows per step of the backward: fewer for D = 128 (registers).
+template <int D> struct BwdRows {
+  static constexpr int value = D == 64 ? 64 : 32;
+};
+
+template <int D> constexpr int bwdSmemBytes() {
+  constexpr int BM = BwdRows<D>::value, BN = kBwdKeys;
+  return 2 * (D * (BN + kPad) + BN * (D + kPad) + 2 * BM * (D + kPad) + BM * (BN + kPad)) +
+         4 * 2 * BM;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flashBackwardKernel(FlashProblem p, const T *__restrict__ dy, const T *__restrict__ q,
+                        const T *__restrict__ kt, const T *__restrict__ v,
+                        const float *__restrict__ lse, const float *__restrict__ drow,
+                        float *__restrict__ dqAcc, T *__restrict__ dkt, T *__restrict__ dv) {
+  constexpr int BM = BwdRows<D>::value, BN = kBwdKeys;
+  constexpr int LK = BN + kPad, LV = D + kPad, LQ = D + kPad, LS = BN + kPad;
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  T *ks = reinterpret_cast<T *>(smemRaw); // Kt block [D][BN]
+  T *vs = ks + D * LK;                    // V block [BN][D]
+  T *qs = vs + BN * LV;                   // Q rows [BM][D]
+  T *dys = qs + BM * LQ;                  // dY rows [BM][D]
+  T *dss = dys + BM * LQ;                 // dS [BM][BN]
+  float *ls = reinterpret_cast<float *>(dss + BM * LS);
+  float *drs = ls + BM;
+
+  const int64_t nkb = (p.tk + BN - 1) / BN;
+  const int64_t entry = blockIdx.x / nkb;
+  const int64_t j0 = (blockIdx.x % nkb) * BN;
+  const T *qE = q + entry * p.tq * D, *dyE = dy + entry * p.tq * D;
+  const T *ktE = kt + entry * D * p.tk, *vE = v + entry * p.tk * D;
+  const float *lseE = lse + entry * p.tq, *drowE = drow + entry * p.tq;
+  float *dqE = dqAcc + entry * p.tq * D;
+  const int64_t shift = p.tk - p.tq;
+
+  loadTile<T, D, BN>(ks, ktE + j0, p.tk, D, p.tk - j0);
+  loadTile<T, BN, D>(vs, vE + j0 * D, D, p.tk - j0, D);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t key[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
+  float dvAcc[D / 8][4], dkAcc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dvAcc[n][e] = dkAcc[n][e] = 0.0f;
+
+  int64_t iStart = 0; // the first query row that sees key j0
+  if (p.causal && j0 - shift > 0)
+    iStart = (j0 - shift) / BM * BM;
+
+  for (int64_t i0 = iStart; i0 < p.tq; i0 += BM) {
+    __syncthreads(); // the previous step's reads of qs, dys, dss, ls, drs are done
+    loadTile<T, BM, D>(qs, qE + i0 * D, D, p.tq - i0, D);
+    loadTile<T, BM, D>(dys, dyE + i0 * D, D, p.tq - i0, D);
+    for (int r = threadIdx.x; r < BM; r += kThreads) {
+      bool in = i0 + r < p.tq;
+      ls[r] = in ? lseE[i0 + r] : -INFINITY;
+      drs[r] = in ? drowE[i0 + r] : 0.0f;
+    }
+    __syncthreads();
+
+    // S^T = K Q^T for this warp's 16 keys x BM queries.
+    float st[BM / 8][4];
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n)
+      st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const T *ka = ks + (kk * 16 + 2 * t) * LK + warp * 16 + g;
+      uint32_t a[4] = {ld2(ka, ka + LK), ld2(ka + 8, ka + LK + 8), ld2(ka + 8 * LK, ka + 9 * LK),
+                       ld2(ka + 8 * LK + 8, ka + 9 * LK + 8)};
+#pragma unroll
+      for (int n = 0; n < BM / 8; ++n) {
+        const T *qb = qs + (n * 8 + g) * LQ + kk * 16 + 2 * t;
+        uint32_t b[2] = {ld2(qb), ld2(qb + 8)};
+        mma<T>(st[n], a, b);
+      }
+    }
+    // P^T = exp(scale * S^T - LSE), 0 where masked or the row has no key.
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = n * 8 + 2 * t + (e & 1);
+        int64_t qi = i0 + c, kj = key[e / 2];
+        float lq = ls[c];
+        bool masked = kj >= p.tk || qi >= p.tq || lq == -INFINITY || (p.causal && kj > qi + shift);
+        st[n][e] = masked ? 0.0f : expf(st[n][e] * p.scale - lq);
+      }
+    // dV += P^T dY
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      uint32_t a[4];
+      cToA<T>(st, kk, a);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const T *db = dys + (kk * 16 + 2 * t) * LQ + n * 8 + g;
+        uint32_t b[2] = {ld2(db, db + LQ), ld2(db + 8 * LQ, db + 9 * LQ)};
+        mma<T>(dvAcc[n], a, b);
+      }
+    }
+    // dP^T = V dY^T, then dS^T = P^T (dP^T - Drow) into st.
+    {
+      float dpt[BM / 8][4];
+#pragma unroll
+      for (int n = 0; n < BM / 8; ++n)
+        dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const T *va = vs + (warp * 16 + g) * LV + kk * 16 + 2 * t;
+        uint32_t a[4] = {ld2(va), ld2(va + 8 * LV), ld2(va + 8), ld2(va + 8 * LV + 8)};
+#pragma unroll
+        for (int n = 0; n < BM / 8; ++n) {
+          const T *db = dys + (n * 8 + g) * LQ + kk * 16 + 2 * t;
+          uint32_t b[2] = {ld2(db), ld2(db + 8)};
+          mma<T>(dpt[n], a, b);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          st[n][e] = st[n][e] * (dpt[n][e] - drs[n * 8 + 2 * t + (e & 1)]);
+    }
+    // dK += dS^T Q; dS (transposed back) to shared memory for dQ.
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      uint32_t a[4];
+      cToA<T>(st, kk, a);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const T *qb = qs + (kk * 16 + 2 * t) * LQ + n * 8 + g;
+        uint32_t b[2] = {ld2(qb, qb + LQ), ld2(qb + 8 * LQ, qb + 9 * LQ)};
+        mma<T>(dkAcc[n], a, b);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = n * 8 + 2 * t + (e & 1);
+        int kr = warp * 16 + g + (e / 2) * 8;
+        uint32_t h = packF<T>(st[n][e], 0.0f);
+        *reinterpret_cast<uint16_t *>(dss + c * LS + kr) = static_cast<uint16_t>(h & 0xffffu);
+      }
+    __syncthreads();
+    // dQ[i0 + BM rows] += scale * dS K: warps split the rows (16 each), and
+    // the columns when BM < 64.
+    {
+      constexpr int tiles = BM / 16, perTile = 4 / tiles, NQ = D / 8 / perTile;
+      const int rt = warp / perTile, n0 = (warp % perTile) * NQ;
+      float dq[NQ][4];
+#pragma unroll
+      for (int n = 0; n < NQ; ++n)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const T *sa = dss + (rt * 16 + g) * LS + kk * 16 + 2 * t;
+        uint32_t a[4] = {ld2(sa), ld2(sa + 8 * LS), ld2(sa + 8), ld2(sa + 8 * LS + 8)};
+#pragma unroll
+        for (int n = 0; n < NQ; ++n) {
+          const T *kb = ks + ((n0 + n) * 8 + g) * LK + kk * 16 + 2 * t;
+          uint32_t b[2] = {ld2(kb), ld2(kb + 8)};
+          mma<T>(dq[n], a, b);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int64_t qi = i0 + rt * 16 + g + 8 * h;
+        if (qi >= p.tq)
+          continue;
+        float *dqr = dqE + qi * D;
+#pragma unroll
+        for (int n = 0; n < NQ; ++n) {
+          int c = (n0 + n) * 8 + 2 * t;
+          atomicAdd(dqr + c, p.scale * dq[n][2 * h]);
+          atomicAdd(dqr + c + 1, p.scale * dq[n][2 * h + 1]);
+        }
+      }
+    }
+  }
+
+  // dV [Tk, D] rows; dKt [D, Tk] columns (dK scaled here).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t kj = key[h];
+    if (kj >= p.tk)
+      continue;
+    T *dvr = dv + (entry * p.tk + kj) * D;
+    T *dkc = dkt + entry * D * p.tk + kj;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      int c = n * 8 + 2 * t;
+      *reinterpret_cast<uint32_t *>(dvr + c) = packF<T>(dvAcc[n][2 * h], dvAcc[n][2 * h + 1]);
+      uint32_t k2 = packF<T>(p.scale * dkAcc[n][2 * h], p.scale * dkAcc[n][2 * h + 1]);
+      *reinterpret_cast<uint16_t *>(dkc + c * p.tk) = static_cast<uint16_t>(k2 & 0xffffu);
+      *reinterpret_cast<uint16_t *>(dkc + (c + 1) * p.tk) = static_cast<uint16_t>(k2 >> 16);
+    }
+  }
+}
+
+template <typename T>
+__global__ void flashDqKernel(const float *__restrict__ acc, T *__restrict__ dq, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = packF<T>(acc[i], 0.0f);
+    reinterpret_cast<uint16_t *>(dq)[i] = static_cast<uint16_t>(h & 0xffffu);
+  }
+}
+
+// --- Launchers -------------------------------------------------------------
+
+/// Raises a kernel's dynamic shared-memory limit (called once per kernel,
+/// from a function-local static: before any capture, as the first launch of
+/// a step runs uncaptured).
+template <typename K> bool allowSmem(K kernel, int bytes) {
+  return bytes <= 48 * 1024 ||
+         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+             cudaSuccess;
+}
+
+bool fits(const FlashProblem &p) {
+  return (p.d == 64 || p.d == 128) && p.tq > 0 && p.tk > 0 && p.entries > 0;
+}
+
+template <typename T, int D>
+bool forwardAs(const FlashProblem &p, const void *q, const void *kt, const void *v, void *y,
+               float *lse, cudaStream_t st) {
+  constexpr int smem = fwdSmemBytes<D>();
+  static const bool smemOk = allowSmem(flashForwardKernel<T, D>, smem);
+  if (!smemOk)
+    return false;
+  int64_t blocks = p.entries * ((p.tq + kFwdRows - 1) / kFwdRows);
+  if (blocks > INT32_MAX)
+    return false;
+  flashForwardKernel<T, D><<<unsigned(blocks), kThreads, smem, st>>>(
+      p, static_cast<const T *>(q), static_cast<const T *>(kt), static_cast<const T *>(v),
+      static_cast<T *>(y), lse);
+  return true;
+}
+
+template <typename T, int D>
+bool backwardAs(const FlashProblem &p, const void *dy, const void *q, const void *kt,
+                const void *v, const float *lse, const float *drow, float *dqAcc, void *dq,
+                void *dkt, void *dv, cudaStream_t st) {
+  constexpr int smem = bwdSmemBytes<D>();
+  static const bool smemOk = allowSmem(flashBackwardKernel<T, D>, smem);
+  if (!smemOk)
+    return false;
+  int64_t blocks = p.entries * ((p.tk + kBwdKeys - 1) / kBwdKeys);
+  if (blocks > INT32_MAX)
+    return false;
+  int64_t n = p.entries * p.tq * D;
+  if (cudaMemsetAsync(dqAcc, 0, size_t(n) * sizeof(float), st) != cudaSuccess)
+    return false;
+  flashBackwardKernel<T, D><<<unsigned(blocks), kThreads, smem, st>>>(
+      p, static_cast<const T *>(dy), static_cast<const T *>(q), static_cast<const T *>(kt),
+      static_cast<const T *>(v), lse, drow, dqAcc, static_cast<T *>(dkt), static_cast<T *>(dv));
+  unsigned g = unsigned(std::min<int64_t>((n + 255) / 256, 1 << 16));
+  flashDqKernel<T><<<g, 256, 0, st>>>(dqAcc, static_cast<T *>(dq), n);
+  return true;
+}
+
+} // namespace
+
+bool launchFlashAttentionForward(const FlashProblem &p, const void *q, const void *kt,
+                                 const void *v, void *y, float *lse, cudaStream_t st) {
+  if (!fits(p))
+    return false;
+  if (p.bf16)
+    return p.d == 64 ? forwardAs<__nv_bfloat16, 64>(p, q, kt, v, y, lse, st)
+                     : forwardAs<__nv_bfloat16, 128>(p, q, kt, v, y, lse, st);
+  return p.d == 64 ? forwardAs<__half, 64>(p, q, kt, v, y, lse, st)
+                   : forwardAs<__half, 128>(p, q, kt, v, y, lse, st);
+}
+
+bool launchFlashAttentionBackward(const FlashProblem &p, const void *dy, const void *q,
+                                  const void *kt, const void *v, const float *lse,
+                                  const float *drow, float *dqAcc, void *dq, void *dkt, void *dv,
+                                  cudaStream_t st) {
+  if (!fits(p))
+    return false;
+  if (p.bf16)
+    return p.d == 64
+               ? backwardAs<__nv_bfloat16, 64>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
+               : backwardAs<__nv_bfloat16, 128>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv,
+                                                st);
+  return p.d == 64 ? backwardAs<__half, 64>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
+                   : backwardAs<__half, 128>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st);
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace strait
