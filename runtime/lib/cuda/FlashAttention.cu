@@ -5,7 +5,9 @@
 // no bias (contract: docs/runtime-cuda.md "Fused attention"). Tensor cores
 // through `mma.sync.aligned.m16n8k16` (f32 accumulators); 4 warps per CTA,
 // each warp owns 16 rows of the tile it multiplies, tiles staged in shared
-// memory (rows padded by 16 bytes).
+// memory (rows padded by 16 bytes, no bank conflicts for `ldmatrix`), the
+// mma operands loaded with `ldmatrix` (.trans where the tile is stored
+// transposed to what the operand needs: Kt, V, dY, Q).
 //
 // Forward: one CTA per (entry, 64 query rows), a loop over 64-key blocks
 // (under causal only the blocks the block's last row may see), S = scale *
@@ -86,14 +88,57 @@ template <> __device__ inline uint32_t packF<__half>(float a, float b) {
   return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/// Two adjacent elements (p[0] low, p[1] high); p is 4-byte aligned.
-template <typename T> __device__ inline uint32_t ld2(const T *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
+/// Four 8x8 matrices of 16-bit elements from shared memory (`ldmatrix`):
+/// lane l gives the address of row l % 8 of matrix l / 8 (16-byte aligned);
+/// r[i] is matrix i's (row lane / 4, columns 2 (lane % 4) + {0, 1}), or
+/// with `trans` its (rows 2 (lane % 4) + {0, 1}, column lane / 4).
+__device__ inline void ldsm4(uint32_t r[4], const void *p) {
+  uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
-/// Two elements from anywhere (lo low, hi high).
-template <typename T> __device__ inline uint32_t ld2(const T *lo, const T *hi) {
-  uint32_t a = *reinterpret_cast<const uint16_t *>(lo), b = *reinterpret_cast<const uint16_t *>(hi);
-  return a | (b << 16);
+__device__ inline void ldsm4T(uint32_t r[4], const void *p) {
+  uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// The mma fragments of a shared-memory tile (leading dimension ld, in
+// elements): A for rows [m0, m0 + 16) x k [k0, k0 + 16); B for k [k0,
+// k0 + 16) x the two 8-column tiles [n0, n0 + 8) (b0) and [n0 + 8, n0 + 16)
+// (b1). The plain forms read a row-major [m][k] (A) or [k][n] (B) tile; the
+// T forms the transposed layout, [k][m] or [n][k].
+template <typename T>
+__device__ inline void ldA(uint32_t a[4], const T *s, int ld, int m0, int k0) {
+  int l = threadIdx.x % 32, mi = l / 8, r = l % 8;
+  ldsm4(a, s + (m0 + (mi & 1) * 8 + r) * ld + k0 + (mi >> 1) * 8);
+}
+template <typename T>
+__device__ inline void ldAT(uint32_t a[4], const T *s, int ld, int m0, int k0) {
+  int l = threadIdx.x % 32, mi = l / 8, r = l % 8;
+  ldsm4T(a, s + (k0 + (mi >> 1) * 8 + r) * ld + m0 + (mi & 1) * 8);
+}
+template <typename T>
+__device__ inline void ldB(uint32_t b0[2], uint32_t b1[2], const T *s, int ld, int k0, int n0) {
+  int l = threadIdx.x % 32, mi = l / 8, r = l % 8;
+  uint32_t x[4];
+  ldsm4T(x, s + (k0 + (mi & 1) * 8 + r) * ld + n0 + (mi >> 1) * 8);
+  b0[0] = x[0];
+  b0[1] = x[1];
+  b1[0] = x[2];
+  b1[1] = x[3];
+}
+template <typename T>
+__device__ inline void ldBT(uint32_t b0[2], uint32_t b1[2], const T *s, int ld, int k0, int n0) {
+  int l = threadIdx.x % 32, mi = l / 8, r = l % 8;
+  uint32_t x[4];
+  ldsm4(x, s + (n0 + (mi >> 1) * 8 + r) * ld + k0 + (mi & 1) * 8);
+  b0[0] = x[0];
+  b0[1] = x[1];
+  b1[0] = x[2];
+  b1[1] = x[3];
 }
 
 /// c += a b for one m16n8k16 tile (row-major A 16x16, column-major B 16x8).
@@ -203,13 +248,14 @@ __global__ void __launch_bounds__(kThreads)
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const T *qa = qs + (warp * 16 + g) * LQ + kk * 16 + 2 * t;
-      uint32_t a[4] = {ld2(qa), ld2(qa + 8 * LQ), ld2(qa + 8), ld2(qa + 8 * LQ + 8)};
+      uint32_t a[4];
+      ldA(a, qs, LQ, warp * 16, kk * 16);
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-        const T *kb = ks + (kk * 16 + 2 * t) * LK + n * 8 + g;
-        uint32_t b[2] = {ld2(kb, kb + LK), ld2(kb + 8 * LK, kb + 9 * LK)};
-        mma<T>(s[n], a, b);
+      for (int n = 0; n < BN / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        ldB(b0, b1, ks, LK, kk * 16, n * 8);
+        mma<T>(s[n], a, b0);
+        mma<T>(s[n + 1], a, b1);
       }
     }
 
@@ -258,10 +304,11 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t a[4];
       cToA<T>(s, kk, a);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const T *vb = vs + (kk * 16 + 2 * t) * LV + n * 8 + g;
-        uint32_t b[2] = {ld2(vb, vb + LV), ld2(vb + 8 * LV, vb + 9 * LV)};
-        mma<T>(o[n], a, b);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        ldB(b0, b1, vs, LV, kk * 16, n * 8);
+        mma<T>(o[n], a, b0);
+        mma<T>(o[n + 1], a, b1);
       }
     }
   }
@@ -357,14 +404,14 @@ __global__ void __launch_bounds__(kThreads)
       st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const T *ka = ks + (kk * 16 + 2 * t) * LK + warp * 16 + g;
-      uint32_t a[4] = {ld2(ka, ka + LK), ld2(ka + 8, ka + LK + 8), ld2(ka + 8 * LK, ka + 9 * LK),
-                       ld2(ka + 8 * LK + 8, ka + 9 * LK + 8)};
+      uint32_t a[4];
+      ldAT(a, ks, LK, warp * 16, kk * 16);
 #pragma unroll
-      for (int n = 0; n < BM / 8; ++n) {
-        const T *qb = qs + (n * 8 + g) * LQ + kk * 16 + 2 * t;
-        uint32_t b[2] = {ld2(qb), ld2(qb + 8)};
-        mma<T>(st[n], a, b);
+      for (int n = 0; n < BM / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        ldBT(b0, b1, qs, LQ, kk * 16, n * 8);
+        mma<T>(st[n], a, b0);
+        mma<T>(st[n + 1], a, b1);
       }
     }
     // P^T = exp(scale * S^T - LSE), 0 where masked or the row has no key.
@@ -384,10 +431,11 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t a[4];
       cToA<T>(st, kk, a);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const T *db = dys + (kk * 16 + 2 * t) * LQ + n * 8 + g;
-        uint32_t b[2] = {ld2(db, db + LQ), ld2(db + 8 * LQ, db + 9 * LQ)};
-        mma<T>(dvAcc[n], a, b);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        ldB(b0, b1, dys, LQ, kk * 16, n * 8);
+        mma<T>(dvAcc[n], a, b0);
+        mma<T>(dvAcc[n + 1], a, b1);
       }
     }
     // dP^T = V dY^T, then dS^T = P^T (dP^T - Drow) into st.
@@ -398,13 +446,14 @@ __global__ void __launch_bounds__(kThreads)
         dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const T *va = vs + (warp * 16 + g) * LV + kk * 16 + 2 * t;
-        uint32_t a[4] = {ld2(va), ld2(va + 8 * LV), ld2(va + 8), ld2(va + 8 * LV + 8)};
+        uint32_t a[4];
+        ldA(a, vs, LV, warp * 16, kk * 16);
 #pragma unroll
-        for (int n = 0; n < BM / 8; ++n) {
-          const T *db = dys + (n * 8 + g) * LQ + kk * 16 + 2 * t;
-          uint32_t b[2] = {ld2(db), ld2(db + 8)};
-          mma<T>(dpt[n], a, b);
+        for (int n = 0; n < BM / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          ldBT(b0, b1, dys, LQ, kk * 16, n * 8);
+          mma<T>(dpt[n], a, b0);
+          mma<T>(dpt[n + 1], a, b1);
         }
       }
 #pragma unroll
@@ -419,10 +468,11 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t a[4];
       cToA<T>(st, kk, a);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const T *qb = qs + (kk * 16 + 2 * t) * LQ + n * 8 + g;
-        uint32_t b[2] = {ld2(qb, qb + LQ), ld2(qb + 8 * LQ, qb + 9 * LQ)};
-        mma<T>(dkAcc[n], a, b);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        ldB(b0, b1, qs, LQ, kk * 16, n * 8);
+        mma<T>(dkAcc[n], a, b0);
+        mma<T>(dkAcc[n + 1], a, b1);
       }
     }
 #pragma unroll
@@ -446,13 +496,14 @@ __global__ void __launch_bounds__(kThreads)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        const T *sa = dss + (rt * 16 + g) * LS + kk * 16 + 2 * t;
-        uint32_t a[4] = {ld2(sa), ld2(sa + 8 * LS), ld2(sa + 8), ld2(sa + 8 * LS + 8)};
+        uint32_t a[4];
+        ldA(a, dss, LS, rt * 16, kk * 16);
 #pragma unroll
-        for (int n = 0; n < NQ; ++n) {
-          const T *kb = ks + ((n0 + n) * 8 + g) * LK + kk * 16 + 2 * t;
-          uint32_t b[2] = {ld2(kb), ld2(kb + 8)};
-          mma<T>(dq[n], a, b);
+        for (int n = 0; n < NQ; n += 2) {
+          uint32_t b0[2], b1[2];
+          ldBT(b0, b1, ks, LK, kk * 16, (n0 + n) * 8);
+          mma<T>(dq[n], a, b0);
+          mma<T>(dq[n + 1], a, b1);
         }
       }
 #pragma unroll
