@@ -70,7 +70,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 # CUDA libraries of this machine: the toolkit's cudart/cuBLAS, and NCCL and
 # cuDNN wherever they are (the toolkit, or PyTorch's nvidia-* wheels).
 libdirs=/usr/local/cuda/lib64:/usr/local/cuda/lib
-for lib in libnccl.so.2 libcudnn.so.9 libcublas.so.13; do
+for lib in libnccl.so.2 libcudnn.so.9 libcublas.so.13 libnvrtc.so.13; do
   d=$(find /usr/local/cuda/ /usr/lib /opt /usr/local/lib -name "$lib" 2>/dev/null | head -1)
   [ -n "$d" ] && libdirs="$libdirs:$(dirname "$d")"
 done

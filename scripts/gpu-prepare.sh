@@ -87,7 +87,7 @@ cp "$BC"/runtime/test/strait-cuda-tests "$BC"/runtime/test/strait-cuda-step-benc
 # Shared libraries to bring: everything ldd resolves except the C/C++ runtime
 # and CUDA's libraries (the GPU machine's own driver-matched ones are used).
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda[^/]*|libcudart|libcublas[^/]*|libcudnn[^/]*|libnccl)\.so' |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda[^/]*|libcudart|libcublas[^/]*|libcudnn[^/]*|libnccl|libnvrtc[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 node=/usr/share/libonnx-testdata/data/node
 grep -v '^#' runtime/test/conformance/expected-passes.txt | awk 'NF {print $1}' |

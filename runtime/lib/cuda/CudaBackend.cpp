@@ -469,6 +469,14 @@ StatusOr<std::unique_ptr<Backend>> createCudaBackend(const CudaOptions &options)
   ctx->errorFlag[0] = ctx->errorFlag[1] = 0;
   STRAIT_RETURN_IF_ERROR(cublasStatus(cublasCreate(&ctx->blas), "cublasCreate"));
   STRAIT_RETURN_IF_ERROR(cublasStatus(cublasSetStream(ctx->blas, ctx->stream), "cublasSetStream"));
+  // Split-K GEMMs with bf16/f16 results otherwise add their partial sums in
+  // 16 bits (seen on an H200: a bf16 256x512x8201 product off by 5 ulps):
+  // f32 compute must mean f32 accumulation throughout, as on the CPU.
+  STRAIT_RETURN_IF_ERROR(cublasStatus(
+      cublasSetMathMode(ctx->blas, static_cast<cublasMath_t>(
+                                       CUBLAS_DEFAULT_MATH |
+                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+      "cublasSetMathMode"));
   STRAIT_RETURN_IF_ERROR(setupGraphs(*ctx));
   return std::unique_ptr<Backend>(new CudaBackend(std::move(ctx)));
 }
