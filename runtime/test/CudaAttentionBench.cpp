@@ -63,7 +63,8 @@ Values addCommon(ProgramBuilder &b, const Options &o, DType dtype = program::DTY
           val("dkt", kts, program::ROLE_OUTPUT), val("dv", qs, program::ROLE_OUTPUT)};
 }
 
-program::Program fusedProgram(const Options &o, DType dtype = program::DTYPE_F32) {
+program::Program fusedProgram(const Options &o, DType dtype = program::DTYPE_F32,
+                              bool withGrad = true) {
   ProgramBuilder b;
   b.get().set_device("cuda:0");
   Values x = addCommon(b, o, dtype);
@@ -72,6 +73,10 @@ program::Program fusedProgram(const Options &o, DType dtype = program::DTYPE_F32
   program::Kernel &f = b.addKernel("FusedAttention", {x.q, x.kt, x.v}, {x.y, lse});
   setFloat(f, "scale", scale);
   setInt(f, "causal", 1);
+  if (!withGrad) {
+    b.addRunStep();
+    return b.get();
+  }
   program::Kernel &g =
       b.addKernel("FusedAttentionGrad", {x.dy, x.q, x.kt, x.v, x.y, lse}, {x.dq, x.dkt, x.dv});
   setFloat(g, "scale", scale);
@@ -201,20 +206,26 @@ bool compare(const char *what, const std::vector<std::vector<float>> &got,
 /// with the composed f32 outputs. False on an error or a mismatch.
 bool benchBf16Tensors(const Options &o, const BackendRegistry &reg,
                       const std::vector<std::vector<float>> &composed, double composedMs) {
-  std::vector<std::vector<float>> flash, cublas;
+  std::vector<std::vector<float>> flash, cublas, unused;
   cuda::setFlashAttentionEnabled(1);
   StatusOr<double> tFlash = timeProgram(fusedProgram(o, program::DTYPE_BF16), reg, o, flash);
+  StatusOr<double> fFlash =
+      timeProgram(fusedProgram(o, program::DTYPE_BF16, false), reg, o, unused);
   cuda::setFlashAttentionEnabled(0);
   StatusOr<double> tCublas = timeProgram(fusedProgram(o, program::DTYPE_BF16), reg, o, cublas);
+  StatusOr<double> fCublas =
+      timeProgram(fusedProgram(o, program::DTYPE_BF16, false), reg, o, unused);
   cuda::setFlashAttentionEnabled(-1);
-  if (!tFlash.isOk() || !tCublas.isOk()) {
-    std::cerr << "bf16 tensors: "
-              << (tFlash.isOk() ? tCublas.getStatus() : tFlash.getStatus()).toString() << "\n";
-    return false;
-  }
+  for (const StatusOr<double> *t : {&tFlash, &fFlash, &tCublas, &fCublas})
+    if (!t->isOk()) {
+      std::cerr << "bf16 tensors: " << t->getStatus().toString() << "\n";
+      return false;
+    }
   std::cout << "bf16 tensors, fused fwd+bwd: flash " << *tFlash << " ms, cuBLAS path "
             << *tCublas << " ms (flash speedup " << *tCublas / *tFlash << "), composed f32 "
             << composedMs << " ms\n";
+  std::cout << "bf16 tensors, forward only: flash " << *fFlash << " ms, cuBLAS path "
+            << *fCublas << " ms\n";
   bool ok = compare("flash - composed", flash, composed, o.tolerance);
   ok &= compare("cuBLAS path - composed", cublas, composed, o.tolerance);
   ok &= compare("flash - cuBLAS path", flash, cublas, o.tolerance);

@@ -20,8 +20,9 @@
 // over the query blocks that see them, computing S^T = K Q^T, P^T = exp(
 // scale * S^T - LSE), dV += P^T dY, dP^T = V dY^T, dS^T = P^T * (dP^T -
 // Drow), dK += dS^T Q (scaled once at the end). dS goes through shared
-// memory for dQ += scale * dS K, added with f32 atomics into a zeroed f32
-// scratch that a last kernel rounds into dQ.
+// memory for dQ += scale * dS K, staged in shared memory and added with
+// 16-byte f32 atomics (sm_90) into a zeroed f32 scratch that a last kernel
+// rounds into dQ.
 //
 // Every launch is capture-safe: no allocation, no host synchronization (the
 // shared-memory limit is raised once per kernel, on the first launch).
@@ -360,6 +361,9 @@ __global__ void __launch_bounds__(kThreads)
   T *dss = dys + BM * LQ;                 // dS [BM][BN]
   float *ls = reinterpret_cast<float *>(dss + BM * LS);
   float *drs = ls + BM;
+  constexpr int LDQ = D + 4; // f32 dQ rows staged over qs and dys
+  static_assert(BM * LDQ * 4 <= 2 * BM * LQ * 2, "the dQ tile fits over Q and dY");
+  float *dqs = reinterpret_cast<float *>(qs);
 
   const int64_t nkb = (p.tk + BN - 1) / BN;
   const int64_t entry = blockIdx.x / nkb;
@@ -506,19 +510,24 @@ __global__ void __launch_bounds__(kThreads)
           mma<T>(dq[n + 1], a, b1);
         }
       }
+      // Staged in shared memory over Q and dY (dead until the next step's
+      // loads), then added to global memory 16 bytes a thread, a warp
+      // covering whole rows: coalesced atomics.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        int64_t qi = i0 + rt * 16 + g + 8 * h;
-        if (qi >= p.tq)
-          continue;
-        float *dqr = dqE + qi * D;
+        float *dqr = dqs + (rt * 16 + g + 8 * h) * LDQ;
 #pragma unroll
-        for (int n = 0; n < NQ; ++n) {
-          int c = (n0 + n) * 8 + 2 * t;
-          atomicAdd(dqr + c, p.scale * dq[n][2 * h]);
-          atomicAdd(dqr + c + 1, p.scale * dq[n][2 * h + 1]);
-        }
+        for (int n = 0; n < NQ; ++n)
+          *reinterpret_cast<float2 *>(dqr + (n0 + n) * 8 + 2 * t) =
+              make_float2(p.scale * dq[n][2 * h], p.scale * dq[n][2 * h + 1]);
       }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < BM * (D / 4); idx += kThreads) {
+      int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+      if (i0 + r < p.tq)
+        atomicAdd(reinterpret_cast<float4 *>(dqE + (i0 + r) * D + c),
+                  *reinterpret_cast<const float4 *>(dqs + r * LDQ + c));
     }
   }
 
