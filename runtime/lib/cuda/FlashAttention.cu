@@ -24,6 +24,12 @@
 // 16-byte f32 atomics (sm_90) into a zeroed f32 scratch that a last kernel
 // rounds into dQ.
 //
+// Both loops keep two shared-memory buffers of the tiles they stream (K/V
+// blocks forward, Q/dY rows backward), the next one in flight through
+// `cp.async` while the current one is multiplied. Exponentials are 2^x of
+// scores scaled by scale * log2(e) (LSE converted at the boundary); the
+// mask is evaluated only in blocks that meet Tk, Tq or the diagonal.
+//
 // Every launch is capture-safe: no allocation, no host synchronization (the
 // shared-memory limit is raised once per kernel, on the first launch).
 //
@@ -196,12 +202,48 @@ __device__ inline void loadTile(T *s, const T *g, int64_t ld, int64_t rowsValid,
   }
 }
 
+__device__ inline void cpAsync16(void *dst, const void *src) {
+  uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ inline void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ inline void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/// loadTile with the aligned 16-byte chunks in flight (`cp.async`, one
+/// group per cpAsyncCommit); the others are stored at once. The tile is
+/// complete after cpAsyncWait and a barrier.
+template <typename T, int ROWS, int COLS>
+__device__ inline void loadTileAsync(T *s, const T *g, int64_t ld, int64_t rowsValid,
+                                     int64_t colsValid) {
+  constexpr int chunks = COLS / 8;
+  for (int idx = threadIdx.x; idx < ROWS * chunks; idx += kThreads) {
+    int r = idx / chunks, c = (idx % chunks) * 8;
+    T *dst = s + r * (COLS + kPad) + c;
+    const T *src = g + r * ld + c;
+    if (r < rowsValid && c + 8 <= colsValid &&
+        (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+      cpAsync16(dst, src);
+    } else {
+      uint16_t *d16 = reinterpret_cast<uint16_t *>(dst);
+      const uint16_t *s16 = reinterpret_cast<const uint16_t *>(src);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        d16[e] = (r < rowsValid && c + e < colsValid) ? s16[e] : uint16_t(0);
+    }
+  }
+}
+
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
 // --- Forward ---------------------------------------------------------------
 
 constexpr int kFwdRows = 64, kFwdKeys = 64;
 
+/// Q, then two buffers of (Kt block, V block).
 template <int D> constexpr int fwdSmemBytes() {
-  return 2 * (kFwdRows * (D + kPad) + D * (kFwdKeys + kPad) + kFwdKeys * (D + kPad));
+  return 2 * (kFwdRows * (D + kPad) + 2 * (D * (kFwdKeys + kPad) + kFwdKeys * (D + kPad)));
 }
 
 template <typename T, int D>
@@ -211,8 +253,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int BM = kFwdRows, BN = kFwdKeys, LQ = D + kPad, LK = BN + kPad, LV = D + kPad;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   T *qs = reinterpret_cast<T *>(smemRaw);
-  T *ks = qs + BM * LQ; // Kt block [D][BN]
-  T *vs = ks + D * LK;  // V block [BN][D]
+  T *kBuf = qs + BM * LQ;      // Kt blocks [2][D][BN]
+  T *vBuf = kBuf + 2 * D * LK; // V blocks [2][BN][D]
 
   const int64_t nqb = (p.tq + BM - 1) / BM;
   const int64_t entry = blockIdx.x / nqb;
@@ -227,7 +269,14 @@ __global__ void __launch_bounds__(kThreads)
     kEnd = last < 0 ? 0 : last < p.tk ? last : p.tk;
   }
 
-  loadTile<T, BM, D>(qs, qE + i0 * D, D, p.tq - i0, D);
+  // Scores in the log2 domain: x = scale * log2(e) * q.k, p = 2^(x - m).
+  const float sl = p.scale * kLog2e;
+  loadTileAsync<T, BM, D>(qs, qE + i0 * D, D, p.tq - i0, D);
+  if (kEnd > 0) {
+    loadTileAsync<T, D, BN>(kBuf, ktE, p.tk, D, p.tk);
+    loadTileAsync<T, BN, D>(vBuf, vE, D, p.tk, D);
+  }
+  cpAsyncCommit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
@@ -237,11 +286,19 @@ __global__ void __launch_bounds__(kThreads)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  for (int64_t j0 = 0; j0 < kEnd; j0 += BN) {
-    __syncthreads(); // the previous block's reads of ks, vs are done
-    loadTile<T, D, BN>(ks, ktE + j0, p.tk, D, p.tk - j0);
-    loadTile<T, BN, D>(vs, vE + j0 * D, D, p.tk - j0, D);
-    __syncthreads();
+  // Two buffers: block j0 + BN loads while block j0 is multiplied.
+  for (int64_t j0 = 0, it = 0; j0 < kEnd; j0 += BN, ++it) {
+    const T *ks = kBuf + (it & 1) * D * LK, *vs = vBuf + (it & 1) * BN * LV;
+    if (j0 + BN < kEnd) {
+      int64_t jn = j0 + BN;
+      loadTileAsync<T, D, BN>(kBuf + ((it + 1) & 1) * D * LK, ktE + jn, p.tk, D, p.tk - jn);
+      loadTileAsync<T, BN, D>(vBuf + ((it + 1) & 1) * BN * LV, vE + jn * D, D, p.tk - jn, D);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads(); // block j0 (and Q) have landed
 
     float s[BN / 8][4];
 #pragma unroll
@@ -261,15 +318,19 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // Scale, mask, online softmax (rows row[0]: s[.][0..1], row[1]: s[.][2..3]).
+    // Only blocks past Tk or crossing this warp's diagonal need the mask.
+    const bool masked = j0 + BN > p.tk || (p.causal && j0 + BN - 1 > i0 + warp * 16 + shift);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int64_t col = j0 + n * 8 + 2 * t + (e & 1);
-        float x = s[n][e] * p.scale;
-        if (col >= p.tk || (p.causal && col > row[e / 2] + shift))
-          x = -INFINITY;
+        float x = s[n][e] * sl;
+        if (masked) {
+          int64_t col = j0 + n * 8 + 2 * t + (e & 1);
+          if (col >= p.tk || (p.causal && col > row[e / 2] + shift))
+            x = -INFINITY;
+        }
         s[n][e] = x;
         mx[e / 2] = fmaxf(mx[e / 2], x);
       }
@@ -279,8 +340,8 @@ __global__ void __launch_bounds__(kThreads)
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
       float mNew = fmaxf(m[h], mx[h]);
-      mUse[h] = mNew == -INFINITY ? 0.0f : mNew; // exp(-inf - 0) = 0, never NaN
-      alpha[h] = expf(m[h] - mUse[h]);
+      mUse[h] = mNew == -INFINITY ? 0.0f : mNew; // 2^(-inf - 0) = 0, never NaN
+      alpha[h] = exp2f(m[h] - mUse[h]);
       m[h] = mNew;
       l[h] *= alpha[h];
     }
@@ -288,7 +349,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float pe = expf(s[n][e] - mUse[e / 2]);
+        float pe = exp2f(s[n][e] - mUse[e / 2]);
         s[n][e] = pe;
         l[e / 2] += pe;
       }
@@ -312,7 +373,9 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(o[n + 1], a, b1);
       }
     }
+    __syncthreads(); // this buffer's reads are done before the next loads into it
   }
+  cpAsyncWait<0>(); // kEnd == 0: Q's group, never waited on above
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -327,7 +390,7 @@ __global__ void __launch_bounds__(kThreads)
       *reinterpret_cast<uint32_t *>(yr + n * 8 + 2 * t) =
           packF<T>(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
     if (t == 0)
-      lse[entry * p.tq + row[h]] = l[h] > 0.0f ? m[h] + logf(l[h]) : -INFINITY;
+      lse[entry * p.tq + row[h]] = l[h] > 0.0f ? m[h] * kLn2 + logf(l[h]) : -INFINITY;
   }
 }
 
@@ -341,8 +404,8 @@ template <int D> struct BwdRows {
 
 template <int D> constexpr int bwdSmemBytes() {
   constexpr int BM = BwdRows<D>::value, BN = kBwdKeys;
-  return 2 * (D * (BN + kPad) + BN * (D + kPad) + 2 * BM * (D + kPad) + BM * (BN + kPad)) +
-         4 * 2 * BM;
+  return 2 * (D * (BN + kPad) + BN * (D + kPad) + 2 * 2 * BM * (D + kPad) + BM * (BN + kPad)) +
+         4 * 2 * 2 * BM;
 }
 
 template <typename T, int D>
@@ -356,14 +419,12 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smemRaw[];
   T *ks = reinterpret_cast<T *>(smemRaw); // Kt block [D][BN]
   T *vs = ks + D * LK;                    // V block [BN][D]
-  T *qs = vs + BN * LV;                   // Q rows [BM][D]
-  T *dys = qs + BM * LQ;                  // dY rows [BM][D]
-  T *dss = dys + BM * LQ;                 // dS [BM][BN]
-  float *ls = reinterpret_cast<float *>(dss + BM * LS);
-  float *drs = ls + BM;
-  constexpr int LDQ = D + 4; // f32 dQ rows staged over qs and dys
+  T *stage = vs + BN * LV;                // two buffers of Q rows [BM][D], dY rows [BM][D]
+  T *dss = stage + 2 * 2 * BM * LQ;       // dS [BM][BN]
+  float *lBuf = reinterpret_cast<float *>(dss + BM * LS); // two buffers of LSE [BM]
+  float *dBuf = lBuf + 2 * BM;                            // two buffers of Drow [BM]
+  constexpr int LDQ = D + 4; // f32 dQ rows staged over a buffer's Q and dY
   static_assert(BM * LDQ * 4 <= 2 * BM * LQ * 2, "the dQ tile fits over Q and dY");
-  float *dqs = reinterpret_cast<float *>(qs);
 
   const int64_t nkb = (p.tk + BN - 1) / BN;
   const int64_t entry = blockIdx.x / nkb;
@@ -374,8 +435,19 @@ __global__ void __launch_bounds__(kThreads)
   float *dqE = dqAcc + entry * p.tq * D;
   const int64_t shift = p.tk - p.tq;
 
-  loadTile<T, D, BN>(ks, ktE + j0, p.tk, D, p.tk - j0);
-  loadTile<T, BN, D>(vs, vE + j0 * D, D, p.tk - j0, D);
+  // Q, dY, LSE (log2 domain) and Drow rows [i0, i0 + BM) into buffer b.
+  auto loadStep = [&](int64_t i0, int b) {
+    T *qd = stage + b * 2 * BM * LQ;
+    loadTileAsync<T, BM, D>(qd, qE + i0 * D, D, p.tq - i0, D);
+    loadTileAsync<T, BM, D>(qd + BM * LQ, dyE + i0 * D, D, p.tq - i0, D);
+    for (int r = threadIdx.x; r < BM; r += kThreads) {
+      bool in = i0 + r < p.tq;
+      lBuf[b * BM + r] = in ? lseE[i0 + r] * kLog2e : -INFINITY;
+      dBuf[b * BM + r] = in ? drowE[i0 + r] : 0.0f;
+    }
+  };
+  loadTileAsync<T, D, BN>(ks, ktE + j0, p.tk, D, p.tk - j0);
+  loadTileAsync<T, BN, D>(vs, vE + j0 * D, D, p.tk - j0, D);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t key[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
@@ -386,20 +458,29 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 4; ++e)
       dvAcc[n][e] = dkAcc[n][e] = 0.0f;
 
+  const float sl = p.scale * kLog2e;
   int64_t iStart = 0; // the first query row that sees key j0
   if (p.causal && j0 - shift > 0)
     iStart = (j0 - shift) / BM * BM;
 
-  for (int64_t i0 = iStart; i0 < p.tq; i0 += BM) {
-    __syncthreads(); // the previous step's reads of qs, dys, dss, ls, drs are done
-    loadTile<T, BM, D>(qs, qE + i0 * D, D, p.tq - i0, D);
-    loadTile<T, BM, D>(dys, dyE + i0 * D, D, p.tq - i0, D);
-    for (int r = threadIdx.x; r < BM; r += kThreads) {
-      bool in = i0 + r < p.tq;
-      ls[r] = in ? lseE[i0 + r] : -INFINITY;
-      drs[r] = in ? drowE[i0 + r] : 0.0f;
+  if (iStart < p.tq)
+    loadStep(iStart, 0);
+  cpAsyncCommit(); // K, V and the first step
+
+  // Two buffers: step i0 + BM loads while step i0 is multiplied.
+  for (int64_t i0 = iStart, it = 0; i0 < p.tq; i0 += BM, ++it) {
+    const int b = int(it & 1);
+    T *qs = stage + b * 2 * BM * LQ, *dys = qs + BM * LQ;
+    const float *ls = lBuf + b * BM, *drs = dBuf + b * BM;
+    float *dqs = reinterpret_cast<float *>(qs);
+    if (i0 + BM < p.tq) {
+      loadStep(i0 + BM, b ^ 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
     }
-    __syncthreads();
+    __syncthreads(); // this step's tiles (and K, V) have landed
 
     // S^T = K Q^T for this warp's 16 keys x BM queries.
     float st[BM / 8][4];
@@ -418,16 +499,22 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(st[n + 1], a, b1);
       }
     }
-    // P^T = exp(scale * S^T - LSE), 0 where masked or the row has no key.
+    // P^T = 2^(scale log2(e) S^T - log2(e) LSE), 0 where masked or the row
+    // has no key; the bounds and the diagonal only where the block meets them.
+    const bool edge = j0 + BN > p.tk || i0 + BM > p.tq ||
+                      (p.causal && j0 + warp * 16 + 15 > i0 + shift);
 #pragma unroll
     for (int n = 0; n < BM / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int c = n * 8 + 2 * t + (e & 1);
-        int64_t qi = i0 + c, kj = key[e / 2];
         float lq = ls[c];
-        bool masked = kj >= p.tk || qi >= p.tq || lq == -INFINITY || (p.causal && kj > qi + shift);
-        st[n][e] = masked ? 0.0f : expf(st[n][e] * p.scale - lq);
+        bool masked = lq == -INFINITY;
+        if (edge) {
+          int64_t qi = i0 + c, kj = key[e / 2];
+          masked = masked || kj >= p.tk || qi >= p.tq || (p.causal && kj > qi + shift);
+        }
+        st[n][e] = masked ? 0.0f : exp2f(st[n][e] * sl - lq);
       }
     // dV += P^T dY
 #pragma unroll
@@ -529,7 +616,9 @@ __global__ void __launch_bounds__(kThreads)
         atomicAdd(reinterpret_cast<float4 *>(dqE + (i0 + r) * D + c),
                   *reinterpret_cast<const float4 *>(dqs + r * LDQ + c));
     }
+    __syncthreads(); // this buffer and dS are read before the next loads into them
   }
+  cpAsyncWait<0>(); // no step: K and V's group, never waited on above
 
   // dV [Tk, D] rows; dKt [D, Tk] columns (dK scaled here).
 #pragma unroll
