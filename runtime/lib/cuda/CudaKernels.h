@@ -51,6 +51,8 @@ struct CudaContext {
   /// cuDNN handle and per-kernel algorithm choices (CudaConv.cpp), created
   /// on first use; type-erased so that this header needs no cuDNN header.
   std::shared_ptr<void> cudnn;
+  /// cublasLt handle and planned matmuls (CudaMatMul.cpp), created on first use.
+  std::shared_ptr<void> blasLt;
 
   StatusOr<void *> getScratch(size_t bytes);
   int addTag(const std::string &name);

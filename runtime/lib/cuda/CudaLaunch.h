@@ -152,6 +152,11 @@ void launchClipScale(const float *g, float *out, int64_t n, const double *sumSq,
 void launchWriteNorm(const double *sumSq, float *norm, cudaStream_t s);
 /// y = cast(x) between f32, f64, f16, bf16, i32, i64, bool.
 bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t s);
+/// Copies `rows` rows of `cols` elements of es bytes from rows srcLd
+/// elements apart to rows dstLd apart (cudaMemcpy2D is slow for pitches
+/// that are not multiples of 4 bytes: GPT-2's 50257 bf16 columns).
+bool launchPitchedCopy(size_t es, const void *src, int64_t srcLd, void *dst, int64_t dstLd,
+                       int64_t cols, int64_t rows, cudaStream_t s);
 
 // --- Spatial and reduction kernels (Pooling.cu, Reduce.cu) ------------------
 

@@ -11,7 +11,11 @@
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
 
+#include <cublasLt.h>
+
 #include <climits>
+#include <map>
+#include <tuple>
 
 namespace strait {
 namespace rt {
@@ -63,9 +67,9 @@ int64_t paddedLd(int64_t ld, size_t es) {
 
 Status copyRows(CudaContext &c, void *dst, int64_t dstLd, const void *src, int64_t srcLd,
                 int64_t cols, int64_t rows, size_t es) {
-  return cudaStatus(cudaMemcpy2DAsync(dst, dstLd * es, src, srcLd * es, cols * es, rows,
-                                      cudaMemcpyDeviceToDevice, c.stream),
-                    "GEMM padding copy");
+  if (!launchPitchedCopy(es, src, srcLd, dst, dstLd, cols, rows, c.stream))
+    return internalError("cuda: GEMM padding copy of " + std::to_string(es) + "-byte elements");
+  return cudaStatus(cudaGetLastError(), "GEMM padding copy");
 }
 
 /// Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b], row-major, `batch` GEMMs
@@ -148,6 +152,126 @@ Status gemm(CudaContext &c, const KernelContext &ctx, const GemmTypes &ty, bool 
             int64_t m, int64_t n, int64_t k, double alpha, const void *a, int64_t sA,
             const void *b, int64_t sB, double beta, void *y, int64_t sY, int64_t batch) {
   return gemm(c, ctx, ty, ta, tb, m, n, k, alpha, a, sA, b, sB, beta, y, sY, batch, ty.data, 0);
+}
+
+/// cublasLt state of a backend: the handle and, per product shape, the
+/// descriptors and the algorithm its heuristic chose (planned once, so a
+/// captured or replayed step only launches).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+};
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t>, LtPlan> plans;
+  ~LtState() {
+    for (auto &e : plans) {
+      LtPlan &p = e.second;
+      if (p.desc)
+        cublasLtMatmulDescDestroy(p.desc);
+      for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d})
+        if (l)
+          cublasLtMatrixLayoutDestroy(l);
+    }
+    if (handle)
+      cublasLtDestroy(handle);
+  }
+};
+
+/// The cuBLAS workspace (CudaGraph.cpp) size, also given to cublasLt.
+constexpr size_t kLtWorkspaceBytes = 32u << 20;
+
+/// Plans Y = op(A) op(B) + bias with the bias epilogue (bias[n] added to the
+/// f32 accumulator, then one rounding to Y's 16-bit type). Row-major on
+/// column-major: cuBLAS's A is our B. False if cublasLt has no algorithm.
+StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, int64_t m,
+                          int64_t n, int64_t k) {
+  if (!c.blasLt) {
+    auto st = std::make_shared<LtState>();
+    STRAIT_RETURN_IF_ERROR(cublasStatus(cublasLtCreate(&st->handle), "cublasLtCreate"));
+    c.blasLt = st;
+  }
+  LtState &st = *static_cast<LtState *>(c.blasLt.get());
+  auto key = std::make_tuple(static_cast<int>(dt), ta, tb, m, n, k);
+  auto found = st.plans.find(key);
+  if (found != st.plans.end())
+    return &found->second;
+  LtPlan &p = st.plans[key];
+  cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  int32_t biasType = static_cast<int32_t>(dt);
+  auto check = [](cublasStatus_t s, const char *what) { return cublasStatus(s, what); };
+  STRAIT_RETURN_IF_ERROR(
+      check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "Lt desc"));
+  STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
+                                   p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)),
+                               "Lt transa"));
+  STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
+                                   p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)),
+                               "Lt transb"));
+  STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
+                                   p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+                               "Lt epilogue"));
+  STRAIT_RETURN_IF_ERROR(
+      check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                           &biasType, sizeof(biasType)),
+            "Lt bias type"));
+  // Stored (column-major) shapes: our B is [k, n] row-major = n x k (or k x n
+  // transposed), our A is k x m (or m x k), D is n x m.
+  STRAIT_RETURN_IF_ERROR(check(
+      cublasLtMatrixLayoutCreate(&p.a, dt, tb ? k : n, tb ? n : k, tb ? k : n), "Lt layout"));
+  STRAIT_RETURN_IF_ERROR(check(
+      cublasLtMatrixLayoutCreate(&p.b, dt, ta ? m : k, ta ? k : m, ta ? m : k), "Lt layout"));
+  STRAIT_RETURN_IF_ERROR(check(cublasLtMatrixLayoutCreate(&p.d, dt, n, m, n), "Lt layout"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulPreferenceCreate(&pref), "Lt preference"));
+  size_t ws = kLtWorkspaceBytes;
+  // Split-K partial sums in f32 only (as cublasSetMathMode's
+  // DISALLOW_REDUCED_PRECISION_REDUCTION for the plain GEMMs).
+  uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                       sizeof(ws));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                       &schemes, sizeof(schemes));
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.d, p.d,
+                                                     pref, 1, &result, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    p.algo = result.algo;
+    p.ok = true;
+  }
+  return &p;
+}
+
+/// Y = alpha * op(A) op(B) + bias (bias[n] over the rows) for 16-bit
+/// operands through cublasLt's bias epilogue; false (nothing launched) when
+/// cublasLt offers no algorithm for the shape.
+StatusOr<bool> gemmBiasLt(CudaContext &c, const KernelContext &ctx, cudaDataType_t dt, bool ta,
+                          bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          const void *a, const void *b, const void *bias, void *y) {
+  if (!c.blasWorkspace)
+    return false;
+  STRAIT_ASSIGN_OR_RETURN(LtPlan * p, ltPlan(c, dt, ta, tb, m, n, k));
+  if (!p->ok)
+    return false;
+  STRAIT_RETURN_IF_ERROR(cublasStatus(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                     sizeof(bias)),
+      "Lt bias pointer"));
+  float beta = 0.0f;
+  LtState &st = *static_cast<LtState *>(c.blasLt.get());
+  cublasStatus_t s = cublasLtMatmul(st.handle, p->desc, &alpha, b, p->a, a, p->b, &beta, y, p->d,
+                                    y, p->d, &p->algo, c.blasWorkspace, kLtWorkspaceBytes,
+                                    c.stream);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return cublasStatus(s, "cublasLt GEMM " + std::to_string(m) + "x" + std::to_string(n) +
+                               "x" + std::to_string(k) + " with bias")
+        .withKernel(ctx.op());
+  return true;
 }
 
 Status matMulKernel(CudaContext &c, KernelContext &ctx, int) {
@@ -249,15 +373,25 @@ Status gemmKernel(CudaContext &c, KernelContext &ctx, int) {
       if (cIn->shape[d] != 1 && cIn->shape[d] != want)
         return ctx.error("C " + cIn->typeString() + " does not broadcast to the output");
     }
+    // cuBLAS rounds alpha * A B to 16 bits before adding beta * C (seen on
+    // an H200: a bf16 Gemm whose bias cancels most of the product was off by
+    // a rounding of the product). The CPU backend rounds the f32 sum once:
+    // so does this, with cublasLt's bias epilogue for a bias over the rows
+    // (a Linear layer's), else (below) through an f32 result in scratch.
+    bool low = a->dtype == program::DTYPE_BF16 || a->dtype == program::DTYPE_F16;
+    if (low && beta == 1.0f && numElements(cIn->shape) == n &&
+        (cIn->rank() == 1 || cIn->shape[0] == 1)) {
+      STRAIT_ASSIGN_OR_RETURN(bool done,
+                              gemmBiasLt(c, ctx, ty.data, ta != 0, tb != 0, m, n, k, alpha,
+                                         a->data, b->data, cIn->data, y->data));
+      if (done)
+        return Status::ok();
+    }
     if (!launchStridedCopy(dtypeSize(a->dtype), cIn->data, y->data, ix, c.stream))
       return ctx.unsupported("cuda: Gemm bias of " + cIn->typeString());
     betaEff = beta;
   }
   if (betaEff != 0.0 && (a->dtype == program::DTYPE_BF16 || a->dtype == program::DTYPE_F16)) {
-    // cuBLAS rounds alpha * A B to 16 bits before adding beta * C (seen on
-    // an H200: a bf16 Gemm whose bias cancels most of the product was off by
-    // a rounding of the product). The CPU backend rounds the f32 sum once:
-    // so does this, through an f32 result in scratch.
     ET et = elemType(a->dtype);
     int64_t mn = m * n;
     STRAIT_ASSIGN_OR_RETURN(void *block, c.getScratch(static_cast<size_t>(mn) * 4));

@@ -496,6 +496,35 @@ bool launchReduceToShape(const float *in, const std::vector<int64_t> &inShape, f
   return true;
 }
 
+template <typename T>
+__global__ void pitchedCopyKernel(const T *src, int64_t srcLd, T *dst, int64_t dstLd,
+                                  int64_t cols, int64_t rows) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols;
+         c += int64_t(gridDim.x) * blockDim.x)
+      dst[r * dstLd + c] = src[r * srcLd + c];
+}
+
+bool launchPitchedCopy(size_t es, const void *src, int64_t srcLd, void *dst, int64_t dstLd,
+                       int64_t cols, int64_t rows, cudaStream_t s) {
+  if (rows == 0 || cols == 0)
+    return true;
+  dim3 grid(static_cast<unsigned>(std::min<int64_t>((cols + kBlock - 1) / kBlock, 1024)),
+            static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+#define PITCHED_CASE(T)                                                                   \
+  pitchedCopyKernel<<<grid, kBlock, 0, s>>>(static_cast<const T *>(src), srcLd,           \
+                                            static_cast<T *>(dst), dstLd, cols, rows);    \
+  return true;
+  switch (es) {
+  case 1: PITCHED_CASE(uint8_t)
+  case 2: PITCHED_CASE(uint16_t)
+  case 4: PITCHED_CASE(uint32_t)
+  case 8: PITCHED_CASE(uint64_t)
+  default: return false;
+  }
+#undef PITCHED_CASE
+}
+
 bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t s) {
   if (n == 0)
     return true;
