@@ -31,7 +31,8 @@
 // mask is evaluated only in blocks that meet Tk, Tq or the diagonal.
 //
 // Every launch is capture-safe: no allocation, no host synchronization (the
-// shared-memory limit is raised once per kernel, on the first launch).
+// shared-memory limit is raised once per kernel and device, on the first
+// launch).
 //
 //===----------------------------------------------------------------------===//
 #include "FlashAttention.h"
@@ -650,13 +651,24 @@ __global__ void flashDqKernel(const float *__restrict__ acc, T *__restrict__ dq,
 
 // --- Launchers -------------------------------------------------------------
 
-/// Raises a kernel's dynamic shared-memory limit (called once per kernel,
-/// from a function-local static: before any capture, as the first launch of
-/// a step runs uncaptured).
-template <typename K> bool allowSmem(K kernel, int bytes) {
-  return bytes <= 48 * 1024 ||
-         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
-             cudaSuccess;
+/// Raises a kernel's dynamic shared-memory limit on the current device,
+/// once per (kernel, device): `done` holds one bit per device id (< 64; a
+/// device beyond sets it on every launch). The first launch on a device is
+/// the executor's uncaptured warm-up run.
+template <typename K> bool allowSmem(K kernel, int bytes, std::atomic<uint64_t> &done) {
+  if (bytes <= 48 * 1024)
+    return true;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess)
+    return false;
+  uint64_t bit = dev >= 0 && dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit && (done.load() & bit))
+    return true;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
+      cudaSuccess)
+    return false;
+  done.fetch_or(bit);
+  return true;
 }
 
 bool fits(const FlashProblem &p) {
@@ -667,8 +679,8 @@ template <typename T, int D>
 bool forwardAs(const FlashProblem &p, const void *q, const void *kt, const void *v, void *y,
                float *lse, cudaStream_t st) {
   constexpr int smem = fwdSmemBytes<D>();
-  static const bool smemOk = allowSmem(flashForwardKernel<T, D>, smem);
-  if (!smemOk)
+  static std::atomic<uint64_t> smemDone{0};
+  if (!allowSmem(flashForwardKernel<T, D>, smem, smemDone))
     return false;
   int64_t blocks = p.entries * ((p.tq + kFwdRows - 1) / kFwdRows);
   if (blocks > INT32_MAX)
@@ -684,8 +696,8 @@ bool backwardAs(const FlashProblem &p, const void *dy, const void *q, const void
                 const void *v, const float *lse, const float *drow, float *dqAcc, void *dq,
                 void *dkt, void *dv, cudaStream_t st) {
   constexpr int smem = bwdSmemBytes<D>();
-  static const bool smemOk = allowSmem(flashBackwardKernel<T, D>, smem);
-  if (!smemOk)
+  static std::atomic<uint64_t> smemDone{0};
+  if (!allowSmem(flashBackwardKernel<T, D>, smem, smemDone))
     return false;
   int64_t blocks = p.entries * ((p.tk + kBwdKeys - 1) / kBwdKeys);
   if (blocks > INT32_MAX)
