@@ -109,6 +109,12 @@ if [ -f "$TINY/rank0.program.pb" ]; then
   phase tiny 40 $STEP_BENCH "$TINY" --vocab 256 --precision f32 \
     --compare-cpu 5 --tolerance 1e-3 --steps 5 --warmup 1
 else RESULT[tiny]="no program in $TINY (run scripts/gpu-prepare.sh)"; fi
+# The bf16 step (flash attention, cublasLt bias epilogue) against the CPU's
+# bf16 step (f32 arithmetic on bf16 storage): the products' summation order
+# differs, so a looser bound than f32's.
+[ -f "$TINY-bf16/rank0.program.pb" ] &&
+  phase tiny-amp 40 $STEP_BENCH "$TINY-bf16" --vocab 256 --precision bf16 \
+    --compare-cpu 5 --tolerance 1e-2 --steps 5 --warmup 1
 if [ -f "$G/digits-step/rank0.program.pb" ]; then # cuDNN conv, batch norm, pooling
   phase digits 40 $STEP_BENCH "$G/digits-step" --vocab 10 --precision f32 \
     --compare-cpu 3 --tolerance 1e-3 --steps 5 --warmup 1
@@ -123,6 +129,11 @@ if [ -f "$SMALL/rank0.program.pb" ]; then
       --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
   [ -f "$SMALL-bf16/rank0.program.pb" ] && {
     phase strait-amp 60 $STEP_BENCH "$SMALL-bf16" --precision bf16 --graphs on \
+      --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
+    # The same without this session's new paths (flash attention, cublasLt
+    # bias epilogue, padded GEMMs): their gain, or a figure if one misbehaves.
+    phase strait-amp-safe 60 env STRAIT_CUDA_FLASH_ATTENTION=0 STRAIT_CUDA_GEMM_LT=0 \
+      STRAIT_CUDA_GEMM_PAD=0 $STEP_BENCH "$SMALL-bf16" --precision bf16 --graphs on \
       --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
     phase profile 60 $STEP_BENCH "$SMALL-bf16" --precision bf16 --steps 1 --warmup 1 --profile 3
   }
@@ -139,14 +150,14 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest attn attn-bf16 conform tiny digits strait strait-nograph strait-unfused strait-amp profile torch torch-sdpa run1 run2 probe; do
+for p in build gtest attn attn-bf16 conform tiny tiny-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe profile torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
-grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/digits.log" 2>/dev/null
-for f in strait strait-nograph strait-unfused strait-amp; do
+grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/tiny-amp.log" "$LOG/digits.log" 2>/dev/null
+for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe; do
   grep -h "^strait-cuda:" "$LOG/$f.log" 2>/dev/null | sed "s/^strait-cuda:/$f:/"
 done
 grep -h "^torch-eager" "$LOG/torch.log" "$LOG/torch-sdpa.log" 2>/dev/null
@@ -165,14 +176,14 @@ A=$(sed -n 's/^strait-cuda: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/strait-amp.log
 if [ -n "$A" ] && [ -n "$T" ]; then
   python3 -c "s,t=$A,$T; print(f'ratio: strait --precision bf16 {s:.2f} ms vs torch eager {t:.2f} ms per step -> {t/s:.2f}x')"
 fi
-grep -h "^profile:" "$LOG/profile.log" 2>/dev/null | head -16
+grep -h "^profile:\|^kernel:" "$LOG/profile.log" 2>/dev/null | head -45
 T2=$(sed -n 's/^torch-eager-sdpa: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/torch-sdpa.log" 2>/dev/null | head -1)
 if [ -n "$S" ] && [ -n "$T2" ]; then
   python3 -c "s,t=$S,$T2; print(f'ratio: strait {s:.2f} ms vs torch eager + sdpa {t:.2f} ms per step -> strait is {t/s:.2f}x')"
 fi
 echo "FLOPs/step = T*(6N + 12*L*d*S) = $FLOPS; peak 989 TFLOP/s (H200 bf16 dense); logs in $LOG/"
 fail=0
-for p in gtest attn conform tiny digits strait run1 run2; do
+for p in gtest attn conform tiny tiny-amp digits strait strait-amp run1 run2; do
   case "${RESULT[$p]:-}" in ok|skipped) ;; *) fail=1 ;; esac
 done
 exit $fail

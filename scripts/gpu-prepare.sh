@@ -7,6 +7,7 @@
 #   small-step-bf16/  the same with --precision bf16 (graph-autocast: bf16 operands
 #                 and results of the products, f32 master weights)
 #   tiny-step/    gpt2-tiny training step (8x64), one rank
+#   tiny-step-bf16/  the same with --precision bf16 (flash attention, bf16 GEMMs)
 #   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
 #   tiny-1gpu/    gpt2-tiny job for a cluster of one H200 (rank 0 on cuda:0)
 #   tiny-2host/   gpt2-tiny in 2 pipeline stages on two hosts of one H200 each
@@ -41,6 +42,8 @@ common=(--loss cross-entropy --optimizer adamw)
   --precision bf16 --emit=program -o "$out/small-step-bf16"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   --emit=program -o "$out/tiny-step"
+"$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
+  --precision bf16 --emit=program -o "$out/tiny-step-bf16"
 "$STRAITC" models/digits-cnn/digits-cnn.onnx --input-shape images=32x1x8x8 "${common[@]}" \
   --emit=program -o "$out/digits-step"
 

@@ -24,7 +24,9 @@
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/Program.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -179,15 +181,32 @@ int run(const Options &o) {
       std::cerr << "profile: " << s.toString() << "\n";
       return 1;
     }
-    std::vector<CudaOpTime> ops = cudaKernelProfile(*reg.forDevice("cuda:0").takeValue());
+    std::vector<CudaOpTime> kernels = cudaKernelProfile(*reg.forDevice("cuda:0").takeValue());
+    std::map<std::string, CudaOpTime> byOp;
     double device = 0;
-    for (const CudaOpTime &t : ops)
+    for (const CudaOpTime &t : kernels) {
       device += t.ms / o.profile;
+      CudaOpTime &sum = byOp[t.op];
+      sum.op = t.op;
+      sum.launches += t.launches;
+      sum.ms += t.ms;
+    }
+    std::vector<CudaOpTime> ops;
+    for (auto &e : byOp)
+      ops.push_back(e.second);
+    std::sort(ops.begin(), ops.end(),
+              [](const CudaOpTime &a, const CudaOpTime &b) { return a.ms > b.ms; });
     std::cout << "profile: " << wall << " ms/step wall, " << device
               << " ms/step in kernels (" << 100 * device / wall << " %), per op:\n";
     for (const CudaOpTime &t : ops)
       std::cout << "profile: " << t.op << " " << t.launches / o.profile << " launches "
                 << t.ms / o.profile << " ms/step (" << 100 * t.ms / o.profile / wall << " %)\n";
+    std::cout << "profile: the 25 longest kernels by operand types:\n";
+    for (size_t i = 0; i < kernels.size() && i < 25; ++i)
+      std::cout << "kernel: " << kernels[i].op << "(" << kernels[i].operands << ") "
+                << kernels[i].launches / o.profile << "x "
+                << kernels[i].ms / kernels[i].launches << " ms = "
+                << kernels[i].ms / o.profile << " ms/step\n";
   }
   if (o.flopsPerStep > 0)
     std::cout << "strait-cuda: MFU " << 100.0 * o.flopsPerStep / (ms / 1e3) / (o.peakTflops * 1e12)

@@ -293,7 +293,11 @@ public:
       if (mark) {
         cudaEvent_t end = c->takeEvent();
         cudaEventRecord(end, c->stream);
-        c->profileMarks.push_back({k.op(), start, end});
+        std::string operands;
+        for (size_t i = 0; i < k.numInputs() && i < 3; ++i)
+          operands += (i ? ", " : "") + (k.input(i) ? k.input(i)->typeString() : "-");
+        operands += " -> " + (k.output(0) ? k.output(0)->typeString() : "-");
+        c->profileMarks.push_back({k.op(), operands, start, end});
       }
       if (!s.isOk() && s.getCode() == StatusCode::Unimplemented && host) {
         // The CUDA kernel declined (a dtype, an attribute combination)
@@ -331,12 +335,13 @@ public:
   std::vector<CudaOpTime> kernelProfile() const {
     cudaSetDevice(ctx->options.device);
     cudaStreamSynchronize(ctx->stream);
-    std::map<std::string, CudaOpTime> byOp;
+    std::map<std::pair<std::string, std::string>, CudaOpTime> byOp;
     for (const CudaContext::ProfileMark &m : ctx->profileMarks) {
       float ms = 0;
       cudaEventElapsedTime(&ms, m.start, m.end);
-      CudaOpTime &t = byOp[m.op];
+      CudaOpTime &t = byOp[{m.op, m.operands}];
       t.op = m.op;
+      t.operands = m.operands;
       ++t.launches;
       t.ms += ms;
       ctx->eventPool.push_back(m.start);

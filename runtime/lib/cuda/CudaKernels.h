@@ -72,7 +72,7 @@ struct CudaContext {
   /// CudaOptions::profile: events around each kernel launched outside a
   /// capture (op name, start, end), and events ready for reuse.
   struct ProfileMark {
-    std::string op;
+    std::string op, operands;
     cudaEvent_t start, end;
   };
   std::vector<ProfileMark> profileMarks;

@@ -14,6 +14,8 @@
 #include <cublasLt.h>
 
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <tuple>
 
@@ -60,6 +62,21 @@ struct GemmOperand {
 /// 16 bytes (one cudaMemcpy2DAsync per operand, a few percent of the GEMM).
 constexpr int64_t kPadMinWork = int64_t(1) << 30; // m * n * k
 
+/// STRAIT_CUDA_GEMM_PAD=0 turns the padded copies off, STRAIT_CUDA_GEMM_LT=0
+/// the cublasLt bias epilogue (A/B timing; read once).
+bool envOn(const char *name) {
+  const char *v = std::getenv(name);
+  return !(v && std::string(v) == "0");
+}
+bool padOn() {
+  static const bool on = envOn("STRAIT_CUDA_GEMM_PAD");
+  return on;
+}
+bool ltOn() {
+  static const bool on = envOn("STRAIT_CUDA_GEMM_LT");
+  return on;
+}
+
 int64_t paddedLd(int64_t ld, size_t es) {
   int64_t per16 = static_cast<int64_t>(16 / es);
   return (ld + per16 - 1) / per16 * per16;
@@ -99,7 +116,7 @@ Status gemm(CudaContext &c, const KernelContext &ctx, const GemmTypes &ty, bool 
   bool pad[3] = {false, false, false};
   int64_t padLd[3] = {lda, ldb, ldy};
   size_t padBytes[3] = {0, 0, 0}, total = 0;
-  if (!ty.f64 && double(m) * double(n) * double(k) >= double(kPadMinWork))
+  if (!ty.f64 && padOn() && double(m) * double(n) * double(k) >= double(kPadMinWork))
     for (int i = 0; i < 3; ++i) {
       const GemmOperand &o = ops[i];
       int64_t entries = o.stride == 0 ? 1 : batch;
@@ -253,7 +270,7 @@ StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, i
 StatusOr<bool> gemmBiasLt(CudaContext &c, const KernelContext &ctx, cudaDataType_t dt, bool ta,
                           bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const void *a, const void *b, const void *bias, void *y) {
-  if (!c.blasWorkspace)
+  if (!c.blasWorkspace || !ltOn())
     return false;
   STRAIT_ASSIGN_OR_RETURN(LtPlan * p, ltPlan(c, dt, ta, tb, m, n, k));
   if (!p->ok)

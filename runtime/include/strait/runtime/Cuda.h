@@ -57,6 +57,7 @@ struct CudaOptions {
 /// Device time of one op's kernels (cudaKernelProfile).
 struct CudaOpTime {
   std::string op;
+  std::string operands; ///< "f32[8x768], bf16[768] -> bf16[8x768]" (up to 3 inputs)
   int64_t launches = 0;
   double ms = 0;
 };
@@ -98,7 +99,8 @@ std::string cudaSupportNote(const program::Program &program);
 CudaGraphStats cudaGraphStats(const Backend &backend);
 
 /// With CudaOptions::profile: waits for the stream and returns the device
-/// time per op of the kernels launched since the last call, longest first
+/// time per op and operand types of the kernels launched since the last
+/// call, longest first
 /// (empty for another backend or without profiling).
 std::vector<CudaOpTime> cudaKernelProfile(const Backend &backend);
 
