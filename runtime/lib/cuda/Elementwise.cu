@@ -316,9 +316,46 @@ template <typename S, typename D> __global__ void castKernel(const S *x, D *y, i
   GRID_STRIDE(i, n) { y[i] = convert<S, D>(x[i]); }
 }
 
+/// Four elements per thread with one vector load and store (16 bytes of
+/// f32, 8 of bf16/f16): the scalar kernel's 2-byte stores reached about
+/// 45 % of the H200's bandwidth on the casts of a bf16 GPT-2 step.
+template <typename T> struct alignas(4 * sizeof(T)) Vec4 { T v[4]; };
+
+template <typename S, typename D> __global__ void castVec4Kernel(const S *x, D *y, int64_t n4) {
+  const Vec4<S> *in = reinterpret_cast<const Vec4<S> *>(x);
+  Vec4<D> *out = reinterpret_cast<Vec4<D> *>(y);
+  GRID_STRIDE(i, n4) {
+    Vec4<S> a = in[i];
+    Vec4<D> b;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      b.v[k] = convert<S, D>(a.v[k]);
+    out[i] = b;
+  }
+}
+
+/// The vector kernel when both pointers are aligned to four elements and n
+/// is a multiple of 4; false otherwise (the caller runs the scalar one).
+template <typename S, typename D> bool castVec4(const S *x, D *y, int64_t n, cudaStream_t s) {
+  if (n % 4 || reinterpret_cast<uintptr_t>(x) % (4 * sizeof(S)) ||
+      reinterpret_cast<uintptr_t>(y) % (4 * sizeof(D)))
+    return false;
+  castVec4Kernel<<<blocksFor(n / 4), kBlock, 0, s>>>(x, y, n / 4);
+  return true;
+}
+
 template <typename S>
 bool castFrom(ET to, const void *x, void *y, int64_t n, cudaStream_t s) {
   const S *in = static_cast<const S *>(x);
+  if (std::is_same<S, float>::value) {
+    if (to == ET::BF16 && castVec4(in, static_cast<__nv_bfloat16 *>(y), n, s))
+      return true;
+    if (to == ET::F16 && castVec4(in, static_cast<__half *>(y), n, s))
+      return true;
+  }
+  if ((std::is_same<S, __nv_bfloat16>::value || std::is_same<S, __half>::value) &&
+      to == ET::F32 && castVec4(in, static_cast<float *>(y), n, s))
+    return true;
   switch (to) {
   case ET::F32: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<float *>(y), n); return true;
   case ET::F64: castKernel<<<blocksFor(n), kBlock, 0, s>>>(in, static_cast<double *>(y), n); return true;
