@@ -67,6 +67,28 @@ TEST_F(Cuda, Layout) {
           [](program::Kernel &k) { setInt(k, "axis", 1); });
 }
 
+// Transposes large enough for the tiled copy (Elementwise.cu, tilePlan):
+// dims that are not multiples of 32, a batch, 2- and 4-byte elements, the
+// attention-head permutations of GPT-2 and the LM head's [V, d] -> [d, V].
+TEST_F(Cuda, TransposeTiles) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape in;
+    std::vector<int64_t> perm;
+  };
+  for (const Case &c : {Case{{3, 37, 5, 70}, {0, 2, 3, 1}}, Case{{2, 100, 3, 64}, {0, 2, 3, 1}},
+                        Case{{2, 3, 64, 100}, {0, 3, 1, 2}}, Case{{77, 130}, {1, 0}},
+                        Case{{50257, 24}, {1, 0}}, Case{{4, 33, 17}, {2, 1, 0}}}) {
+    Shape out;
+    for (int64_t p : c.perm)
+      out.push_back(c.in[p]);
+    auto attrs = [&](program::Kernel &k) { setInts(k, "perm", c.perm); };
+    compare("Transpose", {Arr::rand(c.in, 120)}, {Arr::out(out)}, attrs, 0, 0);
+    compare("Transpose", {Arr::randBf16(c.in, 121)}, {Arr::out(out, program::DTYPE_BF16)}, attrs,
+            0, 0);
+  }
+}
+
 TEST_F(Cuda, GatherAndScatterAdd) {
   REQUIRE_GPU();
   Arr table = Arr::rand({50, 16}, 13), idx = Arr::i({4, 6}, {1, 2, 3, 1, 1, 49, -1, 0, 7, 7, 7, 7,
