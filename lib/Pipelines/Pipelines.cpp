@@ -59,6 +59,11 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
     train.frozen = frozen;
     pm.addPass(graph::createGraphBuildTrainingStep(train));
   }
+  // After autodiff (the rewrites are exact on the whole step, and merged
+  // casts would otherwise sum gradients in bf16), before the planner, so
+  // that stages and transfers see the 16-bit layout ops.
+  if (o.precision != "f32" && o.castMotion)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphCastMotion());
   dist::DistAssignStagesOptions assign;
   assign.cluster = o.cluster;
   assign.strategy = o.strategy;

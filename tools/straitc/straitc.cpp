@@ -179,6 +179,12 @@ cl::opt<bool> fuseAttention(
              "FusedAttention before the training step (default on; =false keeps the "
              "decomposition)"),
     cl::init(true), cl::cat(straitCat));
+cl::opt<bool> castMotion(
+    "cast-motion",
+    cl::desc("With --precision bf16/f16: move casts through layout ops and remove exact "
+             "T -> f32 -> T round trips after the training step (default on; =false keeps "
+             "autocast's casts)"),
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false), cl::cat(straitCat));
@@ -331,6 +337,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.fuse = fuse.getValue();
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();
+  popts.castMotion = castMotion.getValue();
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;

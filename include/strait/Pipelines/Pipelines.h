@@ -44,6 +44,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("f32 (no casts), or bf16 / f16: graph-autocast runs the "
                      "products in that type before the training step"),
       llvm::cl::init("f32")};
+  Option<bool> castMotion{
+      *this, "cast-motion",
+      llvm::cl::desc("with bf16 / f16: graph-cast-motion after the training step moves "
+                     "casts through layout ops and removes exact T -> f32 -> T round trips"),
+      llvm::cl::init(true)};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("training step optimizer: sgd, adamw, none"),
                                 llvm::cl::init("sgd")};
@@ -134,7 +139,8 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 /// them alone for a forward-only program and before --emit=plan's planner.
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention);
 
-/// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-autocast] -> [graph-build-training-step] -> dist-assign-stages -> dist-insert-comm ->
+/// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-autocast] ->
+/// [graph-build-training-step] -> [graph-cast-motion] -> dist-assign-stages -> dist-insert-comm ->
 /// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
 /// Fusion runs last, so pipeline cuts and communication see unfused ops.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);

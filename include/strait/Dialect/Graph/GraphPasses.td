@@ -208,4 +208,34 @@ def GraphAutocast : Pass<"graph-autocast", "::mlir::ModuleOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
+  let summary = "Move casts through layout ops and cancel exact round trips";
+  let description = [{
+    Cleans up the casts `graph-autocast` leaves around layout ops, with
+    bit-identical results: a narrowing `graph.Cast` (f32 to bf16 or f16)
+    moves up through Transpose, Reshape, Squeeze, Unsqueeze, Flatten, Slice,
+    Expand and Gather (data operand), and through a Split whose used results
+    are all cast to one type (one cast of its input); a widening Cast (bf16
+    or f16 to f32) moves down through the same single-input layout ops and
+    through a Concat whose inputs are all such casts (one cast of its
+    result). A cast moves only when the value between it and the layout op
+    has no other user, and only between ops of one phase (forward /
+    backward). Then `Cast(f32 -> T)` of `Cast(T -> f32)` of x is x (T = bf16
+    or f16: exact; f32 -> T -> f32 is kept), and duplicate casts of one
+    value to one type merge. It runs after `graph-build-training-step` (on
+    the forward graph, merging casts would sum gradients in T instead of
+    f32). See docs/training.md, "Mixed precision".
+
+    ```
+    strait-opt --graph-autocast --graph-build-training-step --graph-cast-motion model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numMoved", "num-moved", "Casts moved through a layout op">,
+    Statistic<"numCancelled", "num-cancelled", "T -> f32 -> T round trips removed">,
+    Statistic<"numMerged", "num-merged", "Duplicate casts merged">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHPASSES_TD

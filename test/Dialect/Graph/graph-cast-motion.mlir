@@ -1,0 +1,293 @@
+// RUN: strait-opt %s -split-input-file --graph-cast-motion | FileCheck %s
+
+// Attention input after autocast: the bf16 QKV product is cast to f32, split,
+// reshaped and transposed, and each head tensor is cast back to bf16. The
+// narrowing casts move up through Transpose, Reshape and the Split (every
+// result cast to bf16: one cast of its input), where Cast(f32 -> bf16) of
+// Cast(bf16 -> f32) is the bf16 value itself: no cast is left and the layout
+// ops move bf16.
+// CHECK-LABEL: func.func @qkv
+// CHECK-SAME: (%[[G:.*]]: tensor<2x4x12xbf16>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[S:.*]]:3 = graph.Split %[[G]] {{.*}} : (tensor<2x4x12xbf16>) -> (tensor<2x4x4xbf16>, tensor<2x4x4xbf16>, tensor<2x4x4xbf16>)
+// CHECK: %[[R:.*]] = graph.Reshape %[[S]]#0 {{.*}} : (tensor<2x4x4xbf16>) -> tensor<2x4x2x2xbf16>
+// CHECK: %[[T:.*]] = graph.Transpose %[[R]] {{.*}} : (tensor<2x4x2x2xbf16>) -> tensor<2x2x4x2xbf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[T]], %[[S]]#1, %[[S]]#2
+func.func @qkv(%g: tensor<2x4x12xbf16>) -> (tensor<2x2x4x2xbf16>, tensor<2x4x4xbf16>, tensor<2x4x4xbf16>) {
+  %f = graph.Cast %g {to = f32} : (tensor<2x4x12xbf16>) -> tensor<2x4x12xf32>
+  %s:3 = graph.Split %f {axis = 2 : i64, split = array<i64: 4, 4, 4>} : (tensor<2x4x12xf32>) -> (tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<2x4x4xf32>)
+  %r = graph.Reshape %s#0 {shape = array<i64: 2, 4, 2, 2>} : (tensor<2x4x4xf32>) -> tensor<2x4x2x2xf32>
+  %t = graph.Transpose %r {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x2x2xf32>) -> tensor<2x2x4x2xf32>
+  %q = graph.Cast %t {to = bf16} : (tensor<2x2x4x2xf32>) -> tensor<2x2x4x2xbf16>
+  %k = graph.Cast %s#1 {to = bf16} : (tensor<2x4x4xf32>) -> tensor<2x4x4xbf16>
+  %v = graph.Cast %s#2 {to = bf16} : (tensor<2x4x4xf32>) -> tensor<2x4x4xbf16>
+  return %q, %k, %v : tensor<2x2x4x2xbf16>, tensor<2x4x4xbf16>, tensor<2x4x4xbf16>
+}
+
+// -----
+
+// Attention output: Y (bf16) is cast to f32, transposed and reshaped, and
+// cast to bf16 for the projection. The widening cast moves down through the
+// layout ops and cancels against the narrowing one.
+// CHECK-LABEL: func.func @attention_out
+// CHECK-SAME: (%[[Y:.*]]: tensor<2x2x4x2xbf16>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[T:.*]] = graph.Transpose %[[Y]] {{.*}} : (tensor<2x2x4x2xbf16>) -> tensor<2x4x2x2xbf16>
+// CHECK: %[[R:.*]] = graph.Reshape %[[T]] {{.*}} : (tensor<2x4x2x2xbf16>) -> tensor<8x4xbf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[R]]
+func.func @attention_out(%y: tensor<2x2x4x2xbf16>) -> tensor<8x4xbf16> {
+  %f = graph.Cast %y {to = f32} : (tensor<2x2x4x2xbf16>) -> tensor<2x2x4x2xf32>
+  %t = graph.Transpose %f {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x2x4x2xf32>) -> tensor<2x4x2x2xf32>
+  %r = graph.Reshape %t {shape = array<i64: 8, 4>} : (tensor<2x4x2x2xf32>) -> tensor<8x4xf32>
+  %c = graph.Cast %r {to = bf16} : (tensor<8x4xf32>) -> tensor<8x4xbf16>
+  return %c : tensor<8x4xbf16>
+}
+
+// -----
+
+// The gradient of the Split: a Concat of f16 values cast to f32 becomes the
+// Concat of the f16 values and one cast of its result, which then cancels.
+// CHECK-LABEL: func.func @concat
+// CHECK-SAME: (%[[A:.*]]: tensor<2x3xf16>, %[[B:.*]]: tensor<2x5xf16>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[C:.*]] = graph.Concat %[[A]], %[[B]] {{.*}} : (tensor<2x3xf16>, tensor<2x5xf16>) -> tensor<2x8xf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[C]]
+func.func @concat(%a: tensor<2x3xf16>, %b: tensor<2x5xf16>) -> tensor<2x8xf16> {
+  %fa = graph.Cast %a {to = f32} : (tensor<2x3xf16>) -> tensor<2x3xf32>
+  %fb = graph.Cast %b {to = f32} : (tensor<2x5xf16>) -> tensor<2x5xf32>
+  %c = graph.Concat %fa, %fb {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x5xf32>) -> tensor<2x8xf32>
+  %l = graph.Cast %c {to = f16} : (tensor<2x8xf32>) -> tensor<2x8xf16>
+  return %l : tensor<2x8xf16>
+}
+
+// -----
+
+// A Concat whose f32 result other ops read: the widening cast moves after the
+// Concat (one cast instead of two) and stays.
+// CHECK-LABEL: func.func @concat_f32_user
+// CHECK: %[[C:.*]] = graph.Concat %{{.*}}, %{{.*}} {{.*}} : (tensor<3xbf16>, tensor<5xbf16>) -> tensor<8xbf16>
+// CHECK: %[[F:.*]] = graph.Cast %[[C]] {to = f32} : (tensor<8xbf16>) -> tensor<8xf32>
+// CHECK: graph.Tanh %[[F]]
+func.func @concat_f32_user(%a: tensor<3xbf16>, %b: tensor<5xbf16>) -> tensor<8xf32> {
+  %fa = graph.Cast %a {to = f32} : (tensor<3xbf16>) -> tensor<3xf32>
+  %fb = graph.Cast %b {to = f32} : (tensor<5xbf16>) -> tensor<5xf32>
+  %c = graph.Concat %fa, %fb {axis = 0 : i64} : (tensor<3xf32>, tensor<5xf32>) -> tensor<8xf32>
+  %t = graph.Tanh %c : tensor<8xf32>
+  return %t : tensor<8xf32>
+}
+
+// -----
+
+// f32 -> bf16 -> f32 rounds: both casts are kept.
+// CHECK-LABEL: func.func @lossy_round_trip
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>)
+// CHECK: %[[L:.*]] = graph.Cast %[[X]] {to = bf16}
+// CHECK: %[[F:.*]] = graph.Cast %[[L]] {to = f32}
+// CHECK: return %[[F]]
+func.func @lossy_round_trip(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %l = graph.Cast %x {to = bf16} : (tensor<4xf32>) -> tensor<4xbf16>
+  %f = graph.Cast %l {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  return %f : tensor<4xf32>
+}
+
+// -----
+
+// bf16 -> f32 -> f16 is no round trip: kept.
+// CHECK-LABEL: func.func @other_low_type
+// CHECK: graph.Cast %{{.*}} {to = f32}
+// CHECK: graph.Cast %{{.*}} {to = f16}
+func.func @other_low_type(%x: tensor<4xbf16>) -> tensor<4xf16> {
+  %f = graph.Cast %x {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  %h = graph.Cast %f {to = f16} : (tensor<4xf32>) -> tensor<4xf16>
+  return %h : tensor<4xf16>
+}
+
+// -----
+
+// A Split with one result not cast: nothing moves.
+// CHECK-LABEL: func.func @split_partly_cast
+// CHECK: %[[S:.*]]:2 = graph.Split %{{.*}} {{.*}} : (tensor<6xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+// CHECK: graph.Cast %[[S]]#0 {to = bf16}
+// CHECK: graph.Tanh %[[S]]#1
+func.func @split_partly_cast(%x: tensor<6xf32>) -> (tensor<3xbf16>, tensor<3xf32>) {
+  %s:2 = graph.Split %x {axis = 0 : i64, split = array<i64: 3, 3>} : (tensor<6xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+  %a = graph.Cast %s#0 {to = bf16} : (tensor<3xf32>) -> tensor<3xbf16>
+  %b = graph.Tanh %s#1 : tensor<3xf32>
+  return %a, %b : tensor<3xbf16>, tensor<3xf32>
+}
+
+// -----
+
+// A Split whose results are cast to different types: nothing moves.
+// CHECK-LABEL: func.func @split_mixed_types
+// CHECK: graph.Split %{{.*}} : (tensor<6xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+// CHECK: graph.Cast %{{.*}} {to = bf16}
+// CHECK: graph.Cast %{{.*}} {to = f16}
+func.func @split_mixed_types(%x: tensor<6xf32>) -> (tensor<3xbf16>, tensor<3xf16>) {
+  %s:2 = graph.Split %x {axis = 0 : i64, split = array<i64: 3, 3>} : (tensor<6xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+  %a = graph.Cast %s#0 {to = bf16} : (tensor<3xf32>) -> tensor<3xbf16>
+  %b = graph.Cast %s#1 {to = f16} : (tensor<3xf32>) -> tensor<3xf16>
+  return %a, %b : tensor<3xbf16>, tensor<3xf16>
+}
+
+// -----
+
+// A Transpose whose f32 result has a second user: the cast stays after it.
+// CHECK-LABEL: func.func @layout_two_users
+// CHECK: %[[T:.*]] = graph.Transpose %{{.*}} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+// CHECK: graph.Cast %[[T]] {to = bf16} : (tensor<3x2xf32>) -> tensor<3x2xbf16>
+// CHECK: graph.Tanh %[[T]]
+func.func @layout_two_users(%x: tensor<2x3xf32>) -> (tensor<3x2xbf16>, tensor<3x2xf32>) {
+  %t = graph.Transpose %x {perm = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %c = graph.Cast %t {to = bf16} : (tensor<3x2xf32>) -> tensor<3x2xbf16>
+  %u = graph.Tanh %t : tensor<3x2xf32>
+  return %c, %u : tensor<3x2xbf16>, tensor<3x2xf32>
+}
+
+// -----
+
+// A widening cast with a second user: it stays before the Transpose.
+// CHECK-LABEL: func.func @widening_two_users
+// CHECK: %[[F:.*]] = graph.Cast %{{.*}} {to = f32} : (tensor<2x3xbf16>) -> tensor<2x3xf32>
+// CHECK: graph.Transpose %[[F]] {{.*}} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+// CHECK: graph.Tanh %[[F]]
+func.func @widening_two_users(%x: tensor<2x3xbf16>) -> (tensor<3x2xf32>, tensor<2x3xf32>) {
+  %f = graph.Cast %x {to = f32} : (tensor<2x3xbf16>) -> tensor<2x3xf32>
+  %t = graph.Transpose %f {perm = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %u = graph.Tanh %f : tensor<2x3xf32>
+  return %t, %u : tensor<3x2xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+// A narrowing cast moves up through Gather's data operand (the indices stay
+// i64) when the table has fewer elements than the gathered rows, and up
+// through Unsqueeze.
+// CHECK-LABEL: func.func @gather
+// CHECK-SAME: (%[[W:.*]]: tensor<10x4xf32>, %[[I:.*]]: tensor<4x5xi64>)
+// CHECK: %[[C:.*]] = graph.Cast %[[W]] {to = bf16} : (tensor<10x4xf32>) -> tensor<10x4xbf16>
+// CHECK: %[[G:.*]] = graph.Gather %[[C]], %[[I]] : (tensor<10x4xbf16>, tensor<4x5xi64>) -> tensor<4x5x4xbf16>
+// CHECK: %[[U:.*]] = graph.Unsqueeze %[[G]] {{.*}} : (tensor<4x5x4xbf16>) -> tensor<1x4x5x4xbf16>
+// CHECK: return %[[U]]
+func.func @gather(%w: tensor<10x4xf32>, %i: tensor<4x5xi64>) -> tensor<1x4x5x4xbf16> {
+  %g = graph.Gather %w, %i {axis = 0 : i64} : (tensor<10x4xf32>, tensor<4x5xi64>) -> tensor<4x5x4xf32>
+  %u = graph.Unsqueeze %g {axes = array<i64: 0>} : (tensor<4x5x4xf32>) -> tensor<1x4x5x4xf32>
+  %c = graph.Cast %u {to = bf16} : (tensor<1x4x5x4xf32>) -> tensor<1x4x5x4xbf16>
+  return %c : tensor<1x4x5x4xbf16>
+}
+
+// -----
+
+// Gathering 3 of 10 rows: casting the table would convert more elements, so
+// the cast stays after the Gather; the same for a Slice.
+// CHECK-LABEL: func.func @gather_fewer
+// CHECK: %[[G:.*]] = graph.Gather %{{.*}}, %{{.*}} : (tensor<10x4xf32>, tensor<3xi64>) -> tensor<3x4xf32>
+// CHECK: graph.Cast %[[G]] {to = bf16}
+// CHECK: %[[S:.*]] = graph.Slice %{{.*}} : (tensor<10x4xf32>) -> tensor<2x4xf32>
+// CHECK: graph.Cast %[[S]] {to = bf16}
+func.func @gather_fewer(%w: tensor<10x4xf32>, %i: tensor<3xi64>) -> (tensor<3x4xbf16>, tensor<2x4xbf16>) {
+  %g = graph.Gather %w, %i {axis = 0 : i64} : (tensor<10x4xf32>, tensor<3xi64>) -> tensor<3x4xf32>
+  %c = graph.Cast %g {to = bf16} : (tensor<3x4xf32>) -> tensor<3x4xbf16>
+  %s = graph.Slice %w {axes = array<i64: 0>, ends = array<i64: 2>, starts = array<i64: 0>, steps = array<i64: 1>} : (tensor<10x4xf32>) -> tensor<2x4xf32>
+  %d = graph.Cast %s {to = bf16} : (tensor<2x4xf32>) -> tensor<2x4xbf16>
+  return %c, %d : tensor<3x4xbf16>, tensor<2x4xbf16>
+}
+
+// -----
+
+// ...unless the table is a bf16 value cast to f32: the casts cancel.
+// CHECK-LABEL: func.func @gather_cancel
+// CHECK-SAME: (%[[W:.*]]: tensor<10x4xbf16>, %[[I:.*]]: tensor<3xi64>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[G:.*]] = graph.Gather %[[W]], %[[I]] : (tensor<10x4xbf16>, tensor<3xi64>) -> tensor<3x4xbf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[G]]
+func.func @gather_cancel(%w: tensor<10x4xbf16>, %i: tensor<3xi64>) -> tensor<3x4xbf16> {
+  %f = graph.Cast %w {to = f32} : (tensor<10x4xbf16>) -> tensor<10x4xf32>
+  %g = graph.Gather %f, %i {axis = 0 : i64} : (tensor<10x4xf32>, tensor<3xi64>) -> tensor<3x4xf32>
+  %c = graph.Cast %g {to = bf16} : (tensor<3x4xf32>) -> tensor<3x4xbf16>
+  return %c : tensor<3x4xbf16>
+}
+
+// -----
+
+// A widening cast does not move down through an Expand (more elements).
+// CHECK-LABEL: func.func @expand
+// CHECK: %[[F:.*]] = graph.Cast %{{.*}} {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+// CHECK: graph.Expand %[[F]] {{.*}} : (tensor<4xf32>) -> tensor<3x4xf32>
+func.func @expand(%x: tensor<4xbf16>) -> tensor<3x4xf32> {
+  %f = graph.Cast %x {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  %e = graph.Expand %f {shape = array<i64: 3, 4>} : (tensor<4xf32>) -> tensor<3x4xf32>
+  return %e : tensor<3x4xf32>
+}
+
+// -----
+
+// Two casts of one value to one type merge; a cast to another type stays.
+// CHECK-LABEL: func.func @duplicates
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>)
+// CHECK: %[[A:.*]] = graph.Cast %[[X]] {to = bf16}
+// CHECK-NEXT: %[[H:.*]] = graph.Cast %[[X]] {to = f16}
+// CHECK-NEXT: return %[[A]], %[[A]], %[[H]]
+func.func @duplicates(%x: tensor<4xf32>) -> (tensor<4xbf16>, tensor<4xbf16>, tensor<4xf16>) {
+  %a = graph.Cast %x {to = bf16} : (tensor<4xf32>) -> tensor<4xbf16>
+  %b = graph.Cast %x {to = bf16} : (tensor<4xf32>) -> tensor<4xbf16>
+  %h = graph.Cast %x {to = f16} : (tensor<4xf32>) -> tensor<4xf16>
+  return %a, %b, %h : tensor<4xbf16>, tensor<4xbf16>, tensor<4xf16>
+}
+
+// -----
+
+// Ops keep their phase: a forward cast does not move into a backward
+// Transpose (graph.grad_of), nor merge with a backward duplicate.
+// CHECK-LABEL: func.func @phases
+// CHECK: graph.Transpose %{{.*}} {graph.grad_of = 2 : i64, perm = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+// CHECK: graph.Cast %{{.*}} {graph.op_id = 2 : i64, to = bf16} : (tensor<3x2xf32>) -> tensor<3x2xbf16>
+// CHECK: graph.Cast %{{.*}} {graph.op_id = 3 : i64, to = bf16} : (tensor<2x3xf32>)
+// CHECK: graph.Cast %{{.*}} {graph.grad_of = 3 : i64, to = bf16} : (tensor<2x3xf32>)
+func.func @phases(%x: tensor<2x3xf32>) -> (tensor<3x2xbf16>, tensor<2x3xbf16>, tensor<2x3xbf16>) {
+  %t = graph.Transpose %x {graph.grad_of = 2 : i64, perm = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %c = graph.Cast %t {graph.op_id = 2 : i64, to = bf16} : (tensor<3x2xf32>) -> tensor<3x2xbf16>
+  %a = graph.Cast %x {graph.op_id = 3 : i64, to = bf16} : (tensor<2x3xf32>) -> tensor<2x3xbf16>
+  %b = graph.Cast %x {graph.grad_of = 3 : i64, to = bf16} : (tensor<2x3xf32>) -> tensor<2x3xbf16>
+  return %c, %a, %b : tensor<3x2xbf16>, tensor<2x3xbf16>, tensor<2x3xbf16>
+}
+
+// -----
+
+// Both casts of a cancelled round trip (op ids 5 and 6) are erased; the
+// backward ops that named them name the nearest earlier forward op left
+// (op id 4), so every graph.grad_of still names an op.
+// CHECK-LABEL: func.func @grad_of_retargeted
+// CHECK: graph.Tanh %{{.*}} {graph.op_id = 4 : i64}
+// CHECK-NOT: graph.Cast
+// CHECK: graph.Neg %{{.*}} {graph.grad_of = 4 : i64}
+// CHECK: graph.Neg %{{.*}} {graph.grad_of = 4 : i64}
+func.func @grad_of_retargeted(%x: tensor<4xbf16>) -> (tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>) {
+  %y = graph.Tanh %x {graph.op_id = 4 : i64} : tensor<4xbf16>
+  %f = graph.Cast %y {graph.op_id = 5 : i64, to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  %l = graph.Cast %f {graph.op_id = 6 : i64, to = bf16} : (tensor<4xf32>) -> tensor<4xbf16>
+  %d1 = graph.Neg %l {graph.grad_of = 6 : i64} : tensor<4xbf16>
+  %d2 = graph.Neg %d1 {graph.grad_of = 5 : i64} : tensor<4xbf16>
+  return %l, %d1, %d2 : tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>
+}
+
+// -----
+
+// ...but it does when the expanded value is cast back to bf16: the casts
+// cancel and the Expand moves bf16.
+// CHECK-LABEL: func.func @expand_cancel
+// CHECK-SAME: (%[[X:.*]]: tensor<4xbf16>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[E:.*]] = graph.Expand %[[X]] {{.*}} : (tensor<4xbf16>) -> tensor<3x4xbf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[E]]
+func.func @expand_cancel(%x: tensor<4xbf16>) -> tensor<3x4xbf16> {
+  %f = graph.Cast %x {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  %e = graph.Expand %f {shape = array<i64: 3, 4>} : (tensor<4xf32>) -> tensor<3x4xf32>
+  %c = graph.Cast %e {to = bf16} : (tensor<3x4xf32>) -> tensor<3x4xbf16>
+  return %c : tensor<3x4xbf16>
+}
