@@ -82,8 +82,9 @@ void launchGatherGrad(const float *dy, const void *indices, bool idx64, float *d
                       int64_t outer, int64_t len, int64_t n, int64_t inner,
                       int *errorFlag, int tag, cudaStream_t s);
 /// Sums `in` (shape inShape) into `out` (inShape with some dims set to 1,
-/// same rank); `out` is zeroed by the launcher. f32.
-bool launchReduceToShape(const float *in, const std::vector<int64_t> &inShape, float *out,
+/// same rank) in f32; `out` is zeroed by the launcher. `in` is f32, bf16 or
+/// f16 (false for another type).
+bool launchReduceToShape(ET inType, const void *in, const std::vector<int64_t> &inShape, float *out,
                          const std::vector<int64_t> &outShape, cudaStream_t s);
 
 /// Softmax / LogSoftmax over [outer, len, inner] (axis in the middle).

@@ -158,7 +158,7 @@ Status rmsNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
 Status reduceToShapeKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   // bf16/f16: the gradient of a Gemm bias under graph-autocast (mixed
-  // precision), widened to f32 in scratch memory and rounded back.
+  // precision), summed in f32 straight from the 16-bit input and rounded back.
   bool low = x->dtype == program::DTYPE_BF16 || x->dtype == program::DTYPE_F16;
   if (x->dtype != program::DTYPE_F32 && !low)
     return ctx.unsupported("cuda: ReduceToShape of " + x->typeString() +
@@ -178,19 +178,15 @@ Status reduceToShapeKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, Shape(shape.begin(), shape.end()),
                                                         x->dtype));
   if (low) {
-    size_t inBytes = ((x->numel() * sizeof(float) + 255) / 256) * 256;
-    STRAIT_ASSIGN_OR_RETURN(void *scratch,
-                            c.getScratch(inBytes + y->numel() * sizeof(float)));
-    float *wideX = static_cast<float *>(scratch);
-    float *wideY = reinterpret_cast<float *>(static_cast<char *>(scratch) + inBytes);
+    STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(y->numel() * sizeof(float)));
+    float *wideY = static_cast<float *>(scratch);
     ET et = elemType(x->dtype);
-    if (!launchCast(et, ET::F32, x->data, wideX, x->numel(), c.stream) ||
-        !launchReduceToShape(wideX, x->shape, wideY, aligned, c.stream) ||
+    if (!launchReduceToShape(et, x->data, x->shape, wideY, aligned, c.stream) ||
         !launchCast(ET::F32, et, wideY, y->data, y->numel(), c.stream))
       return ctx.unsupported("cuda: ReduceToShape of " + x->typeString() + " has too many dims");
     return Status::ok();
   }
-  if (!launchReduceToShape(x->as<float>(), x->shape, y->as<float>(), aligned, c.stream))
+  if (!launchReduceToShape(ET::F32, x->data, x->shape, y->as<float>(), aligned, c.stream))
     return ctx.unsupported("cuda: ReduceToShape of " + x->typeString() + " has too many dims");
   return Status::ok();
 }

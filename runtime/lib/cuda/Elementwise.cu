@@ -253,7 +253,15 @@ struct ReduceIndex {
   int64_t outN = 1, redN = 1, chunk = 1;
 };
 
-__global__ void reduceKernel(const float *in, float *out, ReduceIndex r) {
+template <typename T> __device__ inline float widen(T v) { return static_cast<float>(v); }
+template <> __device__ inline float widen<__half>(__half v) { return __half2float(v); }
+template <> __device__ inline float widen<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+/// f32 sums of f32, bf16 or f16 inputs (16-bit ones read as they are: no
+/// widened copy).
+template <typename T> __global__ void reduceKernel(const T *in, float *out, ReduceIndex r) {
   int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (o >= r.outN)
     return;
@@ -266,7 +274,7 @@ __global__ void reduceKernel(const float *in, float *out, ReduceIndex r) {
   float acc = 0.0f;
   if (r.redRank == 1) {
     for (int64_t j = begin; j < end; ++j)
-      acc += in[base + j * r.redStride[0]];
+      acc += widen(in[base + j * r.redStride[0]]);
   } else {
     for (int64_t j = begin; j < end; ++j) {
       int64_t off = 0, u = j;
@@ -274,7 +282,7 @@ __global__ void reduceKernel(const float *in, float *out, ReduceIndex r) {
         off += (u % r.redShape[d]) * r.redStride[d];
         u /= r.redShape[d];
       }
-      acc += in[base + off];
+      acc += widen(in[base + off]);
     }
   }
   if (begin < end)
@@ -573,7 +581,7 @@ void launchGatherGrad(const float *dy, const void *indices, bool idx64, float *d
         dy, static_cast<const int32_t *>(indices), dd, len, n, inner, total, flag, tag);
 }
 
-bool launchReduceToShape(const float *in, const std::vector<int64_t> &inShape, float *out,
+bool launchReduceToShape(ET inType, const void *in, const std::vector<int64_t> &inShape, float *out,
                          const std::vector<int64_t> &outShape, cudaStream_t s) {
   if (inShape.size() != outShape.size())
     return false;
@@ -613,7 +621,14 @@ bool launchReduceToShape(const float *in, const std::vector<int64_t> &inShape, f
   r.chunk = (r.redN + chunks - 1) / chunks;
   int block = static_cast<int>(std::min<int64_t>(256, (r.outN + 31) / 32 * 32));
   dim3 grid(static_cast<unsigned>((r.outN + block - 1) / block), static_cast<unsigned>(chunks));
-  reduceKernel<<<grid, block, 0, s>>>(in, out, r);
+  switch (inType) {
+  case ET::F32: reduceKernel<<<grid, block, 0, s>>>(static_cast<const float *>(in), out, r); break;
+  case ET::BF16:
+    reduceKernel<<<grid, block, 0, s>>>(static_cast<const __nv_bfloat16 *>(in), out, r);
+    break;
+  case ET::F16: reduceKernel<<<grid, block, 0, s>>>(static_cast<const __half *>(in), out, r); break;
+  default: return false;
+  }
   return true;
 }
 
