@@ -12,6 +12,7 @@
 # own timeout; a summary is printed at the end even when a phase fails:
 #   build     (only without a bundle) the runtime with CUDA into build-gpu
 #   gtest     strait-cuda-tests: every CUDA kernel against the CPU backend, NCCL on one rank
+#   gemm      strait-cuda-gemm-bench: the LM-head products under the GEMM switches
 #   attn      FusedAttention fwd+bwd vs the composed ops (MatMul, Mul, Add, Softmax,
 #             MatMul and gradients) at GPT-2 small shapes, f32; attn-bf16 in bf16
 #   conform   the CPU's ONNX conformance list on --backend cuda (no FAIL allowed;
@@ -82,7 +83,7 @@ if [ -f "$G/bundle.tar.xz" ]; then
   RESULT[build]="bundle ($(cat $B/BUILD_INFO 2>/dev/null | head -1))"
   CUDA_TESTS=$B/bin/strait-cuda-tests NODE_TEST=$B/bin/strait-onnx-node-test
   STEP_BENCH=$B/bin/strait-cuda-step-bench STRAIT_RUN=$B/bin/strait-run PROBE=$B/bin/strait-probe
-  ATTN_BENCH=$B/bin/strait-cuda-attention-bench
+  ATTN_BENCH=$B/bin/strait-cuda-attention-bench GEMM_BENCH=$B/bin/strait-cuda-gemm-bench
   NODE_ROOT=$B/node
   for b in $B/bin/*; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
 else
@@ -92,14 +93,20 @@ else
     cmake -S . -B $B -G Ninja -DSTRAIT_BUILD_COMPILER=OFF -DSTRAIT_ENABLE_CUDA=ON \
           -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > /dev/null &&
     ninja -C $B -j16 strait-cuda-tests strait-onnx-node-test strait-cuda-step-bench strait-run strait-probe \
-      strait-cuda-attention-bench"
+      strait-cuda-attention-bench strait-cuda-gemm-bench"
   CUDA_TESTS=$B/runtime/test/strait-cuda-tests NODE_TEST=$B/runtime/tools/strait-onnx-node-test
   STEP_BENCH=$B/runtime/test/strait-cuda-step-bench STRAIT_RUN=$B/runtime/tools/strait-run
   PROBE=$B/runtime/tools/strait-probe ATTN_BENCH=$B/runtime/test/strait-cuda-attention-bench
+  GEMM_BENCH=$B/runtime/test/strait-cuda-gemm-bench
   NODE_ROOT=/usr/share/libonnx-testdata/data/node
 fi
 
 phase gtest 120 $CUDA_TESTS
+# GPT-2's LM-head products (rows of 50257) under the GEMM switches: padded
+# copies on/off, 16-bit split-K reductions allowed/forbidden.
+phase gemm 90 bash -c "for v in '' STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1 \
+    'STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1'; do
+  echo \"variant: \${v:-default}\"; env \$v $GEMM_BENCH --iters 10 || exit \$?; done"
 # FusedAttention (cuBLAS + fused row kernels) against the composed ops, GPT-2 small shapes.
 phase attn 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 10 --precision f32 --tolerance 1e-3
 phase attn-bf16 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 20 --precision bf16
@@ -150,11 +157,12 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest attn attn-bf16 conform tiny tiny-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe profile torch torch-sdpa run1 run2 probe; do
+for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe profile torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
+grep -h "^variant\|^gemm" "$LOG/gemm.log" 2>/dev/null
 grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
 grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/tiny-amp.log" "$LOG/digits.log" 2>/dev/null
 for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe; do

@@ -15,6 +15,7 @@
 #   text/         byte-level text tokens (runtime/scripts/make-text-tokens.py)
 #   bundle.tar.xz the CUDA runtime's tools built here (build-cuda: strait-cuda-tests,
 #                 strait-onnx-node-test, strait-cuda-step-bench, strait-cuda-attention-bench,
+#                 strait-cuda-gemm-bench,
 #                 strait-run, strait-probe)
 #                 with the shared libraries the GPU machines lack (protobuf, Gloo,
 #                 OpenBLAS, ONNX, hiredis, ...; not glibc, libstdc++ or CUDA's own) and
@@ -80,11 +81,11 @@ BC=${STRAIT_CUDA_BUILD:-build-cuda}
 [ -f "$BC/CMakeCache.txt" ] || cmake -S . -B "$BC" -G Ninja -DSTRAIT_BUILD_COMPILER=OFF \
   -DSTRAIT_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release > /dev/null
 ninja -C "$BC" -j2 strait-cuda-tests strait-onnx-node-test strait-cuda-step-bench strait-run strait-probe \
-  strait-cuda-attention-bench
+  strait-cuda-attention-bench strait-cuda-gemm-bench
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" "$stage/node"
 cp "$BC"/runtime/test/strait-cuda-tests "$BC"/runtime/test/strait-cuda-step-bench \
-   "$BC"/runtime/test/strait-cuda-attention-bench \
+   "$BC"/runtime/test/strait-cuda-attention-bench "$BC"/runtime/test/strait-cuda-gemm-bench \
    "$BC"/runtime/tools/strait-onnx-node-test "$BC"/runtime/tools/strait-run \
    "$BC"/runtime/tools/strait-probe "$stage/bin/"
 # Shared libraries to bring: everything ldd resolves except the C/C++ runtime

@@ -12,6 +12,7 @@
 #include "CudaKernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -477,10 +478,14 @@ StatusOr<std::unique_ptr<Backend>> createCudaBackend(const CudaOptions &options)
   // Split-K GEMMs with bf16/f16 results otherwise add their partial sums in
   // 16 bits (seen on an H200: a bf16 256x512x8201 product off by 5 ulps):
   // f32 compute must mean f32 accumulation throughout, as on the CPU.
+  // STRAIT_CUDA_GEMM_SPLITK_16=1 allows them again (for timing the two).
+  const char *splitK16 = std::getenv("STRAIT_CUDA_GEMM_SPLITK_16");
+  bool allow16 = splitK16 && std::string(splitK16) == "1";
   STRAIT_RETURN_IF_ERROR(cublasStatus(
-      cublasSetMathMode(ctx->blas, static_cast<cublasMath_t>(
-                                       CUBLAS_DEFAULT_MATH |
-                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+      cublasSetMathMode(ctx->blas,
+                        static_cast<cublasMath_t>(
+                            CUBLAS_DEFAULT_MATH |
+                            (allow16 ? 0 : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))),
       "cublasSetMathMode"));
   STRAIT_RETURN_IF_ERROR(setupGraphs(*ctx));
   return std::unique_ptr<Backend>(new CudaBackend(std::move(ctx)));
