@@ -6,6 +6,7 @@
 // operands skip the unravelling).
 //
 //===----------------------------------------------------------------------===//
+#include "CopyPlan.h"
 #include "CudaLaunch.h"
 #include "DeviceCommon.cuh"
 
@@ -434,78 +435,68 @@ bool launchWhere(size_t es, const uint8_t *c, const void *x, const void *y, void
 #undef WHERE_CASE
 }
 
-/// A strided copy whose output's innermost dim is not the input's: dims A
-/// (input stride 1) and B (the output's last, output stride 1) are copied in
-/// 32 x 32 tiles through shared memory, so that both the reads (along A) and
-/// the writes (along B) are coalesced; the other dims are a batch. Without
-/// it every warp's reads were 32 rows apart (Transposes of attention heads
-/// moved about 1 TB/s on an H200).
-struct TileCopy {
-  int rank, a, b;
-  uint32_t shape[kMaxDims];
-  int64_t inStride[kMaxDims], outStride[kMaxDims];
-  int64_t batch;
-};
-
+// The tile and row plans of launchStridedCopy (CopyPlan.h): a Transpose's
+// reads were 32 rows apart per warp (about 1 TB/s on an H200), and a copy
+// of contiguous rows unravelled every 2-byte element (Transposes of
+// attention heads in bf16 at 0.3 TB/s).
 template <typename T> __global__ void tileCopyKernel(const T *in, T *out, TileCopy t) {
   __shared__ T tile[32][33];
   uint32_t lenA = t.shape[t.a], lenB = t.shape[t.b];
   uint32_t tilesA = (lenA + 31) / 32;
   uint32_t a0 = (blockIdx.x % tilesA) * 32, b0 = (blockIdx.x / tilesA) * 32;
   for (int64_t bi = blockIdx.y; bi < t.batch; bi += gridDim.y) {
-    int64_t inBase = 0, outBase = 0;
-    uint32_t rem = static_cast<uint32_t>(bi);
-    for (int d = t.rank - 1; d >= 0; --d) {
-      if (d == t.a || d == t.b)
-        continue;
-      uint32_t c = rem % t.shape[d];
-      rem /= t.shape[d];
-      inBase += c * t.inStride[d];
-      outBase += c * t.outStride[d];
-    }
+    int64_t inBase, outBase;
+    tileBase(t, bi, inBase, outBase);
     for (uint32_t j = threadIdx.y; j < 32; j += blockDim.y) {
       uint32_t a = a0 + threadIdx.x, b = b0 + j;
       if (a < lenA && b < lenB)
-        tile[j][threadIdx.x] = in[inBase + a + b * t.inStride[t.b]];
+        tile[j][threadIdx.x] = in[inBase + tileIn(t, a, b)];
     }
     __syncthreads();
     for (uint32_t j = threadIdx.y; j < 32; j += blockDim.y) {
       uint32_t a = a0 + j, b = b0 + threadIdx.x;
       if (a < lenA && b < lenB)
-        out[outBase + a * t.outStride[t.a] + b] = tile[threadIdx.x][j];
+        out[outBase + tileOut(t, a, b)] = tile[threadIdx.x][j];
     }
     __syncthreads();
   }
 }
 
-/// The tiled plan for `ix` (operand 0 strided, the output dense), or false.
-bool tilePlan(const Index &ix, TileCopy &t) {
-  int r = ix.rank;
-  if (r < 2 || !ix.small || ix.stride[0][r - 1] == 1 || ix.shape[r - 1] < 16)
-    return false;
-  t.rank = r;
-  t.b = r - 1;
-  t.a = -1;
-  int64_t st = 1;
-  for (int d = r - 1; d >= 0; --d) {
-    t.shape[d] = static_cast<uint32_t>(ix.shape[d]);
-    t.inStride[d] = ix.stride[0][d];
-    t.outStride[d] = st;
-    st *= ix.shape[d];
-    if (ix.stride[0][d] == 1 && d != r - 1)
-      t.a = d;
+template <int Bytes> struct alignas(Bytes) Chunk {
+  unsigned char b[Bytes];
+};
+
+template <int Bytes>
+__global__ void rowCopyKernel(const char *in, char *out, RowCopy r, int es) {
+  GRID_STRIDE(c, r.chunks) {
+    reinterpret_cast<Chunk<Bytes> *>(out)[c] =
+        *reinterpret_cast<const Chunk<Bytes> *>(in + rowCopySource(r, c) * es);
   }
-  if (t.a < 0 || ix.shape[t.a] < 16)
-    return false;
-  t.batch = ix.n / (ix.shape[t.a] * ix.shape[t.b]);
-  return true;
 }
 
 bool launchStridedCopy(size_t es, const void *in, void *out, const Index &ix, cudaStream_t s) {
   if (ix.n == 0)
     return true;
+  RowCopy rc;
+  int bytes = 0;
+  if (planRowCopy(ix, es, rc)) {
+    bytes = rc.vec * static_cast<int>(es);
+    if (reinterpret_cast<uintptr_t>(in) % bytes || reinterpret_cast<uintptr_t>(out) % bytes)
+      bytes = 0;
+  }
+  if (bytes) {
+    const char *src = static_cast<const char *>(in);
+    char *dst = static_cast<char *>(out);
+    int e = static_cast<int>(es);
+    switch (bytes) {
+    case 16: rowCopyKernel<16><<<blocksFor(rc.chunks), kBlock, 0, s>>>(src, dst, rc, e); return true;
+    case 8: rowCopyKernel<8><<<blocksFor(rc.chunks), kBlock, 0, s>>>(src, dst, rc, e); return true;
+    case 4: rowCopyKernel<4><<<blocksFor(rc.chunks), kBlock, 0, s>>>(src, dst, rc, e); return true;
+    default: break;
+    }
+  }
   TileCopy t;
-  if (tilePlan(ix, t)) {
+  if (planTileCopy(ix, t)) {
     uint32_t tiles = ((t.shape[t.a] + 31) / 32) * ((t.shape[t.b] + 31) / 32);
     dim3 grid(tiles, static_cast<unsigned>(std::min<int64_t>(t.batch, 65535)));
     dim3 block(32, 8);
