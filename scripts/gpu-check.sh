@@ -103,9 +103,10 @@ fi
 
 phase gtest 120 $CUDA_TESTS
 # GPT-2's LM-head products (rows of 50257) under the GEMM switches: padded
-# copies on/off, 16-bit split-K reductions allowed/forbidden.
-phase gemm 90 bash -c "for v in '' STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1 \
-    'STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1'; do
+# copies on/off, 16-bit split-K reductions allowed/forbidden, cublasLt with
+# timed candidates (STRAIT_CUDA_GEMM_TUNE=1).
+phase gemm 120 bash -c "for v in '' STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1 \
+    'STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1' STRAIT_CUDA_GEMM_TUNE=1; do
   echo \"variant: \${v:-default}\"; env \$v $GEMM_BENCH --iters 10 || exit \$?; done"
 # FusedAttention (cuBLAS + fused row kernels) against the composed ops, GPT-2 small shapes.
 phase attn 40 $ATTN_BENCH --b 8 --h 12 --t 1024 --d 64 --iters 10 --precision f32 --tolerance 1e-3

@@ -10,7 +10,8 @@
 // comparison. Run it under the backend's switches to time them apart:
 // STRAIT_CUDA_GEMM_PAD=0 (no padded copies), STRAIT_CUDA_GEMM_SPLITK_16=1
 // (cuBLAS may reduce split-K partial sums in 16 bits; the default forbids
-// it). Each shape's result is checked against a double-precision dot
+// it), STRAIT_CUDA_GEMM_TUNE=1 (cublasLt, the fastest of its heuristic's
+// first 8 candidates timed at the first call). Each shape's result is checked against a double-precision dot
 // product at 64 sampled elements (exit 1 above 2 % of the row's scale).
 // Exit 77 without a GPU.
 //

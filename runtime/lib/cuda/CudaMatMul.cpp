@@ -89,6 +89,11 @@ Status copyRows(CudaContext &c, void *dst, int64_t dstLd, const void *src, int64
   return cudaStatus(cudaGetLastError(), "GEMM padding copy");
 }
 
+bool tuneOn();
+StatusOr<bool> gemmTunedLt(CudaContext &c, const KernelContext &ctx, cudaDataType_t dt, bool ta,
+                           bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                           int64_t ldy, float alpha, const void *a, const void *b, void *y);
+
 /// Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b], row-major, `batch` GEMMs
 /// with element strides sA, sB, sY; Y of type yType (ty.data, or f32 for
 /// 16-bit operands). The first `scratchInUse` bytes of the scratch block
@@ -110,6 +115,14 @@ Status gemm(CudaContext &c, const KernelContext &ctx, const GemmTypes &ty, bool 
   const void *pb = ty.f64 ? static_cast<const void *>(&beta) : &betaF;
   if (k == 0 && beta == 0.0) // empty sum: cuBLAS may leave Y untouched
     return cudaStatus(cudaMemsetAsync(y, 0, yes * m * n * batch, c.stream), "memset");
+  bool low = ty.data == CUDA_R_16BF || ty.data == CUDA_R_16F;
+  if (tuneOn() && low && yType == ty.data && beta == 0.0 && batch == 1 &&
+      double(m) * double(n) * double(k) >= double(kPadMinWork)) {
+    STRAIT_ASSIGN_OR_RETURN(bool done, gemmTunedLt(c, ctx, ty.data, ta, tb, m, n, k, lda, ldb,
+                                                   ldy, alphaF, a, b, y));
+    if (done)
+      return Status::ok();
+  }
   // Padded copies of misaligned operands (see kPadMinWork).
   GemmOperand ops[3] = {{a, ta ? k : m, lda, sA}, {b, tb ? n : k, ldb, sB}, {y, m, ldy, sY}};
   size_t opEs[3] = {es, es, yes};
@@ -182,7 +195,11 @@ struct LtPlan {
 };
 struct LtState {
   cublasLtHandle_t handle = nullptr;
-  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t>, LtPlan> plans;
+  /// By (kind: 0 bias epilogue, 1 tuned plain product; dtype, ta, tb, m, n,
+  /// k, lda, ldb, ldy).
+  std::map<std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>,
+           LtPlan>
+      plans;
   ~LtState() {
     for (auto &e : plans) {
       LtPlan &p = e.second;
@@ -211,7 +228,8 @@ StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, i
     c.blasLt = st;
   }
   LtState &st = *static_cast<LtState *>(c.blasLt.get());
-  auto key = std::make_tuple(static_cast<int>(dt), ta, tb, m, n, k);
+  auto key = std::make_tuple(0, static_cast<int>(dt), ta, tb, m, n, k, int64_t(0), int64_t(0),
+                             int64_t(0));
   auto found = st.plans.find(key);
   if (found != st.plans.end())
     return &found->second;
@@ -262,6 +280,112 @@ StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, i
     p.ok = true;
   }
   return &p;
+}
+
+/// STRAIT_CUDA_GEMM_TUNE=1: large 16-bit products go through cublasLt with
+/// the fastest of its heuristic's first candidates, timed once per shape
+/// (an experiment for GPT-2's LM head, which cuBLAS ran at 70-90 TFLOP/s on
+/// an H200; off by default until measured: strait-cuda-gemm-bench).
+bool tuneOn() {
+  static const bool on = [] {
+    const char *v = std::getenv("STRAIT_CUDA_GEMM_TUNE");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
+/// Y = op(A) op(B) (16-bit, f32 compute) through a tuned cublasLt plan;
+/// false (nothing launched) when cublasLt has no algorithm for it.
+StatusOr<bool> gemmTunedLt(CudaContext &c, const KernelContext &ctx, cudaDataType_t dt, bool ta,
+                           bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                           int64_t ldy, float alpha, const void *a, const void *b, void *y) {
+  if (!c.blasWorkspace)
+    return false;
+  if (!c.blasLt) {
+    auto st = std::make_shared<LtState>();
+    STRAIT_RETURN_IF_ERROR(cublasStatus(cublasLtCreate(&st->handle), "cublasLtCreate"));
+    c.blasLt = st;
+  }
+  LtState &st = *static_cast<LtState *>(c.blasLt.get());
+  auto key = std::make_tuple(1, static_cast<int>(dt), ta, tb, m, n, k, lda, ldb, ldy);
+  bool fresh = st.plans.find(key) == st.plans.end();
+  LtPlan &p = st.plans[key];
+  float beta = 0.0f;
+  if (fresh) {
+    cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    auto check = [](cublasStatus_t s, const char *what) { return cublasStatus(s, what); };
+    STRAIT_RETURN_IF_ERROR(
+        check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "Lt desc"));
+    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
+                                     p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)),
+                                 "Lt transa"));
+    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
+                                     p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)),
+                                 "Lt transb"));
+    STRAIT_RETURN_IF_ERROR(check(
+        cublasLtMatrixLayoutCreate(&p.a, dt, tb ? k : n, tb ? n : k, ldb), "Lt layout"));
+    STRAIT_RETURN_IF_ERROR(check(
+        cublasLtMatrixLayoutCreate(&p.b, dt, ta ? m : k, ta ? k : m, lda), "Lt layout"));
+    STRAIT_RETURN_IF_ERROR(check(cublasLtMatrixLayoutCreate(&p.d, dt, n, m, ldy), "Lt layout"));
+    cublasLtMatmulPreference_t pref = nullptr;
+    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulPreferenceCreate(&pref), "Lt preference"));
+    size_t ws = kLtWorkspaceBytes;
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof(ws));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                         &schemes, sizeof(schemes));
+    constexpr int kCandidates = 8;
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+    int count = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.d, p.d,
+                                                       pref, kCandidates, results, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS || count == 0)
+      return false;
+    p.algo = results[0].algo;
+    p.ok = true;
+    // Time each candidate twice (outside a capture only: events and a host
+    // wait); the output is overwritten by the real product below.
+    if (!c.capturing() && count > 1) {
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      float best = 0;
+      for (int i = 0; i < count; ++i) {
+        if (results[i].state != CUBLAS_STATUS_SUCCESS)
+          continue;
+        cublasLtMatmul(st.handle, p.desc, &alpha, b, p.a, a, p.b, &beta, y, p.d, y, p.d,
+                       &results[i].algo, c.blasWorkspace, kLtWorkspaceBytes, c.stream);
+        cudaEventRecord(e0, c.stream);
+        cublasStatus_t rs = CUBLAS_STATUS_SUCCESS;
+        for (int r = 0; r < 2 && rs == CUBLAS_STATUS_SUCCESS; ++r)
+          rs = cublasLtMatmul(st.handle, p.desc, &alpha, b, p.a, a, p.b, &beta, y, p.d, y, p.d,
+                              &results[i].algo, c.blasWorkspace, kLtWorkspaceBytes, c.stream);
+        cudaEventRecord(e1, c.stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        if (rs != CUBLAS_STATUS_SUCCESS || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+          continue;
+        if (best == 0 || ms < best) {
+          best = ms;
+          p.algo = results[i].algo;
+        }
+      }
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaGetLastError();
+    }
+  }
+  if (!p.ok)
+    return false;
+  cublasStatus_t s = cublasLtMatmul(st.handle, p.desc, &alpha, b, p.a, a, p.b, &beta, y, p.d, y,
+                                    p.d, &p.algo, c.blasWorkspace, kLtWorkspaceBytes, c.stream);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return cublasStatus(s, "cublasLt GEMM " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                               std::to_string(k))
+        .withKernel(ctx.op());
+  return true;
 }
 
 /// Y = alpha * op(A) op(B) + bias (bias[n] over the rows) for 16-bit
