@@ -22,11 +22,7 @@
 #include <cstring>
 #include <string>
 
-#ifdef __CUDACC__
-#define STRAIT_HD __host__ __device__
-#else
-#define STRAIT_HD
-#endif
+#include "strait/runtime/HostDevice.h"
 
 namespace strait {
 namespace rt {

@@ -15,14 +15,9 @@
 #define STRAIT_RUNTIME_LIB_CUDA_COPYPLAN_H
 
 #include "CudaLaunch.h"
+#include "strait/runtime/HostDevice.h"
 
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define STRAIT_HD __host__ __device__
-#else
-#define STRAIT_HD
-#endif
 
 namespace strait {
 namespace rt {

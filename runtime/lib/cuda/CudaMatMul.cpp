@@ -13,11 +13,13 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
 #include <map>
 #include <tuple>
+#include <vector>
 
 namespace strait {
 namespace rt {
@@ -217,26 +219,32 @@ struct LtState {
 /// The cuBLAS workspace (CudaGraph.cpp) size, also given to cublasLt.
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
 
-/// Plans Y = op(A) op(B) + bias with the bias epilogue (bias[n] added to the
-/// f32 accumulator, then one rounding to Y's 16-bit type). Row-major on
-/// column-major: cuBLAS's A is our B. False if cublasLt has no algorithm.
-StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, int64_t m,
-                          int64_t n, int64_t k) {
+/// The backend's cublasLt state, created on first use. Without a handle
+/// (cublasLtCreate failed) no plan gets an algorithm and the callers take
+/// the cuBLAS paths.
+LtState &ltState(CudaContext &c) {
   if (!c.blasLt) {
     auto st = std::make_shared<LtState>();
-    STRAIT_RETURN_IF_ERROR(cublasStatus(cublasLtCreate(&st->handle), "cublasLtCreate"));
+    if (cublasLtCreate(&st->handle) != CUBLAS_STATUS_SUCCESS)
+      st->handle = nullptr;
     c.blasLt = st;
   }
-  LtState &st = *static_cast<LtState *>(c.blasLt.get());
-  auto key = std::make_tuple(0, static_cast<int>(dt), ta, tb, m, n, k, int64_t(0), int64_t(0),
-                             int64_t(0));
-  auto found = st.plans.find(key);
-  if (found != st.plans.end())
-    return &found->second;
-  LtPlan &p = st.plans[key];
+  return *static_cast<LtState *>(c.blasLt.get());
+}
+
+/// Creates plan `p` for Y = op(A) op(B) [+ bias[n] through the bias
+/// epilogue: added to the f32 accumulator, then one rounding to Y's type],
+/// 16-bit operands, f32 compute, split-K sums in f32 only (as
+/// DISALLOW_REDUCED_PRECISION_REDUCTION for the plain GEMMs). Row-major on
+/// column-major: cuBLAS's A is our B; stored shapes: our B is n x k (k x n
+/// transposed) with ld ldb, our A k x m (m x k) with lda, D n x m with ldy.
+/// Returns up to `want` candidate algorithms, best first by the heuristic.
+StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>>
+createLtPlan(LtState &st, LtPlan &p, cudaDataType_t dt, bool ta, bool tb, int64_t m, int64_t n,
+             int64_t k, int64_t lda, int64_t ldb, int64_t ldy, bool bias, int want) {
+  if (!st.handle)
+    return std::vector<cublasLtMatmulHeuristicResult_t>();
   cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-  int32_t biasType = static_cast<int32_t>(dt);
   auto check = [](cublasStatus_t s, const char *what) { return cublasStatus(s, what); };
   STRAIT_RETURN_IF_ERROR(
       check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "Lt desc"));
@@ -246,39 +254,60 @@ StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, i
   STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
                                    p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)),
                                "Lt transb"));
-  STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
-                                   p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
-                               "Lt epilogue"));
+  if (bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t biasType = static_cast<int32_t>(dt);
+    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
+                                     p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+                                 "Lt epilogue"));
+    STRAIT_RETURN_IF_ERROR(
+        check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                             &biasType, sizeof(biasType)),
+              "Lt bias type"));
+  }
   STRAIT_RETURN_IF_ERROR(
-      check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                           &biasType, sizeof(biasType)),
-            "Lt bias type"));
-  // Stored (column-major) shapes: our B is [k, n] row-major = n x k (or k x n
-  // transposed), our A is k x m (or m x k), D is n x m.
-  STRAIT_RETURN_IF_ERROR(check(
-      cublasLtMatrixLayoutCreate(&p.a, dt, tb ? k : n, tb ? n : k, tb ? k : n), "Lt layout"));
-  STRAIT_RETURN_IF_ERROR(check(
-      cublasLtMatrixLayoutCreate(&p.b, dt, ta ? m : k, ta ? k : m, ta ? m : k), "Lt layout"));
-  STRAIT_RETURN_IF_ERROR(check(cublasLtMatrixLayoutCreate(&p.d, dt, n, m, n), "Lt layout"));
+      check(cublasLtMatrixLayoutCreate(&p.a, dt, tb ? k : n, tb ? n : k, ldb), "Lt layout"));
+  STRAIT_RETURN_IF_ERROR(
+      check(cublasLtMatrixLayoutCreate(&p.b, dt, ta ? m : k, ta ? k : m, lda), "Lt layout"));
+  STRAIT_RETURN_IF_ERROR(check(cublasLtMatrixLayoutCreate(&p.d, dt, n, m, ldy), "Lt layout"));
   cublasLtMatmulPreference_t pref = nullptr;
   STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulPreferenceCreate(&pref), "Lt preference"));
   size_t ws = kLtWorkspaceBytes;
-  // Split-K partial sums in f32 only (as cublasSetMathMode's
-  // DISALLOW_REDUCED_PRECISION_REDUCTION for the plain GEMMs).
   uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                        sizeof(ws));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                        &schemes, sizeof(schemes));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(want);
   int count = 0;
-  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.d, p.d,
-                                                     pref, 1, &result, &count);
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.d, p.d, pref,
+                                                     want, results.data(), &count);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (hs == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    p.algo = result.algo;
+  results.resize(hs == CUBLAS_STATUS_SUCCESS ? count : 0);
+  results.erase(std::remove_if(results.begin(), results.end(),
+                               [](const cublasLtMatmulHeuristicResult_t &r) {
+                                 return r.state != CUBLAS_STATUS_SUCCESS;
+                               }),
+                results.end());
+  if (!results.empty()) {
+    p.algo = results[0].algo;
     p.ok = true;
   }
+  return results;
+}
+
+/// The bias-epilogue plan of a product with dense operands (see createLtPlan).
+StatusOr<LtPlan *> ltPlan(CudaContext &c, cudaDataType_t dt, bool ta, bool tb, int64_t m,
+                          int64_t n, int64_t k) {
+  LtState &st = ltState(c);
+  auto key = std::make_tuple(0, static_cast<int>(dt), ta, tb, m, n, k, int64_t(0), int64_t(0),
+                             int64_t(0));
+  auto found = st.plans.find(key);
+  if (found != st.plans.end())
+    return &found->second;
+  LtPlan &p = st.plans[key];
+  STRAIT_RETURN_IF_ERROR(
+      createLtPlan(st, p, dt, ta, tb, m, n, k, ta ? m : k, tb ? k : n, n, true, 1).getStatus());
   return &p;
 }
 
@@ -301,67 +330,29 @@ StatusOr<bool> gemmTunedLt(CudaContext &c, const KernelContext &ctx, cudaDataTyp
                            int64_t ldy, float alpha, const void *a, const void *b, void *y) {
   if (!c.blasWorkspace)
     return false;
-  if (!c.blasLt) {
-    auto st = std::make_shared<LtState>();
-    STRAIT_RETURN_IF_ERROR(cublasStatus(cublasLtCreate(&st->handle), "cublasLtCreate"));
-    c.blasLt = st;
-  }
-  LtState &st = *static_cast<LtState *>(c.blasLt.get());
+  LtState &st = ltState(c);
   auto key = std::make_tuple(1, static_cast<int>(dt), ta, tb, m, n, k, lda, ldb, ldy);
   bool fresh = st.plans.find(key) == st.plans.end();
   LtPlan &p = st.plans[key];
   float beta = 0.0f;
   if (fresh) {
-    cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    auto check = [](cublasStatus_t s, const char *what) { return cublasStatus(s, what); };
-    STRAIT_RETURN_IF_ERROR(
-        check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "Lt desc"));
-    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
-                                     p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)),
-                                 "Lt transa"));
-    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulDescSetAttribute(
-                                     p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)),
-                                 "Lt transb"));
-    STRAIT_RETURN_IF_ERROR(check(
-        cublasLtMatrixLayoutCreate(&p.a, dt, tb ? k : n, tb ? n : k, ldb), "Lt layout"));
-    STRAIT_RETURN_IF_ERROR(check(
-        cublasLtMatrixLayoutCreate(&p.b, dt, ta ? m : k, ta ? k : m, lda), "Lt layout"));
-    STRAIT_RETURN_IF_ERROR(check(cublasLtMatrixLayoutCreate(&p.d, dt, n, m, ldy), "Lt layout"));
-    cublasLtMatmulPreference_t pref = nullptr;
-    STRAIT_RETURN_IF_ERROR(check(cublasLtMatmulPreferenceCreate(&pref), "Lt preference"));
-    size_t ws = kLtWorkspaceBytes;
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof(ws));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                         &schemes, sizeof(schemes));
-    constexpr int kCandidates = 8;
-    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
-    int count = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.d, p.d,
-                                                       pref, kCandidates, results, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (hs != CUBLAS_STATUS_SUCCESS || count == 0)
-      return false;
-    p.algo = results[0].algo;
-    p.ok = true;
+    STRAIT_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
+                            createLtPlan(st, p, dt, ta, tb, m, n, k, lda, ldb, ldy, false, 8));
     // Time each candidate twice (outside a capture only: events and a host
     // wait); the output is overwritten by the real product below.
-    if (!c.capturing() && count > 1) {
+    if (!c.capturing() && results.size() > 1) {
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
       float best = 0;
-      for (int i = 0; i < count; ++i) {
-        if (results[i].state != CUBLAS_STATUS_SUCCESS)
-          continue;
-        cublasLtMatmul(st.handle, p.desc, &alpha, b, p.a, a, p.b, &beta, y, p.d, y, p.d,
-                       &results[i].algo, c.blasWorkspace, kLtWorkspaceBytes, c.stream);
+      for (const cublasLtMatmulHeuristicResult_t &r : results) {
+        cublasLtMatmul(st.handle, p.desc, &alpha, b, p.a, a, p.b, &beta, y, p.d, y, p.d, &r.algo,
+                       c.blasWorkspace, kLtWorkspaceBytes, c.stream);
         cudaEventRecord(e0, c.stream);
         cublasStatus_t rs = CUBLAS_STATUS_SUCCESS;
-        for (int r = 0; r < 2 && rs == CUBLAS_STATUS_SUCCESS; ++r)
+        for (int i = 0; i < 2 && rs == CUBLAS_STATUS_SUCCESS; ++i)
           rs = cublasLtMatmul(st.handle, p.desc, &alpha, b, p.a, a, p.b, &beta, y, p.d, y, p.d,
-                              &results[i].algo, c.blasWorkspace, kLtWorkspaceBytes, c.stream);
+                              &r.algo, c.blasWorkspace, kLtWorkspaceBytes, c.stream);
         cudaEventRecord(e1, c.stream);
         cudaEventSynchronize(e1);
         float ms = 0;
@@ -369,7 +360,7 @@ StatusOr<bool> gemmTunedLt(CudaContext &c, const KernelContext &ctx, cudaDataTyp
           continue;
         if (best == 0 || ms < best) {
           best = ms;
-          p.algo = results[i].algo;
+          p.algo = r.algo;
         }
       }
       cudaEventDestroy(e0);
