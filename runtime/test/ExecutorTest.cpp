@@ -119,6 +119,48 @@ TEST(Executor, MemoryPlanAliasesReshapeOutputs) {
   EXPECT_FLOAT_EQ((*exec)->getValue(y)->as<float>()[0], -(1 + 3 + 0.5f + 4));
 }
 
+// Small integer constants (axes, shapes, bounds) keep a host copy that a
+// GPU kernel reads without waiting for its stream; other values do not.
+TEST(Executor, SmallIntegerConstantsKeepAHostCopy) {
+  ProgramBuilder b;
+  uint32_t x = b.addValue("x", program::DTYPE_F32, {2, 3}, program::ROLE_INPUT);
+  uint32_t y = b.addValue("y", program::DTYPE_F32, {2}, program::ROLE_OUTPUT);
+  uint32_t f = b.addConstant("f", {1.5f}, {1});
+  auto intConstant = [&](const std::string &name, std::vector<int64_t> data) {
+    program::Value *v = b.get().add_values();
+    v->set_id(static_cast<uint32_t>(b.get().values_size() - 1));
+    v->set_name(name);
+    v->set_dtype(program::DTYPE_I64);
+    v->add_shape(static_cast<int64_t>(data.size()));
+    v->set_role(program::ROLE_CONSTANT);
+    program::TensorData *d = v->mutable_constant();
+    d->set_dtype(program::DTYPE_I64);
+    d->add_shape(static_cast<int64_t>(data.size()));
+    for (int64_t e : data)
+      d->add_int64_data(e);
+    return v->id();
+  };
+  uint32_t axes = intConstant("axes", {-1});
+  uint32_t big = intConstant("big", std::vector<int64_t>(2000, 7));
+  setInt(b.addKernel("ReduceSum", {x, axes}, {y}), "keepdims", 0);
+  b.addRunStep();
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  auto exec = Executor::create(b.get(), reg);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  Tensor a = *(*exec)->getValue(axes);
+  ASSERT_NE(a.host, nullptr);
+  EXPECT_NE(a.host, a.data);
+  EXPECT_EQ(static_cast<const int64_t *>(a.host)[0], -1);
+  EXPECT_EQ((*exec)->getValue(big)->host, nullptr);
+  EXPECT_EQ((*exec)->getValue(f)->host, nullptr);
+  EXPECT_EQ((*exec)->getValue(x)->host, nullptr);
+  std::vector<float> xs = {1, 2, 3, 4, 5, 6};
+  std::copy(xs.begin(), xs.end(), (*exec)->getValue(x)->as<float>());
+  ASSERT_TRUE((*exec)->run().isOk());
+  EXPECT_FLOAT_EQ((*exec)->getValue(y)->as<float>()[1], 15.0f);
+}
+
 TEST(Executor, MissingParameterNamesIt) {
   Mlp m;
   BackendRegistry reg;

@@ -408,9 +408,22 @@ Status Executor::allocate(const Backend &backend) {
       STRAIT_ASSIGN_OR_RETURN(Buffer buffer, backend.allocate(t.byteSize()));
       t.data = buffer.data();
       persistent.push_back(std::move(buffer));
-      if (v.role() == program::ROLE_CONSTANT)
+      if (v.role() == program::ROLE_CONSTANT) {
         STRAIT_RETURN_IF_ERROR(copyTensorData(
             v.constant(), t, "values[" + std::to_string(i) + "].constant"));
+        // Integer configuration (axes, shapes, bounds) of at most 1024
+        // entries also stays on the host: a GPU kernel reads it without a
+        // stream wait (constants are never written after load).
+        bool integer = t.dtype == program::DTYPE_I64 || t.dtype == program::DTYPE_I32;
+        if (integer && t.numel() <= 1024) {
+          Tensor host = t;
+          hostConstants.emplace_back(t.byteSize());
+          host.data = hostConstants.back().data();
+          STRAIT_RETURN_IF_ERROR(copyTensorData(
+              v.constant(), host, "values[" + std::to_string(i) + "].constant"));
+          t.host = host.data;
+        }
+      }
     }
     values[v.id()] = t;
   }

@@ -185,8 +185,9 @@ StatusOr<ConvCheck> checkConv(const KernelContext &ctx) {
 
 namespace {
 
-/// An integer list from input `index` when present (read on the host after
-/// the stream's queued work), else from attribute `name`.
+/// An integer list from input `index` when present (a program constant from
+/// its host copy; any other tensor on the host after the stream's queued
+/// work), else from attribute `name`.
 StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelContext &ctx,
                                                size_t index, const char *name,
                                                const std::vector<int64_t> &dflt) {
@@ -196,9 +197,14 @@ StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelConte
   std::vector<int64_t> v(t->numel());
   if (t->dtype != program::DTYPE_I64 && t->dtype != program::DTYPE_I32)
     return ctx.unsupported("expected an integer tensor, got " + t->typeString());
-  STRAIT_RETURN_IF_ERROR(c.hostSync(std::string("reading input '") + name + "'"));
+  const void *src = t->host;
+  if (!src) {
+    STRAIT_RETURN_IF_ERROR(c.hostSync(std::string("reading input '") + name + "'"));
+    src = t->data;
+  }
   for (size_t i = 0; i < v.size(); ++i)
-    v[i] = t->dtype == program::DTYPE_I64 ? t->as<int64_t>()[i] : t->as<int32_t>()[i];
+    v[i] = t->dtype == program::DTYPE_I64 ? static_cast<const int64_t *>(src)[i]
+                                          : static_cast<const int32_t *>(src)[i];
   return v;
 }
 

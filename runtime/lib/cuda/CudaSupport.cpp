@@ -275,7 +275,7 @@ NativeSupport nativeSupport(const KernelSpec &spec) {
   // A reduction reads its axes input on the host only on its first run when
   // the declared output shape determines the reduced dims.
   bool reduceOp = k.op().rfind("Reduce", 0) == 0 && k.op() != "ReduceToShape";
-  if (reduceOp && in(spec, 1)) {
+  if (reduceOp && in(spec, 1) && !in(spec, 1)->hostConstant) {
     bool keep = true;
     auto it = k.attrs().find("keepdims");
     if (it != k.attrs().end())
@@ -291,9 +291,12 @@ NativeSupport nativeSupport(const KernelSpec &spec) {
     const auto &a = k.attrs();
     bool attrs = a.count("starts") || a.count("ends") || a.count("axes") || a.count("steps");
     const OperandType *x = in(spec, 0), *starts = in(spec, 1);
-    if (!x || !sliceBoundsOnDevice(starts && in(spec, 2), attrs,
-                                   static_cast<int64_t>(x->shape.size()),
-                                   starts ? numElements(starts->shape) : 0)) {
+    bool constant = true; // every bound input has a host copy
+    for (int i = 1; i <= 4; ++i)
+      constant = constant && (!in(spec, i) || in(spec, i)->hostConstant);
+    if (!x || (!constant && !sliceBoundsOnDevice(starts && in(spec, 2), attrs,
+                                                 static_cast<int64_t>(x->shape.size()),
+                                                 starts ? numElements(starts->shape) : 0))) {
       r.hostWait = true;
       r.reason = "reads starts/ends/axes/steps inputs on the host";
     }
@@ -313,6 +316,10 @@ std::vector<KernelSpec> kernelSpecs(const program::Program &program) {
     t.present = true;
     t.dtype = it->second->dtype();
     t.shape.assign(it->second->shape().begin(), it->second->shape().end());
+    // As Executor::allocate keeps them (Tensor::host).
+    t.hostConstant = it->second->role() == program::ROLE_CONSTANT &&
+                     (t.dtype == program::DTYPE_I64 || t.dtype == program::DTYPE_I32) &&
+                     numElements(t.shape) <= 1024;
     return t;
   };
   std::vector<KernelSpec> specs;

@@ -33,6 +33,9 @@ struct OperandType {
   bool present = false; ///< false: an omitted optional operand
   DType dtype = program::DTYPE_UNSPECIFIED;
   Shape shape;
+  /// A small integer program constant: kernels read it from its host copy
+  /// (Tensor::host), without a stream wait.
+  bool hostConstant = false;
 };
 
 /// A kernel with its operands' static types.

@@ -131,6 +131,8 @@ private:
   Communicator *comm = nullptr;
   Buffer arena;
   std::vector<Buffer> persistent;
+  /// Host copies of small integer constants (Tensor::host).
+  std::vector<std::vector<char>> hostConstants;
   std::map<uint32_t, Tensor> values;
   std::map<uint32_t, int> kernelIndex;
   std::vector<KernelFn> kernelFns; // parallel to program.kernels()

@@ -27,6 +27,10 @@ struct Tensor {
   DType dtype = program::DTYPE_UNSPECIFIED;
   Shape shape;
   void *data = nullptr;
+  /// A host copy of the bytes, for small integer program constants (the
+  /// executor's): a device backend reads such an input (axes, bounds)
+  /// without waiting for its stream. Null otherwise.
+  const void *host = nullptr;
 
   int64_t numel() const { return numElements(shape); }
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
