@@ -126,6 +126,7 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
     blk.bwdFlops += n.backwardFlops();
     blk.paramBytes += n.paramBytes;
     blk.activationBytes += n.activationBytes * perSample;
+    blk.workingBytes = std::max(blk.workingBytes, 2 * n.bytesWritten * perSample);
     for (unsigned c = 0; c < classes; ++c) {
       unsigned dev = cluster.classRepresentative[c];
       result.fwdTime[c][b] += nodeTime(n, cluster, dev, false) * perSample;

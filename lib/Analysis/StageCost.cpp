@@ -35,6 +35,23 @@ PlanContext::PlanContext(const CoarseGraph &graph, const ClusterModel &cluster,
   paramPrefix = prefix([&](unsigned b) { return graph.blocks[b].paramBytes; });
   actPrefix =
       prefix([&](unsigned b) { return graph.blocks[b].activationBytes; });
+  workTable.emplace_back(n, 0);
+  for (unsigned b = 0; b < n; ++b)
+    workTable[0][b] = graph.blocks[b].workingBytes;
+  for (unsigned k = 1; (1u << k) <= n; ++k) {
+    const std::vector<double> &prev = workTable[k - 1];
+    std::vector<double> row(n - (1u << k) + 1);
+    for (unsigned b = 0; b < row.size(); ++b)
+      row[b] = std::max(prev[b], prev[b + (1u << (k - 1))]);
+    workTable.push_back(std::move(row));
+  }
+}
+
+double PlanContext::workingMax(unsigned b0, unsigned b1) const {
+  if (b1 <= b0)
+    return 0;
+  unsigned k = 31 - __builtin_clz(b1 - b0);
+  return std::max(workTable[k][b0], workTable[k][b1 - (1u << k)]);
 }
 
 Chunk PlanContext::makeChunk(std::vector<unsigned> devices) const {
@@ -98,12 +115,13 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
   double state = cost.paramBytes * (1 + mem.gradBytesPerParamByte +
                                     mem.optimizerBytesPerParamByte);
   double act = rangeSum(actPrefix, b0, b1);
+  double work = workingMax(b0, b1);
   for (auto [c, count] : chunk.classes) {
     double f = rangeSum(fwdPrefix[c], b0, b1), b = rangeSum(bwdPrefix[c], b0, b1);
     double share = (f + b > 0 ? 1 / (f + b) : 1) / total;
     cost.fwd = std::max(cost.fwd, m * share * f);
     cost.bwd = std::max(cost.bwd, m * share * b);
-    double room = capacity(c) - state;
+    double room = capacity(c) - state - work * m * share;
     double perMicro = act * m * share;
     double fit = room < 0 ? -1 : perMicro > 0 ? room / perMicro : 1e30;
     if (fit < cost.maxInFlight) {
@@ -135,9 +153,9 @@ double PlanContext::memory(unsigned b0, unsigned b1, const Chunk &chunk,
   const MemoryOptions &mem = options.memory;
   double state = paramBytes(b0, b1) *
                  (1 + mem.gradBytesPerParamByte + mem.optimizerBytesPerParamByte);
-  return state +
-         rangeSum(actPrefix, b0, b1) * m * shareOf(b0, b1, chunk, cls) *
-             inFlight;
+  // What the in-flight micro-batches keep, plus one block's working set.
+  return state + (rangeSum(actPrefix, b0, b1) * inFlight + workingMax(b0, b1)) * m *
+                     shareOf(b0, b1, chunk, cls);
 }
 
 CommCost PlanContext::comm(const Chunk &from, const Chunk &to) const {

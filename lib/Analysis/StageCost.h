@@ -95,8 +95,12 @@ private:
                   unsigned b1) const {
     return prefix[b1] - prefix[b0];
   }
+  /// The largest Block::workingBytes in [b0, b1) (sparse table, O(1)).
+  double workingMax(unsigned b0, unsigned b1) const;
   std::vector<std::vector<double>> fwdPrefix, bwdPrefix;
   std::vector<double> paramPrefix, actPrefix;
+  /// workTable[k][b]: the largest workingBytes in [b, b + 2^k).
+  std::vector<std::vector<double>> workTable;
 };
 
 /// Iteration time of a pipeline under the shared model (see docs):

@@ -90,6 +90,7 @@ CostGraph skipGraph() {
     n.fwdFlops = 1e9;
     n.paramBytes = 1e6;
     n.activationBytes = 4e6;
+    n.bytesWritten = (l + 1) * 1e6;
     n.layer = l;
     g.addNode(n);
     if (l > 0)
@@ -109,10 +110,16 @@ TEST(Coarsen, ResidualEdgesCountAtEveryCutTheyCross) {
   for (double bytes : coarse->cutBytes) // per sample: (2 + 10) MB / 2
     EXPECT_DOUBLE_EQ(bytes, 6e6);
   EXPECT_DOUBLE_EQ(coarse->blocks[0].activationBytes, 2e6);
-  // Merging keeps totals.
+  // The working set: twice the largest forward result, per sample.
+  for (unsigned b = 0; b < 5; ++b)
+    EXPECT_DOUBLE_EQ(coarse->blocks[b].workingBytes, (b + 1) * 1e6) << b;
+  // Merging keeps totals, and the working set is the largest of the block.
   coarse = coarsenGraph(skipGraph(), c, 2);
   ASSERT_TRUE(!!coarse);
   ASSERT_EQ(coarse->blocks.size(), 2u);
+  EXPECT_DOUBLE_EQ(std::max(coarse->blocks[0].workingBytes, coarse->blocks[1].workingBytes),
+                   5e6);
+  EXPECT_LT(coarse->blocks[0].workingBytes, coarse->blocks[1].workingBytes);
   EXPECT_DOUBLE_EQ(coarse->blocks[0].paramBytes + coarse->blocks[1].paramBytes,
                    5e6);
   // Roofline: 1 GFLOP of fp32 matmul on a V100 at 15.7 TFLOP/s.

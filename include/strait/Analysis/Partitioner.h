@@ -72,6 +72,10 @@ struct CoarseGraph {
     double fwdFlops = 0, bwdFlops = 0;
     double paramBytes = 0;
     double activationBytes = 0; ///< per sample, kept for backward
+    /// Per sample: twice the largest forward result of one op of the block
+    /// (that result and its gradient), the working set on top of what is
+    /// kept while one micro-batch runs the block.
+    double workingBytes = 0;
   };
   std::vector<Block> blocks;
   /// cutBytes[i]: bytes per sample on edges crossing the cut after block i

@@ -112,6 +112,16 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     n.bytesRead = cost.getBytesRead();
     n.bytesWritten = cost.getBytesWritten();
     n.activationBytes = n.bytesWritten;
+    // In a training step only the results that backward ops read are kept
+    // from the forward to the backward (the rest is transient: the executor
+    // reuses its memory); autocast's casts no longer count twice.
+    if (training) {
+      n.activationBytes = 0;
+      for (Value r : op.getResults())
+        if (llvm::any_of(r.getUsers(),
+                         [](Operation *u) { return u->hasAttr(kGradOfAttr); }))
+          n.activationBytes += strait::detail::bytesOf(TypeRange(r.getType()));
+    }
     int layer = -1;
     for (Value v : op.getOperands()) {
       if (auto read = v.getDefiningOp<graph::ReadVariableOp>()) {
