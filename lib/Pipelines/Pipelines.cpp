@@ -22,7 +22,7 @@ void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fu
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
 }
 
-void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOptions &o) {
   addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
@@ -64,6 +64,10 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   // that stages and transfers see the 16-bit layout ops.
   if (o.precision != "f32" && o.castMotion)
     pm.addNestedPass<func::FuncOp>(graph::createGraphCastMotion());
+}
+
+void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+  addTrainingStepPasses(pm, o);
   dist::DistAssignStagesOptions assign;
   assign.cluster = o.cluster;
   assign.strategy = o.strategy;

@@ -302,11 +302,8 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
     os << "straitc: compressed " << key << " (" << count << (count == 1 ? " value)\n" : " values)\n");
 }
 
-/// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
-/// plan report is computed on the way.
-LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
-                          std::optional<strait::dist::StagePlanResult> &report) {
-  strait::StraitPipelineOptions popts;
+/// The Strait pipeline's options (lib/Pipelines) from the flags.
+void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.cluster = clusterFile.getValue();
   popts.strategy = strait::stringifyStrategy(strategy).str();
   popts.globalBatch = globalBatch.getValue();
@@ -338,6 +335,14 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();
   popts.castMotion = castMotion.getValue();
+}
+
+/// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
+/// plan report is computed on the way.
+LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
+                          std::optional<strait::dist::StagePlanResult> &report) {
+  strait::StraitPipelineOptions popts;
+  fillPipelineOptions(popts);
   strait::dist::StagePlanOptions sopts;
   sopts.clusterFile = clusterFile;
   sopts.strategy = popts.strategy;
@@ -522,17 +527,15 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
       return 1;
     }
-    // The plan costs the graph the job compiles: the forward fusions (no
-    // T x T attention scores), and the products in a mixed-precision job's
-    // type.
+    // The plan costs the graph the job compiles and plans: the forward
+    // fusions (no T x T attention scores), the products in a mixed-precision
+    // job's type and, with --loss, the training step after cast motion (what
+    // the backward keeps, as the job's planner sees it).
     {
       PassManager pm(&context);
-      strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention);
-      if (precision != "f32") {
-        strait::graph::GraphAutocastOptions autocast;
-        autocast.precision = precision;
-        pm.addPass(strait::graph::createGraphAutocast(autocast));
-      }
+      strait::StraitPipelineOptions popts;
+      fillPipelineOptions(popts);
+      strait::addTrainingStepPasses(pm, popts);
       if (failed(pm.run(*module)))
         return 1;
     }

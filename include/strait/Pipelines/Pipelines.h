@@ -139,6 +139,12 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 /// them alone for a forward-only program and before --emit=plan's planner.
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention);
 
+/// The graph the planner plans: [graph-fuse-rmsnorm] -> [graph-fuse-attention]
+/// -> [graph-autocast] -> [graph-build-training-step] (with a loss) ->
+/// [graph-cast-motion]. buildStraitPipeline starts with them; straitc
+/// --emit=plan runs them alone, so that it shows the plan a job applies.
+void addTrainingStepPasses(mlir::OpPassManager &pm, const StraitPipelineOptions &o);
+
 /// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-autocast] ->
 /// [graph-build-training-step] -> [graph-cast-motion] -> dist-assign-stages -> dist-insert-comm ->
 /// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
