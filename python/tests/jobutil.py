@@ -9,7 +9,12 @@ import subprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
 STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
+# $STRAIT_RUN, else the build's launcher (a file, or inside its folder), else build-rt's.
+STRAIT_RUN = next((p for p in (os.environ.get("STRAIT_RUN", ""),
+                                os.path.join(BUILD, "runtime", "tools", "strait-run", "strait-run"),
+                                os.path.join(BUILD, "runtime", "tools", "strait-run"),
+                                os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
+                   if p and os.path.isfile(p)), os.path.join(BUILD, "runtime", "tools", "strait-run"))
 PROTO_DIR = os.path.join(ROOT, "runtime", "proto")
 
 

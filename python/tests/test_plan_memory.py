@@ -14,21 +14,14 @@ import subprocess
 import tempfile
 
 import pytest
+from jobutil import ROOT, STRAIT_RUN, STRAITC
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
-STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = next((p for p in (os.environ.get("STRAIT_RUN", ""),
-                                os.path.join(BUILD, "runtime", "tools", "strait-run", "strait-run"),
-                                os.path.join(BUILD, "runtime", "tools", "strait-run"),
-                                os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
-                   if p and os.path.isfile(p)), "")
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 GPT2 = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 DIGITS = os.path.join(ROOT, "models", "digits-cnn", "digits-cnn.onnx")
 
 pytestmark = pytest.mark.skipif(
-    not (os.path.exists(STRAITC) and STRAIT_RUN and os.path.exists(GPT2)),
+    not (os.path.exists(STRAITC) and os.path.isfile(STRAIT_RUN) and os.path.exists(GPT2)),
     reason="needs build/bin/straitc, strait-run and models/")
 
 JOBS = {
