@@ -68,10 +68,10 @@ FusedJitSpec specOf(const FusedArgs &a, bool vec4) {
   s.shape = a.shape;
   for (const Tensor *t : a.inputs) {
     s.inputShapes.push_back(t->shape);
-    s.inputBool.push_back(t->dtype == program::DTYPE_BOOL);
+    s.inputTypes.push_back(t->dtype);
   }
   for (const Tensor *t : a.outputs)
-    s.outputBool.push_back(t->dtype == program::DTYPE_BOOL);
+    s.outputTypes.push_back(t->dtype);
   s.vec4 = vec4;
   return s;
 }
@@ -210,6 +210,19 @@ FusedCase rank5() {
   return c;
 }
 
+/// 16-bit storage without broadcasts (the vec4 form): bf16 and f16 inputs,
+/// a rounded register read again, bf16, f16 and f32 outputs.
+FusedCase lowPrecisionContiguous(int64_t n) {
+  FusedCase c = makeCase("LowPrecisionContiguous", {n},
+                         {"Mul", "RoundBF16", "Tanh", "RoundF16", "Add"},
+                         {0, 1, U, 2, U, U, 3, U, U, 4, U, U, 3, 5, U}, {}, {3, 5, 6, 2},
+                         {program::DTYPE_BF16, program::DTYPE_F16, program::DTYPE_F32,
+                          program::DTYPE_BF16});
+  c.addLow(program::DTYPE_BF16, {n}, 3, 91);
+  c.addLow(program::DTYPE_F16, {n}, 2, 92);
+  return c;
+}
+
 //===----------------------------------------------------------------------===//
 // No GPU: source text and NVRTC
 //===----------------------------------------------------------------------===//
@@ -295,6 +308,20 @@ TEST(CudaFusedJitSource, Vec4And64Bit) {
   EXPECT_NE(src.find("reinterpret_cast<float4 *>(out7)[e] = make_float4(y7_0, y7_1, y7_2, y7_3);"),
             std::string::npos)
       << src;
+  // 16-bit storage: ushort4 loads widened and stores rounded as CodecLayout.h.
+  FusedCase low = lowPrecisionContiguous(64);
+  Decoded dl;
+  ASSERT_NO_FATAL_FAILURE(decode(low, dl));
+  std::string lowSrc = fusedJitSource(dl.args.program, specOf(dl.args, true));
+  for (const char *want :
+       {"const unsigned short *in0, const unsigned short *in1, unsigned short *out0, "
+        "unsigned short *out1, float *out2, unsigned short *out3, unsigned n)",
+        "const ushort4 v0 = reinterpret_cast<const ushort4 *>(in0)[e];",
+        "strait_body(strait_bf16_to_f32(v0.x), strait_f16_to_f32(v1.x), ",
+        "reinterpret_cast<ushort4 *>(out0)[e] = make_ushort4(strait_f32_to_bf16(y0_0), ",
+        "reinterpret_cast<ushort4 *>(out1)[e] = make_ushort4(strait_f32_to_f16(y1_0), ",
+        "float r3 = strait_bf16_to_f32(strait_f32_to_bf16(r2));"})
+    EXPECT_NE(lowSrc.find(want), std::string::npos) << want << "\n" << lowSrc;
   // n >= 2^31: 64-bit index math everywhere.
   FusedJitSpec big = specOf(d.args, false);
   big.shape = {int64_t(1) << 20, 2049};
@@ -319,6 +346,8 @@ TEST(CudaFusedJitSource, NvrtcCompilesForSm90) {
   cases.emplace_back(transcendental(1001), false);
   cases.emplace_back(broadcasts(8, 3072), false);
   cases.emplace_back(rank5(), false);
+  cases.emplace_back(fusedCase(7), false); // bf16/f16 storage and rounding
+  cases.emplace_back(lowPrecisionContiguous(4096), true);
   for (auto &[c, vec4] : cases) {
     SCOPED_TRACE(c.name + (vec4 ? " vec4" : ""));
     Decoded d;
@@ -334,7 +363,7 @@ TEST(CudaFusedJitSource, NvrtcCompilesForSm90) {
   std::set<std::string> seen;
   for (auto &[c, vec4] : cases)
     seen.insert(c.ops.begin(), c.ops.end());
-  for (int op = 0; op <= static_cast<int>(FusedOp::Where); ++op)
+  for (int op = 0; op <= static_cast<int>(FusedOp::Last); ++op)
     EXPECT_TRUE(seen.count(fusedOpName(static_cast<FusedOp>(op))))
         << fusedOpName(static_cast<FusedOp>(op));
   // A source that does not compile is an error carrying NVRTC's log.
@@ -449,6 +478,30 @@ void expectSame(const FusedCase &c, const std::string &what, const std::vector<s
         }
       continue;
     }
+    if (c.outputTypes[j] == program::DTYPE_BF16 || c.outputTypes[j] == program::DTYPE_F16) {
+      // 16-bit floats: equal bits (NaN for NaN), or within one 16-bit ulp
+      // when `ulps` > 0 (an f32 ulp apart before rounding can round apart).
+      bool bf = c.outputTypes[j] == program::DTYPE_BF16;
+      const uint16_t *a = reinterpret_cast<const uint16_t *>(x[j].data());
+      const uint16_t *b = reinterpret_cast<const uint16_t *>(y[j].data());
+      auto isNan = [&](uint16_t h) {
+        return bf ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+      };
+      auto ordered = [](uint16_t h) { return h & 0x8000 ? -int(h & 0x7fff) : int(h); };
+      for (size_t k = 0; k < x[j].size() / 2 && bad < 5; ++k) {
+        bool ok = isNan(a[k]) || isNan(b[k]) ? isNan(a[k]) && isNan(b[k])
+                  : ulps > 0                 ? std::abs(ordered(a[k]) - ordered(b[k])) <= 1
+                  : signedZeroEqual          ? ordered(a[k]) == ordered(b[k])
+                                             : a[k] == b[k];
+        if (!ok) {
+          ADD_FAILURE() << c.name << " " << what << " output " << j << " ("
+                        << (bf ? "bf16" : "f16") << ") element " << k << ": 0x" << std::hex
+                        << a[k] << " vs 0x" << b[k] << std::dec;
+          ++bad;
+        }
+      }
+      continue;
+    }
     const float *a = reinterpret_cast<const float *>(x[j].data());
     const float *b = reinterpret_cast<const float *>(y[j].data());
     for (size_t k = 0; k < x[j].size() / 4 && bad < 5; ++k) {
@@ -516,6 +569,14 @@ TEST_F(CudaFusedJit, ExactOpsBitForBit) {
   check(exactBinary(3), 0, false);
   check(predicates(1000), 0, true);
   check(predicates(1003), 0, false);
+}
+
+TEST_F(CudaFusedJit, SixteenBitStorage) {
+  check(fusedCase(7), 0, /*vec4=*/false); // broadcast f16 input, exact ops
+  check(lowPrecisionContiguous(4096), kUlps, /*vec4=*/true);
+  check(lowPrecisionContiguous(4099), kUlps, false);
+  // 8-byte ushort4 needs 8-byte alignment: 4 bytes off takes the scalar kernel.
+  check(lowPrecisionContiguous(4096), kUlps, false, /*misalign=*/4);
 }
 
 TEST_F(CudaFusedJit, TranscendentalOpsWithinUlps) {

@@ -39,6 +39,15 @@ StatusOr<std::vector<OwnedTensor>> runCpu(const program::Kernel &k,
   return results;
 }
 
+/// A Cast kernel to `to`.
+program::Kernel castTo(DType to) {
+  program::Kernel k;
+  k.set_op("Cast");
+  k.set_name("cast");
+  (*k.mutable_attrs())["to"].set_i(to);
+  return k;
+}
+
 Shape broadcast(const Shape &a, const Shape &b) {
   size_t r = std::max(a.size(), b.size());
   Shape s(r);
@@ -67,16 +76,42 @@ std::vector<OwnedTensor> reference(const FusedCase &c, const Shape &shape) {
       regs.push_back(std::move(t));
       continue;
     }
-    program::Kernel k;
-    k.set_op(op == "Identity" ? "Cast" : op);
+    if (op == "RoundBF16" || op == "RoundF16") { // Cast to the type and back
+      const Tensor &x = regs[a[0]].tensor;
+      DType low = op == "RoundBF16" ? program::DTYPE_BF16 : program::DTYPE_F16;
+      auto r = runCpu(castTo(low), {&x}, {{low, x.shape}});
+      EXPECT_TRUE(r.isOk()) << op << ": " << r.getStatus().toString();
+      if (!r.isOk())
+        return {};
+      auto back = runCpu(castTo(program::DTYPE_F32), {&(*r)[0].tensor},
+                         {{program::DTYPE_F32, x.shape}});
+      EXPECT_TRUE(back.isOk()) << op << ": " << back.getStatus().toString();
+      if (!back.isOk())
+        return {};
+      regs.push_back(std::move((*back)[0]));
+      continue;
+    }
+    program::Kernel k = op == "Identity" ? castTo(program::DTYPE_F32) : program::Kernel();
+    if (op != "Identity")
+      k.set_op(op);
     k.set_name("ref" + std::to_string(i));
-    if (op == "Identity")
-      (*k.mutable_attrs())["to"].set_i(program::DTYPE_F32);
     std::vector<const Tensor *> ins;
     Shape s;
+    std::vector<OwnedTensor> widened; // 16-bit inputs as f32 (Cast, exact)
+    widened.reserve(3);
     for (int j = 0; j < 3 && a[j] >= 0; ++j) {
-      ins.push_back(&regs[a[j]].tensor);
-      s = broadcast(s, regs[a[j]].tensor.shape);
+      const Tensor *x = &regs[a[j]].tensor;
+      if (op != "Identity" &&
+          (x->dtype == program::DTYPE_BF16 || x->dtype == program::DTYPE_F16)) {
+        auto w = runCpu(castTo(program::DTYPE_F32), {x}, {{program::DTYPE_F32, x->shape}});
+        EXPECT_TRUE(w.isOk()) << w.getStatus().toString();
+        if (!w.isOk())
+          return {};
+        widened.push_back(std::move((*w)[0]));
+        x = &widened.back().tensor;
+      }
+      ins.push_back(x);
+      s = broadcast(s, x->shape);
     }
     bool boolResult = op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" ||
                       op == "GreaterOrEqual" || op == "Not" || op == "And" || op == "Or";
@@ -86,10 +121,22 @@ std::vector<OwnedTensor> reference(const FusedCase &c, const Shape &shape) {
       return {};
     regs.push_back(std::move((*r)[0]));
   }
-  // Outputs at the iteration shape (a register may be smaller: broadcast it).
-  std::vector<OwnedTensor> outs;
-  for (int64_t o : c.outputs) {
-    const Tensor &t = regs[o].tensor;
+  // Outputs at the iteration shape (a register may be smaller: broadcast
+  // it), stored as their declared type (a Cast: 16-bit floats round).
+  std::vector<OwnedTensor> outs, stored;
+  for (size_t j = 0; j < c.outputs.size(); ++j) {
+    const Tensor *reg = &regs[c.outputs[j]].tensor;
+    DType want = c.outputTypes[j];
+    if (want != reg->dtype) {
+      auto r = runCpu(castTo(want), {reg}, {{want, reg->shape}});
+      EXPECT_TRUE(r.isOk()) << r.getStatus().toString();
+      if (!r.isOk())
+        return {};
+      stored.reserve(c.outputs.size());
+      stored.push_back(std::move((*r)[0]));
+      reg = &stored.back().tensor;
+    }
+    const Tensor &t = *reg;
     program::Kernel k;
     k.set_op("Expand");
     OwnedTensor dims(program::DTYPE_I64, {static_cast<int64_t>(shape.size())});
@@ -105,7 +152,12 @@ std::vector<OwnedTensor> reference(const FusedCase &c, const Shape &shape) {
 }
 
 float at(const Tensor &t, int64_t i) {
-  return t.dtype == program::DTYPE_BOOL ? float(t.as<bool>()[i]) : t.as<float>()[i];
+  switch (t.dtype) {
+  case program::DTYPE_BOOL: return float(t.as<bool>()[i]);
+  case program::DTYPE_BF16: return codec::bfloat16ToFloat(t.as<uint16_t>()[i]);
+  case program::DTYPE_F16: return codec::halfToFloat(t.as<uint16_t>()[i]);
+  default: return t.as<float>()[i];
+  }
 }
 
 class FusedConformance : public ::testing::TestWithParam<int> {};

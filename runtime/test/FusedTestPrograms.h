@@ -11,6 +11,7 @@
 
 #include "TestUtil.h"
 
+#include "../lib/codec/CodecLayout.h"
 #include "strait/runtime/Tensor.h"
 
 #include <cstring>
@@ -62,6 +63,15 @@ struct FusedCase {
       t.as<float>()[i] = scale * v[i];
     inputs.push_back(std::move(t));
   }
+  /// A bf16 or f16 input: scaled pseudo-random values rounded to the type.
+  void addLow(DType t, Shape s, float scale, uint32_t seed) {
+    OwnedTensor x(t, s);
+    std::vector<float> v = pseudoRandom(x.tensor.numel(), seed);
+    for (int64_t i = 0; i < x.tensor.numel(); ++i)
+      x.as<uint16_t>()[i] = t == program::DTYPE_BF16 ? codec::floatToBFloat16(scale * v[i])
+                                                     : codec::floatToHalf(scale * v[i]);
+    inputs.push_back(std::move(x));
+  }
   void addBool(Shape s, uint32_t seed) {
     OwnedTensor t(program::DTYPE_BOOL, s);
     std::vector<float> v = pseudoRandom(t.tensor.numel(), seed);
@@ -73,7 +83,7 @@ struct FusedCase {
 
 constexpr int64_t U = -1; ///< an unused operand
 
-inline int numFusedCases() { return 7; }
+inline int numFusedCases() { return 8; }
 
 inline FusedCase fusedCase(int i) {
   FusedCase c;
@@ -156,6 +166,23 @@ inline FusedCase fusedCase(int i) {
     c.args = {0, 1, U, 3, 2, U, 4, 1, U};
     c.outputs = {5};
     c.outputTypes = {program::DTYPE_F32};
+    break;
+  case 7: // 16-bit storage: bf16 and f16 inputs (one broadcast), rounding in
+          // the program, bf16/f16/f32 outputs; exact ops only, so every
+          // backend agrees bit for bit
+    c.name = "LowPrecisionStorage";
+    c.shape = {5, 6, 7};
+    c.addLow(program::DTYPE_BF16, c.shape, 3, 15);
+    c.addLow(program::DTYPE_F16, {6, 7}, 2, 16);
+    c.addF32({7}, 1, 17);
+    // 3 x*h, 4 round bf16, 5 + b, 6 round f16, 7 const, 8 x*0.1 (unrounded),
+    // 9 (x*h)_bf16 - x*0.1
+    c.ops = {"Mul", "RoundBF16", "Add", "RoundF16", "Const", "Mul", "Sub"};
+    c.args = {0, 1, U, 3, U, U, 4, 2, U, 5, U, U, 0, U, U, 0, 7, U, 4, 8, U};
+    c.constants = {0.1f};
+    c.outputs = {9, 6, 5, 3};
+    c.outputTypes = {program::DTYPE_BF16, program::DTYPE_F16, program::DTYPE_F32,
+                     program::DTYPE_F32};
     break;
   }
   return c;

@@ -2,6 +2,8 @@
 
 #include "strait/runtime/FusedProgram.h"
 
+#include "../codec/CodecLayout.h"
+
 #include <cmath>
 #include <limits>
 
@@ -32,9 +34,10 @@ constexpr OpInfo kOps[] = {
     {"Equal", 2, false, true},        {"Less", 2, false, true},
     {"LessOrEqual", 2, false, true},  {"Greater", 2, false, true},
     {"GreaterOrEqual", 2, false, true}, {"And", 2, true, true},
-    {"Or", 2, true, true},            {"Where", 3, false, false}};
+    {"Or", 2, true, true},            {"Where", 3, false, false},
+    {"RoundBF16", 1, false, false},   {"RoundF16", 1, false, false}};
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
-static_assert(kNumOps == static_cast<size_t>(FusedOp::Where) + 1,
+static_assert(kNumOps == static_cast<size_t>(FusedOp::Last) + 1,
               "one OpInfo per FusedOp");
 
 std::string at(size_t i) { return "instruction " + std::to_string(i); }
@@ -158,9 +161,9 @@ StatusOr<FusedArgs> decodeFusedKernel(const KernelContext &ctx) {
   std::vector<bool> isBool;
   for (size_t i = 0; i < ctx.numInputs(); ++i) {
     STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(i));
-    if (t->dtype != program::DTYPE_F32 && t->dtype != program::DTYPE_BOOL)
+    if (!isFusedFloatStorage(t->dtype) && t->dtype != program::DTYPE_BOOL)
       return ctx.unsupported("input " + std::to_string(i) + " is " + t->typeString() +
-                             "; fused programs read f32 or bool");
+                             "; fused programs read f32, bf16, f16 or bool");
     f.inputs.push_back(t);
     isBool.push_back(t->dtype == program::DTYPE_BOOL);
   }
@@ -186,8 +189,11 @@ StatusOr<FusedArgs> decodeFusedKernel(const KernelContext &ctx) {
                        " does not broadcast to " + shapeToString(f.shape));
   }
   for (size_t j = 0; j < f.program.outputs.size(); ++j) {
+    // A float register is stored as the output's declared float type.
+    const Tensor *declared = ctx.output(j);
     DType want = f.program.isBool[f.program.outputs[j]] ? program::DTYPE_BOOL
-                                                        : program::DTYPE_F32;
+                 : declared && isFusedFloatStorage(declared->dtype) ? declared->dtype
+                                                                    : program::DTYPE_F32;
     STRAIT_ASSIGN_OR_RETURN(Tensor * t, ctx.requireOutput(j, f.shape, want));
     f.outputs.push_back(t);
   }
@@ -244,6 +250,8 @@ float evalFusedScalar(const FusedInstr &in, float a, float b, float c) {
   case FusedOp::And: return (a != 0) && (b != 0);
   case FusedOp::Or: return (a != 0) || (b != 0);
   case FusedOp::Where: return a != 0 ? b : c;
+  case FusedOp::RoundBF16: return codec::bfloat16ToFloat(codec::floatToBFloat16(a));
+  case FusedOp::RoundF16: return codec::halfToFloat(codec::floatToHalf(a));
   }
   return 0;
 }

@@ -11,9 +11,12 @@
 
 #include "strait/runtime/FusedProgram.h"
 
+#include "../codec/CodecLayout.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace strait {
 namespace rt {
@@ -24,31 +27,49 @@ constexpr int64_t kTile = 256;
 
 /// How one input is read over the iteration shape.
 struct InputView {
-  const float *f = nullptr; ///< f32 data, or
-  const bool *b = nullptr;  ///< bool data
+  const void *data = nullptr;
+  DType dtype = program::DTYPE_F32; ///< f32, bf16, f16 or bool
   std::vector<int64_t> strides; ///< element strides per output dim (0: broadcast)
   enum { Dense, Scalar, Strided } kind = Strided;
 };
 
-template <typename T>
-void loadRun(float *dst, const T *src, int64_t stride, int64_t n) {
+/// Element loaders: a stored element as its f32 register value (exact).
+struct LoadF32 {
+  using T = float;
+  static float get(float v) { return v; }
+};
+struct LoadBool {
+  using T = bool;
+  static float get(bool v) { return v ? 1.0f : 0.0f; }
+};
+struct LoadBF16 {
+  using T = uint16_t;
+  static float get(uint16_t v) { return codec::bfloat16ToFloat(v); }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  static float get(uint16_t v) { return codec::halfToFloat(v); }
+};
+
+template <typename L>
+void loadRun(float *dst, const typename L::T *src, int64_t stride, int64_t n) {
   if (stride == 0) {
-    float v = static_cast<float>(src[0]);
+    float v = L::get(src[0]);
     for (int64_t i = 0; i < n; ++i)
       dst[i] = v;
   } else if (stride == 1) {
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = static_cast<float>(src[i]);
+      dst[i] = L::get(src[i]);
   } else {
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = static_cast<float>(src[i * stride]);
+      dst[i] = L::get(src[i * stride]);
   }
 }
 
 /// dst[0..n) = the input at output elements [start, start+n), walking the
 /// output index in runs along the innermost dimension.
-template <typename T>
-void loadStrided(float *dst, const T *src, const InputView &in, const Shape &shape,
+template <typename L>
+void loadStrided(float *dst, const typename L::T *src, const InputView &in, const Shape &shape,
                  int64_t start, int64_t n) {
   int64_t r = static_cast<int64_t>(shape.size());
   int64_t idx[kFusedMaxRank] = {};
@@ -61,7 +82,7 @@ void loadStrided(float *dst, const T *src, const InputView &in, const Shape &sha
   int64_t inner = shape[r - 1], innerStride = in.strides[r - 1];
   for (int64_t done = 0; done < n;) {
     int64_t run = std::min(n - done, inner - idx[r - 1]);
-    loadRun(dst + done, src + off, innerStride, run);
+    loadRun<L>(dst + done, src + off, innerStride, run);
     done += run;
     off += run * innerStride;
     idx[r - 1] += run;
@@ -75,27 +96,53 @@ void loadStrided(float *dst, const T *src, const InputView &in, const Shape &sha
   }
 }
 
-void loadTile(float *dst, const InputView &in, const Shape &shape, int64_t start,
-              int64_t n) {
+template <typename L>
+void loadTileAs(float *dst, const InputView &in, const Shape &shape, int64_t start, int64_t n) {
+  const auto *src = static_cast<const typename L::T *>(in.data);
   switch (in.kind) {
   case InputView::Dense:
-    if (in.f)
-      std::memcpy(dst, in.f + start, n * sizeof(float));
+    if constexpr (std::is_same_v<L, LoadF32>)
+      std::memcpy(dst, src + start, n * sizeof(float));
     else
-      loadRun(dst, in.b + start, 1, n);
+      loadRun<L>(dst, src + start, 1, n);
     return;
-  case InputView::Scalar:
-    if (in.f)
-      loadRun(dst, in.f, 0, n);
-    else
-      loadRun(dst, in.b, 0, n);
+  case InputView::Scalar: loadRun<L>(dst, src, 0, n); return;
+  case InputView::Strided: loadStrided<L>(dst, src, in, shape, start, n); return;
+  }
+}
+
+void loadTile(float *dst, const InputView &in, const Shape &shape, int64_t start, int64_t n) {
+  switch (in.dtype) {
+  case program::DTYPE_BOOL: return loadTileAs<LoadBool>(dst, in, shape, start, n);
+  case program::DTYPE_BF16: return loadTileAs<LoadBF16>(dst, in, shape, start, n);
+  case program::DTYPE_F16: return loadTileAs<LoadF16>(dst, in, shape, start, n);
+  default: return loadTileAs<LoadF32>(dst, in, shape, start, n);
+  }
+}
+
+/// Stores n registers into `out` from element `start`: bool as 0/1, a
+/// 16-bit float rounded to nearest even (Cast's rounding).
+void storeTile(Tensor &out, const float *src, int64_t start, int64_t n) {
+  switch (out.dtype) {
+  case program::DTYPE_BOOL: {
+    bool *dst = out.as<bool>() + start;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = src[i] != 0;
     return;
-  case InputView::Strided:
-    if (in.f)
-      loadStrided(dst, in.f, in, shape, start, n);
-    else
-      loadStrided(dst, in.b, in, shape, start, n);
+  }
+  case program::DTYPE_BF16: {
+    uint16_t *dst = out.as<uint16_t>() + start;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = codec::floatToBFloat16(src[i]);
     return;
+  }
+  case program::DTYPE_F16: {
+    uint16_t *dst = out.as<uint16_t>() + start;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = codec::floatToHalf(src[i]);
+    return;
+  }
+  default: std::memcpy(out.as<float>() + start, src, n * sizeof(float)); return;
   }
 }
 
@@ -168,8 +215,8 @@ Status fusedKernel(KernelContext &ctx) {
   for (size_t i = 0; i < f.inputs.size(); ++i) {
     const Tensor *t = f.inputs[i];
     InputView &v = views[i];
-    (t->dtype == program::DTYPE_BOOL ? (void)(v.b = t->as<bool>())
-                                     : (void)(v.f = t->as<float>()));
+    v.data = t->data;
+    v.dtype = t->dtype;
     v.strides = broadcastStrides(t->shape, f.shape);
     v.kind = t->numel() == total ? InputView::Dense
              : t->numel() == 1   ? InputView::Scalar
@@ -201,17 +248,8 @@ Status fusedKernel(KernelContext &ctx) {
                  isConst ? nullptr : reg(in.a), reg(in.b), reg(in.c),
                  isConst ? p.constants[in.a] : 0.0f, n);
       }
-      for (size_t j = 0; j < p.outputs.size(); ++j) {
-        const float *src = reg(p.outputs[j]);
-        Tensor *out = f.outputs[j];
-        if (out->dtype == program::DTYPE_BOOL) {
-          bool *dst = out->as<bool>() + start;
-          for (int64_t i = 0; i < n; ++i)
-            dst[i] = src[i] != 0;
-        } else {
-          std::memcpy(out->as<float>() + start, src, n * sizeof(float));
-        }
-      }
+      for (size_t j = 0; j < p.outputs.size(); ++j)
+        storeTile(*f.outputs[j], reg(p.outputs[j]), start, n);
     }
   });
   return Status::ok();

@@ -25,8 +25,17 @@ static_assert(FusedDeviceProgram::kInputs == kFusedMaxInputs &&
                   FusedDeviceProgram::kRank == kFusedMaxRank,
               "the device program holds every program the decoder accepts");
 // Fused.cu numbers the opcodes itself; its first and last must agree.
-static_assert(static_cast<int>(FusedOp::Const) == 0 && static_cast<int>(FusedOp::Where) == 31,
+static_assert(static_cast<int>(FusedOp::Const) == 0 && static_cast<int>(FusedOp::Last) == 33,
               "Fused.cu's Op enum follows rt::FusedOp");
+
+uint8_t storageOf(DType t) {
+  switch (t) {
+  case program::DTYPE_BOOL: return kFusedBool;
+  case program::DTYPE_BF16: return kFusedBF16;
+  case program::DTYPE_F16: return kFusedF16;
+  default: return kFusedF32;
+  }
+}
 
 Status fusedKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(FusedArgs f, decodeFusedKernel(ctx));
@@ -52,11 +61,11 @@ Status fusedKernel(CudaContext &c, KernelContext &ctx, int) {
     int64_t numel = f.inputs[i]->numel();
     p.inputKind[i] = numel == p.n ? kFusedContiguous : numel == 1 ? kFusedScalar : kFusedStrided;
     p.inputs[i] = f.inputs[i]->data;
-    p.inputBool[i] = f.inputs[i]->dtype == program::DTYPE_BOOL;
+    p.inputType[i] = storageOf(f.inputs[i]->dtype);
   }
   for (int j = 0; j < p.numOutputs; ++j) {
     p.outputs[j] = f.outputs[j]->data;
-    p.outputBool[j] = f.outputs[j]->dtype == program::DTYPE_BOOL;
+    p.outputType[j] = storageOf(f.outputs[j]->dtype);
     p.outputReg[j] = static_cast<int16_t>(prog.outputs[j]);
   }
   for (int k = 0; k < p.numInstructions; ++k) {

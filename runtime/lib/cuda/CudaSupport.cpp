@@ -130,8 +130,10 @@ std::string attention(const KernelSpec &s) {
 std::string fused(const KernelSpec &s) {
   for (const auto *list : {&s.inputs, &s.outputs})
     for (const OperandType &t : *list)
-      if (t.present && t.dtype != program::DTYPE_F32 && t.dtype != program::DTYPE_BOOL)
-        return "an operand is " + name(t.dtype) + " (the CUDA kernel takes f32 and bool)";
+      if (t.present && !oneOf(t.dtype, {program::DTYPE_F32, program::DTYPE_BF16,
+                                        program::DTYPE_F16, program::DTYPE_BOOL}))
+        return "an operand is " + name(t.dtype) +
+               " (the CUDA kernel takes f32, bf16, f16 and bool)";
   return "";
 }
 

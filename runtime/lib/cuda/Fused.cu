@@ -6,11 +6,14 @@
 // math when n < 2^31), loads the inputs into its registers,
 // runs the program (FusedLaunch.h, in kernel-parameter memory) and stores
 // the outputs. Arithmetic follows the CPU kernel (Fused.cpp): f32 registers,
-// booleans as 0/1, Pow through double.
+// booleans as 0/1, Pow through double, 16-bit floats converted by
+// CodecLayout.h's functions (the CPU kernel's too).
 //
 //===----------------------------------------------------------------------===//
 #include "DeviceCommon.cuh"
 #include "FusedLaunch.h"
+
+#include "../codec/CodecLayout.h"
 
 #include <cstdint>
 
@@ -24,7 +27,7 @@ namespace {
 enum Op : uint8_t {
   Const, Identity, Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Sigmoid, Relu,
   Erf, Sin, Cos, Floor, Ceil, Not, Add, Sub, Mul, Div, Pow, Max, Min, Equal,
-  Less, LessOrEqual, Greater, GreaterOrEqual, And, Or, Where
+  Less, LessOrEqual, Greater, GreaterOrEqual, And, Or, Where, RoundBF16, RoundF16
 };
 
 __device__ float sigmoidOf(float x) {
@@ -70,8 +73,21 @@ __device__ float evalOp(const FusedDeviceProgram &p, int k, float a, float b, fl
   case And: return (a != 0) && (b != 0);
   case Or: return (a != 0) || (b != 0);
   case Where: return a != 0 ? b : c;
+  case RoundBF16: return codec::bfloat16ToFloat(codec::floatToBFloat16(a));
+  case RoundF16: return codec::halfToFloat(codec::floatToHalf(a));
   }
   return 0;
+}
+
+/// Element `i` of an input stored as `type` (FusedStorage), as f32 (exact).
+template <typename I>
+__device__ float load(uint8_t type, const void *data, I i) {
+  switch (type) {
+  case kFusedBool: return float(static_cast<const uint8_t *>(data)[i] != 0);
+  case kFusedBF16: return codec::bfloat16ToFloat(static_cast<const uint16_t *>(data)[i]);
+  case kFusedF16: return codec::halfToFloat(static_cast<const uint16_t *>(data)[i]);
+  default: return static_cast<const float *>(data)[i];
+  }
 }
 
 /// I: the index type, uint32_t when n < 2^31 (input offsets are below their
@@ -101,8 +117,7 @@ __global__ void fusedKernel(const FusedDeviceProgram p) {
       }
     }
     for (int i = 0; i < p.numInputs; ++i)
-      r[i] = p.inputBool[i] ? float(static_cast<const uint8_t *>(p.inputs[i])[off[i]] != 0)
-                            : static_cast<const float *>(p.inputs[i])[off[i]];
+      r[i] = load(p.inputType[i], p.inputs[i], off[i]);
     for (int k = 0; k < p.numInstructions; ++k) {
       float a = p.a[k] >= 0 && p.op[k] != Const ? r[p.a[k]] : 0.0f;
       float b = p.b[k] >= 0 ? r[p.b[k]] : 0.0f;
@@ -111,10 +126,12 @@ __global__ void fusedKernel(const FusedDeviceProgram p) {
     }
     for (int j = 0; j < p.numOutputs; ++j) {
       float v = r[p.outputReg[j]];
-      if (p.outputBool[j])
-        static_cast<uint8_t *>(p.outputs[j])[e] = v != 0;
-      else
-        static_cast<float *>(p.outputs[j])[e] = v;
+      switch (p.outputType[j]) {
+      case kFusedBool: static_cast<uint8_t *>(p.outputs[j])[e] = v != 0; break;
+      case kFusedBF16: static_cast<uint16_t *>(p.outputs[j])[e] = codec::floatToBFloat16(v); break;
+      case kFusedF16: static_cast<uint16_t *>(p.outputs[j])[e] = codec::floatToHalf(v); break;
+      default: static_cast<float *>(p.outputs[j])[e] = v;
+      }
     }
   }
 }

@@ -85,6 +85,8 @@ std::string instrExpr(const FusedProgram &p, const FusedInstr &in) {
   case FusedOp::And: return "((" + a + " != 0.0f && " + b + " != 0.0f) ? 1.0f : 0.0f)";
   case FusedOp::Or: return "((" + a + " != 0.0f || " + b + " != 0.0f) ? 1.0f : 0.0f)";
   case FusedOp::Where: return "(" + a + " != 0.0f ? " + b + " : " + c + ")";
+  case FusedOp::RoundBF16: return "strait_bf16_to_f32(strait_f32_to_bf16(" + a + "))";
+  case FusedOp::RoundF16: return "strait_f16_to_f32(strait_f32_to_f16(" + a + "))";
   }
   return "0.0f";
 }
@@ -149,7 +151,69 @@ __device__ __forceinline__ float strait_max(float a, float b) {
 __device__ __forceinline__ float strait_min(float a, float b) {
   return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a < b ? a : b);
 }
+// 16-bit floats as lib/codec/CodecLayout.h converts them (round to nearest
+// even; NaN stays NaN).
+__device__ __forceinline__ float strait_bf16_to_f32(unsigned short h) {
+  return __uint_as_float((unsigned)h << 16);
+}
+__device__ __forceinline__ unsigned short strait_f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float strait_f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ unsigned short strait_f32_to_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
 )";
+
+/// The C type a pointer to elements of `t` has in the generated source.
+const char *storageType(DType t) {
+  switch (t) {
+  case program::DTYPE_BOOL: return "unsigned char";
+  case program::DTYPE_BF16:
+  case program::DTYPE_F16: return "unsigned short";
+  default: return "float";
+  }
+}
+
+/// The f32 register value of the stored element `v` of type `t`.
+std::string loadExpr(DType t, const std::string &v) {
+  switch (t) {
+  case program::DTYPE_BOOL: return "(" + v + " != 0 ? 1.0f : 0.0f)";
+  case program::DTYPE_BF16: return "strait_bf16_to_f32(" + v + ")";
+  case program::DTYPE_F16: return "strait_f16_to_f32(" + v + ")";
+  default: return v;
+  }
+}
+
+/// The stored element of type `t` for the f32 register value `y`.
+std::string storeExpr(DType t, const std::string &y) {
+  switch (t) {
+  case program::DTYPE_BOOL: return y + " != 0.0f";
+  case program::DTYPE_BF16: return "strait_f32_to_bf16(" + y + ")";
+  case program::DTYPE_F16: return "strait_f32_to_f16(" + y + ")";
+  default: return y;
+  }
+}
+
+/// The four-element vector type of `t` (float4, ushort4, uchar4).
+const char *vec4Type(DType t) {
+  switch (t) {
+  case program::DTYPE_BOOL: return "uchar4";
+  case program::DTYPE_BF16:
+  case program::DTYPE_F16: return "ushort4";
+  default: return "float4";
+  }
+}
 
 } // namespace
 
@@ -171,10 +235,10 @@ struct Emit {
   const char *index, *suffix;
   std::ostringstream os;
   size_t ni() const { return spec.inputShapes.size(); }
-  size_t no() const { return spec.outputBool.size(); }
+  size_t no() const { return spec.outputTypes.size(); }
   /// An input element as f32 (bools as 0/1).
   std::string asFloat(size_t i, const std::string &v) const {
-    return spec.inputBool[i] ? "(" + v + " != 0 ? 1.0f : 0.0f)" : v;
+    return loadExpr(spec.inputTypes[i], v);
   }
 };
 
@@ -213,10 +277,9 @@ void emitScalarLoop(Emit &m) {
   for (size_t j = 0; j < m.no(); ++j)
     m.os << (m.ni() + j ? ", " : "") << "y" << j;
   m.os << ");\n";
-  for (size_t j = 0; j < m.no(); ++j) {
-    std::string y = "y" + std::to_string(j);
-    m.os << "    out" << j << "[e] = " << (m.spec.outputBool[j] ? y + " != 0.0f" : y) << ";\n";
-  }
+  for (size_t j = 0; j < m.no(); ++j)
+    m.os << "    out" << j << "[e] = " << storeExpr(m.spec.outputTypes[j], "y" + std::to_string(j))
+         << ";\n";
 }
 
 /// The loop body of four elements a thread (e indexes groups of four).
@@ -224,14 +287,12 @@ void emitVec4Loop(Emit &m) {
   const char *lane[4] = {"x", "y", "z", "w"};
   for (size_t i = 0; i < m.ni(); ++i) {
     std::string in = "in" + std::to_string(i);
+    const char *vt = vec4Type(m.spec.inputTypes[i]);
     if (m.access[i] == FusedAccess::Scalar)
       m.os << "    const float s" << i << " = " << m.asFloat(i, in + "[0]") << ";\n";
-    else if (m.spec.inputBool[i])
-      m.os << "    const uchar4 v" << i << " = reinterpret_cast<const uchar4 *>(" << in
-           << ")[e];\n";
     else
-      m.os << "    const float4 v" << i << " = reinterpret_cast<const float4 *>(" << in
-           << ")[e];\n";
+      m.os << "    const " << vt << " v" << i << " = reinterpret_cast<const " << vt << " *>("
+           << in << ")[e];\n";
   }
   m.os << "    float";
   for (size_t j = 0; j < m.no(); ++j)
@@ -250,13 +311,12 @@ void emitVec4Loop(Emit &m) {
     m.os << ");\n";
   }
   for (size_t j = 0; j < m.no(); ++j) {
-    std::string y = "y" + std::to_string(j) + "_";
-    if (m.spec.outputBool[j])
-      m.os << "    reinterpret_cast<uchar4 *>(out" << j << ")[e] = make_uchar4(" << y
-           << "0 != 0.0f, " << y << "1 != 0.0f, " << y << "2 != 0.0f, " << y << "3 != 0.0f);\n";
-    else
-      m.os << "    reinterpret_cast<float4 *>(out" << j << ")[e] = make_float4(" << y << "0, "
-           << y << "1, " << y << "2, " << y << "3);\n";
+    DType t = m.spec.outputTypes[j];
+    std::string y = "y" + std::to_string(j) + "_", vt = vec4Type(t);
+    m.os << "    reinterpret_cast<" << vt << " *>(out" << j << ")[e] = make_" << vt << "(";
+    for (int l = 0; l < 4; ++l)
+      m.os << (l ? ", " : "") << storeExpr(t, y + std::to_string(l));
+    m.os << ");\n";
   }
 }
 
@@ -271,9 +331,9 @@ std::string fusedJitSource(const FusedProgram &p, const FusedJitSpec &spec) {
   emitBody(m, p);
   m.os << "extern \"C\" __global__ void __launch_bounds__(256) " << kFusedJitKernel << "(";
   for (size_t i = 0; i < m.ni(); ++i)
-    m.os << "const " << (spec.inputBool[i] ? "unsigned char" : "float") << " *in" << i << ", ";
+    m.os << "const " << storageType(spec.inputTypes[i]) << " *in" << i << ", ";
   for (size_t j = 0; j < m.no(); ++j)
-    m.os << (spec.outputBool[j] ? "unsigned char" : "float") << " *out" << j << ", ";
+    m.os << storageType(spec.outputTypes[j]) << " *out" << j << ", ";
   m.os << m.index << " n) {\n";
   m.os << "  for (" << m.index << " e = (" << m.index
        << ")blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (" << m.index
@@ -473,21 +533,21 @@ bool launchFusedJit(CudaContext &c, const FusedArgs &f) {
   spec.shape = f.shape;
   std::vector<void *> ptrs;
   bool vec4 = n % 4 == 0;
+  // Four elements of the type: float4 16 bytes, ushort4 8, uchar4 4.
+  auto vecBytes = [](const Tensor *t) { return 4 * dtypeSize(t->dtype); };
   for (const Tensor *t : f.inputs) {
-    bool isBool = t->dtype == program::DTYPE_BOOL;
     spec.inputShapes.push_back(t->shape);
-    spec.inputBool.push_back(isBool);
+    spec.inputTypes.push_back(t->dtype);
     ptrs.push_back(t->data);
     FusedAccess a = fusedAccess(t->shape, f.shape);
     if (a == FusedAccess::Broadcast ||
-        (a == FusedAccess::Contiguous && !aligned(t->data, isBool ? 4 : 16)))
+        (a == FusedAccess::Contiguous && !aligned(t->data, vecBytes(t))))
       vec4 = false;
   }
   for (const Tensor *t : f.outputs) {
-    bool isBool = t->dtype == program::DTYPE_BOOL;
-    spec.outputBool.push_back(isBool);
+    spec.outputTypes.push_back(t->dtype);
     ptrs.push_back(t->data);
-    if (!aligned(t->data, isBool ? 4 : 16))
+    if (!aligned(t->data, vecBytes(t)))
       vec4 = false;
   }
   spec.vec4 = vec4;

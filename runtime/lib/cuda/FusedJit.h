@@ -39,8 +39,9 @@ FusedAccess fusedAccess(const Shape &input, const Shape &shape);
 struct FusedJitSpec {
   Shape shape; ///< the iteration (output) shape
   std::vector<Shape> inputShapes;
-  std::vector<bool> inputBool, outputBool;
-  /// Four elements a thread through float4 / uchar4 loads and stores. Only
+  /// How each input and output is stored: f32, bf16, f16 or bool.
+  std::vector<DType> inputTypes, outputTypes;
+  /// Four elements a thread through float4 / ushort4 / uchar4 loads and stores. Only
   /// when no input is Broadcast and numElements(shape) % 4 == 0; the
   /// launcher also checks the pointers' alignment.
   bool vec4 = false;

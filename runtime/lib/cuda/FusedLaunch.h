@@ -18,6 +18,9 @@ namespace cuda {
 
 enum FusedInputKind : uint8_t { kFusedContiguous = 0, kFusedScalar = 1, kFusedStrided = 2 };
 
+/// How an input or output element is stored.
+enum FusedStorage : uint8_t { kFusedF32 = 0, kFusedBool = 1, kFusedBF16 = 2, kFusedF16 = 3 };
+
 /// The decoded program (limits as kFused* in FusedProgram.h).
 struct FusedDeviceProgram {
   static constexpr int kInputs = 16, kOutputs = 8, kInstructions = 64, kConstants = 64,
@@ -32,9 +35,9 @@ struct FusedDeviceProgram {
   /// from the strides.
   uint8_t inputKind[kInputs] = {};
   const void *inputs[kInputs] = {};
-  uint8_t inputBool[kInputs] = {};
+  uint8_t inputType[kInputs] = {}; ///< FusedStorage
   void *outputs[kOutputs] = {};
-  uint8_t outputBool[kOutputs] = {};
+  uint8_t outputType[kOutputs] = {}; ///< FusedStorage
   int16_t outputReg[kOutputs] = {};
   uint8_t op[kInstructions] = {}; ///< rt::FusedOp values
   int8_t powInt[kInstructions] = {};

@@ -9,6 +9,9 @@
 // Registers 0..N-1 are the N inputs broadcast to the iteration shape (the
 // outputs' common shape); instruction i writes register N+i. Registers hold
 // f32; boolean registers (bool inputs, comparisons, Not, And, Or) hold 0/1.
+// Float inputs and outputs are stored as f32, bf16 or f16: a 16-bit input
+// loads exactly, a 16-bit output rounds its register to nearest even (as
+// Cast does); RoundBF16/RoundF16 round a register in the program.
 // Every backend decodes and validates through decodeFusedKernel, so they
 // accept and reject the same programs (docs/program-format.md).
 //
@@ -29,7 +32,10 @@ namespace rt {
 enum class FusedOp : uint8_t {
   Const, Identity, Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Sigmoid, Relu,
   Erf, Sin, Cos, Floor, Ceil, Not, Add, Sub, Mul, Div, Pow, Max, Min, Equal,
-  Less, LessOrEqual, Greater, GreaterOrEqual, And, Or, Where
+  Less, LessOrEqual, Greater, GreaterOrEqual, And, Or, Where,
+  RoundBF16, ///< to the nearest bf16 value (even on ties), still as f32
+  RoundF16,  ///< to the nearest f16 value
+  Last = RoundF16
 };
 
 /// Limits every backend supports (the compiler's verifier has the same).
@@ -65,9 +71,9 @@ const char *fusedOpName(FusedOp op);
 StatusOr<FusedProgram> decodeFusedProgram(const KernelContext &ctx,
                                           const std::vector<bool> &inputIsBool);
 
-/// A FusedElementwise kernel's checked operands: inputs f32 or bool, each
-/// broadcasting to the iteration shape (output 0's), outputs of that shape,
-/// f32 or bool as their registers.
+/// A FusedElementwise kernel's checked operands: inputs f32, bf16, f16 or
+/// bool, each broadcasting to the iteration shape (output 0's), outputs of
+/// that shape: bool for boolean registers, else f32, bf16 or f16.
 struct FusedArgs {
   FusedProgram program;
   Shape shape;
@@ -79,6 +85,11 @@ StatusOr<FusedArgs> decodeFusedKernel(const KernelContext &ctx);
 /// The instruction on one element (reference semantics; the CPU kernel uses
 /// it per tile).
 float evalFusedScalar(const FusedInstr &in, float a, float b, float c);
+
+/// Whether `t` is a float storage type of registers: f32, bf16 or f16.
+inline bool isFusedFloatStorage(DType t) {
+  return t == program::DTYPE_F32 || t == program::DTYPE_BF16 || t == program::DTYPE_F16;
+}
 
 } // namespace rt
 } // namespace strait
