@@ -39,6 +39,7 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     train.labelName = o.label;
     train.ignoreIndex = o.ignoreIndex;
     train.returnGradients = o.returnGradients;
+    train.stepOutputs = o.stepOutputs;
     train.lr = o.lr;
     train.momentum = o.momentum;
     train.nesterov = o.nesterov;

@@ -284,8 +284,9 @@ def test_digits_cnn_trains_in_bf16(tmp_path):
 
 def test_cast_motion_is_bit_identical(tmp_path, runs):
     """graph-cast-motion (on by default with --precision bf16) moves casts through layout
-    ops and removes the exact bf16 -> f32 -> bf16 round trips: 5 AdamW steps of
-    gpt2-tiny give bit-identical losses, last outputs and parameters with the pass on
+    ops, removes the exact bf16 -> f32 -> bf16 round trips and folds the logits' casts
+    into SoftmaxCrossEntropyLoss(Grad), which then run on the bf16 logits: 5 AdamW steps
+    of gpt2-tiny give bit-identical losses, last outputs and parameters with the pass on
     and off (--cast-motion=false), and the program with the pass has fewer casts."""
     steps = 5
     path = os.path.join(str(tmp_path), "train.bin")
@@ -313,12 +314,23 @@ def test_cast_motion_is_bit_identical(tmp_path, runs):
         for d in (dump, params):
             for f in sorted(f for f in os.listdir(d) if f.endswith(".npy")):
                 arrays[os.path.join(os.path.basename(d), f)] = np.load(os.path.join(d, f))
-        results[motion] = (m.stdout.count("graph.Cast "), losses, arrays)
-    (casts_on, losses_on, on), (casts_off, losses_off, off) = results["true"], results["false"]
+        sce = re.findall(r"graph\.SoftmaxCrossEntropyLoss(?:Grad)? .*: \((.*)\) -> (\S+)$",
+                         m.stdout, re.M)
+        results[motion] = (m.stdout.count("graph.Cast "), losses, arrays, sce)
+    (casts_on, losses_on, on, sce_on), (casts_off, losses_off, off, sce_off) = \
+        results["true"], results["false"]
     print(f"graph.Cast ops: {casts_off} without graph-cast-motion, {casts_on} with; "
-          f"losses {losses_on}")
-    # gpt2-tiny: 86 -> 62 (the attention's Q/K/V/Y chains and their gradients).
+          f"losses {losses_on}; loss ops with the pass: {sce_on}")
+    # gpt2-tiny: 86 -> 60 (the attention's Q/K/V/Y chains and their gradients, and the
+    # logits' casts around the loss).
     assert casts_on < casts_off
+    # The step returns only the loss (--step-outputs=loss, the default), so the pass folds
+    # the logits' casts into the loss and its gradient: they read the bf16 logits (the
+    # loss stays f32, the gradient is bf16); without the pass both are f32.
+    assert len(sce_on) == len(sce_off) == 2, (sce_on, sce_off)
+    assert "xbf16>" in sce_on[0][0] and sce_on[0][1] == "tensor<f32>", sce_on
+    assert "xbf16>" in sce_on[1][0] and sce_on[1][1].endswith("xbf16>"), sce_on
+    assert all("bf16" not in ins + out for ins, out in sce_off), sce_off
     assert losses_on == losses_off
     assert sorted(on) == sorted(off) and len(on) > 10
     for name in on:

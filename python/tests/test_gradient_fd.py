@@ -558,7 +558,7 @@ def test_optimizer_update_matches_numpy(name, tmp_path):
     R, S = rng.uniform(0.5, 2, (2, 3)), rng.uniform(-1, 1, (3,))
     path = tmp_path / "opt.onnx"
     path.write_bytes(_optimizer_model(W, b, R, S))
-    flags = ["--loss", "output", "--optimizer", cfg["opt"],
+    flags = ["--loss", "output", "--step-outputs=all", "--optimizer", cfg["opt"],
              "--lr", str(cfg.get("compiled_lr", cfg["lr"])),
              "--weight-decay", str(cfg.get("wd", 0.0)), "--clip-norm", str(cfg.get("clip", 0.0))]
     if cfg["opt"] == "sgd":

@@ -7,9 +7,11 @@
 // which widens the operands to f32 (exact), computes in f32 and rounds the
 // result once: both round one f32 result that differs only by summation
 // order, so they agree to about one unit in the last place of the 16-bit
-// type (2^-8 relative for bf16, 2^-11 for f16) plus cancellation. Every
-// case also checks that no kernel ran through the host fallback. Skipped
-// without a GPU.
+// type (2^-8 relative for bf16, 2^-11 for f16) plus cancellation.
+// SoftmaxCrossEntropyLoss(Grad) on bf16/f16 scores is also checked bit for
+// bit against the GPU's f32 kernels on the widened scores. Every case also
+// checks that no kernel ran through the host fallback. Skipped without a
+// GPU (the CudaNoDevice tests run everywhere).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
@@ -185,6 +187,132 @@ TEST_F(CudaLowPrecision, ReduceMeanMaxAgainstWidenedCpu) {
   EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
 }
 
+namespace {
+
+/// The f32 array of a 16-bit array's values (exact).
+Arr widened(const Arr &x) {
+  std::vector<float> v(numElements(x.shape));
+  for (size_t k = 0; k < v.size(); ++k)
+    v[k] = static_cast<float>(x.at(k));
+  return Arr::f(x.shape, v);
+}
+
+/// An f32 array rounded to `t` (nearest even), on the host.
+Arr roundedTo(const Arr &x, DType t) {
+  int64_t n = numElements(x.shape);
+  Arr r = Arr::out(x.shape, t);
+  r.bytes.resize(n * 2);
+  for (int64_t k = 0; k < n; ++k) {
+    float f = static_cast<float>(x.at(k));
+    uint16_t h;
+    if (t == program::DTYPE_F16) {
+      h = floatToHalf(f);
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u += 0x7FFF + ((u >> 16) & 1);
+      h = static_cast<uint16_t>(u >> 16);
+    }
+    std::memcpy(r.bytes.data() + 2 * k, &h, 2);
+  }
+  return r;
+}
+
+/// Index of the first byte-level difference of two arrays' elements, or -1.
+int64_t firstDifference(const Arr &a, const Arr &b) {
+  if (a.dtype != b.dtype || a.bytes.size() != b.bytes.size())
+    return 0;
+  size_t es = a.bytes.size() / std::max<int64_t>(numElements(a.shape), 1);
+  for (size_t k = 0; k < a.bytes.size(); ++k)
+    if (a.bytes[k] != b.bytes[k])
+      return static_cast<int64_t>(k / es);
+  return -1;
+}
+
+} // namespace
+
+// SoftmaxCrossEntropyLoss and its gradient on 16-bit scores (graph-cast-motion
+// folds the logits' casts into them): on the GPU, bit for bit the f32 kernels
+// on the widened scores (the loss, an f32 log_prob) followed by the rounding
+// (dScores, a 16-bit log_prob); and against the CPU kernel within rounding.
+TEST_F(CudaLowPrecision, SoftmaxCrossEntropyOnLowScores) {
+  REQUIRE_GPU();
+  struct Case {
+    const char *name;
+    Shape x;
+    std::vector<int64_t> labels;
+    bool weighted;
+    const char *reduction;
+  };
+  std::vector<int64_t> wide(16);
+  for (int64_t k = 0; k < 16; ++k)
+    wide[k] = (k * 977) % 1003;
+  wide[3] = -100; // ignored
+  const Case cases[] = {
+      {"lm_rows_mean_ignore", {16, 1003}, wide, false, "mean"},
+      {"sum_weighted_3d", {3, 5, 4}, {0, 4, 2, 1, 3, 3, 0, 1, 2, 4, 4, 0}, true, "sum"},
+      {"none", {4, 9}, {8, 0, 3, 1}, true, "none"}};
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    for (const Case &c : cases) {
+      SCOPED_TRACE(std::string(c.name) + " " + dtypeName(t));
+      Shape ls = c.x.size() == 2 ? Shape{c.x[0]} : Shape{c.x[0], c.x[2]};
+      bool none = std::string(c.reduction) == "none";
+      Shape lossShape = none ? ls : Shape{};
+      Arr x = t == program::DTYPE_BF16 ? Arr::randBf16(c.x, 180) : Arr::randF16(c.x, 180, 6.0f);
+      Arr xw = widened(x), labels = Arr::i(ls, c.labels);
+      Arr w = Arr::rand({c.x[1]}, 181);
+      for (size_t k = 0; k < w.bytes.size() / 4; ++k)
+        reinterpret_cast<float *>(w.bytes.data())[k] += 1.5f;
+      Arr dl = none ? Arr::rand(ls, 182) : Arr::f({}, {1.7f});
+      auto attrs = [&](program::Kernel &k) {
+        setString(k, "reduction", c.reduction);
+        if (std::string(c.reduction) == "mean")
+          setInt(k, "ignore_index", -100);
+      };
+      std::vector<Arr> lowIns = {x, labels}, refIns = {xw, labels};
+      if (c.weighted) {
+        lowIns.push_back(w);
+        refIns.push_back(w);
+      }
+      // Forward: the f32 loss and an f32 log_prob, then a 16-bit log_prob.
+      std::vector<Arr> ref = {Arr::out(lossShape), Arr::out(c.x)};
+      std::vector<Arr> low = ref, low16 = {Arr::out(lossShape), Arr::out(c.x, t)};
+      Status s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLoss", refIns, ref, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLoss", lowIns, low, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLoss", lowIns, low16, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      EXPECT_EQ(firstDifference(low[0], ref[0]), -1) << "loss";
+      EXPECT_EQ(firstDifference(low[1], ref[1]), -1) << "f32 log_prob";
+      EXPECT_EQ(firstDifference(low16[0], ref[0]), -1) << "loss";
+      EXPECT_EQ(firstDifference(low16[1], roundedTo(ref[1], t)), -1) << "16-bit log_prob";
+      // Backward: dScores of the scores' type = the f32 gradient rounded once.
+      std::vector<Arr> gLowIns = lowIns, gRefIns = refIns;
+      gLowIns.insert(gLowIns.begin(), dl);
+      gRefIns.insert(gRefIns.begin(), dl);
+      std::vector<Arr> gRef = {Arr::out(c.x)}, gLow = {Arr::out(c.x, t)};
+      s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLossGrad", gRefIns, gRef, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLossGrad", gLowIns, gLow, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      EXPECT_EQ(firstDifference(gLow[0], roundedTo(gRef[0], t)), -1) << "dScores";
+      // The CPU kernels (double statistics) on the same 16-bit inputs: the
+      // f32 loss within 1e-5, dScores within a rounding of the 16-bit type.
+      compare("SoftmaxCrossEntropyLoss", lowIns, {Arr::out(lossShape), Arr::out(c.x)}, attrs,
+              1e-5, 1e-6);
+      compare("SoftmaxCrossEntropyLossGrad", gLowIns, {Arr::out(c.x, t)}, attrs, rtolOf(t),
+              t == program::DTYPE_BF16 ? 1e-6 : 1e-7);
+    }
+  }
+  // A wrong loss type is an error found on the host.
+  std::vector<Arr> bad = {Arr::out({}, program::DTYPE_BF16)};
+  Status s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLoss",
+                   {Arr::randBf16({2, 3}, 1), Arr::i({2}, {0, 2})}, bad, {});
+  EXPECT_FALSE(s.isOk());
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
 // Runs everywhere: the checks of a 16-bit convolution (an f32 view of its
 // operands through the shared argument checks) see the kernel's attributes
 // and the real data, and reject mixed or unsupported types.
@@ -289,4 +417,35 @@ TEST(CudaNoDevice, LowPrecisionKernelsAreNative) {
     EXPECT_EQ(cuda::nativeSupport({&conv, {x, w, b}, {y}}).native, cudnn) << dtypeName(t);
     EXPECT_TRUE(cuda::nativeSupport({&sum, {y, axes}, {b}}).native) << dtypeName(t);
   }
+}
+
+// SoftmaxCrossEntropyLoss(Grad) on 16-bit scores run natively: an f32 loss,
+// dLoss and weights, dScores (and a log_prob) in the scores' type.
+TEST(CudaNoDevice, LowPrecisionSoftmaxCrossEntropyIsNative) {
+  program::Kernel loss, grad;
+  loss.set_op("SoftmaxCrossEntropyLoss");
+  grad.set_op("SoftmaxCrossEntropyLossGrad");
+  const DType F32 = program::DTYPE_F32;
+  cuda::OperandType labels{true, program::DTYPE_I64, {4}}, scalar{true, F32, {}},
+      weights{true, F32, {7}}, absent{};
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    cuda::OperandType x{true, t, {4, 7}}, x32{true, F32, {4, 7}};
+    EXPECT_TRUE(cuda::nativeSupport({&loss, {x, labels}, {scalar}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&loss, {x, labels, weights}, {scalar, x}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&loss, {x, labels}, {scalar, x32}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&grad, {scalar, x, labels}, {x}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&grad, {scalar, x, labels, weights}, {x}}).native);
+    // A 16-bit loss, dLoss or gradient of another type is not the kernel's.
+    cuda::OperandType lowScalar{true, t, {}};
+    EXPECT_FALSE(cuda::nativeSupport({&loss, {x, labels}, {lowScalar}}).native);
+    EXPECT_FALSE(cuda::nativeSupport({&grad, {lowScalar, x, labels}, {x}}).native);
+    EXPECT_FALSE(cuda::nativeSupport({&grad, {scalar, x, labels}, {x32}}).native);
+  }
+  cuda::OperandType x64{true, program::DTYPE_F64, {4, 7}};
+  cuda::NativeSupport no = cuda::nativeSupport({&loss, {x64, labels}, {scalar}});
+  EXPECT_FALSE(no.native);
+  EXPECT_NE(no.reason.find("scores are f64"), std::string::npos) << no.reason;
+  EXPECT_TRUE(cuda::nativeSupport({&loss, {cuda::OperandType{true, F32, {4, 7}}, labels, absent},
+                                   {scalar}}).native);
 }

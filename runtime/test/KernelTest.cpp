@@ -322,6 +322,154 @@ TEST(Kernels, SoftmaxCrossEntropyMeanWithIgnoredLabel) {
   EXPECT_NE(bad.getStatus().getMessage().find("target 3 outside [0, 3)"), std::string::npos);
 }
 
+// --- SoftmaxCrossEntropyLoss(Grad) on bf16 / f16 scores (graph-cast-motion
+// folds the casts around them): bit for bit the f32 kernels on the scores
+// cast to f32, the gradient then cast back by the Cast kernel -------------
+
+namespace {
+
+/// One CPU kernel `op` on tensors; fails the test on error.
+void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<Tensor *> outs,
+           const std::function<void(program::Kernel &)> &attrs = {}) {
+  program::Kernel k;
+  k.set_op(op);
+  if (attrs)
+    attrs(k);
+  Status st = runCpu(k, std::move(ins), std::move(outs));
+  ASSERT_TRUE(st.isOk()) << op << ": " << st.toString();
+}
+
+/// The Cast kernel of `x` to `to`.
+OwnedTensor castTo(const Tensor &x, DType to) {
+  OwnedTensor y(to, x.shape);
+  runOp("Cast", {&x}, {&y.tensor}, [&](program::Kernel &k) { setInt(k, "to", to); });
+  return y;
+}
+
+bool sameBytes(const Tensor &a, const Tensor &b) {
+  return a.dtype == b.dtype && a.shape == b.shape &&
+         std::memcmp(a.data, b.data, a.byteSize()) == 0;
+}
+
+struct SceCase {
+  const char *name;
+  Shape scores;           // [N, C] or [N, C, D]
+  std::vector<int64_t> labels;
+  bool weighted;
+  const char *reduction;  // mean (ignore_index 1), sum or none
+};
+
+/// Scores of magnitude up to 8 (wide softmax) that 16-bit types round.
+std::vector<float> sceScores(const Shape &shape, uint32_t seed) {
+  std::vector<float> v = pseudoRandom(numElements(shape), seed);
+  for (float &x : v)
+    x = x * 8.0f + 0.013f;
+  return v;
+}
+
+} // namespace
+
+TEST(Kernels, LowPrecisionSoftmaxCrossEntropyEqualsF32OfCast) {
+  const SceCase cases[] = {
+      {"mean_ignore", {6, 37}, {0, 1, 36, 5, 1, 20}, false, "mean"},
+      {"sum_weighted_3d", {3, 5, 4}, {0, 4, 2, 1, 3, 3, 0, 1, 2, 4, 4, 0}, true, "sum"},
+      {"none", {4, 9}, {8, 0, 3, 1}, true, "none"}};
+  for (DType low : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    for (const SceCase &c : cases) {
+      SCOPED_TRACE(std::string(c.name) + (low == program::DTYPE_BF16 ? " bf16" : " f16"));
+      Shape ls = c.labels.size() == static_cast<size_t>(c.scores[0])
+                     ? Shape{c.scores[0]}
+                     : Shape{c.scores[0], c.scores[2]};
+      int64_t classes = c.scores[1];
+      OwnedTensor f32(program::DTYPE_F32, c.scores);
+      std::vector<float> v = sceScores(c.scores, 61);
+      std::copy(v.begin(), v.end(), f32.tensor.as<float>());
+      OwnedTensor x = castTo(f32.tensor, low);   // the 16-bit scores
+      OwnedTensor xw = castTo(x.tensor, program::DTYPE_F32); // Cast(T -> f32)
+      if (low == program::DTYPE_BF16) // the Cast agrees with an independent rounding
+        for (int64_t i = 0; i < x.tensor.numel(); ++i)
+          ASSERT_EQ(x.tensor.as<uint16_t>()[i], bf16Bits(v[i])) << i;
+      OwnedTensor labels(program::DTYPE_I64, ls);
+      std::copy(c.labels.begin(), c.labels.end(), labels.tensor.as<int64_t>());
+      OwnedTensor w(program::DTYPE_F32, {classes});
+      for (int64_t k = 0; k < classes; ++k)
+        w.tensor.as<float>()[k] = 0.25f + 0.5f * static_cast<float>(k % 3);
+      bool none = std::string(c.reduction) == "none";
+      Shape lossShape = none ? ls : Shape{};
+      auto attrs = [&](program::Kernel &k) {
+        setString(k, "reduction", c.reduction);
+        if (std::string(c.reduction) == "mean")
+          setInt(k, "ignore_index", 1);
+      };
+      std::vector<const Tensor *> refIns = {&xw.tensor, &labels.tensor},
+                                  lowIns = {&x.tensor, &labels.tensor};
+      if (c.weighted) {
+        refIns.push_back(&w.tensor);
+        lowIns.push_back(&w.tensor);
+      }
+      // Forward: the f32 loss (and an f32 log_prob) of both kernels.
+      OwnedTensor refLoss(program::DTYPE_F32, lossShape), refLogp(program::DTYPE_F32, c.scores);
+      OwnedTensor lowLoss(program::DTYPE_F32, lossShape), lowLogp32(program::DTYPE_F32, c.scores),
+          lowLogp(low, c.scores);
+      runOp("SoftmaxCrossEntropyLoss", refIns, {&refLoss.tensor, &refLogp.tensor}, attrs);
+      runOp("SoftmaxCrossEntropyLoss", lowIns, {&lowLoss.tensor, &lowLogp32.tensor}, attrs);
+      EXPECT_TRUE(sameBytes(lowLoss.tensor, refLoss.tensor));
+      EXPECT_TRUE(sameBytes(lowLogp32.tensor, refLogp.tensor));
+      // A log_prob of the scores' type: the f32 one rounded by the Cast kernel.
+      OwnedTensor lowLoss2(program::DTYPE_F32, lossShape);
+      runOp("SoftmaxCrossEntropyLoss", lowIns, {&lowLoss2.tensor, &lowLogp.tensor}, attrs);
+      EXPECT_TRUE(sameBytes(lowLoss2.tensor, refLoss.tensor));
+      EXPECT_TRUE(sameBytes(lowLogp.tensor, castTo(refLogp.tensor, low).tensor));
+      // Backward: Cast(f32 -> T) of the f32 gradient of the f32 scores.
+      OwnedTensor dl(program::DTYPE_F32, lossShape);
+      std::vector<float> dv = pseudoRandom(std::max<int64_t>(dl.tensor.numel(), 1), 62);
+      for (int64_t i = 0; i < dl.tensor.numel(); ++i)
+        dl.tensor.as<float>()[i] = none ? dv[i] : 1.7f;
+      refIns.insert(refIns.begin(), &dl.tensor);
+      lowIns.insert(lowIns.begin(), &dl.tensor);
+      OwnedTensor refGrad(program::DTYPE_F32, c.scores), lowGrad(low, c.scores);
+      runOp("SoftmaxCrossEntropyLossGrad", refIns, {&refGrad.tensor}, attrs);
+      runOp("SoftmaxCrossEntropyLossGrad", lowIns, {&lowGrad.tensor}, attrs);
+      OwnedTensor expected = castTo(refGrad.tensor, low);
+      EXPECT_TRUE(sameBytes(lowGrad.tensor, expected.tensor));
+      // Not a vacuous comparison: the gradient has nonzero entries that the
+      // rounding changed.
+      int64_t rounded = 0;
+      OwnedTensor back = castTo(expected.tensor, program::DTYPE_F32);
+      for (int64_t i = 0; i < back.tensor.numel(); ++i)
+        rounded += back.tensor.as<float>()[i] != refGrad.tensor.as<float>()[i];
+      EXPECT_GT(rounded, 0);
+    }
+  }
+}
+
+TEST(Kernels, LowPrecisionSoftmaxCrossEntropyDtypeErrors) {
+  OwnedTensor x = bf16Tensor({2, 3}, {1, 2, 3, 4, 5, 6});
+  OwnedTensor labels(program::DTYPE_I64, {2});
+  labels.tensor.as<int64_t>()[0] = 0;
+  labels.tensor.as<int64_t>()[1] = 2;
+  program::Kernel k;
+  k.set_op("SoftmaxCrossEntropyLoss");
+  // The loss of bf16 scores is f32.
+  OwnedTensor bfLoss(program::DTYPE_BF16, {});
+  Status st = runCpu(k, {&x.tensor, &labels.tensor}, {&bfLoss.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("output 0 must be f32 for scores bf16[2x3]"), std::string::npos)
+      << st.toString();
+  // Integer scores are not supported, by either kernel.
+  OwnedTensor ix(program::DTYPE_I32, {2, 3}), loss(program::DTYPE_I32, {});
+  st = runCpu(k, {&ix.tensor, &labels.tensor}, {&loss.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("scores of dtype"), std::string::npos) << st.toString();
+  program::Kernel g;
+  g.set_op("SoftmaxCrossEntropyLossGrad");
+  OwnedTensor one(program::DTYPE_F32, {}), dx(program::DTYPE_I32, {2, 3});
+  one.tensor.as<float>()[0] = 1;
+  st = runCpu(g, {&one.tensor, &ix.tensor, &labels.tensor}, {&dx.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("scores of dtype"), std::string::npos) << st.toString();
+}
+
 // --- The conv / pool window (rt::convWindow and rt::walkWindow, shared by
 // the CPU and CUDA backends) ----------------------------------------------
 

@@ -109,6 +109,11 @@ cl::opt<int64_t> ignoreIndex("ignore-index",
 cl::opt<bool> returnGradients("return-gradients",
                               cl::desc("Also output each variable's gradient as grad.<name>"),
                               cl::init(kTrain.returnGradients), cl::cat(trainCat));
+cl::opt<std::string> stepOutputs(
+    "step-outputs",
+    cl::desc("Results of each training step: loss (the loss, and the gradients with "
+             "--return-gradients), or all (also the model's outputs, e.g. the logits)"),
+    cl::init(kTrain.stepOutputs), cl::cat(trainCat));
 cl::opt<double> lr("lr", cl::desc("Peak learning rate (the program's lr schedule)"),
                    cl::init(kTrain.lr), cl::cat(trainCat));
 cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(kTrain.momentum),
@@ -316,6 +321,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.label = label.getValue();
   popts.ignoreIndex = ignoreIndex.getValue();
   popts.returnGradients = returnGradients.getValue();
+  popts.stepOutputs = stepOutputs.getValue();
   popts.lr = lr.getValue();
   popts.momentum = momentum.getValue();
   popts.nesterov = nesterov.getValue();
@@ -475,7 +481,7 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions({&straitCat, &trainCat});
   cl::ParseCommandLineOptions(argc, argv, "Strait compiler\n");
   const cl::Option *trainingFlags[] = {
-      &lossOutput, &label, &ignoreIndex, &returnGradients, &lr, &momentum,
+      &lossOutput, &label, &ignoreIndex, &returnGradients, &stepOutputs, &lr, &momentum,
       &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
       &warmupSteps, &totalSteps, &minLr,
       // cl::list overloads operator& (it returns the storage).

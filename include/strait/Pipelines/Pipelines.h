@@ -69,6 +69,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                                llvm::cl::desc("also return each variable's gradient as "
                                               "grad.<name>"),
                                llvm::cl::init(kTrainDefaults.returnGradients)};
+  Option<std::string> stepOutputs{
+      *this, "step-outputs",
+      llvm::cl::desc("results of the training step: loss (and the gradients with "
+                     "return-gradients), or all (also the model's outputs)"),
+      llvm::cl::init(kTrainDefaults.stepOutputs)};
   Option<double> lr{*this, "lr", llvm::cl::desc("peak learning rate"),
                     llvm::cl::init(kTrainDefaults.lr)};
   Option<double> momentum{*this, "momentum", llvm::cl::desc("sgd: momentum"),

@@ -6,7 +6,8 @@
 // LayerNormalizationGrad, BatchNormalizationTraining,
 // BatchNormalizationGrad, SoftmaxCrossEntropyLossGrad, GatherGrad, SliceGrad,
 // AccumulateGrad, ClipByGlobalNorm and SGD. (Conv and pooling gradients are
-// in Conv.cpp, AdamW in Training.cpp.) All f32.
+// in Conv.cpp, AdamW in Training.cpp.) All f32, except that
+// SoftmaxCrossEntropyLossGrad also takes bf16 / f16 scores.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -275,9 +276,39 @@ Status batchNormGradKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// dScores for scores read by `in` (widened to f32), stored by `out(i, v)`
+/// from the f32 value v.
+template <typename Load, typename Store>
+void sceGradRows(const Tensor &dl, const std::string &red, const std::vector<int64_t> &labels,
+                 const std::vector<double> &w, double scale, int64_t n, int64_t c, int64_t d,
+                 Load in, Store out) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      int64_t row = i * d + j;
+      double g = (red == "none" ? dl.as<float>()[row] : dl.as<float>()[0]) * w[row] * scale;
+      auto at = [&](int64_t k) { return (i * c + k) * d + j; };
+      double mx = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < c; ++k)
+        mx = std::max<double>(mx, in(at(k)));
+      for (int64_t k = 0; k < c; ++k)
+        sum += std::exp(in(at(k)) - mx);
+      for (int64_t k = 0; k < c; ++k) {
+        double p = std::exp(in(at(k)) - mx) / sum;
+        out(at(k), static_cast<float>(g * (p - (k == labels[row] ? 1.0 : 0.0))));
+      }
+    }
+}
+
+/// f32 scores, or bf16 / f16 scores (an f32 dLoss as for f32 scores): each
+/// 16-bit score is widened exactly, the math is the f32 kernel's, and the
+/// f32 gradient is rounded once to the scores' type (nearest even), so the
+/// result is Cast(to T) of the f32 kernel on Cast(to f32) scores.
 Status sceGradKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *dl, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1));
+  if (x->dtype != program::DTYPE_F32 && !isLowFloat(x->dtype))
+    return ctx.unsupported("scores of dtype " + x->typeString() +
+                           " (expected f32, bf16 or f16)");
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(2));
   const Tensor *weight = ctx.input(3);
   STRAIT_ASSIGN_OR_RETURN(std::string red, ctx.getAttrs().getString("reduction", "mean"));
@@ -306,21 +337,19 @@ Status sceGradKernel(KernelContext &ctx) {
     weightSum += w[i];
   }
   double scale = red == "mean" ? (weightSum == 0 ? 0.0 : 1.0 / weightSum) : 1.0;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < d; ++j) {
-      int64_t row = i * d + j;
-      double g = (red == "none" ? dl->as<float>()[row] : dl->as<float>()[0]) * w[row] * scale;
-      auto at = [&](int64_t k) { return (i * c + k) * d + j; };
-      double mx = -INFINITY, sum = 0;
-      for (int64_t k = 0; k < c; ++k)
-        mx = std::max<double>(mx, x->as<float>()[at(k)]);
-      for (int64_t k = 0; k < c; ++k)
-        sum += std::exp(x->as<float>()[at(k)] - mx);
-      for (int64_t k = 0; k < c; ++k) {
-        double p = std::exp(x->as<float>()[at(k)] - mx) / sum;
-        dx->as<float>()[at(k)] = static_cast<float>(g * (p - (k == labels[row] ? 1.0 : 0.0)));
-      }
-    }
+  if (x->dtype == program::DTYPE_F32) {
+    const float *xs = x->as<float>();
+    float *ys = dx->as<float>();
+    sceGradRows(*dl, red, labels, w, scale, n, c, d, [&](int64_t k) { return xs[k]; },
+                [&](int64_t k, float v) { ys[k] = v; });
+    return Status::ok();
+  }
+  DType low = x->dtype;
+  const uint16_t *xs = x->as<uint16_t>();
+  uint16_t *ys = dx->as<uint16_t>();
+  sceGradRows(*dl, red, labels, w, scale, n, c, d,
+              [&](int64_t k) { return lowToFloat(low, xs[k]); },
+              [&](int64_t k, float v) { ys[k] = floatToLow(low, v); });
   return Status::ok();
 }
 

@@ -12,6 +12,7 @@
 #include "strait/runtime/KernelArgs.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace strait {
 namespace rt {
@@ -100,46 +101,92 @@ Status nllKernel(KernelContext &ctx) {
   return ctx.unsupported("dtype " + x->typeString());
 }
 
-template <typename T>
-Status runSce(KernelContext &ctx, const Tensor &x, const Tensor &t, const LossShape &s) {
+/// Score loaders: the element at an index, widened to the compute type
+/// (bf16 / f16 exactly, as a Cast to f32 would).
+template <typename T> struct PlainScores {
+  const T *p;
+  T operator()(int64_t i) const { return p[i]; }
+};
+struct Bf16Scores {
+  const uint16_t *p;
+  float operator()(int64_t i) const {
+    uint32_t bits = uint32_t(p[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+};
+struct F16Scores {
+  const uint16_t *p;
+  float operator()(int64_t i) const { return halfToFloat(p[i]); }
+};
+
+/// Softmax cross-entropy in T (the loss's type) over scores read by `in`.
+/// bf16 / f16 scores compute exactly as f32 scores holding the same values:
+/// the loss (and a log_prob output declared f32) is f32; a log_prob output
+/// of the scores' 16-bit type is the f32 one rounded to nearest even.
+template <typename T, typename Load>
+Status runSce(KernelContext &ctx, const Tensor &x, Load in, const Tensor &t,
+              const LossShape &s) {
   std::vector<T> scratch;
   T *logp;
+  Tensor *lowLogp = nullptr;
   if (Tensor *lp = ctx.output(1)) {
-    STRAIT_ASSIGN_OR_RETURN(lp, ctx.requireOutput(1, x.shape, x.dtype));
-    logp = lp->as<T>();
+    bool low = isLowFloat(x.dtype) && lp->dtype == x.dtype;
+    STRAIT_ASSIGN_OR_RETURN(lp, ctx.requireOutput(1, x.shape, low ? x.dtype : ctx.output(0)->dtype));
+    if (low) {
+      lowLogp = lp;
+      scratch.resize(x.numel());
+      logp = scratch.data();
+    } else {
+      logp = lp->as<T>();
+    }
   } else {
     scratch.resize(x.numel());
     logp = scratch.data();
   }
-  const T *in = x.as<T>();
   parallelFor(s.n * s.d, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int64_t n = r / s.d, d = r % s.d;
       auto at = [&](int64_t c) { return (n * s.c + c) * s.d + d; };
       double mx = -INFINITY, sum = 0;
       for (int64_t c = 0; c < s.c; ++c)
-        mx = std::max<double>(mx, in[at(c)]);
+        mx = std::max<double>(mx, in(at(c)));
       for (int64_t c = 0; c < s.c; ++c)
-        sum += std::exp(in[at(c)] - mx);
+        sum += std::exp(in(at(c)) - mx);
       double lse = mx + std::log(sum);
       for (int64_t c = 0; c < s.c; ++c)
-        logp[at(c)] = static_cast<T>(in[at(c)] - lse);
+        logp[at(c)] = static_cast<T>(in(at(c)) - lse);
     }
   });
+  if (lowLogp)
+    for (int64_t i = 0; i < x.numel(); ++i)
+      lowLogp->as<uint16_t>()[i] = floatToLow(x.dtype, static_cast<float>(logp[i]));
   return nllLoss<T>(ctx, logp, s, t, ctx.input(2), *ctx.output(0), t.shape);
 }
 
+/// Scores f32 or f64 (loss of that type), or bf16 / f16 (f32 loss).
 Status sceKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
   STRAIT_ASSIGN_OR_RETURN(LossShape s, lossShape(ctx, *x, *t));
-  if (!ctx.output(0) || ctx.output(0)->dtype != x->dtype)
-    return ctx.error("output 0 must have the input's dtype");
-  if (x->dtype == program::DTYPE_F32)
-    return runSce<float>(ctx, *x, *t, s);
-  if (x->dtype == program::DTYPE_F64)
-    return runSce<double>(ctx, *x, *t, s);
-  return ctx.unsupported("dtype " + x->typeString());
+  DType lossType = isLowFloat(x->dtype) ? program::DTYPE_F32 : x->dtype;
+  if (!ctx.output(0) || ctx.output(0)->dtype != lossType)
+    return ctx.error("output 0 must be " + std::string(dtypeName(lossType)) + " for scores " +
+                     x->typeString());
+  switch (x->dtype) {
+  case program::DTYPE_F32:
+    return runSce<float>(ctx, *x, PlainScores<float>{x->as<float>()}, *t, s);
+  case program::DTYPE_F64:
+    return runSce<double>(ctx, *x, PlainScores<double>{x->as<double>()}, *t, s);
+  case program::DTYPE_BF16:
+    return runSce<float>(ctx, *x, Bf16Scores{x->as<uint16_t>()}, *t, s);
+  case program::DTYPE_F16:
+    return runSce<float>(ctx, *x, F16Scores{x->as<uint16_t>()}, *t, s);
+  default:
+    return ctx.unsupported("scores of dtype " + x->typeString() +
+                           " (expected f32, f64, bf16 or f16)");
+  }
 }
 
 //===----------------------------------------------------------------------===//

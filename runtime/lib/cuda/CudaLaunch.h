@@ -123,15 +123,18 @@ struct LossArgs {
   int64_t ignore = 0;
   int reduction = 0; // 0 mean, 1 sum, 2 none
 };
-/// loss: scalar (mean/sum) or [n, d] (none); logProb [n, c, d] or null.
-/// `scratch` holds 2 * n * d floats.
-void launchSoftmaxCrossEntropy(const float *x, const LossArgs &a, float *loss,
-                               float *logProb, float *scratch, int *errorFlag, int tag,
-                               cudaStream_t s);
-/// `scratch` holds 1 float.
-void launchSoftmaxCrossEntropyGrad(const float *dLoss, const float *x, const LossArgs &a,
-                                   float *dx, float *scratch, int *errorFlag, int tag,
-                                   cudaStream_t s);
+/// Scores x of type `scores` (f32, bf16 or f16: widened on load, f32 math);
+/// loss (f32): scalar (mean/sum) or [n, d] (none); logProb [n, c, d] of type
+/// f32 or `scores`, or null. `scratch` holds 2 * n * d floats. False (nothing
+/// launched) for other types.
+bool launchSoftmaxCrossEntropy(ET scores, const void *x, const LossArgs &a, float *loss,
+                               ET logProbType, void *logProb, float *scratch, int *errorFlag,
+                               int tag, cudaStream_t s);
+/// dx of type `scores`: the f32 gradient rounded once. `scratch` holds 1
+/// float. False (nothing launched) for scores other than f32, bf16, f16.
+bool launchSoftmaxCrossEntropyGrad(ET scores, const float *dLoss, const void *x,
+                                   const LossArgs &a, void *dx, float *scratch, int *errorFlag,
+                                   int tag, cudaStream_t s);
 
 /// AdamW on one tensor; lr (f32) and step (i64 or i32) are read on the device.
 void launchAdamW(const float *lr, const void *step, bool step64, const float *x,

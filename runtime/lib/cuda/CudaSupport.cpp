@@ -72,6 +72,30 @@ std::string floatsF32(const KernelSpec &s) {
   return "";
 }
 
+/// SoftmaxCrossEntropyLoss(Grad): scores (input 0, or 1 for the gradient)
+/// f32, bf16 or f16; the loss, dLoss and the weights f32; dScores and a
+/// log_prob in the scores' type (log_prob also f32).
+std::string sce(const KernelSpec &s) {
+  bool grad = s.kernel && s.kernel->op() == "SoftmaxCrossEntropyLossGrad";
+  const OperandType *x = in(s, grad ? 1 : 0);
+  if (!x)
+    return "";
+  if (!oneOf(x->dtype, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16}))
+    return "scores are " + name(x->dtype) + " (the CUDA kernel takes f32, bf16, f16)";
+  auto f32 = [](const OperandType *t) { return !t || t->dtype == program::DTYPE_F32; };
+  const OperandType *out0 = s.outputs.empty() || !s.outputs[0].present ? nullptr : &s.outputs[0];
+  const OperandType *out1 = s.outputs.size() < 2 || !s.outputs[1].present ? nullptr : &s.outputs[1];
+  if (!f32(in(s, grad ? 3 : 2)))
+    return "the weights are not f32 (the CUDA kernel takes f32)";
+  if (grad && !f32(in(s, 0)))
+    return "dLoss is " + name(in(s, 0)->dtype) + " (the CUDA kernel takes f32)";
+  if (grad ? out0 && out0->dtype != x->dtype : !f32(out0))
+    return grad ? "dScores differ from the scores' type" : "the loss is not f32";
+  if (!grad && out1 && out1->dtype != program::DTYPE_F32 && out1->dtype != x->dtype)
+    return "log_prob is " + name(out1->dtype) + " (the CUDA kernel writes f32 or the scores' type)";
+  return "";
+}
+
 std::string anyType(const KernelSpec &) { return ""; }
 
 std::string twoOperands(const KernelSpec &s) {
@@ -218,9 +242,10 @@ const std::map<std::string, Rule> &rules() {
                            "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
                            "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "LayerNormalization",
                            "LayerNormalizationGrad", "RMSNormalization", "RMSNormalizationGrad",
-                           "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "AdamW",
-                           "SGD", "AccumulateGrad", "ClipByGlobalNorm"})
+                           "AdamW", "SGD", "AccumulateGrad", "ClipByGlobalNorm"})
       r[op] = floatsF32;
+    r["SoftmaxCrossEntropyLoss"] = sce;
+    r["SoftmaxCrossEntropyLossGrad"] = sce;
     r["MatMul"] = gemm;
     r["Gemm"] = gemm;
     r["FusedElementwise"] = fused;

@@ -4,7 +4,8 @@
 // RMSNormalization and their gradients, ReduceToShape, SoftmaxCrossEntropyLoss and its gradient, AdamW,
 // SGD, AccumulateGrad and ClipByGlobalNorm, with the CPU backend's operand
 // order, attributes and semantics (runtime/lib/cpu/{Normalization,Training,
-// Gradients}.cpp). All f32.
+// Gradients}.cpp). All f32, except the cross-entropy and its gradient, which
+// also take bf16 / f16 scores (ReduceToShape: bf16 / f16 widened).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -222,26 +223,43 @@ StatusOr<LossArgs> lossArgs(const KernelContext &ctx, const Tensor &x, const Ten
   return a;
 }
 
+bool isScoreType(DType t) {
+  return t == program::DTYPE_F32 || t == program::DTYPE_BF16 || t == program::DTYPE_F16;
+}
+
+/// Scores f32, bf16 or f16; the loss is f32, log_prob f32 or the scores'
+/// type. 16-bit scores are widened on load: the loss is the f32 kernel's on
+/// the scores cast to f32, bit for bit.
 Status sceKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  if (!isScoreType(x->dtype))
+    return ctx.unsupported("cuda: scores " + x->typeString() + " (the kernel takes f32, bf16, f16)");
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
   STRAIT_ASSIGN_OR_RETURN(LossArgs a, lossArgs(ctx, *x, *t, ctx.input(2)));
   Shape lossShape = a.reduction == 2 ? t->shape : Shape{};
-  STRAIT_ASSIGN_OR_RETURN(Tensor * loss, ctx.requireOutput(0, lossShape, x->dtype));
-  float *logProb = nullptr;
-  if (ctx.output(1)) {
-    STRAIT_ASSIGN_OR_RETURN(Tensor * lp, ctx.requireOutput(1, x->shape, x->dtype));
-    logProb = lp->as<float>();
+  STRAIT_ASSIGN_OR_RETURN(Tensor * loss, ctx.requireOutput(0, lossShape, program::DTYPE_F32));
+  void *logProb = nullptr;
+  DType logProbType = program::DTYPE_F32;
+  if (Tensor *lp = ctx.output(1)) {
+    logProbType = lp->dtype == x->dtype ? x->dtype : program::DTYPE_F32;
+    STRAIT_ASSIGN_OR_RETURN(lp, ctx.requireOutput(1, x->shape, logProbType));
+    logProb = lp->data;
   }
   STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(2 * sizeof(float) * a.n * a.d));
-  launchSoftmaxCrossEntropy(x->as<float>(), a, loss->as<float>(), logProb,
-                            static_cast<float *>(scratch), c.errorFlag, tag, c.stream);
+  if (!launchSoftmaxCrossEntropy(elemType(x->dtype), x->data, a, loss->as<float>(),
+                                 elemType(logProbType), logProb, static_cast<float *>(scratch),
+                                 c.errorFlag, tag, c.stream))
+    return ctx.unsupported("cuda: scores " + x->typeString());
   return Status::ok();
 }
 
+/// dScores of the scores' type (f32, bf16 or f16) from an f32 dLoss: the f32
+/// gradient of the widened scores, rounded once to nearest even.
 Status sceGradKernel(CudaContext &c, KernelContext &ctx, int tag) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *dl, ctx.requireInput(0, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1));
+  if (!isScoreType(x->dtype))
+    return ctx.unsupported("cuda: scores " + x->typeString() + " (the kernel takes f32, bf16, f16)");
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(2));
   STRAIT_ASSIGN_OR_RETURN(LossArgs a, lossArgs(ctx, *x, *t, ctx.input(3)));
   if (a.reduction != 2 && dl->numel() != 1)
@@ -250,8 +268,9 @@ Status sceGradKernel(CudaContext &c, KernelContext &ctx, int tag) {
     return ctx.error("dLoss must have the labels' shape for reduction 'none'");
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
   STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(float)));
-  launchSoftmaxCrossEntropyGrad(dl->as<float>(), x->as<float>(), a, dx->as<float>(),
-                                static_cast<float *>(scratch), c.errorFlag, tag, c.stream);
+  if (!launchSoftmaxCrossEntropyGrad(elemType(x->dtype), dl->as<float>(), x->data, a, dx->data,
+                                     static_cast<float *>(scratch), c.errorFlag, tag, c.stream))
+    return ctx.unsupported("cuda: scores " + x->typeString());
   return Status::ok();
 }
 

@@ -2,7 +2,9 @@
 //
 // Row kernels: one 256-thread block per row when the reduced axis is
 // contiguous (inner == 1), one thread per column otherwise. Softmax and the
-// cross-entropy use an online max/sum (one pass for the statistics). The
+// cross-entropy use an online max/sum (one pass for the statistics); the
+// cross-entropy and its gradient also take bf16 / f16 scores (widened on
+// load, f32 math, the gradient rounded once to the scores' type). The
 // column sums of LayerNormalizationGrad (dScale, dBias) accumulate chunks of
 // rows with atomicAdd; RMSNormalizationGrad's dScale sums per-chunk partials
 // in chunk order (deterministic).
@@ -222,26 +224,30 @@ __device__ inline bool readLabel(const LossArgs &a, int64_t row, int64_t &label,
   return true;
 }
 
-template <typename I>
-__global__ void sceRowKernel(const float *x, LossArgs a, float *loss, float *logProb,
+/// Scores of type S (f32, or bf16 / f16 widened exactly on load), log_prob
+/// of type P (f32, or the scores' 16-bit type: the f32 value rounded once).
+/// The math is f32 whatever S is, so 16-bit scores give bit for bit the f32
+/// kernel's loss on the scores cast to f32.
+template <typename I, typename S, typename P>
+__global__ void sceRowKernel(const S *x, LossArgs a, float *loss, P *logProb,
                              float *scratch, int *flag, int tag) {
   __shared__ float shmM[32], shmS[32];
   int64_t row = blockIdx.x; // = n * d + j
   MaxSum ms{-INFINITY, 0.0f};
   for (int64_t k = threadIdx.x; k < a.c; k += kBlock)
-    ms = add(ms, x[at(row, k, a.c, a.d)]);
+    ms = add(ms, toF(x[at(row, k, a.c, a.d)]));
   ms = blockMaxSum(ms, shmM, shmS);
   float lse = ms.m + logf(ms.s);
   if (logProb)
     for (int64_t k = threadIdx.x; k < a.c; k += kBlock) {
       int64_t i = at(row, k, a.c, a.d);
-      logProb[i] = x[i] - lse;
+      logProb[i] = fromF<P>(toF(x[i]) - lse);
     }
   if (threadIdx.x == 0) {
     int64_t label;
     float w;
     float l = readLabel<I>(a, row, label, w, flag, tag)
-                  ? -(x[at(row, label, a.c, a.d)] - lse) * w
+                  ? -(toF(x[at(row, label, a.c, a.d)]) - lse) * w
                   : 0.0f;
     int64_t rows = a.n * a.d;
     scratch[row] = l;
@@ -280,8 +286,10 @@ __global__ void weightSumKernel(LossArgs a, float *out) {
     out[0] = static_cast<float>(w);
 }
 
-template <typename I>
-__global__ void sceGradRowKernel(const float *dLoss, const float *x, LossArgs a, float *dx,
+/// dScores of type S: computed in f32 from the widened scores and rounded
+/// once to S (nearest even), i.e. Cast(to S) of the f32 kernel's result.
+template <typename I, typename S>
+__global__ void sceGradRowKernel(const float *dLoss, const S *x, LossArgs a, S *dx,
                                  const float *weightSum, int *flag, int tag) {
   __shared__ float shmM[32], shmS[32];
   int64_t row = blockIdx.x, label;
@@ -292,13 +300,45 @@ __global__ void sceGradRowKernel(const float *dLoss, const float *x, LossArgs a,
     g = weightSum[0] == 0.0f ? 0.0f : g / weightSum[0];
   MaxSum ms{-INFINITY, 0.0f};
   for (int64_t k = threadIdx.x; k < a.c; k += kBlock)
-    ms = add(ms, x[at(row, k, a.c, a.d)]);
+    ms = add(ms, toF(x[at(row, k, a.c, a.d)]));
   ms = blockMaxSum(ms, shmM, shmS);
   float inv = 1.0f / ms.s;
   for (int64_t k = threadIdx.x; k < a.c; k += kBlock) {
     int64_t i = at(row, k, a.c, a.d);
-    float p = expf(x[i] - ms.m) * inv;
-    dx[i] = g * (p - (valid && k == label ? 1.0f : 0.0f));
+    float p = expf(toF(x[i]) - ms.m) * inv;
+    dx[i] = fromF<S>(g * (p - (valid && k == label ? 1.0f : 0.0f)));
+  }
+}
+
+template <typename I, typename S, typename P>
+void sceRows(const void *x, const LossArgs &a, float *loss, void *logProb, float *scratch,
+             int *flag, int tag, cudaStream_t s) {
+  sceRowKernel<I, S, P><<<static_cast<unsigned>(a.n * a.d), kBlock, 0, s>>>(
+      static_cast<const S *>(x), a, loss, static_cast<P *>(logProb), scratch, flag, tag);
+}
+
+/// The row kernel for scores of type S and log_prob of type P.
+template <typename S, typename P>
+void sceRowsOf(const void *x, const LossArgs &a, float *loss, void *logProb, float *scratch,
+               int *flag, int tag, cudaStream_t s) {
+  if (a.labels64)
+    sceRows<int64_t, S, P>(x, a, loss, logProb, scratch, flag, tag, s);
+  else
+    sceRows<int32_t, S, P>(x, a, loss, logProb, scratch, flag, tag, s);
+}
+
+template <typename S>
+void sceGradRows(const float *dLoss, const void *x, const LossArgs &a, void *dx,
+                 float *scratch, int *flag, int tag, cudaStream_t s) {
+  unsigned rows = static_cast<unsigned>(a.n * a.d);
+  if (a.labels64) {
+    weightSumKernel<int64_t><<<1, kBlock, 0, s>>>(a, scratch);
+    sceGradRowKernel<int64_t, S><<<rows, kBlock, 0, s>>>(
+        dLoss, static_cast<const S *>(x), a, static_cast<S *>(dx), scratch, flag, tag);
+  } else {
+    weightSumKernel<int32_t><<<1, kBlock, 0, s>>>(a, scratch);
+    sceGradRowKernel<int32_t, S><<<rows, kBlock, 0, s>>>(
+        dLoss, static_cast<const S *>(x), a, static_cast<S *>(dx), scratch, flag, tag);
   }
 }
 
@@ -373,39 +413,50 @@ void launchRMSNormGrad(const float *dy, const float *x, const float *scale, floa
                                                                            chunks);
 }
 
-void launchSoftmaxCrossEntropy(const float *x, const LossArgs &a, float *loss, float *logProb,
-                               float *scratch, int *flag, int tag, cudaStream_t s) {
+bool launchSoftmaxCrossEntropy(ET scores, const void *x, const LossArgs &a, float *loss,
+                               ET logProbType, void *logProb, float *scratch, int *flag,
+                               int tag, cudaStream_t s) {
+  // log_prob: f32, or the scores' own type.
+  if (logProb && logProbType != ET::F32 && logProbType != scores)
+    return false;
+  bool lowLogProb = logProb && logProbType != ET::F32;
   int64_t rows = a.n * a.d;
+  if (scores != ET::F32 && scores != ET::BF16 && scores != ET::F16)
+    return false;
   if (rows == 0) {
     if (a.reduction != 2)
       cudaMemsetAsync(loss, 0, sizeof(float), s);
-    return;
+    return true;
   }
-  if (a.labels64)
-    sceRowKernel<int64_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, a, loss, logProb,
-                                                                         scratch, flag, tag);
+  if (scores == ET::F32)
+    sceRowsOf<float, float>(x, a, loss, logProb, scratch, flag, tag, s);
+  else if (scores == ET::BF16 && lowLogProb)
+    sceRowsOf<__nv_bfloat16, __nv_bfloat16>(x, a, loss, logProb, scratch, flag, tag, s);
+  else if (scores == ET::BF16)
+    sceRowsOf<__nv_bfloat16, float>(x, a, loss, logProb, scratch, flag, tag, s);
+  else if (lowLogProb)
+    sceRowsOf<__half, __half>(x, a, loss, logProb, scratch, flag, tag, s);
   else
-    sceRowKernel<int32_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, a, loss, logProb,
-                                                                         scratch, flag, tag);
+    sceRowsOf<__half, float>(x, a, loss, logProb, scratch, flag, tag, s);
   if (a.reduction != 2)
     lossReduceKernel<<<1, kBlock, 0, s>>>(scratch, rows, a.reduction, loss);
+  return true;
 }
 
-void launchSoftmaxCrossEntropyGrad(const float *dLoss, const float *x, const LossArgs &a,
-                                   float *dx, float *scratch, int *flag, int tag,
-                                   cudaStream_t s) {
-  int64_t rows = a.n * a.d;
-  if (rows == 0)
-    return;
-  if (a.labels64) {
-    weightSumKernel<int64_t><<<1, kBlock, 0, s>>>(a, scratch);
-    sceGradRowKernel<int64_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dLoss, x, a, dx,
-                                                                             scratch, flag, tag);
-  } else {
-    weightSumKernel<int32_t><<<1, kBlock, 0, s>>>(a, scratch);
-    sceGradRowKernel<int32_t><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dLoss, x, a, dx,
-                                                                             scratch, flag, tag);
-  }
+bool launchSoftmaxCrossEntropyGrad(ET scores, const float *dLoss, const void *x,
+                                   const LossArgs &a, void *dx, float *scratch, int *flag,
+                                   int tag, cudaStream_t s) {
+  if (scores != ET::F32 && scores != ET::BF16 && scores != ET::F16)
+    return false;
+  if (a.n * a.d == 0)
+    return true;
+  if (scores == ET::F32)
+    sceGradRows<float>(dLoss, x, a, dx, scratch, flag, tag, s);
+  else if (scores == ET::BF16)
+    sceGradRows<__nv_bfloat16>(dLoss, x, a, dx, scratch, flag, tag, s);
+  else
+    sceGradRows<__half>(dLoss, x, a, dx, scratch, flag, tag, s);
+  return true;
 }
 
 } // namespace cuda

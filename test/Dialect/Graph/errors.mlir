@@ -104,6 +104,26 @@ func.func @loss(%s: tensor<4x10xf32>, %l: tensor<4xf32>) -> tensor<f32> {
 
 // -----
 
+// Scores must be floats.
+func.func @loss_int_scores(%s: tensor<4x10xi32>, %l: tensor<4xi64>) -> tensor<i32> {
+  // expected-error@+2 {{SoftmaxCrossEntropyLoss: scores must be floats, got 'i32'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = graph.SoftmaxCrossEntropyLoss %s, %l : (tensor<4x10xi32>, tensor<4xi64>) -> tensor<i32>
+  return %0 : tensor<i32>
+}
+
+// -----
+
+// The loss of bf16 scores is f32 (the kernels compute in f32), not bf16.
+func.func @loss_bf16_scores(%s: tensor<4x10xbf16>, %l: tensor<4xi64>) -> tensor<bf16> {
+  // expected-error@+2 {{inferred type(s) 'tensor<f32>' are incompatible with return type(s) of operation 'tensor<bf16>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = graph.SoftmaxCrossEntropyLoss %s, %l : (tensor<4x10xbf16>, tensor<4xi64>) -> tensor<bf16>
+  return %0 : tensor<bf16>
+}
+
+// -----
+
 // Split sizes must cover the axis.
 func.func @split(%x: tensor<4x6xf32>) -> (tensor<4x2xf32>, tensor<4x2xf32>) {
   // expected-error@+2 {{Split: sizes sum to 4 but the axis has 6}}

@@ -1,4 +1,4 @@
-// RUN: strait-opt %s --graph-build-training-step='optimizer=none return-gradients=true' | FileCheck %s
+// RUN: strait-opt %s --graph-build-training-step='optimizer=none return-gradients=true step-outputs=all' | FileCheck %s
 
 // Gradients only (gradient checks, external optimizers): no lr/step
 // arguments, no accumulation, no update and no state change (BatchNorm's

@@ -1,4 +1,4 @@
-// RUN: strait-opt %s -split-input-file --graph-build-training-step='loss=mse' | FileCheck %s
+// RUN: strait-opt %s -split-input-file --graph-build-training-step='loss=mse step-outputs=all' | FileCheck %s
 
 // MatMul of a batched input with a 2-D weight: dW is one flattened MatMul
 // (no batched product summed afterwards); Gemm with transB and alpha gets one

@@ -1,4 +1,4 @@
-// RUN: strait-opt %s -split-input-file --graph-build-training-step='optimizer=sgd momentum=0 micro-batches=4 clip-norm=1.0' | FileCheck %s
+// RUN: strait-opt %s -split-input-file --graph-build-training-step='optimizer=sgd momentum=0 micro-batches=4 clip-norm=1.0 step-outputs=all' | FileCheck %s
 
 // Language-model cross-entropy: logits [2,3,10] and i64 labels [2,3] are
 // flattened to [6,10] and [6]; the loss ignores label -100. Softmax's

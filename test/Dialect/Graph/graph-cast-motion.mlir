@@ -291,3 +291,76 @@ func.func @expand_cancel(%x: tensor<4xbf16>) -> tensor<3x4xbf16> {
   %c = graph.Cast %e {to = bf16} : (tensor<3x4xf32>) -> tensor<3x4xbf16>
   return %c : tensor<3x4xbf16>
 }
+
+// -----
+
+// The language-model loss of a bf16 step: the bf16 logits are cast to f32,
+// reshaped to [N, V] and fed to the loss and its gradient, whose result is
+// cast back to bf16 for the head's backward products. The widening cast
+// moves below the Reshape, the loss and the gradient read the bf16 logits
+// (the loss stays f32, the gradient is bf16) and no cast is left.
+// CHECK-LABEL: func.func @sce_lm
+// CHECK-SAME: (%[[X:.*]]: tensor<2x3x8xbf16>, %[[Y:.*]]: tensor<6xi64>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[R:.*]] = graph.Reshape %[[X]] {{.*}} : (tensor<2x3x8xbf16>) -> tensor<6x8xbf16>
+// CHECK: %[[L:.*]] = graph.SoftmaxCrossEntropyLoss %[[R]], %[[Y]] {{.*}} : (tensor<6x8xbf16>, tensor<6xi64>) -> tensor<f32>
+// CHECK: %[[D:.*]] = graph.SoftmaxCrossEntropyLossGrad %{{.*}}, %[[R]], %[[Y]] {graph.grad_of = 2 : i64{{.*}}} : (tensor<f32>, tensor<6x8xbf16>, tensor<6xi64>) -> tensor<6x8xbf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[L]], %[[D]]
+func.func @sce_lm(%x: tensor<2x3x8xbf16>, %y: tensor<6xi64>) -> (tensor<f32>, tensor<6x8xbf16>) {
+  %f = graph.Cast %x {graph.op_id = 0 : i64, to = f32} : (tensor<2x3x8xbf16>) -> tensor<2x3x8xf32>
+  %r = graph.Reshape %f {graph.op_id = 1 : i64, shape = array<i64: 6, 8>} : (tensor<2x3x8xf32>) -> tensor<6x8xf32>
+  %l = graph.SoftmaxCrossEntropyLoss %r, %y {graph.op_id = 2 : i64, ignore_index = -100 : i64} : (tensor<6x8xf32>, tensor<6xi64>) -> tensor<f32>
+  %one = graph.Constant dense<1.0> : tensor<f32> {graph.grad_of = 2 : i64}
+  %d = graph.SoftmaxCrossEntropyLossGrad %one, %r, %y {graph.grad_of = 2 : i64, ignore_index = -100 : i64} : (tensor<f32>, tensor<6x8xf32>, tensor<6xi64>) -> tensor<6x8xf32>
+  %c = graph.Cast %d {graph.grad_of = 0 : i64, to = bf16} : (tensor<6x8xf32>) -> tensor<6x8xbf16>
+  return %l, %c : tensor<f32>, tensor<6x8xbf16>
+}
+
+// -----
+
+// f16 scores and class weights: the loss reads the f16 scores (weights stay
+// f32); the gradient reads them and is f16.
+// CHECK-LABEL: func.func @sce_f16_weights
+// CHECK-SAME: (%[[X:.*]]: tensor<4x5xf16>, %[[Y:.*]]: tensor<4xi64>, %[[W:.*]]: tensor<5xf32>, %[[DL:.*]]: tensor<f32>)
+// CHECK-NOT: graph.Cast
+// CHECK: graph.SoftmaxCrossEntropyLoss %[[X]], %[[Y]], %[[W]] : (tensor<4x5xf16>, tensor<4xi64>, tensor<5xf32>) -> tensor<f32>
+// CHECK: graph.SoftmaxCrossEntropyLossGrad %[[DL]], %[[X]], %[[Y]], %[[W]] {{.*}} -> tensor<4x5xf16>
+// CHECK-NOT: graph.Cast
+func.func @sce_f16_weights(%x: tensor<4x5xf16>, %y: tensor<4xi64>, %w: tensor<5xf32>, %dl: tensor<f32>) -> (tensor<f32>, tensor<4x5xf16>) {
+  %f = graph.Cast %x {to = f32} : (tensor<4x5xf16>) -> tensor<4x5xf32>
+  %l = graph.SoftmaxCrossEntropyLoss %f, %y, %w : (tensor<4x5xf32>, tensor<4xi64>, tensor<5xf32>) -> tensor<f32>
+  %d = graph.SoftmaxCrossEntropyLossGrad %dl, %f, %y, %w : (tensor<f32>, tensor<4x5xf32>, tensor<4xi64>, tensor<5xf32>) -> tensor<4x5xf32>
+  %c = graph.Cast %d {to = f16} : (tensor<4x5xf32>) -> tensor<4x5xf16>
+  return %l, %c : tensor<f32>, tensor<4x5xf16>
+}
+
+// -----
+
+// Not exact, so not rewritten: the gradient used in f32 (the f32 Add would
+// read a rounded value), the gradient of bf16 scores cast to f16, and an f32
+// gradient of f32 scores cast to bf16 (no widening cast to fold). Each loss
+// still reads its 16-bit scores (the loss alone is always exact).
+// CHECK-LABEL: func.func @sce_not_exact
+// CHECK-SAME: (%[[X:.*]]: tensor<4x5xbf16>, %[[Y:.*]]: tensor<4xi64>, %[[DL:.*]]: tensor<f32>, %[[Z:.*]]: tensor<4x5xf32>)
+// CHECK: %[[F:.*]] = graph.Cast %[[X]] {to = f32}
+// CHECK: graph.SoftmaxCrossEntropyLoss %[[X]], %[[Y]] {{.*}} -> tensor<f32>
+// CHECK: %[[D:.*]] = graph.SoftmaxCrossEntropyLossGrad %[[DL]], %[[F]], %[[Y]] {{.*}} -> tensor<4x5xf32>
+// CHECK: graph.Cast %[[D]] {to = bf16}
+// CHECK: graph.Add %[[D]], %[[Z]]
+// CHECK: %[[D2:.*]] = graph.SoftmaxCrossEntropyLossGrad %[[DL]], %[[F]], %[[Y]] {{.*}} -> tensor<4x5xf32>
+// CHECK: graph.Cast %[[D2]] {to = f16}
+// CHECK: %[[D3:.*]] = graph.SoftmaxCrossEntropyLossGrad %[[DL]], %[[Z]], %[[Y]] {{.*}} -> tensor<4x5xf32>
+// CHECK: graph.Cast %[[D3]] {to = bf16}
+func.func @sce_not_exact(%x: tensor<4x5xbf16>, %y: tensor<4xi64>, %dl: tensor<f32>, %z: tensor<4x5xf32>) -> (tensor<f32>, tensor<4x5xbf16>, tensor<4x5xf32>, tensor<4x5xf16>, tensor<4x5xbf16>) {
+  %f = graph.Cast %x {to = f32} : (tensor<4x5xbf16>) -> tensor<4x5xf32>
+  %l = graph.SoftmaxCrossEntropyLoss %f, %y : (tensor<4x5xf32>, tensor<4xi64>) -> tensor<f32>
+  %d = graph.SoftmaxCrossEntropyLossGrad %dl, %f, %y : (tensor<f32>, tensor<4x5xf32>, tensor<4xi64>) -> tensor<4x5xf32>
+  %c = graph.Cast %d {to = bf16} : (tensor<4x5xf32>) -> tensor<4x5xbf16>
+  %a = graph.Add %d, %z : (tensor<4x5xf32>, tensor<4x5xf32>) -> tensor<4x5xf32>
+  %d2 = graph.SoftmaxCrossEntropyLossGrad %dl, %f, %y : (tensor<f32>, tensor<4x5xf32>, tensor<4xi64>) -> tensor<4x5xf32>
+  %h = graph.Cast %d2 {to = f16} : (tensor<4x5xf32>) -> tensor<4x5xf16>
+  %d3 = graph.SoftmaxCrossEntropyLossGrad %dl, %z, %y : (tensor<f32>, tensor<4x5xf32>, tensor<4xi64>) -> tensor<4x5xf32>
+  %c3 = graph.Cast %d3 {to = bf16} : (tensor<4x5xf32>) -> tensor<4x5xbf16>
+  return %l, %c, %a, %h, %c3 : tensor<f32>, tensor<4x5xbf16>, tensor<4x5xf32>, tensor<4x5xf16>, tensor<4x5xbf16>
+}

@@ -78,3 +78,20 @@ func.func @resize_grad_rank(%dy: tensor<2x4xf32>) {
   %0 = graph.ResizeGrad %dy {input_shape = array<i64: 2>} : (tensor<2x4xf32>) -> tensor<2xf32>
   return
 }
+
+// -----
+
+// The gradient of bf16 scores takes the f32 loss's gradient.
+func.func @sce_grad_dloss(%dl: tensor<bf16>, %s: tensor<4x10xbf16>, %l: tensor<4xi64>) {
+  // expected-error@+1 {{dLoss 'tensor<bf16>' must have the loss's element type 'f32' (scores 'tensor<4x10xbf16>')}}
+  %0 = graph.SoftmaxCrossEntropyLossGrad %dl, %s, %l : (tensor<bf16>, tensor<4x10xbf16>, tensor<4xi64>) -> tensor<4x10xbf16>
+  return
+}
+
+// -----
+
+func.func @sce_grad_int_scores(%dl: tensor<i32>, %s: tensor<4x10xi32>, %l: tensor<4xi64>) {
+  // expected-error@+1 {{scores must be floats, got 'tensor<4x10xi32>'}}
+  %0 = graph.SoftmaxCrossEntropyLossGrad %dl, %s, %l : (tensor<i32>, tensor<4x10xi32>, tensor<4xi64>) -> tensor<4x10xi32>
+  return
+}

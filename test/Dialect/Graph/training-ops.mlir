@@ -80,3 +80,16 @@ func.func @attention_grad(%dy: tensor<2x4x8xbf16>, %q: tensor<2x4x8xbf16>, %kt: 
   %d:3 = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse, %m {scale = 0.5 : f32, causal = 1 : i64} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x8x5xbf16>, tensor<2x5x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<4x5xf32>) -> (tensor<2x4x8xbf16>, tensor<2x8x5xbf16>, tensor<2x5x8xbf16>)
   return
 }
+
+// bf16 / f16 scores: the loss is f32, the gradient takes the f32 loss's
+// gradient and has the scores' type.
+// CHECK-LABEL: func @sce_low_scores
+// CHECK: graph.SoftmaxCrossEntropyLoss {{.*}} : (tensor<2x3xbf16>, tensor<2xi64>) -> tensor<f32>
+// CHECK: graph.SoftmaxCrossEntropyLossGrad {{.*}} : (tensor<f32>, tensor<2x3xbf16>, tensor<2xi64>) -> tensor<2x3xbf16>
+// CHECK: graph.SoftmaxCrossEntropyLoss {{.*}} : (tensor<2x3xf16>, tensor<2xi64>) -> tensor<2xf32>
+func.func @sce_low_scores(%s: tensor<2x3xbf16>, %h: tensor<2x3xf16>, %lab: tensor<2xi64>) {
+  %l = graph.SoftmaxCrossEntropyLoss %s, %lab : (tensor<2x3xbf16>, tensor<2xi64>) -> tensor<f32>
+  %d = graph.SoftmaxCrossEntropyLossGrad %l, %s, %lab : (tensor<f32>, tensor<2x3xbf16>, tensor<2xi64>) -> tensor<2x3xbf16>
+  %n = graph.SoftmaxCrossEntropyLoss %h, %lab {reduction = #graph.loss_reduction<none>} : (tensor<2x3xf16>, tensor<2xi64>) -> tensor<2xf32>
+  return
+}

@@ -310,7 +310,9 @@ def Graph_SoftmaxCrossEntropyLossOp
   let summary = "softmax cross-entropy of scores against integer labels";
   let description = [{
     scores are N x C x D1...; labels N x D1... (int). With ignore_index set, those labels contribute
-    nothing (and are not counted by mean).
+    nothing (and are not counted by mean). The loss has the scores' type, except for bf16 / f16
+    scores, whose loss is f32: the kernels upcast each score on load and compute in f32, exactly
+    as on Cast(to f32) scores. (ONNX's optional log_prob output is imported as a LogSoftmax.)
 
     ```mlir
     %l = graph.SoftmaxCrossEntropyLoss %s, %y {reduction = #graph.loss_reduction<mean>} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>

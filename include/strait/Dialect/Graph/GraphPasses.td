@@ -39,7 +39,9 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
     micro-batch boundary), optional `graph.ClipByGlobalNorm`, and an
     optimizer update stored with `graph.AssignVariable`. New arguments:
     labels (cross-entropy, mse), `lr` (f32) and `step` (i64, from 1); new
-    result: `loss`. BatchNormalization switches to batch statistics and
+    result: `loss`. The model's outputs are dropped (`step-outputs=loss`, the
+    default: what they alone need is dead code) or kept (`step-outputs=all`).
+    BatchNormalization switches to batch statistics and
     updates its running statistics. See docs/training.md.
 
     ```
@@ -59,6 +61,9 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
            "sgd, adamw, or none (gradients only: no update, no state change)">,
     Option<"returnGradients", "return-gradients", "bool", "false",
            "also return each variable's gradient as a result grad.<name>">,
+    Option<"stepOutputs", "step-outputs", "std::string", "\"loss\"",
+           "results of the step: loss (the loss, and the gradients with "
+           "return-gradients) or all (also the model's outputs)">,
     Option<"momentum", "momentum", "double", "0.9", "sgd: momentum">,
     Option<"nesterov", "nesterov", "bool", "false", "sgd: Nesterov momentum">,
     Option<"beta1", "beta1", "double", "0.9", "adamw: first-moment decay">,
@@ -222,7 +227,11 @@ def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
     has no other user, and only between ops of one phase (forward /
     backward). Then `Cast(f32 -> T)` of `Cast(T -> f32)` of x is x (T = bf16
     or f16: exact; f32 -> T -> f32 is kept), and duplicate casts of one
-    value to one type merge. It runs after `graph-build-training-step` (on
+    value to one type merge. `SoftmaxCrossEntropyLoss` of `Cast(T -> f32)`
+    of x reads x (the kernel upcasts on load; the loss stays f32), and
+    `Cast(f32 -> T)` of `SoftmaxCrossEntropyLossGrad(dl, Cast(T -> f32)(x),
+    y)` is the T-typed gradient of x (the kernel rounds its f32 result once
+    to T). It runs after `graph-build-training-step` (on
     the forward graph, merging casts would sum gradients in T instead of
     f32). See docs/training.md, "Mixed precision".
 
@@ -233,7 +242,9 @@ def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
   let statistics = [
     Statistic<"numMoved", "num-moved", "Casts moved through a layout op">,
     Statistic<"numCancelled", "num-cancelled", "T -> f32 -> T round trips removed">,
-    Statistic<"numMerged", "num-merged", "Duplicate casts merged">
+    Statistic<"numMerged", "num-merged", "Duplicate casts merged">,
+    Statistic<"numLossFolded", "num-loss-folded",
+              "Casts folded into SoftmaxCrossEntropyLoss(Grad) on 16-bit scores">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

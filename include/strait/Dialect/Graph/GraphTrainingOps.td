@@ -199,7 +199,10 @@ def Graph_SoftmaxCrossEntropyLossGradOp
   let description = [{
     dScores = dLoss * (softmax(scores) - onehot(labels)) * weight / denom,
     where denom is the (weighted) count of non-ignored labels for `mean`.
-    dLoss has the loss's type (a scalar unless reduction is none).
+    dLoss has the loss's type (a scalar unless reduction is none; f32 for
+    bf16 / f16 scores). dScores has the scores' type: for bf16 / f16 scores
+    the kernels upcast each score, compute in f32 and round dScores once to
+    nearest even, which is Cast(to T) of the f32 op on Cast(to f32) scores.
 
     ```mlir
     %ds = graph.SoftmaxCrossEntropyLossGrad %dl, %s, %y {reduction = #graph.loss_reduction<mean>} : (tensor<f32>, tensor<4x10xf32>, tensor<4xi64>) -> tensor<4x10xf32>
@@ -210,6 +213,7 @@ def Graph_SoftmaxCrossEntropyLossGradOp
                    DefaultValuedAttr<Graph_LossReductionAttr, "LossReduction::mean">:$reduction,
                    OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs AnyTensor:$dScores);
+  let hasVerifier = 1;
   let extraClassDefinition = [{
     ::llvm::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext *,
         std::optional<::mlir::Location>, Adaptor adaptor,

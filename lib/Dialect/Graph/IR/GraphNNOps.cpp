@@ -252,10 +252,17 @@ STRAIT_INFER(RMSNormalizationOp) {
                       adaptor.getOperands().drop_front(), types);
 }
 
-/// Loss over scores N x C x D... and labels N x D...
+/// Loss over scores N x C x D... and labels N x D..., of the scores' type,
+/// or f32 for 16-bit float scores when `f32For16Bit`.
 static LogicalResult inferLoss(OptLoc loc, StringRef op, Value scores, Value labels,
-                               LossReduction reduction, SmallVectorImpl<Type> &types) {
+                               LossReduction reduction, SmallVectorImpl<Type> &types,
+                               bool f32For16Bit = false) {
   TensorType s = tensorOf(scores), l = tensorOf(labels);
+  Type element = s.getElementType();
+  if (f32For16Bit && (element.isBF16() || element.isF16()))
+    element = Float32Type::get(element.getContext());
+  if (!isa<FloatType>(element))
+    return emitOptionalError(loc, op, ": scores must be floats, got ", element);
   if (!isa<IntegerType>(l.getElementType()))
     return emitOptionalError(loc, op, ": labels must be integers, got ",
                              l.getElementType());
@@ -271,14 +278,17 @@ static LogicalResult inferLoss(OptLoc loc, StringRef op, Value scores, Value lab
     }
   }
   if (reduction != LossReduction::none)
-    return pushTensor(types, ArrayRef<int64_t>{}, s.getElementType());
+    return pushTensor(types, ArrayRef<int64_t>{}, element);
   return pushTensor(types, l.hasRank() ? std::optional(l.getShape()) : std::nullopt,
-                    s.getElementType());
+                    element);
 }
 
+/// bf16 / f16 scores give an f32 loss: the kernels upcast each score on load
+/// and compute in f32, so SCE(Cast(x to f32)) = SCE(x) (graph-cast-motion).
 STRAIT_INFER(SoftmaxCrossEntropyLossOp) {
   return inferLoss(loc, "SoftmaxCrossEntropyLoss", adaptor.getScores(),
-                   adaptor.getLabels(), adaptor.getReduction(), types);
+                   adaptor.getLabels(), adaptor.getReduction(), types,
+                   /*f32For16Bit=*/true);
 }
 
 STRAIT_INFER(NegativeLogLikelihoodLossOp) {

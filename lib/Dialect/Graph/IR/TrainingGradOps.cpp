@@ -120,6 +120,20 @@ LogicalResult BatchNormalizationGradOp::verify() {
                        {getScale(), getSavedMean(), getSavedInvStd()});
 }
 
+/// dLoss has the loss's element type: the scores', or f32 for bf16 / f16
+/// scores (SoftmaxCrossEntropyLoss's inference).
+LogicalResult SoftmaxCrossEntropyLossGradOp::verify() {
+  Type scores = cast<TensorType>(getScores().getType()).getElementType();
+  if (!isa<FloatType>(scores))
+    return emitOpError("scores must be floats, got ") << getScores().getType();
+  Type loss = scores.isBF16() || scores.isF16() ? Float32Type::get(getContext()) : scores;
+  Type dLoss = cast<TensorType>(getDLoss().getType()).getElementType();
+  if (dLoss != loss)
+    return emitOpError("dLoss ") << getDLoss().getType() << " must have the loss's element type "
+                                 << loss << " (scores " << getScores().getType() << ")";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution and pooling gradients
 //===----------------------------------------------------------------------===//

@@ -15,6 +15,7 @@
 #include "strait/Interfaces/GradientInterface.h"
 
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/BitVector.h"
 #include "llvm/Support/GlobPattern.h"
 
 #include <cmath>
@@ -101,6 +102,9 @@ LogicalResult BuildTrainingStep::checkOptions() {
   if (optimizer != "sgd" && optimizer != "adamw" && optimizer != "none")
     return module.emitError("graph-build-training-step: unknown optimizer '")
            << optimizer << "' (expected sgd, adamw or none)";
+  if (stepOutputs != "loss" && stepOutputs != "all")
+    return module.emitError("graph-build-training-step: unknown step-outputs '")
+           << stepOutputs << "' (straitc --step-outputs): expected loss or all";
   if (microBatches < 1)
     return module.emitError("graph-build-training-step: micro-batches must be >= 1");
   // Each message names the option as straitc spells its flag (--NAME).
@@ -420,9 +424,22 @@ static void appendGradientResults(func::FuncOp func, ArrayRef<Param> params) {
   }
 }
 
-/// Returns the loss as a new `loss` result unless it already is a result.
-static void appendLossResult(func::FuncOp func, Value loss) {
+/// Returns the loss as a new `loss` result unless it already is a result;
+/// with `keepOutputs` false, the model's other outputs are dropped (the loss
+/// stays, under its output name when it is one: loss=output).
+static void setLossResult(func::FuncOp func, Value loss, bool keepOutputs) {
   Operation *ret = func.getBody().front().getTerminator();
+  if (!keepOutputs) {
+    llvm::BitVector drop(func.getNumResults());
+    for (unsigned i = 0, e = func.getNumResults(); i < e; ++i)
+      drop[i] = ret->getOperand(i) != loss;
+    // The loss once (an output returned twice keeps its first result).
+    if (int first = drop.find_first_unset(); first >= 0)
+      for (unsigned i = first + 1, e = func.getNumResults(); i < e; ++i)
+        drop[i] = true;
+    func.eraseResults(drop);
+    ret->eraseOperands(drop);
+  }
   if (llvm::is_contained(ret->getOperands(), loss))
     return;
   unsigned n = func.getNumResults();
@@ -476,7 +493,7 @@ void BuildTrainingStep::runOnOperation() {
   sumReadGradients(func, params, grads->grads);
   if (optimizer != "none" && failed(buildUpdates(func, params)))
     return signalPassFailure();
-  appendLossResult(func, *lossValue);
+  setLossResult(func, *lossValue, stepOutputs == "all");
   if (returnGradients)
     appendGradientResults(func, params);
   eraseDeadOps(func);

@@ -11,7 +11,13 @@
 //   4. Concat of Cast(T -> f32)s => one cast of the Concat of their inputs
 //   5. Cast(f32 -> T)(Cast(T -> f32)(x)) => x  (never f32 -> T -> f32)
 //   6. two casts of one value to one type => one
+//   7. SoftmaxCrossEntropyLoss(Cast(T -> f32)(x), y) => SoftmaxCrossEntropyLoss(x, y)
+//   8. Cast(f32 -> T)(SoftmaxCrossEntropyLossGrad(dl, Cast(T -> f32)(x), y))
+//        => SoftmaxCrossEntropyLossGrad(dl, x, y) : T
 //
+// Rules 7 and 8 are exact because the loss kernels upcast each 16-bit score
+// on load and compute in f32 (the loss stays f32), and the gradient kernel
+// rounds its f32 result once to T, which is what the removed cast did.
 // Rules 1-4 move a cast only when the value between the two ops has that one
 // user, when the cast converts no more elements after the move than before
 // (or meets the opposite cast), and only between ops of one phase (forward or backward), so each op
@@ -237,6 +243,34 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return false;
   }
 
+  /// Rule 7: the loss reads the 16-bit scores itself (its loss stays f32).
+  bool lossReadsLowScores(SoftmaxCrossEntropyLossOp loss) {
+    auto widen = loss.getScores().getDefiningOp<CastOp>();
+    if (!widen || !wideningFrom(widen))
+      return false;
+    loss.getScoresMutable().assign(widen.getInput());
+    ++numLossFolded;
+    return true;
+  }
+
+  /// Rule 8: C(f32 -> T)(SCEGrad(dl, C(T -> f32)(x), y)) => SCEGrad(dl, x, y)
+  /// of type T, when the gradient has that one user.
+  bool gradWritesLowScores(CastOp c) {
+    Type low = narrowingTo(c);
+    auto grad = c.getInput().getDefiningOp<SoftmaxCrossEntropyLossGradOp>();
+    if (!low || !grad || !grad.getDScores().hasOneUse())
+      return false;
+    auto widen = grad.getScores().getDefiningOp<CastOp>();
+    if (!widen || wideningFrom(widen) != low)
+      return false;
+    grad.getScoresMutable().assign(widen.getInput());
+    setElementType(grad.getDScores(), low);
+    c.getOutput().replaceAllUsesWith(grad.getDScores());
+    erase(c);
+    ++numLossFolded;
+    return true;
+  }
+
   void erase(Operation *op) {
     erased.insert(op);
     op->erase();
@@ -256,6 +290,8 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
         changed |= hoistThroughSplit(split);
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         changed |= sinkThroughConcat(concat);
+      } else if (auto loss = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
+        changed |= lossReadsLowScores(loss);
       } else if (auto c = dyn_cast<CastOp>(op)) {
         // A cast with no users left (its round trip cancelled) goes.
         if (c.getOutput().use_empty()) {
@@ -263,8 +299,8 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
           changed = true;
           continue;
         }
-        changed |= cancelRoundTrip(c) || mergeDuplicate(c) || hoistNarrowing(c) ||
-                   sinkWidening(c);
+        changed |= cancelRoundTrip(c) || gradWritesLowScores(c) || mergeDuplicate(c) ||
+                   hoistNarrowing(c) || sinkWidening(c);
       }
     }
     return changed;
