@@ -36,11 +36,20 @@ func.func @no_broadcast(%x: tensor<3xf32>) -> tensor<4xf32> {
 
 // -----
 
-// F3: inputs are f32 or i1.
+// F3: inputs are f32, bf16, f16 or i1.
 func.func @int_input(%x: tensor<4xi64>) -> tensor<4xf32> {
-  // expected-error @+1 {{input 0 must be a static f32 or i1 tensor}}
+  // expected-error @+1 {{input 0 must be a static f32, bf16, f16 or i1 tensor}}
   %y = graph.FusedElementwise %x {ops = [#graph.fused_op<Identity>], args = array<i32: 0, -1, -1>, constants = array<f32>, outputs = array<i32: 1>} : (tensor<4xi64>) -> tensor<4xf32>
   return %y : tensor<4xf32>
+}
+
+// -----
+
+// F6: a float register is not stored as f64.
+func.func @f64_result(%x: tensor<4xbf16>) -> tensor<4xf64> {
+  // expected-error @+1 {{result 0 has element type 'f64' but register 1 holds a float (f32, bf16, f16)}}
+  %y = graph.FusedElementwise %x {ops = [#graph.fused_op<RoundF16>], args = array<i32: 0, -1, -1>, constants = array<f32>, outputs = array<i32: 1>} : (tensor<4xbf16>) -> tensor<4xf64>
+  return %y : tensor<4xf64>
 }
 
 // -----

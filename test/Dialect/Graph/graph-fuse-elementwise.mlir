@@ -135,3 +135,76 @@ func.func @cross_group_order(%x: tensor<4xf32>, %y: tensor<4xf32>) -> (tensor<4x
   %m = graph.Mul %a, %p {graph.grad_of = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %s, %m, %q : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Casts between f32 and bf16 at a group's edge become the fused op's 16-bit
+// input and result (Identity instructions: loads widen, the store rounds).
+// CHECK-LABEL: func.func @casts_at_the_edges
+// CHECK-SAME: (%[[X:.*]]: tensor<4xbf16>)
+// CHECK: %[[F:.*]] = graph.FusedElementwise %[[X]] {args = array<i32: 0, -1, -1, 1, -1, -1, 2, -1, -1>, constants = array<f32>, ops = [#graph.fused_op<Identity>, #graph.fused_op<Tanh>, #graph.fused_op<Identity>], outputs = array<i32: 3>} : (tensor<4xbf16>) -> tensor<4xbf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[F]]
+func.func @casts_at_the_edges(%x: tensor<4xbf16>) -> tensor<4xbf16> {
+  %a = graph.Cast %x {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  %t = graph.Tanh %a : tensor<4xf32>
+  %b = graph.Cast %t {to = bf16} : (tensor<4xf32>) -> tensor<4xbf16>
+  return %b : tensor<4xbf16>
+}
+
+// -----
+
+// A 16-bit value read again inside the group is rounded there (RoundBF16,
+// RoundF16 after its Cast), as the unfused 16-bit tensor would be; a splat
+// f16 constant is inlined (its exact f32 value); the f16 Mul's result is
+// only stored, and the store rounds.
+// CHECK-LABEL: func.func @rounding_inside
+// CHECK: graph.FusedElementwise %{{.*}} {args = array<i32: 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, 0, -1, 4, -1, -1, 5, -1, -1, 0, -1, -1, 6, 7, -1>, constants = array<f32: 2.500000e+00>, ops = [#graph.fused_op<Identity>, #graph.fused_op<RoundBF16>, #graph.fused_op<Identity>, #graph.fused_op<Add>, #graph.fused_op<Identity>, #graph.fused_op<RoundF16>, #graph.fused_op<Const>, #graph.fused_op<Mul>], outputs = array<i32: 8>} : (tensor<4xf32>) -> tensor<4xf16>
+// CHECK-NOT: graph.Constant
+func.func @rounding_inside(%x: tensor<4xf32>) -> tensor<4xf16> {
+  %a = graph.Cast %x {to = bf16} : (tensor<4xf32>) -> tensor<4xbf16>
+  %b = graph.Cast %a {to = f32} : (tensor<4xbf16>) -> tensor<4xf32>
+  %c = graph.Add %b, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %h = graph.Cast %c {to = f16} : (tensor<4xf32>) -> tensor<4xf16>
+  %k = graph.Constant dense<2.5> : tensor<f16>
+  %m = graph.Mul %h, %k : (tensor<4xf16>, tensor<f16>) -> tensor<4xf16>
+  return %m : tensor<4xf16>
+}
+
+// -----
+
+// Rematerialization: the backward (graph.grad_of) reads the forward tanh
+// (f32), which derives from the bf16 input alone. The forward chain is
+// cloned in front of the backward ops, so the forward group keeps nothing
+// for the backward (one result) and the backward group reads the bf16 x.
+// CHECK-LABEL: func.func @recompute
+// CHECK-SAME: (%[[X:.*]]: tensor<8xbf16>, %[[G:.*]]: tensor<8xf32>)
+// CHECK: %[[Y:.*]] = graph.FusedElementwise %[[X]] {{.*}} : (tensor<8xbf16>) -> tensor<8xbf16>
+// CHECK: %[[D:.*]] = graph.FusedElementwise %[[X]], %[[G]] {{.*}}graph.grad_of = 2 : i64, ops = [#graph.fused_op<Identity>, #graph.fused_op<Tanh>, #graph.fused_op<Mul>, #graph.fused_op<Const>, #graph.fused_op<Sub>, #graph.fused_op<Mul>]{{.*}} : (tensor<8xbf16>, tensor<8xf32>) -> tensor<8xf32>
+// CHECK: return %[[Y]], %[[D]]
+func.func @recompute(%x: tensor<8xbf16>, %g: tensor<8xf32>) -> (tensor<8xbf16>, tensor<8xf32>) {
+  %a = graph.Cast %x {graph.op_id = 1 : i64, to = f32} : (tensor<8xbf16>) -> tensor<8xf32>
+  %t = graph.Tanh %a {graph.op_id = 2 : i64} : tensor<8xf32>
+  %y = graph.Cast %t {graph.op_id = 3 : i64, to = bf16} : (tensor<8xf32>) -> tensor<8xbf16>
+  %tt = graph.Mul %t, %t {graph.grad_of = 2 : i64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %one = graph.Constant dense<1.0> : tensor<f32>
+  %s = graph.Sub %one, %tt {graph.grad_of = 2 : i64} : (tensor<f32>, tensor<8xf32>) -> tensor<8xf32>
+  %d = graph.Mul %g, %s {graph.grad_of = 2 : i64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %y, %d : tensor<8xbf16>, tensor<8xf32>
+}
+
+// -----
+
+// No rematerialization when recomputing reads more than it saves: tanh
+// derives from two f32 tensors, so the forward keeps it (a second result).
+// CHECK-LABEL: func.func @keep_when_cheaper
+// CHECK-SAME: (%[[X1:.*]]: tensor<8xf32>, %[[X2:.*]]: tensor<8xf32>, %[[G:.*]]: tensor<8xf32>)
+// CHECK: %[[F:.*]]:2 = graph.FusedElementwise %[[X1]], %[[X2]]
+// CHECK: graph.Mul %[[G]], %[[F]]#0 {graph.grad_of = 2 : i64}
+func.func @keep_when_cheaper(%x1: tensor<8xf32>, %x2: tensor<8xf32>, %g: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %s = graph.Add %x1, %x2 {graph.op_id = 1 : i64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %t = graph.Tanh %s {graph.op_id = 2 : i64} : tensor<8xf32>
+  %u = graph.Mul %t, %t {graph.op_id = 3 : i64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %d = graph.Mul %g, %t {graph.grad_of = 2 : i64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %u, %d : tensor<8xf32>, tensor<8xf32>
+}

@@ -26,7 +26,8 @@ def Graph_FusedOpcode : Graph_I32Enum<"FusedOpcode", "instruction of a fused ele
   I32EnumAttrCase<"Min", 23>, I32EnumAttrCase<"Equal", 24>, I32EnumAttrCase<"Less", 25>,
   I32EnumAttrCase<"LessOrEqual", 26>, I32EnumAttrCase<"Greater", 27>,
   I32EnumAttrCase<"GreaterOrEqual", 28>, I32EnumAttrCase<"And", 29>, I32EnumAttrCase<"Or", 30>,
-  I32EnumAttrCase<"Where", 31>]>;
+  I32EnumAttrCase<"Where", 31>, I32EnumAttrCase<"RoundBF16", 32>,
+  I32EnumAttrCase<"RoundF16", 33>]>;
 def Graph_FusedOpcodeAttr : Graph_EnumAttr<Graph_FusedOpcode, "fused_op">;
 def Graph_FusedOpcodeArrayAttr
     : TypedArrayAttrBase<Graph_FusedOpcodeAttr, "array of fused elementwise opcodes">;
@@ -40,8 +41,12 @@ def Graph_FusedElementwiseOp : Graph_Op<"FusedElementwise", [Pure]> {
     operands `args[3i .. 3i+2]`, -1 where unused) writes register `N + i`;
     `Const` reads `constants[args[3i]]` instead of registers. Result `j` is
     register `outputs[j]`. Registers hold f32 values; a boolean register
-    (an i1 input, a comparison, Not, And, Or) holds 0 or 1. The constraints
-    the verifier checks are numbered in docs/graph-dialect.md (F1-F6).
+    (an i1 input, a comparison, Not, And, Or) holds 0 or 1. Float inputs
+    and results are f32, bf16 or f16: a 16-bit input loads exactly, a 16-bit
+    result is its register rounded to nearest even (as graph.Cast);
+    `RoundBF16`/`RoundF16` round a register inside the program. The
+    constraints the verifier checks are numbered in docs/graph-dialect.md
+    (F1-F6).
 
     ```mlir
     // y = 0.5 * x * (1 + tanh(x))

@@ -99,16 +99,20 @@ def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"
   let summary = "Fuse connected elementwise ops into graph.FusedElementwise";
   let description = [{
     Groups elementwise ops (unary math, binary arithmetic and comparisons with
-    numpy broadcasting, Where, Cast to f32, scalar constants) whose results
-    share one static shape into one `graph.FusedElementwise` that evaluates
-    them in one pass over the elements. In program order each candidate op
+    numpy broadcasting, Where, Cast between f32, bf16, f16 and from i1,
+    scalar constants) whose results share one static shape into one
+    `graph.FusedElementwise` that evaluates them in one pass over the
+    elements; the casts at a group's edge become 16-bit loads and stores. In program order each candidate op
     joins the groups of its operands' producers when the group stays
     placeable: every input of the group is defined before the first op
     outside the group that uses a group result (so the fused op can take
     that place without moving any other op). Results used outside become the
     fused op's outputs (several if needed). Forward, backward and per-step
     (after gradient accumulation) ops are not mixed. Groups of one op are
-    left alone. See docs/graph-dialect.md.
+    left alone. First (`rematerialize`), forward elementwise values that
+    backward elementwise ops read are recomputed in the backward pass when
+    that reads fewer bytes (the GELU's tanh and friends from the product).
+    See docs/graph-dialect.md.
 
     ```
     strait-opt --graph-fuse-elementwise model.mlir
@@ -116,11 +120,16 @@ def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"
   }];
   let options = [
     Option<"maxInstructions", "max-instructions", "unsigned", "64",
-           "largest program (instructions, constants included)">
+           "largest program (instructions, constants included)">,
+    Option<"rematerialize", "rematerialize", "bool", "true",
+           "recompute forward elementwise values in the backward pass when "
+           "that reads fewer bytes than keeping them">
   ];
   let statistics = [
     Statistic<"numGroups", "num-groups", "FusedElementwise ops created">,
-    Statistic<"numFusedOps", "num-fused-ops", "Elementwise ops replaced">
+    Statistic<"numFusedOps", "num-fused-ops", "Elementwise ops replaced">,
+    Statistic<"numRematerialized", "num-rematerialized",
+              "Forward elementwise ops cloned into the backward pass">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

@@ -30,6 +30,8 @@ FusedOpcodeInfo strait::graph::getFusedOpcodeInfo(FusedOpcode op) {
   case FusedOpcode::Cos:
   case FusedOpcode::Floor:
   case FusedOpcode::Ceil:
+  case FusedOpcode::RoundBF16:
+  case FusedOpcode::RoundF16:
     return {1, F, F};
   case FusedOpcode::Not:
     return {1, B, B};
@@ -58,8 +60,9 @@ FusedOpcodeInfo strait::graph::getFusedOpcodeInfo(FusedOpcode op) {
 
 namespace {
 
+/// Float registers are stored as f32, bf16 or f16; boolean ones as i1.
 FailureOr<FusedKind> kindOfElement(Type t) {
-  if (t.isF32())
+  if (t.isF32() || t.isBF16() || t.isF16())
     return FusedKind::Float;
   if (t.isInteger(1))
     return FusedKind::Bool;
@@ -106,13 +109,15 @@ LogicalResult FusedElementwiseOp::verify() {
   for (Value y : getY())
     if (cast<RankedTensorType>(y.getType()).getShape() != shape.getShape())
       return emitOpError("results have different shapes");
-  // F3: inputs are f32 or i1, static, and broadcast to the iteration shape.
+  // F3: inputs are f32, bf16, f16 or i1, static, and broadcast to the
+  // iteration shape.
   SmallVector<FusedKind> kinds;
   for (auto [i, v] : llvm::enumerate(getInputs())) {
     auto t = cast<RankedTensorType>(v.getType());
     FailureOr<FusedKind> k = kindOfElement(t.getElementType());
     if (failed(k) || !t.hasStaticShape())
-      return emitOpError("input ") << i << " must be a static f32 or i1 tensor, got " << t;
+      return emitOpError("input ")
+             << i << " must be a static f32, bf16, f16 or i1 tensor, got " << t;
     if (!broadcastsTo(t.getShape(), shape.getShape()))
       return emitOpError("input ") << i << " of type " << t << " does not broadcast to "
                                    << shape.getShape();
@@ -164,7 +169,7 @@ LogicalResult FusedElementwiseOp::verify() {
       return emitOpError("result ") << j << " has element type " << elt << " but register "
                                     << r << " holds a "
                                     << (kinds[r] == FusedKind::Bool ? "boolean (i1)"
-                                                                    : "float (f32)");
+                                                                    : "float (f32, bf16, f16)");
   }
   return success();
 }

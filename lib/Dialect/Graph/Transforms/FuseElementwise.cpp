@@ -11,11 +11,14 @@
 #include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
 #include <limits>
 
 namespace strait::graph {
@@ -65,11 +68,14 @@ std::optional<FusedOpcode> opcodeOf(Operation *op) {
       .Default([](Operation *) { return O(); });
 }
 
+/// Float values are f32, bf16 or f16 tensors (registers hold f32; 16-bit
+/// inputs load exactly, 16-bit results are rounded), booleans i1 tensors.
 std::optional<FusedKind> kindOf(Type t) {
   auto rt = dyn_cast<RankedTensorType>(t);
   if (!rt || !rt.hasStaticShape())
     return std::nullopt;
-  if (rt.getElementType().isF32())
+  Type e = rt.getElementType();
+  if (e.isF32() || e.isBF16() || e.isF16())
     return FusedKind::Float;
   if (rt.getElementType().isInteger(1))
     return FusedKind::Bool;
@@ -99,7 +105,14 @@ std::optional<FusedOpcode> fusibleOpcode(Operation *op) {
   return code;
 }
 
-/// The scalar a splat f32/i1 constant inlines as.
+/// The 16-bit float type of `t`'s elements, or null.
+Type lowFloatElement(Type t) {
+  Type e = cast<ShapedType>(t).getElementType();
+  return e.isBF16() || e.isF16() ? e : Type();
+}
+
+/// The scalar a splat f32/bf16/f16/i1 constant inlines as (exact: every
+/// 16-bit float is an f32).
 std::optional<float> inlinedConstant(Value v) {
   auto c = v.getDefiningOp<ConstantOp>();
   if (!c)
@@ -107,8 +120,13 @@ std::optional<float> inlinedConstant(Value v) {
   auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
   if (!dense || !dense.isSplat())
     return std::nullopt;
-  if (dense.getElementType().isF32())
-    return dense.getSplatValue<APFloat>().convertToFloat();
+  Type e = dense.getElementType();
+  if (e.isF32() || e.isBF16() || e.isF16()) {
+    APFloat f = dense.getSplatValue<APFloat>();
+    bool lost = false;
+    f.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
+    return f.convertToFloat();
+  }
   if (dense.getElementType().isInteger(1))
     return dense.getSplatValue<bool>() ? 1.0f : 0.0f;
   return std::nullopt;
@@ -139,6 +157,14 @@ struct Group {
   SmallVector<Operation *> members;
   bool alive = true;
 };
+
+/// Whether member `m`'s 16-bit result is read inside the group: its register
+/// is then rounded (RoundBF16/RoundF16) as the unfused result would be. A
+/// result only stored needs no instruction: the store rounds.
+bool needsRound(Operation *m, const llvm::SmallPtrSetImpl<Operation *> &in) {
+  return lowFloatElement(m->getResult(0).getType()) &&
+         llvm::any_of(m->getResult(0).getUsers(), [&](Operation *u) { return in.contains(u); });
+}
 
 /// The groups of fusible ops of `block`, each in program order, with at
 /// least two ops. Pure: the IR is not changed.
@@ -182,8 +208,9 @@ bool GroupBuilder::placeable(ArrayRef<Operation *> members) const {
   llvm::SmallPtrSet<Operation *, 16> in(members.begin(), members.end());
   llvm::SmallPtrSet<Value, 16> inputs, constants;
   int64_t lastInput = -1, firstOutsideUse = std::numeric_limits<int64_t>::max();
-  unsigned outputs = 0;
+  unsigned outputs = 0, rounds = 0;
   for (Operation *m : members) {
+    rounds += needsRound(m, in);
     for (Value v : m->getOperands()) {
       Operation *d = v.getDefiningOp();
       if (d && in.contains(d))
@@ -207,7 +234,7 @@ bool GroupBuilder::placeable(ArrayRef<Operation *> members) const {
   return lastInput < firstOutsideUse && inputs.size() <= FusedElementwiseOp::kMaxInputs &&
          outputs <= FusedElementwiseOp::kMaxOutputs &&
          constants.size() <= FusedElementwiseOp::kMaxConstants &&
-         members.size() + constants.size() <= maxInstructions;
+         members.size() + rounds + constants.size() <= maxInstructions;
 }
 
 std::vector<SmallVector<Operation *>> GroupBuilder::run() {
@@ -297,6 +324,10 @@ bool fuseGroup(ArrayRef<Operation *> members) {
     }
     Value res = m->getResult(0);
     reg[res] = emit(*fusibleOpcode(m), a);
+    if (needsRound(m, in))
+      reg[res] = emit(lowFloatElement(res.getType()).isBF16() ? FusedOpcode::RoundBF16
+                                                              : FusedOpcode::RoundF16,
+                      {reg[res], -1, -1});
     for (Operation *u : res.getUsers()) {
       if (in.contains(u))
         continue;
@@ -354,6 +385,161 @@ bool fuseGroup(ArrayRef<Operation *> members) {
   return true;
 }
 
+//===----------------------------------------------------------------------===//
+// Rematerialization of forward elementwise values in the backward pass
+//===----------------------------------------------------------------------===//
+
+int64_t byteSize(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
+  return t.getNumElements() * std::max(1u, bits / 8);
+}
+
+/// Forward elementwise values the backward pass reads, recomputed there from
+/// the values they derive from, when that reads fewer bytes: autodiff keeps
+/// the forward GELU's x, x/2, tanh and 1 + tanh (four f32 tensors) for the
+/// backward GELU, while all four derive from one bf16 (or f32) product.
+/// Cloning the forward chain in front of its backward users lets those
+/// clones fuse into the backward group, which then reads the product alone,
+/// and the forward group drops the extra outputs. Exact: the clones are the
+/// same f32 operations on the same inputs.
+///
+/// A candidate is a forward fusible op's result whose backward users are all
+/// fusible ops of its shape. Its cone is the forward fusible ops of that
+/// shape it derives from (at most kMaxCone); the cone's leaves are its other
+/// operands (products, parameters, broadcast operands; splat constants are
+/// inlined). Candidates whose cones touch form one component; a component is
+/// recomputed when its leaves that the backward does not read anyway take
+/// fewer bytes than its candidates. Returns the number of cloned ops.
+unsigned rematerializeInBackward(Block &block) {
+  constexpr size_t kMaxCone = 24;
+  DenseMap<Operation *, int> phase = phases(block);
+  auto forwardFusible = [&](Operation *op) {
+    return op && op->getBlock() == &block && phase.lookup(op) == 0 && fusibleOpcode(op);
+  };
+  auto backward = [&](Operation *op) {
+    Operation *anc = block.findAncestorOpInBlock(*op);
+    return anc && (phase.lookup(anc) & 1) != 0;
+  };
+  // Values the backward reads (before any rewrite).
+  llvm::DenseSet<Value> readByBackward;
+  for (Operation &op : block)
+    if (phase.lookup(&op) & 1)
+      for (Value v : op.getOperands())
+        readByBackward.insert(v);
+
+  struct Candidate {
+    Value value;
+    llvm::SetVector<Operation *> cone; ///< forward ops recomputed
+    llvm::SetVector<Value> leaves;
+  };
+  std::vector<Candidate> cands;
+  for (Operation &op : block) {
+    if (!forwardFusible(&op))
+      continue;
+    Value v = op.getResult(0);
+    auto shape = cast<RankedTensorType>(v.getType()).getShape();
+    bool any = false, all = true;
+    for (Operation *u : v.getUsers()) {
+      if (!backward(u))
+        continue;
+      any = true;
+      all &= u->getBlock() == &block && fusibleOpcode(u).has_value() &&
+             cast<RankedTensorType>(u->getResult(0).getType()).getShape() == shape;
+    }
+    if (!any || !all)
+      continue;
+    Candidate c{v, {}, {}};
+    SmallVector<Operation *> stack{&op};
+    bool tooBig = false;
+    while (!stack.empty() && !tooBig) {
+      Operation *d = stack.pop_back_val();
+      if (!c.cone.insert(d))
+        continue;
+      tooBig = c.cone.size() > kMaxCone;
+      for (Value u : d->getOperands()) {
+        Operation *p = u.getDefiningOp();
+        if (forwardFusible(p) &&
+            cast<RankedTensorType>(u.getType()).getShape() == shape)
+          stack.push_back(p);
+        else if (!inlinedConstant(u))
+          c.leaves.insert(u);
+      }
+    }
+    if (!tooBig)
+      cands.push_back(std::move(c));
+  }
+  // Components: candidates whose cones share an op.
+  std::vector<size_t> parent(cands.size());
+  for (size_t i = 0; i < parent.size(); ++i)
+    parent[i] = i;
+  std::function<size_t(size_t)> root = [&](size_t i) {
+    return parent[i] == i ? i : parent[i] = root(parent[i]);
+  };
+  DenseMap<Operation *, size_t> owner;
+  for (size_t i = 0; i < cands.size(); ++i)
+    for (Operation *d : cands[i].cone) {
+      auto [it, fresh] = owner.try_emplace(d, i);
+      if (!fresh)
+        parent[root(i)] = root(it->second);
+    }
+  llvm::MapVector<size_t, SmallVector<size_t>> components;
+  for (size_t i = 0; i < cands.size(); ++i)
+    components[root(i)].push_back(i);
+
+  unsigned cloned = 0;
+  for (auto &[r, members] : components) {
+    llvm::SmallPtrSet<Value, 8> values;
+    llvm::SetVector<Operation *> cone;
+    llvm::SetVector<Value> leaves;
+    int64_t before = 0, after = 0;
+    for (size_t i : members) {
+      values.insert(cands[i].value);
+      before += byteSize(cands[i].value);
+      cone.insert(cands[i].cone.begin(), cands[i].cone.end());
+      leaves.insert(cands[i].leaves.begin(), cands[i].leaves.end());
+    }
+    for (Value l : leaves)
+      if (!readByBackward.contains(l))
+        after += byteSize(l);
+    if (after >= before)
+      continue;
+    // The clones go before the first backward user and take its phase.
+    Operation *first = nullptr;
+    for (Value v : values)
+      for (Operation *u : v.getUsers())
+        if (backward(u)) {
+          Operation *anc = block.findAncestorOpInBlock(*u);
+          if (!first || anc->isBeforeInBlock(first))
+            first = anc;
+        }
+    Attribute gradOf = first->getAttr("graph.grad_of");
+    if (!gradOf)
+      continue; // a backward op of no forward op: leave the component alone
+    SmallVector<Operation *> ordered(cone.begin(), cone.end());
+    llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    OpBuilder b(first);
+    IRMapping map;
+    for (Operation *d : ordered) {
+      Operation *c = b.clone(*d, map);
+      c->setAttr("graph.grad_of", gradOf);
+      ++cloned;
+    }
+    for (Value v : values)
+      v.replaceUsesWithIf(map.lookup(v), [&](OpOperand &use) { return backward(use.getOwner()); });
+    // Clones whose value no backward op reads (a cone op only some
+    // candidate's chain needed) go again.
+    for (Operation *d : llvm::reverse(ordered)) {
+      Operation *c = map.lookup(d->getResult(0)).getDefiningOp();
+      if (c->use_empty()) {
+        c->erase();
+        --cloned;
+      }
+    }
+  }
+  return cloned;
+}
+
 struct FuseElementwisePass
     : public strait::graph::impl::GraphFuseElementwiseBase<FuseElementwisePass> {
   using GraphFuseElementwiseBase::GraphFuseElementwiseBase;
@@ -368,6 +554,8 @@ struct FuseElementwisePass
       return signalPassFailure();
     }
     for (Block &block : func.getBody()) {
+      if (rematerialize)
+        numRematerialized += rematerializeInBackward(block);
       std::vector<SmallVector<Operation *>> groups = GroupBuilder(block, maxInstructions).run();
       for (const SmallVector<Operation *> &g : groups) {
         if (!fuseGroup(g))
