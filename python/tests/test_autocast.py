@@ -282,10 +282,11 @@ def test_digits_cnn_trains_in_bf16(tmp_path):
     assert abs(means["bf16"][1] - means["f32"][1]) < 0.1
 
 
-def test_cast_motion_is_bit_identical(tmp_path, runs):
-    """graph-cast-motion (on by default with --precision bf16) moves casts through layout
-    ops, removes the exact bf16 -> f32 -> bf16 round trips and folds the logits' casts
-    into SoftmaxCrossEntropyLoss(Grad), which then run on the bf16 logits: 5 AdamW steps
+@pytest.mark.parametrize("precision", ["bf16", "f16"])
+def test_cast_motion_is_bit_identical(tmp_path, runs, precision):
+    """graph-cast-motion (on by default with --precision bf16 / f16) moves casts through
+    layout ops, removes the exact T -> f32 -> T round trips and folds the logits' casts
+    into SoftmaxCrossEntropyLoss(Grad), which then run on the 16-bit logits: 5 AdamW steps
     of gpt2-tiny give bit-identical losses, last outputs and parameters with the pass on
     and off (--cast-motion=false), and the program with the pass has fewer casts."""
     steps = 5
@@ -296,7 +297,7 @@ def test_cast_motion_is_bit_identical(tmp_path, runs):
         job = os.path.join(str(tmp_path), "job-" + motion)
         args = [ttt.STRAITC, ttt.MODEL, "--input-shape", f"input_ids={ttt.BATCH}x{ttt.SEQ}",
                 "--loss", "cross-entropy", "--optimizer", "adamw", "--lr", str(ttt.LR),
-                "--weight-decay", str(ttt.WEIGHT_DECAY), "--precision", "bf16",
+                "--weight-decay", str(ttt.WEIGHT_DECAY), "--precision", precision,
                 "--cast-motion=" + motion]
         m = subprocess.run(args + ["--emit=mlir"], capture_output=True, text=True)
         assert m.returncode == 0, m.stderr[-2000:]
@@ -325,12 +326,13 @@ def test_cast_motion_is_bit_identical(tmp_path, runs):
     # logits' casts around the loss).
     assert casts_on < casts_off
     # The step returns only the loss (--step-outputs=loss, the default), so the pass folds
-    # the logits' casts into the loss and its gradient: they read the bf16 logits (the
-    # loss stays f32, the gradient is bf16); without the pass both are f32.
+    # the logits' casts into the loss and its gradient: they read the 16-bit logits (the
+    # loss stays f32, the gradient is 16-bit); without the pass both are f32.
+    low = f"x{precision}>"
     assert len(sce_on) == len(sce_off) == 2, (sce_on, sce_off)
-    assert "xbf16>" in sce_on[0][0] and sce_on[0][1] == "tensor<f32>", sce_on
-    assert "xbf16>" in sce_on[1][0] and sce_on[1][1].endswith("xbf16>"), sce_on
-    assert all("bf16" not in ins + out for ins, out in sce_off), sce_off
+    assert low in sce_on[0][0] and sce_on[0][1] == "tensor<f32>", sce_on
+    assert low in sce_on[1][0] and sce_on[1][1].endswith(low), sce_on
+    assert all(precision not in ins + out for ins, out in sce_off), sce_off
     assert losses_on == losses_off
     assert sorted(on) == sorted(off) and len(on) > 10
     for name in on:

@@ -298,9 +298,11 @@ TEST_F(CudaLowPrecision, SoftmaxCrossEntropyOnLowScores) {
       ASSERT_TRUE(s.isOk()) << s.toString();
       EXPECT_EQ(firstDifference(gLow[0], roundedTo(gRef[0], t)), -1) << "dScores";
       // The CPU kernels (double statistics) on the same 16-bit inputs: the
-      // f32 loss within 1e-5, dScores within a rounding of the 16-bit type.
+      // f32 loss and log_prob within f32 rounding of the row statistics
+      // (|x - lse| up to about 10: 1e-5 absolute), dScores within a rounding
+      // of the 16-bit type.
       compare("SoftmaxCrossEntropyLoss", lowIns, {Arr::out(lossShape), Arr::out(c.x)}, attrs,
-              1e-5, 1e-6);
+              1e-5, 1e-5);
       compare("SoftmaxCrossEntropyLossGrad", gLowIns, {Arr::out(c.x, t)}, attrs, rtolOf(t),
               t == program::DTYPE_BF16 ? 1e-6 : 1e-7);
     }
