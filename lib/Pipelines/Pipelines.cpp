@@ -65,6 +65,11 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
   // that stages and transfers see the 16-bit layout ops.
   if (o.precision != "f32" && o.castMotion)
     pm.addNestedPass<func::FuncOp>(graph::createGraphCastMotion());
+  // Before the planner, so that it counts the values the backward keeps
+  // after recomputation; only when graph-fuse-elementwise will fuse the
+  // clones into the backward groups (unfused, they would be extra kernels).
+  if (!o.loss.empty() && o.fuse == FuseMode::Elementwise && o.rematerialize)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphRematerialize());
 }
 
 void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {

@@ -190,6 +190,12 @@ cl::opt<bool> castMotion(
              "T -> f32 -> T round trips after the training step (default on; =false keeps "
              "autocast's casts)"),
     cl::init(true), cl::cat(straitCat));
+cl::opt<bool> rematerialize(
+    "rematerialize",
+    cl::desc("With --fuse=elementwise and a loss: recompute forward elementwise values in "
+             "the backward pass when that reads fewer bytes than keeping them (the GELU's "
+             "tanh from its input; default on)"),
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false), cl::cat(straitCat));
@@ -341,6 +347,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();
   popts.castMotion = castMotion.getValue();
+  popts.rematerialize = rematerialize.getValue();
 }
 
 /// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
@@ -481,7 +488,8 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions({&straitCat, &trainCat});
   cl::ParseCommandLineOptions(argc, argv, "Strait compiler\n");
   const cl::Option *trainingFlags[] = {
-      &lossOutput, &label, &ignoreIndex, &returnGradients, &stepOutputs, &lr, &momentum,
+      &lossOutput, &label, &ignoreIndex, &returnGradients, &stepOutputs, &rematerialize, &lr,
+      &momentum,
       &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
       &warmupSteps, &totalSteps, &minLr,
       // cl::list overloads operator& (it returns the storage).

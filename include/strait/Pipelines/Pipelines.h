@@ -49,6 +49,12 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("with bf16 / f16: graph-cast-motion after the training step moves "
                      "casts through layout ops and removes exact T -> f32 -> T round trips"),
       llvm::cl::init(true)};
+  Option<bool> rematerialize{
+      *this, "rematerialize",
+      llvm::cl::desc("with a loss and fuse=elementwise: graph-rematerialize after the "
+                     "training step recomputes forward elementwise values in the backward "
+                     "pass when that reads fewer bytes"),
+      llvm::cl::init(true)};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("training step optimizer: sgd, adamw, none"),
                                 llvm::cl::init("sgd")};
@@ -146,12 +152,14 @@ void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuse
 
 /// The graph the planner plans: [graph-fuse-rmsnorm] -> [graph-fuse-attention]
 /// -> [graph-autocast] -> [graph-build-training-step] (with a loss) ->
-/// [graph-cast-motion]. buildStraitPipeline starts with them; straitc
+/// [graph-cast-motion] -> [graph-rematerialize] (with a loss and
+/// fuse=elementwise). buildStraitPipeline starts with them; straitc
 /// --emit=plan runs them alone, so that it shows the plan a job applies.
 void addTrainingStepPasses(mlir::OpPassManager &pm, const StraitPipelineOptions &o);
 
 /// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-autocast] ->
-/// [graph-build-training-step] -> [graph-cast-motion] -> dist-assign-stages -> dist-insert-comm ->
+/// [graph-build-training-step] -> [graph-cast-motion] -> [graph-rematerialize] ->
+/// dist-assign-stages -> dist-insert-comm ->
 /// dist-insert-compression -> dist-split-stages -> [graph-fuse-elementwise].
 /// Fusion runs last, so pipeline cuts and communication see unfused ops.
 void buildStraitPipeline(mlir::OpPassManager &pm, const StraitPipelineOptions &options);

@@ -17,18 +17,3 @@ func.func @capped(%x: tensor<8xf32>) -> tensor<8xf32> {
   return %e : tensor<8xf32>
 }
 
-// -----
-
-// rematerialize=false: the forward keeps tanh for the backward (two results)
-// and the backward Mul reads it.
-// RUN: strait-opt %s --graph-fuse-elementwise='rematerialize=false' -split-input-file | FileCheck %s --check-prefix=KEEP
-// KEEP-LABEL: func.func @recompute
-// KEEP: %[[F:.*]]:2 = graph.FusedElementwise
-// KEEP: graph.Mul %{{.*}}, %[[F]]#
-func.func @recompute(%x: tensor<8xbf16>, %g: tensor<8xf32>) -> (tensor<8xbf16>, tensor<8xf32>) {
-  %a = graph.Cast %x {graph.op_id = 1 : i64, to = f32} : (tensor<8xbf16>) -> tensor<8xf32>
-  %t = graph.Tanh %a {graph.op_id = 2 : i64} : tensor<8xf32>
-  %y = graph.Cast %t {graph.op_id = 3 : i64, to = bf16} : (tensor<8xf32>) -> tensor<8xbf16>
-  %d = graph.Mul %g, %t {graph.grad_of = 2 : i64} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
-  return %y, %d : tensor<8xbf16>, tensor<8xf32>
-}

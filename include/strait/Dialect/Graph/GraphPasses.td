@@ -109,10 +109,7 @@ def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"
     that place without moving any other op). Results used outside become the
     fused op's outputs (several if needed). Forward, backward and per-step
     (after gradient accumulation) ops are not mixed. Groups of one op are
-    left alone. First (`rematerialize`), forward elementwise values that
-    backward elementwise ops read are recomputed in the backward pass when
-    that reads fewer bytes (the GELU's tanh and friends from the product).
-    See docs/graph-dialect.md.
+    left alone. See docs/graph-dialect.md.
 
     ```
     strait-opt --graph-fuse-elementwise model.mlir
@@ -120,16 +117,38 @@ def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"
   }];
   let options = [
     Option<"maxInstructions", "max-instructions", "unsigned", "64",
-           "largest program (instructions, constants included)">,
-    Option<"rematerialize", "rematerialize", "bool", "true",
-           "recompute forward elementwise values in the backward pass when "
-           "that reads fewer bytes than keeping them">
+           "largest program (instructions, constants included)">
   ];
   let statistics = [
     Statistic<"numGroups", "num-groups", "FusedElementwise ops created">,
-    Statistic<"numFusedOps", "num-fused-ops", "Elementwise ops replaced">,
-    Statistic<"numRematerialized", "num-rematerialized",
-              "Forward elementwise ops cloned into the backward pass">
+    Statistic<"numFusedOps", "num-fused-ops", "Elementwise ops replaced">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
+def GraphRematerialize : Pass<"graph-rematerialize", "::mlir::func::FuncOp"> {
+  let summary = "Recompute forward elementwise values in the backward pass";
+  let description = [{
+    On a training step: a forward elementwise value (an op graph-fuse-elementwise
+    fuses) whose backward readers are all elementwise ops of its shape is
+    recomputed in front of them, from the forward values it derives from,
+    when those take fewer bytes than the values they replace (counting only
+    those the backward does not read anyway). Autodiff keeps the forward
+    GELU's x, x/2, tanh and 1 + tanh for its gradient; all four derive from
+    one product (bf16 under mixed precision), so the backward reads that
+    product instead and the forward keeps nothing else. The clones carry
+    the graph.grad_of of their first backward reader, so that
+    graph-fuse-elementwise fuses them into the backward group and the
+    planner counts the smaller set of kept values. Exact: the clones are the
+    same operations on the same inputs. straitc runs it after the training
+    step when fusing (`--rematerialize`, default on). See docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-rematerialize --graph-fuse-elementwise step.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numCloned", "num-cloned", "Forward ops cloned into the backward pass">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

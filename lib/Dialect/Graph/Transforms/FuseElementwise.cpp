@@ -7,7 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "strait/Dialect/Graph/FusedElementwise.h"
+#include "ElementwiseFusion.h"
+
 #include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,9 +30,9 @@ namespace strait::graph {
 using namespace mlir;
 using namespace strait::graph;
 
-namespace {
+namespace strait::graph::fusion {
 
-std::optional<FusedOpcode> opcodeOf(Operation *op) {
+static std::optional<FusedOpcode> opcodeOf(Operation *op) {
   using O = std::optional<FusedOpcode>;
   return llvm::TypeSwitch<Operation *, O>(op)
       .Case([](NegOp) { return FusedOpcode::Neg; })
@@ -70,7 +71,7 @@ std::optional<FusedOpcode> opcodeOf(Operation *op) {
 
 /// Float values are f32, bf16 or f16 tensors (registers hold f32; 16-bit
 /// inputs load exactly, 16-bit results are rounded), booleans i1 tensors.
-std::optional<FusedKind> kindOf(Type t) {
+static std::optional<FusedKind> kindOf(Type t) {
   auto rt = dyn_cast<RankedTensorType>(t);
   if (!rt || !rt.hasStaticShape())
     return std::nullopt;
@@ -82,8 +83,6 @@ std::optional<FusedKind> kindOf(Type t) {
   return std::nullopt;
 }
 
-/// The opcode of a fusible op: one static result of at most kMaxRank
-/// dimensions, operands and result of the kinds the opcode takes.
 std::optional<FusedOpcode> fusibleOpcode(Operation *op) {
   std::optional<FusedOpcode> code = opcodeOf(op);
   if (!code || op->getNumResults() != 1)
@@ -105,14 +104,11 @@ std::optional<FusedOpcode> fusibleOpcode(Operation *op) {
   return code;
 }
 
-/// The 16-bit float type of `t`'s elements, or null.
 Type lowFloatElement(Type t) {
   Type e = cast<ShapedType>(t).getElementType();
   return e.isBF16() || e.isF16() ? e : Type();
 }
 
-/// The scalar a splat f32/bf16/f16/i1 constant inlines as (exact: every
-/// 16-bit float is an f32).
 std::optional<float> inlinedConstant(Value v) {
   auto c = v.getDefiningOp<ConstantOp>();
   if (!c)
@@ -132,9 +128,6 @@ std::optional<float> inlinedConstant(Value v) {
   return std::nullopt;
 }
 
-/// Which copy of the step an op belongs to, as the exporter splits them:
-/// forward, backward (autodiff-tagged or reading backward values), per step
-/// (after gradient accumulation). Ops of different phases never fuse.
 DenseMap<Operation *, int> phases(Block &block) {
   DenseMap<Operation *, int> phase;
   for (Operation &op : block) {
@@ -152,6 +145,12 @@ DenseMap<Operation *, int> phases(Block &block) {
   }
   return phase;
 }
+
+} // namespace strait::graph::fusion
+
+using namespace strait::graph::fusion;
+
+namespace {
 
 struct Group {
   SmallVector<Operation *> members;
@@ -385,161 +384,6 @@ bool fuseGroup(ArrayRef<Operation *> members) {
   return true;
 }
 
-//===----------------------------------------------------------------------===//
-// Rematerialization of forward elementwise values in the backward pass
-//===----------------------------------------------------------------------===//
-
-int64_t byteSize(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
-  return t.getNumElements() * std::max(1u, bits / 8);
-}
-
-/// Forward elementwise values the backward pass reads, recomputed there from
-/// the values they derive from, when that reads fewer bytes: autodiff keeps
-/// the forward GELU's x, x/2, tanh and 1 + tanh (four f32 tensors) for the
-/// backward GELU, while all four derive from one bf16 (or f32) product.
-/// Cloning the forward chain in front of its backward users lets those
-/// clones fuse into the backward group, which then reads the product alone,
-/// and the forward group drops the extra outputs. Exact: the clones are the
-/// same f32 operations on the same inputs.
-///
-/// A candidate is a forward fusible op's result whose backward users are all
-/// fusible ops of its shape. Its cone is the forward fusible ops of that
-/// shape it derives from (at most kMaxCone); the cone's leaves are its other
-/// operands (products, parameters, broadcast operands; splat constants are
-/// inlined). Candidates whose cones touch form one component; a component is
-/// recomputed when its leaves that the backward does not read anyway take
-/// fewer bytes than its candidates. Returns the number of cloned ops.
-unsigned rematerializeInBackward(Block &block) {
-  constexpr size_t kMaxCone = 24;
-  DenseMap<Operation *, int> phase = phases(block);
-  auto forwardFusible = [&](Operation *op) {
-    return op && op->getBlock() == &block && phase.lookup(op) == 0 && fusibleOpcode(op);
-  };
-  auto backward = [&](Operation *op) {
-    Operation *anc = block.findAncestorOpInBlock(*op);
-    return anc && (phase.lookup(anc) & 1) != 0;
-  };
-  // Values the backward reads (before any rewrite).
-  llvm::DenseSet<Value> readByBackward;
-  for (Operation &op : block)
-    if (phase.lookup(&op) & 1)
-      for (Value v : op.getOperands())
-        readByBackward.insert(v);
-
-  struct Candidate {
-    Value value;
-    llvm::SetVector<Operation *> cone; ///< forward ops recomputed
-    llvm::SetVector<Value> leaves;
-  };
-  std::vector<Candidate> cands;
-  for (Operation &op : block) {
-    if (!forwardFusible(&op))
-      continue;
-    Value v = op.getResult(0);
-    auto shape = cast<RankedTensorType>(v.getType()).getShape();
-    bool any = false, all = true;
-    for (Operation *u : v.getUsers()) {
-      if (!backward(u))
-        continue;
-      any = true;
-      all &= u->getBlock() == &block && fusibleOpcode(u).has_value() &&
-             cast<RankedTensorType>(u->getResult(0).getType()).getShape() == shape;
-    }
-    if (!any || !all)
-      continue;
-    Candidate c{v, {}, {}};
-    SmallVector<Operation *> stack{&op};
-    bool tooBig = false;
-    while (!stack.empty() && !tooBig) {
-      Operation *d = stack.pop_back_val();
-      if (!c.cone.insert(d))
-        continue;
-      tooBig = c.cone.size() > kMaxCone;
-      for (Value u : d->getOperands()) {
-        Operation *p = u.getDefiningOp();
-        if (forwardFusible(p) &&
-            cast<RankedTensorType>(u.getType()).getShape() == shape)
-          stack.push_back(p);
-        else if (!inlinedConstant(u))
-          c.leaves.insert(u);
-      }
-    }
-    if (!tooBig)
-      cands.push_back(std::move(c));
-  }
-  // Components: candidates whose cones share an op.
-  std::vector<size_t> parent(cands.size());
-  for (size_t i = 0; i < parent.size(); ++i)
-    parent[i] = i;
-  std::function<size_t(size_t)> root = [&](size_t i) {
-    return parent[i] == i ? i : parent[i] = root(parent[i]);
-  };
-  DenseMap<Operation *, size_t> owner;
-  for (size_t i = 0; i < cands.size(); ++i)
-    for (Operation *d : cands[i].cone) {
-      auto [it, fresh] = owner.try_emplace(d, i);
-      if (!fresh)
-        parent[root(i)] = root(it->second);
-    }
-  llvm::MapVector<size_t, SmallVector<size_t>> components;
-  for (size_t i = 0; i < cands.size(); ++i)
-    components[root(i)].push_back(i);
-
-  unsigned cloned = 0;
-  for (auto &[r, members] : components) {
-    llvm::SmallPtrSet<Value, 8> values;
-    llvm::SetVector<Operation *> cone;
-    llvm::SetVector<Value> leaves;
-    int64_t before = 0, after = 0;
-    for (size_t i : members) {
-      values.insert(cands[i].value);
-      before += byteSize(cands[i].value);
-      cone.insert(cands[i].cone.begin(), cands[i].cone.end());
-      leaves.insert(cands[i].leaves.begin(), cands[i].leaves.end());
-    }
-    for (Value l : leaves)
-      if (!readByBackward.contains(l))
-        after += byteSize(l);
-    if (after >= before)
-      continue;
-    // The clones go before the first backward user and take its phase.
-    Operation *first = nullptr;
-    for (Value v : values)
-      for (Operation *u : v.getUsers())
-        if (backward(u)) {
-          Operation *anc = block.findAncestorOpInBlock(*u);
-          if (!first || anc->isBeforeInBlock(first))
-            first = anc;
-        }
-    Attribute gradOf = first->getAttr("graph.grad_of");
-    if (!gradOf)
-      continue; // a backward op of no forward op: leave the component alone
-    SmallVector<Operation *> ordered(cone.begin(), cone.end());
-    llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-    OpBuilder b(first);
-    IRMapping map;
-    for (Operation *d : ordered) {
-      Operation *c = b.clone(*d, map);
-      c->setAttr("graph.grad_of", gradOf);
-      ++cloned;
-    }
-    for (Value v : values)
-      v.replaceUsesWithIf(map.lookup(v), [&](OpOperand &use) { return backward(use.getOwner()); });
-    // Clones whose value no backward op reads (a cone op only some
-    // candidate's chain needed) go again.
-    for (Operation *d : llvm::reverse(ordered)) {
-      Operation *c = map.lookup(d->getResult(0)).getDefiningOp();
-      if (c->use_empty()) {
-        c->erase();
-        --cloned;
-      }
-    }
-  }
-  return cloned;
-}
-
 struct FuseElementwisePass
     : public strait::graph::impl::GraphFuseElementwiseBase<FuseElementwisePass> {
   using GraphFuseElementwiseBase::GraphFuseElementwiseBase;
@@ -554,8 +398,6 @@ struct FuseElementwisePass
       return signalPassFailure();
     }
     for (Block &block : func.getBody()) {
-      if (rematerialize)
-        numRematerialized += rematerializeInBackward(block);
       std::vector<SmallVector<Operation *>> groups = GroupBuilder(block, maxInstructions).run();
       for (const SmallVector<Operation *> &g : groups) {
         if (!fuseGroup(g))
