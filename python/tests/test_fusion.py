@@ -76,8 +76,10 @@ def test_fused_step_is_bit_identical(tmp_path, precision):
     data = write_tokens(tmp_path / "tokens.bin", seed=777)
     results, mlir = {}, {}
     for fuse in ("elementwise", "none"):
+        # --rematerialize=true: a job without a GPU cluster does not recompute by default.
         args = [STRAITC, MODEL, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
-                "--optimizer", "adamw", "--precision", precision, f"--fuse={fuse}"]
+                "--optimizer", "adamw", "--precision", precision, f"--fuse={fuse}",
+                "--rematerialize=true"]
         mlir[fuse] = run(args + ["--emit=mlir"]).stdout
         job = tmp_path / fuse
         run(args + ["-o", str(job)])

@@ -190,12 +190,18 @@ cl::opt<bool> castMotion(
              "T -> f32 -> T round trips after the training step (default on; =false keeps "
              "autocast's casts)"),
     cl::init(true), cl::cat(straitCat));
-cl::opt<bool> rematerialize(
+enum class Remat { Auto, On, Off };
+cl::opt<Remat> rematerialize(
     "rematerialize",
-    cl::desc("With --fuse=elementwise and a loss: recompute forward elementwise values in "
-             "the backward pass when that reads fewer bytes than keeping them (the GELU's "
-             "tanh from its input; default on)"),
-    cl::init(true), cl::cat(straitCat));
+    cl::desc("With --fuse=elementwise and a loss: recompute forward elementwise values in the "
+             "backward pass when that reads fewer bytes than keeping them (the GELU's tanh "
+             "from its input)"),
+    cl::values(clEnumValN(Remat::Auto, "auto",
+                          "when the cluster has a GPU or NPU (memory-bound elementwise "
+                          "kernels); not on CPUs, where recomputing tanh costs more than "
+                          "reading it (the default)"),
+               clEnumValN(Remat::On, "true", "always"), clEnumValN(Remat::Off, "false", "never")),
+    cl::init(Remat::Auto), cl::cat(straitCat));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false), cl::cat(straitCat));
@@ -313,6 +319,22 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
     os << "straitc: compressed " << key << " (" << count << (count == 1 ? " value)\n" : " values)\n");
 }
 
+/// Whether --cluster names a GPU or NPU device (a cluster file that does
+/// not load is reported where the planner reads it).
+bool clusterHasAccelerator() {
+  if (clusterFile.empty())
+    return false;
+  llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
+  if (!cluster) {
+    llvm::consumeError(cluster.takeError());
+    return false;
+  }
+  for (unsigned d = 0; d < cluster->size(); ++d)
+    if (cluster->typeOf(d).kind != strait::DeviceKind::CPU)
+      return true;
+  return false;
+}
+
 /// The Strait pipeline's options (lib/Pipelines) from the flags.
 void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.cluster = clusterFile.getValue();
@@ -347,7 +369,8 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();
   popts.castMotion = castMotion.getValue();
-  popts.rematerialize = rematerialize.getValue();
+  popts.rematerialize = rematerialize == Remat::On ||
+                        (rematerialize == Remat::Auto && clusterHasAccelerator());
 }
 
 /// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the

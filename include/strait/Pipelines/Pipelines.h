@@ -53,7 +53,8 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       *this, "rematerialize",
       llvm::cl::desc("with a loss and fuse=elementwise: graph-rematerialize after the "
                      "training step recomputes forward elementwise values in the backward "
-                     "pass when that reads fewer bytes"),
+                     "pass when that reads fewer bytes (straitc: only for clusters with "
+                     "GPUs or NPUs unless --rematerialize=true)"),
       llvm::cl::init(true)};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("training step optimizer: sgd, adamw, none"),
