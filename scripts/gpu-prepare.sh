@@ -6,6 +6,7 @@
 #   small-step-unfused/  the same with --fuse-attention=false
 #   small-step-bf16/  the same with --precision bf16 (graph-autocast: bf16 operands
 #                 and results of the products, f32 master weights)
+#   small-step-bf16-keep/  the same with --rematerialize=false
 #   tiny-step/    gpt2-tiny training step (8x64), one rank
 #   tiny-step-bf16/  the same with --precision bf16 (flash attention, bf16 GEMMs)
 #   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
@@ -44,6 +45,10 @@ step=(--rematerialize=true)
   "${step[@]}" --fuse-attention=false --emit=program -o "$out/small-step-unfused"
 "$STRAITC" models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 "${common[@]}" \
   "${step[@]}" --precision bf16 --emit=program -o "$out/small-step-bf16"
+# The bf16 step without graph-rematerialize (the forward GELU keeps x, x/2,
+# tanh, 1 + tanh in f32 for the backward): the check times the recomputation's gain.
+"$STRAITC" models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 "${common[@]}" \
+  --rematerialize=false --precision bf16 --emit=program -o "$out/small-step-bf16-keep"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   "${step[@]}" --emit=program -o "$out/tiny-step"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
