@@ -8,8 +8,10 @@
 // result once: both round one f32 result that differs only by summation
 // order, so they agree to about one unit in the last place of the 16-bit
 // type (2^-8 relative for bf16, 2^-11 for f16) plus cancellation.
-// SoftmaxCrossEntropyLoss(Grad) on bf16/f16 scores is also checked bit for
-// bit against the GPU's f32 kernels on the widened scores. Every case also
+// SoftmaxCrossEntropyLoss(Grad) on bf16/f16 scores, LayerNormalization with
+// a 16-bit Y, LayerNormalizationGrad with a 16-bit dY and AccumulateGrad of a
+// 16-bit gradient are also checked bit for bit against the GPU's f32 kernels
+// on the widened operands (the Y rounded once). Every case also
 // checks that no kernel ran through the host fallback. Skipped without a
 // GPU (the CudaNoDevice tests run everywhere).
 //
@@ -316,6 +318,136 @@ TEST_F(CudaLowPrecision, SoftmaxCrossEntropyOnLowScores) {
   EXPECT_FALSE(s.isOk());
 }
 
+// LayerNormalization with a 16-bit Y (graph-cast-motion rule 9): on the GPU,
+// bit for bit the f32 kernel's Y rounded once (the statistics stay f32 and
+// equal); against the CPU kernel (double statistics) within one rounding.
+TEST_F(CudaLowPrecision, LayerNormWritesLowY) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape x;
+    bool bias;
+  };
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    for (const Case &c : {Case{{64, 768}, true}, Case{{2, 3, 37}, false}}) {
+      SCOPED_TRACE(shapeToString(c.x) + " " + dtypeName(t));
+      int64_t len = c.x.back();
+      Shape stats = c.x;
+      stats.back() = 1;
+      std::vector<float> xv = pseudoRandom(numElements(c.x), 190);
+      for (float &v : xv)
+        v = 3.0f + 2.0f * v;
+      Arr x = Arr::f(c.x, xv), scale = Arr::rand({len}, 191, 0.5f), bias = Arr::rand({len}, 192);
+      for (size_t k = 0; k < scale.bytes.size() / 4; ++k)
+        reinterpret_cast<float *>(scale.bytes.data())[k] += 1.0f;
+      std::vector<Arr> ins = {x, scale};
+      if (c.bias)
+        ins.push_back(bias);
+      auto attrs = [](program::Kernel &k) { setFloat(k, "epsilon", 1e-3f); };
+      std::vector<Arr> ref = {Arr::out(c.x), Arr::out(stats), Arr::out(stats)};
+      std::vector<Arr> low = {Arr::out(c.x, t), Arr::out(stats), Arr::out(stats)};
+      std::vector<Arr> yOnly = {Arr::out(c.x, t)};
+      Status s = runOn("cuda:0", registry, "LayerNormalization", ins, ref, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      s = runOn("cuda:0", registry, "LayerNormalization", ins, low, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      s = runOn("cuda:0", registry, "LayerNormalization", ins, yOnly, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      Arr expected = roundedTo(ref[0], t);
+      EXPECT_EQ(firstDifference(low[0], expected), -1) << "Y";
+      EXPECT_EQ(firstDifference(yOnly[0], expected), -1) << "Y alone";
+      EXPECT_EQ(firstDifference(low[1], ref[1]), -1) << "mean";
+      EXPECT_EQ(firstDifference(low[2], ref[2]), -1) << "inverse std";
+      // Y is about unit-sized: one rounding of the 16-bit type, plus the f32
+      // statistics' error near zero.
+      compare("LayerNormalization", ins, {Arr::out(c.x, t)}, attrs, rtolOf(t), 1e-4);
+    }
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+// LayerNormalizationGrad on a 16-bit dY (rule 10): on the GPU, bit for bit
+// the f32 kernel on the widened dY (rows <= 64: one chunk of the column
+// sums, so dScale and dB are summed in one order); against the CPU within
+// f32 summation error.
+TEST_F(CudaLowPrecision, LayerNormGradReadsLowDY) {
+  REQUIRE_GPU();
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    for (const Shape &shape : {Shape{64, 768}, Shape{2, 3, 37}}) {
+      SCOPED_TRACE(shapeToString(shape) + " " + dtypeName(t));
+      int64_t len = shape.back();
+      std::vector<float> xv = pseudoRandom(numElements(shape), 193);
+      for (float &v : xv)
+        v = 3.0f + 2.0f * v;
+      Arr x = Arr::f(shape, xv), scale = Arr::rand({len}, 194, 0.5f);
+      for (size_t k = 0; k < scale.bytes.size() / 4; ++k)
+        reinterpret_cast<float *>(scale.bytes.data())[k] += 1.0f;
+      Arr dy = randLow(t, shape, 195), dyw = widened(dy);
+      auto attrs = [](program::Kernel &k) { setFloat(k, "epsilon", 1e-3f); };
+      std::vector<Arr> ref = {Arr::out(shape), Arr::out({len}), Arr::out({len})};
+      std::vector<Arr> low = ref;
+      Status s = runOn("cuda:0", registry, "LayerNormalizationGrad", {dyw, x, scale}, ref, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      s = runOn("cuda:0", registry, "LayerNormalizationGrad", {dy, x, scale}, low, attrs);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      EXPECT_EQ(firstDifference(low[0], ref[0]), -1) << "dX";
+      EXPECT_EQ(firstDifference(low[1], ref[1]), -1) << "dScale";
+      EXPECT_EQ(firstDifference(low[2], ref[2]), -1) << "dB";
+      // dScale and dB sum up to 64 rows of values in [-1, 1].
+      compare("LayerNormalizationGrad", {dy, x, scale},
+              {Arr::out(shape), Arr::out({len}), Arr::out({len})}, attrs, 1e-4, 1e-4);
+    }
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+// AccumulateGrad of a 16-bit gradient into an f32 total (rule 11) over two
+// micro-batches (micro-batch 0 overwrites a stale total, 1 adds): the same
+// f32 bits as for the widened gradient, on the GPU and on the CPU.
+TEST_F(CudaLowPrecision, AccumulateGradReadsLowGrad) {
+  REQUIRE_GPU();
+  auto accumulate = [&](const std::string &device, const Arr &g0,
+                        const Arr &g1) -> StatusOr<std::vector<char>> {
+    ProgramBuilder b;
+    uint32_t g = b.addValue("g", g0.dtype, g0.shape, program::ROLE_INPUT);
+    uint32_t total = b.addValue("total", program::DTYPE_F32, g0.shape, program::ROLE_GRADIENT);
+    program::Kernel &k = b.addKernel("AccumulateGrad", {g}, {total});
+    k.set_name("acc");
+    setInt(k, "micro_batches", 2);
+    for (int mb = 0; mb < 2; ++mb) {
+      b.addRunStep({0});
+      b.get().mutable_steps(mb)->set_micro_batch(mb);
+    }
+    b.get().set_device(device);
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec, Executor::create(b.get(), registry));
+    STRAIT_ASSIGN_OR_RETURN(Tensor gt, exec->getValue(g));
+    STRAIT_ASSIGN_OR_RETURN(Tensor tt, exec->getValue(total));
+    std::vector<float> stale(numElements(g0.shape), 100.0f);
+    std::memcpy(tt.data, stale.data(), stale.size() * 4);
+    std::memcpy(gt.data, g0.bytes.data(), g0.bytes.size());
+    STRAIT_RETURN_IF_ERROR(exec->runStep(0));
+    std::memcpy(gt.data, g1.bytes.data(), g1.bytes.size());
+    STRAIT_RETURN_IF_ERROR(exec->runStep(1));
+    return std::vector<char>(tt.as<char>(), tt.as<char>() + tt.byteSize());
+  };
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    Arr g0 = randLow(t, {1000, 3}, 196), g1 = randLow(t, {1000, 3}, 197);
+    StatusOr<std::vector<char>> ref = accumulate("cuda:0", widened(g0), widened(g1));
+    ASSERT_TRUE(ref.isOk()) << ref.getStatus().toString();
+    StatusOr<std::vector<char>> gpu = accumulate("cuda:0", g0, g1);
+    ASSERT_TRUE(gpu.isOk()) << gpu.getStatus().toString();
+    StatusOr<std::vector<char>> cpu = accumulate("cpu", g0, g1);
+    ASSERT_TRUE(cpu.isOk()) << cpu.getStatus().toString();
+    EXPECT_TRUE(*gpu == *ref);
+    EXPECT_TRUE(*gpu == *cpu);
+    // Not vacuous: the mean of the two micro-batches, not the last one.
+    float first;
+    std::memcpy(&first, gpu->data(), 4);
+    EXPECT_FLOAT_EQ(first, static_cast<float>((g0.at(0) + g1.at(0)) / 2));
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
 // Runs everywhere: the checks of a 16-bit convolution (an f32 view of its
 // operands through the shared argument checks) see the kernel's attributes
 // and the real data, and reject mixed or unsupported types.
@@ -451,4 +583,36 @@ TEST(CudaNoDevice, LowPrecisionSoftmaxCrossEntropyIsNative) {
   EXPECT_NE(no.reason.find("scores are f64"), std::string::npos) << no.reason;
   EXPECT_TRUE(cuda::nativeSupport({&loss, {cuda::OperandType{true, F32, {4, 7}}, labels, absent},
                                    {scalar}}).native);
+}
+
+// LayerNormalization (16-bit Y), LayerNormalizationGrad (16-bit dY) and
+// AccumulateGrad (16-bit grad) run natively with their other operands f32;
+// 16-bit operands elsewhere are not the kernels'.
+TEST(CudaNoDevice, LowPrecisionNormAndAccumulateAreNative) {
+  program::Kernel norm, grad, acc;
+  norm.set_op("LayerNormalization");
+  grad.set_op("LayerNormalizationGrad");
+  acc.set_op("AccumulateGrad");
+  const DType F32 = program::DTYPE_F32;
+  cuda::OperandType x{true, F32, {4, 8}}, s{true, F32, {8}}, stat{true, F32, {4, 1}};
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    cuda::OperandType y{true, t, {4, 8}}, lowS{true, t, {8}};
+    EXPECT_TRUE(cuda::nativeSupport({&norm, {x, s, s}, {y}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&norm, {x, s}, {y, stat, stat}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&grad, {y, x, s}, {x, s, s}}).native);
+    EXPECT_TRUE(cuda::nativeSupport({&acc, {y}, {x}}).native);
+    // A 16-bit X, scale, dX or total is not the kernels'.
+    EXPECT_FALSE(cuda::nativeSupport({&norm, {y, s, s}, {y}}).native);
+    EXPECT_FALSE(cuda::nativeSupport({&norm, {x, lowS, s}, {y}}).native);
+    EXPECT_FALSE(cuda::nativeSupport({&grad, {y, y, s}, {x, s, s}}).native);
+    EXPECT_FALSE(cuda::nativeSupport({&grad, {y, x, s}, {y, s, s}}).native);
+    cuda::NativeSupport no = cuda::nativeSupport({&acc, {y}, {y}});
+    EXPECT_FALSE(no.native);
+    EXPECT_NE(no.reason.find("output 0 is " + std::string(dtypeName(t))), std::string::npos)
+        << no.reason;
+  }
+  EXPECT_TRUE(cuda::nativeSupport({&acc, {x}, {x}}).native);
+  cuda::OperandType x64{true, program::DTYPE_F64, {4, 8}};
+  EXPECT_FALSE(cuda::nativeSupport({&acc, {x64}, {x64}}).native);
 }

@@ -470,6 +470,205 @@ TEST(Kernels, LowPrecisionSoftmaxCrossEntropyDtypeErrors) {
   EXPECT_NE(st.getMessage().find("scores of dtype"), std::string::npos) << st.toString();
 }
 
+// --- LayerNormalization's 16-bit Y, LayerNormalizationGrad's 16-bit dY and
+// AccumulateGrad's 16-bit grad (graph-cast-motion rules 9-11): bit for bit
+// the f32 kernels with the Cast kernel before (dY, grad) or after (Y) -----
+
+namespace {
+
+/// `v` in a new f32 tensor of `shape`.
+OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v) {
+  OwnedTensor t(program::DTYPE_F32, shape);
+  std::copy(v.begin(), v.end(), t.tensor.as<float>());
+  return t;
+}
+
+/// Elements whose f32 value the 16-bit `low` (widened) does not hold.
+int64_t roundedCount(const Tensor &f32, const Tensor &low) {
+  OwnedTensor back = castTo(low, program::DTYPE_F32);
+  int64_t n = 0;
+  for (int64_t i = 0; i < f32.numel(); ++i)
+    n += back.tensor.as<float>()[i] != f32.as<float>()[i];
+  return n;
+}
+
+struct NormCase {
+  const char *name;
+  Shape x, scale;
+  int64_t axis;
+  bool bias;
+};
+
+/// Rows offset by 3 with spread 2: Y has values every 16-bit type rounds.
+std::vector<float> normInput(const Shape &shape, uint32_t seed) {
+  std::vector<float> v = pseudoRandom(numElements(shape), seed);
+  for (float &x : v)
+    x = 3.0f + 2.0f * x;
+  return v;
+}
+
+/// The CPU kernel `op` in micro-batch `mb` (AccumulateGrad reads it).
+Status runCpuInMicroBatch(const program::Kernel &k, std::vector<const Tensor *> ins,
+                          std::vector<Tensor *> outs, int mb) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(k));
+  KernelContext ctx(k, std::move(ins), std::move(outs));
+  ctx.setMicroBatch(mb);
+  return fn(ctx);
+}
+
+} // namespace
+
+TEST(Kernels, LowPrecisionLayerNormEqualsCastOfF32) {
+  const NormCase cases[] = {{"rows_bias", {5, 37}, {37}, -1, true},
+                            {"two_dims_no_bias", {3, 2, 8}, {2, 8}, 1, false},
+                            {"broadcast_scale", {3, 2, 8}, {8}, -2, true}};
+  for (DType low : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    for (const NormCase &c : cases) {
+      SCOPED_TRACE(std::string(c.name) + (low == program::DTYPE_BF16 ? " bf16" : " f16"));
+      OwnedTensor x = f32Tensor(c.x, normInput(c.x, 71));
+      std::vector<float> sv = pseudoRandom(numElements(c.scale), 72), bv = pseudoRandom(numElements(c.scale), 73);
+      for (float &v : sv)
+        v += 1.5f;
+      OwnedTensor scale = f32Tensor(c.scale, sv), bias = f32Tensor(c.scale, bv);
+      std::vector<const Tensor *> ins = {&x.tensor, &scale.tensor};
+      if (c.bias)
+        ins.push_back(&bias.tensor);
+      auto attrs = [&](program::Kernel &k) {
+        setInt(k, "axis", c.axis);
+        setFloat(k, "epsilon", 1e-3f);
+      };
+      Shape stats = c.x;
+      int64_t rank = static_cast<int64_t>(c.x.size());
+      for (int64_t d = c.axis < 0 ? c.axis + rank : c.axis; d < rank; ++d)
+        stats[d] = 1;
+      OwnedTensor ref(program::DTYPE_F32, c.x), refMean(program::DTYPE_F32, stats),
+          refInv(program::DTYPE_F32, stats);
+      runOp("LayerNormalization", ins, {&ref.tensor, &refMean.tensor, &refInv.tensor}, attrs);
+      OwnedTensor y(low, c.x), mean(program::DTYPE_F32, stats), inv(program::DTYPE_F32, stats);
+      runOp("LayerNormalization", ins, {&y.tensor, &mean.tensor, &inv.tensor}, attrs);
+      OwnedTensor expected = castTo(ref.tensor, low);
+      EXPECT_TRUE(sameBytes(y.tensor, expected.tensor));
+      // The statistics stay f32 and are the f32 kernel's.
+      EXPECT_TRUE(sameBytes(mean.tensor, refMean.tensor));
+      EXPECT_TRUE(sameBytes(inv.tensor, refInv.tensor));
+      // Y alone (no statistics), and a comparison that is not vacuous.
+      OwnedTensor yOnly(low, c.x);
+      runOp("LayerNormalization", ins, {&yOnly.tensor}, attrs);
+      EXPECT_TRUE(sameBytes(yOnly.tensor, expected.tensor));
+      EXPECT_GT(roundedCount(ref.tensor, expected.tensor), ref.tensor.numel() / 2);
+    }
+  }
+}
+
+TEST(Kernels, LowPrecisionLayerNormGradEqualsF32OfCast) {
+  for (DType low : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    for (Shape shape : {Shape{6, 37}, Shape{2, 3, 16}}) {
+      SCOPED_TRACE(shapeToString(shape) + (low == program::DTYPE_BF16 ? " bf16" : " f16"));
+      int64_t len = shape.back();
+      OwnedTensor x = f32Tensor(shape, normInput(shape, 81));
+      std::vector<float> sv = pseudoRandom(len, 82);
+      for (float &v : sv)
+        v += 1.5f;
+      OwnedTensor scale = f32Tensor({len}, sv);
+      OwnedTensor dy32 = f32Tensor(shape, pseudoRandom(numElements(shape), 83));
+      OwnedTensor dy = castTo(dy32.tensor, low);                    // the 16-bit dY
+      OwnedTensor dyw = castTo(dy.tensor, program::DTYPE_F32);      // Cast(T -> f32)
+      ASSERT_GT(roundedCount(dy32.tensor, dy.tensor), 0);
+      auto attrs = [](program::Kernel &k) { setFloat(k, "epsilon", 1e-3f); };
+      OwnedTensor rdx(program::DTYPE_F32, shape), rds(program::DTYPE_F32, {len}),
+          rdb(program::DTYPE_F32, {len});
+      runOp("LayerNormalizationGrad", {&dyw.tensor, &x.tensor, &scale.tensor},
+            {&rdx.tensor, &rds.tensor, &rdb.tensor}, attrs);
+      OwnedTensor dx(program::DTYPE_F32, shape), ds(program::DTYPE_F32, {len}),
+          db(program::DTYPE_F32, {len});
+      runOp("LayerNormalizationGrad", {&dy.tensor, &x.tensor, &scale.tensor},
+            {&dx.tensor, &ds.tensor, &db.tensor}, attrs);
+      EXPECT_TRUE(sameBytes(dx.tensor, rdx.tensor));
+      EXPECT_TRUE(sameBytes(ds.tensor, rds.tensor));
+      EXPECT_TRUE(sameBytes(db.tensor, rdb.tensor));
+      // The rounding of dY shows in dX: the f32 dY's gradient differs.
+      OwnedTensor fdx(program::DTYPE_F32, shape), fds(program::DTYPE_F32, {len}),
+          fdb(program::DTYPE_F32, {len});
+      runOp("LayerNormalizationGrad", {&dy32.tensor, &x.tensor, &scale.tensor},
+            {&fdx.tensor, &fds.tensor, &fdb.tensor}, attrs);
+      EXPECT_FALSE(sameBytes(fdx.tensor, rdx.tensor));
+    }
+  }
+}
+
+TEST(Kernels, LowPrecisionAccumulateGradEqualsF32OfCast) {
+  for (DType low : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(low == program::DTYPE_BF16 ? "bf16" : "f16");
+    program::Kernel k;
+    k.set_op("AccumulateGrad");
+    setInt(k, "micro_batches", 3);
+    Shape shape{7, 5};
+    // A stale accumulator that micro-batch 0 overwrites.
+    OwnedTensor ref(program::DTYPE_F32, shape), total(program::DTYPE_F32, shape);
+    std::fill(ref.tensor.as<float>(), ref.tensor.as<float>() + 35, 100.0f);
+    std::fill(total.tensor.as<float>(), total.tensor.as<float>() + 35, -7.0f);
+    for (int mb = 0; mb < 3; ++mb) {
+      SCOPED_TRACE("micro-batch " + std::to_string(mb));
+      std::vector<float> gv = pseudoRandom(35, 91 + mb);
+      for (float &v : gv)
+        v *= 3.0f + mb;
+      OwnedTensor g32 = f32Tensor(shape, gv);
+      OwnedTensor g = castTo(g32.tensor, low);
+      OwnedTensor gw = castTo(g.tensor, program::DTYPE_F32);
+      ASSERT_GT(roundedCount(g32.tensor, g.tensor), 0);
+      Status st = runCpuInMicroBatch(k, {&gw.tensor}, {&ref.tensor}, mb);
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      st = runCpuInMicroBatch(k, {&g.tensor}, {&total.tensor}, mb);
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      EXPECT_TRUE(sameBytes(total.tensor, ref.tensor));
+    }
+    // Micro-batch checks as for an f32 grad.
+    OwnedTensor g(low, shape);
+    Status st = runCpuInMicroBatch(k, {&g.tensor}, {&total.tensor}, -1);
+    ASSERT_FALSE(st.isOk());
+    EXPECT_NE(st.getMessage().find("micro_batch set"), std::string::npos) << st.toString();
+    st = runCpuInMicroBatch(k, {&g.tensor}, {&total.tensor}, 3);
+    ASSERT_FALSE(st.isOk());
+    EXPECT_NE(st.getMessage().find("micro_batch 3 >= micro_batches 3"), std::string::npos)
+        << st.toString();
+  }
+}
+
+TEST(Kernels, LowPrecisionNormAndAccumulateDtypeErrors) {
+  OwnedTensor x(program::DTYPE_F32, {2, 3}), s(program::DTYPE_F32, {3});
+  std::fill(s.tensor.as<float>(), s.tensor.as<float>() + 3, 1.0f);
+  OwnedTensor dx(program::DTYPE_F32, {2, 3}), ds(program::DTYPE_F32, {3}), db(program::DTYPE_F32, {3});
+  program::Kernel grad;
+  grad.set_op("LayerNormalizationGrad");
+  OwnedTensor idy(program::DTYPE_I32, {2, 3});
+  Status st = runCpu(grad, {&idy.tensor, &x.tensor, &s.tensor},
+                     {&dx.tensor, &ds.tensor, &db.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("dY of dtype i32[2x3]"), std::string::npos) << st.toString();
+  // A 16-bit Y needs an f32 X: an i32 Y is not a rounding of it.
+  program::Kernel norm;
+  norm.set_op("LayerNormalization");
+  OwnedTensor iy(program::DTYPE_I32, {2, 3});
+  st = runCpu(norm, {&x.tensor, &s.tensor}, {&iy.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("output 0 is declared i32[2x3]"), std::string::npos)
+      << st.toString();
+  // AccumulateGrad: an f64 grad is unsupported; a bf16 grad's total is f32.
+  program::Kernel acc;
+  acc.set_op("AccumulateGrad");
+  OwnedTensor g64(program::DTYPE_F64, {3}), t64(program::DTYPE_F64, {3});
+  st = runCpu(acc, {&g64.tensor}, {&t64.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("grad of dtype f64[3]"), std::string::npos) << st.toString();
+  OwnedTensor g16(program::DTYPE_BF16, {3}), t16(program::DTYPE_BF16, {3});
+  st = runCpu(acc, {&g16.tensor}, {&t16.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("output 0 is declared bf16[3] but the op computes f32[3]"),
+            std::string::npos)
+      << st.toString();
+}
+
 // --- The conv / pool window (rt::convWindow and rt::walkWindow, shared by
 // the CPU and CUDA backends) ----------------------------------------------
 

@@ -7,7 +7,9 @@
 // BatchNormalizationGrad, SoftmaxCrossEntropyLossGrad, GatherGrad, SliceGrad,
 // AccumulateGrad, ClipByGlobalNorm and SGD. (Conv and pooling gradients are
 // in Conv.cpp, AdamW in Training.cpp.) All f32, except that
-// SoftmaxCrossEntropyLossGrad also takes bf16 / f16 scores.
+// SoftmaxCrossEntropyLossGrad also takes bf16 / f16 scores, and
+// LayerNormalizationGrad's dY and AccumulateGrad's grad may be bf16 / f16
+// (widened on load: the results are the f32 kernel's on Cast(to f32)).
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -130,8 +132,13 @@ Status geluGradKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// X and Scale f32; dY f32, or bf16 / f16 (each row widened exactly into a
+/// scratch row that the f32 code then reads: bit for bit the f32 kernel on
+/// Cast(to f32)(dY)). dX, dScale and dB f32.
 Status layerNormGradKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0));
+  if (dy->dtype != program::DTYPE_F32 && !isLowFloat(dy->dtype))
+    return ctx.unsupported("dY of dtype " + dy->typeString() + " (expected f32, bf16 or f16)");
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
@@ -148,8 +155,15 @@ Status layerNormGradKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, scale->shape, x->dtype));
   std::vector<double> dScale(len, 0), dBias(len, 0);
   const float *s = scale->as<float>();
+  bool lowDY = dy->dtype != program::DTYPE_F32;
+  std::vector<float> wideRow(lowDY ? len : 0);
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xi = x->as<float>() + r * len, *gi = dy->as<float>() + r * len;
+    const float *xi = x->as<float>() + r * len, *gi = wideRow.data();
+    if (lowDY)
+      for (int64_t i = 0; i < len; ++i)
+        wideRow[i] = lowToFloat(dy->dtype, dy->as<uint16_t>()[r * len + i]);
+    else
+      gi = dy->as<float>() + r * len;
     double mean = 0, var = 0;
     for (int64_t i = 0; i < len; ++i)
       mean += xi[i];
@@ -440,9 +454,45 @@ Status sliceGradKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// AccumulateGrad's operands for a bf16 / f16 grad (f32 total): the checks
+/// of accumulateGradArgs (KernelArgs.cpp), which takes an f32 grad only.
+StatusOr<AccumulateGradArgs> lowAccumulateGradArgs(const KernelContext &ctx) {
+  AccumulateGradArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
+  if (mbs < 1)
+    return ctx.error("micro_batches must be positive");
+  int mb = ctx.getMicroBatch();
+  if (mbs > 1 && mb < 0)
+    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
+                     " micro-batches must run in a step with micro_batch set");
+  if (mb >= mbs)
+    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
+                     std::to_string(mbs));
+  STRAIT_ASSIGN_OR_RETURN(a.total, ctx.requireOutput(0, a.grad->shape, program::DTYPE_F32));
+  a.scale = 1.0f / static_cast<float>(mbs);
+  a.first = mb <= 0;
+  return a;
+}
+
 /// total = mean over micro-batches: overwritten by micro-batch 0, added to
-/// by the others (Step.micro_batch tells which).
+/// by the others (Step.micro_batch tells which). total is f32; grad f32, or
+/// bf16 / f16 widened exactly on load (the f32 kernel on Cast(to f32)(grad)).
 Status accumulateGradKernel(KernelContext &ctx) {
+  const Tensor *in = ctx.input(0);
+  if (in && in->dtype != program::DTYPE_F32) {
+    if (!isLowFloat(in->dtype))
+      return ctx.unsupported("grad of dtype " + in->typeString() + " (expected f32, bf16 or f16)");
+    STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, lowAccumulateGradArgs(ctx));
+    const uint16_t *g = a.grad->as<uint16_t>();
+    float *total = a.total->as<float>();
+    DType low = a.grad->dtype;
+    parallelFor(a.grad->numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        total[i] = (a.first ? 0.0f : total[i]) + lowToFloat(low, g[i]) * a.scale;
+    });
+    return Status::ok();
+  }
   STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
   const float *g = a.grad->as<float>();
   float *total = a.total->as<float>();

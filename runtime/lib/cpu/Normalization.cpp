@@ -2,14 +2,16 @@
 //
 // Softmax, LogSoftmax, Hardmax, LayerNormalization, RMSNormalization (and
 // its gradient), BatchNormalization (inference and training mode) and
-// InstanceNormalization, all f32,
-// parallel over independent rows / channels, accumulating in double.
+// InstanceNormalization, all f32 (LayerNormalization's Y also bf16 / f16:
+// the f32 row rounded once), parallel over independent rows / channels,
+// accumulating in double.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
 #include "RowMath.h"
 
 #include <cmath>
+#include <vector>
 
 namespace strait {
 namespace rt {
@@ -122,6 +124,9 @@ int64_t broadcastIndex(int64_t i, const Shape &shape, const std::vector<int64_t>
   return off;
 }
 
+/// X, Scale and B f32; Y f32, or bf16 / f16: each row is computed in f32 by
+/// the same code (into a scratch row) and rounded once to nearest even, so Y
+/// is Cast(to T) of the f32 kernel's Y, bit for bit.
 Status layerNormKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
@@ -129,7 +134,10 @@ Status layerNormKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
   STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
   STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  DType yType = ctx.output(0) && isLowFloat(ctx.output(0)->dtype) ? ctx.output(0)->dtype
+                                                                   : x->dtype;
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, yType));
+  bool lowY = yType != x->dtype;
   Shape normShape(x->shape.begin() + axis, x->shape.end());
   int64_t len = numElements(normShape), rows = x->numel() / std::max<int64_t>(len, 1);
   STRAIT_ASSIGN_OR_RETURN(Shape sb, broadcastShapes(ctx, scale->shape, normShape));
@@ -149,9 +157,10 @@ Status layerNormKernel(KernelContext &ctx) {
   std::vector<int64_t> sstr = broadcastStrides(scale->shape, normShape);
   bool denseScale = scale->numel() == len;
   parallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
+    std::vector<float> lowRow(lowY ? len : 0);
     for (int64_t r = r0; r < r1; ++r) {
       const float *in = x->as<float>() + r * len;
-      float *out = y->as<float>() + r * len;
+      float *out = lowY ? lowRow.data() : y->as<float>() + r * len;
       // Shifted by the first element: the sums stay small when the row's
       // mean is large against its spread.
       float shift = len > 0 ? in[0] : 0.0f;
@@ -173,6 +182,11 @@ Status layerNormKernel(KernelContext &ctx) {
         int64_t si = broadcastIndex(i, normShape, sstr);
         float v = static_cast<float>((in[i] - mean) * inv) * scale->as<float>()[si];
         out[i] = bias ? v + bias->as<float>()[si] : v;
+      }
+      if (lowY) {
+        uint16_t *low = y->as<uint16_t>() + r * len;
+        for (int64_t i = 0; i < len; ++i)
+          low[i] = floatToLow(yType, out[i]);
       }
       if (meanOut)
         meanOut->as<float>()[r] = static_cast<float>(mean);

@@ -92,14 +92,17 @@ void launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t le
                    int64_t inner, cudaStream_t s);
 void launchSoftmaxGrad(bool log, const float *dy, const float *y, float *dx, int64_t outer,
                        int64_t len, int64_t inner, cudaStream_t s);
-/// Rows of `len` elements; mean / invStd may be null.
-void launchLayerNorm(const float *x, const float *scale, const float *bias, float *y,
+/// Rows of `len` elements; mean / invStd may be null. y of type `yType`:
+/// f32, or bf16 / f16 (the f32 value rounded once to nearest even); false
+/// (nothing launched) for another type.
+bool launchLayerNorm(const float *x, const float *scale, const float *bias, ET yType, void *y,
                      float *mean, float *invStd, int64_t rows, int64_t len, float eps,
                      cudaStream_t s);
 /// dX per row; dScale, dBias (zeroed by the launcher) accumulated over rows.
-/// `stats` is scratch of 2 * rows floats.
-void launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx,
-                         float *dScale, float *dBias, float *stats, int64_t rows,
+/// dy of type `dyType`: f32, or bf16 / f16 widened on load; false (nothing
+/// launched) for another type. `stats` is scratch of 2 * rows floats.
+bool launchLayerNormGrad(ET dyType, const void *dy, const float *x, const float *scale,
+                         float *dx, float *dScale, float *dBias, float *stats, int64_t rows,
                          int64_t len, float eps, cudaStream_t s);
 
 /// RMSNormalization over rows of `len` elements (scale dense over a row).
@@ -146,6 +149,10 @@ void launchSgd(const float *lr, const float *p, const float *g, const float *v, 
                cudaStream_t s);
 /// total = (first ? 0 : total) + g * f.
 void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,
+                      cudaStream_t s);
+/// The same for g of type `gType` (f32, or bf16 / f16 widened on load) and
+/// an f32 total; false (nothing launched) for another type.
+bool launchAccumulate(ET gType, const void *g, float *total, int64_t n, float f, bool first,
                       cudaStream_t s);
 /// *sumSq += sum(g^2) (double accumulator).
 void launchSumSquares(const float *g, int64_t n, double *sumSq, cudaStream_t s);

@@ -96,6 +96,20 @@ std::string sce(const KernelSpec &s) {
   return "";
 }
 
+/// LayerNormalization, LayerNormalizationGrad, AccumulateGrad: floatsF32,
+/// except for one 16-bit operand the kernel converts itself: the
+/// normalization's Y (output 0, rounded once), its gradient's dY (input 0,
+/// widened on load), the accumulation's grad (input 0, widened on load).
+std::string lowIo(const KernelSpec &s) {
+  bool output = s.kernel && s.kernel->op() == "LayerNormalization";
+  KernelSpec f32 = s;
+  std::vector<OperandType> &list = output ? f32.outputs : f32.inputs;
+  if (!list.empty() && list[0].present &&
+      oneOf(list[0].dtype, {program::DTYPE_BF16, program::DTYPE_F16}))
+    list[0].dtype = program::DTYPE_F32;
+  return floatsF32(f32);
+}
+
 std::string anyType(const KernelSpec &) { return ""; }
 
 std::string twoOperands(const KernelSpec &s) {
@@ -240,10 +254,11 @@ const std::map<std::string, Rule> &rules() {
                            "GlobalAveragePool", "MaxPoolGrad", "AveragePoolGrad",
                            "BatchNormalization", "BatchNormalizationTraining",
                            "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
-                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "LayerNormalization",
-                           "LayerNormalizationGrad", "RMSNormalization", "RMSNormalizationGrad",
-                           "AdamW", "SGD", "AccumulateGrad", "ClipByGlobalNorm"})
+                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "RMSNormalization",
+                           "RMSNormalizationGrad", "AdamW", "SGD", "ClipByGlobalNorm"})
       r[op] = floatsF32;
+    for (const char *op : {"LayerNormalization", "LayerNormalizationGrad", "AccumulateGrad"})
+      r[op] = lowIo;
     r["SoftmaxCrossEntropyLoss"] = sce;
     r["SoftmaxCrossEntropyLossGrad"] = sce;
     r["MatMul"] = gemm;

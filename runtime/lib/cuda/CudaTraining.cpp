@@ -5,7 +5,9 @@
 // SGD, AccumulateGrad and ClipByGlobalNorm, with the CPU backend's operand
 // order, attributes and semantics (runtime/lib/cpu/{Normalization,Training,
 // Gradients}.cpp). All f32, except the cross-entropy and its gradient, which
-// also take bf16 / f16 scores (ReduceToShape: bf16 / f16 widened).
+// also take bf16 / f16 scores (ReduceToShape: bf16 / f16 widened), and
+// LayerNormalization's Y, LayerNormalizationGrad's dY and AccumulateGrad's
+// grad, which may be bf16 / f16 (rounded once / widened on load).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -57,6 +59,10 @@ Status softmaxGradKernel(CudaContext &c, KernelContext &ctx, bool log) {
   return Status::ok();
 }
 
+bool isLowFloat(DType t) { return t == program::DTYPE_BF16 || t == program::DTYPE_F16; }
+
+/// X, Scale, B f32; Y f32, or bf16 / f16 (the f32 value rounded once: Cast
+/// of the f32 kernel's Y, bit for bit).
 Status layerNormKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
@@ -64,7 +70,9 @@ Status layerNormKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
   STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
   STRAIT_ASSIGN_OR_RETURN(Rows r, rowsAround(ctx, x->shape, axisAttr, true));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  DType yType = ctx.output(0) && isLowFloat(ctx.output(0)->dtype) ? ctx.output(0)->dtype
+                                                                   : x->dtype;
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, yType));
   if (scale->numel() != r.len || (bias && (bias->numel() != r.len ||
                                            bias->dtype != program::DTYPE_F32)))
     return ctx.unsupported("cuda: scale/bias must be dense over the normalized dims (" +
@@ -82,8 +90,9 @@ Status layerNormKernel(CudaContext &c, KernelContext &ctx, int) {
     STRAIT_ASSIGN_OR_RETURN(Tensor * i, ctx.requireOutput(2, statShape, x->dtype));
     inv = i->as<float>();
   }
-  launchLayerNorm(x->as<float>(), scale->as<float>(), bias ? bias->as<float>() : nullptr,
-                  y->as<float>(), mean, inv, r.outer, r.len, eps, c.stream);
+  if (!launchLayerNorm(x->as<float>(), scale->as<float>(), bias ? bias->as<float>() : nullptr,
+                       elemType(yType), y->data, mean, inv, r.outer, r.len, eps, c.stream))
+    return ctx.unsupported("cuda: Y " + y->typeString() + " (the kernel writes f32, bf16, f16)");
   return Status::ok();
 }
 
@@ -95,9 +104,16 @@ struct NormGradArgs {
   Rows r;
 };
 
-StatusOr<NormGradArgs> normGradArgs(const KernelContext &ctx) {
+/// dY f32, or with `lowDY` also bf16 / f16.
+StatusOr<NormGradArgs> normGradArgs(const KernelContext &ctx, bool lowDY = false) {
   NormGradArgs a;
-  STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));
+  if (lowDY) {
+    STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0));
+    if (a.dy->dtype != program::DTYPE_F32 && !isLowFloat(a.dy->dtype))
+      return ctx.unsupported("cuda: dY " + a.dy->typeString() + " (the kernel takes f32, bf16, f16)");
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(a.dy, ctx.requireInput(0, program::DTYPE_F32));
+  }
   STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(1, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(a.scale, ctx.requireInput(2, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
@@ -106,8 +122,9 @@ StatusOr<NormGradArgs> normGradArgs(const KernelContext &ctx) {
   return a;
 }
 
+/// dY f32, or bf16 / f16 widened on load (the f32 kernel on Cast(to f32)(dY)).
 Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(NormGradArgs a, normGradArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(NormGradArgs a, normGradArgs(ctx, /*lowDY=*/true));
   const Rows &r = a.r;
   if (a.dy->shape != a.x->shape || a.scale->numel() != r.len)
     return ctx.unsupported("dY/X shapes differ or Scale is not dense over the normalized dims");
@@ -115,9 +132,11 @@ Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, a.scale->shape, a.x->dtype));
   STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, a.scale->shape, a.x->dtype));
   STRAIT_ASSIGN_OR_RETURN(void *stats, c.getScratch(2 * sizeof(float) * r.outer));
-  launchLayerNormGrad(a.dy->as<float>(), a.x->as<float>(), a.scale->as<float>(), dx->as<float>(),
-                      ds->as<float>(), db->as<float>(), static_cast<float *>(stats), r.outer,
-                      r.len, a.eps, c.stream);
+  if (!launchLayerNormGrad(elemType(a.dy->dtype), a.dy->data, a.x->as<float>(),
+                           a.scale->as<float>(), dx->as<float>(), ds->as<float>(),
+                           db->as<float>(), static_cast<float *>(stats), r.outer, r.len, a.eps,
+                           c.stream))
+    return ctx.unsupported("cuda: dY " + a.dy->typeString());
   return Status::ok();
 }
 
@@ -304,7 +323,37 @@ Status sgdKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
+/// AccumulateGrad's operands for a bf16 / f16 grad (f32 total): the checks
+/// of accumulateGradArgs (KernelArgs.cpp), which takes an f32 grad only.
+StatusOr<AccumulateGradArgs> lowAccumulateGradArgs(const KernelContext &ctx) {
+  AccumulateGradArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
+  if (mbs < 1)
+    return ctx.error("micro_batches must be positive");
+  int mb = ctx.getMicroBatch();
+  if (mbs > 1 && mb < 0)
+    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
+                     " micro-batches must run in a step with micro_batch set");
+  if (mb >= mbs)
+    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
+                     std::to_string(mbs));
+  STRAIT_ASSIGN_OR_RETURN(a.total, ctx.requireOutput(0, a.grad->shape, program::DTYPE_F32));
+  a.scale = 1.0f / static_cast<float>(mbs);
+  a.first = mb <= 0;
+  return a;
+}
+
+/// grad f32, or bf16 / f16 widened on load into the f32 total.
 Status accumulateGradKernel(CudaContext &c, KernelContext &ctx, int) {
+  const Tensor *in = ctx.input(0);
+  if (in && isLowFloat(in->dtype)) {
+    STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, lowAccumulateGradArgs(ctx));
+    if (!launchAccumulate(elemType(a.grad->dtype), a.grad->data, a.total->as<float>(),
+                          a.grad->numel(), a.scale, a.first, c.stream))
+      return ctx.unsupported("cuda: grad " + a.grad->typeString());
+    return Status::ok();
+  }
   STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
   launchAccumulate(a.grad->as<float>(), a.total->as<float>(), a.grad->numel(), a.scale, a.first,
                    c.stream);

@@ -4,7 +4,9 @@
 // contiguous (inner == 1), one thread per column otherwise. Softmax and the
 // cross-entropy use an online max/sum (one pass for the statistics); the
 // cross-entropy and its gradient also take bf16 / f16 scores (widened on
-// load, f32 math, the gradient rounded once to the scores' type). The
+// load, f32 math, the gradient rounded once to the scores' type), and so do
+// LayerNormalization's Y (bf16 / f16: the f32 value rounded once) and
+// LayerNormalizationGrad's dY (widened on load). The
 // column sums of LayerNormalizationGrad (dScale, dBias) accumulate chunks of
 // rows with atomicAdd; RMSNormalizationGrad's dScale sums per-chunk partials
 // in chunk order (deterministic).
@@ -80,17 +82,19 @@ __device__ inline void rowStats(const float *xr, int64_t len, float eps, float *
   inv = rsqrtf(blockSum(part, shm) / len + eps);
 }
 
-__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y,
+/// Y of type Y: the f32 value rounded once (Cast(to Y) of the f32 kernel's).
+template <typename Y>
+__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, Y *y,
                                 float *mean, float *invStd, int64_t len, float eps) {
   __shared__ float shm[32];
   int64_t row = blockIdx.x;
   const float *xr = x + row * len;
   float mu, inv;
   rowStats(xr, len, eps, shm, mu, inv);
-  float *yr = y + row * len;
+  Y *yr = y + row * len;
   for (int64_t k = threadIdx.x; k < len; k += kBlock) {
     float v = (xr[k] - mu) * inv * scale[k];
-    yr[k] = bias ? v + bias[k] : v;
+    yr[k] = fromF<Y>(bias ? v + bias[k] : v);
   }
   if (threadIdx.x == 0) {
     if (mean)
@@ -100,23 +104,26 @@ __global__ void layerNormKernel(const float *x, const float *scale, const float 
   }
 }
 
-__global__ void layerNormGradRowKernel(const float *dy, const float *x, const float *scale,
+/// dY of type G (f32, or bf16 / f16 widened exactly on load).
+template <typename G>
+__global__ void layerNormGradRowKernel(const G *dy, const float *x, const float *scale,
                                        float *dx, float *stats, int64_t len, float eps) {
   __shared__ float shm[32];
   int64_t row = blockIdx.x;
-  const float *xr = x + row * len, *gr = dy + row * len;
+  const float *xr = x + row * len;
+  const G *gr = dy + row * len;
   float mu, inv;
   rowStats(xr, len, eps, shm, mu, inv);
   float pg = 0.0f, pgx = 0.0f;
   for (int64_t k = threadIdx.x; k < len; k += kBlock) {
-    float gh = gr[k] * scale[k];
+    float gh = toF(gr[k]) * scale[k];
     pg += gh;
     pgx += gh * (xr[k] - mu) * inv;
   }
   float sumG = blockSum(pg, shm), sumGX = blockSum(pgx, shm);
   float *dr = dx + row * len;
   for (int64_t k = threadIdx.x; k < len; k += kBlock) {
-    float xhat = (xr[k] - mu) * inv, gh = gr[k] * scale[k];
+    float xhat = (xr[k] - mu) * inv, gh = toF(gr[k]) * scale[k];
     dr[k] = inv / len * (len * gh - sumG - xhat * sumGX);
   }
   if (threadIdx.x == 0) {
@@ -125,7 +132,8 @@ __global__ void layerNormGradRowKernel(const float *dy, const float *x, const fl
   }
 }
 
-__global__ void layerNormGradColKernel(const float *dy, const float *x, const float *stats,
+template <typename G>
+__global__ void layerNormGradColKernel(const G *dy, const float *x, const float *stats,
                                        float *dScale, float *dBias, int64_t rows, int64_t len,
                                        int64_t chunk) {
   int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -134,7 +142,7 @@ __global__ void layerNormGradColKernel(const float *dy, const float *x, const fl
   int64_t begin = blockIdx.y * chunk, end = min(begin + chunk, rows);
   float ds = 0.0f, db = 0.0f;
   for (int64_t r = begin; r < end; ++r) {
-    float g = dy[r * len + col];
+    float g = toF(dy[r * len + col]);
     ds += g * (x[r * len + col] - stats[2 * r]) * stats[2 * r + 1];
     db += g;
   }
@@ -359,28 +367,61 @@ void launchSoftmaxGrad(bool log, const float *dy, const float *y, float *dx, int
                                                                         inner);
 }
 
-void launchLayerNorm(const float *x, const float *scale, const float *bias, float *y,
+bool launchLayerNorm(const float *x, const float *scale, const float *bias, ET yType, void *y,
                      float *mean, float *invStd, int64_t rows, int64_t len, float eps,
                      cudaStream_t s) {
-  if (rows > 0 && len > 0)
-    layerNormKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, scale, bias, y, mean,
-                                                                   invStd, len, eps);
+  if (yType != ET::F32 && yType != ET::BF16 && yType != ET::F16)
+    return false;
+  if (rows == 0 || len == 0)
+    return true;
+  unsigned grid = static_cast<unsigned>(rows);
+  if (yType == ET::F32)
+    layerNormKernel<float><<<grid, kBlock, 0, s>>>(x, scale, bias, static_cast<float *>(y),
+                                                   mean, invStd, len, eps);
+  else if (yType == ET::BF16)
+    layerNormKernel<__nv_bfloat16><<<grid, kBlock, 0, s>>>(
+        x, scale, bias, static_cast<__nv_bfloat16 *>(y), mean, invStd, len, eps);
+  else
+    layerNormKernel<__half><<<grid, kBlock, 0, s>>>(x, scale, bias, static_cast<__half *>(y),
+                                                    mean, invStd, len, eps);
+  return true;
 }
 
-void launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx,
-                         float *dScale, float *dBias, float *stats, int64_t rows, int64_t len,
-                         float eps, cudaStream_t s) {
-  cudaMemsetAsync(dScale, 0, sizeof(float) * len, s);
-  cudaMemsetAsync(dBias, 0, sizeof(float) * len, s);
-  if (rows == 0 || len == 0)
-    return;
-  layerNormGradRowKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dy, x, scale, dx, stats,
-                                                                        len, eps);
+namespace {
+template <typename G>
+void layerNormGradRows(const G *dy, const float *x, const float *scale, float *dx,
+                       float *dScale, float *dBias, float *stats, int64_t rows, int64_t len,
+                       float eps, cudaStream_t s) {
+  layerNormGradRowKernel<G><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dy, x, scale, dx,
+                                                                           stats, len, eps);
   int64_t colBlocks = (len + kBlock - 1) / kBlock;
   int64_t chunks = std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, 1024 / colBlocks + 1));
   int64_t chunk = (rows + chunks - 1) / chunks;
   dim3 grid(static_cast<unsigned>(colBlocks), static_cast<unsigned>(chunks));
-  layerNormGradColKernel<<<grid, kBlock, 0, s>>>(dy, x, stats, dScale, dBias, rows, len, chunk);
+  layerNormGradColKernel<G><<<grid, kBlock, 0, s>>>(dy, x, stats, dScale, dBias, rows, len,
+                                                    chunk);
+}
+} // namespace
+
+bool launchLayerNormGrad(ET dyType, const void *dy, const float *x, const float *scale,
+                         float *dx, float *dScale, float *dBias, float *stats, int64_t rows,
+                         int64_t len, float eps, cudaStream_t s) {
+  if (dyType != ET::F32 && dyType != ET::BF16 && dyType != ET::F16)
+    return false;
+  cudaMemsetAsync(dScale, 0, sizeof(float) * len, s);
+  cudaMemsetAsync(dBias, 0, sizeof(float) * len, s);
+  if (rows == 0 || len == 0)
+    return true;
+  if (dyType == ET::F32)
+    layerNormGradRows(static_cast<const float *>(dy), x, scale, dx, dScale, dBias, stats, rows,
+                      len, eps, s);
+  else if (dyType == ET::BF16)
+    layerNormGradRows(static_cast<const __nv_bfloat16 *>(dy), x, scale, dx, dScale, dBias,
+                      stats, rows, len, eps, s);
+  else
+    layerNormGradRows(static_cast<const __half *>(dy), x, scale, dx, dScale, dBias, stats, rows,
+                      len, eps, s);
+  return true;
 }
 
 void launchRMSNorm(const float *x, const float *scale, float *y, int64_t rows, int64_t len,

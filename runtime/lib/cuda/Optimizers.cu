@@ -84,8 +84,10 @@ __global__ void sgdKernel(const float *lr, const float *p, const float *g, const
   }
 }
 
-__global__ void accumulateKernel(const float *g, float *total, int64_t n, float f, bool first) {
-  GRID_STRIDE(i, n) { total[i] = (first ? 0.0f : total[i]) + g[i] * f; }
+/// g of type G: f32, or bf16 / f16 widened exactly on load.
+template <typename G>
+__global__ void accumulateKernel(const G *g, float *total, int64_t n, float f, bool first) {
+  GRID_STRIDE(i, n) { total[i] = (first ? 0.0f : total[i]) + toF(g[i]) * f; }
 }
 
 __global__ void sumSquaresKernel(const float *g, int64_t n, double *sumSq) {
@@ -134,7 +136,22 @@ void launchSgd(const float *lr, const float *p, const float *g, const float *v, 
 void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,
                       cudaStream_t s) {
   if (n)
-    accumulateKernel<<<blocksFor(n), kBlock, 0, s>>>(g, total, n, f, first);
+    accumulateKernel<float><<<blocksFor(n), kBlock, 0, s>>>(g, total, n, f, first);
+}
+
+bool launchAccumulate(ET gType, const void *g, float *total, int64_t n, float f, bool first,
+                      cudaStream_t s) {
+  if (gType == ET::F32)
+    launchAccumulate(static_cast<const float *>(g), total, n, f, first, s);
+  else if (gType == ET::BF16 && n)
+    accumulateKernel<__nv_bfloat16><<<blocksFor(n), kBlock, 0, s>>>(
+        static_cast<const __nv_bfloat16 *>(g), total, n, f, first);
+  else if (gType == ET::F16 && n)
+    accumulateKernel<__half><<<blocksFor(n), kBlock, 0, s>>>(static_cast<const __half *>(g),
+                                                             total, n, f, first);
+  else if (gType != ET::BF16 && gType != ET::F16)
+    return false;
+  return true;
 }
 
 void launchSumSquares(const float *g, int64_t n, double *sumSq, cudaStream_t s) {
