@@ -40,6 +40,8 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     train.ignoreIndex = o.ignoreIndex;
     train.returnGradients = o.returnGradients;
     train.stepOutputs = o.stepOutputs;
+    train.padClasses = o.padClasses;
+    train.padClassesMinWork = o.padClassesMinWork;
     train.lr = o.lr;
     train.momentum = o.momentum;
     train.nesterov = o.nesterov;

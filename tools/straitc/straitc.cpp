@@ -114,6 +114,20 @@ cl::opt<std::string> stepOutputs(
     cl::desc("Results of each training step: loss (the loss, and the gradients with "
              "--return-gradients), or all (also the model's outputs, e.g. the logits)"),
     cl::init(kTrain.stepOutputs), cl::cat(trainCat));
+cl::opt<int64_t> padClasses(
+    "pad-classes",
+    cl::desc("Cross-entropy over a product of at least 2^30 multiply-adds (an LM head), with "
+             "the model's outputs dropped: compute the logits with the classes padded to a "
+             "multiple of N (zero weights, -inf bias; the loss and gradients are unchanged) "
+             "so that GPU GEMM rows are 16-byte aligned; 0 never (default 64: GPT-2's 50257 "
+             "-> 50304)"),
+    cl::init(kTrain.padClasses), cl::cat(trainCat));
+// For tests: padding small products too.
+cl::opt<int64_t> padClassesMinWork("pad-classes-min-work",
+                                   cl::desc("--pad-classes only for products of at least "
+                                            "this many multiply-adds (default 2^30)"),
+                                   cl::init(kTrain.padClassesMinWork), cl::Hidden,
+                                   cl::cat(trainCat));
 cl::opt<double> lr("lr", cl::desc("Peak learning rate (the program's lr schedule)"),
                    cl::init(kTrain.lr), cl::cat(trainCat));
 cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(kTrain.momentum),
@@ -350,6 +364,8 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.ignoreIndex = ignoreIndex.getValue();
   popts.returnGradients = returnGradients.getValue();
   popts.stepOutputs = stepOutputs.getValue();
+  popts.padClasses = padClasses.getValue();
+  popts.padClassesMinWork = padClassesMinWork.getValue();
   popts.lr = lr.getValue();
   popts.momentum = momentum.getValue();
   popts.nesterov = nesterov.getValue();
@@ -511,7 +527,8 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions({&straitCat, &trainCat});
   cl::ParseCommandLineOptions(argc, argv, "Strait compiler\n");
   const cl::Option *trainingFlags[] = {
-      &lossOutput, &label, &ignoreIndex, &returnGradients, &stepOutputs, &rematerialize, &lr,
+      &lossOutput, &label, &ignoreIndex, &returnGradients, &stepOutputs, &padClasses, &rematerialize,
+      &lr,
       &momentum,
       &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
       &warmupSteps, &totalSteps, &minLr,

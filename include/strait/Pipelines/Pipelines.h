@@ -81,6 +81,16 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("results of the training step: loss (and the gradients with "
                      "return-gradients), or all (also the model's outputs)"),
       llvm::cl::init(kTrainDefaults.stepOutputs)};
+  Option<int64_t> padClasses{
+      *this, "pad-classes",
+      llvm::cl::desc("cross-entropy over a large product with the outputs dropped: pad "
+                     "the classes to a multiple of this (0: never) for aligned GEMM rows"),
+      llvm::cl::init(kTrainDefaults.padClasses)};
+  Option<int64_t> padClassesMinWork{
+      *this, "pad-classes-min-work",
+      llvm::cl::desc("pad-classes: only products of at least rows x classes x inner "
+                     "multiply-adds"),
+      llvm::cl::init(kTrainDefaults.padClassesMinWork)};
   Option<double> lr{*this, "lr", llvm::cl::desc("peak learning rate"),
                     llvm::cl::init(kTrainDefaults.lr)};
   Option<double> momentum{*this, "momentum", llvm::cl::desc("sgd: momentum"),

@@ -61,6 +61,13 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
            "sgd, adamw, or none (gradients only: no update, no state change)">,
     Option<"returnGradients", "return-gradients", "bool", "false",
            "also return each variable's gradient as a result grad.<name>">,
+    Option<"padClasses", "pad-classes", "int64_t", "64",
+           "cross-entropy on a product's logits with the model outputs dropped: when "
+           "the class count is no multiple of this (0: never) and the product is "
+           "large, compute the logits with the classes padded to a multiple "
+           "(zero weight columns, -inf bias), so every GEMM row is 16-byte aligned">,
+    Option<"padClassesMinWork", "pad-classes-min-work", "int64_t", "1073741824",
+           "pad-classes: only products of at least rows x classes x inner this large">,
     Option<"stepOutputs", "step-outputs", "std::string", "\"loss\"",
            "results of the step: loss (the loss, and the gradients with "
            "return-gradients) or all (also the model's outputs)">,

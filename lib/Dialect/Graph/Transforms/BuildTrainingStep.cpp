@@ -83,6 +83,7 @@ private:
   FailureOr<unsigned> findOutput(func::FuncOp func);
   FailureOr<Value> buildLoss(func::FuncOp func);
   FailureOr<Value> crossEntropy(func::FuncOp func, OpBuilder &b, Value logits);
+  Value paddedScores(OpBuilder &b, Value logits);
   LogicalResult buildUpdates(func::FuncOp func, MutableArrayRef<Param> params);
   Value stateVariable(OpBuilder &b, VariableOp var, StringRef suffix);
   void applyOptimizer(OpBuilder &b, Param &p, Value grad, Value lr, Value step);
@@ -137,6 +138,9 @@ LogicalResult BuildTrainingStep::checkOptions() {
   if (totalSteps < 0 || (totalSteps > 0 && totalSteps <= warmupSteps))
     return bad("total-steps", totalSteps,
                "0 (no decay) or a value > warmup-steps");
+  if (padClasses < 0 || padClasses > (int64_t(1) << 20))
+    return bad("pad-classes", static_cast<double>(padClasses),
+               "0 (never) or a multiple in [1, 2^20]");
   if (nesterov && (optimizer != "sgd" || momentum == 0))
     return module.emitError("graph-build-training-step: nesterov (straitc --nesterov) "
                             "needs optimizer=sgd and momentum > 0");
@@ -264,18 +268,71 @@ FailureOr<Value> BuildTrainingStep::crossEntropy(func::FuncOp func, OpBuilder &b
   ArrayRef<int64_t> shape = type.getShape();
   auto labelType = RankedTensorType::get(shape.drop_back(), b.getI64Type());
   Value labels = addArgument(func, labelType, labelName);
-  Value scores = logits;
-  if (type.getRank() > 2) {
-    int64_t rows = type.getNumElements() / shape.back();
-    scores = b.create<ReshapeOp>(func.getLoc(), logits,
-                                 ArrayRef<int64_t>{rows, shape.back()}, 0);
+  int64_t rows = type.getNumElements() / shape.back();
+  Value scores = paddedScores(b, logits);
+  if (!scores)
+    scores = type.getRank() > 2 ? b.create<ReshapeOp>(func.getLoc(), logits,
+                                                      ArrayRef<int64_t>{rows, shape.back()}, 0)
+                                        .getResult()
+                                : logits;
+  if (type.getRank() > 2)
     labels = b.create<ReshapeOp>(func.getLoc(), labels, ArrayRef<int64_t>{rows}, 0);
-  }
   return b
       .create<SoftmaxCrossEntropyLossOp>(func.getLoc(), scores, labels, Value(),
                                          LossReduction::mean,
                                          b.getI64IntegerAttr(ignoreIndex))
       .getResult();
+}
+
+/// pad-classes: the scores [rows, Vp] of logits = [Cast](MatMul(A [..., K],
+/// B [K, V])) recomputed with the classes padded to Vp, a multiple of
+/// padClasses: Gemm(A as [rows, K], Concat(B, zeros [K, Vp - V]), bias) with
+/// a bias of 0 for the V classes and -inf for the padding, then the same
+/// Cast. The padded classes get probability exp(-inf) = 0, so the loss and
+/// every gradient are those of the V classes (the padded gradient columns
+/// are 0, the padded weight columns' gradient is dropped by Concat's); the
+/// 16-bit rows of the logits, their gradient and the weights are then
+/// 16-byte aligned, which GPU tensor-core GEMMs need (GPT-2's 50257 classes
+/// become 50304). Only when the model outputs are dropped (step-outputs=loss:
+/// the unpadded logits become dead code) and the product is at least
+/// padClassesMinWork; null otherwise.
+Value BuildTrainingStep::paddedScores(OpBuilder &b, Value logits) {
+  if (padClasses <= 0 || stepOutputs != "loss")
+    return {};
+  auto widen = logits.getDefiningOp<CastOp>();
+  Value product = widen ? widen.getInput() : logits;
+  auto mm = product.getDefiningOp<MatMulOp>();
+  if (!mm || (widen && !product.hasOneUse()))
+    return {};
+  auto at = dyn_cast<RankedTensorType>(mm.getA().getType());
+  auto bt = dyn_cast<RankedTensorType>(mm.getB().getType());
+  if (!at || !bt || !at.hasStaticShape() || !bt.hasStaticShape() || bt.getRank() != 2 ||
+      at.getRank() < 2 || at.getElementType() != bt.getElementType() ||
+      !isa<FloatType>(bt.getElementType()))
+    return {};
+  int64_t k = bt.getDimSize(0), v = bt.getDimSize(1), rows = at.getNumElements() / k;
+  if (v % padClasses == 0 || double(rows) * double(v) * double(k) < double(padClassesMinWork))
+    return {};
+  int64_t vp = (v + padClasses - 1) / padClasses * padClasses;
+  auto et = cast<FloatType>(bt.getElementType());
+  Location loc = mm.getLoc();
+  Value a = mm.getA();
+  if (at.getRank() != 2)
+    a = b.create<ReshapeOp>(loc, a, ArrayRef<int64_t>{rows, k}, 0);
+  APFloat zero = APFloat::getZero(et.getFloatSemantics());
+  auto zerosType = RankedTensorType::get({k, vp - v}, et);
+  Value zeros = b.create<ConstantOp>(
+      loc, cast<ElementsAttr>(DenseElementsAttr::get(zerosType, zero)));
+  Value weights = b.create<ConcatOp>(loc, ValueRange{mm.getB(), zeros}, b.getI64IntegerAttr(1));
+  SmallVector<APFloat> bias(v, zero);
+  bias.resize(vp, APFloat::getInf(et.getFloatSemantics(), /*Negative=*/true));
+  Value mask = b.create<ConstantOp>(
+      loc, cast<ElementsAttr>(DenseElementsAttr::get(RankedTensorType::get({vp}, et), bias)));
+  APFloat one(1.0f);
+  Value scores = b.create<GemmOp>(loc, a, weights, mask, one, one, false, false)->getResult(0);
+  if (widen)
+    scores = b.create<CastOp>(loc, scores, widen.getType().getElementType());
+  return scores;
 }
 
 FailureOr<Value> BuildTrainingStep::buildLoss(func::FuncOp func) {
