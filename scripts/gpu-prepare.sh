@@ -8,7 +8,8 @@
 #                 and results of the products, f32 master weights)
 #   small-step-bf16-keep/  the same with --rematerialize=false
 #   tiny-step/    gpt2-tiny training step (8x64), one rank
-#   tiny-step-bf16/  the same with --precision bf16 (flash attention, bf16 GEMMs)
+#   tiny-step-bf16/  the same with --precision bf16 (flash attention, bf16 GEMMs), its
+#                 256 classes padded to 288 as GPT-2's LM head is (--pad-classes)
 #   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
 #   tiny-1gpu/    gpt2-tiny job for a cluster of one H200 (rank 0 on cuda:0)
 #   tiny-2host/   gpt2-tiny in 2 pipeline stages on two hosts of one H200 each
@@ -52,7 +53,8 @@ step=(--rematerialize=true)
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   "${step[@]}" --emit=program -o "$out/tiny-step"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
-  "${step[@]}" --precision bf16 --emit=program -o "$out/tiny-step-bf16"
+  "${step[@]}" --precision bf16 --pad-classes=96 --pad-classes-min-work=0 \
+  --emit=program -o "$out/tiny-step-bf16"
 "$STRAITC" models/digits-cnn/digits-cnn.onnx --input-shape images=32x1x8x8 "${common[@]}" \
   "${step[@]}" --emit=program -o "$out/digits-step"
 

@@ -205,6 +205,77 @@ TEST_F(Cuda, MisalignedLeadingDimsArePadded) {
           {Arr::out({512, 8201})}, {}, 1e-4, 1e-4);
 }
 
+// straitc --pad-classes: an LM head computed over classes padded to a
+// multiple of 64 (zero weight columns, a bias of 0 / -inf), then the loss and
+// its gradient over the padded scores: the padded scores are -inf on both
+// backends, the loss is the CPU's and the padded gradient columns are 0.
+TEST_F(Cuda, PaddedClassesNegInfBias) {
+  REQUIRE_GPU();
+  const int64_t rows = 512, k = 256, v = 8201, vp = 8256;
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F32}) {
+    SCOPED_TRACE(t == program::DTYPE_BF16 ? "bf16" : "f32");
+    bool low = t == program::DTYPE_BF16;
+    Arr a = low ? Arr::randBf16({rows, k}, 120) : Arr::rand({rows, k}, 120);
+    Arr b = low ? Arr::randBf16({k, vp}, 121) : Arr::rand({k, vp}, 121);
+    Arr bias{t, {vp}, {}};
+    bias.bytes.assign(static_cast<size_t>(vp) * (low ? 2 : 4), 0);
+    for (int64_t j = v; j < vp; ++j) {
+      if (low) {
+        uint16_t ninf = 0xFF80;
+        std::memcpy(&bias.bytes[j * 2], &ninf, 2);
+      } else {
+        float ninf = -INFINITY;
+        std::memcpy(&bias.bytes[j * 4], &ninf, 4);
+      }
+    }
+    std::vector<Arr> cpu = {Arr::out({rows, vp}, t)}, gpu = cpu;
+    ASSERT_TRUE(runOn("cpu", registry, "Gemm", {a, b, bias}, cpu, {}).isOk());
+    Status s = runOn("cuda:0", registry, "Gemm", {a, b, bias}, gpu, {});
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    int bad = 0;
+    for (int64_t i = 0; i < rows * vp && bad < 5; ++i) {
+      double c = cpu[0].at(i), g = gpu[0].at(i);
+      bool ok = i % vp >= v ? std::isinf(g) && g < 0
+                            : std::abs(c - g) <= (low ? 1.0 / 128 : 1e-4) * (1 + std::abs(c));
+      if (!ok) {
+        ADD_FAILURE() << "score " << i / vp << "," << i % vp << ": cpu " << c << " cuda " << g;
+        ++bad;
+      }
+    }
+    // The loss and its gradient over the CPU's padded scores.
+    std::vector<int64_t> labels(rows);
+    for (int64_t i = 0; i < rows; ++i)
+      labels[i] = i % 7 == 0 ? -100 : (i * 131) % v;
+    Arr y = Arr::i({rows}, labels);
+    Attrs mean = [](program::Kernel &k) {
+      setString(k, "reduction", "mean");
+      setInt(k, "ignore_index", -100);
+    };
+    std::vector<Arr> lc = {Arr::out({})}, lg = lc;
+    ASSERT_TRUE(runOn("cpu", registry, "SoftmaxCrossEntropyLoss", {cpu[0], y}, lc, mean).isOk());
+    s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLoss", {cpu[0], y}, lg, mean);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    EXPECT_TRUE(std::isfinite(lg[0].at(0)));
+    EXPECT_NEAR(lg[0].at(0), lc[0].at(0), 1e-5 * std::abs(lc[0].at(0)));
+    std::vector<Arr> dc = {Arr::out({rows, vp}, t)}, dg = dc;
+    ASSERT_TRUE(runOn("cpu", registry, "SoftmaxCrossEntropyLossGrad", {Arr::f({}, {1.0f}), cpu[0], y},
+                      dc, mean)
+                    .isOk());
+    s = runOn("cuda:0", registry, "SoftmaxCrossEntropyLossGrad", {Arr::f({}, {1.0f}), cpu[0], y}, dg,
+              mean);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    bad = 0;
+    for (int64_t i = 0; i < rows * vp && bad < 5; ++i) {
+      double c = dc[0].at(i), g = dg[0].at(i);
+      bool ok = i % vp >= v ? g == 0.0 : std::abs(c - g) <= 1e-6 + (low ? 1.0 / 128 : 1e-4) * std::abs(c);
+      if (!ok) {
+        ADD_FAILURE() << "gradient " << i / vp << "," << i % vp << ": cpu " << c << " cuda " << g;
+        ++bad;
+      }
+    }
+  }
+}
+
 TEST_F(Cuda, SoftmaxFamily) {
   REQUIRE_GPU();
   Arr x = Arr::rand({4, 3, 70}, 34, 4.0f), dy = Arr::rand({4, 3, 70}, 35);
