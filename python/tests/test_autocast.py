@@ -286,7 +286,8 @@ def test_digits_cnn_trains_in_bf16(tmp_path):
 def test_cast_motion_is_bit_identical(tmp_path, runs, precision):
     """graph-cast-motion (on by default with --precision bf16 / f16) moves casts through
     layout ops, removes the exact T -> f32 -> T round trips and folds the logits' casts
-    into SoftmaxCrossEntropyLoss(Grad), which then run on the 16-bit logits: 5 AdamW steps
+    into SoftmaxCrossEntropyLoss(Grad), which then run on the 16-bit logits, and the casts
+    around LayerNormalization(Grad) and AccumulateGrad into them: 5 AdamW steps
     of gpt2-tiny give bit-identical losses, last outputs and parameters with the pass on
     and off (--cast-motion=false), and the program with the pass has fewer casts."""
     steps = 5
@@ -317,13 +318,20 @@ def test_cast_motion_is_bit_identical(tmp_path, runs, precision):
                 arrays[os.path.join(os.path.basename(d), f)] = np.load(os.path.join(d, f))
         sce = re.findall(r"graph\.SoftmaxCrossEntropyLoss(?:Grad)? .*: \((.*)\) -> (\S+)$",
                          m.stdout, re.M)
-        results[motion] = (m.stdout.count("graph.Cast "), losses, arrays, sce)
-    (casts_on, losses_on, on, sce_on), (casts_off, losses_off, off, sce_off) = \
-        results["true"], results["false"]
+        # LayerNormalization's result type, LayerNormalizationGrad's dY type, and
+        # AccumulateGrad's grad -> total types (total printed only when it differs).
+        norms = {"ln": re.findall(r"graph\.LayerNormalization .*-> (\S+)$", m.stdout, re.M),
+                 "ln_grad": re.findall(r"graph\.LayerNormalizationGrad .*: \((tensor<[^>]*>),",
+                                       m.stdout, re.M),
+                 "acc": re.findall(r"graph\.AccumulateGrad .*: (tensor<[^>]*>)(?: -> (\S+))?$",
+                                   m.stdout, re.M)}
+        results[motion] = (m.stdout.count("graph.Cast "), losses, arrays, sce, norms)
+    (casts_on, losses_on, on, sce_on, norms_on), (casts_off, losses_off, off, sce_off,
+                                                  norms_off) = results["true"], results["false"]
     print(f"graph.Cast ops: {casts_off} without graph-cast-motion, {casts_on} with; "
           f"losses {losses_on}; loss ops with the pass: {sce_on}")
-    # gpt2-tiny: 86 -> 60 (the attention's Q/K/V/Y chains and their gradients, and the
-    # logits' casts around the loss).
+    # gpt2-tiny, fused: 86 -> 18 (the attention's Q/K/V/Y chains and their gradients, the
+    # logits' casts around the loss, the LayerNorms' and the accumulated gradients').
     assert casts_on < casts_off
     # The step returns only the loss (--step-outputs=loss, the default), so the pass folds
     # the logits' casts into the loss and its gradient: they read the 16-bit logits (the
@@ -333,6 +341,22 @@ def test_cast_motion_is_bit_identical(tmp_path, runs, precision):
     assert low in sce_on[0][0] and sce_on[0][1] == "tensor<f32>", sce_on
     assert low in sce_on[1][0] and sce_on[1][1].endswith(low), sce_on
     assert all(precision not in ins + out for ins, out in sce_off), sce_off
+    # Rules 9-11: every LayerNormalization writes its 16-bit Y for the next product, every
+    # LayerNormalizationGrad reads the 16-bit dY, and the weight and bias gradients of the
+    # products (all but the embeddings' and the norms') accumulate from 16-bit into f32
+    # totals; without the pass all are f32.
+    def low_counts(norms):
+        return (sum(t.endswith(low) for t in norms["ln"]),
+                sum(t.endswith(low) for t in norms["ln_grad"]),
+                sum(g.endswith(low) and total.endswith("xf32>") for g, total in norms["acc"]))
+    ln, ln_grad, acc = low_counts(norms_on)
+    print(f"16-bit with the pass: LayerNormalization Y {ln}/{len(norms_on['ln'])}, "
+          f"LayerNormalizationGrad dY {ln_grad}/{len(norms_on['ln_grad'])}, "
+          f"AccumulateGrad grad {acc}/{len(norms_on['acc'])}")
+    assert ln == len(norms_on["ln"]) > 0, norms_on["ln"]
+    assert ln_grad == len(norms_on["ln_grad"]) == ln, norms_on["ln_grad"]
+    assert acc >= len(norms_on["acc"]) // 2, norms_on["acc"]
+    assert low_counts(norms_off) == (0, 0, 0), norms_off
     assert losses_on == losses_off
     assert sorted(on) == sorted(off) and len(on) > 10
     for name in on:

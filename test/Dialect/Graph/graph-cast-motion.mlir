@@ -364,3 +364,76 @@ func.func @sce_not_exact(%x: tensor<4x5xbf16>, %y: tensor<4xi64>, %dl: tensor<f3
   %c3 = graph.Cast %d3 {to = bf16} : (tensor<4x5xf32>) -> tensor<4x5xbf16>
   return %l, %c, %a, %h, %c3 : tensor<f32>, tensor<4x5xbf16>, tensor<4x5xf32>, tensor<4x5xf16>, tensor<4x5xbf16>
 }
+
+// -----
+
+// A transformer block's LayerNorm feeding a bf16 product, and its backward:
+// the norm writes bf16 Y itself (its cast folds in), the gradient reads the
+// bf16 dY (its widening cast folds in; dX, dScale, dB stay f32), and the
+// weight gradient's widening cast folds into AccumulateGrad (f32 total).
+// CHECK-LABEL: func.func @layer_norm_block
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>, %[[S:.*]]: tensor<8xf32>, %[[B:.*]]: tensor<8xf32>, %[[DY:.*]]: tensor<4x8xbf16>, %[[G:.*]]: tensor<8x8xbf16>)
+// CHECK-NOT: graph.Cast
+// CHECK: %[[Y:.*]] = graph.LayerNormalization %[[X]], %[[S]], %[[B]] {graph.op_id = 0 : i64} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xbf16>
+// CHECK: %[[DX:.*]], %{{.*}}, %{{.*}} = graph.LayerNormalizationGrad %[[DY]], %[[X]], %[[S]] {graph.grad_of = 0 : i64} : (tensor<4x8xbf16>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+// CHECK: %[[T:.*]] = graph.AccumulateGrad %[[G]] for @w {micro_batches = 1 : i64} : tensor<8x8xbf16> -> tensor<8x8xf32>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[Y]], %[[DX]], %[[T]]
+func.func @layer_norm_block(%x: tensor<4x8xf32>, %s: tensor<8xf32>, %b: tensor<8xf32>, %dy: tensor<4x8xbf16>, %g: tensor<8x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xf32>, tensor<8x8xf32>) {
+  %y = graph.LayerNormalization %x, %s, %b {graph.op_id = 0 : i64} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %c = graph.Cast %y {graph.op_id = 1 : i64, to = bf16} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  %w = graph.Cast %dy {graph.grad_of = 1 : i64, to = f32} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %dx:3 = graph.LayerNormalizationGrad %w, %x, %s {graph.grad_of = 0 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %gf = graph.Cast %g {graph.grad_of = 1 : i64, to = f32} : (tensor<8x8xbf16>) -> tensor<8x8xf32>
+  %t = graph.AccumulateGrad %gf for @w {micro_batches = 1 : i64} : tensor<8x8xf32>
+  return %c, %dx#0, %t : tensor<4x8xbf16>, tensor<4x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// An f16 norm read by two products (one cast per use): the duplicate casts
+// merge first, then the norm writes f16.
+// CHECK-LABEL: func.func @layer_norm_two_casts
+// CHECK-NOT: graph.Cast
+// CHECK: %[[Y:.*]] = graph.LayerNormalization {{.*}} -> tensor<4x8xf16>
+// CHECK-NOT: graph.Cast
+// CHECK: return %[[Y]], %[[Y]]
+func.func @layer_norm_two_casts(%x: tensor<4x8xf32>, %s: tensor<8xf32>) -> (tensor<4x8xf16>, tensor<4x8xf16>) {
+  %y = graph.LayerNormalization %x, %s : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %a = graph.Cast %y {to = f16} : (tensor<4x8xf32>) -> tensor<4x8xf16>
+  %b = graph.Cast %y {to = f16} : (tensor<4x8xf32>) -> tensor<4x8xf16>
+  return %a, %b : tensor<4x8xf16>, tensor<4x8xf16>
+}
+
+// -----
+
+// Not rewritten: a norm whose f32 Y is also used in f32 (the Add would read
+// a rounded value), a forward norm cast in the backward (phases differ), and
+// an f64 gradient (only 16-bit widening casts fold). A widening cast with
+// another user stays for it, while the gradient and the accumulation read
+// its bf16 input.
+// CHECK-LABEL: func.func @layer_norm_not_exact
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>, %[[S:.*]]: tensor<8xf32>, %[[DY:.*]]: tensor<4x8xbf16>, %[[G:.*]]: tensor<4x8xf32>)
+// CHECK: %[[Y:.*]] = graph.LayerNormalization %[[X]], %[[S]] : {{.*}} -> tensor<4x8xf32>
+// CHECK: graph.Cast %[[Y]] {to = bf16}
+// CHECK: graph.Add %[[Y]], %[[X]]
+// CHECK: %[[Y2:.*]] = graph.LayerNormalization %[[X]], %[[S]] {graph.op_id = 7 : i64} : {{.*}} -> tensor<4x8xf32>
+// CHECK: graph.Cast %[[Y2]] {graph.grad_of = 7 : i64, to = bf16}
+// CHECK: %[[W:.*]] = graph.Cast %[[DY]] {to = f32}
+// CHECK: graph.LayerNormalizationGrad %[[DY]], %[[X]], %[[S]] : (tensor<4x8xbf16>,
+// CHECK: graph.AccumulateGrad %[[DY]] for @v {micro_batches = 2 : i64} : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK: %[[R:.*]] = graph.Cast %[[G]] {to = f64}
+// CHECK: graph.AccumulateGrad %[[R]] for @u {micro_batches = 1 : i64} : tensor<4x8xf64>{{$}}
+func.func @layer_norm_not_exact(%x: tensor<4x8xf32>, %s: tensor<8xf32>, %dy: tensor<4x8xbf16>, %g: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf64>) {
+  %y = graph.LayerNormalization %x, %s : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %c = graph.Cast %y {to = bf16} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  %a = graph.Add %y, %x : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y2 = graph.LayerNormalization %x, %s {graph.op_id = 7 : i64} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %c2 = graph.Cast %y2 {graph.grad_of = 7 : i64, to = bf16} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  %w = graph.Cast %dy {to = f32} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %dx:3 = graph.LayerNormalizationGrad %w, %x, %s : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %t = graph.AccumulateGrad %w for @v {micro_batches = 2 : i64} : tensor<4x8xf32>
+  %r = graph.Cast %g {to = f64} : (tensor<4x8xf32>) -> tensor<4x8xf64>
+  %u = graph.AccumulateGrad %r for @u {micro_batches = 1 : i64} : tensor<4x8xf64>
+  return %c, %a, %c2, %dx#0, %t, %w, %u : tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf64>
+}

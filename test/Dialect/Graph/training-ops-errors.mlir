@@ -95,3 +95,40 @@ func.func @sce_grad_int_scores(%dl: tensor<i32>, %s: tensor<4x10xi32>, %l: tenso
   %0 = graph.SoftmaxCrossEntropyLossGrad %dl, %s, %l : (tensor<i32>, tensor<4x10xi32>, tensor<4xi64>) -> tensor<4x10xi32>
   return
 }
+
+// -----
+
+// LayerNormalizationGrad: a 16-bit dY needs an f32 X of its shape.
+func.func @layer_norm_grad_low_dy(%dy: tensor<2x3xbf16>, %x: tensor<2x3xf16>, %s: tensor<3xf16>) {
+  // expected-error@+1 {{'graph.LayerNormalizationGrad' op dY type 'tensor<2x3xbf16>' differs from X's 'tensor<2x3xf16>' (a 16-bit dY needs an f32 X of its shape)}}
+  %0:3 = graph.LayerNormalizationGrad %dy, %x, %s : (tensor<2x3xbf16>, tensor<2x3xf16>, tensor<3xf16>) -> (tensor<2x3xf16>, tensor<3xf16>, tensor<3xf16>)
+  return
+}
+
+// -----
+
+// AccumulateGrad: an f32 grad accumulates into f32 (no 16-bit total).
+func.func @accumulate_narrowing(%g: tensor<4xf32>) {
+  // expected-error@+1 {{'graph.AccumulateGrad' op total 'tensor<4xbf16>' must have grad's type 'tensor<4xf32>'}}
+  %t = graph.AccumulateGrad %g for @w {micro_batches = 1 : i64} : tensor<4xf32> -> tensor<4xbf16>
+  return
+}
+
+// -----
+
+// AccumulateGrad: a 16-bit grad's f32 total keeps its shape.
+func.func @accumulate_shape(%g: tensor<4xbf16>) {
+  // expected-error@+1 {{'graph.AccumulateGrad' op total 'tensor<2x2xf32>' must have grad's type 'tensor<4xbf16>' or be its f32 counterpart}}
+  %t = graph.AccumulateGrad %g for @w {micro_batches = 1 : i64} : tensor<4xbf16> -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+// LayerNormalization: a 16-bit Y needs an f32 X (a bf16 X gives bf16 Y).
+func.func @layer_norm_low_x(%x: tensor<2x3xbf16>, %s: tensor<3xbf16>) {
+  // expected-error@+2 {{'graph.LayerNormalization' op inferred type(s) 'tensor<2x3xbf16>' are incompatible with return type(s) of operation 'tensor<2x3xf16>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = graph.LayerNormalization %x, %s : (tensor<2x3xbf16>, tensor<3xbf16>) -> tensor<2x3xf16>
+  return
+}

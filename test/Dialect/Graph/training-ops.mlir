@@ -93,3 +93,20 @@ func.func @sce_low_scores(%s: tensor<2x3xbf16>, %h: tensor<2x3xf16>, %lab: tenso
   %n = graph.SoftmaxCrossEntropyLoss %h, %lab {reduction = #graph.loss_reduction<none>} : (tensor<2x3xf16>, tensor<2xi64>) -> tensor<2xf32>
   return
 }
+
+// 16-bit operands the kernels convert themselves: a bf16 Y of an f32
+// LayerNormalization, a bf16 dY of its gradient, an f16 grad accumulated
+// into an f32 total (printed with `->`); the total of an f32 grad prints
+// without it.
+// CHECK-LABEL: func @low_precision_io
+func.func @low_precision_io(%x: tensor<2x3xf32>, %s: tensor<3xf32>, %dy: tensor<2x3xbf16>, %g: tensor<3xf16>, %h: tensor<3xf32>) {
+  // CHECK: graph.LayerNormalization {{.*}} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xbf16>
+  %y = graph.LayerNormalization %x, %s : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xbf16>
+  // CHECK: graph.LayerNormalizationGrad {{.*}} : (tensor<2x3xbf16>, tensor<2x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>)
+  %d:3 = graph.LayerNormalizationGrad %dy, %x, %s : (tensor<2x3xbf16>, tensor<2x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>)
+  // CHECK: graph.AccumulateGrad %{{.*}} for @w {micro_batches = 2 : i64} : tensor<3xf16> -> tensor<3xf32>
+  %t = graph.AccumulateGrad %g for @w {micro_batches = 2 : i64} : tensor<3xf16> -> tensor<3xf32>
+  // CHECK: graph.AccumulateGrad %{{.*}} for @v {micro_batches = 2 : i64} : tensor<3xf32>{{$}}
+  %u = graph.AccumulateGrad %h for @v {micro_batches = 2 : i64} : tensor<3xf32> -> tensor<3xf32>
+  return
+}

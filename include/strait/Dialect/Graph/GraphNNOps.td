@@ -149,20 +149,27 @@ def Graph_BatchNormalizationOp : Graph_GenericOp<"BatchNormalization", [Pure]> {
   let results = (outs AnyTensor:$Y);
 }
 
-def Graph_LayerNormalizationOp : Graph_GenericOp<"LayerNormalization", [Pure]> {
+// Not a Graph_GenericOp: Y's element type is not a function of the operands
+// (isCompatibleReturnTypes admits a 16-bit Y for an f32 X).
+def Graph_LayerNormalizationOp : Graph_Op<"LayerNormalization", [
+    Pure, InferTypeOpAdaptorWithIsCompatible]> {
   let summary = "normalization over the trailing dims from axis";
   let description = [{
     Only the first output (Y) of ONNX's op; Scale and B broadcast to the
-    normalized dims.
+    normalized dims. Y has X's type, or for an f32 X also bf16 / f16: the
+    kernels compute Y in f32 and round it once to nearest even, which is
+    Cast(to T) of the f32 Y (graph-cast-motion folds that cast into the op).
 
     ```mlir
     %y = graph.LayerNormalization %x, %s, %b {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+    %z = graph.LayerNormalization %x, %s, %b : (tensor<8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<8x16xbf16>
     ```
   }];
   let arguments = (ins AnyTensor:$X, AnyTensor:$Scale, Optional<AnyTensor>:$B,
                    DefaultValuedAttr<I64Attr, "-1">:$axis,
                    DefaultValuedAttr<F32Attr, "1e-5">:$epsilon);
   let results = (outs AnyTensor:$Y);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
 def Graph_RMSNormalizationOp : Graph_GenericOp<"RMSNormalization", [Pure]> {

@@ -93,8 +93,11 @@ def Graph_LayerNormalizationGradOp
   let summary = "gradient of LayerNormalization";
   let description = [{
     Recomputes the mean and inverse standard deviation of X over the dims
-    from `axis` and returns dX, dScale and dB (dScale and dB have Scale's
-    type; dB is returned even when the forward op had no bias).
+    from `axis` and returns dX, dScale and dB (dX has X's type, dScale and dB
+    Scale's; dB is returned even when the forward op had no bias). dY has X's
+    type, or for an f32 X also X's shape in bf16 / f16: the kernels widen
+    each element on load (exact), so the results are those of the f32 op on
+    Cast(to f32)(dY).
 
     ```mlir
     %dx, %ds, %db = graph.LayerNormalizationGrad %dy, %x, %s {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>, tensor<16xf32>)
@@ -365,7 +368,6 @@ def Graph_ResizeGradOp : Graph_GenericOp<"ResizeGrad", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 def Graph_AccumulateGradOp : Graph_Op<"AccumulateGrad", [
-    AllTypesMatch<["grad", "total"]>,
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "mean of a parameter's gradient over the micro-batches";
   let description = [{
@@ -376,14 +378,37 @@ def Graph_AccumulateGradOp : Graph_Op<"AccumulateGrad", [
     runtime keeps a persistent accumulator, zeroed at the start of a step).
     Data-parallel all-reduce of `total` is inserted after this op.
 
+    `total` has grad's type, or for a bf16 / f16 grad also grad's shape in
+    f32 (printed after `->`): the kernels widen each element on load
+    (exact), so an f32 total accumulates exactly what it would from
+    Cast(to f32)(grad) (graph-cast-motion folds that cast into the op).
+
     ```mlir
     %g = graph.AccumulateGrad %dw for @w {micro_batches = 4 : i64} : tensor<16x16xf32>
+    %h = graph.AccumulateGrad %dv for @v {micro_batches = 1 : i64} : tensor<16x16xbf16> -> tensor<16x16xf32>
     ```
   }];
   let arguments = (ins AnyTensor:$grad, FlatSymbolRefAttr:$variable,
                    ConfinedAttr<I64Attr, [IntPositive]>:$micro_batches);
   let results = (outs AnyTensor:$total);
-  let assemblyFormat = "$grad `for` $variable attr-dict `:` type($grad)";
+  let assemblyFormat =
+      "$grad `for` $variable attr-dict `:` custom<GradTotalTypes>(type($grad), type($total))";
+  let builders = [
+    // total of grad's type.
+    OpBuilder<(ins "::mlir::Value":$grad, "::mlir::FlatSymbolRefAttr":$variable,
+                   "::mlir::IntegerAttr":$micro_batches), [{
+      build($_builder, $_state, grad.getType(), grad, variable, micro_batches);
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// grad's type, then ` -> ` total's when it differs (found by the
+    /// generated parse / print, which are members).
+    static ::mlir::ParseResult parseGradTotalTypes(::mlir::OpAsmParser &parser,
+                                                   ::mlir::Type &grad, ::mlir::Type &total);
+    static void printGradTotalTypes(::mlir::OpAsmPrinter &printer, ::mlir::Operation *op,
+                                    ::mlir::Type grad, ::mlir::Type total);
+  }];
+  let hasVerifier = 1;
 }
 
 def Graph_ClipByGlobalNormOp : Graph_Op<"ClipByGlobalNorm", [

@@ -247,6 +247,22 @@ STRAIT_INFER(LayerNormalizationOp) {
                       adaptor.getOperands().drop_front(), types);
 }
 
+/// Y is the inferred type (X's), or for an f32 X that shape in bf16 / f16:
+/// the kernels round the f32 Y once, as Cast(to T) of it would.
+bool LayerNormalizationOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  if (inferred.size() != actual.size())
+    return false;
+  for (auto [i, a] : llvm::zip(inferred, actual)) {
+    if (i == a)
+      continue;
+    auto it = dyn_cast<TensorType>(i), at = dyn_cast<TensorType>(a);
+    Type ie = it ? it.getElementType() : Type(), ae = at ? at.getElementType() : Type();
+    if (!it || !at || !ie.isF32() || !(ae.isBF16() || ae.isF16()) || it.clone(ae) != at)
+      return false;
+  }
+  return true;
+}
+
 STRAIT_INFER(RMSNormalizationOp) {
   return inferRowNorm(loc, "RMSNormalization", adaptor.getX(), adaptor.getAxis(),
                       adaptor.getOperands().drop_front(), types);

@@ -48,12 +48,19 @@ LogicalResult ReduceToShapeOp::verify() {
 // Normalization gradients
 //===----------------------------------------------------------------------===//
 
-/// LayerNormalizationGrad and RMSNormalizationGrad: dY has X's type and
-/// axis is in range for X's rank.
-static LogicalResult verifyNormGrad(Operation *op, Value dY, Value x, int64_t axis) {
-  if (dY.getType() != x.getType())
-    return op->emitOpError("dY type ") << dY.getType() << " differs from X's " << x.getType();
-  TensorType xt = tensorOf(x);
+/// LayerNormalizationGrad and RMSNormalizationGrad: dY has X's type (or,
+/// with `lowDY`, for an f32 X also X's shape in bf16 / f16) and axis is in
+/// range for X's rank.
+static LogicalResult verifyNormGrad(Operation *op, Value dY, Value x, int64_t axis,
+                                    bool lowDY = false) {
+  TensorType dyt = tensorOf(dY), xt = tensorOf(x);
+  Type dye = dyt.getElementType();
+  bool low = lowDY && xt.getElementType().isF32() && (dye.isBF16() || dye.isF16()) &&
+             xt.clone(dye) == dyt;
+  if (dY.getType() != x.getType() && !low)
+    return op->emitOpError("dY type ")
+           << dY.getType() << " differs from X's " << x.getType()
+           << (lowDY ? " (a 16-bit dY needs an f32 X of its shape)" : "");
   if (xt.hasRank() && failed(normalizeAxis(op->getLoc(), axis, xt.getRank())))
     return failure();
   return success();
@@ -65,8 +72,9 @@ STRAIT_INFER(LayerNormalizationGradOp) {
   return success();
 }
 
+/// dY may be bf16 / f16 for an f32 X: the kernels widen it on load.
 LogicalResult LayerNormalizationGradOp::verify() {
-  return verifyNormGrad(*this, getDY(), getX(), getAxis());
+  return verifyNormGrad(*this, getDY(), getX(), getAxis(), /*lowDY=*/true);
 }
 
 STRAIT_INFER(RMSNormalizationGradOp) {

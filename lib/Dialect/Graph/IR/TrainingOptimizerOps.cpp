@@ -27,6 +27,35 @@ LogicalResult ClipByGlobalNormOp::verify() {
   return success();
 }
 
+/// total has grad's type, or f32 of grad's shape for a bf16 / f16 grad (the
+/// kernels widen each element on load).
+LogicalResult AccumulateGradOp::verify() {
+  TensorType grad = tensorOf(getGrad()), total = tensorOf(getTotal());
+  Type g = grad.getElementType();
+  if (grad == total || ((g.isBF16() || g.isF16()) && grad.clone(total.getElementType()) == total &&
+                        total.getElementType().isF32()))
+    return success();
+  return emitOpError("total ") << total << " must have grad's type " << grad
+                               << (g.isBF16() || g.isF16() ? " or be its f32 counterpart" : "");
+}
+
+ParseResult AccumulateGradOp::parseGradTotalTypes(OpAsmParser &parser, Type &grad,
+                                                  Type &total) {
+  if (parser.parseType(grad))
+    return failure();
+  total = grad;
+  if (failed(parser.parseOptionalArrow()))
+    return success();
+  return parser.parseType(total);
+}
+
+void AccumulateGradOp::printGradTotalTypes(OpAsmPrinter &printer, Operation *, Type grad,
+                                           Type total) {
+  printer << grad;
+  if (total != grad)
+    printer << " -> " << total;
+}
+
 /// (T6) lr is an f32 scalar; step (when given) an integer scalar.
 static LogicalResult checkScalars(Operation *op, Value lr, Value step) {
   auto isScalar = [](Value v) {

@@ -14,10 +14,18 @@
 //   7. SoftmaxCrossEntropyLoss(Cast(T -> f32)(x), y) => SoftmaxCrossEntropyLoss(x, y)
 //   8. Cast(f32 -> T)(SoftmaxCrossEntropyLossGrad(dl, Cast(T -> f32)(x), y))
 //        => SoftmaxCrossEntropyLossGrad(dl, x, y) : T
+//   9. Cast(f32 -> T)(LayerNormalization(x, s, b)) => LayerNormalization(x, s, b) : T
+//  10. LayerNormalizationGrad(Cast(T -> f32)(dy), x, s) => LayerNormalizationGrad(dy, x, s)
+//  11. AccumulateGrad(Cast(T -> f32)(g)) => AccumulateGrad(g)  (total stays f32)
 //
 // Rules 7 and 8 are exact because the loss kernels upcast each 16-bit score
 // on load and compute in f32 (the loss stays f32), and the gradient kernel
 // rounds its f32 result once to T, which is what the removed cast did.
+// Likewise rule 9 (the LayerNormalization kernels compute Y in f32 and round
+// it once to T; only when Y has that one user; LayerNormalizationGrad reads
+// X, not Y), rule 10 (the kernels widen dY on load; dX, dScale, dB stay f32)
+// and rule 11 (the accumulator stays f32; each 16-bit element is widened on
+// load, so it sums the same f32 values).
 // Rules 1-4 move a cast only when the value between the two ops has that one
 // user, when the cast converts no more elements after the move than before
 // (or meets the opposite cast), and only between ops of one phase (forward or backward), so each op
@@ -271,6 +279,37 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return true;
   }
 
+  /// Rule 9: C(f32 -> T)(LayerNormalization(x, s, b)) => LayerNormalization
+  /// with a T result, when Y has that one user.
+  bool normWritesLow(CastOp c) {
+    Type low = narrowingTo(c);
+    auto norm = c.getInput().getDefiningOp<LayerNormalizationOp>();
+    if (!low || !norm || !norm.getY().hasOneUse() || !samePhase(c, norm))
+      return false;
+    setElementType(norm.getY(), low);
+    c.getOutput().replaceAllUsesWith(norm.getY());
+    erase(c);
+    return true;
+  }
+
+  /// Rule 10: LayerNormalizationGrad reads a 16-bit dY itself.
+  bool normGradReadsLow(LayerNormalizationGradOp grad) {
+    auto widen = grad.getDY().getDefiningOp<CastOp>();
+    if (!widen || !wideningFrom(widen))
+      return false;
+    grad.getDYMutable().assign(widen.getInput());
+    return true;
+  }
+
+  /// Rule 11: AccumulateGrad reads a 16-bit gradient itself (f32 total).
+  bool accumulateReadsLow(AccumulateGradOp acc) {
+    auto widen = acc.getGrad().getDefiningOp<CastOp>();
+    if (!widen || !wideningFrom(widen))
+      return false;
+    acc.getGradMutable().assign(widen.getInput());
+    return true;
+  }
+
   void erase(Operation *op) {
     erased.insert(op);
     op->erase();
@@ -292,6 +331,10 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
         changed |= sinkThroughConcat(concat);
       } else if (auto loss = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
         changed |= lossReadsLowScores(loss);
+      } else if (auto grad = dyn_cast<LayerNormalizationGradOp>(op)) {
+        changed |= normGradReadsLow(grad);
+      } else if (auto acc = dyn_cast<AccumulateGradOp>(op)) {
+        changed |= accumulateReadsLow(acc);
       } else if (auto c = dyn_cast<CastOp>(op)) {
         // A cast with no users left (its round trip cancelled) goes.
         if (c.getOutput().use_empty()) {
@@ -299,8 +342,8 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
           changed = true;
           continue;
         }
-        changed |= cancelRoundTrip(c) || gradWritesLowScores(c) || mergeDuplicate(c) ||
-                   hoistNarrowing(c) || sinkWidening(c);
+        changed |= cancelRoundTrip(c) || gradWritesLowScores(c) || normWritesLow(c) ||
+                   mergeDuplicate(c) || hoistNarrowing(c) || sinkWidening(c);
       }
     }
     return changed;
