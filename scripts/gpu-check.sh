@@ -107,8 +107,9 @@ fi
 phase gtest 120 $CUDA_TESTS
 # GPT-2's LM-head products (rows of 50257) under the GEMM switches: padded
 # copies on/off, 16-bit split-K reductions allowed/forbidden, cublasLt with
-# timed candidates (STRAIT_CUDA_GEMM_TUNE=1).
-phase gemm 120 bash -c "for v in '' STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1 \
+# timed candidates (STRAIT_CUDA_GEMM_TUNE=1); then a layer's product and the
+# LM head over 50304 classes (straitc --pad-classes, the default now).
+phase gemm 180 bash -c "for v in '' STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1 \
     'STRAIT_CUDA_GEMM_PAD=0 STRAIT_CUDA_GEMM_SPLITK_16=1' STRAIT_CUDA_GEMM_TUNE=1; do
   echo \"variant: \${v:-default}\"; env \$v $GEMM_BENCH --iters 10 || exit \$?; done"
 # FusedAttention (cuBLAS + fused row kernels) against the composed ops, GPT-2 small shapes.

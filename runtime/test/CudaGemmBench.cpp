@@ -6,8 +6,9 @@
 // kernel per program, CUDA graphs on, as in a training step) for each shape
 // and prints ms and TFLOP/s. The default shapes are GPT-2 small's LM head at
 // 8 x 1024 tokens (forward, input gradient, weight gradient; N or K = 50257,
-// rows that are not 16-byte aligned) and one of its layers' products for
-// comparison. Run it under the backend's switches to time them apart:
+// rows that are not 16-byte aligned), one of its layers' products for
+// comparison, and the LM head as straitc --pad-classes computes it (50304
+// classes: aligned rows). Run it under the backend's switches to time them apart:
 // STRAIT_CUDA_GEMM_PAD=0 (no padded copies), STRAIT_CUDA_GEMM_SPLITK_16=1
 // (cuBLAS may reduce split-K partial sums in 16 bits; the default forbids
 // it), STRAIT_CUDA_GEMM_TUNE=1 (cublasLt, the fastest of its heuristic's
@@ -37,7 +38,8 @@ struct Shape3 {
 
 struct Options {
   std::vector<Shape3> shapes = {{8192, 768, 50257}, {8192, 50257, 768}, {768, 8192, 50257},
-                                {8192, 768, 3072}};
+                                {8192, 768, 3072},  {8192, 768, 50304}, {8192, 50304, 768},
+                                {768, 8192, 50304}};
   int iters = 20, warmup = 3;
   DType dtype = program::DTYPE_BF16;
 };
