@@ -10,7 +10,11 @@ namespace rt {
 
 StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx) {
   AccumulateGradArgs a;
-  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0));
+  DType g = a.grad->dtype;
+  if (g != program::DTYPE_F32 && g != program::DTYPE_BF16 && g != program::DTYPE_F16)
+    return ctx.unsupported("grad of dtype " + a.grad->typeString() +
+                           " (expected f32, bf16 or f16)");
   STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
   if (mbs < 1)
     return ctx.error("micro_batches must be positive");
@@ -21,7 +25,8 @@ StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx) {
   if (mb >= mbs)
     return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
                      std::to_string(mbs));
-  STRAIT_ASSIGN_OR_RETURN(a.total, ctx.requireOutput(0, a.grad->shape, a.grad->dtype));
+  // The total is f32 (a 16-bit gradient is widened exactly on load).
+  STRAIT_ASSIGN_OR_RETURN(a.total, ctx.requireOutput(0, a.grad->shape, program::DTYPE_F32));
   a.scale = 1.0f / static_cast<float>(mbs);
   a.first = mb <= 0;
   return a;

@@ -454,36 +454,12 @@ Status sliceGradKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
-/// AccumulateGrad's operands for a bf16 / f16 grad (f32 total): the checks
-/// of accumulateGradArgs (KernelArgs.cpp), which takes an f32 grad only.
-StatusOr<AccumulateGradArgs> lowAccumulateGradArgs(const KernelContext &ctx) {
-  AccumulateGradArgs a;
-  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
-  if (mbs < 1)
-    return ctx.error("micro_batches must be positive");
-  int mb = ctx.getMicroBatch();
-  if (mbs > 1 && mb < 0)
-    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
-                     " micro-batches must run in a step with micro_batch set");
-  if (mb >= mbs)
-    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
-                     std::to_string(mbs));
-  STRAIT_ASSIGN_OR_RETURN(a.total, ctx.requireOutput(0, a.grad->shape, program::DTYPE_F32));
-  a.scale = 1.0f / static_cast<float>(mbs);
-  a.first = mb <= 0;
-  return a;
-}
-
 /// total = mean over micro-batches: overwritten by micro-batch 0, added to
 /// by the others (Step.micro_batch tells which). total is f32; grad f32, or
 /// bf16 / f16 widened exactly on load (the f32 kernel on Cast(to f32)(grad)).
 Status accumulateGradKernel(KernelContext &ctx) {
-  const Tensor *in = ctx.input(0);
-  if (in && in->dtype != program::DTYPE_F32) {
-    if (!isLowFloat(in->dtype))
-      return ctx.unsupported("grad of dtype " + in->typeString() + " (expected f32, bf16 or f16)");
-    STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, lowAccumulateGradArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
+  if (a.grad->dtype != program::DTYPE_F32) {
     const uint16_t *g = a.grad->as<uint16_t>();
     float *total = a.total->as<float>();
     DType low = a.grad->dtype;
@@ -493,7 +469,6 @@ Status accumulateGradKernel(KernelContext &ctx) {
     });
     return Status::ok();
   }
-  STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
   const float *g = a.grad->as<float>();
   float *total = a.total->as<float>();
   parallelFor(a.grad->numel(), 16384, [&](int64_t b, int64_t e) {

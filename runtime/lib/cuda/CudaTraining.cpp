@@ -323,38 +323,15 @@ Status sgdKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
-/// AccumulateGrad's operands for a bf16 / f16 grad (f32 total): the checks
-/// of accumulateGradArgs (KernelArgs.cpp), which takes an f32 grad only.
-StatusOr<AccumulateGradArgs> lowAccumulateGradArgs(const KernelContext &ctx) {
-  AccumulateGradArgs a;
-  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t mbs, ctx.getAttrs().getInt("micro_batches", 1));
-  if (mbs < 1)
-    return ctx.error("micro_batches must be positive");
-  int mb = ctx.getMicroBatch();
-  if (mbs > 1 && mb < 0)
-    return ctx.error("AccumulateGrad over " + std::to_string(mbs) +
-                     " micro-batches must run in a step with micro_batch set");
-  if (mb >= mbs)
-    return ctx.error("micro_batch " + std::to_string(mb) + " >= micro_batches " +
-                     std::to_string(mbs));
-  STRAIT_ASSIGN_OR_RETURN(a.total, ctx.requireOutput(0, a.grad->shape, program::DTYPE_F32));
-  a.scale = 1.0f / static_cast<float>(mbs);
-  a.first = mb <= 0;
-  return a;
-}
-
 /// grad f32, or bf16 / f16 widened on load into the f32 total.
 Status accumulateGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  const Tensor *in = ctx.input(0);
-  if (in && isLowFloat(in->dtype)) {
-    STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, lowAccumulateGradArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
+  if (a.grad->dtype != program::DTYPE_F32) {
     if (!launchAccumulate(elemType(a.grad->dtype), a.grad->data, a.total->as<float>(),
                           a.grad->numel(), a.scale, a.first, c.stream))
       return ctx.unsupported("cuda: grad " + a.grad->typeString());
     return Status::ok();
   }
-  STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
   launchAccumulate(a.grad->as<float>(), a.total->as<float>(), a.grad->numel(), a.scale, a.first,
                    c.stream);
   return Status::ok();

@@ -20,7 +20,8 @@ namespace strait {
 namespace rt {
 
 /// AccumulateGrad: total = mean over `micro_batches` of grad; micro-batch 0
-/// (or a step without one) overwrites, later ones add.
+/// (or a step without one) overwrites, later ones add. The grad is f32,
+/// bf16 or f16 (widened exactly); the total is f32.
 struct AccumulateGradArgs {
   const Tensor *grad = nullptr;
   Tensor *total = nullptr;
