@@ -289,6 +289,7 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     setElementType(norm.getY(), low);
     c.getOutput().replaceAllUsesWith(norm.getY());
     erase(c);
+    ++numNormFolded;
     return true;
   }
 
@@ -298,6 +299,7 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     if (!widen || !wideningFrom(widen))
       return false;
     grad.getDYMutable().assign(widen.getInput());
+    ++numNormFolded;
     return true;
   }
 
@@ -307,6 +309,7 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     if (!widen || !wideningFrom(widen))
       return false;
     acc.getGradMutable().assign(widen.getInput());
+    ++numAccumulateFolded;
     return true;
   }
 
