@@ -285,22 +285,41 @@ FailureOr<Value> BuildTrainingStep::crossEntropy(func::FuncOp func, OpBuilder &b
 }
 
 /// pad-classes: the scores [rows, Vp] of logits = [Cast](MatMul(A [..., K],
-/// B [K, V])) recomputed with the classes padded to Vp, a multiple of
-/// padClasses: Gemm(A as [rows, K], Concat(B, zeros [K, Vp - V]), bias) with
-/// a bias of 0 for the V classes and -inf for the padding, then the same
-/// Cast. The padded classes get probability exp(-inf) = 0, so the loss and
-/// every gradient are those of the V classes (the padded gradient columns
-/// are 0, the padded weight columns' gradient is dropped by Concat's); the
-/// 16-bit rows of the logits, their gradient and the weights are then
-/// 16-byte aligned, which GPU tensor-core GEMMs need (GPT-2's 50257 classes
-/// become 50304). Only when the model outputs are dropped (step-outputs=loss:
-/// the unpadded logits become dead code) and the product is at least
-/// padClassesMinWork; null otherwise.
+/// B [K, V])) [+ bias [V]] recomputed with the classes padded to Vp, a
+/// multiple of padClasses: Gemm(A as [rows, K], Concat(B, zeros [K, Vp - V]),
+/// mask) with a mask of 0 for the V classes and -inf for the padding, then
+/// the same Cast, then the model's bias padded with zeros (-inf + b = -inf).
+/// The padded classes get probability exp(-inf) = 0, so the loss and every
+/// gradient are those of the V classes (the padded gradient columns are 0,
+/// the padded weight and bias entries' gradients are dropped by Concat's
+/// Split); the 16-bit rows of the logits, their gradient and the weights are
+/// then 16-byte aligned, which GPU tensor-core GEMMs need (GPT-2's 50257
+/// classes become 50304, BERT's 30522 30528). Only when the model outputs are
+/// dropped (step-outputs=loss: the unpadded logits become dead code) and the
+/// product is at least padClassesMinWork; null otherwise.
 Value BuildTrainingStep::paddedScores(OpBuilder &b, Value logits) {
   if (padClasses <= 0 || stepOutputs != "loss")
     return {};
-  auto widen = logits.getDefiningOp<CastOp>();
-  Value product = widen ? widen.getInput() : logits;
+  // An output bias (BERT's masked-LM head: Add(MatMul, bias [V])) is padded
+  // with zeros and added after the padded product, in its own type.
+  Value classBias, core = logits;
+  if (auto add = logits.getDefiningOp<AddOp>()) {
+    for (int i = 0; i < 2; ++i) {
+      auto t = dyn_cast<RankedTensorType>(add->getOperand(i).getType());
+      auto other = add->getOperand(1 - i);
+      if (t && t.hasStaticShape() && t.getRank() == 1 && other.hasOneUse() &&
+          t.getElementType() == cast<ShapedType>(logits.getType()).getElementType() &&
+          t.getDimSize(0) == cast<ShapedType>(logits.getType()).getShape().back()) {
+        classBias = add->getOperand(i);
+        core = other;
+        break;
+      }
+    }
+    if (!classBias)
+      return {};
+  }
+  auto widen = core.getDefiningOp<CastOp>();
+  Value product = widen ? widen.getInput() : core;
   auto mm = product.getDefiningOp<MatMulOp>();
   if (!mm || (widen && !product.hasOneUse()))
     return {};
@@ -332,6 +351,15 @@ Value BuildTrainingStep::paddedScores(OpBuilder &b, Value logits) {
   Value scores = b.create<GemmOp>(loc, a, weights, mask, one, one, false, false)->getResult(0);
   if (widen)
     scores = b.create<CastOp>(loc, scores, widen.getType().getElementType());
+  if (classBias) {
+    auto bt1 = cast<RankedTensorType>(classBias.getType());
+    auto bet = cast<FloatType>(bt1.getElementType());
+    Value pad = b.create<ConstantOp>(
+        loc, cast<ElementsAttr>(DenseElementsAttr::get(
+                 RankedTensorType::get({vp - v}, bet), APFloat::getZero(bet.getFloatSemantics()))));
+    Value padded = b.create<ConcatOp>(loc, ValueRange{classBias, pad}, b.getI64IntegerAttr(0));
+    scores = b.create<AddOp>(loc, scores, padded);
+  }
   return scores;
 }
 
