@@ -251,13 +251,14 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return false;
   }
 
-  /// Rule 7: the loss reads the 16-bit scores itself (its loss stays f32).
-  bool lossReadsLowScores(SoftmaxCrossEntropyLossOp loss) {
-    auto widen = loss.getScores().getDefiningOp<CastOp>();
+  /// Rules 7, 10, 11: an op whose kernel widens the 16-bit operand on load
+  /// (the loss's scores, LayerNormalizationGrad's dY, AccumulateGrad's
+  /// gradient) reads the input of a widening cast itself.
+  bool readsLow(OpOperand &operand) {
+    auto widen = operand.get().getDefiningOp<CastOp>();
     if (!widen || !wideningFrom(widen))
       return false;
-    loss.getScoresMutable().assign(widen.getInput());
-    ++numLossFolded;
+    operand.set(widen.getInput());
     return true;
   }
 
@@ -293,26 +294,6 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return true;
   }
 
-  /// Rule 10: LayerNormalizationGrad reads a 16-bit dY itself.
-  bool normGradReadsLow(LayerNormalizationGradOp grad) {
-    auto widen = grad.getDY().getDefiningOp<CastOp>();
-    if (!widen || !wideningFrom(widen))
-      return false;
-    grad.getDYMutable().assign(widen.getInput());
-    ++numNormFolded;
-    return true;
-  }
-
-  /// Rule 11: AccumulateGrad reads a 16-bit gradient itself (f32 total).
-  bool accumulateReadsLow(AccumulateGradOp acc) {
-    auto widen = acc.getGrad().getDefiningOp<CastOp>();
-    if (!widen || !wideningFrom(widen))
-      return false;
-    acc.getGradMutable().assign(widen.getInput());
-    ++numAccumulateFolded;
-    return true;
-  }
-
   void erase(Operation *op) {
     erased.insert(op);
     op->erase();
@@ -333,11 +314,17 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         changed |= sinkThroughConcat(concat);
       } else if (auto loss = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
-        changed |= lossReadsLowScores(loss);
+        bool folded = readsLow(loss.getScoresMutable());
+        numLossFolded += folded;
+        changed |= folded;
       } else if (auto grad = dyn_cast<LayerNormalizationGradOp>(op)) {
-        changed |= normGradReadsLow(grad);
+        bool folded = readsLow(grad.getDYMutable());
+        numNormFolded += folded;
+        changed |= folded;
       } else if (auto acc = dyn_cast<AccumulateGradOp>(op)) {
-        changed |= accumulateReadsLow(acc);
+        bool folded = readsLow(acc.getGradMutable());
+        numAccumulateFolded += folded;
+        changed |= folded;
       } else if (auto c = dyn_cast<CastOp>(op)) {
         // A cast with no users left (its round trip cancelled) goes.
         if (c.getOutput().use_empty()) {

@@ -9,6 +9,7 @@
 #include "ElementwiseFusion.h"
 
 #include "strait/Dialect/Graph/GraphPasses.h"
+#include "strait/Interfaces/CostOpInterface.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -28,12 +29,6 @@ using namespace strait::graph;
 using namespace strait::graph::fusion;
 
 namespace {
-
-int64_t byteSize(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
-  return t.getNumElements() * std::max(1u, bits / 8);
-}
 
 /// Forward elementwise values the backward pass reads, recomputed there from
 /// the values they derive from, when that reads fewer bytes: autodiff keeps
@@ -132,16 +127,16 @@ unsigned rematerializeInBackward(Block &block) {
     llvm::SmallPtrSet<Value, 8> values;
     llvm::SetVector<Operation *> cone;
     llvm::SetVector<Value> leaves;
-    int64_t before = 0, after = 0;
+    double before = 0, after = 0;
     for (size_t i : members) {
       values.insert(cands[i].value);
-      before += byteSize(cands[i].value);
+      before += strait::detail::bytesOf(cands[i].value.getType());
       cone.insert(cands[i].cone.begin(), cands[i].cone.end());
       leaves.insert(cands[i].leaves.begin(), cands[i].leaves.end());
     }
     for (Value l : leaves)
       if (!readByBackward.contains(l))
-        after += byteSize(l);
+        after += strait::detail::bytesOf(l.getType());
     if (after >= before)
       continue;
     // The clones go before the first backward user and take its phase.
@@ -167,17 +162,10 @@ unsigned rematerializeInBackward(Block &block) {
       c->removeAttr("graph.op_id");
       ++cloned;
     }
+    // Every clone has a reader: a later clone of its cone, or (a candidate's)
+    // the backward ops.
     for (Value v : values)
       v.replaceUsesWithIf(map.lookup(v), [&](OpOperand &use) { return backward(use.getOwner()); });
-    // Clones whose value no backward op reads (a cone op only some
-    // candidate's chain needed) go again.
-    for (Operation *d : llvm::reverse(ordered)) {
-      Operation *c = map.lookup(d->getResult(0)).getDefiningOp();
-      if (c->use_empty()) {
-        c->erase();
-        --cloned;
-      }
-    }
   }
   return cloned;
 }
