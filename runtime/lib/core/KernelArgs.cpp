@@ -307,7 +307,96 @@ int64_t AttentionArgs::biasOffset(int64_t b) const {
   return off;
 }
 
+int64_t AttnLayout::offset(int64_t b, const Shape &dims) const {
+  int64_t off = 0;
+  for (int64_t dim = static_cast<int64_t>(dims.size()) - 1; dim >= 0; --dim) {
+    off += (b % dims[dim]) * batch[dim];
+    b /= dims[dim];
+  }
+  return off;
+}
+
+bool AttnLayout::dense(const Shape &dims, int64_t rows, int64_t cols) const {
+  if (col != 1 || row != cols)
+    return false;
+  int64_t stride = rows * cols;
+  for (int64_t dim = static_cast<int64_t>(dims.size()) - 1; dim >= 0; --dim) {
+    if (dims[dim] != 1 && batch[dim] != stride)
+      return false;
+    stride *= dims[dim];
+  }
+  return true;
+}
+
 namespace {
+
+/// The permutation attribute `attr` of an operand of rank `rank` (the
+/// identity when absent).
+StatusOr<std::vector<int64_t>> attentionPerm(const KernelContext &ctx, const char *attr,
+                                             size_t rank) {
+  std::vector<int64_t> id(rank);
+  for (size_t i = 0; i < rank; ++i)
+    id[i] = static_cast<int64_t>(i);
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> perm, ctx.getAttrs().getInts(attr, id));
+  std::vector<bool> seen(rank, false);
+  bool ok = perm.size() == rank;
+  for (int64_t p : perm) {
+    ok = ok && p >= 0 && p < static_cast<int64_t>(rank) && !seen[p];
+    if (ok)
+      seen[p] = true;
+  }
+  if (!ok) {
+    std::string list;
+    for (int64_t p : perm)
+      list += (list.empty() ? "" : ",") + std::to_string(p);
+    return ctx.error(std::string("attribute ") + attr + " [" + list +
+                     "] is not a permutation of " + std::to_string(rank) + " dimensions");
+  }
+  return perm;
+}
+
+/// The logical shape (dimension i is the tensor's perm[i]) and layout of
+/// an operand whose tensor has shape `shape`.
+Shape permutedLayout(const Shape &shape, const std::vector<int64_t> &perm, AttnLayout &l) {
+  size_t r = shape.size();
+  std::vector<int64_t> strides(r, 1);
+  for (size_t k = r; k-- > 1;)
+    strides[k - 1] = strides[k] * shape[k];
+  Shape logical(r);
+  l.batch.assign(r - 2, 0);
+  for (size_t i = 0; i < r; ++i) {
+    logical[i] = shape[perm[i]];
+    int64_t st = strides[perm[i]];
+    if (i + 2 < r)
+      l.batch[i] = st;
+    else if (i + 2 == r)
+      l.row = st;
+    else
+      l.col = st;
+  }
+  return logical;
+}
+
+/// The tensor shape of a logical operand `logical` laid out by `perm`.
+Shape unpermuted(const Shape &logical, const std::vector<int64_t> &perm) {
+  Shape s(logical.size());
+  for (size_t i = 0; i < logical.size(); ++i)
+    s[perm[i]] = logical[i];
+  return s;
+}
+
+/// " (tensor shape S, <attr> [p...])" when the operand is permuted.
+std::string permNote(const Tensor &t, const char *attr, const std::vector<int64_t> &perm) {
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i)
+    identity = identity && perm[i] == static_cast<int64_t>(i);
+  if (identity)
+    return "";
+  std::string list;
+  for (int64_t p : perm)
+    list += (list.empty() ? "" : ",") + std::to_string(p);
+  return " (logical shape of tensor " + t.typeString() + " under " + attr + " [" + list + "])";
+}
 
 Shape withTail(const Shape &batch, std::initializer_list<int64_t> tail) {
   Shape s = batch;
@@ -353,11 +442,13 @@ Status checkAttentionBias(const KernelContext &ctx, AttentionArgs &a) {
   return Status::ok();
 }
 
-/// Q, Kt, V at qIndex.., the optional Bias at biasIndex and the attributes.
+/// Q, Kt, V at qIndex.., the optional Bias at biasIndex and the attributes;
+/// the layouts of Q, Kt, V and Y (y_perm checked against Q's rank).
 StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qIndex,
                                           size_t biasIndex) {
   AttentionArgs a;
   const char *names[3] = {"Q", "Kt", "V"};
+  const char *permAttrs[3] = {"q_perm", "kt_perm", "v_perm"};
   const Tensor *t[3];
   for (size_t k = 0; k < 3; ++k) {
     t[k] = ctx.input(qIndex + k);
@@ -382,26 +473,38 @@ StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qInde
     if (t[k]->rank() != r)
       return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
                        " must have the rank of Q " + a.q->typeString());
-  a.batch.assign(a.q->shape.begin(), a.q->shape.end() - 2);
+  // Logical shapes (under the operands' permutations) and their layouts.
+  AttnLayout *layouts[3] = {&a.qL, &a.ktL, &a.vL};
+  Shape l[3];
+  std::string desc[3];
+  for (size_t k = 0; k < 3; ++k) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> perm, attentionPerm(ctx, permAttrs[k], r));
+    l[k] = permutedLayout(t[k]->shape, perm, *layouts[k]);
+    desc[k] = std::string(names[k]) + " " + dtypeName(dt) + shapeToString(l[k]) +
+              permNote(*t[k], permAttrs[k], perm);
+  }
+  STRAIT_ASSIGN_OR_RETURN(a.yPerm, attentionPerm(ctx, "y_perm", r));
+  a.batch.assign(l[0].begin(), l[0].end() - 2);
   a.nBatch = numElements(a.batch);
-  a.tq = a.q->shape[r - 2];
-  a.d = a.q->shape[r - 1];
-  a.tk = a.kt->shape[r - 1];
-  a.dv = a.v->shape[r - 1];
+  a.tq = l[0][r - 2];
+  a.d = l[0][r - 1];
+  a.tk = l[1][r - 1];
+  a.dv = l[2][r - 1];
   Shape ktWant = withTail(a.batch, {a.d, a.tk}), vWant = withTail(a.batch, {a.tk, a.dv});
   for (size_t k = 1; k < 3; ++k)
-    if (!std::equal(a.batch.begin(), a.batch.end(), t[k]->shape.begin()))
-      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
-                       " has other batch dims than Q " + a.q->typeString() + " (must be " +
+    if (!std::equal(a.batch.begin(), a.batch.end(), l[k].begin()))
+      return ctx.error(desc[k] + " has other batch dims than " + desc[0] + " (must be " +
                        shapeToString(k == 1 ? ktWant : vWant) + ")");
-  if (a.kt->shape[r - 2] != a.d)
-    return ctx.error("Kt " + a.kt->typeString() + " must be " + shapeToString(ktWant) +
-                     " ([b..., D, Tk]): D=" + std::to_string(a.kt->shape[r - 2]) +
-                     " but Q " + a.q->typeString() + " has D=" + std::to_string(a.d));
-  if (a.v->shape[r - 2] != a.tk)
-    return ctx.error("V " + a.v->typeString() + " must be " + shapeToString(vWant) +
-                     " ([b..., Tk, Dv]): " + std::to_string(a.v->shape[r - 2]) +
-                     " rows but Kt " + a.kt->typeString() + " has Tk=" + std::to_string(a.tk));
+  if (l[1][r - 2] != a.d)
+    return ctx.error(desc[1] + " must be " + shapeToString(ktWant) +
+                     " ([b..., D, Tk]): D=" + std::to_string(l[1][r - 2]) + " but " + desc[0] +
+                     " has D=" + std::to_string(a.d));
+  if (l[2][r - 2] != a.tk)
+    return ctx.error(desc[2] + " must be " + shapeToString(vWant) + " ([b..., Tk, Dv]): " +
+                     std::to_string(l[2][r - 2]) + " rows but " + desc[1] +
+                     " has Tk=" + std::to_string(a.tk));
+  a.yShape = unpermuted(withTail(a.batch, {a.tq, a.dv}), a.yPerm);
+  permutedLayout(a.yShape, a.yPerm, a.yL);
   a.bias = ctx.input(biasIndex);
   if (a.bias)
     STRAIT_RETURN_IF_ERROR(checkAttentionBias(ctx, a));
@@ -419,8 +522,7 @@ StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qInde
 
 StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(AttentionArgs a, attentionOperands(ctx, 0, 3));
-  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "Y", withTail(a.batch, {a.tq, a.dv}),
-                                                    a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "Y", a.yShape, a.dtype));
   STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "LSE", withTail(a.batch, {a.tq}),
                                                     program::DTYPE_F32));
   return a;
@@ -428,7 +530,8 @@ StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx) {
 
 StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(AttentionArgs a, attentionOperands(ctx, 1, 6));
-  Shape yShape = withTail(a.batch, {a.tq, a.dv}), lseShape = withTail(a.batch, {a.tq});
+  const Shape &yShape = a.yShape;
+  Shape lseShape = withTail(a.batch, {a.tq});
   a.dy = ctx.input(0);
   a.y = ctx.input(4);
   a.lse = ctx.input(5);
@@ -439,7 +542,7 @@ StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
                      shapeToString(yShape) + " (the type of Y)");
   if (a.y->shape != yShape || a.y->dtype != a.dtype)
     return ctx.error("Y " + a.y->typeString() + " must be " + dtypeName(a.dtype) +
-                     shapeToString(yShape) + " ([b..., Tq, Dv], the dtype of Q)");
+                     shapeToString(yShape) + " ([b..., Tq, Dv] laid out by y_perm, the dtype of Q)");
   if (a.lse->shape != lseShape || a.lse->dtype != program::DTYPE_F32)
     return ctx.error("LSE " + a.lse->typeString() + " must be f32" + shapeToString(lseShape) +
                      " ([b..., Tq])");

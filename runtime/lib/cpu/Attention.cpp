@@ -16,8 +16,9 @@
 // a slice in order, so that the block's contributions to dKt and dV add up
 // without races; it recomputes P_blk from the saved LSE. Scratch per worker
 // is O(kBlockRows x Tk) (plus the slices of Q, Kt, V widened to f32 when
-// they are bf16/f16). Under a causal mask a block only visits the keys its
-// last row may see.
+// they are bf16/f16, or gathered when a permutation attribute (q_perm, ...)
+// lays them out strided; outputs so laid out are scattered back). Under a
+// causal mask a block only visits the keys its last row may see.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -42,8 +43,8 @@ using AttnArgs = AttentionArgs;
 
 /// C = alpha * op(A) op(B) + beta * C for any sizes (k = 0 included).
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-          float alpha, const float *a, int64_t lda, const float *b,
-          int64_t ldb, float beta, float *c, int64_t ldc) {
+          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+          float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
@@ -56,28 +57,66 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
         std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
 }
 
-/// `count` elements of `t` from `offset` as f32: the tensor's own memory
-/// when it is f32, else widened into `scratch`.
-const float *f32View(const Tensor &t, int64_t offset, int64_t count,
+/// Whether rows [r0, r0 + rows) x `cols` columns of an operand slice under
+/// layout `l` are one dense run of memory.
+bool denseRows(const AttnLayout &l, int64_t rows, int64_t cols) {
+  return l.col == 1 && (l.row == cols || rows <= 1);
+}
+
+/// Rows [r0, r0 + rows) of the operand slice at `base` (layout l, `cols`
+/// columns) as a dense f32 [rows, cols]: the tensor's own memory when it is
+/// f32 and dense there, else gathered (and widened) into `scratch`.
+const float *f32Rows(const Tensor &t, const AttnLayout &l, int64_t base,
+                     int64_t r0, int64_t rows, int64_t cols,
                      std::vector<float> &scratch) {
-  if (t.dtype == program::DTYPE_F32)
-    return t.as<float>() + offset;
-  scratch.resize(static_cast<size_t>(count));
-  const uint16_t *p = t.as<uint16_t>() + offset;
-  for (int64_t i = 0; i < count; ++i)
-    scratch[i] = lowToFloat(t.dtype, p[i]);
+  int64_t at = base + r0 * l.row;
+  if (t.dtype == program::DTYPE_F32 && denseRows(l, rows, cols))
+    return t.as<float>() + at;
+  scratch.resize(static_cast<size_t>(rows * cols));
+  float *d = scratch.data();
+  if (t.dtype == program::DTYPE_F32) {
+    const float *p = t.as<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        d[r * cols + c] = p[at + r * l.row + c * l.col];
+  } else {
+    const uint16_t *p = t.as<uint16_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        d[r * cols + c] = lowToFloat(t.dtype, p[at + r * l.row + c * l.col]);
+  }
+  return d;
+}
+
+/// Where a kernel writes rows [r0, r0 + rows) of an output slice: the
+/// tensor's memory when it is f32 and dense there, else `scratch`, which
+/// storeRows then rounds into the tensor.
+float *outRows(Tensor &t, const AttnLayout &l, int64_t base, int64_t r0,
+               int64_t rows, int64_t cols, std::vector<float> &scratch) {
+  if (t.dtype == program::DTYPE_F32 && denseRows(l, rows, cols))
+    return t.as<float>() + base + r0 * l.row;
+  scratch.resize(static_cast<size_t>(rows * cols));
   return scratch.data();
 }
 
-/// Rounds `count` f32 values into `t` (of any attention dtype) at `offset`.
-void storeRounded(const float *src, int64_t count, Tensor &t, int64_t offset) {
+/// Stores the dense f32 [rows, cols] `src` from outRows into the tensor
+/// (rounded to its dtype); nothing when outRows gave the tensor itself.
+void storeRows(const float *src, Tensor &t, const AttnLayout &l, int64_t base,
+               int64_t r0, int64_t rows, int64_t cols) {
+  int64_t at = base + r0 * l.row;
   if (t.dtype == program::DTYPE_F32) {
-    std::memcpy(t.as<float>() + offset, src, count * sizeof(float));
+    float *p = t.as<float>();
+    if (src == p + at)
+      return;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        p[at + r * l.row + c * l.col] = src[r * cols + c];
     return;
   }
-  uint16_t *p = t.as<uint16_t>() + offset;
-  for (int64_t i = 0; i < count; ++i)
-    p[i] = floatToLow(t.dtype, src[i]);
+  uint16_t *p = t.as<uint16_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      p[at + r * l.row + c * l.col] = floatToLow(t.dtype, src[r * cols + c]);
 }
 
 /// The scores of query rows [i0, i0 + rows) of slice b (qBlk: those rows
@@ -137,7 +176,8 @@ void softmaxRows(float *s, int64_t rows, int64_t n, float *lse) {
 
 /// Runs `body` over [0, n) in parallel with single-threaded BLAS calls
 /// inside (OpenBLAS's own threads would oversubscribe the pool).
-void parallelBlocks(int64_t n, const std::function<void(int64_t, int64_t)> &body) {
+void parallelBlocks(int64_t n,
+                    const std::function<void(int64_t, int64_t)> &body) {
   if (n <= 1) {
     body(0, n);
     return;
@@ -153,21 +193,20 @@ Status fusedAttentionKernel(KernelContext &ctx) {
   if (a.nBatch == 0 || a.tq == 0)
     return Status::ok();
   const int64_t blocks = (a.tq + kBlockRows - 1) / kBlockRows;
-  const bool wide = a.dtype == program::DTYPE_F32;
   parallelBlocks(a.nBatch * blocks, [&](int64_t w0, int64_t w1) {
     std::vector<float> s, qs, ks, vs, ys;
     for (int64_t w = w0; w < w1; ++w) {
       int64_t b = w / blocks, i0 = (w % blocks) * kBlockRows;
       int64_t rows = std::min(kBlockRows, a.tq - i0);
       int64_t n = a.keyEnd(i0 + rows - 1); // keys any row of the block sees
-      const float *q = f32View(*a.q, (b * a.tq + i0) * a.d, rows * a.d, qs);
-      const float *kt = f32View(*a.kt, b * a.d * a.tk, a.d * a.tk, ks);
-      const float *v = f32View(*a.v, b * a.tk * a.dv, n * a.dv, vs);
-      float *yb = wide ? y->as<float>() + (b * a.tq + i0) * a.dv : nullptr;
-      if (!wide) {
-        ys.resize(static_cast<size_t>(rows * a.dv));
-        yb = ys.data();
-      }
+      int64_t yBase = a.yL.offset(b, a.batch);
+      const float *q =
+          f32Rows(*a.q, a.qL, a.qL.offset(b, a.batch), i0, rows, a.d, qs);
+      const float *kt =
+          f32Rows(*a.kt, a.ktL, a.ktL.offset(b, a.batch), 0, a.d, a.tk, ks);
+      const float *v =
+          f32Rows(*a.v, a.vL, a.vL.offset(b, a.batch), 0, n, a.dv, vs);
+      float *yb = outRows(*y, a.yL, yBase, i0, rows, a.dv, ys);
       float *l = lse->as<float>() + b * a.tq + i0;
       s.resize(static_cast<size_t>(rows * std::max<int64_t>(n, 1)));
       if (n > 0) {
@@ -176,9 +215,9 @@ Status fusedAttentionKernel(KernelContext &ctx) {
       } else {
         std::fill(l, l + rows, -INFINITY);
       }
-      gemm(false, false, rows, a.dv, n, 1.0f, s.data(), n, v, a.dv, 0.0f, yb, a.dv);
-      if (!wide)
-        storeRounded(yb, rows * a.dv, *y, (b * a.tq + i0) * a.dv);
+      gemm(false, false, rows, a.dv, n, 1.0f, s.data(), n, v, a.dv, 0.0f, yb,
+           a.dv);
+      storeRows(yb, *y, a.yL, yBase, i0, rows, a.dv);
     }
   });
   return Status::ok();
@@ -194,23 +233,19 @@ struct GradSlice {
 void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT,
                         const Tensor &yT, const float *lse, Tensor &dqT,
                         Tensor &dktT, Tensor &dvT, GradSlice &g) {
-  const bool wide = a.dtype == program::DTYPE_F32;
-  const float *q = f32View(*a.q, b * a.tq * a.d, a.tq * a.d, g.qs);
-  const float *kt = f32View(*a.kt, b * a.d * a.tk, a.d * a.tk, g.ks);
-  const float *v = f32View(*a.v, b * a.tk * a.dv, a.tk * a.dv, g.vs);
-  const float *dy = f32View(dyT, b * a.tq * a.dv, a.tq * a.dv, g.dys);
-  const float *y = f32View(yT, b * a.tq * a.dv, a.tq * a.dv, g.ys);
-  auto acc = [&](Tensor &t, int64_t count, std::vector<float> &scratch) {
-    float *p = wide ? t.as<float>() + b * count : nullptr;
-    if (!wide) {
-      scratch.resize(static_cast<size_t>(count));
-      p = scratch.data();
-    }
-    return p;
-  };
-  float *dq = acc(dqT, a.tq * a.d, g.dqs);
-  float *dkt = acc(dktT, a.d * a.tk, g.dks);
-  float *dv = acc(dvT, a.tk * a.dv, g.dvs);
+  const int64_t qBase = a.qL.offset(b, a.batch),
+                ktBase = a.ktL.offset(b, a.batch),
+                vBase = a.vL.offset(b, a.batch),
+                yBase = a.yL.offset(b, a.batch);
+  const float *q = f32Rows(*a.q, a.qL, qBase, 0, a.tq, a.d, g.qs);
+  const float *kt = f32Rows(*a.kt, a.ktL, ktBase, 0, a.d, a.tk, g.ks);
+  const float *v = f32Rows(*a.v, a.vL, vBase, 0, a.tk, a.dv, g.vs);
+  const float *dy = f32Rows(dyT, a.yL, yBase, 0, a.tq, a.dv, g.dys);
+  const float *y = f32Rows(yT, a.yL, yBase, 0, a.tq, a.dv, g.ys);
+  // The gradients take their operand's layout.
+  float *dq = outRows(dqT, a.qL, qBase, 0, a.tq, a.d, g.dqs);
+  float *dkt = outRows(dktT, a.ktL, ktBase, 0, a.d, a.tk, g.dks);
+  float *dv = outRows(dvT, a.vL, vBase, 0, a.tk, a.dv, g.dvs);
   std::fill(dkt, dkt + a.d * a.tk, 0.0f);
   std::fill(dv, dv + a.tk * a.dv, 0.0f);
   for (int64_t i0 = 0; i0 < a.tq; i0 += kBlockRows) {
@@ -252,11 +287,9 @@ void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT,
     gemm(false, true, rows, a.d, n, a.scale, dp, n, kt, a.tk, 0.0f, dqb, a.d);
     gemm(true, false, a.d, n, rows, a.scale, qb, a.d, dp, n, 1.0f, dkt, a.tk);
   }
-  if (!wide) {
-    storeRounded(dq, a.tq * a.d, dqT, b * a.tq * a.d);
-    storeRounded(dkt, a.d * a.tk, dktT, b * a.d * a.tk);
-    storeRounded(dv, a.tk * a.dv, dvT, b * a.tk * a.dv);
-  }
+  storeRows(dq, dqT, a.qL, qBase, 0, a.tq, a.d);
+  storeRows(dkt, dktT, a.ktL, ktBase, 0, a.d, a.tk);
+  storeRows(dv, dvT, a.vL, vBase, 0, a.tk, a.dv);
 }
 
 Status fusedAttentionGradKernel(KernelContext &ctx) {

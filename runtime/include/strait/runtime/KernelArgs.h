@@ -130,6 +130,28 @@ StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max);
 /// broadcasts to the scores [b..., Tq, Tk]; attributes scale (required) and
 /// causal (0 or 1). Y and dY are [b..., Tq, Dv] of Q's dtype, LSE f32
 /// [b..., Tq]; the gradients have their operand's type. Reads no tensor data.
+///
+/// Each of Q, Kt, V and Y may be a permuted tensor: the optional attributes
+/// q_perm, kt_perm, v_perm and y_perm (a permutation of the rank) say that
+/// logical dimension i of the operand is dimension perm[i] of its tensor,
+/// i.e. the operand is Transpose(tensor, perm) (graph-fuse-attention folds
+/// the transposes of [b, T, h, d] heads this way). The shapes above are the
+/// logical ones; y_perm lays out Y and dY, and each gradient has its
+/// operand's tensor type (dQ in Q's layout, ...). LSE is always dense.
+/// Kernels address the operands through AttnLayout.
+struct AttnLayout {
+  /// Element strides in the tensor of the logical batch dims, the rows
+  /// (Tq, D, Tk or Tq for Q, Kt, V, Y) and the columns (D, Tk, Dv, Dv).
+  std::vector<int64_t> batch;
+  int64_t row = 0, col = 1;
+
+  /// Offset of batch slice b (row-major over the batch dims `dims`).
+  int64_t offset(int64_t b, const Shape &dims) const;
+  /// Whether the tensor is the logical operand itself: the dense row-major
+  /// [b..., rows, cols] (then slice b starts at b * rows * cols).
+  bool dense(const Shape &dims, int64_t rows, int64_t cols) const;
+};
+
 struct AttentionArgs {
   const Tensor *q = nullptr, *kt = nullptr, *v = nullptr, *bias = nullptr;
   const Tensor *dy = nullptr, *y = nullptr, *lse = nullptr; ///< the gradient's
@@ -143,6 +165,12 @@ struct AttentionArgs {
   /// Element strides of Bias broadcast to [b..., Tq, Tk] (0 on broadcast
   /// dims); empty without Bias.
   std::vector<int64_t> biasStrides;
+  /// Where Q, Kt, V and Y (also dY; the gradients take their operand's)
+  /// sit in their tensors.
+  AttnLayout qL, ktL, vL, yL;
+  /// y_perm (the identity without it) and the tensor shape of Y and dY.
+  std::vector<int64_t> yPerm;
+  Shape yShape;
 
   /// Keys visible to query row i: [0, keyEnd(i)) (all Tk without causal).
   int64_t keyEnd(int64_t i) const;
