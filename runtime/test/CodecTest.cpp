@@ -3,7 +3,8 @@
 // Every codec against an independent reference computed here in the
 // simplest way (a full sort for top-k, per-element rounding for the
 // quantizers, numpy-style casts for fp16/bf16), plus malformed payloads and
-// the error-feedback identity.
+// the error-feedback identity; the fp16 converter against the F16C
+// instructions.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
@@ -16,6 +17,9 @@
 #include <gtest/gtest.h>
 #include <numeric>
 #include <random>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 using namespace strait;
 using namespace strait::rt;
@@ -585,3 +589,106 @@ TEST(CodecLayout, ReceivedHeadersAreCheckedAgainstTheReceive) {
                 .find("index encoding"),
             std::string::npos);
 }
+
+// --- codec::halfToFloat / codec::floatToHalf against the F16C instructions --
+// The one half <-> float converter of the runtime (the codecs, the CPU
+// backend, the fused kernels, the CUDA interpreter) against the hardware's
+// IEEE conversion with round-to-nearest-even. NaNs compare by NaN-ness and
+// sign only: the codec writes the canonical quiet NaN, F16C keeps payload bits.
+#if defined(__x86_64__) || defined(__i386__)
+
+namespace {
+
+__attribute__((target("f16c"))) float f16cHalfToFloat(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+__attribute__((target("f16c"))) uint16_t f16cFloatToHalf(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+bool isHalfNaN(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
+
+/// Empty when codec::floatToHalf(x) equals the F16C result, else a message.
+std::string floatToHalfMismatch(uint32_t x) {
+  float f = floatOf(x);
+  uint16_t got = codec::floatToHalf(f), want = f16cFloatToHalf(f);
+  if (got == want || (isHalfNaN(got) && isHalfNaN(want) && (got & 0x8000) == (want & 0x8000)))
+    return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "float bits 0x%08x: codec 0x%04x, F16C 0x%04x", x, got, want);
+  return buf;
+}
+
+} // namespace
+
+TEST(HalfConversion, HalfToFloatMatchesF16CForAllHalfPatterns) {
+  if (!__builtin_cpu_supports("f16c"))
+    GTEST_SKIP() << "this CPU has no F16C";
+  int nans = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float got = codec::halfToFloat(uint16_t(h)), want = f16cHalfToFloat(uint16_t(h));
+    if (isHalfNaN(uint16_t(h))) {
+      ++nans;
+      ASSERT_TRUE(std::isnan(got)) << "half 0x" << std::hex << h;
+      ASSERT_EQ(std::signbit(got), std::signbit(want)) << "half 0x" << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(bitsOf(got), bitsOf(want)) << "half 0x" << std::hex << h;
+  }
+  EXPECT_EQ(nans, 2 * 1023);
+  // Exact values the sweep above must have covered.
+  EXPECT_EQ(codec::halfToFloat(0x0001), 0x1p-24f); // smallest subnormal
+  EXPECT_EQ(codec::halfToFloat(0x7bff), 65504.0f); // largest finite
+  EXPECT_EQ(bitsOf(codec::halfToFloat(0x8000)), 0x80000000u);
+}
+
+TEST(HalfConversion, FloatToHalfMatchesF16CAroundEveryHalfAndOnASweep) {
+  if (!__builtin_cpu_supports("f16c"))
+    GTEST_SKIP() << "this CPU has no F16C";
+  std::string first;
+  uint64_t bad = 0, checked = 0;
+  auto check = [&](uint32_t x) {
+    ++checked;
+    std::string m = floatToHalfMismatch(x);
+    if (!m.empty() && bad++ == 0)
+      first = m;
+  };
+  // Every half value h: the float equal to it, the tie half-way to the next
+  // half up, one float ulp either side of both (subnormals, the normal
+  // boundary, 65504 -> 65520 overflow, both signs).
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      uint32_t lo = bitsOf(codec::halfToFloat(uint16_t(h))) & 0x7fffffffu;
+      uint32_t hi = h + 1 == 0x7c00 ? bitsOf(65520.0f)
+                                    : bitsOf(codec::halfToFloat(uint16_t(h + 1)));
+      uint32_t tie = bitsOf(0.5f * (floatOf(lo) + floatOf(hi)));
+      for (uint32_t x : {lo, lo + 1, tie - 1, tie, tie + 1})
+        check(sign | x);
+      if (lo != 0)
+        check(sign | (lo - 1));
+    }
+  }
+  // Every 7th float bit pattern (7 is odd, so the sweep meets every residue
+  // of the 13 rounded-away mantissa bits in every exponent), plus infinities,
+  // NaNs and float subnormals.
+  for (uint64_t x = 0; x <= 0xffffffffull; x += 7)
+    check(uint32_t(x));
+  for (uint32_t x : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u,
+                     0x7fffffffu, 0x00000001u, 0x807fffffu, 0x33000000u, 0x33000001u,
+                     0xb3000000u, 0xb3000001u, 0x387fc000u, 0x387fe000u, 0x477fefffu,
+                     0x477ff000u})
+    check(x);
+  EXPECT_EQ(bad, 0u) << "first of " << bad << " mismatches in " << checked << ": " << first;
+  EXPECT_GT(checked, 600000000u);
+}
+#endif // x86

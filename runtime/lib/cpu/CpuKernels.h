@@ -11,6 +11,8 @@
 #include "strait/runtime/Backend.h"
 #include "strait/runtime/ThreadPool.h"
 
+#include "../codec/CodecLayout.h"
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -55,16 +57,19 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, int64_t lda, const float *b,
            int64_t ldb, float beta, float *c, int64_t ldc);
 
-/// IEEE half <-> float (round to nearest even).
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-
 /// bf16 or f16.
-bool isLowFloat(DType t);
+inline bool isLowFloat(DType t) {
+  return t == program::DTYPE_BF16 || t == program::DTYPE_F16;
+}
 /// A bf16/f16 value (bits `v` of dtype t) widened to float (exact).
-float lowToFloat(DType t, uint16_t v);
-/// f to bf16/f16 bits, rounded to nearest even (NaN stays NaN).
-uint16_t floatToLow(DType t, float f);
+inline float lowToFloat(DType t, uint16_t v) {
+  return t == program::DTYPE_F16 ? codec::halfToFloat(v) : codec::bfloat16ToFloat(v);
+}
+/// f to bf16/f16 bits, rounded to nearest even (NaN stays NaN). The runtime's
+/// one converter (codec/CodecLayout.h), shared with the codecs and CUDA.
+inline uint16_t floatToLow(DType t, float f) {
+  return t == program::DTYPE_F16 ? codec::floatToHalf(f) : codec::floatToBFloat16(f);
+}
 
 /// Maps a possibly negative axis into [0, rank); error when out of range.
 StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,

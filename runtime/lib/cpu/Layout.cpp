@@ -249,30 +249,15 @@ bool convertAny(const Tensor &x, Tensor &y) {
 Status castViaF32(KernelContext &ctx, const Tensor &x, Tensor &y) {
   OwnedTensor mid(program::DTYPE_F32, x.shape);
   bool ok = true;
-  if (x.dtype == program::DTYPE_F16) {
+  if (isLowFloat(x.dtype)) {
     for (int64_t i = 0; i < x.numel(); ++i)
-      mid.as<float>()[i] = halfToFloat(x.as<uint16_t>()[i]);
-  } else if (x.dtype == program::DTYPE_BF16) {
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      uint32_t bits = uint32_t(x.as<uint16_t>()[i]) << 16;
-      std::memcpy(&mid.as<float>()[i], &bits, 4);
-    }
+      mid.as<float>()[i] = lowToFloat(x.dtype, x.as<uint16_t>()[i]);
   } else {
     ok = convertAny(x, mid.tensor);
   }
-  if (y.dtype == program::DTYPE_F16) {
+  if (isLowFloat(y.dtype)) {
     for (int64_t i = 0; ok && i < x.numel(); ++i)
-      y.as<uint16_t>()[i] = floatToHalf(mid.as<float>()[i]);
-  } else if (y.dtype == program::DTYPE_BF16) {
-    for (int64_t i = 0; ok && i < x.numel(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &mid.as<float>()[i], 4);
-      if ((bits & 0x7FFFFFFFu) > 0x7F800000u) // NaN stays a quiet NaN
-        bits = (bits | 0x00400000u);
-      else // round to nearest even
-        bits += 0x7FFF + ((bits >> 16) & 1);
-      y.as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
-    }
+      y.as<uint16_t>()[i] = floatToLow(y.dtype, mid.as<float>()[i]);
   } else {
     ok = ok && convertFrom<float>(mid.tensor, y);
   }

@@ -11,6 +11,8 @@
 
 #include "strait/runtime/KernelArgs.h"
 
+#include "../codec/CodecLayout.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -118,7 +120,7 @@ struct Bf16Scores {
 };
 struct F16Scores {
   const uint16_t *p;
-  float operator()(int64_t i) const { return halfToFloat(p[i]); }
+  float operator()(int64_t i) const { return codec::halfToFloat(p[i]); }
 };
 
 /// Softmax cross-entropy in T (the loss's type) over scores read by `in`.
