@@ -11,19 +11,26 @@
 
 using namespace mlir;
 
-void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention) {
+void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm,
+                                    bool fuseAttention,
+                                    bool foldAttentionTransposes) {
   // On the forward graph, so that autodiff sees one RMSNormalization (and
   // builds one RMSNormalizationGrad) per decomposed RMSNorm, and one
   // FusedAttention (one FusedAttentionGrad) per attention block; before
   // autocast, which casts FusedAttention's Q, Kt and V like a MatMul's.
   if (fuseRmsNorm)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRMSNorm());
-  if (fuseAttention)
-    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
+  if (fuseAttention) {
+    graph::GraphFuseAttentionOptions attention;
+    attention.foldTransposes = foldAttentionTransposes;
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention(attention));
+  }
 }
 
-void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOptions &o) {
-  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention);
+void strait::addTrainingStepPasses(OpPassManager &pm,
+                                   const StraitPipelineOptions &o) {
+  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention,
+                         o.foldAttentionTransposes);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
   if (o.precision != "f32") {
@@ -74,7 +81,8 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     pm.addNestedPass<func::FuncOp>(graph::createGraphRematerialize());
 }
 
-void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
+void strait::buildStraitPipeline(OpPassManager &pm,
+                                 const StraitPipelineOptions &o) {
   addTrainingStepPasses(pm, o);
   dist::DistAssignStagesOptions assign;
   assign.cluster = o.cluster;
@@ -105,6 +113,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
 void strait::registerStraitPipeline() {
   PassPipelineRegistration<StraitPipelineOptions>(
       "strait-pipeline",
-      "What straitc runs: assign stages, insert communication and compression, split stages",
+      "What straitc runs: assign stages, insert communication and compression, "
+      "split stages",
       buildStraitPipeline);
 }

@@ -152,3 +152,33 @@ func.func @grad_lse_type(%dy: tensor<4x8xbf16>, %q: tensor<4x8xbf16>, %kt: tenso
   %d:3 = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse {scale = 1.0 : f32} : (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<8x4xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4xbf16>) -> (tensor<4x8xbf16>, tensor<8x4xbf16>, tensor<4x8xbf16>)
   return
 }
+
+// -----
+
+// A permutation attribute permutes all of its operand's dimensions ...
+func.func @perm_not_a_permutation(%q: tensor<2x4x3x8xf32>, %k: tensor<2x4x3x8xf32>, %v: tensor<2x4x3x8xf32>) {
+  // expected-error@+2 {{FusedAttention: kt_perm [0x2x2x1] is not a permutation of the operands' 4 dimensions}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y:2 = graph.FusedAttention %q, %k, %v {kt_perm = array<i64: 0, 2, 2, 1>, q_perm = array<i64: 0, 2, 1, 3>, scale = 1.0 : f32, v_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x4xf32>)
+  return
+}
+
+// -----
+
+// ... and the shapes are checked under it: K [2, 4, 3, 8] read as Kt
+// through [0, 2, 1, 3] is [2, 3, 4, 8], whose D (4) is not Q's 8.
+func.func @perm_wrong_layout(%q: tensor<2x4x3x8xf32>, %k: tensor<2x4x3x8xf32>, %v: tensor<2x4x3x8xf32>) {
+  // expected-error@+2 {{FusedAttention: Q [2x3x4x8] and Kt [2x3x4x8] disagree on D}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y:2 = graph.FusedAttention %q, %k, %v {kt_perm = array<i64: 0, 2, 1, 3>, q_perm = array<i64: 0, 2, 1, 3>, scale = 1.0 : f32, v_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x4xf32>)
+  return
+}
+
+// -----
+
+// The gradient's dY is laid out by y_perm, like Y.
+func.func @perm_grad_dy(%dy: tensor<2x3x4x8xf32>, %q: tensor<2x4x3x8xf32>, %k: tensor<2x4x3x8xf32>, %v: tensor<2x4x3x8xf32>, %y: tensor<2x4x3x8xf32>, %lse: tensor<2x3x4xf32>) {
+  // expected-error@+1 {{dY type 'tensor<2x3x4x8xf32>' differs from the forward Y's 'tensor<2x4x3x8xf32>'}}
+  %g:3 = graph.FusedAttentionGrad %dy, %q, %k, %v, %y, %lse {kt_perm = array<i64: 0, 2, 3, 1>, q_perm = array<i64: 0, 2, 1, 3>, scale = 1.0 : f32, v_perm = array<i64: 0, 2, 1, 3>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x3x4x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x3x4xf32>) -> (tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>)
+  return
+}

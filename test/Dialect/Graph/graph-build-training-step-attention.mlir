@@ -5,19 +5,22 @@
 // One self-attention block (Q, K, V projections of x, a [4, 4] mask). After
 // graph-fuse-attention, autodiff builds one FusedAttentionGrad from dY, the
 // forward operands, Y and LSE; its dQ, dKt and dV flow back through the
-// projections (dKt through the Transpose's rule). No [2, 4, 4] scores or
-// probabilities exist forward or backward (the implicit check), and the
-// mask gets no gradient.
+// projections. The Transpose of K folds into the op (kt_perm: the logical
+// Kt [2, 8, 4] is K [2, 4, 8] under [0, 2, 1]), so the gradient op reads K
+// and writes dK [2, 4, 8] directly: no Transpose forward or backward. No
+// [2, 4, 4] scores or probabilities exist forward or backward (the implicit
+// check), and the mask gets no gradient.
 // CHECK-LABEL: func.func @main
 // CHECK-DAG: %[[M:.*]] = graph.Constant {{.*}} : tensor<4x4xf32>
 // CHECK-DAG: %[[Q:.*]] = graph.MatMul %{{.*}} {graph.op_id = [[QID:[0-9]+]] : i64} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
-// CHECK: %[[KT:.*]] = graph.Transpose
-// CHECK: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[Q]], %[[KT]], %[[V:.*]], %[[M]] {graph.op_id = [[ID:[0-9]+]] : i64, scale = 0.353553385 : f32}
+// CHECK-DAG: %[[K:.*]] = graph.MatMul %{{.*}} {graph.op_id = [[KID:[0-9]+]] : i64} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+// CHECK-NOT: graph.Transpose
+// CHECK: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[Q]], %[[K]], %[[V:.*]], %[[M]] {graph.op_id = [[ID:[0-9]+]] : i64, kt_perm = array<i64: 0, 2, 1>, scale = 0.353553385 : f32}
 // CHECK-NOT: graph.Softmax
-// CHECK: %[[DQ:.*]], %[[DKT:.*]], %[[DV:.*]] = graph.FusedAttentionGrad %{{.*}}, %[[Q]], %[[KT]], %[[V]], %[[Y]], %[[LSE]], %[[M]] {graph.grad_of = [[ID]] : i64, scale = 0.353553385 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>)
+// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = graph.FusedAttentionGrad %{{.*}}, %[[Q]], %[[K]], %[[V]], %[[Y]], %[[LSE]], %[[M]] {graph.grad_of = [[ID]] : i64, kt_perm = array<i64: 0, 2, 1>, scale = 0.353553385 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
 // CHECK-NOT: graph.FusedAttentionGrad
 // CHECK-NOT: graph.Softmax
-// CHECK: graph.Transpose %[[DKT]]
+// CHECK-NOT: graph.Transpose %[[DK]]
 // CHECK: graph.AccumulateGrad %{{.*}} for @wq
 // CHECK: return
 // Without the pass the Softmax gradient works on [2, 4, 4] tensors.
@@ -29,9 +32,9 @@
 // (the cast of Y's f32 gradient) with the f32 LSE and mask; dQ, dKt, dV are
 // cast back to f32 by the Casts' rules.
 // BF16-LABEL: func.func @main
-// BF16: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[Q:.*]], %[[KT:.*]], %[[V:.*]], %[[M:.*]] {{{.*}}} : (tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4xf32>)
+// BF16: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[Q:.*]], %[[KT:.*]], %[[V:.*]], %[[M:.*]] {{{.*}}} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4xf32>)
 // BF16: %[[DY:.*]] = graph.Cast %{{.*}} {{{.*}}to = bf16} : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
-// BF16: %[[DQ:.*]], %[[DKT:.*]], %[[DV:.*]] = graph.FusedAttentionGrad %[[DY]], %[[Q]], %[[KT]], %[[V]], %[[Y]], %[[LSE]], %[[M]] {{{.*}}} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>)
+// BF16: %[[DQ:.*]], %[[DKT:.*]], %[[DV:.*]] = graph.FusedAttentionGrad %[[DY]], %[[Q]], %[[KT]], %[[V]], %[[Y]], %[[LSE]], %[[M]] {{{.*}}} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16>)
 // BF16-DAG: graph.Cast %[[DV]] {{{.*}}to = f32}
 // BF16-DAG: graph.Cast %[[DKT]] {{{.*}}to = f32}
 // BF16-DAG: graph.Cast %[[DQ]] {{{.*}}to = f32}

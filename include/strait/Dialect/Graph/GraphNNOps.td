@@ -212,17 +212,33 @@ def Graph_FusedAttentionOp : Graph_GenericOp<"FusedAttention", [Pure]> {
       unmasked keys, saved for the gradient. A row with no finite score gives
       Y = 0 and LSE = -inf.
 
-    The T x T scores never leave the kernel. See docs/graph-dialect.md.
+    The T x T scores never leave the kernel.
+
+    Each of Q, Kt, V and Y may be a permuted tensor: with `q_perm` (a
+    permutation of the rank), the logical Q above is `Transpose(Q, q_perm)`,
+    i.e. its dimension i is Q's dimension `q_perm[i]`; `kt_perm`, `v_perm`
+    likewise, and `y_perm` lays out the result (the logical Y is
+    `Transpose(Y, y_perm)`). LSE is always `[b..., Tq]`. graph-fuse-attention
+    folds the Transposes around the heads into these, so that GPT-2's Q, K,
+    V and Y stay `[B, T, H, D]` (q/v/y_perm = [0, 2, 1, 3], kt_perm = [0, 2,
+    3, 1]) and no Transpose runs in the forward or backward pass. See
+    docs/graph-dialect.md.
 
     ```mlir
     %y, %lse = graph.FusedAttention %q, %kt, %v, %mask {scale = 2.500000e-01 : f32} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16xf32>)
+    // Heads as [B, T, H, D] tensors, K not transposed:
+    %y2, %lse2 = graph.FusedAttention %q2, %k2, %v2 {causal = 1 : i64, kt_perm = array<i64: 0, 2, 3, 1>, q_perm = array<i64: 0, 2, 1, 3>, scale = 2.500000e-01 : f32, v_perm = array<i64: 0, 2, 1, 3>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
     ```
   }];
   let arguments = (ins AnyTensor:$Q, AnyTensor:$Kt, AnyTensor:$V,
                    Optional<AnyTensor>:$Bias,
                    F32Attr:$scale,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>,
-                                     "0">:$causal);
+                                     "0">:$causal,
+                   OptionalAttr<DenseI64ArrayAttr>:$q_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$kt_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$v_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$y_perm);
   let results = (outs AnyTensor:$Y, AnyTensor:$LSE);
 }
 

@@ -203,7 +203,14 @@ def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
     without building it: all zeros, it is dropped; a causal
     mask (0 on and below the diagonal shifted by Tk - Tq, at most -1e30 or
     -inf above) becomes `causal = 1` without a bias. It runs on the forward graph before
-    `graph-build-training-step`. See docs/graph-dialect.md.
+    `graph-build-training-step`.
+
+    With `fold-transposes` (the default), a Transpose that computes Q, Kt or
+    V of any FusedAttention is folded into the op's `q_perm` / `kt_perm` /
+    `v_perm`, and a Transpose that is Y's only user into `y_perm`: the
+    kernels read and write the heads where the model keeps them (GPT-2: [B,
+    T, H, D]), and the gradient op inherits the layouts, so neither pass
+    moves a head. See docs/graph-dialect.md.
 
     ```
     strait-opt --graph-fuse-attention model.mlir
@@ -211,7 +218,13 @@ def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
   }];
   let statistics = [
     Statistic<"numFused", "num-fused", "FusedAttention ops created">,
-    Statistic<"numCausal", "num-causal", "constant causal masks turned into causal = 1">
+    Statistic<"numCausal", "num-causal", "constant causal masks turned into causal = 1">,
+    Statistic<"numFoldedTransposes", "num-folded-transposes",
+              "Transposes folded into FusedAttention permutations">
+  ];
+  let options = [
+    Option<"foldTransposes", "fold-transposes", "bool", "true",
+           "Fold the Transposes of Q, Kt, V and Y into the op's permutation attributes">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

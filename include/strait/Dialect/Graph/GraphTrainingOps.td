@@ -140,7 +140,10 @@ def Graph_FusedAttentionGradOp
     `dV = P^T dY`, `dS = P * (dY V^T - Drow)`, `dQ = scale * dS Kt^T`,
     `dKt = scale * Q^T dS`. dQ, dKt and dV have the types of Q, Kt and V; dY
     has Y's type and LSE is FusedAttention's f32 statistic. No gradient for
-    Bias (the gradient rule rejects a bias that would need one).
+    Bias (the gradient rule rejects a bias that would need one). The
+    permutations `q_perm`, `kt_perm`, `v_perm` and `y_perm` are the forward
+    op's: dY and Y are laid out by `y_perm`, and each gradient like its
+    operand.
 
     ```mlir
     %dq, %dkt, %dv = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse {causal = 1 : i64, scale = 2.500000e-01 : f32} : (tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16xf32>) -> (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>)
@@ -150,7 +153,11 @@ def Graph_FusedAttentionGradOp
                    AnyTensor:$Y, AnyTensor:$LSE, Optional<AnyTensor>:$Bias,
                    F32Attr:$scale,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>,
-                                     "0">:$causal);
+                                     "0">:$causal,
+                   OptionalAttr<DenseI64ArrayAttr>:$q_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$kt_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$v_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$y_perm);
   let results = (outs AnyTensor:$dQ, AnyTensor:$dKt, AnyTensor:$dV);
   let hasVerifier = 1;
 }

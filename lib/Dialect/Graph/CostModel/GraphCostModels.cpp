@@ -114,18 +114,29 @@ KernelClass kernelClass(InstanceNormalizationOp) { return KernelClass::Normaliza
 // kernel recomputes S and P and runs four products (dV, dP, dQ, dKt), about
 // 2.5x the forward; FusedAttention's backward cost is FusedAttentionGrad's.
 // Bytes are the operands' and results' (the defaults): no T x T tensor.
-double attentionFlops(Value q, Value v, bool backward) {
+// The shapes are the logical ones: with q_perm, Q's D is its dimension
+// q_perm[rank - 1]; with v_perm, V's Tk and Dv are v_perm[rank - 2, -1].
+double attentionFlops(Value q, Value v, std::optional<ArrayRef<int64_t>> qPerm,
+                      std::optional<ArrayRef<int64_t>> vPerm, bool backward) {
   auto qt = cast<ShapedType>(q.getType()), vt = cast<ShapedType>(v.getType());
   if (!qt.hasStaticShape() || !vt.hasStaticShape() || qt.getRank() < 2)
     return 0;
-  double d = qt.getShape().back(), dv = vt.getShape().back();
-  double scores = product(qt.getShape().drop_back()) * vt.getShape()[vt.getRank() - 2];
+  int64_t r = qt.getRank();
+  auto dim = [&](ShapedType t, std::optional<ArrayRef<int64_t>> perm, int64_t i) {
+    return t.getShape()[perm ? (*perm)[i] : i];
+  };
+  double d = dim(qt, qPerm, r - 1), dv = dim(vt, vPerm, r - 1), tk = dim(vt, vPerm, r - 2);
+  double scores = product(qt.getShape()) / std::max(d, 1.0) * tk;
   return scores * (backward ? 6 * d + 4 * dv + 8 : 2 * d + 2 * dv + 5);
 }
-double forwardFlops(FusedAttentionOp op) { return attentionFlops(op.getQ(), op.getV(), false); }
-double backwardFlops(FusedAttentionOp op) { return attentionFlops(op.getQ(), op.getV(), true); }
+double forwardFlops(FusedAttentionOp op) {
+  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), false);
+}
+double backwardFlops(FusedAttentionOp op) {
+  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), true);
+}
 double forwardFlops(FusedAttentionGradOp op) {
-  return attentionFlops(op.getQ(), op.getV(), true);
+  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), true);
 }
 KernelClass kernelClass(FusedAttentionOp) { return KernelClass::MatMul; }
 KernelClass kernelClass(FusedAttentionGradOp) { return KernelClass::MatMul; }

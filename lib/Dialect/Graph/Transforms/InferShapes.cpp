@@ -15,6 +15,22 @@ namespace strait::graph {
 using namespace mlir;
 using namespace strait::graph;
 
+/// `inferred` with the element type of `current`. Refinement is about
+/// shapes: an op infers its results' element types from its operands, but some
+/// ops also accept another one that a pass chose on purpose (graph-cast-motion
+/// makes LayerNormalization write a 16-bit Y from an f32 X, and keeps
+/// AccumulateGrad's f32 total over a 16-bit gradient), which their verifiers
+/// admit (isCompatibleReturnTypes). Never changing an element type keeps every
+/// element-type relation the verifier accepted; at import the two always agree,
+/// since each op was built with its inferred types.
+static Type withElementTypeOf(Type current, Type inferred) {
+  auto cur = dyn_cast<ShapedType>(current);
+  auto inf = dyn_cast<ShapedType>(inferred);
+  if (!cur || !inf || cur.getElementType() == inf.getElementType())
+    return inferred;
+  return inf.clone(cur.getElementType());
+}
+
 LogicalResult strait::graph::refineFunction(func::FuncOp func, int64_t *numFolded,
                                             int64_t *numRefined) {
   MLIRContext *ctx = func.getContext();
@@ -33,9 +49,12 @@ LogicalResult strait::graph::refineFunction(func::FuncOp func, int64_t *numFolde
                                         op->getRegions(), types)))
         return failure();
       for (auto [result, type] : llvm::zip(op->getResults(), types)) {
-        if (result.getType() != type && numRefined)
+        Type refined = withElementTypeOf(result.getType(), type);
+        if (result.getType() == refined)
+          continue;
+        if (numRefined)
           ++*numRefined;
-        result.setType(type);
+        result.setType(refined);
       }
     }
     if (op->hasTrait<OpTrait::ConstantLike>() || op->getNumResults() == 0)
