@@ -42,3 +42,22 @@ func.func @fold_arith(%x: tensor<?x?xf32> {graph.name = "x"}) -> tensor<2xi64> {
   %back = graph.Cast %f {to = i64} : (tensor<2xf32>) -> tensor<2xi64>
   return %back : tensor<2xi64>
 }
+
+// -----
+
+// Refinement changes shapes, never element types: a bf16 Y that
+// graph-cast-motion gave LayerNormalization (its inference says f32, X's type)
+// stays bf16 while its dynamic batch dimension becomes static, and its bf16
+// reader and the function's result type follow.
+
+// CHECK-LABEL: func @keeps_chosen_element_type
+// CHECK-SAME: -> tensor<8x128xbf16>
+// CHECK: %[[Y:.*]] = graph.LayerNormalization %{{.*}} : (tensor<8x128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<8x128xbf16>
+// CHECK: %[[R:.*]] = graph.Relu %[[Y]] : tensor<8x128xbf16>
+// CHECK: return %[[R]] : tensor<8x128xbf16>
+func.func @keeps_chosen_element_type(%x: tensor<?x128xf32> {graph.name = "x"}, %s: tensor<128xf32>,
+                                     %b: tensor<128xf32>) -> tensor<?x128xbf16> {
+  %y = graph.LayerNormalization %x, %s, %b : (tensor<?x128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<?x128xbf16>
+  %r = graph.Relu %y : tensor<?x128xbf16>
+  return %r : tensor<?x128xbf16>
+}
