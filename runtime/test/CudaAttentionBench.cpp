@@ -15,7 +15,10 @@
 // With --precision bf16 it also times the fused program on bf16 tensors
 // twice: on the flash kernels (FlashAttention.cu) and with them switched off
 // (the cuBLAS path; what STRAIT_CUDA_FLASH_ATTENTION=0 does for a whole
-// run), and checks both against the composed f32 outputs.
+// run), and checks both against the composed f32 outputs; and the flash
+// kernels on GPT-2's layout: Q, V, dY, Y, dQ, dV as [b, t, h, d] tensors and
+// K untransposed [b, t, h, d] (q/v/y_perm [0,2,1,3], kt_perm [0,2,3,1]: no
+// Transpose kernels), checked against the dense bf16 flash outputs.
 // Exit 77 without a GPU, 1 when the outputs differ by more than --tolerance
 // (default 2e-2, for bf16 tensor cores).
 //
@@ -52,35 +55,46 @@ struct Values {
   uint32_t q, kt, v, dy, y, dq, dkt, dv;
 };
 
-Values addCommon(ProgramBuilder &b, const Options &o, DType dtype = program::DTYPE_F32) {
+/// `bthd`: every tensor [b, t, h, d] (GPT-2's heads, fusedProgram's perms).
+Values addCommon(ProgramBuilder &b, const Options &o, DType dtype = program::DTYPE_F32,
+                 bool bthd = false) {
   auto val = [&](const char *n, Shape s, program::ValueRole role) {
     return b.addValue(n, dtype, s, role);
   };
   Shape qs = {o.b, o.h, o.t, o.d}, kts = {o.b, o.h, o.d, o.t};
+  if (bthd)
+    qs = kts = {o.b, o.t, o.h, o.d};
   return {val("q", qs, program::ROLE_INPUT),    val("kt", kts, program::ROLE_INPUT),
           val("v", qs, program::ROLE_INPUT),    val("dy", qs, program::ROLE_INPUT),
           val("y", qs, program::ROLE_OUTPUT),   val("dq", qs, program::ROLE_OUTPUT),
           val("dkt", kts, program::ROLE_OUTPUT), val("dv", qs, program::ROLE_OUTPUT)};
 }
 
+/// The fused program; `bthd`: on GPT-2's [b, t, h, d] tensors through the
+/// permutation attributes.
 program::Program fusedProgram(const Options &o, DType dtype = program::DTYPE_F32,
-                              bool withGrad = true) {
+                              bool withGrad = true, bool bthd = false) {
   ProgramBuilder b;
   b.get().set_device("cuda:0");
-  Values x = addCommon(b, o, dtype);
+  Values x = addCommon(b, o, dtype, bthd);
   uint32_t lse = b.addValue("lse", program::DTYPE_F32, {o.b, o.h, o.t}, program::ROLE_ACTIVATION);
   float scale = 1.0f / std::sqrt(float(o.d));
-  program::Kernel &f = b.addKernel("FusedAttention", {x.q, x.kt, x.v}, {x.y, lse});
-  setFloat(f, "scale", scale);
-  setInt(f, "causal", 1);
+  auto attrs = [&](program::Kernel &k) {
+    setFloat(k, "scale", scale);
+    setInt(k, "causal", 1);
+    if (bthd) {
+      for (const char *name : {"q_perm", "v_perm", "y_perm"})
+        setInts(k, name, {0, 2, 1, 3});
+      setInts(k, "kt_perm", {0, 2, 3, 1});
+    }
+  };
+  attrs(b.addKernel("FusedAttention", {x.q, x.kt, x.v}, {x.y, lse}));
   if (!withGrad) {
     b.addRunStep();
     return b.get();
   }
-  program::Kernel &g =
-      b.addKernel("FusedAttentionGrad", {x.dy, x.q, x.kt, x.v, x.y, lse}, {x.dq, x.dkt, x.dv});
-  setFloat(g, "scale", scale);
-  setInt(g, "causal", 1);
+  attrs(b.addKernel("FusedAttentionGrad", {x.dy, x.q, x.kt, x.v, x.y, lse},
+                    {x.dq, x.dkt, x.dv}));
   b.addRunStep();
   return b.get();
 }
@@ -126,20 +140,36 @@ program::Program composedProgram(const Options &o) {
   return b.get();
 }
 
+/// Where element k of value `name` in its logical layout ([b, h, t, d], Kt
+/// and dKt [b, h, d, t]) sits in its tensor: k itself, or with `bthd` in the
+/// [b, t, h, d] tensor.
+int64_t offsetOf(const Options &o, const std::string &name, bool bthd, int64_t k) {
+  if (!bthd)
+    return k;
+  bool kt = name == "kt" || name == "dkt";
+  int64_t c = kt ? k / o.t % o.d : k % o.d, i = kt ? k % o.t : k / o.d % o.t;
+  int64_t bh = k / (o.t * o.d); // b * h + head
+  return ((bh / o.h * o.t + i) * o.h + bh % o.h) * o.d + c;
+}
+
 /// Mean ms per run() of `p` over o.iters runs after o.warmup; fills the
-/// outputs of the last run.
+/// outputs of the last run (logical order; `bthd`: p's tensors are
+/// [b, t, h, d], filled and read through offsetOf).
 StatusOr<double> timeProgram(const program::Program &p, const BackendRegistry &reg,
-                             const Options &o, std::vector<std::vector<float>> &outputs) {
+                             const Options &o, std::vector<std::vector<float>> &outputs,
+                             bool bthd = false) {
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec, Executor::create(p, reg));
   uint32_t seed = 1;
   for (const char *name : {"q", "kt", "v", "dy"}) {
     STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValueByName(name));
     std::vector<float> x = pseudoRandom(t.numel(), seed++);
-    if (t.dtype == program::DTYPE_BF16)
-      for (int64_t k = 0; k < t.numel(); ++k)
-        t.as<uint16_t>()[k] = bf16Bits(x[k]);
-    else
-      std::copy(x.begin(), x.end(), t.as<float>());
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      int64_t at = offsetOf(o, name, bthd, k);
+      if (t.dtype == program::DTYPE_BF16)
+        t.as<uint16_t>()[at] = bf16Bits(x[k]);
+      else
+        t.as<float>()[at] = x[k];
+    }
   }
   for (int i = 0; i < o.warmup; ++i)
     STRAIT_RETURN_IF_ERROR(exec->run());
@@ -151,14 +181,12 @@ StatusOr<double> timeProgram(const program::Program &p, const BackendRegistry &r
   outputs.clear();
   for (const char *name : kOutputs) {
     STRAIT_ASSIGN_OR_RETURN(Tensor t, exec->getValueByName(name));
-    if (t.dtype == program::DTYPE_BF16) {
-      std::vector<float> f(t.numel());
-      for (int64_t k = 0; k < t.numel(); ++k)
-        f[k] = bf16Value(t.as<uint16_t>()[k]);
-      outputs.push_back(std::move(f));
-    } else {
-      outputs.emplace_back(t.as<float>(), t.as<float>() + t.numel());
+    std::vector<float> f(t.numel());
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      int64_t at = offsetOf(o, name, bthd, k);
+      f[k] = t.dtype == program::DTYPE_BF16 ? bf16Value(t.as<uint16_t>()[at]) : t.as<float>()[at];
     }
+    outputs.push_back(std::move(f));
   }
   return ms;
 }
@@ -202,6 +230,30 @@ bool compare(const char *what, const std::vector<std::vector<float>> &got,
   return ok;
 }
 
+/// The flash kernels on GPT-2's [b, t, h, d] tensors (perm attributes)
+/// next to the dense [b, h, t, d] ones (`dense`, its times); the outputs
+/// must agree with the dense flash outputs.
+bool benchGpt2Layout(const Options &o, const BackendRegistry &reg,
+                     const std::vector<std::vector<float>> &dense, double denseMs,
+                     double denseFwdMs) {
+  std::vector<std::vector<float>> perm, unused;
+  cuda::setFlashAttentionEnabled(1);
+  StatusOr<double> t =
+      timeProgram(fusedProgram(o, program::DTYPE_BF16, true, true), reg, o, perm, true);
+  StatusOr<double> f =
+      timeProgram(fusedProgram(o, program::DTYPE_BF16, false, true), reg, o, unused, true);
+  cuda::setFlashAttentionEnabled(-1);
+  for (const StatusOr<double> *r : {&t, &f})
+    if (!r->isOk()) {
+      std::cerr << "bf16 [b, t, h, d] tensors: " << r->getStatus().toString() << "\n";
+      return false;
+    }
+  std::cout << "bf16 flash on [b, t, h, d] tensors (GPT-2's perms): fwd+bwd " << *t
+            << " ms (dense " << denseMs << " ms), forward only " << *f << " ms (dense "
+            << denseFwdMs << " ms)\n";
+  return compare("[b, t, h, d] - dense flash", perm, dense, o.tolerance);
+}
+
 /// The fused program on bf16 tensors, flash kernels on and off; compared
 /// with the composed f32 outputs. False on an error or a mismatch.
 bool benchBf16Tensors(const Options &o, const BackendRegistry &reg,
@@ -229,7 +281,7 @@ bool benchBf16Tensors(const Options &o, const BackendRegistry &reg,
   bool ok = compare("flash - composed", flash, composed, o.tolerance);
   ok &= compare("cuBLAS path - composed", cublas, composed, o.tolerance);
   ok &= compare("flash - cuBLAS path", flash, cublas, o.tolerance);
-  return ok;
+  return ok && benchGpt2Layout(o, reg, flash, *tFlash, *fFlash);
 }
 
 } // namespace

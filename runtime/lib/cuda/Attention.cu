@@ -7,7 +7,8 @@
 //   in the products' dtype and LSE (f32); a row without a finite score gets
 //   P = 0 and LSE = -inf;
 // - probs (backward): P = exp(S + bias - LSE), 0 where masked or LSE = -inf;
-// - drow: Drow[r] = sum_c dY[r, c] * Y[r, c] (f32 accumulation);
+// - drow: Drow[r] = sum_c dY[r, c] * Y[r, c] (f32 accumulation), dY and Y
+//   read through y_perm's layout (dense Drow);
 // - dscores: dS = P * (dP - Drow[r]), in place of P.
 // One 256-thread block per row (grid-stride over rows), every index int64.
 //
@@ -113,13 +114,28 @@ __global__ void attnProbsKernel(const float *s, const float *lse, AttnRows a, T 
   }
 }
 
+/// Offset of row r's first element under `l` (dense: r * dv).
+__device__ inline int64_t rowBase(const AttnRowLayout &l, int64_t r, int64_t dv) {
+  if (l.dense)
+    return r * dv;
+  int64_t g = r / l.tq, off = (r % l.tq) * l.rowStride;
+  for (int d = l.batchRank - 1; d >= 0; --d) {
+    off += (g % l.batchShape[d]) * l.batchStride[d];
+    g /= l.batchShape[d];
+  }
+  return off;
+}
+
 template <typename T>
-__global__ void attnDrowKernel(const T *dy, const T *y, float *drow, int64_t rows, int64_t dv) {
+__global__ void attnDrowKernel(const T *dy, const T *y, AttnRowLayout l, float *drow,
+                               int64_t rows, int64_t dv) {
   __shared__ float shm[kBlock / 32];
+  const int64_t cs = l.dense ? 1 : l.colStride;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float acc = 0.0f;
+    int64_t base = rowBase(l, r, dv);
     for (int64_t c = threadIdx.x; c < dv; c += blockDim.x)
-      acc += toF(dy[r * dv + c]) * toF(y[r * dv + c]);
+      acc += toF(dy[base + c * cs]) * toF(y[base + c * cs]);
     acc = blockSum(acc, shm);
     if (threadIdx.x == 0)
       drow[r] = acc;
@@ -180,23 +196,25 @@ bool launchAttentionProbs(const float *s, const float *lse, const AttnRows &a, E
   }
 }
 
-bool launchAttentionDrow(ET type, const void *dy, const void *y, float *drow, int64_t rows,
-                         int64_t dv, cudaStream_t st) {
+bool launchAttentionDrow(ET type, const void *dy, const void *y, const AttnRowLayout &l,
+                         float *drow, int64_t rows, int64_t dv, cudaStream_t st) {
   if (rows == 0)
     return type == ET::F32 || type == ET::F16 || type == ET::BF16;
+  if (!l.dense && (l.tq <= 0 || l.batchRank < 0 || l.batchRank > kMaxDims))
+    return false;
   unsigned g = rowBlocks(rows);
   switch (type) {
   case ET::F32:
     attnDrowKernel<float><<<g, kBlock, 0, st>>>(static_cast<const float *>(dy),
-                                                static_cast<const float *>(y), drow, rows, dv);
+                                                static_cast<const float *>(y), l, drow, rows, dv);
     return true;
   case ET::F16:
-    attnDrowKernel<__half><<<g, kBlock, 0, st>>>(static_cast<const __half *>(dy),
-                                                 static_cast<const __half *>(y), drow, rows, dv);
+    attnDrowKernel<__half><<<g, kBlock, 0, st>>>(
+        static_cast<const __half *>(dy), static_cast<const __half *>(y), l, drow, rows, dv);
     return true;
   case ET::BF16:
     attnDrowKernel<__nv_bfloat16><<<g, kBlock, 0, st>>>(
-        static_cast<const __nv_bfloat16 *>(dy), static_cast<const __nv_bfloat16 *>(y), drow,
+        static_cast<const __nv_bfloat16 *>(dy), static_cast<const __nv_bfloat16 *>(y), l, drow,
         rows, dv);
     return true;
   default: return false;

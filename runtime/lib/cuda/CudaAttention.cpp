@@ -12,19 +12,24 @@
 //
 // f16/bf16 operands without a bias and with a head dim of 64 or 128 take the
 // flash kernels instead (FlashAttention.cu; flashAttentionApplies says when;
-// STRAIT_CUDA_FLASH_ATTENTION=0 keeps everything here).
+// STRAIT_CUDA_FLASH_ATTENTION=0 keeps everything here). They address
+// permuted operands (q_perm, kt_perm, v_perm, y_perm) through their strides;
+// this path gathers a permuted operand into dense scratch first and
+// scatters a permuted output (Y, dQ, dKt, dV) back from scratch at the end.
 //
-// Scratch: Drow (backward, all rows) + f32 S/dP + P of one chunk, from the
-// backend's scratch block (the flash backward: Drow + an f32 dQ). The sizes
-// follow from the static shapes only, so every run asks for the same size:
-// the warm-up run grows the block and the captured runs of a CUDA graph
-// never allocate.
+// Scratch: the dense copies of the permuted operands and outputs, Drow
+// (backward, all rows) + f32 S/dP + P of one chunk, from the backend's
+// scratch block (the flash backward: Drow + an f32 dQ). The sizes follow
+// from the static shapes and layouts only, so every run asks for the same
+// size: the warm-up run grows the block and the captured runs of a CUDA
+// graph never allocate.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
 #include "FlashAttention.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <optional>
@@ -88,9 +93,12 @@ Status attnGemm(CudaContext &c, const KernelContext &ctx, const AttnGemmTypes &t
   return Status::ok();
 }
 
-/// The checked operands and sizes of one FusedAttention(+Grad) kernel.
+/// The checked operands and sizes of one FusedAttention(+Grad) kernel; the
+/// GEMMs read Q, Kt and V dense at qd, ktd, vd (the tensors, or their
+/// copies in scratch when permuted).
 struct AttnArgs {
   const Tensor *q = nullptr, *kt = nullptr, *v = nullptr;
+  const char *qd = nullptr, *ktd = nullptr, *vd = nullptr;
   Shape batch; // b...
   int64_t entries = 1, tq = 0, tk = 0, d = 0, dv = 0;
   float scale = 1.0f;
@@ -108,6 +116,9 @@ StatusOr<AttnArgs> attnArgs(const CudaContext &c, const KernelContext &ctx,
   a.q = s.q;
   a.kt = s.kt;
   a.v = s.v;
+  a.qd = s.q->as<char>();
+  a.ktd = s.kt->as<char>();
+  a.vd = s.v->as<char>();
   a.batch = s.batch;
   a.entries = s.nBatch;
   a.tq = s.tq;
@@ -146,21 +157,90 @@ int64_t chunkEntries(const AttnArgs &a) {
 
 size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
-/// The chunk's scratch: [drow (drowFloats)] [S / dP f32] [P].
+/// An operand or output of the cuBLAS path as the dense [b..., rows, cols]
+/// its GEMMs read or write: the tensor itself, or, when its layout is not
+/// the dense one (a permutation attribute), a copy in scratch.
+struct DenseView {
+  Tensor *t = nullptr;
+  const AttnLayout *l = nullptr;
+  int64_t rows = 0, cols = 0;
+  bool strided = false;
+  char *data = nullptr;
+};
+
+DenseView denseView(const AttentionArgs &s, const Tensor *t, const AttnLayout &l, int64_t rows,
+                    int64_t cols) {
+  DenseView v;
+  v.t = const_cast<Tensor *>(t);
+  v.l = &l;
+  v.rows = rows;
+  v.cols = cols;
+  v.strided = !l.dense(s.batch, rows, cols);
+  v.data = v.t->as<char>();
+  return v;
+}
+
+/// Scratch bytes of the views' dense copies.
+size_t copyBytes(const AttentionArgs &s, std::initializer_list<const DenseView *> views) {
+  size_t n = 0;
+  for (const DenseView *v : views)
+    if (v->strided)
+      n += align256(size_t(s.nBatch * v->rows * v->cols) * dtypeSize(v->t->dtype));
+  return n;
+}
+
+/// Points the strided views at their copies in scratch from `base` on.
+void placeCopies(const AttentionArgs &s, std::initializer_list<DenseView *> views, char *base) {
+  for (DenseView *v : views)
+    if (v->strided) {
+      v->data = base;
+      base += align256(size_t(s.nBatch * v->rows * v->cols) * dtypeSize(v->t->dtype));
+    }
+}
+
+/// Gathers a strided view's tensor into its dense copy (toDense) or
+/// scatters the copy into the tensor; nothing for a dense view.
+Status copyView(CudaContext &c, const KernelContext &ctx, const AttentionArgs &s,
+                const DenseView &v, bool toDense) {
+  if (!v.strided || v.t->numel() == 0)
+    return Status::ok();
+  Shape logical = s.batch;
+  logical.push_back(v.rows);
+  logical.push_back(v.cols);
+  std::vector<int64_t> strides = v.l->batch;
+  strides.push_back(v.l->row);
+  strides.push_back(v.l->col);
+  Index ix;
+  if (!stridedIndex(logical, strides, ix))
+    return ctx.unsupported("cuda: " + ctx.op() + " cannot address the permuted " +
+                           v.t->typeString() + " (more than " + std::to_string(kMaxDims) +
+                           " dims after merging)");
+  size_t es = dtypeSize(v.t->dtype);
+  bool ok = toDense ? launchStridedCopy(es, v.t->data, v.data, ix, c.stream)
+                    : launchStridedScatter(es, v.data, v.t->data, ix, c.stream);
+  if (!ok)
+    return ctx.unsupported("cuda: " + ctx.op() + " copy of the permuted " + v.t->typeString());
+  return checkLaunch(ctx);
+}
+
+/// The scratch: [dense copies (copyBytes)] [drow (drowFloats)] [S / dP f32]
+/// [P] of a chunk.
 struct AttnScratch {
+  char *copies = nullptr;
   float *drow = nullptr, *s = nullptr;
   void *p = nullptr;
 };
 StatusOr<AttnScratch> attnScratch(CudaContext &c, const AttnArgs &a, int64_t chunk,
-                                  size_t drowFloats) {
+                                  size_t drowFloats, size_t copies) {
   size_t scores = size_t(chunk) * size_t(a.tq) * size_t(a.tk);
   size_t dBytes = align256(drowFloats * 4), sBytes = align256(scores * 4);
   size_t pBytes = align256(scores * a.ty.elemSize);
-  size_t total = std::max<size_t>(dBytes + sBytes + pBytes, 256);
+  size_t total = std::max<size_t>(copies + dBytes + sBytes + pBytes, 256);
   STRAIT_ASSIGN_OR_RETURN(void *base, c.getScratch(total));
   char *p = static_cast<char *>(base);
-  return AttnScratch{reinterpret_cast<float *>(p), reinterpret_cast<float *>(p + dBytes),
-                     p + dBytes + sBytes};
+  char *d = p + copies;
+  return AttnScratch{p, reinterpret_cast<float *>(d), reinterpret_cast<float *>(d + dBytes),
+                     d + dBytes + sBytes};
 }
 
 /// The chunk's scores S = scale * Q Kt (f32) for entries [b0, b0 + nb).
@@ -168,9 +248,24 @@ Status scores(CudaContext &c, const KernelContext &ctx, const AttnArgs &a, int64
               int64_t nb, float *s) {
   size_t es = a.ty.elemSize;
   return attnGemm(c, ctx, a.ty, false, false, a.tq, a.tk, a.d, a.scale,
-                  a.q->as<char>() + size_t(b0 * a.tq * a.d) * es, a.tq * a.d,
-                  a.kt->as<char>() + size_t(b0 * a.d * a.tk) * es, a.d * a.tk, CUDA_R_32F, s,
-                  a.tq * a.tk, nb);
+                  a.qd + size_t(b0 * a.tq * a.d) * es, a.tq * a.d,
+                  a.ktd + size_t(b0 * a.d * a.tk) * es, a.d * a.tk, CUDA_R_32F, s, a.tq * a.tk,
+                  nb);
+}
+
+/// Where Drow's kernel reads Y and dY (y_perm's layout).
+AttnRowLayout rowLayout(const AttentionArgs &s) {
+  AttnRowLayout l;
+  l.dense = s.yL.dense(s.batch, s.tq, s.dv);
+  l.batchRank = static_cast<int>(s.batch.size()); // <= kMaxDims (attnArgs)
+  for (size_t k = 0; k < s.batch.size() && k < size_t(kMaxDims); ++k) {
+    l.batchShape[k] = s.batch[k];
+    l.batchStride[k] = s.yL.batch[k];
+  }
+  l.tq = std::max<int64_t>(s.tq, 1);
+  l.rowStride = s.yL.row;
+  l.colStride = s.yL.col;
+  return l;
 }
 
 AttnRows chunkRows(const AttnArgs &a, int64_t b0, int64_t nb) {
@@ -184,27 +279,11 @@ AttnRows chunkRows(const AttnArgs &a, int64_t b0, int64_t nb) {
   return rows;
 }
 
-/// The flash kernels' view of the problem when they apply, else nullopt.
-std::optional<FlashProblem> flashProblem(const AttentionArgs &s, const AttnArgs &a) {
-  FlashQuery fq;
-  fq.dtype = s.dtype;
-  fq.d = a.d;
-  fq.dv = a.dv;
-  fq.tq = a.tq;
-  fq.tk = a.tk;
-  fq.hasBias = s.bias != nullptr;
-  fq.enabled = flashAttentionEnabled();
-  if (a.entries == 0 || !flashAttentionApplies(fq))
+/// The flash kernels' problem when they apply, else nullopt.
+std::optional<FlashProblem> flashProblem(const AttentionArgs &s) {
+  if (s.nBatch == 0 || !flashAttentionApplies(flashQueryOf(s, flashAttentionEnabled())))
     return std::nullopt;
-  FlashProblem p;
-  p.entries = a.entries;
-  p.tq = a.tq;
-  p.tk = a.tk;
-  p.d = a.d;
-  p.scale = a.scale;
-  p.causal = a.causal;
-  p.bf16 = s.dtype == program::DTYPE_BF16;
-  return p;
+  return flashProblemOf(s);
 }
 
 Status flashForward(CudaContext &c, KernelContext &ctx, const FlashProblem &p, const AttnArgs &a,
@@ -223,7 +302,8 @@ Status flashBackward(CudaContext &c, KernelContext &ctx, const FlashProblem &p,
   STRAIT_ASSIGN_OR_RETURN(void *base, c.getScratch(dBytes + qBytes));
   float *drow = static_cast<float *>(base);
   float *dqAcc = reinterpret_cast<float *>(static_cast<char *>(base) + dBytes);
-  if (!launchAttentionDrow(a.et, s.dy->data, s.y->data, drow, rows, a.dv, c.stream))
+  if (!launchAttentionDrow(a.et, s.dy->data, s.y->data, rowLayout(s), drow, rows, a.dv,
+                           c.stream))
     return ctx.unsupported("cuda: " + ctx.op() + " on " + s.y->typeString());
   STRAIT_RETURN_IF_ERROR(checkLaunch(ctx));
   if (!launchFlashAttentionBackward(p, s.dy->data, a.q->data, a.kt->data, a.v->data,
@@ -236,13 +316,24 @@ Status flashBackward(CudaContext &c, KernelContext &ctx, const FlashProblem &p,
 Status fusedAttentionKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(AttentionArgs shared, fusedAttentionArgs(ctx));
   STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, shared));
-  Tensor *y = shared.out[0], *lse = shared.out[1];
+  Tensor *lse = shared.out[1];
   if (a.entries == 0 || a.tq == 0)
     return Status::ok();
-  if (std::optional<FlashProblem> fp = flashProblem(shared, a))
-    return flashForward(c, ctx, *fp, a, y, lse);
+  if (std::optional<FlashProblem> fp = flashProblem(shared))
+    return flashForward(c, ctx, *fp, a, shared.out[0], lse);
+  DenseView q = denseView(shared, a.q, shared.qL, a.tq, a.d),
+            kt = denseView(shared, a.kt, shared.ktL, a.d, a.tk),
+            v = denseView(shared, a.v, shared.vL, a.tk, a.dv),
+            y = denseView(shared, shared.out[0], shared.yL, a.tq, a.dv);
   int64_t chunk = chunkEntries(a);
-  STRAIT_ASSIGN_OR_RETURN(AttnScratch sc, attnScratch(c, a, chunk, 0));
+  STRAIT_ASSIGN_OR_RETURN(AttnScratch sc,
+                          attnScratch(c, a, chunk, 0, copyBytes(shared, {&q, &kt, &v, &y})));
+  placeCopies(shared, {&q, &kt, &v, &y}, sc.copies);
+  for (const DenseView *in : {&q, &kt, &v})
+    STRAIT_RETURN_IF_ERROR(copyView(c, ctx, shared, *in, true));
+  a.qd = q.data;
+  a.ktd = kt.data;
+  a.vd = v.data;
   size_t es = a.ty.elemSize;
   for (int64_t b0 = 0; b0 < a.entries; b0 += chunk) {
     int64_t nb = std::min(chunk, a.entries - b0);
@@ -253,36 +344,53 @@ Status fusedAttentionKernel(CudaContext &c, KernelContext &ctx, int) {
     STRAIT_RETURN_IF_ERROR(checkLaunch(ctx));
     // Y = P V
     STRAIT_RETURN_IF_ERROR(attnGemm(c, ctx, a.ty, false, false, a.tq, a.dv, a.tk, 1.0f, sc.p,
-                                    a.tq * a.tk, a.v->as<char>() + size_t(b0 * a.tk * a.dv) * es,
+                                    a.tq * a.tk, a.vd + size_t(b0 * a.tk * a.dv) * es,
                                     a.tk * a.dv, a.ty.data,
-                                    y->as<char>() + size_t(b0 * a.tq * a.dv) * es, a.tq * a.dv,
-                                    nb));
+                                    y.data + size_t(b0 * a.tq * a.dv) * es, a.tq * a.dv, nb));
   }
-  return Status::ok();
+  return copyView(c, ctx, shared, y, false);
 }
 
 Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(AttentionArgs shared, fusedAttentionGradArgs(ctx));
   STRAIT_ASSIGN_OR_RETURN(AttnArgs a, attnArgs(c, ctx, shared));
-  const Tensor *dy = shared.dy, *y = shared.y, *lse = shared.lse;
-  Tensor *dq = shared.out[0], *dkt = shared.out[1], *dv = shared.out[2];
+  const Tensor *lse = shared.lse;
   if (a.entries == 0)
     return Status::ok();
-  if (std::optional<FlashProblem> fp = flashProblem(shared, a))
+  if (std::optional<FlashProblem> fp = flashProblem(shared))
     return flashBackward(c, ctx, *fp, a, shared);
+  // Dense views: Q, Kt, V, dY in; dQ, dKt, dV out in their operands'
+  // layouts (Y is read by Drow's kernel in place).
+  DenseView q = denseView(shared, a.q, shared.qL, a.tq, a.d),
+            kt = denseView(shared, a.kt, shared.ktL, a.d, a.tk),
+            v = denseView(shared, a.v, shared.vL, a.tk, a.dv),
+            dy = denseView(shared, shared.dy, shared.yL, a.tq, a.dv),
+            dq = denseView(shared, shared.out[0], shared.qL, a.tq, a.d),
+            dkt = denseView(shared, shared.out[1], shared.ktL, a.d, a.tk),
+            dv = denseView(shared, shared.out[2], shared.vL, a.tk, a.dv);
   int64_t chunk = chunkEntries(a);
   int64_t rows = a.entries * a.tq;
-  STRAIT_ASSIGN_OR_RETURN(AttnScratch sc, attnScratch(c, a, chunk, size_t(rows)));
-  if (!launchAttentionDrow(a.et, dy->data, y->data, sc.drow, rows, a.dv, c.stream))
-    return ctx.unsupported("cuda: " + ctx.op() + " on " + y->typeString());
+  STRAIT_ASSIGN_OR_RETURN(
+      AttnScratch sc,
+      attnScratch(c, a, chunk, size_t(rows),
+                  copyBytes(shared, {&q, &kt, &v, &dy, &dq, &dkt, &dv})));
+  placeCopies(shared, {&q, &kt, &v, &dy, &dq, &dkt, &dv}, sc.copies);
+  for (const DenseView *in : {&q, &kt, &v, &dy})
+    STRAIT_RETURN_IF_ERROR(copyView(c, ctx, shared, *in, true));
+  a.qd = q.data;
+  a.ktd = kt.data;
+  a.vd = v.data;
+  if (!launchAttentionDrow(a.et, shared.dy->data, shared.y->data, rowLayout(shared), sc.drow,
+                           rows, a.dv, c.stream))
+    return ctx.unsupported("cuda: " + ctx.op() + " on " + shared.y->typeString());
   STRAIT_RETURN_IF_ERROR(checkLaunch(ctx));
   size_t es = a.ty.elemSize;
   for (int64_t b0 = 0; b0 < a.entries; b0 += chunk) {
     int64_t nb = std::min(chunk, a.entries - b0);
-    const char *qc = a.q->as<char>() + size_t(b0 * a.tq * a.d) * es;
-    const char *ktc = a.kt->as<char>() + size_t(b0 * a.d * a.tk) * es;
-    const char *vc = a.v->as<char>() + size_t(b0 * a.tk * a.dv) * es;
-    const char *dyc = dy->as<char>() + size_t(b0 * a.tq * a.dv) * es;
+    const char *qc = a.qd + size_t(b0 * a.tq * a.d) * es;
+    const char *ktc = a.ktd + size_t(b0 * a.d * a.tk) * es;
+    const char *vc = a.vd + size_t(b0 * a.tk * a.dv) * es;
+    const char *dyc = dy.data + size_t(b0 * a.tq * a.dv) * es;
     AttnRows rowsOf = chunkRows(a, b0, nb);
     STRAIT_RETURN_IF_ERROR(scores(c, ctx, a, b0, nb, sc.s));
     if (!launchAttentionProbs(sc.s, lse->as<float>() + b0 * a.tq, rowsOf, a.et, sc.p, c.stream))
@@ -291,8 +399,7 @@ Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
     // dV = P^T dY: [Tk, Dv] = [Tq, Tk]^T [Tq, Dv]
     STRAIT_RETURN_IF_ERROR(attnGemm(c, ctx, a.ty, true, false, a.tk, a.dv, a.tq, 1.0f, sc.p,
                                     a.tq * a.tk, dyc, a.tq * a.dv, a.ty.data,
-                                    dv->as<char>() + size_t(b0 * a.tk * a.dv) * es, a.tk * a.dv,
-                                    nb));
+                                    dv.data + size_t(b0 * a.tk * a.dv) * es, a.tk * a.dv, nb));
     // dP = dY V^T (f32, over S): [Tq, Tk] = [Tq, Dv] [Tk, Dv]^T
     STRAIT_RETURN_IF_ERROR(attnGemm(c, ctx, a.ty, false, true, a.tq, a.tk, a.dv, 1.0f, dyc,
                                     a.tq * a.dv, vc, a.tk * a.dv, CUDA_R_32F, sc.s, a.tq * a.tk,
@@ -305,14 +412,14 @@ Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
     // dQ = scale * dS Kt^T: [Tq, D] = [Tq, Tk] [D, Tk]^T
     STRAIT_RETURN_IF_ERROR(attnGemm(c, ctx, a.ty, false, true, a.tq, a.d, a.tk, a.scale, sc.p,
                                     a.tq * a.tk, ktc, a.d * a.tk, a.ty.data,
-                                    dq->as<char>() + size_t(b0 * a.tq * a.d) * es, a.tq * a.d,
-                                    nb));
+                                    dq.data + size_t(b0 * a.tq * a.d) * es, a.tq * a.d, nb));
     // dKt = scale * Q^T dS: [D, Tk] = [Tq, D]^T [Tq, Tk]
     STRAIT_RETURN_IF_ERROR(attnGemm(c, ctx, a.ty, true, false, a.d, a.tk, a.tq, a.scale, qc,
                                     a.tq * a.d, sc.p, a.tq * a.tk, a.ty.data,
-                                    dkt->as<char>() + size_t(b0 * a.d * a.tk) * es, a.d * a.tk,
-                                    nb));
+                                    dkt.data + size_t(b0 * a.d * a.tk) * es, a.d * a.tk, nb));
   }
+  for (const DenseView *out : {&dq, &dkt, &dv})
+    STRAIT_RETURN_IF_ERROR(copyView(c, ctx, shared, *out, false));
   return Status::ok();
 }
 
@@ -320,6 +427,89 @@ Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
 
 void setAttentionChunkBytes(size_t bytes) {
   chunkBytesLimit.store(bytes ? bytes : kDefaultChunkBytes);
+}
+
+namespace {
+
+/// Batch dims as the flash kernels address them, with the strides of Q,
+/// Kt, V and Y: size-1 dims dropped; a dim merged into the one before it
+/// where every operand's outer stride is the inner stride times the inner
+/// size.
+struct FlatBatch {
+  std::vector<int64_t> size;
+  std::vector<std::array<int64_t, 4>> stride;
+};
+
+FlatBatch flattenBatch(const AttentionArgs &a) {
+  const AttnLayout *ls[4] = {&a.qL, &a.ktL, &a.vL, &a.yL};
+  FlatBatch f;
+  for (size_t d = 0; d < a.batch.size(); ++d) {
+    int64_t n = a.batch[d];
+    if (n == 1)
+      continue;
+    std::array<int64_t, 4> st;
+    bool merge = !f.size.empty();
+    for (int k = 0; k < 4; ++k) {
+      st[k] = ls[k]->batch[d];
+      merge = merge && f.stride.back()[k] == st[k] * n;
+    }
+    if (merge) {
+      f.size.back() *= n;
+      f.stride.back() = st;
+    } else {
+      f.size.push_back(n);
+      f.stride.push_back(st);
+    }
+  }
+  return f;
+}
+
+} // namespace
+
+FlashQuery flashQueryOf(const AttentionArgs &a, bool enabled) {
+  FlashQuery q;
+  q.dtype = a.dtype;
+  q.d = a.d;
+  q.dv = a.dv;
+  q.tq = a.tq;
+  q.tk = a.tk;
+  q.hasBias = a.bias != nullptr;
+  q.enabled = enabled;
+  q.qCol = a.qL.col;
+  q.vCol = a.vL.col;
+  q.yCol = a.yL.col;
+  q.ktRow = a.ktL.row;
+  q.ktCol = a.ktL.col;
+  q.batchRank = static_cast<int>(flattenBatch(a).size.size());
+  return q;
+}
+
+FlashProblem flashProblemOf(const AttentionArgs &a) {
+  FlashProblem p;
+  p.entries = a.nBatch;
+  p.tq = a.tq;
+  p.tk = a.tk;
+  p.d = a.d;
+  p.scale = a.scale;
+  p.causal = a.causal;
+  p.bf16 = a.dtype == program::DTYPE_BF16;
+  FlatBatch f = flattenBatch(a);
+  p.batchRank = static_cast<int>(f.size.size());
+  for (size_t k = 0; k < f.size.size() && k < size_t(kFlashMaxBatch); ++k) {
+    p.batch[k] = f.size[k];
+    p.q.batch[k] = f.stride[k][0];
+    p.k.batch[k] = f.stride[k][1];
+    p.v.batch[k] = f.stride[k][2];
+    p.y.batch[k] = f.stride[k][3];
+  }
+  p.q.row = a.qL.row;
+  p.v.row = a.vL.row;
+  p.y.row = a.yL.row;
+  // Tk contiguous: the Kt form (the D index's stride between rows); else
+  // the K rows form (the key index's stride between rows).
+  p.kRows = a.ktL.col != 1;
+  p.k.row = p.kRows ? a.ktL.col : a.ktL.row;
+  return p;
 }
 
 void addAttentionKernels(CudaKernelTable &t) {

@@ -290,9 +290,21 @@ bool launchAttentionSoftmax(const float *s, const AttnRows &a, ET pType, void *p
 /// LSE = -inf.
 bool launchAttentionProbs(const float *s, const float *lse, const AttnRows &a, ET pType, void *p,
                           cudaStream_t st);
-/// drow[r] = sum_c dy[r, c] * y[r, c] over rows of dv elements (f32 sum).
-bool launchAttentionDrow(ET type, const void *dy, const void *y, float *drow, int64_t rows,
-                         int64_t dv, cudaStream_t st);
+/// Where rows r = entry * tq + i of Y and dY ([b..., Tq, Dv], y_perm's
+/// AttnLayout) sit in their tensors: dense, at r * dv; else element c of
+/// row r at sum_d coord_d(entry) * batchStride[d] + i * rowStride +
+/// c * colStride (coord_d over batchShape, row-major).
+struct AttnRowLayout {
+  bool dense = true;
+  int batchRank = 0;
+  int64_t batchShape[kMaxDims] = {};
+  int64_t batchStride[kMaxDims] = {};
+  int64_t tq = 1, rowStride = 0, colStride = 1;
+};
+/// drow[r] = sum_c dy[r, c] * y[r, c] over rows of dv elements (f32 sum),
+/// dY and Y laid out by `l`; drow dense.
+bool launchAttentionDrow(ET type, const void *dy, const void *y, const AttnRowLayout &l,
+                         float *drow, int64_t rows, int64_t dv, cudaStream_t st);
 /// p[r, j] = p[r, j] * (dp[r, j] - drow[r]) in place (dS over P).
 bool launchAttentionDscores(const float *dp, const float *drow, ET pType, void *p, int64_t rows,
                             int64_t tk, cudaStream_t st);

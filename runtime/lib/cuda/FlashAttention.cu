@@ -2,8 +2,10 @@
 //
 // FlashAttention-2 style forward and backward of FusedAttention(+Grad) for
 // f16/bf16 Q [Tq, D], Kt [D, Tk], V [Tk, D] per batch entry, D in {64, 128},
-// no bias (contract: docs/runtime-cuda.md "Fused attention"). Tensor cores
-// through `mma.sync.aligned.m16n8k16` (f32 accumulators); 4 warps per CTA,
+// no bias (contract: docs/runtime-cuda.md "Fused attention"), each operand
+// addressed through its strides (FlashProblem: batch dims, rows; D
+// contiguous; Kt either with Tk contiguous or, the KROWS kernels, with D
+// contiguous as an untransposed K [Tk, D]). Tensor cores through `mma.sync.aligned.m16n8k16` (f32 accumulators); 4 warps per CTA,
 // each warp owns 16 rows of the tile it multiplies, tiles staged in shared
 // memory (rows padded by 16 bytes, no bank conflicts for `ldmatrix`), the
 // mma operands loaded with `ldmatrix` (.trans where the tile is stored
@@ -68,8 +70,10 @@ bool enabledFromEnv() {
 
 bool flashAttentionApplies(const FlashQuery &q) {
   bool lowPrecision = q.dtype == program::DTYPE_BF16 || q.dtype == program::DTYPE_F16;
+  bool layouts = q.qCol == 1 && q.vCol == 1 && q.yCol == 1 && (q.ktCol == 1 || q.ktRow == 1) &&
+                 q.batchRank >= 0 && q.batchRank <= kFlashMaxBatch;
   return q.enabled && lowPrecision && !q.hasBias && q.d == q.dv && (q.d == 64 || q.d == 128) &&
-         q.tq > 0 && q.tk > 0;
+         q.tq > 0 && q.tk > 0 && layouts;
 }
 
 bool flashAttentionEnabled() {
@@ -242,27 +246,41 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 constexpr int kFwdRows = 64, kFwdKeys = 64;
 
-/// Q, then two buffers of (Kt block, V block).
+/// Q, then two buffers of (Kt block, V block). A K block in the K rows
+/// form ([BN][D + kPad]) fits in a Kt block's room ([D][BN + kPad]).
 template <int D> constexpr int fwdSmemBytes() {
+  static_assert(kFwdKeys * (D + kPad) <= D * (kFwdKeys + kPad), "a K rows block fits");
   return 2 * (kFwdRows * (D + kPad) + 2 * (D * (kFwdKeys + kPad) + kFwdKeys * (D + kPad)));
 }
 
-template <typename T, int D>
+/// K's block of keys [j, j + BN) into shared memory: the Kt form as [D][BN]
+/// (leading dimension BN + kPad), the K rows form as [BN][D] (D + kPad).
+template <typename T, int D, int BN, bool KROWS>
+__device__ inline void loadKBlock(T *s, const T *ktE, const FlashProblem &p, int64_t j) {
+  if (KROWS)
+    loadTileAsync<T, BN, D>(s, ktE + j * p.k.row, p.k.row, p.tk - j, D);
+  else
+    loadTileAsync<T, D, BN>(s, ktE + j, p.k.row, D, p.tk - j);
+}
+
+template <typename T, int D, bool KROWS>
 __global__ void __launch_bounds__(kThreads)
     flashForwardKernel(FlashProblem p, const T *__restrict__ q, const T *__restrict__ kt,
                        const T *__restrict__ v, T *__restrict__ y, float *__restrict__ lse) {
   constexpr int BM = kFwdRows, BN = kFwdKeys, LQ = D + kPad, LK = BN + kPad, LV = D + kPad;
+  constexpr int LKR = D + kPad; // K rows form
   extern __shared__ __align__(16) unsigned char smemRaw[];
   T *qs = reinterpret_cast<T *>(smemRaw);
-  T *kBuf = qs + BM * LQ;      // Kt blocks [2][D][BN]
+  T *kBuf = qs + BM * LQ;      // K blocks [2][D][BN] (K rows: [2][BN][D] in the same room)
   T *vBuf = kBuf + 2 * D * LK; // V blocks [2][BN][D]
 
   const int64_t nqb = (p.tq + BM - 1) / BM;
   const int64_t entry = blockIdx.x / nqb;
   const int64_t i0 = (nqb - 1 - blockIdx.x % nqb) * BM; // the longest causal rows first
-  const T *qE = q + entry * p.tq * D;
-  const T *ktE = kt + entry * D * p.tk;
-  const T *vE = v + entry * p.tk * D;
+  const T *qE = q + flashEntryOffset(p, p.q, entry);
+  const T *ktE = kt + flashEntryOffset(p, p.k, entry);
+  const T *vE = v + flashEntryOffset(p, p.v, entry);
+  T *yE = y + flashEntryOffset(p, p.y, entry);
   const int64_t shift = p.tk - p.tq; // causal: key j visible to row i when j <= i + shift
   int64_t kEnd = p.tk;
   if (p.causal) {
@@ -272,10 +290,10 @@ __global__ void __launch_bounds__(kThreads)
 
   // Scores in the log2 domain: x = scale * log2(e) * q.k, p = 2^(x - m).
   const float sl = p.scale * kLog2e;
-  loadTileAsync<T, BM, D>(qs, qE + i0 * D, D, p.tq - i0, D);
+  loadTileAsync<T, BM, D>(qs, qE + i0 * p.q.row, p.q.row, p.tq - i0, D);
   if (kEnd > 0) {
-    loadTileAsync<T, D, BN>(kBuf, ktE, p.tk, D, p.tk);
-    loadTileAsync<T, BN, D>(vBuf, vE, D, p.tk, D);
+    loadKBlock<T, D, BN, KROWS>(kBuf, ktE, p, 0);
+    loadTileAsync<T, BN, D>(vBuf, vE, p.v.row, p.tk, D);
   }
   cpAsyncCommit();
 
@@ -292,8 +310,9 @@ __global__ void __launch_bounds__(kThreads)
     const T *ks = kBuf + (it & 1) * D * LK, *vs = vBuf + (it & 1) * BN * LV;
     if (j0 + BN < kEnd) {
       int64_t jn = j0 + BN;
-      loadTileAsync<T, D, BN>(kBuf + ((it + 1) & 1) * D * LK, ktE + jn, p.tk, D, p.tk - jn);
-      loadTileAsync<T, BN, D>(vBuf + ((it + 1) & 1) * BN * LV, vE + jn * D, D, p.tk - jn, D);
+      loadKBlock<T, D, BN, KROWS>(kBuf + ((it + 1) & 1) * D * LK, ktE, p, jn);
+      loadTileAsync<T, BN, D>(vBuf + ((it + 1) & 1) * BN * LV, vE + jn * p.v.row, p.v.row,
+                              p.tk - jn, D);
       cpAsyncCommit();
       cpAsyncWait<1>();
     } else {
@@ -312,7 +331,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int n = 0; n < BN / 8; n += 2) {
         uint32_t b0[2], b1[2];
-        ldB(b0, b1, ks, LK, kk * 16, n * 8);
+        if (KROWS)
+          ldBT(b0, b1, ks, LKR, kk * 16, n * 8); // [n = key][k = d]
+        else
+          ldB(b0, b1, ks, LK, kk * 16, n * 8); // [k = d][n = key]
         mma<T>(s[n], a, b0);
         mma<T>(s[n + 1], a, b1);
       }
@@ -385,7 +407,7 @@ __global__ void __launch_bounds__(kThreads)
     if (row[h] >= p.tq)
       continue;
     float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-    T *yr = y + (entry * p.tq + row[h]) * D;
+    T *yr = yE + row[h] * p.y.row;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
       *reinterpret_cast<uint32_t *>(yr + n * 8 + 2 * t) =
@@ -405,11 +427,12 @@ template <int D> struct BwdRows {
 
 template <int D> constexpr int bwdSmemBytes() {
   constexpr int BM = BwdRows<D>::value, BN = kBwdKeys;
+  static_assert(BN * (D + kPad) <= D * (BN + kPad), "a K rows block fits");
   return 2 * (D * (BN + kPad) + BN * (D + kPad) + 2 * 2 * BM * (D + kPad) + BM * (BN + kPad)) +
          4 * 2 * 2 * BM;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool KROWS>
 __global__ void __launch_bounds__(kThreads)
     flashBackwardKernel(FlashProblem p, const T *__restrict__ dy, const T *__restrict__ q,
                         const T *__restrict__ kt, const T *__restrict__ v,
@@ -417,8 +440,9 @@ __global__ void __launch_bounds__(kThreads)
                         float *__restrict__ dqAcc, T *__restrict__ dkt, T *__restrict__ dv) {
   constexpr int BM = BwdRows<D>::value, BN = kBwdKeys;
   constexpr int LK = BN + kPad, LV = D + kPad, LQ = D + kPad, LS = BN + kPad;
+  constexpr int LKR = D + kPad; // K rows form
   extern __shared__ __align__(16) unsigned char smemRaw[];
-  T *ks = reinterpret_cast<T *>(smemRaw); // Kt block [D][BN]
+  T *ks = reinterpret_cast<T *>(smemRaw); // K block [D][BN] (K rows: [BN][D] in its room)
   T *vs = ks + D * LK;                    // V block [BN][D]
   T *stage = vs + BN * LV;                // two buffers of Q rows [BM][D], dY rows [BM][D]
   T *dss = stage + 2 * 2 * BM * LQ;       // dS [BM][BN]
@@ -430,8 +454,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t nkb = (p.tk + BN - 1) / BN;
   const int64_t entry = blockIdx.x / nkb;
   const int64_t j0 = (blockIdx.x % nkb) * BN;
-  const T *qE = q + entry * p.tq * D, *dyE = dy + entry * p.tq * D;
-  const T *ktE = kt + entry * D * p.tk, *vE = v + entry * p.tk * D;
+  const int64_t offK = flashEntryOffset(p, p.k, entry), offV = flashEntryOffset(p, p.v, entry);
+  const T *qE = q + flashEntryOffset(p, p.q, entry), *dyE = dy + flashEntryOffset(p, p.y, entry);
+  const T *ktE = kt + offK, *vE = v + offV;
   const float *lseE = lse + entry * p.tq, *drowE = drow + entry * p.tq;
   float *dqE = dqAcc + entry * p.tq * D;
   const int64_t shift = p.tk - p.tq;
@@ -439,16 +464,16 @@ __global__ void __launch_bounds__(kThreads)
   // Q, dY, LSE (log2 domain) and Drow rows [i0, i0 + BM) into buffer b.
   auto loadStep = [&](int64_t i0, int b) {
     T *qd = stage + b * 2 * BM * LQ;
-    loadTileAsync<T, BM, D>(qd, qE + i0 * D, D, p.tq - i0, D);
-    loadTileAsync<T, BM, D>(qd + BM * LQ, dyE + i0 * D, D, p.tq - i0, D);
+    loadTileAsync<T, BM, D>(qd, qE + i0 * p.q.row, p.q.row, p.tq - i0, D);
+    loadTileAsync<T, BM, D>(qd + BM * LQ, dyE + i0 * p.y.row, p.y.row, p.tq - i0, D);
     for (int r = threadIdx.x; r < BM; r += kThreads) {
       bool in = i0 + r < p.tq;
       lBuf[b * BM + r] = in ? lseE[i0 + r] * kLog2e : -INFINITY;
       dBuf[b * BM + r] = in ? drowE[i0 + r] : 0.0f;
     }
   };
-  loadTileAsync<T, D, BN>(ks, ktE + j0, p.tk, D, p.tk - j0);
-  loadTileAsync<T, BN, D>(vs, vE + j0 * D, D, p.tk - j0, D);
+  loadKBlock<T, D, BN, KROWS>(ks, ktE, p, j0);
+  loadTileAsync<T, BN, D>(vs, vE + j0 * p.v.row, p.v.row, p.tk - j0, D);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t key[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
@@ -491,7 +516,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
-      ldAT(a, ks, LK, warp * 16, kk * 16);
+      if (KROWS)
+        ldA(a, ks, LKR, warp * 16, kk * 16); // [m = key][k = d]
+      else
+        ldAT(a, ks, LK, warp * 16, kk * 16); // [k = d][m = key]
 #pragma unroll
       for (int n = 0; n < BM / 8; n += 2) {
         uint32_t b0[2], b1[2];
@@ -593,7 +621,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int n = 0; n < NQ; n += 2) {
           uint32_t b0[2], b1[2];
-          ldBT(b0, b1, ks, LK, kk * 16, (n0 + n) * 8);
+          if (KROWS)
+            ldB(b0, b1, ks, LKR, kk * 16, (n0 + n) * 8); // [k = key][n = d]
+          else
+            ldBT(b0, b1, ks, LK, kk * 16, (n0 + n) * 8); // [n = d][k = key]
           mma<T>(dq[n], a, b0);
           mma<T>(dq[n + 1], a, b1);
         }
@@ -621,21 +652,25 @@ __global__ void __launch_bounds__(kThreads)
   }
   cpAsyncWait<0>(); // no step: K and V's group, never waited on above
 
-  // dV [Tk, D] rows; dKt [D, Tk] columns (dK scaled here).
+  // dV [Tk, D] rows; dKt [D, Tk] columns, or K rows [Tk, D] (dK scaled here).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     int64_t kj = key[h];
     if (kj >= p.tk)
       continue;
-    T *dvr = dv + (entry * p.tk + kj) * D;
-    T *dkc = dkt + entry * D * p.tk + kj;
+    T *dvr = dv + offV + kj * p.v.row;
+    T *dkc = dkt + offK + (KROWS ? kj * p.k.row : kj);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       int c = n * 8 + 2 * t;
       *reinterpret_cast<uint32_t *>(dvr + c) = packF<T>(dvAcc[n][2 * h], dvAcc[n][2 * h + 1]);
       uint32_t k2 = packF<T>(p.scale * dkAcc[n][2 * h], p.scale * dkAcc[n][2 * h + 1]);
-      *reinterpret_cast<uint16_t *>(dkc + c * p.tk) = static_cast<uint16_t>(k2 & 0xffffu);
-      *reinterpret_cast<uint16_t *>(dkc + (c + 1) * p.tk) = static_cast<uint16_t>(k2 >> 16);
+      if (KROWS) {
+        *reinterpret_cast<uint32_t *>(dkc + c) = k2;
+      } else {
+        *reinterpret_cast<uint16_t *>(dkc + c * p.k.row) = static_cast<uint16_t>(k2 & 0xffffu);
+        *reinterpret_cast<uint16_t *>(dkc + (c + 1) * p.k.row) = static_cast<uint16_t>(k2 >> 16);
+      }
     }
   }
 }
@@ -647,6 +682,33 @@ __global__ void flashDqKernel(const float *__restrict__ acc, T *__restrict__ dq,
     uint32_t h = packF<T>(acc[i], 0.0f);
     reinterpret_cast<uint16_t *>(dq)[i] = static_cast<uint16_t>(h & 0xffffu);
   }
+}
+
+/// flashDqKernel into Q's layout (p.q): two columns a thread (D even, and
+/// D contiguous with 8-element aligned rows, so 32-bit stores).
+template <typename T>
+__global__ void flashDqStridedKernel(const float *__restrict__ acc, T *__restrict__ dq,
+                                     FlashProblem p) {
+  const int64_t half = p.d / 2, n = p.entries * p.tq * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / half, c = (i % half) * 2; // r = entry * Tq + row
+    int64_t off = flashEntryOffset(p, p.q, r / p.tq) + (r % p.tq) * p.q.row + c;
+    *reinterpret_cast<uint32_t *>(dq + off) = packF<T>(acc[r * p.d + c], acc[r * p.d + c + 1]);
+  }
+}
+
+/// Whether Q's layout is the dense [entries, Tq, D] (flashDqKernel's).
+bool denseQ(const FlashProblem &p) {
+  if (p.q.row != p.d && p.tq > 1)
+    return false;
+  int64_t stride = p.tq * p.d;
+  for (int d = p.batchRank - 1; d >= 0; --d) {
+    if (p.batch[d] != 1 && p.q.batch[d] != stride)
+      return false;
+    stride *= p.batch[d];
+  }
+  return true;
 }
 
 // --- Launchers -------------------------------------------------------------
@@ -672,32 +734,33 @@ template <typename K> bool allowSmem(K kernel, int bytes, std::atomic<uint64_t> 
 }
 
 bool fits(const FlashProblem &p) {
-  return (p.d == 64 || p.d == 128) && p.tq > 0 && p.tk > 0 && p.entries > 0;
+  return (p.d == 64 || p.d == 128) && p.tq > 0 && p.tk > 0 && p.entries > 0 &&
+         p.batchRank >= 0 && p.batchRank <= kFlashMaxBatch;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool KROWS>
 bool forwardAs(const FlashProblem &p, const void *q, const void *kt, const void *v, void *y,
                float *lse, cudaStream_t st) {
   constexpr int smem = fwdSmemBytes<D>();
   static std::atomic<uint64_t> smemDone{0};
-  if (!allowSmem(flashForwardKernel<T, D>, smem, smemDone))
+  if (!allowSmem(flashForwardKernel<T, D, KROWS>, smem, smemDone))
     return false;
   int64_t blocks = p.entries * ((p.tq + kFwdRows - 1) / kFwdRows);
   if (blocks > INT32_MAX)
     return false;
-  flashForwardKernel<T, D><<<unsigned(blocks), kThreads, smem, st>>>(
+  flashForwardKernel<T, D, KROWS><<<unsigned(blocks), kThreads, smem, st>>>(
       p, static_cast<const T *>(q), static_cast<const T *>(kt), static_cast<const T *>(v),
       static_cast<T *>(y), lse);
   return true;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool KROWS>
 bool backwardAs(const FlashProblem &p, const void *dy, const void *q, const void *kt,
                 const void *v, const float *lse, const float *drow, float *dqAcc, void *dq,
                 void *dkt, void *dv, cudaStream_t st) {
   constexpr int smem = bwdSmemBytes<D>();
   static std::atomic<uint64_t> smemDone{0};
-  if (!allowSmem(flashBackwardKernel<T, D>, smem, smemDone))
+  if (!allowSmem(flashBackwardKernel<T, D, KROWS>, smem, smemDone))
     return false;
   int64_t blocks = p.entries * ((p.tk + kBwdKeys - 1) / kBwdKeys);
   if (blocks > INT32_MAX)
@@ -705,12 +768,41 @@ bool backwardAs(const FlashProblem &p, const void *dy, const void *q, const void
   int64_t n = p.entries * p.tq * D;
   if (cudaMemsetAsync(dqAcc, 0, size_t(n) * sizeof(float), st) != cudaSuccess)
     return false;
-  flashBackwardKernel<T, D><<<unsigned(blocks), kThreads, smem, st>>>(
+  flashBackwardKernel<T, D, KROWS><<<unsigned(blocks), kThreads, smem, st>>>(
       p, static_cast<const T *>(dy), static_cast<const T *>(q), static_cast<const T *>(kt),
       static_cast<const T *>(v), lse, drow, dqAcc, static_cast<T *>(dkt), static_cast<T *>(dv));
-  unsigned g = unsigned(std::min<int64_t>((n + 255) / 256, 1 << 16));
-  flashDqKernel<T><<<g, 256, 0, st>>>(dqAcc, static_cast<T *>(dq), n);
+  if (denseQ(p)) {
+    unsigned g = unsigned(std::min<int64_t>((n + 255) / 256, 1 << 16));
+    flashDqKernel<T><<<g, 256, 0, st>>>(dqAcc, static_cast<T *>(dq), n);
+  } else {
+    unsigned g = unsigned(std::min<int64_t>((n / 2 + 255) / 256, 1 << 16));
+    flashDqStridedKernel<T><<<g, 256, 0, st>>>(dqAcc, static_cast<T *>(dq), p);
+  }
   return true;
+}
+
+/// The kernels of dtype T: head dim and K form.
+template <typename T>
+bool forwardOf(const FlashProblem &p, const void *q, const void *kt, const void *v, void *y,
+               float *lse, cudaStream_t st) {
+  if (p.kRows)
+    return p.d == 64 ? forwardAs<T, 64, true>(p, q, kt, v, y, lse, st)
+                     : forwardAs<T, 128, true>(p, q, kt, v, y, lse, st);
+  return p.d == 64 ? forwardAs<T, 64, false>(p, q, kt, v, y, lse, st)
+                   : forwardAs<T, 128, false>(p, q, kt, v, y, lse, st);
+}
+
+template <typename T>
+bool backwardOf(const FlashProblem &p, const void *dy, const void *q, const void *kt,
+                const void *v, const float *lse, const float *drow, float *dqAcc, void *dq,
+                void *dkt, void *dv, cudaStream_t st) {
+  if (p.kRows)
+    return p.d == 64
+               ? backwardAs<T, 64, true>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
+               : backwardAs<T, 128, true>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st);
+  return p.d == 64
+             ? backwardAs<T, 64, false>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
+             : backwardAs<T, 128, false>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st);
 }
 
 } // namespace
@@ -719,11 +811,8 @@ bool launchFlashAttentionForward(const FlashProblem &p, const void *q, const voi
                                  const void *v, void *y, float *lse, cudaStream_t st) {
   if (!fits(p))
     return false;
-  if (p.bf16)
-    return p.d == 64 ? forwardAs<__nv_bfloat16, 64>(p, q, kt, v, y, lse, st)
-                     : forwardAs<__nv_bfloat16, 128>(p, q, kt, v, y, lse, st);
-  return p.d == 64 ? forwardAs<__half, 64>(p, q, kt, v, y, lse, st)
-                   : forwardAs<__half, 128>(p, q, kt, v, y, lse, st);
+  return p.bf16 ? forwardOf<__nv_bfloat16>(p, q, kt, v, y, lse, st)
+                : forwardOf<__half>(p, q, kt, v, y, lse, st);
 }
 
 bool launchFlashAttentionBackward(const FlashProblem &p, const void *dy, const void *q,
@@ -732,13 +821,8 @@ bool launchFlashAttentionBackward(const FlashProblem &p, const void *dy, const v
                                   cudaStream_t st) {
   if (!fits(p))
     return false;
-  if (p.bf16)
-    return p.d == 64
-               ? backwardAs<__nv_bfloat16, 64>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
-               : backwardAs<__nv_bfloat16, 128>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv,
-                                                st);
-  return p.d == 64 ? backwardAs<__half, 64>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
-                   : backwardAs<__half, 128>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st);
+  return p.bf16 ? backwardOf<__nv_bfloat16>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st)
+                : backwardOf<__half>(p, dy, q, kt, v, lse, drow, dqAcc, dq, dkt, dv, st);
 }
 
 } // namespace cuda
