@@ -153,6 +153,13 @@ Arr permuteArr(const Arr &a, const std::vector<int64_t> &perm, bool toTensor) {
   }
   return out;
 }
+/// The shape of the tensor that lays out a `logical` operand by `perm`.
+Shape tensorShapeOf(const Shape &logical, const std::vector<int64_t> &perm) {
+  Shape t = logical;
+  for (size_t i = 0; i < perm.size(); ++i)
+    t[perm[i]] = logical[i];
+  return t;
+}
 Arr laidOut(const Arr &logical, const std::vector<int64_t> &perm) {
   return permuteArr(logical, perm, true);
 }
@@ -345,14 +352,8 @@ void checkAttention(const BackendRegistry &registry, const Problem &p, uint32_t 
   std::vector<double> yRef, lseRef;
   referenceForward(p, in, yRef, lseRef);
   // Outputs are declared with their tensor shapes and compared logically.
-  auto tensorShape = [](const Shape &logical, const std::vector<int64_t> &perm) {
-    Shape t = logical;
-    for (size_t i = 0; i < perm.size(); ++i)
-      t[perm[i]] = logical[i];
-    return t;
-  };
   for (const char *device : devices) {
-    std::vector<Arr> outs = {Arr::out(tensorShape(p.full({p.tq, p.dv}), p.yPerm), p.dtype),
+    std::vector<Arr> outs = {Arr::out(tensorShapeOf(p.full({p.tq, p.dv}), p.yPerm), p.dtype),
                              Arr::out(p.full({p.tq}), program::DTYPE_F32)};
     Status s = runOn(device, registry, "FusedAttention", forwardInputs(p, in), outs, p.attrs());
     ASSERT_TRUE(s.isOk()) << device << ": " << s.toString();
@@ -1072,15 +1073,18 @@ program::Program attentionStep(const Problem &p) {
   auto v = [&](const char *n, Shape s, program::ValueRole role) {
     return b.addValue(n, std::string(n) == "lse" ? program::DTYPE_F32 : p.dtype, s, role);
   };
-  uint32_t q = v("q", p.full({p.tq, p.d}), program::ROLE_INPUT),
-           kt = v("kt", p.full({p.d, p.tk}), program::ROLE_INPUT),
-           vv = v("v", p.full({p.tk, p.dv}), program::ROLE_INPUT),
-           dy = v("dy", p.full({p.tq, p.dv}), program::ROLE_INPUT),
-           y = v("y", p.full({p.tq, p.dv}), program::ROLE_OUTPUT),
+  // Tensor shapes under the problem's perms (the attributes come with
+  // p.attrs()).
+  Shape qs = tensorShapeOf(p.full({p.tq, p.d}), p.qPerm),
+        kts = tensorShapeOf(p.full({p.d, p.tk}), p.ktPerm),
+        vs = tensorShapeOf(p.full({p.tk, p.dv}), p.vPerm),
+        ys = tensorShapeOf(p.full({p.tq, p.dv}), p.yPerm);
+  uint32_t q = v("q", qs, program::ROLE_INPUT), kt = v("kt", kts, program::ROLE_INPUT),
+           vv = v("v", vs, program::ROLE_INPUT), dy = v("dy", ys, program::ROLE_INPUT),
+           y = v("y", ys, program::ROLE_OUTPUT),
            lse = v("lse", p.full({p.tq}), program::ROLE_OUTPUT),
-           dq = v("dq", p.full({p.tq, p.d}), program::ROLE_OUTPUT),
-           dkt = v("dkt", p.full({p.d, p.tk}), program::ROLE_OUTPUT),
-           dv = v("dv", p.full({p.tk, p.dv}), program::ROLE_OUTPUT);
+           dq = v("dq", qs, program::ROLE_OUTPUT), dkt = v("dkt", kts, program::ROLE_OUTPUT),
+           dv = v("dv", vs, program::ROLE_OUTPUT);
   program::Kernel &f = b.addKernel("FusedAttention", {q, kt, vv}, {y, lse});
   p.attrs()(f);
   program::Kernel &g = b.addKernel("FusedAttentionGrad", {dy, q, kt, vv, y, lse}, {dq, dkt, dv});
@@ -1184,4 +1188,39 @@ TEST(CudaAttentionGraphs, CapturedFlashStepEqualsDirectLaunches) {
   EXPECT_EQ(statsOn.replays, 2);
   EXPECT_EQ(statsOn.direct, 1);
   EXPECT_EQ(statsOn.disabled, 0);
+}
+
+// The flash path on GPT-2's permuted heads (bf16, D 64, causal), captured
+// and replayed: the direct launches' results, up to one bf16 rounding of
+// dQ; the permuted f32 problem on the cuBLAS path (gathers and scatters in
+// the graph) likewise.
+TEST(CudaAttentionGraphs, CapturedPermutedStepEqualsDirectLaunches) {
+  REQUIRE_GPU();
+  FlashSwitch on(true);
+  for (DType dtype : {program::DTYPE_BF16, program::DTYPE_F32}) {
+    Problem p;
+    p.batch = {2, 3};
+    p.tq = p.tk = 100;
+    p.d = p.dv = 64;
+    p.dtype = dtype;
+    p.causal = true;
+    gpt2Layout(p);
+    std::vector<std::vector<float>> on1, off;
+    CudaGraphStats statsOn, statsOff;
+    runAttentionSteps(true, p, on1, statsOn);
+    runAttentionSteps(false, p, off, statsOff);
+    ASSERT_EQ(on1.size(), off.size());
+    float tol = dtype == program::DTYPE_BF16 ? 1e-2f : 1e-6f;
+    for (size_t k = 0; k < on1.size(); ++k) {
+      ASSERT_EQ(on1[k].size(), off[k].size());
+      for (size_t e = 0; e < on1[k].size(); ++e)
+        ASSERT_TRUE(on1[k][e] == off[k][e] ||
+                    std::abs(on1[k][e] - off[k][e]) <= tol * std::max(1.0f, std::abs(off[k][e])))
+            << dtypeName(dtype) << " output " << k % 5 << " of run " << k / 5 << " element "
+            << e << ": " << on1[k][e] << " vs " << off[k][e];
+    }
+    EXPECT_EQ(statsOn.captured, 1) << dtypeName(dtype);
+    EXPECT_EQ(statsOn.replays, 2) << dtypeName(dtype);
+    EXPECT_EQ(statsOn.disabled, 0) << dtypeName(dtype);
+  }
 }
