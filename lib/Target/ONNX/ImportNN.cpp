@@ -445,6 +445,14 @@ LogicalResult importLoss(NodeImporter &n) {
   FailureOr<Values> loss = n.create<OpTy>({*s, *l, n.input(2)}, attrs);
   if (failed(loss))
     return failure();
+  // The graph op gives 16-bit scores an f32 loss (what training wants); ONNX
+  // declares the loss in the scores' type, so narrow it to that.
+  Type scoresElt = cast<ShapedType>(s->getType()).getElementType();
+  if (cast<ShapedType>((*loss)[0].getType()).getElementType() != scoresElt) {
+    loss = n.create<graph::CastOp>((*loss)[0], {n.named("to", TypeAttr::get(scoresElt))});
+    if (failed(loss))
+      return failure();
+  }
   if (n.numUsedOutputs() < 2)
     return n.setResults(*loss);
   // SoftmaxCrossEntropyLoss's log_prob output: log-softmax over the classes.
