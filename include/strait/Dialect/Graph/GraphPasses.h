@@ -16,9 +16,11 @@ namespace strait::graph {
 #define GEN_PASS_REGISTRATION
 #include "strait/Dialect/Graph/GraphPasses.h.inc"
 
-/// Re-infers the result types of the ops of `func` in program order and folds
-/// what became constant; updates the function type. Used by the importer and
-/// by graph-infer-shapes.
+/// Re-infers the result shapes of the ops of `func` in program order and folds
+/// what became constant; updates the function type. A result keeps its element
+/// type when the inferred one differs (cast motion's bf16 LayerNormalization Y,
+/// an f32 AccumulateGrad total of a bf16 gradient). Used by the importer and by
+/// graph-infer-shapes.
 mlir::LogicalResult refineFunction(mlir::func::FuncOp func, int64_t *numFolded = nullptr,
                                    int64_t *numRefined = nullptr);
 

@@ -9,9 +9,11 @@ def GraphInferShapes : Pass<"graph-infer-shapes", "::mlir::ModuleOp"> {
   let summary = "Refine tensor types from the inputs and fold shape arithmetic";
   let description = [{
     Optionally sets the shapes of function arguments (`input-shapes`), then
-    re-infers every op's result types in program order and folds ops whose
+    re-infers every op's result shapes in program order and folds ops whose
     operands became constant (Shape/Gather/Concat chains), as the importer
-    does. Function result types follow.
+    does. Element types are kept where they differ from the inferred ones
+    (the 16-bit results graph-cast-motion chose). Function result types
+    follow.
 
     ```
     strait-opt --graph-infer-shapes='input-shapes=input_ids=8x128' model.mlir
