@@ -24,6 +24,8 @@
 #             the same with attention decomposed (--fuse-attention=false); strait-amp
 #             the step compiled with --precision bf16 (bf16 storage of the products);
 #             strait-amp-keep the bf16 step compiled with --rematerialize=false;
+#             strait-amp-nofold with --fold-transposes=false (the heads'
+#             Transposes left in, FusedAttention on [B, H, T, D] heads);
 #             profile: device time per op of the bf16 step (graphs off, CUDA events);
 #             strait-amp-best: the bf16 step under the gemm phase's fastest LM-head variant
 #             (when it is not the default; profile then runs under it too)
@@ -152,6 +154,11 @@ if [ -f "$SMALL/rank0.program.pb" ]; then
     [ -f "$SMALL-bf16-keep/rank0.program.pb" ] &&
       phase strait-amp-keep 60 $STEP_BENCH "$SMALL-bf16-keep" --precision bf16 --graphs on \
         --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
+    # The fold of the heads' Transposes into FusedAttention's permutations:
+    # the same step with the 96 Transposes left in.
+    [ -f "$SMALL-bf16-nofold/rank0.program.pb" ] &&
+      phase strait-amp-nofold 60 $STEP_BENCH "$SMALL-bf16-nofold" --precision bf16 \
+        --graphs on --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
     # The gemm phase's fastest variant for the LM-head shapes (the sum of the
     # first three shapes' ms), if it is not the default: the bf16 step under it.
     BEST_GEMM=$(awk '/^variant:/ {v=substr($0, 10); n=0; next}
@@ -179,7 +186,7 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-best profile torch torch-sdpa run1 run2 probe; do
+for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
@@ -187,7 +194,7 @@ grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "^variant\|^gemm" "$LOG/gemm.log" 2>/dev/null
 grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
 grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/tiny-amp.log" "$LOG/digits.log" 2>/dev/null
-for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-best; do
+for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best; do
   grep -h "^strait-cuda:" "$LOG/$f.log" 2>/dev/null | sed "s/^strait-cuda:/$f:/"
 done
 grep -h "^torch-eager" "$LOG/torch.log" "$LOG/torch-sdpa.log" 2>/dev/null

@@ -50,6 +50,13 @@ step=(--rematerialize=true)
 # tanh, 1 + tanh in f32 for the backward): the check times the recomputation's gain.
 "$STRAITC" models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 "${common[@]}" \
   --rematerialize=false --precision bf16 --emit=program -o "$out/small-step-bf16-keep"
+# The bf16 step with the heads' Transposes left in the graph (FusedAttention
+# reads [B, H, T, D] heads instead of [B, T, H, D] ones through its
+# permutations): the check times the fold's gain, and keeps a step figure
+# should the strided attention kernels misbehave.
+"$STRAITC" models/gpt2/gpt2.onnx --shape-only --input-shape input_ids=8x1024 "${common[@]}" \
+  "${step[@]}" --fold-transposes=false --precision bf16 --emit=program \
+  -o "$out/small-step-bf16-nofold"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   "${step[@]}" --emit=program -o "$out/tiny-step"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \

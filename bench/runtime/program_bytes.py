@@ -2,10 +2,11 @@
 """Memory traffic of a compiled training step, per op type, from its program (no device needed).
 
     .venv/bin/python bench/runtime/program_bytes.py [--build build] [--top 12] [--variant=FLAGS ...]
+        [--model gpt2] [--input-shape input_ids=8x1024]
 
-Compiles GPT-2 small's training step (models/gpt2, --shape-only, input_ids 8x1024, cross-entropy,
-AdamW, --precision bf16, --rematerialize=true: the job scripts/gpu-prepare.sh builds for the GPU
-check) once per variant, each variant a string of extra straitc flags (none: the defaults), e.g.
+Compiles a model's training step (default GPT-2 small: models/gpt2, --shape-only, input_ids
+8x1024, cross-entropy, AdamW, --precision bf16, --rematerialize=true: the job
+scripts/gpu-prepare.sh builds for the GPU check; --model llama-7b for LLaMA-7B) once per variant, each variant a string of extra straitc flags (none: the defaults), e.g.
 
     program_bytes.py --variant= --variant=--rematerialize=false --variant='--fuse=none'
 
@@ -69,20 +70,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--top", type=int, default=12, help="op types listed per variant")
+    ap.add_argument("--model", default="gpt2",
+                    help="a model of models/ (its NAME/NAME.onnx, compiled --shape-only)")
+    ap.add_argument("--input-shape", default="input_ids=8x1024")
     ap.add_argument("--variant", action="append", default=None,
                     help="extra straitc flags of one compilation (repeatable; default: one "
                          "compilation with none)")
     a = ap.parse_args()
     variants = a.variant if a.variant is not None else [""]
     straitc = os.path.join(a.build, "bin", "straitc")
-    base = [straitc, os.path.join(ROOT, "models", "gpt2", "gpt2.onnx"), "--shape-only",
-            "--input-shape", "input_ids=8x1024", "--loss", "cross-entropy", "--optimizer",
+    base = [straitc, os.path.join(ROOT, "models", a.model, a.model + ".onnx"), "--shape-only",
+            "--input-shape", a.input_shape, "--loss", "cross-entropy", "--optimizer",
             "adamw", "--precision", "bf16", "--rematerialize=true", "--emit=program"]
     gib = 2.0 ** 30
     with tempfile.TemporaryDirectory() as work:
         pb = program_module(work)
-        print("GPT-2 small training step, 8x1024 tokens, AdamW, bf16: bytes read + written per "
-              "step (Reshape views free)")
+        print(f"{a.model} training step, {a.input_shape}, AdamW, bf16: bytes read + written "
+              "per step (Reshape views free)")
         for i, v in enumerate(variants):
             job = os.path.join(work, f"job{i}")
             subprocess.run(base + shlex.split(v) + ["-o", job], check=True,

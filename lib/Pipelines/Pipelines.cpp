@@ -11,26 +11,24 @@
 
 using namespace mlir;
 
-void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm,
-                                    bool fuseAttention,
-                                    bool foldAttentionTransposes) {
+void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
+                                    bool foldTransposes) {
   // On the forward graph, so that autodiff sees one RMSNormalization (and
   // builds one RMSNormalizationGrad) per decomposed RMSNorm, and one
   // FusedAttention (one FusedAttentionGrad) per attention block; before
   // autocast, which casts FusedAttention's Q, Kt and V like a MatMul's.
   if (fuseRmsNorm)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRMSNorm());
-  if (fuseAttention) {
-    graph::GraphFuseAttentionOptions attention;
-    attention.foldTransposes = foldAttentionTransposes;
-    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention(attention));
-  }
+  if (fuseAttention)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
+  // After the attention fusion (whose ops take the heads' Transposes), before
+  // autodiff (which adds a Transpose to the backward per forward Transpose).
+  if (foldTransposes)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFoldTransposes());
 }
 
-void strait::addTrainingStepPasses(OpPassManager &pm,
-                                   const StraitPipelineOptions &o) {
-  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention,
-                         o.foldAttentionTransposes);
+void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOptions &o) {
+  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention, o.foldTransposes);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
   if (o.precision != "f32") {
@@ -81,8 +79,7 @@ void strait::addTrainingStepPasses(OpPassManager &pm,
     pm.addNestedPass<func::FuncOp>(graph::createGraphRematerialize());
 }
 
-void strait::buildStraitPipeline(OpPassManager &pm,
-                                 const StraitPipelineOptions &o) {
+void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions &o) {
   addTrainingStepPasses(pm, o);
   dist::DistAssignStagesOptions assign;
   assign.cluster = o.cluster;

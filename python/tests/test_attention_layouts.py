@@ -1,13 +1,14 @@
-"""graph-fuse-attention folds the heads' Transposes into FusedAttention's permutations.
+"""graph-fold-transposes folds the heads' Transposes into FusedAttention's permutations.
 
 GPT-2 exports its heads as Reshape [B, T, H, D] -> Transpose [B, H, T, D] (Kt: [B, H, D, T])
 and Y back with a Transpose; each has a Transpose in the backward too. With
---fold-attention-transposes (the default) FusedAttention reads Q, K, V and writes Y as
+--fold-transposes (the default) FusedAttention reads Q, K, V and writes Y as
 [B, T, H, D] tensors (q_perm, kt_perm, v_perm, y_perm), and the gradient inherits the
 layouts. The CPU kernels gather the strided slices into the same dense f32 blocks the dense
-kernels read (runtime/test/AttentionTest.cpp checks that bit for bit), so the whole training
-step computes exactly what it computed with the Transposes: same losses, bit-identical
-parameters after five AdamW steps, in f32 and bf16, and on a pipelined 4-rank job.
+kernels read (runtime/test/AttentionTest.cpp checks that bit for bit); the tied LM head's
+MatMul by Transpose(wte) becomes a Gemm with transB, whose f32 sums may round differently.
+Five SGD steps give the same losses and parameters within 1e-6 (relative to each tensor's
+largest entry), in f32 and bf16, and a pipelined 4-rank job the same losses.
 """
 
 import os
@@ -27,11 +28,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def _train(job, data, out, steps=5):
-    """Losses (as printed) and saved parameters (raw bytes) after `steps` AdamW steps."""
+    """Losses (as printed) and saved parameters after `steps` steps."""
     p = run([STRAIT_RUN, str(job), "--steps", str(steps), "--lr", "0.01", "--data", str(data),
              "--threads", "2", "--timeout-ms", "60000", "--save-params", str(out)])
     losses = re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)
-    params = {f: np.load(os.path.join(out, f)).tobytes()
+    params = {f: np.load(os.path.join(out, f))
               for f in sorted(os.listdir(out)) if f.endswith(".npy")}
     return losses, params
 
@@ -41,19 +42,21 @@ def test_folded_step_is_bit_identical(tmp_path, precision):
     data = write_tokens(tmp_path / "tokens.bin", seed=2024)
     results, ops, mlir = {}, {}, {}
     for fold in ("true", "false"):
+        # SGD: AdamW's m / sqrt(v) would turn last-bit differences of near-zero gradients
+        # into steps of the learning rate.
         args = [STRAITC, MODEL, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
-                "--optimizer", "adamw", "--precision", precision,
-                f"--fold-attention-transposes={fold}"]
+                "--optimizer", "sgd", "--precision", precision,
+                f"--fold-transposes={fold}"]
         mlir[fold] = run(args + ["--emit=mlir"]).stdout
         job = tmp_path / fold
         run(args + ["-o", str(job)])
         ops[fold] = kernel_ops(job)
         results[fold] = _train(job, data, tmp_path / (fold + "-params"))
     # gpt2-tiny has 2 blocks: 4 head Transposes forward (Q, Kt, V, Y) and 4 backward (dY,
-    # dQ, dKt, dV) each are gone; the LM head's weight Transposes stay.
+    # dQ, dKt, dV) each, and the tied LM head's weight Transpose forward and backward: all
+    # gone (the LM head's MatMul by Transpose(wte) is a Gemm with transB).
     folded, kept = ops["true"].count("Transpose"), ops["false"].count("Transpose")
-    assert kept - folded == 16, (kept, folded)
-    assert len(ops["false"]) - len(ops["true"]) == 16
+    assert folded == 0 and kept == 18, (kept, folded)
     for op in ("graph.FusedAttention ", "graph.FusedAttentionGrad "):
         lines = [l for l in mlir["true"].splitlines() if op in l]
         assert len(lines) == 2, lines
@@ -65,10 +68,17 @@ def test_folded_step_is_bit_identical(tmp_path, precision):
     (losses_t, params_t), (losses_f, params_f) = results["true"], results["false"]
     assert len(losses_t) == 5 and losses_t == losses_f, (losses_t, losses_f)
     assert params_t.keys() == params_f.keys() and len(params_t) > 10
-    differ = [k for k in params_t if params_t[k] != params_f[k]]
-    assert not differ, f"parameters differ with and without the fold: {differ[:5]}"
+    differ = [k for k in params_t if params_t[k].tobytes() != params_f[k].tobytes()]
+    worst = max(float(np.max(np.abs(params_t[k].astype(np.float64) - params_f[k])) /
+                      max(1e-30, float(np.max(np.abs(params_f[k])))))
+                for k in params_t)
+    # The attention layouts alone are bit-identical (the CPU kernels gather into the same
+    # dense blocks); the LM head's Gemm(transB) sums its products in another order than
+    # MatMul on the transposed copy does, so f32 parameters may differ in the last bits.
+    assert worst <= 1e-6, (worst, differ[:5])
     print(f"{precision}: Transpose kernels {kept} -> {folded}; losses {losses_t}; "
-          f"{len(params_t)} parameters bit-identical")
+          f"{len(params_t) - len(differ)} of {len(params_t)} parameters bit-identical, "
+          f"largest relative difference {worst:.2e}")
 
 
 def test_folded_pipeline_is_bit_identical(tmp_path):
@@ -81,7 +91,7 @@ def test_folded_pipeline_is_bit_identical(tmp_path):
         job = tmp_path / fold
         run([STRAITC, MODEL, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
              "--optimizer", "adamw", "--precision", "bf16", "--cluster", cluster,
-             "--num-stages", "2", "--micro-batches", "2", f"--fold-attention-transposes={fold}",
+             "--num-stages", "2", "--micro-batches", "2", f"--fold-transposes={fold}",
              "-o", str(job)])
         p = run([STRAIT_RUN, str(job), "--steps", "4", "--lr", "0.01", "--data", str(data),
                  "--threads", "1", "--timeout-ms", "60000"])

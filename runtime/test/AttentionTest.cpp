@@ -23,8 +23,7 @@ using namespace strait::rt::test;
 
 namespace {
 
-const float kFinfoMin =
-    -std::numeric_limits<float>::max(); // GPT-2's mask value
+const float kFinfoMin = -std::numeric_limits<float>::max(); // GPT-2's mask value
 
 /// A problem: batch dims, sizes, data (dense bias over [b..., Tq, Tk] for
 /// the reference, and the bias as given to the kernel with its shape).
@@ -51,14 +50,12 @@ struct Problem {
     int64_t rem = b;
     idx[full.size() - 1] = j;
     idx[full.size() - 2] = i;
-    for (int64_t dim = static_cast<int64_t>(batch.size()) - 1; dim >= 0;
-         --dim) {
+    for (int64_t dim = static_cast<int64_t>(batch.size()) - 1; dim >= 0; --dim) {
       idx[dim] = rem % batch[dim];
       rem /= batch[dim];
     }
     int64_t off = 0, stride = 1, shift = full.size() - biasShape.size();
-    for (int64_t dim = static_cast<int64_t>(biasShape.size()) - 1; dim >= 0;
-         --dim) {
+    for (int64_t dim = static_cast<int64_t>(biasShape.size()) - 1; dim >= 0; --dim) {
       if (biasShape[dim] != 1)
         off += idx[dim + shift] * stride;
       stride *= biasShape[dim];
@@ -67,8 +64,7 @@ struct Problem {
   }
 };
 
-Problem makeProblem(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_t dv,
-                    uint32_t seed) {
+Problem makeProblem(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_t dv, uint32_t seed) {
   Problem p;
   p.batch = std::move(batch);
   p.tq = tq;
@@ -88,8 +84,7 @@ struct Reference {
   std::vector<double> y, lse, p;
 };
 
-Reference reference(const Problem &pr, const std::vector<double> &q,
-                    const std::vector<double> &kt,
+Reference reference(const Problem &pr, const std::vector<double> &q, const std::vector<double> &kt,
                     const std::vector<double> &v) {
   Reference r;
   int64_t nb = pr.nBatch(), tq = pr.tq, tk = pr.tk, d = pr.d, dv = pr.dv;
@@ -179,13 +174,11 @@ OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v) {
 std::vector<float> values(const Tensor &t) {
   std::vector<float> v(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i)
-    v[i] = t.dtype == program::DTYPE_F32 ? t.as<float>()[i]
-                                         : bf16Value(t.as<uint16_t>()[i]);
+    v[i] = t.dtype == program::DTYPE_F32 ? t.as<float>()[i] : bf16Value(t.as<uint16_t>()[i]);
   return v;
 }
 
-program::Kernel attentionKernel(const std::string &op, float scale,
-                                bool causal) {
+program::Kernel attentionKernel(const std::string &op, float scale, bool causal) {
   program::Kernel k;
   k.set_op(op);
   k.set_name("attn");
@@ -200,8 +193,7 @@ struct Forward {
   OwnedTensor y, lse;
 };
 
-StatusOr<Forward> runForward(const Problem &pr,
-                             DType dtype = program::DTYPE_F32) {
+StatusOr<Forward> runForward(const Problem &pr, DType dtype = program::DTYPE_F32) {
   auto make = [&](const Shape &s, const std::vector<float> &v) {
     return dtype == program::DTYPE_F32 ? f32Tensor(s, v) : bf16Tensor(s, v);
   };
@@ -214,9 +206,8 @@ StatusOr<Forward> runForward(const Problem &pr,
   std::vector<const Tensor *> ins = {&q.tensor, &kt.tensor, &v.tensor};
   if (!pr.bias.empty())
     ins.push_back(&bias.tensor);
-  STRAIT_RETURN_IF_ERROR(
-      runCpu(attentionKernel("FusedAttention", pr.scale, pr.causal), ins,
-             {&f.y.tensor, &f.lse.tensor}));
+  STRAIT_RETURN_IF_ERROR(runCpu(attentionKernel("FusedAttention", pr.scale, pr.causal), ins,
+                                {&f.y.tensor, &f.lse.tensor}));
   return f;
 }
 
@@ -234,22 +225,19 @@ void expectForward(const Forward &f, const Reference &r, double tol) {
       ASSERT_EQ(lse[i], -INFINITY) << "LSE at " << i;
       continue;
     }
-    ASSERT_NEAR(lse[i], r.lse[i], tol * (1 + std::abs(r.lse[i])))
-        << "LSE at " << i;
+    ASSERT_NEAR(lse[i], r.lse[i], tol * (1 + std::abs(r.lse[i]))) << "LSE at " << i;
   }
 }
 
-void expectNear(const std::vector<float> &got, const std::vector<double> &want,
-                double tol, const char *what) {
+void expectNear(const std::vector<float> &got, const std::vector<double> &want, double tol,
+                const char *what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i])))
-        << what << " at " << i;
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
 }
 
 /// Runs a kernel of the composed attention on f32 tensors.
-OwnedTensor runOp(const std::string &op, std::vector<const Tensor *> ins,
-                  const Shape &outShape,
+OwnedTensor runOp(const std::string &op, std::vector<const Tensor *> ins, const Shape &outShape,
                   const std::function<void(program::Kernel &)> &attrs = {}) {
   program::Kernel k;
   k.set_op(op);
@@ -274,10 +262,8 @@ TEST(FusedAttention, ForwardEqualsComposedKernelsWithBroadcastBias) {
   pr.bias = gaussian(2 * 70 * 70, 9);
   auto f = runForward(pr);
   ASSERT_TRUE(f.isOk()) << f.getStatus().toString();
-  OwnedTensor q = f32Tensor(pr.shape({70, 16}), pr.q),
-              kt = f32Tensor(pr.shape({16, 70}), pr.kt),
-              v = f32Tensor(pr.shape({70, 16}), pr.v),
-              bias = f32Tensor(pr.biasShape, pr.bias),
+  OwnedTensor q = f32Tensor(pr.shape({70, 16}), pr.q), kt = f32Tensor(pr.shape({16, 70}), pr.kt),
+              v = f32Tensor(pr.shape({70, 16}), pr.v), bias = f32Tensor(pr.biasShape, pr.bias),
               sc = f32Tensor({}, {pr.scale});
   Shape ss = pr.shape({70, 70});
   OwnedTensor s = runOp("MatMul", {&q.tensor, &kt.tensor}, ss);
@@ -384,23 +370,20 @@ StatusOr<Backward> runBackward(const Problem &pr, const std::vector<float> &dy,
   OwnedTensor v = make(pr.shape({pr.tk, pr.dv}), pr.v);
   OwnedTensor tdy = make(pr.shape({pr.tq, pr.dv}), dy);
   OwnedTensor bias = f32Tensor(pr.biasShape, pr.bias);
-  Backward g{OwnedTensor(dtype, q.tensor.shape),
-             OwnedTensor(dtype, kt.tensor.shape),
+  Backward g{OwnedTensor(dtype, q.tensor.shape), OwnedTensor(dtype, kt.tensor.shape),
              OwnedTensor(dtype, v.tensor.shape)};
   std::vector<const Tensor *> ins = {&tdy.tensor, &q.tensor,   &kt.tensor,
                                      &v.tensor,   &f.y.tensor, &f.lse.tensor};
   if (!pr.bias.empty())
     ins.push_back(&bias.tensor);
-  STRAIT_RETURN_IF_ERROR(
-      runCpu(attentionKernel("FusedAttentionGrad", pr.scale, pr.causal), ins,
-             {&g.dq.tensor, &g.dkt.tensor, &g.dv.tensor}));
+  STRAIT_RETURN_IF_ERROR(runCpu(attentionKernel("FusedAttentionGrad", pr.scale, pr.causal), ins,
+                                {&g.dq.tensor, &g.dkt.tensor, &g.dv.tensor}));
   return g;
 }
 
 /// sum(dY * Y) of the double reference.
-double loss(const Problem &pr, const std::vector<double> &q,
-            const std::vector<double> &kt, const std::vector<double> &v,
-            const std::vector<float> &dy) {
+double loss(const Problem &pr, const std::vector<double> &q, const std::vector<double> &kt,
+            const std::vector<double> &v, const std::vector<float> &dy) {
   Reference r = reference(pr, q, kt, v);
   double l = 0;
   for (size_t i = 0; i < r.y.size(); ++i)
@@ -454,8 +437,7 @@ TEST(FusedAttention, GradientMatchesFiniteDifferences) {
       pr.causal = true;
     if (variant == 3)
       for (int64_t j = 0; j < 7; ++j)
-        pr.bias[2 * 7 + j] =
-            -INFINITY; // row 2 without keys: no gradient through it
+        pr.bias[2 * 7 + j] = -INFINITY; // row 2 without keys: no gradient through it
     std::vector<float> dy = gaussian(2 * 5 * 4, 40 + variant);
     auto g = runBackward(pr, dy);
     ASSERT_TRUE(g.isOk()) << g.getStatus().toString();
@@ -468,8 +450,8 @@ TEST(FusedAttention, GradientMatchesFiniteDifferences) {
 TEST(FusedAttention, GradientMatchesAnalyticReference) {
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
-    Problem pr = makeProblem({2, 3}, variant == 0 ? 37 : 150,
-                             variant == 0 ? 53 : 170, 24, 40, 50 + variant);
+    Problem pr =
+        makeProblem({2, 3}, variant == 0 ? 37 : 150, variant == 0 ? 53 : 170, 24, 40, 50 + variant);
     if (variant >= 1)
       pr.causal = true;
     if (variant == 2) {
@@ -515,9 +497,7 @@ TEST(FusedAttention, SameBitsForAnyThreadCount) {
   }
   setNumThreads(threads);
   for (size_t i = 0; i < runs[0].size(); ++i)
-    EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(),
-                          runs[0][i].size() * 4),
-              0)
+    EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * 4), 0)
         << "output " << i;
 }
 
@@ -543,25 +523,21 @@ TEST(FusedAttention, Bf16ForwardAndGradientFollowF32) {
   Reference r = reference(pr);
   std::vector<float> y = values(f->y.tensor);
   for (size_t i = 0; i < y.size(); ++i)
-    ASSERT_NEAR(y[i], r.y[i], 1.0 / 256 * (std::abs(r.y[i]) + 0.05))
-        << "Y at " << i;
+    ASSERT_NEAR(y[i], r.y[i], 1.0 / 256 * (std::abs(r.y[i]) + 0.05)) << "Y at " << i;
   // LSE stays f32: as accurate as the f32 kernel on these inputs.
   for (size_t i = 0; i < r.lse.size(); ++i)
-    ASSERT_NEAR(f->lse.tensor.as<float>()[i], r.lse[i],
-                1e-4 * (1 + std::abs(r.lse[i])));
+    ASSERT_NEAR(f->lse.tensor.as<float>()[i], r.lse[i], 1e-4 * (1 + std::abs(r.lse[i])));
   auto g = runBackward(pr, dy, program::DTYPE_BF16);
   ASSERT_TRUE(g.isOk()) << g.getStatus().toString();
   ASSERT_EQ(g->dq.tensor.dtype, program::DTYPE_BF16);
   RefGrad rg = referenceGrad(pr, dy);
-  auto check = [](const Tensor &t, const std::vector<double> &ref,
-                  const char *what) {
+  auto check = [](const Tensor &t, const std::vector<double> &ref, const char *what) {
     double mx = 0;
     for (double x : ref)
       mx = std::max(mx, std::abs(x));
     std::vector<float> got = values(t);
     for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], ref[i], 4.0 / 256 * std::abs(ref[i]) + 0.01 * mx)
-          << what << " at " << i;
+      ASSERT_NEAR(got[i], ref[i], 4.0 / 256 * std::abs(ref[i]) + 0.01 * mx) << what << " at " << i;
   };
   check(g->dq.tensor, rg.dq, "dQ");
   check(g->dkt.tensor, rg.dkt, "dKt");
@@ -578,8 +554,7 @@ uint16_t exactHalf(float f) {
   int e;
   float m = std::frexp(std::abs(f), &e); // f = m 2^e, m in [0.5, 1)
   uint16_t mant = static_cast<uint16_t>(std::lround((m * 2 - 1) * 1024));
-  return static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | ((e - 1 + 15) << 10) |
-                               mant);
+  return static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | ((e - 1 + 15) << 10) | mant);
 }
 float halfValue(uint16_t h) {
   int e = (h >> 10) & 0x1F, mant = h & 0x3FF;
@@ -621,43 +596,33 @@ TEST(FusedAttention, F16WithF16Bias) {
   for (size_t i = 0; i < pr.bias.size(); i += 7)
     pr.bias[i] = -INFINITY;
   std::vector<float> dy = halfGrid(3 * 37 * 40, 99);
-  OwnedTensor q = halfTensor(pr.shape({37, 24}), pr.q),
-              kt = halfTensor(pr.shape({24, 53}), pr.kt),
-              v = halfTensor(pr.shape({53, 40}), pr.v),
-              bias = halfTensor(pr.biasShape, pr.bias),
+  OwnedTensor q = halfTensor(pr.shape({37, 24}), pr.q), kt = halfTensor(pr.shape({24, 53}), pr.kt),
+              v = halfTensor(pr.shape({53, 40}), pr.v), bias = halfTensor(pr.biasShape, pr.bias),
               tdy = halfTensor(pr.shape({37, 40}), dy);
-  OwnedTensor y(program::DTYPE_F16, pr.shape({37, 40})),
-      lse(program::DTYPE_F32, pr.shape({37}));
+  OwnedTensor y(program::DTYPE_F16, pr.shape({37, 40})), lse(program::DTYPE_F32, pr.shape({37}));
   Status st = runCpu(attentionKernel("FusedAttention", pr.scale, false),
-                     {&q.tensor, &kt.tensor, &v.tensor, &bias.tensor},
-                     {&y.tensor, &lse.tensor});
+                     {&q.tensor, &kt.tensor, &v.tensor, &bias.tensor}, {&y.tensor, &lse.tensor});
   ASSERT_TRUE(st.isOk()) << st.toString();
   Reference r = reference(pr);
   std::vector<float> got = halfValues(y.tensor);
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], r.y[i], 1.0 / 1024 * (std::abs(r.y[i]) + 0.05))
-        << "Y at " << i;
+    ASSERT_NEAR(got[i], r.y[i], 1.0 / 1024 * (std::abs(r.y[i]) + 0.05)) << "Y at " << i;
   for (size_t i = 0; i < r.lse.size(); ++i)
-    ASSERT_NEAR(lse.tensor.as<float>()[i], r.lse[i],
-                1e-4 * (1 + std::abs(r.lse[i])));
-  OwnedTensor dq(program::DTYPE_F16, q.tensor.shape),
-      dkt(program::DTYPE_F16, kt.tensor.shape),
+    ASSERT_NEAR(lse.tensor.as<float>()[i], r.lse[i], 1e-4 * (1 + std::abs(r.lse[i])));
+  OwnedTensor dq(program::DTYPE_F16, q.tensor.shape), dkt(program::DTYPE_F16, kt.tensor.shape),
       dv(program::DTYPE_F16, v.tensor.shape);
   st = runCpu(attentionKernel("FusedAttentionGrad", pr.scale, false),
-              {&tdy.tensor, &q.tensor, &kt.tensor, &v.tensor, &y.tensor,
-               &lse.tensor, &bias.tensor},
+              {&tdy.tensor, &q.tensor, &kt.tensor, &v.tensor, &y.tensor, &lse.tensor, &bias.tensor},
               {&dq.tensor, &dkt.tensor, &dv.tensor});
   ASSERT_TRUE(st.isOk()) << st.toString();
   RefGrad rg = referenceGrad(pr, dy);
-  auto check = [](const Tensor &t, const std::vector<double> &ref,
-                  const char *what) {
+  auto check = [](const Tensor &t, const std::vector<double> &ref, const char *what) {
     double mx = 0;
     for (double x : ref)
       mx = std::max(mx, std::abs(x));
     std::vector<float> g = halfValues(t);
     for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], ref[i], 2.0 / 1024 * std::abs(ref[i]) + 0.003 * mx)
-          << what << " at " << i;
+      ASSERT_NEAR(g[i], ref[i], 2.0 / 1024 * std::abs(ref[i]) + 0.003 * mx) << what << " at " << i;
   };
   check(dq.tensor, rg.dq, "dQ");
   check(dkt.tensor, rg.dkt, "dKt");
@@ -670,12 +635,10 @@ namespace {
 
 /// The message of running FusedAttention on tensors of these shapes
 /// (f32 unless given), "" on success.
-std::string forwardError(const Shape &q, const Shape &kt, const Shape &v,
-                         const Shape *bias, const Shape &y, const Shape &lse,
-                         DType ktType = program::DTYPE_F32,
+std::string forwardError(const Shape &q, const Shape &kt, const Shape &v, const Shape *bias,
+                         const Shape &y, const Shape &lse, DType ktType = program::DTYPE_F32,
                          bool withScale = true) {
-  OwnedTensor tq(program::DTYPE_F32, q), tkt(ktType, kt),
-      tv(program::DTYPE_F32, v);
+  OwnedTensor tq(program::DTYPE_F32, q), tkt(ktType, kt), tv(program::DTYPE_F32, v);
   OwnedTensor tb(program::DTYPE_F32, bias ? *bias : Shape{});
   OwnedTensor ty(program::DTYPE_F32, y), tl(program::DTYPE_F32, lse);
   std::vector<const Tensor *> ins = {&tq.tensor, &tkt.tensor, &tv.tensor};
@@ -688,13 +651,11 @@ std::string forwardError(const Shape &q, const Shape &kt, const Shape &v,
   return st.isOk() ? "" : st.toString();
 }
 
-void expectMentions(const std::string &msg,
-                    std::initializer_list<const char *> words) {
+void expectMentions(const std::string &msg, std::initializer_list<const char *> words) {
   ASSERT_FALSE(msg.empty()) << "expected an error";
   EXPECT_NE(msg.find("FusedAttention"), std::string::npos) << msg;
   for (const char *w : words)
-    EXPECT_NE(msg.find(w), std::string::npos)
-        << "'" << w << "' not in: " << msg;
+    EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
 }
 
 } // namespace
@@ -702,42 +663,33 @@ void expectMentions(const std::string &msg,
 TEST(FusedAttention, ForwardOperandErrorsNameTheOperand) {
   Shape q = {2, 5, 4}, kt = {2, 4, 6}, v = {2, 6, 3}, y = {2, 5, 3}, l = {2, 5};
   ASSERT_EQ(forwardError(q, kt, v, nullptr, y, l), "");
-  expectMentions(forwardError({5}, {4}, {6}, nullptr, {5}, {}),
-                 {"Q", "rank >= 2"});
+  expectMentions(forwardError({5}, {4}, {6}, nullptr, {5}, {}), {"Q", "rank >= 2"});
   expectMentions(forwardError(q, {4, 6}, v, nullptr, y, l), {"Kt", "rank"});
-  expectMentions(forwardError(q, {3, 4, 6}, {3, 6, 3}, nullptr, y, l),
-                 {"Kt", "batch dims"});
-  expectMentions(forwardError(q, {2, 5, 6}, v, nullptr, y, l),
-                 {"Kt", "D=5", "D=4"});
+  expectMentions(forwardError(q, {3, 4, 6}, {3, 6, 3}, nullptr, y, l), {"Kt", "batch dims"});
+  expectMentions(forwardError(q, {2, 5, 6}, v, nullptr, y, l), {"Kt", "D=5", "D=4"});
   expectMentions(forwardError(q, kt, {2, 7, 3}, nullptr, y, l), {"V", "Tk=6"});
   Shape badBias = {2, 5, 5};
   expectMentions(forwardError(q, kt, v, &badBias, y, l), {"Bias", "broadcast"});
   Shape highBias = {1, 2, 5, 6};
-  expectMentions(forwardError(q, kt, v, &highBias, y, l),
-                 {"Bias", "broadcast"});
+  expectMentions(forwardError(q, kt, v, &highBias, y, l), {"Bias", "broadcast"});
   Shape okBias = {1, 6};
   EXPECT_EQ(forwardError(q, kt, v, &okBias, y, l), "");
   expectMentions(forwardError(q, kt, v, nullptr, y, l, program::DTYPE_BF16),
                  {"dtype mix", "Kt", "bf16"});
   expectMentions(forwardError(q, kt, v, nullptr, {2, 5, 4}, l), {"output Y"});
   expectMentions(forwardError(q, kt, v, nullptr, y, {2, 5, 1}), {"output LSE"});
-  expectMentions(
-      forwardError(q, kt, v, nullptr, y, l, program::DTYPE_F32, false),
-      {"scale"});
+  expectMentions(forwardError(q, kt, v, nullptr, y, l, program::DTYPE_F32, false), {"scale"});
 }
 
 TEST(FusedAttention, GradientOperandErrorsNameTheOperand) {
   Shape q = {2, 5, 4}, kt = {2, 4, 6}, v = {2, 6, 3}, y = {2, 5, 3}, l = {2, 5};
   auto run = [&](Shape dy, Shape yy, Shape lse, DType lseType, Shape dq) {
-    OwnedTensor tdy(program::DTYPE_F32, dy), tq(program::DTYPE_F32, q),
-        tkt(program::DTYPE_F32, kt), tv(program::DTYPE_F32, v),
-        ty(program::DTYPE_F32, yy), tl(lseType, lse),
-        odq(program::DTYPE_F32, dq), odk(program::DTYPE_F32, kt),
-        odv(program::DTYPE_F32, v);
+    OwnedTensor tdy(program::DTYPE_F32, dy), tq(program::DTYPE_F32, q), tkt(program::DTYPE_F32, kt),
+        tv(program::DTYPE_F32, v), ty(program::DTYPE_F32, yy), tl(lseType, lse),
+        odq(program::DTYPE_F32, dq), odk(program::DTYPE_F32, kt), odv(program::DTYPE_F32, v);
     std::memset(tl.tensor.data, 0, tl.tensor.byteSize());
     Status st = runCpu(attentionKernel("FusedAttentionGrad", 0.5f, true),
-                       {&tdy.tensor, &tq.tensor, &tkt.tensor, &tv.tensor,
-                        &ty.tensor, &tl.tensor},
+                       {&tdy.tensor, &tq.tensor, &tkt.tensor, &tv.tensor, &ty.tensor, &tl.tensor},
                        {&odq.tensor, &odk.tensor, &odv.tensor});
     return st.isOk() ? std::string() : st.toString();
   };
@@ -757,8 +709,7 @@ namespace {
 /// `perm` (logical dim i is tensor dim perm[i]): the inverse of the
 /// kernel's view, written with plain index loops.
 std::vector<float> permuted(const std::vector<float> &l, const Shape &shape,
-                            const std::vector<int64_t> &perm,
-                            Shape &tensorShape) {
+                            const std::vector<int64_t> &perm, Shape &tensorShape) {
   size_t r = shape.size();
   tensorShape.assign(r, 0);
   for (size_t i = 0; i < r; ++i)
@@ -816,8 +767,7 @@ TEST(FusedAttention, PermutedOperandsEqualTheDenseKernels) {
     std::vector<float> dyv = permuted(dy, pr.shape({pr.tq, pr.dv}), heads, ys);
     ASSERT_EQ(qs, (Shape{2, 37, 3, 16}));
     ASSERT_EQ(ks, (Shape{2, 37, 3, 16}));
-    OwnedTensor q = make(qs, qv), kt = make(ks, kv), v = make(vs, vv),
-                tdy = make(ys, dyv);
+    OwnedTensor q = make(qs, qv), kt = make(ks, kv), v = make(vs, vv), tdy = make(ys, dyv);
     OwnedTensor bias = f32Tensor(pr.biasShape, pr.bias);
     auto withPerms = [&](const std::string &op) {
       program::Kernel k = attentionKernel(op, pr.scale, pr.causal);
@@ -829,65 +779,48 @@ TEST(FusedAttention, PermutedOperandsEqualTheDenseKernels) {
     };
     OwnedTensor y(dt, ys), lse(program::DTYPE_F32, pr.shape({pr.tq}));
     Status st = runCpu(withPerms("FusedAttention"),
-                       {&q.tensor, &kt.tensor, &v.tensor, &bias.tensor},
-                       {&y.tensor, &lse.tensor});
+                       {&q.tensor, &kt.tensor, &v.tensor, &bias.tensor}, {&y.tensor, &lse.tensor});
     ASSERT_TRUE(st.isOk()) << st.toString();
     // The dense results, laid out as the permuted tensors.
-    auto laidOut = [&](const Tensor &t, const Shape &logical,
-                       const std::vector<int64_t> &perm) {
+    auto laidOut = [&](const Tensor &t, const Shape &logical, const std::vector<int64_t> &perm) {
       Shape ts;
       std::vector<float> p = permuted(values(t), logical, perm, ts);
       return bits(make(ts, p).tensor);
     };
-    EXPECT_EQ(bits(y.tensor),
-              laidOut(denseF->y.tensor, pr.shape({pr.tq, pr.dv}), heads))
-        << "Y";
+    EXPECT_EQ(bits(y.tensor), laidOut(denseF->y.tensor, pr.shape({pr.tq, pr.dv}), heads)) << "Y";
     EXPECT_EQ(bits(lse.tensor), bits(denseF->lse.tensor)) << "LSE";
 
     OwnedTensor dq(dt, qs), dkt(dt, ks), dv(dt, vs);
-    st = runCpu(withPerms("FusedAttentionGrad"),
-                {&tdy.tensor, &q.tensor, &kt.tensor, &v.tensor, &y.tensor,
-                 &lse.tensor, &bias.tensor},
-                {&dq.tensor, &dkt.tensor, &dv.tensor});
+    st = runCpu(
+        withPerms("FusedAttentionGrad"),
+        {&tdy.tensor, &q.tensor, &kt.tensor, &v.tensor, &y.tensor, &lse.tensor, &bias.tensor},
+        {&dq.tensor, &dkt.tensor, &dv.tensor});
     ASSERT_TRUE(st.isOk()) << st.toString();
-    EXPECT_EQ(bits(dq.tensor),
-              laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads))
-        << "dQ";
-    EXPECT_EQ(bits(dkt.tensor),
-              laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys))
-        << "dKt";
-    EXPECT_EQ(bits(dv.tensor),
-              laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads))
-        << "dV";
+    EXPECT_EQ(bits(dq.tensor), laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads)) << "dQ";
+    EXPECT_EQ(bits(dkt.tensor), laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys)) << "dKt";
+    EXPECT_EQ(bits(dv.tensor), laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads)) << "dV";
   }
 }
 
 TEST(FusedAttention, PermutationErrorsNameTheAttribute) {
-  OwnedTensor q(program::DTYPE_F32, {2, 5, 3, 4}),
-      k(program::DTYPE_F32, {2, 5, 3, 4}), v(program::DTYPE_F32, {2, 5, 3, 4});
-  auto run = [&](const std::string &attr, const std::vector<int64_t> &perm,
-                 Shape yShape) {
+  OwnedTensor q(program::DTYPE_F32, {2, 5, 3, 4}), k(program::DTYPE_F32, {2, 5, 3, 4}),
+      v(program::DTYPE_F32, {2, 5, 3, 4});
+  auto run = [&](const std::string &attr, const std::vector<int64_t> &perm, Shape yShape) {
     program::Kernel kern = attentionKernel("FusedAttention", 0.5f, false);
     std::map<std::string, std::vector<int64_t>> perms = {
-        {"q_perm", {0, 2, 1, 3}},
-        {"kt_perm", {0, 2, 3, 1}},
-        {"v_perm", {0, 2, 1, 3}}};
+        {"q_perm", {0, 2, 1, 3}}, {"kt_perm", {0, 2, 3, 1}}, {"v_perm", {0, 2, 1, 3}}};
     perms[attr] = perm;
     for (const auto &[name, p] : perms)
       setInts(kern, name, p);
     OwnedTensor y(program::DTYPE_F32, yShape), l(program::DTYPE_F32, {2, 3, 5});
-    Status st =
-        runCpu(kern, {&q.tensor, &k.tensor, &v.tensor}, {&y.tensor, &l.tensor});
+    Status st = runCpu(kern, {&q.tensor, &k.tensor, &v.tensor}, {&y.tensor, &l.tensor});
     return st.isOk() ? std::string() : st.toString();
   };
   ASSERT_EQ(run("y_perm", {0, 2, 1, 3}, {2, 5, 3, 4}), "");
   ASSERT_EQ(run("y_perm", {0, 1, 2, 3}, {2, 3, 5, 4}), "");
-  expectMentions(run("y_perm", {0, 1, 2, 3}, {2, 5, 3, 4}),
-                 {"output Y", "f32[2x3x5x4]"});
-  expectMentions(run("q_perm", {0, 2, 2, 3}, {2, 5, 3, 4}),
-                 {"q_perm", "not a permutation"});
-  expectMentions(run("kt_perm", {0, 2, 1}, {2, 5, 3, 4}),
-                 {"kt_perm", "4 dimensions"});
+  expectMentions(run("y_perm", {0, 1, 2, 3}, {2, 5, 3, 4}), {"output Y", "f32[2x3x5x4]"});
+  expectMentions(run("q_perm", {0, 2, 2, 3}, {2, 5, 3, 4}), {"q_perm", "not a permutation"});
+  expectMentions(run("kt_perm", {0, 2, 1}, {2, 5, 3, 4}), {"kt_perm", "4 dimensions"});
   // K given as Kt's logical [b, h, D, Tk] without its permutation: D and Tk
   // swap, and the message shows the logical shape and the attribute.
   expectMentions(run("kt_perm", {0, 2, 1, 3}, {2, 5, 3, 4}),

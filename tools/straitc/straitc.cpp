@@ -198,11 +198,12 @@ cl::opt<bool> fuseAttention(
              "FusedAttention before the training step (default on; =false keeps the "
              "decomposition)"),
     cl::init(true), cl::cat(straitCat));
-cl::opt<bool> foldAttentionTransposes(
-    "fold-attention-transposes",
-    cl::desc("With --fuse-attention: FusedAttention reads Q, K, V and writes Y where the "
-             "model's Transposes of the heads found or left them (q_perm, kt_perm, v_perm, "
-             "y_perm), so that no Transpose runs forward or backward (default on)"),
+cl::opt<bool> foldTransposes(
+    "fold-transposes",
+    cl::desc("Fold Transposes into their readers before the training step (default on): "
+             "FusedAttention reads and writes the heads where the model keeps them (its "
+             "q_perm, kt_perm, v_perm, y_perm), MatMuls by a transposed weight become Gemms "
+             "with transposition flags; no Transpose runs forward or backward"),
     cl::init(true), cl::cat(straitCat));
 cl::opt<bool> castMotion(
     "cast-motion",
@@ -390,7 +391,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.fuse = fuse.getValue();
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();
-  popts.foldAttentionTransposes = foldAttentionTransposes.getValue();
+  popts.foldTransposes = foldTransposes.getValue();
   popts.castMotion = castMotion.getValue();
   popts.rematerialize = rematerialize == Remat::On ||
                         (rematerialize == Remat::Auto && clusterHasAccelerator());
@@ -686,7 +687,7 @@ int main(int argc, char **argv) {
     if (failed(applyPassManagerCLOptions(pm)))
       return 1;
     pm.enableTiming(timing);
-    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention, foldAttentionTransposes);
+    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention, foldTransposes);
     if (failed(pm.run(*module)))
       return 1;
     auto func = module->lookupSymbol<func::FuncOp>("main");

@@ -42,12 +42,10 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(a.weightDecay, ctx.getAttrs().getFloat("weight_decay", 0));
   STRAIT_ASSIGN_OR_RETURN(int64_t nesterov, ctx.getAttrs().getInt("nesterov", 0));
   a.nesterov = nesterov != 0;
-  if (a.lr->numel() != 1 || a.grad->shape != a.param->shape ||
-      a.velocity->shape != a.param->shape)
+  if (a.lr->numel() != 1 || a.grad->shape != a.param->shape || a.velocity->shape != a.param->shape)
     return ctx.error("lr must be a scalar and param/grad/velocity shapes equal");
   STRAIT_ASSIGN_OR_RETURN(a.paramOut, ctx.requireOutput(0, a.param->shape, a.param->dtype));
-  STRAIT_ASSIGN_OR_RETURN(a.velocityOut,
-                          ctx.requireOutput(1, a.param->shape, a.param->dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.velocityOut, ctx.requireOutput(1, a.param->shape, a.param->dtype));
   return a;
 }
 
@@ -56,8 +54,8 @@ StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(1).getStatus());
   size_t rest = ctx.numInputs() - 2;
   if (rest == 0 || rest % groups)
-    return ctx.error(std::to_string(rest) + " tensor inputs do not form " +
-                     std::to_string(groups) + " equal groups");
+    return ctx.error(std::to_string(rest) + " tensor inputs do not form " + std::to_string(groups) +
+                     " equal groups");
   size_t n = rest / groups;
   if (ctx.numOutputs() != n * outGroups)
     return ctx.error("expected " + std::to_string(n * outGroups) + " outputs");
@@ -183,8 +181,8 @@ StatusOr<ConvArgs> convArgs(const KernelContext &ctx) {
   if (kattr != kshape)
     return ctx.error("kernel_shape attribute disagrees with W " + wt.typeString());
   STRAIT_ASSIGN_OR_RETURN(a.window, convWindow(ctx, x.shape, kshape, false));
-  STRAIT_ASSIGN_OR_RETURN(a.y, ctx.requireOutput(0, windowOutputShape(x.shape[0], m, a.window),
-                                                 program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(
+      a.y, ctx.requireOutput(0, windowOutputShape(x.shape[0], m, a.window), program::DTYPE_F32));
   if (a.bias && (a.bias->dtype != program::DTYPE_F32 || a.bias->numel() != m))
     return ctx.error("bias " + a.bias->typeString() + " does not have " + std::to_string(m) +
                      " f32 entries");
@@ -349,8 +347,8 @@ StatusOr<std::vector<int64_t>> attentionPerm(const KernelContext &ctx, const cha
     std::string list;
     for (int64_t p : perm)
       list += (list.empty() ? "" : ",") + std::to_string(p);
-    return ctx.error(std::string("attribute ") + attr + " [" + list +
-                     "] is not a permutation of " + std::to_string(rank) + " dimensions");
+    return ctx.error(std::string("attribute ") + attr + " [" + list + "] is not a permutation of " +
+                     std::to_string(rank) + " dimensions");
   }
   return perm;
 }
@@ -423,8 +421,8 @@ Status checkAttentionBias(const KernelContext &ctx, AttentionArgs &a) {
   Shape scores = withTail(a.batch, {a.tq, a.tk});
   size_t r = scores.size();
   if (b.dtype != program::DTYPE_F32 && b.dtype != a.dtype)
-    return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " +
-                           dtypeName(a.dtype) + " (the dtype of Q)");
+    return ctx.unsupported("Bias " + b.typeString() + " must be f32 or " + dtypeName(a.dtype) +
+                           " (the dtype of Q)");
   std::string broadcast = "Bias " + b.typeString() + " does not broadcast to the scores " +
                           shapeToString(scores) + " ([b..., Tq, Tk])";
   if (b.rank() > r)
@@ -500,8 +498,8 @@ StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qInde
                      " ([b..., D, Tk]): D=" + std::to_string(l[1][r - 2]) + " but " + desc[0] +
                      " has D=" + std::to_string(a.d));
   if (l[2][r - 2] != a.tk)
-    return ctx.error(desc[2] + " must be " + shapeToString(vWant) + " ([b..., Tk, Dv]): " +
-                     std::to_string(l[2][r - 2]) + " rows but " + desc[1] +
+    return ctx.error(desc[2] + " must be " + shapeToString(vWant) +
+                     " ([b..., Tk, Dv]): " + std::to_string(l[2][r - 2]) + " rows but " + desc[1] +
                      " has Tk=" + std::to_string(a.tk));
   a.yShape = unpermuted(withTail(a.batch, {a.tq, a.dv}), a.yPerm);
   permutedLayout(a.yShape, a.yPerm, a.yL);
@@ -523,8 +521,8 @@ StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qInde
 StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(AttentionArgs a, attentionOperands(ctx, 0, 3));
   STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "Y", a.yShape, a.dtype));
-  STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "LSE", withTail(a.batch, {a.tq}),
-                                                    program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(
+      a.out[1], attentionOutput(ctx, 1, "LSE", withTail(a.batch, {a.tq}), program::DTYPE_F32));
   return a;
 }
 
@@ -542,7 +540,8 @@ StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
                      shapeToString(yShape) + " (the type of Y)");
   if (a.y->shape != yShape || a.y->dtype != a.dtype)
     return ctx.error("Y " + a.y->typeString() + " must be " + dtypeName(a.dtype) +
-                     shapeToString(yShape) + " ([b..., Tq, Dv] laid out by y_perm, the dtype of Q)");
+                     shapeToString(yShape) +
+                     " ([b..., Tq, Dv] laid out by y_perm, the dtype of Q)");
   if (a.lse->shape != lseShape || a.lse->dtype != program::DTYPE_F32)
     return ctx.error("LSE " + a.lse->typeString() + " must be f32" + shapeToString(lseShape) +
                      " ([b..., Tq])");

@@ -42,9 +42,8 @@ constexpr int64_t kBlockRows = 64;
 using AttnArgs = AttentionArgs;
 
 /// C = alpha * op(A) op(B) + beta * C for any sizes (k = 0 included).
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-          float beta, float *c, int64_t ldc) {
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
@@ -53,8 +52,8 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
         c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  sgemm(transA, transB, m, n, k, alpha, a, std::max<int64_t>(lda, 1), b,
-        std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
+  sgemm(transA, transB, m, n, k, alpha, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1),
+        beta, c, std::max<int64_t>(ldc, 1));
 }
 
 /// Whether rows [r0, r0 + rows) x `cols` columns of an operand slice under
@@ -66,9 +65,8 @@ bool denseRows(const AttnLayout &l, int64_t rows, int64_t cols) {
 /// Rows [r0, r0 + rows) of the operand slice at `base` (layout l, `cols`
 /// columns) as a dense f32 [rows, cols]: the tensor's own memory when it is
 /// f32 and dense there, else gathered (and widened) into `scratch`.
-const float *f32Rows(const Tensor &t, const AttnLayout &l, int64_t base,
-                     int64_t r0, int64_t rows, int64_t cols,
-                     std::vector<float> &scratch) {
+const float *f32Rows(const Tensor &t, const AttnLayout &l, int64_t base, int64_t r0, int64_t rows,
+                     int64_t cols, std::vector<float> &scratch) {
   int64_t at = base + r0 * l.row;
   if (t.dtype == program::DTYPE_F32 && denseRows(l, rows, cols))
     return t.as<float>() + at;
@@ -91,8 +89,8 @@ const float *f32Rows(const Tensor &t, const AttnLayout &l, int64_t base,
 /// Where a kernel writes rows [r0, r0 + rows) of an output slice: the
 /// tensor's memory when it is f32 and dense there, else `scratch`, which
 /// storeRows then rounds into the tensor.
-float *outRows(Tensor &t, const AttnLayout &l, int64_t base, int64_t r0,
-               int64_t rows, int64_t cols, std::vector<float> &scratch) {
+float *outRows(Tensor &t, const AttnLayout &l, int64_t base, int64_t r0, int64_t rows, int64_t cols,
+               std::vector<float> &scratch) {
   if (t.dtype == program::DTYPE_F32 && denseRows(l, rows, cols))
     return t.as<float>() + base + r0 * l.row;
   scratch.resize(static_cast<size_t>(rows * cols));
@@ -101,8 +99,8 @@ float *outRows(Tensor &t, const AttnLayout &l, int64_t base, int64_t r0,
 
 /// Stores the dense f32 [rows, cols] `src` from outRows into the tensor
 /// (rounded to its dtype); nothing when outRows gave the tensor itself.
-void storeRows(const float *src, Tensor &t, const AttnLayout &l, int64_t base,
-               int64_t r0, int64_t rows, int64_t cols) {
+void storeRows(const float *src, Tensor &t, const AttnLayout &l, int64_t base, int64_t r0,
+               int64_t rows, int64_t cols) {
   int64_t at = base + r0 * l.row;
   if (t.dtype == program::DTYPE_F32) {
     float *p = t.as<float>();
@@ -122,8 +120,8 @@ void storeRows(const float *src, Tensor &t, const AttnLayout &l, int64_t base,
 /// The scores of query rows [i0, i0 + rows) of slice b (qBlk: those rows
 /// of Q) against keys [0, n) (leading dimension n): scale * Q_blk Kt +
 /// Bias, -inf where the causal mask hides a key.
-void blockScores(const AttnArgs &a, int64_t b, int64_t i0, int64_t rows,
-                 int64_t n, const float *qBlk, const float *kt, float *s) {
+void blockScores(const AttnArgs &a, int64_t b, int64_t i0, int64_t rows, int64_t n,
+                 const float *qBlk, const float *kt, float *s) {
   gemm(false, false, rows, n, a.d, a.scale, qBlk, a.d, kt, a.tk, 0.0f, s, n);
   if (a.bias) {
     int64_t rank = static_cast<int64_t>(a.biasStrides.size());
@@ -176,8 +174,7 @@ void softmaxRows(float *s, int64_t rows, int64_t n, float *lse) {
 
 /// Runs `body` over [0, n) in parallel with single-threaded BLAS calls
 /// inside (OpenBLAS's own threads would oversubscribe the pool).
-void parallelBlocks(int64_t n,
-                    const std::function<void(int64_t, int64_t)> &body) {
+void parallelBlocks(int64_t n, const std::function<void(int64_t, int64_t)> &body) {
   if (n <= 1) {
     body(0, n);
     return;
@@ -200,12 +197,9 @@ Status fusedAttentionKernel(KernelContext &ctx) {
       int64_t rows = std::min(kBlockRows, a.tq - i0);
       int64_t n = a.keyEnd(i0 + rows - 1); // keys any row of the block sees
       int64_t yBase = a.yL.offset(b, a.batch);
-      const float *q =
-          f32Rows(*a.q, a.qL, a.qL.offset(b, a.batch), i0, rows, a.d, qs);
-      const float *kt =
-          f32Rows(*a.kt, a.ktL, a.ktL.offset(b, a.batch), 0, a.d, a.tk, ks);
-      const float *v =
-          f32Rows(*a.v, a.vL, a.vL.offset(b, a.batch), 0, n, a.dv, vs);
+      const float *q = f32Rows(*a.q, a.qL, a.qL.offset(b, a.batch), i0, rows, a.d, qs);
+      const float *kt = f32Rows(*a.kt, a.ktL, a.ktL.offset(b, a.batch), 0, a.d, a.tk, ks);
+      const float *v = f32Rows(*a.v, a.vL, a.vL.offset(b, a.batch), 0, n, a.dv, vs);
       float *yb = outRows(*y, a.yL, yBase, i0, rows, a.dv, ys);
       float *l = lse->as<float>() + b * a.tq + i0;
       s.resize(static_cast<size_t>(rows * std::max<int64_t>(n, 1)));
@@ -215,8 +209,7 @@ Status fusedAttentionKernel(KernelContext &ctx) {
       } else {
         std::fill(l, l + rows, -INFINITY);
       }
-      gemm(false, false, rows, a.dv, n, 1.0f, s.data(), n, v, a.dv, 0.0f, yb,
-           a.dv);
+      gemm(false, false, rows, a.dv, n, 1.0f, s.data(), n, v, a.dv, 0.0f, yb, a.dv);
       storeRows(yb, *y, a.yL, yBase, i0, rows, a.dv);
     }
   });
@@ -230,13 +223,10 @@ struct GradSlice {
 
 /// The backward of slice b: query blocks in order, dKt and dV summed over
 /// them in f32 (in the outputs when they are f32).
-void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT,
-                        const Tensor &yT, const float *lse, Tensor &dqT,
-                        Tensor &dktT, Tensor &dvT, GradSlice &g) {
-  const int64_t qBase = a.qL.offset(b, a.batch),
-                ktBase = a.ktL.offset(b, a.batch),
-                vBase = a.vL.offset(b, a.batch),
-                yBase = a.yL.offset(b, a.batch);
+void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT, const Tensor &yT,
+                        const float *lse, Tensor &dqT, Tensor &dktT, Tensor &dvT, GradSlice &g) {
+  const int64_t qBase = a.qL.offset(b, a.batch), ktBase = a.ktL.offset(b, a.batch),
+                vBase = a.vL.offset(b, a.batch), yBase = a.yL.offset(b, a.batch);
   const float *q = f32Rows(*a.q, a.qL, qBase, 0, a.tq, a.d, g.qs);
   const float *kt = f32Rows(*a.kt, a.ktL, ktBase, 0, a.d, a.tk, g.ks);
   const float *v = f32Rows(*a.v, a.vL, vBase, 0, a.tk, a.dv, g.vs);

@@ -15,7 +15,7 @@
 // CHECK: graph.Cast %{{.*}} {graph.op_id = 4 : i64, to = f32}
 // The gradient reaching the MatMul is cast to bf16 (rule of the Cast back).
 // CHECK: %[[DY:.*]] = graph.Cast %{{.*}} {graph.grad_of = 4 : i64, to = bf16} : (tensor<5x6x3xf32>) -> tensor<5x6x3xbf16>
-// CHECK: %[[DW:.*]] = graph.MatMul %{{.*}}, %{{.*}} {graph.grad_of = 3 : i64} : (tensor<4x30xbf16>, tensor<30x3xbf16>) -> tensor<4x3xbf16>
+// CHECK: %[[DW:.*]] = graph.Gemm %{{.*}}, %{{.*}} {beta = 0.000000e+00 : f32, graph.grad_of = 3 : i64, transA = 1 : i64} : (tensor<30x4xbf16>, tensor<30x3xbf16>) -> tensor<4x3xbf16>
 // The weight's gradient goes back to f32 (rule of the Cast to bf16).
 // CHECK: %[[DWF:.*]] = graph.Cast %[[DW]] {graph.grad_of = 2 : i64, to = f32} : (tensor<4x3xbf16>) -> tensor<4x3xf32>
 // CHECK: %[[G:.*]] = graph.AccumulateGrad %[[DWF]] for @w {{.*}} : tensor<4x3xf32>

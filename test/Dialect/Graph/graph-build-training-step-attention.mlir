@@ -1,11 +1,11 @@
-// RUN: strait-opt %s -split-input-file --graph-fuse-attention --graph-build-training-step='loss=output' | FileCheck %s --implicit-check-not='tensor<2x4x4xf32>'
+// RUN: strait-opt %s -split-input-file --graph-fuse-attention --graph-fold-transposes --graph-build-training-step='loss=output' | FileCheck %s --implicit-check-not='tensor<2x4x4xf32>'
 // RUN: strait-opt %s -split-input-file --graph-build-training-step='loss=output' | FileCheck %s --check-prefix=UNFUSED
-// RUN: strait-opt %s -split-input-file --graph-fuse-attention --graph-autocast --graph-build-training-step='loss=output' | FileCheck %s --check-prefix=BF16
+// RUN: strait-opt %s -split-input-file --graph-fuse-attention --graph-fold-transposes --graph-autocast --graph-build-training-step='loss=output' | FileCheck %s --check-prefix=BF16
 
 // One self-attention block (Q, K, V projections of x, a [4, 4] mask). After
 // graph-fuse-attention, autodiff builds one FusedAttentionGrad from dY, the
 // forward operands, Y and LSE; its dQ, dKt and dV flow back through the
-// projections. The Transpose of K folds into the op (kt_perm: the logical
+// projections. graph-fold-transposes folds K's Transpose into the op (kt_perm: the logical
 // Kt [2, 8, 4] is K [2, 4, 8] under [0, 2, 1]), so the gradient op reads K
 // and writes dK [2, 4, 8] directly: no Transpose forward or backward. No
 // [2, 4, 4] scores or probabilities exist forward or backward (the implicit

@@ -1,7 +1,8 @@
 // RUN: strait-opt %s -split-input-file --graph-build-training-step='loss=mse step-outputs=all' | FileCheck %s
 
-// MatMul of a batched input with a 2-D weight: dW is one flattened MatMul
-// (no batched product summed afterwards); Gemm with transB and alpha gets one
+// MatMul of a batched input with a 2-D weight: dW is one Gemm over the
+// flattened input with transA (no batched product summed afterwards, no
+// Transpose); Gemm with transB and alpha gets one
 // Gemm per operand (no Transpose), the bias ReduceToShape. MSE adds a target
 // argument, lr and step follow; the loss is a new result.
 
@@ -22,8 +23,8 @@
 // CHECK: %[[DFW:.*]] = graph.Gemm %[[DY]], %[[F]] {alpha = 2.000000e+00 : f32, beta = 0.000000e+00 : f32, graph.grad_of = 5 : i64, transA = 1 : i64} : (tensor<30x2xf32>, tensor<30x3xf32>) -> tensor<2x3xf32>
 // CHECK: %[[DFB:.*]] = graph.ReduceToShape %[[DY]] {graph.grad_of = 5 : i64, shape = array<i64: 2>}
 // CHECK: %[[X2:.*]] = graph.Reshape %[[X]] {graph.grad_of = 1 : i64, shape = array<i64: 30, 4>}
-// CHECK: %[[XT:.*]] = graph.Transpose %[[X2]] {graph.grad_of = 1 : i64, perm = array<i64: 1, 0>}
-// CHECK: %[[DW:.*]] = graph.MatMul %[[XT]], %{{.*}} {graph.grad_of = 1 : i64} : (tensor<4x30xf32>, tensor<30x3xf32>) -> tensor<4x3xf32>
+// CHECK-NOT: graph.Transpose
+// CHECK: %[[DW:.*]] = graph.Gemm %[[X2]], %{{.*}} {beta = 0.000000e+00 : f32, graph.grad_of = 1 : i64, transA = 1 : i64} : (tensor<30x4xf32>, tensor<30x3xf32>) -> tensor<4x3xf32>
 // CHECK: %[[GW:.*]] = graph.AccumulateGrad %[[DW]] for @w {micro_batches = 1 : i64}
 // CHECK: graph.AccumulateGrad %[[DFW]] for @fc.weight
 // CHECK: graph.AccumulateGrad %[[DFB]] for @fc.bias

@@ -19,7 +19,8 @@
 // CHECK: %[[LOSS:.*]] = graph.SoftmaxCrossEntropyLoss %[[S]], %[[L]] {graph.op_id = 7 : i64, ignore_index = -100 : i64} : (tensor<6x10xf32>, tensor<6xi64>) -> tensor<f32>
 // CHECK: %[[ONE:.*]] = graph.Constant dense<1.000000e+00> : tensor<f32> {graph.grad_of = 7 : i64}
 // CHECK: graph.SoftmaxCrossEntropyLossGrad %[[ONE]], %[[S]], %[[L]] {graph.grad_of = 7 : i64, ignore_index = -100 : i64}
-// CHECK: %[[DP:.*]] = graph.MatMul %{{.*}} {graph.grad_of = 4 : i64} : (tensor<2x3x10xf32>, tensor<10x4xf32>) -> tensor<2x3x4xf32>
+// CHECK: %[[DP2:.*]] = graph.Gemm %{{.*}} {beta = 0.000000e+00 : f32, graph.grad_of = 4 : i64, transB = 1 : i64} : (tensor<6x10xf32>, tensor<4x10xf32>) -> tensor<6x4xf32>
+// CHECK: %[[DP:.*]] = graph.Reshape %[[DP2]] {{.*}}graph.grad_of = 4 : i64{{.*}} -> tensor<2x3x4xf32>
 // CHECK: %[[DE:.*]] = graph.SoftmaxGrad %[[DP]], %[[P]] {graph.grad_of = 2 : i64}
 // CHECK: %[[DW:.*]] = graph.GatherGrad %[[DE]], %[[IDS]] {data_shape = array<i64: 10, 4>, graph.grad_of = 1 : i64}
 // CHECK: %[[GW:.*]] = graph.AccumulateGrad %[[DW]] for @wte {micro_batches = 4 : i64}

@@ -205,14 +205,8 @@ def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
     without building it: all zeros, it is dropped; a causal
     mask (0 on and below the diagonal shifted by Tk - Tq, at most -1e30 or
     -inf above) becomes `causal = 1` without a bias. It runs on the forward graph before
-    `graph-build-training-step`.
-
-    With `fold-transposes` (the default), a Transpose that computes Q, Kt or
-    V of any FusedAttention is folded into the op's `q_perm` / `kt_perm` /
-    `v_perm`, and a Transpose that is Y's only user into `y_perm`: the
-    kernels read and write the heads where the model keeps them (GPT-2: [B,
-    T, H, D]), and the gradient op inherits the layouts, so neither pass
-    moves a head. See docs/graph-dialect.md.
+    `graph-build-training-step`, followed by `graph-fold-transposes`. See
+    docs/graph-dialect.md.
 
     ```
     strait-opt --graph-fuse-attention model.mlir
@@ -220,13 +214,39 @@ def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
   }];
   let statistics = [
     Statistic<"numFused", "num-fused", "FusedAttention ops created">,
-    Statistic<"numCausal", "num-causal", "constant causal masks turned into causal = 1">,
-    Statistic<"numFoldedTransposes", "num-folded-transposes",
-              "Transposes folded into FusedAttention permutations">
+    Statistic<"numCausal", "num-causal", "constant causal masks turned into causal = 1">
   ];
-  let options = [
-    Option<"foldTransposes", "fold-transposes", "bool", "true",
-           "Fold the Transposes of Q, Kt, V and Y into the op's permutation attributes">
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
+def GraphFoldTransposes : Pass<"graph-fold-transposes", "::mlir::func::FuncOp"> {
+  let summary = "Fold Transposes into the products and attention ops that read or write them";
+  let description = [{
+    On the forward graph, after graph-fuse-attention: a Transpose becomes
+    its reader's operand layout, so that neither the forward pass nor the
+    backward pass autodiff builds from it moves the data.
+
+    - `FusedAttention`: a Transpose that computes Q, Kt or V folds into the
+      op's `q_perm` / `kt_perm` / `v_perm` (composed with one it has), and a
+      Transpose that is Y's only user into `y_perm`. GPT-2's blocks then read
+      Q, K, V and write Y as `[B, T, H, D]` tensors; the gradient op inherits
+      the layouts.
+    - `MatMul(A, Transpose(W, [1, 0]))` with a 2-D W (the linear layers of
+      exports that keep PyTorch's `[out, in]` weight, LLaMA's) becomes
+      `Gemm(A, W, transB = 1)`, A flattened to 2-D and the product reshaped
+      back; `MatMul(Transpose(X, [1, 0]), B)` of 2-D operands becomes
+      `Gemm(X, B, transA = 1)`. Gemm's gradients use its flags, no Transpose.
+
+    Transposes left without a reader go. See docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-fuse-attention --graph-fold-transposes model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numAttention", "num-attention",
+              "Transposes folded into FusedAttention permutations">,
+    Statistic<"numMatMul", "num-matmul", "MatMuls over a transposed operand made Gemms">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

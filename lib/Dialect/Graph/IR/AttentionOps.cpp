@@ -45,26 +45,24 @@ int64_t mergeDims(std::initializer_list<int64_t> dims) {
 LogicalResult checkBiasType(OptLoc loc, StringRef op, Value bias, Type qElt) {
   Type elt = tensorOf(bias).getElementType();
   if (!elt.isF32() && elt != qElt)
-    return emitOptionalError(loc, op, ": Bias element type ", elt,
-                             " is neither f32 nor Q's ", qElt);
+    return emitOptionalError(loc, op, ": Bias element type ", elt, " is neither f32 nor Q's ",
+                             qElt);
   return success();
 }
 
 /// The bias broadcasts to the scores' shape `scores` without widening it.
-LogicalResult checkBiasShape(OptLoc loc, StringRef op, Value bias,
-                             ArrayRef<int64_t> scores) {
+LogicalResult checkBiasShape(OptLoc loc, StringRef op, Value bias, ArrayRef<int64_t> scores) {
   TensorType bt = tensorOf(bias);
   if (!bt.hasRank())
     return success();
   ArrayRef<int64_t> b = bt.getShape();
   if (b.size() > scores.size())
-    return emitOptionalError(loc, op, ": Bias rank ", b.size(),
-                             " exceeds Q's rank ", scores.size());
+    return emitOptionalError(loc, op, ": Bias rank ", b.size(), " exceeds Q's rank ",
+                             scores.size());
   size_t off = scores.size() - b.size();
   for (size_t i = 0; i < b.size(); ++i)
     if (b[i] != 1 && !sameDim(b[i], scores[off + i]))
-      return emitOptionalError(loc, op, ": Bias ", dimsStr(b),
-                               " does not broadcast to the scores ",
+      return emitOptionalError(loc, op, ": Bias ", dimsStr(b), " does not broadcast to the scores ",
                                dimsStr(scores), " (dimension ", off + i, ")");
   return success();
 }
@@ -88,8 +86,7 @@ LogicalResult checkPerm(OptLoc loc, StringRef op, StringRef attr,
   }
   if (!ok)
     return emitOptionalError(loc, op, ": ", attr, " ", dimsStr(*perm),
-                             " is not a permutation of the operands' ", rank,
-                             " dimensions");
+                             " is not a permutation of the operands' ", rank, " dimensions");
   return success();
 }
 
@@ -105,8 +102,7 @@ TensorType logicalType(TensorType t, std::optional<ArrayRef<int64_t>> perm) {
 }
 
 /// The tensor that holds a logical `shape` laid out by `perm`.
-SmallVector<int64_t> tensorShape(ArrayRef<int64_t> shape,
-                                 std::optional<ArrayRef<int64_t>> perm) {
+SmallVector<int64_t> tensorShape(ArrayRef<int64_t> shape, std::optional<ArrayRef<int64_t>> perm) {
   SmallVector<int64_t> s(shape);
   if (perm)
     for (size_t i = 0; i < shape.size(); ++i)
@@ -119,9 +115,8 @@ SmallVector<int64_t> tensorShape(ArrayRef<int64_t> shape,
 /// broadcasts to [b..., Tq, Tk]. Y is [b..., Tq, Dv] of Q's element type,
 /// LSE [b..., Tq] f32. The shapes are the logical ones (under q_perm,
 /// kt_perm, v_perm); Y's type is the tensor laid out by y_perm.
-FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q,
-                                         Value kt, Value v, Value bias,
-                                         const AttentionPerms &perms) {
+FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q, Value kt, Value v,
+                                         Value bias, const AttentionPerms &perms) {
   {
     int64_t rank = tensorOf(q).hasRank() ? tensorOf(q).getRank() : -1;
     std::pair<Value, std::optional<ArrayRef<int64_t>>> checks[] = {
@@ -129,59 +124,49 @@ FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q,
     const char *names[] = {"q_perm", "kt_perm", "v_perm", "y_perm"};
     for (size_t i = 0; i < 4; ++i) {
       TensorType t = tensorOf(checks[i].first);
-      if (t.hasRank() && failed(checkPerm(loc, op, names[i], checks[i].second,
-                                          i == 3 ? rank : t.getRank())))
+      if (t.hasRank() &&
+          failed(checkPerm(loc, op, names[i], checks[i].second, i == 3 ? rank : t.getRank())))
         return failure();
     }
   }
-  TensorType qt = logicalType(tensorOf(q), perms.q),
-             kt2 = logicalType(tensorOf(kt), perms.kt),
+  TensorType qt = logicalType(tensorOf(q), perms.q), kt2 = logicalType(tensorOf(kt), perms.kt),
              vt = logicalType(tensorOf(v), perms.v);
   Type elt = qt.getElementType();
   if (kt2.getElementType() != elt || vt.getElementType() != elt)
-    return emitOptionalError(loc, op, ": Q, Kt and V element types differ (",
-                             elt, ", ", kt2.getElementType(), ", ",
-                             vt.getElementType(), ")");
+    return emitOptionalError(loc, op, ": Q, Kt and V element types differ (", elt, ", ",
+                             kt2.getElementType(), ", ", vt.getElementType(), ")");
   if (!elt.isF32() && !elt.isBF16() && !elt.isF16())
-    return emitOptionalError(loc, op, ": element type ", elt,
-                             " is not f32, bf16 or f16");
+    return emitOptionalError(loc, op, ": element type ", elt, " is not f32, bf16 or f16");
   if (bias && failed(checkBiasType(loc, op, bias, elt)))
     return failure();
   Type f32 = Float32Type::get(elt.getContext());
   if (!qt.hasRank() || !kt2.hasRank() || !vt.hasRank())
-    return AttentionTypes{UnrankedTensorType::get(elt),
-                          UnrankedTensorType::get(f32)};
+    return AttentionTypes{UnrankedTensorType::get(elt), UnrankedTensorType::get(f32)};
   int64_t rank = qt.getRank();
   if (rank < 2)
-    return emitOptionalError(loc, op,
-                             ": Q must have rank >= 2 ([b..., Tq, D]), got ",
+    return emitOptionalError(loc, op, ": Q must have rank >= 2 ([b..., Tq, D]), got ",
                              dimsStr(qt.getShape()));
   if (kt2.getRank() != rank || vt.getRank() != rank)
-    return emitOptionalError(
-        loc, op, ": Q, Kt and V must have the same rank, got ",
-        dimsStr(qt.getShape()), ", ", dimsStr(kt2.getShape()), ", ",
-        dimsStr(vt.getShape()));
+    return emitOptionalError(loc, op, ": Q, Kt and V must have the same rank, got ",
+                             dimsStr(qt.getShape()), ", ", dimsStr(kt2.getShape()), ", ",
+                             dimsStr(vt.getShape()));
   ArrayRef<int64_t> qs = qt.getShape(), ks = kt2.getShape(), vs = vt.getShape();
   Shape batch;
   for (int64_t i = 0; i < rank - 2; ++i) {
-    if (!sameDim(qs[i], ks[i]) || !sameDim(qs[i], vs[i]) ||
-        !sameDim(ks[i], vs[i]))
-      return emitOptionalError(loc, op, ": batch dimension ", i, " differs: Q ",
-                               dimsStr(qs), ", Kt ", dimsStr(ks), ", V ",
-                               dimsStr(vs));
+    if (!sameDim(qs[i], ks[i]) || !sameDim(qs[i], vs[i]) || !sameDim(ks[i], vs[i]))
+      return emitOptionalError(loc, op, ": batch dimension ", i, " differs: Q ", dimsStr(qs),
+                               ", Kt ", dimsStr(ks), ", V ", dimsStr(vs));
     batch.push_back(mergeDims({qs[i], ks[i], vs[i]}));
   }
   int64_t tq = qs[rank - 2], d = qs[rank - 1];
   int64_t dk = ks[rank - 2], tk = ks[rank - 1];
   int64_t tv = vs[rank - 2], dv = vs[rank - 1];
   if (!sameDim(d, dk))
-    return emitOptionalError(
-        loc, op, ": Q ", dimsStr(qs), " and Kt ", dimsStr(ks),
-        " disagree on D (Q's last dimension, Kt's second-to-last)");
+    return emitOptionalError(loc, op, ": Q ", dimsStr(qs), " and Kt ", dimsStr(ks),
+                             " disagree on D (Q's last dimension, Kt's second-to-last)");
   if (!sameDim(tk, tv))
-    return emitOptionalError(
-        loc, op, ": Kt ", dimsStr(ks), " and V ", dimsStr(vs),
-        " disagree on Tk (Kt's last dimension, V's second-to-last)");
+    return emitOptionalError(loc, op, ": Kt ", dimsStr(ks), " and V ", dimsStr(vs),
+                             " disagree on Tk (Kt's last dimension, V's second-to-last)");
   tk = mergeDims({tk, tv});
   if (bias) {
     Shape scores = batch;
@@ -199,11 +184,11 @@ FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q,
 } // namespace
 
 STRAIT_INFER(FusedAttentionOp) {
-  AttentionPerms perms{adaptor.getQPerm(), adaptor.getKtPerm(),
-                       adaptor.getVPerm(), adaptor.getYPerm()};
+  AttentionPerms perms{adaptor.getQPerm(), adaptor.getKtPerm(), adaptor.getVPerm(),
+                       adaptor.getYPerm()};
   FailureOr<AttentionTypes> t =
-      attentionTypes(loc, "FusedAttention", adaptor.getQ(), adaptor.getKt(),
-                     adaptor.getV(), adaptor.getBias(), perms);
+      attentionTypes(loc, "FusedAttention", adaptor.getQ(), adaptor.getKt(), adaptor.getV(),
+                     adaptor.getBias(), perms);
   if (failed(t))
     return failure();
   types.push_back(t->y);
@@ -212,11 +197,10 @@ STRAIT_INFER(FusedAttentionOp) {
 }
 
 STRAIT_INFER(FusedAttentionGradOp) {
-  AttentionPerms perms{adaptor.getQPerm(), adaptor.getKtPerm(),
-                       adaptor.getVPerm(), adaptor.getYPerm()};
-  if (failed(attentionTypes(loc, "FusedAttentionGrad", adaptor.getQ(),
-                            adaptor.getKt(), adaptor.getV(), adaptor.getBias(),
-                            perms)))
+  AttentionPerms perms{adaptor.getQPerm(), adaptor.getKtPerm(), adaptor.getVPerm(),
+                       adaptor.getYPerm()};
+  if (failed(attentionTypes(loc, "FusedAttentionGrad", adaptor.getQ(), adaptor.getKt(),
+                            adaptor.getV(), adaptor.getBias(), perms)))
     return failure();
   types.push_back(adaptor.getQ().getType());
   types.push_back(adaptor.getKt().getType());
@@ -229,16 +213,14 @@ STRAIT_INFER(FusedAttentionGradOp) {
 LogicalResult FusedAttentionGradOp::verify() {
   AttentionPerms perms{getQPerm(), getKtPerm(), getVPerm(), getYPerm()};
   FailureOr<AttentionTypes> t =
-      attentionTypes(getLoc(), "FusedAttentionGrad", getQ(), getKt(), getV(),
-                     getBias(), perms);
+      attentionTypes(getLoc(), "FusedAttentionGrad", getQ(), getKt(), getV(), getBias(), perms);
   if (failed(t))
     return failure();
-  auto check = [&](Value v, StringRef name, Type expected,
-                   StringRef what) -> LogicalResult {
+  auto check = [&](Value v, StringRef name, Type expected, StringRef what) -> LogicalResult {
     if (failed(verifyCompatibleShape(v.getType(), expected)) ||
         getElementTypeOrSelf(v) != getElementTypeOrSelf(expected))
-      return emitOpError(name) << " type " << v.getType() << " differs from "
-                               << what << " " << expected;
+      return emitOpError(name) << " type " << v.getType() << " differs from " << what << " "
+                               << expected;
     return success();
   };
   if (failed(check(getDY(), "dY", t->y, "the forward Y's")) ||

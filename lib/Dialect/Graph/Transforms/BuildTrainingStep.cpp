@@ -285,9 +285,9 @@ FailureOr<Value> BuildTrainingStep::crossEntropy(func::FuncOp func, OpBuilder &b
 }
 
 /// pad-classes: the scores [rows, Vp] of logits = [Cast](MatMul(A [..., K],
-/// B [K, V])) [+ bias [V]] recomputed with the classes padded to Vp, a
-/// multiple of padClasses: Gemm(A as [rows, K], Concat(B, zeros [K, Vp - V]),
-/// mask) with a mask of 0 for the V classes and -inf for the padding, then
+/// B [K, V])) [+ bias [V]] (or of Gemm(A, W [V, K], transB)) recomputed with
+/// the classes padded to Vp, a multiple of padClasses: Gemm(A as [rows, K],
+/// Concat(B, zeros [K, Vp - V]), mask) (W's rows padded instead) with a mask of 0 for the V classes and -inf for the padding, then
 /// the same Cast, then the model's bias padded with zeros (-inf + b = -inf).
 /// The padded classes get probability exp(-inf) = 0, so the loss and every
 /// gradient are those of the V classes (the padded gradient columns are 0,
@@ -318,37 +318,61 @@ Value BuildTrainingStep::paddedScores(OpBuilder &b, Value logits) {
     if (!classBias)
       return {};
   }
-  auto widen = core.getDefiningOp<CastOp>();
-  Value product = widen ? widen.getInput() : core;
-  auto mm = product.getDefiningOp<MatMulOp>();
-  if (!mm || (widen && !product.hasOneUse()))
+  // The product: MatMul(A [..., K], B [K, V]), or graph-fold-transposes'
+  // Gemm(A [rows, K], W [V, K], transB = 1) of a MatMul by Transpose(W)
+  // (GPT-2's tied LM head) reshaped to [..., V]; under autocast with the
+  // Cast to f32 between them.
+  auto inner = [](Value v) {
+    auto r = v.getDefiningOp<ReshapeOp>();
+    return r && r->getOperand(0).hasOneUse() ? r->getOperand(0) : v;
+  };
+  Value unshaped = inner(core);
+  auto widen = unshaped.getDefiningOp<CastOp>();
+  Value product = widen ? widen.getInput() : unshaped;
+  if (widen && !product.hasOneUse())
     return {};
-  auto at = dyn_cast<RankedTensorType>(mm.getA().getType());
-  auto bt = dyn_cast<RankedTensorType>(mm.getB().getType());
+  Value a, w;
+  bool transB = false;
+  Location loc = product.getLoc();
+  if (auto mm = product.getDefiningOp<MatMulOp>()) {
+    a = mm.getA();
+    w = mm.getB();
+  } else {
+    auto gemm = inner(product).getDefiningOp<GemmOp>();
+    if (!gemm || gemm.getC() || gemm.getTransA() || !gemm.getAlpha().isExactlyValue(1.0))
+      return {};
+    a = gemm.getA();
+    w = gemm.getB();
+    transB = gemm.getTransB() != 0;
+  }
+  auto at = dyn_cast<RankedTensorType>(a.getType());
+  auto bt = dyn_cast<RankedTensorType>(w.getType());
   if (!at || !bt || !at.hasStaticShape() || !bt.hasStaticShape() || bt.getRank() != 2 ||
       at.getRank() < 2 || at.getElementType() != bt.getElementType() ||
       !isa<FloatType>(bt.getElementType()))
     return {};
-  int64_t k = bt.getDimSize(0), v = bt.getDimSize(1), rows = at.getNumElements() / k;
+  int64_t k = bt.getDimSize(transB ? 1 : 0), v = bt.getDimSize(transB ? 0 : 1),
+          rows = at.getNumElements() / k;
   if (v % padClasses == 0 || double(rows) * double(v) * double(k) < double(padClassesMinWork))
     return {};
   int64_t vp = (v + padClasses - 1) / padClasses * padClasses;
   auto et = cast<FloatType>(bt.getElementType());
-  Location loc = mm.getLoc();
-  Value a = mm.getA();
   if (at.getRank() != 2)
     a = b.create<ReshapeOp>(loc, a, ArrayRef<int64_t>{rows, k}, 0);
   APFloat zero = APFloat::getZero(et.getFloatSemantics());
-  auto zerosType = RankedTensorType::get({k, vp - v}, et);
+  // Zero classes after the V: columns of B [K, V], rows of W [V, K].
+  auto zerosType = transB ? RankedTensorType::get({vp - v, k}, et)
+                          : RankedTensorType::get({k, vp - v}, et);
   Value zeros = b.create<ConstantOp>(
       loc, cast<ElementsAttr>(DenseElementsAttr::get(zerosType, zero)));
-  Value weights = b.create<ConcatOp>(loc, ValueRange{mm.getB(), zeros}, b.getI64IntegerAttr(1));
+  Value weights =
+      b.create<ConcatOp>(loc, ValueRange{w, zeros}, b.getI64IntegerAttr(transB ? 0 : 1));
   SmallVector<APFloat> bias(v, zero);
   bias.resize(vp, APFloat::getInf(et.getFloatSemantics(), /*Negative=*/true));
   Value mask = b.create<ConstantOp>(
       loc, cast<ElementsAttr>(DenseElementsAttr::get(RankedTensorType::get({vp}, et), bias)));
   APFloat one(1.0f);
-  Value scores = b.create<GemmOp>(loc, a, weights, mask, one, one, false, false)->getResult(0);
+  Value scores = b.create<GemmOp>(loc, a, weights, mask, one, one, false, transB)->getResult(0);
   if (widen)
     scores = b.create<CastOp>(loc, scores, widen.getType().getElementType());
   if (classBias) {

@@ -9,9 +9,8 @@
 // returns the operands, the scale and the ops it would replace; the pass
 // builds one FusedAttention per match. A mask computed from constants is
 // read element by element (MaskEvaluator): all zeros it goes, a causal mask
-// becomes causal = 1. Transposes of the heads before Q, Kt, V and after Y
-// fold into the op's permutation attributes (foldTransposes). See
-// docs/graph-dialect.md.
+// becomes causal = 1 (graph-fold-transposes then folds the heads'
+// Transposes into the op's permutations). See docs/graph-dialect.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,14 +85,12 @@ bool readsVariable(Value v) {
   getBackwardSlice(v, &slice, options);
   if (Operation *def = v.getDefiningOp())
     slice.insert(def);
-  return llvm::any_of(slice,
-                      [](Operation *op) { return isa<ReadVariableOp>(op); });
+  return llvm::any_of(slice, [](Operation *op) { return isa<ReadVariableOp>(op); });
 }
 
 /// The scores' operands: Q and Kt after any scaling of their own, and the
 /// scaled MatMul's ops, when `s` is such a product.
-bool matchScores(Value s, AttentionMatch &m,
-                 SmallVectorImpl<Operation *> &ops) {
+bool matchScores(Value s, AttentionMatch &m, SmallVectorImpl<Operation *> &ops) {
   SmallVector<Operation *> peeled;
   Value prod = peelScales(s, m.scale, peeled);
   auto qk = prod.getDefiningOp<MatMulOp>();
@@ -118,8 +115,7 @@ bool operandsFit(const AttentionMatch &m) {
   auto q = cast<RankedTensorType>(m.q.getType());
   for (Value x : {m.kt, m.v}) {
     auto t = dyn_cast<RankedTensorType>(x.getType());
-    if (!t || t.getElementType() != q.getElementType() ||
-        t.getRank() != q.getRank())
+    if (!t || t.getElementType() != q.getElementType() || t.getRank() != q.getRank())
       return false;
     if (t.getShape().drop_back(2) != q.getShape().drop_back(2) ||
         llvm::any_of(t.getShape().drop_back(2), ShapedType::isDynamic))
@@ -141,8 +137,7 @@ std::optional<AttentionMatch> matchAttention(SoftmaxOp softmax) {
     return std::nullopt;
   // Y = P V, P the left operand.
   Value p = softmax.getOutput();
-  auto pv = dyn_cast_or_null<MatMulOp>(p.hasOneUse() ? *p.getUsers().begin()
-                                                     : nullptr);
+  auto pv = dyn_cast_or_null<MatMulOp>(p.hasOneUse() ? *p.getUsers().begin() : nullptr);
   if (!pv || pv.getA() != p || pv.getB() == p || !s.hasOneUse())
     return std::nullopt;
   m.v = pv.getB();
@@ -199,9 +194,8 @@ public:
           return false;
         continue;
       }
-      if (!isa<ExpandOp, CastOp, WhereOp, NotOp, AndOp, OrOp, EqualOp, LessOp,
-               LessOrEqualOp, GreaterOp, GreaterOrEqualOp, AddOp, SubOp, MulOp,
-               DivOp, NegOp>(op))
+      if (!isa<ExpandOp, CastOp, WhereOp, NotOp, AndOp, OrOp, EqualOp, LessOp, LessOrEqualOp,
+               GreaterOp, GreaterOrEqualOp, AddOp, SubOp, MulOp, DivOp, NegOp>(op))
         return false;
       llvm::append_range(worklist, op->getOperands());
     }
@@ -236,16 +230,13 @@ public:
         .Case<WhereOp>([&](auto) { return arg(0) != 0 ? arg(1) : arg(2); })
         .Case<NotOp>([&](auto) { return arg(0) == 0 ? 1.0 : 0.0; })
         .Case<NegOp>([&](auto) { return -arg(0); })
-        .Case<AndOp>(
-            [&](auto) { return arg(0) != 0 && arg(1) != 0 ? 1.0 : 0.0; })
-        .Case<OrOp>(
-            [&](auto) { return arg(0) != 0 || arg(1) != 0 ? 1.0 : 0.0; })
+        .Case<AndOp>([&](auto) { return arg(0) != 0 && arg(1) != 0 ? 1.0 : 0.0; })
+        .Case<OrOp>([&](auto) { return arg(0) != 0 || arg(1) != 0 ? 1.0 : 0.0; })
         .Case<EqualOp>([&](auto) { return arg(0) == arg(1) ? 1.0 : 0.0; })
         .Case<LessOp>([&](auto) { return arg(0) < arg(1) ? 1.0 : 0.0; })
         .Case<LessOrEqualOp>([&](auto) { return arg(0) <= arg(1) ? 1.0 : 0.0; })
         .Case<GreaterOp>([&](auto) { return arg(0) > arg(1) ? 1.0 : 0.0; })
-        .Case<GreaterOrEqualOp>(
-            [&](auto) { return arg(0) >= arg(1) ? 1.0 : 0.0; })
+        .Case<GreaterOrEqualOp>([&](auto) { return arg(0) >= arg(1) ? 1.0 : 0.0; })
         .Case<AddOp>([&](auto) { return arg(0) + arg(1); })
         .Case<SubOp>([&](auto) { return arg(0) - arg(1); })
         .Case<MulOp>([&](auto) { return arg(0) * arg(1); })
@@ -263,8 +254,7 @@ public:
     Operation *op = v.getDefiningOp();
     if (isa<ConstantOp>(op))
       return shape[shape.size() - 1 - back] == 1;
-    return llvm::all_of(op->getOperands(),
-                        [&](Value x) { return invariant(x, back); });
+    return llvm::all_of(op->getOperands(), [&](Value x) { return invariant(x, back); });
   }
 
 private:
@@ -281,8 +271,7 @@ private:
       else if (elt.isInteger(1))
         out.push_back(d.getSplatValue<bool>() ? 1.0 : 0.0);
       else if (elt.isSignlessInteger())
-        out.push_back(
-            static_cast<double>(d.getSplatValue<APInt>().getSExtValue()));
+        out.push_back(static_cast<double>(d.getSplatValue<APInt>().getSExtValue()));
       return !out.empty();
     }
     if (isa<FloatType>(elt)) {
@@ -331,8 +320,8 @@ BiasKind classifyBias(MaskEvaluator &eval, Value bias, int64_t tq, int64_t tk) {
   if (!isa<FloatType>(t.getElementType()))
     return BiasKind::Other;
   int64_t rank = t.getRank();
-  bool zero = true, causal = rank >= 2 && t.getDimSize(rank - 2) == tq &&
-                             t.getDimSize(rank - 1) == tk;
+  bool zero = true,
+       causal = rank >= 2 && t.getDimSize(rank - 2) == tq && t.getDimSize(rank - 1) == tk;
   // Batch dims the mask is only expanded along are read at index 0.
   SmallVector<int64_t, 6> shape(t.getShape());
   for (int64_t d = 0; d + 2 < rank; ++d)
@@ -359,81 +348,7 @@ BiasKind classifyBias(MaskEvaluator &eval, Value bias, int64_t tq, int64_t tk) {
   return zero ? BiasKind::Zero : BiasKind::Causal;
 }
 
-// --- Transposes into the operands' layouts ---------------------------------
-
-/// perm, or the identity of `rank` when absent.
-SmallVector<int64_t> permOrIdentity(std::optional<ArrayRef<int64_t>> perm,
-                                    int64_t rank) {
-  if (perm)
-    return SmallVector<int64_t>(*perm);
-  return llvm::to_vector(llvm::seq<int64_t>(0, rank));
-}
-
-/// Sets `name` to perm, or removes it when perm is the identity.
-void setPerm(Operation *op, StringRef name, ArrayRef<int64_t> perm) {
-  bool identity = llvm::equal(perm, llvm::seq<int64_t>(0, perm.size()));
-  if (identity)
-    op->removeAttr(name);
-  else
-    op->setAttr(name, DenseI64ArrayAttr::get(op->getContext(), perm));
-}
-
-/// Folds the Transposes around `op` into its permutations: an operand Q, Kt
-/// or V that a Transpose(x, p) computes becomes x (the logical operand
-/// Transpose(Transpose(x, p), r) is x under p[r[i]]); a Y whose one user is
-/// a Transpose(Y, t) is produced in that layout instead (the logical Y,
-/// dimension j of Y's tensor y_perm[j], is dimension t^-1[y_perm[j]] of the
-/// transposed tensor). Transposes left without a user go. Returns the
-/// number folded.
-int64_t foldTransposes(FusedAttentionOp op) {
-  int64_t folded = 0;
-  const char *names[3] = {"q_perm", "kt_perm", "v_perm"};
-  for (unsigned i = 0; i < 3; ++i) {
-    while (auto t = op->getOperand(i).getDefiningOp<TransposeOp>()) {
-      auto type = dyn_cast<RankedTensorType>(t.getData().getType());
-      if (!type)
-        break;
-      auto current = op->getAttrOfType<DenseI64ArrayAttr>(names[i]);
-      SmallVector<int64_t> r = permOrIdentity(
-          current ? std::optional<ArrayRef<int64_t>>(current.asArrayRef())
-                  : std::nullopt,
-          type.getRank());
-      ArrayRef<int64_t> p = t.getPerm();
-      SmallVector<int64_t> composed;
-      for (int64_t ri : r)
-        composed.push_back(p[ri]);
-      op->setOperand(i, t.getData());
-      setPerm(op, names[i], composed);
-      if (t->use_empty())
-        t->erase();
-      ++folded;
-    }
-  }
-  Value y = op.getY();
-  while (y.hasOneUse()) {
-    auto t = dyn_cast<TransposeOp>(*y.getUsers().begin());
-    if (!t)
-      break;
-    ArrayRef<int64_t> tp = t.getPerm();
-    SmallVector<int64_t> inv(tp.size());
-    for (size_t k = 0; k < tp.size(); ++k)
-      inv[tp[k]] = static_cast<int64_t>(k);
-    SmallVector<int64_t> yp = permOrIdentity(op.getYPerm(), tp.size()),
-                         composed;
-    for (int64_t j : yp)
-      composed.push_back(inv[j]);
-    y.setType(t.getType());
-    setPerm(op, "y_perm", composed);
-    t.getTransposed().replaceAllUsesWith(y);
-    t->erase();
-    ++folded;
-  }
-  return folded;
-}
-
-struct FuseAttentionPass
-    : strait::graph::impl::GraphFuseAttentionBase<FuseAttentionPass> {
-  using GraphFuseAttentionBase::GraphFuseAttentionBase;
+struct FuseAttentionPass : strait::graph::impl::GraphFuseAttentionBase<FuseAttentionPass> {
 
   void runOnOperation() override {
     // The caches hold ops of one function.
@@ -453,9 +368,8 @@ struct FuseAttentionPass
       int64_t causal = 0;
       auto yType = cast<RankedTensorType>(last->getResult(0).getType());
       if (m->bias) {
-        BiasKind kind =
-            classify(m->bias, yType.getShape().drop_back().back(),
-                     cast<RankedTensorType>(m->kt.getType()).getShape().back());
+        BiasKind kind = classify(m->bias, yType.getShape().drop_back().back(),
+                                 cast<RankedTensorType>(m->kt.getType()).getShape().back());
         if (kind != BiasKind::Other) {
           causal = kind == BiasKind::Causal;
           numCausal += causal;
@@ -467,31 +381,21 @@ struct FuseAttentionPass
         operands.push_back(m->bias);
       // Y is P V's type (operandsFit and the MatMuls' shapes make it so);
       // LSE drops Dv and is f32.
-      auto lseType =
-          RankedTensorType::get(yType.getShape().drop_back(), b.getF32Type());
+      auto lseType = RankedTensorType::get(yType.getShape().drop_back(), b.getF32Type());
       NamedAttrList attrs;
       attrs.append("scale", b.getF32FloatAttr(static_cast<float>(m->scale)));
       attrs.append("causal", b.getI64IntegerAttr(causal));
-      auto fused =
-          b.create<FusedAttentionOp>(last->getLoc(), TypeRange{yType, lseType},
-                                     operands, attrs.getAttrs());
+      auto fused = b.create<FusedAttentionOp>(last->getLoc(), TypeRange{yType, lseType}, operands,
+                                              attrs.getAttrs());
       last->getResult(0).replaceAllUsesWith(fused.getY());
       // The scale constants go too when the chain was their only user.
       fusion::eraseChain(m->chain, [&](Operation *c) { maybeDead.remove(c); });
       ++numFused;
     }
-    // Every FusedAttention, also one the input already had, reads and
-    // writes its heads where the model's Transposes found or left them.
-    if (foldTransposes) {
-      SmallVector<FusedAttentionOp> ops;
-      getOperation().walk([&](FusedAttentionOp op) { ops.push_back(op); });
-      for (FusedAttentionOp op : ops)
-        numFoldedTransposes += ::foldTransposes(op);
-    }
     // The mask computations no fused op reads any more (shared by all
     // blocks, so erased once all are fused), last use first.
-    for (Operation &op : llvm::make_early_inc_range(
-             llvm::reverse(getOperation().getBody().front())))
+    for (Operation &op :
+         llvm::make_early_inc_range(llvm::reverse(getOperation().getBody().front())))
       if (maybeDead.contains(&op) && op.use_empty())
         op.erase();
   }

@@ -25,19 +25,16 @@ using DX = MutableArrayRef<Value>;
 bool isZeros(Value v) {
   DenseElementsAttr attr;
   return matchPattern(v, m_Constant(&attr)) && attr.isSplat() &&
-         isa<FloatType>(attr.getElementType()) &&
-         attr.getSplatValue<APFloat>().isZero();
+         isa<FloatType>(attr.getElementType()) && attr.getSplatValue<APFloat>().isZero();
 }
 
-LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g,
-                                 ValueRange dy, DX dx) {
+LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange dy, DX dx) {
   // LSE is a statistic saved for the backward kernel, not an output to
   // differentiate through.
   if (!isZeros(dy[1]))
     return op.emitOpError("LSE (result #1) is used on the way to the loss; "
                           "FusedAttentionGrad gives no gradient through it");
-  SmallVector<Value, 7> operands{dy[0],     op.getQ(), op.getKt(),
-                                 op.getV(), op.getY(), op.getLSE()};
+  SmallVector<Value, 7> operands{dy[0], op.getQ(), op.getKt(), op.getV(), op.getY(), op.getLSE()};
   if (Value bias = op.getBias())
     operands.push_back(bias);
   // The forward's permutations: dY arrives laid out as Y, and each
@@ -49,8 +46,8 @@ LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g,
     if (Attribute perm = op->getAttr(name))
       attrs.append(name, perm);
   auto grad = g.create<FusedAttentionGradOp>(
-      TypeRange{op.getQ().getType(), op.getKt().getType(), op.getV().getType()},
-      operands, attrs.getAttrs());
+      TypeRange{op.getQ().getType(), op.getKt().getType(), op.getV().getType()}, operands,
+      attrs.getAttrs());
   dx[0] = grad.getDQ();
   dx[1] = grad.getDKt();
   dx[2] = grad.getDV();

@@ -24,20 +24,27 @@ Value flattenLeading(GradBuilder &g, Value v) {
 }
 
 /// Y = A @ B with batch broadcasting. dA = dY @ B^T and dB = A^T @ dY, each
-/// summed over broadcast batch dims. A 2-D weight B against a batched A
-/// (linear layers) takes one flattened matmul instead of a batched one.
+/// summed over broadcast batch dims. A 2-D weight B (linear layers) takes
+/// two Gemms over A and dY flattened to 2-D, their transposition flags in
+/// place of Transpose ops: dA = Gemm(dY, B, transB) reshaped to A's shape,
+/// dB = Gemm(A, dY, transA). (The Transposes moved an activation-sized A^T
+/// and a B^T per layer per step.)
 LogicalResult matmulGrad(MatMulOp op, GradBuilder &g, ValueRange dy, DX dx) {
   Value a = op.getA(), b = op.getB(), d = dy[0];
   if (shapeOf(a).size() < 2 || shapeOf(b).size() < 2)
     return op.emitOpError("gradient of a 1-D MatMul operand is not supported; "
                           "reshape the operand to 2-D");
-  dx[0] = g.reduceTo(g.make<MatMulOp>(d, g.transposeLast2(b)), a);
-  if (shapeOf(b).size() == 2 && shapeOf(a).size() > 2) {
-    Value a2 = flattenLeading(g, a), d2 = flattenLeading(g, d);
-    dx[1] = g.make<MatMulOp>(g.transposeLast2(a2), d2);
-  } else {
-    dx[1] = g.reduceTo(g.make<MatMulOp>(g.transposeLast2(a), d), b);
+  if (shapeOf(b).size() == 2) {
+    APFloat one(1.0f), zero(0.0f);
+    bool batched = shapeOf(a).size() > 2;
+    Value a2 = batched ? flattenLeading(g, a) : a, d2 = batched ? flattenLeading(g, d) : d;
+    Value da = g.make<GemmOp>(d2, b, Value(), one, zero, false, true);
+    dx[0] = batched ? g.reshapeTo(da, a) : da;
+    dx[1] = g.make<GemmOp>(a2, d2, Value(), one, zero, true, false);
+    return success();
   }
+  dx[0] = g.reduceTo(g.make<MatMulOp>(d, g.transposeLast2(b)), a);
+  dx[1] = g.reduceTo(g.make<MatMulOp>(g.transposeLast2(a), d), b);
   return success();
 }
 

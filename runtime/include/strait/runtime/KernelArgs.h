@@ -25,8 +25,8 @@ namespace rt {
 struct AccumulateGradArgs {
   const Tensor *grad = nullptr;
   Tensor *total = nullptr;
-  float scale = 1;     ///< 1 / micro_batches
-  bool first = true;   ///< overwrite instead of add
+  float scale = 1;   ///< 1 / micro_batches
+  bool first = true; ///< overwrite instead of add
 };
 StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx);
 

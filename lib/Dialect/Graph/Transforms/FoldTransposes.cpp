@@ -1,0 +1,154 @@
+//===- FoldTransposes.cpp - graph-fold-transposes -------------------------===//
+//
+// Exports move data with Transposes that their readers could do without:
+// GPT-2 transposes each head to [B, H, T, D] for the attention and back,
+// LLaMA's linear layers multiply by Transpose(W) of the [out, in] weight.
+// Autodiff then adds a Transpose per Transpose to the backward pass. The
+// pass folds them into the readers' operand layouts on the forward graph:
+// FusedAttention's permutation attributes, Gemm's transposition flags.
+// See docs/graph-dialect.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace strait::graph {
+#define GEN_PASS_DEF_GRAPHFOLDTRANSPOSES
+#include "strait/Dialect/Graph/GraphPasses.h.inc"
+} // namespace strait::graph
+
+using namespace mlir;
+using namespace strait::graph;
+
+namespace {
+
+/// perm, or the identity of `rank` when absent.
+SmallVector<int64_t> permOrIdentity(DenseI64ArrayAttr perm, int64_t rank) {
+  if (perm)
+    return SmallVector<int64_t>(perm.asArrayRef());
+  return llvm::to_vector(llvm::seq<int64_t>(0, rank));
+}
+
+/// Sets `name` to perm, or removes it when perm is the identity.
+void setPerm(Operation *op, StringRef name, ArrayRef<int64_t> perm) {
+  if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+    op->removeAttr(name);
+  else
+    op->setAttr(name, DenseI64ArrayAttr::get(op->getContext(), perm));
+}
+
+/// Folds the Transposes around `op` into its permutations: an operand Q, Kt
+/// or V that a Transpose(x, p) computes becomes x (the logical operand
+/// Transpose(Transpose(x, p), r) is x under p[r[i]]); a Y whose one user is
+/// a Transpose(Y, t) is produced in that layout instead (the logical Y,
+/// dimension j of Y's tensor y_perm[j], is dimension t^-1[y_perm[j]] of the
+/// transposed tensor). Transposes left without a user go. Returns the
+/// number folded.
+int64_t foldAttention(FusedAttentionOp op) {
+  int64_t folded = 0;
+  const char *names[3] = {"q_perm", "kt_perm", "v_perm"};
+  for (unsigned i = 0; i < 3; ++i) {
+    while (auto t = op->getOperand(i).getDefiningOp<TransposeOp>()) {
+      auto type = dyn_cast<RankedTensorType>(t.getData().getType());
+      if (!type)
+        break;
+      SmallVector<int64_t> r =
+          permOrIdentity(op->getAttrOfType<DenseI64ArrayAttr>(names[i]), type.getRank());
+      ArrayRef<int64_t> p = t.getPerm();
+      SmallVector<int64_t> composed;
+      for (int64_t ri : r)
+        composed.push_back(p[ri]);
+      op->setOperand(i, t.getData());
+      setPerm(op, names[i], composed);
+      if (t->use_empty())
+        t->erase();
+      ++folded;
+    }
+  }
+  Value y = op.getY();
+  while (y.hasOneUse()) {
+    auto t = dyn_cast<TransposeOp>(*y.getUsers().begin());
+    if (!t)
+      break;
+    ArrayRef<int64_t> tp = t.getPerm();
+    SmallVector<int64_t> inv(tp.size());
+    for (size_t k = 0; k < tp.size(); ++k)
+      inv[tp[k]] = static_cast<int64_t>(k);
+    SmallVector<int64_t> composed;
+    for (int64_t j : permOrIdentity(op.getYPermAttr(), tp.size()))
+      composed.push_back(inv[j]);
+    y.setType(t.getType());
+    setPerm(op, "y_perm", composed);
+    t.getTransposed().replaceAllUsesWith(y);
+    t->erase();
+    ++folded;
+  }
+  return folded;
+}
+
+/// x when `v` is a 2-D Transpose(x, [1, 0]) of a static x, else null.
+Value transposed2d(Value v) {
+  auto t = v.getDefiningOp<TransposeOp>();
+  auto type = t ? dyn_cast<RankedTensorType>(t.getData().getType()) : RankedTensorType();
+  if (!type || !type.hasStaticShape() || type.getRank() != 2 ||
+      !llvm::equal(t.getPerm(), ArrayRef<int64_t>{1, 0}))
+    return Value();
+  return t.getData();
+}
+
+/// MatMul(A [..., K], Transpose(W [N, K])) -> Reshape(Gemm(A as [rows, K],
+/// W, transB)), and MatMul(Transpose(X [K, M]), B [K, N]) -> Gemm(X, B,
+/// transA). The Transposes go when nothing else reads them. Whether it
+/// folded.
+bool foldMatMul(MatMulOp op) {
+  auto at = dyn_cast<RankedTensorType>(op.getA().getType());
+  auto bt = dyn_cast<RankedTensorType>(op.getB().getType());
+  auto yt = dyn_cast<RankedTensorType>(op.getResult().getType());
+  if (!at || !bt || !yt || !at.hasStaticShape() || !bt.hasStaticShape() || bt.getRank() != 2 ||
+      at.getRank() < 2)
+    return false;
+  Value w = transposed2d(op.getB());
+  Value x = at.getRank() == 2 ? transposed2d(op.getA()) : Value();
+  if (!w && !x)
+    return false;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value a = x ? x : op.getA(), rhs = w ? w : op.getB();
+  if (at.getRank() > 2)
+    a = b.create<ReshapeOp>(
+        loc, a, ArrayRef<int64_t>{at.getNumElements() / at.getShape().back(), at.getShape().back()},
+        0);
+  APFloat one(1.0f), zero(0.0f);
+  Value y = b.create<GemmOp>(loc, a, rhs, Value(), one, zero, bool(x), bool(w))->getResult(0);
+  if (yt.getRank() != 2)
+    y = b.create<ReshapeOp>(loc, y, yt.getShape(), 0);
+  Operation *ta = op.getA().getDefiningOp(), *tb = op.getB().getDefiningOp();
+  op.getResult().replaceAllUsesWith(y);
+  op->erase();
+  for (Operation *t : {ta, tb})
+    if (t && isa<TransposeOp>(t) && t->use_empty())
+      t->erase();
+  return true;
+}
+
+struct FoldTransposesPass : strait::graph::impl::GraphFoldTransposesBase<FoldTransposesPass> {
+  void runOnOperation() override {
+    SmallVector<FusedAttentionOp> attention;
+    SmallVector<MatMulOp> matmuls;
+    getOperation().walk([&](Operation *op) {
+      if (auto a = dyn_cast<FusedAttentionOp>(op))
+        attention.push_back(a);
+      else if (auto m = dyn_cast<MatMulOp>(op))
+        matmuls.push_back(m);
+    });
+    for (FusedAttentionOp op : attention)
+      numAttention += foldAttention(op);
+    for (MatMulOp op : matmuls)
+      numMatMul += foldMatMul(op);
+  }
+};
+
+} // namespace
