@@ -551,5 +551,84 @@ StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
   return a;
 }
 
+
+// --- FusedRotaryEmbedding ----------------------------------------------------
+
+int64_t RotaryArgs::rowOffset(const std::vector<int64_t> &strides, int64_t row) const {
+  const Shape &shape = x->shape;
+  int64_t off = 0;
+  for (int64_t dim = static_cast<int64_t>(shape.size()) - 2; dim >= 0; --dim) {
+    off += (row % shape[dim]) * strides[dim];
+    row /= shape[dim];
+  }
+  return off;
+}
+
+namespace {
+
+/// Cos or Sin (operand `name`): f32 or X's dtype, broadcastable to X's
+/// shape without widening it; its broadcast strides.
+StatusOr<std::vector<int64_t>> rotaryTableStrides(const KernelContext &ctx, const char *name,
+                                                 const Tensor *t, const Tensor &x) {
+  if (!t)
+    return ctx.error(std::string("missing operand ") + name);
+  if (t->dtype != program::DTYPE_F32 && t->dtype != x.dtype)
+    return ctx.unsupported(std::string(name) + " " + t->typeString() + " must be f32 or " +
+                           dtypeName(x.dtype) + " (the dtype of X)");
+  int64_t r = x.rank();
+  std::string broadcast = std::string(name) + " " + t->typeString() +
+                          " does not broadcast to X " + x.typeString() +
+                          " (each dim 1 or X's, aligned from the right, rank <= X's)";
+  if (t->rank() > r)
+    return ctx.error(broadcast);
+  std::vector<int64_t> strides(r, 0);
+  int64_t stride = 1;
+  for (int64_t k = 0; k < t->rank(); ++k) {
+    int64_t td = t->rank() - 1 - k, xd = r - 1 - k;
+    int64_t dim = t->shape[td];
+    if (dim != 1 && dim != x.shape[xd])
+      return ctx.error(broadcast);
+    strides[xd] = dim == 1 ? 0 : stride;
+    stride *= dim;
+  }
+  return strides;
+}
+
+} // namespace
+
+StatusOr<RotaryArgs> fusedRotaryEmbeddingArgs(const KernelContext &ctx) {
+  RotaryArgs a;
+  a.x = ctx.input(0);
+  if (!a.x)
+    return ctx.error("missing operand X");
+  const Tensor &x = *a.x;
+  DType dt = x.dtype;
+  if (dt != program::DTYPE_F32 && dt != program::DTYPE_BF16 && dt != program::DTYPE_F16)
+    return ctx.unsupported("X " + x.typeString() + ": expected f32, bf16 or f16");
+  if (x.rank() < 1)
+    return ctx.error("X " + x.typeString() + " must have rank >= 1 ([..., D])");
+  a.d = x.shape.back();
+  if (a.d <= 0 || a.d % 2)
+    return ctx.error("X " + x.typeString() + " has last dim D=" + std::to_string(a.d) +
+                     " (must be even and > 0: the two halves rotate together)");
+  a.h = a.d / 2;
+  a.rows = x.numel() / a.d;
+  STRAIT_ASSIGN_OR_RETURN(a.cosStrides, rotaryTableStrides(ctx, "Cos", ctx.input(1), x));
+  a.cos = ctx.input(1);
+  STRAIT_ASSIGN_OR_RETURN(a.sinStrides, rotaryTableStrides(ctx, "Sin", ctx.input(2), x));
+  a.sin = ctx.input(2);
+  STRAIT_ASSIGN_OR_RETURN(int64_t adjoint, ctx.getAttrs().getInt("adjoint", 0));
+  if (adjoint != 0 && adjoint != 1)
+    return ctx.error("attribute adjoint must be 0 or 1, got " + std::to_string(adjoint));
+  a.adjoint = adjoint == 1;
+  a.y = ctx.output(0);
+  if (!a.y)
+    return ctx.error("missing output Y");
+  if (a.y->shape != x.shape || a.y->dtype != dt)
+    return ctx.error("output Y is declared " + a.y->typeString() + " but the op computes " +
+                     x.typeString() + " (the type of X)");
+  return a;
+}
+
 } // namespace rt
 } // namespace strait

@@ -150,6 +150,7 @@ public:
     addGradientKernels(table);
     addFusedKernels(table);
     addAttentionKernels(table);
+    addRotaryKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {

@@ -36,6 +36,8 @@ void addGradientKernels(KernelTable &table);
 void addFusedKernels(KernelTable &table);
 /// FusedAttention, FusedAttentionGrad: Attention.cpp.
 void addAttentionKernels(KernelTable &table);
+/// FusedRotaryEmbedding: Rotary.cpp.
+void addRotaryKernels(KernelTable &table);
 
 /// C[m,n] = A[m,k] * B[k,n] (+ C when accumulate), row-major, f32.
 void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,

@@ -180,6 +180,33 @@ struct AttentionArgs {
 StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx);
 StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx);
 
+/// FusedRotaryEmbedding(X, Cos, Sin) {adjoint} -> Y, the rotate-half rotary
+/// position embedding; docs/runtime.md "Rotary embedding". X f32, bf16 or
+/// f16, rank >= 1, last dim D even and > 0 (h = D / 2); Cos and Sin each f32
+/// or X's dtype, rank <= X's, numpy-broadcastable to X's shape without
+/// widening it (each dim 1 or X's, aligned from the right; the last one 1
+/// or D); attribute adjoint (0 or 1, default 0); Y of X's shape and dtype.
+/// With partner p(i) = i +- h and sign r(i) = -1 below h, +1 from h on:
+/// adjoint 0: Y_i = X_i c_i + (r(i) X_p(i)) s_i; adjoint 1 (the gradient
+/// w.r.t. X of adjoint 0): Y_i = X_i c_i + (-r(i) X_p(i)) s_p(i). Reads no
+/// tensor data.
+struct RotaryArgs {
+  const Tensor *x = nullptr, *cos = nullptr, *sin = nullptr;
+  Tensor *y = nullptr;
+  int64_t d = 0, h = 0;
+  /// numel(X) / D: X viewed as [rows, D].
+  int64_t rows = 0;
+  bool adjoint = false;
+  /// Element strides of Cos and Sin broadcast to X's shape (0 on broadcast
+  /// dims), one per dim of X; the last is 0 (a last dim of 1) or 1.
+  std::vector<int64_t> cosStrides, sinStrides;
+
+  /// Offset in a table with broadcast strides `strides` of the first
+  /// element of row `row` of X viewed as [rows, D].
+  int64_t rowOffset(const std::vector<int64_t> &strides, int64_t row) const;
+};
+StatusOr<RotaryArgs> fusedRotaryEmbeddingArgs(const KernelContext &ctx);
+
 } // namespace rt
 } // namespace strait
 
