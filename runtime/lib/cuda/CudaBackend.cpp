@@ -170,6 +170,7 @@ void addAllKernels(CudaKernelTable &t) {
   addTrainingKernels(t);
   addFusedKernels(t);
   addAttentionKernels(t);
+  addRotaryKernels(t);
   addSpatialKernels(t);
 #ifdef STRAIT_HAVE_CUDNN
   addConvKernels(t);

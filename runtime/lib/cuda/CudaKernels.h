@@ -143,6 +143,10 @@ void addAttentionKernels(CudaKernelTable &table);
 /// that exercise the chunk loop with small shapes.
 void setAttentionChunkBytes(size_t bytes);
 
+// --- FusedRotaryEmbedding (CudaRotary.cpp, Rotary.cu) ------------------------
+/// The rotate-half rotary embedding, one elementwise kernel.
+void addRotaryKernels(CudaKernelTable &table);
+
 // --- Spatial ops, reductions, slices (CudaSpatial.cpp, CudaConv.cpp) --------
 /// Pooling (native kernels), BatchNormalization(+Training, +Grad),
 /// Reduce*, Slice, SliceGrad, GatherElements, HardSigmoid, HardSwish.

@@ -309,6 +309,28 @@ bool launchAttentionDrow(ET type, const void *dy, const void *y, const AttnRowLa
 bool launchAttentionDscores(const float *dp, const float *drow, ET pType, void *p, int64_t rows,
                             int64_t tk, cudaStream_t st);
 
+// --- FusedRotaryEmbedding (Rotary.cu) ------------------------------------------
+
+/// X viewed as [rows, D] (h = D / 2), its leading dims (merged where Cos and
+/// Sin allow) `shape` with the element strides of Cos and Sin broadcast to
+/// them (0 on broadcast dims); cosStep / sinStep: their stride along D (0
+/// for a last dim of 1, else 1).
+struct RotaryPlan {
+  int rank = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t cosStride[kMaxDims] = {}, sinStride[kMaxDims] = {};
+  int64_t cosStep = 1, sinStep = 1;
+  int64_t rows = 0, h = 0;
+  bool adjoint = false;
+};
+/// y = FusedRotaryEmbedding(x, cos, sin) (docs/runtime.md "Rotary
+/// embedding"): one thread per (row, c < h) pair, f32 math with every
+/// product and sum rounded separately (__fmul_rn, __fadd_rn), the result
+/// rounded once to X's type. x and y of `xType` (F32, BF16, F16), cos and
+/// sin each F32 or `xType`; false (nothing launched) for other types.
+bool launchRotary(ET xType, const void *x, ET cosType, const void *cos, ET sinType,
+                  const void *sin, void *y, const RotaryPlan &p, cudaStream_t s);
+
 } // namespace cuda
 } // namespace rt
 } // namespace strait

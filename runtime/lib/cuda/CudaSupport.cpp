@@ -175,6 +175,23 @@ std::string fused(const KernelSpec &s) {
   return "";
 }
 
+/// FusedRotaryEmbedding: X f32, bf16 or f16; Cos and Sin each f32 or X's
+/// dtype (Rotary.cu's instantiations; the shared checks say the same).
+std::string rotary(const KernelSpec &s) {
+  const OperandType *x = in(s, 0);
+  if (!x)
+    return "";
+  if (!oneOf(x->dtype, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16}))
+    return "X is " + name(x->dtype) + " (the CUDA kernel takes f32, bf16, f16)";
+  for (size_t i : {1, 2}) {
+    const OperandType *t = in(s, i);
+    if (t && t->dtype != program::DTYPE_F32 && t->dtype != x->dtype)
+      return std::string(i == 1 ? "Cos" : "Sin") + " is " + name(t->dtype) +
+             " (the CUDA kernel takes f32 or X's " + name(x->dtype) + ")";
+  }
+  return "";
+}
+
 std::string lowOrF32(const KernelSpec &s) {
   return firstIn(s, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16},
                  "f32, bf16, f16");
@@ -266,6 +283,7 @@ const std::map<std::string, Rule> &rules() {
     r["FusedElementwise"] = fused;
     r["FusedAttention"] = attention;
     r["FusedAttentionGrad"] = attention;
+    r["FusedRotaryEmbedding"] = rotary;
     r["ReduceToShape"] = lowOrF32;
     for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
                            "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
