@@ -12,13 +12,15 @@
 using namespace mlir;
 
 void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
-                                    bool foldTransposes) {
+                                    bool foldTransposes, bool fuseRotary) {
   // On the forward graph, so that autodiff sees one RMSNormalization (and
   // builds one RMSNormalizationGrad) per decomposed RMSNorm, and one
   // FusedAttention (one FusedAttentionGrad) per attention block; before
   // autocast, which casts FusedAttention's Q, Kt and V like a MatMul's.
   if (fuseRmsNorm)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRMSNorm());
+  if (fuseRotary)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRotary());
   if (fuseAttention)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
   // After the attention fusion (whose ops take the heads' Transposes), before
@@ -28,7 +30,7 @@ void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fu
 }
 
 void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOptions &o) {
-  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention, o.foldTransposes);
+  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention, o.foldTransposes, o.fuseRotary);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
   if (o.precision != "f32") {

@@ -198,6 +198,12 @@ cl::opt<bool> fuseAttention(
              "FusedAttention before the training step (default on; =false keeps the "
              "decomposition)"),
     cl::init(true), cl::cat(straitCat));
+cl::opt<bool> fuseRotary(
+    "fuse-rotary",
+    cl::desc("Rewrite rotate-half rotary position embeddings (LLaMA exports: Slice, Neg, "
+             "Concat, Mul, Add) into one FusedRotaryEmbedding before the training step "
+             "(default on; =false keeps the decomposition)"),
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> foldTransposes(
     "fold-transposes",
     cl::desc("Fold Transposes into their readers before the training step (default on): "
@@ -392,6 +398,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();
   popts.foldTransposes = foldTransposes.getValue();
+  popts.fuseRotary = fuseRotary.getValue();
   popts.castMotion = castMotion.getValue();
   popts.rematerialize = rematerialize == Remat::On ||
                         (rematerialize == Remat::Auto && clusterHasAccelerator());
@@ -687,7 +694,7 @@ int main(int argc, char **argv) {
     if (failed(applyPassManagerCLOptions(pm)))
       return 1;
     pm.enableTiming(timing);
-    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention, foldTransposes);
+    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention, foldTransposes, fuseRotary);
     if (failed(pm.run(*module)))
       return 1;
     auto func = module->lookupSymbol<func::FuncOp>("main");

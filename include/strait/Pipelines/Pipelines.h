@@ -40,6 +40,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                      "(MatMul, scale, bias, Softmax, MatMul) becomes "
                      "graph.FusedAttention"),
       llvm::cl::init(true)};
+  Option<bool> fuseRotary{
+      *this, "fuse-rotary",
+      llvm::cl::desc("graph-fuse-rotary after graph-fuse-rmsnorm: rotate-half rotary embeddings "
+                     "become graph.FusedRotaryEmbedding"),
+      llvm::cl::init(true)};
   Option<bool> foldTransposes{
       *this, "fold-transposes",
       llvm::cl::desc("graph-fold-transposes after the fusions: Transposes become FusedAttention's "
@@ -166,7 +171,7 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 /// [graph-fuse-attention] -> [graph-fold-transposes]. buildStraitPipeline starts with them; straitc runs
 /// them alone for a forward-only program and before --emit=plan's planner.
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
-                            bool foldTransposes = true);
+                            bool foldTransposes = true, bool fuseRotary = true);
 
 /// The graph the planner plans: [graph-fuse-rmsnorm] -> [graph-fuse-attention]
 /// -> [graph-fold-transposes] -> [graph-autocast] -> [graph-build-training-step] (with a loss) ->

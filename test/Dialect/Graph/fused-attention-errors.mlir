@@ -182,3 +182,23 @@ func.func @perm_grad_dy(%dy: tensor<2x3x4x8xf32>, %q: tensor<2x4x3x8xf32>, %k: t
   %g:3 = graph.FusedAttentionGrad %dy, %q, %k, %v, %y, %lse {kt_perm = array<i64: 0, 2, 3, 1>, q_perm = array<i64: 0, 2, 1, 3>, scale = 1.0 : f32, v_perm = array<i64: 0, 2, 1, 3>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x3x4x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x3x4xf32>) -> (tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>, tensor<2x4x3x8xf32>)
   return
 }
+
+// -----
+
+// FusedRotaryEmbedding rotates halves of an even last dimension ...
+func.func @rotary_odd(%x: tensor<2x5xf32>, %c: tensor<5xf32>) {
+  // expected-error@+2 {{FusedRotaryEmbedding: X's last dimension must be static, even and positive, got 'tensor<2x5xf32>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = graph.FusedRotaryEmbedding %x, %c, %c : (tensor<2x5xf32>, tensor<5xf32>, tensor<5xf32>) -> tensor<2x5xf32>
+  return
+}
+
+// -----
+
+// ... with tables that broadcast to X.
+func.func @rotary_table(%x: tensor<2x4xf32>, %c: tensor<4xf32>, %s: tensor<3x4xf32>) {
+  // expected-error@+2 {{FusedRotaryEmbedding: Sin 'tensor<3x4xf32>' does not broadcast to X 'tensor<2x4xf32>' (dimension 0)}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = graph.FusedRotaryEmbedding %x, %c, %s : (tensor<2x4xf32>, tensor<4xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return
+}

@@ -437,3 +437,30 @@ func.func @layer_norm_not_exact(%x: tensor<4x8xf32>, %s: tensor<8xf32>, %dy: ten
   %u = graph.AccumulateGrad %r for @u {micro_batches = 1 : i64} : tensor<4x8xf64>
   return %c, %a, %c2, %dx#0, %t, %w, %u : tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf64>
 }
+
+// -----
+
+// Rule 12: LLaMA's rotation of a bf16 projection (widened by autocast) back
+// to bf16 for the attention runs on the bf16 value, as does its adjoint on
+// the gradient; the f32 tables stay. A rotation whose f32 result has another
+// user keeps its casts.
+// CHECK-LABEL: func.func @rotary
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x8xbf16>, %[[C:.*]]: tensor<8xf32>, %[[S:.*]]: tensor<8xf32>, %[[DQ:.*]]: tensor<2x8xbf16>)
+// CHECK-NEXT: %[[W:.*]] = graph.Cast %[[Q]] {{.*}}to = f32
+// CHECK-NEXT: %[[R:.*]] = graph.FusedRotaryEmbedding %[[Q]], %[[C]], %[[S]] {graph.op_id = 1 : i64} : (tensor<2x8xbf16>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xbf16>
+// CHECK-NEXT: %[[G:.*]] = graph.FusedRotaryEmbedding %[[DQ]], %[[C]], %[[S]] {adjoint = 1 : i64, graph.grad_of = 1 : i64} : (tensor<2x8xbf16>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xbf16>
+// CHECK-NEXT: %[[K:.*]] = graph.FusedRotaryEmbedding %[[W]], %[[C]], %[[S]] {graph.op_id = 5 : i64} : (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[KN:.*]] = graph.Cast %[[K]] {{.*}}to = bf16
+// CHECK-NEXT: return %[[R]], %[[G]], %[[KN]], %[[K]]
+func.func @rotary(%q: tensor<2x8xbf16>, %cos: tensor<8xf32>, %sin: tensor<8xf32>, %dq: tensor<2x8xbf16>) -> (tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xf32>) {
+  %w = graph.Cast %q {graph.op_id = 0 : i64, to = f32} : (tensor<2x8xbf16>) -> tensor<2x8xf32>
+  %r = graph.FusedRotaryEmbedding %w, %cos, %sin {graph.op_id = 1 : i64} : (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %n = graph.Cast %r {graph.op_id = 2 : i64, to = bf16} : (tensor<2x8xf32>) -> tensor<2x8xbf16>
+  %dw = graph.Cast %dq {graph.grad_of = 2 : i64, to = f32} : (tensor<2x8xbf16>) -> tensor<2x8xf32>
+  %g = graph.FusedRotaryEmbedding %dw, %cos, %sin {adjoint = 1 : i64, graph.grad_of = 1 : i64} : (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %gn = graph.Cast %g {graph.grad_of = 0 : i64, to = bf16} : (tensor<2x8xf32>) -> tensor<2x8xbf16>
+  %w2 = graph.Cast %q {graph.op_id = 4 : i64, to = f32} : (tensor<2x8xbf16>) -> tensor<2x8xf32>
+  %k = graph.FusedRotaryEmbedding %w2, %cos, %sin {graph.op_id = 5 : i64} : (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %kn = graph.Cast %k {graph.op_id = 6 : i64, to = bf16} : (tensor<2x8xf32>) -> tensor<2x8xbf16>
+  return %n, %gn, %kn, %k : tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xf32>
+}

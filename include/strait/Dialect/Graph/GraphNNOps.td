@@ -242,6 +242,34 @@ def Graph_FusedAttentionOp : Graph_GenericOp<"FusedAttention", [Pure]> {
   let results = (outs AnyTensor:$Y, AnyTensor:$LSE);
 }
 
+def Graph_FusedRotaryEmbeddingOp : Graph_GenericOp<"FusedRotaryEmbedding", [Pure]> {
+  let summary = "rotary position embedding in the rotate-half form";
+  let description = [{
+    What LLaMA-style exports spell `X * Cos + Concat(-X[..., h:], X[..., :h])
+    * Sin` (h = D / 2 of X's last dimension D) as one op (graph-fuse-rotary
+    builds it). Along the last axis, with the partner p(i) = i + h for i < h
+    and i - h otherwise, r(i) = -1 for i < h and +1 otherwise, and c, s
+    the broadcast Cos, Sin:
+
+    - `adjoint = 0`: `Y_i = X_i c_i + r(i) X_p(i) s_i`;
+    - `adjoint = 1`, the transpose of the adjoint-0 map (its gradient rule):
+      `Y_i = X_i c_i - r(i) X_p(i) s_p(i)`.
+
+    X is f32, bf16 or f16 with an even, static last dimension; Cos and Sin
+    are f32 or X's type and broadcast to X without widening it; Y has X's
+    type. The kernels compute in f32 (f32 bit for bit the composed Mul,
+    Neg, Concat, Mul, Add) and round once. Cos and Sin get no gradient.
+
+    ```mlir
+    %y = graph.FusedRotaryEmbedding %x, %cos, %sin : (tensor<2x4x16x64xf32>, tensor<1x1x16x64xf32>, tensor<1x1x16x64xf32>) -> tensor<2x4x16x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$Cos, AnyTensor:$Sin,
+                   DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>,
+                                     "0">:$adjoint);
+  let results = (outs AnyTensor:$Y);
+}
+
 def Graph_InstanceNormalizationOp : Graph_GenericOp<"InstanceNormalization", [Pure]> {
   let summary = "per-sample, per-channel normalization";
   let description = [{

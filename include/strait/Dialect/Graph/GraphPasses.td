@@ -187,6 +187,28 @@ def GraphFuseRMSNorm : Pass<"graph-fuse-rmsnorm", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphFuseRotary : Pass<"graph-fuse-rotary", "::mlir::func::FuncOp"> {
+  let summary = "Rewrite the rotate-half rotary embeddings of LLaMA exports into graph.FusedRotaryEmbedding";
+  let description = [{
+    Matches `Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, h, D)), Slice(x, 0,
+    h)), sin))` over x's last axis (D even, h = D / 2; Add and Mul operands
+    in either order; slices of step 1; every intermediate with that one
+    user; x f32, bf16 or f16 and both products of x's type, so cos and sin
+    broadcast without widening it) and replaces it by one
+    `graph.FusedRotaryEmbedding(x, cos, sin)`, whose gradient is the same
+    op with `adjoint = 1`. It runs on the forward graph before
+    `graph-build-training-step`. See docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-fuse-rotary model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "FusedRotaryEmbedding ops created">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 def GraphFuseAttention : Pass<"graph-fuse-attention", "::mlir::func::FuncOp"> {
   let summary = "Rewrite the decomposed attention of transformer exports into graph.FusedAttention";
   let description = [{
@@ -236,6 +258,10 @@ def GraphFoldTransposes : Pass<"graph-fold-transposes", "::mlir::func::FuncOp"> 
       `Gemm(A, W, transB = 1)`, A flattened to 2-D and the product reshaped
       back; `MatMul(Transpose(X, [1, 0]), B)` of 2-D operands becomes
       `Gemm(X, B, transA = 1)`. Gemm's gradients use its flags, no Transpose.
+    - `FusedRotaryEmbedding(Transpose(x, p), cos, sin)` with p keeping the
+      last axis becomes `Transpose(FusedRotaryEmbedding(x, cos', sin'), p)`
+      (cos', sin' transposed by p^-1), first, so that LLaMA's rotated Q and
+      K reach the attention through a Transpose it folds.
 
     Transposes left without a reader go. See docs/graph-dialect.md.
 
@@ -246,7 +272,8 @@ def GraphFoldTransposes : Pass<"graph-fold-transposes", "::mlir::func::FuncOp"> 
   let statistics = [
     Statistic<"numAttention", "num-attention",
               "Transposes folded into FusedAttention permutations">,
-    Statistic<"numMatMul", "num-matmul", "MatMuls over a transposed operand made Gemms">
+    Statistic<"numMatMul", "num-matmul", "MatMuls over a transposed operand made Gemms">,
+    Statistic<"numRotary", "num-rotary", "Transposes moved past a FusedRotaryEmbedding">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
@@ -322,7 +349,9 @@ def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
     Statistic<"numNormFolded", "num-norm-folded",
               "Casts folded into LayerNormalization(Grad) (16-bit Y / dY)">,
     Statistic<"numAccumulateFolded", "num-accumulate-folded",
-              "Casts folded into AccumulateGrad (16-bit gradients)">
+              "Casts folded into AccumulateGrad (16-bit gradients)">,
+    Statistic<"numRotaryFolded", "num-rotary-folded",
+              "FusedRotaryEmbeddings made to read and write 16-bit values">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

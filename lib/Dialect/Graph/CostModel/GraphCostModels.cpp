@@ -141,6 +141,9 @@ double forwardFlops(FusedAttentionGradOp op) {
 KernelClass kernelClass(FusedAttentionOp) { return KernelClass::MatMul; }
 KernelClass kernelClass(FusedAttentionGradOp) { return KernelClass::MatMul; }
 
+// Rotary embedding: two products and a sum per element.
+double forwardFlops(FusedRotaryEmbeddingOp op) { return 3.0 * elems(op.getY()); }
+
 // Softmax: max, exp, sum, divide.
 double forwardFlops(SoftmaxOp op) { return 5.0 * elems(op.getOutput()); }
 double forwardFlops(LogSoftmaxOp op) { return 5.0 * elems(op.getOutput()); }

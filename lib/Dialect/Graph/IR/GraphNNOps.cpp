@@ -311,3 +311,40 @@ STRAIT_INFER(NegativeLogLikelihoodLossOp) {
   return inferLoss(loc, "NegativeLogLikelihoodLoss", adaptor.getInput(),
                    adaptor.getTarget(), adaptor.getReduction(), types);
 }
+
+/// X f32, bf16 or f16 with an even static last dimension; Cos and Sin f32
+/// or X's type, broadcasting to X without widening it; Y is X's type.
+STRAIT_INFER(FusedRotaryEmbeddingOp) {
+  TensorType x = tensorOf(adaptor.getX());
+  Type elt = x.getElementType();
+  if (!elt.isF32() && !elt.isBF16() && !elt.isF16())
+    return emitOptionalError(loc, "FusedRotaryEmbedding: X element type ", elt,
+                             " is not f32, bf16 or f16");
+  if (x.hasRank()) {
+    if (x.getRank() < 1 || x.isDynamicDim(x.getRank() - 1) || x.getShape().back() % 2 != 0 ||
+        x.getShape().back() == 0)
+      return emitOptionalError(loc, "FusedRotaryEmbedding: X's last dimension must be static, ",
+                               "even and positive, got ", x);
+  }
+  for (auto [name, v] : {std::pair<StringRef, Value>{"Cos", adaptor.getCos()},
+                         std::pair<StringRef, Value>{"Sin", adaptor.getSin()}}) {
+    TensorType t = tensorOf(v);
+    if (!t.getElementType().isF32() && t.getElementType() != elt)
+      return emitOptionalError(loc, "FusedRotaryEmbedding: ", name, " element type ",
+                               t.getElementType(), " is neither f32 nor X's ", elt);
+    if (!t.hasRank() || !x.hasRank())
+      continue;
+    if (t.getRank() > x.getRank())
+      return emitOptionalError(loc, "FusedRotaryEmbedding: ", name, " ", t,
+                               " has a higher rank than X ", x);
+    int64_t off = x.getRank() - t.getRank();
+    for (int64_t i = 0; i < t.getRank(); ++i) {
+      int64_t d = t.getDimSize(i), xd = x.getDimSize(off + i);
+      if (d != 1 && d != kDyn && xd != kDyn && d != xd)
+        return emitOptionalError(loc, "FusedRotaryEmbedding: ", name, " ", t,
+                                 " does not broadcast to X ", x, " (dimension ", off + i, ")");
+    }
+  }
+  types.push_back(x);
+  return success();
+}

@@ -123,6 +123,11 @@ LogicalResult ReverseSweep::addOperandGrad(Operation *op, unsigned index,
            << describeSource(source.lookup(operand))
            << ", but FusedAttentionGrad gives no gradient for the bias; keep the "
               "decomposed attention (--fuse-attention=false)";
+  if (!grad && isa<FusedRotaryEmbeddingOp>(op) && index > 0)
+    return op->emitOpError(index == 1 ? "Cos" : "Sin")
+           << " depends on " << describeSource(source.lookup(operand))
+           << ", but the fused rotary embedding gives no gradient for it; keep the "
+              "decomposed form (--fuse-rotary=false)";
   if (!grad)
     return success();
   if (grad.getType() != operand.getType())

@@ -68,6 +68,38 @@ bool feedsOnlyRunningStats(VariableOp var, func::FuncOp func) {
   return any && onlyStats;
 }
 
+/// Whether every value computed from `var` reaches the loss only as the Cos
+/// or Sin table of a FusedRotaryEmbedding: a position-encoding buffer (the
+/// `inv_freq` of HF's rotary embeddings, a non-trainable buffer in PyTorch
+/// that exports as an initializer like any weight).
+bool feedsOnlyRotaryTables(VariableOp var, func::FuncOp func) {
+  bool any = false, onlyTables = true;
+  SmallVector<Value> work;
+  DenseSet<Value> seen;
+  func.walk([&](ReadVariableOp read) {
+    if (read.getVariable() == var.getSymName())
+      work.push_back(read.getValue());
+  });
+  while (!work.empty() && onlyTables) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<FusedRotaryEmbeddingOp>(user) && use.getOperandNumber() > 0) {
+        any = true;
+        continue;
+      }
+      if (isa<FusedRotaryEmbeddingOp, func::ReturnOp>(user) || user->getNumResults() == 0) {
+        onlyTables = false;
+        break;
+      }
+      llvm::append_range(work, user->getResults());
+    }
+  }
+  return any && onlyTables;
+}
+
 class BuildTrainingStep
     : public strait::graph::impl::GraphBuildTrainingStepBase<BuildTrainingStep> {
 public:
@@ -197,6 +229,10 @@ LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
     }
     if (feedsOnlyRunningStats(var, func))
       continue;
+    if (feedsOnlyRotaryTables(var, func)) {
+      var.setFrozen(true);
+      continue;
+    }
     index[name] = params.size();
     params.push_back(Param{var, {}, Value()});
   }

@@ -17,6 +17,8 @@
 //   9. Cast(f32 -> T)(LayerNormalization(x, s, b)) => LayerNormalization(x, s, b) : T
 //  10. LayerNormalizationGrad(Cast(T -> f32)(dy), x, s) => LayerNormalizationGrad(dy, x, s)
 //  11. AccumulateGrad(Cast(T -> f32)(g)) => AccumulateGrad(g)  (total stays f32)
+//  12. Cast(f32 -> T)(FusedRotaryEmbedding(Cast(T -> f32)(x), c, s))
+//        => FusedRotaryEmbedding(x, c, s) : T
 //
 // Rules 7 and 8 are exact because the loss kernels upcast each 16-bit score
 // on load and compute in f32 (the loss stays f32), and the gradient kernel
@@ -25,7 +27,9 @@
 // it once to T; only when Y has that one user; LayerNormalizationGrad reads
 // X, not Y), rule 10 (the kernels widen dY on load; dX, dScale, dB stay f32)
 // and rule 11 (the accumulator stays f32; each 16-bit element is widened on
-// load, so it sums the same f32 values).
+// load, so it sums the same f32 values), rule 12 (the rotation widens X on
+// load, computes in f32 and rounds Y once to T; only when Y has that one
+// user).
 // Rules 1-4 move a cast only when the value between the two ops has that one
 // user, when the cast converts no more elements after the move than before
 // (or meets the opposite cast), and only between ops of one phase (forward or backward), so each op
@@ -294,6 +298,24 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return true;
   }
 
+  /// Rule 12: C(f32 -> T)(FusedRotaryEmbedding(C(T -> f32)(x), c, s)) =>
+  /// FusedRotaryEmbedding(x, c, s) with a T result, when Y has that one user.
+  bool rotaryInLow(CastOp c) {
+    Type low = narrowingTo(c);
+    auto rope = c.getInput().getDefiningOp<FusedRotaryEmbeddingOp>();
+    if (!low || !rope || !rope.getY().hasOneUse() || !samePhase(c, rope))
+      return false;
+    auto widen = rope.getX().getDefiningOp<CastOp>();
+    if (!widen || wideningFrom(widen) != low)
+      return false;
+    rope.getXMutable().assign(widen.getInput());
+    setElementType(rope.getY(), low);
+    c.getOutput().replaceAllUsesWith(rope.getY());
+    erase(c);
+    ++numRotaryFolded;
+    return true;
+  }
+
   void erase(Operation *op) {
     erased.insert(op);
     op->erase();
@@ -333,7 +355,7 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
           continue;
         }
         changed |= cancelRoundTrip(c) || gradWritesLowScores(c) || normWritesLow(c) ||
-                   mergeDuplicate(c) || hoistNarrowing(c) || sinkWidening(c);
+                   rotaryInLow(c) || mergeDuplicate(c) || hoistNarrowing(c) || sinkWidening(c);
       }
     }
     return changed;

@@ -2,10 +2,12 @@
 //
 // Exports move data with Transposes that their readers could do without:
 // GPT-2 transposes each head to [B, H, T, D] for the attention and back,
-// LLaMA's linear layers multiply by Transpose(W) of the [out, in] weight.
+// LLaMA's linear layers multiply by Transpose(W) of the [out, in] weight and
+// rotate Q and K (RoPE) after transposing them.
 // Autodiff then adds a Transpose per Transpose to the backward pass. The
 // pass folds them into the readers' operand layouts on the forward graph:
-// FusedAttention's permutation attributes, Gemm's transposition flags.
+// FusedAttention's permutation attributes, Gemm's transposition flags; a
+// Transpose before a rotary embedding moves past it to the attention.
 // See docs/graph-dialect.md.
 //
 //===----------------------------------------------------------------------===//
@@ -89,6 +91,55 @@ int64_t foldAttention(FusedAttentionOp op) {
   return folded;
 }
 
+/// FusedRotaryEmbedding(Transpose(x, p), cos, sin) with p keeping the last
+/// axis (the rotation's) -> Transpose(FusedRotaryEmbedding(x, cos', sin'),
+/// p), cos' = Transpose(cos, p^-1) (ranked up with leading 1s), so that the
+/// Transpose reaches the op that reads the rotated value (LLaMA's Q and K,
+/// rotated in [B, H, T, D]: FusedAttention, which folds it). Only for a
+/// Transpose the rotation alone reads. `tables` keeps the relayouts made so
+/// far (every layer rotates with the same tables). Whether it moved.
+using TableCache = DenseMap<std::pair<Value, Attribute>, Value>;
+bool sinkThroughRotary(FusedRotaryEmbeddingOp op, TableCache &tables) {
+  auto t = op.getX().getDefiningOp<TransposeOp>();
+  auto xt = t ? dyn_cast<RankedTensorType>(t.getData().getType()) : RankedTensorType();
+  if (!xt || !xt.hasStaticShape() || !t->hasOneUse())
+    return false;
+  ArrayRef<int64_t> p = t.getPerm();
+  int64_t r = xt.getRank();
+  if (p.back() != r - 1)
+    return false;
+  SmallVector<int64_t> inv(r);
+  for (int64_t k = 0; k < r; ++k)
+    inv[p[k]] = k;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto relayout = [&](Value v) -> Value {
+    auto vt = dyn_cast<RankedTensorType>(v.getType());
+    if (!vt || !vt.hasStaticShape())
+      return Value();
+    Value &cached = tables[{v, b.getDenseI64ArrayAttr(inv)}];
+    if (cached)
+      return cached;
+    if (vt.getRank() < r) {
+      SmallVector<int64_t> shape(r - vt.getRank(), 1);
+      llvm::append_range(shape, vt.getShape());
+      v = b.create<ReshapeOp>(loc, v, shape, 0);
+    }
+    return cached = b.create<TransposeOp>(loc, v, inv);
+  };
+  Value cos = relayout(op.getCos()), sin = relayout(op.getSin());
+  if (!cos || !sin)
+    return false;
+  auto rotated = b.create<FusedRotaryEmbeddingOp>(
+      loc, TypeRange{xt}, ValueRange{t.getData(), cos, sin},
+      ArrayRef<NamedAttribute>{b.getNamedAttr("adjoint", op.getAdjointAttr())});
+  Value back = b.create<TransposeOp>(loc, rotated.getY(), p);
+  op.getY().replaceAllUsesWith(back);
+  op->erase();
+  t->erase();
+  return true;
+}
+
 /// x when `v` is a 2-D Transpose(x, [1, 0]) of a static x, else null.
 Value transposed2d(Value v) {
   auto t = v.getDefiningOp<TransposeOp>();
@@ -136,6 +187,12 @@ bool foldMatMul(MatMulOp op) {
 
 struct FoldTransposesPass : strait::graph::impl::GraphFoldTransposesBase<FoldTransposesPass> {
   void runOnOperation() override {
+    SmallVector<FusedRotaryEmbeddingOp> rotary;
+    getOperation().walk([&](FusedRotaryEmbeddingOp op) { rotary.push_back(op); });
+    // First, so that the Transposes they move reach the attention.
+    TableCache tables;
+    for (FusedRotaryEmbeddingOp op : rotary)
+      numRotary += sinkThroughRotary(op, tables);
     SmallVector<FusedAttentionOp> attention;
     SmallVector<MatMulOp> matmuls;
     getOperation().walk([&](Operation *op) {

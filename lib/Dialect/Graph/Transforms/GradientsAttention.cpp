@@ -1,4 +1,4 @@
-//===- GradientsAttention.cpp - Rule of FusedAttention --------------------===//
+//===- GradientsAttention.cpp - Rules of FusedAttention and RoPE ----------===//
 //
 // FusedAttention goes to one FusedAttentionGrad (dQ, dKt, dV), which
 // recomputes the probabilities from Q, Kt, the bias and the saved LSE
@@ -54,8 +54,21 @@ LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange
   return success();
 }
 
+/// The rotation is linear in X: dX is the adjoint map applied to dY (the
+/// adjoint of the adjoint is the map itself). Cos and Sin get no gradient
+/// (the sweep rejects ones that depend on a trainable variable).
+LogicalResult rotaryGrad(FusedRotaryEmbeddingOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  NamedAttribute attrs[] = {
+      g.b.getNamedAttr("adjoint", g.b.getI64IntegerAttr(op.getAdjoint() == 0 ? 1 : 0))};
+  dx[0] = g.create<FusedRotaryEmbeddingOp>(TypeRange{op.getX().getType()},
+                                           ValueRange{dy[0], op.getCos(), op.getSin()}, attrs)
+              .getY();
+  return success();
+}
+
 } // namespace
 
 void grad::registerAttentionGradients(MLIRContext *ctx) {
+  attachRule<FusedRotaryEmbeddingOp, rotaryGrad>(ctx);
   attachRule<FusedAttentionOp, fusedAttentionGrad>(ctx);
 }
