@@ -113,9 +113,8 @@ struct FuseRotaryPass : strait::graph::impl::GraphFuseRotaryBase<FuseRotaryPass>
             !fits(sin, elt))
           continue;
         OpBuilder b(add);
-        auto fused = b.create<FusedRotaryEmbeddingOp>(add.getLoc(), TypeRange{type},
-                                                       ValueRange{x, cos, sin},
-                                                       ArrayRef<NamedAttribute>{});
+        auto fused = b.create<FusedRotaryEmbeddingOp>(
+            add.getLoc(), TypeRange{type}, ValueRange{x, cos, sin}, ArrayRef<NamedAttribute>{});
         Operation *concat = rot.getDefiningOp();
         add.getResult().replaceAllUsesWith(fused.getY());
         add->erase();
