@@ -40,6 +40,17 @@ def step_losses(job, data, steps=5, lr=0.1):
     return [float(x) for x in re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)]
 
 
+def train_saving_params(job, data, out, steps=5, lr=0.01, threads=2):
+    """Losses (as printed) and the saved parameters ({file: numpy array}) after `steps` steps."""
+    import numpy as np
+    p = run([STRAIT_RUN, str(job), "--steps", str(steps), "--lr", str(lr), "--data", str(data),
+             "--threads", str(threads), "--timeout-ms", "60000", "--save-params", str(out)])
+    losses = re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)
+    params = {f: np.load(os.path.join(out, f))
+              for f in sorted(os.listdir(out)) if f.endswith(".npy")}
+    return losses, params
+
+
 def write_tokens(path, seed, n=4096, vocab=256):
     """`n` uint16 token ids below `vocab` from a fixed linear congruential sequence."""
     state, ids = seed, []

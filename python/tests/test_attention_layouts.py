@@ -18,23 +18,13 @@ import numpy as np
 
 import pytest
 
-from jobutil import ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, write_tokens
+from jobutil import ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, train_saving_params, write_tokens
 
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
     reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
-
-
-def _train(job, data, out, steps=5):
-    """Losses (as printed) and saved parameters after `steps` steps."""
-    p = run([STRAIT_RUN, str(job), "--steps", str(steps), "--lr", "0.01", "--data", str(data),
-             "--threads", "2", "--timeout-ms", "60000", "--save-params", str(out)])
-    losses = re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)
-    params = {f: np.load(os.path.join(out, f))
-              for f in sorted(os.listdir(out)) if f.endswith(".npy")}
-    return losses, params
 
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
@@ -51,7 +41,7 @@ def test_folded_step_is_bit_identical(tmp_path, precision):
         job = tmp_path / fold
         run(args + ["-o", str(job)])
         ops[fold] = kernel_ops(job)
-        results[fold] = _train(job, data, tmp_path / (fold + "-params"))
+        results[fold] = train_saving_params(job, data, tmp_path / (fold + "-params"), lr=0.01, threads=2)
     # gpt2-tiny has 2 blocks: 4 head Transposes forward (Q, Kt, V, Y) and 4 backward (dY,
     # dQ, dKt, dV) each, and the tied LM head's weight Transpose forward and backward: all
     # gone (the LM head's MatMul by Transpose(wte) is a Gemm with transB).

@@ -15,11 +15,10 @@ import os
 import re
 import subprocess
 
-import numpy as np
-
 import pytest
 
-from jobutil import PROTO_DIR, ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, step_losses, write_tokens
+from jobutil import (PROTO_DIR, ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, step_losses,
+                     train_saving_params, write_tokens)
 
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 
@@ -56,16 +55,6 @@ def test_fused_gpt2_tiny_trains_like_unfused(tmp_path):
     print(f"losses fused {got} unfused {ref}")
 
 
-def _train(job, data, out, steps=5):
-    """Losses (as printed) and saved parameters (raw bytes) after `steps` AdamW steps."""
-    p = run([STRAIT_RUN, str(job), "--steps", str(steps), "--lr", "0.01", "--data", str(data),
-             "--threads", "1", "--timeout-ms", "60000", "--save-params", str(out)])
-    losses = re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)
-    params = {f: np.load(os.path.join(out, f)).tobytes()
-              for f in sorted(os.listdir(out)) if f.endswith(".npy")}
-    return losses, params
-
-
 @pytest.mark.parametrize("precision", ["bf16", "f32"])
 def test_fused_step_is_bit_identical(tmp_path, precision):
     """The fused step computes exactly what the unfused one does, 16-bit storage and
@@ -84,11 +73,11 @@ def test_fused_step_is_bit_identical(tmp_path, precision):
         mlir[fuse] = run(args + ["--emit=mlir"]).stdout
         job = tmp_path / fuse
         run(args + ["-o", str(job)])
-        results[fuse] = _train(job, data, tmp_path / (fuse + "-params"))
+        results[fuse] = train_saving_params(job, data, tmp_path / (fuse + "-params"), lr=0.01, threads=1)
     (losses_f, params_f), (losses_u, params_u) = results["elementwise"], results["none"]
     assert len(losses_f) == 5 and losses_f == losses_u, (losses_f, losses_u)
     assert params_f.keys() == params_u.keys() and len(params_f) > 10
-    differ = [k for k in params_f if params_f[k] != params_u[k]]
+    differ = [k for k in params_f if params_f[k].tobytes() != params_u[k].tobytes()]
     assert not differ, f"parameters differ fused vs unfused: {differ[:5]}"
 
     fused = re.findall(r"graph\.FusedElementwise .*: \((.*)\) -> (.*)$", mlir["elementwise"], re.M)

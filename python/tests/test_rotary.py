@@ -17,27 +17,15 @@ and bit-identical parameters; bf16 losses agree to rounding.
 import os
 import re
 
-import numpy as np
-
 import pytest
 
-from jobutil import ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, write_tokens
+from jobutil import ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, train_saving_params, write_tokens
 
 MODEL = os.path.join(ROOT, "models", "llama-tiny", "llama-tiny.onnx")
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
     reason="needs build/bin/straitc, strait-run and models/llama-tiny")
-
-
-def _train(job, data, out, steps=5):
-    """Losses (as printed) and saved parameters after `steps` steps."""
-    p = run([STRAIT_RUN, str(job), "--steps", str(steps), "--lr", "0.05", "--data", str(data),
-             "--threads", "2", "--timeout-ms", "60000", "--save-params", str(out)])
-    losses = re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)
-    params = {f: np.load(os.path.join(out, f))
-              for f in sorted(os.listdir(out)) if f.endswith(".npy")}
-    return losses, params
 
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
@@ -52,7 +40,7 @@ def test_fused_rotary_trains_like_decomposed(tmp_path, precision):
         job = tmp_path / fuse
         run(args + ["-o", str(job)])
         ops[fuse] = kernel_ops(job)
-        results[fuse] = _train(job, data, tmp_path / (fuse + "-params"))
+        results[fuse] = train_saving_params(job, data, tmp_path / (fuse + "-params"), lr=0.05, threads=2)
     fused, plain = ops["true"], ops["false"]
     # 2 layers x (Q, K): 4 rotations forward, 4 adjoints backward.
     assert fused.count("FusedRotaryEmbedding") == 8, fused.count("FusedRotaryEmbedding")
