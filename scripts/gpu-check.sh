@@ -17,7 +17,9 @@
 #             MatMul and gradients) at GPT-2 small shapes, f32; attn-bf16 in bf16
 #   conform   the CPU's ONNX conformance list on --backend cuda (no FAIL allowed;
 #             natively vs. through the host fallback is counted)
-#   tiny      gpt2-tiny training steps: CPU vs GPU losses (exact f32 matmul)
+#   tiny      gpt2-tiny training steps: CPU vs GPU losses (exact f32 matmul); tiny-amp bf16
+#   llama     llama-tiny training steps (rotary embeddings, permuted attention): CPU vs GPU,
+#             f32; llama-amp bf16
 #   digits    the digits CNN's training steps (cuDNN conv, batch norm, pooling): CPU vs GPU
 #   strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores,
 #             CUDA graphs on; strait-nograph the same without graphs; strait-unfused
@@ -129,6 +131,14 @@ else RESULT[tiny]="no program in $TINY (run scripts/gpu-prepare.sh)"; fi
 [ -f "$TINY-bf16/rank0.program.pb" ] &&
   phase tiny-amp 40 $STEP_BENCH "$TINY-bf16" --vocab 256 --precision bf16 \
     --compare-cpu 5 --tolerance 1e-2 --steps 5 --warmup 1
+# llama-tiny: the rotary embedding and the permuted attention of LLaMA's
+# heads (K rows rotated in [B, T, H, D]) end to end, f32 and bf16.
+[ -f "$G/llama-step/rank0.program.pb" ] &&
+  phase llama 40 $STEP_BENCH "$G/llama-step" --vocab 256 --precision f32 \
+    --compare-cpu 5 --tolerance 1e-3 --steps 5 --warmup 1
+[ -f "$G/llama-step-bf16/rank0.program.pb" ] &&
+  phase llama-amp 40 $STEP_BENCH "$G/llama-step-bf16" --vocab 256 --precision bf16 \
+    --compare-cpu 5 --tolerance 1e-2 --steps 5 --warmup 1
 if [ -f "$G/digits-step/rank0.program.pb" ]; then # cuDNN conv, batch norm, pooling
   phase digits 40 $STEP_BENCH "$G/digits-step" --vocab 10 --precision f32 \
     --compare-cpu 3 --tolerance 1e-3 --steps 5 --warmup 1
@@ -186,14 +196,15 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 probe; do
+for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp llama llama-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
 grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "^variant\|^gemm" "$LOG/gemm.log" 2>/dev/null
 grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
-grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/tiny-amp.log" "$LOG/digits.log" 2>/dev/null
+grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/tiny-amp.log" "$LOG/llama.log" "$LOG/llama-amp.log" \
+  "$LOG/digits.log" 2>/dev/null
 for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best; do
   grep -h "^strait-cuda:" "$LOG/$f.log" 2>/dev/null | sed "s/^strait-cuda:/$f:/"
 done

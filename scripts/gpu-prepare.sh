@@ -62,6 +62,12 @@ step=(--rematerialize=true)
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   "${step[@]}" --precision bf16 --pad-classes=96 --pad-classes-min-work=0 \
   --emit=program -o "$out/tiny-step-bf16"
+# llama-tiny (RMSNorm, FusedRotaryEmbedding, permuted attention operands, Gemm
+# transposition flags, SwiGLU), f32 and bf16: the check compares both with the CPU.
+"$STRAITC" models/llama-tiny/llama-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
+  "${step[@]}" --emit=program -o "$out/llama-step"
+"$STRAITC" models/llama-tiny/llama-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
+  "${step[@]}" --precision bf16 --emit=program -o "$out/llama-step-bf16"
 "$STRAITC" models/digits-cnn/digits-cnn.onnx --input-shape images=32x1x8x8 "${common[@]}" \
   "${step[@]}" --emit=program -o "$out/digits-step"
 
