@@ -78,6 +78,14 @@ void ProgramBuilder::addRunStep(std::vector<uint32_t> kernels) {
     s->mutable_run()->add_kernel_ids(k);
 }
 
+void expectErrorNames(const std::string &msg, const std::string &op,
+                      std::initializer_list<const char *> words) {
+  ASSERT_FALSE(msg.empty()) << "expected an error";
+  EXPECT_NE(msg.find(op), std::string::npos) << msg;
+  for (const char *w : words)
+    EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+}
+
 void setInt(program::Kernel &k, const std::string &name, int64_t v) {
   (*k.mutable_attrs())[name].set_i(v);
 }

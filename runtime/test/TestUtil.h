@@ -39,6 +39,11 @@ private:
   program::Program program;
 };
 
+/// Expects a non-empty error message that names `op` and contains every
+/// one of `words` (the operand, the attribute, the shapes).
+void expectErrorNames(const std::string &msg, const std::string &op,
+                      std::initializer_list<const char *> words);
+
 void setInt(program::Kernel &k, const std::string &name, int64_t v);
 void setFloat(program::Kernel &k, const std::string &name, float v);
 void setInts(program::Kernel &k, const std::string &name,

@@ -86,9 +86,7 @@ bool isLayoutOp(Operation *op) {
 }
 
 /// Backward (autodiff's ops and the transfers that carry backward values).
-bool isBackward(Operation *op) {
-  return op->hasAttr(kGradOfAttr) || op->hasAttr("dist.backward");
-}
+bool isBackward(Operation *op) { return op->hasAttr(kGradOfAttr) || op->hasAttr("dist.backward"); }
 
 bool samePhase(Operation *a, Operation *b) { return isBackward(a) == isBackward(b); }
 
@@ -266,6 +264,21 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return true;
   }
 
+  /// The input of `v` when it is a widening cast from `low`, else null.
+  static Value widenedFrom(Value v, Type low) {
+    auto widen = v.getDefiningOp<CastOp>();
+    return widen && wideningFrom(widen) == low ? widen.getInput() : Value();
+  }
+
+  /// Rules 8, 9, 12: `result`, the narrowing cast c's input, becomes of c's
+  /// type `low` (its op rounds its f32 value once to T, as c did) and
+  /// replaces c.
+  void writeLow(CastOp c, Value result, Type low) {
+    setElementType(result, low);
+    c.getOutput().replaceAllUsesWith(result);
+    erase(c);
+  }
+
   /// Rule 8: C(f32 -> T)(SCEGrad(dl, C(T -> f32)(x), y)) => SCEGrad(dl, x, y)
   /// of type T, when the gradient has that one user.
   bool gradWritesLowScores(CastOp c) {
@@ -273,13 +286,11 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     auto grad = c.getInput().getDefiningOp<SoftmaxCrossEntropyLossGradOp>();
     if (!low || !grad || !grad.getDScores().hasOneUse())
       return false;
-    auto widen = grad.getScores().getDefiningOp<CastOp>();
-    if (!widen || wideningFrom(widen) != low)
+    Value x = widenedFrom(grad.getScores(), low);
+    if (!x)
       return false;
-    grad.getScoresMutable().assign(widen.getInput());
-    setElementType(grad.getDScores(), low);
-    c.getOutput().replaceAllUsesWith(grad.getDScores());
-    erase(c);
+    grad.getScoresMutable().assign(x);
+    writeLow(c, grad.getDScores(), low);
     ++numLossFolded;
     return true;
   }
@@ -291,9 +302,7 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     auto norm = c.getInput().getDefiningOp<LayerNormalizationOp>();
     if (!low || !norm || !norm.getY().hasOneUse() || !samePhase(c, norm))
       return false;
-    setElementType(norm.getY(), low);
-    c.getOutput().replaceAllUsesWith(norm.getY());
-    erase(c);
+    writeLow(c, norm.getY(), low);
     ++numNormFolded;
     return true;
   }
@@ -305,13 +314,11 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     auto rope = c.getInput().getDefiningOp<FusedRotaryEmbeddingOp>();
     if (!low || !rope || !rope.getY().hasOneUse() || !samePhase(c, rope))
       return false;
-    auto widen = rope.getX().getDefiningOp<CastOp>();
-    if (!widen || wideningFrom(widen) != low)
+    Value x = widenedFrom(rope.getX(), low);
+    if (!x)
       return false;
-    rope.getXMutable().assign(widen.getInput());
-    setElementType(rope.getY(), low);
-    c.getOutput().replaceAllUsesWith(rope.getY());
-    erase(c);
+    rope.getXMutable().assign(x);
+    writeLow(c, rope.getY(), low);
     ++numRotaryFolded;
     return true;
   }
