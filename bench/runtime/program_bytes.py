@@ -11,9 +11,9 @@ scripts/gpu-prepare.sh builds for the GPU check; --model llama-7b for LLaMA-7B) 
     program_bytes.py --variant= --variant=--rematerialize=false --variant='--fuse=none'
 
 and prints, per variant, the kernels and the bytes every kernel reads and writes (the sum of its
-inputs' and outputs' sizes) per op type and in total. A Reshape whose input and output are both
-activations is counted as free: the executor makes it a view (runtime/lib/core/Executor.cpp,
-reshapeAliases). On a GPU these elementwise, cast, layout and normalization kernels are bound by
+distinct inputs' and its outputs' sizes) per op type and in total. A Reshape whose input and
+output are both activations is counted as free: the executor makes it a view
+(runtime/lib/core/Executor.cpp, reshapeAliases). On a GPU these elementwise, cast, layout and normalization kernels are bound by
 memory bandwidth, so the bytes are what they cost; the products (Gemm, MatMul) and attention are
 bound by tensor-core throughput instead. The figures are static (shapes and dtypes of the
 program), not timings; docs/benchmarks.md has both.
@@ -57,7 +57,9 @@ def traffic(pb, path):
 
     ops = collections.defaultdict(lambda: [0, 0])
     for k in p.kernels:
-        b = sum(size(values[i]) for i in k.inputs) + sum(size(values[o]) for o in k.outputs)
+        # A value a kernel reads through several operands (FusedAttention's
+        # Q, K and V slices of one packed QKV tensor) is read once.
+        b = sum(size(values[i]) for i in set(k.inputs)) + sum(size(values[o]) for o in k.outputs)
         if k.op == "Reshape" and all(values[v].role == pb.ROLE_ACTIVATION
                                      for v in (k.inputs[0], k.outputs[0])):
             b = 0  # a view of its input

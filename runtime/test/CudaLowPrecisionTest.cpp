@@ -616,3 +616,74 @@ TEST(CudaNoDevice, LowPrecisionNormAndAccumulateAreNative) {
   cuda::OperandType x64{true, program::DTYPE_F64, {4, 8}};
   EXPECT_FALSE(cuda::nativeSupport({&acc, {x64}, {x64}}).native);
 }
+
+// A one-micro-batch step hands the 16-bit gradient straight to AdamW or SGD
+// (the exporter drops AccumulateGrad). On the GPU the update is bit for bit
+// the one on the widened gradient (the f32 total AccumulateGrad would have
+// written), and it matches the CPU kernel. Odd sizes take the vectorized
+// body and the scalar tail.
+TEST_F(CudaLowPrecision, OptimizersReadLowGradient) {
+  REQUIRE_GPU();
+  Arr lr = Arr::f({}, {0.01f}), step = Arr::i({}, {3});
+  Shape shape{1001};
+  Arr x = Arr::rand(shape, 201), m = Arr::rand(shape, 202, 0.1f), v = Arr::rand(shape, 203, 0.01f);
+  for (size_t k = 0; k < v.bytes.size() / 4; ++k)
+    reinterpret_cast<float *>(v.bytes.data())[k] = std::abs(reinterpret_cast<float *>(v.bytes.data())[k]);
+  Attrs adamAttrs = [](program::Kernel &k) {
+    k.set_domain("strait");
+    setFloat(k, "weight_decay", 0.1f);
+  };
+  Attrs sgdAttrs = [](program::Kernel &k) {
+    setFloat(k, "momentum", 0.9f);
+    setFloat(k, "weight_decay", 0.01f);
+    setInt(k, "nesterov", 1);
+  };
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    Arr g = randLow(t, shape, 204), gw = widened(g);
+    auto run = [&](const std::string &device, const std::string &op, const Arr &grad) {
+      std::vector<Arr> outs(op == "AdamW" ? 3 : 2, Arr::out(shape));
+      std::vector<Arr> ins = op == "AdamW" ? std::vector<Arr>{lr, step, x, grad, m, v}
+                                           : std::vector<Arr>{lr, x, grad, m};
+      Status s = runOn(device, registry, op, ins, outs, op == "AdamW" ? adamAttrs : sgdAttrs);
+      EXPECT_TRUE(s.isOk()) << op << " on " << device << ": " << s.toString();
+      return outs;
+    };
+    for (const char *op : {"AdamW", "SGD"}) {
+      SCOPED_TRACE(op);
+      std::vector<Arr> low = run("cuda:0", op, g), ref = run("cuda:0", op, gw),
+                       cpu = run("cpu", op, g);
+      for (size_t o = 0; o < low.size(); ++o) {
+        EXPECT_TRUE(low[o].bytes == ref[o].bytes) << "output " << o;
+        for (int64_t k = 0; k < numElements(shape); ++k)
+          ASSERT_NEAR(low[o].at(k), cpu[o].at(k), 1e-5 + 1e-5 * std::abs(cpu[o].at(k)))
+              << "output " << o << " element " << k;
+      }
+    }
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
+// AdamW's and SGD's gradients may be 16-bit on the GPU; their parameters and
+// state may not.
+TEST(CudaNoDevice, OptimizersTakeLowGradients) {
+  program::Kernel adam, sgd;
+  adam.set_op("AdamW");
+  sgd.set_op("SGD");
+  const DType F32 = program::DTYPE_F32;
+  cuda::OperandType lr{true, F32, {}}, step{true, program::DTYPE_I64, {}}, x{true, F32, {8}};
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    cuda::OperandType g{true, t, {8}};
+    EXPECT_TRUE(cuda::nativeSupport({&adam, {lr, step, x, x, g, g, x, x, x, x}, {x, x, x, x, x, x}})
+                    .native);
+    EXPECT_TRUE(cuda::nativeSupport({&sgd, {lr, x, g, x}, {x, x}}).native);
+    cuda::NativeSupport no =
+        cuda::nativeSupport({&adam, {lr, step, x, x, g, g, x, g, x, x}, {x, x, x, x, x, x}});
+    EXPECT_FALSE(no.native);
+    EXPECT_NE(no.reason.find("input 7 is " + std::string(dtypeName(t))), std::string::npos)
+        << no.reason;
+    EXPECT_FALSE(cuda::nativeSupport({&sgd, {lr, g, g, x}, {x, x}}).native);
+    EXPECT_FALSE(cuda::nativeSupport({&sgd, {lr, x, g, x}, {g, x}}).native);
+  }
+}

@@ -635,6 +635,91 @@ TEST(Kernels, LowPrecisionAccumulateGradEqualsF32OfCast) {
   }
 }
 
+// A one-micro-batch step hands a 16-bit gradient straight to the optimizer
+// (the exporter drops AccumulateGrad): AdamW and SGD on it are bit for bit
+// the optimizers on AccumulateGrad's f32 total of it.
+TEST(Kernels, OptimizersReadLowGradientLikeAccumulateGrad) {
+  Shape shape{9, 7};
+  int64_t n = numElements(shape);
+  auto scaled = [&](uint32_t seed, float f, float add) {
+    std::vector<float> v = pseudoRandom(n, seed);
+    for (float &x : v)
+      x = x * f + add;
+    return f32Tensor(shape, v);
+  };
+  OwnedTensor lr = f32Tensor({}, {0.01f});
+  OwnedTensor step(program::DTYPE_I64, {});
+  step.tensor.as<int64_t>()[0] = 3;
+  for (DType low : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(low == program::DTYPE_BF16 ? "bf16" : "f16");
+    OwnedTensor g32 = scaled(101, 2.0f, 0.0f);
+    OwnedTensor g = castTo(g32.tensor, low);
+    ASSERT_GT(roundedCount(g32.tensor, g.tensor), 0);
+    // AccumulateGrad over one micro-batch: the f32 total the optimizer read.
+    program::Kernel acc;
+    acc.set_op("AccumulateGrad");
+    setInt(acc, "micro_batches", 1);
+    OwnedTensor total(program::DTYPE_F32, shape);
+    Status st = runCpuInMicroBatch(acc, {&g.tensor}, {&total.tensor}, 0);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    OwnedTensor x = scaled(102, 1.0f, 0.5f), m = scaled(103, 0.1f, 0.0f),
+                v = scaled(104, 0.01f, 0.02f);
+    // AdamW (weight decay on) and SGD (momentum, decay, nesterov).
+    OwnedTensor rx(program::DTYPE_F32, shape), rm(program::DTYPE_F32, shape),
+        rv(program::DTYPE_F32, shape), ox(program::DTYPE_F32, shape),
+        om(program::DTYPE_F32, shape), ov(program::DTYPE_F32, shape);
+    auto adamAttrs = [](program::Kernel &k) { setFloat(k, "weight_decay", 0.1f); };
+    runOp("AdamW", {&lr.tensor, &step.tensor, &x.tensor, &total.tensor, &m.tensor, &v.tensor},
+          {&rx.tensor, &rm.tensor, &rv.tensor}, adamAttrs);
+    runOp("AdamW", {&lr.tensor, &step.tensor, &x.tensor, &g.tensor, &m.tensor, &v.tensor},
+          {&ox.tensor, &om.tensor, &ov.tensor}, adamAttrs);
+    EXPECT_TRUE(sameBytes(ox.tensor, rx.tensor));
+    EXPECT_TRUE(sameBytes(om.tensor, rm.tensor));
+    EXPECT_TRUE(sameBytes(ov.tensor, rv.tensor));
+    // Not vacuous: the unrounded f32 gradient moves the moments elsewhere.
+    OwnedTensor fx(program::DTYPE_F32, shape), fm(program::DTYPE_F32, shape),
+        fv(program::DTYPE_F32, shape);
+    runOp("AdamW", {&lr.tensor, &step.tensor, &x.tensor, &g32.tensor, &m.tensor, &v.tensor},
+          {&fx.tensor, &fm.tensor, &fv.tensor}, adamAttrs);
+    EXPECT_FALSE(sameBytes(fm.tensor, rm.tensor));
+    auto sgdAttrs = [](program::Kernel &k) {
+      setFloat(k, "momentum", 0.9f);
+      setFloat(k, "weight_decay", 0.01f);
+      setInt(k, "nesterov", 1);
+    };
+    OwnedTensor sx(program::DTYPE_F32, shape), sv(program::DTYPE_F32, shape),
+        tx(program::DTYPE_F32, shape), tv(program::DTYPE_F32, shape);
+    runOp("SGD", {&lr.tensor, &x.tensor, &total.tensor, &m.tensor}, {&sx.tensor, &sv.tensor},
+          sgdAttrs);
+    runOp("SGD", {&lr.tensor, &x.tensor, &g.tensor, &m.tensor}, {&tx.tensor, &tv.tensor},
+          sgdAttrs);
+    EXPECT_TRUE(sameBytes(tx.tensor, sx.tensor));
+    EXPECT_TRUE(sameBytes(tv.tensor, sv.tensor));
+  }
+  // Only the gradients may be 16-bit: a bf16 moment or parameter is an
+  // error naming the input, and so is an i32 gradient.
+  OwnedTensor x(program::DTYPE_F32, shape), g(program::DTYPE_BF16, shape),
+      m(program::DTYPE_F32, shape), v16(program::DTYPE_BF16, shape),
+      gi(program::DTYPE_I32, shape);
+  OwnedTensor ox(program::DTYPE_F32, shape), om(program::DTYPE_F32, shape),
+      ov(program::DTYPE_F32, shape);
+  program::Kernel adam;
+  adam.set_op("AdamW");
+  Status st = runCpu(adam, {&lr.tensor, &step.tensor, &x.tensor, &g.tensor, &m.tensor, &v16.tensor},
+                     {&ox.tensor, &om.tensor, &ov.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("input 5 is bf16[9x7]"), std::string::npos) << st.toString();
+  st = runCpu(adam, {&lr.tensor, &step.tensor, &x.tensor, &gi.tensor, &m.tensor, &m.tensor},
+              {&ox.tensor, &om.tensor, &ov.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("input 3 is i32[9x7]"), std::string::npos) << st.toString();
+  program::Kernel sgd;
+  sgd.set_op("SGD");
+  st = runCpu(sgd, {&lr.tensor, &x.tensor, &gi.tensor, &m.tensor}, {&ox.tensor, &om.tensor});
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("grad i32[9x7]"), std::string::npos) << st.toString();
+}
+
 TEST(Kernels, LowPrecisionNormAndAccumulateDtypeErrors) {
   OwnedTensor x(program::DTYPE_F32, {2, 3}), s(program::DTYPE_F32, {3});
   std::fill(s.tensor.as<float>(), s.tensor.as<float>() + 3, 1.0f);

@@ -298,9 +298,29 @@ LogicalResult ProgramLowering::lowerLeaf(Operation &op, ValueTable &values) {
   return success();
 }
 
+/// Whether AccumulateGrad `acc` of a one-micro-batch step can be skipped:
+/// its total would be the gradient itself (widened to f32 when it is
+/// 16-bit), and every reader is an optimizer whose kernel reads an f32,
+/// bf16 or f16 gradient, widening it on load exactly as AccumulateGrad
+/// would. The update is then bit-identical, without the copy and without a
+/// persistent f32 gradient per variable. An all-reduce, a clip, a transfer
+/// or an output still gets the f32 total.
+static bool optimizerReadsGradient(graph::AccumulateGradOp acc) {
+  Type elt = getElementTypeOrSelf(acc.getGrad().getType());
+  return (elt.isF32() || elt.isBF16() || elt.isF16()) && !acc.getResult().use_empty() &&
+         llvm::all_of(acc.getResult().getUsers(),
+                      [](Operation *u) { return isa<graph::AdamWOp, graph::SGDOp>(u); });
+}
+
 LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
   if (isa<graph::AssignVariableOp>(op))
     return success(); // the producer writes the variable's value
+  if (auto acc = dyn_cast<graph::AccumulateGradOp>(op);
+      acc && microBatches <= 1 && optimizerReadsGradient(acc))
+    if (std::optional<uint32_t> grad = values.lookup(acc.getGrad())) {
+      values.alias(acc.getResult(), *grad);
+      return success();
+    }
   if (isa<dist::DistDialect>(op.getDialect()))
     return exportComm(&op, values, steps);
   if (!isa<graph::GraphDialect>(op.getDialect()))

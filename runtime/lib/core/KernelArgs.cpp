@@ -36,7 +36,10 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx) {
   SgdArgs a;
   STRAIT_ASSIGN_OR_RETURN(a.lr, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(a.param, ctx.requireInput(1, program::DTYPE_F32));
-  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(2, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(2));
+  if (a.grad->dtype != program::DTYPE_F32 && a.grad->dtype != program::DTYPE_BF16 &&
+      a.grad->dtype != program::DTYPE_F16)
+    return ctx.unsupported("grad " + a.grad->typeString() + " (f32, bf16 or f16)");
   STRAIT_ASSIGN_OR_RETURN(a.velocity, ctx.requireInput(3, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(a.momentum, ctx.getAttrs().getFloat("momentum", 0));
   STRAIT_ASSIGN_OR_RETURN(a.weightDecay, ctx.getAttrs().getFloat("weight_decay", 0));
@@ -49,7 +52,8 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx) {
   return a;
 }
 
-StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups) {
+StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups,
+                                 size_t lowGroup) {
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(0).getStatus());
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(1).getStatus());
   size_t rest = ctx.numInputs() - 2;
@@ -63,8 +67,15 @@ StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t
     const Tensor *x = ctx.input(2 + i);
     for (size_t g = 0; g < groups; ++g) {
       const Tensor *in = ctx.input(2 + g * n + i);
-      if (!in || in->dtype != program::DTYPE_F32 || in->shape != x->shape)
-        return ctx.unsupported("optimizer tensors must be f32 of equal shapes");
+      bool low = g == lowGroup && in &&
+                 (in->dtype == program::DTYPE_BF16 || in->dtype == program::DTYPE_F16);
+      if (!in || (in->dtype != program::DTYPE_F32 && !low) || in->shape != x->shape)
+        return ctx.unsupported("optimizer tensors must be f32 of equal shapes" +
+                               std::string(lowGroup == kNoLowGroup ? "" : " (gradients may be "
+                                                                          "bf16 or f16)") +
+                               "; input " + std::to_string(2 + g * n + i) + " is " +
+                               (in ? in->typeString() : std::string("absent")) + ", input " +
+                               std::to_string(2 + i) + " " + x->typeString());
     }
     for (size_t g = 0; g < outGroups; ++g)
       STRAIT_RETURN_IF_ERROR(ctx.requireOutput(g * n + i, x->shape, x->dtype).getStatus());

@@ -67,6 +67,19 @@ inline bool isLowFloat(DType t) {
 inline float lowToFloat(DType t, uint16_t v) {
   return t == program::DTYPE_F16 ? codec::halfToFloat(v) : codec::bfloat16ToFloat(v);
 }
+/// Calls `body(load)` where load(k) is element k of `t` as a float: f32 as
+/// it is, bf16 / f16 widened exactly (gradients that AccumulateGrad and the
+/// optimizers widen on load).
+template <typename Body> void withFloatLoader(const Tensor &t, Body &&body) {
+  if (isLowFloat(t.dtype)) {
+    const uint16_t *p = t.as<uint16_t>();
+    DType d = t.dtype;
+    body([p, d](int64_t k) { return lowToFloat(d, p[k]); });
+  } else {
+    const float *p = t.as<float>();
+    body([p](int64_t k) { return p[k]; });
+  }
+}
 /// f to bf16/f16 bits, rounded to nearest even (NaN stays NaN). The runtime's
 /// one converter (codec/CodecLayout.h), shared with the codecs and CUDA.
 inline uint16_t floatToLow(DType t, float f) {

@@ -459,21 +459,12 @@ Status sliceGradKernel(KernelContext &ctx) {
 /// bf16 / f16 widened exactly on load (the f32 kernel on Cast(to f32)(grad)).
 Status accumulateGradKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
-  if (a.grad->dtype != program::DTYPE_F32) {
-    const uint16_t *g = a.grad->as<uint16_t>();
-    float *total = a.total->as<float>();
-    DType low = a.grad->dtype;
+  float *total = a.total->as<float>();
+  withFloatLoader(*a.grad, [&](auto g) {
     parallelFor(a.grad->numel(), 16384, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
-        total[i] = (a.first ? 0.0f : total[i]) + lowToFloat(low, g[i]) * a.scale;
+        total[i] = (a.first ? 0.0f : total[i]) + g(i) * a.scale;
     });
-    return Status::ok();
-  }
-  const float *g = a.grad->as<float>();
-  float *total = a.total->as<float>();
-  parallelFor(a.grad->numel(), 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      total[i] = (a.first ? 0.0f : total[i]) + g[i] * a.scale;
   });
   return Status::ok();
 }
@@ -505,15 +496,17 @@ Status clipByGlobalNormKernel(KernelContext &ctx) {
 Status sgdKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(SgdArgs a, sgdArgs(ctx));
   float rate = a.lr->as<float>()[0], mom = a.momentum, wd = a.weightDecay;
-  const float *p = a.param->as<float>(), *g = a.grad->as<float>(), *v = a.velocity->as<float>();
+  const float *p = a.param->as<float>(), *v = a.velocity->as<float>();
   float *po = a.paramOut->as<float>(), *vo = a.velocityOut->as<float>();
-  parallelFor(a.param->numel(), 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float gr = g[i] + wd * p[i];
-      float vn = mom * v[i] + gr;
-      po[i] = p[i] - rate * (a.nesterov ? gr + mom * vn : vn);
-      vo[i] = vn;
-    }
+  withFloatLoader(*a.grad, [&](auto g) {
+    parallelFor(a.param->numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float gr = g(i) + wd * p[i];
+        float vn = mom * v[i] + gr;
+        po[i] = p[i] - rate * (a.nesterov ? gr + mom * vn : vn);
+        vo[i] = vn;
+      }
+    });
   });
   return Status::ok();
 }

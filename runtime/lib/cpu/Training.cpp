@@ -205,7 +205,7 @@ struct OptimizerArgs {
 };
 
 StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
-                                      size_t outGroups) {
+                                      size_t outGroups, size_t lowGroup = kNoLowGroup) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *r, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
   OptimizerArgs a;
@@ -217,7 +217,7 @@ StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
   if (tv.size() != 1)
     return ctx.error("step count must be a scalar");
   a.step = tv[0];
-  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups));
+  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups, lowGroup));
   return a;
 }
 
@@ -302,9 +302,10 @@ Status adamKernel(KernelContext &ctx) {
 
 /// AdamW (Loshchilov & Hutter): inputs lr, step (1-based), X..., G..., M...,
 /// V...; outputs X..., M..., V...; attributes beta1, beta2, epsilon,
-/// weight_decay. Bias-corrected moments, decoupled weight decay.
+/// weight_decay. Bias-corrected moments, decoupled weight decay. G may be
+/// bf16 / f16 (widened on load, as AccumulateGrad would).
 Status adamWKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3));
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3, /*lowGroup=*/1));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   if (a.step < 1)
@@ -312,19 +313,22 @@ Status adamWKernel(KernelContext &ctx) {
   float c1 = 1 - static_cast<float>(std::pow(double(b1), double(a.step)));
   float c2 = 1 - static_cast<float>(std::pow(double(b2), double(a.step)));
   for (size_t i = 0; i < a.n; ++i) {
-    const float *x = in(ctx, a, 0, i), *g = in(ctx, a, 1, i);
+    const float *x = in(ctx, a, 0, i);
     const float *m = in(ctx, a, 2, i), *v = in(ctx, a, 3, i);
     float *xo = out(ctx, a, 0, i), *mo = out(ctx, a, 1, i), *vo = out(ctx, a, 2, i);
     int64_t count = ctx.input(2 + i)->numel();
-    parallelFor(count, 16384, [&](int64_t k0, int64_t k1) {
-      for (int64_t k = k0; k < k1; ++k) {
-        float mn = b1 * m[k] + (1 - b1) * g[k];
-        float vn = b2 * v[k] + (1 - b2) * g[k] * g[k];
-        float update = (mn / c1) / (std::sqrt(vn / c2) + eps);
-        xo[k] = x[k] - a.lr * (update + wd * x[k]);
-        mo[k] = mn;
-        vo[k] = vn;
-      }
+    withFloatLoader(*ctx.input(2 + a.n + i), [&](auto g) {
+      parallelFor(count, 16384, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          float gk = g(k);
+          float mn = b1 * m[k] + (1 - b1) * gk;
+          float vn = b2 * v[k] + (1 - b2) * gk * gk;
+          float update = (mn / c1) / (std::sqrt(vn / c2) + eps);
+          xo[k] = x[k] - a.lr * (update + wd * x[k]);
+          mo[k] = mn;
+          vo[k] = vn;
+        }
+      });
     });
   }
   return Status::ok();

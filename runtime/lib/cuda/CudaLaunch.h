@@ -140,12 +140,15 @@ bool launchSoftmaxCrossEntropyGrad(ET scores, const float *dLoss, const void *x,
                                    int tag, cudaStream_t s);
 
 /// AdamW on one tensor; lr (f32) and step (i64 or i32) are read on the device.
-void launchAdamW(const float *lr, const void *step, bool step64, const float *x,
-                 const float *g, const float *m, const float *v, float *xo, float *mo,
-                 float *vo, int64_t n, float b1, float b2, float eps, float wd,
-                 int *errorFlag, int tag, cudaStream_t s);
-void launchSgd(const float *lr, const float *p, const float *g, const float *v, float *po,
-               float *vo, int64_t n, float momentum, float wd, bool nesterov,
+/// AdamW and SGD over f32 parameters and state; the gradient g is of type
+/// `gType` (f32, or bf16 / f16 widened on load). False (nothing launched)
+/// for another type.
+bool launchAdamW(const float *lr, const void *step, bool step64, const float *x, ET gType,
+                 const void *g, const float *m, const float *v, float *xo, float *mo, float *vo,
+                 int64_t n, float b1, float b2, float eps, float wd, int *errorFlag, int tag,
+                 cudaStream_t s);
+bool launchSgd(const float *lr, const float *p, ET gType, const void *g, const float *v,
+               float *po, float *vo, int64_t n, float momentum, float wd, bool nesterov,
                cudaStream_t s);
 /// total = (first ? 0 : total) + g * f.
 void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,

@@ -110,6 +110,24 @@ std::string lowIo(const KernelSpec &s) {
   return floatsF32(f32);
 }
 
+/// AdamW and SGD: floatsF32, except that the gradients may be bf16 / f16
+/// (widened on load): inputs [first, first + count).
+std::string lowGradients(const KernelSpec &s, size_t first, size_t count) {
+  KernelSpec f32 = s;
+  for (size_t i = first; i < first + count && i < f32.inputs.size(); ++i)
+    if (f32.inputs[i].present &&
+        oneOf(f32.inputs[i].dtype, {program::DTYPE_BF16, program::DTYPE_F16}))
+      f32.inputs[i].dtype = program::DTYPE_F32;
+  return floatsF32(f32);
+}
+/// AdamW: lr, step, then n parameters, n gradients, n + n moments.
+std::string adamW(const KernelSpec &s) {
+  size_t n = s.inputs.size() > 2 ? (s.inputs.size() - 2) / 4 : 0;
+  return lowGradients(s, 2 + n, n);
+}
+/// SGD: lr, param, grad, velocity.
+std::string sgd(const KernelSpec &s) { return lowGradients(s, 2, 1); }
+
 std::string anyType(const KernelSpec &) { return ""; }
 
 std::string twoOperands(const KernelSpec &s) {
@@ -272,8 +290,10 @@ const std::map<std::string, Rule> &rules() {
                            "BatchNormalization", "BatchNormalizationTraining",
                            "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
                            "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "RMSNormalization",
-                           "RMSNormalizationGrad", "AdamW", "SGD", "ClipByGlobalNorm"})
+                           "RMSNormalizationGrad", "ClipByGlobalNorm"})
       r[op] = floatsF32;
+    r["AdamW"] = adamW;
+    r["SGD"] = sgd;
     for (const char *op : {"LayerNormalization", "LayerNormalizationGrad", "AccumulateGrad"})
       r[op] = lowIo;
     r["SoftmaxCrossEntropyLoss"] = sce;

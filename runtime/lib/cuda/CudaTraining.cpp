@@ -301,39 +301,38 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
   if (step->numel() != 1 ||
       (step->dtype != program::DTYPE_I64 && step->dtype != program::DTYPE_I32))
     return ctx.error("step count must be an integer scalar");
-  STRAIT_ASSIGN_OR_RETURN(size_t n, optimizerGroups(ctx, 4, 3));
+  // The gradients may be bf16 / f16 (widened on load).
+  STRAIT_ASSIGN_OR_RETURN(size_t n, optimizerGroups(ctx, 4, 3, /*lowGroup=*/1));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   for (size_t i = 0; i < n; ++i) {
-    const Tensor *x = ctx.input(2 + i);
-    launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64, x->as<float>(),
-                ctx.input(2 + n + i)->as<float>(), ctx.input(2 + 2 * n + i)->as<float>(),
-                ctx.input(2 + 3 * n + i)->as<float>(), ctx.output(i)->as<float>(),
-                ctx.output(n + i)->as<float>(), ctx.output(2 * n + i)->as<float>(), x->numel(),
-                b1, b2, eps, wd, c.errorFlag, tag, c.stream);
+    const Tensor *x = ctx.input(2 + i), *g = ctx.input(2 + n + i);
+    if (!launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64,
+                     x->as<float>(), elemType(g->dtype), g->data,
+                     ctx.input(2 + 2 * n + i)->as<float>(), ctx.input(2 + 3 * n + i)->as<float>(),
+                     ctx.output(i)->as<float>(), ctx.output(n + i)->as<float>(),
+                     ctx.output(2 * n + i)->as<float>(), x->numel(), b1, b2, eps, wd, c.errorFlag,
+                     tag, c.stream))
+      return ctx.unsupported("cuda: gradient " + g->typeString());
   }
   return Status::ok();
 }
 
 Status sgdKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(SgdArgs a, sgdArgs(ctx));
-  launchSgd(a.lr->as<float>(), a.param->as<float>(), a.grad->as<float>(),
-            a.velocity->as<float>(), a.paramOut->as<float>(), a.velocityOut->as<float>(),
-            a.param->numel(), a.momentum, a.weightDecay, a.nesterov, c.stream);
+  if (!launchSgd(a.lr->as<float>(), a.param->as<float>(), elemType(a.grad->dtype), a.grad->data,
+                 a.velocity->as<float>(), a.paramOut->as<float>(), a.velocityOut->as<float>(),
+                 a.param->numel(), a.momentum, a.weightDecay, a.nesterov, c.stream))
+    return ctx.unsupported("cuda: grad " + a.grad->typeString());
   return Status::ok();
 }
 
 /// grad f32, or bf16 / f16 widened on load into the f32 total.
 Status accumulateGradKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(AccumulateGradArgs a, accumulateGradArgs(ctx));
-  if (a.grad->dtype != program::DTYPE_F32) {
-    if (!launchAccumulate(elemType(a.grad->dtype), a.grad->data, a.total->as<float>(),
-                          a.grad->numel(), a.scale, a.first, c.stream))
-      return ctx.unsupported("cuda: grad " + a.grad->typeString());
-    return Status::ok();
-  }
-  launchAccumulate(a.grad->as<float>(), a.total->as<float>(), a.grad->numel(), a.scale, a.first,
-                   c.stream);
+  if (!launchAccumulate(elemType(a.grad->dtype), a.grad->data, a.total->as<float>(),
+                        a.grad->numel(), a.scale, a.first, c.stream))
+    return ctx.unsupported("cuda: grad " + a.grad->typeString());
   return Status::ok();
 }
 

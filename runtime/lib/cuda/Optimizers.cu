@@ -16,10 +16,24 @@ namespace rt {
 namespace cuda {
 namespace {
 
+/// Four consecutive gradient values from chunk q (16-byte aligned f32 or
+/// 8-byte aligned 16-bit data), widened to f32 exactly.
+__device__ inline float4 load4(const float *g, int64_t q) {
+  return reinterpret_cast<const float4 *>(g)[q];
+}
+template <typename H> __device__ inline float4 load4(const H *g, int64_t q) {
+  uint2 raw = reinterpret_cast<const uint2 *>(g)[q];
+  const H *h = reinterpret_cast<const H *>(&raw);
+  return make_float4(toF(h[0]), toF(h[1]), toF(h[2]), toF(h[3]));
+}
+
+/// The gradient g is f32, or bf16 / f16 widened exactly on load (a
+/// one-micro-batch step hands it over without AccumulateGrad).
+template <typename G>
 __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, const float *x,
-                            const float *g, const float *m, const float *v, float *xo,
-                            float *mo, float *vo, int64_t n, float b1, float b2, float eps,
-                            float wd, int *flag, int tag) {
+                            const G *g, const float *m, const float *v, float *xo, float *mo,
+                            float *vo, int64_t n, float b1, float b2, float eps, float wd,
+                            int *flag, int tag) {
   int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
                         : static_cast<const int32_t *>(stepPtr)[0];
   if (step < 1) {
@@ -37,15 +51,16 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, c
   __syncthreads();
   float c1 = corr[0], c2 = corr[1];
   float rate = lr[0];
-  // Four elements per thread through 16-byte loads where every pointer is
-  // aligned (parameters and their state are 256-byte aligned buffers).
+  // Four elements per thread through 16-byte loads (8-byte for a 16-bit
+  // gradient) where every pointer is aligned (parameters, gradients and
+  // their state are 256-byte aligned buffers).
   bool vec = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(g) |
                reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v) |
                reinterpret_cast<uintptr_t>(xo) | reinterpret_cast<uintptr_t>(mo) |
                reinterpret_cast<uintptr_t>(vo)) % 16) == 0;
   int64_t head = vec ? n / 4 : 0;
   GRID_STRIDE(q, head) {
-    float4 gq = reinterpret_cast<const float4 *>(g)[q], xq = reinterpret_cast<const float4 *>(x)[q];
+    float4 gq = load4(g, q), xq = reinterpret_cast<const float4 *>(x)[q];
     float4 mq = reinterpret_cast<const float4 *>(m)[q], vq = reinterpret_cast<const float4 *>(v)[q];
     float *gs = &gq.x, *xs = &xq.x, *ms = &mq.x, *vs = &vq.x;
 #pragma unroll
@@ -63,7 +78,7 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, c
   }
   for (int64_t k = head * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
        k += (int64_t)gridDim.x * blockDim.x) {
-    float gk = g[k], xk = x[k];
+    float gk = toF(g[k]), xk = x[k];
     float mn = b1 * m[k] + (1 - b1) * gk;
     float vn = b2 * v[k] + (1 - b2) * gk * gk;
     float update = (mn / c1) / (sqrtf(vn / c2) + eps);
@@ -73,11 +88,12 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, c
   }
 }
 
-__global__ void sgdKernel(const float *lr, const float *p, const float *g, const float *v,
+template <typename G>
+__global__ void sgdKernel(const float *lr, const float *p, const G *g, const float *v,
                           float *po, float *vo, int64_t n, float mom, float wd, bool nesterov) {
   float rate = lr[0];
   GRID_STRIDE(i, n) {
-    float gr = g[i] + wd * p[i];
+    float gr = toF(g[i]) + wd * p[i];
     float vn = mom * v[i] + gr;
     po[i] = p[i] - rate * (nesterov ? gr + mom * vn : vn);
     vo[i] = vn;
@@ -118,40 +134,56 @@ __global__ void writeNormKernel(const double *sumSq, float *norm) {
   norm[0] = static_cast<float>(sqrt(*sumSq));
 }
 
-} // namespace
-
-void launchAdamW(const float *lr, const void *step, bool step64, const float *x, const float *g,
-                 const float *m, const float *v, float *xo, float *mo, float *vo, int64_t n,
-                 float b1, float b2, float eps, float wd, int *flag, int tag, cudaStream_t s) {
-  adamWKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, step, step64, x, g, m, v, xo, mo, vo, n, b1,
-                                              b2, eps, wd, flag, tag);
+/// Calls launch(g as const G *) with G the element type `gType` names (f32,
+/// bf16 or f16); false (nothing called) for another type.
+template <typename Launch> bool withGradType(ET gType, const void *g, Launch &&launch) {
+  switch (gType) {
+  case ET::F32:
+    launch(static_cast<const float *>(g));
+    return true;
+  case ET::BF16:
+    launch(static_cast<const __nv_bfloat16 *>(g));
+    return true;
+  case ET::F16:
+    launch(static_cast<const __half *>(g));
+    return true;
+  default:
+    return false;
+  }
 }
 
-void launchSgd(const float *lr, const float *p, const float *g, const float *v, float *po,
-               float *vo, int64_t n, float momentum, float wd, bool nesterov, cudaStream_t s) {
-  if (n)
-    sgdKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, p, g, v, po, vo, n, momentum, wd, nesterov);
+} // namespace
+
+bool launchAdamW(const float *lr, const void *step, bool step64, const float *x, ET gType,
+                 const void *g, const float *m, const float *v, float *xo, float *mo, float *vo,
+                 int64_t n, float b1, float b2, float eps, float wd, int *flag, int tag,
+                 cudaStream_t s) {
+  return withGradType(gType, g, [&](auto *gt) {
+    adamWKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, step, step64, x, gt, m, v, xo, mo, vo, n, b1,
+                                                b2, eps, wd, flag, tag);
+  });
+}
+
+bool launchSgd(const float *lr, const float *p, ET gType, const void *g, const float *v,
+               float *po, float *vo, int64_t n, float momentum, float wd, bool nesterov,
+               cudaStream_t s) {
+  return withGradType(gType, g, [&](auto *gt) {
+    if (n)
+      sgdKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, p, gt, v, po, vo, n, momentum, wd, nesterov);
+  });
 }
 
 void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,
                       cudaStream_t s) {
-  if (n)
-    accumulateKernel<float><<<blocksFor(n), kBlock, 0, s>>>(g, total, n, f, first);
+  launchAccumulate(ET::F32, g, total, n, f, first, s);
 }
 
 bool launchAccumulate(ET gType, const void *g, float *total, int64_t n, float f, bool first,
                       cudaStream_t s) {
-  if (gType == ET::F32)
-    launchAccumulate(static_cast<const float *>(g), total, n, f, first, s);
-  else if (gType == ET::BF16 && n)
-    accumulateKernel<__nv_bfloat16><<<blocksFor(n), kBlock, 0, s>>>(
-        static_cast<const __nv_bfloat16 *>(g), total, n, f, first);
-  else if (gType == ET::F16 && n)
-    accumulateKernel<__half><<<blocksFor(n), kBlock, 0, s>>>(static_cast<const __half *>(g),
-                                                             total, n, f, first);
-  else if (gType != ET::BF16 && gType != ET::F16)
-    return false;
-  return true;
+  return withGradType(gType, g, [&](auto *gt) {
+    if (n)
+      accumulateKernel<<<blocksFor(n), kBlock, 0, s>>>(gt, total, n, f, first);
+  });
 }
 
 void launchSumSquares(const float *g, int64_t n, double *sumSq, cudaStream_t s) {

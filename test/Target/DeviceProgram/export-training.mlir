@@ -1,4 +1,4 @@
-// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd -o %t | FileCheck %s --check-prefix=PLAN
+// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd --fuse-loss-grad=false -o %t | FileCheck %s --check-prefix=PLAN
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank0.program.pb > %t/rank0.txt
 // RUN: FileCheck %s < %t/rank0.txt
 // RUN: grep -c 'parameter_name: "layers.0.w"$' %t/rank0.txt | FileCheck %s --check-prefix=ONCE
@@ -7,8 +7,12 @@
 
 // A training step on one rank (straitc --loss runs graph-build-training-step
 // in the pipeline): one value per variable shared by its reads and written in
-// place by the update, optimizer state, persistent accumulated gradients,
-// backward kernels pointing at their forward kernel, the loss as an output.
+// place by the update, optimizer state, backward kernels pointing at their
+// forward kernel, the loss as an output. With one micro-batch the optimizer
+// reads the weight gradient the backward computed (dW, the Gemm's output):
+// no AccumulateGrad copies it into a persistent gradient value.
+// (--fuse-loss-grad=false keeps SoftmaxCrossEntropyLossGrad a backward kernel
+// of its own; test/straitc/fuse-loss-grad.test exports the fused one.)
 
 // PLAN: straitc: wrote {{.*}} (1 ranks, 1 stages)
 
@@ -22,20 +26,31 @@
 // CHECK: role: ROLE_OPTIMIZER_STATE
 // CHECK: name: "loss"
 // CHECK: role: ROLE_OUTPUT
-// CHECK: role: ROLE_GRADIENT
-// CHECK: op: "SoftmaxCrossEntropyLossGrad"
-// CHECK: forward_kernel: 2
-// CHECK: op: "AccumulateGrad"
+// CHECK-NOT: ROLE_GRADIENT
+// CHECK: op: "Gemm"
+// CHECK-NEXT: opset: 18
+// CHECK-NEXT: inputs: 0
+// CHECK-NEXT: inputs: {{[0-9]+}}
+// CHECK-NEXT: outputs: [[DW:[0-9]+]]
+// CHECK: forward_kernel: 1
+// CHECK-NOT: op: "AccumulateGrad"
 // CHECK: op: "SGD"
-// CHECK: outputs: [[W]]
+// CHECK-NEXT: opset: 18
+// CHECK-NEXT: inputs: {{[0-9]+}}
+// CHECK-NEXT: inputs: [[W]]
+// CHECK-NEXT: inputs: [[DW]]
+// CHECK-NEXT: inputs: [[M]]
+// CHECK-NEXT: outputs: [[W]]
 // CHECK-NEXT: outputs: [[M]]
 
 // Two micro-batches: the batch input holds both (4 rows), each micro-batch
 // slices its 2 rows; GPipe order: the forwards of both micro-batches, then
-// their backwards, each accumulating over 2; the update runs once, unmarked.
+// their backwards, each accumulating over 2 into the persistent gradient;
+// the update runs once, unmarked.
 // MB: name: "x"
 // MB-NEXT: dtype: DTYPE_F32
 // MB-NEXT: shape: 4
+// MB: role: ROLE_GRADIENT
 // MB: op: "Slice"
 // MB: op: "MatMul"
 // MB: op: "Slice"

@@ -31,7 +31,9 @@ struct AccumulateGradArgs {
 StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx);
 
 /// SGD: inputs lr (f32 scalar), param, grad, velocity; outputs param and
-/// velocity; attributes momentum, weight_decay, nesterov.
+/// velocity; attributes momentum, weight_decay, nesterov. Everything f32,
+/// except that grad may be bf16 / f16 (widened on load: the exporter hands a
+/// one-micro-batch step's gradient to the optimizer without AccumulateGrad).
 struct SgdArgs {
   const Tensor *lr = nullptr, *param = nullptr, *grad = nullptr, *velocity = nullptr;
   Tensor *paramOut = nullptr, *velocityOut = nullptr;
@@ -42,9 +44,13 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx);
 
 /// Multi-tensor optimizers (Adagrad, Momentum, Adam, AdamW): inputs lr,
 /// step, then `groups` groups of n f32 tensors, each of the shape of the
-/// first group's; outputs `outGroups` groups mirroring the first. Returns
-/// n. Reads no tensor data (lr and step may live on a device).
-StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups);
+/// first group's; outputs `outGroups` groups mirroring the first. The
+/// tensors of group `lowGroup` (if any; AdamW's gradients) may also be bf16
+/// or f16. Returns n. Reads no tensor data (lr and step may live on a
+/// device).
+constexpr size_t kNoLowGroup = ~size_t(0);
+StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups,
+                                 size_t lowGroup = kNoLowGroup);
 
 /// AdamW's attributes (defaults as in the graph dialect's AdamW).
 struct AdamWAttrs {
