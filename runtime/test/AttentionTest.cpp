@@ -800,6 +800,118 @@ TEST(FusedAttention, PermutedOperandsEqualTheDenseKernels) {
   }
 }
 
+/// Q, K and V [B, T, H, D] packed into one [B, T, 3, H, D] tensor (GPT-2's
+/// QKV projection, as graph-fold-transposes reads it).
+std::vector<float> packed3(const std::vector<float> &q, const std::vector<float> &k,
+                           const std::vector<float> &v, int64_t rows, int64_t hd) {
+  std::vector<float> p(size_t(3 * rows * hd));
+  const std::vector<float> *parts[3] = {&q, &k, &v};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < 3; ++i)
+      std::copy_n(parts[i]->begin() + r * hd, hd, p.begin() + (r * 3 + i) * hd);
+  return p;
+}
+
+// GPT-2's heads read straight out of the packed projection: Q, K and V are
+// slices 0, 1, 2 (q_select, kt_select, v_select = [2, i]) of one [B, T, 3,
+// H, D] buffer, then permuted as in the test above. Forward and gradient
+// equal the dense kernels on the sliced operands bit for bit (f32 and bf16,
+// causal with a bias); dQ, dKt, dV come out unpacked, [B, T, H, D].
+TEST(FusedAttention, PackedOperandsEqualTheDenseKernels) {
+  const std::vector<int64_t> heads = {0, 2, 1, 3}, keys = {0, 2, 3, 1};
+  for (DType dt : {program::DTYPE_F32, program::DTYPE_BF16}) {
+    Problem pr = makeProblem({2, 3}, 37, 37, 16, 16, 130);
+    pr.causal = true;
+    pr.biasShape = {37, 37};
+    pr.bias = gaussian(37 * 37, 131);
+    std::vector<float> dy = gaussian(6 * 37 * 16, 132);
+    auto dense = runBackward(pr, dy, dt);
+    auto denseF = runForward(pr, dt);
+    ASSERT_TRUE(dense.isOk() && denseF.isOk());
+
+    auto make = [&](const Shape &s, const std::vector<float> &v) {
+      return dt == program::DTYPE_F32 ? f32Tensor(s, v) : bf16Tensor(s, v);
+    };
+    Shape qs, ks, vs, ys;
+    std::vector<float> qv = permuted(pr.q, pr.shape({pr.tq, pr.d}), heads, qs);
+    std::vector<float> kv = permuted(pr.kt, pr.shape({pr.d, pr.tk}), keys, ks);
+    std::vector<float> vv = permuted(pr.v, pr.shape({pr.tk, pr.dv}), heads, vs);
+    std::vector<float> dyv = permuted(dy, pr.shape({pr.tq, pr.dv}), heads, ys);
+    ASSERT_EQ(qs, (Shape{2, 37, 3, 16}));
+    OwnedTensor qkv = make({2, 37, 3, 3, 16}, packed3(qv, kv, vv, 2 * 37, 3 * 16));
+    OwnedTensor tdy = make(ys, dyv), bias = f32Tensor(pr.biasShape, pr.bias);
+    auto packedKernel = [&](const std::string &op) {
+      program::Kernel k = attentionKernel(op, pr.scale, pr.causal);
+      setInts(k, "q_perm", heads);
+      setInts(k, "kt_perm", keys);
+      setInts(k, "v_perm", heads);
+      setInts(k, "y_perm", heads);
+      setInts(k, "q_select", {2, 0});
+      setInts(k, "kt_select", {2, 1});
+      setInts(k, "v_select", {2, 2});
+      return k;
+    };
+    OwnedTensor y(dt, ys), lse(program::DTYPE_F32, pr.shape({pr.tq}));
+    Status st = runCpu(packedKernel("FusedAttention"),
+                       {&qkv.tensor, &qkv.tensor, &qkv.tensor, &bias.tensor},
+                       {&y.tensor, &lse.tensor});
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    auto laidOut = [&](const Tensor &t, const Shape &logical, const std::vector<int64_t> &perm) {
+      Shape ts;
+      std::vector<float> p = permuted(values(t), logical, perm, ts);
+      return bits(make(ts, p).tensor);
+    };
+    EXPECT_EQ(bits(y.tensor), laidOut(denseF->y.tensor, pr.shape({pr.tq, pr.dv}), heads)) << "Y";
+    EXPECT_EQ(bits(lse.tensor), bits(denseF->lse.tensor)) << "LSE";
+
+    OwnedTensor dq(dt, qs), dkt(dt, ks), dv(dt, vs);
+    st = runCpu(packedKernel("FusedAttentionGrad"),
+                {&tdy.tensor, &qkv.tensor, &qkv.tensor, &qkv.tensor, &y.tensor, &lse.tensor,
+                 &bias.tensor},
+                {&dq.tensor, &dkt.tensor, &dv.tensor});
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    EXPECT_EQ(bits(dq.tensor), laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads)) << "dQ";
+    EXPECT_EQ(bits(dkt.tensor), laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys)) << "dKt";
+    EXPECT_EQ(bits(dv.tensor), laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads)) << "dV";
+  }
+}
+
+TEST(FusedAttention, SelectErrorsNameTheAttribute) {
+  OwnedTensor qkv(program::DTYPE_F32, {2, 5, 3, 3, 4});
+  auto run = [&](const std::string &attr, const std::vector<int64_t> &sel, Shape dqShape) {
+    program::Kernel kern = attentionKernel("FusedAttentionGrad", 0.5f, false);
+    std::map<std::string, std::vector<int64_t>> attrs = {
+        {"q_perm", {0, 2, 1, 3}}, {"kt_perm", {0, 2, 3, 1}}, {"v_perm", {0, 2, 1, 3}},
+        {"y_perm", {0, 2, 1, 3}}, {"q_select", {2, 0}},      {"kt_select", {2, 1}},
+        {"v_select", {2, 2}}};
+    attrs[attr] = sel;
+    for (const auto &[name, p] : attrs)
+      setInts(kern, name, p);
+    OwnedTensor dy(program::DTYPE_F32, {2, 5, 3, 4}), y(program::DTYPE_F32, {2, 5, 3, 4}),
+        l(program::DTYPE_F32, {2, 3, 5});
+    OwnedTensor dq(program::DTYPE_F32, dqShape), dk(program::DTYPE_F32, {2, 5, 3, 4}),
+        dv(program::DTYPE_F32, {2, 5, 3, 4});
+    Status st = runCpu(kern, {&dy.tensor, &qkv.tensor, &qkv.tensor, &qkv.tensor, &y.tensor,
+                              &l.tensor},
+                       {&dq.tensor, &dk.tensor, &dv.tensor});
+    return st.isOk() ? std::string() : st.toString();
+  };
+  ASSERT_EQ(run("q_select", {2, 0}, {2, 5, 3, 4}), "");
+  // The gradient is the slice's shape, never the packed one.
+  expectErrorNames(run("q_select", {2, 0}, {2, 5, 3, 3, 4}), "FusedAttentionGrad",
+                   {"output dQ", "f32[2x5x3x4]"});
+  expectErrorNames(run("q_select", {2, 3}, {2, 5, 3, 4}), "FusedAttentionGrad",
+                   {"q_select [2,3]", "Q f32[2x5x3x3x4]"});
+  expectErrorNames(run("kt_select", {5, 0}, {2, 5, 3, 4}), "FusedAttentionGrad",
+                   {"kt_select [5,0]", "Kt"});
+  expectErrorNames(run("v_select", {2}, {2, 5, 3, 4}), "FusedAttentionGrad",
+                   {"v_select [2]", "[axis, index]"});
+  // Slicing another axis leaves V [2, 5, 3, 4] read as [2, 3, 3, 4]... under
+  // v_perm: Tk = 3 against Kt's 5.
+  expectErrorNames(run("v_select", {1, 0}, {2, 5, 3, 4}), "FusedAttentionGrad",
+                   {"V f32", "v_select of f32[2x5x3x3x4]"});
+}
+
 TEST(FusedAttention, PermutationErrorsNameTheAttribute) {
   OwnedTensor q(program::DTYPE_F32, {2, 5, 3, 4}), k(program::DTYPE_F32, {2, 5, 3, 4}),
       v(program::DTYPE_F32, {2, 5, 3, 4});

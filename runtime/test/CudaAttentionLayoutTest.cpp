@@ -39,6 +39,27 @@ TEST(CudaAttentionReference, PermutedMatchesCpuKernels) {
   }
 }
 
+// GPT-2's heads read out of the packed [B, T, 3, H, D] projection (q_select,
+// kt_select, v_select = [2, i]): the harness's packing against the CPU
+// kernels and the double reference, f32 with a bias and bf16 causal.
+TEST(CudaAttentionReference, PackedMatchesCpuKernels) {
+  BackendRegistry cpu;
+  registerCpuBackend(cpu);
+  Problem p;
+  p.batch = {2, 3};
+  p.tq = p.tk = 21;
+  p.d = p.dv = 8;
+  p.hasBias = true;
+  p.biasShape = {21, 21};
+  gpt2Layout(p);
+  p.packAxis = 2;
+  checkAttention(cpu, p, 950, f32Tol(), {"cpu"});
+  p.hasBias = false;
+  p.causal = true;
+  p.dtype = program::DTYPE_BF16;
+  checkAttention(cpu, p, 951, bf16Tol(), {"cpu"});
+}
+
 // --- Permuted operands (q_perm, kt_perm, v_perm, y_perm) -------------------
 
 namespace {
@@ -83,6 +104,10 @@ AttentionArgs argsOf(const Problem &p) {
   a.ktL = layoutOf(p.full({p.d, p.tk}), p.ktPerm);
   a.vL = layoutOf(p.full({p.tk, p.dv}), p.vPerm);
   a.yL = layoutOf(p.full({p.tq, p.dv}), p.yPerm);
+  // No select: the gradients take their operands' layouts.
+  a.dqL = a.qL;
+  a.dktL = a.ktL;
+  a.dvL = a.vL;
   return a;
 }
 
@@ -304,4 +329,76 @@ TEST_F(CudaAttentionLayout, PermutedCublasPath) {
   odd.causal = true;
   gpt2Layout(odd);
   checkAttention(registry, odd, 1700, f32Tol(), {"cuda:0", "cpu"});
+}
+
+// Q, K and V aliasing one packed [B, T, 3, H, D] buffer (GPT-2 after
+// graph-fold-transposes): the flash path (the operand pointers offset by
+// each slice's base, the gradients' own strides) and the cuBLAS path (the
+// gather from each slice, f32 with a bias and bf16 with the flash path
+// off), both against the double reference and the CPU kernels.
+TEST_F(CudaAttentionLayout, PackedOperands) {
+  REQUIRE_GPU();
+  uint32_t seed = 1800;
+  for (DType dtype : {program::DTYPE_BF16, program::DTYPE_F16, program::DTYPE_F32})
+    for (bool flash : {true, false})
+      for (bool causal : {false, true}) {
+        if (dtype == program::DTYPE_F32 && flash)
+          continue;
+        FlashSwitch sw(flash);
+        Problem p;
+        p.batch = {2, 3};
+        p.tq = p.tk = 77;
+        p.d = p.dv = 64;
+        p.dtype = dtype;
+        p.causal = causal;
+        p.scale = 0.125f;
+        p.hasBias = dtype == program::DTYPE_F32;
+        if (p.hasBias)
+          p.biasShape = {2, 1, 1, 77};
+        gpt2Layout(p);
+        p.packAxis = 2;
+        Tolerance tol = dtype == program::DTYPE_BF16  ? bf16Tol()
+                        : dtype == program::DTYPE_F16 ? f16Tol()
+                                                      : f32Tol();
+        checkAttention(registry, p, seed++, tol, {"cuda:0", "cpu"});
+      }
+}
+
+// The flash problem of packed operands (no GPU): Q, K and V step through
+// the [B, T, 3, H, D] buffer (rows 3 * H * D apart), the gradients through
+// their own [B, T, H, D] tensors.
+TEST(CudaFlashAttentionLayout, PackedOperandsStrides) {
+  Problem pr = flashProblemFor({2, 3}, 77, 64);
+  gpt2Layout(pr);
+  AttentionArgs a = argsOf(pr); // the unpacked layouts: the gradients'
+  const int64_t T = 77, H = 3, D = 64;
+  AttnLayout packed[3];
+  for (int i = 0; i < 3; ++i) {
+    const AttnLayout &u = i == 0 ? a.qL : i == 1 ? a.ktL : a.vL;
+    packed[i].base = i * H * D;
+    packed[i].batch = {3 * T * H * D, D};
+    packed[i].row = i == 1 ? 1 : 3 * H * D;
+    packed[i].col = i == 1 ? 3 * H * D : 1;
+    ASSERT_EQ(u.batch, (std::vector<int64_t>{T * H * D, D}));
+  }
+  a.qL = packed[0];
+  a.ktL = packed[1];
+  a.vL = packed[2];
+  EXPECT_FALSE(a.qL.dense(a.batch, T, D));
+  cuda::FlashQuery q = cuda::flashQueryOf(a, true);
+  EXPECT_EQ(q.batchRank, 2);
+  EXPECT_TRUE(cuda::flashAttentionApplies(q));
+  cuda::FlashProblem p = cuda::flashProblemOf(a);
+  ASSERT_EQ(p.batchRank, 2);
+  EXPECT_TRUE(p.kRows);
+  for (const cuda::FlashStrides *s : {&p.q, &p.k, &p.v}) {
+    EXPECT_EQ(s->batch[0], 3 * T * H * D);
+    EXPECT_EQ(s->batch[1], D);
+    EXPECT_EQ(s->row, 3 * H * D);
+  }
+  for (const cuda::FlashStrides *s : {&p.dq, &p.dk, &p.dv}) {
+    EXPECT_EQ(s->batch[0], T * H * D);
+    EXPECT_EQ(s->batch[1], D);
+    EXPECT_EQ(s->row, H * D);
+  }
 }

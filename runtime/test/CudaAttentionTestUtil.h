@@ -76,6 +76,10 @@ struct Problem {
   /// Permutation attributes (empty: the dense operand): each operand's
   /// tensor is the logical one laid out by its perm (laidOut).
   std::vector<int64_t> qPerm, ktPerm, vPerm, yPerm;
+  /// When >= 0: Q, Kt and V (their tensors, of one shape) are slices 0, 1,
+  /// 2 along this axis of one packed tensor (q_select, kt_select, v_select
+  /// = [packAxis, i]; GPT-2's [B, T, 3, H, D] projection at 2).
+  int64_t packAxis = -1;
 
   Shape full(std::initializer_list<int64_t> tail) const {
     Shape s = batch;
@@ -88,6 +92,10 @@ struct Problem {
     bool ca = causal;
     std::vector<std::pair<const char *, std::vector<int64_t>>> perms = {
         {"q_perm", qPerm}, {"kt_perm", ktPerm}, {"v_perm", vPerm}, {"y_perm", yPerm}};
+    if (packAxis >= 0)
+      perms.insert(perms.end(), {{"q_select", {packAxis, 0}},
+                                 {"kt_select", {packAxis, 1}},
+                                 {"v_select", {packAxis, 2}}});
     return [sc, ca, perms](program::Kernel &k) {
       setFloat(k, "scale", sc);
       if (ca)
@@ -105,7 +113,7 @@ struct Problem {
       return perm.empty() ? std::string() : std::string(" ") + name + " [" + s + "]";
     };
     return one("q_perm", qPerm) + one("kt_perm", ktPerm) + one("v_perm", vPerm) +
-           one("y_perm", yPerm);
+           one("y_perm", yPerm) + (packAxis >= 0 ? " packed" : "");
   }
 };
 
@@ -331,8 +339,27 @@ inline Tolerance gradTol(DType t) {
 }
 
 /// The forward's operands as tensors (laid out by the problem's perms).
+/// Tensors a, b, c of one shape stacked along a new dimension `axis`.
+inline Arr pack3(const Arr &a, const Arr &b, const Arr &c, int64_t axis) {
+  Shape s = a.shape;
+  int64_t inner = numElements(Shape(s.begin() + axis, s.end()));
+  int64_t outer = numElements(s) / std::max<int64_t>(inner, 1);
+  size_t es = a.dtype == program::DTYPE_F32 ? 4 : 2, row = size_t(inner) * es;
+  s.insert(s.begin() + axis, 3);
+  Arr out{a.dtype, s, std::vector<char>(3 * a.bytes.size())};
+  const Arr *parts[3] = {&a, &b, &c};
+  for (int64_t o = 0; o < outer; ++o)
+    for (int i = 0; i < 3; ++i)
+      std::memcpy(out.bytes.data() + (o * 3 + i) * row, parts[i]->bytes.data() + o * row, row);
+  return out;
+}
+
 inline std::vector<Arr> forwardInputs(const Problem &p, const Inputs &in) {
   std::vector<Arr> ins = {laidOut(in.q, p.qPerm), laidOut(in.kt, p.ktPerm), laidOut(in.v, p.vPerm)};
+  if (p.packAxis >= 0) {
+    Arr packed = pack3(ins[0], ins[1], ins[2], p.packAxis);
+    ins = {packed, packed, packed};
+  }
   if (p.hasBias)
     ins.push_back(in.bias);
   return ins;
@@ -369,8 +396,11 @@ inline void checkAttention(const BackendRegistry &registry, const Problem &p, ui
   ins.insert(ins.begin() + 4, laidOut(y, p.yPerm));
   ins.insert(ins.begin() + 5, lse);
   for (const char *device : devices) {
-    std::vector<Arr> outs = {Arr::out(ins[1].shape, p.dtype), Arr::out(ins[2].shape, p.dtype),
-                             Arr::out(ins[3].shape, p.dtype)};
+    // The gradients' tensors: their operands' (the slices' when packed).
+    std::vector<Arr> outs = {
+        Arr::out(tensorShapeOf(p.full({p.tq, p.d}), p.qPerm), p.dtype),
+        Arr::out(tensorShapeOf(p.full({p.d, p.tk}), p.ktPerm), p.dtype),
+        Arr::out(tensorShapeOf(p.full({p.tk, p.dv}), p.vPerm), p.dtype)};
     Status s = runOn(device, registry, "FusedAttentionGrad", ins, outs, p.attrs());
     ASSERT_TRUE(s.isOk()) << device << ": " << s.toString();
     Tolerance g = gradTol(p.dtype);

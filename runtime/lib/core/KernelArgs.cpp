@@ -317,7 +317,7 @@ int64_t AttentionArgs::biasOffset(int64_t b) const {
 }
 
 int64_t AttnLayout::offset(int64_t b, const Shape &dims) const {
-  int64_t off = 0;
+  int64_t off = base;
   for (int64_t dim = static_cast<int64_t>(dims.size()) - 1; dim >= 0; --dim) {
     off += (b % dims[dim]) * batch[dim];
     b /= dims[dim];
@@ -326,7 +326,7 @@ int64_t AttnLayout::offset(int64_t b, const Shape &dims) const {
 }
 
 bool AttnLayout::dense(const Shape &dims, int64_t rows, int64_t cols) const {
-  if (col != 1 || row != cols)
+  if (base != 0 || col != 1 || row != cols)
     return false;
   int64_t stride = rows * cols;
   for (int64_t dim = static_cast<int64_t>(dims.size()) - 1; dim >= 0; --dim) {
@@ -364,13 +364,19 @@ StatusOr<std::vector<int64_t>> attentionPerm(const KernelContext &ctx, const cha
   return perm;
 }
 
-/// The logical shape (dimension i is the tensor's perm[i]) and layout of
-/// an operand whose tensor has shape `shape`.
-Shape permutedLayout(const Shape &shape, const std::vector<int64_t> &perm, AttnLayout &l) {
-  size_t r = shape.size();
-  std::vector<int64_t> strides(r, 1);
-  for (size_t k = r; k-- > 1;)
+/// Row-major element strides of `shape`.
+std::vector<int64_t> denseStrides(const Shape &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t k = shape.size(); k-- > 1;)
     strides[k - 1] = strides[k] * shape[k];
+  return strides;
+}
+
+/// The logical shape (dimension i is the tensor's perm[i]) and layout of
+/// an operand of shape `shape` at element `strides` of its tensor.
+Shape permutedLayout(const Shape &shape, const std::vector<int64_t> &strides,
+                     const std::vector<int64_t> &perm, AttnLayout &l) {
+  size_t r = shape.size();
   Shape logical(r);
   l.batch.assign(r - 2, 0);
   for (size_t i = 0; i < r; ++i) {
@@ -384,6 +390,39 @@ Shape permutedLayout(const Shape &shape, const std::vector<int64_t> &perm, AttnL
       l.col = st;
   }
   return logical;
+}
+Shape permutedLayout(const Shape &shape, const std::vector<int64_t> &perm, AttnLayout &l) {
+  return permutedLayout(shape, denseStrides(shape), perm, l);
+}
+
+/// An operand selected out of a packed tensor: its shape, strides and
+/// base offset there.
+struct Selected {
+  Shape shape;
+  std::vector<int64_t> strides;
+  int64_t base = 0;
+};
+
+/// The operand that tensor `t` stands for under the select attribute
+/// `attr` ([axis, index]; absent: the tensor itself).
+StatusOr<Selected> selectedOperand(const KernelContext &ctx, const char *name, const char *attr,
+                                   const Tensor &t) {
+  Selected s{t.shape, denseStrides(t.shape), 0};
+  if (!ctx.getAttrs().has(attr))
+    return s;
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> sel, ctx.getAttrs().getInts(attr, {}));
+  int64_t r = static_cast<int64_t>(t.rank());
+  if (sel.size() != 2 || sel[0] < 0 || sel[0] >= r || sel[1] < 0 || sel[1] >= t.shape[sel[0]]) {
+    std::string list;
+    for (int64_t v : sel)
+      list += (list.empty() ? "" : ",") + std::to_string(v);
+    return ctx.error(std::string("attribute ") + attr + " [" + list + "] is not an [axis, index] of " +
+                     name + " " + t.typeString());
+  }
+  s.base = sel[1] * s.strides[sel[0]];
+  s.shape.erase(s.shape.begin() + sel[0]);
+  s.strides.erase(s.strides.begin() + sel[0]);
+  return s;
 }
 
 /// The tensor shape of a logical operand `logical` laid out by `perm`.
@@ -475,22 +514,39 @@ StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qInde
       return ctx.error(std::string("dtype mix: ") + names[k] + " " + t[k]->typeString() +
                        " with Q " + a.q->typeString() + " (Q, Kt and V must share one dtype)");
   a.dtype = dt;
-  size_t r = a.q->rank();
+  // The selected operands (q_select, ...): shapes, strides, base offsets.
+  const char *selectAttrs[3] = {"q_select", "kt_select", "v_select"};
+  Selected sel[3];
+  for (size_t k = 0; k < 3; ++k) {
+    STRAIT_ASSIGN_OR_RETURN(sel[k], selectedOperand(ctx, names[k], selectAttrs[k], *t[k]));
+  }
+  auto selNote = [&](size_t k) {
+    return ctx.getAttrs().has(selectAttrs[k])
+               ? " (" + std::string(selectAttrs[k]) + " of " + t[k]->typeString() + ")"
+               : std::string();
+  };
+  size_t r = sel[0].shape.size();
   if (r < 2)
-    return ctx.error("Q " + a.q->typeString() + " must have rank >= 2 ([b..., Tq, D])");
+    return ctx.error("Q " + shapeToString(sel[0].shape) + selNote(0) +
+                     " must have rank >= 2 ([b..., Tq, D])");
   for (size_t k = 1; k < 3; ++k)
-    if (t[k]->rank() != r)
-      return ctx.error(std::string(names[k]) + " " + t[k]->typeString() +
-                       " must have the rank of Q " + a.q->typeString());
-  // Logical shapes (under the operands' permutations) and their layouts.
-  AttnLayout *layouts[3] = {&a.qL, &a.ktL, &a.vL};
+    if (sel[k].shape.size() != r)
+      return ctx.error(std::string(names[k]) + " " + shapeToString(sel[k].shape) + selNote(k) +
+                       " must have the rank of Q " + shapeToString(sel[0].shape) + selNote(0));
+  // Logical shapes (under the operands' permutations) and their layouts;
+  // the gradients' layouts are the operands' without the select.
+  AttnLayout *layouts[3] = {&a.qL, &a.ktL, &a.vL}, *gradLayouts[3] = {&a.dqL, &a.dktL, &a.dvL};
+  Shape *gradShapes[3] = {&a.dqShape, &a.dktShape, &a.dvShape};
   Shape l[3];
   std::string desc[3];
   for (size_t k = 0; k < 3; ++k) {
     STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> perm, attentionPerm(ctx, permAttrs[k], r));
-    l[k] = permutedLayout(t[k]->shape, perm, *layouts[k]);
+    l[k] = permutedLayout(sel[k].shape, sel[k].strides, perm, *layouts[k]);
+    layouts[k]->base = sel[k].base;
+    permutedLayout(sel[k].shape, perm, *gradLayouts[k]);
+    *gradShapes[k] = sel[k].shape;
     desc[k] = std::string(names[k]) + " " + dtypeName(dt) + shapeToString(l[k]) +
-              permNote(*t[k], permAttrs[k], perm);
+              permNote(*t[k], permAttrs[k], perm) + selNote(k);
   }
   STRAIT_ASSIGN_OR_RETURN(a.yPerm, attentionPerm(ctx, "y_perm", r));
   a.batch.assign(l[0].begin(), l[0].end() - 2);
@@ -556,9 +612,9 @@ StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
   if (a.lse->shape != lseShape || a.lse->dtype != program::DTYPE_F32)
     return ctx.error("LSE " + a.lse->typeString() + " must be f32" + shapeToString(lseShape) +
                      " ([b..., Tq])");
-  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "dQ", a.q->shape, a.dtype));
-  STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "dKt", a.kt->shape, a.dtype));
-  STRAIT_ASSIGN_OR_RETURN(a.out[2], attentionOutput(ctx, 2, "dV", a.v->shape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "dQ", a.dqShape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "dKt", a.dktShape, a.dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.out[2], attentionOutput(ctx, 2, "dV", a.dvShape, a.dtype));
   return a;
 }
 

@@ -17,8 +17,10 @@
 // without races; it recomputes P_blk from the saved LSE. Scratch per worker
 // is O(kBlockRows x Tk) (plus the slices of Q, Kt, V widened to f32 when
 // they are bf16/f16, or gathered when a permutation attribute (q_perm, ...)
-// lays them out strided; outputs so laid out are scattered back). Under a
-// causal mask a block only visits the keys its last row may see.
+// lays them out strided; outputs so laid out are scattered back). A select
+// attribute (q_select, ...) only moves an operand's base offset: Q, K and V
+// may be slices of one packed buffer, read, never written. Under a causal
+// mask a block only visits the keys its last row may see.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -227,15 +229,17 @@ void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT, const T
                         const float *lse, Tensor &dqT, Tensor &dktT, Tensor &dvT, GradSlice &g) {
   const int64_t qBase = a.qL.offset(b, a.batch), ktBase = a.ktL.offset(b, a.batch),
                 vBase = a.vL.offset(b, a.batch), yBase = a.yL.offset(b, a.batch);
+  const int64_t dqBase = a.dqL.offset(b, a.batch), dktBase = a.dktL.offset(b, a.batch),
+                dvBase = a.dvL.offset(b, a.batch);
   const float *q = f32Rows(*a.q, a.qL, qBase, 0, a.tq, a.d, g.qs);
   const float *kt = f32Rows(*a.kt, a.ktL, ktBase, 0, a.d, a.tk, g.ks);
   const float *v = f32Rows(*a.v, a.vL, vBase, 0, a.tk, a.dv, g.vs);
   const float *dy = f32Rows(dyT, a.yL, yBase, 0, a.tq, a.dv, g.dys);
   const float *y = f32Rows(yT, a.yL, yBase, 0, a.tq, a.dv, g.ys);
-  // The gradients take their operand's layout.
-  float *dq = outRows(dqT, a.qL, qBase, 0, a.tq, a.d, g.dqs);
-  float *dkt = outRows(dktT, a.ktL, ktBase, 0, a.d, a.tk, g.dks);
-  float *dv = outRows(dvT, a.vL, vBase, 0, a.tk, a.dv, g.dvs);
+  // The gradients take their operand's layout (without its select).
+  float *dq = outRows(dqT, a.dqL, dqBase, 0, a.tq, a.d, g.dqs);
+  float *dkt = outRows(dktT, a.dktL, dktBase, 0, a.d, a.tk, g.dks);
+  float *dv = outRows(dvT, a.dvL, dvBase, 0, a.tk, a.dv, g.dvs);
   std::fill(dkt, dkt + a.d * a.tk, 0.0f);
   std::fill(dv, dv + a.tk * a.dv, 0.0f);
   for (int64_t i0 = 0; i0 < a.tq; i0 += kBlockRows) {
@@ -277,9 +281,9 @@ void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT, const T
     gemm(false, true, rows, a.d, n, a.scale, dp, n, kt, a.tk, 0.0f, dqb, a.d);
     gemm(true, false, a.d, n, rows, a.scale, qb, a.d, dp, n, 1.0f, dkt, a.tk);
   }
-  storeRows(dq, dqT, a.qL, qBase, 0, a.tq, a.d);
-  storeRows(dkt, dktT, a.ktL, ktBase, 0, a.d, a.tk);
-  storeRows(dv, dvT, a.vL, vBase, 0, a.tk, a.dv);
+  storeRows(dq, dqT, a.dqL, dqBase, 0, a.tq, a.d);
+  storeRows(dkt, dktT, a.dktL, dktBase, 0, a.d, a.tk);
+  storeRows(dv, dvT, a.dvL, dvBase, 0, a.tk, a.dv);
 }
 
 Status fusedAttentionGradKernel(KernelContext &ctx) {

@@ -176,7 +176,7 @@ DenseView denseView(const AttentionArgs &s, const Tensor *t, const AttnLayout &l
   v.rows = rows;
   v.cols = cols;
   v.strided = !l.dense(s.batch, rows, cols);
-  v.data = v.t->as<char>();
+  v.data = v.t->as<char>(); // dense: base 0
   return v;
 }
 
@@ -216,8 +216,9 @@ Status copyView(CudaContext &c, const KernelContext &ctx, const AttentionArgs &s
                            v.t->typeString() + " (more than " + std::to_string(kMaxDims) +
                            " dims after merging)");
   size_t es = dtypeSize(v.t->dtype);
-  bool ok = toDense ? launchStridedCopy(es, v.t->data, v.data, ix, c.stream)
-                    : launchStridedScatter(es, v.data, v.t->data, ix, c.stream);
+  char *at = v.t->as<char>() + size_t(v.l->base) * es; // a select's slice
+  bool ok = toDense ? launchStridedCopy(es, at, v.data, ix, c.stream)
+                    : launchStridedScatter(es, v.data, at, ix, c.stream);
   if (!ok)
     return ctx.unsupported("cuda: " + ctx.op() + " copy of the permuted " + v.t->typeString());
   return checkLaunch(ctx);
@@ -286,10 +287,16 @@ std::optional<FlashProblem> flashProblem(const AttentionArgs &s) {
   return flashProblemOf(s);
 }
 
+/// Where an operand's slice starts (its select's base offset).
+const char *sliceOf(const Tensor *t, const AttnLayout &l) {
+  return t->as<char>() + size_t(l.base) * dtypeSize(t->dtype);
+}
+
 Status flashForward(CudaContext &c, KernelContext &ctx, const FlashProblem &p, const AttnArgs &a,
-                    Tensor *y, Tensor *lse) {
-  if (!launchFlashAttentionForward(p, a.q->data, a.kt->data, a.v->data, y->data,
-                                   lse->as<float>(), c.stream))
+                    const AttentionArgs &s) {
+  Tensor *y = s.out[0], *lse = s.out[1];
+  if (!launchFlashAttentionForward(p, sliceOf(a.q, s.qL), sliceOf(a.kt, s.ktL),
+                                   sliceOf(a.v, s.vL), y->data, lse->as<float>(), c.stream))
     return ctx.unsupported("cuda: " + ctx.op() + " (flash) on " + a.q->typeString());
   return checkLaunch(ctx);
 }
@@ -306,8 +313,9 @@ Status flashBackward(CudaContext &c, KernelContext &ctx, const FlashProblem &p,
                            c.stream))
     return ctx.unsupported("cuda: " + ctx.op() + " on " + s.y->typeString());
   STRAIT_RETURN_IF_ERROR(checkLaunch(ctx));
-  if (!launchFlashAttentionBackward(p, s.dy->data, a.q->data, a.kt->data, a.v->data,
-                                    s.lse->as<float>(), drow, dqAcc, s.out[0]->data,
+  if (!launchFlashAttentionBackward(p, s.dy->data, sliceOf(a.q, s.qL), sliceOf(a.kt, s.ktL),
+                                    sliceOf(a.v, s.vL), s.lse->as<float>(), drow, dqAcc,
+                                    s.out[0]->data,
                                     s.out[1]->data, s.out[2]->data, c.stream))
     return ctx.unsupported("cuda: " + ctx.op() + " (flash) on " + a.q->typeString());
   return checkLaunch(ctx);
@@ -320,7 +328,7 @@ Status fusedAttentionKernel(CudaContext &c, KernelContext &ctx, int) {
   if (a.entries == 0 || a.tq == 0)
     return Status::ok();
   if (std::optional<FlashProblem> fp = flashProblem(shared))
-    return flashForward(c, ctx, *fp, a, shared.out[0], lse);
+    return flashForward(c, ctx, *fp, a, shared);
   DenseView q = denseView(shared, a.q, shared.qL, a.tq, a.d),
             kt = denseView(shared, a.kt, shared.ktL, a.d, a.tk),
             v = denseView(shared, a.v, shared.vL, a.tk, a.dv),
@@ -359,15 +367,15 @@ Status fusedAttentionGradKernel(CudaContext &c, KernelContext &ctx, int) {
     return Status::ok();
   if (std::optional<FlashProblem> fp = flashProblem(shared))
     return flashBackward(c, ctx, *fp, a, shared);
-  // Dense views: Q, Kt, V, dY in; dQ, dKt, dV out in their operands'
-  // layouts (Y is read by Drow's kernel in place).
+  // Dense views: Q, Kt, V, dY in; dQ, dKt, dV out in their layouts (their
+  // operands' without a select; Y is read by Drow's kernel in place).
   DenseView q = denseView(shared, a.q, shared.qL, a.tq, a.d),
             kt = denseView(shared, a.kt, shared.ktL, a.d, a.tk),
             v = denseView(shared, a.v, shared.vL, a.tk, a.dv),
             dy = denseView(shared, shared.dy, shared.yL, a.tq, a.dv),
-            dq = denseView(shared, shared.out[0], shared.qL, a.tq, a.d),
-            dkt = denseView(shared, shared.out[1], shared.ktL, a.d, a.tk),
-            dv = denseView(shared, shared.out[2], shared.vL, a.tk, a.dv);
+            dq = denseView(shared, shared.out[0], shared.dqL, a.tq, a.d),
+            dkt = denseView(shared, shared.out[1], shared.dktL, a.d, a.tk),
+            dv = denseView(shared, shared.out[2], shared.dvL, a.tk, a.dv);
   int64_t chunk = chunkEntries(a);
   int64_t rows = a.entries * a.tq;
   STRAIT_ASSIGN_OR_RETURN(
@@ -432,24 +440,25 @@ void setAttentionChunkBytes(size_t bytes) {
 namespace {
 
 /// Batch dims as the flash kernels address them, with the strides of Q,
-/// Kt, V and Y: size-1 dims dropped; a dim merged into the one before it
-/// where every operand's outer stride is the inner stride times the inner
-/// size.
+/// Kt, V, Y, dQ, dKt and dV: size-1 dims dropped; a dim merged into the one
+/// before it where every operand's outer stride is the inner stride times
+/// the inner size.
+constexpr int kFlatLayouts = 7;
 struct FlatBatch {
   std::vector<int64_t> size;
-  std::vector<std::array<int64_t, 4>> stride;
+  std::vector<std::array<int64_t, kFlatLayouts>> stride;
 };
 
 FlatBatch flattenBatch(const AttentionArgs &a) {
-  const AttnLayout *ls[4] = {&a.qL, &a.ktL, &a.vL, &a.yL};
+  const AttnLayout *ls[kFlatLayouts] = {&a.qL, &a.ktL, &a.vL, &a.yL, &a.dqL, &a.dktL, &a.dvL};
   FlatBatch f;
   for (size_t d = 0; d < a.batch.size(); ++d) {
     int64_t n = a.batch[d];
     if (n == 1)
       continue;
-    std::array<int64_t, 4> st;
+    std::array<int64_t, kFlatLayouts> st;
     bool merge = !f.size.empty();
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kFlatLayouts; ++k) {
       st[k] = ls[k]->batch[d];
       merge = merge && f.stride.back()[k] == st[k] * n;
     }
@@ -501,6 +510,9 @@ FlashProblem flashProblemOf(const AttentionArgs &a) {
     p.k.batch[k] = f.stride[k][1];
     p.v.batch[k] = f.stride[k][2];
     p.y.batch[k] = f.stride[k][3];
+    p.dq.batch[k] = f.stride[k][4];
+    p.dk.batch[k] = f.stride[k][5];
+    p.dv.batch[k] = f.stride[k][6];
   }
   p.q.row = a.qL.row;
   p.v.row = a.vL.row;
@@ -509,6 +521,11 @@ FlashProblem flashProblemOf(const AttentionArgs &a) {
   // the K rows form (the key index's stride between rows).
   p.kRows = a.ktL.col != 1;
   p.k.row = p.kRows ? a.ktL.col : a.ktL.row;
+  // The gradients: their operands' forms (a select only moves the base and
+  // the strides of the dims around D).
+  p.dq.row = a.dqL.row;
+  p.dv.row = a.dvL.row;
+  p.dk.row = p.kRows ? a.dktL.col : a.dktL.row;
   return p;
 }
 

@@ -455,6 +455,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t entry = blockIdx.x / nkb;
   const int64_t j0 = (blockIdx.x % nkb) * BN;
   const int64_t offK = flashEntryOffset(p, p.k, entry), offV = flashEntryOffset(p, p.v, entry);
+  const int64_t offDk = flashEntryOffset(p, p.dk, entry), offDv = flashEntryOffset(p, p.dv, entry);
   const T *qE = q + flashEntryOffset(p, p.q, entry), *dyE = dy + flashEntryOffset(p, p.y, entry);
   const T *ktE = kt + offK, *vE = v + offV;
   const float *lseE = lse + entry * p.tq, *drowE = drow + entry * p.tq;
@@ -658,8 +659,8 @@ __global__ void __launch_bounds__(kThreads)
     int64_t kj = key[h];
     if (kj >= p.tk)
       continue;
-    T *dvr = dv + offV + kj * p.v.row;
-    T *dkc = dkt + offK + (KROWS ? kj * p.k.row : kj);
+    T *dvr = dv + offDv + kj * p.dv.row;
+    T *dkc = dkt + offDk + (KROWS ? kj * p.dk.row : kj);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       int c = n * 8 + 2 * t;
@@ -668,8 +669,8 @@ __global__ void __launch_bounds__(kThreads)
       if (KROWS) {
         *reinterpret_cast<uint32_t *>(dkc + c) = k2;
       } else {
-        *reinterpret_cast<uint16_t *>(dkc + c * p.k.row) = static_cast<uint16_t>(k2 & 0xffffu);
-        *reinterpret_cast<uint16_t *>(dkc + (c + 1) * p.k.row) = static_cast<uint16_t>(k2 >> 16);
+        *reinterpret_cast<uint16_t *>(dkc + c * p.dk.row) = static_cast<uint16_t>(k2 & 0xffffu);
+        *reinterpret_cast<uint16_t *>(dkc + (c + 1) * p.dk.row) = static_cast<uint16_t>(k2 >> 16);
       }
     }
   }
@@ -684,7 +685,7 @@ __global__ void flashDqKernel(const float *__restrict__ acc, T *__restrict__ dq,
   }
 }
 
-/// flashDqKernel into Q's layout (p.q): two columns a thread (D even, and
+/// flashDqKernel into dQ's layout (p.dq): two columns a thread (D even, and
 /// D contiguous with 8-element aligned rows, so 32-bit stores).
 template <typename T>
 __global__ void flashDqStridedKernel(const float *__restrict__ acc, T *__restrict__ dq,
@@ -693,18 +694,18 @@ __global__ void flashDqStridedKernel(const float *__restrict__ acc, T *__restric
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = i / half, c = (i % half) * 2; // r = entry * Tq + row
-    int64_t off = flashEntryOffset(p, p.q, r / p.tq) + (r % p.tq) * p.q.row + c;
+    int64_t off = flashEntryOffset(p, p.dq, r / p.tq) + (r % p.tq) * p.dq.row + c;
     *reinterpret_cast<uint32_t *>(dq + off) = packF<T>(acc[r * p.d + c], acc[r * p.d + c + 1]);
   }
 }
 
-/// Whether Q's layout is the dense [entries, Tq, D] (flashDqKernel's).
+/// Whether dQ's layout is the dense [entries, Tq, D] (flashDqKernel's).
 bool denseQ(const FlashProblem &p) {
-  if (p.q.row != p.d && p.tq > 1)
+  if (p.dq.row != p.d && p.tq > 1)
     return false;
   int64_t stride = p.tq * p.d;
   for (int d = p.batchRank - 1; d >= 0; --d) {
-    if (p.batch[d] != 1 && p.q.batch[d] != stride)
+    if (p.batch[d] != 1 && p.dq.batch[d] != stride)
       return false;
     stride *= p.batch[d];
   }

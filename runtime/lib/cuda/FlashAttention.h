@@ -72,8 +72,13 @@ struct FlashStrides {
 /// The flash kernels' problem: `entries` batch entries of Q [Tq, D],
 /// Kt [D, Tk], V [Tk, D] (f16 or bf16 as `bf16` says), addressed through
 /// batch dims batch[0..batchRank) (row-major, product `entries`) and each
-/// operand's strides. The gradients take their operand's strides (dQ: q,
-/// dKt: k, dV: v), dY takes y; LSE and Drow are dense [entries, Tq].
+/// operand's strides. The gradients have their own strides dq, dk, dv (their
+/// operand's, unless the operand is a slice of a packed tensor: q_select,
+/// ...; dK in K's form), dY takes y; LSE and Drow are dense [entries, Tq].
+/// The operands may alias (GPT-2's Q, K and V in one [B, T, 3, H, D]
+/// buffer): the kernels only read them. The launchers take each operand's
+/// pointer at its slice (the base offset applied by the caller); every
+/// stride but D's is a multiple of D, so rows stay 16-byte aligned.
 struct FlashProblem {
   int64_t entries = 0, tq = 0, tk = 0, d = 0;
   float scale = 1.0f;
@@ -82,6 +87,7 @@ struct FlashProblem {
   int batchRank = 0;
   int64_t batch[kFlashMaxBatch] = {};
   FlashStrides q, k, v, y;
+  FlashStrides dq, dk, dv;
   /// Kt's form. false (the Kt form): key j of D index c at c * k.row + j
   /// (Tk contiguous). true (K rows, GPT-2's untransposed [B, T, H, D] K):
   /// at j * k.row + c (D contiguous).
@@ -116,8 +122,8 @@ bool launchFlashAttentionForward(const FlashProblem &p, const void *q, const voi
 
 /// dQ, dKt, dV from dY, Q, Kt, V, LSE and drow (rowsum(dY * Y), f32, from
 /// launchAttentionDrow, dense [entries, Tq]). dqAcc: entries * Tq * D f32
-/// of scratch (zeroed and used here, dense); dQ is rounded from it into Q's
-/// layout.
+/// of scratch (zeroed and used here, dense); dQ is rounded from it into its
+/// layout (p.dq).
 bool launchFlashAttentionBackward(const FlashProblem &p, const void *dy, const void *q,
                                   const void *kt, const void *v, const float *lse,
                                   const float *drow, float *dqAcc, void *dq, void *dkt, void *dv,

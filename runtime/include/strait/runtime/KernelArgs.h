@@ -145,16 +145,27 @@ StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max);
 /// logical ones; y_perm lays out Y and dY, and each gradient has its
 /// operand's tensor type (dQ in Q's layout, ...). LSE is always dense.
 /// Kernels address the operands through AttnLayout.
+///
+/// Each of Q, Kt and V may also be one slice of a packed tensor: the
+/// optional attributes q_select, kt_select, v_select = [axis, index] say
+/// that the operand's tensor has one dimension more (axis), and that the
+/// operand is its slice at `index` there (the dimension removed), before
+/// the permutation applies (GPT-2's Q, K and V read out of one [B, T, 3, H,
+/// D] projection: they alias one buffer). The gradients have the slice's
+/// shape (never packed), laid out by the permutation: dqL, dktL, dvL.
 struct AttnLayout {
+  /// Element offset of the operand in its tensor (its select's slice).
+  int64_t base = 0;
   /// Element strides in the tensor of the logical batch dims, the rows
   /// (Tq, D, Tk or Tq for Q, Kt, V, Y) and the columns (D, Tk, Dv, Dv).
   std::vector<int64_t> batch;
   int64_t row = 0, col = 1;
 
-  /// Offset of batch slice b (row-major over the batch dims `dims`).
+  /// Offset of batch slice b (row-major over the batch dims `dims`), base
+  /// included.
   int64_t offset(int64_t b, const Shape &dims) const;
   /// Whether the tensor is the logical operand itself: the dense row-major
-  /// [b..., rows, cols] (then slice b starts at b * rows * cols).
+  /// [b..., rows, cols] at base 0 (then slice b starts at b * rows * cols).
   bool dense(const Shape &dims, int64_t rows, int64_t cols) const;
 };
 
@@ -171,9 +182,14 @@ struct AttentionArgs {
   /// Element strides of Bias broadcast to [b..., Tq, Tk] (0 on broadcast
   /// dims); empty without Bias.
   std::vector<int64_t> biasStrides;
-  /// Where Q, Kt, V and Y (also dY; the gradients take their operand's)
-  /// sit in their tensors.
+  /// Where Q, Kt, V and Y (also dY) sit in their tensors, and where
+  /// FusedAttentionGrad's dQ, dKt, dV do (their operands' layouts without
+  /// the select: equal to qL, ktL, vL when there is none).
   AttnLayout qL, ktL, vL, yL;
+  AttnLayout dqL, dktL, dvL;
+  /// The tensor shapes of dQ, dKt, dV (their operands' with the select axis
+  /// removed).
+  Shape dqShape, dktShape, dvShape;
   /// y_perm (the identity without it) and the tensor shape of Y and dY.
   std::vector<int64_t> yPerm;
   Shape yShape;
