@@ -221,13 +221,23 @@ def Graph_FusedAttentionOp : Graph_GenericOp<"FusedAttention", [Pure]> {
     `Transpose(Y, y_perm)`). LSE is always `[b..., Tq]`. graph-fuse-attention
     folds the Transposes around the heads into these, so that GPT-2's Q, K,
     V and Y stay `[B, T, H, D]` (q/v/y_perm = [0, 2, 1, 3], kt_perm = [0, 2,
-    3, 1]) and no Transpose runs in the forward or backward pass. See
+    3, 1]) and no Transpose runs in the forward or backward pass.
+
+    Each of Q, Kt and V may also be one slice of a packed tensor: with
+    `q_select = array<i64: axis, index>`, Q's tensor has one dimension more
+    (`axis`) and the operand is its slice at `index` along `axis`, that
+    dimension removed, before `q_perm` applies; `kt_select`, `v_select`
+    likewise. graph-fold-transposes reads GPT-2's Q, K and V this way
+    straight out of the packed projection `[B, T, 3, H, D]` (a Reshape, a
+    view, of `[B, T, 3C]`) instead of splitting it. See
     docs/graph-dialect.md.
 
     ```mlir
     %y, %lse = graph.FusedAttention %q, %kt, %v, %mask {scale = 2.500000e-01 : f32} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16xf32>)
     // Heads as [B, T, H, D] tensors, K not transposed:
     %y2, %lse2 = graph.FusedAttention %q2, %k2, %v2 {causal = 1 : i64, kt_perm = array<i64: 0, 2, 3, 1>, q_perm = array<i64: 0, 2, 1, 3>, scale = 2.500000e-01 : f32, v_perm = array<i64: 0, 2, 1, 3>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
+    // Q, K and V as slices 0, 1, 2 of one packed [B, T, 3, H, D] tensor:
+    %y3, %lse3 = graph.FusedAttention %qkv, %qkv, %qkv {causal = 1 : i64, kt_perm = array<i64: 0, 2, 3, 1>, kt_select = array<i64: 2, 1>, q_perm = array<i64: 0, 2, 1, 3>, q_select = array<i64: 2, 0>, scale = 2.500000e-01 : f32, v_perm = array<i64: 0, 2, 1, 3>, v_select = array<i64: 2, 2>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x3x4x16xf32>, tensor<2x16x3x4x16xf32>, tensor<2x16x3x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
     ```
   }];
   let arguments = (ins AnyTensor:$Q, AnyTensor:$Kt, AnyTensor:$V,
@@ -238,7 +248,10 @@ def Graph_FusedAttentionOp : Graph_GenericOp<"FusedAttention", [Pure]> {
                    OptionalAttr<DenseI64ArrayAttr>:$q_perm,
                    OptionalAttr<DenseI64ArrayAttr>:$kt_perm,
                    OptionalAttr<DenseI64ArrayAttr>:$v_perm,
-                   OptionalAttr<DenseI64ArrayAttr>:$y_perm);
+                   OptionalAttr<DenseI64ArrayAttr>:$y_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$q_select,
+                   OptionalAttr<DenseI64ArrayAttr>:$kt_select,
+                   OptionalAttr<DenseI64ArrayAttr>:$v_select);
   let results = (outs AnyTensor:$Y, AnyTensor:$LSE);
 }
 

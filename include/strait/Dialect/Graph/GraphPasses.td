@@ -262,6 +262,13 @@ def GraphFoldTransposes : Pass<"graph-fold-transposes", "::mlir::func::FuncOp"> 
       last axis becomes `Transpose(FusedRotaryEmbedding(x, cos', sin'), p)`
       (cos', sin' transposed by p^-1), first, so that LLaMA's rotated Q and
       K reach the attention through a Transpose it folds.
+    - `Split(P, last axis, n equal parts)` whose parts reach only
+      FusedAttention's Q, Kt and V, each through a Reshape to
+      `[P's leading dims..., tail...]` (GPT-2's `[B, T, 3C]` projection cut
+      into `[B, T, H, D]` heads), after the Transposes: one Reshape (a view)
+      of P to `[lead..., n, tail...]`, which the attention reads part i of
+      with `q_select` / `kt_select` / `v_select = [axis, i]`. The Split and
+      the heads' Reshapes go; the backward still concatenates dQ, dK, dV.
 
     Transposes left without a reader go. See docs/graph-dialect.md.
 
@@ -273,7 +280,8 @@ def GraphFoldTransposes : Pass<"graph-fold-transposes", "::mlir::func::FuncOp"> 
     Statistic<"numAttention", "num-attention",
               "Transposes folded into FusedAttention permutations">,
     Statistic<"numMatMul", "num-matmul", "MatMuls over a transposed operand made Gemms">,
-    Statistic<"numRotary", "num-rotary", "Transposes moved past a FusedRotaryEmbedding">
+    Statistic<"numRotary", "num-rotary", "Transposes moved past a FusedRotaryEmbedding">,
+    Statistic<"numSplit", "num-split", "Splits of a packed QKV read by FusedAttention selects">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

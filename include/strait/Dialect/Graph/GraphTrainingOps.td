@@ -143,7 +143,9 @@ def Graph_FusedAttentionGradOp
     Bias (the gradient rule rejects a bias that would need one). The
     permutations `q_perm`, `kt_perm`, `v_perm` and `y_perm` are the forward
     op's: dY and Y are laid out by `y_perm`, and each gradient like its
-    operand.
+    operand. So are `q_select`, `kt_select` and `v_select`: a selected
+    operand is read as its slice, and its gradient has the slice's type (the
+    operand's with `axis` removed), i.e. dQ, dKt and dV are never packed.
 
     ```mlir
     %dq, %dkt, %dv = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse {causal = 1 : i64, scale = 2.500000e-01 : f32} : (tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16xf32>) -> (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>)
@@ -157,7 +159,10 @@ def Graph_FusedAttentionGradOp
                    OptionalAttr<DenseI64ArrayAttr>:$q_perm,
                    OptionalAttr<DenseI64ArrayAttr>:$kt_perm,
                    OptionalAttr<DenseI64ArrayAttr>:$v_perm,
-                   OptionalAttr<DenseI64ArrayAttr>:$y_perm);
+                   OptionalAttr<DenseI64ArrayAttr>:$y_perm,
+                   OptionalAttr<DenseI64ArrayAttr>:$q_select,
+                   OptionalAttr<DenseI64ArrayAttr>:$kt_select,
+                   OptionalAttr<DenseI64ArrayAttr>:$v_select);
   let results = (outs AnyTensor:$dQ, AnyTensor:$dKt, AnyTensor:$dV);
   let hasVerifier = 1;
 }

@@ -32,6 +32,9 @@ KernelClass kernelClass(Op) { return KernelClass::Elementwise; }
 // Generic: the planner estimates backward from forward (CostOpInterface).
 template <typename Op>
 double backwardFlops(Op) { return -1.0; }
+// Generic: all operands.
+template <typename Op>
+double bytesRead(Op op) { return strait::detail::bytesOf(op->getOperandTypes()); }
 
 double forwardFlops(MatMulOp op) {
   auto a = cast<ShapedType>(op.getA().getType());
@@ -116,9 +119,22 @@ KernelClass kernelClass(InstanceNormalizationOp) { return KernelClass::Normaliza
 // Bytes are the operands' and results' (the defaults): no T x T tensor.
 // The shapes are the logical ones: with q_perm, Q's D is its dimension
 // q_perm[rank - 1]; with v_perm, V's Tk and Dv are v_perm[rank - 2, -1].
+// A selected operand (q_select, ...) is its slice: it reads 1/n of the
+// packed tensor's bytes (n its size along the select axis).
+ShapedType selectedType(Value v, std::optional<ArrayRef<int64_t>> select) {
+  auto t = cast<ShapedType>(v.getType());
+  if (!select || !t.hasRank() || select->size() != 2 || (*select)[0] < 0 ||
+      (*select)[0] >= t.getRank())
+    return t;
+  SmallVector<int64_t> shape(t.getShape());
+  shape.erase(shape.begin() + (*select)[0]);
+  return RankedTensorType::get(shape, t.getElementType());
+}
 double attentionFlops(Value q, Value v, std::optional<ArrayRef<int64_t>> qPerm,
-                      std::optional<ArrayRef<int64_t>> vPerm, bool backward) {
-  auto qt = cast<ShapedType>(q.getType()), vt = cast<ShapedType>(v.getType());
+                      std::optional<ArrayRef<int64_t>> vPerm, bool backward,
+                      std::optional<ArrayRef<int64_t>> qSel = std::nullopt,
+                      std::optional<ArrayRef<int64_t>> vSel = std::nullopt) {
+  ShapedType qt = selectedType(q, qSel), vt = selectedType(v, vSel);
   if (!qt.hasStaticShape() || !vt.hasStaticShape() || qt.getRank() < 2)
     return 0;
   int64_t r = qt.getRank();
@@ -130,14 +146,33 @@ double attentionFlops(Value q, Value v, std::optional<ArrayRef<int64_t>> qPerm,
   return scores * (backward ? 6 * d + 4 * dv + 8 : 2 * d + 2 * dv + 5);
 }
 double forwardFlops(FusedAttentionOp op) {
-  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), false);
+  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), false,
+                        op.getQSelect(), op.getVSelect());
 }
 double backwardFlops(FusedAttentionOp op) {
-  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), true);
+  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), true,
+                        op.getQSelect(), op.getVSelect());
 }
 double forwardFlops(FusedAttentionGradOp op) {
-  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), true);
+  return attentionFlops(op.getQ(), op.getV(), op.getQPerm(), op.getVPerm(), true,
+                        op.getQSelect(), op.getVSelect());
 }
+/// Q, Kt and V count their slices only.
+template <typename Op>
+double attentionBytesRead(Op op) {
+  double bytes = 0;
+  std::optional<ArrayRef<int64_t>> sel[3] = {op.getQSelect(), op.getKtSelect(), op.getVSelect()};
+  unsigned q = op.getQMutable().getOperandNumber();
+  for (OpOperand &o : op->getOpOperands()) {
+    unsigned i = o.getOperandNumber();
+    bool operand = i >= q && i < q + 3;
+    Type t = operand ? Type(selectedType(o.get(), sel[i - q])) : o.get().getType();
+    bytes += strait::detail::bytesOf(t);
+  }
+  return bytes;
+}
+double bytesRead(FusedAttentionOp op) { return attentionBytesRead(op); }
+double bytesRead(FusedAttentionGradOp op) { return attentionBytesRead(op); }
 KernelClass kernelClass(FusedAttentionOp) { return KernelClass::MatMul; }
 KernelClass kernelClass(FusedAttentionGradOp) { return KernelClass::MatMul; }
 
@@ -192,6 +227,7 @@ struct GraphCostModel : CostOpInterface::ExternalModel<GraphCostModel<Op>, Op> {
   double getForwardFlops(Operation *op) const { return forwardFlops(cast<Op>(op)); }
   double getBackwardFlops(Operation *op) const { return backwardFlops(cast<Op>(op)); }
   KernelClass getKernelClass(Operation *op) const { return kernelClass(cast<Op>(op)); }
+  double getBytesRead(Operation *op) const { return bytesRead(cast<Op>(op)); }
 };
 
 template <typename... Ops>

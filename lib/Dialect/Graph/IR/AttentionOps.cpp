@@ -67,10 +67,58 @@ LogicalResult checkBiasShape(OptLoc loc, StringRef op, Value bias, ArrayRef<int6
   return success();
 }
 
-/// The permutation attributes of the attention pair (absent: identity).
+/// The permutation attributes of the attention pair (absent: identity)
+/// and the select attributes of Q, Kt and V (absent: the whole tensor).
 struct AttentionPerms {
   std::optional<ArrayRef<int64_t>> q, kt, v, y;
+  std::optional<ArrayRef<int64_t>> qSel, ktSel, vSel;
 };
+
+template <typename OpOrAdaptor>
+AttentionPerms attentionPerms(OpOrAdaptor op) {
+  return AttentionPerms{op.getQPerm(),   op.getKtPerm(),   op.getVPerm(), op.getYPerm(),
+                        op.getQSelect(), op.getKtSelect(), op.getVSelect()};
+}
+
+/// The operand a tensor of type `t` stands for under `select` (named
+/// `attr`), `[axis, index]`: its slice at `index` along `axis`, that
+/// dimension removed (the tensor itself without a select or a rank).
+FailureOr<TensorType> selectedType(OptLoc loc, StringRef op, StringRef attr, TensorType t,
+                                   std::optional<ArrayRef<int64_t>> select) {
+  if (!select || !t.hasRank())
+    return t;
+  if (select->size() != 2)
+    return emitOptionalError(loc, op, ": ", attr, " ", dimsStr(*select),
+                             " must be [axis, index]");
+  int64_t axis = (*select)[0], index = (*select)[1], rank = t.getRank();
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, op, ": ", attr, " axis ", axis, " is out of range for ",
+                             dimsStr(t.getShape()));
+  int64_t n = t.getShape()[axis];
+  if (index < 0 || (n != kDyn && index >= n))
+    return emitOptionalError(loc, op, ": ", attr, " index ", index,
+                             " is out of range for dimension ", axis, " of ",
+                             dimsStr(t.getShape()));
+  SmallVector<int64_t> shape(t.getShape());
+  shape.erase(shape.begin() + axis);
+  return TensorType(RankedTensorType::get(shape, t.getElementType()));
+}
+
+/// The selected types of Q, Kt and V (selectedType).
+FailureOr<std::array<TensorType, 3>> selectedTypes(OptLoc loc, StringRef op, Value q, Value kt,
+                                                   Value v, const AttentionPerms &perms) {
+  std::array<TensorType, 3> out;
+  std::pair<Value, std::optional<ArrayRef<int64_t>>> in[] = {
+      {q, perms.qSel}, {kt, perms.ktSel}, {v, perms.vSel}};
+  const char *names[] = {"q_select", "kt_select", "v_select"};
+  for (size_t i = 0; i < 3; ++i) {
+    FailureOr<TensorType> t = selectedType(loc, op, names[i], tensorOf(in[i].first), in[i].second);
+    if (failed(t))
+      return failure();
+    out[i] = *t;
+  }
+  return out;
+}
 
 /// `perm` (named `attr`) is a permutation of `rank` dimensions.
 LogicalResult checkPerm(OptLoc loc, StringRef op, StringRef attr,
@@ -117,20 +165,23 @@ SmallVector<int64_t> tensorShape(ArrayRef<int64_t> shape, std::optional<ArrayRef
 /// kt_perm, v_perm); Y's type is the tensor laid out by y_perm.
 FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q, Value kt, Value v,
                                          Value bias, const AttentionPerms &perms) {
+  FailureOr<std::array<TensorType, 3>> sel = selectedTypes(loc, op, q, kt, v, perms);
+  if (failed(sel))
+    return failure();
   {
-    int64_t rank = tensorOf(q).hasRank() ? tensorOf(q).getRank() : -1;
-    std::pair<Value, std::optional<ArrayRef<int64_t>>> checks[] = {
-        {q, perms.q}, {kt, perms.kt}, {v, perms.v}, {q, perms.y}};
+    int64_t rank = (*sel)[0].hasRank() ? (*sel)[0].getRank() : -1;
+    std::pair<TensorType, std::optional<ArrayRef<int64_t>>> checks[] = {
+        {(*sel)[0], perms.q}, {(*sel)[1], perms.kt}, {(*sel)[2], perms.v}, {(*sel)[0], perms.y}};
     const char *names[] = {"q_perm", "kt_perm", "v_perm", "y_perm"};
     for (size_t i = 0; i < 4; ++i) {
-      TensorType t = tensorOf(checks[i].first);
+      TensorType t = checks[i].first;
       if (t.hasRank() &&
           failed(checkPerm(loc, op, names[i], checks[i].second, i == 3 ? rank : t.getRank())))
         return failure();
     }
   }
-  TensorType qt = logicalType(tensorOf(q), perms.q), kt2 = logicalType(tensorOf(kt), perms.kt),
-             vt = logicalType(tensorOf(v), perms.v);
+  TensorType qt = logicalType((*sel)[0], perms.q), kt2 = logicalType((*sel)[1], perms.kt),
+             vt = logicalType((*sel)[2], perms.v);
   Type elt = qt.getElementType();
   if (kt2.getElementType() != elt || vt.getElementType() != elt)
     return emitOptionalError(loc, op, ": Q, Kt and V element types differ (", elt, ", ",
@@ -184,8 +235,7 @@ FailureOr<AttentionTypes> attentionTypes(OptLoc loc, StringRef op, Value q, Valu
 } // namespace
 
 STRAIT_INFER(FusedAttentionOp) {
-  AttentionPerms perms{adaptor.getQPerm(), adaptor.getKtPerm(), adaptor.getVPerm(),
-                       adaptor.getYPerm()};
+  AttentionPerms perms = attentionPerms(adaptor);
   FailureOr<AttentionTypes> t =
       attentionTypes(loc, "FusedAttention", adaptor.getQ(), adaptor.getKt(), adaptor.getV(),
                      adaptor.getBias(), perms);
@@ -196,22 +246,25 @@ STRAIT_INFER(FusedAttentionOp) {
   return success();
 }
 
+/// dQ, dKt and dV have the types of the (selected) operands: never packed.
 STRAIT_INFER(FusedAttentionGradOp) {
-  AttentionPerms perms{adaptor.getQPerm(), adaptor.getKtPerm(), adaptor.getVPerm(),
-                       adaptor.getYPerm()};
+  AttentionPerms perms = attentionPerms(adaptor);
   if (failed(attentionTypes(loc, "FusedAttentionGrad", adaptor.getQ(), adaptor.getKt(),
                             adaptor.getV(), adaptor.getBias(), perms)))
     return failure();
-  types.push_back(adaptor.getQ().getType());
-  types.push_back(adaptor.getKt().getType());
-  types.push_back(adaptor.getV().getType());
+  FailureOr<std::array<TensorType, 3>> sel = selectedTypes(
+      loc, "FusedAttentionGrad", adaptor.getQ(), adaptor.getKt(), adaptor.getV(), perms);
+  if (failed(sel))
+    return failure();
+  for (TensorType t : *sel)
+    types.push_back(t);
   return success();
 }
 
 /// dY and Y have the forward op's Y type (laid out by y_perm), LSE its f32
 /// statistic type.
 LogicalResult FusedAttentionGradOp::verify() {
-  AttentionPerms perms{getQPerm(), getKtPerm(), getVPerm(), getYPerm()};
+  AttentionPerms perms = attentionPerms(*this);
   FailureOr<AttentionTypes> t =
       attentionTypes(getLoc(), "FusedAttentionGrad", getQ(), getKt(), getV(), getBias(), perms);
   if (failed(t))

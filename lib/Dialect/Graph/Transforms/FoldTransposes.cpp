@@ -7,7 +7,9 @@
 // Autodiff then adds a Transpose per Transpose to the backward pass. The
 // pass folds them into the readers' operand layouts on the forward graph:
 // FusedAttention's permutation attributes, Gemm's transposition flags; a
-// Transpose before a rotary embedding moves past it to the attention.
+// Transpose before a rotary embedding moves past it to the attention. A
+// Split of a packed QKV projection whose parts only the attention reads
+// becomes a view that the attention reads through its select attributes.
 // See docs/graph-dialect.md.
 //
 //===----------------------------------------------------------------------===//
@@ -89,6 +91,65 @@ int64_t foldAttention(FusedAttentionOp op) {
     ++folded;
   }
   return folded;
+}
+
+/// Split(P, last axis a, n equal parts of s) whose every part reaches only
+/// FusedAttention operands (Q, Kt, V) through Reshapes to one shape
+/// [P's leading dims..., tail...] (prod(tail) = s; GPT-2's [B, T, H, D]
+/// heads of the [B, T, 3C] projection) -> one Reshape of P to [lead..., n,
+/// tail...], a view, that the attention reads part i of with `*_select =
+/// [a, i]`. The Split and the per-part Reshapes go. Anything else stays.
+/// Whether it folded.
+bool foldSplit(SplitOp split) {
+  auto pt = dyn_cast<RankedTensorType>(split.getInput().getType());
+  if (!pt || !pt.hasStaticShape() || pt.getRank() == 0 || split->getNumResults() < 2)
+    return false;
+  int64_t rank = pt.getRank(), a = split.getAxis() < 0 ? split.getAxis() + rank : split.getAxis();
+  ArrayRef<int64_t> sizes = split.getSplit();
+  if (a != rank - 1 || sizes.size() != split->getNumResults() ||
+      !llvm::all_equal(sizes) || sizes[0] <= 0)
+    return false;
+  ArrayRef<int64_t> lead = pt.getShape().drop_back();
+  std::optional<SmallVector<int64_t>> tail;
+  SmallVector<std::pair<ReshapeOp, int64_t>> reshapes; // and the part they read
+  for (auto [i, part] : llvm::enumerate(split.getOutputs())) {
+    if (part.use_empty())
+      return false;
+    for (Operation *user : part.getUsers()) {
+      auto r = dyn_cast<ReshapeOp>(user);
+      auto rt = r ? dyn_cast<RankedTensorType>(r.getType()) : RankedTensorType();
+      if (!rt || !rt.hasStaticShape() || rt.getRank() <= static_cast<int64_t>(lead.size()) ||
+          rt.getShape().take_front(lead.size()) != lead)
+        return false;
+      ArrayRef<int64_t> t = rt.getShape().drop_front(lead.size());
+      if ((tail && ArrayRef<int64_t>(*tail) != t) || r->use_empty())
+        return false;
+      tail = SmallVector<int64_t>(t);
+      for (OpOperand &use : r->getUses())
+        if (!isa<FusedAttentionOp>(use.getOwner()) || use.getOperandNumber() >= 3)
+          return false;
+      reshapes.push_back({r, static_cast<int64_t>(i)});
+    }
+  }
+  if (!tail || static_cast<int64_t>(reshapes.size()) == 0)
+    return false;
+  SmallVector<int64_t> packedShape(lead);
+  packedShape.push_back(static_cast<int64_t>(sizes.size()));
+  llvm::append_range(packedShape, *tail);
+  OpBuilder b(split);
+  Value packed = b.create<ReshapeOp>(split.getLoc(), split.getInput(), packedShape, 0);
+  const char *names[3] = {"q_select", "kt_select", "v_select"};
+  for (auto [r, part] : reshapes) {
+    for (OpOperand &use : llvm::make_early_inc_range(r->getUses())) {
+      Operation *attention = use.getOwner();
+      unsigned idx = use.getOperandNumber();
+      use.set(packed);
+      attention->setAttr(names[idx], b.getDenseI64ArrayAttr({a, part}));
+    }
+    r->erase();
+  }
+  split->erase();
+  return true;
 }
 
 /// FusedRotaryEmbedding(Transpose(x, p), cos, sin) with p keeping the last
@@ -203,6 +264,11 @@ struct FoldTransposesPass : strait::graph::impl::GraphFoldTransposesBase<FoldTra
     });
     for (FusedAttentionOp op : attention)
       numAttention += foldAttention(op);
+    // After the Transposes: the heads' Reshapes now feed the attention.
+    SmallVector<SplitOp> splits;
+    getOperation().walk([&](SplitOp op) { splits.push_back(op); });
+    for (SplitOp op : splits)
+      numSplit += foldSplit(op);
     for (MatMulOp op : matmuls)
       numMatMul += foldMatMul(op);
   }

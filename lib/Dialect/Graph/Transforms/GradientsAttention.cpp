@@ -28,6 +28,64 @@ bool isZeros(Value v) {
          isa<FloatType>(attr.getElementType()) && attr.getSplatValue<APFloat>().isZero();
 }
 
+/// The gradients of the operands that read slices of packed tensors
+/// (q_select, kt_select, v_select): each packed tensor gets one gradient,
+/// the Concat along the select axis of the slices' gradients (reshaped to
+/// keep the axis; zeros for a slice no operand reads; summed for one read
+/// twice), at its first operand. The sweep sums the gradients a value gets
+/// at repeated operands (Autodiff.cpp, addOperandGrad), so the operands
+/// that repeat it get none (null) instead of three packed-size
+/// contributions. `grads` holds dQ, dKt, dV (the slices' types).
+///
+/// Operands that are Casts of one value to one type (graph-autocast casts
+/// each use of the packed projection apart) count as the same packed
+/// tensor: the Cast is linear, so its source's gradient is the same when the
+/// whole packed gradient goes through the first Cast and none through the
+/// others.
+Value packedSource(Value v) {
+  if (auto c = v.getDefiningOp<CastOp>())
+    return c.getInput();
+  return v;
+}
+bool samePacked(Value a, Value b) {
+  return a == b || (a.getType() == b.getType() && packedSource(a) == packedSource(b));
+}
+
+LogicalResult packedGrads(FusedAttentionOp op, GradBuilder &g, ArrayRef<Value> grads, DX dx) {
+  std::optional<ArrayRef<int64_t>> sel[3] = {op.getQSelect(), op.getKtSelect(), op.getVSelect()};
+  for (unsigned i = 0; i < 3; ++i) {
+    if (!sel[i])
+      continue;
+    Value packed = op->getOperand(i);
+    bool first = llvm::none_of(llvm::seq<unsigned>(0, i), [&](unsigned j) {
+      return sel[j] && samePacked(op->getOperand(j), packed);
+    });
+    if (!first)
+      continue;
+    auto pt = cast<RankedTensorType>(packed.getType());
+    int64_t axis = (*sel[i])[0];
+    SmallVector<Value> slices(pt.getShape()[axis]);
+    for (unsigned j = i; j < 3; ++j) {
+      if (!samePacked(op->getOperand(j), packed))
+        continue;
+      if (!sel[j] || (*sel[j])[0] != axis)
+        return op.emitOpError("reads one packed tensor with other selects than [")
+               << axis << ", i] on every operand; no gradient rule for that";
+      Value &slot = slices[(*sel[j])[1]];
+      slot = slot ? g.add(slot, grads[j]) : grads[j];
+    }
+    SmallVector<int64_t> sliceShape(pt.getShape());
+    sliceShape[axis] = 1;
+    auto sliceType = RankedTensorType::get(sliceShape, pt.getElementType());
+    SmallVector<Value> parts;
+    for (Value s : slices)
+      parts.push_back(s ? g.make<ReshapeOp>(s, sliceShape, 0) : g.zeros(sliceType));
+    dx[i] = parts.size() == 1 ? parts[0]
+                              : g.make<ConcatOp>(parts, g.b.getI64IntegerAttr(axis));
+  }
+  return success();
+}
+
 LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange dy, DX dx) {
   // LSE is a statistic saved for the backward kernel, not an output to
   // differentiate through.
@@ -42,16 +100,30 @@ LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange
   NamedAttrList attrs;
   attrs.append("scale", op.getScaleAttr());
   attrs.append("causal", op.getCausalAttr());
-  for (StringRef name : {"q_perm", "kt_perm", "v_perm", "y_perm"})
-    if (Attribute perm = op->getAttr(name))
-      attrs.append(name, perm);
-  auto grad = g.create<FusedAttentionGradOp>(
-      TypeRange{op.getQ().getType(), op.getKt().getType(), op.getV().getType()}, operands,
-      attrs.getAttrs());
-  dx[0] = grad.getDQ();
-  dx[1] = grad.getDKt();
-  dx[2] = grad.getDV();
-  return success();
+  for (StringRef name :
+       {"q_perm", "kt_perm", "v_perm", "y_perm", "q_select", "kt_select", "v_select"})
+    if (Attribute attr = op->getAttr(name))
+      attrs.append(name, attr);
+  // The gradients have the (selected) operands' types.
+  std::optional<ArrayRef<int64_t>> sel[3] = {op.getQSelect(), op.getKtSelect(), op.getVSelect()};
+  SmallVector<Type> types;
+  for (unsigned i = 0; i < 3; ++i) {
+    auto t = cast<RankedTensorType>(op->getOperand(i).getType()); // static (the sweep checks)
+    SmallVector<int64_t> shape(t.getShape());
+    if (sel[i])
+      shape.erase(shape.begin() + (*sel[i])[0]);
+    types.push_back(RankedTensorType::get(shape, t.getElementType()));
+  }
+  auto grad = g.create<FusedAttentionGradOp>(TypeRange(types), operands, attrs.getAttrs());
+  Value grads[3] = {grad.getDQ(), grad.getDKt(), grad.getDV()};
+  if (!op.getQSelect() && !op.getKtSelect() && !op.getVSelect()) {
+    llvm::copy(grads, dx.begin());
+    return success();
+  }
+  for (unsigned i = 0; i < 3; ++i)
+    if (!sel[i])
+      dx[i] = grads[i];
+  return packedGrads(op, g, grads, dx);
 }
 
 /// The rotation is linear in X: dX is the adjoint map applied to dY (the
