@@ -74,6 +74,11 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
   // that stages and transfers see the 16-bit layout ops.
   if (o.precision != "f32" && o.castMotion)
     pm.addNestedPass<func::FuncOp>(graph::createGraphCastMotion());
+  // After cast motion (whose rule 8 gives the loss gradient the 16-bit
+  // logits' type), before the planner and rematerialization: one
+  // SoftmaxCrossEntropyLossWithGrad reads the logits once, in the forward.
+  if (!o.loss.empty() && o.fuseLossGrad)
+    pm.addNestedPass<func::FuncOp>(graph::createGraphFuseLossGrad());
   // Before the planner, so that it counts the values the backward keeps
   // after recomputation; only when graph-fuse-elementwise will fuse the
   // clones into the backward groups (unfused, they would be extra kernels).

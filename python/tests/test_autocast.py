@@ -289,7 +289,9 @@ def test_cast_motion_is_bit_identical(tmp_path, runs, precision):
     into SoftmaxCrossEntropyLoss(Grad), which then run on the 16-bit logits, and the casts
     around LayerNormalization(Grad) and AccumulateGrad into them: 5 AdamW steps
     of gpt2-tiny give bit-identical losses, last outputs and parameters with the pass on
-    and off (--cast-motion=false), and the program with the pass has fewer casts."""
+    and off (--cast-motion=false), and the program with the pass has fewer casts. The loss
+    and its gradient stay two ops here (--fuse-loss-grad=false) to see each one's types;
+    test_fuse_loss_grad.py has them fused."""
     steps = 5
     path = os.path.join(str(tmp_path), "train.bin")
     runs["tokens"].tofile(path)
@@ -299,7 +301,7 @@ def test_cast_motion_is_bit_identical(tmp_path, runs, precision):
         args = [ttt.STRAITC, ttt.MODEL, "--input-shape", f"input_ids={ttt.BATCH}x{ttt.SEQ}",
                 "--loss", "cross-entropy", "--optimizer", "adamw", "--lr", str(ttt.LR),
                 "--weight-decay", str(ttt.WEIGHT_DECAY), "--precision", precision,
-                "--cast-motion=" + motion]
+                "--cast-motion=" + motion, "--fuse-loss-grad=false"]
         m = subprocess.run(args + ["--emit=mlir"], capture_output=True, text=True)
         assert m.returncode == 0, m.stderr[-2000:]
         c = subprocess.run(args + ["-o", job], capture_output=True, text=True)

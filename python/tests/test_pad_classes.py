@@ -45,10 +45,11 @@ def test_padded_classes_train_like_unpadded(tmp_path, precision, loss_rtol, para
                   for f in sorted(os.listdir(out)) if f.endswith(".npy")}
         results[pad] = (mlir, losses, params)
     (mlir_p, losses_p, params_p), (mlir_u, losses_u, params_u) = results["96"], results["0"]
-    # The padded step: the loss reads [32, 288] scores from one Gemm; no [.., 256] logits.
-    assert re.search(r"graph\.SoftmaxCrossEntropyLoss .*: \(tensor<32x288x(f32|bf16)>", mlir_p), \
-        mlir_p[-3000:]
-    assert re.search(r"graph\.SoftmaxCrossEntropyLoss .*: \(tensor<32x256x", mlir_u)
+    # The padded step: the loss (and its gradient, one SoftmaxCrossEntropyLossWithGrad:
+    # graph-fuse-loss-grad) reads [32, 288] scores from one Gemm; no [.., 256] logits.
+    sce = r"graph\.SoftmaxCrossEntropyLossWithGrad .*: \(tensor<f32>, tensor<32x{}x"
+    assert re.search(sce.format(288) + "(f32|bf16)>", mlir_p), mlir_p[-3000:]
+    assert re.search(sce.format(256), mlir_u)
     assert "x288x" not in mlir_u
     assert len(losses_p) == 5 and len(losses_u) == 5
     for a, b in zip(losses_p, losses_u):

@@ -211,6 +211,12 @@ cl::opt<bool> foldTransposes(
              "q_perm, kt_perm, v_perm, y_perm), MatMuls by a transposed weight become Gemms "
              "with transposition flags; no Transpose runs forward or backward"),
     cl::init(true), cl::cat(straitCat));
+cl::opt<bool> fuseLossGrad(
+    "fuse-loss-grad",
+    cl::desc("Compute the cross-entropy loss and its gradient in one "
+             "SoftmaxCrossEntropyLossWithGrad kernel in the forward, which reads the logits "
+             "once (default on; =false keeps the loss and its gradient apart)"),
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> castMotion(
     "cast-motion",
     cl::desc("With --precision bf16/f16: move casts through layout ops and remove exact "
@@ -400,6 +406,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.foldTransposes = foldTransposes.getValue();
   popts.fuseRotary = fuseRotary.getValue();
   popts.castMotion = castMotion.getValue();
+  popts.fuseLossGrad = fuseLossGrad.getValue();
   popts.rematerialize = rematerialize == Remat::On ||
                         (rematerialize == Remat::Auto && clusterHasAccelerator());
 }

@@ -61,6 +61,12 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                      "casts through layout ops and removes exact T -> f32 -> T round "
                      "trips"),
       llvm::cl::init(true)};
+  Option<bool> fuseLossGrad{
+      *this, "fuse-loss-grad",
+      llvm::cl::desc("with a loss: graph-fuse-loss-grad after the training step (and cast "
+                     "motion) computes the cross-entropy and its gradient in one "
+                     "SoftmaxCrossEntropyLossWithGrad, which reads the logits once"),
+      llvm::cl::init(true)};
   Option<bool> rematerialize{
       *this, "rematerialize",
       llvm::cl::desc("with a loss and fuse=elementwise: graph-rematerialize after the "

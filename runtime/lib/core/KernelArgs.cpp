@@ -699,3 +699,55 @@ StatusOr<RotaryArgs> fusedRotaryEmbeddingArgs(const KernelContext &ctx) {
 
 } // namespace rt
 } // namespace strait
+StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelContext &ctx) {
+  using Reduction = SoftmaxCrossEntropyArgs::Reduction;
+  SoftmaxCrossEntropyArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.dLoss, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(a.scores, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(a.labels, ctx.requireInput(2));
+  a.weights = ctx.input(3);
+  const Tensor &x = *a.scores, &t = *a.labels;
+  if (x.dtype != program::DTYPE_F32 && x.dtype != program::DTYPE_BF16 &&
+      x.dtype != program::DTYPE_F16)
+    return ctx.unsupported("scores of dtype " + x.typeString() + " (expected f32, bf16 or f16)");
+  if (t.dtype != program::DTYPE_I64 && t.dtype != program::DTYPE_I32)
+    return ctx.unsupported("labels of dtype " + t.typeString() + " (expected i64 or i32)");
+  if (x.rank() < 2 || t.rank() != x.rank() - 1 || t.shape[0] != x.shape[0])
+    return ctx.error("scores " + x.typeString() + " and labels " + t.typeString() +
+                     " do not fit [N, C, d...] / [N, d...]");
+  a.n = x.shape[0];
+  a.c = x.shape[1];
+  for (int64_t i = 2; i < x.rank(); ++i) {
+    if (t.shape[i - 1] != x.shape[i])
+      return ctx.error("labels " + t.typeString() + " do not match scores " + x.typeString());
+    a.d *= x.shape[i];
+  }
+  if (a.weights && (a.weights->dtype != program::DTYPE_F32 || a.weights->numel() != a.c))
+    return ctx.error("weights " + a.weights->typeString() + " must be f32 with C = " +
+                     std::to_string(a.c) + " entries");
+  STRAIT_ASSIGN_OR_RETURN(std::string red, ctx.getAttrs().getString("reduction", "mean"));
+  if (red != "mean" && red != "sum" && red != "none")
+    return ctx.error("unknown reduction '" + red + "' (expected mean, sum or none)");
+  a.reduction = red == "mean" ? Reduction::Mean : red == "sum" ? Reduction::Sum : Reduction::None;
+  a.hasIgnore = ctx.getAttrs().has("ignore_index");
+  STRAIT_ASSIGN_OR_RETURN(a.ignore, ctx.getAttrs().getInt("ignore_index", 0));
+  bool none = a.reduction == Reduction::None;
+  if (a.dLoss->dtype != program::DTYPE_F32 ||
+      (none ? a.dLoss->shape != t.shape : a.dLoss->numel() != 1))
+    return ctx.error("dLoss " + a.dLoss->typeString() + " must be f32 with " +
+                     (none ? "the labels' shape for reduction 'none'"
+                           : std::string("one element for reduction '") + red + "'"));
+  Shape lossShape = none ? t.shape : Shape{};
+  a.loss = ctx.output(0);
+  a.dScores = ctx.output(1);
+  if (!a.loss || !a.dScores)
+    return ctx.error(std::string("missing output ") + (a.loss ? "1 (dScores)" : "0 (loss)"));
+  if (a.loss->shape != lossShape || a.loss->dtype != program::DTYPE_F32)
+    return ctx.error("output 0 (loss) is declared " + a.loss->typeString() +
+                     " but the op computes f32" + shapeToString(lossShape));
+  if (a.dScores->shape != x.shape || a.dScores->dtype != x.dtype)
+    return ctx.error("output 1 (dScores) is declared " + a.dScores->typeString() +
+                     " but the op computes " + x.typeString() + " (the scores' type)");
+  return a;
+}
+

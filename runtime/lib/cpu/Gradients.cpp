@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "SoftmaxCrossEntropy.h"
 
 #include "strait/runtime/KernelArgs.h"
 
@@ -301,15 +302,7 @@ void sceGradRows(const Tensor &dl, const std::string &red, const std::vector<int
       int64_t row = i * d + j;
       double g = (red == "none" ? dl.as<float>()[row] : dl.as<float>()[0]) * w[row] * scale;
       auto at = [&](int64_t k) { return (i * c + k) * d + j; };
-      double mx = -INFINITY, sum = 0;
-      for (int64_t k = 0; k < c; ++k)
-        mx = std::max<double>(mx, in(at(k)));
-      for (int64_t k = 0; k < c; ++k)
-        sum += std::exp(in(at(k)) - mx);
-      for (int64_t k = 0; k < c; ++k) {
-        double p = std::exp(in(at(k)) - mx) / sum;
-        out(at(k), static_cast<float>(g * (p - (k == labels[row] ? 1.0 : 0.0))));
-      }
+      sceGradRow(in, at, c, sceRowStats(in, at, c), g, labels[row], out);
     }
 }
 

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "SoftmaxCrossEntropy.h"
 
 #include "strait/runtime/KernelArgs.h"
 
@@ -151,12 +152,7 @@ Status runSce(KernelContext &ctx, const Tensor &x, Load in, const Tensor &t,
     for (int64_t r = r0; r < r1; ++r) {
       int64_t n = r / s.d, d = r % s.d;
       auto at = [&](int64_t c) { return (n * s.c + c) * s.d + d; };
-      double mx = -INFINITY, sum = 0;
-      for (int64_t c = 0; c < s.c; ++c)
-        mx = std::max<double>(mx, in(at(c)));
-      for (int64_t c = 0; c < s.c; ++c)
-        sum += std::exp(in(at(c)) - mx);
-      double lse = mx + std::log(sum);
+      double lse = sceRowStats(in, at, s.c).logSumExp();
       for (int64_t c = 0; c < s.c; ++c)
         logp[at(c)] = static_cast<T>(in(at(c)) - lse);
     }
@@ -189,6 +185,76 @@ Status sceKernel(KernelContext &ctx) {
     return ctx.unsupported("scores of dtype " + x->typeString() +
                            " (expected f32, f64, bf16 or f16)");
   }
+}
+
+/// SoftmaxCrossEntropyLossWithGrad: SoftmaxCrossEntropyLoss and
+/// SoftmaxCrossEntropyLossGrad in one pass over the scores, bit for bit: each
+/// row's statistics (SoftmaxCrossEntropy.h, as both kernels compute them)
+/// give its loss term (the loss kernel's f32 log-probability of the label
+/// times the weight) and its dScores (the gradient kernel's); the terms are
+/// then reduced in row order in double, as nllLoss does.
+Status sceWithGradKernel(KernelContext &ctx) {
+  using Reduction = SoftmaxCrossEntropyArgs::Reduction;
+  STRAIT_ASSIGN_OR_RETURN(SoftmaxCrossEntropyArgs a, softmaxCrossEntropyWithGradArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> labels, readInts(ctx, *a.labels));
+  int64_t rows = a.n * a.d, c = a.c, d = a.d;
+  // Row weights (0 for ignored labels) and their sum, as the gradient kernel.
+  std::vector<double> w(rows, 0.0);
+  std::vector<char> ignored(rows, 0);
+  double weightSum = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t label = labels[r];
+    if (a.hasIgnore && label == a.ignore) {
+      ignored[r] = 1;
+      continue;
+    }
+    if (label < 0 || label >= c)
+      return ctx.error("label " + std::to_string(label) + " at row " + std::to_string(r) +
+                       " outside [0, " + std::to_string(c) + ")");
+    w[r] = a.weights ? a.weights->as<float>()[label] : 1.0;
+    weightSum += w[r];
+  }
+  bool none = a.reduction == Reduction::None;
+  double scale = a.reduction == Reduction::Mean ? (weightSum == 0 ? 0.0 : 1.0 / weightSum) : 1.0;
+  const float *dl = a.dLoss->as<float>();
+  std::vector<double> term(rows, 0.0);
+  auto run = [&](auto in, auto store) {
+    parallelFor(rows, 4, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t i = r / d, j = r % d;
+        auto at = [&](int64_t k) { return (i * c + k) * d + j; };
+        SceRowStats st = sceRowStats(in, at, c);
+        if (!ignored[r])
+          term[r] = -static_cast<double>(static_cast<float>(in(at(labels[r])) - st.logSumExp())) *
+                    w[r];
+        double g = (none ? dl[r] : dl[0]) * w[r] * scale;
+        sceGradRow(in, at, c, st, g, labels[r], store);
+      }
+    });
+  };
+  DType t = a.scores->dtype;
+  if (t == program::DTYPE_F32) {
+    const float *xs = a.scores->as<float>();
+    float *ys = a.dScores->as<float>();
+    run([xs](int64_t k) { return xs[k]; }, [ys](int64_t k, float v) { ys[k] = v; });
+  } else {
+    const uint16_t *xs = a.scores->as<uint16_t>();
+    uint16_t *ys = a.dScores->as<uint16_t>();
+    run([xs, t](int64_t k) { return lowToFloat(t, xs[k]); },
+        [ys, t](int64_t k, float v) { ys[k] = floatToLow(t, v); });
+  }
+  float *loss = a.loss->as<float>();
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (none)
+      loss[r] = static_cast<float>(term[r]);
+    total += term[r];
+  }
+  if (a.reduction == Reduction::Sum)
+    loss[0] = static_cast<float>(total);
+  else if (a.reduction == Reduction::Mean)
+    loss[0] = static_cast<float>(weightSum == 0 ? 0.0 : total / weightSum);
+  return Status::ok();
 }
 
 //===----------------------------------------------------------------------===//
@@ -339,6 +405,7 @@ Status adamWKernel(KernelContext &ctx) {
 void addTrainingKernels(KernelTable &table) {
   table.add("NegativeLogLikelihoodLoss", nllKernel);
   table.add("SoftmaxCrossEntropyLoss", sceKernel);
+  table.add("SoftmaxCrossEntropyLossWithGrad", sceWithGradKernel);
   table.add("Adagrad", adagradKernel);
   table.add("Momentum", momentumKernel);
   table.add("Adam", adamKernel);

@@ -138,6 +138,14 @@ bool launchSoftmaxCrossEntropy(ET scores, const void *x, const LossArgs &a, floa
 bool launchSoftmaxCrossEntropyGrad(ET scores, const float *dLoss, const void *x,
                                    const LossArgs &a, void *dx, float *scratch, int *errorFlag,
                                    int tag, cudaStream_t s);
+/// SoftmaxCrossEntropyLossWithGrad: the loss (as launchSoftmaxCrossEntropy,
+/// no log_prob) and dx (as launchSoftmaxCrossEntropyGrad) from one read of
+/// each row, bit for bit the two launches' results. `scratch` holds
+/// 2 * n * d + 1 floats. False (nothing launched) for scores other than
+/// f32, bf16, f16.
+bool launchSoftmaxCrossEntropyWithGrad(ET scores, const float *dLoss, const void *x,
+                                       const LossArgs &a, float *loss, void *dx, float *scratch,
+                                       int *errorFlag, int tag, cudaStream_t s);
 
 /// AdamW on one tensor; lr (f32) and step (i64 or i32) are read on the device.
 /// AdamW and SGD over f32 parameters and state; the gradient g is of type

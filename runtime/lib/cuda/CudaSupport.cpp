@@ -96,6 +96,27 @@ std::string sce(const KernelSpec &s) {
   return "";
 }
 
+/// SoftmaxCrossEntropyLossWithGrad (dLoss, scores, labels[, weights] -> loss,
+/// dScores): scores f32, bf16 or f16; dLoss, the weights and the loss f32;
+/// dScores in the scores' type.
+std::string sceWithGrad(const KernelSpec &s) {
+  const OperandType *x = in(s, 1);
+  if (!x)
+    return "";
+  if (!oneOf(x->dtype, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16}))
+    return "scores are " + name(x->dtype) + " (the CUDA kernel takes f32, bf16, f16)";
+  auto f32 = [](const OperandType *t) { return !t || t->dtype == program::DTYPE_F32; };
+  if (!f32(in(s, 0)))
+    return "dLoss is " + name(in(s, 0)->dtype) + " (the CUDA kernel takes f32)";
+  if (!f32(in(s, 3)))
+    return "the weights are not f32 (the CUDA kernel takes f32)";
+  if (!s.outputs.empty() && s.outputs[0].present && s.outputs[0].dtype != program::DTYPE_F32)
+    return "the loss is not f32";
+  if (s.outputs.size() > 1 && s.outputs[1].present && s.outputs[1].dtype != x->dtype)
+    return "dScores differ from the scores' type";
+  return "";
+}
+
 /// LayerNormalization, LayerNormalizationGrad, AccumulateGrad: floatsF32,
 /// except for one 16-bit operand the kernel converts itself: the
 /// normalization's Y (output 0, rounded once), its gradient's dY (input 0,
@@ -298,6 +319,7 @@ const std::map<std::string, Rule> &rules() {
       r[op] = lowIo;
     r["SoftmaxCrossEntropyLoss"] = sce;
     r["SoftmaxCrossEntropyLossGrad"] = sce;
+    r["SoftmaxCrossEntropyLossWithGrad"] = sceWithGrad;
     r["MatMul"] = gemm;
     r["Gemm"] = gemm;
     r["FusedElementwise"] = fused;

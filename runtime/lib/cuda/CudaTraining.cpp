@@ -1,7 +1,8 @@
 //===- CudaTraining.cpp - Normalization, losses, optimizers (host side) ---===//
 //
 // Softmax / LogSoftmax and their gradients, LayerNormalization,
-// RMSNormalization and their gradients, ReduceToShape, SoftmaxCrossEntropyLoss and its gradient, AdamW,
+// RMSNormalization and their gradients, ReduceToShape, SoftmaxCrossEntropyLoss and its gradient
+// (apart, or fused: SoftmaxCrossEntropyLossWithGrad), AdamW,
 // SGD, AccumulateGrad and ClipByGlobalNorm, with the CPU backend's operand
 // order, attributes and semantics (runtime/lib/cpu/{Normalization,Training,
 // Gradients}.cpp). All f32, except the cross-entropy and its gradient, which
@@ -293,6 +294,31 @@ Status sceGradKernel(CudaContext &c, KernelContext &ctx, int tag) {
   return Status::ok();
 }
 
+/// SoftmaxCrossEntropyLossWithGrad: the loss of sceKernel and the dScores of
+/// sceGradKernel from one pass over each row (operand checks shared with the
+/// CPU kernel, KernelArgs.h).
+Status sceWithGradKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  using Reduction = SoftmaxCrossEntropyArgs::Reduction;
+  STRAIT_ASSIGN_OR_RETURN(SoftmaxCrossEntropyArgs sa, softmaxCrossEntropyWithGradArgs(ctx));
+  LossArgs a;
+  a.n = sa.n;
+  a.c = sa.c;
+  a.d = sa.d;
+  a.labels = sa.labels->data;
+  a.labels64 = sa.labels->dtype == program::DTYPE_I64;
+  a.weights = sa.weights ? sa.weights->as<float>() : nullptr;
+  a.hasIgnore = sa.hasIgnore;
+  a.ignore = sa.ignore;
+  a.reduction = sa.reduction == Reduction::Mean ? 0 : sa.reduction == Reduction::Sum ? 1 : 2;
+  STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(float) * (2 * a.n * a.d + 1)));
+  if (!launchSoftmaxCrossEntropyWithGrad(elemType(sa.scores->dtype), sa.dLoss->as<float>(),
+                                         sa.scores->data, a, sa.loss->as<float>(),
+                                         sa.dScores->data, static_cast<float *>(scratch),
+                                         c.errorFlag, tag, c.stream))
+    return ctx.unsupported("cuda: scores " + sa.scores->typeString());
+  return Status::ok();
+}
+
 Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *lr, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *step, ctx.requireInput(1));
@@ -383,6 +409,7 @@ void addTrainingKernels(CudaKernelTable &t) {
   t.add("ClipByGlobalNorm", clipByGlobalNormKernel);
 }
 
+  t.add("SoftmaxCrossEntropyLossWithGrad", sceWithGradKernel);
 } // namespace cuda
 } // namespace rt
 } // namespace strait

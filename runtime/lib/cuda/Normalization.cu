@@ -4,7 +4,8 @@
 // contiguous (inner == 1), one thread per column otherwise. Softmax and the
 // cross-entropy use an online max/sum (one pass for the statistics); the
 // cross-entropy and its gradient also take bf16 / f16 scores (widened on
-// load, f32 math, the gradient rounded once to the scores' type), and so do
+// load, f32 math, the gradient rounded once to the scores' type; the fused
+// SoftmaxCrossEntropyLossWithGrad computes both from one row pass), and so do
 // LayerNormalization's Y (bf16 / f16: the f32 value rounded once) and
 // LayerNormalizationGrad's dY (widened on load). The
 // column sums of LayerNormalizationGrad (dScale, dBias) accumulate chunks of
@@ -318,6 +319,59 @@ __global__ void sceGradRowKernel(const float *dLoss, const S *x, LossArgs a, S *
   }
 }
 
+/// SoftmaxCrossEntropyLossWithGrad: sceRowKernel's loss term and
+/// sceGradRowKernel's dScores from one row's statistics (the same online
+/// max / sum and the same f32 expressions, so both are bit for bit the two
+/// kernels'); the second sweep of the row, for dScores, mostly hits the L2
+/// cache. The mean's weight sum is at scratch[2 * rows].
+template <typename I, typename S>
+__global__ void sceWithGradRowKernel(const float *dLoss, const S *x, LossArgs a, float *loss,
+                                     S *dx, float *scratch, int *flag, int tag) {
+  __shared__ float shmM[32], shmS[32];
+  int64_t row = blockIdx.x, rows = a.n * a.d, label;
+  float w;
+  bool valid = readLabel<I>(a, row, label, w, flag, tag);
+  MaxSum ms{-INFINITY, 0.0f};
+  for (int64_t k = threadIdx.x; k < a.c; k += kBlock)
+    ms = add(ms, toF(x[at(row, k, a.c, a.d)]));
+  ms = blockMaxSum(ms, shmM, shmS);
+  if (threadIdx.x == 0) {
+    float lse = ms.m + logf(ms.s);
+    float l = valid ? -(toF(x[at(row, label, a.c, a.d)]) - lse) * w : 0.0f;
+    scratch[row] = l;
+    scratch[rows + row] = w;
+    if (a.reduction == 2)
+      loss[row] = l;
+  }
+  float g = (a.reduction == 2 ? dLoss[row] : dLoss[0]) * w;
+  if (a.reduction == 0) {
+    float weightSum = scratch[2 * rows];
+    g = weightSum == 0.0f ? 0.0f : g / weightSum;
+  }
+  float inv = 1.0f / ms.s;
+  for (int64_t k = threadIdx.x; k < a.c; k += kBlock) {
+    int64_t i = at(row, k, a.c, a.d);
+    float p = expf(toF(x[i]) - ms.m) * inv;
+    dx[i] = fromF<S>(g * (p - (valid && k == label ? 1.0f : 0.0f)));
+  }
+}
+
+template <typename S>
+void sceWithGradRows(const float *dLoss, const void *x, const LossArgs &a, float *loss,
+                     void *dx, float *scratch, int *flag, int tag, cudaStream_t s) {
+  int64_t rows = a.n * a.d;
+  auto run = [&](auto labelType) {
+    using I = decltype(labelType);
+    weightSumKernel<I><<<1, kBlock, 0, s>>>(a, scratch + 2 * rows);
+    sceWithGradRowKernel<I, S><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(
+        dLoss, static_cast<const S *>(x), a, loss, static_cast<S *>(dx), scratch, flag, tag);
+  };
+  if (a.labels64)
+    run(int64_t{});
+  else
+    run(int32_t{});
+}
+
 template <typename I, typename S, typename P>
 void sceRows(const void *x, const LossArgs &a, float *loss, void *logProb, float *scratch,
              int *flag, int tag, cudaStream_t s) {
@@ -497,6 +551,28 @@ bool launchSoftmaxCrossEntropyGrad(ET scores, const float *dLoss, const void *x,
     sceGradRows<__nv_bfloat16>(dLoss, x, a, dx, scratch, flag, tag, s);
   else
     sceGradRows<__half>(dLoss, x, a, dx, scratch, flag, tag, s);
+  return true;
+}
+
+bool launchSoftmaxCrossEntropyWithGrad(ET scores, const float *dLoss, const void *x,
+                                       const LossArgs &a, float *loss, void *dx, float *scratch,
+                                       int *flag, int tag, cudaStream_t s) {
+  if (scores != ET::F32 && scores != ET::BF16 && scores != ET::F16)
+    return false;
+  int64_t rows = a.n * a.d;
+  if (rows == 0) {
+    if (a.reduction != 2)
+      cudaMemsetAsync(loss, 0, sizeof(float), s);
+    return true;
+  }
+  if (scores == ET::F32)
+    sceWithGradRows<float>(dLoss, x, a, loss, dx, scratch, flag, tag, s);
+  else if (scores == ET::BF16)
+    sceWithGradRows<__nv_bfloat16>(dLoss, x, a, loss, dx, scratch, flag, tag, s);
+  else
+    sceWithGradRows<__half>(dLoss, x, a, loss, dx, scratch, flag, tag, s);
+  if (a.reduction != 2)
+    lossReduceKernel<<<1, kBlock, 0, s>>>(scratch, rows, a.reduction, loss);
   return true;
 }
 

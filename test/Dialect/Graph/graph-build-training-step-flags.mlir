@@ -36,7 +36,7 @@ graph.Variable @extra.b : tensor<4xf32> = dense<0.1> : tensor<4xf32>
 // ADAMW-LABEL: func.func @stage0
 // ADAMW-SAME: tensor<2xi64> {graph.name = "tgt"}
 // ADAMW-SAME: graph.training = {loss = "cross-entropy", lr = 1.000000e-02 : f64, micro_batches = 1 : i64, min_lr = 1.000000e-03 : f64, optimizer = "adamw", total_steps = 100 : i64, warmup_steps = 10 : i64}
-// ADAMW: graph.SoftmaxCrossEntropyLoss {{.*}}ignore_index = 7 : i64
+// ADAMW: graph.SoftmaxCrossEntropyLossWithGrad {{.*}}ignore_index = 7 : i64
 // ADAMW: graph.ClipByGlobalNorm {{.*}}max_norm = 2.000000e+00
 // ADAMW-COUNT-2: graph.AdamW {{.*}}beta1 = 8.000000e-01 : f32, beta2 = 9.900000e-01 : f32, {{.*}}epsilon = 9.99999997E-7 : f32, weight_decay = 1.000000e-01 : f32
 // ADAMW-NOT: graph.AdamW

@@ -364,4 +364,30 @@ def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphFuseLossGrad : Pass<"graph-fuse-loss-grad", "::mlir::func::FuncOp"> {
+  let summary = "Compute the softmax cross-entropy and its gradient in one op";
+  let description = [{
+    Replaces a `SoftmaxCrossEntropyLoss` and a `SoftmaxCrossEntropyLossGrad`
+    with the same scores, labels, weights, reduction and ignore_index by one
+    `graph.SoftmaxCrossEntropyLossWithGrad`, when the gradient's dLoss is
+    known before the loss: a constant (autodiff's seed; cloned in front of
+    the loss without its `graph.grad_of`), or a value defined before the
+    loss by an op that is not a backward op. The fused op takes the loss's
+    place and its `graph.op_id`, so the exporter runs it in the forward
+    (of each micro-batch): the scores are read once and die there, and
+    dScores waits for the backward. Results are bit for bit the two ops'.
+    It runs after `graph-cast-motion` (which narrows the gradient to the
+    16-bit scores' type) and before `graph-rematerialize`. See
+    docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-build-training-step --graph-fuse-loss-grad model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "SoftmaxCrossEntropyLossWithGrad ops created">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHPASSES_TD

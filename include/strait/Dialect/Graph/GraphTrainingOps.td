@@ -250,6 +250,35 @@ def Graph_ConvGradInputOp : Graph_GenericOp<"ConvGradInput", [Pure]> {
     %dx = graph.ConvGradInput %dy, %w {dilations = array<i64: 1, 1>, group = 1 : i64, input_shape = array<i64: 1, 3, 8, 8>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x3x8x8xf32>
     ```
   }];
+def Graph_SoftmaxCrossEntropyLossWithGradOp
+    : Graph_GenericOp<"SoftmaxCrossEntropyLossWithGrad", [Pure]> {
+  let summary = "SoftmaxCrossEntropyLoss and its gradient in one pass over the scores";
+  let description = [{
+    The loss of `SoftmaxCrossEntropyLoss(scores, labels[, weights])` and the
+    dScores of `SoftmaxCrossEntropyLossGrad(dLoss, scores, labels[,
+    weights])`, same attributes, from one read of the scores: each row's
+    max and sum of exponentials serve both. The results are bit for bit the
+    two ops' (the kernels share their row math). `graph-fuse-loss-grad`
+    forms it when the gradient's dLoss is known before the loss (autodiff's
+    seed, a constant): the op then runs in the forward, the scores die
+    there, and dScores waits for the backward. Type rules are the two ops'
+    (constraint T8 of docs/training.md): the loss has the scores' element
+    type, f32 for bf16 / f16 scores, and is a scalar unless reduction is
+    none (then the labels' shape); dLoss has the loss's type; dScores has
+    the scores' type (for 16-bit scores the f32 gradient rounded once).
+
+    ```mlir
+    %l, %ds = graph.SoftmaxCrossEntropyLossWithGrad %dl, %s, %y {ignore_index = -100 : i64} : (tensor<f32>, tensor<4x10xbf16>, tensor<4xi64>) -> (tensor<f32>, tensor<4x10xbf16>)
+    ```
+  }];
+  let arguments = (ins AnyTensor:$dLoss, AnyTensor:$scores, AnyTensor:$labels,
+                   Optional<AnyTensor>:$weights,
+                   DefaultValuedAttr<Graph_LossReductionAttr, "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs AnyTensor:$loss, AnyTensor:$dScores);
+  let hasVerifier = 1;
+}
+
   let arguments = (ins AnyTensor:$dY, AnyTensor:$W,
                    DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
                    DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,

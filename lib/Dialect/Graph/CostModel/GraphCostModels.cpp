@@ -186,6 +186,11 @@ double forwardFlops(SoftmaxCrossEntropyLossOp op) { return 6.0 * elems(op.getSco
 KernelClass kernelClass(SoftmaxOp) { return KernelClass::Normalization; }
 KernelClass kernelClass(LogSoftmaxOp) { return KernelClass::Normalization; }
 KernelClass kernelClass(SoftmaxCrossEntropyLossOp) { return KernelClass::Normalization; }
+// The loss and its gradient in one pass: the loss's 6 per score, then the
+// probability, the one-hot difference and the scale; nothing left backward.
+double forwardFlops(SoftmaxCrossEntropyLossWithGradOp op) { return 9.0 * elems(op.getScores()); }
+double backwardFlops(SoftmaxCrossEntropyLossWithGradOp) { return 0; }
+KernelClass kernelClass(SoftmaxCrossEntropyLossWithGradOp) { return KernelClass::Normalization; }
 
 // Transcendentals cost more than an add.
 double forwardFlops(GeluOp op) { return 10.0 * elems(op.getY()); }

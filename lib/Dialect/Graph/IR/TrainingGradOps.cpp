@@ -142,6 +142,56 @@ LogicalResult SoftmaxCrossEntropyLossGradOp::verify() {
   return success();
 }
 
+/// (T8) The loss and dScores of SoftmaxCrossEntropyLossWithGrad: the types
+/// SoftmaxCrossEntropyLoss and SoftmaxCrossEntropyLossGrad infer. Scores
+/// N x C x D... of floats, labels N x D... of integers; the loss has the
+/// scores' element type (f32 for bf16 / f16) and is a scalar unless the
+/// reduction is none (then the labels' shape); dScores has the scores' type.
+STRAIT_INFER(SoftmaxCrossEntropyLossWithGradOp) {
+  constexpr StringLiteral op = "SoftmaxCrossEntropyLossWithGrad";
+  TensorType s = tensorOf(adaptor.getScores()), l = tensorOf(adaptor.getLabels());
+  Type element = s.getElementType();
+  if (!isa<FloatType>(element))
+    return emitOptionalError(loc, op, ": scores must be floats, got ", element);
+  if (element.isBF16() || element.isF16())
+    element = Float32Type::get(element.getContext());
+  if (!isa<IntegerType>(l.getElementType()))
+    return emitOptionalError(loc, op, ": labels must be integers, got ", l.getElementType());
+  if (s.hasRank() && l.hasRank()) {
+    if (s.getRank() < 2 || l.getRank() != s.getRank() - 1)
+      return emitOptionalError(loc, op, ": scores ", s, " and labels ", l,
+                               " must be N x C x D... and N x D...");
+    for (int64_t i = 0; i < l.getRank(); ++i) {
+      int64_t sd = s.getDimSize(i == 0 ? 0 : i + 1), ld = l.getDimSize(i);
+      if (sd != ShapedType::kDynamic && ld != ShapedType::kDynamic && sd != ld)
+        return emitOptionalError(loc, op, ": scores ", s, " and labels ", l,
+                                 " disagree in dimension ", i);
+    }
+  }
+  if (adaptor.getReduction() != LossReduction::none)
+    (void)pushTensor(types, ArrayRef<int64_t>{}, element);
+  else
+    (void)pushTensor(types, l.hasRank() ? std::optional(l.getShape()) : std::nullopt, element);
+  types.push_back(s);
+  return success();
+}
+
+/// (T8) dLoss has the loss's type: its element type, and one element
+/// (reduction mean / sum) or the labels' shape (none) where known.
+LogicalResult SoftmaxCrossEntropyLossWithGradOp::verify() {
+  TensorType dl = tensorOf(getDLoss()), loss = tensorOf(getLoss());
+  if (dl.getElementType() != loss.getElementType())
+    return emitOpError("(T8) dLoss ") << dl << " must have the loss's element type "
+                                      << loss.getElementType() << " (scores "
+                                      << getScores().getType() << ")";
+  if (!dl.hasStaticShape() || !loss.hasStaticShape())
+    return success();
+  if (getReduction() != LossReduction::none ? dl.getNumElements() != 1
+                                            : dl.getShape() != loss.getShape())
+    return emitOpError("(T8) dLoss ") << dl << " must have the loss's shape " << loss;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution and pooling gradients
 //===----------------------------------------------------------------------===//

@@ -232,4 +232,26 @@ StatusOr<RotaryArgs> fusedRotaryEmbeddingArgs(const KernelContext &ctx);
 } // namespace rt
 } // namespace strait
 
+/// SoftmaxCrossEntropyLossWithGrad (dLoss, scores, labels [, weights] ->
+/// loss, dScores): SoftmaxCrossEntropyLoss and SoftmaxCrossEntropyLossGrad
+/// in one kernel, with their operands and attributes; docs/program-format.md.
+/// Scores [N, C, d...] f32, bf16 or f16; labels [N, d...] i64 or i32;
+/// weights f32 [C]; dLoss f32 with one element (reduction mean / sum) or
+/// the labels' shape (none); attributes reduction ("mean", the default,
+/// "sum" or "none") and ignore_index (optional). Outputs: the loss, f32, a
+/// scalar or (none) the labels' shape, and dScores of the scores' shape and
+/// dtype. Reads no tensor data (a label outside [0, C) is the kernel's
+/// error).
+struct SoftmaxCrossEntropyArgs {
+  enum class Reduction { Mean, Sum, None };
+  const Tensor *dLoss = nullptr, *scores = nullptr, *labels = nullptr, *weights = nullptr;
+  Tensor *loss = nullptr, *dScores = nullptr;
+  /// The scores viewed as [n, c, d]: n * d rows of c classes.
+  int64_t n = 0, c = 0, d = 1;
+  Reduction reduction = Reduction::Mean;
+  bool hasIgnore = false;
+  int64_t ignore = 0;
+};
+StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelContext &ctx);
+
 #endif // STRAIT_RUNTIME_KERNELARGS_H
