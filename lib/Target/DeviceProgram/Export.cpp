@@ -38,6 +38,12 @@ public:
     }
     return *current;
   }
+  /// Whether the step being filled ends with kernel `id` (a kernel that
+  /// nothing has run after yet).
+  bool endsWith(uint32_t id) const {
+    return current && current->kernel_ids_size() &&
+           current->kernel_ids(current->kernel_ids_size() - 1) == id;
+  }
   pb::Step *newStep(const std::string &label) {
     pb::Step *step = program.add_steps();
     step->set_id(program.steps_size() - 1);
@@ -271,6 +277,7 @@ private:
   LogicalResult lowerLeaf(Operation &op, ValueTable &values);
   LogicalResult lowerOp(Operation &op, ValueTable &values);
   LogicalResult lowerReturn(func::ReturnOp ret, ValueTable &values);
+  bool mergeIntoPrevious(const pb::Kernel &k);
   LogicalResult sliceBatchInputs(ValueTable &base, ValueTable &mb, int m);
 
   func::FuncOp func;
@@ -312,6 +319,46 @@ static bool optimizerReadsGradient(graph::AccumulateGradOp acc) {
                       [](Operation *u) { return isa<graph::AdamWOp, graph::SGDOp>(u); });
 }
 
+/// Appends AdamW kernel `k` (the program's last, just lowered) to the kernel
+/// before it when that is an AdamW with the same learning rate, step and
+/// attributes that the current step ends with (only variable reads and
+/// writes, which are no kernels, came between them): the optimizer's
+/// updates become one multi-tensor kernel (lr, step, X..., G..., M..., V...
+/// -> X..., M..., V...), which the CUDA backend runs in a few launches
+/// instead of one per variable.
+bool ProgramLowering::mergeIntoPrevious(const pb::Kernel &k) {
+  if (k.op() != "AdamW" || program.kernels_size() < 2 || k.inputs_size() != 6 ||
+      k.outputs_size() != 3)
+    return false;
+  pb::Kernel &prev = *program.mutable_kernels(program.kernels_size() - 2);
+  if (prev.op() != k.op() || prev.domain() != k.domain() || !steps.endsWith(prev.id()) ||
+      prev.inputs_size() < 6 || (prev.inputs_size() - 2) % 4 ||
+      prev.outputs_size() != 3 * (prev.inputs_size() - 2) / 4 ||
+      prev.inputs(0) != k.inputs(0) || prev.inputs(1) != k.inputs(1) ||
+      prev.attrs_size() != k.attrs_size())
+    return false;
+  for (const auto &[name, attr] : k.attrs()) {
+    auto it = prev.attrs().find(name);
+    if (it == prev.attrs().end() || it->second.SerializeAsString() != attr.SerializeAsString())
+      return false;
+  }
+  // Rebuild the operand lists with k's tensor appended to each group.
+  int n = (prev.inputs_size() - 2) / 4;
+  std::vector<uint32_t> ins(prev.inputs().begin(), prev.inputs().begin() + 2);
+  for (int g = 0; g < 4; ++g) {
+    ins.insert(ins.end(), prev.inputs().begin() + 2 + g * n, prev.inputs().begin() + 2 + (g + 1) * n);
+    ins.push_back(k.inputs(2 + g));
+  }
+  std::vector<uint32_t> outs;
+  for (int g = 0; g < 3; ++g) {
+    outs.insert(outs.end(), prev.outputs().begin() + g * n, prev.outputs().begin() + (g + 1) * n);
+    outs.push_back(k.outputs(g));
+  }
+  prev.mutable_inputs()->Assign(ins.begin(), ins.end());
+  prev.mutable_outputs()->Assign(outs.begin(), outs.end());
+  return true;
+}
+
 LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
   if (isa<graph::AssignVariableOp>(op))
     return success(); // the producer writes the variable's value
@@ -331,6 +378,10 @@ LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
   auto fused = dyn_cast<graph::FusedElementwiseOp>(op);
   if (failed(fused ? lowerFused(fused, values, *k) : lowerToKernel(&op, values, *k)))
     return failure();
+  if (mergeIntoPrevious(*k)) {
+    program.mutable_kernels()->RemoveLast();
+    return success();
+  }
   DenseMap<int64_t, uint32_t> &forwardKernels = kernelOfOpId[currentMicroBatch];
   if (auto id = op.getAttrOfType<IntegerAttr>("graph.op_id"))
     forwardKernels[id.getInt()] = k->id();
@@ -402,9 +453,12 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   };
   if (microBatches <= 1) {
     for (Operation &op : body.without_terminator()) {
-      steps.setPhase(phaseOf(op));
-      if (failed(isa<graph::ReadVariableOp, graph::ConstantOp>(op) ? lowerLeaf(op, values)
-                                                                    : lowerOp(op, values)))
+      // Leaves are values, not kernels: they do not end a step (the
+      // optimizer's variable reads would otherwise split the update).
+      bool leaf = isa<graph::ReadVariableOp, graph::ConstantOp>(op);
+      if (!leaf)
+        steps.setPhase(phaseOf(op));
+      if (failed(leaf ? lowerLeaf(op, values) : lowerOp(op, values)))
         return failure();
     }
     return lowerReturn(ret, values);

@@ -148,13 +148,26 @@ bool launchSoftmaxCrossEntropyWithGrad(ET scores, const float *dLoss, const void
                                        int *errorFlag, int tag, cudaStream_t s);
 
 /// AdamW on one tensor; lr (f32) and step (i64 or i32) are read on the device.
-/// AdamW and SGD over f32 parameters and state; the gradient g is of type
-/// `gType` (f32, or bf16 / f16 widened on load). False (nothing launched)
-/// for another type.
-bool launchAdamW(const float *lr, const void *step, bool step64, const float *x, ET gType,
-                 const void *g, const float *m, const float *v, float *xo, float *mo, float *vo,
-                 int64_t n, float b1, float b2, float eps, float wd, int *errorFlag, int tag,
+/// One tensor of an AdamW update: f32 parameter x, moments m, v and their
+/// outputs; the gradient g of type gType (f32, or bf16 / f16 widened on
+/// load).
+struct AdamWTensor {
+  const float *x = nullptr;
+  const void *g = nullptr;
+  const float *m = nullptr, *v = nullptr;
+  float *xo = nullptr, *mo = nullptr, *vo = nullptr;
+  int64_t n = 0;
+  ET gType = ET::F32;
+};
+/// AdamW over `count` tensors in a few launches (up to 24 tensors each, one
+/// block per 4096 elements of a tensor). False (nothing launched) for a
+/// gradient of another type.
+bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTensor *tensors,
+                 size_t count, float b1, float b2, float eps, float wd, int *errorFlag, int tag,
                  cudaStream_t s);
+/// SGD over f32 parameters and state; the gradient g of type `gType` (f32,
+/// or bf16 / f16 widened on load). False (nothing launched) for another
+/// type.
 bool launchSgd(const float *lr, const float *p, ET gType, const void *g, const float *v,
                float *po, float *vo, int64_t n, float momentum, float wd, bool nesterov,
                cudaStream_t s);

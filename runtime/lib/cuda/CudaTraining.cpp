@@ -331,16 +331,22 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
   STRAIT_ASSIGN_OR_RETURN(size_t n, optimizerGroups(ctx, 4, 3, /*lowGroup=*/1));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
+  std::vector<AdamWTensor> tensors(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor *x = ctx.input(2 + i), *g = ctx.input(2 + n + i);
-    if (!launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64,
-                     x->as<float>(), elemType(g->dtype), g->data,
-                     ctx.input(2 + 2 * n + i)->as<float>(), ctx.input(2 + 3 * n + i)->as<float>(),
-                     ctx.output(i)->as<float>(), ctx.output(n + i)->as<float>(),
-                     ctx.output(2 * n + i)->as<float>(), x->numel(), b1, b2, eps, wd, c.errorFlag,
-                     tag, c.stream))
-      return ctx.unsupported("cuda: gradient " + g->typeString());
+    tensors[i] = {x->as<float>(),
+                  g->data,
+                  ctx.input(2 + 2 * n + i)->as<float>(),
+                  ctx.input(2 + 3 * n + i)->as<float>(),
+                  ctx.output(i)->as<float>(),
+                  ctx.output(n + i)->as<float>(),
+                  ctx.output(2 * n + i)->as<float>(),
+                  x->numel(),
+                  elemType(g->dtype)};
   }
+  if (!launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64,
+                   tensors.data(), n, b1, b2, eps, wd, c.errorFlag, tag, c.stream))
+    return ctx.unsupported("cuda: AdamW gradients of another type than f32, bf16, f16");
   return Status::ok();
 }
 

@@ -27,13 +27,72 @@ template <typename H> __device__ inline float4 load4(const H *g, int64_t q) {
   return make_float4(toF(h[0]), toF(h[1]), toF(h[2]), toF(h[3]));
 }
 
-/// The gradient g is f32, or bf16 / f16 widened exactly on load (a
-/// one-micro-batch step hands it over without AccumulateGrad).
+/// One AdamW update (bias corrections c1, c2 already applied to the rates).
+struct AdamWScalars {
+  float rate, c1, c2, b1, b2, eps, wd;
+};
+__device__ inline void adamWElement(const AdamWScalars &p, float g, float &x, float &m,
+                                    float &v) {
+  float mn = p.b1 * m + (1 - p.b1) * g;
+  float vn = p.b2 * v + (1 - p.b2) * g * g;
+  float update = (mn / p.c1) / (sqrtf(vn / p.c2) + p.eps);
+  x = x - p.rate * (update + p.wd * x);
+  m = mn;
+  v = vn;
+}
+
+/// Elements [begin, end) of tensor `t`, whose gradient is G: f32, or bf16 /
+/// f16 widened exactly on load (a one-micro-batch step hands it over without
+/// AccumulateGrad). `begin` is a multiple of 4: four elements per thread
+/// through 16-byte loads (8-byte for a 16-bit gradient) where every pointer
+/// is aligned (parameters, gradients and their state are 256-byte aligned
+/// buffers), then the rest one by one.
 template <typename G>
-__global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, const float *x,
-                            const G *g, const float *m, const float *v, float *xo, float *mo,
-                            float *vo, int64_t n, float b1, float b2, float eps, float wd,
-                            int *flag, int tag) {
+__device__ void adamWRange(const AdamWTensor &t, int64_t begin, int64_t end,
+                           const AdamWScalars &p) {
+  const G *g = static_cast<const G *>(t.g);
+  bool vec = ((reinterpret_cast<uintptr_t>(t.x) | reinterpret_cast<uintptr_t>(g) |
+               reinterpret_cast<uintptr_t>(t.m) | reinterpret_cast<uintptr_t>(t.v) |
+               reinterpret_cast<uintptr_t>(t.xo) | reinterpret_cast<uintptr_t>(t.mo) |
+               reinterpret_cast<uintptr_t>(t.vo)) % 16) == 0;
+  int64_t vecEnd = vec ? begin + (end - begin) / 4 * 4 : begin;
+  for (int64_t q = begin / 4 + threadIdx.x; q < vecEnd / 4; q += blockDim.x) {
+    float4 gq = load4(g, q), xq = reinterpret_cast<const float4 *>(t.x)[q];
+    float4 mq = reinterpret_cast<const float4 *>(t.m)[q];
+    float4 vq = reinterpret_cast<const float4 *>(t.v)[q];
+    adamWElement(p, gq.x, xq.x, mq.x, vq.x);
+    adamWElement(p, gq.y, xq.y, mq.y, vq.y);
+    adamWElement(p, gq.z, xq.z, mq.z, vq.z);
+    adamWElement(p, gq.w, xq.w, mq.w, vq.w);
+    reinterpret_cast<float4 *>(t.xo)[q] = xq;
+    reinterpret_cast<float4 *>(t.mo)[q] = mq;
+    reinterpret_cast<float4 *>(t.vo)[q] = vq;
+  }
+  for (int64_t k = vecEnd + threadIdx.x; k < end; k += blockDim.x) {
+    float x = t.x[k], m = t.m[k], v = t.v[k];
+    adamWElement(p, toF(g[k]), x, m, v);
+    t.xo[k] = x;
+    t.mo[k] = m;
+    t.vo[k] = v;
+  }
+}
+
+/// Elements per block of a multi-tensor AdamW launch.
+constexpr int64_t kAdamWChunk = 4 * 4 * kBlock;
+/// Tensors per launch: the batch travels as the kernel's parameter (under
+/// the 4 KiB every CUDA version takes).
+constexpr int kAdamWBatch = 24;
+struct AdamWBatch {
+  AdamWTensor t[kAdamWBatch];
+  /// Blocks before tensor i; chunkStart[count] is the grid size.
+  int64_t chunkStart[kAdamWBatch + 1];
+  int count;
+};
+static_assert(sizeof(AdamWBatch) < 4000, "AdamW batch exceeds the kernel parameter limit");
+
+/// Every block updates one chunk of one tensor of the batch.
+__global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, AdamWBatch batch,
+                            float b1, float b2, float eps, float wd, int *flag, int tag) {
   int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
                         : static_cast<const int32_t *>(stepPtr)[0];
   if (step < 1) {
@@ -49,42 +108,23 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, c
     corr[1] = 1.0f - static_cast<float>(pow(static_cast<double>(b2), static_cast<double>(step)));
   }
   __syncthreads();
-  float c1 = corr[0], c2 = corr[1];
-  float rate = lr[0];
-  // Four elements per thread through 16-byte loads (8-byte for a 16-bit
-  // gradient) where every pointer is aligned (parameters, gradients and
-  // their state are 256-byte aligned buffers).
-  bool vec = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(g) |
-               reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v) |
-               reinterpret_cast<uintptr_t>(xo) | reinterpret_cast<uintptr_t>(mo) |
-               reinterpret_cast<uintptr_t>(vo)) % 16) == 0;
-  int64_t head = vec ? n / 4 : 0;
-  GRID_STRIDE(q, head) {
-    float4 gq = load4(g, q), xq = reinterpret_cast<const float4 *>(x)[q];
-    float4 mq = reinterpret_cast<const float4 *>(m)[q], vq = reinterpret_cast<const float4 *>(v)[q];
-    float *gs = &gq.x, *xs = &xq.x, *ms = &mq.x, *vs = &vq.x;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float mn = b1 * ms[j] + (1 - b1) * gs[j];
-      float vn = b2 * vs[j] + (1 - b2) * gs[j] * gs[j];
-      float update = (mn / c1) / (sqrtf(vn / c2) + eps);
-      xs[j] = xs[j] - rate * (update + wd * xs[j]);
-      ms[j] = mn;
-      vs[j] = vn;
-    }
-    reinterpret_cast<float4 *>(xo)[q] = xq;
-    reinterpret_cast<float4 *>(mo)[q] = mq;
-    reinterpret_cast<float4 *>(vo)[q] = vq;
-  }
-  for (int64_t k = head * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
-       k += (int64_t)gridDim.x * blockDim.x) {
-    float gk = toF(g[k]), xk = x[k];
-    float mn = b1 * m[k] + (1 - b1) * gk;
-    float vn = b2 * v[k] + (1 - b2) * gk * gk;
-    float update = (mn / c1) / (sqrtf(vn / c2) + eps);
-    xo[k] = xk - rate * (update + wd * xk);
-    mo[k] = mn;
-    vo[k] = vn;
+  AdamWScalars p{lr[0], corr[0], corr[1], b1, b2, eps, wd};
+  int i = 0;
+  while (i + 1 < batch.count && batch.chunkStart[i + 1] <= blockIdx.x)
+    ++i;
+  const AdamWTensor &t = batch.t[i];
+  int64_t begin = (blockIdx.x - batch.chunkStart[i]) * kAdamWChunk;
+  int64_t end = t.n < begin + kAdamWChunk ? t.n : begin + kAdamWChunk;
+  switch (t.gType) {
+  case ET::BF16:
+    adamWRange<__nv_bfloat16>(t, begin, end, p);
+    break;
+  case ET::F16:
+    adamWRange<__half>(t, begin, end, p);
+    break;
+  default:
+    adamWRange<float>(t, begin, end, p);
+    break;
   }
 }
 
@@ -154,14 +194,30 @@ template <typename Launch> bool withGradType(ET gType, const void *g, Launch &&l
 
 } // namespace
 
-bool launchAdamW(const float *lr, const void *step, bool step64, const float *x, ET gType,
-                 const void *g, const float *m, const float *v, float *xo, float *mo, float *vo,
-                 int64_t n, float b1, float b2, float eps, float wd, int *flag, int tag,
+bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTensor *tensors,
+                 size_t count, float b1, float b2, float eps, float wd, int *flag, int tag,
                  cudaStream_t s) {
-  return withGradType(gType, g, [&](auto *gt) {
-    adamWKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, step, step64, x, gt, m, v, xo, mo, vo, n, b1,
-                                                b2, eps, wd, flag, tag);
-  });
+  for (size_t i = 0; i < count; ++i)
+    if (tensors[i].gType != ET::F32 && tensors[i].gType != ET::BF16 &&
+        tensors[i].gType != ET::F16)
+      return false;
+  AdamWBatch batch{};
+  auto flush = [&] {
+    if (batch.count && batch.chunkStart[batch.count])
+      adamWKernel<<<static_cast<unsigned>(batch.chunkStart[batch.count]), kBlock, 0, s>>>(
+          lr, step, step64, batch, b1, b2, eps, wd, flag, tag);
+    batch.count = 0;
+  };
+  for (size_t i = 0; i < count; ++i) {
+    int c = batch.count;
+    batch.t[c] = tensors[i];
+    batch.chunkStart[c + 1] = batch.chunkStart[c] + (tensors[i].n + kAdamWChunk - 1) / kAdamWChunk;
+    batch.count = c + 1;
+    if (batch.count == kAdamWBatch)
+      flush();
+  }
+  flush();
+  return true;
 }
 
 bool launchSgd(const float *lr, const float *p, ET gType, const void *g, const float *v,
