@@ -18,8 +18,7 @@ namespace {
 
 class CudaSceWithGrad : public Cuda {};
 
-constexpr DType F32 = program::DTYPE_F32, BF16 = program::DTYPE_BF16,
-                F16 = program::DTYPE_F16;
+constexpr DType F32 = program::DTYPE_F32, BF16 = program::DTYPE_BF16, F16 = program::DTYPE_F16;
 constexpr const char *kOp = "SoftmaxCrossEntropyLossWithGrad";
 
 struct Case {

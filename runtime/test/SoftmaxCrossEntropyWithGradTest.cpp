@@ -22,8 +22,7 @@ using namespace strait::rt::test;
 
 namespace {
 
-constexpr DType F32 = program::DTYPE_F32, BF16 = program::DTYPE_BF16,
-                F16 = program::DTYPE_F16;
+constexpr DType F32 = program::DTYPE_F32, BF16 = program::DTYPE_BF16, F16 = program::DTYPE_F16;
 constexpr const char *kOp = "SoftmaxCrossEntropyLossWithGrad";
 
 /// One CPU kernel; fails the test on error.
@@ -37,8 +36,7 @@ void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<T
 }
 
 bool sameBytes(const Tensor &a, const Tensor &b) {
-  return a.dtype == b.dtype && a.shape == b.shape &&
-         std::memcmp(a.data, b.data, a.byteSize()) == 0;
+  return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, a.byteSize()) == 0;
 }
 
 /// Element i of an f32, bf16 or f16 tensor, widened.
@@ -92,8 +90,8 @@ std::vector<int64_t> labelsOf(const Case &c, int64_t rows) {
 /// The cross-entropy and its gradient in double, written from the
 /// definition (softmax, then -log p of the label; p - onehot).
 void reference(const Case &c, const Tensor &x, const std::vector<int64_t> &labels,
-               const std::vector<float> &w, const std::vector<float> &dl,
-               std::vector<double> &loss, std::vector<double> &grad) {
+               const std::vector<float> &w, const std::vector<float> &dl, std::vector<double> &loss,
+               std::vector<double> &grad) {
   int64_t n = c.scores[0], cl = c.scores[1], d = c.scores.size() > 2 ? c.scores[2] : 1;
   std::string red = c.reduction;
   grad.assign(x.numel(), 0.0);
@@ -132,14 +130,13 @@ void reference(const Case &c, const Tensor &x, const std::vector<int64_t> &label
 } // namespace
 
 TEST(SoftmaxCrossEntropyWithGrad, EqualsLossThenGradBitForBit) {
-  const Case cases[] = {
-      {"mean_ignore", {6, 37}, "mean", false, -100},
-      {"mean_weighted_ignore_in_range", {7, 11}, "mean", true, 1},
-      {"sum_weighted_3d", {3, 5, 4}, "sum", true, std::nullopt},
-      {"none_ignore", {9, 13}, "none", true, -1},
-      {"none_3d_i32", {2, 6, 5}, "none", false, 0, /*labels32=*/true},
-      {"mean_many_rows", {96, 257}, "mean", false, -100},
-      {"mean_weighted_ignore_3", {5, 4}, "mean", true, 3}};
+  const Case cases[] = {{"mean_ignore", {6, 37}, "mean", false, -100},
+                        {"mean_weighted_ignore_in_range", {7, 11}, "mean", true, 1},
+                        {"sum_weighted_3d", {3, 5, 4}, "sum", true, std::nullopt},
+                        {"none_ignore", {9, 13}, "none", true, -1},
+                        {"none_3d_i32", {2, 6, 5}, "none", false, 0, /*labels32=*/true},
+                        {"mean_many_rows", {96, 257}, "mean", false, -100},
+                        {"mean_weighted_ignore_3", {5, 4}, "mean", true, 3}};
   uint32_t seed = 7;
   for (DType dt : {F32, BF16, F16}) {
     for (const Case &c : cases) {

@@ -27,8 +27,7 @@ struct SceRowStats {
   double logSumExp() const { return mx + std::log(sum); }
 };
 
-template <typename Load, typename At>
-SceRowStats sceRowStats(Load in, At at, int64_t c) {
+template <typename Load, typename At> SceRowStats sceRowStats(Load in, At at, int64_t c) {
   SceRowStats s;
   for (int64_t k = 0; k < c; ++k)
     s.mx = std::max<double>(s.mx, in(at(k)));

@@ -114,8 +114,8 @@ struct FuseLossGradPass : public strait::graph::impl::GraphFuseLossGradBase<Fuse
             llvm::DenseSet<Operation *> &backward) {
     OpBuilder b(loss);
     auto fused = b.create<SoftmaxCrossEntropyLossWithGradOp>(
-        loss.getLoc(), TypeRange{loss.getOutput().getType(), grad.getDScores().getType()},
-        dLoss, loss.getScores(), loss.getLabels(), loss.getWeights(), loss.getReductionAttr(),
+        loss.getLoc(), TypeRange{loss.getOutput().getType(), grad.getDScores().getType()}, dLoss,
+        loss.getScores(), loss.getLabels(), loss.getWeights(), loss.getReductionAttr(),
         loss.getIgnoreIndexAttr());
     for (NamedAttribute a : loss->getDiscardableAttrs())
       fused->setAttr(a.getName(), a.getValue());
