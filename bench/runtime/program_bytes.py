@@ -56,16 +56,22 @@ def traffic(pb, path):
         return n * BYTES.get(pb.DType.Name(v.dtype), 4)
 
     ops = collections.defaultdict(lambda: [0, 0])
+    # Kernels of `once` steps (the parameters' 16-bit copies, cast when the
+    # parameters are loaded) are not part of the iteration.
+    once = {kid for st in p.steps if st.once for kid in st.run.kernel_ids}
     for k in p.kernels:
+        if k.id in once:
+            continue
         # A value a kernel reads through several operands (FusedAttention's
         # Q, K and V slices of one packed QKV tensor) is read once.
-        b = sum(size(values[i]) for i in set(k.inputs)) + sum(size(values[o]) for o in k.outputs)
+        b = (sum(size(values[i]) for i in set(k.inputs) if i in values) +
+             sum(size(values[o]) for o in k.outputs if o in values))  # absent: 2^32 - 1
         if k.op == "Reshape" and all(values[v].role == pb.ROLE_ACTIVATION
                                      for v in (k.inputs[0], k.outputs[0])):
             b = 0  # a view of its input
         ops[k.op][0] += 1
         ops[k.op][1] += b
-    return len(p.kernels), ops
+    return len(p.kernels) - len(once), ops
 
 
 def main():

@@ -720,6 +720,47 @@ TEST_F(CudaLowPrecision, MultiTensorAdamWEqualsOneTensorAtATime) {
   EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
 }
 
+// AdamW's fourth output group on the GPU: the 16-bit copy of each new
+// parameter is the Cast kernel of the new f32 parameter, bit for bit; a
+// tensor without a copy (absent output) is updated all the same.
+TEST_F(CudaLowPrecision, AdamWWritesTheParametersLowCopies) {
+  REQUIRE_GPU();
+  Arr lr = Arr::f({}, {0.01f}), step = Arr::i({}, {2});
+  Shape a{4099}, c{33};
+  Arr xa = Arr::rand(a, 401, 3.0f), xc = Arr::rand(c, 402, 3.0f), ga = randLow(program::DTYPE_BF16, a, 403),
+      gc = Arr::rand(c, 404), ma = Arr::rand(a, 405, 0.1f), mc = Arr::rand(c, 406, 0.1f),
+      va = Arr::rand(a, 407, 0.01f), vc = Arr::rand(c, 408, 0.01f);
+  for (Arr *v : {&va, &vc})
+    for (size_t k = 0; k < v->bytes.size() / 4; ++k)
+      reinterpret_cast<float *>(v->bytes.data())[k] = std::abs(reinterpret_cast<float *>(v->bytes.data())[k]);
+  Attrs attrs = [](program::Kernel &k) {
+    k.set_domain("strait");
+    setFloat(k, "weight_decay", 0.1f);
+  };
+  std::vector<Arr> ins = {lr, step, xa, xc, ga, gc, ma, mc, va, vc};
+  for (DType t : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(dtypeName(t));
+    std::vector<Arr> plain = {Arr::out(a), Arr::out(c), Arr::out(a), Arr::out(c), Arr::out(a),
+                              Arr::out(c)};
+    std::vector<Arr> withCopies = plain;
+    withCopies.push_back(Arr::out(a, t));
+    withCopies.push_back(Arr::out(c, t));
+    ASSERT_TRUE(runOn("cuda:0", registry, "AdamW", ins, plain, attrs).isOk());
+    Status s = runOn("cuda:0", registry, "AdamW", ins, withCopies, attrs);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    for (size_t o = 0; o < plain.size(); ++o)
+      EXPECT_TRUE(withCopies[o].bytes == plain[o].bytes) << "output " << o;
+    for (int i = 0; i < 2; ++i) {
+      std::vector<Arr> cast = {Arr::out(i ? c : a, t)};
+      ASSERT_TRUE(runOn("cuda:0", registry, "Cast", {plain[i]}, cast,
+                        [&](program::Kernel &k) { setInt(k, "to", t); })
+                      .isOk());
+      EXPECT_TRUE(withCopies[6 + i].bytes == cast[0].bytes) << "copy " << i;
+    }
+  }
+  EXPECT_TRUE(hostKernels().empty()) << hostKernels().begin()->first << " ran on the host";
+}
+
 // AdamW's and SGD's gradients may be 16-bit on the GPU; their parameters and
 // state may not.
 TEST(CudaNoDevice, OptimizersTakeLowGradients) {
@@ -734,6 +775,11 @@ TEST(CudaNoDevice, OptimizersTakeLowGradients) {
     EXPECT_TRUE(cuda::nativeSupport({&adam, {lr, step, x, x, g, g, x, x, x, x}, {x, x, x, x, x, x}})
                     .native);
     EXPECT_TRUE(cuda::nativeSupport({&sgd, {lr, x, g, x}, {x, x}}).native);
+    // The parameters' 16-bit copies (AdamW's fourth output group).
+    cuda::OperandType absent{false, F32, {}};
+    EXPECT_TRUE(cuda::nativeSupport({&adam, {lr, step, x, x, g, g, x, x, x, x},
+                                     {x, x, x, x, x, x, g, absent}})
+                    .native);
     cuda::NativeSupport no =
         cuda::nativeSupport({&adam, {lr, step, x, x, g, g, x, g, x, x}, {x, x, x, x, x, x}});
     EXPECT_FALSE(no.native);

@@ -161,6 +161,62 @@ TEST(Executor, SmallIntegerConstantsKeepAHostCopy) {
   EXPECT_FLOAT_EQ((*exec)->getValue(y)->as<float>()[1], 15.0f);
 }
 
+// A `once` step (the parameters' 16-bit copies) runs before the first
+// iteration and again only after loadParameters or
+// invalidateParameterCopies; the iteration reads its persistent result.
+// Here: copy = Cast(W, bf16) once; every run y = ReduceSum(copy) (widened).
+TEST(Executor, OnceStepsRunBeforeTheFirstIterationAndAfterLoading) {
+  ProgramBuilder b;
+  uint32_t w = b.addParameter("W", {3, 4});
+  uint32_t copy = b.addValue("W.bf16", program::DTYPE_BF16, {3, 4}, program::ROLE_PARAMETER_COPY);
+  uint32_t wide = b.addValue("wide", program::DTYPE_F32, {3, 4}, program::ROLE_ACTIVATION);
+  uint32_t y = b.addValue("y", program::DTYPE_F32, {}, program::ROLE_OUTPUT);
+  setInt(b.addKernel("Cast", {w}, {copy}), "to", program::DTYPE_BF16);
+  b.addRunStep({0});
+  b.get().mutable_steps(0)->set_once(true);
+  setInt(b.addKernel("Cast", {copy}, {wide}), "to", program::DTYPE_F32);
+  setInt(b.addKernel("ReduceSum", {wide}, {y}), "keepdims", 0);
+  b.addRunStep({1, 2});
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "sequential");
+    auto exec = Executor::create(b.get(), reg);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    (*exec)->setOverlapCommunication(overlap);
+    std::vector<float> ones(12, 1.0f), twos(12, 2.0f);
+    ASSERT_TRUE((*exec)->loadParameters(shardWithW(ones)).isOk());
+    Tensor wt = *(*exec)->getValue(w);
+    auto runY = [&] {
+      Status s = (*exec)->run();
+      EXPECT_TRUE(s.isOk()) << s.toString();
+      return (*exec)->getValue(y)->as<float>()[0];
+    };
+    EXPECT_FLOAT_EQ(runY(), 12.0f);
+    // Writing W behind the executor's back: the copy is not cast again.
+    std::fill(wt.as<float>(), wt.as<float>() + 12, 3.0f);
+    EXPECT_FLOAT_EQ(runY(), 12.0f);
+    (*exec)->invalidateParameterCopies();
+    EXPECT_FLOAT_EQ(runY(), 36.0f);
+    // Loading parameters casts them again, once.
+    ASSERT_TRUE((*exec)->loadParameters(shardWithW(twos)).isOk());
+    EXPECT_FLOAT_EQ(runY(), 24.0f);
+    std::fill(wt.as<float>(), wt.as<float>() + 12, 5.0f);
+    EXPECT_FLOAT_EQ(runY(), 24.0f);
+  }
+  // Only run steps may be once.
+  program::Program bad = b.get();
+  program::Step *comm = bad.add_steps();
+  comm->set_id(bad.steps_size() - 1);
+  comm->mutable_send()->set_value_id(y);
+  comm->mutable_send()->set_peer(0);
+  comm->set_once(true);
+  Status st = validateProgram(bad);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("steps[2].once: only run steps may run once"), std::string::npos)
+      << st.toString();
+}
+
 TEST(Executor, MissingParameterNamesIt) {
   Mlp m;
   BackendRegistry reg;

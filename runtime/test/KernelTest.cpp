@@ -720,6 +720,84 @@ TEST(Kernels, OptimizersReadLowGradientLikeAccumulateGrad) {
   EXPECT_NE(st.getMessage().find("grad i32[9x7]"), std::string::npos) << st.toString();
 }
 
+// AdamW's optional fourth output group: a 16-bit copy of each new parameter
+// (the products' weights of the next iteration), bit for bit the Cast
+// kernel of the new f32 parameter; an absent entry writes nothing; a wrong
+// copy type is an error naming the output.
+TEST(Kernels, AdamWWritesTheParametersLowCopies) {
+  Shape a{5, 3}, c{7};
+  OwnedTensor lr = f32Tensor({}, {0.01f});
+  OwnedTensor step(program::DTYPE_I64, {});
+  step.tensor.as<int64_t>()[0] = 2;
+  auto rnd = [](const Shape &s, uint32_t seed, float f) {
+    std::vector<float> v = pseudoRandom(numElements(s), seed);
+    for (float &x : v)
+      x *= f;
+    return f32Tensor(s, v);
+  };
+  OwnedTensor xa = rnd(a, 111, 3.0f), ga = rnd(a, 112, 1.0f), ma = rnd(a, 113, 0.1f),
+              va = rnd(a, 114, 0.01f), xc = rnd(c, 115, 3.0f), gc = rnd(c, 116, 1.0f),
+              mc = rnd(c, 117, 0.1f), vc = rnd(c, 118, 0.01f);
+  for (OwnedTensor *v : {&va, &vc})
+    for (int64_t k = 0; k < v->tensor.numel(); ++k)
+      v->tensor.as<float>()[k] = std::abs(v->tensor.as<float>()[k]);
+  auto attrs = [](program::Kernel &k) { setFloat(k, "weight_decay", 0.1f); };
+  std::vector<const Tensor *> ins = {&lr.tensor, &step.tensor, &xa.tensor, &xc.tensor,
+                                     &ga.tensor, &gc.tensor,  &ma.tensor, &mc.tensor,
+                                     &va.tensor, &vc.tensor};
+  auto outs = [&](std::vector<OwnedTensor> &o) {
+    std::vector<Tensor *> p;
+    for (OwnedTensor &t : o)
+      p.push_back(&t.tensor);
+    return p;
+  };
+  auto fresh = [&] {
+    std::vector<OwnedTensor> o;
+    for (const Shape *s : {&a, &c, &a, &c, &a, &c})
+      o.emplace_back(program::DTYPE_F32, *s);
+    return o;
+  };
+  std::vector<OwnedTensor> ref = fresh(), got = fresh();
+  runOp("AdamW", ins, outs(ref), attrs);
+  for (DType low : {program::DTYPE_BF16, program::DTYPE_F16}) {
+    SCOPED_TRACE(low == program::DTYPE_BF16 ? "bf16" : "f16");
+    OwnedTensor copyA(low, a);
+    std::vector<Tensor *> o = outs(got);
+    o.push_back(&copyA.tensor);
+    o.push_back(nullptr); // the second tensor has no copy
+    runOp("AdamW", ins, o, attrs);
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_TRUE(sameBytes(got[i].tensor, ref[i].tensor)) << "output " << i;
+    OwnedTensor expected = castTo(ref[0].tensor, low);
+    EXPECT_TRUE(sameBytes(copyA.tensor, expected.tensor));
+    EXPECT_GT(roundedCount(ref[0].tensor, copyA.tensor), 0);
+  }
+  // An f32 "copy" and a copy of another shape are errors naming the output.
+  OwnedTensor wrong(program::DTYPE_F32, a), shaped(program::DTYPE_BF16, c);
+  program::Kernel k;
+  k.set_op("AdamW");
+  for (Tensor *bad : {&wrong.tensor, &shaped.tensor}) {
+    std::vector<Tensor *> o = outs(got);
+    o.push_back(bad);
+    o.push_back(nullptr);
+    Status st = runCpu(k, ins, o);
+    ASSERT_FALSE(st.isOk());
+    EXPECT_NE(st.getMessage().find("output 6, the 16-bit copy of input 2 f32[5x3], is " +
+                                   bad->typeString()),
+              std::string::npos)
+        << st.toString();
+  }
+  // Neither 3n nor 4n outputs.
+  std::vector<Tensor *> o = outs(got);
+  o.push_back(nullptr);
+  Status st = runCpu(k, ins, o);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.getMessage().find("expected 6 outputs (or 8 with the parameters' 16-bit copies), "
+                                 "got 7"),
+            std::string::npos)
+      << st.toString();
+}
+
 TEST(Kernels, LowPrecisionNormAndAccumulateDtypeErrors) {
   OwnedTensor x(program::DTYPE_F32, {2, 3}), s(program::DTYPE_F32, {3});
   std::fill(s.tensor.as<float>(), s.tensor.as<float>() + 3, 1.0f);

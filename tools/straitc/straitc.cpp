@@ -217,6 +217,12 @@ cl::opt<bool> fuseLossGrad(
              "SoftmaxCrossEntropyLossWithGrad kernel in the forward, which reads the logits "
              "once (default on; =false keeps the loss and its gradient apart)"),
     cl::init(true), cl::cat(straitCat));
+cl::opt<bool> parameterCopies(
+    "parameter-copies",
+    cl::desc("Cast the parameters to bf16/f16 once, when they are loaded, into copies that "
+             "AdamW writes with each update (default on); =false casts them in every "
+             "iteration"),
+    cl::init(true), cl::cat(straitCat));
 cl::opt<bool> castMotion(
     "cast-motion",
     cl::desc("With --precision bf16/f16: move casts through layout ops and remove exact "
@@ -486,6 +492,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   jobOpts.seed = seed;
   jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
   jobOpts.microBatches = plan.getMicroBatches();
+  jobOpts.parameterCopies = parameterCopies;
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
     strait::dist::PlacementAttr p = plan.getStage(s);
@@ -710,6 +717,7 @@ int main(int argc, char **argv) {
     strait::JobExportOptions jobOpts;
     jobOpts.modelName = inputFile;
     jobOpts.seed = seed;
+    jobOpts.parameterCopies = parameterCopies;
     TimingScope exportTiming = timing.nest("export");
     if (failed(strait::writeJob(*module, {rank}, outputFile, jobOpts)))
       return 1;

@@ -268,8 +268,9 @@ namespace {
 class ProgramLowering {
 public:
   ProgramLowering(func::FuncOp func, pb::Program &program, StepBuilder &steps,
-                  int microBatches)
-      : func(func), program(program), steps(steps), microBatches(microBatches) {}
+                  int microBatches, bool parameterCopies)
+      : func(func), program(program), steps(steps), microBatches(microBatches),
+        parameterCopies(parameterCopies) {}
 
   LogicalResult run(ValueTable &values);
 
@@ -277,6 +278,7 @@ private:
   LogicalResult lowerLeaf(Operation &op, ValueTable &values);
   LogicalResult lowerOp(Operation &op, ValueTable &values);
   LogicalResult lowerReturn(func::ReturnOp ret, ValueTable &values);
+  LogicalResult lowerParameterCopies(Block &body, ValueTable &values);
   bool mergeIntoPrevious(const pb::Kernel &k);
   LogicalResult sliceBatchInputs(ValueTable &base, ValueTable &mb, int m);
 
@@ -284,10 +286,15 @@ private:
   pb::Program &program;
   StepBuilder &steps;
   int microBatches;
+  bool parameterCopies;
   /// Kernel ids of forward ops, per micro-batch.
   SmallVector<DenseMap<int64_t, uint32_t>> kernelOfOpId{1};
   size_t currentMicroBatch = 0;
   SmallVector<BlockArgument> batchArgs;
+  /// Casts lowered into the `once` step, and per variable the value of its
+  /// 16-bit copy that AdamW keeps up to date.
+  llvm::DenseSet<Operation *> onceOps;
+  llvm::StringMap<uint32_t> copyOfVariable;
 };
 
 } // namespace
@@ -319,6 +326,67 @@ static bool optimizerReadsGradient(graph::AccumulateGradOp acc) {
                       [](Operation *u) { return isa<graph::AdamWOp, graph::SGDOp>(u); });
 }
 
+/// The variable `v` reads, or null.
+static StringAttr variableRead(Value v) {
+  auto read = v.getDefiningOp<graph::ReadVariableOp>();
+  return read ? read.getVariableAttr().getAttr() : StringAttr();
+}
+
+/// Casts of a variable to bf16 / f16 (autocast's weight casts) leave the
+/// iteration: they become one `once` step, run when the parameters are
+/// loaded, whose results are persistent ROLE_PARAMETER_COPY values (one per
+/// variable and type). That is exact where the variable does not change
+/// during the step and every later value is written by the step's AdamW: a
+/// variable no op assigns (frozen, or a forward-only program), or one that
+/// AdamW updates, which then also writes the copy of the new value (a
+/// fourth output group; the rounding is Cast's). Other variables (SGD's,
+/// BatchNormalization's running statistics) keep their per-step casts.
+LogicalResult ProgramLowering::lowerParameterCopies(Block &body, ValueTable &values) {
+  llvm::DenseSet<StringAttr> assigned, adamW;
+  for (Operation &op : body.without_terminator()) {
+    if (auto assign = dyn_cast<graph::AssignVariableOp>(op))
+      assigned.insert(assign.getVariableAttr().getAttr());
+    if (auto adam = dyn_cast<graph::AdamWOp>(op))
+      if (StringAttr var = variableRead(adam.getParam()))
+        adamW.insert(var);
+  }
+  pb::RunKernels *run = nullptr;
+  llvm::DenseMap<std::pair<StringAttr, Type>, uint32_t> copies;
+  for (Operation &op : body.without_terminator()) {
+    auto castOp = dyn_cast<graph::CastOp>(op);
+    StringAttr var = castOp ? variableRead(castOp.getInput()) : StringAttr();
+    if (!var || (assigned.contains(var) && !adamW.contains(var)))
+      continue;
+    Type from = getElementTypeOrSelf(castOp.getInput().getType());
+    Type to = getElementTypeOrSelf(castOp.getType());
+    if (!from.isF32() || !(to.isBF16() || to.isF16()))
+      continue;
+    onceOps.insert(&op);
+    if (auto it = copies.find({var, to}); it != copies.end()) {
+      values.alias(castOp.getResult(), it->second);
+      continue;
+    }
+    if (!run) {
+      pb::Step *step = steps.newStep("init");
+      step->set_once(true);
+      run = step->mutable_run();
+    }
+    pb::Kernel *k = program.add_kernels();
+    k->set_id(program.kernels_size() - 1);
+    if (failed(lowerToKernel(&op, values, *k)))
+      return failure();
+    run->add_kernel_ids(k->id());
+    pb::Value &copy = values.at(k->outputs(0));
+    copy.set_role(pb::ROLE_PARAMETER_COPY);
+    copy.set_name(var.str() + (to.isBF16() ? ".bf16" : ".f16"));
+    copies[{var, to}] = k->outputs(0);
+    // AdamW writes one copy per variable (the first cast's type).
+    if (adamW.contains(var))
+      copyOfVariable.try_emplace(var.getValue(), k->outputs(0));
+  }
+  return success();
+}
+
 /// Appends AdamW kernel `k` (the program's last, just lowered) to the kernel
 /// before it when that is an AdamW with the same learning rate, step and
 /// attributes that the current step ends with (only variable reads and
@@ -328,12 +396,13 @@ static bool optimizerReadsGradient(graph::AccumulateGradOp acc) {
 /// instead of one per variable.
 bool ProgramLowering::mergeIntoPrevious(const pb::Kernel &k) {
   if (k.op() != "AdamW" || program.kernels_size() < 2 || k.inputs_size() != 6 ||
-      k.outputs_size() != 3)
+      (k.outputs_size() != 3 && k.outputs_size() != 4))
     return false;
   pb::Kernel &prev = *program.mutable_kernels(program.kernels_size() - 2);
+  int n = (prev.inputs_size() - 2) / 4;
   if (prev.op() != k.op() || prev.domain() != k.domain() || !steps.endsWith(prev.id()) ||
       prev.inputs_size() < 6 || (prev.inputs_size() - 2) % 4 ||
-      prev.outputs_size() != 3 * (prev.inputs_size() - 2) / 4 ||
+      (prev.outputs_size() != 3 * n && prev.outputs_size() != 4 * n) ||
       prev.inputs(0) != k.inputs(0) || prev.inputs(1) != k.inputs(1) ||
       prev.attrs_size() != k.attrs_size())
     return false;
@@ -342,17 +411,20 @@ bool ProgramLowering::mergeIntoPrevious(const pb::Kernel &k) {
     if (it == prev.attrs().end() || it->second.SerializeAsString() != attr.SerializeAsString())
       return false;
   }
-  // Rebuild the operand lists with k's tensor appended to each group.
-  int n = (prev.inputs_size() - 2) / 4;
+  // Rebuild the operand lists with k's tensor appended to each group; the
+  // parameters' 16-bit copies (a fourth output group where any tensor has
+  // one) are absent for the tensors without.
   std::vector<uint32_t> ins(prev.inputs().begin(), prev.inputs().begin() + 2);
   for (int g = 0; g < 4; ++g) {
     ins.insert(ins.end(), prev.inputs().begin() + 2 + g * n, prev.inputs().begin() + 2 + (g + 1) * n);
     ins.push_back(k.inputs(2 + g));
   }
+  int groups = std::max<int>(prev.outputs_size() / n, k.outputs_size());
   std::vector<uint32_t> outs;
-  for (int g = 0; g < 3; ++g) {
-    outs.insert(outs.end(), prev.outputs().begin() + g * n, prev.outputs().begin() + (g + 1) * n);
-    outs.push_back(k.outputs(g));
+  for (int g = 0; g < groups; ++g) {
+    for (int i = 0; i < n; ++i)
+      outs.push_back(g * n + i < prev.outputs_size() ? prev.outputs(g * n + i) : kAbsentValue);
+    outs.push_back(g < k.outputs_size() ? k.outputs(g) : kAbsentValue);
   }
   prev.mutable_inputs()->Assign(ins.begin(), ins.end());
   prev.mutable_outputs()->Assign(outs.begin(), outs.end());
@@ -360,8 +432,8 @@ bool ProgramLowering::mergeIntoPrevious(const pb::Kernel &k) {
 }
 
 LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
-  if (isa<graph::AssignVariableOp>(op))
-    return success(); // the producer writes the variable's value
+  if (isa<graph::AssignVariableOp>(op) || onceOps.contains(&op))
+    return success(); // the producer writes the variable's value; a once cast ran
   if (auto acc = dyn_cast<graph::AccumulateGradOp>(op);
       acc && microBatches <= 1 && optimizerReadsGradient(acc))
     if (std::optional<uint32_t> grad = values.lookup(acc.getGrad())) {
@@ -378,6 +450,10 @@ LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
   auto fused = dyn_cast<graph::FusedElementwiseOp>(op);
   if (failed(fused ? lowerFused(fused, values, *k) : lowerToKernel(&op, values, *k)))
     return failure();
+  if (auto adam = dyn_cast<graph::AdamWOp>(op))
+    if (StringAttr var = variableRead(adam.getParam()))
+      if (auto it = copyOfVariable.find(var.getValue()); it != copyOfVariable.end())
+        k->add_outputs(it->second);
   if (mergeIntoPrevious(*k)) {
     program.mutable_kernels()->RemoveLast();
     return success();
@@ -451,6 +527,8 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   auto phaseOf = [&](Operation &op) {
     return backward.contains(&op) ? "backward" : "forward";
   };
+  if (parameterCopies && failed(lowerParameterCopies(body, values)))
+    return failure();
   if (microBatches <= 1) {
     for (Operation &op : body.without_terminator()) {
       // Leaves are values, not kernels: they do not end a step (the
@@ -529,7 +607,8 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
 
 LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
                                     int worldSize, const StageRanks &stageRanks,
-                                    pb::Program &program, int microBatches) {
+                                    pb::Program &program, int microBatches,
+                                    bool parameterCopies) {
   program.set_format_version(pb::FORMAT_VERSION_1);
   program.set_rank(self.rank);
   program.set_world_size(worldSize);
@@ -582,7 +661,7 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
     if (auto read = dyn_cast<graph::ReadVariableOp>(op))
       variableValue(read.getResult(), read.getVariable());
 
-  ProgramLowering lowering(func, program, steps, std::max(1, microBatches));
+  ProgramLowering lowering(func, program, steps, std::max(1, microBatches), parameterCopies);
   if (failed(lowering.run(values)))
     return failure();
   if (program.steps_size() == 0)
@@ -666,7 +745,7 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
     pb::Program program;
     pb::ParameterShardFile shard;
     if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program,
-                             options.microBatches)) ||
+                             options.microBatches, options.parameterCopies)) ||
         failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();
     std::string programFile = "rank" + std::to_string(r.rank) + ".program.pb";

@@ -462,6 +462,7 @@ Status Executor::loadParameters(const program::ParameterShardFile &shards) {
     STRAIT_RETURN_IF_ERROR(
         annotate(initializeParameter(*it->second, values[v.id()]), -1));
   }
+  onceDone = false;
   return Status::ok();
 }
 
@@ -570,7 +571,17 @@ Status Executor::runStep(int index) {
   return Status::ok();
 }
 
+Status Executor::runOnceSteps() {
+  for (int i = 0; i < program.steps_size(); ++i)
+    if (program.steps(i).once())
+      STRAIT_RETURN_IF_ERROR(runStep(i));
+  onceDone = true;
+  return Status::ok();
+}
+
 Status Executor::run() {
+  if (!onceDone)
+    STRAIT_RETURN_IF_ERROR(runOnceSteps());
   if (overlap && commThread.joinable())
     return runOverlapped();
   for (const Action &a : sequentialPlan.actions)
@@ -591,6 +602,8 @@ void Executor::planSequential() {
   Plan &plan = sequentialPlan;
   for (int i = 0; i < program.steps_size(); ++i) {
     const program::Step &step = program.steps(i);
+    if (step.once())
+      continue; // runOnceSteps()
     if (!step.has_run()) {
       plan.actions.push_back({Action::Comm, i, -1, 0});
       continue;
@@ -631,6 +644,8 @@ void Executor::planOverlapped() {
   };
   for (int i = 0; i < program.steps_size(); ++i) {
     const program::Step &step = program.steps(i);
+    if (step.once())
+      continue; // runOnceSteps()
     if (!step.has_run()) {
       if (!queued[i]) {
         plan.actions.push_back({Action::Sync, i, -1, 0});
@@ -768,7 +783,7 @@ Executor::Transfer Executor::makeTransfer(int index) const {
 bool Executor::kernelsTouch(const Transfer &t, int from, int to) const {
   for (int i = from; i < to; ++i) {
     const program::Step &step = program.steps(i);
-    if (!step.has_run())
+    if (!step.has_run() || step.once())
       continue;
     for (uint32_t kid : step.run().kernel_ids()) {
       const program::Kernel &kernel = program.kernels(kernelIndex.find(kid)->second);

@@ -53,7 +53,7 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx) {
 }
 
 StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups,
-                                 size_t lowGroup) {
+                                 size_t lowGroup, bool copyGroup) {
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(0).getStatus());
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(1).getStatus());
   size_t rest = ctx.numInputs() - 2;
@@ -61,8 +61,13 @@ StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t
     return ctx.error(std::to_string(rest) + " tensor inputs do not form " + std::to_string(groups) +
                      " equal groups");
   size_t n = rest / groups;
-  if (ctx.numOutputs() != n * outGroups)
-    return ctx.error("expected " + std::to_string(n * outGroups) + " outputs");
+  bool copies = copyGroup && ctx.numOutputs() == n * (outGroups + 1);
+  if (ctx.numOutputs() != n * outGroups && !copies)
+    return ctx.error("expected " + std::to_string(n * outGroups) + " outputs" +
+                     (copyGroup ? " (or " + std::to_string(n * (outGroups + 1)) +
+                                      " with the parameters' 16-bit copies)"
+                                : std::string()) +
+                     ", got " + std::to_string(ctx.numOutputs()));
   for (size_t i = 0; i < n; ++i) {
     const Tensor *x = ctx.input(2 + i);
     for (size_t g = 0; g < groups; ++g) {
@@ -79,6 +84,12 @@ StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t
     }
     for (size_t g = 0; g < outGroups; ++g)
       STRAIT_RETURN_IF_ERROR(ctx.requireOutput(g * n + i, x->shape, x->dtype).getStatus());
+    const Tensor *copy = copies ? ctx.output(outGroups * n + i) : nullptr;
+    if (copy && (copy->shape != x->shape || (copy->dtype != program::DTYPE_BF16 &&
+                                             copy->dtype != program::DTYPE_F16)))
+      return ctx.error("output " + std::to_string(outGroups * n + i) + ", the 16-bit copy of input " +
+                       std::to_string(2 + i) + " " + x->typeString() + ", is " +
+                       copy->typeString() + " (bf16 or f16 of the parameter's shape)");
   }
   return n;
 }
@@ -697,8 +708,6 @@ StatusOr<RotaryArgs> fusedRotaryEmbeddingArgs(const KernelContext &ctx) {
   return a;
 }
 
-} // namespace rt
-} // namespace strait
 StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelContext &ctx) {
   using Reduction = SoftmaxCrossEntropyArgs::Reduction;
   SoftmaxCrossEntropyArgs a;
@@ -751,3 +760,5 @@ StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelCo
   return a;
 }
 
+} // namespace rt
+} // namespace strait

@@ -114,6 +114,8 @@ Status checkSteps(const program::Program &p,
                                std::to_string(id));
       return Status::ok();
     };
+    if (step.once() && step.kind_case() != program::Step::kRun)
+      return invalidArgument(path + ".once: only run steps may run once");
     switch (step.kind_case()) {
     case program::Step::kRun:
       for (int i = 0; i < step.run().kernel_ids_size(); ++i)

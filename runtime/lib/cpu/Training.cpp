@@ -271,7 +271,8 @@ struct OptimizerArgs {
 };
 
 StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
-                                      size_t outGroups, size_t lowGroup = kNoLowGroup) {
+                                      size_t outGroups, size_t lowGroup = kNoLowGroup,
+                                      bool copyGroup = false) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *r, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
   OptimizerArgs a;
@@ -283,7 +284,7 @@ StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
   if (tv.size() != 1)
     return ctx.error("step count must be a scalar");
   a.step = tv[0];
-  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups, lowGroup));
+  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups, lowGroup, copyGroup));
   return a;
 }
 
@@ -369,9 +370,12 @@ Status adamKernel(KernelContext &ctx) {
 /// AdamW (Loshchilov & Hutter): inputs lr, step (1-based), X..., G..., M...,
 /// V...; outputs X..., M..., V...; attributes beta1, beta2, epsilon,
 /// weight_decay. Bias-corrected moments, decoupled weight decay. G may be
-/// bf16 / f16 (widened on load, as AccumulateGrad would).
+/// bf16 / f16 (widened on load, as AccumulateGrad would). An optional
+/// fourth output group holds 16-bit copies of the new X (entries may be
+/// absent): each the new X rounded to nearest even, as Cast would give.
 Status adamWKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3, /*lowGroup=*/1));
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a,
+                          optimizerArgs(ctx, 4, 3, /*lowGroup=*/1, /*copyGroup=*/true));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   if (a.step < 1)
@@ -382,6 +386,8 @@ Status adamWKernel(KernelContext &ctx) {
     const float *x = in(ctx, a, 0, i);
     const float *m = in(ctx, a, 2, i), *v = in(ctx, a, 3, i);
     float *xo = out(ctx, a, 0, i), *mo = out(ctx, a, 1, i), *vo = out(ctx, a, 2, i);
+    Tensor *copy = ctx.numOutputs() == 4 * a.n ? ctx.output(3 * a.n + i) : nullptr;
+    uint16_t *low = copy ? copy->as<uint16_t>() : nullptr;
     int64_t count = ctx.input(2 + i)->numel();
     withFloatLoader(*ctx.input(2 + a.n + i), [&](auto g) {
       parallelFor(count, 16384, [&](int64_t k0, int64_t k1) {
@@ -390,9 +396,12 @@ Status adamWKernel(KernelContext &ctx) {
           float mn = b1 * m[k] + (1 - b1) * gk;
           float vn = b2 * v[k] + (1 - b2) * gk * gk;
           float update = (mn / c1) / (std::sqrt(vn / c2) + eps);
-          xo[k] = x[k] - a.lr * (update + wd * x[k]);
+          float xn = x[k] - a.lr * (update + wd * x[k]);
+          xo[k] = xn;
           mo[k] = mn;
           vo[k] = vn;
+          if (low)
+            low[k] = floatToLow(copy->dtype, xn);
         }
       });
     });

@@ -150,7 +150,8 @@ bool launchSoftmaxCrossEntropyWithGrad(ET scores, const float *dLoss, const void
 /// AdamW on one tensor; lr (f32) and step (i64 or i32) are read on the device.
 /// One tensor of an AdamW update: f32 parameter x, moments m, v and their
 /// outputs; the gradient g of type gType (f32, or bf16 / f16 widened on
-/// load).
+/// load); optionally `low`, a 16-bit copy (lowType BF16 or F16) of the new
+/// x.
 struct AdamWTensor {
   const float *x = nullptr;
   const void *g = nullptr;
@@ -158,6 +159,8 @@ struct AdamWTensor {
   float *xo = nullptr, *mo = nullptr, *vo = nullptr;
   int64_t n = 0;
   ET gType = ET::F32;
+  void *low = nullptr;
+  ET lowType = ET::BF16;
 };
 /// AdamW over `count` tensors in a few launches (up to 24 tensors each, one
 /// block per 4096 elements of a tensor). False (nothing launched) for a

@@ -141,10 +141,17 @@ std::string lowGradients(const KernelSpec &s, size_t first, size_t count) {
       f32.inputs[i].dtype = program::DTYPE_F32;
   return floatsF32(f32);
 }
-/// AdamW: lr, step, then n parameters, n gradients, n + n moments.
+/// AdamW: lr, step, then n parameters, n gradients, n + n moments; the
+/// outputs' optional fourth group (16-bit copies of the parameters) is bf16
+/// or f16.
 std::string adamW(const KernelSpec &s) {
   size_t n = s.inputs.size() > 2 ? (s.inputs.size() - 2) / 4 : 0;
-  return lowGradients(s, 2 + n, n);
+  KernelSpec f32 = s;
+  for (size_t i = 3 * n; i < 4 * n && i < f32.outputs.size(); ++i)
+    if (f32.outputs[i].present &&
+        oneOf(f32.outputs[i].dtype, {program::DTYPE_BF16, program::DTYPE_F16}))
+      f32.outputs[i].dtype = program::DTYPE_F32;
+  return lowGradients(f32, 2 + n, n);
 }
 /// SGD: lr, param, grad, velocity.
 std::string sgd(const KernelSpec &s) { return lowGradients(s, 2, 1); }

@@ -327,8 +327,10 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
   if (step->numel() != 1 ||
       (step->dtype != program::DTYPE_I64 && step->dtype != program::DTYPE_I32))
     return ctx.error("step count must be an integer scalar");
-  // The gradients may be bf16 / f16 (widened on load).
-  STRAIT_ASSIGN_OR_RETURN(size_t n, optimizerGroups(ctx, 4, 3, /*lowGroup=*/1));
+  // The gradients may be bf16 / f16 (widened on load); a fourth output
+  // group may hold 16-bit copies of the new parameters.
+  STRAIT_ASSIGN_OR_RETURN(size_t n,
+                          optimizerGroups(ctx, 4, 3, /*lowGroup=*/1, /*copyGroup=*/true));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   std::vector<AdamWTensor> tensors(n);
@@ -343,6 +345,10 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
                   ctx.output(2 * n + i)->as<float>(),
                   x->numel(),
                   elemType(g->dtype)};
+    if (Tensor *copy = ctx.numOutputs() == 4 * n ? ctx.output(3 * n + i) : nullptr) {
+      tensors[i].low = copy->data;
+      tensors[i].lowType = elemType(copy->dtype);
+    }
   }
   if (!launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64,
                    tensors.data(), n, b1, b2, eps, wd, c.errorFlag, tag, c.stream))
@@ -409,13 +415,13 @@ void addNormKernels(CudaKernelTable &t) {
 void addTrainingKernels(CudaKernelTable &t) {
   t.add("SoftmaxCrossEntropyLoss", sceKernel);
   t.add("SoftmaxCrossEntropyLossGrad", sceGradKernel);
+  t.add("SoftmaxCrossEntropyLossWithGrad", sceWithGradKernel);
   t.add("AdamW", adamWKernel);
   t.add("SGD", sgdKernel);
   t.add("AccumulateGrad", accumulateGradKernel);
   t.add("ClipByGlobalNorm", clipByGlobalNormKernel);
 }
 
-  t.add("SoftmaxCrossEntropyLossWithGrad", sceWithGradKernel);
 } // namespace cuda
 } // namespace rt
 } // namespace strait

@@ -41,6 +41,15 @@ __device__ inline void adamWElement(const AdamWScalars &p, float g, float &x, fl
   v = vn;
 }
 
+/// Element k of t's 16-bit copy of the parameter (if t has one): x rounded
+/// to nearest even, as the Cast kernel rounds.
+__device__ inline void storeCopy(const AdamWTensor &t, int64_t k, float x) {
+  if (t.lowType == ET::BF16)
+    static_cast<__nv_bfloat16 *>(t.low)[k] = fromF<__nv_bfloat16>(x);
+  else
+    static_cast<__half *>(t.low)[k] = fromF<__half>(x);
+}
+
 /// Elements [begin, end) of tensor `t`, whose gradient is G: f32, or bf16 /
 /// f16 widened exactly on load (a one-micro-batch step hands it over without
 /// AccumulateGrad). `begin` is a multiple of 4: four elements per thread
@@ -67,6 +76,12 @@ __device__ void adamWRange(const AdamWTensor &t, int64_t begin, int64_t end,
     reinterpret_cast<float4 *>(t.xo)[q] = xq;
     reinterpret_cast<float4 *>(t.mo)[q] = mq;
     reinterpret_cast<float4 *>(t.vo)[q] = vq;
+    if (t.low) {
+      storeCopy(t, 4 * q, xq.x);
+      storeCopy(t, 4 * q + 1, xq.y);
+      storeCopy(t, 4 * q + 2, xq.z);
+      storeCopy(t, 4 * q + 3, xq.w);
+    }
   }
   for (int64_t k = vecEnd + threadIdx.x; k < end; k += blockDim.x) {
     float x = t.x[k], m = t.m[k], v = t.v[k];
@@ -74,6 +89,8 @@ __device__ void adamWRange(const AdamWTensor &t, int64_t begin, int64_t end,
     t.xo[k] = x;
     t.mo[k] = m;
     t.vo[k] = v;
+    if (t.low)
+      storeCopy(t, k, x);
   }
 }
 

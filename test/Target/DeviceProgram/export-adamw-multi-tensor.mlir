@@ -41,6 +41,45 @@
 
 // ONE: {{^}}1{{$}}
 
+// With --precision bf16 the products read bf16 weights: the four weight
+// casts are the program's first step, run once when the parameters are
+// loaded (`once: true`) into persistent ROLE_PARAMETER_COPY values, and
+// AdamW writes the copies of the new parameters (a fourth output group,
+// in the parameters' order). No weight cast is left in the iteration;
+// --parameter-copies=false keeps them there.
+// RUN: rm -rf %t.bf && straitc %s --loss cross-entropy --optimizer adamw --precision bf16 -o %t.bf
+// RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t.bf/rank0.program.pb > %t/bf.txt
+// RUN: awk '/^values {/{v=1} /^(kernels|steps) {/{v=0} v && /^  id:/{id=$2} v && /^  name:/{print "value", $2, id}' %t/bf.txt > %t/bf-ids.txt
+// RUN: cat %t/bf-ids.txt %t/bf.txt | FileCheck %s --check-prefix=BF
+// RUN: grep -c 'op: "Cast"' %t/bf.txt | FileCheck %s --check-prefix=FIVE
+// RUN: rm -rf %t.nc && straitc %s --loss cross-entropy --optimizer adamw --precision bf16 --parameter-copies=false -o %t.nc
+// RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t.nc/rank0.program.pb > %t/nc.txt
+// RUN: not grep -q 'once: true' %t/nc.txt
+// RUN: not grep -q ROLE_PARAMETER_COPY %t/nc.txt
+// RUN: grep -c 'op: "Cast"' %t/nc.txt | FileCheck %s --check-prefix=FIVE
+// FIVE: {{^}}5{{$}}
+// BF: value "l1.w.bf16" [[CW1:[0-9]+]]
+// BF: value "l1.b.bf16" [[CB1:[0-9]+]]
+// BF: value "l2.w.bf16" [[CW2:[0-9]+]]
+// BF: value "l2.b.bf16" [[CB2:[0-9]+]]
+// BF: name: "l1.w.bf16"
+// BF: role: ROLE_PARAMETER_COPY
+// BF: op: "AdamW"
+// BF-COUNT-12: outputs: {{[0-9]+}}
+// BF-NEXT: outputs: [[CW1]]
+// BF-NEXT: outputs: [[CB1]]
+// BF-NEXT: outputs: [[CW2]]
+// BF-NEXT: outputs: [[CB2]]
+// BF: steps {
+// BF-NEXT: label: "init"
+// BF-NEXT: micro_batch: -1
+// BF-NEXT: run {
+// BF-COUNT-4: kernel_ids: {{[0-9]+}}
+// BF-NEXT: }
+// BF-NEXT: once: true
+// BF: steps {
+// BF-NOT: once: true
+
 graph.Variable @l1.w : tensor<4x8xf32> = dense<0.25> : tensor<4x8xf32>
 graph.Variable @l1.b : tensor<8xf32> = dense<0.0> : tensor<8xf32>
 graph.Variable @l2.w : tensor<8x3xf32> = dense<-0.5> : tensor<8x3xf32>

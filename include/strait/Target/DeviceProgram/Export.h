@@ -47,6 +47,9 @@ struct JobExportOptions {
   uint64_t seed = 0;             ///< for parameters of shape-only models
   StageRanks stageRanks;         ///< for multi-stage jobs (dist ops)
   std::string planJSON;          ///< written as plan.json when not empty
+  /// Casts of parameters to bf16 / f16 run once (ROLE_PARAMETER_COPY values
+  /// AdamW keeps up to date) instead of in every iteration.
+  bool parameterCopies = true;
 };
 
 /// Fills `program` from `func` (graph ops, func.return). Diagnostics name the
@@ -63,7 +66,8 @@ mlir::LogicalResult exportProgram(mlir::func::FuncOp func, int rank, int worldSi
 /// `micro_batch` set), the accumulated gradients' users once after them.
 mlir::LogicalResult exportProgram(mlir::func::FuncOp func, const RankExport &self,
                                   int worldSize, const StageRanks &stageRanks,
-                                  program::Program &program, int microBatches = 1);
+                                  program::Program &program, int microBatches = 1,
+                                  bool parameterCopies = true);
 
 /// Fills `shard` with the initial value (or init scheme) of every variable
 /// that `program` names.

@@ -47,8 +47,12 @@ public:
          Communicator *comm = nullptr);
 
   /// Initializes parameters / optimizer state from a shard file; every
-  /// ROLE_PARAMETER value must be covered.
+  /// ROLE_PARAMETER value must be covered. The next run() first runs the
+  /// program's `once` steps again (the parameters' 16-bit copies).
   Status loadParameters(const program::ParameterShardFile &shards);
+  /// Makes the next run() run the `once` steps first: call it after writing
+  /// parameters other than through loadParameters.
+  void invalidateParameterCopies() { onceDone = false; }
 
   /// A view of a value's storage; NotFound for an unknown id.
   StatusOr<Tensor> getValue(uint32_t id) const;
@@ -56,7 +60,9 @@ public:
 
   ~Executor();
 
-  /// Runs every step once, in order; returns once the device finished
+  /// Runs every step once, in order (the `once` steps only on the first
+  /// call after loading: they fill the parameters' 16-bit copies, which the
+  /// optimizer keeps up to date); returns once the device finished
   /// (Backend::synchronize) and every transfer completed, so values can be
   /// read. With overlap on (the default), communication steps run on the
   /// executor's communication thread while the following kernels run.
@@ -134,6 +140,9 @@ private:
   /// Host copies of small integer constants (Tensor::host).
   std::vector<std::vector<char>> hostConstants;
   std::map<uint32_t, Tensor> values;
+  /// Whether the `once` steps ran since the parameters were last loaded.
+  bool onceDone = false;
+  Status runOnceSteps();
   std::map<uint32_t, int> kernelIndex;
   std::vector<KernelFn> kernelFns; // parallel to program.kernels()
   void planAllReduceBuckets();

@@ -46,11 +46,14 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx);
 /// step, then `groups` groups of n f32 tensors, each of the shape of the
 /// first group's; outputs `outGroups` groups mirroring the first. The
 /// tensors of group `lowGroup` (if any; AdamW's gradients) may also be bf16
-/// or f16. Returns n. Reads no tensor data (lr and step may live on a
+/// or f16. With `copyGroup`, the outputs may have one more group: 16-bit
+/// copies (bf16 or f16, of the parameter's shape; an entry may be absent)
+/// that AdamW writes of each new parameter, the products' weights for the
+/// next step. Returns n. Reads no tensor data (lr and step may live on a
 /// device).
 constexpr size_t kNoLowGroup = ~size_t(0);
 StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups,
-                                 size_t lowGroup = kNoLowGroup);
+                                 size_t lowGroup = kNoLowGroup, bool copyGroup = false);
 
 /// AdamW's attributes (defaults as in the graph dialect's AdamW).
 struct AdamWAttrs {
@@ -229,9 +232,6 @@ struct RotaryArgs {
 };
 StatusOr<RotaryArgs> fusedRotaryEmbeddingArgs(const KernelContext &ctx);
 
-} // namespace rt
-} // namespace strait
-
 /// SoftmaxCrossEntropyLossWithGrad (dLoss, scores, labels [, weights] ->
 /// loss, dScores): SoftmaxCrossEntropyLoss and SoftmaxCrossEntropyLossGrad
 /// in one kernel, with their operands and attributes; docs/program-format.md.
@@ -253,5 +253,8 @@ struct SoftmaxCrossEntropyArgs {
   int64_t ignore = 0;
 };
 StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelContext &ctx);
+
+} // namespace rt
+} // namespace strait
 
 #endif // STRAIT_RUNTIME_KERNELARGS_H
