@@ -873,6 +873,22 @@ TEST(FusedAttention, PackedOperandsEqualTheDenseKernels) {
     EXPECT_EQ(bits(dq.tensor), laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads)) << "dQ";
     EXPECT_EQ(bits(dkt.tensor), laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys)) << "dKt";
     EXPECT_EQ(bits(dv.tensor), laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads)) << "dV";
+
+    // packed_grad: one [B, T, 3, H, D] output holding dQ, dK, dV in place.
+    program::Kernel pk = packedKernel("FusedAttentionGrad");
+    setInt(pk, "packed_grad", 1);
+    OwnedTensor dqkv(dt, {2, 37, 3, 3, 16});
+    st = runCpu(pk,
+                {&tdy.tensor, &qkv.tensor, &qkv.tensor, &qkv.tensor, &y.tensor, &lse.tensor,
+                 &bias.tensor},
+                {&dqkv.tensor});
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    EXPECT_EQ(bits(dqkv.tensor),
+              bits(make({2, 37, 3, 3, 16},
+                        packed3(values(dq.tensor), values(dkt.tensor), values(dv.tensor), 2 * 37,
+                                3 * 16))
+                       .tensor))
+        << "dQKV";
   }
 }
 
@@ -910,6 +926,28 @@ TEST(FusedAttention, SelectErrorsNameTheAttribute) {
   // v_perm: Tk = 3 against Kt's 5.
   expectErrorNames(run("v_select", {1, 0}, {2, 5, 3, 4}), "FusedAttentionGrad",
                    {"V f32", "v_select of f32[2x5x3x3x4]"});
+  // packed_grad: one dQKV of the packed shape, from selects 0, 1, 2 of one axis.
+  auto runPacked = [&](const std::vector<int64_t> &vSel, Shape outShape) {
+    program::Kernel kern = attentionKernel("FusedAttentionGrad", 0.5f, false);
+    std::map<std::string, std::vector<int64_t>> attrs = {
+        {"q_perm", {0, 2, 1, 3}}, {"kt_perm", {0, 2, 3, 1}}, {"v_perm", {0, 2, 1, 3}},
+        {"y_perm", {0, 2, 1, 3}}, {"q_select", {2, 0}},      {"kt_select", {2, 1}},
+        {"v_select", vSel}};
+    for (const auto &[name, p] : attrs)
+      setInts(kern, name, p);
+    setInt(kern, "packed_grad", 1);
+    OwnedTensor dy(program::DTYPE_F32, {2, 5, 3, 4}), y(program::DTYPE_F32, {2, 5, 3, 4}),
+        l(program::DTYPE_F32, {2, 3, 5}), out(program::DTYPE_F32, outShape);
+    Status st = runCpu(kern, {&dy.tensor, &qkv.tensor, &qkv.tensor, &qkv.tensor, &y.tensor,
+                              &l.tensor},
+                       {&out.tensor});
+    return st.isOk() ? std::string() : st.toString();
+  };
+  ASSERT_EQ(runPacked({2, 2}, {2, 5, 3, 3, 4}), "");
+  expectErrorNames(runPacked({2, 1}, {2, 5, 3, 3, 4}), "FusedAttentionGrad",
+                   {"packed_grad", "indices 0, 1, 2"});
+  expectErrorNames(runPacked({2, 2}, {2, 5, 3, 4}), "FusedAttentionGrad",
+                   {"output dQKV", "f32[2x5x3x3x4]"});
 }
 
 TEST(FusedAttention, PermutationErrorsNameTheAttribute) {

@@ -58,6 +58,8 @@ TEST(CudaAttentionReference, PackedMatchesCpuKernels) {
   p.causal = true;
   p.dtype = program::DTYPE_BF16;
   checkAttention(cpu, p, 951, bf16Tol(), {"cpu"});
+  p.packedGrad = true; // one dQKV output
+  checkAttention(cpu, p, 952, bf16Tol(), {"cpu"});
 }
 
 // --- Permuted operands (q_perm, kt_perm, v_perm, y_perm) -------------------
@@ -335,33 +337,36 @@ TEST_F(CudaAttentionLayout, PermutedCublasPath) {
 // graph-fold-transposes): the flash path (the operand pointers offset by
 // each slice's base, the gradients' own strides) and the cuBLAS path (the
 // gather from each slice, f32 with a bias and bf16 with the flash path
-// off), both against the double reference and the CPU kernels.
+// off), with three gradients or one packed dQKV (packed_grad), against the
+// double reference and the CPU kernels.
 TEST_F(CudaAttentionLayout, PackedOperands) {
   REQUIRE_GPU();
   uint32_t seed = 1800;
   for (DType dtype : {program::DTYPE_BF16, program::DTYPE_F16, program::DTYPE_F32})
     for (bool flash : {true, false})
-      for (bool causal : {false, true}) {
-        if (dtype == program::DTYPE_F32 && flash)
-          continue;
-        FlashSwitch sw(flash);
-        Problem p;
-        p.batch = {2, 3};
-        p.tq = p.tk = 77;
-        p.d = p.dv = 64;
-        p.dtype = dtype;
-        p.causal = causal;
-        p.scale = 0.125f;
-        p.hasBias = dtype == program::DTYPE_F32;
-        if (p.hasBias)
-          p.biasShape = {2, 1, 1, 77};
-        gpt2Layout(p);
-        p.packAxis = 2;
-        Tolerance tol = dtype == program::DTYPE_BF16  ? bf16Tol()
-                        : dtype == program::DTYPE_F16 ? f16Tol()
-                                                      : f32Tol();
-        checkAttention(registry, p, seed++, tol, {"cuda:0", "cpu"});
-      }
+      for (bool causal : {false, true})
+        for (bool packedGrad : {false, true}) {
+          if (dtype == program::DTYPE_F32 && flash)
+            continue;
+          FlashSwitch sw(flash);
+          Problem p;
+          p.batch = {2, 3};
+          p.tq = p.tk = 77;
+          p.d = p.dv = 64;
+          p.dtype = dtype;
+          p.causal = causal;
+          p.scale = 0.125f;
+          p.hasBias = dtype == program::DTYPE_F32;
+          if (p.hasBias)
+            p.biasShape = {2, 1, 1, 77};
+          gpt2Layout(p);
+          p.packAxis = 2;
+          p.packedGrad = packedGrad;
+          Tolerance tol = dtype == program::DTYPE_BF16  ? bf16Tol()
+                          : dtype == program::DTYPE_F16 ? f16Tol()
+                                                        : f32Tol();
+          checkAttention(registry, p, seed++, tol, {"cuda:0", "cpu"});
+        }
 }
 
 // The flash problem of packed operands (no GPU): Q, K and V step through

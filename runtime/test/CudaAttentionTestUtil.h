@@ -80,6 +80,8 @@ struct Problem {
   /// 2 along this axis of one packed tensor (q_select, kt_select, v_select
   /// = [packAxis, i]; GPT-2's [B, T, 3, H, D] projection at 2).
   int64_t packAxis = -1;
+  /// With packAxis: FusedAttentionGrad writes one packed dQKV (packed_grad).
+  bool packedGrad = false;
 
   Shape full(std::initializer_list<int64_t> tail) const {
     Shape s = batch;
@@ -96,10 +98,13 @@ struct Problem {
       perms.insert(perms.end(), {{"q_select", {packAxis, 0}},
                                  {"kt_select", {packAxis, 1}},
                                  {"v_select", {packAxis, 2}}});
-    return [sc, ca, perms](program::Kernel &k) {
+    bool pg = packedGrad;
+    return [sc, ca, pg, perms](program::Kernel &k) {
       setFloat(k, "scale", sc);
       if (ca)
         setInt(k, "causal", 1);
+      if (pg && k.op() == "FusedAttentionGrad")
+        setInt(k, "packed_grad", 1);
       for (const auto &[name, perm] : perms)
         if (!perm.empty())
           setInts(k, name, perm);
@@ -113,7 +118,8 @@ struct Problem {
       return perm.empty() ? std::string() : std::string(" ") + name + " [" + s + "]";
     };
     return one("q_perm", qPerm) + one("kt_perm", ktPerm) + one("v_perm", vPerm) +
-           one("y_perm", yPerm) + (packAxis >= 0 ? " packed" : "");
+           one("y_perm", yPerm) + (packAxis >= 0 ? " packed" : "") +
+           (packedGrad ? " packed_grad" : "");
   }
 };
 
@@ -354,6 +360,20 @@ inline Arr pack3(const Arr &a, const Arr &b, const Arr &c, int64_t axis) {
   return out;
 }
 
+/// The three slices along `axis` of a tensor pack3 made.
+inline std::vector<Arr> unpack3(const Arr &packed, int64_t axis) {
+  Shape s = packed.shape;
+  s.erase(s.begin() + axis);
+  int64_t inner = numElements(Shape(s.begin() + axis, s.end()));
+  int64_t outer = numElements(s) / std::max<int64_t>(inner, 1);
+  size_t es = packed.dtype == program::DTYPE_F32 ? 4 : 2, row = size_t(inner) * es;
+  std::vector<Arr> out(3, Arr{packed.dtype, s, std::vector<char>(packed.bytes.size() / 3)});
+  for (int64_t o = 0; o < outer; ++o)
+    for (int i = 0; i < 3; ++i)
+      std::memcpy(out[i].bytes.data() + o * row, packed.bytes.data() + (o * 3 + i) * row, row);
+  return out;
+}
+
 inline std::vector<Arr> forwardInputs(const Problem &p, const Inputs &in) {
   std::vector<Arr> ins = {laidOut(in.q, p.qPerm), laidOut(in.kt, p.ktPerm), laidOut(in.v, p.vPerm)};
   if (p.packAxis >= 0) {
@@ -401,8 +421,12 @@ inline void checkAttention(const BackendRegistry &registry, const Problem &p, ui
         Arr::out(tensorShapeOf(p.full({p.tq, p.d}), p.qPerm), p.dtype),
         Arr::out(tensorShapeOf(p.full({p.d, p.tk}), p.ktPerm), p.dtype),
         Arr::out(tensorShapeOf(p.full({p.tk, p.dv}), p.vPerm), p.dtype)};
-    Status s = runOn(device, registry, "FusedAttentionGrad", ins, outs, p.attrs());
+    std::vector<Arr> packedOut = {Arr::out(ins[1].shape, p.dtype)};
+    Status s = runOn(device, registry, "FusedAttentionGrad", ins, p.packedGrad ? packedOut : outs,
+                     p.attrs());
     ASSERT_TRUE(s.isOk()) << device << ": " << s.toString();
+    if (p.packedGrad)
+      outs = unpack3(packedOut[0], p.packAxis);
     Tolerance g = gradTol(p.dtype);
     double rtol = g.rtol, atol = g.atol;
     expectClose(std::string(device) + " dQ", logicalOf(outs[0], p.qPerm), dqRef, rtol, atol);

@@ -594,6 +594,39 @@ StatusOr<AttentionArgs> attentionOperands(const KernelContext &ctx, size_t qInde
   return a;
 }
 
+/// packed_grad = 1: one output, the gradient of the packed tensor Q, Kt and V
+/// are slices 0, 1, 2 of (one axis of size 3, tensors of one shape); dQ,
+/// dKt and dV are its slices, laid out as their operands.
+StatusOr<AttentionArgs> packedGradOutput(const KernelContext &ctx, AttentionArgs &a) {
+  const char *attrs[3] = {"q_select", "kt_select", "v_select"};
+  std::vector<int64_t> sel[3];
+  bool seen[3] = {false, false, false};
+  bool ok = a.q->shape == a.kt->shape && a.q->shape == a.v->shape;
+  for (size_t k = 0; k < 3 && ok; ++k) {
+    ok = ctx.getAttrs().has(attrs[k]);
+    if (!ok)
+      break;
+    STRAIT_ASSIGN_OR_RETURN(sel[k], ctx.getAttrs().getInts(attrs[k], {}));
+    ok = sel[k].size() == 2 && sel[k][0] == sel[0][0] && sel[k][1] >= 0 && sel[k][1] < 3 &&
+         !seen[sel[k][1]] && a.q->shape[sel[k][0]] == 3;
+    if (ok)
+      seen[sel[k][1]] = true;
+  }
+  if (!ok)
+    return ctx.error("packed_grad needs Q, Kt and V of one shape (Q " + a.q->typeString() +
+                     ", Kt " + a.kt->typeString() + ", V " + a.v->typeString() +
+                     ") with q_select, kt_select and v_select taking indices 0, 1, 2 of one "
+                     "axis of size 3");
+  STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "dQKV", a.q->shape, a.dtype));
+  if (ctx.output(1))
+    return ctx.error("packed_grad has one output (dQKV), got more");
+  a.out[1] = a.out[2] = a.out[0];
+  a.dqL = a.qL;
+  a.dktL = a.ktL;
+  a.dvL = a.vL;
+  return a;
+}
+
 } // namespace
 
 StatusOr<AttentionArgs> fusedAttentionArgs(const KernelContext &ctx) {
@@ -623,6 +656,11 @@ StatusOr<AttentionArgs> fusedAttentionGradArgs(const KernelContext &ctx) {
   if (a.lse->shape != lseShape || a.lse->dtype != program::DTYPE_F32)
     return ctx.error("LSE " + a.lse->typeString() + " must be f32" + shapeToString(lseShape) +
                      " ([b..., Tq])");
+  STRAIT_ASSIGN_OR_RETURN(int64_t packed, ctx.getAttrs().getInt("packed_grad", 0));
+  if (packed != 0 && packed != 1)
+    return ctx.error("attribute packed_grad must be 0 or 1, got " + std::to_string(packed));
+  if (packed == 1)
+    return packedGradOutput(ctx, a);
   STRAIT_ASSIGN_OR_RETURN(a.out[0], attentionOutput(ctx, 0, "dQ", a.dqShape, a.dtype));
   STRAIT_ASSIGN_OR_RETURN(a.out[1], attentionOutput(ctx, 1, "dKt", a.dktShape, a.dtype));
   STRAIT_ASSIGN_OR_RETURN(a.out[2], attentionOutput(ctx, 2, "dV", a.dvShape, a.dtype));

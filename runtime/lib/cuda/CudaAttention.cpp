@@ -313,10 +313,11 @@ Status flashBackward(CudaContext &c, KernelContext &ctx, const FlashProblem &p,
                            c.stream))
     return ctx.unsupported("cuda: " + ctx.op() + " on " + s.y->typeString());
   STRAIT_RETURN_IF_ERROR(checkLaunch(ctx));
+  // The gradients at their slices too (packed_grad: one dQKV tensor).
+  auto out = [&](int k, const AttnLayout &l) { return const_cast<char *>(sliceOf(s.out[k], l)); };
   if (!launchFlashAttentionBackward(p, s.dy->data, sliceOf(a.q, s.qL), sliceOf(a.kt, s.ktL),
                                     sliceOf(a.v, s.vL), s.lse->as<float>(), drow, dqAcc,
-                                    s.out[0]->data,
-                                    s.out[1]->data, s.out[2]->data, c.stream))
+                                    out(0, s.dqL), out(1, s.dktL), out(2, s.dvL), c.stream))
     return ctx.unsupported("cuda: " + ctx.op() + " (flash) on " + a.q->typeString());
   return checkLaunch(ctx);
 }

@@ -47,3 +47,23 @@ func.func @grad_packed_result(%p: tensor<2x5x3x4xf32>, %k: tensor<2x4x5xf32>, %y
   %dq, %dk, %dv = graph.FusedAttentionGrad %y, %p, %k, %p, %y, %lse {q_select = array<i64: 2, 0>, scale = 0.5 : f32, v_select = array<i64: 2, 2>} : (tensor<2x5x4xf32>, tensor<2x5x3x4xf32>, tensor<2x4x5xf32>, tensor<2x5x3x4xf32>, tensor<2x5x4xf32>, tensor<2x5xf32>) -> (tensor<2x5x3x4xf32>, tensor<2x4x5xf32>, tensor<2x5x4xf32>)
   return
 }
+
+// -----
+
+// packed_grad needs Q, Kt and V to be slices 0, 1, 2 of one axis of size 3.
+func.func @packed_grad_indices(%p: tensor<2x5x3x3x4xf32>, %y: tensor<2x5x3x4xf32>, %lse: tensor<2x3x5xf32>) {
+  // expected-error@+2 {{FusedAttentionGrad: packed_grad needs q_select, kt_select and v_select to take indices 0, 1, 2 of one axis of size 3, each once}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %g = graph.FusedAttentionGrad %y, %p, %p, %p, %y, %lse {kt_perm = array<i64: 0, 2, 3, 1>, kt_select = array<i64: 2, 1>, packed_grad = 1 : i64, q_perm = array<i64: 0, 2, 1, 3>, q_select = array<i64: 2, 0>, scale = 0.5 : f32, v_perm = array<i64: 0, 2, 1, 3>, v_select = array<i64: 2, 1>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x3x4xf32>, tensor<2x5x3x3x4xf32>, tensor<2x5x3x3x4xf32>, tensor<2x5x3x3x4xf32>, tensor<2x5x3x4xf32>, tensor<2x3x5xf32>) -> tensor<2x5x3x3x4xf32>
+  return
+}
+
+// -----
+
+// ... and its one result is the packed tensor's gradient, of its type.
+func.func @packed_grad_result(%p: tensor<2x5x3x3x4xf32>, %y: tensor<2x5x3x4xf32>, %lse: tensor<2x3x5xf32>) {
+  // expected-error@+2 {{'graph.FusedAttentionGrad' op inferred type(s) 'tensor<2x5x3x3x4xf32>' are incompatible with return type(s) of operation 'tensor<2x5x3x4xf32>', 'tensor<2x5x3x4xf32>', 'tensor<2x5x3x4xf32>'}}
+  // expected-error@+1 {{'graph.FusedAttentionGrad' op failed to infer returned types}}
+  %dq, %dk, %dv = graph.FusedAttentionGrad %y, %p, %p, %p, %y, %lse {kt_perm = array<i64: 0, 2, 3, 1>, kt_select = array<i64: 2, 1>, packed_grad = 1 : i64, q_perm = array<i64: 0, 2, 1, 3>, q_select = array<i64: 2, 0>, scale = 0.5 : f32, v_perm = array<i64: 0, 2, 1, 3>, v_select = array<i64: 2, 2>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x3x4xf32>, tensor<2x5x3x3x4xf32>, tensor<2x5x3x3x4xf32>, tensor<2x5x3x3x4xf32>, tensor<2x5x3x4xf32>, tensor<2x3x5xf32>) -> (tensor<2x5x3x4xf32>, tensor<2x5x3x4xf32>, tensor<2x5x3x4xf32>)
+  return
+}

@@ -1,42 +1,35 @@
 // RUN: strait-opt %s --graph-fuse-attention --graph-fold-transposes --graph-build-training-step='loss=output' | FileCheck %s
 // RUN: strait-opt %s --graph-fuse-attention --graph-fold-transposes --graph-build-training-step='loss=output' > %t.mlir
 // RUN: not grep -q 'graph.Split' %t.mlir
+// RUN: not grep -q 'graph.Concat' %t.mlir
 // RUN: not grep -q 'graph.Add {{.*}}tensor<2x4x3x2x4xf32>' %t.mlir
 // RUN: strait-opt %s --graph-fuse-attention --graph-fold-transposes --graph-autocast --graph-build-training-step='loss=output' | FileCheck %s --check-prefix=BF16
 
 // GPT-2's attention block over one packed QKV projection [B, T, 3C]. After
 // graph-fold-transposes the op reads Q, K and V out of one [B, T, 3, H, D]
-// view; autodiff's FusedAttentionGrad inherits the selects, its dQ, dK, dV
-// stay [B, T, H, D], and the packed tensor gets ONE gradient: the Concat of
-// the three reshaped to [B, T, 1, H, D] along axis 2 (no Split forward, no
-// three packed-size gradients summed).
+// view; autodiff's FusedAttentionGrad inherits the selects and, as Q, Kt, V
+// are the view's slices 0, 1, 2, writes its one gradient dQKV itself
+// (packed_grad = 1): no Split forward, no Concat of dQ, dK, dV backward,
+// no three packed-size gradients summed.
 // CHECK-LABEL: func.func @main
 // CHECK: %[[P:.*]] = graph.Reshape %[[QKV:.*]] {{.*}} : (tensor<2x4x24xf32>) -> tensor<2x4x3x2x4xf32>
 // CHECK: %[[Y:.*]], %[[LSE:.*]] = graph.FusedAttention %[[P]], %[[P]], %[[P]] {{.*}}kt_select = array<i64: 2, 1>{{.*}}q_select = array<i64: 2, 0>{{.*}}v_select = array<i64: 2, 2>
-// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = graph.FusedAttentionGrad %{{.*}}, %[[P]], %[[P]], %[[P]], %[[Y]], %[[LSE]] {{.*}}kt_select = array<i64: 2, 1>{{.*}}q_select = array<i64: 2, 0>{{.*}}v_select = array<i64: 2, 2>{{.*}} -> (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>)
-// CHECK-DAG: %[[RQ:.*]] = graph.Reshape %[[DQ]] {{.*}} -> tensor<2x4x1x2x4xf32>
-// CHECK-DAG: %[[RK:.*]] = graph.Reshape %[[DK]] {{.*}} -> tensor<2x4x1x2x4xf32>
-// CHECK-DAG: %[[RV:.*]] = graph.Reshape %[[DV]] {{.*}} -> tensor<2x4x1x2x4xf32>
-// CHECK: %[[DP:.*]] = graph.Concat %[[RQ]], %[[RK]], %[[RV]] {axis = 2 : i64{{.*}} -> tensor<2x4x3x2x4xf32>
+// CHECK: %[[DP:.*]] = graph.FusedAttentionGrad %{{.*}}, %[[P]], %[[P]], %[[P]], %[[Y]], %[[LSE]] {{.*}}kt_select = array<i64: 2, 1>, packed_grad = 1 : i64{{.*}}q_select = array<i64: 2, 0>{{.*}}v_select = array<i64: 2, 2>{{.*}} -> tensor<2x4x3x2x4xf32>
 // CHECK-NOT: graph.FusedAttentionGrad
 // CHECK: graph.Reshape %[[DP]] {{.*}} -> tensor<2x4x24xf32>
 // CHECK: graph.AccumulateGrad %{{.*}} for @w
 // Under bf16 autocast each operand reads its own Cast of the packed view;
-// Casts of one value to one type count as one packed tensor: the Concat
-// goes through the first Cast, the other two get no gradient (no
-// packed-size zeros, no sum).
+// Casts of one value to one type count as one packed tensor: dQKV goes
+// through the first Cast, the other two get no gradient.
 // BF16-LABEL: func.func @main
 // BF16: %[[P:.*]] = graph.Reshape {{.*}} -> tensor<2x4x3x2x4xf32>
 // BF16: %[[C0:.*]] = graph.Cast %[[P]] {{.*}} -> tensor<2x4x3x2x4xbf16>
 // BF16: %[[C1:.*]] = graph.Cast %[[P]]
 // BF16: %[[C2:.*]] = graph.Cast %[[P]]
 // BF16: graph.FusedAttention %[[C0]], %[[C1]], %[[C2]]
-// BF16: graph.FusedAttentionGrad %{{.*}}, %[[C0]], %[[C1]], %[[C2]]
-// BF16: %[[DP:.*]] = graph.Concat {{.*}} -> tensor<2x4x3x2x4xbf16>
-// BF16-NOT: graph.Concat
+// BF16: %[[DP:.*]] = graph.FusedAttentionGrad %{{.*}}, %[[C0]], %[[C1]], %[[C2]], {{.*}}packed_grad = 1 : i64{{.*}} -> tensor<2x4x3x2x4xbf16>
 // BF16-NOT: graph.Add
 // BF16: graph.Cast %[[DP]] {{.*}} -> tensor<2x4x3x2x4xf32>
-// BF16-NOT: graph.Concat
 // BF16: graph.AccumulateGrad %{{.*}} for @w
 module {
   graph.Variable @w : tensor<8x24xf32> = dense<0.1> : tensor<8x24xf32>

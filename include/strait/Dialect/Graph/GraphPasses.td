@@ -268,7 +268,8 @@ def GraphFoldTransposes : Pass<"graph-fold-transposes", "::mlir::func::FuncOp"> 
       into `[B, T, H, D]` heads), after the Transposes: one Reshape (a view)
       of P to `[lead..., n, tail...]`, which the attention reads part i of
       with `q_select` / `kt_select` / `v_select = [axis, i]`. The Split and
-      the heads' Reshapes go; the backward still concatenates dQ, dK, dV.
+      the heads' Reshapes go, and autodiff's FusedAttentionGrad writes the
+      packed dQKV itself (packed_grad): no Concat of dQ, dK, dV either.
 
     Transposes left without a reader go. See docs/graph-dialect.md.
 

@@ -11,6 +11,7 @@
 #define STRAIT_DIALECT_GRAPH_GRAPHTRAININGOPS_TD
 
 include "strait/Dialect/Graph/GraphBase.td"
+include "mlir/IR/OpAsmInterface.td"
 
 // Gradient op whose single result has the type of its first operand.
 class Graph_SameAsFirstGradOp<string mnemonic, list<Trait> traits = []>
@@ -131,7 +132,8 @@ def Graph_RMSNormalizationGradOp
 }
 
 def Graph_FusedAttentionGradOp
-    : Graph_GenericOp<"FusedAttentionGrad", [Pure]> {
+    : Graph_GenericOp<"FusedAttentionGrad",
+                      [Pure, DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "gradient of FusedAttention";
   let description = [{
     Recomputes the probabilities `P = exp(S - LSE)` (0 for masked keys and
@@ -145,10 +147,18 @@ def Graph_FusedAttentionGradOp
     op's: dY and Y are laid out by `y_perm`, and each gradient like its
     operand. So are `q_select`, `kt_select` and `v_select`: a selected
     operand is read as its slice, and its gradient has the slice's type (the
-    operand's with `axis` removed), i.e. dQ, dKt and dV are never packed.
+    operand's with `axis` removed).
+
+    With `packed_grad = 1`, the op has one result instead of three: the
+    gradient of the packed tensor Q, Kt and V are slices of (their selects
+    take indices 0, 1, 2 of one axis of size 3, each once, of tensors of one
+    type), of that type, each slice's gradient written in place (GPT-2's
+    dQKV, without a Concat of dQ, dK and dV).
 
     ```mlir
     %dq, %dkt, %dv = graph.FusedAttentionGrad %dy, %q, %kt, %v, %y, %lse {causal = 1 : i64, scale = 2.500000e-01 : f32} : (tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16xf32>) -> (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<2x16x8xf32>)
+    // The gradient of a packed [B, T, 3, H, D] QKV in one result:
+    %dqkv = graph.FusedAttentionGrad %dy2, %qkv, %qkv, %qkv, %y2, %lse2 {kt_perm = array<i64: 0, 2, 3, 1>, kt_select = array<i64: 2, 1>, packed_grad = 1 : i64, q_perm = array<i64: 0, 2, 1, 3>, q_select = array<i64: 2, 0>, scale = 2.500000e-01 : f32, v_perm = array<i64: 0, 2, 1, 3>, v_select = array<i64: 2, 2>, y_perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x16xf32>, tensor<2x16x3x4x16xf32>, tensor<2x16x3x4x16xf32>, tensor<2x16x3x4x16xf32>, tensor<2x16x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x16x3x4x16xf32>
     ```
   }];
   let arguments = (ins AnyTensor:$dY, AnyTensor:$Q, AnyTensor:$Kt, AnyTensor:$V,
@@ -162,8 +172,11 @@ def Graph_FusedAttentionGradOp
                    OptionalAttr<DenseI64ArrayAttr>:$y_perm,
                    OptionalAttr<DenseI64ArrayAttr>:$q_select,
                    OptionalAttr<DenseI64ArrayAttr>:$kt_select,
-                   OptionalAttr<DenseI64ArrayAttr>:$v_select);
-  let results = (outs AnyTensor:$dQ, AnyTensor:$dKt, AnyTensor:$dV);
+                   OptionalAttr<DenseI64ArrayAttr>:$v_select,
+                   DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>,
+                                     "0">:$packed_grad);
+  // dQ, dKt, dV; or, with packed_grad, the packed tensor's gradient.
+  let results = (outs Variadic<AnyTensor>:$grads);
   let hasVerifier = 1;
 }
 

@@ -246,12 +246,49 @@ STRAIT_INFER(FusedAttentionOp) {
   return success();
 }
 
+/// With packed_grad = 1: Q, Kt and V are tensors of one type whose selects
+/// take indices 0, 1, 2 of one axis of size 3 (or dynamic), each once.
+static LogicalResult checkPackedGrad(OptLoc loc, Value q, Value kt, Value v,
+                                     const AttentionPerms &perms) {
+  StringRef op = "FusedAttentionGrad";
+  if (q.getType() != kt.getType() || q.getType() != v.getType())
+    return emitOptionalError(loc, op, ": packed_grad needs Q, Kt and V of one type, got ",
+                             q.getType(), ", ", kt.getType(), ", ", v.getType());
+  std::optional<ArrayRef<int64_t>> sel[3] = {perms.qSel, perms.ktSel, perms.vSel};
+  bool seen[3] = {false, false, false};
+  bool ok = sel[0].has_value() && sel[0]->size() == 2;
+  for (auto &s : sel) {
+    ok = ok && s && s->size() == 2 && (*s)[0] == (*sel[0])[0] && (*s)[1] >= 0 && (*s)[1] < 3 &&
+         !seen[(*s)[1]];
+    if (ok)
+      seen[(*s)[1]] = true;
+  }
+  auto t = dyn_cast<RankedTensorType>(q.getType());
+  if (ok && t) {
+    int64_t axis = (*sel[0])[0];
+    ok = axis >= 0 && axis < t.getRank() &&
+         (t.getShape()[axis] == 3 || t.getShape()[axis] == kDyn);
+  }
+  if (!ok)
+    return emitOptionalError(loc, op,
+                             ": packed_grad needs q_select, kt_select and v_select to take "
+                             "indices 0, 1, 2 of one axis of size 3, each once");
+  return success();
+}
+
 /// dQ, dKt and dV have the types of the (selected) operands: never packed.
+/// With packed_grad = 1, one result: the packed tensor's gradient, of its type.
 STRAIT_INFER(FusedAttentionGradOp) {
   AttentionPerms perms = attentionPerms(adaptor);
   if (failed(attentionTypes(loc, "FusedAttentionGrad", adaptor.getQ(), adaptor.getKt(),
                             adaptor.getV(), adaptor.getBias(), perms)))
     return failure();
+  if (adaptor.getPackedGrad() == 1) {
+    if (failed(checkPackedGrad(loc, adaptor.getQ(), adaptor.getKt(), adaptor.getV(), perms)))
+      return failure();
+    types.push_back(adaptor.getQ().getType());
+    return success();
+  }
   FailureOr<std::array<TensorType, 3>> sel = selectedTypes(
       loc, "FusedAttentionGrad", adaptor.getQ(), adaptor.getKt(), adaptor.getV(), perms);
   if (failed(sel))
@@ -259,6 +296,17 @@ STRAIT_INFER(FusedAttentionGradOp) {
   for (TensorType t : *sel)
     types.push_back(t);
   return success();
+}
+
+/// dQ, dKt, dV; or dQKV (packed_grad).
+void FusedAttentionGradOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  if (getNumResults() == 1) {
+    setNameFn(getResult(0), "dQKV");
+    return;
+  }
+  const char *names[] = {"dQ", "dKt", "dV"};
+  for (auto [r, name] : llvm::zip(getResults(), names))
+    setNameFn(r, name);
 }
 
 /// dY and Y have the forward op's Y type (laid out by y_perm), LSE its f32

@@ -1,6 +1,7 @@
 //===- GradientsAttention.cpp - Rules of FusedAttention and RoPE ----------===//
 //
-// FusedAttention goes to one FusedAttentionGrad (dQ, dKt, dV), which
+// FusedAttention goes to one FusedAttentionGrad (dQ, dKt, dV; or, when Q,
+// Kt and V are the slices of one packed QKV, that tensor's gradient), which
 // recomputes the probabilities from Q, Kt, the bias and the saved LSE
 // instead of keeping the T x T scores of the forward pass. The bias gets no
 // gradient: the sweep rejects a bias that depends on a trainable variable
@@ -86,6 +87,28 @@ LogicalResult packedGrads(FusedAttentionOp op, GradBuilder &g, ArrayRef<Value> g
   return success();
 }
 
+/// Whether Q, Kt and V are slices 0, 1, 2 (each once) along one axis of
+/// size 3 of one packed tensor (samePacked, one type): the gradient op then
+/// writes the packed gradient itself (packed_grad).
+bool isWholePack(FusedAttentionOp op) {
+  std::optional<ArrayRef<int64_t>> sel[3] = {op.getQSelect(), op.getKtSelect(), op.getVSelect()};
+  auto t = dyn_cast<RankedTensorType>(op.getQ().getType());
+  if (!t || !sel[0])
+    return false;
+  int64_t axis = (*sel[0])[0];
+  if (axis < 0 || axis >= t.getRank() || t.getShape()[axis] != 3)
+    return false;
+  bool seen[3] = {false, false, false};
+  for (unsigned i = 0; i < 3; ++i) {
+    if (!sel[i] || (*sel[i])[0] != axis || (*sel[i])[1] < 0 || (*sel[i])[1] > 2 ||
+        seen[(*sel[i])[1]] || op->getOperand(i).getType() != t ||
+        !samePacked(op->getOperand(i), op.getQ()))
+      return false;
+    seen[(*sel[i])[1]] = true;
+  }
+  return true;
+}
+
 LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange dy, DX dx) {
   // LSE is a statistic saved for the backward kernel, not an output to
   // differentiate through.
@@ -104,8 +127,17 @@ LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange
        {"q_perm", "kt_perm", "v_perm", "y_perm", "q_select", "kt_select", "v_select"})
     if (Attribute attr = op->getAttr(name))
       attrs.append(name, attr);
-  // The gradients have the (selected) operands' types.
   std::optional<ArrayRef<int64_t>> sel[3] = {op.getQSelect(), op.getKtSelect(), op.getVSelect()};
+  // Q, Kt and V slices 0, 1, 2 of one packed tensor: one gradient op
+  // result, the packed gradient, at the first operand (none at the others).
+  if (isWholePack(op)) {
+    attrs.append("packed_grad", g.b.getI64IntegerAttr(1));
+    auto grad = g.create<FusedAttentionGradOp>(TypeRange{op.getQ().getType()}, operands,
+                                               attrs.getAttrs());
+    dx[0] = grad->getResult(0);
+    return success();
+  }
+  // The gradients have the (selected) operands' types.
   SmallVector<Type> types;
   for (unsigned i = 0; i < 3; ++i) {
     auto t = cast<RankedTensorType>(op->getOperand(i).getType()); // static (the sweep checks)
@@ -115,7 +147,7 @@ LogicalResult fusedAttentionGrad(FusedAttentionOp op, GradBuilder &g, ValueRange
     types.push_back(RankedTensorType::get(shape, t.getElementType()));
   }
   auto grad = g.create<FusedAttentionGradOp>(TypeRange(types), operands, attrs.getAttrs());
-  Value grads[3] = {grad.getDQ(), grad.getDKt(), grad.getDV()};
+  Value grads[3] = {grad->getResult(0), grad->getResult(1), grad->getResult(2)};
   if (!op.getQSelect() && !op.getKtSelect() && !op.getVSelect()) {
     llvm::copy(grads, dx.begin());
     return success();

@@ -155,7 +155,10 @@ StatusOr<PoolGradArgs> poolGradArgs(const KernelContext &ctx, bool max);
 /// operand is its slice at `index` there (the dimension removed), before
 /// the permutation applies (GPT-2's Q, K and V read out of one [B, T, 3, H,
 /// D] projection: they alias one buffer). The gradients have the slice's
-/// shape (never packed), laid out by the permutation: dqL, dktL, dvL.
+/// shape, laid out by the permutation: dqL, dktL, dvL. With the attribute
+/// packed_grad = 1 (Q, Kt, V of one shape, selecting 0, 1, 2 of one axis of
+/// size 3), FusedAttentionGrad has one output instead, dQKV of that shape:
+/// out[0..2] all point at it and dqL, dktL, dvL are qL, ktL, vL.
 struct AttnLayout {
   /// Element offset of the operand in its tensor (its select's slice).
   int64_t base = 0;
