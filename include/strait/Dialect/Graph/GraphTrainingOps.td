@@ -252,17 +252,6 @@ def Graph_SoftmaxCrossEntropyLossGradOp
   }];
 }
 
-// Window attributes shared by the convolution gradients.
-def Graph_ConvGradInputOp : Graph_GenericOp<"ConvGradInput", [Pure]> {
-  let summary = "gradient of Conv with respect to its input";
-  let description = [{
-    A transposed convolution of dY with W giving a tensor of `input_shape`
-    (the forward X's shape, which the output size alone does not determine).
-
-    ```mlir
-    %dx = graph.ConvGradInput %dy, %w {dilations = array<i64: 1, 1>, group = 1 : i64, input_shape = array<i64: 1, 3, 8, 8>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x3x8x8xf32>
-    ```
-  }];
 def Graph_SoftmaxCrossEntropyLossWithGradOp
     : Graph_GenericOp<"SoftmaxCrossEntropyLossWithGrad", [Pure]> {
   let summary = "SoftmaxCrossEntropyLoss and its gradient in one pass over the scores";
@@ -292,6 +281,17 @@ def Graph_SoftmaxCrossEntropyLossWithGradOp
   let hasVerifier = 1;
 }
 
+// Window attributes shared by the convolution gradients.
+def Graph_ConvGradInputOp : Graph_GenericOp<"ConvGradInput", [Pure]> {
+  let summary = "gradient of Conv with respect to its input";
+  let description = [{
+    A transposed convolution of dY with W giving a tensor of `input_shape`
+    (the forward X's shape, which the output size alone does not determine).
+
+    ```mlir
+    %dx = graph.ConvGradInput %dy, %w {dilations = array<i64: 1, 1>, group = 1 : i64, input_shape = array<i64: 1, 3, 8, 8>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x3x8x8xf32>
+    ```
+  }];
   let arguments = (ins AnyTensor:$dY, AnyTensor:$W,
                    DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
                    DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
