@@ -268,11 +268,10 @@ STRAIT_INFER(RMSNormalizationOp) {
                       adaptor.getOperands().drop_front(), types);
 }
 
-/// Loss over scores N x C x D... and labels N x D..., of the scores' type,
-/// or f32 for 16-bit float scores when `f32For16Bit`.
-static LogicalResult inferLoss(OptLoc loc, StringRef op, Value scores, Value labels,
-                               LossReduction reduction, SmallVectorImpl<Type> &types,
-                               bool f32For16Bit = false) {
+LogicalResult strait::graph::detail::inferLoss(std::optional<Location> loc, StringRef op,
+                                              Value scores, Value labels,
+                                              LossReduction reduction,
+                                              SmallVectorImpl<Type> &types, bool f32For16Bit) {
   TensorType s = tensorOf(scores), l = tensorOf(labels);
   Type element = s.getElementType();
   if (f32For16Bit && (element.isBF16() || element.isF16()))

@@ -28,6 +28,14 @@ inline mlir::LogicalResult pushTensor(llvm::SmallVectorImpl<mlir::Type> &types,
   return mlir::success();
 }
 
+/// Loss over scores N x C x D... and labels N x D... (SoftmaxCrossEntropyLoss,
+/// NegativeLogLikelihoodLoss, the loss of SoftmaxCrossEntropyLossWithGrad):
+/// of the scores' type, or f32 for 16-bit float scores when `f32For16Bit`;
+/// a scalar unless `reduction` is none (then the labels' shape).
+mlir::LogicalResult inferLoss(std::optional<mlir::Location> loc, llvm::StringRef op,
+                              mlir::Value scores, mlir::Value labels, LossReduction reduction,
+                              llvm::SmallVectorImpl<mlir::Type> &types, bool f32For16Bit = false);
+
 } // namespace strait::graph::detail
 
 #endif // STRAIT_LIB_DIALECT_GRAPH_IR_INFERHELPERS_H

@@ -148,31 +148,11 @@ LogicalResult SoftmaxCrossEntropyLossGradOp::verify() {
 /// scores' element type (f32 for bf16 / f16) and is a scalar unless the
 /// reduction is none (then the labels' shape); dScores has the scores' type.
 STRAIT_INFER(SoftmaxCrossEntropyLossWithGradOp) {
-  constexpr StringLiteral op = "SoftmaxCrossEntropyLossWithGrad";
-  TensorType s = tensorOf(adaptor.getScores()), l = tensorOf(adaptor.getLabels());
-  Type element = s.getElementType();
-  if (!isa<FloatType>(element))
-    return emitOptionalError(loc, op, ": scores must be floats, got ", element);
-  if (element.isBF16() || element.isF16())
-    element = Float32Type::get(element.getContext());
-  if (!isa<IntegerType>(l.getElementType()))
-    return emitOptionalError(loc, op, ": labels must be integers, got ", l.getElementType());
-  if (s.hasRank() && l.hasRank()) {
-    if (s.getRank() < 2 || l.getRank() != s.getRank() - 1)
-      return emitOptionalError(loc, op, ": scores ", s, " and labels ", l,
-                               " must be N x C x D... and N x D...");
-    for (int64_t i = 0; i < l.getRank(); ++i) {
-      int64_t sd = s.getDimSize(i == 0 ? 0 : i + 1), ld = l.getDimSize(i);
-      if (sd != ShapedType::kDynamic && ld != ShapedType::kDynamic && sd != ld)
-        return emitOptionalError(loc, op, ": scores ", s, " and labels ", l,
-                                 " disagree in dimension ", i);
-    }
-  }
-  if (adaptor.getReduction() != LossReduction::none)
-    (void)pushTensor(types, ArrayRef<int64_t>{}, element);
-  else
-    (void)pushTensor(types, l.hasRank() ? std::optional(l.getShape()) : std::nullopt, element);
-  types.push_back(s);
+  if (failed(inferLoss(loc, "SoftmaxCrossEntropyLossWithGrad", adaptor.getScores(),
+                       adaptor.getLabels(), adaptor.getReduction(), types,
+                       /*f32For16Bit=*/true)))
+    return failure();
+  types.push_back(adaptor.getScores().getType());
   return success();
 }
 
