@@ -165,12 +165,6 @@ RefGrad referenceGrad(const Problem &pr, const std::vector<float> &dyF) {
   return g;
 }
 
-OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v) {
-  OwnedTensor t(program::DTYPE_F32, shape);
-  std::memcpy(t.tensor.data, v.data(), v.size() * sizeof(float));
-  return t;
-}
-
 std::vector<float> values(const Tensor &t) {
   std::vector<float> v(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i)

@@ -25,20 +25,6 @@ namespace {
 constexpr DType F32 = program::DTYPE_F32, BF16 = program::DTYPE_BF16, F16 = program::DTYPE_F16;
 constexpr const char *kOp = "SoftmaxCrossEntropyLossWithGrad";
 
-/// One CPU kernel; fails the test on error.
-void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<Tensor *> outs,
-           const std::function<void(program::Kernel &)> &attrs) {
-  program::Kernel k;
-  k.set_op(op);
-  attrs(k);
-  Status st = runCpu(k, std::move(ins), std::move(outs));
-  ASSERT_TRUE(st.isOk()) << op << ": " << st.toString();
-}
-
-bool sameBytes(const Tensor &a, const Tensor &b) {
-  return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, a.byteSize()) == 0;
-}
-
 /// Element i of an f32, bf16 or f16 tensor, widened.
 float valueAt(const Tensor &t, int64_t i) {
   if (t.dtype == F32)

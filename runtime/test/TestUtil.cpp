@@ -194,6 +194,50 @@ Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
   return fn(ctx);
 }
 
+Status runCpuInMicroBatch(const program::Kernel &k, std::vector<const Tensor *> ins,
+                          std::vector<Tensor *> outs, int mb) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  STRAIT_ASSIGN_OR_RETURN(KernelFn fn, cpu->resolve(k));
+  KernelContext ctx(k, std::move(ins), std::move(outs));
+  ctx.setMicroBatch(mb);
+  return fn(ctx);
+}
+
+void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<Tensor *> outs,
+           const std::function<void(program::Kernel &)> &attrs) {
+  program::Kernel k;
+  k.set_op(op);
+  if (attrs)
+    attrs(k);
+  Status st = runCpu(k, std::move(ins), std::move(outs));
+  ASSERT_TRUE(st.isOk()) << op << ": " << st.toString();
+}
+
+OwnedTensor castTo(const Tensor &x, DType to) {
+  OwnedTensor y(to, x.shape);
+  runOp("Cast", {&x}, {&y.tensor}, [&](program::Kernel &k) { setInt(k, "to", to); });
+  return y;
+}
+
+OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v) {
+  OwnedTensor t(program::DTYPE_F32, shape);
+  std::copy(v.begin(), v.end(), t.tensor.as<float>());
+  return t;
+}
+
+bool sameBytes(const Tensor &a, const Tensor &b) {
+  return a.dtype == b.dtype && a.shape == b.shape &&
+         std::memcmp(a.data, b.data, a.byteSize()) == 0;
+}
+
+int64_t roundedCount(const Tensor &f32, const Tensor &low) {
+  OwnedTensor back = castTo(low, program::DTYPE_F32);
+  int64_t n = 0;
+  for (int64_t i = 0; i < f32.numel(); ++i)
+    n += back.tensor.as<float>()[i] != f32.as<float>()[i];
+  return n;
+}
+
 uint16_t bf16Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

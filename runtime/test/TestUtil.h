@@ -97,6 +97,22 @@ std::vector<float> gaussian(size_t n, uint32_t seed);
 /// executor calls it).
 Status runCpu(const program::Kernel &k, std::vector<const Tensor *> ins,
               std::vector<Tensor *> outs);
+/// The same in micro-batch `mb` (what AccumulateGrad reads).
+Status runCpuInMicroBatch(const program::Kernel &k, std::vector<const Tensor *> ins,
+                          std::vector<Tensor *> outs, int mb);
+/// One CPU kernel `op` on tensors, with attributes set by `attrs`; fails the
+/// test on error.
+void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<Tensor *> outs,
+           const std::function<void(program::Kernel &)> &attrs = {});
+/// The Cast kernel of `x` to `to`.
+OwnedTensor castTo(const Tensor &x, DType to);
+/// `v` in a new f32 tensor of `shape`.
+OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v);
+/// Same dtype, shape and bytes.
+bool sameBytes(const Tensor &a, const Tensor &b);
+/// Elements of the f32 tensor `f32` whose value the 16-bit `low` (widened)
+/// does not hold: how much a rounding test's rounding actually rounds.
+int64_t roundedCount(const Tensor &f32, const Tensor &low);
 
 /// Reference bf16 rounding, written independently of the backends: f32 ->
 /// bf16 bits, round to nearest even; and back.
