@@ -230,20 +230,6 @@ void expectNear(const std::vector<float> &got, const std::vector<double> &want, 
     ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
 }
 
-/// Runs a kernel of the composed attention on f32 tensors.
-OwnedTensor runOp(const std::string &op, std::vector<const Tensor *> ins, const Shape &outShape,
-                  const std::function<void(program::Kernel &)> &attrs = {}) {
-  program::Kernel k;
-  k.set_op(op);
-  k.set_name(op);
-  if (attrs)
-    attrs(k);
-  OwnedTensor out(program::DTYPE_F32, outShape);
-  Status st = runCpu(k, std::move(ins), {&out.tensor});
-  EXPECT_TRUE(st.isOk()) << op << ": " << st.toString();
-  return out;
-}
-
 } // namespace
 
 // --- Forward ----------------------------------------------------------------
@@ -260,11 +246,11 @@ TEST(FusedAttention, ForwardEqualsComposedKernelsWithBroadcastBias) {
               v = f32Tensor(pr.shape({70, 16}), pr.v), bias = f32Tensor(pr.biasShape, pr.bias),
               sc = f32Tensor({}, {pr.scale});
   Shape ss = pr.shape({70, 70});
-  OwnedTensor s = runOp("MatMul", {&q.tensor, &kt.tensor}, ss);
-  OwnedTensor s2 = runOp("Mul", {&s.tensor, &sc.tensor}, ss);
-  OwnedTensor s3 = runOp("Add", {&s2.tensor, &bias.tensor}, ss);
-  OwnedTensor p = runOp("Softmax", {&s3.tensor}, ss);
-  OwnedTensor y = runOp("MatMul", {&p.tensor, &v.tensor}, pr.shape({70, 16}));
+  OwnedTensor s = runF32Op("MatMul", {&q.tensor, &kt.tensor}, ss);
+  OwnedTensor s2 = runF32Op("Mul", {&s.tensor, &sc.tensor}, ss);
+  OwnedTensor s3 = runF32Op("Add", {&s2.tensor, &bias.tensor}, ss);
+  OwnedTensor p = runF32Op("Softmax", {&s3.tensor}, ss);
+  OwnedTensor y = runF32Op("MatMul", {&p.tensor, &v.tensor}, pr.shape({70, 16}));
   std::vector<float> got = values(f->y.tensor), want = values(y.tensor);
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 2e-5f * (1 + std::abs(want[i]))) << "at " << i;
@@ -732,67 +718,7 @@ std::vector<uint8_t> bits(const Tensor &t) {
 
 } // namespace
 
-// GPT-2's heads as exported: Q, K, V [B, T, H, D] (K not transposed) and Y
-// written as [B, T, H, D]. With q_perm, kt_perm, v_perm and y_perm the
-// kernels read and write those tensors directly; their results are the
-// dense kernels' on the transposed operands, bit for bit (forward and
-// gradient, f32 and bf16, causal with a bias).
-TEST(FusedAttention, PermutedOperandsEqualTheDenseKernels) {
-  const std::vector<int64_t> heads = {0, 2, 1, 3}, keys = {0, 2, 3, 1};
-  for (DType dt : {program::DTYPE_F32, program::DTYPE_BF16}) {
-    Problem pr = makeProblem({2, 3}, 37, 37, 16, 16, 120);
-    pr.causal = true;
-    pr.biasShape = {37, 37};
-    pr.bias = gaussian(37 * 37, 121);
-    std::vector<float> dy = gaussian(6 * 37 * 16, 122);
-    auto dense = runBackward(pr, dy, dt);
-    auto denseF = runForward(pr, dt);
-    ASSERT_TRUE(dense.isOk() && denseF.isOk());
-
-    auto make = [&](const Shape &s, const std::vector<float> &v) {
-      return dt == program::DTYPE_F32 ? f32Tensor(s, v) : bf16Tensor(s, v);
-    };
-    Shape qs, ks, vs, ys;
-    std::vector<float> qv = permuted(pr.q, pr.shape({pr.tq, pr.d}), heads, qs);
-    std::vector<float> kv = permuted(pr.kt, pr.shape({pr.d, pr.tk}), keys, ks);
-    std::vector<float> vv = permuted(pr.v, pr.shape({pr.tk, pr.dv}), heads, vs);
-    std::vector<float> dyv = permuted(dy, pr.shape({pr.tq, pr.dv}), heads, ys);
-    ASSERT_EQ(qs, (Shape{2, 37, 3, 16}));
-    ASSERT_EQ(ks, (Shape{2, 37, 3, 16}));
-    OwnedTensor q = make(qs, qv), kt = make(ks, kv), v = make(vs, vv), tdy = make(ys, dyv);
-    OwnedTensor bias = f32Tensor(pr.biasShape, pr.bias);
-    auto withPerms = [&](const std::string &op) {
-      program::Kernel k = attentionKernel(op, pr.scale, pr.causal);
-      setInts(k, "q_perm", heads);
-      setInts(k, "kt_perm", keys);
-      setInts(k, "v_perm", heads);
-      setInts(k, "y_perm", heads);
-      return k;
-    };
-    OwnedTensor y(dt, ys), lse(program::DTYPE_F32, pr.shape({pr.tq}));
-    Status st = runCpu(withPerms("FusedAttention"),
-                       {&q.tensor, &kt.tensor, &v.tensor, &bias.tensor}, {&y.tensor, &lse.tensor});
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    // The dense results, laid out as the permuted tensors.
-    auto laidOut = [&](const Tensor &t, const Shape &logical, const std::vector<int64_t> &perm) {
-      Shape ts;
-      std::vector<float> p = permuted(values(t), logical, perm, ts);
-      return bits(make(ts, p).tensor);
-    };
-    EXPECT_EQ(bits(y.tensor), laidOut(denseF->y.tensor, pr.shape({pr.tq, pr.dv}), heads)) << "Y";
-    EXPECT_EQ(bits(lse.tensor), bits(denseF->lse.tensor)) << "LSE";
-
-    OwnedTensor dq(dt, qs), dkt(dt, ks), dv(dt, vs);
-    st = runCpu(
-        withPerms("FusedAttentionGrad"),
-        {&tdy.tensor, &q.tensor, &kt.tensor, &v.tensor, &y.tensor, &lse.tensor, &bias.tensor},
-        {&dq.tensor, &dkt.tensor, &dv.tensor});
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    EXPECT_EQ(bits(dq.tensor), laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads)) << "dQ";
-    EXPECT_EQ(bits(dkt.tensor), laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys)) << "dKt";
-    EXPECT_EQ(bits(dv.tensor), laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads)) << "dV";
-  }
-}
+namespace {
 
 /// Q, K and V [B, T, H, D] packed into one [B, T, 3, H, D] tensor (GPT-2's
 /// QKV projection, as graph-fold-transposes reads it).
@@ -806,83 +732,108 @@ std::vector<float> packed3(const std::vector<float> &q, const std::vector<float>
   return p;
 }
 
-// GPT-2's heads read straight out of the packed projection: Q, K and V are
-// slices 0, 1, 2 (q_select, kt_select, v_select = [2, i]) of one [B, T, 3,
-// H, D] buffer, then permuted as in the test above. Forward and gradient
-// equal the dense kernels on the sliced operands bit for bit (f32 and bf16,
-// causal with a bias); dQ, dKt, dV come out unpacked, [B, T, H, D].
-TEST(FusedAttention, PackedOperandsEqualTheDenseKernels) {
+/// GPT-2's heads as exported, against the dense kernels: Q, K, V
+/// [B, T, H, D] (K not transposed) and Y written as [B, T, H, D] through
+/// q_perm, kt_perm, v_perm and y_perm; with `packed`, Q, K and V are moreover
+/// slices 0, 1, 2 (q_select, kt_select, v_select = [2, i]) of one [B, T, 3,
+/// H, D] buffer, and packed_grad's one dQKV output is checked too. Forward
+/// and gradient equal the dense kernels on the transposed (sliced) operands
+/// bit for bit (causal with a bias); dQ, dKt, dV come out laid out as Q, Kt,
+/// V, unpacked.
+void checkGpt2Heads(DType dt, bool packed, uint32_t seed) {
   const std::vector<int64_t> heads = {0, 2, 1, 3}, keys = {0, 2, 3, 1};
-  for (DType dt : {program::DTYPE_F32, program::DTYPE_BF16}) {
-    Problem pr = makeProblem({2, 3}, 37, 37, 16, 16, 130);
-    pr.causal = true;
-    pr.biasShape = {37, 37};
-    pr.bias = gaussian(37 * 37, 131);
-    std::vector<float> dy = gaussian(6 * 37 * 16, 132);
-    auto dense = runBackward(pr, dy, dt);
-    auto denseF = runForward(pr, dt);
-    ASSERT_TRUE(dense.isOk() && denseF.isOk());
+  Problem pr = makeProblem({2, 3}, 37, 37, 16, 16, seed);
+  pr.causal = true;
+  pr.biasShape = {37, 37};
+  pr.bias = gaussian(37 * 37, seed + 1);
+  std::vector<float> dy = gaussian(6 * 37 * 16, seed + 2);
+  auto dense = runBackward(pr, dy, dt);
+  auto denseF = runForward(pr, dt);
+  ASSERT_TRUE(dense.isOk() && denseF.isOk());
 
-    auto make = [&](const Shape &s, const std::vector<float> &v) {
-      return dt == program::DTYPE_F32 ? f32Tensor(s, v) : bf16Tensor(s, v);
-    };
-    Shape qs, ks, vs, ys;
-    std::vector<float> qv = permuted(pr.q, pr.shape({pr.tq, pr.d}), heads, qs);
-    std::vector<float> kv = permuted(pr.kt, pr.shape({pr.d, pr.tk}), keys, ks);
-    std::vector<float> vv = permuted(pr.v, pr.shape({pr.tk, pr.dv}), heads, vs);
-    std::vector<float> dyv = permuted(dy, pr.shape({pr.tq, pr.dv}), heads, ys);
-    ASSERT_EQ(qs, (Shape{2, 37, 3, 16}));
-    OwnedTensor qkv = make({2, 37, 3, 3, 16}, packed3(qv, kv, vv, 2 * 37, 3 * 16));
-    OwnedTensor tdy = make(ys, dyv), bias = f32Tensor(pr.biasShape, pr.bias);
-    auto packedKernel = [&](const std::string &op) {
-      program::Kernel k = attentionKernel(op, pr.scale, pr.causal);
-      setInts(k, "q_perm", heads);
-      setInts(k, "kt_perm", keys);
-      setInts(k, "v_perm", heads);
-      setInts(k, "y_perm", heads);
+  auto make = [&](const Shape &s, const std::vector<float> &v) {
+    return dt == program::DTYPE_F32 ? f32Tensor(s, v) : bf16Tensor(s, v);
+  };
+  Shape qs, ks, vs, ys;
+  std::vector<float> qv = permuted(pr.q, pr.shape({pr.tq, pr.d}), heads, qs);
+  std::vector<float> kv = permuted(pr.kt, pr.shape({pr.d, pr.tk}), keys, ks);
+  std::vector<float> vv = permuted(pr.v, pr.shape({pr.tk, pr.dv}), heads, vs);
+  std::vector<float> dyv = permuted(dy, pr.shape({pr.tq, pr.dv}), heads, ys);
+  ASSERT_EQ(qs, (Shape{2, 37, 3, 16}));
+  ASSERT_EQ(ks, (Shape{2, 37, 3, 16}));
+  const Shape packedShape{2, 37, 3, 3, 16};
+  OwnedTensor q = make(qs, qv), kt = make(ks, kv), v = make(vs, vv), tdy = make(ys, dyv);
+  OwnedTensor qkv = make(packedShape, packed3(qv, kv, vv, 2 * 37, 3 * 16));
+  OwnedTensor bias = f32Tensor(pr.biasShape, pr.bias);
+  // The operands: the three tensors, or the packed one three times.
+  const Tensor *qIn = packed ? &qkv.tensor : &q.tensor, *kIn = packed ? &qkv.tensor : &kt.tensor,
+               *vIn = packed ? &qkv.tensor : &v.tensor;
+  auto kernel = [&](const std::string &op) {
+    program::Kernel k = attentionKernel(op, pr.scale, pr.causal);
+    setInts(k, "q_perm", heads);
+    setInts(k, "kt_perm", keys);
+    setInts(k, "v_perm", heads);
+    setInts(k, "y_perm", heads);
+    if (packed) {
       setInts(k, "q_select", {2, 0});
       setInts(k, "kt_select", {2, 1});
       setInts(k, "v_select", {2, 2});
-      return k;
-    };
-    OwnedTensor y(dt, ys), lse(program::DTYPE_F32, pr.shape({pr.tq}));
-    Status st = runCpu(packedKernel("FusedAttention"),
-                       {&qkv.tensor, &qkv.tensor, &qkv.tensor, &bias.tensor},
-                       {&y.tensor, &lse.tensor});
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    auto laidOut = [&](const Tensor &t, const Shape &logical, const std::vector<int64_t> &perm) {
-      Shape ts;
-      std::vector<float> p = permuted(values(t), logical, perm, ts);
-      return bits(make(ts, p).tensor);
-    };
-    EXPECT_EQ(bits(y.tensor), laidOut(denseF->y.tensor, pr.shape({pr.tq, pr.dv}), heads)) << "Y";
-    EXPECT_EQ(bits(lse.tensor), bits(denseF->lse.tensor)) << "LSE";
+    }
+    return k;
+  };
+  OwnedTensor y(dt, ys), lse(program::DTYPE_F32, pr.shape({pr.tq}));
+  Status st = runCpu(kernel("FusedAttention"), {qIn, kIn, vIn, &bias.tensor},
+                     {&y.tensor, &lse.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  // The dense results, laid out as the permuted tensors.
+  auto laidOut = [&](const Tensor &t, const Shape &logical, const std::vector<int64_t> &perm) {
+    Shape ts;
+    std::vector<float> p = permuted(values(t), logical, perm, ts);
+    return bits(make(ts, p).tensor);
+  };
+  EXPECT_EQ(bits(y.tensor), laidOut(denseF->y.tensor, pr.shape({pr.tq, pr.dv}), heads)) << "Y";
+  EXPECT_EQ(bits(lse.tensor), bits(denseF->lse.tensor)) << "LSE";
 
-    OwnedTensor dq(dt, qs), dkt(dt, ks), dv(dt, vs);
-    st = runCpu(packedKernel("FusedAttentionGrad"),
-                {&tdy.tensor, &qkv.tensor, &qkv.tensor, &qkv.tensor, &y.tensor, &lse.tensor,
-                 &bias.tensor},
-                {&dq.tensor, &dkt.tensor, &dv.tensor});
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    EXPECT_EQ(bits(dq.tensor), laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads)) << "dQ";
-    EXPECT_EQ(bits(dkt.tensor), laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys)) << "dKt";
-    EXPECT_EQ(bits(dv.tensor), laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads)) << "dV";
+  std::vector<const Tensor *> gradIns = {&tdy.tensor, qIn, kIn, vIn,
+                                         &y.tensor,   &lse.tensor, &bias.tensor};
+  OwnedTensor dq(dt, qs), dkt(dt, ks), dv(dt, vs);
+  st = runCpu(kernel("FusedAttentionGrad"), gradIns, {&dq.tensor, &dkt.tensor, &dv.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(bits(dq.tensor), laidOut(dense->dq.tensor, pr.shape({pr.tq, pr.d}), heads)) << "dQ";
+  EXPECT_EQ(bits(dkt.tensor), laidOut(dense->dkt.tensor, pr.shape({pr.d, pr.tk}), keys)) << "dKt";
+  EXPECT_EQ(bits(dv.tensor), laidOut(dense->dv.tensor, pr.shape({pr.tk, pr.dv}), heads)) << "dV";
+  if (!packed)
+    return;
+  // packed_grad: one [B, T, 3, H, D] output holding dQ, dK, dV in place.
+  program::Kernel pk = kernel("FusedAttentionGrad");
+  setInt(pk, "packed_grad", 1);
+  OwnedTensor dqkv(dt, packedShape);
+  st = runCpu(pk, gradIns, {&dqkv.tensor});
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(bits(dqkv.tensor),
+            bits(make(packedShape, packed3(values(dq.tensor), values(dkt.tensor),
+                                           values(dv.tensor), 2 * 37, 3 * 16))
+                     .tensor))
+      << "dQKV";
+}
 
-    // packed_grad: one [B, T, 3, H, D] output holding dQ, dK, dV in place.
-    program::Kernel pk = packedKernel("FusedAttentionGrad");
-    setInt(pk, "packed_grad", 1);
-    OwnedTensor dqkv(dt, {2, 37, 3, 3, 16});
-    st = runCpu(pk,
-                {&tdy.tensor, &qkv.tensor, &qkv.tensor, &qkv.tensor, &y.tensor, &lse.tensor,
-                 &bias.tensor},
-                {&dqkv.tensor});
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    EXPECT_EQ(bits(dqkv.tensor),
-              bits(make({2, 37, 3, 3, 16},
-                        packed3(values(dq.tensor), values(dkt.tensor), values(dv.tensor), 2 * 37,
-                                3 * 16))
-                       .tensor))
-        << "dQKV";
+} // namespace
+
+// GPT-2's heads as exported: the kernels read and write [B, T, H, D] tensors
+// directly (f32 and bf16).
+TEST(FusedAttention, PermutedOperandsEqualTheDenseKernels) {
+  for (DType dt : {program::DTYPE_F32, program::DTYPE_BF16}) {
+    SCOPED_TRACE(dtypeName(dt));
+    checkGpt2Heads(dt, /*packed=*/false, 120);
+  }
+}
+
+// GPT-2's heads read straight out of the packed projection, the gradient
+// unpacked and packed (f32 and bf16).
+TEST(FusedAttention, PackedOperandsEqualTheDenseKernels) {
+  for (DType dt : {program::DTYPE_F32, program::DTYPE_BF16}) {
+    SCOPED_TRACE(dtypeName(dt));
+    checkGpt2Heads(dt, /*packed=*/true, 130);
   }
 }
 

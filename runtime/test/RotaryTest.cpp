@@ -102,20 +102,6 @@ OwnedTensor runRotary(const Tensor &x, const Tensor &c, const Tensor &s, int64_t
   return y;
 }
 
-/// One kernel of the composed graph on f32 tensors.
-OwnedTensor runOp(const std::string &op, std::vector<const Tensor *> ins, const Shape &outShape,
-                  const std::function<void(program::Kernel &)> &attrs = {}) {
-  program::Kernel k;
-  k.set_op(op);
-  k.set_name(op);
-  if (attrs)
-    attrs(k);
-  OwnedTensor out(F32, outShape);
-  Status st = runCpu(k, std::move(ins), {&out.tensor});
-  EXPECT_TRUE(st.isOk()) << op << ": " << st.toString();
-  return out;
-}
-
 /// The halves [0, h) and [h, D) of t along the last axis.
 std::pair<OwnedTensor, OwnedTensor> halves(const Tensor &t) {
   int64_t d = t.shape.back(), h = d / 2, axis = static_cast<int64_t>(t.rank()) - 1;
@@ -128,35 +114,35 @@ std::pair<OwnedTensor, OwnedTensor> halves(const Tensor &t) {
       setInts(k, "axes", {axis});
     };
   };
-  return {runOp("Slice", {&t}, hs, slice(0, h)), runOp("Slice", {&t}, hs, slice(h, d))};
+  return {runF32Op("Slice", {&t}, hs, slice(0, h)), runF32Op("Slice", {&t}, hs, slice(h, d))};
 }
 
 OwnedTensor concatLast(const Tensor &a, const Tensor &b) {
   Shape s = a.shape;
   s.back() *= 2;
-  return runOp("Concat", {&a, &b}, s, [](program::Kernel &k) { setInt(k, "axis", -1); });
+  return runF32Op("Concat", {&a, &b}, s, [](program::Kernel &k) { setInt(k, "axis", -1); });
 }
 
 /// LLaMA's exported RoPE: X * Cos + rotate_half(X) * Sin, rotate_half(X) =
 /// Concat(-X[..., h:], X[..., :h]).
 OwnedTensor composedForward(const Tensor &x, const Tensor &c, const Tensor &s) {
   auto [lo, hi] = halves(x);
-  OwnedTensor negHi = runOp("Neg", {&hi.tensor}, hi.tensor.shape);
+  OwnedTensor negHi = runF32Op("Neg", {&hi.tensor}, hi.tensor.shape);
   OwnedTensor rot = concatLast(negHi.tensor, lo.tensor);
-  OwnedTensor a = runOp("Mul", {&x, &c}, x.shape);
-  OwnedTensor b = runOp("Mul", {&rot.tensor, &s}, x.shape);
-  return runOp("Add", {&a.tensor, &b.tensor}, x.shape);
+  OwnedTensor a = runF32Op("Mul", {&x, &c}, x.shape);
+  OwnedTensor b = runF32Op("Mul", {&rot.tensor, &s}, x.shape);
+  return runF32Op("Add", {&a.tensor, &b.tensor}, x.shape);
 }
 
 /// Its backward for X as autodiff writes it: dY * Cos + rotate_half^T(dY *
 /// Sin), rotate_half^T(v) = Concat(v[..., h:], -v[..., :h]).
 OwnedTensor composedBackward(const Tensor &dy, const Tensor &c, const Tensor &s) {
-  OwnedTensor v = runOp("Mul", {&dy, &s}, dy.shape);
+  OwnedTensor v = runF32Op("Mul", {&dy, &s}, dy.shape);
   auto [lo, hi] = halves(v.tensor);
-  OwnedTensor negLo = runOp("Neg", {&lo.tensor}, lo.tensor.shape);
+  OwnedTensor negLo = runF32Op("Neg", {&lo.tensor}, lo.tensor.shape);
   OwnedTensor rot = concatLast(hi.tensor, negLo.tensor);
-  OwnedTensor a = runOp("Mul", {&dy, &c}, dy.shape);
-  return runOp("Add", {&a.tensor, &rot.tensor}, dy.shape);
+  OwnedTensor a = runF32Op("Mul", {&dy, &c}, dy.shape);
+  return runF32Op("Add", {&a.tensor, &rot.tensor}, dy.shape);
 }
 
 /// Element `e` of X's row-major shape `x` mapped into a table of shape `t`

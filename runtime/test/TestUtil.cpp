@@ -213,6 +213,20 @@ void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<T
   ASSERT_TRUE(st.isOk()) << op << ": " << st.toString();
 }
 
+OwnedTensor runF32Op(const std::string &op, std::vector<const Tensor *> ins,
+                     const Shape &outShape,
+                     const std::function<void(program::Kernel &)> &attrs) {
+  program::Kernel k;
+  k.set_op(op);
+  k.set_name(op);
+  if (attrs)
+    attrs(k);
+  OwnedTensor out(program::DTYPE_F32, outShape);
+  Status st = runCpu(k, std::move(ins), {&out.tensor});
+  EXPECT_TRUE(st.isOk()) << op << ": " << st.toString();
+  return out;
+}
+
 OwnedTensor castTo(const Tensor &x, DType to) {
   OwnedTensor y(to, x.shape);
   runOp("Cast", {&x}, {&y.tensor}, [&](program::Kernel &k) { setInt(k, "to", to); });

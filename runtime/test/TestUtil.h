@@ -104,6 +104,11 @@ Status runCpuInMicroBatch(const program::Kernel &k, std::vector<const Tensor *> 
 /// test on error.
 void runOp(const std::string &op, std::vector<const Tensor *> ins, std::vector<Tensor *> outs,
            const std::function<void(program::Kernel &)> &attrs = {});
+/// One CPU kernel `op` with one f32 output of `outShape` (named after the
+/// op); fails the test on error.
+OwnedTensor runF32Op(const std::string &op, std::vector<const Tensor *> ins,
+                     const Shape &outShape,
+                     const std::function<void(program::Kernel &)> &attrs = {});
 /// The Cast kernel of `x` to `to`.
 OwnedTensor castTo(const Tensor &x, DType to);
 /// `v` in a new f32 tensor of `shape`.
