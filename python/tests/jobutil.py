@@ -24,6 +24,17 @@ def run(cmd, timeout=300):
     return p
 
 
+GPT2_TINY = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+
+
+def needs_gpt2_tiny():
+    """A pytest mark: skip the module without straitc, strait-run and models/gpt2-tiny."""
+    import pytest
+    return pytest.mark.skipif(
+        not all(os.path.exists(p) for p in (STRAITC, STRAIT_RUN, GPT2_TINY)),
+        reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
+
+
 def kernel_ops(job):
     """Op of every kernel of rank 0's program."""
     with open(job / "rank0.program.pb", "rb") as f:

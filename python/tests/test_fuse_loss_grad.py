@@ -17,16 +17,14 @@ import subprocess
 
 import pytest
 
-from jobutil import (PROTO_DIR, ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, train_saving_params,
-                     write_tokens)
+from jobutil import (GPT2_TINY, PROTO_DIR, ROOT, STRAITC, STRAIT_RUN, kernel_ops, needs_gpt2_tiny,
+                     run, train_saving_params, write_tokens)
 
-MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+MODEL = GPT2_TINY
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 FUSED = "SoftmaxCrossEntropyLossWithGrad"
 
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
-    reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
+pytestmark = needs_gpt2_tiny()
 
 
 def decode(path):

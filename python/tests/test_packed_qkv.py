@@ -18,13 +18,12 @@ import numpy as np
 
 import pytest
 
-from jobutil import ROOT, STRAIT_RUN, STRAITC, kernel_ops, run, train_saving_params, write_tokens
+from jobutil import (GPT2_TINY, STRAITC, kernel_ops, needs_gpt2_tiny, run, train_saving_params,
+                     write_tokens)
 
-MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+MODEL = GPT2_TINY
 
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
-    reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
+pytestmark = needs_gpt2_tiny()
 
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])

@@ -17,13 +17,11 @@ import re
 import numpy as np
 import pytest
 
-from jobutil import ROOT, STRAIT_RUN, STRAITC, run, write_tokens
+from jobutil import GPT2_TINY, STRAITC, STRAIT_RUN, needs_gpt2_tiny, run, write_tokens
 
-MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+MODEL = GPT2_TINY
 
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
-    reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
+pytestmark = needs_gpt2_tiny()
 
 
 @pytest.mark.parametrize("precision,loss_rtol,param_atol", [("f32", 1e-5, 1e-6),

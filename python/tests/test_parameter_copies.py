@@ -15,15 +15,14 @@ import re
 
 import pytest
 
-from jobutil import ROOT, STRAIT_RUN, STRAITC, run, train_saving_params, write_tokens
+from jobutil import (GPT2_TINY, ROOT, STRAITC, needs_gpt2_tiny, run, train_saving_params,
+                     write_tokens)
 from test_fuse_loss_grad import decode
 
-MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+MODEL = GPT2_TINY
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN) and os.path.exists(MODEL)),
-    reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
+pytestmark = needs_gpt2_tiny()
 
 
 def ops_of(text):
