@@ -7,6 +7,8 @@
 //    two ends is a clear error instead of a transport abort;
 //  - sendCoded/recvCoded: the same with a codec payload (lib/codec) of
 //    variable size;
+//  - sendDeferred: the same message, copied (or encoded) into a buffer of
+//    its own and posted without waiting; flushSends() waits for them;
 //  - all-reduce: a ring reduce-scatter + all-gather on unbound buffers, the
 //    compressed variant (every rank encodes once, the group exchanges the
 //    payloads and each rank decodes and sums them in rank order), and the
@@ -68,10 +70,22 @@ public:
                    const program::CodecParams &codec) override;
   Status allReduce(const Tensor &tensor, uint32_t channel,
                    const AllReduceOptions &options) override;
+  Status sendDeferred(const Tensor &tensor, int peer, uint32_t channel,
+                      const program::CodecParams &codec, ErrorFeedback *feedback) override;
+  Status flushSends() override;
   TrafficCounters takeTraffic() override;
 
 private:
   using Buf = std::unique_ptr<gloo::transport::UnboundBuffer>;
+  /// A posted send that nothing waited for yet: the message (header and
+  /// payload, owned) stays here until flushSends() saw it complete.
+  struct DeferredSend {
+    std::unique_ptr<MessageHeader> header;
+    std::vector<uint8_t> payload;
+    Buf headerBuf, payloadBuf;
+    int peer = -1;
+    uint32_t channel = 0;
+  };
   /// Posts a send / receive of `bytes` at `data` and counts them.
   Buf postSend(const void *data, size_t bytes, int peer, uint64_t slot);
   Buf postRecv(void *data, size_t bytes, int peer, uint64_t slot);
@@ -130,6 +144,8 @@ private:
   std::mutex trafficMutex;
   TrafficCounters traffic;
   std::vector<uint8_t> sendScratch, recvScratch;
+  std::mutex deferredMutex;
+  std::vector<DeferredSend> deferred;
 };
 
 /// Upper bound of a codec payload for n floats (the receiver's check before
@@ -302,6 +318,62 @@ Status GlooCommunicator::sendCoded(const Tensor &tensor, int peer,
   if (!s.isOk())
     return s.withRank(options.rank).withPeer(peer);
   return sendMessage(sendScratch.data(), sendScratch.size(), peer, channel);
+}
+
+Status GlooCommunicator::sendDeferred(const Tensor &tensor, int peer, uint32_t channel,
+                                      const program::CodecParams &codec,
+                                      ErrorFeedback *feedback) {
+  STRAIT_RETURN_IF_ERROR(checkPeer(peer));
+  DeferredSend d;
+  d.peer = peer;
+  d.channel = channel;
+  if (codec.codec() == program::CODEC_NONE) {
+    const uint8_t *p = static_cast<const uint8_t *>(tensor.data);
+    d.payload.assign(p, p + tensor.byteSize());
+  } else {
+    if (tensor.dtype != program::DTYPE_F32)
+      return invalidArgument("codec " + program::Codec_Name(codec.codec()) + " on a " +
+                             tensor.typeString() + " send (f32 only)")
+          .withRank(options.rank)
+          .withPeer(peer);
+    Status s = feedback
+                   ? feedback->encode(codec, tensor.as<float>(), tensor.numel(), d.payload)
+                   : encode(codec, tensor.as<float>(), tensor.numel(), d.payload);
+    if (!s.isOk())
+      return s.withRank(options.rank).withPeer(peer);
+  }
+  d.header = std::make_unique<MessageHeader>(MessageHeader{kHeaderMagic, d.payload.size()});
+  try {
+    d.headerBuf = postSend(d.header.get(), sizeof(MessageHeader), peer, 2ull * channel);
+    if (!d.payload.empty())
+      d.payloadBuf = postSend(d.payload.data(), d.payload.size(), peer, 2ull * channel + 1);
+  } catch (const std::exception &e) {
+    return markBroken(
+        fromException(e, ("send on channel " + std::to_string(channel)).c_str(), peer));
+  }
+  std::lock_guard<std::mutex> lock(deferredMutex);
+  deferred.push_back(std::move(d));
+  return Status::ok();
+}
+
+Status GlooCommunicator::flushSends() {
+  std::vector<DeferredSend> posted;
+  {
+    std::lock_guard<std::mutex> lock(deferredMutex);
+    posted.swap(deferred);
+  }
+  // In posting order; after a failure the pair is broken, so the rest are
+  // dropped (their buffers go with `posted`) instead of each timing out.
+  for (DeferredSend &d : posted) {
+    std::string what = "deferred send on channel " + std::to_string(d.channel);
+    try {
+      STRAIT_RETURN_IF_ERROR(waitSend(d.headerBuf, what, d.peer));
+      STRAIT_RETURN_IF_ERROR(waitSend(d.payloadBuf, what, d.peer));
+    } catch (const std::exception &e) {
+      return markBroken(fromException(e, what.c_str(), d.peer));
+    }
+  }
+  return Status::ok();
 }
 
 Status GlooCommunicator::recvCoded(const Tensor &tensor, int peer,

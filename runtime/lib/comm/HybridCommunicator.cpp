@@ -53,6 +53,18 @@ public:
       return route(peer).recv(t, peer, channel);
     return slow->recvCoded(t, peer, channel, codec);
   }
+  // Deferred transfers take the slow path on both sides, wherever the peer
+  // is: NCCL's point-to-point calls block the stream until the peer's
+  // matching call, which a 1F1B peer makes in its own order.
+  Status sendDeferred(const Tensor &t, int peer, uint32_t channel,
+                      const program::CodecParams &codec, ErrorFeedback *feedback) override {
+    return slow->sendDeferred(t, peer, channel, codec, feedback);
+  }
+  Status recvDeferred(const Tensor &t, int peer, uint32_t channel,
+                      const program::CodecParams &codec) override {
+    return slow->recvDeferred(t, peer, channel, codec);
+  }
+  Status flushSends() override { return slow->flushSends(); }
   Status allReduceSum(const Tensor &t, uint32_t channel) override {
     return allReduce(t, channel, AllReduceOptions());
   }

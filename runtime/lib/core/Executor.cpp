@@ -269,8 +269,10 @@ Executor::create(program::Program program, const BackendRegistry &registry,
   exec->planSequential();
   exec->planOverlapped();
   bool hasComm = false;
-  for (const auto &step : p.steps())
+  for (const auto &step : p.steps()) {
     hasComm |= step.kind_case() != program::Step::kRun;
+    exec->hasDeferredSends |= step.has_send() && step.send().deferred();
+  }
   if (hasComm)
     exec->commThread = std::thread([e = exec.get()] { e->commLoop(); });
   return exec;
@@ -504,13 +506,17 @@ Status Executor::runComm(int index) {
   switch (step.kind_case()) {
   case program::Step::kSend: {
     const auto &m = step.send();
-    return comm->sendCoded(value(m.value_id()), m.peer(), m.channel(), m.codec(),
-                           feedbackOf(m.value_id()))
+    const Tensor &v = value(m.value_id());
+    ErrorFeedback *state = feedbackOf(m.value_id());
+    return (m.deferred() ? comm->sendDeferred(v, m.peer(), m.channel(), m.codec(), state)
+                         : comm->sendCoded(v, m.peer(), m.channel(), m.codec(), state))
         .withPeer(m.peer());
   }
   case program::Step::kRecv: {
     const auto &m = step.recv();
-    return comm->recvCoded(value(m.value_id()), m.peer(), m.channel(), m.codec())
+    const Tensor &v = value(m.value_id());
+    return (m.deferred() ? comm->recvDeferred(v, m.peer(), m.channel(), m.codec())
+                         : comm->recvCoded(v, m.peer(), m.channel(), m.codec()))
         .withPeer(m.peer());
   }
   case program::Step::kAllReduce: {
@@ -583,11 +589,25 @@ Status Executor::run() {
   if (!onceDone)
     STRAIT_RETURN_IF_ERROR(runOnceSteps());
   if (overlap && commThread.joinable())
-    return runOverlapped();
-  for (const Action &a : sequentialPlan.actions)
-    STRAIT_RETURN_IF_ERROR(a.kind == Action::Comm ? runStep(a.step)
-                                                  : launchSegment(sequentialPlan, a));
-  return annotate(backend->synchronize(), program.steps_size() - 1);
+    return finishSends(runOverlapped());
+  Status result;
+  for (const Action &a : sequentialPlan.actions) {
+    result = a.kind == Action::Comm ? runStep(a.step) : launchSegment(sequentialPlan, a);
+    if (!result.isOk())
+      break;
+  }
+  if (result.isOk())
+    result = annotate(backend->synchronize(), program.steps_size() - 1);
+  return finishSends(std::move(result));
+}
+
+Status Executor::finishSends(Status result) {
+  // The iteration ends when its deferred sends have reached their peers:
+  // their copies are released, and a peer that failed surfaces here. After
+  // a failure the sends are not waited for (the peer may never receive).
+  if (!comm || !hasDeferredSends || !result.isOk())
+    return result;
+  return annotate(comm->flushSends(), program.steps_size() - 1);
 }
 
 // --- Segments ----------------------------------------------------------------

@@ -195,6 +195,9 @@ Status validateProgram(const program::Program &p) {
                            std::to_string(p.world_size()) + ")");
   if (p.device().empty())
     return invalidArgument("device: empty");
+  if (!program::PipelineSchedule_IsValid(p.schedule()))
+    return invalidArgument("schedule: unknown pipeline schedule " +
+                           std::to_string(p.schedule()));
   std::set<uint32_t> valueIds, kernelIds;
   for (int v = 0; v < p.values_size(); ++v) {
     if (p.values(v).id() == kAbsentValue)

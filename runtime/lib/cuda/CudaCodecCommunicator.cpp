@@ -96,39 +96,12 @@ public:
 
   int getRank() const override { return inner->getRank(); }
   int getWorldSize() const override { return inner->getWorldSize(); }
-  // Plain transfers of GPU memory are staged through pinned host memory:
-  // one cudaMemcpy over PCIe/NVLink-C2C instead of the page faults of the
-  // inner (host) transport touching managed memory, and the pages stay on
-  // the GPU for the next kernels. The executor calls these on its
-  // communication thread, so the copies overlap the compute stream. The
-  // wire carries the same bytes (Gloo's header holds only the byte count).
+  // Transfers: sendVia / recvVia (staged or encoded on the GPU).
   Status send(const Tensor &t, int peer, uint32_t channel) override {
-    if (!staged(t))
-      return inner->send(t, peer, channel);
-    std::lock_guard<std::mutex> lock(mutex);
-    cudaSetDevice(device);
-    STRAIT_RETURN_IF_ERROR(staging.reserve(t.byteSize(), "pinned staging").withRank(getRank()));
-    STRAIT_RETURN_IF_ERROR(
-        cudaStatus(cudaMemcpyAsync(staging.p, t.data, t.byteSize(), cudaMemcpyDefault, stream),
-                   "staging copy to the host")
-            .withRank(getRank()));
-    STRAIT_RETURN_IF_ERROR(finish("staging to the host").withRank(getRank()).withPeer(peer));
-    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(t.byteSize())}, staging.p};
-    return inner->send(wire, peer, channel);
+    return sendVia(t, peer, channel, program::CodecParams(), nullptr, false);
   }
   Status recv(const Tensor &t, int peer, uint32_t channel) override {
-    if (!staged(t))
-      return inner->recv(t, peer, channel);
-    std::lock_guard<std::mutex> lock(mutex);
-    cudaSetDevice(device);
-    STRAIT_RETURN_IF_ERROR(staging.reserve(t.byteSize(), "pinned staging").withRank(getRank()));
-    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(t.byteSize())}, staging.p};
-    STRAIT_RETURN_IF_ERROR(inner->recv(wire, peer, channel));
-    STRAIT_RETURN_IF_ERROR(
-        cudaStatus(cudaMemcpyAsync(t.data, staging.p, t.byteSize(), cudaMemcpyDefault, stream),
-                   "staging copy to the device")
-            .withRank(getRank()));
-    return finish("staging to the device").withRank(getRank()).withPeer(peer);
+    return recvVia(t, peer, channel, program::CodecParams(), false);
   }
   Status allReduceSum(const Tensor &t, uint32_t channel) override {
     return inner->allReduceSum(t, channel);
@@ -145,28 +118,89 @@ public:
 
   Status sendCoded(const Tensor &t, int peer, uint32_t channel,
                    const program::CodecParams &codec, ErrorFeedback *feedback) override {
-    if (!onDevice(t, codec))
-      return inner->sendCoded(t, peer, channel, codec, feedback);
-    std::lock_guard<std::mutex> lock(mutex);
-    cudaSetDevice(device);
-    StatusOr<size_t> bytes = encodeOnDevice(t, codec, feedback);
-    if (!bytes.isOk())
-      return bytes.takeStatus().withRank(getRank()).withPeer(peer);
-    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(*bytes)}, staging.p};
-    return inner->send(wire, peer, channel);
+    return sendVia(t, peer, channel, codec, feedback, false);
   }
-
   Status recvCoded(const Tensor &t, int peer, uint32_t channel,
                    const program::CodecParams &codec) override {
-    codec::FixedLayout l;
-    if (!onDevice(t, codec) ||
-        !codec::fixedLayout(codecNumber(codec), t.numel(), codecBlockSizeOf(codec), l))
-      return inner->recvCoded(t, peer, channel, codec);
+    return recvVia(t, peer, channel, codec, false);
+  }
+  Status sendDeferred(const Tensor &t, int peer, uint32_t channel,
+                      const program::CodecParams &codec, ErrorFeedback *feedback) override {
+    return sendVia(t, peer, channel, codec, feedback, true);
+  }
+  Status recvDeferred(const Tensor &t, int peer, uint32_t channel,
+                      const program::CodecParams &codec) override {
+    return recvVia(t, peer, channel, codec, true);
+  }
+  Status flushSends() override { return inner->flushSends(); }
+
+private:
+  /// One send, blocking or deferred (the inner transport copies a deferred
+  /// payload, so the staging buffer is free again on return). Plain GPU
+  /// memory is staged through pinned host memory: one cudaMemcpy over
+  /// PCIe/NVLink-C2C instead of the page faults of the inner (host)
+  /// transport touching managed memory, and the pages stay on the GPU for
+  /// the next kernels. The executor calls this on its communication thread,
+  /// so the copies overlap the compute stream. The wire carries the same
+  /// bytes (Gloo's header holds only the byte count). Lossy codecs of GPU
+  /// memory encode on the GPU.
+  Status sendVia(const Tensor &t, int peer, uint32_t channel, const program::CodecParams &codec,
+                 ErrorFeedback *feedback, bool deferred) {
+    bool plain = codec.codec() == program::CODEC_NONE;
+    if (plain ? !staged(t) : !onDevice(t, codec))
+      return deferred ? inner->sendDeferred(t, peer, channel, codec, feedback)
+             : plain  ? inner->send(t, peer, channel)
+                      : inner->sendCoded(t, peer, channel, codec, feedback);
     std::lock_guard<std::mutex> lock(mutex);
     cudaSetDevice(device);
-    STRAIT_RETURN_IF_ERROR(reserveAll(l.bytes, 0));
-    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(l.bytes)}, staging.p};
-    STRAIT_RETURN_IF_ERROR(inner->recv(wire, peer, channel));
+    size_t bytes = t.byteSize();
+    if (plain) {
+      STRAIT_RETURN_IF_ERROR(staging.reserve(bytes, "pinned staging").withRank(getRank()));
+      STRAIT_RETURN_IF_ERROR(
+          cudaStatus(cudaMemcpyAsync(staging.p, t.data, bytes, cudaMemcpyDefault, stream),
+                     "staging copy to the host")
+              .withRank(getRank()));
+      STRAIT_RETURN_IF_ERROR(finish("staging to the host").withRank(getRank()).withPeer(peer));
+    } else {
+      StatusOr<size_t> encoded = encodeOnDevice(t, codec, feedback);
+      if (!encoded.isOk())
+        return encoded.takeStatus().withRank(getRank()).withPeer(peer);
+      bytes = *encoded;
+    }
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(bytes)}, staging.p};
+    return deferred ? inner->sendDeferred(wire, peer, channel, program::CodecParams(), nullptr)
+                    : inner->send(wire, peer, channel);
+  }
+
+  /// One receive of a blocking or a deferred send (see sendVia).
+  Status recvVia(const Tensor &t, int peer, uint32_t channel, const program::CodecParams &codec,
+                 bool deferred) {
+    bool plain = codec.codec() == program::CODEC_NONE;
+    codec::FixedLayout l;
+    if (plain ? !staged(t)
+              : !onDevice(t, codec) || !codec::fixedLayout(codecNumber(codec), t.numel(),
+                                                           codecBlockSizeOf(codec), l))
+      return deferred ? inner->recvDeferred(t, peer, channel, codec)
+             : plain  ? inner->recv(t, peer, channel)
+                      : inner->recvCoded(t, peer, channel, codec);
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaSetDevice(device);
+    size_t bytes = plain ? t.byteSize() : l.bytes;
+    if (plain)
+      STRAIT_RETURN_IF_ERROR(staging.reserve(bytes, "pinned staging").withRank(getRank()));
+    else
+      STRAIT_RETURN_IF_ERROR(reserveAll(bytes, 0));
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(bytes)}, staging.p};
+    STRAIT_RETURN_IF_ERROR(deferred
+                               ? inner->recvDeferred(wire, peer, channel, program::CodecParams())
+                               : inner->recv(wire, peer, channel));
+    if (plain) {
+      STRAIT_RETURN_IF_ERROR(
+          cudaStatus(cudaMemcpyAsync(t.data, staging.p, bytes, cudaMemcpyDefault, stream),
+                     "staging copy to the device")
+              .withRank(getRank()));
+      return finish("staging to the device").withRank(getRank()).withPeer(peer);
+    }
     const uint8_t *h = static_cast<const uint8_t *>(staging.p);
     std::string why = codec::fixedHeaderMismatch(h, codecNumber(codec), t.numel(),
                                                  codecBlockSizeOf(codec));
@@ -184,7 +218,6 @@ public:
     return finish("decode").withRank(getRank()).withPeer(peer);
   }
 
-private:
   static uint32_t codecBlockSizeOf(const program::CodecParams &p) {
     return p.block_size() ? p.block_size() : 256;
   }

@@ -87,6 +87,17 @@ public:
     add(received, peer, t.byteSize());
     return inner->recvCoded(t, peer, channel, codec);
   }
+  Status sendDeferred(const Tensor &t, int peer, uint32_t channel,
+                      const program::CodecParams &codec, ErrorFeedback *feedback) override {
+    add(sent, peer, t.byteSize());
+    return inner->sendDeferred(t, peer, channel, codec, feedback);
+  }
+  Status recvDeferred(const Tensor &t, int peer, uint32_t channel,
+                      const program::CodecParams &codec) override {
+    add(received, peer, t.byteSize());
+    return inner->recvDeferred(t, peer, channel, codec);
+  }
+  Status flushSends() override { return inner->flushSends(); }
   Status allReduce(const Tensor &t, uint32_t channel,
                    const AllReduceOptions &options) override {
     std::vector<int> ranks = options.ranks;

@@ -80,6 +80,27 @@ public:
       return recv(tensor, peer, channel);
     return unimplemented("this communicator has no codecs").withRank(getRank());
   }
+  /// A send that does not wait for the peer's receive: returns once the
+  /// payload (encoded when `codec` says so) is copied off `tensor`, and the
+  /// transfer completes in the background; flushSends() waits for all of
+  /// them. 1F1B pipelines send this way: their ranks order micro-batches
+  /// differently, so a blocking send could wait on a peer that waits on
+  /// this rank. The peer receives it with recvDeferred. A communicator that
+  /// cannot defer says so (Unimplemented) instead of blocking.
+  virtual Status sendDeferred(const Tensor &tensor, int peer, uint32_t channel,
+                              const program::CodecParams &codec, ErrorFeedback *feedback) {
+    (void)tensor, (void)channel, (void)codec, (void)feedback;
+    return unimplemented("this communicator cannot defer sends (a 1F1B program needs it)")
+        .withRank(getRank())
+        .withPeer(peer);
+  }
+  /// Receive of a sendDeferred transfer (blocking, as recvCoded).
+  virtual Status recvDeferred(const Tensor &tensor, int peer, uint32_t channel,
+                              const program::CodecParams &codec) {
+    return recvCoded(tensor, peer, channel, codec);
+  }
+  /// Waits until every deferred send completed; the first failure.
+  virtual Status flushSends() { return Status::ok(); }
   /// In-place all-reduce (sum) of a float32 tensor: flat or hierarchical,
   /// with or without a codec. Every rank of the group ends with the same
   /// values.

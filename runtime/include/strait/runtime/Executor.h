@@ -121,6 +121,9 @@ private:
   void planOverlapped();
   Status launchSegment(Plan &plan, const Action &action);
   Status runOverlapped();
+  /// Waits for the iteration's deferred sends when `result` is ok (run()'s
+  /// last act); returns the first failure.
+  Status finishSends(Status result);
   Transfer makeTransfer(int index) const;
   /// Whether a kernel of the run steps in [from, to) touches t's memory.
   bool kernelsTouch(const Transfer &t, int from, int to) const;
@@ -159,6 +162,7 @@ private:
   Plan sequentialPlan, overlapPlan;
 
   bool overlap = true;
+  bool hasDeferredSends = false; // a Send step with `deferred` (1F1B)
   std::thread commThread;
   std::mutex commMutex;
   std::condition_variable commWake, commDone;
