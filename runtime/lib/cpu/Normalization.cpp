@@ -2,9 +2,10 @@
 //
 // Softmax, LogSoftmax, Hardmax, LayerNormalization, RMSNormalization (and
 // its gradient), BatchNormalization (inference and training mode) and
-// InstanceNormalization, all f32 (LayerNormalization's Y also bf16 / f16:
-// the f32 row rounded once), parallel over independent rows / channels,
-// accumulating in double.
+// InstanceNormalization, all f32 (LayerNormalization's and
+// RMSNormalization's Y also bf16 / f16: the f32 row rounded once;
+// RMSNormalizationGrad's dY also bf16 / f16, widened on load), parallel over
+// independent rows / channels, accumulating in double.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -219,7 +220,10 @@ double invRms(const float *p, int64_t len, float eps) {
 }
 
 /// RMSNormalization (opset 23): Y = X / sqrt(mean(X^2) + epsilon) * scale
-/// over the dims from axis; scale broadcasts to those dims.
+/// over the dims from axis; scale broadcasts to those dims. X and scale f32;
+/// Y f32, or bf16 / f16: each row is computed in f32 by the same code (into
+/// a scratch row) and rounded once to nearest even, so Y is Cast(to T) of the
+/// f32 kernel's Y, bit for bit.
 Status rmsNormKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
@@ -230,7 +234,10 @@ Status rmsNormKernel(KernelContext &ctx) {
     return ctx.error("scale " + scale->typeString() +
                      " does not broadcast to the normalized shape " +
                      shapeToString(nr.normShape));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  DType yType = ctx.output(0) && isLowFloat(ctx.output(0)->dtype) ? ctx.output(0)->dtype
+                                                                   : x->dtype;
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, yType));
+  bool lowY = yType != x->dtype;
   // A broadcast scale is expanded once to a dense row.
   std::vector<float> dense;
   const float *g = scale->as<float>();
@@ -243,12 +250,18 @@ Status rmsNormKernel(KernelContext &ctx) {
   }
   int64_t len = nr.len;
   parallelFor(nr.rows, 8, [&](int64_t r0, int64_t r1) {
+    std::vector<float> lowRow(lowY ? len : 0);
     for (int64_t r = r0; r < r1; ++r) {
       const float *in = x->as<float>() + r * len;
-      float *out = y->as<float>() + r * len;
+      float *out = lowY ? lowRow.data() : y->as<float>() + r * len;
       float inv = static_cast<float>(invRms(in, len, eps));
       for (int64_t i = 0; i < len; ++i)
         out[i] = in[i] * inv * g[i];
+      if (lowY) {
+        uint16_t *low = y->as<uint16_t>() + r * len;
+        for (int64_t i = 0; i < len; ++i)
+          low[i] = floatToLow(yType, out[i]);
+      }
     }
   });
   return Status::ok();
@@ -260,9 +273,14 @@ Status rmsNormKernel(KernelContext &ctx) {
 ///   dScale = sum over rows of dY * Xhat.
 /// Rows go in fixed blocks (independent of the thread count), each block
 /// summing its dScale in double; the blocks are then added in block order,
-/// so the result is the same for any number of threads.
+/// so the result is the same for any number of threads. X and scale f32; dY
+/// f32, or bf16 / f16 (each row widened exactly into a scratch row that the
+/// f32 code then reads: bit for bit the f32 kernel on Cast(to f32)(dY)). dX
+/// and dScale f32.
 Status rmsNormGradKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *dy, ctx.requireInput(0));
+  if (dy->dtype != program::DTYPE_F32 && !isLowFloat(dy->dtype))
+    return ctx.unsupported("dY of dtype " + dy->typeString() + " (expected f32, bf16 or f16)");
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(1, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(2, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(float eps, ctx.getAttrs().getFloat("epsilon", 1e-5f));
@@ -280,11 +298,18 @@ Status rmsNormGradKernel(KernelContext &ctx) {
   const int64_t blocks = std::min<int64_t>(rows, 64);
   std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * len), 0.0);
   const float *s = scale->as<float>();
+  const bool lowDY = dy->dtype != program::DTYPE_F32;
   parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> wideRow(lowDY ? len : 0);
     for (int64_t blk = b0; blk < b1; ++blk) {
       double *acc = partial.data() + blk * len;
       for (int64_t r = blk * rows / blocks; r < (blk + 1) * rows / blocks; ++r) {
-        const float *xi = x->as<float>() + r * len, *gi = dy->as<float>() + r * len;
+        const float *xi = x->as<float>() + r * len, *gi = wideRow.data();
+        if (lowDY)
+          for (int64_t i = 0; i < len; ++i)
+            wideRow[i] = lowToFloat(dy->dtype, dy->as<uint16_t>()[r * len + i]);
+        else
+          gi = dy->as<float>() + r * len;
         double inv = invRms(xi, len, eps), sumGX = 0;
         for (int64_t i = 0; i < len; ++i) {
           double xhat = xi[i] * inv;

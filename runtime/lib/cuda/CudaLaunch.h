@@ -105,16 +105,19 @@ bool launchLayerNormGrad(ET dyType, const void *dy, const float *x, const float 
                          float *dx, float *dScale, float *dBias, float *stats, int64_t rows,
                          int64_t len, float eps, cudaStream_t s);
 
-/// RMSNormalization over rows of `len` elements (scale dense over a row).
-void launchRMSNorm(const float *x, const float *scale, float *y, int64_t rows, int64_t len,
-                   float eps, cudaStream_t s);
+/// RMSNormalization over rows of `len` elements (scale dense over a row). y
+/// of type `yType`: f32, or bf16 / f16 (the f32 value rounded once to nearest
+/// even); false (nothing launched) for another type.
+bool launchRMSNorm(const float *x, const float *scale, ET yType, void *y, int64_t rows,
+                   int64_t len, float eps, cudaStream_t s);
 /// Chunks of rows whose dScale partials launchRMSNormGrad keeps.
 int64_t rmsNormGradChunks(int64_t rows);
 /// dX per row and dScale (summed over rows in a fixed order); `scratch` holds
-/// rows + rmsNormGradChunks(rows) * len floats.
-void launchRMSNormGrad(const float *dy, const float *x, const float *scale, float *dx,
-                       float *dScale, float *scratch, int64_t rows, int64_t len, float eps,
-                       cudaStream_t s);
+/// rows + rmsNormGradChunks(rows) * len floats. dy of type `dyType`: f32, or
+/// bf16 / f16 widened on load; false (nothing launched) for another type.
+bool launchRMSNormGrad(ET dyType, const void *dy, const float *x, const float *scale,
+                       float *dx, float *dScale, float *scratch, int64_t rows, int64_t len,
+                       float eps, cudaStream_t s);
 
 /// Cross entropy of scores [n, c, d] against labels [n, d].
 struct LossArgs {

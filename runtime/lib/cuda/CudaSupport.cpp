@@ -117,12 +117,13 @@ std::string sceWithGrad(const KernelSpec &s) {
   return "";
 }
 
-/// LayerNormalization, LayerNormalizationGrad, AccumulateGrad: floatsF32,
-/// except for one 16-bit operand the kernel converts itself: the
+/// LayerNormalization(Grad), RMSNormalization(Grad), AccumulateGrad:
+/// floatsF32, except for one 16-bit operand the kernel converts itself: the
 /// normalization's Y (output 0, rounded once), its gradient's dY (input 0,
 /// widened on load), the accumulation's grad (input 0, widened on load).
 std::string lowIo(const KernelSpec &s) {
-  bool output = s.kernel && s.kernel->op() == "LayerNormalization";
+  bool output = s.kernel && (s.kernel->op() == "LayerNormalization" ||
+                             s.kernel->op() == "RMSNormalization");
   KernelSpec f32 = s;
   std::vector<OperandType> &list = output ? f32.outputs : f32.inputs;
   if (!list.empty() && list[0].present &&
@@ -317,12 +318,12 @@ const std::map<std::string, Rule> &rules() {
                            "GlobalAveragePool", "MaxPoolGrad", "AveragePoolGrad",
                            "BatchNormalization", "BatchNormalizationTraining",
                            "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
-                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "RMSNormalization",
-                           "RMSNormalizationGrad", "ClipByGlobalNorm"})
+                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "ClipByGlobalNorm"})
       r[op] = floatsF32;
     r["AdamW"] = adamW;
     r["SGD"] = sgd;
-    for (const char *op : {"LayerNormalization", "LayerNormalizationGrad", "AccumulateGrad"})
+    for (const char *op : {"LayerNormalization", "LayerNormalizationGrad", "RMSNormalization",
+                           "RMSNormalizationGrad", "AccumulateGrad"})
       r[op] = lowIo;
     r["SoftmaxCrossEntropyLoss"] = sce;
     r["SoftmaxCrossEntropyLossGrad"] = sce;

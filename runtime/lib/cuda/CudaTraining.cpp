@@ -7,8 +7,9 @@
 // order, attributes and semantics (runtime/lib/cpu/{Normalization,Training,
 // Gradients}.cpp). All f32, except the cross-entropy and its gradient, which
 // also take bf16 / f16 scores (ReduceToShape: bf16 / f16 widened), and
-// LayerNormalization's Y, LayerNormalizationGrad's dY and AccumulateGrad's
-// grad, which may be bf16 / f16 (rounded once / widened on load).
+// LayerNormalization's and RMSNormalization's Y, LayerNormalizationGrad's and
+// RMSNormalizationGrad's dY and AccumulateGrad's grad, which may be bf16 /
+// f16 (rounded once / widened on load).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -141,6 +142,8 @@ Status layerNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
+/// X and scale f32; Y f32, or bf16 / f16 (the f32 value rounded once: Cast
+/// of the f32 kernel's Y, bit for bit).
 Status rmsNormKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0, program::DTYPE_F32));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *scale, ctx.requireInput(1, program::DTYPE_F32));
@@ -151,14 +154,18 @@ Status rmsNormKernel(CudaContext &c, KernelContext &ctx, int) {
     return ctx.unsupported("cuda: scale " + scale->typeString() +
                            " must be dense over the normalized dims (" +
                            std::to_string(r.len) + " elements)");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
-  launchRMSNorm(x->as<float>(), scale->as<float>(), y->as<float>(), r.outer, r.len, eps,
-                c.stream);
+  DType yType = ctx.output(0) && isLowFloat(ctx.output(0)->dtype) ? ctx.output(0)->dtype
+                                                                   : x->dtype;
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, yType));
+  if (!launchRMSNorm(x->as<float>(), scale->as<float>(), elemType(yType), y->data, r.outer,
+                     r.len, eps, c.stream))
+    return ctx.unsupported("cuda: Y " + y->typeString() + " (the kernel writes f32, bf16, f16)");
   return Status::ok();
 }
 
+/// dY f32, or bf16 / f16 widened on load (the f32 kernel on Cast(to f32)(dY)).
 Status rmsNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
-  STRAIT_ASSIGN_OR_RETURN(NormGradArgs a, normGradArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(NormGradArgs a, normGradArgs(ctx, /*lowDY=*/true));
   const Rows &r = a.r;
   if (a.dy->shape != a.x->shape)
     return ctx.error("dY " + a.dy->typeString() + " and X " + a.x->typeString() +
@@ -170,9 +177,10 @@ Status rmsNormGradKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * ds, ctx.requireOutput(1, a.scale->shape, a.x->dtype));
   size_t floats = static_cast<size_t>(r.outer + rmsNormGradChunks(r.outer) * r.len);
   STRAIT_ASSIGN_OR_RETURN(void *scratch, c.getScratch(sizeof(float) * std::max<size_t>(floats, 1)));
-  launchRMSNormGrad(a.dy->as<float>(), a.x->as<float>(), a.scale->as<float>(), dx->as<float>(),
-                    ds->as<float>(), static_cast<float *>(scratch), r.outer, r.len, a.eps,
-                    c.stream);
+  if (!launchRMSNormGrad(elemType(a.dy->dtype), a.dy->data, a.x->as<float>(),
+                         a.scale->as<float>(), dx->as<float>(), ds->as<float>(),
+                         static_cast<float *>(scratch), r.outer, r.len, a.eps, c.stream))
+    return ctx.unsupported("cuda: dY " + a.dy->typeString());
   return Status::ok();
 }
 

@@ -6,8 +6,9 @@
 // cross-entropy and its gradient also take bf16 / f16 scores (widened on
 // load, f32 math, the gradient rounded once to the scores' type; the fused
 // SoftmaxCrossEntropyLossWithGrad computes both from one row pass), and so do
-// LayerNormalization's Y (bf16 / f16: the f32 value rounded once) and
-// LayerNormalizationGrad's dY (widened on load). The
+// LayerNormalization's and RMSNormalization's Y (bf16 / f16: the f32 value
+// rounded once) and LayerNormalizationGrad's and RMSNormalizationGrad's dY
+// (widened on load). The
 // column sums of LayerNormalizationGrad (dScale, dBias) accumulate chunks of
 // rows with atomicAdd; RMSNormalizationGrad's dScale sums per-chunk partials
 // in chunk order (deterministic).
@@ -153,8 +154,10 @@ __global__ void layerNormGradColKernel(const G *dy, const float *x, const float 
   }
 }
 
-/// RMSNormalization: one block a row, y = x * rsqrt(mean(x^2) + eps) * scale.
-__global__ void rmsNormKernel(const float *x, const float *scale, float *y, int64_t len,
+/// RMSNormalization: one block a row, y = x * rsqrt(mean(x^2) + eps) * scale,
+/// of type Y: the f32 value rounded once (Cast(to Y) of the f32 kernel's).
+template <typename Y>
+__global__ void rmsNormKernel(const float *x, const float *scale, Y *y, int64_t len,
                               float eps) {
   __shared__ float shm[32];
   int64_t row = blockIdx.x;
@@ -163,36 +166,40 @@ __global__ void rmsNormKernel(const float *x, const float *scale, float *y, int6
   for (int64_t k = threadIdx.x; k < len; k += kBlock)
     part += xr[k] * xr[k];
   float inv = rsqrtf(blockSum(part, shm) / len + eps);
-  float *yr = y + row * len;
+  Y *yr = y + row * len;
   for (int64_t k = threadIdx.x; k < len; k += kBlock)
-    yr[k] = xr[k] * inv * scale[k];
+    yr[k] = fromF<Y>(xr[k] * inv * scale[k]);
 }
 
 /// dX of one row: inv * (dY * scale - xhat * sum(dY * scale * xhat) / len);
-/// the row's inv goes to invOut for the dScale columns.
-__global__ void rmsNormGradRowKernel(const float *dy, const float *x, const float *scale,
+/// the row's inv goes to invOut for the dScale columns. dY of type G (f32,
+/// or bf16 / f16 widened exactly on load).
+template <typename G>
+__global__ void rmsNormGradRowKernel(const G *dy, const float *x, const float *scale,
                                      float *dx, float *invOut, int64_t len, float eps) {
   __shared__ float shm[32];
   int64_t row = blockIdx.x;
-  const float *xr = x + row * len, *gr = dy + row * len;
+  const float *xr = x + row * len;
+  const G *gr = dy + row * len;
   float part = 0.0f;
   for (int64_t k = threadIdx.x; k < len; k += kBlock)
     part += xr[k] * xr[k];
   float inv = rsqrtf(blockSum(part, shm) / len + eps);
   float pgx = 0.0f;
   for (int64_t k = threadIdx.x; k < len; k += kBlock)
-    pgx += gr[k] * scale[k] * xr[k] * inv;
+    pgx += toF(gr[k]) * scale[k] * xr[k] * inv;
   float c = blockSum(pgx, shm) / len;
   float *dr = dx + row * len;
   for (int64_t k = threadIdx.x; k < len; k += kBlock)
-    dr[k] = inv * (gr[k] * scale[k] - xr[k] * inv * c);
+    dr[k] = inv * (toF(gr[k]) * scale[k] - xr[k] * inv * c);
   if (threadIdx.x == 0)
     invOut[row] = inv;
 }
 
 /// Partial dScale of one chunk of rows per column: partial[chunk][col]. No
 /// atomics, so dScale does not depend on the order blocks run in.
-__global__ void rmsNormGradColKernel(const float *dy, const float *x, const float *inv,
+template <typename G>
+__global__ void rmsNormGradColKernel(const G *dy, const float *x, const float *inv,
                                      float *partial, int64_t rows, int64_t len, int64_t chunk) {
   int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (col >= len)
@@ -200,7 +207,7 @@ __global__ void rmsNormGradColKernel(const float *dy, const float *x, const floa
   int64_t begin = blockIdx.y * chunk, end = min(begin + chunk, rows);
   float ds = 0.0f;
   for (int64_t r = begin; r < end; ++r)
-    ds += dy[r * len + col] * x[r * len + col] * inv[r];
+    ds += toF(dy[r * len + col]) * x[r * len + col] * inv[r];
   partial[blockIdx.y * len + col] = ds;
 }
 
@@ -478,34 +485,65 @@ bool launchLayerNormGrad(ET dyType, const void *dy, const float *x, const float 
   return true;
 }
 
-void launchRMSNorm(const float *x, const float *scale, float *y, int64_t rows, int64_t len,
-                   float eps, cudaStream_t s) {
-  if (rows > 0 && len > 0)
-    rmsNormKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(x, scale, y, len, eps);
+bool launchRMSNorm(const float *x, const float *scale, ET yType, void *y, int64_t rows,
+                   int64_t len, float eps, cudaStream_t s) {
+  if (yType != ET::F32 && yType != ET::BF16 && yType != ET::F16)
+    return false;
+  if (rows == 0 || len == 0)
+    return true;
+  unsigned grid = static_cast<unsigned>(rows);
+  if (yType == ET::F32)
+    rmsNormKernel<float><<<grid, kBlock, 0, s>>>(x, scale, static_cast<float *>(y), len, eps);
+  else if (yType == ET::BF16)
+    rmsNormKernel<__nv_bfloat16><<<grid, kBlock, 0, s>>>(
+        x, scale, static_cast<__nv_bfloat16 *>(y), len, eps);
+  else
+    rmsNormKernel<__half><<<grid, kBlock, 0, s>>>(x, scale, static_cast<__half *>(y), len, eps);
+  return true;
 }
 
 int64_t rmsNormGradChunks(int64_t rows) {
   return std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, 256));
 }
 
-void launchRMSNormGrad(const float *dy, const float *x, const float *scale, float *dx,
-                       float *dScale, float *scratch, int64_t rows, int64_t len, float eps,
-                       cudaStream_t s) {
-  if (len == 0)
-    return;
-  if (rows == 0) {
-    cudaMemsetAsync(dScale, 0, sizeof(float) * len, s);
-    return;
-  }
+namespace {
+template <typename G>
+void rmsNormGradRows(const G *dy, const float *x, const float *scale, float *dx,
+                     float *dScale, float *scratch, int64_t rows, int64_t len, float eps,
+                     cudaStream_t s) {
   float *inv = scratch, *partial = scratch + rows;
-  rmsNormGradRowKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dy, x, scale, dx, inv,
-                                                                      len, eps);
+  rmsNormGradRowKernel<G><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dy, x, scale, dx, inv,
+                                                                         len, eps);
   int64_t colBlocks = (len + kBlock - 1) / kBlock;
   int64_t chunks = rmsNormGradChunks(rows), chunk = (rows + chunks - 1) / chunks;
   dim3 grid(static_cast<unsigned>(colBlocks), static_cast<unsigned>(chunks));
-  rmsNormGradColKernel<<<grid, kBlock, 0, s>>>(dy, x, inv, partial, rows, len, chunk);
+  rmsNormGradColKernel<G><<<grid, kBlock, 0, s>>>(dy, x, inv, partial, rows, len, chunk);
   rmsNormGradSumKernel<<<static_cast<unsigned>(colBlocks), kBlock, 0, s>>>(partial, dScale, len,
                                                                            chunks);
+}
+} // namespace
+
+bool launchRMSNormGrad(ET dyType, const void *dy, const float *x, const float *scale,
+                       float *dx, float *dScale, float *scratch, int64_t rows, int64_t len,
+                       float eps, cudaStream_t s) {
+  if (dyType != ET::F32 && dyType != ET::BF16 && dyType != ET::F16)
+    return false;
+  if (len == 0)
+    return true;
+  if (rows == 0) {
+    cudaMemsetAsync(dScale, 0, sizeof(float) * len, s);
+    return true;
+  }
+  if (dyType == ET::F32)
+    rmsNormGradRows(static_cast<const float *>(dy), x, scale, dx, dScale, scratch, rows, len,
+                    eps, s);
+  else if (dyType == ET::BF16)
+    rmsNormGradRows(static_cast<const __nv_bfloat16 *>(dy), x, scale, dx, dScale, scratch,
+                    rows, len, eps, s);
+  else
+    rmsNormGradRows(static_cast<const __half *>(dy), x, scale, dx, dScale, scratch, rows, len,
+                    eps, s);
+  return true;
 }
 
 bool launchSoftmaxCrossEntropy(ET scores, const void *x, const LossArgs &a, float *loss,
