@@ -172,7 +172,11 @@ def Graph_LayerNormalizationOp : Graph_Op<"LayerNormalization", [
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
-def Graph_RMSNormalizationOp : Graph_GenericOp<"RMSNormalization", [Pure]> {
+// Not a Graph_GenericOp, as LayerNormalization: Y's element type is not a
+// function of the operands (isCompatibleReturnTypes admits a 16-bit Y for an
+// f32 X).
+def Graph_RMSNormalizationOp : Graph_Op<"RMSNormalization", [
+    Pure, InferTypeOpAdaptorWithIsCompatible]> {
   let summary = "root-mean-square normalization over the trailing dims from axis";
   let description = [{
     ONNX opset-23 RMSNormalization:
@@ -180,9 +184,13 @@ def Graph_RMSNormalizationOp : Graph_GenericOp<"RMSNormalization", [Pure]> {
     `scale` broadcast to the normalized dims. `stash_type` is kept for export;
     the kernels accumulate in f32 lanes combined in double whatever its value.
     graph-fuse-rmsnorm builds it from the decomposition of LLaMA exports.
+    Y has X's type, or for an f32 X also bf16 / f16: the kernels compute Y in
+    f32 and round it once to nearest even, which is Cast(to T) of the f32 Y
+    (graph-cast-motion folds that cast into the op).
 
     ```mlir
     %y = graph.RMSNormalization %x, %s {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+    %z = graph.RMSNormalization %x, %s : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xbf16>
     ```
   }];
   let arguments = (ins AnyTensor:$X, AnyTensor:$scale,
@@ -190,6 +198,7 @@ def Graph_RMSNormalizationOp : Graph_GenericOp<"RMSNormalization", [Pure]> {
                    DefaultValuedAttr<F32Attr, "1e-5">:$epsilon,
                    DefaultValuedAttr<I64Attr, "1">:$stash_type);
   let results = (outs AnyTensor:$Y);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
 def Graph_FusedAttentionOp : Graph_GenericOp<"FusedAttention", [Pure]> {

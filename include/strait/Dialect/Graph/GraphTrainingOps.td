@@ -118,7 +118,10 @@ def Graph_RMSNormalizationGradOp
     Recomputes the inverse root mean square r of X over the dims from `axis`
     and returns `dX = r * (dY * scale - Xhat * mean(dY * scale * Xhat))` with
     `Xhat = X * r` (the mean over the normalized dims) and
-    `dScale = sum over rows of dY * Xhat`, of scale's type.
+    `dScale = sum over rows of dY * Xhat`, of scale's type. dY has X's type,
+    or for an f32 X also X's shape in bf16 / f16: the kernels widen each
+    element on load (exact), so the results are those of the f32 op on
+    Cast(to f32)(dY).
 
     ```mlir
     %dx, %ds = graph.RMSNormalizationGrad %dy, %x, %s {axis = -1 : i64, epsilon = 1.0e-05 : f32} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)

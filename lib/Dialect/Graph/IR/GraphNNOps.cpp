@@ -247,9 +247,10 @@ STRAIT_INFER(LayerNormalizationOp) {
                       adaptor.getOperands().drop_front(), types);
 }
 
-/// Y is the inferred type (X's), or for an f32 X that shape in bf16 / f16:
-/// the kernels round the f32 Y once, as Cast(to T) of it would.
-bool LayerNormalizationOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+/// Layer- and RMSNormalization: Y is the inferred type (X's), or for an f32
+/// X that shape in bf16 / f16: the kernels round the f32 Y once, as
+/// Cast(to T) of it would.
+static bool isInferredOrLowY(TypeRange inferred, TypeRange actual) {
   if (inferred.size() != actual.size())
     return false;
   for (auto [i, a] : llvm::zip(inferred, actual)) {
@@ -263,9 +264,17 @@ bool LayerNormalizationOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange
   return true;
 }
 
+bool LayerNormalizationOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isInferredOrLowY(inferred, actual);
+}
+
 STRAIT_INFER(RMSNormalizationOp) {
   return inferRowNorm(loc, "RMSNormalization", adaptor.getX(), adaptor.getAxis(),
                       adaptor.getOperands().drop_front(), types);
+}
+
+bool RMSNormalizationOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isInferredOrLowY(inferred, actual);
 }
 
 LogicalResult strait::graph::detail::inferLoss(std::optional<Location> loc, StringRef op,

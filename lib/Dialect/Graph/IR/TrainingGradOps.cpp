@@ -83,8 +83,9 @@ STRAIT_INFER(RMSNormalizationGradOp) {
   return success();
 }
 
+/// dY may be bf16 / f16 for an f32 X: the kernels widen it on load.
 LogicalResult RMSNormalizationGradOp::verify() {
-  return verifyNormGrad(*this, getDY(), getX(), getAxis());
+  return verifyNormGrad(*this, getDY(), getX(), getAxis(), /*lowDY=*/true);
 }
 
 /// BatchNormalization's channel parameters must be 1-D of X's dim 1.

@@ -19,6 +19,8 @@
 //  11. AccumulateGrad(Cast(T -> f32)(g)) => AccumulateGrad(g)  (total stays f32)
 //  12. Cast(f32 -> T)(FusedRotaryEmbedding(Cast(T -> f32)(x), c, s))
 //        => FusedRotaryEmbedding(x, c, s) : T
+//  13. Cast(f32 -> T)(RMSNormalization(x, s)) => RMSNormalization(x, s) : T
+//  14. RMSNormalizationGrad(Cast(T -> f32)(dy), x, s) => RMSNormalizationGrad(dy, x, s)
 //
 // Rules 7 and 8 are exact because the loss kernels upcast each 16-bit score
 // on load and compute in f32 (the loss stays f32), and the gradient kernel
@@ -29,7 +31,10 @@
 // and rule 11 (the accumulator stays f32; each 16-bit element is widened on
 // load, so it sums the same f32 values), rule 12 (the rotation widens X on
 // load, computes in f32 and rounds Y once to T; only when Y has that one
-// user).
+// user), and rules 13 and 14, rules 9 and 10 for RMSNormalization (its
+// kernels compute Y in f32 and round it once to T; only when Y has that one
+// user; RMSNormalizationGrad reads X, not Y, widens dY on load, and dX and
+// dScale stay f32).
 // Rules 1-4 move a cast only when the value between the two ops has that one
 // user, when the cast converts no more elements after the move than before
 // (or meets the opposite cast), and only between ops of one phase (forward or backward), so each op
@@ -253,9 +258,10 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return false;
   }
 
-  /// Rules 7, 10, 11: an op whose kernel widens the 16-bit operand on load
-  /// (the loss's scores, LayerNormalizationGrad's dY, AccumulateGrad's
-  /// gradient) reads the input of a widening cast itself.
+  /// Rules 7, 10, 11, 14: an op whose kernel widens the 16-bit operand on
+  /// load (the loss's scores, LayerNormalizationGrad's and
+  /// RMSNormalizationGrad's dY, AccumulateGrad's gradient) reads the input of
+  /// a widening cast itself.
   bool readsLow(OpOperand &operand) {
     auto widen = operand.get().getDefiningOp<CastOp>();
     if (!widen || !wideningFrom(widen))
@@ -270,7 +276,7 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return widen && wideningFrom(widen) == low ? widen.getInput() : Value();
   }
 
-  /// Rules 8, 9, 12: `result`, the narrowing cast c's input, becomes of c's
+  /// Rules 8, 9, 12, 13: `result`, the narrowing cast c's input, becomes of c's
   /// type `low` (its op rounds its f32 value once to T, as c did) and
   /// replaces c.
   void writeLow(CastOp c, Value result, Type low) {
@@ -295,14 +301,16 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
     return true;
   }
 
-  /// Rule 9: C(f32 -> T)(LayerNormalization(x, s, b)) => LayerNormalization
-  /// with a T result, when Y has that one user.
+  /// Rules 9 and 13: C(f32 -> T)(LayerNormalization(x, s, b)) and
+  /// C(f32 -> T)(RMSNormalization(x, s)) => the normalization with a T
+  /// result, when Y has that one user.
   bool normWritesLow(CastOp c) {
     Type low = narrowingTo(c);
-    auto norm = c.getInput().getDefiningOp<LayerNormalizationOp>();
-    if (!low || !norm || !norm.getY().hasOneUse() || !samePhase(c, norm))
+    Operation *norm = c.getInput().getDefiningOp();
+    if (!low || !isa_and_nonnull<LayerNormalizationOp, RMSNormalizationOp>(norm) ||
+        !c.getInput().hasOneUse() || !samePhase(c, norm))
       return false;
-    writeLow(c, norm.getY(), low);
+    writeLow(c, c.getInput(), low);
     ++numNormFolded;
     return true;
   }
@@ -347,6 +355,10 @@ struct GraphCastMotionPass : strait::graph::impl::GraphCastMotionBase<GraphCastM
         numLossFolded += folded;
         changed |= folded;
       } else if (auto grad = dyn_cast<LayerNormalizationGradOp>(op)) {
+        bool folded = readsLow(grad.getDYMutable());
+        numNormFolded += folded;
+        changed |= folded;
+      } else if (auto grad = dyn_cast<RMSNormalizationGradOp>(op)) {
         bool folded = readsLow(grad.getDYMutable());
         numNormFolded += folded;
         changed |= folded;
