@@ -99,6 +99,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   assign.boundaries = boundaries;
   assign.replicas = replicas;
   assign.microBatches = o.microBatches;
+  assign.schedule = o.schedule;
   pm.addPass(dist::createDistAssignStages(assign));
   dist::DistInsertCommOptions comm;
   comm.cluster = o.cluster;

@@ -165,6 +165,12 @@ cl::opt<int64_t> microBatches("micro-batches",
                               cl::desc("Micro-batches per iteration, each of the IR's batch "
                                        "(default: the planner's choice; 1 without a cluster)"),
                               cl::init(1), cl::cat(straitCat));
+cl::opt<std::string> schedule(
+    "schedule",
+    cl::desc("Pipeline schedule of the micro-batches: auto (the planner's choice; 1F1B "
+             "whenever it fits), gpipe (all forwards, then all backwards) or 1f1b (each "
+             "stage keeps at most as many micro-batches as stages follow it)"),
+    cl::init("auto"), cl::cat(straitCat));
 cl::opt<int64_t> numStages("num-stages",
                            cl::desc("Force this many pipeline stages of equal size over "
                                     "equal device chunks (0: the planner decides)"),
@@ -382,6 +388,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.numStages = numStages.getValue();
   popts.loss = loss.getValue();
   popts.microBatches = microBatches.getValue();
+  popts.schedule = schedule.getValue();
   popts.optimizer = optimizer.getValue();
   popts.precision = precision.getValue();
   popts.output = lossOutput.getValue();
@@ -429,6 +436,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   sopts.globalBatch = globalBatch;
   sopts.numStages = numStages;
   sopts.microBatches = microBatches;
+  sopts.schedule = schedule;
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
     return failure();
@@ -492,6 +500,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   jobOpts.seed = seed;
   jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
   jobOpts.microBatches = plan.getMicroBatches();
+  jobOpts.oneFOneB = plan.getSchedule() == strait::dist::Schedule::one_f_one_b;
   jobOpts.parameterCopies = parameterCopies;
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
@@ -528,18 +537,34 @@ int compileJob(ModuleOp module, TimingScope &timing) {
     if (failed(reportCompression(*report->plan, *cluster, os, nullptr, /*perLink=*/false)))
       return 1;
   }
+  std::string scheduleNote;
+  if (jobOpts.oneFOneB && plan.getMicroBatches() > 1)
+    if (std::optional<std::string> against = strait::againstThePipeline(ranks)) {
+      if (schedule == "1f1b") {
+        llvm::errs() << "straitc: --schedule 1f1b needs the stages' transfers to go one way per "
+                        "phase, but "
+                     << *against << "; use --schedule gpipe\n";
+        return 1;
+      }
+      scheduleNote = "straitc: note: " + *against +
+                     ", which 1F1B cannot order (each stage would wait for the other); the "
+                     "job runs in GPipe order and holds every micro-batch's activations, more "
+                     "than the plan's 1F1B memory\n";
+      jobOpts.oneFOneB = false;
+    }
   TimingScope exportTiming = timing.nest("export");
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
-  llvm::outs() << report->text;
+  llvm::outs() << scheduleNote << report->text;
   printJobCompression(module, llvm::outs());
   llvm::outs() << prediction;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
   if (plan.getMicroBatches() > 1)
     llvm::outs() << "straitc: each rank runs " << plan.getMicroBatches()
-                 << " micro-batches of the IR's batch in GPipe order (batch inputs "
-                    "hold them stacked)\n";
+                 << " micro-batches of the IR's batch in "
+                 << (jobOpts.oneFOneB ? "1F1B" : "GPipe")
+                 << " order (batch inputs hold them stacked)\n";
   return 0;
 }
 
@@ -636,6 +661,7 @@ int main(int argc, char **argv) {
       sopts.globalBatch = globalBatch;
       sopts.numStages = numStages;
       sopts.microBatches = microBatches;
+      sopts.schedule = schedule;
       llvm::Expected<strait::dist::StagePlanResult> staged =
           strait::dist::computeStagePlan(func, sopts);
       if (!staged) {
@@ -648,6 +674,15 @@ int main(int argc, char **argv) {
       strait::PlannerOptions popts;
       popts.strategy = strategy;
       popts.globalBatch = globalBatch.getValue();
+      if (schedule == "gpipe")
+        popts.schedules = {strait::Schedule::GPipe};
+      else if (schedule == "1f1b")
+        popts.schedules = {strait::Schedule::OneFOneB};
+      else if (schedule != "auto") {
+        llvm::errs() << "straitc: unknown --schedule '" << schedule
+                     << "' (auto, gpipe or 1f1b)\n";
+        return 1;
+      }
       llvm::Expected<strait::ModelPlan> plan = strait::planFunction(func, *cluster, popts);
       if (!plan) {
         llvm::errs() << "straitc: " << llvm::toString(plan.takeError()) << "\n";

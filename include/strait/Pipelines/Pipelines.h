@@ -157,6 +157,9 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   Option<int64_t> microBatches{*this, "micro-batches",
                                llvm::cl::desc("micro-batches (with a cluster: imposed when > 1)"),
                                llvm::cl::init(1)};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("pipeline schedule: auto, gpipe or 1f1b"),
+                               llvm::cl::init("auto")};
   Option<std::string> compress{
       *this, "compress",
       llvm::cl::desc("codecs on slow links: none, auto (needs cluster), or "

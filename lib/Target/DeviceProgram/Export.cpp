@@ -12,6 +12,7 @@
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -57,6 +58,13 @@ public:
     microBatch = m;
     current = nullptr;
   }
+  /// Whether transfers created from now on are deferred (1F1B).
+  void setDeferTransfers(bool on) { defer = on; }
+  bool deferTransfers() const { return defer; }
+  /// This rank's pipeline stage and the job's stage count (0 and 1 for a
+  /// single-stage program).
+  int stage() const { return std::max(0, self.stage); }
+  int numStages() const { return std::max<int>(1, stageRanks.size()); }
   /// Kernel steps created from now on are labelled `name` ("forward",
   /// "backward", "update").
   void setPhase(const char *name) {
@@ -86,6 +94,7 @@ private:
   const StageRanks &stageRanks;
   pb::RunKernels *current = nullptr;
   int microBatch = -1;
+  bool defer = false;
   const char *phase = "forward";
 };
 
@@ -157,6 +166,7 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     s->set_value_id(*id);
     s->set_peer(*peer);
     s->set_channel(send.getChannel());
+    s->set_deferred(steps.deferTransfers());
     if (*codec) {
       fillCodec(*codec, *s->mutable_codec());
       s->mutable_codec()->set_error_feedback(codec->getErrorFeedback());
@@ -176,6 +186,7 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     r->set_value_id(id);
     r->set_peer(*peer);
     r->set_channel(recv.getChannel());
+    r->set_deferred(steps.deferTransfers());
     if (*codec)
       fillCodec(*codec, *r->mutable_codec());
     return success();
@@ -268,9 +279,9 @@ namespace {
 class ProgramLowering {
 public:
   ProgramLowering(func::FuncOp func, pb::Program &program, StepBuilder &steps,
-                  int microBatches, bool parameterCopies)
+                  int microBatches, bool parameterCopies, bool oneFOneB)
       : func(func), program(program), steps(steps), microBatches(microBatches),
-        parameterCopies(parameterCopies) {}
+        parameterCopies(parameterCopies), oneFOneB(oneFOneB) {}
 
   LogicalResult run(ValueTable &values);
 
@@ -287,6 +298,7 @@ private:
   StepBuilder &steps;
   int microBatches;
   bool parameterCopies;
+  bool oneFOneB;
   /// Kernel ids of forward ops, per micro-batch.
   SmallVector<DenseMap<int64_t, uint32_t>> kernelOfOpId{1};
   size_t currentMicroBatch = 0;
@@ -577,26 +589,43 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   // ranks share (phase, micro-batch, position in the original block, where
   // every recv follows its send), so blocking transfers cannot wait on each
   // other in a cycle, and stage s+1 computes micro-batch m while stage s
-  // computes m+1. (1F1B interleaves per stage, so its ranks' orders differ:
-  // it needs non-blocking sends.)
+  // computes m+1; every stage holds the activations of all M micro-batches.
+  // 1F1B order: stage s of S runs the forwards of w = min(S-1-s, M)
+  // micro-batches, then the forward of m+w and the backward of m
+  // alternately, then the last backwards: it holds at most w+1
+  // micro-batches' activations. The backwards still run in micro-batch
+  // order (the gradient sums are GPipe's, bit for bit), but the ranks'
+  // orders differ, so a blocking send could wait on a peer that waits on
+  // this rank: the transfers are deferred (the runtime sends without
+  // waiting for the receive, docs/distribution-dialect.md).
+  std::vector<std::pair<bool, int>> order; // (backward, micro-batch)
+  int warmup = oneFOneB ? std::min(steps.numStages() - 1 - steps.stage(), microBatches)
+                        : microBatches;
+  for (int m = 0; m < warmup; ++m)
+    order.push_back({false, m});
+  for (int m = 0; m < microBatches; ++m) {
+    if (oneFOneB && m + warmup < microBatches)
+      order.push_back({false, m + warmup});
+    order.push_back({true, m});
+  }
   std::vector<ValueTable> tables;
   tables.reserve(microBatches);
   for (int m = 0; m < microBatches; ++m)
     tables.push_back(values);
   kernelOfOpId.resize(microBatches);
-  for (bool backwardPhase : {false, true}) {
+  steps.setDeferTransfers(oneFOneB);
+  for (auto [backwardPhase, m] : order) {
     steps.setPhase(backwardPhase ? "backward" : "forward");
-    for (int m = 0; m < microBatches; ++m) {
-      steps.setMicroBatch(m);
-      currentMicroBatch = m;
-      if (!backwardPhase && failed(sliceBatchInputs(values, tables[m], m)))
+    steps.setMicroBatch(m);
+    currentMicroBatch = m;
+    if (!backwardPhase && failed(sliceBatchInputs(values, tables[m], m)))
+      return failure();
+    for (Operation &op : body.without_terminator())
+      if (!isa<graph::ReadVariableOp, graph::ConstantOp>(op) && !perStep.contains(&op) &&
+          backward.contains(&op) == backwardPhase && failed(lowerOp(op, tables[m])))
         return failure();
-      for (Operation &op : body.without_terminator())
-        if (!isa<graph::ReadVariableOp, graph::ConstantOp>(op) && !perStep.contains(&op) &&
-            backward.contains(&op) == backwardPhase && failed(lowerOp(op, tables[m])))
-          return failure();
-    }
   }
+  steps.setDeferTransfers(false);
   steps.setMicroBatch(-1);
   steps.setPhase("update");
   for (Operation &op : body.without_terminator())
@@ -608,12 +637,13 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
 LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
                                     int worldSize, const StageRanks &stageRanks,
                                     pb::Program &program, int microBatches,
-                                    bool parameterCopies) {
+                                    bool parameterCopies, bool oneFOneB) {
   program.set_format_version(pb::FORMAT_VERSION_1);
   program.set_rank(self.rank);
   program.set_world_size(worldSize);
   program.set_device(self.device);
   program.set_micro_batches(std::max(1, microBatches));
+  program.set_schedule(oneFOneB ? pb::SCHEDULE_1F1B : pb::SCHEDULE_GPIPE);
   program.set_producer("straitc 0.1");
   // The learning-rate schedule graph-build-training-step recorded; the
   // launcher evaluates it each step (docs/training.md).
@@ -661,12 +691,38 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
     if (auto read = dyn_cast<graph::ReadVariableOp>(op))
       variableValue(read.getResult(), read.getVariable());
 
-  ProgramLowering lowering(func, program, steps, std::max(1, microBatches), parameterCopies);
+  ProgramLowering lowering(func, program, steps, std::max(1, microBatches), parameterCopies,
+                           oneFOneB);
   if (failed(lowering.run(values)))
     return failure();
   if (program.steps_size() == 0)
     steps.run();
   return success();
+}
+
+std::optional<std::string> strait::againstThePipeline(ArrayRef<RankExport> ranks) {
+  llvm::DenseSet<Operation *> seen;
+  for (const RankExport &r : ranks) {
+    if (!r.function || !seen.insert(r.function).second)
+      continue;
+    std::optional<std::string> found;
+    func::FuncOp fn = r.function;
+    fn.walk([&](dist::SendOp send) {
+      if (send->hasAttr("dist.per_step"))
+        return WalkResult::advance();
+      bool backward = send->hasAttr("dist.backward");
+      int64_t to = send.getPeer();
+      if (backward ? to < r.stage : to > r.stage)
+        return WalkResult::advance();
+      found = llvm::formatv("stage {0} sends channel {1} to stage {2} in the {3} phase", r.stage,
+                            send.getChannel(), to, backward ? "backward" : "forward")
+                  .str();
+      return WalkResult::interrupt();
+    });
+    if (found)
+      return found;
+  }
+  return std::nullopt;
 }
 
 /// Deterministic 64-bit seed of a parameter: the job seed mixed with its name.
@@ -745,7 +801,8 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
     pb::Program program;
     pb::ParameterShardFile shard;
     if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program,
-                             options.microBatches, options.parameterCopies)) ||
+                             options.microBatches, options.parameterCopies,
+                             options.oneFOneB)) ||
         failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();
     std::string programFile = "rank" + std::to_string(r.rank) + ".program.pb";

@@ -1,9 +1,14 @@
 // RUN: strait-opt %s --dist-assign-stages='cluster=%inputs/dist-2cpu.yaml num-stages=2' | FileCheck %s
 // RUN: strait-opt %s --dist-assign-stages='cluster=%inputs/dist-2cpu.yaml' | FileCheck %s --check-prefix=PLANNER
+// RUN: strait-opt %s --dist-assign-stages='cluster=%inputs/dist-2cpu.yaml num-stages=2 schedule=gpipe' | FileCheck %s --check-prefix=GPIPE
+// RUN: not strait-opt %s --dist-assign-stages='cluster=%inputs/dist-2cpu.yaml schedule=zigzag' 2>&1 | FileCheck %s --check-prefix=BAD
 
 // With a cluster, num-stages=2 forces one layer per stage, one device each;
-// devices are named after the cluster's.
-// CHECK: module attributes {dist.plan = #dist.plan<schedule = gpipe, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>, #dist.placement<stage = 1, devices = ["cpu1"], ranks = [1]>]>}
+// devices are named after the cluster's; the schedule is 1F1B unless asked
+// otherwise.
+// GPIPE: module attributes {dist.plan = #dist.plan<schedule = gpipe, micro_batches = 1,
+// BAD: error: cannot plan @main: unknown schedule 'zigzag' (auto, gpipe or 1f1b)
+// CHECK: module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>, #dist.placement<stage = 1, devices = ["cpu1"], ranks = [1]>]>}
 // The planner's own choice for this tiny model: one stage on one device
 // (a slow link is not worth crossing), ranks from 0.
 // PLANNER: module attributes {dist.plan = #dist.plan<schedule = {{.*}}, stages = [#dist.placement<stage = 0, devices = ["cpu0"], ranks = [0]>]>}

@@ -1,7 +1,7 @@
-// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd --cluster %inputs/dist-2cpu.yaml --num-stages 2 --micro-batches 2 -o %t | FileCheck %s --check-prefix=PLAN
+// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd --cluster %inputs/dist-2cpu.yaml --num-stages 2 --micro-batches 2 --schedule gpipe -o %t | FileCheck %s --check-prefix=PLAN
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank0.program.pb | grep -E 'label:|peer:' | FileCheck %s --check-prefix=RANK0
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank1.program.pb | grep -E 'label:|peer:' | FileCheck %s --check-prefix=RANK1
-// RUN: straitc %s --loss cross-entropy --optimizer sgd --cluster %inputs/dist-2cpu.yaml --num-stages 2 --micro-batches 2 --emit=mlir | FileCheck %s --check-prefix=IR
+// RUN: straitc %s --loss cross-entropy --optimizer sgd --cluster %inputs/dist-2cpu.yaml --num-stages 2 --micro-batches 2 --schedule gpipe --emit=mlir | FileCheck %s --check-prefix=IR
 
 // Two stages, two micro-batches, a training step: every rank runs the
 // forwards of both micro-batches, then both backwards, then the update

@@ -1,4 +1,4 @@
-// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd --cluster %inputs/dist-2cpu.yaml --num-stages 2 --micro-batches 2 -o %t | FileCheck %s --check-prefix=PLAN
+// RUN: rm -rf %t && straitc %s --loss cross-entropy --optimizer sgd --cluster %inputs/dist-2cpu.yaml --num-stages 2 --micro-batches 2 --schedule gpipe -o %t | FileCheck %s --check-prefix=PLAN
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank0.program.pb | grep -E 'label:|peer:' | FileCheck %s --check-prefix=RANK0
 // RUN: protoc --decode=strait.program.Program -I %models/../runtime/proto strait_program.proto < %t/rank1.program.pb | grep -E 'label:|peer:' | FileCheck %s --check-prefix=RANK1
 // RUN: protoc --decode=strait.program.ParameterShardFile -I %models/../runtime/proto strait_program.proto < %t/rank0.params.pb | FileCheck %s --check-prefix=PARAMS

@@ -53,20 +53,21 @@
 // MB: role: ROLE_GRADIENT
 // MB: op: "Slice"
 // MB: op: "MatMul"
-// MB: op: "Slice"
-// MB: op: "MatMul"
 // MB: op: "AccumulateGrad"
 // MB: key: "micro_batches"
 // MB-NEXT: value {
 // MB-NEXT: i: 2
+// MB: op: "Slice"
+// MB: op: "MatMul"
 // MB: op: "AccumulateGrad"
 // MB: op: "SGD"
+// One stage in 1F1B order: each micro-batch's backward follows its forward.
 // MB: label: "forward mb0"
+// MB-NEXT: micro_batch: 0
+// MB: label: "backward mb0"
 // MB-NEXT: micro_batch: 0
 // MB: label: "forward mb1"
 // MB-NEXT: micro_batch: 1
-// MB: label: "backward mb0"
-// MB-NEXT: micro_batch: 0
 // MB: label: "backward mb1"
 // MB-NEXT: micro_batch: 1
 // MB: label: "update"

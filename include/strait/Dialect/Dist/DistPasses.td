@@ -48,7 +48,9 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
                "explicit plan: data-parallel replicas per stage (default 1 each)">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "micro-batches per iteration (with a cluster: imposed when > 1, "
-           "else the planner chooses)">
+           "else the planner chooses)">,
+    Option<"schedule", "schedule", "std::string", "\"auto\"",
+           "pipeline schedule: auto (the planner's choice), gpipe or 1f1b">
   ];
   let statistics = [
     Statistic<"numCloned", "num-cloned", "Constants and reads cloned into other stages">,

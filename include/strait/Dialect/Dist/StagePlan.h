@@ -31,6 +31,9 @@ struct StagePlanOptions {
   /// Micro-batches per iteration: the explicit plan's; with a cluster, a
   /// count > 1 is imposed on the planner (1: the planner chooses).
   int64_t microBatches = 1;
+  /// "auto" (with a cluster: the planner's choice; else 1F1B), "gpipe" or
+  /// "1f1b".
+  std::string schedule = "auto";
 };
 
 struct StagePlanResult {

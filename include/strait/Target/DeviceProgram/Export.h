@@ -15,6 +15,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ struct JobExportOptions {
   /// Casts of parameters to bf16 / f16 run once (ROLE_PARAMETER_COPY values
   /// AdamW keeps up to date) instead of in every iteration.
   bool parameterCopies = true;
+  /// Micro-batches in 1F1B order (deferred transfers) instead of GPipe's.
+  bool oneFOneB = false;
 };
 
 /// Fills `program` from `func` (graph ops, func.return). Diagnostics name the
@@ -63,11 +66,22 @@ mlir::LogicalResult exportProgram(mlir::func::FuncOp func, int rank, int worldSi
 /// place). With `microBatches` M > 1 the function is one micro-batch: batch
 /// inputs hold M of them stacked along dimension 0 (sliced by kernels), every
 /// op before the gradient accumulation runs M times in sequence (steps with
-/// `micro_batch` set), the accumulated gradients' users once after them.
+/// `micro_batch` set), the accumulated gradients' users once after them: in
+/// GPipe order, or with `oneFOneB` in 1F1B order (stage s of S runs
+/// min(S-1-s, M) forwards, then a forward and a backward alternately; its
+/// transfers are deferred, since the ranks' orders differ).
 mlir::LogicalResult exportProgram(mlir::func::FuncOp func, const RankExport &self,
                                   int worldSize, const StageRanks &stageRanks,
                                   program::Program &program, int microBatches = 1,
-                                  bool parameterCopies = true);
+                                  bool parameterCopies = true, bool oneFOneB = false);
+
+/// 1F1B needs a pipeline whose transfers go one way per phase: the
+/// forward's to later stages, the backward's to earlier ones (per-step
+/// transfers aside). Returns the first transfer of the ranks' functions that
+/// goes the other way, described for a diagnostic; nullopt when there is
+/// none. (A stage that sends back to an earlier one in the forward would wait,
+/// in 1F1B order, for its own backward of the previous micro-batch.)
+std::optional<std::string> againstThePipeline(llvm::ArrayRef<RankExport> ranks);
 
 /// Fills `shard` with the initial value (or init scheme) of every variable
 /// that `program` names.

@@ -243,6 +243,7 @@ void AssignStagesPass::runOnOperation() {
   options.boundaries.assign(boundaries.begin(), boundaries.end());
   options.replicas.assign(replicas.begin(), replicas.end());
   options.microBatches = microBatches;
+  options.schedule = schedule;
   llvm::Expected<StagePlanResult> plan = computeStagePlan(func, options);
   if (!plan) {
     func.emitError() << "cannot plan @main: " << llvm::toString(plan.takeError());

@@ -133,10 +133,11 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
   // More than one micro-batch asked for: the planner uses that count.
   if (o.microBatches > 1)
     popts.microBatchCounts = {static_cast<unsigned>(o.microBatches)};
-  // The exporter unrolls micro-batches in GPipe order (1F1B needs
-  // non-blocking sends), so the plan applied to the IR is costed, memory
-  // included, as GPipe.
-  popts.schedules = {Schedule::GPipe};
+  // The exporter orders each rank's micro-batches by the plan's schedule.
+  if (o.schedule == "gpipe")
+    popts.schedules = {Schedule::GPipe};
+  else if (o.schedule == "1f1b")
+    popts.schedules = {Schedule::OneFOneB};
   llvm::Expected<ModelPlan> mp =
       o.numStages > 0
           ? forcedPlan(func, *cluster, popts, o.numStages,
@@ -208,9 +209,10 @@ static llvm::Expected<StagePlanResult> explicitPlan(func::FuncOp func,
     out.stages.push_back(std::move(st));
   }
   out.microBatches = o.microBatches;
+  out.oneFOneB = o.schedule != "gpipe";
   out.text = std::move(text);
   out.json = json::Object{{"strategy", "explicit"},
-                          {"schedule", "1f1b"},
+                          {"schedule", out.oneFOneB ? "1f1b" : "gpipe"},
                           {"micro_batches", o.microBatches},
                           {"stages", std::move(stagesJSON)}};
   return out;
@@ -218,6 +220,8 @@ static llvm::Expected<StagePlanResult> explicitPlan(func::FuncOp func,
 
 llvm::Expected<StagePlanResult>
 strait::dist::computeStagePlan(func::FuncOp func, const StagePlanOptions &options) {
+  if (options.schedule != "auto" && options.schedule != "gpipe" && options.schedule != "1f1b")
+    return planError("unknown schedule '" + options.schedule + "' (auto, gpipe or 1f1b)");
   if (!options.clusterFile.empty()) {
     if (!options.boundaries.empty())
       return planError("give either a cluster or boundaries, not both");
