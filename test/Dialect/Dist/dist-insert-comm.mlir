@@ -29,13 +29,14 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
 // -----
 
 // Gradients flow backwards by the same rule: a value of stage 1 used in
-// stage 0 travels 1 -> 0.
+// stage 0 travels 1 -> 0. Only backward ops read it there, so the transfer
+// is a backward one although its producer is not (a fused loss's dScores).
 module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["a"], ranks = [0]>, #dist.placement<stage = 1, devices = ["b"], ranks = [1]>]>} {
   // CHECK-LABEL: func @main
   func.func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
     // CHECK: %[[DY:.*]] = graph.Relu %{{.*}} {dist.stage = #dist.stage<1>
-    // CHECK-NEXT: dist.send %[[DY]] to stage 0 channel 0 {dist.stage = #dist.stage<1>}
-    // CHECK-NEXT: %[[R:.*]] = dist.recv from stage 1 channel 0 {dist.stage = #dist.stage<0>}
+    // CHECK-NEXT: dist.send %[[DY]] to stage 0 channel 0 {dist.backward, dist.stage = #dist.stage<1>}
+    // CHECK-NEXT: %[[R:.*]] = dist.recv from stage 1 channel 0 {dist.backward, dist.stage = #dist.stage<0>}
     // CHECK-NEXT: graph.Mul %[[R]], %{{.*}} {dist.stage = #dist.stage<0>
     %dy = graph.Relu %x {dist.stage = #dist.stage<1>} : tensor<2x4xf32>
     %dx = graph.Mul %dy, %x {dist.stage = #dist.stage<0>, graph.grad_of = 0 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>

@@ -162,7 +162,17 @@ LogicalResult InsertCommPass::insertTransfers(func::FuncOp func, int64_t &channe
         auto recv = b.create<RecvOp>(op->getLoc(), v.getType(), b.getI64IntegerAttr(*stage),
                                      b.getI64IntegerAttr(channel));
         setStage(recv, to);
-        if (backward.contains(op)) {
+        // A forward op's value that flows to an earlier stage where only
+        // backward ops read it is a gradient too (the dScores of a fused
+        // SoftmaxCrossEntropyLossWithGrad on the last stage): it travels in
+        // the backward phase, so that the earlier stage does not wait for
+        // the loss in its forward phase. (A value flowing to a later stage
+        // stays in the forward phase even when only backward ops read it:
+        // under 1F1B the later stage's backward runs first.)
+        bool gradientBack = to < *stage && llvm::all_of(uses, [&](OpOperand *u) {
+          return backward.contains(u->getOwner());
+        });
+        if (backward.contains(op) || gradientBack) {
           send->setAttr("dist.backward", b.getUnitAttr());
           recv->setAttr("dist.backward", b.getUnitAttr());
         }
