@@ -1,7 +1,8 @@
 //===- Coarsen.cpp - Layer coarsening of the cost graph -------------------===//
 //
-// Groups ops into blocks by layer id (ops without one join the block of the
-// op before them in topological order; a graph without layer ids is cut
+// Groups ops into blocks by layer id (ops without one join the latest block
+// of their producers, or without producers the block of the op before them
+// in topological order; a graph without layer ids is cut
 // into equal-FLOP chunks), merges blocks down to maxBlocks, computes the
 // bytes crossing each cut and the per-sample time of each block for every
 // speed class of the cluster.
@@ -38,12 +39,25 @@ static std::vector<unsigned> assignLayers(const CostGraph &graph,
     }
     return blockOf;
   }
+  // An op without a layer joins the latest layer of its producers: the op
+  // before it in topological order may belong to a later layer (a bf16 job's
+  // weight casts have no producers and sort early), which would put, e.g.,
+  // GPT-2's position-embedding Add behind block 0 and send the hidden state
+  // forth and back over the cut. Without producers it follows that op.
+  std::vector<std::vector<unsigned>> producers(graph.nodes.size());
+  for (const CostEdge &e : graph.edges)
+    producers[e.dst].push_back(e.src);
+  std::vector<int> resolved(graph.nodes.size(), -1);
   llvm::DenseMap<int, unsigned> index;
   int current = -1;
   for (unsigned v : order) {
     int layer = graph.nodes[v].layer;
     if (layer < 0)
+      for (unsigned p : producers[v])
+        layer = std::max(layer, resolved[p]);
+    if (layer < 0)
       layer = current < 0 ? 0 : current;
+    resolved[v] = layer;
     current = layer;
     auto it = index.try_emplace(layer, index.size()).first;
     blockOf[v] = it->second;
