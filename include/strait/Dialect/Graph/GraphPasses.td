@@ -337,10 +337,11 @@ def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
     of x reads x (the kernel upcasts on load; the loss stays f32), and
     `Cast(f32 -> T)` of `SoftmaxCrossEntropyLossGrad(dl, Cast(T -> f32)(x),
     y)` is the T-typed gradient of x (the kernel rounds its f32 result once
-    to T). Likewise a `LayerNormalization` whose Y only feeds a narrowing
-    cast writes the T-typed Y (computed in f32, rounded once; its backward
-    reads X, not Y), and `LayerNormalizationGrad` and `AccumulateGrad` read a
-    widened 16-bit dY / gradient themselves (widened on load; the
+    to T). Likewise a `LayerNormalization` or `RMSNormalization` whose Y
+    only feeds a narrowing cast writes the T-typed Y (computed in f32,
+    rounded once; its backward reads X, not Y), and
+    `LayerNormalizationGrad`, `RMSNormalizationGrad` and `AccumulateGrad`
+    read a widened 16-bit dY / gradient themselves (widened on load; the
     accumulator stays f32). It runs after `graph-build-training-step` (on
     the forward graph, merging casts would sum gradients in T instead of
     f32). See docs/training.md, "Mixed precision".
@@ -356,7 +357,7 @@ def GraphCastMotion : Pass<"graph-cast-motion", "::mlir::func::FuncOp"> {
     Statistic<"numLossFolded", "num-loss-folded",
               "Casts folded into SoftmaxCrossEntropyLoss(Grad) on 16-bit scores">,
     Statistic<"numNormFolded", "num-norm-folded",
-              "Casts folded into LayerNormalization(Grad) (16-bit Y / dY)">,
+              "Casts folded into LayerNormalization(Grad) and RMSNormalization(Grad) (16-bit Y / dY)">,
     Statistic<"numAccumulateFolded", "num-accumulate-folded",
               "Casts folded into AccumulateGrad (16-bit gradients)">,
     Statistic<"numRotaryFolded", "num-rotary-folded",
