@@ -27,17 +27,16 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import numpy_helper  # noqa: E402
 
+import jobutil  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
 STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-run"),
-                                os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
-                   if os.path.isfile(p)), "")
+STRAIT_RUN = jobutil.STRAIT_RUN  # the build's launcher, else build-rt's
 MODEL_DIR = os.path.join(ROOT, "models", "digits-cnn")
 MODEL = os.path.join(MODEL_DIR, "digits-cnn.onnx")
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 
-pytestmark = pytest.mark.skipif(not (os.path.exists(STRAITC) and STRAIT_RUN),
+pytestmark = pytest.mark.skipif(not (os.path.exists(STRAITC) and os.path.isfile(STRAIT_RUN)),
                                 reason="needs build/bin/straitc and strait-run")
 
 

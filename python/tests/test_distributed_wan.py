@@ -22,12 +22,11 @@ import time
 
 import pytest
 
+import jobutil  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
 STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-run"),
-                                os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
-                   if os.path.isfile(p)), "")
+STRAIT_RUN = jobutil.STRAIT_RUN  # the build's launcher, else build-rt's
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 WAN = os.path.join(ROOT, "runtime", "scripts", "wan-cluster.py")
@@ -132,7 +131,7 @@ def test_interrupt_cleans_up(plan):
     reason = wan_unavailable()
     if reason:
         pytest.skip(reason)
-    if not STRAIT_RUN:
+    if not os.path.isfile(STRAIT_RUN):
         pytest.skip("needs strait-run")
     proc = subprocess.Popen([sys.executable, WAN, "--cluster", CLUSTER, "--strait-run", STRAIT_RUN,
                              "--", str(plan), "--steps", "100000", "--threads", "1"],

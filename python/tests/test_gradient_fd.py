@@ -30,17 +30,16 @@ import sys
 import numpy as np
 import pytest
 
+import jobutil  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
 STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-run"),
-                               os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
-                   if os.path.exists(p)), None)
+STRAIT_RUN = jobutil.STRAIT_RUN  # the build's launcher, else build-rt's
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or STRAIT_RUN is None,
+pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfile(STRAIT_RUN),
                                 reason="straitc or strait-run not built")
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE

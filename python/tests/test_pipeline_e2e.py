@@ -23,19 +23,17 @@ import subprocess
 
 import pytest
 
+import jobutil  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
 STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = next((p for p in (os.environ.get("STRAIT_RUN", ""),
-                                os.path.join(BUILD, "runtime", "tools", "strait-run", "strait-run"),
-                                os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
-                   if p and os.path.isfile(p)), "")
+STRAIT_RUN = jobutil.STRAIT_RUN  # the build's launcher, else build-rt's
 PROTO_DIR = os.path.join(ROOT, "runtime", "proto")
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 
 pytestmark = pytest.mark.skipif(
-    not (os.path.exists(STRAITC) and STRAIT_RUN and os.path.exists(MODEL)),
+    not (os.path.exists(STRAITC) and os.path.isfile(STRAIT_RUN) and os.path.exists(MODEL)),
     reason="needs build/bin/straitc, strait-run and models/gpt2-tiny")
 
 DTYPE_BYTES = {"DTYPE_F32": 4, "DTYPE_I64": 8, "DTYPE_F16": 2, "DTYPE_BF16": 2,

@@ -21,17 +21,16 @@ import sys
 import numpy as np
 import pytest
 
+import jobutil  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
 STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = next((p for p in (os.path.join(BUILD, "runtime", "tools", "strait-run"),
-                               os.path.join(ROOT, "build-rt", "runtime", "tools", "strait-run"))
-                   if os.path.exists(p)), None)
+STRAIT_RUN = jobutil.STRAIT_RUN  # the build's launcher, else build-rt's
 MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 
-pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or STRAIT_RUN is None,
+pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfile(STRAIT_RUN),
                                 reason="straitc or strait-run not built")
 
 STEPS, BATCH, SEQ = 100, 4, 64
