@@ -171,6 +171,14 @@ cl::opt<std::string> schedule(
              "whenever it fits), gpipe (all forwards, then all backwards) or 1f1b (each "
              "stage keeps at most as many micro-batches as stages follow it)"),
     cl::init("auto"), cl::cat(straitCat));
+enum class Warmup { Plan, Classic };
+cl::opt<Warmup> pipelineWarmup(
+    "pipeline-warmup",
+    cl::desc("1F1B warm-up forwards per stage: plan (the planner's, enough to cover a "
+             "micro-batch's round trip over slow links) or classic (stages after it)"),
+    cl::values(clEnumValN(Warmup::Plan, "plan", "the planner's count (default)"),
+               clEnumValN(Warmup::Classic, "classic", "min(S-1-s, M)")),
+    cl::init(Warmup::Plan), cl::cat(straitCat));
 cl::opt<int64_t> numStages("num-stages",
                            cl::desc("Force this many pipeline stages of equal size over "
                                     "equal device chunks (0: the planner decides)"),
@@ -500,7 +508,10 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   jobOpts.seed = seed;
   jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
   jobOpts.microBatches = plan.getMicroBatches();
-  jobOpts.oneFOneB = plan.getSchedule() == strait::dist::Schedule::one_f_one_b;
+  jobOpts.order.oneFOneB = plan.getSchedule() == strait::dist::Schedule::one_f_one_b;
+  if (auto warmup = module->getAttrOfType<DenseI64ArrayAttr>("dist.warmup");
+      warmup && pipelineWarmup == Warmup::Plan)
+    jobOpts.order.warmup.assign(warmup.asArrayRef().begin(), warmup.asArrayRef().end());
   jobOpts.parameterCopies = parameterCopies;
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
@@ -538,7 +549,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
       return 1;
   }
   std::string scheduleNote;
-  if (jobOpts.oneFOneB && plan.getMicroBatches() > 1)
+  if (jobOpts.order.oneFOneB && plan.getMicroBatches() > 1)
     if (std::optional<std::string> against = strait::againstThePipeline(ranks)) {
       if (schedule == "1f1b") {
         llvm::errs() << "straitc: --schedule 1f1b needs the stages' transfers to go one way per "
@@ -550,7 +561,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
                      ", which 1F1B cannot order (each stage would wait for the other); the "
                      "job runs in GPipe order and holds every micro-batch's activations, more "
                      "than the plan's 1F1B memory\n";
-      jobOpts.oneFOneB = false;
+      jobOpts.order.oneFOneB = false;
     }
   TimingScope exportTiming = timing.nest("export");
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
@@ -560,11 +571,19 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   llvm::outs() << prediction;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";
-  if (plan.getMicroBatches() > 1)
+  if (plan.getMicroBatches() > 1) {
     llvm::outs() << "straitc: each rank runs " << plan.getMicroBatches()
                  << " micro-batches of the IR's batch in "
-                 << (jobOpts.oneFOneB ? "1F1B" : "GPipe")
-                 << " order (batch inputs hold them stacked)\n";
+                 << (jobOpts.order.oneFOneB ? "1F1B" : "GPipe")
+                 << " order (batch inputs hold them stacked)";
+    if (jobOpts.order.oneFOneB) {
+      llvm::outs() << "; warm-up forwards per stage:";
+      for (int64_t s = 0; s < plan.getNumStages(); ++s)
+        llvm::outs() << " "
+                     << jobOpts.order.warmupOf(s, plan.getNumStages(), plan.getMicroBatches());
+    }
+    llvm::outs() << "\n";
+  }
   return 0;
 }
 

@@ -65,6 +65,7 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
         {"send_bytes", s.sendBytes},
         {"send_s", s.sendTime},
         {"peak_memory_bytes", s.peakMemory},
+        {"in_flight", (int64_t)s.inFlight},
         {"capacity_bytes", s.capacity},
     };
     if (i + 1 < p.stages.size())

@@ -17,6 +17,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <fstream>
+#include <limits>
 
 using namespace mlir;
 using namespace strait;
@@ -279,9 +280,9 @@ namespace {
 class ProgramLowering {
 public:
   ProgramLowering(func::FuncOp func, pb::Program &program, StepBuilder &steps,
-                  int microBatches, bool parameterCopies, bool oneFOneB)
+                  int microBatches, bool parameterCopies, const PipelineOrder &order)
       : func(func), program(program), steps(steps), microBatches(microBatches),
-        parameterCopies(parameterCopies), oneFOneB(oneFOneB) {}
+        parameterCopies(parameterCopies), pipelineOrder(order) {}
 
   LogicalResult run(ValueTable &values);
 
@@ -298,7 +299,7 @@ private:
   StepBuilder &steps;
   int microBatches;
   bool parameterCopies;
-  bool oneFOneB;
+  const PipelineOrder &pipelineOrder;
   /// Kernel ids of forward ops, per micro-batch.
   SmallVector<DenseMap<int64_t, uint32_t>> kernelOfOpId{1};
   size_t currentMicroBatch = 0;
@@ -590,16 +591,19 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   // every recv follows its send), so blocking transfers cannot wait on each
   // other in a cycle, and stage s+1 computes micro-batch m while stage s
   // computes m+1; every stage holds the activations of all M micro-batches.
-  // 1F1B order: stage s of S runs the forwards of w = min(S-1-s, M)
-  // micro-batches, then the forward of m+w and the backward of m
-  // alternately, then the last backwards: it holds at most w+1
-  // micro-batches' activations. The backwards still run in micro-batch
+  // 1F1B order: stage s of S runs the forwards of w micro-batches (at least
+  // the classic min(S-1-s, M); more where the planner costed a warm-up that
+  // covers the round trip of slow links), then the forward of m+w and the
+  // backward of m alternately, then the last backwards: it holds at most
+  // w+1 micro-batches' activations. The backwards still run in micro-batch
   // order (the gradient sums are GPipe's, bit for bit), but the ranks'
   // orders differ, so a blocking send could wait on a peer that waits on
   // this rank: the transfers are deferred (the runtime sends without
   // waiting for the receive, docs/distribution-dialect.md).
   std::vector<std::pair<bool, int>> order; // (backward, micro-batch)
-  int warmup = oneFOneB ? std::min(steps.numStages() - 1 - steps.stage(), microBatches)
+  bool oneFOneB = pipelineOrder.oneFOneB;
+  int warmup = oneFOneB ? static_cast<int>(pipelineOrder.warmupOf(steps.stage(),
+                                                                  steps.numStages(), microBatches))
                         : microBatches;
   for (int m = 0; m < warmup; ++m)
     order.push_back({false, m});
@@ -637,13 +641,13 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
 LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
                                     int worldSize, const StageRanks &stageRanks,
                                     pb::Program &program, int microBatches,
-                                    bool parameterCopies, bool oneFOneB) {
+                                    bool parameterCopies, const PipelineOrder &order) {
   program.set_format_version(pb::FORMAT_VERSION_1);
   program.set_rank(self.rank);
   program.set_world_size(worldSize);
   program.set_device(self.device);
   program.set_micro_batches(std::max(1, microBatches));
-  program.set_schedule(oneFOneB ? pb::SCHEDULE_1F1B : pb::SCHEDULE_GPIPE);
+  program.set_schedule(order.oneFOneB ? pb::SCHEDULE_1F1B : pb::SCHEDULE_GPIPE);
   program.set_producer("straitc 0.1");
   // The learning-rate schedule graph-build-training-step recorded; the
   // launcher evaluates it each step (docs/training.md).
@@ -692,12 +696,22 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
       variableValue(read.getResult(), read.getVariable());
 
   ProgramLowering lowering(func, program, steps, std::max(1, microBatches), parameterCopies,
-                           oneFOneB);
+                           order);
   if (failed(lowering.run(values)))
     return failure();
   if (program.steps_size() == 0)
     steps.run();
   return success();
+}
+
+int64_t PipelineOrder::warmupOf(int64_t stage, int64_t numStages, int64_t microBatches) const {
+  int64_t w = std::numeric_limits<int64_t>::max();
+  for (int64_t t = 0; t <= stage; ++t) {
+    int64_t classic = numStages - 1 - t;
+    int64_t planned = t < static_cast<int64_t>(warmup.size()) ? warmup[t] : classic;
+    w = std::min(w, std::max(classic, planned));
+  }
+  return std::max<int64_t>(0, std::min(w, microBatches));
 }
 
 std::optional<std::string> strait::againstThePipeline(ArrayRef<RankExport> ranks) {
@@ -802,7 +816,7 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
     pb::ParameterShardFile shard;
     if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program,
                              options.microBatches, options.parameterCopies,
-                             options.oneFOneB)) ||
+                             options.order)) ||
         failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();
     std::string programFile = "rank" + std::to_string(r.rank) + ".program.pb";

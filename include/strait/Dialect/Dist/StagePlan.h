@@ -52,6 +52,10 @@ struct StagePlanResult {
   llvm::json::Value json = nullptr;
   /// The planner's plan (with a cluster; empty for an explicit plan).
   std::optional<PartitionPlan> plan;
+  /// 1F1B warm-up forwards per stage the planner costed (its in-flight
+  /// micro-batches - 1: enough to cover a micro-batch's round trip through
+  /// the rest of the pipeline); empty without a planner or under GPipe.
+  std::vector<int64_t> warmup;
 };
 
 /// Computes the plan of `func`. Errors (bad cluster file, infeasible plan,

@@ -41,6 +41,19 @@ struct RankExport {
 /// replica r of the peer stage (unequal replica counts are an error).
 using StageRanks = std::vector<std::vector<int>>;
 
+/// How every rank orders its micro-batches.
+struct PipelineOrder {
+  bool oneFOneB = false; ///< else GPipe
+  /// 1F1B warm-up forwards per stage (the planner's); empty: the classic
+  /// min(S-1-s, M). The exporter takes max(classic, planned), non-increasing
+  /// along the stages (a stage that warmed up more than the one before it
+  /// would wait for a forward that stage runs after its backward) and at
+  /// most M.
+  std::vector<int64_t> warmup;
+  /// The warm-up stage `stage` of `numStages` runs with M micro-batches.
+  int64_t warmupOf(int64_t stage, int64_t numStages, int64_t microBatches) const;
+};
+
 struct JobExportOptions {
   std::string modelName;
   std::string rendezvousAddress; ///< file-store folder; default: <out>/rendezvous
@@ -51,8 +64,8 @@ struct JobExportOptions {
   /// Casts of parameters to bf16 / f16 run once (ROLE_PARAMETER_COPY values
   /// AdamW keeps up to date) instead of in every iteration.
   bool parameterCopies = true;
-  /// Micro-batches in 1F1B order (deferred transfers) instead of GPipe's.
-  bool oneFOneB = false;
+  /// Micro-batches in GPipe or 1F1B order (deferred transfers).
+  PipelineOrder order;
 };
 
 /// Fills `program` from `func` (graph ops, func.return). Diagnostics name the
@@ -67,13 +80,14 @@ mlir::LogicalResult exportProgram(mlir::func::FuncOp func, int rank, int worldSi
 /// inputs hold M of them stacked along dimension 0 (sliced by kernels), every
 /// op before the gradient accumulation runs M times in sequence (steps with
 /// `micro_batch` set), the accumulated gradients' users once after them: in
-/// GPipe order, or with `oneFOneB` in 1F1B order (stage s of S runs
-/// min(S-1-s, M) forwards, then a forward and a backward alternately; its
-/// transfers are deferred, since the ranks' orders differ).
+/// GPipe order, or in 1F1B order (stage s runs order.warmupOf(s) forwards,
+/// then a forward and a backward alternately; its transfers are deferred,
+/// since the ranks' orders differ).
 mlir::LogicalResult exportProgram(mlir::func::FuncOp func, const RankExport &self,
                                   int worldSize, const StageRanks &stageRanks,
                                   program::Program &program, int microBatches = 1,
-                                  bool parameterCopies = true, bool oneFOneB = false);
+                                  bool parameterCopies = true,
+                                  const PipelineOrder &order = {});
 
 /// 1F1B needs a pipeline whose transfers go one way per phase: the
 /// forward's to later stages, the backward's to earlier ones (per-step

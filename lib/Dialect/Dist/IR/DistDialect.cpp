@@ -142,6 +142,16 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "'dist.per_step' is a unit attribute of dist.send and dist.recv";
     return success();
   }
+  // The planner's 1F1B warm-up forwards per stage (dist-assign-stages), for
+  // the exporter's order.
+  if (attr.getName() == "dist.warmup") {
+    auto warmup = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!warmup || !isa<ModuleOp>(op) ||
+        llvm::any_of(warmup.asArrayRef(), [](int64_t w) { return w < 0; }))
+      return op->emitError()
+             << "'dist.warmup' is an array<i64> of non-negative counts on a module";
+    return success();
+  }
   return op->emitError() << "unknown distribution attribute '"
                          << attr.getName().getValue() << "'";
 }

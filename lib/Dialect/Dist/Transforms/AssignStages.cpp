@@ -273,6 +273,9 @@ void AssignStagesPass::runOnOperation() {
     stages.push_back(PlacementAttr::get(ctx, i, b.getArrayAttr(devices),
                                         b.getDenseI64ArrayAttr(s.ranks)));
   }
+  // The planner's 1F1B warm-up per stage, for the exporter.
+  if (!plan->warmup.empty())
+    module->setAttr("dist.warmup", b.getDenseI64ArrayAttr(plan->warmup));
   module->setAttr(DistDialect::kPlanAttrName,
                   PlanAttr::get(ctx, plan->oneFOneB ? dist::Schedule::one_f_one_b : dist::Schedule::gpipe,
                                 plan->microBatches, b.getArrayAttr(stages)));

@@ -45,6 +45,9 @@ static void fillStages(StagePlanResult &out, const PartitionPlan &plan,
   }
   out.oneFOneB = plan.schedule == Schedule::OneFOneB;
   out.microBatches = plan.microBatches;
+  if (out.oneFOneB)
+    for (const StagePlan &s : plan.stages)
+      out.warmup.push_back(std::max<int64_t>(0, int64_t(s.inFlight) - 1));
 }
 
 /// `numStages` stages of equal block counts over equal chunks of the
