@@ -135,6 +135,38 @@ TEST(HybridComm, SendAcrossDomainsUsesTheSlowLink) {
   EXPECT_GE(recvBytes[1], 300 * sizeof(float));
 }
 
+// Deferred transfers (1F1B) take the slow transport on both sides even
+// inside one domain: there NCCL's point-to-point calls would block the
+// stream until the peer's call. Both ranks send first (crossing), which
+// would wait forever with blocking sends; takeTraffic (the slow transport's
+// bytes) shows the route. A plain transfer inside the domain stays fast.
+TEST(HybridComm, DeferredTransfersInsideADomainTakeTheSlowTransport) {
+  std::vector<int> domains = {0, 0};
+  std::mutex m;
+  std::map<int, uint64_t> deferredBytes, plainBytes;
+  runHybrid(domains, [&](int rank, Communicator &comm) {
+    comm.takeTraffic();
+    OwnedTensor out(program::DTYPE_F32, {300}), in(program::DTYPE_F32, {300});
+    fill(out, rank);
+    Status s = comm.sendDeferred(out.tensor, 1 - rank, 3, program::CodecParams(), nullptr);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    s = comm.recvDeferred(in.tensor, 1 - rank, 3, program::CodecParams());
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    s = comm.flushSends();
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    EXPECT_FLOAT_EQ(in.as<float>()[100], (1 - rank) + 1 + 0.1f);
+    uint64_t deferred = total(comm.takeTraffic().received);
+    s = rank == 0 ? comm.send(out.tensor, 1, 4) : comm.recv(in.tensor, 0, 4);
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    std::lock_guard<std::mutex> lock(m);
+    deferredBytes[rank] = deferred;
+    plainBytes[rank] = total(comm.takeTraffic().received);
+  });
+  EXPECT_GE(deferredBytes[0], 300 * sizeof(float));
+  EXPECT_GE(deferredBytes[1], 300 * sizeof(float));
+  EXPECT_EQ(plainBytes[1], 0u);
+}
+
 TEST(HybridComm, UnevenDomainsWithCodecAndIslandsAgreeOnEveryRank) {
   // Domains {0}, {1,2}, {3,4,5}; the compiler's islands {0,1,2} {3,4,5}
   // reach the leaders 0, 1, 3 as {0,1} {3}. int8 quantization with error
