@@ -38,6 +38,8 @@
 #             GPU (f32 matmul) vs --device cpu losses
 #   run2      strait-run: gpt2-tiny in 2 pipeline stages on two "hosts" (both on
 #             GPU 0 here), Gloo between them, vs --device cpu
+#   run2-1f1b the same with 4 micro-batches in 1F1B order (deferred sends of
+#             GPU memory staged through pinned host memory)
 #   probe     strait-probe --backend cuda: the device profile for the planner
 # MFU = FLOPs/step / time / 989 TFLOP/s (H200 bf16 dense), FLOPs/step =
 # T (6 N + 12 L d S) with T = 8192 tokens, N = 124.44 M, L = 12, d = 768, S = 1024.
@@ -192,11 +194,12 @@ phase torch-sdpa 60 $PY bench/gpu/torch_gpt2_step.py --batch 8 --seq 1024 --step
 # strait-run end to end: GPU losses against the same job on the CPU.
 [ -f "$G/tiny-1gpu/plan.pb" ] && phase run1 60 scripts/gpu-compare-runs.sh $STRAIT_RUN "$G/tiny-1gpu" 20 "$G/text"
 [ -f "$G/tiny-2host/plan.pb" ] && phase run2 60 scripts/gpu-compare-runs.sh $STRAIT_RUN "$G/tiny-2host" 10 "$G/text"
+[ -f "$G/tiny-2host-1f1b/plan.pb" ] && phase run2-1f1b 45 scripts/gpu-compare-runs.sh $STRAIT_RUN "$G/tiny-2host-1f1b" 5 "$G/text"
 phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp llama llama-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 probe; do
+for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp llama llama-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 run2-1f1b probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
@@ -209,7 +212,7 @@ for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-
   grep -h "^strait-cuda:" "$LOG/$f.log" 2>/dev/null | sed "s/^strait-cuda:/$f:/"
 done
 grep -h "^torch-eager" "$LOG/torch.log" "$LOG/torch-sdpa.log" 2>/dev/null
-grep -h "^compare-runs:" "$LOG/run1.log" "$LOG/run2.log" 2>/dev/null
+grep -h "^compare-runs:" "$LOG/run1.log" "$LOG/run2.log" "$LOG/run2-1f1b.log" 2>/dev/null
 grep -h "gemm_tflops\|memory bandwidth" "$LOG/probe.log" 2>/dev/null
 S=$(sed -n 's/^strait-cuda: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/strait.log" 2>/dev/null | head -1)
 T=$(sed -n 's/^torch-eager: \([0-9.e+-]*\) ms\/step.*/\1/p' "$LOG/torch.log" 2>/dev/null | head -1)
@@ -231,7 +234,7 @@ if [ -n "$S" ] && [ -n "$T2" ]; then
 fi
 echo "FLOPs/step = T*(6N + 12*L*d*S) = $FLOPS; peak 989 TFLOP/s (H200 bf16 dense); logs in $LOG/"
 fail=0
-for p in gtest attn conform tiny tiny-amp digits strait strait-amp run1 run2; do
+for p in gtest attn conform tiny tiny-amp digits strait strait-amp run1 run2 run2-1f1b; do
   case "${RESULT[$p]:-}" in ok|skipped) ;; *) fail=1 ;; esac
 done
 exit $fail

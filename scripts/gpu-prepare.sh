@@ -13,6 +13,8 @@
 #   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
 #   tiny-1gpu/    gpt2-tiny job for a cluster of one H200 (rank 0 on cuda:0)
 #   tiny-2host/   gpt2-tiny in 2 pipeline stages on two hosts of one H200 each
+#   tiny-2host-1f1b/  the same with 4 micro-batches in 1F1B order, classic warm-up (deferred
+#                 sends staged through pinned memory)
 #                 (100 Gbit/s between them: each rank on cuda:0 of its host, Gloo between)
 #   text/         byte-level text tokens (runtime/scripts/make-text-tokens.py)
 #   bundle.tar.xz the CUDA runtime's tools built here (build-cuda: strait-cuda-tests,
@@ -97,6 +99,9 @@ EOF
   --cluster "$out/one-h200.yaml" --global-batch 8 -o "$out/tiny-1gpu"
 "$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
   --cluster "$out/two-hosts-h200.yaml" --global-batch 8 --num-stages 2 -o "$out/tiny-2host"
+"$STRAITC" models/gpt2-tiny/gpt2-tiny.onnx --input-shape input_ids=8x64 "${common[@]}" \
+  --cluster "$out/two-hosts-h200.yaml" --global-batch 32 --num-stages 2 --micro-batches 4 \
+  --schedule 1f1b --pipeline-warmup classic -o "$out/tiny-2host-1f1b"
 $PY runtime/scripts/make-text-tokens.py "$out/text" > /dev/null
 
 # The bundle.
