@@ -40,51 +40,6 @@ Arr scaleOf(int64_t len, uint32_t seed) {
   return s;
 }
 
-/// The f32 array of a 16-bit array's values (exact).
-Arr widened(const Arr &x) {
-  std::vector<float> v(numElements(x.shape));
-  for (size_t k = 0; k < v.size(); ++k)
-    v[k] = static_cast<float>(x.at(k));
-  return Arr::f(x.shape, v);
-}
-
-/// An f32 array rounded to `t` (nearest even), on the host.
-Arr roundedTo(const Arr &x, DType t) {
-  int64_t n = numElements(x.shape);
-  Arr r = Arr::out(x.shape, t);
-  r.bytes.resize(n * 2);
-  for (int64_t k = 0; k < n; ++k) {
-    float f = static_cast<float>(x.at(k));
-    uint16_t h;
-    if (t == program::DTYPE_F16) {
-      h = floatToHalf(f);
-    } else {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      u += 0x7FFF + ((u >> 16) & 1);
-      h = static_cast<uint16_t>(u >> 16);
-    }
-    std::memcpy(r.bytes.data() + 2 * k, &h, 2);
-  }
-  return r;
-}
-
-/// Index of the first element whose bytes differ, or -1.
-int64_t firstDifference(const Arr &a, const Arr &b) {
-  if (a.dtype != b.dtype || a.bytes.size() != b.bytes.size())
-    return 0;
-  size_t es = a.bytes.size() / std::max<int64_t>(numElements(a.shape), 1);
-  for (size_t k = 0; k < a.bytes.size(); ++k)
-    if (a.bytes[k] != b.bytes[k])
-      return static_cast<int64_t>(k / es);
-  return -1;
-}
-
-Arr randLow(DType t, Shape s, uint32_t seed) {
-  return t == program::DTYPE_BF16 ? Arr::randBf16(std::move(s), seed)
-                                  : Arr::randF16(std::move(s), seed);
-}
-
 double rtolOf(DType t) { return t == program::DTYPE_BF16 ? 1e-2 : 2e-3; }
 
 const Shape kShapes[] = {{64, 768}, {2, 3, 37}, {300, 128}};

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -103,6 +104,53 @@ struct Arr {
     }
   }
 };
+
+/// A random bf16 or f16 array (Arr::randBf16 / randF16).
+inline Arr randLow(DType t, Shape s, uint32_t seed) {
+  return t == program::DTYPE_BF16 ? Arr::randBf16(std::move(s), seed)
+                                  : Arr::randF16(std::move(s), seed);
+}
+
+/// The f32 array of a 16-bit array's values (exact).
+inline Arr widened(const Arr &x) {
+  std::vector<float> v(numElements(x.shape));
+  for (size_t k = 0; k < v.size(); ++k)
+    v[k] = static_cast<float>(x.at(k));
+  return Arr::f(x.shape, v);
+}
+
+/// An f32 array rounded to `t` (nearest even), on the host.
+inline Arr roundedTo(const Arr &x, DType t) {
+  int64_t n = numElements(x.shape);
+  Arr r = Arr::out(x.shape, t);
+  r.bytes.resize(n * 2);
+  for (int64_t k = 0; k < n; ++k) {
+    float f = static_cast<float>(x.at(k));
+    uint16_t h;
+    if (t == program::DTYPE_F16) {
+      h = floatToHalf(f);
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u += 0x7FFF + ((u >> 16) & 1);
+      h = static_cast<uint16_t>(u >> 16);
+    }
+    std::memcpy(r.bytes.data() + 2 * k, &h, 2);
+  }
+  return r;
+}
+
+/// Index of the first element whose bytes differ, or -1 (0 when the types or
+/// sizes differ).
+inline int64_t firstDifference(const Arr &a, const Arr &b) {
+  if (a.dtype != b.dtype || a.bytes.size() != b.bytes.size())
+    return 0;
+  size_t es = a.bytes.size() / std::max<int64_t>(numElements(a.shape), 1);
+  for (size_t k = 0; k < a.bytes.size(); ++k)
+    if (a.bytes[k] != b.bytes[k])
+      return static_cast<int64_t>(k / es);
+  return -1;
+}
 
 using Attrs = std::function<void(program::Kernel &)>;
 
