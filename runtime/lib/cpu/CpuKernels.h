@@ -80,6 +80,19 @@ template <typename Body> void withFloatLoader(const Tensor &t, Body &&body) {
     body([p](int64_t k) { return p[k]; });
   }
 }
+/// Row r (of `len` elements) of an f32 or bf16/f16 tensor as floats: a
+/// pointer into the tensor, or into `wide` (len floats) filled by widening
+/// (the 16-bit dY the normalization gradients read).
+inline const float *rowAsFloat(const Tensor &t, int64_t r, int64_t len,
+                               std::vector<float> &wide) {
+  if (!isLowFloat(t.dtype))
+    return t.as<float>() + r * len;
+  wide.resize(len);
+  const uint16_t *p = t.as<uint16_t>() + r * len;
+  for (int64_t i = 0; i < len; ++i)
+    wide[i] = lowToFloat(t.dtype, p[i]);
+  return wide.data();
+}
 /// f to bf16/f16 bits, rounded to nearest even (NaN stays NaN). The runtime's
 /// one converter (codec/CodecLayout.h), shared with the codecs and CUDA.
 inline uint16_t floatToLow(DType t, float f) {

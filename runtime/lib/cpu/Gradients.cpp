@@ -156,15 +156,9 @@ Status layerNormGradKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * db, ctx.requireOutput(2, scale->shape, x->dtype));
   std::vector<double> dScale(len, 0), dBias(len, 0);
   const float *s = scale->as<float>();
-  bool lowDY = dy->dtype != program::DTYPE_F32;
-  std::vector<float> wideRow(lowDY ? len : 0);
+  std::vector<float> wideRow;
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xi = x->as<float>() + r * len, *gi = wideRow.data();
-    if (lowDY)
-      for (int64_t i = 0; i < len; ++i)
-        wideRow[i] = lowToFloat(dy->dtype, dy->as<uint16_t>()[r * len + i]);
-    else
-      gi = dy->as<float>() + r * len;
+    const float *xi = x->as<float>() + r * len, *gi = rowAsFloat(*dy, r, len, wideRow);
     double mean = 0, var = 0;
     for (int64_t i = 0; i < len; ++i)
       mean += xi[i];

@@ -298,18 +298,12 @@ Status rmsNormGradKernel(KernelContext &ctx) {
   const int64_t blocks = std::min<int64_t>(rows, 64);
   std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * len), 0.0);
   const float *s = scale->as<float>();
-  const bool lowDY = dy->dtype != program::DTYPE_F32;
   parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> wideRow(lowDY ? len : 0);
+    std::vector<float> wideRow;
     for (int64_t blk = b0; blk < b1; ++blk) {
       double *acc = partial.data() + blk * len;
       for (int64_t r = blk * rows / blocks; r < (blk + 1) * rows / blocks; ++r) {
-        const float *xi = x->as<float>() + r * len, *gi = wideRow.data();
-        if (lowDY)
-          for (int64_t i = 0; i < len; ++i)
-            wideRow[i] = lowToFloat(dy->dtype, dy->as<uint16_t>()[r * len + i]);
-        else
-          gi = dy->as<float>() + r * len;
+        const float *xi = x->as<float>() + r * len, *gi = rowAsFloat(*dy, r, len, wideRow);
         double inv = invRms(xi, len, eps), sumGX = 0;
         for (int64_t i = 0; i < len; ++i) {
           double xhat = xi[i] * inv;
