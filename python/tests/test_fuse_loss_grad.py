@@ -7,7 +7,7 @@ SoftmaxCrossEntropyLossWithGrad that runs in the forward: the logits are read on
 there; dScores waits for the backward. Its kernels share the two kernels' row math
 (runtime/test/SoftmaxCrossEntropyWithGradTest.cpp checks that bit for bit), so gpt2-tiny trains
 to the same losses and bit-identical parameters with and without it, in f32 and bf16, on one
-rank and pipelined over two stages with two micro-batches (GPipe order: each micro-batch's
+rank and pipelined over two stages with two micro-batches (1F1B order: each micro-batch's
 fused kernel runs in its forward, dScores waits for that micro-batch's backward).
 """
 

@@ -44,9 +44,9 @@
 // CHECK-NEXT: outputs: [[M]]
 
 // Two micro-batches: the batch input holds both (4 rows), each micro-batch
-// slices its 2 rows; GPipe order: the forwards of both micro-batches, then
-// their backwards, each accumulating over 2 into the persistent gradient;
-// the update runs once, unmarked.
+// slices its 2 rows; one stage in 1F1B order: each micro-batch's forward,
+// then its backward, accumulating over 2 into the persistent gradient; the
+// update runs once, unmarked.
 // MB: name: "x"
 // MB-NEXT: dtype: DTYPE_F32
 // MB-NEXT: shape: 4
