@@ -16,7 +16,10 @@
 // replayed afterwards; the counters of captured / replayed / direct segments
 // are printed after the timed steps. --profile N (graphs off) then runs N
 // more steps with CUDA events around every kernel and prints the device time
-// per op, longest first, and the share of the step's wall time it covers.
+// per op, longest first, the share of the step's wall time it covers, and
+// the bytes its kernels read and wrote per step with the bandwidth that
+// reached (distinct inputs + outputs, as bench/runtime/program_bytes.py
+// counts them: the memory-bound ops' distance from the probe's Add rate).
 // Exit 77 without a GPU.
 //
 //===----------------------------------------------------------------------===//
@@ -190,6 +193,7 @@ int run(const Options &o) {
       sum.op = t.op;
       sum.launches += t.launches;
       sum.ms += t.ms;
+      sum.bytes += t.bytes;
     }
     std::vector<CudaOpTime> ops;
     for (auto &e : byOp)
@@ -198,15 +202,19 @@ int run(const Options &o) {
               [](const CudaOpTime &a, const CudaOpTime &b) { return a.ms > b.ms; });
     std::cout << "profile: " << wall << " ms/step wall, " << device
               << " ms/step in kernels (" << 100 * device / wall << " %), per op:\n";
+    // GB/s: the bytes the op's kernels read and wrote over their device
+    // time (memory-bound kernels should approach the probe's Add rate).
+    auto gbps = [](const CudaOpTime &t) { return t.ms > 0 ? t.bytes / (t.ms * 1e6) : 0.0; };
     for (const CudaOpTime &t : ops)
       std::cout << "profile: " << t.op << " " << t.launches / o.profile << " launches "
-                << t.ms / o.profile << " ms/step (" << 100 * t.ms / o.profile / wall << " %)\n";
+                << t.ms / o.profile << " ms/step (" << 100 * t.ms / o.profile / wall << " %), "
+                << t.bytes / o.profile / 1073741824.0 << " GiB/step, " << gbps(t) << " GB/s\n";
     std::cout << "profile: the 25 longest kernels by operand types:\n";
     for (size_t i = 0; i < kernels.size() && i < 25; ++i)
       std::cout << "kernel: " << kernels[i].op << "(" << kernels[i].operands << ") "
                 << kernels[i].launches / o.profile << "x "
                 << kernels[i].ms / kernels[i].launches << " ms = "
-                << kernels[i].ms / o.profile << " ms/step\n";
+                << kernels[i].ms / o.profile << " ms/step, " << gbps(kernels[i]) << " GB/s\n";
   }
   if (o.flopsPerStep > 0)
     std::cout << "strait-cuda: MFU " << 100.0 * o.flopsPerStep / (ms / 1e3) / (o.peakTflops * 1e12)

@@ -60,6 +60,9 @@ struct CudaOpTime {
   std::string operands; ///< "f32[8x768], bf16[768] -> bf16[8x768]" (up to 3 inputs)
   int64_t launches = 0;
   double ms = 0;
+  /// Bytes the launches read and wrote (distinct inputs + outputs, summed
+  /// over launches): bytes / ms is the bandwidth the op reached.
+  double bytes = 0;
 };
 
 /// What the CUDA graphs of a backend did so far (cudaGraphStats).
