@@ -11,7 +11,7 @@ packages=(
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libgloo-dev libhiredis-dev redis-server libdnnl-dev libopenblas-dev
-  libgtest-dev libgmock-dev libbenchmark-dev iproute2
+  libgtest-dev libgmock-dev libbenchmark-dev iproute2 libsodium-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -15,11 +15,17 @@
 //    hierarchical one over islands (docs/runtime.md, "All-reduce");
 //  - barrier.
 // Every buffer is posted through postSend/postRecv, which count the bytes
-// per peer (takeTraffic). Every Gloo exception becomes a Status naming this
-// rank and the peer.
+// per peer (takeTraffic), and waited for through waitSend/waitRecv. With a
+// link secret (GlooOptions::linkSecretFile) these four seal every buffer
+// (Seal.h): postSend encrypts into a buffer of its own that travels with a
+// 16-byte tag, postRecv receives into one, waitRecv verifies and decrypts
+// into the caller's memory. Every Gloo exception becomes a Status naming
+// this rank and the peer.
 //
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Communicator.h"
+
+#include "Seal.h"
 
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
@@ -32,6 +38,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <mutex>
 
 namespace strait {
@@ -50,9 +58,11 @@ public:
   GlooCommunicator(const GlooOptions &options,
                    std::unique_ptr<gloo::rendezvous::Store> store,
                    std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed,
-                   std::shared_ptr<gloo::rendezvous::Context> context)
+                   std::shared_ptr<gloo::rendezvous::Context> context,
+                   std::unique_ptr<LinkSealer> sealer)
       : options(options), store(std::move(store)),
-        prefixed(std::move(prefixed)), context(std::move(context)) {}
+        prefixed(std::move(prefixed)), context(std::move(context)),
+        sealer(std::move(sealer)) {}
 
   int getRank() const override { return options.rank; }
   int getWorldSize() const override { return options.worldSize; }
@@ -76,7 +86,19 @@ public:
   TrafficCounters takeTraffic() override;
 
 private:
-  using Buf = std::unique_ptr<gloo::transport::UnboundBuffer>;
+  /// A buffer handed to Gloo. Sealed links: `wire` holds what travels
+  /// (ciphertext and tag of `bytes` bytes), a receive decrypts it into
+  /// `plain` at waitRecv. `wire` is declared first so that Gloo's buffer
+  /// goes (and lets go of it) before it.
+  struct Buf {
+    std::unique_ptr<uint8_t[]> wire;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+    void *plain = nullptr;
+    size_t bytes = 0;
+    int peer = -1;
+    uint64_t slot = 0, counter = 0;
+    explicit operator bool() const { return buf != nullptr; }
+  };
   /// A posted send that nothing waited for yet: the message (header and
   /// payload, owned) stays here until flushSends() saw it complete.
   struct DeferredSend {
@@ -86,7 +108,8 @@ private:
     int peer = -1;
     uint32_t channel = 0;
   };
-  /// Posts a send / receive of `bytes` at `data` and counts them.
+  /// Posts a send / receive of `bytes` at `data` and counts them (sealed:
+  /// the bytes on the wire). A sealed send has copied `data` on return.
   Buf postSend(const void *data, size_t bytes, int peer, uint64_t slot);
   Buf postRecv(void *data, size_t bytes, int peer, uint64_t slot);
   Status waitSend(Buf &buf, const std::string &what, int peer);
@@ -129,7 +152,10 @@ private:
   Status hierarchicalAllReduce(float *data, int64_t n,
                                const std::vector<int> &group,
                                uint32_t channel, const AllReduceOptions &options);
+  /// The test hooks of GlooOptions (sealMutex held).
+  void applyTestFaults(Buf &b, size_t wireBytes);
   Status checkPeer(int peer) const;
+  Status sealedBarrier();
   /// Records the first transport failure; Gloo pairs do not recover from
   /// one, so later calls fail fast with the original cause.
   Status markBroken(Status status);
@@ -144,6 +170,11 @@ private:
   std::mutex trafficMutex;
   TrafficCounters traffic;
   std::vector<uint8_t> sendScratch, recvScratch;
+  /// Sealed links only. sealMutex orders a counter with its post to Gloo.
+  std::unique_ptr<LinkSealer> sealer;
+  std::mutex sealMutex;
+  uint64_t sealedSends = 0; // test hooks: posting order
+  std::map<std::pair<int, uint64_t>, std::vector<uint8_t>> lastWire; // replay hook
   std::mutex deferredMutex;
   std::vector<DeferredSend> deferred;
 };
@@ -195,31 +226,97 @@ Status GlooCommunicator::fromException(const std::exception &e,
 
 GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes,
                                                  int peer, uint64_t slot) {
-  Buf buf = context->createUnboundBuffer(const_cast<void *>(data), bytes);
-  buf->send(peer, slot);
+  Buf b;
+  b.peer = peer;
+  b.slot = slot;
+  b.bytes = bytes;
+  size_t wireBytes = bytes;
+  if (!sealer) {
+    b.buf = context->createUnboundBuffer(const_cast<void *>(data), bytes);
+    b.buf->send(peer, slot);
+  } else {
+    wireBytes = bytes + kSealTagBytes;
+    b.wire.reset(new uint8_t[wireBytes]);
+    b.buf = context->createUnboundBuffer(b.wire.get(), wireBytes);
+    std::lock_guard<std::mutex> lock(sealMutex);
+    b.counter = sealer->nextSend(peer, slot);
+    sealer->seal(peer, slot, b.counter, data, bytes, b.wire.get());
+    applyTestFaults(b, wireBytes);
+    b.buf->send(peer, slot);
+  }
   std::lock_guard<std::mutex> lock(trafficMutex);
-  traffic.sent[peer] += bytes;
-  return buf;
+  traffic.sent[peer] += wireBytes;
+  return b;
+}
+
+void GlooCommunicator::applyTestFaults(Buf &b, size_t wireBytes) {
+  uint64_t index = sealedSends++;
+  if (options.testTamperSealedSend >= 0 && index == uint64_t(options.testTamperSealedSend))
+    b.wire[wireBytes / 2] ^= 0x10;
+  if (options.testReplaySealedSend < 0)
+    return;
+  std::vector<uint8_t> &last = lastWire[{b.peer, b.slot}];
+  std::vector<uint8_t> current(b.wire.get(), b.wire.get() + wireBytes);
+  if (index == uint64_t(options.testReplaySealedSend) && last.size() == wireBytes)
+    std::copy(last.begin(), last.end(), b.wire.get());
+  last = std::move(current);
 }
 
 GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes,
                                                  int peer, uint64_t slot) {
-  Buf buf = context->createUnboundBuffer(data, bytes);
-  buf->recv(peer, slot);
+  Buf b;
+  b.peer = peer;
+  b.slot = slot;
+  b.bytes = bytes;
+  b.plain = data;
+  size_t wireBytes = bytes;
+  if (!sealer) {
+    b.buf = context->createUnboundBuffer(data, bytes);
+    b.buf->recv(peer, slot);
+  } else {
+    wireBytes = bytes + kSealTagBytes;
+    b.wire.reset(new uint8_t[wireBytes]);
+    b.buf = context->createUnboundBuffer(b.wire.get(), wireBytes);
+    std::lock_guard<std::mutex> lock(sealMutex);
+    b.counter = sealer->nextRecv(peer, slot);
+    b.buf->recv(peer, slot);
+  }
   std::lock_guard<std::mutex> lock(trafficMutex);
-  traffic.received[peer] += bytes;
-  return buf;
+  traffic.received[peer] += wireBytes;
+  return b;
 }
 
 Status GlooCommunicator::waitSend(Buf &buf, const std::string &what, int peer) {
-  if (buf && !buf->waitSend(options.timeout))
+  if (buf && !buf.buf->waitSend(options.timeout))
     return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
   return Status::ok();
 }
 
 Status GlooCommunicator::waitRecv(Buf &buf, const std::string &what, int peer) {
-  if (buf && !buf->waitRecv(options.timeout))
+  if (!buf)
+    return Status::ok();
+  if (!buf.buf->waitRecv(options.timeout))
     return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+  if (buf.wire) {
+    bool ok = sealer->open(buf.peer, buf.slot, buf.counter, buf.wire.get(), buf.bytes,
+                           buf.plain);
+    buf.wire.reset();
+    buf.buf.reset();
+    if (!ok) {
+      char slot[24];
+      std::snprintf(slot, sizeof(slot), "0x%llx", static_cast<unsigned long long>(buf.slot));
+      return markBroken(
+          unavailable(what + ": authentication failed: the " + std::to_string(buf.bytes) +
+                      "-byte buffer number " + std::to_string(buf.counter) + " from rank " +
+                      std::to_string(buf.peer) + " to rank " + std::to_string(options.rank) +
+                      " on slot " + slot +
+                      " does not verify under this job's link key (the peer has a different "
+                      "link secret, or the bytes were altered, replayed or reordered in "
+                      "transit)")
+              .withRank(options.rank)
+              .withPeer(buf.peer));
+    }
+  }
   return Status::ok();
 }
 
@@ -270,7 +367,9 @@ Status GlooCommunicator::recvMessage(void *data, size_t expect,
       if (header.bytes) {
         std::vector<char> scratch(header.bytes);
         Buf pbuf = postRecv(scratch.data(), header.bytes, peer, 2ull * channel + 1);
-        pbuf->waitRecv(options.timeout);
+        Status drained = waitRecv(pbuf, what, peer);
+        if (!drained.isOk())
+          return drained;
       }
       return invalidArgument(what + ": peer sent " + std::to_string(header.bytes) +
                              " bytes, this rank expects " + expectText)
@@ -327,9 +426,16 @@ Status GlooCommunicator::sendDeferred(const Tensor &tensor, int peer, uint32_t c
   DeferredSend d;
   d.peer = peer;
   d.channel = channel;
+  // What postSend reads: a sealed send encrypts `tensor` into a buffer of
+  // its own at once, a plain one needs a copy that outlives this call.
+  const void *payload = tensor.data;
+  size_t payloadBytes = tensor.byteSize();
   if (codec.codec() == program::CODEC_NONE) {
     const uint8_t *p = static_cast<const uint8_t *>(tensor.data);
-    d.payload.assign(p, p + tensor.byteSize());
+    if (!sealer) {
+      d.payload.assign(p, p + tensor.byteSize());
+      payload = d.payload.data();
+    }
   } else {
     if (tensor.dtype != program::DTYPE_F32)
       return invalidArgument("codec " + program::Codec_Name(codec.codec()) + " on a " +
@@ -341,12 +447,14 @@ Status GlooCommunicator::sendDeferred(const Tensor &tensor, int peer, uint32_t c
                    : encode(codec, tensor.as<float>(), tensor.numel(), d.payload);
     if (!s.isOk())
       return s.withRank(options.rank).withPeer(peer);
+    payload = d.payload.data();
+    payloadBytes = d.payload.size();
   }
-  d.header = std::make_unique<MessageHeader>(MessageHeader{kHeaderMagic, d.payload.size()});
+  d.header = std::make_unique<MessageHeader>(MessageHeader{kHeaderMagic, payloadBytes});
   try {
     d.headerBuf = postSend(d.header.get(), sizeof(MessageHeader), peer, 2ull * channel);
-    if (!d.payload.empty())
-      d.payloadBuf = postSend(d.payload.data(), d.payload.size(), peer, 2ull * channel + 1);
+    if (payloadBytes)
+      d.payloadBuf = postSend(payload, payloadBytes, peer, 2ull * channel + 1);
   } catch (const std::exception &e) {
     return markBroken(
         fromException(e, ("send on channel " + std::to_string(channel)).c_str(), peer));
@@ -421,7 +529,7 @@ Status GlooCommunicator::checkGroup(const std::vector<int> &ranks, int &me) cons
 /// Slots of the collectives: bits 56..63 = 0 (Gloo's own collectives use a
 /// prefix there), bits 48..55 = the phase prefix ('S' ring reduce-scatter,
 /// 'T' ring all-gather, 'U'/'V' exchange header/payload, 'W' island
-/// broadcast), bits 16..47 = channel, bits 0..15 = step. Send/recv slots are
+/// broadcast, 'B' sealed barrier), bits 16..47 = channel, bits 0..15 = step. Send/recv slots are
 /// < 2^33.
 uint64_t collectiveSlot(uint8_t prefix, uint32_t channel, uint64_t step) {
   return (uint64_t(prefix) << 48) | (uint64_t(channel) << 16) | (step & 0xFFFF);
@@ -721,12 +829,75 @@ Status GlooCommunicator::barrier() {
   if (options.worldSize == 1)
     return Status::ok();
   STRAIT_RETURN_IF_ERROR(checkPeer(options.rank == 0 ? 1 : 0));
+  if (sealer)
+    return sealedBarrier();
   try {
     gloo::BarrierOptions opts(context);
     opts.setTimeout(options.timeout);
     gloo::barrier(opts);
   } catch (const std::exception &e) {
     return markBroken(fromException(e, "barrier", -1));
+  }
+  return Status::ok();
+}
+
+std::string saltKey(int rank) { return "strait-link-salt-" + std::to_string(rank); }
+
+/// Every rank's salt from the store (this rank published its own before
+/// the rendezvous), then this rank's link keys.
+StatusOr<std::unique_ptr<LinkSealer>> exchangeSalts(const GlooOptions &options,
+                                                   gloo::rendezvous::Store &store,
+                                                   const LinkSecret &secret,
+                                                   const LinkSalt &mine,
+                                                   const std::string &where) {
+  std::vector<LinkSalt> salts(options.worldSize);
+  salts[options.rank] = mine;
+  for (int r = 0; r < options.worldSize; ++r) {
+    if (r == options.rank)
+      continue;
+    std::vector<char> got;
+    try {
+      store.wait({saltKey(r)}, options.timeout);
+      got = store.get(saltKey(r));
+    } catch (const std::exception &e) {
+      return unavailable("sealed links: rank " + std::to_string(r) +
+                         " published no link salt through " + where + " within " +
+                         std::to_string(options.timeout.count()) +
+                         " ms; does it run without the link secret? (" + e.what() + ")")
+          .withRank(options.rank)
+          .withPeer(r);
+    }
+    if (got.size() != kSealSaltBytes)
+      return unavailable("sealed links: rank " + std::to_string(r) + "'s link salt in " +
+                         where + " has " + std::to_string(got.size()) + " bytes, not " +
+                         std::to_string(kSealSaltBytes))
+          .withRank(options.rank)
+          .withPeer(r);
+    std::copy(got.begin(), got.end(), salts[r].begin());
+  }
+  return std::make_unique<LinkSealer>(secret, options.prefix, options.rank, salts);
+}
+
+/// Gloo's barrier sends messages of its own, outside postSend/postRecv;
+/// sealed, every rank instead sends a sealed byte to every other rank and
+/// waits for theirs (world - 1 buffers each way, on slot 'B').
+Status GlooCommunicator::sealedBarrier() {
+  std::string what = "barrier";
+  uint8_t token = 1;
+  std::vector<uint8_t> in(options.worldSize);
+  try {
+    std::vector<Buf> sends, recvs;
+    for (int r = 0; r < options.worldSize; ++r)
+      if (r != options.rank) {
+        sends.push_back(postSend(&token, 1, r, collectiveSlot('B', 0, 0)));
+        recvs.push_back(postRecv(&in[r], 1, r, collectiveSlot('B', 0, 0)));
+      }
+    for (Buf &b : recvs)
+      STRAIT_RETURN_IF_ERROR(waitRecv(b, what, b.peer));
+    for (Buf &b : sends)
+      STRAIT_RETURN_IF_ERROR(waitSend(b, what, b.peer));
+  } catch (const std::exception &e) {
+    return markBroken(fromException(e, what.c_str(), -1));
   }
   return Status::ok();
 }
@@ -738,6 +909,17 @@ createGlooCommunicator(const GlooOptions &options) {
   if (options.worldSize < 1 || options.rank < 0 || options.rank >= options.worldSize)
     return invalidArgument("rank " + std::to_string(options.rank) +
                            " outside world of " + std::to_string(options.worldSize));
+  // Sealed links: the secret is read before anything else, so a bad file
+  // fails at once and names itself.
+  std::optional<LinkSecret> secret;
+  LinkSalt salt{};
+  if (!options.linkSecretFile.empty()) {
+    StatusOr<LinkSecret> read = readLinkSecretFile(options.linkSecretFile);
+    if (!read.isOk())
+      return Status(read.getStatus()).withRank(options.rank);
+    secret = *read;
+    salt = randomLinkSalt();
+  }
   std::unique_ptr<gloo::rendezvous::Store> store;
   std::string where;
   try {
@@ -761,6 +943,8 @@ createGlooCommunicator(const GlooOptions &options) {
   auto prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(options.prefix, *store);
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.worldSize);
   try {
+    if (secret)
+      prefixed->set(saltKey(options.rank), std::vector<char>(salt.begin(), salt.end()));
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -774,8 +958,17 @@ createGlooCommunicator(const GlooOptions &options) {
                        " ranks through " + where + " failed: " + msg;
     return (timeout ? deadlineExceeded(text) : unavailable(text)).withRank(options.rank);
   }
+  std::unique_ptr<LinkSealer> sealer;
+  if (secret) {
+    StatusOr<std::unique_ptr<LinkSealer>> made =
+        exchangeSalts(options, *prefixed, *secret, salt, where);
+    secret->fill(0);
+    if (!made.isOk())
+      return made.getStatus();
+    sealer = std::move(*made);
+  }
   return std::unique_ptr<Communicator>(new GlooCommunicator(
-      options, std::move(store), std::move(prefixed), std::move(context)));
+      options, std::move(store), std::move(prefixed), std::move(context), std::move(sealer)));
 }
 
 } // namespace rt

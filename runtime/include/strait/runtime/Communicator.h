@@ -135,6 +135,17 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";
   /// Timeout for rendezvous and for every transfer.
   std::chrono::milliseconds timeout{30000};
+  /// Sealed links (docs/runtime.md, "Sealed links"): a link secret file
+  /// (LinkSecret.h) shared by every rank. Every buffer between ranks is then
+  /// encrypted and authenticated (16 more bytes each); a buffer that does
+  /// not verify fails the transfer. Empty: plain TCP, as before.
+  std::string linkSecretFile;
+  /// Tests only (-1: off): the sealed buffer with this 0-based number, in
+  /// this rank's posting order, goes out with one bit flipped
+  /// (testTamperSealedSend), or as the ciphertext of the previous buffer
+  /// posted to the same peer and slot (testReplaySealedSend).
+  int testTamperSealedSend = -1;
+  int testReplaySealedSend = -1;
 };
 
 /// Connects to all peers (full mesh); fails with Unavailable or
