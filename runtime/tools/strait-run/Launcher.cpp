@@ -14,11 +14,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
+#include "Checkpoint.h"
+#include "strait/runtime/LinkSecret.h"
 #include "strait/runtime/Program.h"
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fcntl.h>
@@ -48,13 +51,6 @@ struct Child {
   bool running = true;
   int exitCode = 0;
 };
-
-void makeDirs(const std::string &path) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = path.find('/', pos + 1);
-    ::mkdir(path.substr(0, pos).c_str(), 0755);
-  }
-}
 
 pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
                   const std::string &log) {
@@ -96,10 +92,15 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--labels-name", o.labelsName);
   pass("--dump-outputs", o.dumpDir);
   pass("--save-params", o.saveParamsDir);
+  pass("--link-secret", o.linkSecretFile); // the path: the secret stays off `ps`
   pass("--seed", std::to_string(o.seed));
   pass("--device", o.device);
   pass("--comm", o.comm);
   pass("--matmul-precision", o.matmulPrecision);
+  pass("--checkpoint", o.checkpointDir);
+  if (o.checkpointEvery > 0)
+    pass("--checkpoint-every", std::to_string(o.checkpointEvery));
+  pass("--resume", o.resumePath);
   std::vector<char *> argv;
   for (auto &a : args)
     argv.push_back(&a[0]);
@@ -340,36 +341,20 @@ void reportFailure(std::vector<Child> &children, std::vector<Child *> &failures)
   stopAll(children);
 }
 
-} // namespace
-
-int runLauncher(const RunOptions &options) {
-  RunOptions o = options;
-  rt::StatusOr<program::PlanManifest> m = rt::loadManifest(o.planDir + "/" + o.manifest);
-  if (!m.isOk()) {
-    std::cerr << "strait-run: " << m.getStatus().toString() << std::endl;
-    return 2;
-  }
-  if (o.logDir.empty())
-    o.logDir = o.planDir + "/logs";
-  makeDirs(o.logDir);
-  if (o.runId.empty())
-    o.runId = "strait-" + std::to_string(::getpid()) + "-" +
-              std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-  if (m->rendezvous() == program::RENDEZVOUS_FILE) {
-    std::string store = m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
-    makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
-  }
-  if (o.threads <= 0) // share the cores between the local ranks
-    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                std::max(1, m->ranks_size()));
-  std::signal(SIGINT, onSignal);
-  std::signal(SIGTERM, onSignal);
+/// Starts every rank of `m` and waits for them: 0 when all finished, 1 when
+/// one failed (the others are stopped), 128 + signal when interrupted.
+/// Attempt k > 0 (a restart) logs to rank<R>.restart<k>.log.
+int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt) {
   std::vector<Child> children;
-  ProgressMerger progress(*m, o.quietProgress);
+  ProgressMerger progress(m, o.quietProgress);
   int local = 0;
-  for (const auto &r : m->ranks()) {
-    std::string log = o.logDir + "/rank" + std::to_string(r.rank()) + ".log";
-    pid_t pid = spawnWorker(o, r.rank(), m->world_size(), local++, log);
+  for (const auto &r : m.ranks()) {
+    std::string log = o.logDir + "/rank" + std::to_string(r.rank()) +
+                      (attempt ? ".restart" + std::to_string(attempt) : "") + ".log";
+    // Emptied here, before the merger reads it: a log of an earlier run in
+    // this folder would otherwise be read as this run's progress.
+    std::ofstream(log, std::ios::trunc).close();
+    pid_t pid = spawnWorker(o, r.rank(), m.world_size(), local++, log);
     if (pid < 0) {
       std::cerr << "strait-run: fork failed: " << std::strerror(errno) << std::endl;
       stopAll(children);
@@ -403,6 +388,62 @@ int runLauncher(const RunOptions &options) {
   }
   std::cout << "strait-run: all " << children.size() << " ranks finished" << std::endl;
   return 0;
+}
+
+} // namespace
+
+int runLauncher(const RunOptions &options) {
+  RunOptions o = options;
+  rt::StatusOr<program::PlanManifest> m = rt::loadManifest(o.planDir + "/" + o.manifest);
+  if (!m.isOk()) {
+    std::cerr << "strait-run: " << m.getStatus().toString() << std::endl;
+    return 2;
+  }
+  if (!o.linkSecretFile.empty()) { // a bad key file fails before any rank starts
+    rt::StatusOr<rt::LinkSecret> secret = rt::readLinkSecretFile(o.linkSecretFile);
+    if (!secret.isOk()) {
+      std::cerr << "strait-run: " << secret.getStatus().toString() << std::endl;
+      return 2;
+    }
+    if (char *abs = ::realpath(o.linkSecretFile.c_str(), nullptr)) {
+      o.linkSecretFile = abs;
+      std::free(abs);
+    }
+  }
+  if (o.logDir.empty())
+    o.logDir = o.planDir + "/logs";
+  makeDirs(o.logDir);
+  if (o.runId.empty())
+    o.runId = "strait-" + std::to_string(::getpid()) + "-" +
+              std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  if (m->rendezvous() == program::RENDEZVOUS_FILE) {
+    std::string store = m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
+    makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
+  }
+  if (o.threads <= 0) // share the cores between the local ranks
+    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                std::max(1, m->ranks_size()));
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  std::string runId = o.runId;
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0) // a fresh rendezvous: the failed attempt's keys stay behind
+      o.runId = runId + "-restart" + std::to_string(attempt);
+    int code = superviseOnce(o, *m, attempt);
+    if (code != 1 || attempt >= o.maxRestarts)
+      return code;
+    rt::StatusOr<CheckpointRef> c = findCheckpoint(o.checkpointDir);
+    if (c.isOk()) {
+      o.resumePath = c->dir;
+      std::cerr << "strait-run: restarting every rank from " << c->dir << " (step " << c->step
+                << "), restart " << attempt + 1 << " of " << o.maxRestarts << std::endl;
+    } else {
+      std::cerr << "strait-run: restarting every rank from "
+                << (o.resumePath.empty() ? "the start" : o.resumePath) << " ("
+                << c.getStatus().getMessage() << "), restart " << attempt + 1 << " of "
+                << o.maxRestarts << std::endl;
+    }
+  }
 }
 
 } // namespace run

@@ -40,12 +40,21 @@ struct RunOptions {
   uint64_t seed = 1234;     // batch sampling seed
   std::string dumpDir;      // --dump-outputs DIR: outputs of the last step
   std::string saveParamsDir; // --save-params DIR: parameters after the last step
+  // Checkpoints (docs/runtime.md, "Checkpoints and restarts").
+  std::string checkpointDir; // --checkpoint DIR: step-N folders
+  int checkpointEvery = 0;   // --checkpoint-every K: also after every K-th step
+  std::string resumePath;    // --resume DIR: a step folder, or the newest under DIR
+  int maxRestarts = 0;       // launcher: restarts from the newest checkpoint on a failure
   bool quietProgress = false; // launcher: do not echo the merged progress
   std::string listenAddress; // worker: listen here instead of the manifest's address
   // Devices (docs/runtime.md, "Devices"): auto = the device straitc planned.
   std::string device = "auto";        // auto | cpu | cuda | cuda:N
   std::string comm = "auto";          // auto (NCCL inside a GPU host) | gloo
   std::string matmulPrecision = "bf16"; // CUDA MatMul/Gemm: f32 | tf32 | bf16
+  // Sealed links (docs/runtime.md, "Sealed links"): --link-secret FILE or
+  // $STRAIT_LINK_SECRET_FILE; the launcher passes the file's path, never
+  // its contents, to the ranks it starts.
+  std::string linkSecretFile;
 };
 
 /// Starts and supervises the local ranks; returns the process exit code.

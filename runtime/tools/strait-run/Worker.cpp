@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
+#include "Checkpoint.h"
 #include "DataLoader.h"
 #include "Devices.h"
 #include "Npy.h"
@@ -212,10 +213,7 @@ Status dumpOutputs(const Executor &exec, const program::Program &p, const RunOpt
 /// characters of the name become '_'; `DIR/params.rank<R>.txt` lists
 /// "file parameter_name" per line, so the exact names survive).
 Status saveParameters(const Executor &exec, const program::Program &p, const RunOptions &o) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = o.saveParamsDir.find('/', pos + 1);
-    ::mkdir(o.saveParamsDir.substr(0, pos).c_str(), 0755);
-  }
+  makeDirs(o.saveParamsDir);
   std::string index;
   for (const auto &v : p.values()) {
     if (v.role() != program::ROLE_PARAMETER)
@@ -247,6 +245,7 @@ connect(const RunOptions &o, const program::PlanManifest &m) {
   g.worldSize = m.world_size();
   g.timeout = std::chrono::milliseconds(o.timeoutMs);
   g.prefix = o.runId.empty() ? "strait" : o.runId;
+  g.linkSecretFile = o.linkSecretFile;
   const program::RankEntry *self = nullptr;
   for (const auto &r : m.ranks())
     if (r.rank() == o.rank)
@@ -340,6 +339,19 @@ Status runRank(const RunOptions &o) {
     if (layout)
       loader->setBatchPart(entry->replica());
   }
+  // The checkpoint to resume from, like the data: before the rendezvous.
+  std::optional<CheckpointRef> resume;
+  if (!o.resumePath.empty()) {
+    StatusOr<CheckpointRef> c = findCheckpoint(o.resumePath);
+    if (!c.isOk())
+      return c.takeStatus().withRank(o.rank);
+    if (c->step >= o.steps)
+      return invalidArgument("checkpoint '" + c->dir + "' is at step " +
+                             std::to_string(c->step) + "; --steps " + std::to_string(o.steps) +
+                             " leaves nothing to run")
+          .withRank(o.rank);
+    resume = *c;
+  }
   BackendRegistry registry;
   std::string backendText, commText = "none (one rank)";
   STRAIT_RETURN_IF_ERROR(registerBackend(registry, device, o, backendText));
@@ -353,7 +365,10 @@ Status runRank(const RunOptions &o) {
     comm.reset(counter);
   }
   std::cerr << "rank " << o.rank << ": device " << backendText << ", communication "
-            << commText << "\n";
+            << commText
+            << (comm && !o.linkSecretFile.empty() ? " (Gloo links sealed, " + o.linkSecretFile + ")"
+                                                  : "")
+            << "\n";
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create(p, registry, comm.get()));
   std::string note = backendNote(registry, device, p);
@@ -377,6 +392,24 @@ Status runRank(const RunOptions &o) {
                             loadShardFile(resolvePath(o.planDir, entry->parameter_file())));
     STRAIT_RETURN_IF_ERROR(exec->loadParameters(shards));
   }
+  int first = 0; // iterations before this run (a resumed job's)
+  if (resume) {
+    STRAIT_RETURN_IF_ERROR(loadCheckpoint(*exec, *resume));
+    first = static_cast<int>(resume->step);
+    std::cerr << "rank " << o.rank << ": resumed from " << resume->dir << " (step " << first
+              << ")\n";
+  }
+  // Checkpoints: the first data-parallel replica writes them (every replica
+  // holds the same parameters and optimizer states).
+  std::vector<int> writers;
+  for (const auto &r : m.ranks())
+    if (r.replica() == 0)
+      writers.push_back(r.rank());
+  bool writes = entry->replica() == 0;
+  auto checkpointAfter = [&](int step) {
+    return !o.checkpointDir.empty() &&
+           (step == o.steps || (o.checkpointEvery > 0 && step % o.checkpointEvery == 0));
+  };
   // Inputs by convention: "step" (i64 scalar) = 1-based iteration, "lr"
   // (f32 scalar) = the program's lr schedule at that step (an explicit --lr
   // replaces its peak; without a schedule, --lr constant); the data input
@@ -415,7 +448,7 @@ Status runRank(const RunOptions &o) {
       items = tokens ? t->numel() : t->shape[0];
   }
   StatusOr<Tensor> loss = exec->getValueByName("loss");
-  for (int it = 0; it < o.steps; ++it) {
+  for (int it = first; it < o.steps; ++it) {
     if (stepOk)
       stepIn->as<int64_t>()[0] = it + 1;
     if (lrOk)
@@ -445,6 +478,14 @@ Status runRank(const RunOptions &o) {
       line << " sent " << sent << " recv " << received;
     }
     std::cout << line.str() << std::endl;
+    if (checkpointAfter(it + 1)) {
+      StatusOr<std::string> dir = writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank,
+                                                  m.world_size(), writes, writers, comm.get());
+      if (!dir.isOk())
+        return dir.takeStatus().withStep(it + 1);
+      std::cerr << "rank " << o.rank << ": checkpoint of step " << it + 1 << " in " << *dir
+                << "\n";
+    }
   }
   if (!o.dumpDir.empty())
     STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, {inputName, labelsName}));

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Devices.h"
+#include "strait/runtime/LinkSecret.h"
 
 #include <cstdlib>
 #include <iostream>
@@ -14,16 +15,24 @@ namespace {
 const char *kUsage =
     "usage: strait-run DIR [--rank R] [--steps N] [--threads T]\n"
     "                  [--timeout-ms MS] [--log-dir DIR] [--manifest plan.pb]\n"
+    "                  [--link-secret FILE]\n"
     "                  [--run-id ID] [--lr LR] [--data FILE]\n"
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
     "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
     "                  [--listen-address IP] [--device auto|cpu|cuda|cuda:N]\n"
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
+    "                  [--checkpoint DIR] [--checkpoint-every K] [--resume DIR]\n"
+    "                  [--max-restarts N]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
     "  job across machines; all ranks need the same --run-id).\n"
+    "  --link-secret FILE (or $STRAIT_LINK_SECRET_FILE): every rank holds the\n"
+    "  same secret and every byte between ranks over Gloo is encrypted and\n"
+    "  authenticated; a rank with another secret fails. The file holds 64 hex\n"
+    "  characters and must not be readable by group or others;\n"
+    "  `strait-run --make-link-secret FILE` writes a new one (mode 0600).\n"
     "  Program inputs named \"step\" (i64) and \"lr\" (f32) receive the 1-based\n"
     "  iteration and the program's lr schedule at that step (--lr replaces its\n"
     "  peak; without a schedule --lr, default 0.001, stays constant).\n"
@@ -40,6 +49,12 @@ const char *kUsage =
     "  GPUs the ranks of one host talk over NCCL and hosts over Gloo\n"
     "  (--comm gloo: Gloo everywhere); --matmul-precision sets the GEMMs'\n"
     "  tensor-core mode (bf16 default: f32 storage and master weights).\n"
+    "  --checkpoint DIR writes the parameters and optimizer states after the\n"
+    "  last step (and every K-th with --checkpoint-every K) as DIR/step-N;\n"
+    "  --resume DIR continues from DIR (a step-N folder, or the newest\n"
+    "  complete one in DIR) up to step --steps, under this plan or another\n"
+    "  one of the same model; --max-restarts N restarts every rank from the\n"
+    "  newest checkpoint when a rank fails, up to N times.\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -93,12 +108,22 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.saveParamsDir);
     else if (a == "--listen-address")
       ok = text(o.listenAddress);
+    else if (a == "--link-secret")
+      ok = text(o.linkSecretFile);
     else if (a == "--device")
       ok = text(o.device);
     else if (a == "--comm")
       ok = text(o.comm);
     else if (a == "--matmul-precision")
       ok = text(o.matmulPrecision);
+    else if (a == "--checkpoint")
+      ok = text(o.checkpointDir);
+    else if (a == "--checkpoint-every")
+      ok = value(o.checkpointEvery) && o.checkpointEvery >= 0;
+    else if (a == "--resume")
+      ok = text(o.resumePath);
+    else if (a == "--max-restarts")
+      ok = value(o.maxRestarts) && o.maxRestarts >= 0;
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {
@@ -140,12 +165,31 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
               << "' (f32, tf32, bf16)\n";
     return false;
   }
+  if ((o.checkpointEvery > 0 || o.maxRestarts > 0) && o.checkpointDir.empty()) {
+    std::cerr << "strait-run: --checkpoint-every and --max-restarts need --checkpoint DIR\n";
+    return false;
+  }
   return !o.planDir.empty() && o.steps >= 1;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--make-link-secret") {
+    if (argc != 3) {
+      std::cerr << "usage: strait-run --make-link-secret FILE\n";
+      return 2;
+    }
+    strait::rt::Status s = strait::rt::writeLinkSecretFile(argv[2]);
+    if (!s.isOk()) {
+      std::cerr << "strait-run: " << s.toString() << std::endl;
+      return 2;
+    }
+    std::cout << "strait-run: wrote a new link secret to " << argv[2]
+              << " (mode 0600); copy it to every host of the job and pass --link-secret "
+              << argv[2] << std::endl;
+    return 0;
+  }
   strait::run::RunOptions o;
   if (!parse(argc, argv, o)) {
     std::cerr << kUsage;
@@ -155,6 +199,8 @@ int main(int argc, char **argv) {
     o.rank = std::atoi(std::getenv("RANK"));
   if (o.runId.empty() && std::getenv("STRAIT_RUN_ID"))
     o.runId = std::getenv("STRAIT_RUN_ID");
+  if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
+    o.linkSecretFile = std::getenv("STRAIT_LINK_SECRET_FILE");
   if (o.rank >= 0)
     return strait::run::runWorker(o);
   return strait::run::runLauncher(o);

@@ -1,0 +1,301 @@
+//===- Checkpoint.cpp - Training checkpoints of strait-run ----------------===//
+//
+// Writing and reading the step folders Checkpoint.h describes. Values are
+// .npy files (numpy.load reads them; 16-bit floats, which .npy cannot name,
+// are stored as '<u2' and the index keeps their dtype). Every file and the
+// index are written under a temporary name and renamed, and the folder only
+// counts once checkpoint.json exists, so a crash while writing never leaves
+// a checkpoint that looks complete.
+//
+//===----------------------------------------------------------------------===//
+#include "Checkpoint.h"
+
+#include "Npy.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace strait {
+namespace run {
+
+using namespace strait::rt;
+
+namespace {
+
+constexpr const char *kFormat = "strait-checkpoint-1";
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool isPersistent(const program::Value &v) {
+  return v.role() == program::ROLE_PARAMETER || v.role() == program::ROLE_OPTIMIZER_STATE;
+}
+
+std::string keyOf(const program::Value &v) {
+  if (!v.parameter_name().empty())
+    return v.parameter_name();
+  return v.name().empty() ? "value" + std::to_string(v.id()) : v.name();
+}
+
+/// A file name for variable `key`: its characters outside [A-Za-z0-9._-]
+/// become '_'; a name already taken gets "~2", "~3", ...
+std::string fileNameFor(const std::string &key, std::set<std::string> &taken) {
+  std::string base = key;
+  for (char &c : base)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+      c = '_';
+  std::string name = base + ".npy";
+  for (int k = 2; taken.count(name); ++k)
+    name = base + "~" + std::to_string(k) + ".npy";
+  taken.insert(name);
+  return name;
+}
+
+std::string shapeText(const Shape &shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s.empty() ? "scalar" : s;
+}
+
+/// Writes `text` to `path` through `path`.tmp and a rename.
+Status writeFileAtomically(const std::string &path, const std::string &text) {
+  std::string tmp = path + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "w");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0)
+    ok = false;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    return ioError("cannot write '" + path + "': " + std::strerror(errno));
+  return Status::ok();
+}
+
+/// One line of a rank's index.tsv.
+struct IndexEntry {
+  std::string file, dtype, shape, name;
+};
+
+StatusOr<std::vector<IndexEntry>> readIndex(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    return ioError("cannot read checkpoint index '" + path + "'");
+  std::vector<IndexEntry> out;
+  int lineNo = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lineNo;
+    if (line.empty())
+      continue;
+    IndexEntry e;
+    std::istringstream fields(line);
+    if (!std::getline(fields, e.file, '\t') || !std::getline(fields, e.dtype, '\t') ||
+        !std::getline(fields, e.shape, '\t') || !std::getline(fields, e.name) ||
+        e.file.empty() || e.name.empty() || e.file.find('/') != std::string::npos)
+      return invalidArgument("checkpoint index '" + path + "' line " + std::to_string(lineNo) +
+                             ": expected file<TAB>dtype<TAB>shape<TAB>name");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+/// The integer after `"key":` in `text`; false when there is none.
+bool jsonInt(const std::string &text, const std::string &key, int64_t &out) {
+  size_t at = text.find("\"" + key + "\"");
+  if (at == std::string::npos)
+    return false;
+  at = text.find(':', at);
+  if (at == std::string::npos)
+    return false;
+  const char *begin = text.c_str() + at + 1;
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(begin, &end, 10);
+  if (end == begin || errno)
+    return false;
+  out = v;
+  return true;
+}
+
+StatusOr<CheckpointRef> readCheckpointJson(const std::string &dir) {
+  std::string path = dir + "/checkpoint.json";
+  std::ifstream in(path);
+  if (!in)
+    return ioError("cannot read '" + path + "'");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CheckpointRef ref;
+  ref.dir = dir;
+  int64_t world = 0;
+  if (text.find(std::string("\"format\": \"") + kFormat + "\"") == std::string::npos ||
+      !jsonInt(text, "step", ref.step) || ref.step < 1 || !jsonInt(text, "world_size", world))
+    return invalidArgument("'" + path + "' is not a " + kFormat +
+                           " file (format, step >= 1 and world_size expected)");
+  size_t open = text.find("\"writers\"");
+  open = open == std::string::npos ? open : text.find('[', open);
+  size_t close = open == std::string::npos ? open : text.find(']', open);
+  if (close == std::string::npos)
+    return invalidArgument("'" + path + "': no \"writers\" list");
+  std::istringstream list(text.substr(open + 1, close - open - 1));
+  for (std::string item; std::getline(list, item, ',');) {
+    char *end = nullptr;
+    long r = std::strtol(item.c_str(), &end, 10);
+    while (end && std::isspace(static_cast<unsigned char>(*end)))
+      ++end;
+    if (end == item.c_str() || (end && *end) || r < 0 || r >= world)
+      return invalidArgument("'" + path + "': bad rank '" + item + "' in \"writers\"");
+    ref.writers.push_back(static_cast<int>(r));
+  }
+  if (ref.writers.empty())
+    return invalidArgument("'" + path + "': empty \"writers\" list");
+  return ref;
+}
+
+/// step-N folder names under `root`, newest first.
+std::vector<std::pair<int64_t, std::string>> stepFolders(const std::string &root) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  DIR *d = ::opendir(root.c_str());
+  if (!d)
+    return out;
+  while (dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 5 + 18 ||
+        !std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c); }))
+      continue;
+    out.push_back({std::stoll(name.substr(5)), root + "/" + name});
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+  return out;
+}
+
+} // namespace
+
+void makeDirs(const std::string &path) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = path.find('/', pos + 1);
+    ::mkdir(path.substr(0, pos).c_str(), 0755);
+  }
+}
+
+StatusOr<CheckpointRef> findCheckpoint(const std::string &path) {
+  if (!exists(path))
+    return notFound("checkpoint folder '" + path + "' does not exist");
+  if (exists(path + "/checkpoint.json"))
+    return readCheckpointJson(path);
+  std::string skipped;
+  for (const auto &[step, dir] : stepFolders(path)) {
+    if (exists(dir + "/checkpoint.json"))
+      return readCheckpointJson(dir);
+    skipped += (skipped.empty() ? "" : ", ") + dir;
+  }
+  return notFound("no complete checkpoint in '" + path + "'" +
+                  (skipped.empty() ? "" : " (incomplete, without checkpoint.json: " + skipped + ")"));
+}
+
+StatusOr<std::string> writeCheckpoint(const Executor &exec, const std::string &root,
+                                      int64_t step, int rank, int worldSize, bool writes,
+                                      const std::vector<int> &writers, Communicator *comm) {
+  std::string dir = root + "/step-" + std::to_string(step);
+  std::string marker = dir + "/checkpoint.json";
+  // A folder rewritten for the same step (a job resumed from an older
+  // checkpoint) stops counting as complete before any file changes.
+  if (rank == 0) {
+    makeDirs(dir);
+    if (exists(marker) && std::remove(marker.c_str()) != 0)
+      return ioError("cannot remove the old '" + marker + "': " + std::strerror(errno));
+  }
+  if (comm)
+    STRAIT_RETURN_IF_ERROR(comm->barrier());
+  if (writes) {
+    std::string rankDir = dir + "/rank" + std::to_string(rank);
+    makeDirs(rankDir);
+    std::string index;
+    std::set<std::string> taken;
+    for (const program::Value &v : exec.getProgram().values()) {
+      if (!isPersistent(v))
+        continue;
+      STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
+      std::string key = keyOf(v);
+      std::string file = fileNameFor(key, taken);
+      // .npy has no bf16 (nor does the reader take f2): 16-bit floats are
+      // stored as their bit patterns.
+      Tensor view = t;
+      if (t.dtype == program::DTYPE_BF16 || t.dtype == program::DTYPE_F16)
+        view.dtype = program::DTYPE_U16;
+      std::string path = rankDir + "/" + file;
+      Status s = data::writeNpy(path + ".tmp", view);
+      if (!s.isOk())
+        return Status(s).withStep(static_cast<int>(step));
+      if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+        return ioError("cannot write '" + path + "': " + std::strerror(errno));
+      index += file + "\t" + dtypeName(t.dtype) + "\t" + shapeText(t.shape) + "\t" + key + "\n";
+    }
+    STRAIT_RETURN_IF_ERROR(writeFileAtomically(rankDir + "/index.tsv", index));
+  }
+  if (comm)
+    STRAIT_RETURN_IF_ERROR(comm->barrier());
+  if (rank == 0) {
+    std::string list;
+    for (int w : writers)
+      list += (list.empty() ? "" : ", ") + std::to_string(w);
+    STRAIT_RETURN_IF_ERROR(writeFileAtomically(
+        marker, std::string("{\n  \"format\": \"") + kFormat + "\",\n  \"step\": " +
+                    std::to_string(step) + ",\n  \"world_size\": " + std::to_string(worldSize) +
+                    ",\n  \"writers\": [" + list + "]\n}\n"));
+  }
+  return dir;
+}
+
+Status loadCheckpoint(Executor &exec, const CheckpointRef &c) {
+  struct Source {
+    std::string path;
+    IndexEntry entry;
+  };
+  std::map<std::string, Source> byName;
+  for (int w : c.writers) {
+    std::string rankDir = c.dir + "/rank" + std::to_string(w);
+    STRAIT_ASSIGN_OR_RETURN(std::vector<IndexEntry> entries, readIndex(rankDir + "/index.tsv"));
+    for (IndexEntry &e : entries)
+      byName.emplace(e.name, Source{rankDir + "/" + e.file, e}); // first writer wins
+  }
+  for (const program::Value &v : exec.getProgram().values()) {
+    if (!isPersistent(v))
+      continue;
+    std::string key = keyOf(v);
+    const char *what = v.role() == program::ROLE_PARAMETER ? "parameter" : "optimizer state";
+    auto it = byName.find(key);
+    if (it == byName.end())
+      return notFound("checkpoint '" + c.dir + "' has no " + what + " '" + key +
+                      "' (written for another model or optimizer?)");
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
+    const IndexEntry &e = it->second.entry;
+    if (e.dtype != dtypeName(t.dtype) || e.shape != shapeText(t.shape))
+      return invalidArgument("checkpoint file '" + it->second.path + "': " + what + " '" + key +
+                             "' is " + e.dtype + "[" + e.shape + "], this program's is " +
+                             dtypeName(t.dtype) + "[" + shapeText(t.shape) + "]");
+    STRAIT_ASSIGN_OR_RETURN(data::NpyArray a, data::readNpy(it->second.path));
+    DType stored = t.dtype == program::DTYPE_BF16 || t.dtype == program::DTYPE_F16
+                       ? program::DTYPE_U16
+                       : t.dtype;
+    if (a.dtype != stored || a.shape != t.shape || a.bytes.size() != t.byteSize())
+      return invalidArgument("checkpoint file '" + it->second.path + "' holds " +
+                             dtypeName(a.dtype) + "[" + shapeText(a.shape) +
+                             "], its index says " + e.dtype + "[" + e.shape + "] for '" + key +
+                             "'");
+    std::memcpy(t.data, a.bytes.data(), a.bytes.size());
+  }
+  exec.invalidateParameterCopies();
+  return Status::ok();
+}
+
+} // namespace run
+} // namespace strait
