@@ -251,6 +251,16 @@ static Error parseProfile(const Reader &r, yaml::Node *node,
       if (!x)
         return x.takeError();
       p.profile.gemmFlops = *x * 1e12;
+    } else if (key == "peak_tflops") {
+      Expected<double> x = r.positive(v, key);
+      if (!x)
+        return x.takeError();
+      p.profile.peakFlops = *x * 1e12;
+    } else if (key == "mem_bandwidth_gbs") {
+      Expected<double> x = r.positive(v, key);
+      if (!x)
+        return x.takeError();
+      p.profile.memBandwidth = *x * 1e9;
     } else if (key == "efficiency") {
       return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
         std::optional<OpKind> kind = symbolizeOpKind(op);

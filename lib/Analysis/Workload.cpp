@@ -21,20 +21,27 @@ double strait::effectiveFlops(const ClusterModel &cluster, unsigned device,
   // A measured GEMM rate is taken as measured in the op's dtype.
   if (gemm && dev.profile.gemmFlops > 0)
     return dev.profile.gemmFlops;
-  double eff = dev.profile.efficiency[k] > 0 ? dev.profile.efficiency[k]
-                                             : type.efficiency[k];
-  return peak * eff;
+  // A profile's efficiencies are fractions of the profile's peak when it
+  // states one (strait-probe's measured rates), else of the type's.
+  if (dev.profile.efficiency[k] > 0)
+    return (dev.profile.peakFlops > 0 ? dev.profile.peakFlops : peak) * dev.profile.efficiency[k];
+  return peak * type.efficiency[k];
+}
+
+double strait::memoryBandwidth(const ClusterModel &cluster, unsigned device) {
+  const Device &dev = cluster.devices[device];
+  return dev.profile.memBandwidth > 0 ? dev.profile.memBandwidth
+                                      : cluster.types[dev.type].memBandwidth;
 }
 
 double strait::nodeTime(const CostNode &node, const ClusterModel &cluster,
                         unsigned device, bool backward) {
-  const DeviceType &type = cluster.typeOf(device);
   double flops = backward ? node.backwardFlops() : node.fwdFlops;
   double bytes = node.bytesRead + node.bytesWritten;
   if (backward)
     bytes *= 2;
   double compute = flops / effectiveFlops(cluster, device, node.kind, node.dtype);
-  double memory = bytes / type.memBandwidth;
+  double memory = bytes / memoryBandwidth(cluster, device);
   return std::max(compute, memory);
 }
 

@@ -49,20 +49,30 @@ def test_probe_profile_plans(tmp_path):
     run([PROBE, "--quick", "--threads", "1", "--cluster", CLUSTER, "-o", str(probed)])
     text = probed.read_text()
     assert text.startswith(open(CLUSTER).read().rstrip("\n")), text[:200]
-    m = re.search(r"^profiles:\n  - \{type: cpu, gemm_tflops: ([\d.e+-]+), efficiency: \{(.*)\}\}$",
-                  text, re.M)
+    m = re.search(r"^profiles:\n  - \{type: cpu, gemm_tflops: ([\d.e+-]+), peak_tflops: ([\d.e+-]+), "
+                  r"mem_bandwidth_gbs: ([\d.e+-]+), efficiency: \{(.*)\}\}$", text, re.M)
     assert m, text
-    gemm = float(m.group(1))
+    gemm, peak, bandwidth = float(m.group(1)), float(m.group(2)), float(m.group(3))
     assert 1e-3 <= gemm <= 10, gemm
-    eff = dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(2)))
+    assert peak == gemm  # no --peak-tflops: the efficiencies are fractions of the GEMM rate
+    assert 0.1 <= bandwidth <= 1000, bandwidth
+    eff = dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(4)))
     assert sorted(eff) == sorted(KINDS) and all(v > 0 for v in eff.values()), eff
-    assert re.search(r"mem_bandwidth_gbs: [\d.]+", text)
     if not (os.path.exists(STRAITC) and os.path.exists(MODEL)):
         pytest.skip("needs build/bin/straitc for the planning half")
     base, measured = plan(CLUSTER, tmp_path, "base"), plan(probed, tmp_path, "probed")
     assert measured["feasible"], measured
     fwd = lambda p: sum(s["forward_s"] for s in p["stages"])
     assert fwd(measured) != fwd(base), (fwd(measured), fwd(base))
+    # The profile carries the rates it measured: the device type's nominal peak and bandwidth
+    # (here scaled by 10) no longer change a probed plan.
+    scaled = tmp_path / "scaled.yaml"
+    scaled.write_text(re.sub(r"(peak_tflops: \{fp32: |mem_bandwidth_gbs: )([\d.]+)",
+                             lambda x: x.group(1) + str(float(x.group(2)) * 10),
+                             text.split("profiles:")[0], count=2) + "profiles:" +
+                      text.split("profiles:")[1])
+    assert scaled.read_text() != text
+    assert fwd(plan(scaled, tmp_path, "scaled")) == pytest.approx(fwd(measured), rel=1e-9)
     print(f"probe: GEMM {gemm * 1e3:.1f} GFLOP/s; planned forward {fwd(base) * 1e3:.3f} ms with "
           f"the file's peak, {fwd(measured) * 1e3:.3f} ms with the probe")
 

@@ -130,6 +130,39 @@ links:
       << err;
 }
 
+// A profile's peak_tflops is what its efficiencies are fractions of, and its
+// mem_bandwidth_gbs replaces the type's: strait-probe's measured rates hold
+// whatever nominal numbers the device type states.
+TEST(ClusterModel, ProfileStatesItsPeakAndBandwidth) {
+  std::string devices = R"(devices:
+  - {name: g0, type: V100}
+  - {name: g1, type: V100}
+links:
+  intra_site: {bandwidth_gbps: 100}
+profiles:
+  - {device: g1, gemm_tflops: 10, peak_tflops: 2, mem_bandwidth_gbs: 100,
+     efficiency: {elementwise: 0.5}}
+)";
+  llvm::Expected<ClusterModel> model = parseCluster(std::string(kTypes) + devices, "p.yaml");
+  ASSERT_TRUE(bool(model)) << llvm::toString(model.takeError());
+  // g0: the type's numbers; g1: the profile's.
+  EXPECT_DOUBLE_EQ(memoryBandwidth(*model, 0), 900e9);
+  EXPECT_DOUBLE_EQ(memoryBandwidth(*model, 1), 100e9);
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::Elementwise, DType::F32), 0.5 * 2e12);
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::MatMul, DType::F32), 10e12);
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 0, OpKind::Elementwise, DType::F32), 15.7e12);
+  // A kind the profile leaves out: the type's efficiency of the type's peak.
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::Norm, DType::F32), 15.7e12);
+  // Different measured numbers make different speed classes.
+  EXPECT_EQ(model->numSpeedClasses(), 2u);
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+profiles:
+  - {device: g0, mem_bandwidth_gbs: 0}
+)");
+  EXPECT_NE(err.find("mem_bandwidth_gbs"), std::string::npos) << err;
+}
+
 TEST(ClusterModel, UnknownFieldAndSyntaxErrors) {
   std::string err = errorOf(std::string(kTypes) + R"(devices:
   - {name: g0, type: V100, colour: red}

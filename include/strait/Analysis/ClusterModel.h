@@ -58,8 +58,14 @@ struct DeviceType {
 struct DeviceProfile {
   double gemmFlops = -1; ///< measured GEMM FLOP/s (MatMul and Conv)
   std::array<double, kNumOpKinds> efficiency{-1, -1, -1, -1, -1, -1, -1};
+  /// The FLOP/s the profile's efficiencies are fractions of (strait-probe
+  /// writes the rate it divided by); unset: the type's peak.
+  double peakFlops = -1;
+  /// Measured memory bandwidth (bytes/s); unset: the type's.
+  double memBandwidth = -1;
   bool operator==(const DeviceProfile &o) const {
-    return gemmFlops == o.gemmFlops && efficiency == o.efficiency;
+    return gemmFlops == o.gemmFlops && efficiency == o.efficiency &&
+           peakFlops == o.peakFlops && memBandwidth == o.memBandwidth;
   }
 };
 

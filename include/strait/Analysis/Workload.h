@@ -17,6 +17,9 @@ namespace strait {
 /// Sustained FLOP/s of `device` for ops of `kind` in `dtype`.
 double effectiveFlops(const ClusterModel &cluster, unsigned device,
                       OpKind kind, DType dtype);
+/// Memory bandwidth of `device` (bytes/s): its profile's measured one, else
+/// its type's.
+double memoryBandwidth(const ClusterModel &cluster, unsigned device);
 
 /// Roofline time of the op on the device for the graph's whole batch:
 /// max(FLOPs / sustained FLOP/s, bytes / memory bandwidth). The backward

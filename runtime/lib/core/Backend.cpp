@@ -5,10 +5,26 @@
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace strait {
 namespace rt {
+
+int64_t KernelContext::trafficBytes() const {
+  int64_t bytes = 0;
+  std::vector<const void *> seen;
+  for (const Tensor *t : ins) {
+    if (!t || std::find(seen.begin(), seen.end(), t->data) != seen.end())
+      continue;
+    seen.push_back(t->data);
+    bytes += static_cast<int64_t>(t->byteSize());
+  }
+  for (const Tensor *t : outs)
+    if (t)
+      bytes += static_cast<int64_t>(t->byteSize());
+  return bytes;
+}
 
 Status KernelContext::error(const std::string &message) const {
   return invalidArgument(message).withKernel(kernel.op() + " '" +

@@ -8,6 +8,7 @@
 #include "strait/runtime/Program.h"
 
 #include <algorithm>
+#include <chrono>
 #include <list>
 #include <set>
 
@@ -491,10 +492,32 @@ Status Executor::runKernel(const program::Kernel &kernel, int microBatch) {
     outs.push_back(id == kAbsentValue ? nullptr : &value(id));
   KernelContext ctx(kernel, std::move(ins), std::move(outs));
   ctx.setMicroBatch(microBatch);
+  if (!profiling) {
+    Status s = kernelFns[kernelIndex[kernel.id()]](ctx);
+    if (!s.isOk())
+      s.withKernel(kernel.op() + " '" + kernel.name() + "'");
+    return s;
+  }
+  auto start = std::chrono::steady_clock::now();
   Status s = kernelFns[kernelIndex[kernel.id()]](ctx);
+  OpTime &t = opTimes[kernel.op()];
+  t.op = kernel.op();
+  ++t.launches;
+  t.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+  t.bytes += static_cast<double>(ctx.trafficBytes());
   if (!s.isOk())
     s.withKernel(kernel.op() + " '" + kernel.name() + "'");
   return s;
+}
+
+std::vector<Executor::OpTime> Executor::takeProfile() {
+  std::vector<OpTime> out;
+  for (auto &e : opTimes)
+    out.push_back(e.second);
+  opTimes.clear();
+  std::sort(out.begin(), out.end(), [](const OpTime &a, const OpTime &b) { return a.ms > b.ms; });
+  return out;
 }
 
 Status Executor::runComm(int index) {

@@ -59,25 +59,6 @@ ET elemType(DType dtype) {
 
 namespace {
 
-/// The bytes a kernel reads and writes, counted as bench/runtime/
-/// program_bytes.py counts them: each distinct input buffer once (a packed
-/// QKV read through three operands is one read), plus every output.
-int64_t kernelBytes(const KernelContext &k) {
-  int64_t bytes = 0;
-  std::vector<const void *> seen;
-  for (size_t i = 0; i < k.numInputs(); ++i) {
-    const Tensor *t = k.input(i);
-    if (!t || std::find(seen.begin(), seen.end(), t->data) != seen.end())
-      continue;
-    seen.push_back(t->data);
-    bytes += static_cast<int64_t>(t->byteSize());
-  }
-  for (size_t i = 0; i < k.numOutputs(); ++i)
-    if (const Tensor *t = k.output(i))
-      bytes += static_cast<int64_t>(t->byteSize());
-  return bytes;
-}
-
 /// Merges adjacent dims where every operand is contiguous across them and
 /// drops dims of size 1. `st[k][d]` are operand k's strides over `out`.
 bool mergeInto(const Shape &out, const std::vector<std::vector<int64_t>> &st, Index &ix) {
@@ -318,7 +299,7 @@ public:
         for (size_t i = 0; i < k.numInputs() && i < 3; ++i)
           operands += (i ? ", " : "") + (k.input(i) ? k.input(i)->typeString() : "-");
         operands += " -> " + (k.output(0) ? k.output(0)->typeString() : "-");
-        c->profileMarks.push_back({k.op(), operands, start, end, kernelBytes(k)});
+        c->profileMarks.push_back({k.op(), operands, start, end, k.trafficBytes()});
       }
       if (!s.isOk() && s.getCode() == StatusCode::Unimplemented && host) {
         // The CUDA kernel declined (a dtype, an attribute combination)

@@ -74,8 +74,7 @@ struct CudaContext {
   struct ProfileMark {
     std::string op, operands;
     cudaEvent_t start, end;
-    /// Bytes the kernel reads and writes: its distinct inputs' and its
-    /// outputs' sizes (a lower bound on its memory traffic).
+    /// KernelContext::trafficBytes of the launch.
     int64_t bytes = 0;
   };
   std::vector<ProfileMark> profileMarks;

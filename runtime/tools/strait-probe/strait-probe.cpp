@@ -460,11 +460,9 @@ int main(int argc, char **argv) {
   for (const Measure &m : *ms)
     y << "#   " << m.kind << ": " << m.what << ": " << num(m.seconds * 1e3) << " ms, "
       << num(m.rate() / 1e9) << " GFLOP/s, " << num(m.bytes / m.seconds / 1e9) << " GB/s\n";
-  y << "# memory bandwidth (Add): " << num(bandwidth / 1e9)
-    << " GB/s -> device_types[].mem_bandwidth_gbs: " << num(bandwidth / 1e9) << "\n";
+  y << "# memory bandwidth (Add): " << num(bandwidth / 1e9) << " GB/s\n";
   y << "# efficiencies relative to " << num(peak / 1e12) << " TFLOP/s ("
-    << (o.peakTflops > 0 ? "--peak-tflops" : "the measured GEMM rate; use it as peak_tflops.fp32")
-    << ")\n";
+    << (o.peakTflops > 0 ? "--peak-tflops" : "the measured GEMM rate") << ")\n";
   if (o.linkRank >= 0) {
     StatusOr<std::pair<double, double>> link = probeLink(o);
     if (!link.isOk()) {
@@ -477,8 +475,12 @@ int main(int argc, char **argv) {
       << " ms -> links.hosts: {between: [A, B], bandwidth_mbps: " << num(link->first * 8 / 1e6)
       << ", latency_ms: " << num(link->second * 1e3) << "}\n";
   }
+  // The profile states the rate its efficiencies are fractions of and the
+  // measured bandwidth, so the planner uses the measured rates whatever the
+  // device type's nominal peak_tflops and mem_bandwidth_gbs say.
   y << "profiles:\n  - {" << (o.device.empty() ? "type: " + o.type : "device: " + o.device)
-    << ", gemm_tflops: " << num(gemm / 1e12) << ", efficiency: {";
+    << ", gemm_tflops: " << num(gemm / 1e12) << ", peak_tflops: " << num(peak / 1e12)
+    << ", mem_bandwidth_gbs: " << num(bandwidth / 1e9) << ", efficiency: {";
   bool first = true;
   for (const Measure &m : *ms) {
     double eff = std::max(1e-6, m.rate() / peak);

@@ -101,6 +101,8 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   if (o.checkpointEvery > 0)
     pass("--checkpoint-every", std::to_string(o.checkpointEvery));
   pass("--resume", o.resumePath);
+  if (o.profile)
+    args.push_back("--profile");
   std::vector<char *> argv;
   for (auto &a : args)
     argv.push_back(&a[0]);
@@ -387,6 +389,13 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::cout << "strait-run: all " << children.size() << " ranks finished" << std::endl;
+  if (o.profile) // the workers' tables, rank by rank
+    for (const Child &c : children) {
+      std::ifstream in(c.log);
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind("rank " + std::to_string(c.rank) + " profile:", 0) == 0)
+          std::cout << line << "\n";
+    }
   return 0;
 }
 

@@ -45,6 +45,7 @@ struct RunOptions {
   int checkpointEvery = 0;   // --checkpoint-every K: also after every K-th step
   std::string resumePath;    // --resume DIR: a step folder, or the newest under DIR
   int maxRestarts = 0;       // launcher: restarts from the newest checkpoint on a failure
+  bool profile = false;      // --profile: time per op type after the first iteration
   bool quietProgress = false; // launcher: do not echo the merged progress
   std::string listenAddress; // worker: listen here instead of the manifest's address
   // Devices (docs/runtime.md, "Devices"): auto = the device straitc planned.

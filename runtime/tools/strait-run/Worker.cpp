@@ -209,6 +209,34 @@ Status dumpOutputs(const Executor &exec, const program::Program &p, const RunOpt
   return Status::ok();
 }
 
+/// The --profile table: per op type, launches and milliseconds per
+/// iteration, the share of the iterations' wall time, and the bandwidth
+/// its kernels reached (KernelContext::trafficBytes over their time).
+void printProfile(Executor &exec, int rank, int iterations, double wallMs) {
+  std::vector<Executor::OpTime> ops = exec.takeProfile();
+  std::string head = "rank " + std::to_string(rank) + " profile: ";
+  if (iterations == 0) {
+    std::cout << head << "no iteration after the first to profile (--steps 2 or more)\n";
+    return;
+  }
+  double kernels = 0;
+  for (const Executor::OpTime &t : ops)
+    kernels += t.ms;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%d iterations, %.3f ms each, %.3f ms in kernels (%.0f %%; the rest: "
+                "waiting for transfers, the executor)",
+                iterations, wallMs / iterations, kernels / iterations,
+                wallMs > 0 ? 100 * kernels / wallMs : 0.0);
+  std::cout << head << line << "\n";
+  for (const Executor::OpTime &t : ops) {
+    std::snprintf(line, sizeof(line), "%-32s %6.1f launches %9.3f ms %5.1f %% %8.2f GB/s",
+                  t.op.c_str(), double(t.launches) / iterations, t.ms / iterations,
+                  wallMs > 0 ? 100 * t.ms / wallMs : 0.0, t.ms > 0 ? t.bytes / t.ms / 1e6 : 0.0);
+    std::cout << head << line << "\n";
+  }
+}
+
 /// Writes every ROLE_PARAMETER as DIR/<parameter_name>.rank<R>.npy (odd
 /// characters of the name become '_'; `DIR/params.rank<R>.txt` lists
 /// "file parameter_name" per line, so the exact names survive).
@@ -448,7 +476,11 @@ Status runRank(const RunOptions &o) {
       items = tokens ? t->numel() : t->shape[0];
   }
   StatusOr<Tensor> loss = exec->getValueByName("loss");
+  double profiledMs = 0; // iterations' wall time while profiling
+  int profiled = 0;
   for (int it = first; it < o.steps; ++it) {
+    // The first iteration allocates and runs the `once` steps: not profiled.
+    exec->setProfiling(o.profile && it > first);
     if (stepOk)
       stepIn->as<int64_t>()[0] = it + 1;
     if (lrOk)
@@ -463,6 +495,10 @@ Status runRank(const RunOptions &o) {
     STRAIT_RETURN_IF_ERROR(exec->run());
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - start).count();
+    if (o.profile && it > first) {
+      profiledMs += ms;
+      ++profiled;
+    }
     std::ostringstream line;
     line << "rank " << o.rank << " iteration " << it + 1 << "/" << o.steps
          << " time " << ms << " ms";
@@ -487,6 +523,8 @@ Status runRank(const RunOptions &o) {
                 << "\n";
     }
   }
+  if (o.profile)
+    printProfile(*exec, o.rank, profiled, profiledMs);
   if (!o.dumpDir.empty())
     STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, {inputName, labelsName}));
   if (!o.saveParamsDir.empty())

@@ -23,7 +23,7 @@ const char *kUsage =
     "                  [--listen-address IP] [--device auto|cpu|cuda|cuda:N]\n"
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
     "                  [--checkpoint DIR] [--checkpoint-every K] [--resume DIR]\n"
-    "                  [--max-restarts N]\n"
+    "                  [--max-restarts N] [--profile]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -54,7 +54,9 @@ const char *kUsage =
     "  --resume DIR continues from DIR (a step-N folder, or the newest\n"
     "  complete one in DIR) up to step --steps, under this plan or another\n"
     "  one of the same model; --max-restarts N restarts every rank from the\n"
-    "  newest checkpoint when a rank fails, up to N times.\n"
+    "  newest checkpoint when a rank fails, up to N times. --profile times\n"
+    "  each op type's kernels from the second iteration on and prints a\n"
+    "  table per rank at the end.\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -124,6 +126,8 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.resumePath);
     else if (a == "--max-restarts")
       ok = value(o.maxRestarts) && o.maxRestarts >= 0;
+    else if (a == "--profile")
+      o.profile = true;
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {

@@ -61,6 +61,10 @@ public:
   /// Checks output i exists and has exactly `shape` and `dtype`.
   StatusOr<Tensor *> requireOutput(size_t i, const Shape &shape,
                                    DType dtype) const;
+  /// The bytes the kernel reads and writes at least: each distinct input
+  /// buffer once (a packed QKV read through three operands counts once),
+  /// plus every output (what bench/runtime/program_bytes.py counts).
+  int64_t trafficBytes() const;
 
 private:
   const program::Kernel &kernel;

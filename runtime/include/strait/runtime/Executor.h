@@ -74,6 +74,20 @@ public:
   void setOverlapCommunication(bool on) { overlap = on; }
 
   const program::Program &getProgram() const { return program; }
+
+  /// Time per op type of the kernels run while profiling is on: the wall
+  /// time of each kernel call on the executor's thread (the CPU backend's
+  /// kernels run within it; a device backend that queues work is timed for
+  /// its launches only), with KernelContext::trafficBytes.
+  struct OpTime {
+    std::string op;
+    int64_t launches = 0;
+    double ms = 0;
+    double bytes = 0;
+  };
+  void setProfiling(bool on) { profiling = on; }
+  /// The op times since the last call, longest first; resets them.
+  std::vector<OpTime> takeProfile();
   size_t getArenaBytes() const { return arena.size(); }
 
 private:
@@ -145,6 +159,8 @@ private:
   std::map<uint32_t, Tensor> values;
   /// Whether the `once` steps ran since the parameters were last loaded.
   bool onceDone = false;
+  bool profiling = false;
+  std::map<std::string, OpTime> opTimes;
   Status runOnceSteps();
   std::map<uint32_t, int> kernelIndex;
   std::vector<KernelFn> kernelFns; // parallel to program.kernels()
