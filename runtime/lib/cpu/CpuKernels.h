@@ -54,6 +54,11 @@ void stridedCopyBytes(const char *src, int64_t base,
                       const std::vector<int64_t> &strides, const Shape &out,
                       char *dst, size_t es);
 
+/// y[i] = tanhFloat(x[i]) (RowMath.h) for i < n: the f32 Tanh of the Tanh
+/// kernel and of FusedElementwise, compiled for AVX2 and for the baseline
+/// (the same IEEE operations, no FMA, so the same bits on either).
+void tanhRow(const float *x, float *y, int64_t n);
+
 /// General row-major sgemm: C = alpha * op(A) * op(B) + beta * C.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, int64_t lda, const float *b,

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "RowMath.h"
 
 #include <cmath>
 #include <cstring>
@@ -80,6 +81,25 @@ template <typename T> T sigmoid(T x) {
                 : std::exp(x) / (T(1) + std::exp(x));
 }
 
+/// f32 through tanhRow (vectorized, 2-4x faster than libm's tanhf and
+/// within 1e-12 of tanh before rounding), as FusedElementwise's Tanh; f64
+/// through libm.
+Status tanhKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  if (x->dtype == program::DTYPE_F32) {
+    const float *in = x->as<float>();
+    float *out = y->as<float>();
+    parallelFor(x->numel(), 16384, [&](int64_t b, int64_t e) { tanhRow(in + b, out + b, e - b); });
+    return Status::ok();
+  }
+  if (x->dtype == program::DTYPE_F64) {
+    applyUnary<double>(*x, *y, [](double v) { return std::tanh(v); });
+    return Status::ok();
+  }
+  return ctx.unsupported("dtype " + x->typeString());
+}
+
 void addMathUnary(KernelTable &t) {
   addUnary<true>(t, "Abs", plain([](auto x) { return x < 0 ? -x : x; }));
   addUnary<true>(t, "Neg", plain([](auto x) { return -x; }));
@@ -105,7 +125,7 @@ void addMathUnary(KernelTable &t) {
   addUnary(t, "Asinh", plain([](auto x) { return std::asinh(x); }));
   addUnary(t, "Acosh", plain([](auto x) { return std::acosh(x); }));
   addUnary(t, "Atanh", plain([](auto x) { return std::atanh(x); }));
-  addUnary(t, "Tanh", plain([](auto x) { return std::tanh(x); }));
+  t.add("Tanh", tanhKernel);
 }
 
 void addActivations(KernelTable &t) {
@@ -251,6 +271,27 @@ Status powKernel(KernelContext &ctx) {
     default: return std::numeric_limits<double>::quiet_NaN();
     }
   };
+  // An f32 x^2 or x^3 by a scalar exponent (GPT-2's GELU): products in
+  // double, as FusedElementwise's Pow (Fused.cpp). x*x is exact in double
+  // and x*x*x rounds once there, then to f32: libm's double pow (within
+  // 0.52 ulp) rounds to the same float unless the power lies within that of
+  // a float rounding boundary. A libm pow per element was 35% of
+  // gpt2-tiny's forward.
+  if (a->dtype == program::DTYPE_F32 && n == 1 && y->shape == a->shape &&
+      (readExp(0) == 2.0 || readExp(0) == 3.0)) {
+    bool cube = readExp(0) == 3.0;
+    const float *in = a->as<float>();
+    float *out = y->as<float>();
+    parallelFor(a->numel(), 16384, [&](int64_t b0, int64_t b1) {
+      if (cube)
+        for (int64_t i = b0; i < b1; ++i)
+          out[i] = static_cast<float>(double(in[i]) * double(in[i]) * double(in[i]));
+      else
+        for (int64_t i = b0; i < b1; ++i)
+          out[i] = static_cast<float>(double(in[i]) * double(in[i]));
+    });
+    return Status::ok();
+  }
 #define STRAIT_POW_CASE(T)                                                     \
   for (int64_t i = 0; i < n; ++i)                                              \
     exponent.as<T>()[i] = static_cast<T>(readExp(i));                          \
@@ -450,6 +491,12 @@ void addVariadicAndPredicates(KernelTable &t) {
 }
 
 } // namespace
+
+__attribute__((target_clones("avx2", "default"))) void tanhRow(const float *x, float *y,
+                                                               int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = tanhFloat(x[i]);
+}
 
 void addElementwiseKernels(KernelTable &table) {
   addMathUnary(table);

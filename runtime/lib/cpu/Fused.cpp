@@ -173,7 +173,7 @@ void runInstr(const FusedInstr &in, float *y, const float *a, const float *b,
   case FusedOp::Log: unary(y, a, n, [](float x) { return std::log(x); }); return;
   case FusedOp::Sqrt: unary(y, a, n, [](float x) { return std::sqrt(x); }); return;
   case FusedOp::Reciprocal: unary(y, a, n, [](float x) { return 1.0f / x; }); return;
-  case FusedOp::Tanh: unary(y, a, n, [](float x) { return std::tanh(x); }); return;
+  case FusedOp::Tanh: tanhRow(a, y, n); return;
   case FusedOp::Relu: unary(y, a, n, [](float x) { return x > 0 ? x : 0.0f; }); return;
   case FusedOp::Add: binary(y, a, b, n, [](float p, float q) { return p + q; }); return;
   case FusedOp::Sub: binary(y, a, b, n, [](float p, float q) { return p - q; }); return;
