@@ -95,7 +95,8 @@ Results exchange(int world, const std::string &secret) {
   Results out(world);
   runRanks(world, secret, [&](int rank, Communicator &comm) {
     auto keep = [&](const OwnedTensor &t) { out[rank].push_back(values(t)); };
-    for (int64_t n : {1, 7, 1001, 65537}) {
+    // 600001 floats: sealed in 3 chunks of at most 1 MiB.
+    for (int64_t n : {1, 7, 1001, 65537, 600001}) {
       uint32_t ch = static_cast<uint32_t>(n % 97);
       if (rank < 2) {
         int peer = 1 - rank;
@@ -152,13 +153,14 @@ TEST(SealedComm, TransfersGiveThePlainResults) {
 }
 
 // A raw Gloo rank in the sealed rank's place sees, for a header and a
-// payload, exactly 16 more bytes each, and ciphertext instead of the bytes.
+// payload, exactly 16 more bytes per chunk of 1 MiB, and ciphertext instead
+// of the bytes.
 TEST(SealedComm, TheWireCarriesCiphertext) {
   std::string dir = makeTempDir("strait-sealed"), secret = secretFile(kSecretA);
-  constexpr int64_t n = 4099;
+  constexpr int64_t n = (1 << 18) + 4099; // 2 chunks: 1 MiB and 16396 bytes
   constexpr uint32_t channel = 3;
   OwnedTensor payload = filled(n, 0);
-  std::vector<uint8_t> header(16 + 16), body(n * 4 + 16);
+  std::vector<uint8_t> header(16 + 16), body(n * 4 + 2 * 16);
   std::promise<void> received;
   std::thread sealedRank([&] {
     GlooOptions o = fileStoreOptions(dir, 0, 2);
@@ -184,11 +186,14 @@ TEST(SealedComm, TheWireCarriesCiphertext) {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     ctx->connectFullMesh(prefixed, device);
     auto hb = ctx->createUnboundBuffer(header.data(), header.size());
-    auto pb = ctx->createUnboundBuffer(body.data(), body.size());
+    auto pb = ctx->createUnboundBuffer(body.data(), (1 << 20) + 16);
+    auto pb2 = ctx->createUnboundBuffer(body.data() + (1 << 20) + 16, body.size() - (1 << 20) - 16);
     hb->recv(0, 2 * channel);
     pb->recv(0, 2 * channel + 1);
+    pb2->recv(0, 2 * channel + 1);
     EXPECT_TRUE(hb->waitRecv(20000ms));
     EXPECT_TRUE(pb->waitRecv(20000ms));
+    EXPECT_TRUE(pb2->waitRecv(20000ms));
     received.set_value();
     sealedRank.join();
   } catch (const std::exception &e) {
@@ -205,8 +210,8 @@ TEST(SealedComm, TheWireCarriesCiphertext) {
   // About 1 byte in 256 matches by chance; the plaintext would match all.
   const uint8_t *plain = static_cast<const uint8_t *>(payload.tensor.data);
   int64_t same = 0;
-  for (int64_t i = 0; i < n * 4; ++i)
-    same += body[i] == plain[i];
+  for (int64_t i = 0; i < n * 4; ++i) // chunk 2 follows chunk 1's tag
+    same += body[i < (1 << 20) ? i : i + 16] == plain[i];
   EXPECT_LT(same, n * 4 / 50) << same << " of " << n * 4 << " bytes travelled in clear";
 }
 

@@ -86,18 +86,43 @@ public:
   TrafficCounters takeTraffic() override;
 
 private:
-  /// A buffer handed to Gloo. Sealed links: `wire` holds what travels
-  /// (ciphertext and tag of `bytes` bytes), a receive decrypts it into
-  /// `plain` at waitRecv. `wire` is declared first so that Gloo's buffer
-  /// goes (and lets go of it) before it.
+  /// A transfer handed to Gloo: one Gloo buffer, or, sealed, one per
+  /// chunk of kSealChunkBytes, each sealed on its own (ciphertext + tag in
+  /// `wire`, counters `counter`, `counter` + 1, ...), so that sealing,
+  /// the wire and opening overlap. A receive opens the chunks into `plain`
+  /// at waitRecv. release() lets Gloo's buffers go before `wire` returns
+  /// to the pool.
   struct Buf {
-    std::unique_ptr<uint8_t[]> wire;
-    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+    WirePool::Block wire;
+    WirePool *pool = nullptr; // where `wire` goes back
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
     void *plain = nullptr;
     size_t bytes = 0;
     int peer = -1;
     uint64_t slot = 0, counter = 0;
-    explicit operator bool() const { return buf != nullptr; }
+    explicit operator bool() const { return !bufs.empty(); }
+    Buf() = default;
+    Buf(Buf &&) = default;
+    Buf &operator=(Buf &&other) {
+      release();
+      wire = std::move(other.wire);
+      pool = other.pool;
+      bufs = std::move(other.bufs);
+      plain = other.plain;
+      bytes = other.bytes;
+      peer = other.peer;
+      slot = other.slot;
+      counter = other.counter;
+      return *this;
+    }
+    ~Buf() { release(); }
+    /// Gloo's buffers first, then the wire back to the pool.
+    void release() {
+      bufs.clear();
+      if (pool && wire.data)
+        pool->give(std::move(wire));
+      wire = {};
+    }
   };
   /// A posted send that nothing waited for yet: the message (header and
   /// payload, owned) stays here until flushSends() saw it complete.
@@ -152,8 +177,10 @@ private:
   Status hierarchicalAllReduce(float *data, int64_t n,
                                const std::vector<int> &group,
                                uint32_t channel, const AllReduceOptions &options);
-  /// The test hooks of GlooOptions (sealMutex held).
-  void applyTestFaults(Buf &b, size_t wireBytes);
+  /// The test hooks of GlooOptions on the first chunk of the sealed send
+  /// number `index`, sealed at `wire` (sealMutex held).
+  void applyTestFaults(const Buf &b, uint64_t index, uint8_t *wire, size_t wireBytes,
+                       size_t chunks);
   Status checkPeer(int peer) const;
   Status sealedBarrier();
   /// Records the first transport failure; Gloo pairs do not recover from
@@ -173,6 +200,7 @@ private:
   /// Sealed links only. sealMutex orders a counter with its post to Gloo.
   std::unique_ptr<LinkSealer> sealer;
   std::mutex sealMutex;
+  WirePool wirePool; // before `deferred`, whose buffers return to it
   uint64_t sealedSends = 0; // test hooks: posting order
   std::map<std::pair<int, uint64_t>, std::vector<uint8_t>> lastWire; // replay hook
   std::mutex deferredMutex;
@@ -224,6 +252,14 @@ Status GlooCommunicator::fromException(const std::exception &e,
 }
 
 
+/// Sealed transfers go in chunks of this many bytes (the last one shorter;
+/// an empty transfer is one empty chunk), each with its own tag.
+constexpr size_t kSealChunkBytes = size_t(1) << 20;
+
+size_t sealChunks(size_t bytes) {
+  return bytes ? (bytes + kSealChunkBytes - 1) / kSealChunkBytes : 1;
+}
+
 GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes,
                                                  int peer, uint64_t slot) {
   Buf b;
@@ -232,33 +268,43 @@ GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes,
   b.bytes = bytes;
   size_t wireBytes = bytes;
   if (!sealer) {
-    b.buf = context->createUnboundBuffer(const_cast<void *>(data), bytes);
-    b.buf->send(peer, slot);
+    b.bufs.push_back(context->createUnboundBuffer(const_cast<void *>(data), bytes));
+    b.bufs[0]->send(peer, slot);
   } else {
-    wireBytes = bytes + kSealTagBytes;
-    b.wire.reset(new uint8_t[wireBytes]);
-    b.buf = context->createUnboundBuffer(b.wire.get(), wireBytes);
+    size_t chunks = sealChunks(bytes);
+    wireBytes = bytes + chunks * kSealTagBytes;
+    b.wire = wirePool.take(wireBytes);
+    b.pool = &wirePool;
     std::lock_guard<std::mutex> lock(sealMutex);
-    b.counter = sealer->nextSend(peer, slot);
-    sealer->seal(peer, slot, b.counter, data, bytes, b.wire.get());
-    applyTestFaults(b, wireBytes);
-    b.buf->send(peer, slot);
+    uint64_t index = sealedSends++;
+    for (size_t c = 0; c < chunks; ++c) {
+      size_t at = c * kSealChunkBytes, len = std::min(kSealChunkBytes, bytes - at);
+      uint8_t *w = b.wire.data.get() + at + c * kSealTagBytes;
+      uint64_t counter = sealer->nextSend(peer, slot);
+      if (c == 0)
+        b.counter = counter;
+      sealer->seal(peer, slot, counter, static_cast<const uint8_t *>(data) + at, len, w);
+      if (c == 0)
+        applyTestFaults(b, index, w, len + kSealTagBytes, chunks);
+      b.bufs.push_back(context->createUnboundBuffer(w, len + kSealTagBytes));
+      b.bufs.back()->send(peer, slot);
+    }
   }
   std::lock_guard<std::mutex> lock(trafficMutex);
   traffic.sent[peer] += wireBytes;
   return b;
 }
 
-void GlooCommunicator::applyTestFaults(Buf &b, size_t wireBytes) {
-  uint64_t index = sealedSends++;
+void GlooCommunicator::applyTestFaults(const Buf &b, uint64_t index, uint8_t *wire,
+                                       size_t wireBytes, size_t chunks) {
   if (options.testTamperSealedSend >= 0 && index == uint64_t(options.testTamperSealedSend))
-    b.wire[wireBytes / 2] ^= 0x10;
-  if (options.testReplaySealedSend < 0)
+    wire[wireBytes / 2] ^= 0x10;
+  if (options.testReplaySealedSend < 0 || chunks != 1)
     return;
   std::vector<uint8_t> &last = lastWire[{b.peer, b.slot}];
-  std::vector<uint8_t> current(b.wire.get(), b.wire.get() + wireBytes);
+  std::vector<uint8_t> current(wire, wire + wireBytes);
   if (index == uint64_t(options.testReplaySealedSend) && last.size() == wireBytes)
-    std::copy(last.begin(), last.end(), b.wire.get());
+    std::copy(last.begin(), last.end(), wire);
   last = std::move(current);
 }
 
@@ -271,15 +317,23 @@ GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes,
   b.plain = data;
   size_t wireBytes = bytes;
   if (!sealer) {
-    b.buf = context->createUnboundBuffer(data, bytes);
-    b.buf->recv(peer, slot);
+    b.bufs.push_back(context->createUnboundBuffer(data, bytes));
+    b.bufs[0]->recv(peer, slot);
   } else {
-    wireBytes = bytes + kSealTagBytes;
-    b.wire.reset(new uint8_t[wireBytes]);
-    b.buf = context->createUnboundBuffer(b.wire.get(), wireBytes);
+    size_t chunks = sealChunks(bytes);
+    wireBytes = bytes + chunks * kSealTagBytes;
+    b.wire = wirePool.take(wireBytes);
+    b.pool = &wirePool;
     std::lock_guard<std::mutex> lock(sealMutex);
-    b.counter = sealer->nextRecv(peer, slot);
-    b.buf->recv(peer, slot);
+    for (size_t c = 0; c < chunks; ++c) {
+      size_t at = c * kSealChunkBytes, len = std::min(kSealChunkBytes, bytes - at);
+      uint64_t counter = sealer->nextRecv(peer, slot);
+      if (c == 0)
+        b.counter = counter;
+      b.bufs.push_back(context->createUnboundBuffer(b.wire.data.get() + at + c * kSealTagBytes,
+                                                    len + kSealTagBytes));
+      b.bufs.back()->recv(peer, slot);
+    }
   }
   std::lock_guard<std::mutex> lock(trafficMutex);
   traffic.received[peer] += wireBytes;
@@ -287,35 +341,41 @@ GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes,
 }
 
 Status GlooCommunicator::waitSend(Buf &buf, const std::string &what, int peer) {
-  if (buf && !buf.buf->waitSend(options.timeout))
-    return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+  for (auto &b : buf.bufs)
+    if (!b->waitSend(options.timeout))
+      return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
   return Status::ok();
 }
 
 Status GlooCommunicator::waitRecv(Buf &buf, const std::string &what, int peer) {
-  if (!buf)
-    return Status::ok();
-  if (!buf.buf->waitRecv(options.timeout))
-    return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
-  if (buf.wire) {
-    bool ok = sealer->open(buf.peer, buf.slot, buf.counter, buf.wire.get(), buf.bytes,
-                           buf.plain);
-    buf.wire.reset();
-    buf.buf.reset();
-    if (!ok) {
-      char slot[24];
-      std::snprintf(slot, sizeof(slot), "0x%llx", static_cast<unsigned long long>(buf.slot));
-      return markBroken(
-          unavailable(what + ": authentication failed: the " + std::to_string(buf.bytes) +
-                      "-byte buffer number " + std::to_string(buf.counter) + " from rank " +
-                      std::to_string(buf.peer) + " to rank " + std::to_string(options.rank) +
-                      " on slot " + slot +
-                      " does not verify under this job's link key (the peer has a different "
-                      "link secret, or the bytes were altered, replayed or reordered in "
-                      "transit)")
-              .withRank(options.rank)
-              .withPeer(buf.peer));
-    }
+  size_t chunks = buf.bufs.size();
+  for (size_t c = 0; c < chunks; ++c) {
+    if (!buf.bufs[c]->waitRecv(options.timeout))
+      return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+    if (!buf.wire.data)
+      continue;
+    // Chunk c opens while the next ones arrive.
+    size_t at = c * kSealChunkBytes, len = std::min(kSealChunkBytes, buf.bytes - at);
+    if (sealer->open(buf.peer, buf.slot, buf.counter + c,
+                     buf.wire.data.get() + at + c * kSealTagBytes,
+                     len, static_cast<uint8_t *>(buf.plain) + at))
+      continue;
+    char slot[24];
+    std::snprintf(slot, sizeof(slot), "0x%llx", static_cast<unsigned long long>(buf.slot));
+    std::string part = chunks == 1 ? ""
+                                   : " (chunk " + std::to_string(c + 1) + " of " +
+                                         std::to_string(chunks) + " of a " +
+                                         std::to_string(buf.bytes) + "-byte transfer)";
+    return markBroken(
+        unavailable(what + ": authentication failed: the " + std::to_string(len) +
+                    "-byte buffer number " + std::to_string(buf.counter + c) + part +
+                    " from rank " + std::to_string(buf.peer) + " to rank " +
+                    std::to_string(options.rank) + " on slot " + slot +
+                    " does not verify under this job's link key (the peer has a different "
+                    "link secret, or the bytes were altered, replayed or reordered in "
+                    "transit)")
+            .withRank(options.rank)
+            .withPeer(buf.peer));
   }
   return Status::ok();
 }
@@ -556,12 +616,14 @@ Status GlooCommunicator::ringPhase(float *data, int64_t n,
       int64_t sb = chunkBegin(sendChunk), se = chunkBegin(sendChunk + 1);
       int64_t rb = chunkBegin(recvChunk), re = chunkBegin(recvChunk + 1);
       float *recvTo = gather ? data + rb : incoming.data();
+      // The receive first: sealed, the previous rank's chunks then flow
+      // while this rank seals its own.
       Buf sbuf, rbuf;
-      if (se > sb)
-        sbuf = postSend(data + sb, (se - sb) * sizeof(float), next,
-                        collectiveSlot(prefix, channel, s));
       if (re > rb)
         rbuf = postRecv(recvTo, (re - rb) * sizeof(float), prev,
+                        collectiveSlot(prefix, channel, s));
+      if (se > sb)
+        sbuf = postSend(data + sb, (se - sb) * sizeof(float), next,
                         collectiveSlot(prefix, channel, s));
       STRAIT_RETURN_IF_ERROR(waitRecv(rbuf, what, prev));
       STRAIT_RETURN_IF_ERROR(waitSend(sbuf, what, next));
@@ -841,43 +903,6 @@ Status GlooCommunicator::barrier() {
   return Status::ok();
 }
 
-std::string saltKey(int rank) { return "strait-link-salt-" + std::to_string(rank); }
-
-/// Every rank's salt from the store (this rank published its own before
-/// the rendezvous), then this rank's link keys.
-StatusOr<std::unique_ptr<LinkSealer>> exchangeSalts(const GlooOptions &options,
-                                                   gloo::rendezvous::Store &store,
-                                                   const LinkSecret &secret,
-                                                   const LinkSalt &mine,
-                                                   const std::string &where) {
-  std::vector<LinkSalt> salts(options.worldSize);
-  salts[options.rank] = mine;
-  for (int r = 0; r < options.worldSize; ++r) {
-    if (r == options.rank)
-      continue;
-    std::vector<char> got;
-    try {
-      store.wait({saltKey(r)}, options.timeout);
-      got = store.get(saltKey(r));
-    } catch (const std::exception &e) {
-      return unavailable("sealed links: rank " + std::to_string(r) +
-                         " published no link salt through " + where + " within " +
-                         std::to_string(options.timeout.count()) +
-                         " ms; does it run without the link secret? (" + e.what() + ")")
-          .withRank(options.rank)
-          .withPeer(r);
-    }
-    if (got.size() != kSealSaltBytes)
-      return unavailable("sealed links: rank " + std::to_string(r) + "'s link salt in " +
-                         where + " has " + std::to_string(got.size()) + " bytes, not " +
-                         std::to_string(kSealSaltBytes))
-          .withRank(options.rank)
-          .withPeer(r);
-    std::copy(got.begin(), got.end(), salts[r].begin());
-  }
-  return std::make_unique<LinkSealer>(secret, options.prefix, options.rank, salts);
-}
-
 /// Gloo's barrier sends messages of its own, outside postSend/postRecv;
 /// sealed, every rank instead sends a sealed byte to every other rank and
 /// waits for theirs (world - 1 buffers each way, on slot 'B').
@@ -944,7 +969,7 @@ createGlooCommunicator(const GlooOptions &options) {
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.worldSize);
   try {
     if (secret)
-      prefixed->set(saltKey(options.rank), std::vector<char>(salt.begin(), salt.end()));
+      publishLinkSalt(*prefixed, options.rank, salt);
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -961,7 +986,7 @@ createGlooCommunicator(const GlooOptions &options) {
   std::unique_ptr<LinkSealer> sealer;
   if (secret) {
     StatusOr<std::unique_ptr<LinkSealer>> made =
-        exchangeSalts(options, *prefixed, *secret, salt, where);
+        fetchLinkSalts(options, *prefixed, *secret, salt, where);
     secret->fill(0);
     if (!made.isOk())
       return made.getStatus();

@@ -1,13 +1,16 @@
 //===- Seal.cpp - Link keys, AEAD sealing and the secret file -------------===//
 //
 // libsodium only here: key derivation (crypto_generichash, BLAKE2b), the
-// AEAD (crypto_aead_xchacha20poly1305_ietf) and the secret file's hex.
+// AEAD (crypto_aead_xchacha20poly1305_ietf) and the secret file's hex; and
+// the salts' exchange through the rendezvous store.
 //
 //===----------------------------------------------------------------------===//
 #include "Seal.h"
 
+#include <gloo/rendezvous/store.h>
 #include <sodium.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -108,6 +111,77 @@ bool LinkSealer::open(int peer, uint64_t slot, uint64_t counter, const uint8_t *
   return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
              static_cast<uint8_t *>(plain), nullptr, wire, bytes, wire + bytes, ad, sizeof(ad),
              nonce, recvKeys[peer].data()) == 0;
+}
+
+namespace {
+std::string saltKey(int rank) { return "strait-link-salt-" + std::to_string(rank); }
+} // namespace
+
+void publishLinkSalt(gloo::rendezvous::Store &store, int rank, const LinkSalt &salt) {
+  store.set(saltKey(rank), std::vector<char>(salt.begin(), salt.end()));
+}
+
+StatusOr<std::unique_ptr<LinkSealer>> fetchLinkSalts(const GlooOptions &options,
+                                                    gloo::rendezvous::Store &store,
+                                                    const LinkSecret &secret,
+                                                    const LinkSalt &mine,
+                                                    const std::string &where) {
+  std::vector<LinkSalt> salts(options.worldSize);
+  salts[options.rank] = mine;
+  for (int r = 0; r < options.worldSize; ++r) {
+    if (r == options.rank)
+      continue;
+    std::vector<char> got;
+    try {
+      store.wait({saltKey(r)}, options.timeout);
+      got = store.get(saltKey(r));
+    } catch (const std::exception &e) {
+      return unavailable("sealed links: rank " + std::to_string(r) +
+                         " published no link salt through " + where + " within " +
+                         std::to_string(options.timeout.count()) +
+                         " ms; does it run without the link secret? (" + e.what() + ")")
+          .withRank(options.rank)
+          .withPeer(r);
+    }
+    if (got.size() != kSealSaltBytes)
+      return unavailable("sealed links: rank " + std::to_string(r) + "'s link salt in " +
+                         where + " has " + std::to_string(got.size()) + " bytes, not " +
+                         std::to_string(kSealSaltBytes))
+          .withRank(options.rank)
+          .withPeer(r);
+    std::copy(got.begin(), got.end(), salts[r].begin());
+  }
+  return std::make_unique<LinkSealer>(secret, options.prefix, options.rank, salts);
+}
+
+WirePool::Block WirePool::take(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it)
+      if (it->size >= bytes && (best == free.end() || it->size < best->size))
+        best = it;
+    if (best != free.end()) {
+      Block b = std::move(*best);
+      free.erase(best);
+      kept -= b.size;
+      return b;
+    }
+  }
+  return Block{std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};
+}
+
+void WirePool::give(Block block) {
+  std::lock_guard<std::mutex> lock(mutex);
+  kept += block.size;
+  free.push_back(std::move(block));
+  while (kept > kKeepBytes) { // the smallest go first: big ones cost most to fault in
+    auto smallest = std::min_element(free.begin(), free.end(), [](const Block &x, const Block &y) {
+      return x.size < y.size;
+    });
+    kept -= smallest->size;
+    free.erase(smallest);
+  }
 }
 
 StatusOr<LinkSecret> readLinkSecretFile(const std::string &path) {

@@ -13,21 +13,31 @@
 // Gloo matches the sends and receives of one pair and slot in posting order
 // (per-slot FIFOs in gloo/transport/tcp/pair.h), so both ends count alike
 // and a replayed, reordered or dropped buffer fails to verify. The slot and
-// length are bound as associated data.
+// length are bound as associated data. Also here: the salts' exchange and
+// the pool of ciphertext buffers.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_LIB_COMM_SEAL_H
 #define STRAIT_RUNTIME_LIB_COMM_SEAL_H
 
+#include "strait/runtime/Communicator.h"
 #include "strait/runtime/LinkSecret.h"
 #include "strait/runtime/Status.h"
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace gloo {
+namespace rendezvous {
+class Store;
+} // namespace rendezvous
+} // namespace gloo
 
 namespace strait {
 namespace rt {
@@ -68,6 +78,38 @@ private:
   int rank;
   std::vector<Key> sendKeys, recvKeys; // by peer rank
   std::map<std::pair<int, uint64_t>, uint64_t> sendCounters, recvCounters;
+};
+
+/// Publishes this rank's salt in the rendezvous store (before the
+/// rendezvous, so that peers find it at once).
+void publishLinkSalt(gloo::rendezvous::Store &store, int rank, const LinkSalt &salt);
+/// Every other rank's salt from the store (waiting up to the timeout; a rank
+/// without a link secret publishes none: an error naming it), then this
+/// rank's link keys.
+StatusOr<std::unique_ptr<LinkSealer>> fetchLinkSalts(const GlooOptions &options,
+                                                    gloo::rendezvous::Store &store,
+                                                    const LinkSecret &secret,
+                                                    const LinkSalt &mine,
+                                                    const std::string &where);
+
+/// Sealed links: buffers for the ciphertext, kept for reuse once a transfer
+/// completed (a fresh multi-MiB allocation per transfer costs its page
+/// faults every time). Holds at most kKeepBytes; thread-safe.
+class WirePool {
+public:
+  struct Block {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size = 0;
+  };
+  /// The smallest kept block of at least `bytes` bytes, else a new one.
+  Block take(size_t bytes);
+  void give(Block block);
+
+private:
+  static constexpr size_t kKeepBytes = size_t(512) << 20;
+  std::mutex mutex;
+  std::vector<Block> free;
+  size_t kept = 0;
 };
 
 } // namespace rt
