@@ -455,6 +455,28 @@ def _cases():
         c.append(Case(f"LRN-{size}", lambda T, size=size: [helper.make_node(
             "LRN", ["p0"], ["y"], size=size, alpha=0.3, beta=0.75, bias=1.5)],
             {"p0": _r((2, 5, 2, 3), 120 + size, -2, 2)}))
+    # recurrent ops (unrolled by the importer): W, R, B, P and the initial states get
+    # gradients summed over the time steps
+    c.append(Case("LSTM-bidirectional", lambda T: [helper.make_node(
+        "LSTM", ["x", "w", "r", "b", "", "h0", "c0", "P"], ["y"], hidden_size=2,
+        direction="bidirectional")],
+        {"x": _r((3, 2, 3), 130), "w": _r((2, 8, 3), 131), "r": _r((2, 8, 2), 132),
+         "b": _r((2, 16), 133), "h0": _r((2, 2, 2), 134), "c0": _r((2, 2, 2), 135),
+         "P": _r((2, 6), 136)}))
+    c.append(Case("GRU", lambda T: [helper.make_node(
+        "GRU", ["x", "w", "r", "b", "", "h0"], ["y"], hidden_size=2)],
+        {"x": _r((3, 2, 3), 141), "w": _r((1, 6, 3), 142), "r": _r((1, 6, 2), 143),
+         "b": _r((1, 12), 144), "h0": _r((1, 2, 2), 145)}))
+    c.append(Case("GRU-linear-before-reset-reverse", lambda T: [helper.make_node(
+        "GRU", ["x", "w", "r", "b", "", "h0"], ["y"], hidden_size=2, direction="reverse",
+        linear_before_reset=1)],
+        {"x": _r((3, 2, 3), 146), "w": _r((1, 6, 3), 147), "r": _r((1, 6, 2), 148),
+         "b": _r((1, 12), 149), "h0": _r((1, 2, 2), 150)}))
+    c.append(Case("RNN-bidirectional", lambda T: [helper.make_node(
+        "RNN", ["x", "w", "r", "b", "", "h0"], ["y"], hidden_size=3,
+        direction="bidirectional")],
+        {"x": _r((4, 2, 2), 151), "w": _r((2, 3, 2), 152), "r": _r((2, 3, 3), 153),
+         "b": _r((2, 6), 154), "h0": _r((2, 2, 3), 155)}))
     return {case.name: case for case in c}
 
 

@@ -405,6 +405,7 @@ const OpRegistry &strait::onnximport::opRegistry() {
     registerNNImporters(r);
     registerTensorImporters(r);
     registerReductionImporters(r);
+    registerRecurrentImporters(r);
     return r;
   }();
   return registry;

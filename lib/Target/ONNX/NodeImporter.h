@@ -144,6 +144,7 @@ void registerElementwiseImporters(OpRegistry &registry);
 void registerNNImporters(OpRegistry &registry);
 void registerTensorImporters(OpRegistry &registry);
 void registerReductionImporters(OpRegistry &registry);
+void registerRecurrentImporters(OpRegistry &registry);
 
 /// The registry with every family registered (built once).
 const OpRegistry &opRegistry();
