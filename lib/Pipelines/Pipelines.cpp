@@ -104,6 +104,10 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   dist::DistInsertCommOptions comm;
   comm.cluster = o.cluster;
   pm.addPass(dist::createDistInsertComm(comm));
+  // Before compression, which then picks one codec per bucket.
+  dist::DistBucketAllReducesOptions buckets;
+  buckets.bucketMib = o.allReduceBucketMib;
+  pm.addPass(dist::createDistBucketAllReduces(buckets));
   dist::DistInsertCompressionOptions compression;
   compression.cluster = o.cluster;
   compression.compress = o.compress;

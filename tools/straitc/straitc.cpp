@@ -190,6 +190,11 @@ cl::opt<std::string> compress(
     cl::desc("Codecs on slow links: none (default), auto (per link from the cost model), "
              "or fp16, bf16, int8, int4, topk:R on every link"),
     cl::init("none"), cl::cat(straitCat));
+cl::opt<double> allReduceBucketMib(
+    "all-reduce-bucket-mib",
+    cl::desc("Gradient all-reduces of a stage packed into buckets of this many MiB, one "
+             "all-reduce each (default 32; 0: one all-reduce per gradient)"),
+    cl::init(32), cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
     cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
@@ -420,6 +425,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.trainable = std::vector<std::string>(trainable.begin(), trainable.end());
   popts.frozen = std::vector<std::string>(frozen.begin(), frozen.end());
   popts.compress = compress.getValue();
+  popts.allReduceBucketMib = allReduceBucketMib.getValue();
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
   popts.fuse = fuse.getValue();
   popts.fuseRmsNorm = fuseRmsNorm.getValue();

@@ -166,6 +166,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                      "fp16, bf16, int8, "
                      "int4, topk:R for every link"),
       llvm::cl::init("none")};
+  Option<double> allReduceBucketMib{
+      *this, "all-reduce-bucket-mib",
+      llvm::cl::desc("gradient all-reduces packed into buckets of this many MiB (0: one per "
+                     "gradient)"),
+      llvm::cl::init(32)};
   ListOption<std::string> compressLink{
       *this, "compress-link",
       llvm::cl::desc("per link: A:B=CODEC[:R] (sites, hosts or devices A and B)")};

@@ -4,6 +4,7 @@
 #define STRAIT_DIALECT_DIST_DISTPASSES_H
 
 #include "strait/Dialect/Dist/DistDialect.h"
+#include "strait/Dialect/Graph/GraphDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"

@@ -98,6 +98,36 @@ def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
   let dependentDialects = ["::strait::dist::DistDialect"];
 }
 
+def DistBucketAllReduces : Pass<"dist-bucket-all-reduces", "::mlir::ModuleOp"> {
+  let summary = "Pack the gradient all-reduces into buckets of a few MiB";
+  let description = [{
+    Runs after dist-insert-comm, before dist-insert-compression. Runs of
+    `dist.all_reduce` with the same stage, group, islands, reduction and
+    element type, with no other dist op between them, become buckets of at
+    least `bucket-mib` MiB (the last of a run may be smaller): each bucket's
+    values are reshaped flat, concatenated, reduced by one all-reduce (the
+    first member's channel) and split back, right after the bucket's last
+    member. Every all-reduce pays the link's latency 2 (p - 1) times, so
+    one per bucket instead of one per gradient tensor saves that many round
+    trips (148 all-reduces a step for GPT-2 small). A run also ends before
+    an all-reduce when a member's result is read before it. `bucket-mib=0`
+    leaves every all-reduce alone.
+
+    ```
+    strait-opt --dist-insert-comm --dist-bucket-all-reduces='bucket-mib=32' model.mlir
+    ```
+  }];
+  let options = [
+    Option<"bucketMib", "bucket-mib", "double", "32",
+           "bucket size in MiB (0: no buckets)">
+  ];
+  let statistics = [
+    Statistic<"numBuckets", "num-buckets", "Buckets built">,
+    Statistic<"numMerged", "num-merged", "All-reduces packed into buckets">
+  ];
+  let dependentDialects = ["::strait::dist::DistDialect", "::strait::graph::GraphDialect"];
+}
+
 def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> {
   let summary = "Compress the transfers that cross slow links";
   let description = [{
