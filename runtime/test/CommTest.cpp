@@ -264,37 +264,6 @@ TEST(GlooComm, ExecutorErrorNamesStepAndPeer) {
            });
 }
 
-namespace {
-/// A private redis-server on a free-ish port, stopped by pid at the end.
-class RedisServer {
-public:
-  RedisServer() {
-    if (std::system("command -v redis-server > /dev/null 2>&1") != 0)
-      return;
-    port = 20000 + static_cast<int>(::getpid() % 20000);
-    pidFile = testing::TempDir() + "/strait-redis-" + std::to_string(port) + ".pid";
-    std::string cmd = "redis-server --port " + std::to_string(port) +
-                      " --bind 127.0.0.1 --save '' --daemonize yes --pidfile " +
-                      pidFile + " > /dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0)
-      return;
-    for (int i = 0; i < 50 && pid <= 0; ++i) {
-      std::this_thread::sleep_for(100ms);
-      std::ifstream(pidFile) >> pid;
-    }
-  }
-  ~RedisServer() {
-    if (pid > 0)
-      ::kill(pid, SIGTERM);
-  }
-  bool running() const { return pid > 0; }
-  int port = 0;
-
-private:
-  std::string pidFile;
-  pid_t pid = 0;
-};
-} // namespace
 
 TEST(GlooComm, RedisRendezvousThreeRanks) {
   RedisServer redis;

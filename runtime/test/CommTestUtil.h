@@ -1,8 +1,8 @@
 //===- CommTestUtil.h - Ranks as threads for communicator tests -*- C++ -*-===//
 //
 // Every rank runs in its own thread with its own Gloo context and TCP device;
-// rendezvous goes through a file-store folder. Shared by the communicator
-// test files.
+// rendezvous goes through a file-store folder (or a private redis-server).
+// Shared by the communicator test files.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_TEST_COMMTESTUTIL_H
@@ -12,9 +12,14 @@
 #include "strait/runtime/Communicator.h"
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <gtest/gtest.h>
+#include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace strait {
@@ -60,6 +65,37 @@ inline void runGlooRanks(int world, const std::function<GlooOptions(int)> &optio
   for (auto &t : threads)
     t.join();
 }
+
+/// A private redis-server on a free-ish port (distinct `offset`s: distinct
+/// ports within one process), stopped by pid at the end.
+class RedisServer {
+public:
+  explicit RedisServer(int offset = 0) {
+    if (std::system("command -v redis-server > /dev/null 2>&1") != 0)
+      return;
+    port = 20000 + static_cast<int>((::getpid() + offset) % 20000);
+    pidFile = testing::TempDir() + "/strait-redis-" + std::to_string(port) + ".pid";
+    std::string cmd = "redis-server --port " + std::to_string(port) +
+                      " --bind 127.0.0.1 --save '' --daemonize yes --pidfile " +
+                      pidFile + " > /dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0)
+      return;
+    for (int i = 0; i < 50 && pid <= 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::ifstream(pidFile) >> pid;
+    }
+  }
+  ~RedisServer() {
+    if (pid > 0)
+      ::kill(pid, SIGTERM);
+  }
+  bool running() const { return pid > 0; }
+  int port = 0;
+
+private:
+  std::string pidFile;
+  pid_t pid = 0;
+};
 
 } // namespace test
 } // namespace rt

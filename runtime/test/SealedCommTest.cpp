@@ -325,6 +325,34 @@ TEST(SealedComm, PlainPeerFailsAtConnect) {
   plain.join();
 }
 
+// Across machines the salts travel through Redis: three sealed ranks.
+TEST(SealedComm, RedisRendezvousThreeRanks) {
+  RedisServer redis(/*offset=*/7);
+  if (!redis.running())
+    GTEST_SKIP() << "redis-server not available";
+  std::string secret = secretFile(kSecretA);
+  runGlooRanks(
+      3,
+      [&](int r) {
+        GlooOptions o;
+        o.rank = r;
+        o.worldSize = 3;
+        o.store = StoreKind::Redis;
+        o.redisPort = redis.port;
+        o.prefix = "strait-sealed-" + std::to_string(::getpid());
+        o.timeout = 10000ms;
+        o.linkSecretFile = secret;
+        return o;
+      },
+      [](int rank, Communicator &comm) {
+        OwnedTensor t(program::DTYPE_F32, {5});
+        std::fill(t.as<float>(), t.as<float>() + 5, float(rank));
+        Status s = comm.allReduceSum(t.tensor, 0);
+        EXPECT_TRUE(s.isOk()) << s.toString();
+        EXPECT_EQ(t.as<float>()[4], 3.0f);
+      });
+}
+
 TEST(LinkSecretFile, WriteThenRead) {
   std::string path = makeTempDir("strait-secret") + "/new.key";
   ASSERT_TRUE(writeLinkSecretFile(path).isOk());
