@@ -9,6 +9,8 @@
 //  - a rank with another secret, a tampered buffer and a replayed buffer fail
 //    with an authentication error naming the ranks and the channel, within
 //    the (short) timeout; a sealed rank facing a plain one fails at connect;
+//  - the salts also travel through Redis, and the hybrid communicator's
+//    cross-domain traffic goes sealed over its (sealed) Gloo side;
 //  - the secret file's errors name the file.
 //
 //===----------------------------------------------------------------------===//
@@ -323,6 +325,45 @@ TEST(SealedComm, PlainPeerFailsAtConnect) {
   std::string text = comm.getStatus().toString();
   EXPECT_NE(text.find("rank 1 published no link salt"), std::string::npos) << text;
   plain.join();
+}
+
+// The hybrid communicator (NCCL inside a host in strait-run; a plain Gloo
+// world here) seals what crosses domains over its sealed slow side: sums are
+// right, and a 100-float send across domains arrives as 32 + 416 bytes
+// (header and payload, 16 more each), not 16 + 400.
+TEST(SealedComm, HybridSealsItsSlowSide) {
+  std::string dir = makeTempDir("strait-sealed"), secret = secretFile(kSecretA);
+  std::vector<int> domainOf = {0, 0, 1, 1};
+  std::vector<uint64_t> received(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r)
+    threads.emplace_back([&, r] {
+      GlooOptions slowOptions = fileStoreOptions(dir, r, 4, 20000ms, "slow");
+      slowOptions.linkSecretFile = secret;
+      auto slow = createGlooCommunicator(slowOptions);
+      auto fast = createGlooCommunicator(fileStoreOptions(dir, r, 4, 20000ms, "fast"));
+      ASSERT_TRUE(slow.isOk() && fast.isOk());
+      auto hybrid = createHybridCommunicator(std::move(*slow), std::move(*fast), domainOf);
+      ASSERT_TRUE(hybrid.isOk()) << hybrid.getStatus().toString();
+      Communicator &comm = **hybrid;
+      OwnedTensor t(program::DTYPE_F32, {1001});
+      std::fill(t.as<float>(), t.as<float>() + 1001, float(r + 1));
+      Status s = comm.allReduceSum(t.tensor, 1);
+      EXPECT_TRUE(s.isOk()) << s.toString();
+      EXPECT_EQ(t.as<float>()[1000], 10.0f) << "rank " << r;
+      comm.takeTraffic();
+      OwnedTensor x = filled(100, 1);
+      if (r == 1 || r == 2) {
+        s = r == 1 ? comm.send(x.tensor, 2, 5) : comm.recv(x.tensor, 1, 5);
+        EXPECT_TRUE(s.isOk()) << s.toString();
+        EXPECT_EQ(values(x), values(filled(100, 1)));
+      }
+      received[r] = comm.takeTraffic().received[1];
+      EXPECT_TRUE(comm.barrier().isOk());
+    });
+  for (auto &t : threads)
+    t.join();
+  EXPECT_EQ(received[2], 32u + 416u);
 }
 
 // Across machines the salts travel through Redis: three sealed ranks.
