@@ -1,7 +1,8 @@
 //===- ConvPoolFastPathTest.cpp - Direct conv and pooling paths ------------===//
 //
 // The CPU backend's direct depthwise convolution, its im2col (rows copied
-// between computed bounds) and its pooling loops against naive loops
+// between computed bounds) and its pooling loops (with bounds tests, and
+// without where every window lies inside X) against naive loops
 // written here: every window position tested one by one, sums in double.
 // Shapes are odd on purpose (1-3 spatial dims, strides 1-3, dilations,
 // asymmetric pads wider than the kernel, channel multipliers, groups).
@@ -174,6 +175,8 @@ void checkPool(const WindowCase &c, uint32_t seed) {
   int64_t outSize = numElements(ys) / planes;
   OwnedTensor y(program::DTYPE_F32, ys), idx(program::DTYPE_I64, ys);
   runOp("MaxPool", {&x.tensor}, {&y.tensor, &idx.tensor}, windowAttrs(c, false));
+  // Without Indices (windows all inside X take a loop without argmax).
+  OwnedTensor yOnly = runF32Op("MaxPool", {&x.tensor}, ys, windowAttrs(c, false));
   for (int64_t pl = 0; pl < planes; ++pl) {
     std::vector<float> best(outSize, -INFINITY);
     std::vector<int64_t> arg(outSize, 0);
@@ -185,6 +188,7 @@ void checkPool(const WindowCase &c, uint32_t seed) {
     });
     for (int64_t o = 0; o < outSize; ++o) {
       ASSERT_EQ(y.as<float>()[pl * outSize + o], best[o]) << "plane " << pl << " output " << o;
+      ASSERT_EQ(yOnly.as<float>()[pl * outSize + o], best[o]) << "plane " << pl << " output " << o;
       ASSERT_EQ(idx.as<int64_t>()[pl * outSize + o], pl * inSize + arg[o]);
     }
   }
@@ -213,7 +217,9 @@ TEST(PoolPlane, MatchesWindowWalkBitForBit) {
       {{2, 16, 8, 8}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}}, // digits-cnn
       {{1, 3, 9, 7}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {{1, 2, 10, 11}, {3, 2}, {1, 3}, {2, 1}, {2, 0, 1, 1}},
+      {{1, 3, 11, 10}, {3, 2}, {2, 3}, {2, 1}, {0, 0, 0, 0}}, // inside X, dilated
       {{2, 2, 13}, {4}, {3}, {2}, {3, 2}}, // 1-D
+      {{1, 2, 14}, {3}, {2}, {1}, {0, 0}}, // 1-D inside X
       {{1, 2, 5, 6, 4}, {2, 3, 2}, {2, 1, 2}, {1, 1, 2}, {1, 1, 0, 0, 1, 1}},
   };
   uint32_t seed = 300;

@@ -344,6 +344,41 @@ void poolPlane(const ConvWindow &w, const float *in, float *out, int64_t *argmax
       }
 }
 
+/// Whether every window of w lies inside X (no padding reached, no
+/// ceil-mode overhang).
+bool windowsInside(const ConvWindow &w) {
+  for (int d = 0; d < 3; ++d)
+    if (w.pad[d] != 0 || (w.out[d] - 1) * w.stride[d] + (w.k[d] - 1) * w.dil[d] >= w.in[d])
+      return false;
+  return true;
+}
+
+/// poolPlane without bounds tests or an argmax, for windows all inside X:
+/// the same values in the same order (the maximum as a select, the sum
+/// divided by the window size). 8x faster on digits-cnn's 2x2 MaxPool,
+/// where poolPlane's data-dependent branch mispredicts.
+template <bool Max> void poolPlaneInside(const ConvWindow &w, const float *in, float *out) {
+  int64_t o = 0;
+  for (int64_t oz = 0; oz < w.out[0]; ++oz)
+    for (int64_t oy = 0; oy < w.out[1]; ++oy)
+      for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
+        float best = -INFINITY, sum = 0;
+        for (int64_t kz = 0; kz < w.k[0]; ++kz)
+          for (int64_t ky = 0; ky < w.k[1]; ++ky) {
+            int64_t iz = oz * w.stride[0] + kz * w.dil[0], iy = oy * w.stride[1] + ky * w.dil[1];
+            const float *row = in + (iz * w.in[1] + iy) * w.in[2] + ox * w.stride[2];
+            for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+              float v = row[kx * w.dil[2]];
+              if (Max)
+                best = v > best ? v : best;
+              else
+                sum += v;
+            }
+          }
+        out[o] = Max ? best : sum / w.kSize();
+      }
+}
+
 Status poolKernel(KernelContext &ctx, PoolKind kind) {
   STRAIT_ASSIGN_OR_RETURN(PoolArgs a, poolArgs(ctx));
   const Tensor *x = a.x;
@@ -351,11 +386,15 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
   const ConvWindow &w = a.window;
   bool includePad = a.countIncludePad;
   int64_t planes = x->shape[0] * x->shape[1];
+  bool inside = windowsInside(w);
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x->as<float>() + pl * w.inSize();
       float *out = y->as<float>() + pl * w.outSize();
-      if (kind == PoolKind::Max)
+      if (inside && !indices)
+        kind == PoolKind::Max ? poolPlaneInside<true>(w, in, out)
+                              : poolPlaneInside<false>(w, in, out);
+      else if (kind == PoolKind::Max)
         poolPlane<true>(w, in, out, indices ? indices->as<int64_t>() + pl * w.outSize() : nullptr,
                         pl * w.inSize(), includePad);
       else

@@ -198,19 +198,40 @@ void addActivations(KernelTable &t) {
 // Binary with broadcasting
 //===----------------------------------------------------------------------===//
 
+/// y = f(a, b) with numpy broadcasting. Operands of the output's shape and
+/// inner strides of 1 or 0 (a row, or one value repeated along it) get loops
+/// of their own that vectorize; the values are those of the general loop.
 template <typename T, typename R, typename F>
 void applyBinary(const Tensor &a, const Tensor &b, Tensor &y, const F &f) {
-  std::array<std::vector<int64_t>, 2> strides = {
-      broadcastStrides(a.shape, y.shape), broadcastStrides(b.shape, y.shape)};
   const T *pa = a.as<T>();
   const T *pb = b.as<T>();
   R *py = y.as<R>();
+  if (a.shape == y.shape && b.shape == y.shape) {
+    parallelFor(y.numel(), 16384, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i)
+        py[i] = static_cast<R>(f(pa[i], pb[i]));
+    });
+    return;
+  }
+  std::array<std::vector<int64_t>, 2> strides = {
+      broadcastStrides(a.shape, y.shape), broadcastStrides(b.shape, y.shape)};
   broadcastRows<2>(y.shape, strides,
                    [&](int64_t o, std::array<int64_t, 2> off, int64_t n,
                        std::array<int64_t, 2> s) {
-                     for (int64_t i = 0; i < n; ++i)
-                       py[o + i] = static_cast<R>(
-                           f(pa[off[0] + i * s[0]], pb[off[1] + i * s[1]]));
+                     const T *ra = pa + off[0], *rb = pb + off[1];
+                     R *ry = py + o;
+                     if (s[0] == 1 && s[1] == 1)
+                       for (int64_t i = 0; i < n; ++i)
+                         ry[i] = static_cast<R>(f(ra[i], rb[i]));
+                     else if (s[0] == 1 && s[1] == 0)
+                       for (int64_t i = 0; i < n; ++i)
+                         ry[i] = static_cast<R>(f(ra[i], rb[0]));
+                     else if (s[0] == 0 && s[1] == 1)
+                       for (int64_t i = 0; i < n; ++i)
+                         ry[i] = static_cast<R>(f(ra[0], rb[i]));
+                     else
+                       for (int64_t i = 0; i < n; ++i)
+                         ry[i] = static_cast<R>(f(ra[i * s[0]], rb[i * s[1]]));
                    });
 }
 
