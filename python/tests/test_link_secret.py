@@ -10,7 +10,9 @@ the gradient all-reduce crosses it) and checks that
   - a missing, malformed or group-readable key file stops the launcher before
     any rank starts (exit 2), naming the file;
   - a rank given another secret fails with an authentication error naming
-    the peer instead of hanging (both ranks exit within the timeout).
+    the peer instead of hanging (both ranks exit within the timeout);
+  - the ranks the launcher starts get the key file's path on their command
+    line, never the secret (nor in their environment).
 """
 from __future__ import annotations
 
@@ -128,3 +130,40 @@ def test_another_secret_fails_without_hanging(jobs, tmp_path):
     assert all(p.returncode != 0 for p in procs), outs
     # Rank 1 receives the first activations from rank 0: they do not verify.
     assert re.search(r"rank 1 .*authentication failed: .* from rank 0 to rank 1", outs[1]), outs[1]
+
+
+def test_ranks_get_the_path_not_the_secret(jobs):
+    """The workers' command lines (what `ps` shows) hold the key file's path, not the secret."""
+    d, data, key = jobs
+    secret = key.read_text().strip()
+    launcher = subprocess.Popen([STRAIT_RUN, str(d / "pipe"), "--steps", "400", "--data", str(data),
+                                 "--threads", "1", "--link-secret", str(key), "--quiet"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen) < 2 and launcher.poll() is None and time.monotonic() < deadline:
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or int(pid) == launcher.pid:
+                    continue
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        args = f.read().decode(errors="replace").split("\0")
+                except OSError:
+                    continue
+                if str(d / "pipe") in args and "--rank" in args and args not in seen:
+                    try:
+                        with open(f"/proc/{pid}/environ", "rb") as f:
+                            assert secret.encode() not in f.read(), "the secret is in the environment"
+                    except OSError:
+                        pass
+                    seen.append(args)
+            time.sleep(0.01)
+    finally:
+        launcher.wait(timeout=120)
+    assert launcher.returncode == 0, launcher.stderr.read()
+    if not seen:
+        pytest.skip("the job ended before its workers could be observed")
+    for args in seen:
+        assert "--link-secret" in args and str(key.resolve()) in args, args
+        assert not any(secret in a for a in args), args
