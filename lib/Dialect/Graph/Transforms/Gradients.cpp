@@ -32,11 +32,15 @@ Value GradBuilder::zeros(Type type) {
       DenseElementsAttr::get(t, floatOrIntAttr(t.getElementType(), 0.0))));
 }
 
-Value GradBuilder::add(Value a, Value c) { return make<AddOp>(a, c); }
-Value GradBuilder::sub(Value a, Value c) { return make<SubOp>(a, c); }
-Value GradBuilder::mul(Value a, Value c) { return make<MulOp>(a, c); }
-Value GradBuilder::div(Value a, Value c) { return make<DivOp>(a, c); }
-Value GradBuilder::neg(Value a) { return make<NegOp>(a); }
+// Arithmetic on constants folds as it is built: a rule's constant
+// subexpression (Pow's exponent - 1) becomes a constant, which
+// graph-fuse-elementwise inlines (a Pow by 2 or 3 is then products) instead
+// of a kernel per step feeding a runtime exponent.
+Value GradBuilder::add(Value a, Value c) { return b.createOrFold<AddOp>(loc, a, c); }
+Value GradBuilder::sub(Value a, Value c) { return b.createOrFold<SubOp>(loc, a, c); }
+Value GradBuilder::mul(Value a, Value c) { return b.createOrFold<MulOp>(loc, a, c); }
+Value GradBuilder::div(Value a, Value c) { return b.createOrFold<DivOp>(loc, a, c); }
+Value GradBuilder::neg(Value a) { return b.createOrFold<NegOp>(loc, a); }
 
 Value GradBuilder::reduceTo(Value grad, Value target) {
   if (grad.getType() == target.getType())
