@@ -106,7 +106,7 @@ public:
   void give(Block block);
 
 private:
-  static constexpr size_t kKeepBytes = size_t(512) << 20;
+  static constexpr size_t kKeepBytes = size_t(256) << 20;
   std::mutex mutex;
   std::vector<Block> free;
   size_t kept = 0;
