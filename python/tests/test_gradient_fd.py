@@ -477,6 +477,17 @@ def _cases():
         direction="bidirectional")],
         {"x": _r((4, 2, 2), 151), "w": _r((2, 3, 2), 152), "r": _r((2, 3, 3), 153),
          "b": _r((2, 6), 154), "h0": _r((2, 2, 3), 155)}))
+    # DFT and STFT: products with a constant DFT matrix (STFT: frames gathered, windowed)
+    c.append(Case("DFT-inverse-complex", lambda T: [helper.make_node(
+        "DFT", ["p0"], ["y"], axis=1, inverse=1)], {"p0": _r((2, 6, 2), 160)}))
+    c.append(Case("DFT-onesided-padded", lambda T: [
+        _const("n", np.array(8, np.int64), T),
+        helper.make_node("DFT", ["p0", "n"], ["y"], axis=1, onesided=1)],
+        {"p0": _r((2, 7, 1), 161)}))
+    c.append(Case("STFT-window", lambda T: [
+        _const("step", np.array(4, np.int64), T),
+        helper.make_node("STFT", ["p0", "step", "p1"], ["y"])],
+        {"p0": _r((1, 20, 1), 162), "p1": _r((8,), 163, 0.2, 1.0)}))
     return {case.name: case for case in c}
 
 

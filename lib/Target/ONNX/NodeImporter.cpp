@@ -406,6 +406,8 @@ const OpRegistry &strait::onnximport::opRegistry() {
     registerTensorImporters(r);
     registerReductionImporters(r);
     registerRecurrentImporters(r);
+    registerSignalImporters(r);
+    registerUnpoolImporters(r);
     return r;
   }();
   return registry;

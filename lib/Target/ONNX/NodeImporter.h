@@ -145,6 +145,8 @@ void registerNNImporters(OpRegistry &registry);
 void registerTensorImporters(OpRegistry &registry);
 void registerReductionImporters(OpRegistry &registry);
 void registerRecurrentImporters(OpRegistry &registry);
+void registerSignalImporters(OpRegistry &registry);
+void registerUnpoolImporters(OpRegistry &registry);
 
 /// The registry with every family registered (built once).
 const OpRegistry &opRegistry();
