@@ -1,9 +1,10 @@
 //===- ConvPoolFastPathTest.cpp - Direct conv and pooling paths ------------===//
 //
 // The CPU backend's direct depthwise convolution, its im2col (rows copied
-// between computed bounds) and its pooling loops (with bounds tests, and
-// without where every window lies inside X) against naive loops
-// written here: every window position tested one by one, sums in double.
+// between computed bounds), its pooling loops (with bounds tests, and
+// without where every window lies inside X) and its pooling gradients
+// against naive loops written here: every window position tested one by
+// one, convolution sums in double, pooling in the kernels' order (equal bits).
 // Shapes are odd on purpose (1-3 spatial dims, strides 1-3, dilations,
 // asymmetric pads wider than the kernel, channel multipliers, groups).
 //
@@ -212,6 +213,59 @@ void checkPool(const WindowCase &c, uint32_t seed) {
   }
 }
 
+/// MaxPoolGrad (to the first maximum of each window, the first position
+/// when none is greater) and AveragePoolGrad (both padding counts) against
+/// the window walk, outputs in order: equal bits.
+void checkPoolGrad(const WindowCase &c, uint32_t seed) {
+  SCOPED_TRACE("X " + shapeToString(c.x));
+  int64_t planes = c.x[0] * c.x[1];
+  int64_t inSize = numElements(c.x) / planes;
+  std::vector<float> data = pseudoRandom(numElements(c.x), seed);
+  for (size_t i = 0; i < data.size(); i += 5)
+    data[i] = data[i / 3]; // ties
+  data[0] = NAN;           // a window whose first position is NaN
+  Shape ys = outShape(c, c.x[1]);
+  int64_t outSize = numElements(ys) / planes;
+  std::vector<float> dyv = pseudoRandom(numElements(ys), seed + 1);
+  OwnedTensor x = f32Tensor(c.x, data), dy = f32Tensor(ys, dyv);
+  OwnedTensor dmax = runF32Op("MaxPoolGrad", {&dy.tensor, &x.tensor}, c.x, windowAttrs(c, false));
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    std::vector<int64_t> best(outSize, -1);
+    forEachWindow(c, [&](int64_t o, int64_t in, int64_t) {
+      if (in >= 0 && (best[o] < 0 || data[pl * inSize + in] > data[pl * inSize + best[o]]))
+        best[o] = in;
+    });
+    std::vector<float> want(inSize, 0.0f);
+    for (int64_t o = 0; o < outSize; ++o)
+      if (best[o] >= 0)
+        want[best[o]] += dyv[pl * outSize + o];
+    for (int64_t i = 0; i < inSize; ++i)
+      ASSERT_EQ(dmax.as<float>()[pl * inSize + i], want[i]) << "MaxPoolGrad plane " << pl;
+  }
+  for (int includePad : {0, 1}) {
+    OwnedTensor davg = runF32Op("AveragePoolGrad", {&dy.tensor}, c.x, [&](program::Kernel &k) {
+      windowAttrs(c, false)(k);
+      setInt(k, "count_include_pad", includePad);
+      setInts(k, "input_shape", c.x);
+    });
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      std::vector<int64_t> count(outSize, 0), inX(outSize, 0);
+      forEachWindow(c, [&](int64_t o, int64_t in, int64_t) {
+        count[o] += in >= 0 || includePad;
+        inX[o] += in >= 0;
+      });
+      std::vector<float> want(inSize, 0.0f);
+      forEachWindow(c, [&](int64_t o, int64_t in, int64_t) {
+        if (in >= 0 && inX[o] > 0)
+          want[in] += dyv[pl * outSize + o] / count[o];
+      });
+      for (int64_t i = 0; i < inSize; ++i)
+        ASSERT_EQ(davg.as<float>()[pl * inSize + i], want[i])
+            << "AveragePoolGrad count_include_pad " << includePad << " plane " << pl;
+    }
+  }
+}
+
 TEST(PoolPlane, MatchesWindowWalkBitForBit) {
   std::vector<WindowCase> cases = {
       {{2, 16, 8, 8}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}}, // digits-cnn
@@ -225,6 +279,19 @@ TEST(PoolPlane, MatchesWindowWalkBitForBit) {
   uint32_t seed = 300;
   for (const WindowCase &c : cases)
     checkPool(c, seed += 3);
+}
+
+TEST(PoolGrad, MatchesWindowWalkBitForBit) {
+  std::vector<WindowCase> cases = {
+      {{2, 4, 8, 8}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}}, // digits-cnn
+      {{1, 3, 9, 7}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, // overlapping windows
+      {{1, 2, 10, 11}, {3, 2}, {1, 3}, {2, 1}, {2, 0, 1, 1}},
+      {{2, 2, 13}, {4}, {3}, {2}, {3, 2}},
+      {{1, 2, 5, 6, 4}, {2, 3, 2}, {2, 1, 2}, {1, 1, 2}, {1, 1, 0, 0, 1, 1}},
+  };
+  uint32_t seed = 400;
+  for (const WindowCase &c : cases)
+    checkPoolGrad(c, seed += 3);
 }
 
 } // namespace

@@ -14,6 +14,7 @@
 #include "../lib/codec/CodecLayout.h"
 #include "strait/runtime/Tensor.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -83,7 +84,7 @@ struct FusedCase {
 
 constexpr int64_t U = -1; ///< an unused operand
 
-inline int numFusedCases() { return 8; }
+inline int numFusedCases() { return 9; }
 
 inline FusedCase fusedCase(int i) {
   FusedCase c;
@@ -183,6 +184,21 @@ inline FusedCase fusedCase(int i) {
     c.outputs = {9, 6, 5, 3};
     c.outputTypes = {program::DTYPE_BF16, program::DTYPE_F16, program::DTYPE_F32,
                      program::DTYPE_F32};
+    break;
+  case 8: // every comparison, on values in quarter steps (many ties), one
+          // row broadcast; a Where on a comparison
+    c.name = "ComparisonsWithTies";
+    c.shape = {9, 41};
+    c.addF32(c.shape, 1, 18);
+    c.addF32({41}, 1, 19);
+    for (OwnedTensor &t : c.inputs)
+      for (int64_t i = 0; i < t.tensor.numel(); ++i)
+        t.as<float>()[i] = std::round(t.as<float>()[i] * 4) / 4;
+    c.ops = {"Equal", "Greater", "GreaterOrEqual", "LessOrEqual", "Less", "Where"};
+    c.args = {0, 1, U, 0, 1, U, 0, 1, U, 0, 1, U, 0, 1, U, 3, 0, 1};
+    c.outputs = {2, 3, 4, 5, 6, 7};
+    c.outputTypes = {program::DTYPE_BOOL, program::DTYPE_BOOL, program::DTYPE_BOOL,
+                     program::DTYPE_BOOL, program::DTYPE_BOOL, program::DTYPE_F32};
     break;
   }
   return c;

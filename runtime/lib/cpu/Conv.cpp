@@ -464,6 +464,37 @@ Status convGradWeightKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// Calls inside(index into the plane) for each position of the window of
+/// output (oz, oy, ox) inside X, in (z, y, x) order, and returns the number
+/// of positions in the padding: rt::walkWindow without dividing the output
+/// index into coordinates.
+template <typename F>
+inline int64_t walkWindowAt(const ConvWindow &w, int64_t oz, int64_t oy, int64_t ox, F &&inside) {
+  int64_t padded = 0;
+  for (int64_t kz = 0; kz < w.k[0]; ++kz) {
+    int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+    bool zIn = iz >= 0 && iz < w.in[0], zPad = iz < w.in[0] + w.padEnd[0];
+    for (int64_t ky = 0; ky < w.k[1]; ++ky) {
+      int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+      bool rowIn = zIn && iy >= 0 && iy < w.in[1], rowPad = zPad && iy < w.in[1] + w.padEnd[1];
+      int64_t rowBase = (iz * w.in[1] + iy) * w.in[2];
+      for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+        int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
+        if (rowIn && ix >= 0 && ix < w.in[2])
+          inside(rowBase + ix);
+        else
+          padded += rowPad && ix < w.in[2] + w.padEnd[2];
+      }
+    }
+  }
+  return padded;
+}
+
+/// MaxPoolGrad routes each dY to the first maximum of its window (the
+/// window's first position when none is greater, e.g. all NaN);
+/// AveragePoolGrad spreads it over the window. Outputs in order, positions
+/// in (z, y, x) order: the sums into dX are those of a walk over
+/// rt::walkWindow, without its per-output index list and divisions.
 Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
   STRAIT_ASSIGN_OR_RETURN(PoolGradArgs a, poolGradArgs(ctx, kind == PoolKind::Max));
   const Tensor *dy = a.dy, *x = a.x;
@@ -473,29 +504,54 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
   bool includePad = a.countIncludePad;
   std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
   int64_t planes = xShape[0] * xShape[1];
+  bool inside = windowsInside(w);
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<int64_t> window;
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x ? x->as<float>() + pl * w.inSize() : nullptr;
       float *out = dx->as<float>() + pl * w.inSize();
       const float *g = dy->as<float>() + pl * w.outSize();
-      for (int64_t o = 0; o < w.outSize(); ++o) {
-        window.clear();
-        int64_t padded = walkWindow(w, o, [&](int64_t idx) { window.push_back(idx); });
-        if (window.empty())
-          continue;
-        if (kind == PoolKind::Max) {
-          int64_t best = window[0];
-          for (int64_t idx : window)
-            if (in[idx] > in[best])
-              best = idx;
-          out[best] += g[o];
-        } else {
-          int64_t denom = static_cast<int64_t>(window.size()) + (includePad ? padded : 0);
-          for (int64_t idx : window)
-            out[idx] += g[o] / denom;
-        }
-      }
+      int64_t o = 0;
+      for (int64_t oz = 0; oz < w.out[0]; ++oz)
+        for (int64_t oy = 0; oy < w.out[1]; ++oy)
+          for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
+            if (kind == PoolKind::Max && inside) {
+              // The first maximum by selects: no mispredicted branch on
+              // the data (a NaN at the first position stays, as below).
+              const float *first = in + (oz * w.stride[0] * w.in[1] + oy * w.stride[1]) * w.in[2] +
+                                   ox * w.stride[2];
+              int64_t best = first - in;
+              float bv = *first;
+              for (int64_t kz = 0; kz < w.k[0]; ++kz)
+                for (int64_t ky = 0; ky < w.k[1]; ++ky) {
+                  int64_t row = (kz * w.dil[0] * w.in[1] + ky * w.dil[1]) * w.in[2];
+                  for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+                    int64_t idx = (first - in) + row + kx * w.dil[2];
+                    float v = in[idx];
+                    bool gt = v > bv;
+                    best = gt ? idx : best;
+                    bv = gt ? v : bv;
+                  }
+                }
+              out[best] += g[o];
+              continue;
+            }
+            if (kind == PoolKind::Max) {
+              int64_t best = -1;
+              walkWindowAt(w, oz, oy, ox, [&](int64_t idx) {
+                if (best < 0 || in[idx] > in[best])
+                  best = idx;
+              });
+              if (best >= 0)
+                out[best] += g[o];
+              continue;
+            }
+            int64_t count = 0;
+            int64_t padded = walkWindowAt(w, oz, oy, ox, [&](int64_t) { ++count; });
+            if (count == 0)
+              continue;
+            int64_t denom = count + (includePad ? padded : 0);
+            walkWindowAt(w, oz, oy, ox, [&](int64_t idx) { out[idx] += g[o] / denom; });
+          }
     }
   });
   return Status::ok();

@@ -198,6 +198,25 @@ void runInstr(const FusedInstr &in, float *y, const float *a, const float *b,
     for (int64_t i = 0; i < n; ++i)
       y[i] = a[i] != 0 ? b[i] : c[i];
     return;
+  // Comparisons and logic as 1/0 (evalFusedScalar's values) in loops that
+  // vectorize: ReluGrad's Greater was 4% of a digits-cnn training step
+  // through the per-element switch below.
+  case FusedOp::Equal: binary(y, a, b, n, [](float p, float q) { return p == q ? 1.0f : 0.0f; }); return;
+  case FusedOp::Less: binary(y, a, b, n, [](float p, float q) { return p < q ? 1.0f : 0.0f; }); return;
+  case FusedOp::LessOrEqual:
+    binary(y, a, b, n, [](float p, float q) { return p <= q ? 1.0f : 0.0f; });
+    return;
+  case FusedOp::Greater: binary(y, a, b, n, [](float p, float q) { return p > q ? 1.0f : 0.0f; }); return;
+  case FusedOp::GreaterOrEqual:
+    binary(y, a, b, n, [](float p, float q) { return p >= q ? 1.0f : 0.0f; });
+    return;
+  case FusedOp::And:
+    binary(y, a, b, n, [](float p, float q) { return p != 0 && q != 0 ? 1.0f : 0.0f; });
+    return;
+  case FusedOp::Or:
+    binary(y, a, b, n, [](float p, float q) { return p != 0 || q != 0 ? 1.0f : 0.0f; });
+    return;
+  case FusedOp::Not: unary(y, a, n, [](float p) { return p != 0 ? 0.0f : 1.0f; }); return;
   default: // the rest, through the reference semantics
     for (int64_t i = 0; i < n; ++i)
       y[i] = evalFusedScalar(in, a ? a[i] : 0, b ? b[i] : 0, c ? c[i] : 0);

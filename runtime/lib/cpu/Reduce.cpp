@@ -83,6 +83,31 @@ void runReduce(const Tensor &x, Tensor &y, const ReducePlan &p, ReduceKind k) {
           }
         }
       }
+      bool summing = k == ReduceKind::Sum || k == ReduceKind::Mean;
+      if (summing && nr > 0 && p.redStrides[nr - 1] == 1) {
+        // A sum whose innermost reduced dimension is contiguous (bias
+        // gradients, global means): whole runs of it, the same additions
+        // in the same order as the walk below, without its per-element
+        // switch and index carry.
+        int64_t len = p.redDims[nr - 1];
+        std::fill(idx.begin(), idx.end(), 0);
+        for (int64_t i = 0, off = base; i < p.redCount; i += len) {
+          const T *run = in + off;
+          for (int64_t j = 0; j < len; ++j)
+            acc += static_cast<double>(run[j]);
+          for (int64_t d = nr - 2; d >= 0; --d) {
+            off += p.redStrides[d];
+            if (++idx[d] < p.redDims[d])
+              break;
+            off -= idx[d] * p.redStrides[d];
+            idx[d] = 0;
+          }
+        }
+        if (k == ReduceKind::Mean)
+          acc /= static_cast<double>(p.redCount);
+        out[o] = static_cast<T>(acc);
+        continue;
+      }
       std::fill(idx.begin(), idx.end(), 0);
       for (int64_t i = 0, off = base; i < p.redCount; ++i) {
         double v = static_cast<double>(in[off]);
