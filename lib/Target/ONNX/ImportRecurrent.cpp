@@ -344,9 +344,16 @@ FailureOr<Problem> readProblem(NodeImporter &n, const CellSpec &spec) {
   if (*hidden && **hidden != p.hidden)
     return n.error() << "attribute 'hidden_size' is " << **hidden
                      << " but input 'R' has hidden size " << p.hidden;
-  if (p.seq < 1 || p.hidden < 1)
-    return n.error() << "seq_length and hidden_size must be positive, got " << p.seq
-                     << " and " << p.hidden;
+  if (p.seq < 1 || p.batch < 1 || p.inputSize < 1 || p.hidden < 1)
+    return n.error() << "seq_length, batch_size, input_size and hidden_size must be "
+                        "positive, got "
+                     << p.seq << ", " << p.batch << ", " << p.inputSize << " and " << p.hidden;
+  // Each step becomes ~20 ops: bound the graph an unrolled sequence can make.
+  constexpr int64_t kMaxSteps = 1 << 16;
+  if (p.seq * p.directions > kMaxSteps)
+    return n.error() << "seq_length " << p.seq << " (times " << p.directions
+                     << " directions) is too long to unroll (at most " << kMaxSteps
+                     << " steps)";
   int64_t d = p.directions, gh = spec.gates * p.hidden, h = p.hidden;
   SmallVector<int64_t> stateShape = p.batchFirst ? SmallVector<int64_t>{p.batch, d, h}
                                                  : SmallVector<int64_t>{d, p.batch, h};

@@ -113,6 +113,17 @@ struct Spectrum {
   std::vector<double> matrix; // [in * channels, bins * outChannels]
 };
 
+/// Entries of the constant a DFT or mel matrix may have (2^27: 512 MiB in f32).
+constexpr int64_t kMaxMatrix = int64_t(1) << 27;
+
+/// Fails when the DFT matrix of `in` points and `length` would be too large.
+LogicalResult checkMatrixSize(NodeImporter &n, int64_t in, int64_t channels, int64_t length) {
+  if (length > kMaxMatrix || in * channels > kMaxMatrix / (2 * length))
+    return n.error() << "the DFT matrix of " << in << " points and length " << length
+                     << " would exceed " << kMaxMatrix << " entries";
+  return success();
+}
+
 Spectrum dftMatrix(int64_t in, int64_t channels, int64_t length, bool inverse, bool onesided) {
   Spectrum s;
   bool real = inverse && onesided;
@@ -180,6 +191,8 @@ FailureOr<RankedTensorType> signalType(NodeImporter &n, size_t i, StringRef what
   if (!t || !t.hasStaticShape() || t.getRank() < rank || !isa<FloatType>(t.getElementType()))
     return n.error() << "input '" << what << "' must be a static float tensor of rank >= "
                      << rank << ", got " << n.inputType(i);
+  if (llvm::is_contained(t.getShape(), 0))
+    return n.error() << "input '" << what << "' has an empty dimension: " << t;
   if (t.getShape().back() != 1 && t.getShape().back() != 2)
     return n.error() << "input '" << what << "' must end in a dimension of 1 (real) or 2 "
                         "(complex), got "
@@ -219,6 +232,8 @@ LogicalResult importDFT(NodeImporter &n) {
   int64_t len = length->value_or(real ? 2 * (in - 1) : in);
   if (len < 1)
     return n.error() << "dft_length must be positive, got " << len;
+  if (failed(checkMatrixSize(n, in, channels, len)))
+    return failure();
   // Move the signal axis next to the last one, transform, move it back.
   SmallVector<int64_t> perm;
   for (int64_t d = 0; d < rank - 1; ++d)
@@ -276,6 +291,10 @@ LogicalResult importSTFT(NodeImporter &n) {
     return n.error() << "frame length " << frame << " must be in [1, signal_length "
                      << length << "]";
   int64_t frames = 1 + (length - frame) / **step;
+  if (failed(checkMatrixSize(n, frame, channels, frame)))
+    return failure();
+  if (frames > kMaxMatrix / frame)
+    return n.error() << frames << " frames of " << frame << " samples are too many";
   SmallVector<int64_t> idx;
   for (int64_t f = 0; f < frames; ++f)
     for (int64_t t = 0; t < frame; ++t)
@@ -357,6 +376,8 @@ LogicalResult importMelWeightMatrix(NodeImporter &n) {
   if (*mels < 1 || *dft < 1 || *rate <= 0 || *low < 0 || *high <= *low)
     return n.error() << "needs num_mel_bins, dft_length, sample_rate > 0 and 0 <= "
                         "lower_edge_hertz < upper_edge_hertz";
+  if (*mels * (*dft / 2 + 1) > kMaxMatrix)
+    return n.error() << "a " << *dft / 2 + 1 << " x " << *mels << " mel matrix is too large";
   auto m = static_cast<int64_t>(*mels), d = static_cast<int64_t>(*dft);
   auto type = RankedTensorType::get({d / 2 + 1, m}, elt);
   return n.setResults(n.constant(floatsAttr(type, melWeights(m, d, *rate, *low, *high))));

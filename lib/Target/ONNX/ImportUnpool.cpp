@@ -46,13 +46,24 @@ LogicalResult importMaxUnpool(NodeImporter &n) {
     return n.error() << "kernel_shape/strides/pads do not match " << spatial
                      << " spatial dimensions";
   SmallVector<int64_t> shape(xt.getShape().take_front(2));
-  for (int64_t d = 0; d < spatial; ++d)
-    shape.push_back((xt.getDimSize(d + 2) - 1) * (*s)[d] - (*p)[d] - (*p)[d + spatial] +
-                    (*k)[d]);
+  for (int64_t d = 0; d < spatial; ++d) {
+    int64_t v;
+    if (__builtin_mul_overflow(xt.getDimSize(d + 2) - 1, (*s)[d], &v) ||
+        __builtin_sub_overflow(v, (*p)[d], &v) ||
+        __builtin_sub_overflow(v, (*p)[d + spatial], &v) ||
+        __builtin_add_overflow(v, (*k)[d], &v))
+      return n.error() << "the unpooled size of spatial dimension " << d << " overflows";
+    shape.push_back(v);
+  }
+  // The zeros it scatters into are a constant: bound them (2^32 entries).
+  constexpr int64_t kMaxElements = int64_t(1) << 32;
   int64_t total = 1;
   for (int64_t v : shape) {
     if (v < 1)
       return n.error() << "the unpooled shape has a dimension of " << v;
+    if (v > kMaxElements / total)
+      return n.error() << "the unpooled tensor would have more than " << kMaxElements
+                       << " elements";
     total *= v;
   }
   SmallVector<int64_t> target = shape;
