@@ -257,15 +257,16 @@ double strait::islandAllReduceTime(const ClusterModel &cluster,
     return 0;
   if (interBytes < 0)
     interBytes = bytes;
+  double buckets = allReduceBuckets(cluster, bytes);
   double inner = 0;
   for (const std::vector<unsigned> &island : islands)
-    inner = std::max(inner, ringAllReduceTime(cluster, island, bytes));
+    inner = std::max(inner, ringAllReduceTime(cluster, island, bytes, buckets));
   if (islands.size() < 2)
     return inner;
   std::vector<unsigned> leaders;
   for (const std::vector<unsigned> &island : islands)
     leaders.push_back(island.front());
-  double outer = ringAllReduceTime(cluster, leaders, interBytes);
+  double outer = ringAllReduceTime(cluster, leaders, interBytes, buckets);
   // Equal islands on unshared links: one ring per member, 1/size each.
   size_t local = islands.front().size();
   bool equal = llvm::all_of(islands, [&](const auto &i) { return i.size() == local; });
@@ -278,7 +279,7 @@ double strait::islandAllReduceTime(const ClusterModel &cluster,
         ring[g] = islands[g][r];
         shared |= cluster.link(ring[g], islands[(g + 1) % islands.size()][r]).shared;
       }
-      split = std::max(split, ringAllReduceTime(cluster, ring, interBytes / local));
+      split = std::max(split, ringAllReduceTime(cluster, ring, interBytes / local, buckets));
     }
     if (!shared)
       outer = std::min(outer, split);
@@ -302,7 +303,7 @@ LinkTransfer strait::interIslandTransfer(const ClusterModel &cluster,
   t.latency = ring.latency;
   t.bandwidth = ring.bandwidth;
   t.trafficFactor = 2.0 * (g - 1) / g;
-  t.latencyHops = 2.0 * (g - 1);
+  t.latencyHops = 2.0 * (g - 1) * allReduceBuckets(cluster, bytes);
   double slowest = 1e300;
   for (unsigned d : leaders)
     slowest = std::min(slowest, quantizeRate(cluster.typeOf(d)));

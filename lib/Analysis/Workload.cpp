@@ -5,6 +5,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 using namespace strait;
@@ -68,15 +69,23 @@ RingCost strait::ringCost(const ClusterModel &cluster,
   return cost;
 }
 
+double strait::allReduceBuckets(const ClusterModel &cluster, double bytes) {
+  if (!(cluster.allReduceBucketBytes > 0) || !(bytes > 0))
+    return 1;
+  return std::max(1.0, std::ceil(bytes / cluster.allReduceBucketBytes));
+}
+
 double strait::ringAllReduceTime(const ClusterModel &cluster,
-                                 llvm::ArrayRef<unsigned> devices,
-                                 double bytes) {
-  size_t p = devices.size();
+                                 llvm::ArrayRef<unsigned> ring, double bytes,
+                                 double buckets) {
+  size_t p = ring.size();
   if (p < 2 || bytes <= 0)
     return 0;
-  RingCost ring = ringCost(cluster, devices);
+  if (buckets < 0)
+    buckets = allReduceBuckets(cluster, bytes);
+  RingCost cost = ringCost(cluster, ring);
   double steps = 2.0 * (p - 1);
-  return steps * (ring.latency + bytes / p / ring.bandwidth);
+  return steps * (cost.latency * buckets + bytes / p / cost.bandwidth);
 }
 
 double strait::hierarchicalAllReduceTime(
@@ -85,9 +94,10 @@ double strait::hierarchicalAllReduceTime(
   if (groups.empty() || bytes <= 0)
     return 0;
   size_t local = groups.front().size();
+  double buckets = allReduceBuckets(cluster, bytes);
   double inner = 0;
   for (const std::vector<unsigned> &g : groups)
-    inner = std::max(inner, ringAllReduceTime(cluster, g, bytes));
+    inner = std::max(inner, ringAllReduceTime(cluster, g, bytes, buckets));
   // Cross-group rings: ring r links the r-th device of every group and
   // carries 1/local of the bytes. Rings crossing a shared link split it, so
   // then the traffic is as if one ring carried all the bytes.
@@ -99,12 +109,12 @@ double strait::hierarchicalAllReduceTime(
       ring[g] = groups[g][r];
       shared |= cluster.link(ring[g], groups[(g + 1) % groups.size()][r]).shared;
     }
-    outer = std::max(outer, ringAllReduceTime(cluster, ring, bytes / local));
+    outer = std::max(outer, ringAllReduceTime(cluster, ring, bytes / local, buckets));
   }
   if (shared) {
     for (size_t g = 0; g < groups.size(); ++g)
       ring[g] = groups[g][0];
-    outer = ringAllReduceTime(cluster, ring, bytes);
+    outer = ringAllReduceTime(cluster, ring, bytes, buckets);
   }
   return inner + outer;
 }

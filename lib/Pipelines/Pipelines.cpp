@@ -100,6 +100,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   assign.replicas = replicas;
   assign.microBatches = o.microBatches;
   assign.schedule = o.schedule;
+  assign.allReduceBucketMib = o.allReduceBucketMib;
   pm.addPass(dist::createDistAssignStages(assign));
   dist::DistInsertCommOptions comm;
   comm.cluster = o.cluster;
@@ -113,6 +114,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   compression.compress = o.compress;
   std::vector<std::string> links(o.compressLink.begin(), o.compressLink.end());
   compression.compressLink = links;
+  compression.allReduceBucketMib = o.allReduceBucketMib;
   pm.addPass(dist::createDistInsertCompression(compression));
   pm.addPass(dist::createDistSplitStages());
   if (o.fuse == FuseMode::Elementwise)

@@ -193,8 +193,8 @@ cl::opt<std::string> compress(
 cl::opt<double> allReduceBucketMib(
     "all-reduce-bucket-mib",
     cl::desc("Gradient all-reduces of a stage packed into buckets of this many MiB, one "
-             "all-reduce each (default 32; 0: one all-reduce per gradient)"),
-    cl::init(32), cl::cat(straitCat));
+             "all-reduce each (default 256; 0: one all-reduce per gradient)"),
+    cl::init(256), cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
     cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
@@ -383,6 +383,8 @@ bool clusterHasAccelerator() {
   if (clusterFile.empty())
     return false;
   llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
+  if (cluster)
+    cluster->allReduceBucketBytes = allReduceBucketMib * 1048576.0;
   if (!cluster) {
     llvm::consumeError(cluster.takeError());
     return false;
@@ -541,6 +543,8 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   std::optional<strait::ClusterModel> clusterModel;
   if (!clusterFile.empty()) {
     llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
+    if (cluster)
+      cluster->allReduceBucketBytes = allReduceBucketMib * 1048576.0;
     if (!cluster) {
       llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
       return 1;
@@ -656,6 +660,8 @@ int main(int argc, char **argv) {
       return 1;
     }
     llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
+    if (cluster)
+      cluster->allReduceBucketBytes = allReduceBucketMib * 1048576.0;
     if (!cluster) {
       llvm::errs() << "straitc: " << llvm::toString(cluster.takeError()) << "\n";
       return 1;

@@ -141,4 +141,28 @@ TEST(Workload, AllReduceModels) {
   EXPECT_NEAR(transferTime(c.link(0, 4), 1e8), 0.01 + 1.0, 1e-9);
 }
 
+// Each bucket of dist-bucket-all-reduces is a ring of its own: the latency
+// is paid once a ring step per bucket, the bandwidth term is unchanged, and
+// the phases of a hierarchical all-reduce count the whole all-reduce's
+// buckets (not their share of the bytes).
+TEST(Workload, AllReduceBucketsPayTheLatencyEach) {
+  ClusterModel c = makeUniformCluster(makeV100(), 2, 1, 2, {100e9, 0, false},
+                                      {10e9, 0, false}, {0.1e9, 0.01, false});
+  std::vector<unsigned> pair = {0, 2}; // across the slow 10 ms link
+  double bytes = 1e9;
+  c.allReduceBucketBytes = 0; // unbucketed: one all-reduce
+  double one = ringAllReduceTime(c, pair, bytes);
+  EXPECT_NEAR(one, 2 * (0.01 + bytes / 2 / 0.1e9), 1e-9);
+  c.allReduceBucketBytes = 256.0 * 1048576; // ceil(1e9 / 256 MiB) = 4 buckets
+  EXPECT_DOUBLE_EQ(allReduceBuckets(c, bytes), 4);
+  EXPECT_NEAR(ringAllReduceTime(c, pair, bytes) - one, 2 * 3 * 0.01, 1e-9);
+  EXPECT_DOUBLE_EQ(allReduceBuckets(c, 1e3), 1);
+  double hier4 = hierarchicalAllReduceTime(c, {{0, 1}, {2, 3}}, bytes);
+  c.allReduceBucketBytes = 0;
+  double hier1 = hierarchicalAllReduceTime(c, {{0, 1}, {2, 3}}, bytes);
+  // Inside each host (no latency) nothing changes; across, 2 rings of half
+  // the bytes each still pay 4 buckets' latency: 2 * (4 - 1) * 10 ms.
+  EXPECT_NEAR(hier4 - hier1, 2 * 3 * 0.01, 1e-9);
+}
+
 } // namespace

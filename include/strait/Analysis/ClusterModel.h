@@ -101,6 +101,13 @@ public:
   std::vector<Link> links;
   /// One representative device per speed class.
   std::vector<unsigned> classRepresentative;
+  /// The job's gradient all-reduces go in buckets of this many bytes
+  /// (dist-bucket-all-reduces; straitc --all-reduce-bucket-mib), each a
+  /// ring of its own that pays the link latency: an all-reduce of B bytes
+  /// pays it ceil(B / bucket) times. Not a property of the cluster file:
+  /// the passes that plan set it from their option.
+  double allReduceBucketBytes = kDefaultAllReduceBucketBytes;
+  static constexpr double kDefaultAllReduceBucketBytes = 256.0 * 1048576;
 
   unsigned size() const { return devices.size(); }
   unsigned linkId(unsigned a, unsigned b) const {

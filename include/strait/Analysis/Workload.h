@@ -39,9 +39,16 @@ struct RingCost {
 };
 RingCost ringCost(const ClusterModel &cluster, llvm::ArrayRef<unsigned> ring);
 
-/// Ring all-reduce: 2(p-1) steps of bytes/p each.
+/// How many buckets an all-reduce of `bytes` is sent in
+/// (ClusterModel::allReduceBucketBytes; at least 1).
+double allReduceBuckets(const ClusterModel &cluster, double bytes);
+
+/// Ring all-reduce: 2(p-1) steps of bytes/p each, the latency paid once a
+/// step per bucket (`buckets` < 0: allReduceBuckets(bytes); a phase of a
+/// hierarchical all-reduce passes its whole all-reduce's count).
 double ringAllReduceTime(const ClusterModel &cluster,
-                         llvm::ArrayRef<unsigned> devices, double bytes);
+                         llvm::ArrayRef<unsigned> devices, double bytes,
+                         double buckets = -1);
 
 /// Hierarchical all-reduce: reduce-scatter inside each group, ring
 /// all-reduce of the 1/g shards across groups (g parallel rings), then

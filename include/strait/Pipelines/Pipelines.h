@@ -170,7 +170,7 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       *this, "all-reduce-bucket-mib",
       llvm::cl::desc("gradient all-reduces packed into buckets of this many MiB (0: one per "
                      "gradient)"),
-      llvm::cl::init(32)};
+      llvm::cl::init(256)};
   ListOption<std::string> compressLink{
       *this, "compress-link",
       llvm::cl::desc("per link: A:B=CODEC[:R] (sites, hosts or devices A and B)")};

@@ -49,6 +49,9 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "micro-batches per iteration (with a cluster: imposed when > 1, "
            "else the planner chooses)">,
+    Option<"allReduceBucketMib", "all-reduce-bucket-mib", "double", "256",
+           "the gradient all-reduces' bucket size (dist-bucket-all-reduces): each bucket pays "
+           "the latency">,
     Option<"schedule", "schedule", "std::string", "\"auto\"",
            "pipeline schedule: auto (the planner's choice), gpipe or 1f1b">
   ];
@@ -118,7 +121,7 @@ def DistBucketAllReduces : Pass<"dist-bucket-all-reduces", "::mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"bucketMib", "bucket-mib", "double", "32",
+    Option<"bucketMib", "bucket-mib", "double", "256",
            "bucket size in MiB (0: no buckets)">
   ];
   let statistics = [
@@ -171,7 +174,10 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
     Option<"compress", "compress", "std::string", "\"auto\"",
            "auto, none, or a codec for every link: fp16, bf16, int8, int4, topk:R">,
     ListOption<"compressLink", "compress-link", "std::string",
-               "per link: A:B=CODEC[:R] (A, B: sites, hosts or devices)">
+               "per link: A:B=CODEC[:R] (A, B: sites, hosts or devices)">,
+    Option<"allReduceBucketMib", "all-reduce-bucket-mib", "double", "256",
+           "the gradient all-reduces' bucket size (dist-bucket-all-reduces): each bucket pays "
+           "the latency">
   ];
   let statistics = [
     Statistic<"numCompressed", "num-compressed", "Transfers given a codec">,

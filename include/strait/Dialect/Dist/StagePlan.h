@@ -34,6 +34,8 @@ struct StagePlanOptions {
   /// "auto" (with a cluster: the planner's choice; else 1F1B), "gpipe" or
   /// "1f1b".
   std::string schedule = "auto";
+  /// The gradient all-reduces' bucket size (ClusterModel::allReduceBucketBytes).
+  double allReduceBucketBytes = 256.0 * 1048576;
 };
 
 struct StagePlanResult {

@@ -244,6 +244,7 @@ void AssignStagesPass::runOnOperation() {
   options.replicas.assign(replicas.begin(), replicas.end());
   options.microBatches = microBatches;
   options.schedule = schedule;
+  options.allReduceBucketBytes = allReduceBucketMib * 1048576.0;
   llvm::Expected<StagePlanResult> plan = computeStagePlan(func, options);
   if (!plan) {
     func.emitError() << "cannot plan @main: " << llvm::toString(plan.takeError());

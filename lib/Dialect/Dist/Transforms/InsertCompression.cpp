@@ -276,6 +276,7 @@ LogicalResult InsertCompressionPass::loadCluster(ModuleOp module) {
   if (failed(c))
     return failure();
   clusterModel = std::move(*c);
+  clusterModel->allReduceBucketBytes = allReduceBucketMib * 1048576.0;
   FailureOr<std::vector<std::vector<unsigned>>> d =
       strait::dist::detail::stageDevices(module, plan, *clusterModel, cluster);
   if (failed(d))

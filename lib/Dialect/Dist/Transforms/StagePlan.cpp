@@ -127,6 +127,7 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
   llvm::Expected<ClusterModel> cluster = loadClusterFile(o.clusterFile);
   if (!cluster)
     return cluster.takeError();
+  cluster->allReduceBucketBytes = o.allReduceBucketBytes;
   PlannerOptions popts;
   llvm::Expected<PlannerStrategy> strategy = parseStrategy(o.strategy);
   if (!strategy)
