@@ -12,6 +12,9 @@ run forward on the CPU runtime and trained.
   on transposed inputs and transposes the outputs back.
 * ``test_torch_export``: torch.nn.LSTM / GRU / RNN (2 layers, bidirectional,
   batch_first) exported with torch.onnx.export, against PyTorch and onnxruntime.
+* ``test_torch_gradients_per_parameter``: the same modules under a linear head, exported
+  without constant folding: one AccumulateGrad per torch parameter and every gradient equal
+  to torch's (strait.gradcheck, 1e-4).
 * ``test_training_matches_torch``: a few SGD and AdamW steps of a small PyTorch LSTM
   classifier (its loss exported with it): the losses strait-run prints equal PyTorch's
   own training of the same module (1e-4 relative).
@@ -307,6 +310,50 @@ def test_layout1_gradients_match_finite_differences(tmp_path):
         err = float(np.abs(got[name] - g).max()) / scale
         print(f"layout 1: d{name} max relative difference {err:.1e} (reference {dtype})")
         assert err <= tol, f"d{name} differs by {err:.2e} (reference {dtype})"
+
+
+# ---------------------------------------------------------------------------------------
+# Per-parameter gradients of PyTorch modules (strait.gradcheck)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_torch_gradients_per_parameter(kind, tmp_path):
+    """A 2-layer bidirectional batch-first recurrent classifier exported without constant
+    folding (the ONNX weights are Slices/Concats of torch's parameters): the training step
+    has one AccumulateGrad per torch parameter, and its gradients (summed over the time
+    steps and both directions) equal torch's within gradcheck's 1e-4."""
+    torch = pytest.importorskip("torch")
+    import sys
+
+    sys.path.insert(0, os.path.join(jobutil.ROOT, "python"))
+    from strait import gradcheck
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = _torch_module(kind, seed=3)
+            self.head = torch.nn.Linear(14, 3)
+
+        def forward(self, x):
+            y = self.rnn(x)[0]
+            return self.head(y[:, -1])
+
+    torch.manual_seed(4)
+    module = Classifier()
+    gen = torch.Generator().manual_seed(5)
+    case = gradcheck.runtime_batch(gradcheck.Case(
+        kind, module, {"x": torch.randn(4, 6, 5, generator=gen)},
+        torch.tensor([0, 2, 1, 2]), "x=4x6x5"))
+    path = gradcheck.export_model(case, str(tmp_path / "m.onnx"))
+    assert sum(n.op_type == kind for n in onnx.load(path).graph.node) == 2
+    step = gradcheck.compile_training_step(path, case.input_shapes, jobutil.BUILD)
+    assert gradcheck.check_structure(case, step) == []
+    assert len(gradcheck.accumulated_variables(step)) == 2 + 2 * 2 * 4
+    got = gradcheck.run_on_runtime(path, case, jobutil.BUILD)
+    _, ref = gradcheck.torch_gradients(case)
+    worst = max(gradcheck.max_relative_error(ref[k], got[k]) for k in ref)
+    print(f"{kind}: {len(ref)} gradients, worst max relative error {worst:.1e}")
+    assert gradcheck.compare(ref, got) == {}
 
 
 # ---------------------------------------------------------------------------------------
