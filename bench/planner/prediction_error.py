@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Iteration time the planner predicts against the time strait-run measures, on this machine.
+
+    .venv/bin/python bench/planner/prediction_error.py [--build build] [--steps 12] [--rounds 2]
+
+1. `strait-probe --threads 1` measures this machine's CPU kernels into a 2-device cluster file
+   (one host; the loopback link between the two ranks measured by two `strait-probe --link-rank`
+   processes over Gloo). The probed file's profile states its rates (peak_tflops,
+   mem_bandwidth_gbs); the "nominal" variant drops them, as strait-probe wrote profiles before
+   session 10 (efficiencies applied to the type's nominal 0.2 TFLOP/s and 20 GB/s).
+2. Each job is compiled with `straitc --cluster` (plan.json's `iteration_s` is the prediction)
+   and trained `--steps` steps with `--threads 1` (one core per rank: 2 ranks on the 2 cores);
+   measured = the median of the launcher's step times (the slowest rank), first 2 steps left
+   out. Each job is measured --rounds times, keeping the lower median.
+
+Prints per job: predicted (probed and nominal profile), measured, and measured / predicted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.path.join(ROOT, "models")
+
+BASE = """name: two-cpu
+device_types:
+  - name: cpu
+    kind: cpu
+    peak_tflops: {fp32: 0.2}
+    mem_bandwidth_gbs: 20
+    memory_gib: 8
+devices:
+DEVICES
+links:
+  intra_host: {bandwidth_mbps: BW, latency_ms: LAT}
+"""
+
+JOBS = [
+    # name, model, straitc flags, devices used
+    ("gpt2-tiny 16x64, 1 rank", "gpt2-tiny",
+     ["--input-shape", "input_ids=16x64", "--optimizer", "adamw"], 1),
+    ("gpt2-tiny 8x64 x 2 replicas", "gpt2-tiny",
+     ["--input-shape", "input_ids=8x64", "--optimizer", "adamw", "--global-batch", "16",
+      "--num-stages", "1"], 2),
+    ("gpt2-tiny 16x64, 2 stages", "gpt2-tiny",
+     ["--input-shape", "input_ids=16x64", "--optimizer", "adamw", "--global-batch", "16",
+      "--num-stages", "2"], 2),
+    ("llama-tiny 16x64, 1 rank", "llama-tiny",
+     ["--input-shape", "input_ids=16x64", "--optimizer", "adamw"], 1),
+    ("digits-cnn 256, 1 rank", "digits-cnn",
+     ["--input-shape", "images=256x1x8x8", "--optimizer", "sgd"], 1),
+]
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def probe_link(probe, work):
+    """(Mbit/s, latency ms) of the loopback link between two Gloo ranks."""
+    store = os.path.join(work, "link-store")
+    os.makedirs(store, exist_ok=True)
+    procs = [subprocess.Popen([probe, "--quick", "--threads", "1", "--link-rank", str(r),
+                               "--link-store", store], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    out = [p.communicate(timeout=300)[0] for p in procs]
+    m = re.search(r"bandwidth_mbps: ([\d.e+-]+), latency_ms: ([\d.e+-]+)", out[0])
+    assert m, out[0]
+    return float(m.group(1)), float(m.group(2))
+
+
+def measure(run, job, steps, rounds):
+    best = None
+    for _ in range(rounds):
+        p = sh([run, job, "--steps", str(steps), "--threads", "1"])
+        times = [float(t) for t in re.findall(r"^step \d+/\d+ .*? time ([\d.]+) ms", p.stdout, re.M)]
+        med = statistics.median(times[2:])
+        best = med if best is None else min(best, med)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    straitc = os.path.join(a.build, "bin", "straitc")
+    run = os.path.join(a.build, "runtime", "tools", "strait-run")
+    probe = os.path.join(a.build, "runtime", "tools", "strait-probe")
+    work = tempfile.mkdtemp(prefix="strait-prediction-")
+    bw, lat = probe_link(probe, work)
+    devices = ["  - {name: rank%d, type: cpu, host: h0, site: local}" % r for r in (0, 1)]
+    clusters = {}
+    for n in (1, 2):
+        base = os.path.join(work, f"base{n}.yaml")
+        with open(base, "w") as f:
+            f.write(BASE.replace("BW", f"{bw:.1f}").replace("LAT", f"{lat:.4f}")
+                    .replace("DEVICES", "\n".join(devices[:n])))
+        clusters[n] = base
+    probed2 = os.path.join(work, "probed2.yaml")
+    sh([probe, "--threads", "1", "--cluster", clusters[2], "-o", probed2])
+    profile = open(probed2).read().split("profiles:")[1]
+    files = {}
+    for n, base in clusters.items():
+        text = open(base).read() + "profiles:" + profile
+        for label, body in (("probed", text),
+                            ("nominal", re.sub(r", peak_tflops: [\d.e+-]+, mem_bandwidth_gbs: [\d.e+-]+",
+                                               "", text))):
+            files[n, label] = os.path.join(work, f"{label}{n}.yaml")
+            with open(files[n, label], "w") as f:
+                f.write(body)
+    line = re.search(r"^  - \{type: cpu.*$", profile, re.M).group(0)
+    print(f"loopback link: {bw:.0f} Mbit/s, {lat:.3f} ms; profile:{line[3:]}")
+    print()
+    print("| job | predicted, probed profile (ms) | predicted, nominal peak (ms) | measured (ms) "
+          "| measured / predicted (probed) | measured / predicted (nominal) |")
+    print("|---|---|---|---|---|---|")
+    for i, (name, model, flags, devices) in enumerate(JOBS):
+        onnx = os.path.join(MODELS, model, model + ".onnx")
+        pred = {}
+        for label in ("probed", "nominal"):
+            job = os.path.join(work, f"job{i}-{label}")
+            sh([straitc, onnx, "--loss", "cross-entropy", *flags, "--cluster",
+                files[devices, label], "-o", job])
+            plan = json.load(open(os.path.join(job, "plan.json")))
+            used = sum(len(s["devices"]) for s in plan["stages"])
+            assert used == devices, (name, used)
+            pred[label] = plan["iteration_s"] * 1e3
+        measured = measure(run, os.path.join(work, f"job{i}-probed"), a.steps, a.rounds)
+        print(f"| {name} | {pred['probed']:.1f} | {pred['nominal']:.1f} | {measured:.1f} | "
+              f"{measured / pred['probed']:.2f} | {measured / pred['nominal']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
