@@ -463,6 +463,12 @@ def _cases():
         {"x": _r((3, 2, 3), 130), "w": _r((2, 8, 3), 131), "r": _r((2, 8, 2), 132),
          "b": _r((2, 16), 133), "h0": _r((2, 2, 2), 134), "c0": _r((2, 2, 2), 135),
          "P": _r((2, 6), 136)}))
+    c.append(Case("LSTM-reverse-lengths", lambda T: [
+        _const("lens", np.array([3, 1], np.int32), T),
+        helper.make_node("LSTM", ["x", "w", "r", "b", "lens", "h0"], ["y", "yh"],
+                         hidden_size=2, direction="reverse")],
+        {"x": _r((3, 2, 3), 164), "w": _r((1, 8, 3), 165), "r": _r((1, 8, 2), 166),
+         "b": _r((1, 16), 167), "h0": _r((1, 2, 2), 168)}))
     c.append(Case("GRU", lambda T: [helper.make_node(
         "GRU", ["x", "w", "r", "b", "", "h0"], ["y"], hidden_size=2)],
         {"x": _r((3, 2, 3), 141), "w": _r((1, 6, 3), 142), "r": _r((1, 6, 2), 143),

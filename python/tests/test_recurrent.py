@@ -7,7 +7,8 @@ run forward on the CPU runtime and trained.
   strait-run runs it and dumps the outputs, which must equal output_*.pb (1e-5 relative).
 * ``test_spec_case``: the attributes and optional inputs the node tests do not cover
   (directions, layouts, biases, initial states, peepholes, input_forget, clip, every
-  activation with alpha/beta, linear_before_reset, output subsets, longer sequences)
+  activation with alpha/beta, linear_before_reset, output subsets, longer sequences,
+  sequence_lens shorter than the sequence: constant, or computed at run time)
   against onnxruntime. onnxruntime has no layout=1: its reference runs the layout-0 twin
   on transposed inputs and transposes the outputs back.
 * ``test_torch_export``: torch.nn.LSTM / GRU / RNN (2 layers, bidirectional,
@@ -120,8 +121,11 @@ GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
 def _spec_model(op, seq, batch, inp, hidden, direction="forward", layout=0,
-                optional=(), outputs=("Y", "Y_h", "Y_c"), seq_lens=False, seed=0, **attrs):
-    """(model, feeds) for one `op` node whose inputs are all graph inputs."""
+                optional=(), outputs=("Y", "Y_h", "Y_c"), seq_lens=None, dynamic_lens=False,
+                seed=0, **attrs):
+    """(model, feeds) for one `op` node whose inputs are all graph inputs. seq_lens: None,
+    True (all seq) or a list; dynamic_lens: sequence_lens is Cast from a float input (not
+    a constant once the inputs become initializers)."""
     rng = np.random.default_rng(seed)
     d = 2 if direction == "bidirectional" else 1
     g = GATES[op]
@@ -134,8 +138,9 @@ def _spec_model(op, seq, batch, inp, hidden, direction="forward", layout=0,
     names = ["X", "W", "R", "B", "sequence_lens", "initial_h"]
     if op == "LSTM":
         names += ["initial_c", "P"]
-    if seq_lens:
-        values["sequence_lens"] = np.full((batch,), seq, np.int32)
+    if seq_lens is not None:
+        lens = [seq] * batch if seq_lens is True else seq_lens
+        values["sequence_lens"] = np.array(lens, np.int32)
     for n in optional:
         values[n] = optional_values[n]
     inputs = [n if n in values else "" for n in names]
@@ -147,8 +152,14 @@ def _spec_model(op, seq, batch, inp, hidden, direction="forward", layout=0,
         outs.pop()
     node = helper.make_node(op, inputs, outs, hidden_size=hidden, direction=direction,
                             **({"layout": layout} if layout else {}), **attrs)
+    nodes = [node]
+    if dynamic_lens:
+        values["lens_f"] = values.pop("sequence_lens").astype(np.float32)
+        names[names.index("sequence_lens")] = "lens_f"
+        nodes.insert(0, helper.make_node("Cast", ["lens_f"], ["sequence_lens"],
+                                         to=TensorProto.INT32))
     graph = helper.make_graph(
-        [node], "rec",
+        nodes, "rec",
         [helper.make_tensor_value_info(n, TensorProto.INT32 if n == "sequence_lens"
                                        else TensorProto.FLOAT, values[n].shape)
          for n in names if n in values],
@@ -165,15 +176,16 @@ def _onnxruntime(model, feeds) -> dict:
 
 def _reference(model, feeds) -> dict:
     """onnxruntime's outputs; layout 1 through the layout-0 twin."""
-    node = model.graph.node[0]
+    node = next(n for n in model.graph.node if n.op_type in GATES)
     layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
     if not layout:
         return _onnxruntime(model, feeds)
     twin = onnx.ModelProto()
     twin.CopyFrom(model)
-    attrs = [a for a in twin.graph.node[0].attribute if a.name != "layout"]
-    del twin.graph.node[0].attribute[:]
-    twin.graph.node[0].attribute.extend(attrs)
+    twin_node = next(n for n in twin.graph.node if n.op_type in GATES)
+    attrs = [a for a in twin_node.attribute if a.name != "layout"]
+    del twin_node.attribute[:]
+    twin_node.attribute.extend(attrs)
     swap = {"X": (1, 0, 2), "initial_h": (1, 0, 2), "initial_c": (1, 0, 2)}
     f = {k: np.ascontiguousarray(v.transpose(swap[k])) if k in swap else v
          for k, v in feeds.items()}
@@ -211,6 +223,18 @@ SPEC_CASES = {
     "lstm-forward": dict(op="LSTM"),
     "lstm-all-inputs": dict(op="LSTM", optional=("B", "initial_h", "initial_c", "P"),
                             seq_lens=True),
+    # sequence_lens shorter than seq_length: masked steps (constant or run-time lengths)
+    "lstm-bidirectional-lengths": dict(op="LSTM", direction="bidirectional", seq_lens=[5, 3, 1],
+                                       optional=("B", "initial_h", "initial_c", "P")),
+    "lstm-lengths-no-initial-state": dict(op="LSTM", seq_lens=[2, 5, 4], optional=("B",)),
+    "gru-reverse-lengths": dict(op="GRU", direction="reverse", seq_lens=[4, 5, 2],
+                                optional=("B", "initial_h"), linear_before_reset=1),
+    "gru-layout1-dynamic-lengths": dict(op="GRU", layout=1, direction="bidirectional",
+                                        seq_lens=[3, 1, 5], dynamic_lens=True,
+                                        optional=("B", "initial_h")),
+    "rnn-bidirectional-dynamic-lengths": dict(op="RNN", direction="bidirectional",
+                                              seq_lens=[1, 4, 5], dynamic_lens=True,
+                                              optional=("B", "initial_h")),
     "lstm-bidirectional-peepholes": dict(op="LSTM", direction="bidirectional",
                                          optional=("B", "initial_h", "initial_c", "P")),
     "lstm-reverse-Yc-only": dict(op="LSTM", direction="reverse", optional=("B",),

@@ -7,9 +7,11 @@
 // see ordinary ops; W, R, B and P are read once per direction, so their
 // gradients accumulate over the time steps through those reads.
 //
-// Limits (diagnostics naming the node): static shapes; sequence_lens absent
-// or a constant equal to seq_length everywhere (variable lengths would need
-// masking).
+// sequence_lens shorter than seq_length mask the steps past each batch
+// entry's end: the state keeps its value there and Y is zero, so Y_h and Y_c
+// hold the last valid step (the reverse direction starts at the entry's last
+// step). Constant lengths give constant masks; runtime lengths become
+// Less/Cast masks. Limits (diagnostics naming the node): static shapes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -268,6 +270,8 @@ struct Problem {
   bool linearBeforeReset = false, inputForget = false;
   std::optional<float> clip;
   SmallVector<Activation> activations; // per direction, spec.activations.size() each
+  SmallVector<int64_t> lens;            // constant sequence_lens, when not all seq
+  bool dynamicLens = false;             // sequence_lens known at run time only
 };
 
 /// Fails unless input `i` (if present) has static shape `expected`.
@@ -376,17 +380,21 @@ FailureOr<Problem> readProblem(NodeImporter &n, const CellSpec &spec) {
                        << xt.getElementType();
 
   if (n.input(4)) {
-    FailureOr<SmallVector<int64_t>> lens = n.constantInts(4, "sequence_lens");
-    if (failed(lens))
-      return failure();
-    if ((int64_t)lens->size() != p.batch)
-      return n.error() << "input 'sequence_lens' has " << lens->size()
-                       << " entries, expected batch_size " << p.batch;
-    for (int64_t len : *lens)
-      if (len != p.seq)
-        return n.error() << "input 'sequence_lens' holds " << len << ", not seq_length "
-                         << p.seq << ": sequences of different lengths (masking) are not "
-                                     "supported";
+    auto lt = dyn_cast<RankedTensorType>(n.inputType(4));
+    if (!lt || lt.getShape() != ArrayRef<int64_t>{p.batch} ||
+        !isa<IntegerType>(lt.getElementType()))
+      return n.error() << "input 'sequence_lens' must be [batch_size = " << p.batch
+                       << "] integers, got " << n.inputType(4);
+    if (std::optional<SmallVector<int64_t>> lens = n.optionalConstantInts(4)) {
+      for (int64_t len : *lens)
+        if (len < 1 || len > p.seq)
+          return n.error() << "input 'sequence_lens' holds " << len
+                           << ", outside [1, seq_length " << p.seq << "]";
+      if (llvm::any_of(*lens, [&](int64_t len) { return len != p.seq; }))
+        p.lens = *lens;
+    } else {
+      p.dynamicLens = true;
+    }
   }
   FailureOr<SmallVector<Activation>> acts = readActivations(n, spec, d);
   if (failed(acts))
@@ -399,7 +407,22 @@ FailureOr<Problem> readProblem(NodeImporter &n, const CellSpec &spec) {
 struct Direction {
   Value w, r, wb, rb, p, h0, c0;
   ArrayRef<Activation> acts;
+  ArrayRef<Value> masks; // per time step, [batch, 1]; empty without sequence_lens
+  Value mask(int64_t t) const { return masks.empty() ? Value() : masks[t]; }
 };
+
+/// The state after a step: `next` where the step is inside the sequence
+/// (mask 1), `prev` past its end (a null prev is zero).
+Value keepPastEnd(Unroller &u, Value mask, Value prev, Value next) {
+  if (!mask)
+    return next;
+  if (!prev)
+    return u.mul(mask, next);
+  return u.add(prev, u.mul(mask, u.sub(next, prev)));
+}
+
+/// Y at a step: zero past the sequence's end.
+Value output(Unroller &u, Value mask, Value h) { return mask ? u.mul(mask, h) : h; }
 
 /// One direction's results: H at every time step (in input order) and the
 /// final states.
@@ -443,7 +466,9 @@ DirectionResult runRNN(Unroller &u, const Problem &p, Value x2, const Direction 
     Value pre = xs[t];
     if (res.h)
       pre = u.add(pre, u.linear(res.h, d.r, {}));
-    res.h = res.ys[t] = u.activate(d.acts[0], pre, p.clip);
+    Value h = u.activate(d.acts[0], pre, p.clip);
+    res.ys[t] = output(u, d.mask(t), h);
+    res.h = res.h ? keepPastEnd(u, d.mask(t), res.h, h) : res.ys[t];
   }
   return res;
 }
@@ -492,8 +517,9 @@ DirectionResult runGRU(Unroller &u, const Problem &p, Value x2, const Direction 
     }
     Value cand = u.activate(d.acts[1], hIn, p.clip);
     // H = (1 - z) h~ + z H_{t-1} = h~ + z (H_{t-1} - h~).
-    res.h = res.ys[t] = res.h ? u.add(cand, u.mul(z, u.sub(res.h, cand)))
-                              : u.sub(cand, u.mul(z, cand));
+    Value h = res.h ? u.add(cand, u.mul(z, u.sub(res.h, cand))) : u.sub(cand, u.mul(z, cand));
+    res.ys[t] = output(u, d.mask(t), h);
+    res.h = res.h ? keepPastEnd(u, d.mask(t), res.h, h) : res.ys[t];
   }
   return res;
 }
@@ -530,14 +556,39 @@ DirectionResult runLSTM(Unroller &u, const Problem &p, Value x2, const Direction
       c = u.add(u.mul(f, res.c), c);
     }
     Value o = u.activate(d.acts[0], peep(g[1], po, c), p.clip);
-    res.c = c;
-    res.h = res.ys[t] = u.mul(o, u.activate(d.acts[2], c, std::nullopt));
+    Value h = u.mul(o, u.activate(d.acts[2], c, std::nullopt));
+    res.c = keepPastEnd(u, d.mask(t), res.c, c);
+    res.ys[t] = output(u, d.mask(t), h);
+    res.h = res.h ? keepPastEnd(u, d.mask(t), res.h, h) : res.ys[t];
   }
   return res;
 }
 
 LogicalResult bindOutputs(NodeImporter &n, Unroller &u, const Problem &p,
                           MutableArrayRef<DirectionResult> dirs);
+
+/// [batch, 1] masks of the steps inside each batch entry's sequence (t <
+/// sequence_lens[b]); none when every sequence is seq_length long.
+SmallVector<Value> stepMasks(NodeImporter &n, Unroller &u, const Problem &p) {
+  SmallVector<Value> masks;
+  Type elt = getElementTypeOrSelf(n.inputType(0));
+  auto maskType = RankedTensorType::get({p.batch, 1}, elt);
+  for (int64_t t = 0; t < p.seq && !p.lens.empty(); ++t) {
+    SmallVector<Attribute> m;
+    for (int64_t len : p.lens)
+      m.push_back(FloatAttr::get(elt, t < len ? 1.0 : 0.0));
+    masks.push_back(n.constant(DenseElementsAttr::get(maskType, m)));
+  }
+  for (int64_t t = 0; t < p.seq && p.dynamicLens; ++t) {
+    Type it = getElementTypeOrSelf(n.inputType(4));
+    Value step = n.constant(DenseElementsAttr::get(RankedTensorType::get({}, it),
+                                                   IntegerAttr::get(it, t)));
+    Value inside = u.op<graph::LessOp>({step, n.input(4)});
+    Value f = u.op<graph::CastOp>({inside}, {n.named("to", TypeAttr::get(elt))});
+    masks.push_back(u.unsqueeze(f, {1}));
+  }
+  return masks;
+}
 
 LogicalResult importRecurrent(NodeImporter &n, CellKind kind) {
   FailureOr<Problem> prob = readProblem(n, specOf(kind));
@@ -547,8 +598,9 @@ LogicalResult importRecurrent(NodeImporter &n, CellKind kind) {
   Unroller u(n, getElementTypeOrSelf(n.inputType(0)));
   int64_t stateAxis = p.batchFirst ? 1 : 0;
   size_t per = p.spec.activations.size();
-  // Both directions read the same flattened X.
+  // Both directions read the same flattened X and step masks.
   Value x2 = u.reshape(n.input(0), {p.seq * p.batch, p.inputSize});
+  SmallVector<Value> masks = stepMasks(n, u, p);
   SmallVector<DirectionResult> dirs;
   for (int64_t di = 0; di < p.directions; ++di) {
     Direction d;
@@ -565,6 +617,7 @@ LogicalResult importRecurrent(NodeImporter &n, CellKind kind) {
       d.p = u.pick(n.input(7), 0, di);
     }
     d.acts = ArrayRef<Activation>(p.activations).slice(di * per, per);
+    d.masks = masks;
     bool backward = p.reverse || di == 1;
     switch (kind) {
     case CellKind::RNN:
