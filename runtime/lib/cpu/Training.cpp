@@ -220,15 +220,16 @@ Status sceWithGradKernel(KernelContext &ctx) {
   std::vector<double> term(rows, 0.0);
   auto run = [&](auto in, auto store) {
     parallelFor(rows, 4, [&](int64_t r0, int64_t r1) {
+      std::vector<double> e(c);
       for (int64_t r = r0; r < r1; ++r) {
         int64_t i = r / d, j = r % d;
         auto at = [&](int64_t k) { return (i * c + k) * d + j; };
-        SceRowStats st = sceRowStats(in, at, c);
+        SceRowStats st = sceRowStatsKeep(in, at, c, e.data());
         if (!ignored[r])
           term[r] = -static_cast<double>(static_cast<float>(in(at(labels[r])) - st.logSumExp())) *
                     w[r];
         double g = (none ? dl[r] : dl[0]) * w[r] * scale;
-        sceGradRow(in, at, c, st, g, labels[r], store);
+        sceGradRowKept(at, c, st, e.data(), g, labels[r], store);
       }
     });
   };
