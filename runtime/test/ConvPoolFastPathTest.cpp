@@ -1,4 +1,4 @@
-//===- ConvPoolFastPathTest.cpp - Direct conv and pooling paths ------------===//
+//===- ConvPoolFastPathTest.cpp - Direct conv and pooling paths -----------===//
 //
 // The CPU backend's direct depthwise convolution, its im2col (rows copied
 // between computed bounds), its pooling loops (with bounds tests, and

@@ -1,9 +1,9 @@
-//===- ReduceRunsTest.cpp - ReduceSum/ReduceMean over contiguous runs -----===//
+//===- ReduceRunsTest.cpp - Sums over contiguous runs ---------------------===//
 //
 // ReduceSum and ReduceMean (f32, summed in double in row-major order of the
-// reduced elements) against the same sums written here, for reduced axes
-// that end at the innermost dimension (the kernel's run loop) and ones that
-// do not (its element walk): equal bits.
+// reduced elements) and the compiler's ReduceToShape (f32 adds) against the
+// same sums written here, for shapes that take the kernels' run loops and
+// ones that take their element walks: equal bits.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
@@ -54,6 +54,36 @@ TEST(ReduceRuns, SumAndMeanEqualRowMajorDoubleSums) {
                   static_cast<float>(mean ? sum[o] / static_cast<double>(count) : sum[o]))
             << "output " << o;
     }
+  }
+}
+
+TEST(ReduceRuns, ReduceToShapeEqualsRowMajorFloatSums) {
+  // The compiler's ReduceToShape (the adjoint of a broadcast): f32 adds in
+  // row-major order of X; kept innermost dims take the kernel's row loop.
+  Shape xs = {4, 3, 5};
+  std::vector<float> v = pseudoRandom(numElements(xs), 91);
+  for (float &x : v)
+    x *= 1000;
+  OwnedTensor x = f32Tensor(xs, v);
+  for (Shape to : std::vector<Shape>{{5}, {1, 3, 5}, {4, 1, 5}, {3, 1}, {4, 3, 1}, {1}}) {
+    SCOPED_TRACE("to " + shapeToString(to));
+    Shape full(xs.size() - to.size(), 1);
+    full.insert(full.end(), to.begin(), to.end());
+    std::vector<float> want(numElements(to), 0.0f);
+    for (int64_t i = 0; i < numElements(xs); ++i) {
+      int64_t rem = i, o = 0, stride = 1;
+      for (int d = 2; d >= 0; --d) {
+        int64_t c = rem % xs[d];
+        rem /= xs[d];
+        o += (full[d] == 1 ? 0 : c) * stride;
+        stride *= full[d];
+      }
+      want[o] += v[i];
+    }
+    OwnedTensor y = runF32Op("ReduceToShape", {&x.tensor}, to,
+                             [&](program::Kernel &k) { setInts(k, "shape", to); });
+    for (int64_t o = 0; o < numElements(to); ++o)
+      ASSERT_EQ(y.as<float>()[o], want[o]) << "output " << o;
   }
 }
 

@@ -59,10 +59,34 @@ Status reduceToShapeKernel(KernelContext &ctx) {
     return ctx.error("shape " + shapeToString(shape) + " does not broadcast to " +
                      x->typeString());
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, shape, x->dtype));
-  std::fill(y->as<float>(), y->as<float>() + y->numel(), 0.0f);
-  forEachBroadcast(x->shape, shape, [&](int64_t i, int64_t o) {
-    y->as<float>()[o] += x->as<float>()[i];
-  });
+  float *out = y->as<float>();
+  const float *in = x->as<float>();
+  std::fill(out, out + y->numel(), 0.0f);
+  int64_t r = x->rank();
+  std::vector<int64_t> st = broadcastStrides(shape, x->shape);
+  if (r > 0 && st[r - 1] == 1 && x->numel() > 0) {
+    // The innermost dimension is kept (bias gradients): add whole rows of X
+    // into rows of Y, which vectorizes; every element of Y receives the
+    // same additions in the same order as the element walk below.
+    int64_t len = x->shape[r - 1];
+    std::vector<int64_t> idx(r, 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < x->numel(); i += len) {
+      float *dst = out + off;
+      const float *src = in + i;
+      for (int64_t j = 0; j < len; ++j)
+        dst[j] += src[j];
+      for (int64_t d = r - 2; d >= 0; --d) {
+        off += st[d];
+        if (++idx[d] < x->shape[d])
+          break;
+        off -= idx[d] * st[d];
+        idx[d] = 0;
+      }
+    }
+    return Status::ok();
+  }
+  forEachBroadcast(x->shape, shape, [&](int64_t i, int64_t o) { out[o] += in[i]; });
   return Status::ok();
 }
 
