@@ -23,23 +23,14 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "models")
+sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+from jobutil import cpu_cluster  # noqa: E402
 
-BASE = """name: two-cpu
-device_types:
-  - name: cpu
-    kind: cpu
-    peak_tflops: {fp32: 0.2}
-    mem_bandwidth_gbs: 20
-    memory_gib: 8
-devices:
-DEVICES
-links:
-  intra_host: {bandwidth_mbps: BW, latency_ms: LAT}
-"""
 
 JOBS = [
     # name, model, straitc flags, devices used
@@ -96,14 +87,12 @@ def main():
     probe = os.path.join(a.build, "runtime", "tools", "strait-probe")
     work = tempfile.mkdtemp(prefix="strait-prediction-")
     bw, lat = probe_link(probe, work)
-    devices = ["  - {name: rank%d, type: cpu, host: h0, site: local}" % r for r in (0, 1)]
     clusters = {}
     for n in (1, 2):
-        base = os.path.join(work, f"base{n}.yaml")
-        with open(base, "w") as f:
-            f.write(BASE.replace("BW", f"{bw:.1f}").replace("LAT", f"{lat:.4f}")
-                    .replace("DEVICES", "\n".join(devices[:n])))
-        clusters[n] = base
+        clusters[n] = os.path.join(work, f"base{n}.yaml")
+        with open(clusters[n], "w") as f:
+            f.write(cpu_cluster("two-cpu", [(f"rank{r}", "h0", "local") for r in range(n)],
+                                f"  intra_host: {{bandwidth_mbps: {bw:.1f}, latency_ms: {lat:.4f}}}\n"))
     probed2 = os.path.join(work, "probed2.yaml")
     sh([probe, "--threads", "1", "--cluster", clusters[2], "-o", probed2])
     profile = open(probed2).read().split("profiles:")[1]

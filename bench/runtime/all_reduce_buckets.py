@@ -18,18 +18,15 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLUSTER = """name: two-cpu
-device_types:
-  - {name: cpu, kind: cpu, peak_tflops: {fp32: 0.2}, mem_bandwidth_gbs: 20, memory_gib: 8}
-devices:
-  - {name: r0, type: cpu, host: h0, site: s}
-  - {name: r1, type: cpu, host: h0, site: s}
-links:
-  intra_host: {bandwidth_gbps: 10, latency_us: 20}
-"""
+sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+from jobutil import cpu_cluster  # noqa: E402
+
+CLUSTER = cpu_cluster("two-cpu", [("r0", "h0", "s"), ("r1", "h0", "s")],
+                      "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n")
 
 
 def main():

@@ -62,6 +62,17 @@ def train_saving_params(job, data, out, steps=5, lr=0.01, threads=2):
     return losses, params
 
 
+def cpu_cluster(name, devices, links):
+    """A cluster file (text) of CPU devices of the local cluster's nominal type (0.2 TFLOP/s fp32,
+    20 GB/s, 8 GiB): `devices` lists (name, host, site), `links` is the body of `links:` (YAML
+    lines indented by two spaces)."""
+    rows = "".join(f"  - {{name: {n}, type: cpu, host: {h}, site: {s}}}\n" for n, h, s in devices)
+    return (f"name: {name}\ndevice_types:\n"
+            "  - {name: cpu, kind: cpu, peak_tflops: {fp32: 0.2}, mem_bandwidth_gbs: 20, "
+            "memory_gib: 8}\n"
+            f"devices:\n{rows}links:\n{links}")
+
+
 def write_tokens(path, seed, n=4096, vocab=256):
     """`n` uint16 token ids below `vocab` from a fixed linear congruential sequence."""
     state, ids = seed, []

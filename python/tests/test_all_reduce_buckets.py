@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from jobutil import (GPT2_TINY, PROTO_DIR, ROOT, STRAITC, STRAIT_RUN, needs_gpt2_tiny, run,
-                     write_tokens)
+from jobutil import (GPT2_TINY, PROTO_DIR, ROOT, STRAITC, STRAIT_RUN, cpu_cluster,
+                     needs_gpt2_tiny, run, write_tokens)
 
 pytestmark = needs_gpt2_tiny()
 
@@ -30,15 +30,8 @@ def all_reduce_steps(job, rank=0):
     return p.stdout.decode().count("all_reduce {")
 
 
-TWO_CPUS = """name: two-cpu
-device_types:
-  - {name: cpu, kind: cpu, peak_tflops: {fp32: 0.2}, mem_bandwidth_gbs: 20, memory_gib: 8}
-devices:
-  - {name: r0, type: cpu, host: h0, site: s}
-  - {name: r1, type: cpu, host: h0, site: s}
-links:
-  intra_host: {bandwidth_gbps: 10, latency_us: 20}
-"""
+TWO_CPUS = cpu_cluster("two-cpu", [("r0", "h0", "s"), ("r1", "h0", "s")],
+                       "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n")
 
 
 def compile_job(out, *flags, cluster=CLUSTER):

@@ -24,25 +24,13 @@ import time
 
 import pytest
 
-from jobutil import GPT2_TINY, STRAIT_RUN, STRAITC, needs_gpt2_tiny, run, write_tokens
+from jobutil import GPT2_TINY, STRAIT_RUN, STRAITC, cpu_cluster, needs_gpt2_tiny, run, write_tokens
 
 pytestmark = needs_gpt2_tiny()
 
-CLUSTER = """name: two-sites
-device_types:
-  - name: cpu
-    kind: cpu
-    peak_tflops: {fp32: 0.2}
-    mem_bandwidth_gbs: 20
-    memory_gib: 8
-devices:
-  - {name: rank0, type: cpu, host: a, site: east}
-  - {name: rank1, type: cpu, host: b, site: west}
-links:
-  intra_host: {bandwidth_gbps: 10, latency_us: 20}
-  hosts:
-    - {between: [a, b], bandwidth_mbps: 100, latency_ms: 10}
-"""
+CLUSTER = cpu_cluster("two-sites", [("rank0", "a", "east"), ("rank1", "b", "west")],
+                      "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n"
+                      "  hosts:\n    - {between: [a, b], bandwidth_mbps: 100, latency_ms: 10}\n")
 
 
 @pytest.fixture(scope="module")
