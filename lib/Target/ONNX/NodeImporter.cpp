@@ -408,6 +408,8 @@ const OpRegistry &strait::onnximport::opRegistry() {
     registerRecurrentImporters(r);
     registerSignalImporters(r);
     registerUnpoolImporters(r);
+    registerQuantizedImporters(r);
+    registerDataDependentImporters(r);
     return r;
   }();
   return registry;

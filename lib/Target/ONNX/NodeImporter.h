@@ -147,6 +147,8 @@ void registerReductionImporters(OpRegistry &registry);
 void registerRecurrentImporters(OpRegistry &registry);
 void registerSignalImporters(OpRegistry &registry);
 void registerUnpoolImporters(OpRegistry &registry);
+void registerQuantizedImporters(OpRegistry &registry);
+void registerDataDependentImporters(OpRegistry &registry);
 
 /// The registry with every family registered (built once).
 const OpRegistry &opRegistry();
