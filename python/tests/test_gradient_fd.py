@@ -494,6 +494,17 @@ def _cases():
         _const("step", np.array(4, np.int64), T),
         helper.make_node("STFT", ["p0", "step", "p1"], ["y"])],
         {"p0": _r((1, 20, 1), 162), "p1": _r((8,), 163, 0.2, 1.0)}))
+    # ScatterElements (reduction none): dData is dY with the written positions zeroed,
+    # dUpdates gathers dY; MaxUnpool (a scatter into zeros) trains through it
+    c.append(Case("ScatterElements-axis1", lambda T: [
+        _const("idx", np.array([[2, 0], [1, 3], [0, 2]], np.int64), T),
+        helper.make_node("ScatterElements", ["p0", "idx", "p1"], ["y"], axis=1)],
+        {"p0": _r((3, 4), 170), "p1": _r((3, 2), 171)}, opset=16))
+    c.append(Case("MaxUnpool", lambda T: [
+        _const("idx", np.array([[[[0, 3], [9, 10]], [[17, 18], [24, 31]]]], np.int64), T),
+        helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],
+                         strides=[2, 2])],
+        {"p0": _r((1, 2, 2, 2), 172)}, opset=11))
     return {case.name: case for case in c}
 
 

@@ -1,7 +1,8 @@
 //===- GradientsTensor.cpp - Rules of data-movement ops -------------------===//
 //
 // Reshape-like ops reshape back, Transpose inverts its permutation, Gather
-// and Slice scatter into zeros, Concat and Split swap roles, Expand sums.
+// and Slice scatter into zeros, Concat and Split swap roles, Expand sums,
+// ScatterElements gathers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -158,6 +159,19 @@ LogicalResult splitGrad(SplitOp op, GradBuilder &g, ValueRange dy, DX dx) {
   return success();
 }
 
+/// ScatterElements without reduction: dData is dY with the written positions
+/// zeroed (a scatter of zeros), dUpdates gathers dY at the indices. Duplicate
+/// indices are undefined in ONNX; each such update then receives dY.
+LogicalResult scatterElementsGrad(ScatterElementsOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  if (op.getReduction() != ScatterReduction::none)
+    return op.emitOpError("gradient supports reduction 'none' only, got '")
+           << stringifyScatterReduction(op.getReduction()) << "'";
+  dx[0] = g.make<ScatterElementsOp>(dy[0], op.getIndices(), g.zeros(op.getUpdates().getType()),
+                                    op.getAxisAttr(), op.getReductionAttr());
+  dx[2] = g.make<GatherElementsOp>(dy[0], op.getIndices(), op.getAxisAttr());
+  return success();
+}
+
 /// Constant-mode Pad with non-negative pads: the gradient is the interior.
 LogicalResult padGrad(PadOp op, GradBuilder &g, ValueRange dy, DX dx) {
   ArrayRef<int64_t> pads = op.getPads(), in = shapeOf(op.getData());
@@ -198,4 +212,5 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<ConcatOp, concatGrad>(ctx);
   attachRule<SplitOp, splitGrad>(ctx);
   attachRule<PadOp, padGrad>(ctx);
+  attachRule<ScatterElementsOp, scatterElementsGrad>(ctx);
 }
