@@ -21,7 +21,7 @@ import os
 import numpy as np
 import pytest
 
-from test_recurrent import NODE_DATA, strait_forward
+from test_recurrent import NODE_DATA, node_test_data, strait_forward
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -36,16 +36,6 @@ NODE_TESTS = [t for t in (
     if os.path.isdir(os.path.join(NODE_DATA, t))]
 
 
-def _test_data(test):
-    d = os.path.join(NODE_DATA, test)
-    model = onnx.load(os.path.join(d, "model.onnx"))
-    load = lambda kind, k: numpy_helper.to_array(  # noqa: E731
-        onnx.load_tensor(os.path.join(d, "test_data_set_0", f"{kind}_{k}.pb")))
-    feeds = {i.name: load("input", k) for k, i in enumerate(model.graph.input)}
-    outs = {o.name: load("output", k) for k, o in enumerate(model.graph.output)}
-    return model, feeds, outs
-
-
 def _assert_equal(got, ref, what):
     assert got.dtype == ref.dtype, f"{what}: {got.dtype} != {ref.dtype}"
     assert got.shape == ref.shape, f"{what}: {got.shape} != {ref.shape}"
@@ -57,7 +47,7 @@ def _assert_equal(got, ref, what):
 @pytest.mark.skipif(not NODE_TESTS, reason="needs Debian's libonnx-testdata")
 @pytest.mark.parametrize("test", NODE_TESTS)
 def test_node_data(test, tmp_path):
-    model, feeds, outs = _test_data(test)
+    model, feeds, outs = node_test_data(test)
     got = strait_forward(model, feeds, tmp_path)
     for name, ref in outs.items():
         _assert_equal(got[name], ref, f"{test}: {name}")
@@ -66,7 +56,7 @@ def test_node_data(test, tmp_path):
 @pytest.mark.skipif(not os.path.isdir(os.path.join(NODE_DATA, "test_nonzero_example")),
                     reason="needs Debian's libonnx-testdata")
 def test_nonzero_node_data(tmp_path):
-    model, feeds, outs = _test_data("test_nonzero_example")
+    model, feeds, outs = node_test_data("test_nonzero_example")
     (name, ref), = outs.items()
     model.graph.node.extend([
         helper.make_node("Round", ["zero_f"], ["zero_r"]),  # Round does not fold

@@ -82,6 +82,18 @@ def strait_forward(model: onnx.ModelProto, feeds: dict, tmp) -> dict:
             for o in model.graph.output}
 
 
+def node_test_data(test):
+    """An ONNX backend node test of NODE_DATA: (model, {input name: array}, {output name:
+    array}) of its test_data_set_0."""
+    d = os.path.join(NODE_DATA, test)
+    model = onnx.load(os.path.join(d, "model.onnx"))
+    load = lambda kind, k: numpy_helper.to_array(  # noqa: E731
+        onnx.load_tensor(os.path.join(d, "test_data_set_0", f"{kind}_{k}.pb")))
+    feeds = {i.name: load("input", k) for k, i in enumerate(model.graph.input)}
+    outs = {o.name: load("output", k) for k, o in enumerate(model.graph.output)}
+    return model, feeds, outs
+
+
 # ---------------------------------------------------------------------------------------
 # ONNX backend node tests
 
@@ -93,17 +105,11 @@ NODE_TESTS = sorted(os.path.basename(d) for pattern in ("test_lstm_*", "test_gru
 @pytest.mark.skipif(not NODE_TESTS, reason="needs Debian's libonnx-testdata")
 @pytest.mark.parametrize("test", NODE_TESTS)
 def test_node_data(test, tmp_path):
-    d = os.path.join(NODE_DATA, test)
-    model = onnx.load(os.path.join(d, "model.onnx"))
-    data = os.path.join(d, "test_data_set_0")
-    feeds = {inp.name: numpy_helper.to_array(onnx.load_tensor(os.path.join(data,
-                                                                           f"input_{k}.pb")))
-             for k, inp in enumerate(model.graph.input)}
+    model, feeds, outs = node_test_data(test)
     got = strait_forward(model, feeds, tmp_path)
-    for k, out in enumerate(model.graph.output):
-        ref = numpy_helper.to_array(onnx.load_tensor(os.path.join(data, f"output_{k}.pb")))
-        err = _max_rel(got[out.name], ref)
-        assert err <= REL, f"{test}: {out.name} differs by {err:.2e}"
+    for name, ref in outs.items():
+        err = _max_rel(got[name], ref)
+        assert err <= REL, f"{test}: {name} differs by {err:.2e}"
 
 
 def test_node_data_covers_all_three_ops():

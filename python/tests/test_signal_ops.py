@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from test_recurrent import NODE_DATA, REL, _max_rel, strait_forward
+from test_recurrent import NODE_DATA, REL, _max_rel, node_test_data, strait_forward
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -32,20 +32,10 @@ NODE_TESTS = [t for t in ("test_dft", "test_dft_axis", "test_dft_inverse", "test
               if os.path.isdir(os.path.join(NODE_DATA, t))]
 
 
-def _test_data(test):
-    d = os.path.join(NODE_DATA, test)
-    model = onnx.load(os.path.join(d, "model.onnx"))
-    load = lambda kind, k: numpy_helper.to_array(  # noqa: E731
-        onnx.load_tensor(os.path.join(d, "test_data_set_0", f"{kind}_{k}.pb")))
-    feeds = {i.name: load("input", k) for k, i in enumerate(model.graph.input)}
-    outs = {o.name: load("output", k) for k, o in enumerate(model.graph.output)}
-    return model, feeds, outs
-
-
 @pytest.mark.skipif(not NODE_TESTS, reason="needs Debian's libonnx-testdata")
 @pytest.mark.parametrize("test", NODE_TESTS)
 def test_node_data(test, tmp_path):
-    model, feeds, outs = _test_data(test)
+    model, feeds, outs = node_test_data(test)
     got = strait_forward(model, feeds, tmp_path)
     for name, ref in outs.items():
         err = _max_rel(got[name], ref)
@@ -55,7 +45,7 @@ def test_node_data(test, tmp_path):
 @pytest.mark.skipif(not os.path.isdir(os.path.join(NODE_DATA, "test_melweightmatrix")),
                     reason="needs Debian's libonnx-testdata")
 def test_melweightmatrix_node_data(tmp_path):
-    model, feeds, outs = _test_data("test_melweightmatrix")
+    model, feeds, outs = node_test_data("test_melweightmatrix")
     (mel_name, mel), = outs.items()
     spec = np.random.default_rng(0).uniform(0, 1, (3, mel.shape[0])).astype(np.float32)
     model.graph.node.append(helper.make_node("MatMul", ["spec", mel_name], ["mel_spec"]))
