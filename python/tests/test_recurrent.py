@@ -105,8 +105,13 @@ NODE_TESTS = sorted(os.path.basename(d) for pattern in ("test_lstm_*", "test_gru
 @pytest.mark.skipif(not NODE_TESTS, reason="needs Debian's libonnx-testdata")
 @pytest.mark.parametrize("test", NODE_TESTS)
 def test_node_data(test, tmp_path):
+    check_node_test(test, tmp_path)
+
+
+def check_node_test(test, tmp):
+    """Runs node test `test` on the CPU runtime: every output within REL of the expected."""
     model, feeds, outs = node_test_data(test)
-    got = strait_forward(model, feeds, tmp_path)
+    got = strait_forward(model, feeds, tmp)
     for name, ref in outs.items():
         err = _max_rel(got[name], ref)
         assert err <= REL, f"{test}: {name} differs by {err:.2e}"

@@ -19,7 +19,8 @@ import os
 import numpy as np
 import pytest
 
-from test_recurrent import NODE_DATA, REL, _max_rel, node_test_data, strait_forward
+from test_recurrent import (NODE_DATA, REL, _max_rel, check_node_test, node_test_data,
+                            strait_forward)
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -35,11 +36,7 @@ NODE_TESTS = [t for t in ("test_dft", "test_dft_axis", "test_dft_inverse", "test
 @pytest.mark.skipif(not NODE_TESTS, reason="needs Debian's libonnx-testdata")
 @pytest.mark.parametrize("test", NODE_TESTS)
 def test_node_data(test, tmp_path):
-    model, feeds, outs = node_test_data(test)
-    got = strait_forward(model, feeds, tmp_path)
-    for name, ref in outs.items():
-        err = _max_rel(got[name], ref)
-        assert err <= REL, f"{test}: {name} differs by {err:.2e}"
+    check_node_test(test, tmp_path)
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(NODE_DATA, "test_melweightmatrix")),
