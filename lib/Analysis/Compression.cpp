@@ -252,7 +252,8 @@ std::vector<std::vector<unsigned>> strait::islandsOf(const ClusterModel &cluster
 
 double strait::islandAllReduceTime(const ClusterModel &cluster,
                                    llvm::ArrayRef<std::vector<unsigned>> islands,
-                                   double bytes, double interBytes, double interExtra) {
+                                   double bytes, double interBytes, double interExtra,
+                                   double interShare) {
   if (islands.empty() || bytes <= 0)
     return 0;
   if (interBytes < 0)
@@ -284,7 +285,7 @@ double strait::islandAllReduceTime(const ClusterModel &cluster,
     if (!shared)
       outer = std::min(outer, split);
   }
-  return inner + outer + interExtra;
+  return inner + (outer + interExtra) * interShare;
 }
 
 LinkTransfer strait::interIslandTransfer(const ClusterModel &cluster,

@@ -73,8 +73,9 @@ Chunk PlanContext::makeChunk(std::vector<unsigned> devices) const {
   // dist-insert-comm marks the all-reduce and the runtime runs it.
   std::vector<std::vector<unsigned>> islands = islandsOf(cluster, devices);
   if (islands.size() > 1) {
-    double h1 = islandAllReduceTime(cluster, islands, s1);
-    double h2 = islandAllReduceTime(cluster, islands, s2);
+    double share = 1.0 / std::max(1u, options.localSteps);
+    double h1 = islandAllReduceTime(cluster, islands, s1, -1, 0, share);
+    double h2 = islandAllReduceTime(cluster, islands, s2, -1, 0, share);
     if (h2 < best2) {
       best1 = h1;
       best2 = h2;

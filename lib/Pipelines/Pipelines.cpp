@@ -101,6 +101,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   assign.microBatches = o.microBatches;
   assign.schedule = o.schedule;
   assign.allReduceBucketMib = o.allReduceBucketMib;
+  assign.localSteps = o.localSteps;
   pm.addPass(dist::createDistAssignStages(assign));
   dist::DistInsertCommOptions comm;
   comm.cluster = o.cluster;

@@ -39,6 +39,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -195,6 +196,18 @@ cl::opt<double> allReduceBucketMib(
     cl::desc("Gradient all-reduces of a stage packed into buckets of this many MiB, one "
              "all-reduce each (default 256; 0: one all-reduce per gradient)"),
     cl::init(256), cl::cat(straitCat));
+cl::opt<int64_t> localSteps(
+    "local-steps",
+    cl::desc("Local steps (DiLoCo): the data-parallel replicas of a stage that span several "
+             "bandwidth islands reduce their gradients inside their island each step and "
+             "average their parameters across islands every H steps with an outer Nesterov "
+             "step (default 1: synchronous training)"),
+    cl::init(1), cl::cat(straitCat));
+cl::opt<double> outerLr("outer-lr", cl::desc("Outer learning rate of --local-steps (> 0)"),
+                        cl::init(0.7), cl::cat(straitCat));
+cl::opt<double> outerMomentum("outer-momentum",
+                              cl::desc("Outer Nesterov momentum of --local-steps, in [0, 1)"),
+                              cl::init(0.9), cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
     cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
@@ -428,6 +441,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.frozen = std::vector<std::string>(frozen.begin(), frozen.end());
   popts.compress = compress.getValue();
   popts.allReduceBucketMib = allReduceBucketMib.getValue();
+  popts.localSteps = localSteps.getValue();
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
   popts.fuse = fuse.getValue();
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
@@ -453,6 +467,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   sopts.numStages = numStages;
   sopts.microBatches = microBatches;
   sopts.schedule = schedule;
+  sopts.localSteps = localSteps;
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
     return failure();
@@ -505,6 +520,38 @@ void assignDevices(strait::dist::PlanAttr plan, const strait::ClusterModel &clus
                     "devices run the CPU backend\n";
 }
 
+/// --local-steps H > 1: which stages synchronize every H steps (their
+/// gradient all-reduce spans several islands, as the exporter's
+/// applyOuterSync looks for); a warning when none does (the flag then
+/// changes nothing).
+void reportLocalSteps(ModuleOp module, strait::dist::PlanAttr plan) {
+  std::vector<int64_t> synced;
+  for (int64_t s = 0; s < plan.getNumStages(); ++s) {
+    auto func = module.lookupSymbol<func::FuncOp>(("stage" + llvm::Twine(s)).str());
+    bool spans = false;
+    if (func)
+      func.walk([&](strait::dist::AllReduceOp reduce) {
+        ArrayAttr islands = reduce.getIslandsAttr();
+        spans |= islands && islands.size() >= 2;
+      });
+    if (spans)
+      synced.push_back(s);
+  }
+  if (synced.empty()) {
+    llvm::errs() << "straitc: warning: --local-steps " << localSteps
+                 << " ignored: no stage has data-parallel replicas on several bandwidth "
+                    "islands (the job trains synchronously)\n";
+    return;
+  }
+  llvm::outs() << "straitc: local steps: stage" << (synced.size() > 1 ? "s" : "");
+  for (int64_t s : synced)
+    llvm::outs() << " " << s;
+  llvm::outs() << " reduce gradients inside each island and average parameters across islands "
+               << "every " << localSteps << " steps (outer lr "
+               << llvm::format("%g", outerLr.getValue()) << ", momentum "
+               << llvm::format("%g", outerMomentum.getValue()) << ")\n";
+}
+
 /// The multi-rank flow: pipeline, plan report, one program per rank.
 int compileJob(ModuleOp module, TimingScope &timing) {
   std::optional<strait::dist::StagePlanResult> report;
@@ -521,6 +568,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
       warmup && pipelineWarmup == Warmup::Plan)
     jobOpts.order.warmup.assign(warmup.asArrayRef().begin(), warmup.asArrayRef().end());
   jobOpts.parameterCopies = parameterCopies;
+  jobOpts.outerSync = {localSteps, outerLr, outerMomentum};
   std::vector<strait::RankExport> ranks(plan.getNumRanks());
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
     strait::dist::PlacementAttr p = plan.getStage(s);
@@ -577,6 +625,8 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
   llvm::outs() << scheduleNote << report->text;
+  if (localSteps > 1)
+    reportLocalSteps(module, plan);
   printJobCompression(module, llvm::outs());
   llvm::outs() << prediction;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
@@ -617,6 +667,20 @@ int main(int argc, char **argv) {
       &warmupSteps, &totalSteps, &minLr,
       // cl::list overloads operator& (it returns the storage).
       std::addressof(trainable), std::addressof(frozen)};
+  if (localSteps < 1) {
+    llvm::errs() << "straitc: --local-steps must be at least 1 (got " << localSteps << ")\n";
+    return 1;
+  }
+  if (!(outerLr > 0) || !std::isfinite(outerLr)) {
+    llvm::errs() << "straitc: --outer-lr must be a finite number above 0 (got "
+                 << llvm::format("%g", outerLr.getValue()) << ")\n";
+    return 1;
+  }
+  if (!(outerMomentum >= 0 && outerMomentum < 1)) {
+    llvm::errs() << "straitc: --outer-momentum must be in [0, 1) (got "
+                 << llvm::format("%g", outerMomentum.getValue()) << ")\n";
+    return 1;
+  }
   if (loss.empty())
     for (const cl::Option *o : trainingFlags)
       if (o->getNumOccurrences()) {
@@ -693,6 +757,7 @@ int main(int argc, char **argv) {
       sopts.numStages = numStages;
       sopts.microBatches = microBatches;
       sopts.schedule = schedule;
+      sopts.localSteps = localSteps;
       llvm::Expected<strait::dist::StagePlanResult> staged =
           strait::dist::computeStagePlan(func, sopts);
       if (!staged) {
@@ -705,6 +770,7 @@ int main(int argc, char **argv) {
       strait::PlannerOptions popts;
       popts.strategy = strategy;
       popts.globalBatch = globalBatch.getValue();
+      popts.localSteps = static_cast<unsigned>(localSteps.getValue());
       if (schedule == "gpipe")
         popts.schedules = {strait::Schedule::GPipe};
       else if (schedule == "1f1b")

@@ -114,9 +114,12 @@ std::vector<std::vector<unsigned>> islandsOf(const ClusterModel &cluster,
 /// or one ring over the islands' first members carrying all the bytes.
 /// `interBytes` (default `bytes`) is what the inter-island phase carries
 /// (smaller under a codec); `interExtra` is added to that phase (codec time).
+/// `interShare` scales the inter-island phase: 1/H under local steps, where
+/// the islands synchronize once per H iterations (PlannerOptions::localSteps).
 double islandAllReduceTime(const ClusterModel &cluster,
                            llvm::ArrayRef<std::vector<unsigned>> islands, double bytes,
-                           double interBytes = -1, double interExtra = 0);
+                           double interBytes = -1, double interExtra = 0,
+                           double interShare = 1);
 /// The inter-island phase alone, as a LinkTransfer of `bytes` (its ring's
 /// slowest hop and largest latency).
 LinkTransfer interIslandTransfer(const ClusterModel &cluster,

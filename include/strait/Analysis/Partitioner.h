@@ -63,6 +63,11 @@ struct PlannerOptions {
   /// DT-FM-like baseline: local-search swap attempts.
   unsigned searchIterations = 400;
   uint64_t seed = 1;
+  /// Local steps H (straitc --local-steps): replicas that span several
+  /// bandwidth islands average across them once per H iterations, so the
+  /// inter-island phase of their hierarchical all-reduce costs 1/H per
+  /// iteration (the intra-island reduction still runs every iteration).
+  unsigned localSteps = 1;
 };
 
 /// The layer-coarsened graph: a chain of blocks in topological order.

@@ -171,6 +171,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("gradient all-reduces packed into buckets of this many MiB (0: one per "
                      "gradient)"),
       llvm::cl::init(256)};
+  Option<int64_t> localSteps{
+      *this, "local-steps",
+      llvm::cl::desc("local steps H (straitc --local-steps): the planner costs the "
+                     "inter-island gradient sync once per H steps"),
+      llvm::cl::init(1)};
   ListOption<std::string> compressLink{
       *this, "compress-link",
       llvm::cl::desc("per link: A:B=CODEC[:R] (sites, hosts or devices A and B)")};

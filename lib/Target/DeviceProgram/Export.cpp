@@ -779,6 +779,41 @@ LogicalResult strait::exportParameters(ModuleOp module, const pb::Program &progr
   return success();
 }
 
+bool strait::applyOuterSync(pb::Program &program, const OuterSyncOptions &options,
+                            uint32_t channel) {
+  if (options.localSteps <= 1)
+    return false;
+  pb::OuterSync *sync = nullptr;
+  for (pb::Step &step : *program.mutable_steps()) {
+    if (!step.has_all_reduce() || step.all_reduce().islands_size() < 2)
+      continue;
+    pb::AllReduce &a = *step.mutable_all_reduce();
+    const pb::RankGroup *own = nullptr;
+    for (const pb::RankGroup &island : a.islands())
+      if (llvm::is_contained(island.ranks(), program.rank()))
+        own = &island;
+    if (!own)
+      continue;
+    if (!sync) {
+      sync = program.mutable_outer_sync();
+      sync->set_local_steps(static_cast<uint32_t>(options.localSteps));
+      sync->set_lr(static_cast<float>(options.lr));
+      sync->set_momentum(static_cast<float>(options.momentum));
+      *sync->mutable_ranks() = a.ranks();
+      *sync->mutable_islands() = a.islands();
+      if (a.has_codec())
+        *sync->mutable_codec() = a.codec();
+      sync->set_channel(channel);
+    }
+    // Every iteration: the mean over this rank's island only.
+    google::protobuf::RepeatedField<int32_t> island = own->ranks();
+    *a.mutable_ranks() = island;
+    a.clear_islands();
+    a.clear_codec();
+  }
+  return sync != nullptr;
+}
+
 /// Serializes `message` to `path` + ".tmp"; the caller renames on success.
 template <typename Message>
 static LogicalResult writeTemp(const Message &message, const std::string &path,
@@ -811,13 +846,24 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
                                       : options.rendezvousAddress);
   manifest.set_model(options.modelName);
   manifest.set_micro_batches(options.microBatches);
-  for (const RankExport &r : ranks) {
-    pb::Program program;
-    pb::ParameterShardFile shard;
+  std::vector<pb::Program> programs(ranks.size());
+  uint32_t freeChannel = 0; // above every channel of the job: the outer sync's
+  for (auto [r, program] : llvm::zip(ranks, programs)) {
     if (failed(exportProgram(r.function, r, ranks.size(), options.stageRanks, program,
-                             options.microBatches, options.parameterCopies,
-                             options.order)) ||
-        failed(exportParameters(module, program, options.seed, shard)))
+                             options.microBatches, options.parameterCopies, options.order)))
+      return cleanup();
+    for (const pb::Step &step : program.steps()) {
+      uint32_t channel = step.has_send()         ? step.send().channel()
+                         : step.has_recv()       ? step.recv().channel()
+                         : step.has_all_reduce() ? step.all_reduce().channel()
+                                                 : 0;
+      freeChannel = std::max(freeChannel, channel + 1);
+    }
+  }
+  for (auto [r, program] : llvm::zip(ranks, programs)) {
+    applyOuterSync(program, options.outerSync, freeChannel);
+    pb::ParameterShardFile shard;
+    if (failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();
     std::string programFile = "rank" + std::to_string(r.rank) + ".program.pb";
     std::string paramFile = "rank" + std::to_string(r.rank) + ".params.pb";

@@ -203,28 +203,37 @@ StatusOr<CheckpointRef> findCheckpoint(const std::string &path) {
 
 StatusOr<std::string> writeCheckpoint(const Executor &exec, const std::string &root,
                                       int64_t step, int rank, int worldSize, bool writes,
-                                      const std::vector<int> &writers, Communicator *comm) {
+                                      const std::vector<int> &writers, Communicator *comm,
+                                      const NamedTensors &extra) {
   std::string dir = root + "/step-" + std::to_string(step);
   std::string marker = dir + "/checkpoint.json";
+  std::string rankDir = dir + "/rank" + std::to_string(rank);
   // A folder rewritten for the same step (a job resumed from an older
-  // checkpoint) stops counting as complete before any file changes.
+  // checkpoint) stops counting as complete before any file changes; each
+  // rank drops its old index, so that the writers rank 0 lists are this
+  // write's.
   if (rank == 0) {
     makeDirs(dir);
     if (exists(marker) && std::remove(marker.c_str()) != 0)
       return ioError("cannot remove the old '" + marker + "': " + std::strerror(errno));
   }
+  if (exists(rankDir + "/index.tsv") && std::remove((rankDir + "/index.tsv").c_str()) != 0)
+    return ioError("cannot remove the old '" + rankDir + "/index.tsv': " + std::strerror(errno));
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   if (writes) {
-    std::string rankDir = dir + "/rank" + std::to_string(rank);
     makeDirs(rankDir);
     std::string index;
     std::set<std::string> taken;
+    std::vector<std::pair<std::string, Tensor>> entries;
     for (const program::Value &v : exec.getProgram().values()) {
       if (!isPersistent(v))
         continue;
       STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
-      std::string key = keyOf(v);
+      entries.push_back({keyOf(v), t});
+    }
+    entries.insert(entries.end(), extra.begin(), extra.end());
+    for (const auto &[key, t] : entries) {
       std::string file = fileNameFor(key, taken);
       // .npy has no bf16 (nor does the reader take f2): 16-bit floats are
       // stored as their bit patterns.
@@ -244,8 +253,14 @@ StatusOr<std::string> writeCheckpoint(const Executor &exec, const std::string &r
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   if (rank == 0) {
+    // `writers`, and the ranks that wrote beyond them (local steps: every
+    // rank, whose island trains its own copy).
+    std::set<int> wrote(writers.begin(), writers.end());
+    for (int w = 0; w < worldSize; ++w)
+      if (exists(dir + "/rank" + std::to_string(w) + "/index.tsv"))
+        wrote.insert(w);
     std::string list;
-    for (int w : writers)
+    for (int w : wrote)
       list += (list.empty() ? "" : ", ") + std::to_string(w);
     STRAIT_RETURN_IF_ERROR(writeFileAtomically(
         marker, std::string("{\n  \"format\": \"") + kFormat + "\",\n  \"step\": " +
@@ -255,28 +270,50 @@ StatusOr<std::string> writeCheckpoint(const Executor &exec, const std::string &r
   return dir;
 }
 
-Status loadCheckpoint(Executor &exec, const CheckpointRef &c) {
+StatusOr<size_t> loadCheckpoint(Executor &exec, const CheckpointRef &c, int rank,
+                                const NamedTensors &extra) {
   struct Source {
     std::string path;
     IndexEntry entry;
   };
   std::map<std::string, Source> byName;
-  for (int w : c.writers) {
+  std::vector<int> writers = c.writers;
+  auto own = std::find(writers.begin(), writers.end(), rank);
+  if (own != writers.end())
+    std::rotate(writers.begin(), own, own + 1);
+  for (int w : writers) {
     std::string rankDir = c.dir + "/rank" + std::to_string(w);
     STRAIT_ASSIGN_OR_RETURN(std::vector<IndexEntry> entries, readIndex(rankDir + "/index.tsv"));
     for (IndexEntry &e : entries)
       byName.emplace(e.name, Source{rankDir + "/" + e.file, e}); // first writer wins
   }
+  struct Target {
+    std::string key;
+    const char *what;
+    Tensor t;
+  };
+  std::vector<Target> targets;
   for (const program::Value &v : exec.getProgram().values()) {
     if (!isPersistent(v))
       continue;
-    std::string key = keyOf(v);
-    const char *what = v.role() == program::ROLE_PARAMETER ? "parameter" : "optimizer state";
+    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
+    targets.push_back({keyOf(v),
+                       v.role() == program::ROLE_PARAMETER ? "parameter" : "optimizer state", t});
+  }
+  size_t extraFound = 0;
+  for (const auto &[key, t] : extra)
+    if (byName.count(key)) {
+      targets.push_back({key, "outer-step state", t});
+      ++extraFound;
+    }
+  for (const Target &target : targets) {
+    const std::string &key = target.key;
+    const char *what = target.what;
+    const Tensor &t = target.t;
     auto it = byName.find(key);
     if (it == byName.end())
       return notFound("checkpoint '" + c.dir + "' has no " + what + " '" + key +
                       "' (written for another model or optimizer?)");
-    STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(v.id()));
     const IndexEntry &e = it->second.entry;
     if (e.dtype != dtypeName(t.dtype) || e.shape != shapeText(t.shape))
       return invalidArgument("checkpoint file '" + it->second.path + "': " + what + " '" + key +
@@ -294,7 +331,7 @@ Status loadCheckpoint(Executor &exec, const CheckpointRef &c) {
     std::memcpy(t.data, a.bytes.data(), a.bytes.size());
   }
   exec.invalidateParameterCopies();
-  return Status::ok();
+  return extraFound;
 }
 
 } // namespace run

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strait {
@@ -47,22 +48,34 @@ struct CheckpointRef {
 /// checkpoint.json (naming the file).
 rt::StatusOr<CheckpointRef> findCheckpoint(const std::string &path);
 
+/// Named f32 state kept outside the program's values (the outer step's
+/// theta_outer and momentum under local steps), saved next to them.
+using NamedTensors = std::vector<std::pair<std::string, rt::Tensor>>;
+
 /// Writes this rank's parameters and optimizer states after step `step`
 /// into ROOT/step-N/rank<R>/ (when `writes`: the rank belongs to the first
-/// replica), then waits on `comm` (may be null for one rank) for every rank,
-/// and rank 0 writes checkpoint.json listing `writers`. Returns the step
-/// folder. IoError naming the file on a failed write.
+/// replica, or every rank under local steps, where each island trains its
+/// own copy), and `extra`, then waits on `comm` (may be null for one rank)
+/// for every rank, and rank 0 writes checkpoint.json listing `writers` and
+/// any other rank whose folder it finds written. Returns the step folder.
+/// IoError naming the file on a failed write.
 rt::StatusOr<std::string> writeCheckpoint(const rt::Executor &exec, const std::string &root,
                                           int64_t step, int rank, int worldSize, bool writes,
                                           const std::vector<int> &writers,
-                                          rt::Communicator *comm);
+                                          rt::Communicator *comm,
+                                          const NamedTensors &extra = {});
 
 /// Overwrites every parameter and optimizer state of `exec`'s program with
 /// the checkpoint's value of the same name (shape and dtype must match), and
-/// makes the next run() refill the parameters' 16-bit copies. Errors name
-/// the variable and the file: a variable the checkpoint lacks, a shape or
-/// dtype mismatch, an unreadable file.
-rt::Status loadCheckpoint(rt::Executor &exec, const CheckpointRef &checkpoint);
+/// makes the next run() refill the parameters' 16-bit copies. A value is
+/// taken from rank `rank`'s folder when that rank wrote one (local steps:
+/// islands hold different values), else from the first writer holding it.
+/// Each tensor of `extra` is filled likewise when the checkpoint holds it;
+/// returns how many it held. Errors name the variable and the file: a
+/// variable the checkpoint lacks, a shape or dtype mismatch, an unreadable
+/// file.
+rt::StatusOr<size_t> loadCheckpoint(rt::Executor &exec, const CheckpointRef &checkpoint,
+                                    int rank = -1, const NamedTensors &extra = {});
 
 } // namespace run
 } // namespace strait

@@ -103,6 +103,8 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--resume", o.resumePath);
   if (o.profile)
     args.push_back("--profile");
+  if (!o.finalOuterStep)
+    args.push_back("--no-final-outer-step");
   std::vector<char *> argv;
   for (auto &a : args)
     argv.push_back(&a[0]);
@@ -123,6 +125,7 @@ struct Progress {
   std::string itemName;
   int64_t items = 0;
   std::string sent, recv;
+  bool outerStep = false; // the local-steps outer step ran after this iteration
 };
 
 bool parseProgress(const std::string &line, int &rank, int &step, Progress &p) {
@@ -143,7 +146,9 @@ bool parseProgress(const std::string &line, int &rank, int &step, Progress &p) {
     else if (w == "tokens" || w == "samples") {
       p.itemName = w;
       in >> p.items;
-    } else if (w == "sent")
+    } else if (w == "outer-step")
+      p.outerStep = true;
+    else if (w == "sent")
       in >> p.sent;
     else if (w == "recv")
       in >> p.recv;
@@ -254,6 +259,8 @@ private:
     line << " time " << t << " ms";
     if (!lr.empty())
       line << " lr " << lr;
+    if (std::any_of(ranks.begin(), ranks.end(), [](const auto &kv) { return kv.second.outerStep; }))
+      line << " outer-step";
     for (const auto &kv : ranks)
       if (!kv.second.sent.empty())
         line << " | rank" << kv.first << " sent " << humanBytes(kv.second.sent) << " recv "

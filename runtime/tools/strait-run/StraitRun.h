@@ -44,6 +44,9 @@ struct RunOptions {
   std::string checkpointDir; // --checkpoint DIR: step-N folders
   int checkpointEvery = 0;   // --checkpoint-every K: also after every K-th step
   std::string resumePath;    // --resume DIR: a step folder, or the newest under DIR
+  // Local steps (docs/runtime.md, "Local steps"): --no-final-outer-step
+  // leaves the islands' own parameters after the last step.
+  bool finalOuterStep = true;
   int maxRestarts = 0;       // launcher: restarts from the newest checkpoint on a failure
   bool profile = false;      // --profile: time per op type after the first iteration
   bool quietProgress = false; // launcher: do not echo the merged progress

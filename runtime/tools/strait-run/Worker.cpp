@@ -4,11 +4,13 @@
 // the other ranks, fills the data inputs from --data (token file or npy
 // arrays), and runs the program's steps once per iteration, printing one
 // progress line per iteration:
-//   rank R iteration N/M time MS ms [loss L] [lr X] [tokens|samples K] sent P:B,.. recv P:B,..
-// (K items fed this iteration, B bytes to / from peer P since the previous
-// line). The launcher merges these lines into one line per step. With
-// --dump-outputs DIR every ROLE_OUTPUT of the last iteration is written as
-// DIR/<name>.rank<R>.npy.
+//   rank R iteration N/M time MS ms [loss L] [lr X] [tokens|samples K] [outer-step T]
+//   sent P:B,.. recv P:B,..
+// (K items fed this iteration, T ms of the local-steps outer step when it ran
+// after this iteration, B bytes to / from peer P since the previous line,
+// the outer step's included). The launcher merges these lines into one line
+// per step. With --dump-outputs DIR every ROLE_OUTPUT of the last iteration
+// is written as DIR/<name>.rank<R>.npy.
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
@@ -16,6 +18,7 @@
 #include "DataLoader.h"
 #include "Devices.h"
 #include "Npy.h"
+#include "OuterSync.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/LrSchedule.h"
@@ -420,20 +423,56 @@ Status runRank(const RunOptions &o) {
                             loadShardFile(resolvePath(o.planDir, entry->parameter_file())));
     STRAIT_RETURN_IF_ERROR(exec->loadParameters(shards));
   }
+  // Local steps (program.outer_sync): theta_outer starts as the loaded
+  // parameters.
+  StatusOr<std::unique_ptr<OuterSync>> createdSync = OuterSync::create(*exec, comm.get());
+  if (!createdSync.isOk())
+    return createdSync.takeStatus().withRank(o.rank);
+  std::unique_ptr<OuterSync> outerSync = std::move(*createdSync);
+  if (outerSync) {
+    const program::OuterSync &s = p.outer_sync();
+    std::string islands;
+    for (const auto &island : s.islands()) {
+      islands += islands.empty() ? "{" : " {";
+      for (int i = 0; i < island.ranks_size(); ++i)
+        islands += (i ? "," : "") + std::to_string(island.ranks(i));
+      islands += "}";
+    }
+    std::cerr << "rank " << o.rank << ": local steps " << s.local_steps() << ": outer step (lr "
+              << s.lr() << ", Nesterov momentum " << s.momentum() << ") over islands " << islands
+              << (s.codec().codec() != program::CODEC_NONE
+                      ? " with " + program::Codec_Name(s.codec().codec())
+                      : std::string())
+              << ", " << outerSync->getNumParameters() << " parameters ("
+              << outerSync->getParameterBytes() << " bytes)\n";
+  }
   int first = 0; // iterations before this run (a resumed job's)
   if (resume) {
-    STRAIT_RETURN_IF_ERROR(loadCheckpoint(*exec, *resume));
+    OuterSync *sync = outerSync.get();
+    NamedTensors extra = sync ? sync->state() : NamedTensors{};
+    STRAIT_ASSIGN_OR_RETURN(size_t found, loadCheckpoint(*exec, *resume, o.rank, extra));
+    if (sync && found == 0) {
+      sync->reset();
+      std::cerr << "rank " << o.rank << ": the checkpoint has no outer-step state (written "
+                << "without local steps): the outer step starts from its parameters\n";
+    } else if (found != extra.size()) {
+      return invalidArgument("checkpoint '" + resume->dir + "' holds " + std::to_string(found) +
+                             " of the " + std::to_string(extra.size()) +
+                             " outer-step states of this rank (written under another plan?)")
+          .withRank(o.rank);
+    }
     first = static_cast<int>(resume->step);
     std::cerr << "rank " << o.rank << ": resumed from " << resume->dir << " (step " << first
               << ")\n";
   }
   // Checkpoints: the first data-parallel replica writes them (every replica
-  // holds the same parameters and optimizer states).
+  // holds the same parameters and optimizer states); under local steps
+  // every rank does (the islands' copies differ between outer steps).
   std::vector<int> writers;
   for (const auto &r : m.ranks())
     if (r.replica() == 0)
       writers.push_back(r.rank());
-  bool writes = entry->replica() == 0;
+  bool writes = entry->replica() == 0 || outerSync;
   auto checkpointAfter = [&](int step) {
     return !o.checkpointDir.empty() &&
            (step == o.steps || (o.checkpointEvery > 0 && step % o.checkpointEvery == 0));
@@ -499,6 +538,16 @@ Status runRank(const RunOptions &o) {
       profiledMs += ms;
       ++profiled;
     }
+    double outerMs = -1;
+    if (outerSync && outerSync->dueAfter(it + 1, o.steps, o.finalOuterStep)) {
+      auto outerStart = std::chrono::steady_clock::now();
+      Status s = outerSync->step();
+      if (!s.isOk())
+        return s.withRank(o.rank).withStep(it + 1);
+      outerMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          outerStart)
+                    .count();
+    }
     std::ostringstream line;
     line << "rank " << o.rank << " iteration " << it + 1 << "/" << o.steps
          << " time " << ms << " ms";
@@ -508,6 +557,8 @@ Status runRank(const RunOptions &o) {
       line << " lr " << lrIn->as<float>()[0];
     if (items > 0)
       line << " " << loader->itemName() << " " << items;
+    if (outerMs >= 0)
+      line << " outer-step " << outerMs;
     if (counter) {
       std::string sent, received;
       counter->take(sent, received);
@@ -515,8 +566,9 @@ Status runRank(const RunOptions &o) {
     }
     std::cout << line.str() << std::endl;
     if (checkpointAfter(it + 1)) {
-      StatusOr<std::string> dir = writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank,
-                                                  m.world_size(), writes, writers, comm.get());
+      StatusOr<std::string> dir =
+          writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank, m.world_size(), writes, writers,
+                          comm.get(), outerSync ? outerSync->state() : NamedTensors{});
       if (!dir.isOk())
         return dir.takeStatus().withStep(it + 1);
       std::cerr << "rank " << o.rank << ": checkpoint of step " << it + 1 << " in " << *dir

@@ -23,7 +23,7 @@ const char *kUsage =
     "                  [--listen-address IP] [--device auto|cpu|cuda|cuda:N]\n"
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
     "                  [--checkpoint DIR] [--checkpoint-every K] [--resume DIR]\n"
-    "                  [--max-restarts N] [--profile]\n"
+    "                  [--max-restarts N] [--profile] [--no-final-outer-step]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -57,6 +57,9 @@ const char *kUsage =
     "  newest checkpoint when a rank fails, up to N times. --profile times\n"
     "  each op type's kernels from the second iteration on and prints a\n"
     "  table per rank at the end.\n"
+    "  Local steps (straitc --local-steps H): the islands average their\n"
+    "  parameters every H steps and after the last one; --no-final-outer-step\n"
+    "  skips the last one (each island keeps its own parameters).\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -128,6 +131,8 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = value(o.maxRestarts) && o.maxRestarts >= 0;
     else if (a == "--profile")
       o.profile = true;
+    else if (a == "--no-final-outer-step")
+      o.finalOuterStep = false;
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {

@@ -52,6 +52,9 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
     Option<"allReduceBucketMib", "all-reduce-bucket-mib", "double", "256",
            "the gradient all-reduces' bucket size (dist-bucket-all-reduces): each bucket pays "
            "the latency">,
+    Option<"localSteps", "local-steps", "int64_t", "1",
+           "local steps H: the replicas of a stage that span several islands average "
+           "across islands every H steps, so the planner costs that phase once per H steps">,
     Option<"schedule", "schedule", "std::string", "\"auto\"",
            "pipeline schedule: auto (the planner's choice), gpipe or 1f1b">
   ];

@@ -36,6 +36,8 @@ struct StagePlanOptions {
   std::string schedule = "auto";
   /// The gradient all-reduces' bucket size (ClusterModel::allReduceBucketBytes).
   double allReduceBucketBytes = 256.0 * 1048576;
+  /// Local steps (PlannerOptions::localSteps).
+  int64_t localSteps = 1;
 };
 
 struct StagePlanResult {

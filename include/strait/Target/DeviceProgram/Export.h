@@ -54,6 +54,17 @@ struct PipelineOrder {
   int64_t warmupOf(int64_t stage, int64_t numStages, int64_t microBatches) const;
 };
 
+/// Local-steps training (DiLoCo-like; straitc --local-steps): the data-parallel
+/// replicas of a stage that span several bandwidth islands reduce their
+/// gradients inside their island every iteration and average their parameter
+/// change across islands every `localSteps` iterations with an outer
+/// Nesterov-momentum step.
+struct OuterSyncOptions {
+  int64_t localSteps = 1; ///< 1: synchronous training (no OuterSync emitted)
+  double lr = 0.7;
+  double momentum = 0.9;
+};
+
 struct JobExportOptions {
   std::string modelName;
   std::string rendezvousAddress; ///< file-store folder; default: <out>/rendezvous
@@ -66,7 +77,18 @@ struct JobExportOptions {
   bool parameterCopies = true;
   /// Micro-batches in GPipe or 1F1B order (deferred transfers).
   PipelineOrder order;
+  /// Local steps; see applyOuterSync.
+  OuterSyncOptions outerSync;
 };
+
+/// With `options.localSteps` > 1: every all_reduce step of `program` whose
+/// group spans two or more islands reduces inside the rank's island only
+/// (ranks = that island, no islands, no codec), and `program.outer_sync`
+/// records the group, its islands and codec (of the first such step) and
+/// `channel`. Returns whether the program got an outer synchronization
+/// (false: no all-reduce spans islands, or localSteps is 1).
+bool applyOuterSync(program::Program &program, const OuterSyncOptions &options,
+                    uint32_t channel);
 
 /// Fills `program` from `func` (graph ops, func.return). Diagnostics name the
 /// op that cannot be exported.

@@ -245,6 +245,7 @@ void AssignStagesPass::runOnOperation() {
   options.microBatches = microBatches;
   options.schedule = schedule;
   options.allReduceBucketBytes = allReduceBucketMib * 1048576.0;
+  options.localSteps = localSteps;
   llvm::Expected<StagePlanResult> plan = computeStagePlan(func, options);
   if (!plan) {
     func.emitError() << "cannot plan @main: " << llvm::toString(plan.takeError());

@@ -134,6 +134,7 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
     return strategy.takeError();
   popts.strategy = *strategy;
   popts.globalBatch = o.globalBatch;
+  popts.localSteps = static_cast<unsigned>(std::max<int64_t>(1, o.localSteps));
   // More than one micro-batch asked for: the planner uses that count.
   if (o.microBatches > 1)
     popts.microBatchCounts = {static_cast<unsigned>(o.microBatches)};
