@@ -6,11 +6,11 @@
 // progress line per iteration:
 //   rank R iteration N/M time MS ms [loss L] [lr X] [tokens|samples K] [outer-step T]
 //   sent P:B,.. recv P:B,..
-// (K items fed this iteration, T ms of the local-steps outer step when it ran
-// after this iteration, B bytes to / from peer P since the previous line,
-// the outer step's included). The launcher merges these lines into one line
-// per step. With --dump-outputs DIR every ROLE_OUTPUT of the last iteration
-// is written as DIR/<name>.rank<R>.npy.
+// (K items fed this iteration; T ms of the local-steps outer step when it
+// ran after this iteration, included in MS; B bytes to / from peer P since
+// the previous line, the outer step's included). The launcher merges these
+// lines into one line per step. With --dump-outputs DIR every ROLE_OUTPUT of
+// the last iteration is written as DIR/<name>.rank<R>.npy.
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
@@ -532,12 +532,8 @@ Status runRank(const RunOptions &o) {
     }
     auto start = std::chrono::steady_clock::now();
     STRAIT_RETURN_IF_ERROR(exec->run());
-    double ms = std::chrono::duration<double, std::milli>(
-                    std::chrono::steady_clock::now() - start).count();
-    if (o.profile && it > first) {
-      profiledMs += ms;
-      ++profiled;
-    }
+    // The local-steps outer step belongs to the iteration it follows (its
+    // time is in `ms`, and printed on its own).
     double outerMs = -1;
     if (outerSync && outerSync->dueAfter(it + 1, o.steps, o.finalOuterStep)) {
       auto outerStart = std::chrono::steady_clock::now();
@@ -547,6 +543,12 @@ Status runRank(const RunOptions &o) {
       outerMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                           outerStart)
                     .count();
+    }
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start).count();
+    if (o.profile && it > first) {
+      profiledMs += ms;
+      ++profiled;
     }
     std::ostringstream line;
     line << "rank " << o.rank << " iteration " << it + 1 << "/" << o.steps
