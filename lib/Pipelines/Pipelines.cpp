@@ -105,6 +105,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   pm.addPass(dist::createDistAssignStages(assign));
   dist::DistInsertCommOptions comm;
   comm.cluster = o.cluster;
+  comm.localSteps = o.localSteps;
   pm.addPass(dist::createDistInsertComm(comm));
   // Before compression, which then picks one codec per bucket.
   dist::DistBucketAllReducesOptions buckets;

@@ -320,3 +320,34 @@ def test_bad_outer_sync_in_program_names_field_and_rank(env):
     assert r.returncode != 0
     log = (job / "logs" / "rank1.log").read_text()
     assert "program.outer_sync.momentum: 1.5" in log and "rank 1" in log, log[-2000:]
+
+
+def test_one_replica_per_site(env):
+    """Two devices on two sites joined by one link (no bandwidth gap to find): with local steps the
+    sites are the islands, each replica reduces with itself, and only outer steps cross."""
+    d, data = env
+    sites = cpu_cluster("one-per-site", [("r0", "he", "east"), ("r1", "hw", "west")],
+                        "  sites:\n    - {between: [east, west], bandwidth_mbps: 100, "
+                        "latency_ms: 1}\n")
+    (d / "one-per-site.yaml").write_text(sites)
+    common = [STRAITC, GPT2_TINY, "--input-shape", "input_ids=4x32", "--loss", "cross-entropy",
+              "--optimizer", "adamw", "--cluster", str(d / "one-per-site.yaml"), "--global-batch",
+              "8", "--num-stages", "1"]
+    run([*common, "-o", str(d / "sites-sync")])
+    assert "islands" not in decode(d / "sites-sync")  # as before: one flat all-reduce
+    run([*common, "--local-steps", "4", "--outer-lr", "1", "--outer-momentum", "0",
+         "-o", str(d / "sites-h4")])
+    text = decode(d / "sites-h4", rank=1)
+    assert re.search(r"all_reduce \{\n    value_ids: \d+\n    ranks: 1\n    reduce: REDUCE_MEAN\n",
+                     text)
+    assert re.findall(r"^  islands \{\n    ranks: (\d+)\n  \}", text, re.M) == ["0", "1"]
+    job = d / "sites-h4"
+    launch(job, data, 6, "--save-params", d / "sites-synced")
+    crossing = [it for it, line in rank_lines(job, 0) if bytes_to(line, (1,), "sent") > 0]
+    assert crossing == [4, 6]
+    launch(job, data, 6, "--save-params", d / "sites-apart", "--no-final-outer-step")
+    after, before = saved(d / "sites-synced"), saved(d / "sites-apart")
+    for name in after[0]:
+        assert np.array_equal(after[0][name], after[1][name])
+        reference = (before[0][name].astype(np.float64) + before[1][name]) / 2
+        np.testing.assert_allclose(after[0][name], reference, rtol=0, atol=1e-6, err_msg=name)

@@ -85,7 +85,10 @@ def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
     made on), a stage whose replicas span several bandwidth islands (its
     devices' maximum spanning tree cut at the largest bandwidth gap of at
     least 1.5x, as the planner costs it) gets a hierarchical all-reduce:
-    `islands [...]` lists the ranks of each island.
+    `islands [...]` lists the ranks of each island. With `local-steps` > 1
+    (straitc --local-steps, where the islands also decide what synchronizes
+    every step), replicas alone on their island get islands too, and two
+    devices whose one link shows no bandwidth gap are split by site.
 
     ```
     strait-opt --dist-assign-stages='boundaries=2' --dist-insert-comm model.mlir
@@ -94,7 +97,10 @@ def DistInsertComm : Pass<"dist-insert-comm", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"cluster", "cluster", "std::string", "\"\"",
-           "cluster file (YAML) naming the plan's devices: islands of all-reduces">
+           "cluster file (YAML) naming the plan's devices: islands of all-reduces">,
+    Option<"localSteps", "local-steps", "int64_t", "1",
+           "local steps H (straitc --local-steps): > 1 marks islands of single replicas "
+           "(or sites) too">
   ];
   let statistics = [
     Statistic<"numTransfers", "num-transfers", "Send/recv pairs inserted">,

@@ -6,6 +6,8 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace strait;
 using namespace strait::dist;
@@ -48,6 +50,34 @@ std::vector<std::vector<int64_t>> strait::dist::detail::rankIslands(const Cluste
       llvm::all_of(islands, [](const auto &i) { return i.size() == 1; }))
     return {};
   std::vector<std::vector<int64_t>> out;
+  for (const std::vector<unsigned> &island : islands) {
+    std::vector<int64_t> group;
+    for (unsigned d : island)
+      group.push_back(ranks[llvm::find(devices, d) - devices.begin()]);
+    llvm::sort(group);
+    out.push_back(std::move(group));
+  }
+  llvm::sort(out, [](const auto &a, const auto &b) { return a.front() < b.front(); });
+  return out;
+}
+
+std::vector<std::vector<int64_t>>
+strait::dist::detail::localStepIslands(const ClusterModel &cluster, ArrayRef<unsigned> devices,
+                                       ArrayRef<int64_t> ranks) {
+  std::vector<std::vector<int64_t>> out = rankIslands(cluster, devices, ranks);
+  if (!out.empty())
+    return out;
+  std::vector<std::vector<unsigned>> islands = islandsOf(cluster, devices);
+  if (islands.size() < 2) { // no bandwidth gap: the sites
+    std::map<unsigned, std::vector<unsigned>> bySite;
+    for (unsigned d : devices)
+      bySite[cluster.devices[d].site].push_back(d);
+    if (bySite.size() < 2)
+      return {};
+    islands.clear();
+    for (auto &[site, group] : bySite)
+      islands.push_back(std::move(group));
+  }
   for (const std::vector<unsigned> &island : islands) {
     std::vector<int64_t> group;
     for (unsigned d : island)

@@ -36,6 +36,15 @@ std::vector<std::vector<int64_t>> rankIslands(const ClusterModel &cluster,
                                               llvm::ArrayRef<unsigned> devices,
                                               llvm::ArrayRef<int64_t> ranks);
 
+/// Islands for local steps (straitc --local-steps), where the islands
+/// decide what synchronizes every step: rankIslands; when that is empty,
+/// the bandwidth islands even when each holds one rank; else the sites of
+/// the devices (two devices joined by one link show no bandwidth gap).
+/// Empty when the replicas share one island and one site.
+std::vector<std::vector<int64_t>> localStepIslands(const ClusterModel &cluster,
+                                                   llvm::ArrayRef<unsigned> devices,
+                                                   llvm::ArrayRef<int64_t> ranks);
+
 } // namespace strait::dist::detail
 
 #endif // STRAIT_LIB_DIALECT_DIST_TRANSFORMS_CLUSTERDEVICES_H

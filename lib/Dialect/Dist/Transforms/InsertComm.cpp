@@ -90,8 +90,13 @@ LogicalResult InsertCommPass::insertAllReduces(func::FuncOp func, PlanAttr plan,
     ArrayAttr islands;
     if (clusterModel) {
       SmallVector<Attribute> groups;
+      // With local steps the islands also decide what synchronizes every
+      // step, so replicas alone on their island (or site) get islands too.
       for (const std::vector<int64_t> &island :
-           strait::dist::detail::rankIslands(*clusterModel, devices[*stage], ranks.asArrayRef()))
+           localSteps > 1 ? strait::dist::detail::localStepIslands(*clusterModel, devices[*stage],
+                                                                   ranks.asArrayRef())
+                          : strait::dist::detail::rankIslands(*clusterModel, devices[*stage],
+                                                              ranks.asArrayRef()))
         groups.push_back(b.getDenseI64ArrayAttr(island));
       if (!groups.empty()) {
         islands = b.getArrayAttr(groups);
