@@ -599,8 +599,12 @@ Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
 Status ErrorFeedback::encode(const program::CodecParams &params,
                              const float *data, int64_t numel,
                              std::vector<uint8_t> &out) {
-  if (!params.error_feedback() || params.codec() == program::CODEC_NONE)
-    return rt::encode(params, data, numel, out);
+  lastPayloadBytes = 0;
+  if (!params.error_feedback() || params.codec() == program::CODEC_NONE) {
+    STRAIT_RETURN_IF_ERROR(rt::encode(params, data, numel, out));
+    lastPayloadBytes = out.size();
+    return Status::ok();
+  }
   if (residual.size() != static_cast<size_t>(numel))
     residual.assign(numel, 0.0f);
   scratch.resize(numel);
@@ -617,6 +621,7 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
     for (int64_t i = lo; i < hi; ++i)
       res[i] = sum[i] - res[i];
   });
+  lastPayloadBytes = out.size();
   return Status::ok();
 }
 

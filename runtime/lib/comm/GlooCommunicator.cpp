@@ -140,7 +140,9 @@ private:
   Status waitSend(Buf &buf, const std::string &what, int peer);
   Status waitRecv(Buf &buf, const std::string &what, int peer);
   /// Header + payload on slots 2c, 2c+1 (send/recv of the public API).
-  Status sendMessage(const void *data, size_t bytes, int peer, uint32_t channel);
+  /// `phases`: when given, the send's two phases (ErrorFeedback::SendPhases).
+  Status sendMessage(const void *data, size_t bytes, int peer, uint32_t channel,
+                     ErrorFeedback::SendPhases *phases = nullptr);
   /// Receives a message of exactly `expect` bytes into `data`, or, with
   /// data == null, a message of at most `expect` bytes into `variable`.
   Status recvMessage(void *data, size_t expect, std::vector<uint8_t> *variable,
@@ -389,17 +391,24 @@ TrafficCounters GlooCommunicator::takeTraffic() {
 }
 
 Status GlooCommunicator::sendMessage(const void *data, size_t bytes, int peer,
-                                     uint32_t channel) {
+                                     uint32_t channel, ErrorFeedback::SendPhases *phases) {
   STRAIT_RETURN_IF_ERROR(checkPeer(peer));
   MessageHeader header = {kHeaderMagic, bytes};
   std::string what = "send on channel " + std::to_string(channel);
+  using Clock = std::chrono::steady_clock;
   try {
+    Clock::time_point posted = Clock::now();
     Buf hbuf = postSend(&header, sizeof(header), peer, 2ull * channel);
     Buf pbuf;
     if (bytes)
       pbuf = postSend(data, bytes, peer, 2ull * channel + 1);
     STRAIT_RETURN_IF_ERROR(waitSend(hbuf, what, peer));
+    Clock::time_point headerDone = Clock::now();
     STRAIT_RETURN_IF_ERROR(waitSend(pbuf, what, peer));
+    if (phases) {
+      phases->headerSeconds = std::chrono::duration<double>(headerDone - posted).count();
+      phases->payloadSeconds = std::chrono::duration<double>(Clock::now() - headerDone).count();
+    }
   } catch (const std::exception &e) {
     return markBroken(fromException(e, what.c_str(), peer));
   }
@@ -476,7 +485,12 @@ Status GlooCommunicator::sendCoded(const Tensor &tensor, int peer,
                       : encode(codec, tensor.as<float>(), tensor.numel(), sendScratch);
   if (!s.isOk())
     return s.withRank(options.rank).withPeer(peer);
-  return sendMessage(sendScratch.data(), sendScratch.size(), peer, channel);
+  ErrorFeedback::SendPhases phases;
+  Status sent = sendMessage(sendScratch.data(), sendScratch.size(), peer, channel,
+                            feedback ? &phases : nullptr);
+  if (feedback)
+    feedback->setLastSendPhases(phases);
+  return sent;
 }
 
 Status GlooCommunicator::sendDeferred(const Tensor &tensor, int peer, uint32_t channel,

@@ -9,11 +9,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
 #include <list>
 #include <set>
+#include <sstream>
 
 namespace strait {
 namespace rt {
+
+/// Whether new executors adapt top-k ratios (Executor::setAdaptiveTopKDefault).
+bool adaptiveTopKDefault();
 
 namespace {
 
@@ -256,9 +263,27 @@ Executor::create(program::Program program, const BackendRegistry &registry,
                   step.all_reduce().value_ids().end());
       codec = &step.all_reduce().codec();
     }
-    if (codec && codec->error_feedback() && codec->codec() != program::CODEC_NONE)
+    // Adaptive top-k sends also get a state (without error feedback it only
+    // records the payload size that the controller reads).
+    bool adapt = step.has_send() && codec->adapt() && adaptiveTopKDefault();
+    if (codec && ((codec->error_feedback() && codec->codec() != program::CODEC_NONE) || adapt))
       for (uint32_t id : sent)
         exec->feedback[{i, id}] = std::make_unique<ErrorFeedback>();
+    if (adapt && !step.send().deferred()) {
+      const program::Send &m = step.send();
+      std::unique_ptr<AdaptiveRatio> &c = exec->adaptive[{m.peer(), m.channel()}];
+      if (!c) {
+        AdaptiveRatioConfig config;
+        config.ratioMin = codec->ratio_min();
+        config.ratioMax = codec->ratio_max();
+        config.initial = codec->topk_ratio();
+        c = std::make_unique<AdaptiveRatio>(config, exec->value(m.value_id()).numel());
+      }
+    } else if (adapt) {
+      std::cerr << "rank " << p.rank() << ": adaptive top-k: the deferred (1F1B) send of step "
+                << i << " cannot be timed by the sender; it keeps ratio "
+                << codec->topk_ratio() << " (compile with --schedule gpipe to adapt)\n";
+    }
   }
   exec->planAllReduceBuckets();
   if (exec->fusedElements > 0) { // device memory: NCCL and GPU codecs read it
@@ -301,6 +326,9 @@ Status Executor::checkCommStep(int index) const {
         return v.dtype();
     return program::DTYPE_UNSPECIFIED;
   };
+  if (step.has_all_reduce() && step.all_reduce().codec().adapt())
+    return invalidArgument(field + "all_reduce.codec.adapt: an all-reduce never adapts its "
+                                   "codec (every replica must apply the same one)");
   auto checkCodec = [&](const program::CodecParams &codec, const std::string &f,
                         uint32_t id) -> Status {
     STRAIT_RETURN_IF_ERROR(validateCodecParams(codec, f));
@@ -520,7 +548,7 @@ std::vector<Executor::OpTime> Executor::takeProfile() {
   return out;
 }
 
-Status Executor::runComm(int index) {
+Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready) {
   const program::Step &step = program.steps(index);
   auto feedbackOf = [&](uint32_t id) -> ErrorFeedback * {
     auto it = feedback.find({index, id});
@@ -531,6 +559,8 @@ Status Executor::runComm(int index) {
     const auto &m = step.send();
     const Tensor &v = value(m.value_id());
     ErrorFeedback *state = feedbackOf(m.value_id());
+    if (!m.deferred() && adaptive.count({m.peer(), m.channel()}))
+      return sendAdaptive(m, v, state, ready).withPeer(m.peer());
     return (m.deferred() ? comm->sendDeferred(v, m.peer(), m.channel(), m.codec(), state)
                          : comm->sendCoded(v, m.peer(), m.channel(), m.codec(), state))
         .withPeer(m.peer());
@@ -584,6 +614,60 @@ Status Executor::runComm(int index) {
   }
 }
 
+namespace {
+bool adaptiveDefault = true;
+} // namespace
+
+bool adaptiveTopKDefault() { return adaptiveDefault; }
+void Executor::setAdaptiveTopKDefault(bool on) { adaptiveDefault = on; }
+
+/// Sends with the ratio of the stream's controller and feeds it the send's
+/// time and payload size. The payload size is the error feedback state's
+/// (every adaptive send has one); a stream encoded on the device leaves it
+/// 0, and the size is then the top-k layout's bound for u32 indices or a
+/// bitmap (CodecLayout.h).
+Status Executor::sendAdaptive(const program::Send &m, const Tensor &v, ErrorFeedback *state,
+                              std::chrono::steady_clock::time_point ready) {
+  AdaptiveRatio &c = *adaptive.at({m.peer(), m.channel()});
+  program::CodecParams codec = m.codec();
+  codec.set_topk_ratio(static_cast<float>(c.ratio()));
+  // k as the encoder computes it (topkCount in the codec library).
+  int64_t n = v.numel();
+  int64_t k = std::max<int64_t>(
+      1, std::min<int64_t>(n, static_cast<int64_t>(std::ceil(
+                                  static_cast<double>(codec.topk_ratio()) * n))));
+  using Clock = std::chrono::steady_clock;
+  static const Clock::time_point epoch = Clock::now();
+  auto seconds = [](Clock::time_point t) {
+    return std::chrono::duration<double>(t - epoch).count();
+  };
+  Clock::time_point start = Clock::now();
+  // Sent on the computing thread (runStep) unless run() queued it.
+  bool onComputeThread = ready == Clock::time_point{};
+  if (onComputeThread)
+    ready = start;
+  if (state)
+    state->setLastSendPhases({});
+  STRAIT_RETURN_IF_ERROR(comm->sendCoded(v, m.peer(), m.channel(), codec, state));
+  Clock::time_point end = Clock::now();
+  uint64_t bytes = state ? state->getLastPayloadBytes() : 0;
+  if (bytes == 0)
+    bytes = kTopKFixedBytes + 4ull * k +
+            std::min<uint64_t>(4ull * k, (static_cast<uint64_t>(v.numel()) + 7) / 8);
+  // The transport's header phase is the receiver getting to its receive.
+  double receiverWait = state ? std::max(0.0, state->getLastSendPhases().headerSeconds) : 0.0;
+  c.observe(seconds(ready), seconds(start), seconds(end), bytes, k, onComputeThread,
+            receiverWait);
+  return Status::ok();
+}
+
+std::vector<Executor::AdaptiveLink> Executor::getAdaptiveLinks() const {
+  std::vector<AdaptiveLink> out;
+  for (const auto &[key, c] : adaptive)
+    out.push_back({key.first, key.second, c->ratio(), c->throughput(), c->budget()});
+  return out;
+}
+
 Status Executor::runStep(int index) {
   if (index < 0 || index >= program.steps_size())
     return annotate(invalidArgument("step index out of range"), index);
@@ -609,6 +693,24 @@ Status Executor::runOnceSteps() {
 }
 
 Status Executor::run() {
+  Status result = runIteration();
+  if (result.isOk() && !adaptive.empty()) {
+    // The adaptive ratios after this iteration, one line per run (the
+    // launcher adds them to its progress line): "rank R topk PEER/chC RATIO ...".
+    std::ostringstream line;
+    line << "rank " << program.rank() << " topk";
+    for (const AdaptiveLink &l : getAdaptiveLinks()) {
+      char text[96];
+      std::snprintf(text, sizeof(text), " %d/ch%u:%.4g:%.3gMbit/s:%.3gms", l.peer, l.channel,
+                    l.ratio, l.throughput * 8e-6, l.budget * 1e3);
+      line << text;
+    }
+    std::cout << line.str() << std::endl;
+  }
+  return result;
+}
+
+Status Executor::runIteration() {
   if (!onceDone)
     STRAIT_RETURN_IF_ERROR(runOnceSteps());
   if (overlap && commThread.joinable())
@@ -762,12 +864,14 @@ Status Executor::launchSegment(Plan &plan, const Action &action) {
 void Executor::commLoop() {
   for (;;) {
     int step;
+    std::chrono::steady_clock::time_point queued;
     {
       std::unique_lock<std::mutex> lock(commMutex);
       commWake.wait(lock, [&] { return stopping || !queue.empty(); });
       if (queue.empty())
         return;
       step = queue.front().step;
+      queued = queue.front().queued;
       if (!commError.isOk()) { // skip what follows a failure
         queue.pop_front();
         ++doneSeq;
@@ -775,7 +879,7 @@ void Executor::commLoop() {
         continue;
       }
     }
-    Status s = annotate(runComm(step), step);
+    Status s = annotate(runComm(step, queued), step);
     {
       std::lock_guard<std::mutex> lock(commMutex);
       queue.pop_front(); // stays queued while it runs: kernels see it
@@ -851,6 +955,7 @@ Status Executor::runOverlapped() {
       result = annotate(backend->synchronize(), a.step);
     } else if (a.kind == Action::Enqueue) {
       Transfer t = makeTransfer(a.step);
+      t.queued = std::chrono::steady_clock::now();
       {
         std::lock_guard<std::mutex> lock(commMutex);
         if (!commError.isOk())

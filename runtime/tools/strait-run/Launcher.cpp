@@ -93,6 +93,8 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--dump-outputs", o.dumpDir);
   pass("--save-params", o.saveParamsDir);
   pass("--link-secret", o.linkSecretFile); // the path: the secret stays off `ps`
+  if (!o.topkAdapt)
+    pass("--topk-adapt", "off");
   pass("--seed", std::to_string(o.seed));
   pass("--device", o.device);
   pass("--comm", o.comm);
@@ -205,8 +207,16 @@ public:
         f.partial.erase(0, nl + 1);
         int rank, step;
         Progress p;
-        if (parseProgress(line, rank, step, p) && rank == f.rank)
+        if (parseProgress(line, rank, step, p) && rank == f.rank) {
           pending[step][rank] = p;
+          if (latestTopk.count(rank))
+            topkAt[step][rank] = latestTopk[rank];
+        }
+        // "rank R topk ...": the adaptive top-k ratios after R's next
+        // iteration (Executor::run prints them before the iteration line).
+        std::string prefix = "rank " + std::to_string(f.rank) + " topk ";
+        if (line.rfind(prefix, 0) == 0)
+          latestTopk[f.rank] = line.substr(prefix.size());
       }
     }
     while (!pending.empty() &&
@@ -265,11 +275,16 @@ private:
       if (!kv.second.sent.empty())
         line << " | rank" << kv.first << " sent " << humanBytes(kv.second.sent) << " recv "
              << humanBytes(kv.second.recv);
+    for (const auto &[rank, text] : topkAt[step])
+      line << " | rank" << rank << " topk " << text;
+    topkAt.erase(step);
     std::cout << line.str() << std::endl;
   }
   bool quiet;
   std::vector<File> files;
   std::map<int, std::map<int, Progress>> pending;
+  std::map<int, std::string> latestTopk;              // rank -> its last topk line
+  std::map<int, std::map<int, std::string>> topkAt;   // step -> rank -> topk text
   std::map<int, int> replicaOf;
 };
 

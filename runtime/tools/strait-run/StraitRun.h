@@ -59,6 +59,8 @@ struct RunOptions {
   // $STRAIT_LINK_SECRET_FILE; the launcher passes the file's path, never
   // its contents, to the ranks it starts.
   std::string linkSecretFile;
+  // --topk-adapt on|off (docs/runtime.md, "Adaptive top-k").
+  bool topkAdapt = true;
 };
 
 /// Starts and supervises the local ranks; returns the process exit code.

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Devices.h"
+#include "strait/runtime/Executor.h"
 #include "strait/runtime/LinkSecret.h"
 
 #include <cstdlib>
@@ -15,7 +16,7 @@ namespace {
 const char *kUsage =
     "usage: strait-run DIR [--rank R] [--steps N] [--threads T]\n"
     "                  [--timeout-ms MS] [--log-dir DIR] [--manifest plan.pb]\n"
-    "                  [--link-secret FILE]\n"
+    "                  [--link-secret FILE] [--topk-adapt on|off]\n"
     "                  [--run-id ID] [--lr LR] [--data FILE]\n"
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
@@ -33,6 +34,9 @@ const char *kUsage =
     "  authenticated; a rank with another secret fails. The file holds 64 hex\n"
     "  characters and must not be readable by group or others;\n"
     "  `strait-run --make-link-secret FILE` writes a new one (mode 0600).\n"
+    "  --topk-adapt off: top-k transfers that straitc --adaptive-topk made\n"
+    "  adaptive keep their compiled ratio (default on: the sender follows the\n"
+    "  link; each rank prints its ratios as \"rank R topk PEER/chC:RATIO:...\").\n"
     "  Program inputs named \"step\" (i64) and \"lr\" (f32) receive the 1-based\n"
     "  iteration and the program's lr schedule at that step (--lr replaces its\n"
     "  peak; without a schedule --lr, default 0.001, stays constant).\n"
@@ -115,6 +119,13 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.listenAddress);
     else if (a == "--link-secret")
       ok = text(o.linkSecretFile);
+    else if (a == "--topk-adapt") {
+      std::string v;
+      ok = text(v) && (v == "on" || v == "off");
+      if (!ok)
+        std::cerr << "strait-run: --topk-adapt takes on or off\n";
+      o.topkAdapt = v == "on";
+    }
     else if (a == "--device")
       ok = text(o.device);
     else if (a == "--comm")
@@ -210,6 +221,7 @@ int main(int argc, char **argv) {
     o.runId = std::getenv("STRAIT_RUN_ID");
   if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
     o.linkSecretFile = std::getenv("STRAIT_LINK_SECRET_FILE");
+  strait::rt::Executor::setAdaptiveTopKDefault(o.topkAdapt);
   if (o.rank >= 0)
     return strait::run::runWorker(o);
   return strait::run::runLauncher(o);

@@ -52,15 +52,27 @@ inline Status validateCodecParams(const program::CodecParams &params,
   case program::CODEC_NONE:
   case program::CODEC_FP16:
   case program::CODEC_BF16:
+    if (params.adapt())
+      return invalidArgument(field + ".adapt: only a top-k codec adapts its ratio");
     return Status::ok();
   case program::CODEC_TOPK:
     if (!(params.topk_ratio() > 0.0f && params.topk_ratio() <= 1.0f))
       return invalidArgument(field + ".topk_ratio: " +
                              std::to_string(params.topk_ratio()) +
                              " is not in (0, 1]");
+    if (params.adapt() &&
+        !(params.ratio_min() > 0.0f && params.ratio_min() <= params.topk_ratio() &&
+          params.topk_ratio() <= params.ratio_max() && params.ratio_max() <= 1.0f))
+      return invalidArgument(field + ": adaptive top-k needs 0 < ratio_min <= topk_ratio <= "
+                             "ratio_max <= 1, got ratio_min " +
+                             std::to_string(params.ratio_min()) + ", topk_ratio " +
+                             std::to_string(params.topk_ratio()) + ", ratio_max " +
+                             std::to_string(params.ratio_max()));
     return Status::ok();
   case program::CODEC_INT8:
   case program::CODEC_INT4:
+    if (params.adapt())
+      return invalidArgument(field + ".adapt: only a top-k codec adapts its ratio");
     if (params.block_size() > kMaxCodecBlock)
       return invalidArgument(field + ".block_size: " +
                              std::to_string(params.block_size()) +
@@ -103,6 +115,20 @@ public:
   Status encode(const program::CodecParams &params, const float *data,
                 int64_t numel, std::vector<uint8_t> &out);
   const std::vector<float> &getResidual() const { return residual; }
+  /// Bytes of the payload the last encode() wrote (0 before the first, and
+  /// for a stream encoded on the device).
+  uint64_t getLastPayloadBytes() const { return lastPayloadBytes; }
+  /// The two phases of the stream's last blocking send, as a transport that
+  /// records them (the Gloo communicator's sendCoded) saw them: from posting
+  /// until the peer took the header (mostly the peer getting to its
+  /// receive), then until the payload was handed to the link (which waits
+  /// for the link to have carried the previous payload of the pair); -1:
+  /// not recorded. Adaptive top-k reads them (AdaptiveRatio.h).
+  struct SendPhases {
+    double headerSeconds = -1, payloadSeconds = -1;
+  };
+  void setLastSendPhases(const SendPhases &p) { lastPhases = p; }
+  const SendPhases &getLastSendPhases() const { return lastPhases; }
   /// Sub-stream i (created empty on first use): a compressed all-reduce of 3
   /// or more ranks encodes each chunk, and the reduced chunk, separately.
   ErrorFeedback &part(size_t i) {
@@ -125,6 +151,8 @@ public:
 private:
   std::vector<float> residual;
   std::vector<float> scratch;
+  uint64_t lastPayloadBytes = 0;
+  SendPhases lastPhases;
   std::vector<std::unique_ptr<ErrorFeedback>> parts;
   std::unique_ptr<DeviceState> device;
 };

@@ -19,12 +19,14 @@
 #ifndef STRAIT_RUNTIME_EXECUTOR_H
 #define STRAIT_RUNTIME_EXECUTOR_H
 
+#include "strait/runtime/AdaptiveRatio.h"
 #include "strait/runtime/Backend.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Status.h"
 #include "strait/runtime/Tensor.h"
 #include "strait_program.pb.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -90,12 +92,29 @@ public:
   std::vector<OpTime> takeProfile();
   size_t getArenaBytes() const { return arena.size(); }
 
+  /// Adaptive top-k (CodecParams.adapt, docs/runtime.md "Adaptive top-k"):
+  /// the process default for executors created afterwards (on; strait-run
+  /// --topk-adapt off turns it off: every send keeps its program ratio).
+  static void setAdaptiveTopKDefault(bool on);
+  /// One adaptive stream (a value sent to `peer` on `channel` every
+  /// micro-batch) and its controller's state after the last run().
+  struct AdaptiveLink {
+    int peer = -1;
+    uint32_t channel = 0;
+    double ratio = 0, throughput = 0, budget = 0; // bytes/s, s
+  };
+  std::vector<AdaptiveLink> getAdaptiveLinks() const;
+
 private:
   explicit Executor(program::Program program) : program(std::move(program)) {}
   Status resolveKernels(const Backend &backend);
   Status allocate(const Backend &backend);
   Status runKernel(const program::Kernel &kernel, int microBatch);
-  Status runComm(int index);
+  /// `ready`: when the step's values were ready (the communication thread:
+  /// when run() queued it; zero: now, on the calling thread).
+  Status runComm(int index, std::chrono::steady_clock::time_point ready = {});
+  /// run() without the adaptive ratios' progress line.
+  Status runIteration();
   Status annotate(Status status, int step) const;
   Status checkCommStep(int index) const;
   /// Lookup without std::map::operator[] (which may insert), so that the
@@ -107,6 +126,7 @@ private:
     int step;
     bool writes; // recv / all-reduce: writes its values; send: reads
     std::vector<std::pair<const char *, const char *>> memory;
+    std::chrono::steady_clock::time_point queued{}; // when run() queued it
   };
   /// A run of kernel launches between host synchronization points.
   struct Segment {
@@ -174,6 +194,13 @@ private:
   /// Error feedback of each (step, value) that sends with a lossy codec
   /// (a fused bucket uses its first value's).
   std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> feedback;
+  /// Adaptive top-k controllers by (peer, channel): the send steps of one
+  /// value (one per micro-batch) share one. Used on the communication
+  /// thread only; read by getAdaptiveLinks() between runs.
+  std::map<std::pair<int, uint32_t>, std::unique_ptr<AdaptiveRatio>> adaptive;
+  /// Sends the encoded transfer `m` of step `index` with an adaptive ratio.
+  Status sendAdaptive(const program::Send &m, const Tensor &v, ErrorFeedback *state,
+                      std::chrono::steady_clock::time_point ready);
 
   Plan sequentialPlan, overlapPlan;
 
