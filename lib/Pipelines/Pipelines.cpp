@@ -117,6 +117,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   std::vector<std::string> links(o.compressLink.begin(), o.compressLink.end());
   compression.compressLink = links;
   compression.allReduceBucketMib = o.allReduceBucketMib;
+  compression.adaptiveTopk = o.adaptiveTopk;
   pm.addPass(dist::createDistInsertCompression(compression));
   pm.addPass(dist::createDistSplitStages());
   if (o.fuse == FuseMode::Elementwise)

@@ -208,6 +208,12 @@ cl::opt<double> outerLr("outer-lr", cl::desc("Outer learning rate of --local-ste
 cl::opt<double> outerMomentum("outer-momentum",
                               cl::desc("Outer Nesterov momentum of --local-steps, in [0, 1)"),
                               cl::init(0.9), cl::cat(straitCat));
+cl::opt<std::string> adaptiveTopk(
+    "adaptive-topk",
+    cl::desc("MIN:MAX: the runtime adapts the ratio of every top-k transfer between stages "
+             "(--compress topk:R or --compress-link ...=topk:R; R in [MIN, MAX]) to the "
+             "throughput its link delivers (docs/runtime.md, \"Adaptive top-k\")"),
+    cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
     cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
@@ -378,6 +384,9 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
     }
     if (c.getErrorFeedback())
       codec += "+ef";
+    if (auto adapt = c->getAttrOfType<DenseF64ArrayAttr>("dist.topk_adapt");
+        adapt && adapt.size() == 2)
+      llvm::raw_string_ostream(codec) << llvm::format(" adaptive %g:%g", adapt[0], adapt[1]);
     std::optional<int64_t> stage = strait::dist::getStage(c);
     std::string key;
     if (auto send = dyn_cast<strait::dist::SendOp>(user))
@@ -443,6 +452,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.allReduceBucketMib = allReduceBucketMib.getValue();
   popts.localSteps = localSteps.getValue();
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
+  popts.adaptiveTopk = adaptiveTopk.getValue();
   popts.fuse = fuse.getValue();
   popts.fuseRmsNorm = fuseRmsNorm.getValue();
   popts.fuseAttention = fuseAttention.getValue();

@@ -179,6 +179,9 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   ListOption<std::string> compressLink{
       *this, "compress-link",
       llvm::cl::desc("per link: A:B=CODEC[:R] (sites, hosts or devices A and B)")};
+  Option<std::string> adaptiveTopk{
+      *this, "adaptive-topk",
+      llvm::cl::desc("MIN:MAX: top-k ratios between stages adapt to the link at run time")};
   Option<FuseMode> fuse{*this, "fuse", llvm::cl::desc("fusion after the stage split"),
                         llvm::cl::init(FuseMode::Elementwise),
                         llvm::cl::values(clEnumValN(FuseMode::Elementwise, "elementwise",

@@ -171,6 +171,14 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     if (*codec) {
       fillCodec(*codec, *s->mutable_codec());
       s->mutable_codec()->set_error_feedback(codec->getErrorFeedback());
+      // Adaptive top-k (dist-insert-compression adaptive-topk): the bounds.
+      if (auto adapt = (*codec)->getAttrOfType<DenseF64ArrayAttr>("dist.topk_adapt")) {
+        if (adapt.size() != 2 || codec->getCodec() != dist::Codec::topk)
+          return codec->emitError("dist.topk_adapt must be [min, max] on a top-k dist.compress");
+        s->mutable_codec()->set_adapt(true);
+        s->mutable_codec()->set_ratio_min(static_cast<float>(adapt[0]));
+        s->mutable_codec()->set_ratio_max(static_cast<float>(adapt[1]));
+      }
     }
     return success();
   }
@@ -222,6 +230,9 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
         for (int64_t r : group.asArrayRef())
           g->add_ranks(r);
       }
+    if (*encode && (*encode)->hasAttr("dist.topk_adapt"))
+      return encode->emitError("dist.topk_adapt on an all-reduce's codec: every replica must "
+                               "apply the same codec, so an all-reduce never adapts");
     if (*encode) {
       fillCodec(*encode, *a->mutable_codec());
       a->mutable_codec()->set_error_feedback(encode->getErrorFeedback());

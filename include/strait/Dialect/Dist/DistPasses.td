@@ -165,6 +165,12 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
       between A and B (sites, hosts or device names of the plan, either
       order); wins over `compress`. An override that names no link of the
       plan is an error.
+    - `adaptive-topk=MIN:MAX`: every top-k transfer between stages (never an
+      all-reduce) gets `dist.topk_adapt = array<f64: MIN, MAX>` on its
+      `dist.compress`; the exporter writes it as CodecParams adapt,
+      ratio_min, ratio_max and the runtime adapts the ratio to the link
+      within [MIN, MAX], starting at the codec's ratio, which must lie in
+      it. No top-k transfer between stages is an error.
 
     A compressed transfer becomes `dist.compress` (sender's stage) ->
     `dist.send`/`dist.recv` of the encoded bytes -> `dist.decompress`
@@ -186,7 +192,10 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
                "per link: A:B=CODEC[:R] (A, B: sites, hosts or devices)">,
     Option<"allReduceBucketMib", "all-reduce-bucket-mib", "double", "256",
            "the gradient all-reduces' bucket size (dist-bucket-all-reduces): each bucket pays "
-           "the latency">
+           "the latency">,
+    Option<"adaptiveTopk", "adaptive-topk", "std::string", "\"\"",
+           "MIN:MAX: the runtime adapts the ratio of every top-k transfer between stages to "
+           "its link, within [MIN, MAX] (a dist.topk_adapt attribute on its dist.compress)">
   ];
   let statistics = [
     Statistic<"numCompressed", "num-compressed", "Transfers given a codec">,

@@ -152,6 +152,22 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "'dist.warmup' is an array<i64> of non-negative counts on a module";
     return success();
   }
+  // Adaptive top-k bounds of a transfer (dist-insert-compression
+  // adaptive-topk): the runtime adapts the ratio within [min, max].
+  if (attr.getName() == "dist.topk_adapt") {
+    auto bounds = dyn_cast<DenseF64ArrayAttr>(attr.getValue());
+    auto compress = dyn_cast<CompressOp>(op);
+    if (!bounds || bounds.size() != 2 || !compress || compress.getCodec() != Codec::topk)
+      return op->emitError()
+             << "'dist.topk_adapt' is an array<f64: MIN, MAX> on a top-k dist.compress";
+    double lo = bounds[0], hi = bounds[1];
+    FloatAttr ratio = compress.getRatioAttr();
+    double r = ratio ? ratio.getValueAsDouble() : -1;
+    if (!(lo > 0 && lo <= r && r <= hi && hi <= 1))
+      return op->emitError() << "'dist.topk_adapt' needs 0 < MIN <= ratio <= MAX <= 1, got ["
+                             << lo << ", " << hi << "] around ratio " << r;
+    return success();
+  }
   return op->emitError() << "unknown distribution attribute '"
                          << attr.getName().getValue() << "'";
 }

@@ -20,6 +20,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/Support/Format.h"
 
 #include <map>
 
@@ -66,6 +67,13 @@ bool encodable(Value v) {
          t.getNumElements() >= kMinElements;
 }
 
+/// A ratio as a diagnostic shows it ("0.05", not "5.000000e-02").
+std::string shortNumber(double v) {
+  std::string text;
+  llvm::raw_string_ostream(text) << llvm::format("%g", v);
+  return text;
+}
+
 double bytesOf(Value v) {
   auto t = cast<RankedTensorType>(v.getType());
   return static_cast<double>(t.getNumElements()) *
@@ -89,7 +97,7 @@ struct InsertCompressionPass
   std::vector<double> stageTimes(func::FuncOp func) const;
   StringRef deviceName(int64_t stage, size_t replica) const;
   /// One codec per (sending stage, receiving stage) for all its transfers.
-  void compressCuts(func::FuncOp func, ArrayRef<double> times);
+  LogicalResult compressCuts(func::FuncOp func, ArrayRef<double> times);
   /// The inter-island phase (or flat ring) of the gradient all-reduces, one
   /// codec per stage and islands.
   void compressAllReduces(func::FuncOp func, ArrayRef<double> times);
@@ -97,7 +105,8 @@ struct InsertCompressionPass
   strait::Codec pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
                      ArrayRef<std::pair<StringRef, StringRef>> names, const LinkTransfer &t,
                      bool canChoose);
-  void compressTransfer(Transfer &t, const strait::Codec &codec);
+  /// `adapt`: mark the encode dist.topk_adapt (adaptive-topk).
+  void compressTransfer(Transfer &t, const strait::Codec &codec, bool adapt);
   void compressAllReduce(AllReduceOp op, const strait::Codec &codec);
   Value encode(OpBuilder &b, Location loc, Value v, const strait::Codec &codec,
                int64_t stage);
@@ -110,6 +119,9 @@ struct InsertCompressionPass
   CompressionOptions options;
   std::optional<strait::Codec> global;
   std::vector<char> used;
+  /// adaptive-topk=MIN:MAX, when given.
+  std::optional<std::pair<double, double>> adaptBounds;
+  bool adaptedCuts = false;
 };
 
 } // namespace
@@ -208,12 +220,16 @@ Value InsertCompressionPass::decode(OpBuilder &b, Location loc, Value bytes, Typ
   return op.getResult();
 }
 
-void InsertCompressionPass::compressTransfer(Transfer &t, const strait::Codec &codec) {
+void InsertCompressionPass::compressTransfer(Transfer &t, const strait::Codec &codec,
+                                             bool adapt) {
   Value plain = t.send.getValue();
   if (!encodable(plain))
     return;
   OpBuilder b(t.send);
   Value bytes = encode(b, t.send.getLoc(), plain, codec, *getStage(t.send));
+  if (adapt)
+    bytes.getDefiningOp()->setAttr(
+        "dist.topk_adapt", b.getDenseF64ArrayAttr({adaptBounds->first, adaptBounds->second}));
   t.send.getValueMutable().assign(bytes);
   b.setInsertionPoint(t.recv);
   auto recv = b.create<RecvOp>(t.recv.getLoc(), bytes.getType(), t.recv.getPeerAttr(),
@@ -260,6 +276,18 @@ LogicalResult InsertCompressionPass::parseOptions(ModuleOp module) {
     options.links.push_back(std::move(*o));
   }
   used.assign(options.links.size(), 0);
+  if (!adaptiveTopk.empty()) {
+    // MIN:MAX, both in (0, 1], MIN <= MAX.
+    auto [lo, hi] = StringRef(adaptiveTopk).split(':');
+    double a = 0, b = 0;
+    if (hi.empty() || lo.trim().getAsDouble(a) || hi.trim().getAsDouble(b))
+      return module.emitError() << "--adaptive-topk=" << adaptiveTopk
+                                << ": expected MIN:MAX, two ratios such as 0.005:0.2";
+    if (!(a > 0 && a <= b && b <= 1))
+      return module.emitError() << "--adaptive-topk=" << adaptiveTopk
+                                << ": needs 0 < MIN <= MAX <= 1";
+    adaptBounds = {a, b};
+  }
   return success();
 }
 
@@ -289,7 +317,7 @@ StringRef InsertCompressionPass::deviceName(int64_t stage, size_t replica) const
   return cast<StringAttr>(plan.getStage(stage).getDevices()[replica]).getValue();
 }
 
-void InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> times) {
+LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> times) {
   // The transfers of each (from, to) pair share one codec.
   std::map<std::pair<int64_t, int64_t>, SmallVector<Transfer>> links;
   for (Operation &op : func.getBody().front())
@@ -339,9 +367,19 @@ void InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<double> tim
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
     if (codec.isNone())
       continue;
-    for (Transfer &tr : transfers)
-      compressTransfer(tr, codec);
+    bool adapt = adaptBounds && codec.kind == CodecKind::TopK;
+    if (adapt && !(codec.ratio >= adaptBounds->first && codec.ratio <= adaptBounds->second))
+      return transfers.front().send.emitError()
+             << "--adaptive-topk=" << adaptiveTopk << ": the top-k ratio " << shortNumber(codec.ratio)
+             << " of the transfers from stage " << from << " to stage " << to
+             << " (its starting ratio) is outside [" << shortNumber(adaptBounds->first) << ", "
+             << shortNumber(adaptBounds->second) << "]";
+    for (Transfer &tr : transfers) {
+      adaptedCuts |= adapt && encodable(tr.send.getValue());
+      compressTransfer(tr, codec, adapt);
+    }
   }
+  return success();
 }
 
 void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<double> times) {
@@ -422,13 +460,27 @@ void InsertCompressionPass::runOnOperation() {
   }
   if (failed(parseOptions(module)))
     return signalPassFailure();
-  if (compress == "none" && options.links.empty())
+  if (compress == "none" && options.links.empty()) {
+    if (adaptBounds) {
+      module.emitError() << "--adaptive-topk=" << adaptiveTopk
+                         << " needs top-k transfers between stages: give --compress topk:R "
+                            "or --compress-link A:B=topk:R";
+      return signalPassFailure();
+    }
     return;
+  }
   if (failed(loadCluster(module)))
     return signalPassFailure();
   std::vector<double> times = stageTimes(func);
-  compressCuts(func, times);
+  if (failed(compressCuts(func, times)))
+    return signalPassFailure();
   compressAllReduces(func, times);
+  if (adaptBounds && !adaptedCuts) {
+    module.emitError() << "--adaptive-topk=" << adaptiveTopk
+                       << ": no transfer between stages uses top-k (give --compress topk:R "
+                          "or --compress-link A:B=topk:R; all-reduces never adapt)";
+    return signalPassFailure();
+  }
   for (auto [i, o] : llvm::enumerate(options.links))
     if (!used[i]) {
       module.emitError() << "--compress-link=" << o.text << ": no link of the plan joins '"
