@@ -18,8 +18,8 @@ STRAIT_RUN = next((p for p in (os.environ.get("STRAIT_RUN", ""),
 PROTO_DIR = os.path.join(ROOT, "runtime", "proto")
 
 
-def run(cmd, timeout=300):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+def run(cmd, timeout=300, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return p
 

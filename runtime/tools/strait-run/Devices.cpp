@@ -124,7 +124,7 @@ joinFastTransport(std::unique_ptr<Communicator> gloo, const program::PlanManifes
 Status registerBackend(BackendRegistry &registry, const DeviceSpec &device,
                        const RunOptions &o, std::string &description) {
   registerCpuBackend(registry);
-  description = "cpu";
+  description = "cpu (OpenBLAS " + blasCoreName() + ")";
   if (device.kind != "cuda")
     return Status::ok();
 #ifdef STRAIT_HAVE_CUDA

@@ -195,6 +195,7 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
 } // namespace
 
 int main(int argc, char **argv) {
+  strait::rt::reexecWithNativeBlasCore(argv);
   if (argc >= 2 && std::string(argv[1]) == "--make-link-secret") {
     if (argc != 3) {
       std::cerr << "usage: strait-run --make-link-secret FILE\n";

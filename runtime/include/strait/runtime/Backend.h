@@ -158,6 +158,18 @@ void registerCpuBackend(BackendRegistry &registry);
 /// The CPU backend alone (tests, tools).
 std::unique_ptr<Backend> createCpuBackend();
 
+/// The kernels OpenBLAS runs the CPU backend's GEMMs on ("SkylakeX", ...).
+std::string blasCoreName();
+/// The OpenBLAS core this CPU should use when OpenBLAS fell back to its
+/// SSE-only kernels on a CPU it does not know (an old OpenBLAS on a newer
+/// CPU: 4x slower GEMMs) and OPENBLAS_CORETYPE is unset; "" otherwise.
+std::string nativeBlasCore();
+/// At the top of main(): when nativeBlasCore() names a core, sets
+/// OPENBLAS_CORETYPE to it and re-executes the program (OpenBLAS reads the
+/// variable only when it loads). Returns when there is nothing to do or the
+/// exec failed.
+void reexecWithNativeBlasCore(char **argv);
+
 } // namespace rt
 } // namespace strait
 
