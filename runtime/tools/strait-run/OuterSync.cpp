@@ -99,6 +99,9 @@ StatusOr<std::unique_ptr<OuterSync>> OuterSync::create(Executor &exec, Communica
   for (const auto &island : s.islands())
     sync->options.islands.emplace_back(island.ranks().begin(), island.ranks().end());
   sync->options.codec = s.codec();
+  // A GPU communicator (NCCL inside a host) reads device memory, not a host
+  // bucket: device programs reduce in the parameters' own buffers.
+  sync->inPlace = p.device() != "cpu";
 
   // Trainable: a parameter that a kernel of a per-iteration step writes
   // (the optimizer's in-place update). `once` steps write 16-bit copies.
@@ -151,24 +154,33 @@ uint64_t OuterSync::getParameterBytes() const {
 }
 
 Status OuterSync::step() {
-  std::vector<float> bucket;
+  std::vector<float> host;
   size_t bucketIndex = 0;
   // Parameters [first, next) go through one all-reduce: their deltas are
-  // packed, averaged, and applied.
+  // packed into `host`, averaged, and applied. In place (device programs),
+  // each parameter's delta is reduced in the parameter's own buffer, which
+  // the communicator can read on the device.
   for (size_t first = 0; first < params.size();) {
     size_t next = first;
     int64_t n = 0;
     while (next < params.size() &&
-           (next == first || n + params[next].numel <= kBucketFloats))
+           (next == first || (!inPlace && n + params[next].numel <= kBucketFloats)))
       n += params[next++].numel;
-    bucket.resize(n);
+    Tensor bucket;
+    if (inPlace) {
+      STRAIT_ASSIGN_OR_RETURN(bucket, exec.getValue(params[first].id));
+    } else {
+      host.resize(n);
+      bucket = Tensor{program::DTYPE_F32, {n}, host.data()};
+    }
+    float *deltas = bucket.as<float>();
     int64_t at = 0;
     for (size_t i = first; i < next; ++i) {
       STRAIT_ASSIGN_OR_RETURN(Tensor t, exec.getValue(params[i].id));
       const float *theta = t.as<float>();
       const std::vector<float> &outer = params[i].outer;
       for (int64_t j = 0; j < params[i].numel; ++j)
-        bucket[at + j] = outer[j] - theta[j];
+        deltas[at + j] = outer[j] - theta[j];
       at += params[i].numel;
     }
     STRAIT_RETURN_IF_ERROR(reduce(bucket, bucketIndex++));
@@ -178,7 +190,7 @@ Status OuterSync::step() {
       float *theta = t.as<float>();
       std::vector<float> &outer = params[i].outer, &m = params[i].momentum;
       for (int64_t j = 0; j < params[i].numel; ++j) {
-        float delta = bucket[at + j];
+        float delta = deltas[at + j];
         m[j] = momentum * m[j] + delta;
         theta[j] = outer[j] - lr * (delta + momentum * m[j]);
         outer[j] = theta[j];
@@ -192,17 +204,17 @@ Status OuterSync::step() {
   return Status::ok();
 }
 
-Status OuterSync::reduce(std::vector<float> &bucket, size_t bucketIndex) {
+Status OuterSync::reduce(const Tensor &bucket, size_t bucketIndex) {
   while (feedback.size() <= bucketIndex)
     feedback.push_back(std::make_unique<ErrorFeedback>());
   AllReduceOptions o = options;
   o.feedback = options.codec.codec() != program::CODEC_NONE ? feedback[bucketIndex].get()
                                                             : nullptr;
-  Tensor t{program::DTYPE_F32, {static_cast<int64_t>(bucket.size())}, bucket.data()};
-  STRAIT_RETURN_IF_ERROR(comm->allReduce(t, channel, o));
+  STRAIT_RETURN_IF_ERROR(comm->allReduce(bucket, channel, o));
   float scale = 1.0f / static_cast<float>(options.ranks.size());
-  for (float &x : bucket)
-    x *= scale;
+  float *x = bucket.as<float>();
+  for (int64_t i = 0, n = bucket.numel(); i < n; ++i)
+    x[i] *= scale;
   return Status::ok();
 }
 

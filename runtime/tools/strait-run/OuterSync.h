@@ -74,14 +74,15 @@ private:
     std::vector<float> outer, momentum;
   };
   OuterSync(rt::Executor &exec, rt::Communicator *comm) : exec(exec), comm(comm) {}
-  /// Reduces deltas of params [first, last) packed in `bucket`.
-  rt::Status reduce(std::vector<float> &bucket, size_t bucketIndex);
+  /// Averages `bucket` (deltas) over the group, in place.
+  rt::Status reduce(const rt::Tensor &bucket, size_t bucketIndex);
 
   rt::Executor &exec;
   rt::Communicator *comm;
   int64_t localSteps = 1;
   float lr = 0.7f, momentum = 0.9f;
   uint32_t channel = 0;
+  bool inPlace = false; ///< one parameter per all-reduce, in its own buffer
   rt::AllReduceOptions options;
   std::vector<Param> params;
   /// Error feedback of each bucket's inter-island codec.
