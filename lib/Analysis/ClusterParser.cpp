@@ -261,6 +261,21 @@ static Error parseProfile(const Reader &r, yaml::Node *node,
       if (!x)
         return x.takeError();
       p.profile.memBandwidth = *x * 1e9;
+    } else if (key == "gemm_curve") {
+      // {FLOPs per byte: TFLOP/s, ...}
+      Error e = r.forEach(v, key, [&](StringRef at, yaml::Node *f) -> Error {
+        double intensity = 0;
+        if (at.getAsDouble(intensity) || !(intensity > 0))
+          return r.fail(f, "'gemm_curve' key '" + at +
+                               "' is not a positive intensity (FLOPs per byte)");
+        Expected<double> x = r.positive(f, "gemm_curve." + at.str());
+        if (!x)
+          return x.takeError();
+        p.profile.gemmCurve.push_back({intensity, *x * 1e12});
+        return Error::success();
+      });
+      llvm::sort(p.profile.gemmCurve);
+      return e;
     } else if (key == "efficiency") {
       return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
         std::optional<OpKind> kind = symbolizeOpKind(op);

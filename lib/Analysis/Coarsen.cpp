@@ -129,6 +129,7 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
   unsigned classes = cluster.numSpeedClasses();
   result.fwdTime.assign(classes, std::vector<double>(numBlocks, 0));
   result.bwdTime.assign(classes, std::vector<double>(numBlocks, 0));
+  result.updateTime.assign(classes, std::vector<double>(numBlocks, 0));
   std::vector<unsigned> blockOf(graph.nodes.size());
   for (unsigned v : *order) {
     unsigned b = groupOf[layerOf[v]];
@@ -145,6 +146,7 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
       unsigned dev = cluster.classRepresentative[c];
       result.fwdTime[c][b] += nodeTime(n, cluster, dev, false) * perSample;
       result.bwdTime[c][b] += nodeTime(n, cluster, dev, true) * perSample;
+      result.updateTime[c][b] += nodeUpdateTime(n, cluster, dev);
     }
   }
   // Edges crossing cuts, by a difference array over block indices.

@@ -87,6 +87,7 @@ static void fillStage(const PlanContext &ctx, const Chunk &chunk,
   s.bwdTime = cost.bwd;
   s.paramBytes = cost.paramBytes;
   s.allReduceTime = cost.allReduce;
+  s.updateTime = cost.update;
   s.inFlight = inFlight;
   s.shares.clear();
   s.peakMemory = -1;
@@ -157,7 +158,7 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
     latency += t;
     busy += microBatches * t;
     period = std::max(period, (microBatches - 1) * t);
-    allReduceTail = std::max(allReduceTail, s.allReduceTime);
+    allReduceTail = std::max(allReduceTail, s.allReduceTime + s.updateTime);
     if (j + 1 < S) {
       CommCost c = ctx.comm(chunks[j], chunks[j + 1]);
       s.sendTime = ctx.commTime(c, s.endBlock - 1, m);
@@ -197,7 +198,8 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
     }
   }
   for (const StagePlan &st : plan.stages)
-    allReduceTail = std::max(allReduceTail, st.allReduceTime + st.tiedExchangeTime);
+    allReduceTail = std::max(allReduceTail,
+                             st.allReduceTime + st.tiedExchangeTime + st.updateTime);
   // All-reduces of different stages whose rings cross one shared link run
   // at the same time and split it: charge their sum on that link.
   llvm::DenseMap<unsigned, double> sharedAllReduce;
@@ -325,7 +327,8 @@ void ChunkDP::precompute() {
         StageCost c = ctx.stageCost(b0, b1, chunks[v], 1.0);
         size_t idx = stageIndex(v, b0, b1);
         unitTime[idx] = c.fwd + c.bwd;
-        allReduce[idx] = c.allReduce;
+        // The stage's once-per-iteration tail: all-reduce, then the update.
+        allReduce[idx] = c.allReduce + c.update;
         unitFit[idx] = c.maxInFlight;
       }
   comms.resize(size_t(V) * maxSkip);

@@ -193,8 +193,9 @@ void Simulation::finishCompute(unsigned j) {
     if (ar > 0)
       result.events.push_back(
           {TimelineEvent::Kind::AllReduce, j, 0, now, now + ar});
-    // A copy of a tied weight exchanges its partial gradient after it.
-    end = std::max(end, now + ar + plan.stages[j].tiedExchangeTime);
+    // A copy of a tied weight exchanges its partial gradient after it;
+    // then the optimizer step runs.
+    end = std::max(end, now + ar + plan.stages[j].tiedExchangeTime + plan.stages[j].updateTime);
   }
 }
 

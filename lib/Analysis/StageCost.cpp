@@ -31,6 +31,9 @@ PlanContext::PlanContext(const CoarseGraph &graph, const ClusterModel &cluster,
   for (unsigned c = 0; c < graph.fwdTime.size(); ++c) {
     fwdPrefix.push_back(prefix([&](unsigned b) { return graph.fwdTime[c][b]; }));
     bwdPrefix.push_back(prefix([&](unsigned b) { return graph.bwdTime[c][b]; }));
+    updatePrefix.push_back(prefix([&](unsigned b) {
+      return c < graph.updateTime.size() ? graph.updateTime[c][b] : 0.0;
+    }));
   }
   paramPrefix = prefix([&](unsigned b) { return graph.blocks[b].paramBytes; });
   actPrefix =
@@ -122,6 +125,7 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
     double share = (f + b > 0 ? 1 / (f + b) : 1) / total;
     cost.fwd = std::max(cost.fwd, m * share * f);
     cost.bwd = std::max(cost.bwd, m * share * b);
+    cost.update = std::max(cost.update, rangeSum(updatePrefix[c], b0, b1));
     double room = capacity(c) - state - work * m * share;
     double perMicro = act * m * share;
     double fit = room < 0 ? -1 : perMicro > 0 ? room / perMicro : 1e30;

@@ -35,6 +35,8 @@ struct Chunk {
 
 struct StageCost {
   double fwd = 0, bwd = 0, allReduce = 0, paramBytes = 0;
+  /// The optimizer step, once per iteration (every replica runs it).
+  double update = 0;
   /// Most micro-batches whose activations fit on every replica; < 0 if the
   /// parameter state alone does not fit.
   double maxInFlight = 0;
@@ -97,7 +99,7 @@ private:
   }
   /// The largest Block::workingBytes in [b0, b1) (sparse table, O(1)).
   double workingMax(unsigned b0, unsigned b1) const;
-  std::vector<std::vector<double>> fwdPrefix, bwdPrefix;
+  std::vector<std::vector<double>> fwdPrefix, bwdPrefix, updatePrefix;
   std::vector<double> paramPrefix, actPrefix;
   /// workTable[k][b]: the largest workingBytes in [b, b + 2^k).
   std::vector<std::vector<double>> workTable;

@@ -10,8 +10,27 @@
 
 using namespace strait;
 
+/// The curve's rate at `intensity`: linear in log-log between the measured
+/// points, the end points' rates outside them.
+static double curveRate(llvm::ArrayRef<std::pair<double, double>> curve,
+                        double intensity) {
+  if (intensity <= curve.front().first)
+    return curve.front().second;
+  if (intensity >= curve.back().first)
+    return curve.back().second;
+  auto hi = std::upper_bound(curve.begin(), curve.end(), intensity,
+                             [](double x, const std::pair<double, double> &p) {
+                               return x < p.first;
+                             });
+  auto lo = hi - 1;
+  if (intensity == lo->first)
+    return lo->second;
+  double t = std::log(intensity / lo->first) / std::log(hi->first / lo->first);
+  return std::exp(std::log(lo->second) + t * std::log(hi->second / lo->second));
+}
+
 double strait::effectiveFlops(const ClusterModel &cluster, unsigned device,
-                              OpKind kind, DType dtype) {
+                              OpKind kind, DType dtype, double intensity) {
   const Device &dev = cluster.devices[device];
   const DeviceType &type = cluster.types[dev.type];
   unsigned k = unsigned(kind);
@@ -20,6 +39,8 @@ double strait::effectiveFlops(const ClusterModel &cluster, unsigned device,
     peak = type.peakFlops[unsigned(DType::F32)];
   bool gemm = kind == OpKind::MatMul || kind == OpKind::Conv;
   // A measured GEMM rate is taken as measured in the op's dtype.
+  if (gemm && intensity > 0 && !dev.profile.gemmCurve.empty())
+    return curveRate(dev.profile.gemmCurve, intensity);
   if (gemm && dev.profile.gemmFlops > 0)
     return dev.profile.gemmFlops;
   // A profile's efficiencies are fractions of the profile's peak when it
@@ -35,15 +56,40 @@ double strait::memoryBandwidth(const ClusterModel &cluster, unsigned device) {
                                       : cluster.types[dev.type].memBandwidth;
 }
 
+double strait::termTime(const CostTerm &term, const ClusterModel &cluster,
+                        unsigned device) {
+  double intensity = term.bytes > 0 ? term.flops / term.bytes : 0;
+  double compute =
+      term.flops > 0
+          ? term.flops / effectiveFlops(cluster, device, term.kind, term.dtype, intensity)
+          : 0;
+  return std::max(compute, term.bytes / memoryBandwidth(cluster, device));
+}
+
 double strait::nodeTime(const CostNode &node, const ClusterModel &cluster,
                         unsigned device, bool backward) {
-  double flops = backward ? node.backwardFlops() : node.fwdFlops;
   double bytes = node.bytesRead + node.bytesWritten;
-  if (backward)
-    bytes *= 2;
-  double compute = flops / effectiveFlops(cluster, device, node.kind, node.dtype);
-  double memory = bytes / memoryBandwidth(cluster, device);
-  return std::max(compute, memory);
+  if (!backward)
+    return termTime({node.kind, node.dtype, node.fwdFlops, bytes}, cluster, device);
+  // A training step's op that no backward op differentiates (bwdFlops set
+  // to 0, no terms) has no backward.
+  if (node.bwdTerms.empty() && node.bwdFlops == 0)
+    return 0;
+  if (node.bwdTerms.empty())
+    return termTime({node.kind, node.dtype, node.backwardFlops(), 2 * bytes}, cluster,
+                    device);
+  double t = 0;
+  for (const CostTerm &term : node.bwdTerms)
+    t += termTime(term, cluster, device);
+  return t;
+}
+
+double strait::nodeUpdateTime(const CostNode &node, const ClusterModel &cluster,
+                              unsigned device) {
+  double t = 0;
+  for (const CostTerm &term : node.updateTerms)
+    t += termTime(term, cluster, device);
+  return t;
 }
 
 RingCost strait::ringCost(const ClusterModel &cluster,

@@ -50,13 +50,18 @@ def test_probe_profile_plans(tmp_path):
     text = probed.read_text()
     assert text.startswith(open(CLUSTER).read().rstrip("\n")), text[:200]
     m = re.search(r"^profiles:\n  - \{type: cpu, gemm_tflops: ([\d.e+-]+), peak_tflops: ([\d.e+-]+), "
-                  r"mem_bandwidth_gbs: ([\d.e+-]+), efficiency: \{(.*)\}\}$", text, re.M)
+                  r"mem_bandwidth_gbs: ([\d.e+-]+), gemm_curve: \{([^}]*)\}, efficiency: \{(.*)\}\}$",
+                  text, re.M)
     assert m, text
     gemm, peak, bandwidth = float(m.group(1)), float(m.group(2)), float(m.group(3))
     assert 1e-3 <= gemm <= 10, gemm
     assert peak == gemm  # no --peak-tflops: the efficiencies are fractions of the GEMM rate
     assert 0.1 <= bandwidth <= 1000, bandwidth
-    eff = dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(4)))
+    # The GEMM rate by intensity: the square product's point and the skinny ones below it.
+    curve = [tuple(map(float, kv.split(":"))) for kv in m.group(4).split(",")]
+    assert len(curve) >= 3 and all(r > 0 for _, r in curve), curve
+    assert max(i for i, _ in curve) == pytest.approx(2 * 384 ** 3 / (12 * 384 ** 2), rel=1e-3)
+    eff = dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(5)))
     assert sorted(eff) == sorted(KINDS) and all(v > 0 for v in eff.values()), eff
     if not (os.path.exists(STRAITC) and os.path.exists(MODEL)):
         pytest.skip("needs build/bin/straitc for the planning half")

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 
 #include <chrono>
+#include <cmath>
 
 using namespace strait;
 
@@ -198,3 +199,51 @@ TEST(ClusterModel, ThousandDevicesBuildFastWithConstantLookups) {
 }
 
 } // namespace
+
+// strait-probe's gemm_curve: a GEMM's rate at its own arithmetic intensity,
+// linear in log-log between the measured points and the end points' rates
+// beyond them; without an intensity (or without a curve), gemm_tflops.
+TEST(ClusterModel, GemmCurveGivesTheRateAtTheOpsIntensity) {
+  std::string text = std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+  - {name: g1, type: V100}
+links:
+  intra_site: {bandwidth_gbps: 100}
+profiles:
+  - {device: g1, gemm_tflops: 8, gemm_curve: {64: 8, 4: 1, 16: 4}}
+)";
+  llvm::Expected<ClusterModel> model = parseCluster(text, "p.yaml");
+  ASSERT_TRUE(bool(model)) << llvm::toString(model.takeError());
+  const auto &curve = model->devices[1].profile.gemmCurve;
+  ASSERT_EQ(curve.size(), 3u); // sorted by intensity
+  EXPECT_DOUBLE_EQ(curve[0].first, 4);
+  EXPECT_DOUBLE_EQ(curve[2].second, 8e12);
+  auto at = [&](double intensity) {
+    return effectiveFlops(*model, 1, OpKind::MatMul, DType::F32, intensity);
+  };
+  EXPECT_DOUBLE_EQ(at(4), 1e12);
+  EXPECT_NEAR(at(8), 2e12, 1e3);                   // halfway in log: sqrt(1 * 4)
+  EXPECT_NEAR(at(32), std::sqrt(4e12 * 8e12), 1e3); // sqrt(4 * 8)
+  EXPECT_DOUBLE_EQ(at(1), 1e12);                    // clamped below
+  EXPECT_DOUBLE_EQ(at(1000), 8e12);                 // and above
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::MatMul, DType::F32), 8e12);
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::Conv, DType::F32, 16), 4e12);
+  // Other kinds and devices without a curve ignore the intensity.
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 0, OpKind::MatMul, DType::F32, 4), 15.7e12);
+  // A term's roofline takes its intensity from its FLOPs and bytes.
+  CostTerm t{OpKind::MatMul, DType::F32, 8e9, 1e9};
+  EXPECT_NEAR(termTime(t, *model, 1), 8e9 / 2e12, 1e-12);
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+profiles:
+  - {device: g0, gemm_curve: {wide: 3}}
+)");
+  EXPECT_NE(err.find("'gemm_curve' key 'wide' is not a positive intensity"), std::string::npos)
+      << err;
+  err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+profiles:
+  - {device: g0, gemm_curve: {8: -1}}
+)");
+  EXPECT_NE(err.find("gemm_curve.8"), std::string::npos) << err;
+}

@@ -166,3 +166,44 @@ TEST(Workload, AllReduceBucketsPayTheLatencyEach) {
 }
 
 } // namespace
+
+// A training step's backward is the sum of its backward ops' own rooflines
+// (CostNode::bwdTerms), not twice the forward's bytes at the forward's kind;
+// an op no backward op differentiates (bwdFlops 0) costs nothing backward;
+// the optimizer step is paid once per iteration, whatever the batch.
+TEST(Workload, BackwardAndUpdateTermsAreCostedOnTheirOwn) {
+  ClusterModel c = makeUniformCluster(makeV100(), 1, 1, 1, {1e10, 0, false},
+                                      {1e10, 0, false}, {1e10, 0, false});
+  CostNode n;
+  n.kind = OpKind::MatMul;
+  n.fwdFlops = 1e9;
+  n.bytesRead = 1e6;
+  n.paramBytes = 4e6;
+  double bw = memoryBandwidth(c, 0);
+  // Estimate: 2 GFLOP at the matmul rate (an op with weights).
+  EXPECT_NEAR(nodeTime(n, c, 0, true), 2e9 / 15.7e12, 1e-12);
+  n.bwdFlops = 0;
+  EXPECT_DOUBLE_EQ(nodeTime(n, c, 0, true), 0);
+  // A GEMM gradient and a memory-bound elementwise op.
+  n.bwdTerms = {{OpKind::MatMul, DType::F32, 1e9, 1e6}, {OpKind::Elementwise, DType::F32, 1e3, 9e8}};
+  EXPECT_NEAR(nodeTime(n, c, 0, true), 1e9 / 15.7e12 + 9e8 / bw, 1e-12);
+  EXPECT_DOUBLE_EQ(nodeUpdateTime(n, c, 0), 0);
+  n.updateTerms = {{OpKind::Elementwise, DType::F32, 0, 7e8}};
+  EXPECT_DOUBLE_EQ(nodeUpdateTime(n, c, 0), 7e8 / bw);
+
+  // In a plan: the update lands in the stage's tail once, not per micro-batch.
+  CostGraph g = skipGraph();
+  llvm::Expected<CoarseGraph> plain = coarsenGraph(g, c, 64);
+  for (CostNode &node : g.nodes)
+    node.updateTerms = {{OpKind::Elementwise, DType::F32, 0, 9e8}};
+  llvm::Expected<CoarseGraph> updated = coarsenGraph(g, c, 64);
+  ASSERT_TRUE(plain && updated);
+  PlannerOptions o;
+  std::vector<StageAssignment> stages = {{0, 5, {0}}};
+  for (unsigned m : {1u, 4u}) {
+    PartitionPlan a = evaluateStages(*plain, c, o, stages, m, Schedule::GPipe);
+    PartitionPlan b = evaluateStages(*updated, c, o, stages, m, Schedule::GPipe);
+    EXPECT_NEAR(b.stages[0].updateTime, 5 * 9e8 / bw, 1e-12);
+    EXPECT_NEAR(b.iterationTime - a.iterationTime, 5 * 9e8 / bw, 1e-12) << m;
+  }
+}

@@ -63,9 +63,17 @@ struct DeviceProfile {
   double peakFlops = -1;
   /// Measured memory bandwidth (bytes/s); unset: the type's.
   double memBandwidth = -1;
+  /// Measured GEMM rate by arithmetic intensity: (FLOPs per byte moved,
+  /// FLOP/s), sorted by intensity (cluster field `gemm_curve`, written by
+  /// strait-probe). A GEMM with a small dimension (a 64-wide head, a weight
+  /// gradient with few output rows) runs far below a square one's rate;
+  /// when set, MatMul and Conv ops take the rate at their own intensity
+  /// (interpolated in log-log, clamped at the ends) instead of gemmFlops.
+  std::vector<std::pair<double, double>> gemmCurve;
   bool operator==(const DeviceProfile &o) const {
     return gemmFlops == o.gemmFlops && efficiency == o.efficiency &&
-           peakFlops == o.peakFlops && memBandwidth == o.memBandwidth;
+           peakFlops == o.peakFlops && memBandwidth == o.memBandwidth &&
+           gemmCurve == o.gemmCurve;
   }
 };
 

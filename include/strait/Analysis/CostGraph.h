@@ -19,6 +19,14 @@
 
 namespace strait {
 
+/// The cost of one op of its own kind and dtype: a backward op of a node,
+/// or an op of the optimizer step.
+struct CostTerm {
+  OpKind kind = OpKind::Other;
+  DType dtype = DType::F32;
+  double flops = 0, bytes = 0;
+};
+
 /// Costs of one op for the graph's whole batch (CostGraph::batchSamples).
 struct CostNode {
   std::string name;
@@ -34,6 +42,16 @@ struct CostNode {
   double activationBytes = 0;
   /// Layer the op belongs to (coarsening groups by it); -1 if none.
   int layer = -1;
+  /// The backward ops of a training step that differentiate this op, for
+  /// the whole batch, each costed at its own kind and shape (a MatMul's two
+  /// gradient GEMMs have other shapes than the forward; a GELU's backward is
+  /// elementwise work on other tensors). Empty: the estimate (backwardFlops
+  /// at the forward's kind, twice the forward's bytes), or no backward when
+  /// bwdFlops is 0.
+  std::vector<CostTerm> bwdTerms;
+  /// Once per iteration, whatever the batch: the optimizer-step ops of the
+  /// variables this node owns (gradient accumulation, the update).
+  std::vector<CostTerm> updateTerms;
 
   double backwardFlops() const {
     if (bwdFlops >= 0)

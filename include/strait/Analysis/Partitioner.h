@@ -96,6 +96,9 @@ struct CoarseGraph {
   std::vector<TiedWeight> tied;
   /// Seconds per sample of each block, per speed class: [class][block].
   std::vector<std::vector<double>> fwdTime, bwdTime;
+  /// Seconds per iteration of each block's optimizer step (accumulation,
+  /// update), whatever the batch: [class][block]. Empty: none.
+  std::vector<std::vector<double>> updateTime;
   double batchSamples = 1;
   unsigned numLayers = 0; ///< blocks before merging
 };
@@ -110,6 +113,9 @@ struct StagePlan {
   std::vector<double> shares;            ///< micro-batch share per replica
   double fwdTime = 0, bwdTime = 0;       ///< per micro-batch
   double paramBytes = 0, allReduceTime = 0;
+  /// The optimizer step after the all-reduce, once per iteration, on the
+  /// slowest replica.
+  double updateTime = 0;
   /// Copies of tied weights this stage holds (included in paramBytes) and
   /// the once-per-iteration exchange of partial gradients with the other
   /// copies' stages (after the all-reduce).

@@ -14,18 +14,30 @@
 
 namespace strait {
 
-/// Sustained FLOP/s of `device` for ops of `kind` in `dtype`.
+/// Sustained FLOP/s of `device` for ops of `kind` in `dtype`. `intensity`
+/// (FLOPs per byte moved, when known) picks a GEMM's rate off the profile's
+/// measured curve (DeviceProfile::gemmCurve).
 double effectiveFlops(const ClusterModel &cluster, unsigned device,
-                      OpKind kind, DType dtype);
+                      OpKind kind, DType dtype, double intensity = 0);
 /// Memory bandwidth of `device` (bytes/s): its profile's measured one, else
 /// its type's.
 double memoryBandwidth(const ClusterModel &cluster, unsigned device);
 
-/// Roofline time of the op on the device for the graph's whole batch:
-/// max(FLOPs / sustained FLOP/s, bytes / memory bandwidth). The backward
-/// pass moves twice the forward bytes (input and weight gradients).
+/// Roofline time of one op: max(FLOPs / sustained FLOP/s at its kind and
+/// intensity, bytes / memory bandwidth).
+double termTime(const CostTerm &term, const ClusterModel &cluster,
+                unsigned device);
+
+/// Roofline time of the op on the device for the graph's whole batch. The
+/// backward is the sum of its backward ops' own times (CostNode::bwdTerms);
+/// without them it is estimated at the forward's kind, moving twice the
+/// forward bytes (input and weight gradients).
 double nodeTime(const CostNode &node, const ClusterModel &cluster,
                 unsigned device, bool backward);
+
+/// Time of the node's once-per-iteration optimizer-step ops.
+double nodeUpdateTime(const CostNode &node, const ClusterModel &cluster,
+                      unsigned device);
 
 /// latency + bytes / bandwidth.
 inline double transferTime(const LinkSpec &link, double bytes) {

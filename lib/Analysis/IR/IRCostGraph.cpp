@@ -80,6 +80,13 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   DenseMap<Value, SmallVector<StringRef, 1>> derivedFrom;
   // The node whose paramBytes hold each variable.
   llvm::StringMap<unsigned> weightOwner;
+  // The node a backward or optimizer-step value's work is charged to.
+  DenseMap<Value, unsigned> chargedTo;
+  SmallVector<Operation *> stepOps;
+  auto termOf = [](Operation *op, CostOpInterface cost) {
+    return CostTerm{opKindOf(op, cost.getKernelClass()), dtypeOf(op), cost.getForwardFlops(),
+                    cost.getBytesRead() + cost.getBytesWritten()};
+  };
   for (Operation &op : func.getBody().front()) {
     if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
       continue;
@@ -90,11 +97,16 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
         if (it != nodeOfOpId.end() && cost) {
           CostNode &fwd = g.nodes[it->second];
           fwd.bwdFlops = std::max(fwd.bwdFlops, 0.0) + cost.getForwardFlops();
+          fwd.bwdTerms.push_back(termOf(&op, cost));
+          for (Value r : op.getResults())
+            chargedTo[r] = it->second;
         }
         continue;
       }
-      if (!op.hasAttr(kOpIdAttr))
+      if (!op.hasAttr(kOpIdAttr)) {
+        stepOps.push_back(&op);
         continue;
+      }
     }
     auto cost = dyn_cast<CostOpInterface>(op);
     if (!cost)
@@ -182,6 +194,29 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     out.ops.push_back(&op);
     for (Value r : op.getResults())
       producer[r] = id;
+  }
+  // The optimizer step (accumulation, clipping, the update, assignments),
+  // once per iteration: each op is charged to the node owning the variable
+  // it updates, else to the node its inputs' work was charged to, else to
+  // the last node (where the step ends).
+  for (Operation *op : stepOps) {
+    std::optional<unsigned> owner;
+    for (Value v : op->getOperands()) {
+      if (auto read = v.getDefiningOp<graph::ReadVariableOp>())
+        if (auto it = weightOwner.find(read.getVariable()); it != weightOwner.end()) {
+          owner = it->second;
+          break;
+        }
+      if (auto it = chargedTo.find(v); !owner && it != chargedTo.end())
+        owner = it->second;
+    }
+    if (!owner && g.nodes.empty())
+      continue;
+    unsigned node = owner ? *owner : unsigned(g.nodes.size() - 1);
+    for (Value r : op->getResults())
+      chargedTo[r] = node;
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      g.nodes[node].updateTerms.push_back(termOf(op, cost));
   }
   for (auto &[name, entry] : weightUsers) {
     SmallVector<unsigned> nodes = entry.second;

@@ -1,6 +1,7 @@
 //===- PlanReport.cpp - Plans of real models, as text and JSON ------------===//
 
 #include "strait/Analysis/PlanReport.h"
+#include "strait/Analysis/Workload.h"
 
 using namespace strait;
 namespace json = llvm::json;
@@ -42,6 +43,32 @@ llvm::Expected<ModelPlan> strait::planFunction(mlir::func::FuncOp func,
   return out;
 }
 
+/// Seconds per iteration of the stage's ops by op kind: its forward and
+/// backward time (all micro-batches) split in proportion to each kind's
+/// share on the stage's first device, plus the optimizer step. What
+/// `strait-run --profile` measures per op type, in the planner's terms.
+static json::Object timeByKind(const ModelPlan &mp, const ClusterModel &cluster,
+                               const StagePlan &s, unsigned microBatches) {
+  std::array<double, kNumOpKinds> pass{}, update{};
+  double total = 0;
+  unsigned dev = s.devices.empty() ? 0 : s.devices.front();
+  for (unsigned b = s.firstBlock; b < s.endBlock && b < mp.coarse.blocks.size(); ++b)
+    for (unsigned v : mp.coarse.blocks[b].nodes) {
+      const CostNode &n = mp.costs.graph.nodes[v];
+      double t = nodeTime(n, cluster, dev, false) + nodeTime(n, cluster, dev, true);
+      pass[unsigned(n.kind)] += t;
+      total += t;
+      for (const CostTerm &term : n.updateTerms)
+        update[unsigned(term.kind)] += termTime(term, cluster, dev);
+    }
+  double scale = total > 0 ? (s.fwdTime + s.bwdTime) * microBatches / total : 0;
+  json::Object out;
+  for (unsigned k = 0; k < kNumOpKinds; ++k)
+    if (pass[k] > 0 || update[k] > 0)
+      out[stringifyOpKind(OpKind(k))] = pass[k] * scale + update[k];
+  return out;
+}
+
 json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster) {
   const PartitionPlan &p = mp.plan;
   json::Array stages;
@@ -62,6 +89,8 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
         {"backward_s", s.bwdTime},
         {"param_bytes", s.paramBytes},
         {"allreduce_s", s.allReduceTime},
+        {"update_s", s.updateTime},
+        {"time_by_kind_s", timeByKind(mp, cluster, s, p.microBatches)},
         {"send_bytes", s.sendBytes},
         {"send_s", s.sendTime},
         {"peak_memory_bytes", s.peakMemory},

@@ -7,6 +7,10 @@
 //   - GEMM FLOP/s: MatMul f32 [n,n]x[n,n] (CPU: OpenBLAS sgemm; CUDA: cuBLAS
 //     with bf16 tensor cores and f32 storage, the mode strait-run uses by
 //     default; the f32 and tf32 rates are printed as comments) -> gemm_tflops,
+//   - the GEMM rate by arithmetic intensity: MatMuls with one small
+//     dimension (16 .. n/4 on the CPU, 64 .. n/4 on a GPU; as the inner
+//     dimension, like a 64-wide attention head, and as the output rows,
+//     like a weight gradient) -> gemm_curve {FLOPs per byte: TFLOP/s},
 //   - memory bandwidth: Add f32 over arrays far larger than the caches
 //     (3 x 4 bytes per element) -> a comment with mem_bandwidth_gbs,
 //   - efficiency per op kind the planner knows (matmul conv elementwise
@@ -187,7 +191,8 @@ StatusOr<std::unique_ptr<Backend>> makeBackend(const Options &o, const std::stri
 #endif
 }
 
-StatusOr<std::vector<Measure>> probeKernels(const Options &o, std::vector<std::string> &notes) {
+StatusOr<std::vector<Measure>> probeKernels(const Options &o, std::vector<std::string> &notes,
+                                            std::vector<std::pair<double, double>> &curve) {
   bool gpu = o.backend != "cpu";
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, makeBackend(o, "bf16"));
   const Backend &b = *backend;
@@ -206,16 +211,44 @@ StatusOr<std::vector<Measure>> probeKernels(const Options &o, std::vector<std::s
     out.push_back(*m);
     return Status::ok();
   };
-  auto matmul = [&](const Backend &on, const std::string &mode) -> StatusOr<Measure> {
-    int64_t n = gpu ? (o.quick ? 4096 : 8192) : (o.quick ? 384 : 1024);
+  const int64_t n = gpu ? (o.quick ? 4096 : 8192) : (o.quick ? 384 : 1024);
+  // [M,K] x [K,N]; bytes as the planner counts them (inputs and output).
+  auto gemm = [&](const Backend &on, const std::string &what, int64_t M, int64_t N,
+                  int64_t K) -> StatusOr<Measure> {
     KernelBench k(on, "MatMul");
-    k.input(f32, {n, n});
-    k.input(f32, {n, n});
-    k.output(f32, {n, n});
-    return measure("matmul", "MatMul " + mode + " " + std::to_string(n) + "^3", k,
-                   2.0 * n * n * n, 12.0 * n * n, budget);
+    k.input(f32, {M, K});
+    k.input(f32, {K, N});
+    k.output(f32, {M, N});
+    return measure("matmul", what, k, 2.0 * M * N * K, 4.0 * (M * K + K * N + M * N), budget);
+  };
+  auto matmul = [&](const Backend &on, const std::string &mode) {
+    return gemm(on, "MatMul " + mode + " " + std::to_string(n) + "^3", n, n, n);
   };
   STRAIT_RETURN_IF_ERROR(push(matmul(b, gpu ? "f32 storage, bf16 tensor cores" : "f32")));
+  curve.push_back({out.back().flops / out.back().bytes, out.back().rate()});
+  for (int64_t d = gpu ? 64 : 16; d <= n / 4; d *= 2)
+    for (bool inner : {true, false}) {
+      int64_t M = inner ? n : d, K = inner ? d : n;
+      STRAIT_ASSIGN_OR_RETURN(Measure m, gemm(b, "", M, n, K));
+      curve.push_back({m.flops / m.bytes, m.rate()});
+      notes.push_back("MatMul [" + std::to_string(M) + "," + std::to_string(K) + "]x[" +
+                      std::to_string(K) + "," + std::to_string(n) + "]: " +
+                      num(m.rate() / 1e12) + " TFLOP/s at " + num(m.flops / m.bytes) +
+                      " FLOP/byte");
+    }
+  // The two shapes of one d have one intensity: one point, their rates'
+  // geometric mean.
+  std::sort(curve.begin(), curve.end());
+  std::vector<std::pair<double, double>> merged;
+  for (size_t i = 0; i < curve.size();) {
+    size_t j = i;
+    double logSum = 0;
+    for (; j < curve.size() && curve[j].first <= curve[i].first * (1 + 1e-9); ++j)
+      logSum += std::log(curve[j].second);
+    merged.push_back({curve[i].first, std::exp(logSum / double(j - i))});
+    i = j;
+  }
+  curve = std::move(merged);
   for (const char *mode : {"tf32", "f32"}) { // the other GEMM modes, as comments
     if (!gpu)
       break;
@@ -403,6 +436,7 @@ bool parse(int argc, char **argv, Options &o) {
 } // namespace
 
 int main(int argc, char **argv) {
+  reexecWithNativeBlasCore(argv);
   Options o;
   if (!parse(argc, argv, o)) {
     std::cerr << kUsage;
@@ -431,7 +465,8 @@ int main(int argc, char **argv) {
   if (o.threads > 0)
     setNumThreads(o.threads);
   std::vector<std::string> notes;
-  StatusOr<std::vector<Measure>> ms = probeKernels(o, notes);
+  std::vector<std::pair<double, double>> curve;
+  StatusOr<std::vector<Measure>> ms = probeKernels(o, notes, curve);
   if (!ms.isOk()) {
     std::cerr << "strait-probe: " << ms.getStatus().toString() << "\n";
     // No GPU (or no CUDA build) for --backend cuda: "skipped", as the tests.
@@ -452,7 +487,8 @@ int main(int argc, char **argv) {
   std::ostringstream y;
   y << "# strait-probe" << (o.quick ? " --quick" : "") << ": host " << hostname << ", ";
   if (o.backend == "cpu")
-    y << getNumThreads() << " threads, CPU backend (OpenBLAS sgemm)\n";
+    y << getNumThreads() << " threads, CPU backend (OpenBLAS sgemm, " << blasCoreName()
+      << " kernels)\n";
   else
     y << "CUDA backend on " << o.backend << " (cuBLAS; GEMM with bf16 tensor cores)\n";
   for (const std::string &n : notes)
@@ -480,7 +516,10 @@ int main(int argc, char **argv) {
   // device type's nominal peak_tflops and mem_bandwidth_gbs say.
   y << "profiles:\n  - {" << (o.device.empty() ? "type: " + o.type : "device: " + o.device)
     << ", gemm_tflops: " << num(gemm / 1e12) << ", peak_tflops: " << num(peak / 1e12)
-    << ", mem_bandwidth_gbs: " << num(bandwidth / 1e9) << ", efficiency: {";
+    << ", mem_bandwidth_gbs: " << num(bandwidth / 1e9) << ", gemm_curve: {";
+  for (size_t i = 0; i < curve.size(); ++i)
+    y << (i ? ", " : "") << num(curve[i].first) << ": " << num(curve[i].second / 1e12);
+  y << "}, efficiency: {";
   bool first = true;
   for (const Measure &m : *ms) {
     double eff = std::max(1e-6, m.rate() / peak);
