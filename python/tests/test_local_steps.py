@@ -351,3 +351,25 @@ def test_one_replica_per_site(env):
         assert np.array_equal(after[0][name], after[1][name])
         reference = (before[0][name].astype(np.float64) + before[1][name]) / 2
         np.testing.assert_allclose(after[0][name], reference, rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_resume_a_synchronous_checkpoint_under_local_steps(env):
+    """A checkpoint without outer-step state (a synchronous run's) resumes under local steps with
+    theta_outer = its parameters and zero momentum: the resumed job's first outer step then
+    averages how far each island moved from the checkpoint."""
+    d, data = env
+    sync, _ = compile_job(d, "sync-ck")
+    h4, _ = compile_job(d, "h4-from-sync", "--local-steps", "4", "--outer-lr", "1",
+                        "--outer-momentum", "0")
+    ck = d / "sync-ck-dir"
+    launch(sync, data, 3, "--checkpoint", ck)
+    assert '"writers": [0]' in (ck / "step-3" / "checkpoint.json").read_text()
+    launch(h4, data, 6, "--resume", ck, "--save-params", d / "from-sync")
+    log = (h4 / "logs" / "rank2.log").read_text()
+    assert "the checkpoint has no outer-step state" in log
+    # Outer steps after steps 4 and 6 (the last); every rank ends equal.
+    assert [it for it, line in rank_lines(h4, 2) if "outer-step" in line] == [4, 6]
+    after = saved(d / "from-sync")
+    for name in after[0]:
+        for r in range(1, 4):
+            assert np.array_equal(after[0][name], after[r][name]), (name, r)
