@@ -430,6 +430,9 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     double time = s.allReduceTime;
     if (s.devices.size() > 1 && s.paramBytes > 0) {
       std::vector<std::vector<unsigned>> islands = islandsOf(cluster, s.devices);
+      // As the planner costs it (PlanContext::makeChunk): local steps
+      // discount the inter-island phase of replicas over several islands.
+      double share = islands.size() > 1 ? 1.0 / std::max(1u, options.localSteps) : 1.0;
       if (islands.size() < 2) { // one island: the flat ring is the slow phase
         islands.clear();
         for (unsigned d : s.devices)
@@ -449,7 +452,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       if (!c.isNone())
         time = islandAllReduceTime(
             cluster, islands, s.paramBytes, encodedBytes(c, s.paramBytes / 4, 4),
-            codecTime(c, s.paramBytes, t.senderRate, t.receiverRate));
+            codecTime(c, s.paramBytes, t.senderRate, t.receiverRate), share);
     }
     out.allReduce.push_back(c);
     out.allReduceTime.push_back(time);

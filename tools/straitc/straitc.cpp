@@ -312,6 +312,7 @@ LogicalResult reportCompression(const strait::PartitionPlan &plan,
     return success();
   strait::CompressionOptions copts;
   copts.mode = compress;
+  copts.localSteps = static_cast<unsigned>(localSteps.getValue());
   for (const std::string &text : compressLink) {
     auto o = strait::parseLinkOverride(text);
     if (!o) {

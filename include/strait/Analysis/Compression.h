@@ -139,6 +139,10 @@ struct CompressionOptions {
     std::string text; ///< as given, for messages
   };
   std::vector<LinkOverride> links;
+  /// Local steps H (PlannerOptions::localSteps): a stage whose replicas span
+  /// several islands pays the compressed inter-island phase once per H
+  /// iterations.
+  unsigned localSteps = 1;
 };
 
 struct PlanCompression {
