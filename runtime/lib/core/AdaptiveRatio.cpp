@@ -26,7 +26,9 @@ void AdaptiveRatio::observe(double ready, double start, double end, uint64_t pay
   double base = *std::min_element(sendTimes.begin(), sendTimes.end());
   bool first = count == 1;
   double gap = first ? 0.0 : std::max(0.0, ready - prevFree);
-  double drain = first ? 0.0 : std::max(0.0, end - prevEnd - base - receiverWait);
+  // The link carries the previous payload from its hand-off on, whatever
+  // the receiver does meanwhile: the receiver's wait counts here.
+  double drain = first ? 0.0 : std::max(0.0, end - prevEnd - base);
   // Time the send waited behind the previous one (overlap), less what that
   // one spent waiting for its receiver.
   double queued = onComputeThread ? 0.0 : std::max(0.0, start - ready - prevReceiverWait);
