@@ -166,6 +166,15 @@ def test_bad_bounds_are_errors(tmp_path, text):
                         "--num-stages", "2", "--compress", "int8", "--adaptive-topk=0.01:0.1",
                         "-o", str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and "no transfer between stages uses top-k" in p.stderr, p.stderr
+    # 1F1B sends are deferred: the runtime cannot time them (a warning, the job is written).
+    p = subprocess.run([STRAITC, MODEL, "--input-shape", "input_ids=4x64", "--loss",
+                        "cross-entropy", "--cluster", str(cluster(tmp_path, FILE_MBPS)),
+                        "--num-stages", "2", "--global-batch", "16", "--schedule", "1f1b",
+                        "--compress", "topk:0.1", "--adaptive-topk=0.01:0.1",
+                        "-o", str(tmp_path / "onefoneb")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "warning: --adaptive-topk with the 1F1B schedule" in p.stderr, \
+        p.stderr
     # strait-run: a flag value it does not know, and a program whose bounds
     # do not hold the ratio (edited after straitc).
     job, _ = compile_job(tmp_path, "edited", "--adaptive-topk=0.01:0.1")

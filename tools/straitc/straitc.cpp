@@ -639,6 +639,10 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   if (localSteps > 1)
     reportLocalSteps(module, plan);
   printJobCompression(module, llvm::outs());
+  if (!adaptiveTopk.empty() && jobOpts.order.oneFOneB)
+    llvm::errs() << "straitc: warning: --adaptive-topk with the 1F1B schedule: its deferred "
+                    "sends return before their bytes leave, so the runtime cannot time them and "
+                    "keeps the compiled top-k ratios; compile with --schedule gpipe to adapt\n";
   llvm::outs() << prediction;
   llvm::outs() << "straitc: wrote " << outputFile << "/plan.pb (" << ranks.size()
                << " ranks, " << plan.getNumStages() << " stages)\n";

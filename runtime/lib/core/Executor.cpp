@@ -235,6 +235,7 @@ Executor::create(program::Program program, const BackendRegistry &registry,
   exec->backend = *backend;
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->allocate(**backend), -1));
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->resolveKernels(**backend), -1));
+  bool warnedDeferred = false;
   for (int i = 0; i < p.steps_size(); ++i) {
     const auto &step = p.steps(i);
     if (step.kind_case() == program::Step::kRun)
@@ -279,10 +280,11 @@ Executor::create(program::Program program, const BackendRegistry &registry,
         config.initial = codec->topk_ratio();
         c = std::make_unique<AdaptiveRatio>(config, exec->value(m.value_id()).numel());
       }
-    } else if (adapt) {
-      std::cerr << "rank " << p.rank() << ": adaptive top-k: the deferred (1F1B) send of step "
-                << i << " cannot be timed by the sender; it keeps ratio "
-                << codec->topk_ratio() << " (compile with --schedule gpipe to adapt)\n";
+    } else if (adapt && !warnedDeferred) {
+      warnedDeferred = true;
+      std::cerr << "rank " << p.rank() << ": adaptive top-k: deferred (1F1B) sends, from step "
+                << i << " on, cannot be timed by the sender; they keep their compiled ratio "
+                << "(compile with --schedule gpipe to adapt)\n";
     }
   }
   exec->planAllReduceBuckets();
