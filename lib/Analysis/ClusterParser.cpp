@@ -276,6 +276,15 @@ static Error parseProfile(const Reader &r, yaml::Node *node,
       });
       llvm::sort(p.profile.gemmCurve);
       return e;
+    } else if (key == "op_tflops" || key == "op_gbs") {
+      bool flops = key == "op_tflops";
+      return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
+        Expected<double> x = r.positive(f, key.str() + "." + op.str());
+        if (!x)
+          return x.takeError();
+        (flops ? p.profile.opFlops : p.profile.opBandwidth)[op.str()] = *x * (flops ? 1e12 : 1e9);
+        return Error::success();
+      });
     } else if (key == "efficiency") {
       return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
         std::optional<OpKind> kind = symbolizeOpKind(op);

@@ -58,6 +58,13 @@ double strait::memoryBandwidth(const ClusterModel &cluster, unsigned device) {
 
 double strait::termTime(const CostTerm &term, const ClusterModel &cluster,
                         unsigned device) {
+  const DeviceProfile &profile = cluster.devices[device].profile;
+  if (!term.op.empty() && !profile.opBandwidth.empty())
+    if (auto it = profile.opBandwidth.find(term.op); it != profile.opBandwidth.end())
+      return term.bytes / it->second;
+  if (!term.op.empty() && term.flops > 0 && !profile.opFlops.empty())
+    if (auto it = profile.opFlops.find(term.op); it != profile.opFlops.end())
+      return std::max(term.flops / it->second, term.bytes / memoryBandwidth(cluster, device));
   double intensity = term.bytes > 0 ? term.flops / term.bytes : 0;
   double compute =
       term.flops > 0
@@ -70,7 +77,7 @@ double strait::nodeTime(const CostNode &node, const ClusterModel &cluster,
                         unsigned device, bool backward) {
   double bytes = node.bytesRead + node.bytesWritten;
   if (!backward)
-    return termTime({node.kind, node.dtype, node.fwdFlops, bytes}, cluster, device);
+    return termTime({node.kind, node.dtype, node.fwdFlops, bytes, node.op}, cluster, device);
   // A training step's op that no backward op differentiates (bwdFlops set
   // to 0, no terms) has no backward.
   if (node.bwdTerms.empty() && node.bwdFlops == 0)

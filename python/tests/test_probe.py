@@ -50,8 +50,8 @@ def test_probe_profile_plans(tmp_path):
     text = probed.read_text()
     assert text.startswith(open(CLUSTER).read().rstrip("\n")), text[:200]
     m = re.search(r"^profiles:\n  - \{type: cpu, gemm_tflops: ([\d.e+-]+), peak_tflops: ([\d.e+-]+), "
-                  r"mem_bandwidth_gbs: ([\d.e+-]+), gemm_curve: \{([^}]*)\}, efficiency: \{(.*)\}\}$",
-                  text, re.M)
+                  r"mem_bandwidth_gbs: ([\d.e+-]+), gemm_curve: \{([^}]*)\}, efficiency: \{([^}]*)\}, "
+                  r"op_tflops: \{([^}]*)\}, op_gbs: \{([^}]*)\}\}$", text, re.M)
     assert m, text
     gemm, peak, bandwidth = float(m.group(1)), float(m.group(2)), float(m.group(3))
     assert 1e-3 <= gemm <= 10, gemm
@@ -62,6 +62,12 @@ def test_probe_profile_plans(tmp_path):
     assert len(curve) >= 3 and all(r > 0 for _, r in curve), curve
     assert max(i for i, _ in curve) == pytest.approx(2 * 384 ** 3 / (12 * 384 ** 2), rel=1e-3)
     eff = dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(5)))
+    # The fused kernels rated on their own: attention in TFLOP/s, the rest in GB/s.
+    ops = lambda g: dict((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.e+-]+)", m.group(g)))
+    assert sorted(ops(6)) == ["FusedAttention", "FusedAttentionGrad"], m.group(6)
+    assert sorted(ops(7)) == sorted(["AdamW", "LayerNormalizationGrad", "RMSNormalizationGrad",
+                                     "SoftmaxCrossEntropyLossWithGrad"]), m.group(7)
+    assert all(v > 0 for v in {**ops(6), **ops(7)}.values())
     assert sorted(eff) == sorted(KINDS) and all(v > 0 for v in eff.values()), eff
     if not (os.path.exists(STRAITC) and os.path.exists(MODEL)):
         pytest.skip("needs build/bin/straitc for the planning half")
@@ -78,6 +84,15 @@ def test_probe_profile_plans(tmp_path):
                       text.split("profiles:")[1])
     assert scaled.read_text() != text
     assert fwd(plan(scaled, tmp_path, "scaled")) == pytest.approx(fwd(measured), rel=1e-9)
+    # The plan splits each stage's iteration by op kind and by op type, both adding up to its
+    # forward, backward (all micro-batches) and update time; the measured op rates time their
+    # ops, and a view (Reshape) moves no bytes.
+    for st in measured["stages"]:
+        total = (st["forward_s"] + st["backward_s"]) * measured["micro_batches"] + st["update_s"]
+        assert sum(st["time_by_kind_s"].values()) == pytest.approx(total, rel=1e-6)
+        assert sum(st["time_by_op_s"].values()) == pytest.approx(total, rel=1e-6)
+        assert st["update_s"] > 0 and "AdamW" in st["time_by_op_s"], st
+        assert "Reshape" not in st["time_by_op_s"], st["time_by_op_s"]
     print(f"probe: GEMM {gemm * 1e3:.1f} GFLOP/s; planned forward {fwd(base) * 1e3:.3f} ms with "
           f"the file's peak, {fwd(measured) * 1e3:.3f} ms with the probe")
 

@@ -247,3 +247,38 @@ profiles:
 )");
   EXPECT_NE(err.find("gemm_curve.8"), std::string::npos) << err;
 }
+
+// op_tflops / op_gbs: measured rates of single op types. A term of such an
+// op is timed by them (FLOPs over the op's FLOP rate, bounded below by the
+// memory roofline; or bytes over the op's byte rate); other ops keep their
+// kind's rate.
+TEST(ClusterModel, OpRatesTimeTheirOpTypes) {
+  std::string text = std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+profiles:
+  - {device: g0, gemm_tflops: 10, op_tflops: {FusedAttention: 2},
+     op_gbs: {LayerNormalizationGrad: 50}}
+)";
+  llvm::Expected<ClusterModel> model = parseCluster(text, "p.yaml");
+  ASSERT_TRUE(bool(model)) << llvm::toString(model.takeError());
+  CostTerm attention{OpKind::MatMul, DType::F32, 4e9, 1e6, "FusedAttention"};
+  EXPECT_DOUBLE_EQ(termTime(attention, *model, 0), 4e9 / 2e12);
+  attention.bytes = 9e9; // memory-bound at the device's bandwidth
+  EXPECT_DOUBLE_EQ(termTime(attention, *model, 0), 9e9 / 900e9);
+  CostTerm grad{OpKind::Norm, DType::F32, 1e12, 5e8, "LayerNormalizationGrad"};
+  EXPECT_DOUBLE_EQ(termTime(grad, *model, 0), 5e8 / 50e9);
+  CostTerm gemm{OpKind::MatMul, DType::F32, 4e9, 1e6, "Gemm"};
+  EXPECT_DOUBLE_EQ(termTime(gemm, *model, 0), 4e9 / 10e12);
+  // A node's forward is timed under its op type too.
+  CostNode n;
+  n.op = "FusedAttention";
+  n.kind = OpKind::MatMul;
+  n.fwdFlops = 4e9;
+  EXPECT_DOUBLE_EQ(nodeTime(n, *model, 0, false), 4e9 / 2e12);
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+profiles:
+  - {device: g0, op_gbs: {AdamW: 0}}
+)");
+  EXPECT_NE(err.find("op_gbs.AdamW"), std::string::npos) << err;
+}

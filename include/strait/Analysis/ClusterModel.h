@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,10 +71,16 @@ struct DeviceProfile {
   /// when set, MatMul and Conv ops take the rate at their own intensity
   /// (interpolated in log-log, clamped at the ends) instead of gemmFlops.
   std::vector<std::pair<double, double>> gemmCurve;
+  /// Measured rates of single op types (the compiler's fused kernels, whose
+  /// speed the per-kind efficiencies do not predict), by op type without
+  /// dialect: FLOP/s counted as the cost model counts the op's FLOPs
+  /// (cluster field `op_tflops`), or bytes/s of its operands and results
+  /// (`op_gbs`, memory-bound kernels: the op's time is its bytes over it).
+  std::map<std::string, double> opFlops, opBandwidth;
   bool operator==(const DeviceProfile &o) const {
     return gemmFlops == o.gemmFlops && efficiency == o.efficiency &&
            peakFlops == o.peakFlops && memBandwidth == o.memBandwidth &&
-           gemmCurve == o.gemmCurve;
+           gemmCurve == o.gemmCurve && opFlops == o.opFlops && opBandwidth == o.opBandwidth;
   }
 };
 

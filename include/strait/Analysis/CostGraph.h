@@ -25,11 +25,15 @@ struct CostTerm {
   OpKind kind = OpKind::Other;
   DType dtype = DType::F32;
   double flops = 0, bytes = 0;
+  /// The op's type without dialect ("Gemm"), when built from IR.
+  std::string op;
 };
 
 /// Costs of one op for the graph's whole batch (CostGraph::batchSamples).
 struct CostNode {
   std::string name;
+  /// The op's type without dialect ("MatMul"), when built from IR.
+  std::string op;
   OpKind kind = OpKind::Other;
   DType dtype = DType::F32;
   double fwdFlops = 0;

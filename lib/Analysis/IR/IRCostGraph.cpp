@@ -85,7 +85,8 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   SmallVector<Operation *> stepOps;
   auto termOf = [](Operation *op, CostOpInterface cost) {
     return CostTerm{opKindOf(op, cost.getKernelClass()), dtypeOf(op), cost.getForwardFlops(),
-                    cost.getBytesRead() + cost.getBytesWritten()};
+                    cost.getBytesRead() + cost.getBytesWritten(),
+                    op->getName().stripDialect().str()};
   };
   for (Operation &op : func.getBody().front()) {
     if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
@@ -119,6 +120,7 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
       n.name = op.getName().stripDialect().str();
     n.kind = opKindOf(&op, cost.getKernelClass());
     n.dtype = dtypeOf(&op);
+    n.op = op.getName().stripDialect().str();
     n.fwdFlops = cost.getForwardFlops();
     n.bwdFlops = cost.getBackwardFlops();
     n.bytesRead = cost.getBytesRead();

@@ -3,6 +3,8 @@
 #include "strait/Analysis/PlanReport.h"
 #include "strait/Analysis/Workload.h"
 
+#include <map>
+
 using namespace strait;
 namespace json = llvm::json;
 
@@ -43,30 +45,51 @@ llvm::Expected<ModelPlan> strait::planFunction(mlir::func::FuncOp func,
   return out;
 }
 
-/// Seconds per iteration of the stage's ops by op kind: its forward and
-/// backward time (all micro-batches) split in proportion to each kind's
-/// share on the stage's first device, plus the optimizer step. What
-/// `strait-run --profile` measures per op type, in the planner's terms.
-static json::Object timeByKind(const ModelPlan &mp, const ClusterModel &cluster,
-                               const StagePlan &s, unsigned microBatches) {
+/// Seconds per iteration of the stage's ops, by op kind and by op type
+/// (the forward op's, each backward and optimizer op's own): its forward
+/// and backward time (all micro-batches) split in proportion to each op's
+/// time on the stage's first device, plus the optimizer step. What
+/// `strait-run --profile` measures per op type (with --fuse=none, op for
+/// op), in the planner's terms.
+static std::pair<json::Object, json::Object> stageTimeBy(const ModelPlan &mp,
+                                                         const ClusterModel &cluster,
+                                                         const StagePlan &s,
+                                                         unsigned microBatches) {
   std::array<double, kNumOpKinds> pass{}, update{};
+  std::map<std::string, double> passOp, updateOp;
   double total = 0;
   unsigned dev = s.devices.empty() ? 0 : s.devices.front();
+  auto opOf = [](const std::string &op, OpKind kind) {
+    return op.empty() ? stringifyOpKind(kind).str() : op;
+  };
   for (unsigned b = s.firstBlock; b < s.endBlock && b < mp.coarse.blocks.size(); ++b)
     for (unsigned v : mp.coarse.blocks[b].nodes) {
       const CostNode &n = mp.costs.graph.nodes[v];
-      double t = nodeTime(n, cluster, dev, false) + nodeTime(n, cluster, dev, true);
-      pass[unsigned(n.kind)] += t;
-      total += t;
-      for (const CostTerm &term : n.updateTerms)
-        update[unsigned(term.kind)] += termTime(term, cluster, dev);
+      double fwd = nodeTime(n, cluster, dev, false), bwd = nodeTime(n, cluster, dev, true);
+      pass[unsigned(n.kind)] += fwd + bwd;
+      total += fwd + bwd;
+      passOp[opOf(n.op, n.kind)] += fwd;
+      if (n.bwdTerms.empty())
+        passOp[opOf(n.op, n.kind) + " (backward)"] += bwd;
+      for (const CostTerm &term : n.bwdTerms)
+        passOp[opOf(term.op, term.kind)] += termTime(term, cluster, dev);
+      for (const CostTerm &term : n.updateTerms) {
+        double t = termTime(term, cluster, dev);
+        update[unsigned(term.kind)] += t;
+        updateOp[opOf(term.op, term.kind)] += t;
+      }
     }
   double scale = total > 0 ? (s.fwdTime + s.bwdTime) * microBatches / total : 0;
-  json::Object out;
+  json::Object byKind, byOp;
   for (unsigned k = 0; k < kNumOpKinds; ++k)
     if (pass[k] > 0 || update[k] > 0)
-      out[stringifyOpKind(OpKind(k))] = pass[k] * scale + update[k];
-  return out;
+      byKind[stringifyOpKind(OpKind(k))] = pass[k] * scale + update[k];
+  for (auto &[op, t] : passOp)
+    updateOp[op] += t * scale;
+  for (auto &[op, t] : updateOp)
+    if (t > 0)
+      byOp[op] = t;
+  return {std::move(byKind), std::move(byOp)};
 }
 
 json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster) {
@@ -78,6 +101,7 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
       ++opsPerStage[s];
   for (auto [i, s] : llvm::enumerate(p.stages)) {
     json::Array devices;
+    auto [byKind, byOp] = stageTimeBy(mp, cluster, s, p.microBatches);
     for (unsigned d : s.devices)
       devices.push_back(cluster.devices[d].name);
     json::Object stage{
@@ -90,7 +114,8 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
         {"param_bytes", s.paramBytes},
         {"allreduce_s", s.allReduceTime},
         {"update_s", s.updateTime},
-        {"time_by_kind_s", timeByKind(mp, cluster, s, p.microBatches)},
+        {"time_by_kind_s", std::move(byKind)},
+        {"time_by_op_s", std::move(byOp)},
         {"send_bytes", s.sendBytes},
         {"send_s", s.sendTime},
         {"peak_memory_bytes", s.peakMemory},

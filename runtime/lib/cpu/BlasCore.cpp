@@ -54,6 +54,11 @@ std::string nativeBlasCore() {
   return "";
 }
 
+void setBlasThreads(int n) {
+  if (n > 0)
+    openblas_set_num_threads(n);
+}
+
 void reexecWithNativeBlasCore(char **argv) {
   std::string core = nativeBlasCore();
   if (core.empty() || !argv || !argv[0])

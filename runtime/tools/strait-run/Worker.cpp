@@ -342,8 +342,10 @@ Status runRank(const RunOptions &o) {
                              (o.lrGiven ? " (after --lr " + o.lrText + ")" : ""))
           .withRank(o.rank);
   }
-  if (o.threads > 0)
+  if (o.threads > 0) {
     setNumThreads(o.threads);
+    setBlasThreads(o.threads);
+  }
   // Data first: a bad file fails before the rendezvous.
   std::unique_ptr<data::DataLoader> loader;
   bool tokens = false;

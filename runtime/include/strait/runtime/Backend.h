@@ -164,6 +164,9 @@ std::string blasCoreName();
 /// SSE-only kernels on a CPU it does not know (an old OpenBLAS on a newer
 /// CPU: 4x slower GEMMs) and OPENBLAS_CORETYPE is unset; "" otherwise.
 std::string nativeBlasCore();
+/// Threads OpenBLAS runs a GEMM on (its default: every core), as
+/// setNumThreads sets the CPU backend's own pool; n <= 0: unchanged.
+void setBlasThreads(int n);
 /// At the top of main(): when nativeBlasCore() names a core, sets
 /// OPENBLAS_CORETYPE to it and re-executes the program (OpenBLAS reads the
 /// variable only when it loads). Returns when there is nothing to do or the
