@@ -30,6 +30,11 @@ struct IRCostGraph {
 llvm::Expected<IRCostGraph> buildCostGraph(mlir::func::FuncOp func,
                                            double batchSamples = 0);
 
+/// The planner's op kind of a graph op with a cost model (an embedding is a
+/// Gather of a variable; reductions and pooling count as normalizations:
+/// one read of the input, a little arithmetic per element).
+OpKind opKindOf(mlir::Operation *op);
+
 /// The layer key of a weight name: the prefix up to its first numeric path
 /// component ("transformer.h.3.attn.c_attn.weight" -> "transformer.h.3",
 /// "layer2.1.conv1.weight" -> "layer2.1"); empty when it has none.

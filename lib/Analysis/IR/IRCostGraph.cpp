@@ -28,14 +28,19 @@ std::string strait::layerKeyOf(StringRef name) {
   return "";
 }
 
-static OpKind opKindOf(Operation *op, KernelClass k) {
-  if (isa<graph::GatherOp>(op) && isa<graph::ReadVariableOp>(op->getOperand(0).getDefiningOp()))
+OpKind strait::opKindOf(Operation *op) {
+  auto cost = dyn_cast<CostOpInterface>(op);
+  if (!cost)
+    return OpKind::Other;
+  if (isa<graph::GatherOp>(op) &&
+      isa_and_nonnull<graph::ReadVariableOp>(op->getOperand(0).getDefiningOp()))
     return OpKind::Embedding;
-  switch (k) {
+  switch (cost.getKernelClass()) {
   case KernelClass::MatMul: return OpKind::MatMul;
   case KernelClass::Conv: return OpKind::Conv;
   case KernelClass::Normalization:
     return isa<graph::SoftmaxOp, graph::LogSoftmaxOp>(op) ? OpKind::Softmax : OpKind::Norm;
+  case KernelClass::Reduction: return OpKind::Norm;
   case KernelClass::Elementwise: return OpKind::Elementwise;
   default: return OpKind::Other;
   }
@@ -84,7 +89,7 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   DenseMap<Value, unsigned> chargedTo;
   SmallVector<Operation *> stepOps;
   auto termOf = [](Operation *op, CostOpInterface cost) {
-    return CostTerm{opKindOf(op, cost.getKernelClass()), dtypeOf(op), cost.getForwardFlops(),
+    return CostTerm{opKindOf(op), dtypeOf(op), cost.getForwardFlops(),
                     cost.getBytesRead() + cost.getBytesWritten(),
                     op->getName().stripDialect().str()};
   };
@@ -118,7 +123,7 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
       n.name = loc.getName().str();
     else
       n.name = op.getName().stripDialect().str();
-    n.kind = opKindOf(&op, cost.getKernelClass());
+    n.kind = opKindOf(&op);
     n.dtype = dtypeOf(&op);
     n.op = op.getName().stripDialect().str();
     n.fwdFlops = cost.getForwardFlops();

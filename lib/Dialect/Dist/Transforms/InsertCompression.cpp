@@ -13,6 +13,7 @@
 #include "ClusterDevices.h"
 
 #include "strait/Analysis/Compression.h"
+#include "strait/Analysis/IRCostGraph.h"
 #include "strait/Analysis/Workload.h"
 #include "strait/Dialect/Dist/DistOps.h"
 #include "strait/Dialect/Dist/DistPasses.h"
@@ -47,16 +48,6 @@ std::optional<dist::Codec> irCodec(CodecKind kind) {
   case CodecKind::TopK: return dist::Codec::topk;
   }
   return std::nullopt;
-}
-
-OpKind opKindOf(KernelClass k) {
-  switch (k) {
-  case KernelClass::MatMul: return OpKind::MatMul;
-  case KernelClass::Conv: return OpKind::Conv;
-  case KernelClass::Normalization: return OpKind::Norm;
-  case KernelClass::Elementwise: return OpKind::Elementwise;
-  default: return OpKind::Other;
-  }
 }
 
 /// An f32 tensor with a static shape and enough elements to encode (the
@@ -143,7 +134,8 @@ std::vector<double> InsertCompressionPass::stageTimes(func::FuncOp func) const {
     if (training && !backwardOp && !op.hasAttr("graph.op_id"))
       continue;
     CostNode node;
-    node.kind = opKindOf(cost.getKernelClass());
+    node.kind = opKindOf(&op);
+    node.op = op.getName().stripDialect().str();
     node.fwdFlops = cost.getForwardFlops();
     node.bwdFlops = cost.getBackwardFlops();
     node.bytesRead = cost.getBytesRead();
