@@ -38,9 +38,14 @@ double strait::effectiveFlops(const ClusterModel &cluster, unsigned device,
   if (!(peak > 0))
     peak = type.peakFlops[unsigned(DType::F32)];
   bool gemm = kind == OpKind::MatMul || kind == OpKind::Conv;
-  // A measured GEMM rate is taken as measured in the op's dtype.
-  if (gemm && intensity > 0 && !dev.profile.gemmCurve.empty())
+  // A measured GEMM rate is taken as measured in the op's dtype. The curve
+  // and the GEMM rate are MatMul's; a convolution takes its own measured
+  // efficiency when the profile has one (im2col and the gradients' loops
+  // cost a CPU a third of the GEMM rate), else the GEMM rate.
+  if (kind == OpKind::MatMul && intensity > 0 && !dev.profile.gemmCurve.empty())
     return curveRate(dev.profile.gemmCurve, intensity);
+  if (kind == OpKind::Conv && dev.profile.efficiency[k] > 0 && dev.profile.peakFlops > 0)
+    return dev.profile.peakFlops * dev.profile.efficiency[k];
   if (gemm && dev.profile.gemmFlops > 0)
     return dev.profile.gemmFlops;
   // A profile's efficiencies are fractions of the profile's peak when it

@@ -227,7 +227,12 @@ profiles:
   EXPECT_DOUBLE_EQ(at(1), 1e12);                    // clamped below
   EXPECT_DOUBLE_EQ(at(1000), 8e12);                 // and above
   EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::MatMul, DType::F32), 8e12);
-  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::Conv, DType::F32, 16), 4e12);
+  // The curve is MatMul's: a convolution takes the GEMM rate, or its own
+  // measured efficiency (of the profile's peak) when the profile has one.
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::Conv, DType::F32, 16), 8e12);
+  model->devices[1].profile.peakFlops = 8e12;
+  model->devices[1].profile.efficiency[unsigned(OpKind::Conv)] = 0.25;
+  EXPECT_DOUBLE_EQ(effectiveFlops(*model, 1, OpKind::Conv, DType::F32, 16), 2e12);
   // Other kinds and devices without a curve ignore the intensity.
   EXPECT_DOUBLE_EQ(effectiveFlops(*model, 0, OpKind::MatMul, DType::F32, 4), 15.7e12);
   // A term's roofline takes its intensity from its FLOPs and bytes.
