@@ -3,6 +3,7 @@
 #include "strait/runtime/FusedProgram.h"
 
 #include "../codec/CodecLayout.h"
+#include "../cpu/RowMath.h"
 
 #include <cmath>
 #include <limits>
@@ -201,9 +202,6 @@ StatusOr<FusedArgs> decodeFusedKernel(const KernelContext &ctx) {
 }
 
 namespace {
-float sigmoidOf(float x) {
-  return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
-}
 float nanOr(float a, float b, bool max) {
   if (std::isnan(a) || std::isnan(b))
     return std::numeric_limits<float>::quiet_NaN();
@@ -221,8 +219,10 @@ float evalFusedScalar(const FusedInstr &in, float a, float b, float c) {
   case FusedOp::Log: return std::log(a);
   case FusedOp::Sqrt: return std::sqrt(a);
   case FusedOp::Reciprocal: return 1.0f / a;
-  case FusedOp::Tanh: return std::tanh(a);
-  case FusedOp::Sigmoid: return sigmoidOf(a);
+  // Tanh and Sigmoid as the CPU kernels compute them (RowMath.h): the
+  // correctly rounded float but for ties within 1e-12 of a boundary.
+  case FusedOp::Tanh: return cpu::tanhFloat(a);
+  case FusedOp::Sigmoid: return cpu::sigmoidFloat(a);
   case FusedOp::Relu: return a > 0 ? a : 0.0f;
   case FusedOp::Erf: return std::erf(a);
   case FusedOp::Sin: return std::sin(a);

@@ -153,25 +153,77 @@ void blockScores(const AttnArgs &a, int64_t b, int64_t i0, int64_t rows, int64_t
         s[r * n + j] = -INFINITY;
 }
 
+// The row loops below (exp, softmax, dS) are compiled for AVX-512, AVX2 and
+// the baseline ISA (target_clones), so they run 16 or 8 floats wide where
+// the CPU has them (the baseline build is SSE2: 4). No clone contracts into
+// FMA, so the results are the same bits on every CPU. Under a causal mask a
+// row's hidden keys are set to 0 without evaluating exp (exp(-inf) is 0).
+
 /// Softmax of each of `rows` rows of s (length n) in place, and its
 /// log-sum-exp; a row without a finite score becomes 0 with LSE -inf.
-void softmaxRows(float *s, int64_t rows, int64_t n, float *lse) {
+/// Row r's keys from visible[r] on are hidden (-inf in s).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+softmaxRows(float *s, int64_t rows, int64_t n, const int64_t *visible, float *lse) {
   for (int64_t r = 0; r < rows; ++r) {
     float *row = s + r * n;
-    float mx = rowMax(row, n);
+    int64_t k = visible[r];
+    float mx = rowMax(row, k);
     if (mx == -INFINITY) {
       std::fill(row, row + n, 0.0f);
       lse[r] = -INFINITY;
       continue;
     }
-    for (int64_t j = 0; j < n; ++j)
+    for (int64_t j = 0; j < k; ++j)
       row[j] = expNonPositive(row[j] - mx);
+    std::fill(row + k, row + n, 0.0f);
+    // Over all n (the hidden keys add 0) so that each key's lane of rowSum
+    // does not depend on the mask.
     double sum = rowSum(row, n);
     lse[r] = static_cast<float>(mx + std::log(sum));
     float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n; ++j)
+    for (int64_t j = 0; j < k; ++j)
       row[j] *= inv;
   }
+}
+
+/// P = exp(S - LSE) for each of `rows` rows of s (length n) in place: 0
+/// where the key is hidden (from visible[r] on) or the row's LSE is -inf.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+expRows(float *s, int64_t rows, int64_t n, const int64_t *visible, const float *lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float l = lse[r];
+    float *row = s + r * n;
+    int64_t k = l == -INFINITY ? 0 : visible[r];
+    for (int64_t j = 0; j < k; ++j)
+      row[j] = expNonPositive(row[j] - l);
+    std::fill(row + k, row + n, 0.0f);
+  }
+}
+
+/// dS = P * (dP - Drow) in place of dP, Drow = rowsum(dY * Y) (in double),
+/// for `rows` rows of length n (P is 0 from visible[r] on).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+dsRows(const float *p, float *dp, int64_t rows, int64_t n, const int64_t *visible,
+       const float *dy, const float *y, int64_t dv) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *dyr = dy + r * dv, *yr = y + r * dv;
+    double drow = 0;
+    for (int64_t c = 0; c < dv; ++c)
+      drow += double(dyr[c]) * yr[c];
+    float dr = static_cast<float>(drow);
+    const float *pr = p + r * n;
+    float *dpr = dp + r * n;
+    int64_t k = visible[r];
+    for (int64_t j = 0; j < k; ++j)
+      dpr[j] = pr[j] * (dpr[j] - dr);
+    std::fill(dpr + k, dpr + n, 0.0f);
+  }
+}
+
+/// visible[r] = the keys of [0, n) that query row i0 + r sees.
+void visibleKeys(const AttnArgs &a, int64_t i0, int64_t rows, int64_t n, int64_t *visible) {
+  for (int64_t r = 0; r < rows; ++r)
+    visible[r] = std::min(n, a.keyEnd(i0 + r));
 }
 
 /// Runs `body` over [0, n) in parallel with single-threaded BLAS calls
@@ -206,8 +258,10 @@ Status fusedAttentionKernel(KernelContext &ctx) {
       float *l = lse->as<float>() + b * a.tq + i0;
       s.resize(static_cast<size_t>(rows * std::max<int64_t>(n, 1)));
       if (n > 0) {
+        int64_t visible[kBlockRows];
+        visibleKeys(a, i0, rows, n, visible);
         blockScores(a, b, i0, rows, n, q, kt, s.data());
-        softmaxRows(s.data(), rows, n, l);
+        softmaxRows(s.data(), rows, n, visible, l);
       } else {
         std::fill(l, l + rows, -INFINITY);
       }
@@ -255,29 +309,14 @@ void attentionGradSlice(const AttnArgs &a, int64_t b, const Tensor &dyT, const T
     g.dp.resize(static_cast<size_t>(rows * n));
     float *s = g.s.data(), *dp = g.dp.data();
     blockScores(a, b, i0, rows, n, qb, kt, s);
+    int64_t visible[kBlockRows];
+    visibleKeys(a, i0, rows, n, visible);
     // P = exp(S - LSE) (0 where masked or LSE = -inf).
-    for (int64_t r = 0; r < rows; ++r) {
-      float l = lse[b * a.tq + i0 + r];
-      float *row = s + r * n;
-      if (l == -INFINITY)
-        std::fill(row, row + n, 0.0f);
-      else
-        for (int64_t j = 0; j < n; ++j)
-          row[j] = expNonPositive(row[j] - l);
-    }
+    expRows(s, rows, n, visible, lse + b * a.tq + i0);
     gemm(true, false, n, a.dv, rows, 1.0f, s, n, dyb, a.dv, 1.0f, dv, a.dv);
     gemm(false, true, rows, n, a.dv, 1.0f, dyb, a.dv, v, a.dv, 0.0f, dp, n);
     // dS = P * (dP - Drow), Drow = rowsum(dY * Y).
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *dyr = dyb + r * a.dv, *yr = yb + r * a.dv;
-      double drow = 0;
-      for (int64_t c = 0; c < a.dv; ++c)
-        drow += double(dyr[c]) * yr[c];
-      float dr = static_cast<float>(drow);
-      float *pr = s + r * n, *dpr = dp + r * n;
-      for (int64_t j = 0; j < n; ++j)
-        dpr[j] = pr[j] * (dpr[j] - dr);
-    }
+    dsRows(s, dp, rows, n, visible, dyb, yb, a.dv);
     gemm(false, true, rows, a.d, n, a.scale, dp, n, kt, a.tk, 0.0f, dqb, a.d);
     gemm(true, false, a.d, n, rows, a.scale, qb, a.d, dp, n, 1.0f, dkt, a.tk);
   }

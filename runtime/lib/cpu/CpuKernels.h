@@ -55,9 +55,12 @@ void stridedCopyBytes(const char *src, int64_t base,
                       char *dst, size_t es);
 
 /// y[i] = tanhFloat(x[i]) (RowMath.h) for i < n: the f32 Tanh of the Tanh
-/// kernel and of FusedElementwise, compiled for AVX2 and for the baseline
-/// (the same IEEE operations, no FMA, so the same bits on either).
+/// kernel and of FusedElementwise, compiled for AVX-512, AVX2 and the
+/// baseline (the same IEEE operations, no FMA, so the same bits on each).
 void tanhRow(const float *x, float *y, int64_t n);
+/// y[i] = sigmoidFloat(x[i]) (RowMath.h), as tanhRow: the f32 Sigmoid of
+/// the Sigmoid kernel and of FusedElementwise.
+void sigmoidRow(const float *x, float *y, int64_t n);
 
 /// General row-major sgemm: C = alpha * op(A) * op(B) + beta * C.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,

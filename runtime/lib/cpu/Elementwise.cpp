@@ -100,6 +100,25 @@ Status tanhKernel(KernelContext &ctx) {
   return ctx.unsupported("dtype " + x->typeString());
 }
 
+/// f32 through sigmoidRow (sigmoidFloat, vectorized), as FusedElementwise's
+/// Sigmoid; f64 through libm's exp.
+Status sigmoidKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  if (x->dtype == program::DTYPE_F32) {
+    const float *in = x->as<float>();
+    float *out = y->as<float>();
+    parallelFor(x->numel(), 16384,
+                [&](int64_t b, int64_t e) { sigmoidRow(in + b, out + b, e - b); });
+    return Status::ok();
+  }
+  if (x->dtype == program::DTYPE_F64) {
+    applyUnary<double>(*x, *y, [](double v) { return sigmoid(v); });
+    return Status::ok();
+  }
+  return ctx.unsupported("dtype " + x->typeString());
+}
+
 void addMathUnary(KernelTable &t) {
   addUnary<true>(t, "Abs", plain([](auto x) { return x < 0 ? -x : x; }));
   addUnary<true>(t, "Neg", plain([](auto x) { return -x; }));
@@ -129,7 +148,7 @@ void addMathUnary(KernelTable &t) {
 }
 
 void addActivations(KernelTable &t) {
-  addUnary(t, "Sigmoid", plain([](auto x) { return sigmoid(x); }));
+  t.add("Sigmoid", sigmoidKernel);
   addUnary<true>(t, "Relu", plain([](auto x) { return x > 0 ? x : decltype(x)(0); }));
   addUnary(t, "Softplus", plain([](auto x) {
              return x > 20 ? x : std::log1p(std::exp(x));
@@ -513,10 +532,16 @@ void addVariadicAndPredicates(KernelTable &t) {
 
 } // namespace
 
-__attribute__((target_clones("avx2", "default"))) void tanhRow(const float *x, float *y,
-                                                               int64_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+tanhRow(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = tanhFloat(x[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+sigmoidRow(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = sigmoidFloat(x[i]);
 }
 
 void addElementwiseKernels(KernelTable &table) {

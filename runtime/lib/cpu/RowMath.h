@@ -105,23 +105,15 @@ inline float expNonPositive(float x) {
   return x != x ? x : e;
 }
 
-/// tanh(x) in float through double arithmetic that a loop over it
-/// vectorizes (no libm call, selects instead of branches): for |x| < 2^-8
-/// the series x - x^3/3 + 2x^5/15 (relative truncation < 1e-15); above,
-/// (1 - e) / (1 + e) with e = exp(-2|x|) as x = n ln2 + r, e^r by its Taylor
-/// series to degree 11 (truncation < 1e-14) times 2^n from the exponent
-/// bits; |x| is clamped at 20 (tanh rounds to 1 in float from 9.1). The
-/// double result is within 1e-12 relative of tanh, so the float is the
-/// correctly rounded one except within 1e-12 of a rounding boundary (libm's
-/// tanhf is within 2 ulp). NaN stays NaN, tanh(-0) = -0.
-inline float tanhFloat(float x) {
-  double xd = x, a = xd < 0 ? -xd : xd;
-  double ac = a > 20.0 ? 20.0 : a;
+/// e^t in double for t in [-320, 0], written so that a loop over it
+/// vectorizes (no libm call): t = n ln2 + r with |r| <= ln2/2 (ln2 split in
+/// two constants), e^r by its Taylor series to degree 11 (truncation
+/// < 1e-14) times 2^n from the exponent bits. Relative error below 1e-14.
+inline double expNonPositiveDouble(double t) {
   const double log2e = 1.4426950408889634;
   const double ln2Hi = 0.6931471803691238;     // the high bits of ln 2
   const double ln2Lo = 1.9082149292705877e-10; // ln 2 - ln2Hi
   const double magic = 6755399441055744.0;     // 1.5 * 2^52: rounds to an integer
-  double t = -2.0 * ac;
   double nm = t * log2e + magic, n = nm - magic;
   double r = (t - n * ln2Hi) - n * ln2Lo;
   double p = 1.0 / 39916800;
@@ -136,18 +128,48 @@ inline float tanhFloat(float x) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  // nm's low mantissa bits hold n (-58..0): n + 1023 shifted into the
+  // nm's low mantissa bits hold n (-462..0): n + 1023 shifted into the
   // exponent field is 2^n (the magic's own bits shift out).
   uint64_t bits;
   std::memcpy(&bits, &nm, sizeof bits);
   bits = (bits + 1023) << 52;
   double scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  double e = p * scale;
+  return p * scale;
+}
+
+/// tanh(x) in float through double arithmetic that a loop over it
+/// vectorizes (no libm call, selects instead of branches): for |x| < 2^-8
+/// the series x - x^3/3 + 2x^5/15 (relative truncation < 1e-15); above,
+/// (1 - e) / (1 + e) with e = exp(-2|x|) (expNonPositiveDouble); |x| is
+/// clamped at 20 (tanh rounds to 1 in float from 9.1). The double result is
+/// within 1e-12 relative of tanh, so the float is the correctly rounded one
+/// except within 1e-12 of a rounding boundary (libm's tanhf is within 2
+/// ulp). NaN stays NaN, tanh(-0) = -0.
+inline float tanhFloat(float x) {
+  double xd = x, a = xd < 0 ? -xd : xd;
+  double ac = a > 20.0 ? 20.0 : a;
+  double e = expNonPositiveDouble(-2.0 * ac);
   double big = (1.0 - e) / (1.0 + e);
   double s = xd * xd;
   double small = xd * (1.0 + s * (-1.0 / 3 + s * (2.0 / 15)));
   double y = a < 0.00390625 ? small : (xd < 0 ? -big : big);
+  return static_cast<float>(x != x ? xd : y);
+}
+
+/// The logistic sigmoid 1 / (1 + e^-x) in float through double arithmetic
+/// that a loop over it vectorizes: e = exp(-|x|) (expNonPositiveDouble,
+/// |x| clamped at 110, where sigmoid(-x) < 2^-150 rounds to 0 in float),
+/// 1 / (1 + e) for x >= 0, e / (1 + e) below. The double result is within
+/// 1e-13 relative of the sigmoid, so the float is the correctly rounded
+/// one except within 1e-13 of a rounding boundary (the float formula with
+/// libm's expf was within a few ulp). NaN stays NaN.
+inline float sigmoidFloat(float x) {
+  double xd = x, a = xd < 0 ? -xd : xd;
+  double ac = a > 110.0 ? 110.0 : a;
+  double e = expNonPositiveDouble(-ac);
+  double inv = 1.0 / (1.0 + e);
+  double y = xd >= 0 ? inv : e * inv;
   return static_cast<float>(x != x ? xd : y);
 }
 
