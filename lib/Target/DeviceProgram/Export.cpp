@@ -16,6 +16,9 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include <fstream>
 #include <limits>
 
@@ -826,13 +829,23 @@ bool strait::applyOuterSync(pb::Program &program, const OuterSyncOptions &option
 }
 
 /// Serializes `message` to `path` + ".tmp"; the caller renames on success.
+/// Deterministically: map fields (kernel attributes) in key order, so one
+/// compile's files equal another's byte for byte.
 template <typename Message>
 static LogicalResult writeTemp(const Message &message, const std::string &path,
                                SmallVectorImpl<std::string> &temps, Location loc) {
   std::string tmp = path + ".tmp";
+  std::string bytes;
+  bool ok;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    ok = message.SerializeToCodedStream(&coded);
+  }
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   temps.push_back(tmp);
-  if (!out || !message.SerializeToOstream(&out))
+  if (!ok || !out || !out.write(bytes.data(), std::streamsize(bytes.size())) || !out.flush())
     return emitError(loc) << "cannot write '" << tmp << "'";
   return success();
 }
