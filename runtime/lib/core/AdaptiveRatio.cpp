@@ -21,7 +21,7 @@ void AdaptiveRatio::observe(double ready, double start, double end, uint64_t pay
   receiverWait = std::clamp(receiverWait, 0.0, std::max(0.0, end - start));
   double w = std::max(0.0, end - start - receiverWait);
   sendTimes.push_back(w);
-  if (static_cast<int>(sendTimes.size()) > config.window)
+  if (static_cast<int>(sendTimes.size()) > config.baseWindow)
     sendTimes.pop_front();
   double base = *std::min_element(sendTimes.begin(), sendTimes.end());
   bool first = count == 1;
@@ -45,7 +45,7 @@ void AdaptiveRatio::observe(double ready, double start, double end, uint64_t pay
   if (static_cast<int>(gaps.size()) > config.window)
     gaps.pop_front();
   double minGap = *std::min_element(gaps.begin(), gaps.end());
-  budgetSeconds = config.headroom * minGap;
+  budgetSeconds = config.headroom * (computePerValue > 0 ? computePerValue : minGap);
 
   // Busy: the send itself waited for the link, or it waited in the queue
   // behind the previous transfer (overlap: the link is behind the compute),

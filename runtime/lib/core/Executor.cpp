@@ -236,6 +236,9 @@ Executor::create(program::Program program, const BackendRegistry &registry,
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->allocate(**backend), -1));
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->resolveKernels(**backend), -1));
   bool warnedDeferred = false;
+  for (const auto &step : p.steps())
+    if (step.has_micro_batch())
+      exec->microBatches = std::max<int>(exec->microBatches, step.micro_batch() + 1);
   for (int i = 0; i < p.steps_size(); ++i) {
     const auto &step = p.steps(i);
     if (step.kind_case() == program::Step::kRun)
@@ -695,8 +698,13 @@ Status Executor::runOnceSteps() {
 }
 
 Status Executor::run() {
+  computeSeconds = 0;
   Status result = runIteration();
   if (result.isOk() && !adaptive.empty()) {
+    // This iteration's compute per micro-batch: the budget of every stream
+    // (AdaptiveRatio::setComputePerValue).
+    for (auto &entry : adaptive)
+      entry.second->setComputePerValue(computeSeconds / microBatches);
     // The adaptive ratios after this iteration, one line per run (the
     // launcher adds them to its progress line): "rank R topk PEER/chC RATIO ...".
     std::ostringstream line;
@@ -719,7 +727,7 @@ Status Executor::runIteration() {
     return finishSends(runOverlapped());
   Status result;
   for (const Action &a : sequentialPlan.actions) {
-    result = a.kind == Action::Comm ? runStep(a.step) : launchSegment(sequentialPlan, a);
+    result = a.kind == Action::Comm ? runStep(a.step) : timedLaunch(sequentialPlan, a);
     if (!result.isOk())
       break;
   }
@@ -829,6 +837,13 @@ void Executor::planOverlapped() {
       plan.segments.back().launches.push_back({i, k});
     }
   }
+}
+
+Status Executor::timedLaunch(Plan &plan, const Action &action) {
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = launchSegment(plan, action);
+  computeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
 }
 
 Status Executor::launchSegment(Plan &plan, const Action &action) {
@@ -954,7 +969,10 @@ Status Executor::runOverlapped() {
   }
   for (const Action &a : overlapPlan.actions) {
     if (a.kind == Action::Sync) {
+      auto t0 = std::chrono::steady_clock::now();
       result = annotate(backend->synchronize(), a.step);
+      computeSeconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else if (a.kind == Action::Enqueue) {
       Transfer t = makeTransfer(a.step);
       t.queued = std::chrono::steady_clock::now();
@@ -970,7 +988,7 @@ Status Executor::runOverlapped() {
       if (a.wait)
         result = waitTransfers(base + a.wait);
       if (result.isOk())
-        result = launchSegment(overlapPlan, a);
+        result = timedLaunch(overlapPlan, a);
     }
     if (!result.isOk())
       break;

@@ -12,11 +12,12 @@
 // same pair. So a blocking send returns about L after the link has carried
 // the previous payload, where L (encode, posting, one round trip) is what a
 // send costs on an idle link, plus the time the receiver took to post its
-// receive for the header (the transport reports that phase, and it is left
-// out: a receiver busy computing is not a slow link). The controller thus gets, per transfer i, the
+// receive for the header (the transport reports that phase; the busy test
+// leaves it out: a receiver busy computing is not a slow link). The controller thus gets, per transfer i, the
 // time its value was ready to go (the executor queued the send), the send's
 // start and end times and its payload bytes b_i, and derives:
-//   W_i = end_i - start_i       the send's time; L = min W over a window;
+//   W_i = end_i - start_i       the send's time; L = min W over the last
+//                               256 transfers;
 //   gap_i = ready_i - free_{i-1}
 //                               the sender's compute for value i: since it
 //                               was free after handing over value i-1
@@ -36,10 +37,14 @@
 //                               smoothed by an EWMA); when idle: an upper
 //                               bound on it.
 // Budget: the stream's transfer should take no longer than the sender's
-// compute between two of its sends, so that it stays hidden behind that
-// compute (the compile-time codec choice uses the same target, from the cost
-// model: docs/distribution-dialect.md, dist-insert-compression):
-//   budget = headroom x min gap over the window.
+// compute per value, so that the link keeps pace with the compute (the
+// compile-time codec choice uses the same target, the stage's forward and
+// backward compute per micro-batch from the cost model:
+// docs/distribution-dialect.md, dist-insert-compression):
+//   budget = headroom x the compute per value the executor measured in the
+//            last iteration (setComputePerValue: its kernel time over its
+//            micro-batches), before the first iteration's end
+//            headroom x min gap over the window.
 // Next ratio: the largest k whose payload (16 + 8 + k x the last payload's
 // bytes per kept value) takes at most the budget at the estimated seconds
 // per byte, clamped to [ratioMin, ratioMax], rising at most by maxGrowth per
@@ -67,8 +72,12 @@ namespace rt {
 struct AdaptiveRatioConfig {
   double ratioMin = 0.001, ratioMax = 1.0;
   double initial = 0.1;     // ratio of the first transfer
-  double headroom = 0.8;    // budget = headroom x smallest recent gap
-  int window = 8;           // transfers over which L and the smallest gap are taken
+  double headroom = 0.8;    // budget = headroom x compute per value (or smallest gap)
+  int window = 8;           // transfers over which the smallest gap is taken
+  /// Transfers over which L (the idle send time) is the minimum: long,
+  /// because when the budget lets the link stay busy every send waits
+  /// and only an early or occasional idle one shows L.
+  int baseWindow = 256;
   double alpha = 0.3;       // EWMA weight of a new seconds-per-byte sample
   double busySlack = 1e-3;  // s: busy when W > L + max(busySlack, L / 4, budget x 0.15)
   double maxGrowth = 1.25;  // largest rise of the ratio per transfer
@@ -100,6 +109,12 @@ public:
   void observe(double ready, double start, double end, uint64_t payloadBytes, int64_t k,
                bool onComputeThread, double receiverWait = 0);
 
+  /// The sender's measured compute per value (per micro-batch: the
+  /// executor's kernel time of the last iteration over its micro-batches).
+  /// When set (> 0), the budget is headroom x this instead of headroom x
+  /// the smallest gap.
+  void setComputePerValue(double seconds) { computePerValue = seconds; }
+
   /// Estimated link throughput in bytes per second (0: never seen busy).
   double throughput() const { return secondsPerByte > 0 ? 1.0 / secondsPerByte : 0.0; }
   /// Current budget in seconds (0 before the second transfer).
@@ -117,6 +132,7 @@ private:
   uint64_t prevBytes = 0;
   double secondsPerByte = 0; // 0: unknown
   double budgetSeconds = 0;
+  double computePerValue = 0;
   int idleRun = 0;
   bool busy = false;
   int64_t count = 0;

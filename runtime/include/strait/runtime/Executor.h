@@ -198,6 +198,11 @@ private:
   /// value (one per micro-batch) share one. Used on the communication
   /// thread only; read by getAdaptiveLinks() between runs.
   std::map<std::pair<int, uint32_t>, std::unique_ptr<AdaptiveRatio>> adaptive;
+  /// Time run() spent launching kernels and waiting for the device (its
+  /// compute), and the program's micro-batches: the adaptive budget.
+  double computeSeconds = 0;
+  int microBatches = 1;
+  Status timedLaunch(Plan &plan, const Action &action);
   /// Sends the encoded transfer `m` of step `index` with an adaptive ratio.
   Status sendAdaptive(const program::Send &m, const Tensor &v, ErrorFeedback *state,
                       std::chrono::steady_clock::time_point ready);
