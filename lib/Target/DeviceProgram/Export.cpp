@@ -16,8 +16,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include "ProgramBytes.h"
 
 #include <fstream>
 #include <limits>
@@ -835,17 +834,8 @@ template <typename Message>
 static LogicalResult writeTemp(const Message &message, const std::string &path,
                                SmallVectorImpl<std::string> &temps, Location loc) {
   std::string tmp = path + ".tmp";
-  std::string bytes;
-  bool ok;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    ok = message.SerializeToCodedStream(&coded);
-  }
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   temps.push_back(tmp);
-  if (!ok || !out || !out.write(bytes.data(), std::streamsize(bytes.size())) || !out.flush())
+  if (!program::writeDeterministic(message, tmp))
     return emitError(loc) << "cannot write '" << tmp << "'";
   return success();
 }

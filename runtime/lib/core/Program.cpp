@@ -6,8 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Program.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include "ProgramBytes.h"
 
 #include <algorithm>
 #include <cstring>
@@ -294,17 +293,7 @@ StatusOr<program::ParameterShardFile> loadShardFile(const std::string &path) {
 
 Status writeMessage(const google::protobuf::Message &message,
                     const std::string &path) {
-  // Deterministic: map fields in key order (as straitc writes programs).
-  std::string bytes;
-  bool ok;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    ok = message.SerializeToCodedStream(&coded);
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!ok || !out || !out.write(bytes.data(), std::streamsize(bytes.size())) || !out.flush())
+  if (!program::writeDeterministic(message, path)) // as straitc writes them
     return ioError("cannot write '" + path + "'");
   return Status::ok();
 }

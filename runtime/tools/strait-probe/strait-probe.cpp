@@ -191,6 +191,21 @@ StatusOr<std::unique_ptr<Backend>> makeBackend(const Options &o, const std::stri
 #endif
 }
 
+/// Appends a measurement; on a GPU, a kernel the CUDA backend lacks is left
+/// out with a note (no host fallback: it would measure the CPU).
+Status keep(StatusOr<Measure> m, bool gpu, std::vector<Measure> &out,
+            std::vector<std::string> &notes) {
+  if (!m.isOk()) {
+    if (gpu && m.getStatus().getCode() == StatusCode::Unimplemented) {
+      notes.push_back("left out (" + m.getStatus().getMessage() + ")");
+      return Status::ok();
+    }
+    return m.getStatus();
+  }
+  out.push_back(*m);
+  return Status::ok();
+}
+
 /// The compiler's fused kernels, whose speed the per-kind efficiencies do
 /// not predict (on one CPU core FusedAttention ran 8x, its gradient 5x and
 /// LayerNormalizationGrad 7x slower than their kinds' rates said): each is
@@ -203,17 +218,7 @@ Status probeOpRates(const Options &o, const Backend &b, double budget, std::vect
                     std::vector<std::string> &notes) {
   bool gpu = o.backend != "cpu";
   const DType f32 = program::DTYPE_F32, i64 = program::DTYPE_I64;
-  auto push = [&](StatusOr<Measure> m) -> Status {
-    if (!m.isOk()) {
-      if (gpu && m.getStatus().getCode() == StatusCode::Unimplemented) {
-        notes.push_back("left out (" + m.getStatus().getMessage() + ")");
-        return Status::ok();
-      }
-      return m.getStatus();
-    }
-    out.push_back(*m);
-    return Status::ok();
-  };
+  auto push = [&](StatusOr<Measure> m) { return keep(std::move(m), gpu, out, notes); };
   auto bytesOf = [](std::initializer_list<Shape> shapes) {
     double n = 0;
     for (const Shape &s : shapes)
@@ -315,18 +320,7 @@ StatusOr<std::vector<Measure>> probeKernels(const Options &o, std::vector<std::s
   const DType f32 = program::DTYPE_F32;
   double budget = o.quick ? 0.05 : 0.5;
   std::vector<Measure> out;
-  // A kind the CUDA backend has no kernel for is left out with a note.
-  auto push = [&](StatusOr<Measure> m) -> Status {
-    if (!m.isOk()) {
-      if (gpu && m.getStatus().getCode() == StatusCode::Unimplemented) {
-        notes.push_back("left out (" + m.getStatus().getMessage() + ")");
-        return Status::ok();
-      }
-      return m.getStatus();
-    }
-    out.push_back(*m);
-    return Status::ok();
-  };
+  auto push = [&](StatusOr<Measure> m) { return keep(std::move(m), gpu, out, notes); };
   const int64_t n = gpu ? (o.quick ? 4096 : 8192) : (o.quick ? 384 : 1024);
   // [M,K] x [K,N]; bytes as the planner counts them (inputs and output).
   auto gemm = [&](const Backend &on, const std::string &what, int64_t M, int64_t N,
