@@ -266,7 +266,7 @@ Status probeOpRates(const Options &o, const Backend &b, double budget, std::vect
   int64_t rows = gpu ? 16384 : (o.quick ? 1024 : 4096), h = gpu ? 768 : 256;
   Shape x = {rows, h}, w = {h};
   { // the loss and its gradient over a vocabulary
-    int64_t n = gpu ? 8192 : (o.quick ? 512 : 2048), c = gpu ? 50257 : 1024;
+    int64_t n = gpu ? 4096 : (o.quick ? 512 : 2048), c = gpu ? 50257 : 1024;
     KernelBench k(b, "SoftmaxCrossEntropyLossWithGrad");
     k.input(f32, {});
     k.input(f32, {n, c});
