@@ -1,8 +1,9 @@
 //===- CpuFastPathTest.cpp - Vectorized CPU paths against their references -===//
 //
 // sigmoidFloat (RowMath.h) against libm's double sigmoid rounded to float;
-// FusedElementwise's tile loops (compiled for AVX-512, AVX2 and the
-// baseline, Fused.cpp) against the program evaluated element by element
+// sceExp (SoftmaxCrossEntropy.h) against libm's exp;
+// FusedElementwise's tile loops (compiled for AVX2 and the baseline,
+// Fused.cpp) against the program evaluated element by element
 // through evalFusedScalar, bit for bit, over sizes that end in every vector
 // tail and span several tiles and tasks, with NaN, infinities and signed
 // zeros among the inputs; and an output that shares its input's memory (the
@@ -11,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "../lib/cpu/CpuKernels.h"
 #include "../lib/cpu/RowMath.h"
+#include "../lib/cpu/SoftmaxCrossEntropy.h"
 #include "FusedTestPrograms.h"
 #include "TestUtil.h"
 
@@ -92,6 +94,37 @@ TEST(SigmoidKernel, F32EqualsSigmoidFloatAndF64IsLibm) {
   runOp("Sigmoid", {&xd.tensor}, {&yd.tensor});
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(yd.as<double>()[i], sigmoidRef(in[i]));
+}
+
+TEST(SceExp, IsWithin1e14OfLibmExpAndItsRowLoopIsTheScalar) {
+  // t from 0 down to -745 (libm's exp underflows there) in uneven steps.
+  double worst = 0;
+  for (double t = 0; t > -745; t -= 0.0137) {
+    double want = t < -700 ? 0.0 : std::exp(t);
+    double got = sceExp(t);
+    if (want == 0)
+      ASSERT_EQ(got, 0.0) << t;
+    else
+      worst = std::max(worst, std::abs(got - want) / want);
+  }
+  EXPECT_LT(worst, 1e-14);
+  EXPECT_EQ(sceExp(0.0), 1.0);
+  EXPECT_EQ(sceExp(-INFINITY), 0.0);
+  EXPECT_TRUE(std::isnan(sceExp(NAN)));
+  // The vectorized row loop gives the scalar's bits (every tail length).
+  for (int64_t c : {1, 3, 8, 13, 256, 1001}) {
+    std::vector<float> v = pseudoRandom(c, static_cast<uint32_t>(c));
+    std::vector<double> e(c);
+    for (int64_t k = 0; k < c; ++k)
+      e[k] = 30.0 * v[k];
+    e[0] = c > 2 ? -INFINITY : e[0];
+    std::vector<double> x = e;
+    sceExpRow(e.data(), c, 30.0);
+    for (int64_t k = 0; k < c; ++k) {
+      double want = sceExp(x[k] - 30.0);
+      ASSERT_TRUE(std::memcmp(&e[k], &want, sizeof want) == 0) << "c " << c << " k " << k;
+    }
+  }
 }
 
 /// Inputs of n elements: pseudo-random times `scale`, with NaN, +-inf, +-0

@@ -153,16 +153,16 @@ void blockScores(const AttnArgs &a, int64_t b, int64_t i0, int64_t rows, int64_t
         s[r * n + j] = -INFINITY;
 }
 
-// The row loops below (exp, softmax, dS) are compiled for AVX-512, AVX2 and
-// the baseline ISA (target_clones), so they run 16 or 8 floats wide where
-// the CPU has them (the baseline build is SSE2: 4). No clone contracts into
-// FMA, so the results are the same bits on every CPU. Under a causal mask a
+// The row loops below (exp, softmax, dS) are compiled for AVX2 and the
+// baseline ISA (target_clones), so they run 8 floats wide where the CPU has
+// AVX2 (the baseline build is SSE2: 4). Neither clone contracts into FMA, so
+// the results are the same bits on every CPU. Under a causal mask a
 // row's hidden keys are set to 0 without evaluating exp (exp(-inf) is 0).
 
 /// Softmax of each of `rows` rows of s (length n) in place, and its
 /// log-sum-exp; a row without a finite score becomes 0 with LSE -inf.
 /// Row r's keys from visible[r] on are hidden (-inf in s).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((target_clones("avx2", "default"))) void
 softmaxRows(float *s, int64_t rows, int64_t n, const int64_t *visible, float *lse) {
   for (int64_t r = 0; r < rows; ++r) {
     float *row = s + r * n;
@@ -188,7 +188,7 @@ softmaxRows(float *s, int64_t rows, int64_t n, const int64_t *visible, float *ls
 
 /// P = exp(S - LSE) for each of `rows` rows of s (length n) in place: 0
 /// where the key is hidden (from visible[r] on) or the row's LSE is -inf.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((target_clones("avx2", "default"))) void
 expRows(float *s, int64_t rows, int64_t n, const int64_t *visible, const float *lse) {
   for (int64_t r = 0; r < rows; ++r) {
     float l = lse[r];
@@ -202,7 +202,7 @@ expRows(float *s, int64_t rows, int64_t n, const int64_t *visible, const float *
 
 /// dS = P * (dP - Drow) in place of dP, Drow = rowsum(dY * Y) (in double),
 /// for `rows` rows of length n (P is 0 from visible[r] on).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((target_clones("avx2", "default"))) void
 dsRows(const float *p, float *dp, int64_t rows, int64_t n, const int64_t *visible,
        const float *dy, const float *y, int64_t dv) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -55,8 +55,9 @@ void stridedCopyBytes(const char *src, int64_t base,
                       char *dst, size_t es);
 
 /// y[i] = tanhFloat(x[i]) (RowMath.h) for i < n: the f32 Tanh of the Tanh
-/// kernel and of FusedElementwise, compiled for AVX-512, AVX2 and the
-/// baseline (the same IEEE operations, no FMA, so the same bits on each).
+/// kernel and of FusedElementwise, compiled for AVX2 and for the baseline
+/// (the same IEEE operations, no FMA, so the same bits on either; not
+/// AVX-512, whose clone GCC contracts into its FMA instructions).
 void tanhRow(const float *x, float *y, int64_t n);
 /// y[i] = sigmoidFloat(x[i]) (RowMath.h), as tanhRow: the f32 Sigmoid of
 /// the Sigmoid kernel and of FusedElementwise.

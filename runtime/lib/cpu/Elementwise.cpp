@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
 #include "RowMath.h"
+#include "SoftmaxCrossEntropy.h"
 
 #include <cmath>
 #include <cstring>
@@ -532,13 +533,19 @@ void addVariadicAndPredicates(KernelTable &t) {
 
 } // namespace
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((target_clones("avx2", "default"))) void
 tanhRow(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = tanhFloat(x[i]);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((target_clones("avx2", "default"))) void
+sceExpRow(double *e, int64_t c, double mx) {
+  for (int64_t k = 0; k < c; ++k)
+    e[k] = sceExp(e[k] - mx);
+}
+
+__attribute__((target_clones("avx2", "default"))) void
 sigmoidRow(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = sigmoidFloat(x[i]);

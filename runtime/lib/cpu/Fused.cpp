@@ -146,10 +146,11 @@ void storeTile(Tensor &out, const float *src, int64_t start, int64_t n) {
   }
 }
 
-// The loops below are inlined into runTiles, which is compiled for AVX-512,
-// AVX2 and the baseline ISA (target_clones): they vectorize 16 or 8 floats
-// wide where the CPU has them. No clone contracts into FMA (neither target
-// enables FMA), so every element is computed by the same IEEE operations as
+// The loops below are inlined into runTiles, which is compiled for AVX2 and
+// the baseline ISA (target_clones): they vectorize 8 floats (4 doubles)
+// wide where the CPU has AVX2. Neither clone contracts into FMA (the AVX2
+// target does not enable FMA; an AVX-512 clone would: GCC contracts into
+// its FMA instructions), so every element is computed by the same IEEE operations as
 // in the unfused kernels, whatever the vector width.
 #define STRAIT_INLINE inline __attribute__((always_inline))
 
@@ -245,7 +246,7 @@ STRAIT_INLINE void runInstr(const FusedInstr &in, float *__restrict y, const flo
 /// place: instructions only read inputs, and a tile's outputs are stored
 /// after all of its instructions ran, so an output sharing an input's
 /// memory is still read first).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((target_clones("avx2", "default"))) void
 runTiles(const FusedArgs &f, const std::vector<InputView> &views, const std::vector<bool> &needed,
          float *regs, const float **reg, int64_t begin, int64_t end) {
   const FusedProgram &p = f.program;
