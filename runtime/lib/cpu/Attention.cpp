@@ -76,9 +76,13 @@ const float *f32Rows(const Tensor &t, const AttnLayout &l, int64_t base, int64_t
   float *d = scratch.data();
   if (t.dtype == program::DTYPE_F32) {
     const float *p = t.as<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        d[r * cols + c] = p[at + r * l.row + c * l.col];
+    if (l.col == 1) // rows apart (a permuted [b, T, H, D] head): a copy per row
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(d + r * cols, p + at + r * l.row, cols * sizeof(float));
+    else
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          d[r * cols + c] = p[at + r * l.row + c * l.col];
   } else {
     const uint16_t *p = t.as<uint16_t>();
     for (int64_t r = 0; r < rows; ++r)
@@ -108,6 +112,11 @@ void storeRows(const float *src, Tensor &t, const AttnLayout &l, int64_t base, i
     float *p = t.as<float>();
     if (src == p + at)
       return;
+    if (l.col == 1) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(p + at + r * l.row, src + r * cols, cols * sizeof(float));
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
         p[at + r * l.row + c * l.col] = src[r * cols + c];
