@@ -9,9 +9,10 @@ of a cluster file) with top-k on the cut, trained on real English text
       seed), and the programs differ only by the send codecs' adapt fields;
   (b) over an emulated link 4x slower than the cluster file says (root and
       `ip netns`: runtime/scripts/wan-cluster.py, else skipped with the
-      reason), the senders' ratios fall below the compiled 0.1, the median
-      step is faster than the fixed ratio's over the same link, and the
-      loss still falls by at least 1.0 nat in 30 steps;
+      reason), the senders' ratios fall below half the compiled 0.1 (mean
+      of the last 10 steps), the median step is at least 1.1x faster than
+      the fixed ratio's over the same link, and the loss still falls by at
+      least 1.0 nat in 30 steps;
   (c) a receiver decodes top-k payloads whose k changes every transfer
       (every index encoding; plain, sealed, deferred) bit-exactly: the
       strait-comm-tests run over Gloo writes the payloads and what the
@@ -218,13 +219,21 @@ def test_slow_link_lowers_the_ratio_and_the_step_time(tmp_path, text):
         runs[name] = job
     fixed_ms = statistics.median(step_ms(runs["fixed"])[5:])
     adapt_ms = statistics.median(step_ms(runs["adaptive"])[5:])
-    final = {r: topk_ratios(runs["adaptive"], r)[-1] for r in (0, 1)}
-    print(f"median step: fixed 0.1 {fixed_ms:.1f} ms, adaptive {adapt_ms:.1f} ms "
-          f"({fixed_ms / adapt_ms:.2f}x); final ratios {final}")
+    # Each stream's mean ratio over the last 10 steps (probing lifts single
+    # steps for a while before a busy transfer brings the ratio back).
+    late = {}
     for r in (0, 1):
-        assert all(v < 0.06 for v in final[r].values()), final
-    assert adapt_ms < 0.8 * fixed_ms, (adapt_ms, fixed_ms)
+        lines = topk_ratios(runs["adaptive"], r)[-10:]
+        assert len(lines) == 10 and all(len(x) == 1 for x in lines), lines
+        late[r] = statistics.mean(next(iter(x.values())) for x in lines)
     losses = log_losses(runs["adaptive"])
+    print(f"median step: fixed 0.1 {fixed_ms:.1f} ms, adaptive {adapt_ms:.1f} ms "
+          f"({fixed_ms / adapt_ms:.2f}x); mean ratios of the last 10 steps {late}; "
+          f"losses {losses[:3]} ... {losses[-3:]}")
+    assert all(v < 0.05 for v in late.values()), late
+    # Measured 1.32x-1.71x (docs/benchmarks.md, "Adaptive top-k"): some
+    # adaptive steps take 700 instead of 490 ms after probing raised a ratio.
+    assert adapt_ms < 0.9 * fixed_ms, (adapt_ms, fixed_ms)
     assert len(losses) == steps
     first, last = statistics.mean(losses[:3]), statistics.mean(losses[-3:])
     assert last < first - 1.0, losses
