@@ -33,41 +33,148 @@ inline ValidRange validOutputs(int64_t out, int64_t in, int64_t stride, int64_t 
   return {lo, std::max(lo, std::min(hi, out))};
 }
 
-/// col[(c*K + kpos) * P + opos] for one image and one group. Each output row
-/// is a zero head, a copy of X's row (contiguous for stride 1) and a zero
+/// Row `row` = c*K + kpos of one image's im2col matrix: dst[opos] =
+/// x[c, window position kpos of output opos], 0 in the padding. Each output
+/// row is a zero head, a copy of X's row (contiguous for stride 1) and a zero
 /// tail: the same values as testing every position, without the test.
+inline void im2colRow(const float *x, const ConvWindow &w, int64_t row, float *dst) {
+  int64_t kSize = w.kSize();
+  int64_t c = row / kSize, kpos = row % kSize;
+  int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1], kx = kpos % w.k[2];
+  const float *plane = x + c * w.inSize();
+  ValidRange xs = validOutputs(w.out[2], w.in[2], w.stride[2], w.pad[2], kx * w.dil[2]);
+  int64_t ix0 = xs.lo * w.stride[2] - w.pad[2] + kx * w.dil[2], sx = w.stride[2];
+  for (int64_t oz = 0; oz < w.out[0]; ++oz) {
+    int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+    for (int64_t oy = 0; oy < w.out[1]; ++oy, dst += w.out[2]) {
+      int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+      if (iz < 0 || iz >= w.in[0] || iy < 0 || iy >= w.in[1]) {
+        std::fill(dst, dst + w.out[2], 0.0f);
+        continue;
+      }
+      std::fill(dst, dst + xs.lo, 0.0f);
+      int64_t n = xs.hi - xs.lo;
+      const float *src = plane + (iz * w.in[1] + iy) * w.in[2] + (n > 0 ? ix0 : 0);
+      if (sx == 1)
+        std::copy(src, src + n, dst + xs.lo);
+      else
+        for (int64_t i = 0; i < n; ++i)
+          dst[xs.lo + i] = src[i * sx];
+      std::fill(dst + xs.hi, dst + w.out[2], 0.0f);
+    }
+  }
+}
+
+/// col[(c*K + kpos) * P + opos] for one image and one group.
 void im2col(const float *x, int64_t channels, const ConvWindow &w, float *col) {
-  int64_t kSize = w.kSize(), p = w.outSize();
-  parallelFor(channels * kSize, 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row) {
-      int64_t c = row / kSize, kpos = row % kSize;
-      int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1],
-              kx = kpos % w.k[2];
-      const float *plane = x + c * w.inSize();
-      float *dst = col + row * p;
-      ValidRange xs = validOutputs(w.out[2], w.in[2], w.stride[2], w.pad[2], kx * w.dil[2]);
-      int64_t ix0 = xs.lo * w.stride[2] - w.pad[2] + kx * w.dil[2], sx = w.stride[2];
-      for (int64_t oz = 0; oz < w.out[0]; ++oz) {
-        int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-        for (int64_t oy = 0; oy < w.out[1]; ++oy, dst += w.out[2]) {
+  int64_t p = w.outSize();
+  parallelFor(channels * w.kSize(), 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row)
+      im2colRow(x, w, row, col + row * p);
+  });
+}
+
+/// Input planes of at most this many positions take the mapped im2col and
+/// col2im of the batched paths.
+constexpr int64_t kMappedPlane = 4096;
+
+/// map[kpos * P + opos] = the position in the input plane of output opos's
+/// window position kpos, or inSize where it lies in the padding: the window
+/// walked once per call instead of once per image and channel.
+std::vector<int32_t> windowMap(const ConvWindow &w) {
+  int64_t kSize = w.kSize(), p = w.outSize(), inSize = w.inSize();
+  std::vector<int32_t> map(kSize * p);
+  for (int64_t kpos = 0; kpos < kSize; ++kpos) {
+    int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1], kx = kpos % w.k[2];
+    int32_t *m = map.data() + kpos * p;
+    for (int64_t oz = 0; oz < w.out[0]; ++oz) {
+      int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+      for (int64_t oy = 0; oy < w.out[1]; ++oy)
+        for (int64_t ox = 0; ox < w.out[2]; ++ox) {
           int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-          if (iz < 0 || iz >= w.in[0] || iy < 0 || iy >= w.in[1]) {
-            std::fill(dst, dst + w.out[2], 0.0f);
-            continue;
-          }
-          std::fill(dst, dst + xs.lo, 0.0f);
-          int64_t n = xs.hi - xs.lo;
-          const float *src = plane + (iz * w.in[1] + iy) * w.in[2] + (n > 0 ? ix0 : 0);
-          if (sx == 1)
-            std::copy(src, src + n, dst + xs.lo);
-          else
-            for (int64_t i = 0; i < n; ++i)
-              dst[xs.lo + i] = src[i * sx];
-          std::fill(dst + xs.hi, dst + w.out[2], 0.0f);
+          int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
+          bool in = iz >= 0 && iz < w.in[0] && iy >= 0 && iy < w.in[1] && ix >= 0 && ix < w.in[2];
+          *m++ = static_cast<int32_t>(in ? (iz * w.in[1] + iy) * w.in[2] + ix : inSize);
+        }
+    }
+  }
+  return map;
+}
+
+/// A per-thread plane of inSize + 1 floats (the last one the padding's).
+float *planeScratch(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n)
+    buffer.resize(n);
+  return buffer.data();
+}
+
+/// The im2col matrices of `images` images side by side, one GEMM operand
+/// with B*P columns: col[(c*K + kpos) * (B*P) + b*P + opos]. Image b's
+/// channels start at x + b * imageStride. Small planes are copied next to
+/// a zero and gathered through windowMap (no per-row bounds, no calls);
+/// larger ones take im2colRow.
+void im2colBlock(const float *x, int64_t imageStride, int64_t images, int64_t channels,
+                 const ConvWindow &w, float *col) {
+  int64_t kSize = w.kSize(), rows = channels * kSize, p = w.outSize(), ld = images * p;
+  int64_t inSize = w.inSize();
+  if (inSize <= kMappedPlane) {
+    std::vector<int32_t> map = windowMap(w);
+    parallelFor(images * channels, 1, [&](int64_t q0, int64_t q1) {
+      float *padded = planeScratch(inSize + 1);
+      for (int64_t q = q0; q < q1; ++q) {
+        int64_t b = q / channels, c = q % channels;
+        const float *plane = x + b * imageStride + c * inSize;
+        std::copy(plane, plane + inSize, padded);
+        padded[inSize] = 0.0f;
+        float *dst = col + c * kSize * ld + b * p;
+        for (int64_t kpos = 0; kpos < kSize; ++kpos) {
+          const int32_t *m = map.data() + kpos * p;
+          float *d = dst + kpos * ld;
+          for (int64_t o = 0; o < p; ++o)
+            d[o] = padded[m[o]];
         }
       }
+    });
+    return;
+  }
+  parallelFor(images * rows, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t b = r / rows, row = r % rows;
+      im2colRow(x + b * imageStride, w, row, col + row * ld + b * p);
     }
   });
+}
+
+/// Output planes of at most this many positions take the batched paths
+/// (one im2col and one GEMM over a block of images): below it a GEMM per
+/// image is too small for the BLAS kernels to pay off (digits-cnn's 8x8 and
+/// 4x4 planes, ResNet's and MobileNet's 7x7 and 14x14 ones).
+constexpr int64_t kBatchedPlane = 256;
+/// A block's GEMM gets about this many columns (B * P) ...
+constexpr int64_t kBlockColumns = 1024;
+/// ... and its im2col matrix at most this many floats (it stays in L2).
+constexpr int64_t kBlockFloats = int64_t(1) << 18;
+
+/// Images per block for the batched paths; 1 (the per-image path) for
+/// larger planes or a batch of one.
+int64_t imageBlock(int64_t n, int64_t p, int64_t kdim) {
+  if (p > kBatchedPlane || n < 2)
+    return 1;
+  int64_t b = std::max<int64_t>(1, kBlockColumns / std::max<int64_t>(p, 1));
+  b = std::min(b, std::max<int64_t>(1, kBlockFloats / std::max<int64_t>(kdim * p, 1)));
+  return std::min(b, n);
+}
+
+/// dst[r * (B*P) + b*P + o] = src[b * imageStride + r * P + o] for r < rows:
+/// `rows` channels of B images side by side (dY as a GEMM operand).
+void gatherBlock(const float *src, int64_t imageStride, int64_t images, int64_t rows, int64_t p,
+                 float *dst) {
+  int64_t ld = images * p;
+  for (int64_t b = 0; b < images; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(src + b * imageStride + r * p, src + b * imageStride + (r + 1) * p,
+                dst + r * ld + b * p);
 }
 
 /// A growing per-thread scratch buffer for im2col columns: allocating (and
@@ -137,33 +244,86 @@ void depthwiseConv(const float *x, const float *wt, const float *bias, float *y,
   });
 }
 
+/// Adjoint of im2colRow for one channel: plane[ipos] += col[kpos * ld +
+/// opos] over its kernel positions in order, each row's positions inside X
+/// found once (validOutputs) instead of tested one by one: the same sums in
+/// the same order.
+inline void col2imPlane(const float *col, int64_t ld, const ConvWindow &w, float *plane) {
+  int64_t kSize = w.kSize(), sx = w.stride[2];
+  for (int64_t kpos = 0; kpos < kSize; ++kpos) {
+    int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1], kx = kpos % w.k[2];
+    ValidRange xs = validOutputs(w.out[2], w.in[2], sx, w.pad[2], kx * w.dil[2]);
+    int64_t len = xs.hi - xs.lo;
+    if (len <= 0)
+      continue;
+    int64_t ix0 = xs.lo * sx - w.pad[2] + kx * w.dil[2];
+    const float *src = col + kpos * ld + xs.lo;
+    for (int64_t oz = 0; oz < w.out[0]; ++oz) {
+      int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+      for (int64_t oy = 0; oy < w.out[1]; ++oy, src += w.out[2]) {
+        int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+        if (iz < 0 || iz >= w.in[0] || iy < 0 || iy >= w.in[1])
+          continue;
+        float *dst = plane + (iz * w.in[1] + iy) * w.in[2] + ix0;
+        if (sx == 1)
+          for (int64_t i = 0; i < len; ++i)
+            dst[i] += src[i];
+        else
+          for (int64_t i = 0; i < len; ++i)
+            dst[i * sx] += src[i];
+      }
+    }
+  }
+}
+
 /// Adjoint of im2col: img[c, ipos] += col[(c*K + kpos) * P + opos]. Serial
 /// over kernel positions of one channel so that no two threads add into the
 /// same image element.
 void col2im(const float *col, int64_t channels, const ConvWindow &w, float *img) {
   int64_t kSize = w.kSize(), p = w.outSize();
   parallelFor(channels, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      float *plane = img + c * w.inSize();
-      for (int64_t kpos = 0; kpos < kSize; ++kpos) {
-        int64_t kz = kpos / (w.k[1] * w.k[2]), ky = (kpos / w.k[2]) % w.k[1],
-                kx = kpos % w.k[2];
-        const float *src = col + (c * kSize + kpos) * p;
-        for (int64_t oz = 0; oz < w.out[0]; ++oz) {
-          int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-          for (int64_t oy = 0; oy < w.out[1]; ++oy, src += w.out[2]) {
-            int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-            if (iz < 0 || iz >= w.in[0] || iy < 0 || iy >= w.in[1])
-              continue;
-            float *dst = plane + (iz * w.in[1] + iy) * w.in[2];
-            for (int64_t ox = 0; ox < w.out[2]; ++ox) {
-              int64_t ix = ox * w.stride[2] - w.pad[2] + kx * w.dil[2];
-              if (ix >= 0 && ix < w.in[2])
-                dst[ix] += src[ox];
-            }
+    for (int64_t c = c0; c < c1; ++c)
+      col2imPlane(col + c * kSize * p, p, w, img + c * w.inSize());
+  });
+}
+
+/// Adjoint of im2colBlock: image b's channels (at img + b * imageStride)
+/// += its columns of col; one (image, channel) plane per task.
+void col2imBlock(const float *col, int64_t images, int64_t channels, const ConvWindow &w,
+                 float *img, int64_t imageStride) {
+  int64_t kSize = w.kSize(), p = w.outSize(), ld = images * p, inSize = w.inSize();
+  if (inSize <= kMappedPlane) {
+    // For each input position, its column in kernel position kpos's row
+    // (P where none): the sums gathered in a register, kernel positions in
+    // order as col2imPlane adds them (adding +0 for the others leaves
+    // every sum's bits as they are), then added to the image.
+    std::vector<int32_t> map = windowMap(w), inv(kSize * inSize, static_cast<int32_t>(p));
+    for (int64_t kpos = 0; kpos < kSize; ++kpos)
+      for (int64_t o = 0; o < p; ++o)
+        if (map[kpos * p + o] < inSize)
+          inv[kpos * inSize + map[kpos * p + o]] = static_cast<int32_t>(o);
+    parallelFor(images * channels, 1, [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        int64_t b = q / channels, c = q % channels;
+        const float *src = col + c * kSize * ld + b * p;
+        float *plane = img + b * imageStride + c * inSize;
+        for (int64_t i = 0; i < inSize; ++i) {
+          float acc = 0.0f;
+          for (int64_t kpos = 0; kpos < kSize; ++kpos) {
+            int32_t o = inv[kpos * inSize + i];
+            float v = src[kpos * ld + (o < p ? o : 0)];
+            acc += o < p ? v : 0.0f;
           }
+          plane[i] += acc;
         }
       }
+    });
+    return;
+  }
+  parallelFor(images * channels, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      int64_t b = q / channels, c = q % channels;
+      col2imPlane(col + c * kSize * ld + b * p, ld, w, img + b * imageStride + c * w.inSize());
     }
   });
 }
@@ -183,6 +343,34 @@ Status convKernel(KernelContext &ctx) {
   bool direct = w.kSize() == 1 && w.inSize() == p && w.stride[0] == 1 &&
                 w.stride[1] == 1 && w.stride[2] == 1 && w.pad[0] == 0 &&
                 w.pad[1] == 0 && w.pad[2] == 0;
+  int64_t block = imageBlock(n, p, kdim);
+  if (block > 1) {
+    // Batched: per block of B images and group, X's columns side by side
+    // (im2col, or a copy for 1x1), one [mg x B*P] GEMM, its rows copied
+    // to Y's planes with the bias added.
+    float *col = scratch((kdim + mg) * block * p), *out = col + kdim * block * p;
+    const float *bv = bias ? bias->as<float>() : nullptr;
+    for (int64_t i0 = 0; i0 < n; i0 += block) {
+      int64_t nb = std::min(block, n - i0), ld = nb * p;
+      for (int64_t g = 0; g < group; ++g) {
+        const float *xg = x->as<float>() + (i0 * c + g * cg) * w.inSize();
+        if (direct)
+          gatherBlock(xg, c * p, nb, cg, p, col);
+        else
+          im2colBlock(xg, c * w.inSize(), nb, cg, w, col);
+        sgemmRowMajor(mg, ld, kdim, wt->as<float>() + g * mg * kdim, col, out, false);
+        for (int64_t b = 0; b < nb; ++b)
+          for (int64_t oc = 0; oc < mg; ++oc) {
+            const float *src = out + oc * ld + b * p;
+            float *dst = y->as<float>() + ((i0 + b) * m + g * mg + oc) * p;
+            float bo = bv ? bv[g * mg + oc] : 0.0f;
+            for (int64_t i = 0; i < p; ++i)
+              dst[i] = src[i] + bo;
+          }
+      }
+    }
+    return Status::ok();
+  }
   float *col = direct ? nullptr : scratch(kdim * p);
   for (int64_t img = 0; img < n; ++img) {
     for (int64_t g = 0; g < group; ++g) {
@@ -378,8 +566,11 @@ bool windowsInside(const ConvWindow &w) {
 /// maximum as a select, the sum divided by the window size). 8x faster on
 /// digits-cnn's 2x2 MaxPool, where poolPlane's data-dependent branch
 /// mispredicts; ResNet's padded 3x3 MaxPool takes it for all but its border.
-template <bool Max>
+/// KX > 0: the window's x extent w.k[2] as a constant (the loop over it
+/// unrolled; 2 and 3 are the common extents), 0: read from w.
+template <bool Max, int KX>
 void poolPlaneInside(const ConvWindow &w, const float *in, float *out, const InsideBox &box) {
+  const int64_t kxN = KX ? KX : w.k[2];
   for (int64_t oz = box.lo[0]; oz < box.hi[0]; ++oz)
     for (int64_t oy = box.lo[1]; oy < box.hi[1]; ++oy)
       for (int64_t ox = box.lo[2]; ox < box.hi[2]; ++ox) {
@@ -389,7 +580,7 @@ void poolPlaneInside(const ConvWindow &w, const float *in, float *out, const Ins
             int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0],
                     iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
             const float *row = in + (iz * w.in[1] + iy) * w.in[2] + ox * w.stride[2] - w.pad[2];
-            for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+            for (int64_t kx = 0; kx < kxN; ++kx) {
               float v = row[kx * w.dil[2]];
               if (Max)
                 best = v > best ? v : best;
@@ -410,18 +601,24 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
   int64_t planes = x->shape[0] * x->shape[1];
   InsideBox box = insideBox(w);
   const InsideBox *skip = indices ? nullptr : &box; // Indices: poolPlane's argmax
+  bool allInside = skip && windowsInside(w);
+  bool isMax = kind == PoolKind::Max;
+  auto insideFn = w.k[2] == 2   ? (isMax ? poolPlaneInside<true, 2> : poolPlaneInside<false, 2>)
+                  : w.k[2] == 3 ? (isMax ? poolPlaneInside<true, 3> : poolPlaneInside<false, 3>)
+                                : (isMax ? poolPlaneInside<true, 0> : poolPlaneInside<false, 0>);
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x->as<float>() + pl * w.inSize();
       float *out = y->as<float>() + pl * w.outSize();
-      if (kind == PoolKind::Max)
+      if (allInside)
+        ; // poolPlaneInside's, all of them
+      else if (kind == PoolKind::Max)
         poolPlane<true>(w, in, out, indices ? indices->as<int64_t>() + pl * w.outSize() : nullptr,
                         pl * w.inSize(), includePad, skip);
       else
         poolPlane<false>(w, in, out, nullptr, 0, includePad, skip);
       if (skip)
-        kind == PoolKind::Max ? poolPlaneInside<true>(w, in, out, box)
-                              : poolPlaneInside<false>(w, in, out, box);
+        insideFn(w, in, out, box);
     }
   });
   return Status::ok();
@@ -458,13 +655,34 @@ Status convGradInputKernel(KernelContext &ctx) {
   int64_t group = a.group;
   int64_t n = xShape[0], c = xShape[1], m = wt->shape[0], cg = c / group, mg = m / group;
   int64_t kdim = cg * w.kSize(), p = w.outSize();
-  std::vector<float> col(kdim * p);
+  // With few products per column (digits-cnn's first layer would have 9 x
+  // 16) gathering dY costs more than the per-image GEMMs save.
+  int64_t block = kdim * mg >= 512 ? imageBlock(n, p, kdim) : 1;
+  if (block > 1) {
+    // Batched: per block of B images and group, dY's planes side by side,
+    // one [kdim x B*P] = W_g^T dY GEMM, col2im into each image's planes
+    // (zeroed per block, while they are in cache).
+    float *col = scratch((kdim + mg) * block * p), *dyb = col + kdim * block * p;
+    for (int64_t i0 = 0; i0 < n; i0 += block) {
+      int64_t nb = std::min(block, n - i0), ld = nb * p;
+      float *dxb = dx->as<float>() + i0 * c * w.inSize();
+      std::fill(dxb, dxb + nb * c * w.inSize(), 0.0f);
+      for (int64_t g = 0; g < group; ++g) {
+        gatherBlock(dy->as<float>() + (i0 * m + g * mg) * p, m * p, nb, mg, p, dyb);
+        sgemm(true, false, kdim, ld, mg, 1.0f, wt->as<float>() + g * mg * kdim, kdim, dyb, ld,
+              0.0f, col, ld);
+        col2imBlock(col, nb, cg, w, dxb + g * cg * w.inSize(), c * w.inSize());
+      }
+    }
+    return Status::ok();
+  }
+  float *col = scratch(kdim * p);
   std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t g = 0; g < group; ++g) {
       sgemm(true, false, kdim, p, mg, 1.0f, wt->as<float>() + g * mg * kdim, kdim,
-            dy->as<float>() + (i * m + g * mg) * p, p, 0.0f, col.data(), p);
-      col2im(col.data(), cg, w, dx->as<float>() + (i * c + g * cg) * w.inSize());
+            dy->as<float>() + (i * m + g * mg) * p, p, 0.0f, col, p);
+      col2im(col, cg, w, dx->as<float>() + (i * c + g * cg) * w.inSize());
     }
   return Status::ok();
 }
@@ -477,13 +695,32 @@ Status convGradWeightKernel(KernelContext &ctx) {
   int64_t group = a.group;
   int64_t n = x->shape[0], c = x->shape[1], m = a.wShape[0], cg = c / group, mg = m / group;
   int64_t kdim = cg * w.kSize(), p = w.outSize();
-  std::vector<float> col(kdim * p);
-  for (int64_t i = 0; i < n; ++i)
+  if (n == 0) {
+    std::fill(dw->as<float>(), dw->as<float>() + dw->numel(), 0.0f);
+    return Status::ok();
+  }
+  // Batched (block > 1): the sum over a block's images folded into the
+  // GEMM's K = B*P (X's columns and dY's planes side by side), blocks
+  // accumulated into dW in order.
+  int64_t block = imageBlock(n, p, kdim);
+  float *col = scratch((kdim + (block > 1 ? mg : 0)) * block * p),
+        *dyb = col + kdim * block * p;
+  for (int64_t i0 = 0; i0 < n; i0 += block) {
+    int64_t nb = std::min(block, n - i0), ld = nb * p;
     for (int64_t g = 0; g < group; ++g) {
-      im2col(x->as<float>() + (i * c + g * cg) * w.inSize(), cg, w, col.data());
-      sgemm(false, true, mg, kdim, p, 1.0f, dy->as<float>() + (i * m + g * mg) * p, p,
-            col.data(), p, i == 0 ? 0.0f : 1.0f, dw->as<float>() + g * mg * kdim, kdim);
+      const float *xg = x->as<float>() + (i0 * c + g * cg) * w.inSize();
+      const float *dyg = dy->as<float>() + (i0 * m + g * mg) * p;
+      if (nb > 1) {
+        im2colBlock(xg, c * w.inSize(), nb, cg, w, col);
+        gatherBlock(dyg, m * p, nb, mg, p, dyb);
+        dyg = dyb;
+      } else {
+        im2col(xg, cg, w, col);
+      }
+      sgemm(false, true, mg, kdim, ld, 1.0f, dyg, ld, col, ld, i0 == 0 ? 0.0f : 1.0f,
+            dw->as<float>() + g * mg * kdim, kdim);
     }
+  }
   return Status::ok();
 }
 
