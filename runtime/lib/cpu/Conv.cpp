@@ -566,17 +566,18 @@ bool windowsInside(const ConvWindow &w) {
 /// maximum as a select, the sum divided by the window size). 8x faster on
 /// digits-cnn's 2x2 MaxPool, where poolPlane's data-dependent branch
 /// mispredicts; ResNet's padded 3x3 MaxPool takes it for all but its border.
-/// KX > 0: the window's x extent w.k[2] as a constant (the loop over it
-/// unrolled; 2 and 3 are the common extents), 0: read from w.
-template <bool Max, int KX>
+/// KY, KX > 0: the window's y and x extents w.k[1], w.k[2] as constants
+/// (the loops over them unrolled; 2x2 and 3x3 are the common windows), 0:
+/// read from w.
+template <bool Max, int KY, int KX>
 void poolPlaneInside(const ConvWindow &w, const float *in, float *out, const InsideBox &box) {
-  const int64_t kxN = KX ? KX : w.k[2];
+  const int64_t kyN = KY ? KY : w.k[1], kxN = KX ? KX : w.k[2];
   for (int64_t oz = box.lo[0]; oz < box.hi[0]; ++oz)
     for (int64_t oy = box.lo[1]; oy < box.hi[1]; ++oy)
       for (int64_t ox = box.lo[2]; ox < box.hi[2]; ++ox) {
         float best = -INFINITY, sum = 0;
         for (int64_t kz = 0; kz < w.k[0]; ++kz)
-          for (int64_t ky = 0; ky < w.k[1]; ++ky) {
+          for (int64_t ky = 0; ky < kyN; ++ky) {
             int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0],
                     iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
             const float *row = in + (iz * w.in[1] + iy) * w.in[2] + ox * w.stride[2] - w.pad[2];
@@ -603,9 +604,10 @@ Status poolKernel(KernelContext &ctx, PoolKind kind) {
   const InsideBox *skip = indices ? nullptr : &box; // Indices: poolPlane's argmax
   bool allInside = skip && windowsInside(w);
   bool isMax = kind == PoolKind::Max;
-  auto insideFn = w.k[2] == 2   ? (isMax ? poolPlaneInside<true, 2> : poolPlaneInside<false, 2>)
-                  : w.k[2] == 3 ? (isMax ? poolPlaneInside<true, 3> : poolPlaneInside<false, 3>)
-                                : (isMax ? poolPlaneInside<true, 0> : poolPlaneInside<false, 0>);
+  bool k22 = w.k[1] == 2 && w.k[2] == 2, k33 = w.k[1] == 3 && w.k[2] == 3;
+  auto insideFn = k22   ? (isMax ? poolPlaneInside<true, 2, 2> : poolPlaneInside<false, 2, 2>)
+                  : k33 ? (isMax ? poolPlaneInside<true, 3, 3> : poolPlaneInside<false, 3, 3>)
+                        : (isMax ? poolPlaneInside<true, 0, 0> : poolPlaneInside<false, 0, 0>);
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x->as<float>() + pl * w.inSize();
@@ -765,6 +767,7 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
   std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
   int64_t planes = xShape[0] * xShape[1];
   bool inside = windowsInside(w);
+  bool inside2x2 = inside && w.k[0] == 1 && w.k[1] == 2 && w.k[2] == 2;
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x ? x->as<float>() + pl * w.inSize() : nullptr;
@@ -774,6 +777,23 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
       for (int64_t oz = 0; oz < w.out[0]; ++oz)
         for (int64_t oy = 0; oy < w.out[1]; ++oy)
           for (int64_t ox = 0; ox < w.out[2]; ++ox, ++o) {
+            if (kind == PoolKind::Max && inside2x2) {
+              // The 2x2 window's first maximum by selects, the index by a
+              // mask (GCC turns `gt ? idx : best` into a branch here).
+              int64_t i0 = (oz * w.stride[0] * w.in[1] + oy * w.stride[1]) * w.in[2] +
+                           ox * w.stride[2];
+              int64_t i1 = i0 + w.dil[2], i2 = i0 + w.dil[1] * w.in[2], i3 = i2 + w.dil[2];
+              int64_t best = i0;
+              float bv = in[i0];
+              for (int64_t idx : {i1, i2, i3}) {
+                float v = in[idx];
+                int64_t mask = -static_cast<int64_t>(v > bv);
+                best = (idx & mask) | (best & ~mask);
+                bv = v > bv ? v : bv;
+              }
+              out[best] += g[o];
+              continue;
+            }
             if (kind == PoolKind::Max && inside) {
               // The first maximum by selects: no mispredicted branch on
               // the data (a NaN at the first position stays, as below).
