@@ -42,15 +42,12 @@ strait::dist::detail::stageDevices(Operation *anchor, PlanAttr plan, const Clust
   return out;
 }
 
-std::vector<std::vector<int64_t>> strait::dist::detail::rankIslands(const ClusterModel &cluster,
-                                                      ArrayRef<unsigned> devices,
-                                                      ArrayRef<int64_t> ranks) {
-  std::vector<std::vector<unsigned>> islands = islandsOf(cluster, devices);
-  if (islands.size() < 2 ||
-      llvm::all_of(islands, [](const auto &i) { return i.size() == 1; }))
-    return {};
+/// The ranks of each group of devices, each sorted, the groups by first rank.
+static std::vector<std::vector<int64_t>>
+rankGroups(ArrayRef<std::vector<unsigned>> groups, ArrayRef<unsigned> devices,
+           ArrayRef<int64_t> ranks) {
   std::vector<std::vector<int64_t>> out;
-  for (const std::vector<unsigned> &island : islands) {
+  for (const std::vector<unsigned> &island : groups) {
     std::vector<int64_t> group;
     for (unsigned d : island)
       group.push_back(ranks[llvm::find(devices, d) - devices.begin()]);
@@ -59,6 +56,16 @@ std::vector<std::vector<int64_t>> strait::dist::detail::rankIslands(const Cluste
   }
   llvm::sort(out, [](const auto &a, const auto &b) { return a.front() < b.front(); });
   return out;
+}
+
+std::vector<std::vector<int64_t>> strait::dist::detail::rankIslands(const ClusterModel &cluster,
+                                                      ArrayRef<unsigned> devices,
+                                                      ArrayRef<int64_t> ranks) {
+  std::vector<std::vector<unsigned>> islands = islandsOf(cluster, devices);
+  if (islands.size() < 2 ||
+      llvm::all_of(islands, [](const auto &i) { return i.size() == 1; }))
+    return {};
+  return rankGroups(islands, devices, ranks);
 }
 
 std::vector<std::vector<int64_t>>
@@ -78,13 +85,5 @@ strait::dist::detail::localStepIslands(const ClusterModel &cluster, ArrayRef<uns
     for (auto &[site, group] : bySite)
       islands.push_back(std::move(group));
   }
-  for (const std::vector<unsigned> &island : islands) {
-    std::vector<int64_t> group;
-    for (unsigned d : island)
-      group.push_back(ranks[llvm::find(devices, d) - devices.begin()]);
-    llvm::sort(group);
-    out.push_back(std::move(group));
-  }
-  llvm::sort(out, [](const auto &a, const auto &b) { return a.front() < b.front(); });
-  return out;
+  return rankGroups(islands, devices, ranks);
 }
