@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "WindowTestUtil.h"
 
 #include <cmath>
 #include <gtest/gtest.h>
@@ -22,74 +23,16 @@ using namespace strait::rt::test;
 
 namespace {
 
-struct ConvCase {
-  Shape x;                                   ///< [n, c, spatial...]
-  std::vector<int64_t> k, strides, dils, pads; ///< pads: begin..., end...
-  int64_t group = 1, m = 1;
-  bool bias = false;
-};
-
-int64_t rank(const ConvCase &c) { return static_cast<int64_t>(c.k.size()); }
-
-std::vector<int64_t> outDims(const ConvCase &c) {
-  std::vector<int64_t> out;
-  for (int64_t d = 0; d < rank(c); ++d) {
-    int64_t eff = (c.k[d] - 1) * c.dils[d] + 1;
-    out.push_back((c.x[2 + d] + c.pads[d] + c.pads[d + rank(c)] - eff) / c.strides[d] + 1);
-  }
-  return out;
-}
-
-Shape yShape(const ConvCase &c) {
-  Shape s = {c.x[0], c.m};
-  for (int64_t d : outDims(c))
-    s.push_back(d);
-  return s;
-}
-
-Shape wShape(const ConvCase &c) {
-  Shape s = {c.m, c.x[1] / c.group};
+Shape wShape(const WindowCase &c) {
+  Shape s = {c.outChannels, c.x[1] / c.group};
   s.insert(s.end(), c.k.begin(), c.k.end());
   return s;
 }
 
-/// f(output position in the plane, input position in the plane or -1 in
-/// the padding, kernel position) for every window position of every output.
-template <typename F> void forEachWindow(const ConvCase &c, F f) {
-  std::vector<int64_t> out = outDims(c);
-  int64_t r = rank(c), outSize = 1, kSize = 1;
-  for (int64_t d = 0; d < r; ++d) {
-    outSize *= out[d];
-    kSize *= c.k[d];
-  }
-  std::vector<int64_t> oi(r), ki(r);
-  for (int64_t o = 0; o < outSize; ++o)
-    for (int64_t kp = 0; kp < kSize; ++kp) {
-      int64_t orem = o, krem = kp, in = 0;
-      bool inside = true;
-      for (int64_t d = r - 1; d >= 0; --d) {
-        oi[d] = orem % out[d];
-        orem /= out[d];
-        ki[d] = krem % c.k[d];
-        krem /= c.k[d];
-      }
-      for (int64_t d = 0; d < r; ++d) {
-        int64_t i = oi[d] * c.strides[d] - c.pads[d] + ki[d] * c.dils[d];
-        inside = inside && i >= 0 && i < c.x[2 + d];
-        in = in * c.x[2 + d] + i;
-      }
-      f(o, inside ? in : -1, kp);
-    }
-}
-
-std::function<void(program::Kernel &)> attrs(const ConvCase &c, const char *shapeAttr = nullptr,
+std::function<void(program::Kernel &)> attrs(const WindowCase &c, const char *shapeAttr = nullptr,
                                              Shape shape = {}) {
   return [=](program::Kernel &k) {
-    setInts(k, "kernel_shape", c.k);
-    setInts(k, "strides", c.strides);
-    setInts(k, "dilations", c.dils);
-    setInts(k, "pads", c.pads);
-    setInt(k, "group", c.group);
+    windowAttrs(c, /*conv=*/true)(k);
     if (shapeAttr) {
       k.set_domain("strait");
       setInts(k, shapeAttr, shape);
@@ -99,18 +42,18 @@ std::function<void(program::Kernel &)> attrs(const ConvCase &c, const char *shap
 
 /// Calls f(image, output channel, input channel, output index, input index,
 /// weight index) for every product x[in] * w[wi] that y[out] sums.
-template <typename F> void forEachProduct(const ConvCase &c, F f) {
-  Shape ys = yShape(c), ws = wShape(c);
-  int64_t n = c.x[0], ch = c.x[1], cg = ch / c.group, mg = c.m / c.group;
-  int64_t inSize = numElements(c.x) / (n * ch), outSize = numElements(ys) / (n * c.m);
-  int64_t kSize = numElements(ws) / (c.m * cg);
+template <typename F> void forEachProduct(const WindowCase &c, F f) {
+  Shape ys = outShape(c, c.outChannels), ws = wShape(c);
+  int64_t n = c.x[0], ch = c.x[1], cg = ch / c.group, mg = c.outChannels / c.group;
+  int64_t inSize = numElements(c.x) / (n * ch), outSize = numElements(ys) / (n * c.outChannels);
+  int64_t kSize = numElements(ws) / (c.outChannels * cg);
   for (int64_t img = 0; img < n; ++img)
-    for (int64_t oc = 0; oc < c.m; ++oc)
+    for (int64_t oc = 0; oc < c.outChannels; ++oc)
       for (int64_t icg = 0; icg < cg; ++icg) {
         int64_t ic = (oc / mg) * cg + icg;
         forEachWindow(c, [&](int64_t o, int64_t in, int64_t kp) {
           if (in >= 0)
-            f((img * c.m + oc) * outSize + o, (img * ch + ic) * inSize + in,
+            f((img * c.outChannels + oc) * outSize + o, (img * ch + ic) * inSize + in,
               (oc * cg + icg) * kSize + kp);
         });
       }
@@ -129,13 +72,13 @@ void expectNear(const std::string &what, const Tensor &got, const std::vector<do
 }
 
 /// Y, dX and dW of case c against the naive double sums.
-void checkAll(const ConvCase &c, uint32_t seed) {
+void checkAll(const WindowCase &c, uint32_t seed) {
   SCOPED_TRACE("X " + shapeToString(c.x) + " K " + std::to_string(c.k[0]) + " group " +
-               std::to_string(c.group) + " M " + std::to_string(c.m));
-  Shape ys = yShape(c), ws = wShape(c);
+               std::to_string(c.group) + " M " + std::to_string(c.outChannels));
+  Shape ys = outShape(c, c.outChannels), ws = wShape(c);
   OwnedTensor x = f32Tensor(c.x, pseudoRandom(numElements(c.x), seed));
   OwnedTensor w = f32Tensor(ws, pseudoRandom(numElements(ws), seed + 1));
-  OwnedTensor b = f32Tensor({c.m}, pseudoRandom(c.m, seed + 2));
+  OwnedTensor b = f32Tensor({c.outChannels}, pseudoRandom(c.outChannels, seed + 2));
   OwnedTensor dy = f32Tensor(ys, pseudoRandom(numElements(ys), seed + 3));
   std::vector<const Tensor *> ins = {&x.tensor, &w.tensor};
   if (c.bias)
@@ -158,9 +101,9 @@ void checkAll(const ConvCase &c, uint32_t seed) {
     dwMag[k] += std::abs(double(gv[o]) * xv[i]);
   });
   if (c.bias) {
-    int64_t outSize = numElements(ys) / (c.x[0] * c.m);
+    int64_t outSize = numElements(ys) / (c.x[0] * c.outChannels);
     for (size_t i = 0; i < yRef.size(); ++i)
-      yRef[i] += b.as<float>()[(i / outSize) % c.m];
+      yRef[i] += b.as<float>()[(i / outSize) % c.outChannels];
   }
   expectNear("Y", y.tensor, yRef, yMag);
   expectNear("dX", dx.tensor, dxRef, dxMag);
@@ -171,7 +114,7 @@ void checkAll(const ConvCase &c, uint32_t seed) {
   int64_t n = c.x[0], xImage = numElements(c.x) / n, yImage = numElements(ys) / n;
   Shape x1 = c.x, y1 = ys;
   x1[0] = y1[0] = 1;
-  ConvCase one = c;
+  WindowCase one = c;
   one.x = x1;
   for (int64_t img = 0; img < n; img += std::max<int64_t>(1, n / 3)) {
     OwnedTensor xi = f32Tensor(x1, std::vector<float>(xv + img * xImage, xv + (img + 1) * xImage));
@@ -202,7 +145,7 @@ TEST(ConvBatched, DigitsCnnLayers) {
 }
 
 TEST(ConvBatched, StridesDilationsPadsGroupsAndRanks) {
-  std::vector<ConvCase> cases = {
+  std::vector<WindowCase> cases = {
       {{9, 4, 9, 7}, {3, 3}, {2, 3}, {1, 1}, {1, 2, 2, 1}, 1, 5, true},
       {{6, 6, 10, 11}, {2, 3}, {3, 2}, {2, 2}, {3, 0, 0, 4}, 2, 4, false},
       {{5, 4, 5, 5}, {3, 3}, {1, 1}, {1, 1}, {4, 4, 4, 4}, 2, 2, true}, // pads > kernel
@@ -215,7 +158,7 @@ TEST(ConvBatched, StridesDilationsPadsGroupsAndRanks) {
       {{2, 1, 1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, 4, false},  // 1x1 plane
   };
   uint32_t seed = 500;
-  for (const ConvCase &c : cases)
+  for (const WindowCase &c : cases)
     checkAll(c, seed += 5);
 }
 
