@@ -29,25 +29,6 @@ using namespace strait::rt::test;
 
 namespace {
 
-float fromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
-
-bool sameFloat(float a, float b) {
-  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
-}
-
-int64_t ulpDistance(float a, float b) {
-  auto ordered = [](float f) {
-    int32_t i;
-    std::memcpy(&i, &f, sizeof i);
-    return i < 0 ? int64_t(INT32_MIN) - i : int64_t(i);
-  };
-  return std::abs(ordered(a) - ordered(b));
-}
-
 double sigmoidRef(double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); }
 
 TEST(SigmoidFloat, IsDoubleSigmoidRoundedOverASweepOfAllExponents) {

@@ -453,14 +453,6 @@ std::vector<std::vector<char>> runCpuCase(const FusedCase &c) {
   return result;
 }
 
-int64_t ulpDistance(float a, float b) {
-  int32_t ia, ib;
-  std::memcpy(&ia, &a, 4);
-  std::memcpy(&ib, &b, 4);
-  int64_t la = ia < 0 ? int64_t(INT32_MIN) - ia : ia, lb = ib < 0 ? int64_t(INT32_MIN) - ib : ib;
-  return la > lb ? la - lb : lb - la;
-}
-
 /// Compares output `what` of two runs element by element: bit for bit (NaNs
 /// of any payload equal; `signedZeroEqual`: +0 == -0) or, when `ulps` > 0,
 /// within that many ulps or 1e-6. Reports the first 5 differences.

@@ -20,16 +20,6 @@ using namespace strait::rt::test;
 
 namespace {
 
-float fromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
-
-bool sameFloat(float a, float b) {
-  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
-}
-
 TEST(TanhFloat, IsDoubleTanhRoundedOverASweepOfAllExponents) {
   // Every 389th float bit pattern of both signs: subnormals, the series
   // range (|x| < 2^-8), the exp range and the clamp (|x| > 20).

@@ -6,6 +6,8 @@
 #include "TestUtil.h"
 #include "strait/runtime/KernelArgs.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <gtest/gtest.h>
 #include <random>
@@ -242,6 +244,25 @@ OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v) {
 bool sameBytes(const Tensor &a, const Tensor &b) {
   return a.dtype == b.dtype && a.shape == b.shape &&
          std::memcmp(a.data, b.data, a.byteSize()) == 0;
+}
+
+float fromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+bool sameFloat(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+}
+
+int64_t ulpDistance(float a, float b) {
+  auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? int64_t(INT32_MIN) - i : int64_t(i);
+  };
+  return std::abs(ordered(a) - ordered(b));
 }
 
 int64_t roundedCount(const Tensor &f32, const Tensor &low) {

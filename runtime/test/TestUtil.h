@@ -115,6 +115,12 @@ OwnedTensor castTo(const Tensor &x, DType to);
 OwnedTensor f32Tensor(const Shape &shape, const std::vector<float> &v);
 /// Same dtype, shape and bytes.
 bool sameBytes(const Tensor &a, const Tensor &b);
+/// The float with bit pattern `b`.
+float fromBits(uint32_t b);
+/// Equal bits, or both NaN.
+bool sameFloat(float a, float b);
+/// Floats between a and b in the ordered bit patterns (0 and -0 adjacent).
+int64_t ulpDistance(float a, float b);
 /// Elements of the f32 tensor `f32` whose value the 16-bit `low` (widened)
 /// does not hold: how much a rounding test's rounding actually rounds.
 int64_t roundedCount(const Tensor &f32, const Tensor &low);
