@@ -18,9 +18,11 @@ Prints per job: predicted (probed and nominal profile), measured, and measured /
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,6 +88,8 @@ def main():
     run = os.path.join(a.build, "runtime", "tools", "strait-run")
     probe = os.path.join(a.build, "runtime", "tools", "strait-probe")
     work = tempfile.mkdtemp(prefix="strait-prediction-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     bw, lat = probe_link(probe, work)
     clusters = {}
     for n in (1, 2):

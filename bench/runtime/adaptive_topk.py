@@ -27,6 +27,7 @@ usage (from the repository root, after building build/):
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -155,6 +156,8 @@ def main():
     if os.geteuid() != 0:
         sys.exit("adaptive_topk: needs root (network namespaces and tc)")
     tmp = tempfile.mkdtemp(prefix="strait-adaptive-topk-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     sh([sys.executable, TEXT, os.path.join(tmp, "text"), "--no-docstrings", "--max-bytes", "200000"])
     data = os.path.join(tmp, "text", "train.bin")
     slow = a.file_mbps / 4

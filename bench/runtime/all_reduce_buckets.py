@@ -14,8 +14,10 @@ their ratio and whether the final losses agree (2 ranks: bit-identical).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,8 @@ def main():
     straitc = os.path.join(a.build, "bin", "straitc")
     run = os.path.join(a.build, "runtime", "tools", "strait-run")
     work = tempfile.mkdtemp(prefix="strait-buckets-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     cluster = os.path.join(work, "two-cpu.yaml")
     with open(cluster, "w") as f:
         f.write(CLUSTER)

@@ -15,6 +15,7 @@ other processes). Prints time per model and the ratio Strait / onnxruntime (< 1:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -48,6 +49,8 @@ def main():
     import onnxruntime as ort
 
     work = tempfile.mkdtemp(prefix="strait-forward-bench-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     print(f"| model | input | threads | Strait forward (ms) | onnxruntime {ort.__version__} (ms) | Strait / ORT |")
     print("|---|---|---|---|---|---|")
     for name, input_name, shape, dtype in MODELS + (LARGE if a.large else []):

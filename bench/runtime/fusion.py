@@ -19,9 +19,11 @@ the first's (> 1: the first is faster) and whether its losses agree with the fir
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
-import shlex
 import re
+import shlex
+import shutil
 import statistics
 import struct
 import subprocess
@@ -65,6 +67,8 @@ def main():
     strait_run = os.path.join(a.build, "runtime", "tools", "strait-run")
     model = os.path.join(ROOT, "models", a.model, a.model + ".onnx")
     tmp = tempfile.mkdtemp(prefix="strait-fusion-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     data = os.path.join(tmp, "tokens.bin")
     state, ids = 7, []
     for _ in range(1 << 16):

@@ -19,8 +19,10 @@ sync / H.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,8 @@ def main():
     if os.path.isdir(run):
         run = os.path.join(run, "strait-run")
     work = tempfile.mkdtemp(prefix="strait-local-steps-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     cluster = os.path.join(work, "two-sites.yaml")
     open(cluster, "w").write(CLUSTER.format(rate=a.rate))
     subprocess.run([sys.executable, os.path.join(ROOT, "runtime", "scripts", "make-text-tokens.py"),

@@ -17,9 +17,11 @@ OpenBLAS's buffers (about 15 MiB for a tiny program).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -38,6 +40,8 @@ def main():
     straitc = os.path.join(a.build, "bin", "straitc")
     run = os.path.join(a.build, "runtime", "tools", "strait-run")
     work = tempfile.mkdtemp(prefix="strait-memory-bench-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     gpt2 = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
     digits = os.path.join(ROOT, "models", "digits-cnn", "digits-cnn.onnx")
     jobs = [

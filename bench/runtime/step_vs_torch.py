@@ -20,6 +20,8 @@ faster), all measured in this run.
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import importlib.util
 import os
 import re
@@ -78,6 +80,8 @@ def main():
     from strait.models.export import build_gpt2
 
     work = tempfile.mkdtemp(prefix="strait-step-bench-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     # Data: random tokens / random images (timing does not depend on the values).
     rng = np.random.default_rng(0)
     tokens = os.path.join(work, "tokens.bin")

@@ -15,9 +15,11 @@ Prints achieved / configured for both.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,8 @@ def main():
     run = os.path.join(a.build, "runtime", "tools", "strait-run")
     writer = os.path.join(a.build, "runtime", "test", "strait-test-sendrecv-plan")
     work = tempfile.mkdtemp(prefix="strait-wan-bench-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit unless asked to keep
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     print("| configured (Mbit/s) | TCP achieved (Mbit/s) | TCP achieved / configured "
           "| Gloo via strait-run (Mbit/s) | Gloo achieved / configured |")
     print("|---|---|---|---|---|")

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 
 import pytest
 from jobutil import ROOT, STRAIT_RUN, STRAITC
@@ -34,9 +33,9 @@ JOBS = {
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
-def test_predicted_memory_matches_the_executor(name):
+def test_predicted_memory_matches_the_executor(name, tmp_path):
     model, args = JOBS[name]
-    job = os.path.join(tempfile.mkdtemp(prefix="strait-plan-memory-"), "job")
+    job = str(tmp_path / "job")
     subprocess.run([STRAITC, model, "--loss", "cross-entropy", *args, "--cluster", CLUSTER,
                     "-o", job], check=True, capture_output=True, timeout=300)
     plan = json.load(open(os.path.join(job, "plan.json")))

@@ -21,7 +21,8 @@ using namespace strait::rt::data;
 namespace {
 
 std::string tempPath(const std::string &name) {
-  return testing::TempDir() + "/strait-data-" + std::to_string(::getpid()) + "-" + name;
+  static const std::string dir = test::makeTempDir("strait-data"); // removed at exit
+  return dir + "/" + name;
 }
 
 std::string npyBytes(const std::string &header, size_t payload) {

@@ -9,9 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <gtest/gtest.h>
+#include <mutex>
 #include <random>
 #include <stdlib.h>
+#include <unistd.h>
 
 namespace strait {
 namespace rt {
@@ -171,12 +174,38 @@ std::vector<float> pseudoRandom(size_t n, uint32_t seed) {
   return v;
 }
 
+namespace {
+/// The folders makeTempDir made, removed when the test program exits (by
+/// the process that made them; STRAIT_KEEP_TEST_DIRS=1 keeps them).
+struct TempDirs {
+  std::mutex mutex;
+  std::vector<std::string> dirs;
+  pid_t owner = ::getpid();
+  ~TempDirs() {
+    if (::getpid() != owner || std::getenv("STRAIT_KEEP_TEST_DIRS"))
+      return;
+    std::error_code ec;
+    for (const std::string &d : dirs)
+      std::filesystem::remove_all(d, ec);
+  }
+};
+TempDirs &tempDirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+} // namespace
+
 std::string makeTempDir(const std::string &prefix) {
   std::string tmpl = testing::TempDir() + "/" + prefix + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   char *dir = ::mkdtemp(buf.data());
-  return dir ? dir : "";
+  if (!dir)
+    return "";
+  TempDirs &t = tempDirs();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.dirs.push_back(dir);
+  return dir;
 }
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {

@@ -87,7 +87,8 @@ StatusOr<ConvWindow> convWindowOf(const Shape &x, const std::vector<int64_t> &ke
 std::vector<float> pseudoRandom(size_t n, uint32_t seed);
 
 /// A fresh directory under gtest's temp dir ("" on failure), e.g. a file
-/// store for communicator tests.
+/// store for communicator tests; removed with everything in it when the
+/// test program exits.
 std::string makeTempDir(const std::string &prefix);
 
 /// n samples of N(0, 1), reproducible from `seed`.

@@ -181,10 +181,7 @@ TEST(Training, TwoStagePipelineMatchesOneProcess) {
   ASSERT_EQ(refLoss.size(), 20u);
   EXPECT_LT(refLoss.back(), 0.5f * refLoss.front()) << "loss should fall";
 
-  std::string tmpl = testing::TempDir() + "/strait-train-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  std::string dir = ::mkdtemp(buf.data());
+  std::string dir = makeTempDir("strait-train");
   std::vector<float> pipeLoss;
   std::map<std::string, std::vector<float>> pipe;
   std::mutex resultsMutex;
