@@ -23,12 +23,7 @@ using namespace strait::rt::test;
 
 namespace {
 
-std::string makeDir() {
-  std::string tmpl = testing::TempDir() + "/strait-run-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  return ::mkdtemp(buf.data());
-}
+std::string makeDir() { return makeTempDir("strait-run"); }
 
 /// Rank 0: relu(W) -> send; rank 1: recv -> ReduceSum -> "loss".
 /// `breakRank1` declares rank 1's loss with a wrong shape.
