@@ -81,3 +81,17 @@ def write_tokens(path, seed, n=4096, vocab=256):
         ids.append(state % vocab)
     path.write_bytes(struct.pack(f"<{len(ids)}H", *ids))
     return path
+
+
+def wan_unavailable():
+    """Why the emulated WAN (network namespaces, veth, tc) cannot run here; "" when it can."""
+    if os.geteuid() != 0:
+        return "the emulated WAN needs root (network namespaces and tc)"
+    probe = f"straitwan-probe-{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"ip netns unavailable: {p.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe])
+    if subprocess.run(["sh", "-c", "command -v tc"], capture_output=True).returncode != 0:
+        return "tc (iproute2) unavailable"
+    return ""

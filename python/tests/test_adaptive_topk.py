@@ -192,19 +192,8 @@ def test_bad_bounds_are_errors(tmp_path, text):
                      r"topk_ratio <= ratio_max <= 1, got ratio_min 0\.5", log), log[-2000:]
 
 
-def wan_unavailable():
-    if os.geteuid() != 0:
-        return "the emulated WAN needs root (network namespaces and tc)"
-    probe = f"straitwan-probe-{os.getpid()}"
-    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"ip netns unavailable: {p.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe])
-    return ""
-
-
 def test_slow_link_lowers_the_ratio_and_the_step_time(tmp_path, text):
-    reason = wan_unavailable()
+    reason = jobutil.wan_unavailable()
     if reason:
         pytest.skip(reason)
     steps = 30

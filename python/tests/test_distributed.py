@@ -215,19 +215,6 @@ def test_replicas_feed_parts_of_the_single_rank_batch(jobs, tmp_path):
     assert seen == {(n, k) for n in ("input_ids", "labels") for k in (0, 1)}, seen
 
 
-def wan_unavailable():
-    if os.geteuid() != 0:
-        return "the emulated WAN needs root (network namespaces and tc)"
-    probe = f"straitwan-probe-{os.getpid()}"
-    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"ip netns unavailable: {p.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe])
-    if subprocess.run(["sh", "-c", "command -v tc"], capture_output=True).returncode != 0:
-        return "tc (iproute2) unavailable"
-    return ""
-
-
 def run_interruptible(cmd, timeout):
     """Runs cmd; on timeout or interruption sends SIGTERM (the script removes
     its namespaces) before giving up. Returns (output, pid)."""
@@ -243,7 +230,7 @@ def run_interruptible(cmd, timeout):
 
 
 def test_equal_under_emulated_wan(jobs):
-    reason = wan_unavailable()
+    reason = jobutil.wan_unavailable()
     if reason:
         pytest.skip(reason)
     tmp, multi = jobs["tmp"], jobs["multi"]

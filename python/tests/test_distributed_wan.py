@@ -58,17 +58,6 @@ def wan(*args, timeout=300):
     return done
 
 
-def wan_unavailable():
-    if os.geteuid() != 0:
-        return "the emulated WAN needs root (network namespaces and tc)"
-    probe = f"straitwan-probe-{os.getpid()}"
-    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"ip netns unavailable: {p.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe])
-    return ""
-
-
 def leftover(pid):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if l.startswith(f"straitwan-{pid}-")]
@@ -110,7 +99,7 @@ def test_layout_follows_plan_and_cluster(plan, tmp_path):
 
 
 def test_shaped_pairs_reach_their_rates(tmp_path):
-    reason = wan_unavailable()
+    reason = jobutil.wan_unavailable()
     if reason:
         pytest.skip(reason)
     three = tmp_path / "three.yaml"
@@ -128,7 +117,7 @@ def test_shaped_pairs_reach_their_rates(tmp_path):
 
 
 def test_interrupt_cleans_up(plan):
-    reason = wan_unavailable()
+    reason = jobutil.wan_unavailable()
     if reason:
         pytest.skip(reason)
     if not os.path.isfile(STRAIT_RUN):
