@@ -279,7 +279,8 @@ TEST(Codec, MalformedPayloadsAreErrorsNotCrashes) {
   auto x = gaussian(1000, 9);
   std::vector<float> out(1000);
   for (auto codec : {program::CODEC_NONE, program::CODEC_FP16, program::CODEC_BF16,
-                     program::CODEC_INT8, program::CODEC_INT4, program::CODEC_TOPK}) {
+                     program::CODEC_INT8, program::CODEC_INT4, program::CODEC_TOPK,
+                     program::CODEC_TOPK_INT8, program::CODEC_TOPK_INT4}) {
     for (float ratio : {0.01f, 0.5f}) {
       std::vector<uint8_t> payload;
       ASSERT_TRUE(encode(params(codec, ratio, 64), x.data(), x.size(), payload).isOk());
@@ -323,7 +324,8 @@ TEST(Codec, InvalidParamsNameTheField) {
 TEST(Codec, ErrorFeedbackCarriesExactlyWhatWasNotSent) {
   const size_t n = 20000;
   for (auto codec : {program::CODEC_TOPK, program::CODEC_INT8, program::CODEC_INT4,
-                     program::CODEC_FP16, program::CODEC_BF16}) {
+                     program::CODEC_FP16, program::CODEC_BF16, program::CODEC_TOPK_INT8,
+                     program::CODEC_TOPK_INT4}) {
     auto p = params(codec, 0.01f, 128, /*feedback=*/true);
     ErrorFeedback ef;
     std::vector<double> inputs(n, 0.0), sent(n, 0.0);

@@ -12,6 +12,9 @@
 //   TOPK:       u64 k, k f32 values, then the indices
 //   INT8/INT4:  ceil(numel/block) f32 scales, then the codes
 //   FP16/BF16:  numel u16;   NONE: numel f32
+//   TOPK_INT8/TOPK_INT4: u64 k, ceil(k/block) f32 scales of the kept values,
+//               k int8 / ceil(k/2) int4 codes, then ceil(k (b+2) / 8)
+//               bytes of Rice-coded gaps (b = riceParameter(numel, k))
 // Loops are written over plain arrays so that the compiler vectorizes them;
 // large tensors are split over the thread pool.
 //
@@ -470,7 +473,157 @@ Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
   return Status::ok();
 }
 
+// --- TOPK_INT8 / TOPK_INT4 ---------------------------------------------------
+
+/// Rice-codes the gaps of the sorted positions `idx` with parameter b into
+/// `out` (zeroed): per gap g (positions skipped since the previous one), g >> b
+/// one bits, a zero bit, then the b low bits of g, least significant first;
+/// bit j of the section is bit j % 8 of byte j / 8.
+void writeRiceGaps(const std::vector<uint32_t> &idx, int b, uint8_t *out) {
+  uint64_t bit = 0;
+  int64_t prev = -1;
+  for (uint32_t i : idx) {
+    uint64_t gap = static_cast<uint64_t>(int64_t(i) - prev - 1);
+    for (uint64_t q = gap >> b; q; --q, ++bit)
+      out[bit >> 3] |= static_cast<uint8_t>(1u << (bit & 7));
+    ++bit; // the zero that ends the unary part
+    for (int j = 0; j < b; ++j, ++bit)
+      if ((gap >> j) & 1)
+        out[bit >> 3] |= static_cast<uint8_t>(1u << (bit & 7));
+    prev = i;
+  }
+}
+
+/// The k positions of Rice-coded gaps in `bytes` bytes at `p`; every gap
+/// must stay below numel and the bits after the last gap must be zero.
+Status readRiceGaps(const uint8_t *p, uint64_t bytes, int64_t numel, uint64_t k, int b,
+                    std::vector<uint32_t> &idx) {
+  uint64_t bits = 8 * bytes, bit = 0;
+  auto get = [&](uint64_t at) { return (p[at >> 3] >> (at & 7)) & 1; };
+  idx.clear();
+  idx.reserve(k);
+  int64_t pos = -1;
+  for (uint64_t j = 0; j < k; ++j) {
+    uint64_t q = 0;
+    while (bit < bits && get(bit)) {
+      ++q;
+      ++bit;
+    }
+    if (bit + 1 + b > bits)
+      return corrupt("Rice-coded gaps end at gap " + std::to_string(j) + " of k = " +
+                     std::to_string(k));
+    ++bit;
+    if (q > static_cast<uint64_t>(numel) >> b)
+      return corrupt("Rice-coded gap " + std::to_string(j) + " runs past numel " +
+                     std::to_string(numel));
+    uint64_t gap = q << b;
+    for (int i = 0; i < b; ++i, ++bit)
+      gap |= uint64_t(get(bit)) << i;
+    pos += int64_t(gap) + 1;
+    if (pos >= numel)
+      return corrupt("Rice-coded gap " + std::to_string(j) + " runs past numel " +
+                     std::to_string(numel));
+    idx.push_back(static_cast<uint32_t>(pos));
+  }
+  for (; bit < bits; ++bit)
+    if (get(bit))
+      return corrupt("bits set after the last of k = " + std::to_string(k) +
+                     " Rice-coded gaps");
+  return Status::ok();
+}
+
+/// Offsets of the sections of a TOPK_INT8/INT4 payload.
+struct TopKQuantLayout {
+  uint64_t scales, codes, indices, bytes;
+};
+TopKQuantLayout topkQuantLayout(bool int4, uint64_t numel, uint64_t k, uint32_t block) {
+  TopKQuantLayout l;
+  l.scales = kCodecHeaderBytes + 8;
+  l.codes = l.scales + 4 * ((k + block - 1) / block);
+  l.indices = l.codes + (int4 ? (k + 1) / 2 : k);
+  l.bytes = topkQuantizedBytes(int4, numel, k, block);
+  return l;
+}
+
+void encodeTopKQuantized(const program::CodecParams &params, const float *x, int64_t numel,
+                         std::vector<uint8_t> &out) {
+  bool int4 = params.codec() == program::CODEC_TOPK_INT4;
+  uint32_t block = codecBlockSize(params);
+  int64_t k = numel ? topkCount(params, numel) : 0;
+  std::vector<uint32_t> idx = selectTopK(x, numel, k);
+  TopKQuantLayout l = topkQuantLayout(int4, numel, k, block);
+  out.assign(l.bytes, 0);
+  writeHeader(out, params.codec(), TopKIndexEncoding::Rice, block, numel);
+  put<uint64_t>(out, kCodecHeaderBytes, static_cast<uint64_t>(k));
+  std::vector<float> values(k);
+  for (int64_t j = 0; j < k; ++j)
+    values[j] = x[idx[j]];
+  float qmax = int4 ? 7.0f : 127.0f;
+  int64_t nb = numBlocks(k, block);
+  std::vector<float> scales(nb);
+  computeScales(values.data(), k, block, qmax, scales.data());
+  if (nb)
+    std::memcpy(out.data() + l.scales, scales.data(), 4 * nb);
+  std::vector<int8_t> q(k + 1, 0);
+  quantizeRange(values.data(), 0, k, block, scales.data(), qmax, q.data());
+  uint8_t *codes = out.data() + l.codes;
+  if (int4)
+    for (int64_t j = 0; j < k; j += 2)
+      codes[j / 2] = codec::packNibbles(q[j], q[j + 1]);
+  else if (k)
+    std::memcpy(codes, q.data(), k);
+  writeRiceGaps(idx, riceParameter(numel, k), out.data() + l.indices);
+}
+
+Status decodeTopKQuantized(const uint8_t *p, size_t bytes, int64_t numel, bool int4,
+                           TopKIndexEncoding enc, float *out, bool accumulate) {
+  if (enc != TopKIndexEncoding::Rice)
+    return corrupt("index encoding " + std::to_string(static_cast<int>(enc)) +
+                   " on a quantized top-k payload (expects 4, Rice-coded gaps)");
+  uint32_t block = get<uint32_t>(p + 4);
+  if (block == 0 || block > kMaxBlock)
+    return corrupt("block size " + std::to_string(block) + " out of range");
+  if (bytes < kCodecHeaderBytes + 8)
+    return corrupt("top-k payload of " + std::to_string(bytes) + " bytes has no k field");
+  uint64_t k = get<uint64_t>(p + kCodecHeaderBytes);
+  if (k > static_cast<uint64_t>(numel) || (numel > 0 && k == 0))
+    return corrupt("top-k keeps " + std::to_string(k) + " of " + std::to_string(numel) +
+                   " elements");
+  TopKQuantLayout l = topkQuantLayout(int4, numel, k, block);
+  if (bytes != l.bytes)
+    return corrupt(std::to_string(bytes) + " bytes, " + (int4 ? "int4" : "int8") +
+                   " top-k of " + std::to_string(k) + " of " + std::to_string(numel) +
+                   " elements in blocks of " + std::to_string(block) + " needs " +
+                   std::to_string(l.bytes));
+  std::vector<uint32_t> idx;
+  STRAIT_RETURN_IF_ERROR(readRiceGaps(p + l.indices, l.bytes - l.indices, numel, k,
+                                      riceParameter(numel, k), idx));
+  if (!accumulate)
+    std::fill(out, out + numel, 0.0f);
+  const uint8_t *codes = p + l.codes;
+  for (uint64_t j = 0; j < k; ++j) {
+    float scale = get<float>(p + l.scales + 4 * (j / block));
+    int q = int4 ? codec::nibbleValue((codes[j >> 1] >> ((j & 1) * 4)) & 0x0F)
+                 : static_cast<int8_t>(codes[j]);
+    out[idx[j]] += codec::dequantize(q, scale);
+  }
+  return Status::ok();
+}
+
 } // namespace
+
+int riceParameter(uint64_t numel, uint64_t k) {
+  int b = 0;
+  while (k && (k << b) < numel)
+    ++b;
+  return b;
+}
+
+uint64_t topkQuantizedBytes(bool int4, uint64_t numel, uint64_t k, uint32_t block) {
+  uint64_t b = static_cast<uint64_t>(riceParameter(numel, k));
+  uint64_t blocks = block ? (k + block - 1) / block : 0;
+  return kCodecHeaderBytes + 8 + 4 * blocks + (int4 ? (k + 1) / 2 : k) + (k * (b + 2) + 7) / 8;
+}
 
 uint16_t floatToHalf(float f) { return codec::floatToHalf(f); }
 float halfToFloat(uint16_t h) { return codec::halfToFloat(h); }
@@ -525,10 +678,15 @@ Status encode(const program::CodecParams &params, const float *data,
     return Status::ok();
   }
   case program::CODEC_TOPK:
+  case program::CODEC_TOPK_INT8:
+  case program::CODEC_TOPK_INT4:
     if (static_cast<uint64_t>(numel) > 0xFFFFFFFFull)
       return unimplemented("top-k of " + std::to_string(numel) +
                            " elements (at most 2^32 - 1)");
-    encodeTopK(params, data, numel, out);
+    if (codec == program::CODEC_TOPK)
+      encodeTopK(params, data, numel, out);
+    else
+      encodeTopKQuantized(params, data, numel, out);
     return Status::ok();
   default:
     return internalError("unhandled codec");
@@ -556,7 +714,7 @@ Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
     return corrupt("payload holds " + std::to_string(n) +
                    " elements, the destination " + std::to_string(numel));
   auto index = static_cast<TopKIndexEncoding>(p[2]);
-  if (codec != program::CODEC_TOPK && index != TopKIndexEncoding::None)
+  if (!isTopKCodec(codec) && index != TopKIndexEncoding::None)
     return corrupt("index encoding set on a " + program::Codec_Name(codec) +
                    " payload");
   switch (codec) {
@@ -591,6 +749,10 @@ Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
                            codec == program::CODEC_INT4, out, accumulate);
   case program::CODEC_TOPK:
     return decodeTopK(p, bytes, numel, index, out, accumulate);
+  case program::CODEC_TOPK_INT8:
+  case program::CODEC_TOPK_INT4:
+    return decodeTopKQuantized(p, bytes, numel, codec == program::CODEC_TOPK_INT4, index, out,
+                               accumulate);
   default:
     return corrupt("unhandled codec");
   }

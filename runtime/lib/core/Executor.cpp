@@ -213,7 +213,7 @@ void Executor::planAllReduceBuckets() {
     if (!program.steps(i).has_all_reduce())
       continue;
     const program::AllReduce &ar = program.steps(i).all_reduce();
-    bool fuse = ar.codec().codec() != program::CODEC_TOPK;
+    bool fuse = !isTopKCodec(ar.codec().codec());
     std::vector<std::vector<uint32_t>> &buckets = allReduceBuckets[i];
     uint64_t bytes = 0;
     for (uint32_t id : ar.value_ids()) {

@@ -7,7 +7,11 @@
 //                index encodings (u32, u16 gaps, bitmap), named in the header;
 //   CODEC_INT8   symmetric 8-bit, one f32 scale per block of block_size;
 //   CODEC_INT4   symmetric 4-bit, two per byte, one f32 scale per block;
-//   CODEC_FP16 / CODEC_BF16  casts, round to nearest even.
+//   CODEC_FP16 / CODEC_BF16  casts, round to nearest even;
+//   CODEC_TOPK_INT8 / CODEC_TOPK_INT4  top-k whose kept values are int8 /
+//                int4 codes (one f32 scale per block_size kept values) and
+//                whose positions are Rice-coded gaps: a payload size fixed
+//                by (numel, k, block), topkQuantizedBytes.
 // A payload starts with a 16-byte header (magic, codec, index encoding,
 // block size, numel; top-k adds k). decode() checks every field and size
 // against the destination, so a corrupt or truncated payload is a Status
@@ -37,7 +41,14 @@ enum class TopKIndexEncoding : uint8_t {
   U32 = 1,      // k absolute u32 indices
   U16Gaps = 2,  // u16 gaps between sorted indices; 0xFFFF adds 65535 and continues
   Bitmap = 3,   // ceil(numel / 8) bytes, bit i set when element i is kept
+  Rice = 4,     // Rice-coded gaps, parameter riceParameter(numel, k) (TOPK_INT8/INT4)
 };
+
+/// Whether `codec` is a top-k codec (f32 or quantized values).
+inline bool isTopKCodec(program::Codec codec) {
+  return codec == program::CODEC_TOPK || codec == program::CODEC_TOPK_INT8 ||
+         codec == program::CODEC_TOPK_INT4;
+}
 
 /// Largest INT8/INT4 block size.
 constexpr uint32_t kMaxCodecBlock = 1u << 24;
@@ -55,6 +66,14 @@ inline Status validateCodecParams(const program::CodecParams &params,
     if (params.adapt())
       return invalidArgument(field + ".adapt: only a top-k codec adapts its ratio");
     return Status::ok();
+  case program::CODEC_TOPK_INT8:
+  case program::CODEC_TOPK_INT4:
+    if (params.adapt())
+      return invalidArgument(field + ".adapt: only the f32 top-k codec adapts its ratio");
+    if (params.block_size() > kMaxCodecBlock)
+      return invalidArgument(field + ".block_size: " + std::to_string(params.block_size()) +
+                             " exceeds 2^24");
+    [[fallthrough]];
   case program::CODEC_TOPK:
     if (!(params.topk_ratio() > 0.0f && params.topk_ratio() <= 1.0f))
       return invalidArgument(field + ".topk_ratio: " +
@@ -84,11 +103,24 @@ inline Status validateCodecParams(const program::CodecParams &params,
   }
 }
 
-/// Elements per scale block of INT8/INT4 (block_size, 0 = 256).
+/// Elements per scale block of INT8/INT4 and kept values per scale of
+/// TOPK_INT8/INT4 (block_size, 0 = 256).
 uint32_t codecBlockSize(const program::CodecParams &params);
 
 /// k of a top-k codec for numel elements: ceil(ratio * numel), at least 1.
 int64_t topkCount(const program::CodecParams &params, int64_t numel);
+
+/// Rice parameter b of the gaps of k sorted positions among numel: the
+/// least b >= 0 with k * 2^b >= numel. Each gap g costs (g >> b) + 1 + b
+/// bits and the gaps sum to at most numel - k, so k gaps take at most
+/// k (b + 2) bits.
+int riceParameter(uint64_t numel, uint64_t k);
+
+/// Payload bytes of TOPK_INT8 (int4 = false) / TOPK_INT4 of numel elements
+/// keeping k in scale blocks of `block`: the header, u64 k, ceil(k / block)
+/// f32 scales, k (int8) or ceil(k / 2) (int4) code bytes, and
+/// ceil(k (b + 2) / 8) bytes of Rice-coded gaps (b = riceParameter).
+uint64_t topkQuantizedBytes(bool int4, uint64_t numel, uint64_t k, uint32_t block);
 
 /// Encodes `numel` floats into `out` (resized to the payload size). With
 /// CODEC_NONE the payload is the header and the raw floats.
@@ -115,6 +147,13 @@ public:
   Status encode(const program::CodecParams &params, const float *data,
                 int64_t numel, std::vector<uint8_t> &out);
   const std::vector<float> &getResidual() const { return residual; }
+  /// Restores a residual (a checkpoint's): the next encode() of a tensor of
+  /// residual.size() elements continues from it.
+  void setResidual(std::vector<float> r) { residual = std::move(r); }
+  /// The sub-streams made so far (null where an index was never used).
+  size_t numParts() const { return parts.size(); }
+  const ErrorFeedback *getPart(size_t i) const { return i < parts.size() ? parts[i].get() : nullptr; }
+  bool onDevice() const { return device != nullptr; }
   /// Bytes of the payload the last encode() wrote (0 before the first, and
   /// for a stream encoded on the device).
   uint64_t getLastPayloadBytes() const { return lastPayloadBytes; }
