@@ -12,6 +12,8 @@
 
 #include "Npy.h"
 
+#include "ProgramBytes.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -177,6 +180,94 @@ std::vector<std::pair<int64_t, std::string>> stepFolders(const std::string &root
   return out;
 }
 
+/// FNV-1a of the program's deterministic bytes: residuals are keyed by step
+/// index and value id, which only mean the same in the same program.
+std::string programFingerprint(const program::Program &p) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    p.SerializeToCodedStream(&coded);
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes)
+    h = (h ^ c) * 1099511628211ull;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+/// Every residual of a stream and its sub-streams, keyed "s<step>.v<id>"
+/// and ".p<i>" per sub-stream level. `device` is set when a residual lives
+/// on a device (not saved).
+void collectResiduals(const ErrorFeedback &f, const std::string &key,
+                      std::vector<std::pair<std::string, const std::vector<float> *>> &out,
+                      bool &device) {
+  if (f.onDevice())
+    device = true;
+  if (!f.getResidual().empty())
+    out.push_back({key, &f.getResidual()});
+  for (size_t i = 0; i < f.numParts(); ++i)
+    if (const ErrorFeedback *part = f.getPart(i))
+      collectResiduals(*part, key + ".p" + std::to_string(i), out, device);
+}
+
+/// Writes this rank's residuals into DIR/feedback/ (nothing when it has
+/// none): one .npy per stream and index.tsv ("program<TAB>FINGERPRINT",
+/// then "file<TAB>numel<TAB>key" lines). False in `device` when a residual
+/// lives on the device (say so; they are not saved).
+Status writeFeedback(const Executor &exec, const std::string &rankDir, bool &device) {
+  std::vector<std::pair<std::string, const std::vector<float> *>> residuals;
+  device = false;
+  for (const auto &[id, f] : exec.getFeedbackStreams())
+    collectResiduals(*f, "s" + std::to_string(id.first) + ".v" + std::to_string(id.second),
+                     residuals, device);
+  std::string dir = rankDir + "/feedback";
+  if (exists(dir + "/index.tsv") && std::remove((dir + "/index.tsv").c_str()) != 0)
+    return ioError("cannot remove the old '" + dir + "/index.tsv': " + std::strerror(errno));
+  if (residuals.empty())
+    return Status::ok();
+  makeDirs(dir);
+  std::string index = "program\t" + programFingerprint(exec.getProgram()) + "\n";
+  for (const auto &[key, r] : residuals) {
+    Tensor t;
+    t.dtype = program::DTYPE_F32;
+    t.shape = {static_cast<int64_t>(r->size())};
+    t.data = const_cast<float *>(r->data());
+    std::string path = dir + "/" + key + ".npy";
+    STRAIT_RETURN_IF_ERROR(data::writeNpy(path + ".tmp", t));
+    if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+      return ioError("cannot write '" + path + "': " + std::strerror(errno));
+    index += key + ".npy\t" + std::to_string(r->size()) + "\t" + key + "\n";
+  }
+  return writeFileAtomically(dir + "/index.tsv", index);
+}
+
+/// The stream a residual key names, created as the key says (sub-streams
+/// are made on first use); null for a (step, value) the program has no
+/// stream for.
+ErrorFeedback *streamFor(Executor &exec, const std::string &key) {
+  unsigned long step = 0, value = 0;
+  int used = 0;
+  if (std::sscanf(key.c_str(), "s%lu.v%lu%n", &step, &value, &used) != 2)
+    return nullptr;
+  auto it = exec.getFeedbackStreams().find({static_cast<int>(step), static_cast<uint32_t>(value)});
+  if (it == exec.getFeedbackStreams().end())
+    return nullptr;
+  ErrorFeedback *f = it->second.get();
+  const char *rest = key.c_str() + used;
+  while (*rest) {
+    unsigned long part = 0;
+    int n = 0;
+    if (std::sscanf(rest, ".p%lu%n", &part, &n) != 1 || n == 0 || part > 1u << 20)
+      return nullptr;
+    f = &f->part(part);
+    rest += n;
+  }
+  return f;
+}
+
 } // namespace
 
 void makeDirs(const std::string &path) {
@@ -250,6 +341,15 @@ StatusOr<std::string> writeCheckpoint(const Executor &exec, const std::string &r
     }
     STRAIT_RETURN_IF_ERROR(writeFileAtomically(rankDir + "/index.tsv", index));
   }
+  // Every replica's residuals are its own: each rank with any writes them.
+  bool onDevice = false;
+  Status fs = writeFeedback(exec, rankDir, onDevice);
+  if (!fs.isOk())
+    return Status(fs).withStep(static_cast<int>(step));
+  static bool warned = false;
+  if (onDevice && !warned && (warned = true))
+    std::cerr << "rank " << rank << ": error-feedback residuals on the device are not saved in "
+              << "checkpoints: a resumed job starts them at zero\n";
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   if (rank == 0) {
@@ -332,6 +432,47 @@ StatusOr<size_t> loadCheckpoint(Executor &exec, const CheckpointRef &c, int rank
   }
   exec.invalidateParameterCopies();
   return extraFound;
+}
+
+StatusOr<std::string> loadFeedback(Executor &exec, const CheckpointRef &c, int rank) {
+  std::string dir = c.dir + "/rank" + std::to_string(rank) + "/feedback";
+  if (exec.getFeedbackStreams().empty())
+    return std::string();
+  std::ifstream in(dir + "/index.tsv");
+  if (!in)
+    return std::string("error-feedback residuals start at zero (the checkpoint has none for "
+                       "this rank)");
+  std::string line;
+  std::getline(in, line);
+  std::string want = "program\t" + programFingerprint(exec.getProgram());
+  if (line != want)
+    return std::string("error-feedback residuals start at zero (the checkpoint was written "
+                       "under another plan)");
+  size_t restored = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string file, numel, key;
+    if (!std::getline(fields, file, '\t') || !std::getline(fields, numel, '\t') ||
+        !std::getline(fields, key) || file.find('/') != std::string::npos)
+      return invalidArgument("checkpoint file '" + dir + "/index.tsv': malformed line '" + line +
+                             "'");
+    ErrorFeedback *f = streamFor(exec, key);
+    if (!f)
+      return invalidArgument("checkpoint file '" + dir + "/index.tsv': residual '" + key +
+                             "' names no error-feedback stream of this rank's program");
+    STRAIT_ASSIGN_OR_RETURN(data::NpyArray a, data::readNpy(dir + "/" + file));
+    if (a.dtype != program::DTYPE_F32 || a.shape.size() != 1 ||
+        std::to_string(a.shape[0]) != numel || a.bytes.size() != a.shape[0] * sizeof(float))
+      return invalidArgument("checkpoint file '" + dir + "/" + file + "' holds " +
+                             dtypeName(a.dtype) + "[" + shapeText(a.shape) + "], its index says f32[" +
+                             numel + "] for residual '" + key + "'");
+    std::vector<float> r(static_cast<size_t>(a.shape[0]));
+    std::memcpy(r.data(), a.bytes.data(), a.bytes.size());
+    f->setResidual(std::move(r));
+    ++restored;
+  }
+  return "restored " + std::to_string(restored) + " error-feedback residual" +
+         (restored == 1 ? "" : "s");
 }
 
 } // namespace run

@@ -10,6 +10,8 @@
 //                                 is incomplete and never resumed from
 //   ROOT/step-N/rank<R>/index.tsv "file<TAB>dtype<TAB>shape<TAB>name" lines
 //   ROOT/step-N/rank<R>/<name>.npy
+//   ROOT/step-N/rank<R>/feedback/     error-feedback residuals (every rank
+//                                 that has any; see loadFeedback)
 //
 // Only the first data-parallel replica writes (the replicas hold the same
 // values); the pipeline stages of that replica write their own variables.
@@ -76,6 +78,19 @@ rt::StatusOr<std::string> writeCheckpoint(const rt::Executor &exec, const std::s
 /// file.
 rt::StatusOr<size_t> loadCheckpoint(rt::Executor &exec, const CheckpointRef &checkpoint,
                                     int rank = -1, const NamedTensors &extra = {});
+
+/// The error-feedback residuals of `exec`'s lossy sends and all-reduces
+/// (the part of a compressed stream that was not sent yet), which
+/// writeCheckpoint saves in ROOT/step-N/rank<R>/feedback/ for every rank
+/// that has any (each replica's residuals are its own), with a fingerprint
+/// of the rank's program. loadFeedback restores them when this rank's
+/// program is the one that wrote them, so a compressed job resumes
+/// bit-identically; under another plan (or from a checkpoint written
+/// before residuals were saved) they start at zero, as in a new job. The
+/// result says which, for the rank's log. Errors name the file: a residual
+/// file that does not match its index, an unreadable file.
+rt::StatusOr<std::string> loadFeedback(rt::Executor &exec, const CheckpointRef &checkpoint,
+                                       int rank);
 
 } // namespace run
 } // namespace strait

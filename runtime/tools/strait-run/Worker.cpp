@@ -463,9 +463,10 @@ Status runRank(const RunOptions &o) {
                              " outer-step states of this rank (written under another plan?)")
           .withRank(o.rank);
     }
+    STRAIT_ASSIGN_OR_RETURN(std::string feedbackNote, loadFeedback(*exec, *resume, o.rank));
     first = static_cast<int>(resume->step);
     std::cerr << "rank " << o.rank << ": resumed from " << resume->dir << " (step " << first
-              << ")\n";
+              << ")" << (feedbackNote.empty() ? "" : "; " + feedbackNote) << "\n";
   }
   // Checkpoints: the first data-parallel replica writes them (every replica
   // holds the same parameters and optimizer states); under local steps

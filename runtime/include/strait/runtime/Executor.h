@@ -105,6 +105,19 @@ public:
   };
   std::vector<AdaptiveLink> getAdaptiveLinks() const;
 
+  /// The error-feedback streams of the program's lossy sends and
+  /// all-reduces, by (step index, value id); checkpoints save and restore
+  /// their residuals (strait-run, Checkpoint.h). Empty until run() or
+  /// create() made them; a stream's residual is empty before its first
+  /// encode and lives on the device for a stream a device encodes.
+  const std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> &
+  getFeedbackStreams() const {
+    return feedback;
+  }
+  std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> &getFeedbackStreams() {
+    return feedback;
+  }
+
 private:
   explicit Executor(program::Program program) : program(std::move(program)) {}
   Status resolveKernels(const Backend &backend);
