@@ -410,6 +410,7 @@ const OpRegistry &strait::onnximport::opRegistry() {
     registerUnpoolImporters(r);
     registerQuantizedImporters(r);
     registerDataDependentImporters(r);
+    registerAttentionImporters(r);
     return r;
   }();
   return registry;

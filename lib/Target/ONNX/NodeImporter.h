@@ -149,6 +149,7 @@ void registerSignalImporters(OpRegistry &registry);
 void registerUnpoolImporters(OpRegistry &registry);
 void registerQuantizedImporters(OpRegistry &registry);
 void registerDataDependentImporters(OpRegistry &registry);
+void registerAttentionImporters(OpRegistry &registry);
 
 /// The registry with every family registered (built once).
 const OpRegistry &opRegistry();
