@@ -1,16 +1,20 @@
 //===- PlannerBench.cpp - Planner quality and speed benchmark -------------===//
 //
 // strait-plan-bench [--clusters DIR] [--timeline DIR] [--no-scale]
-//                   [--no-quality]
+//                   [--no-quality] [--hetero]
 //
 // Prints markdown tables (docs/benchmarks.md, section "Planner"):
 //  1. for GPT-2 and ResNet-101 on every bundled cluster: predicted
 //     throughput of the Strait plan, its ratio to each baseline, the
 //     simulated iteration time and the planning time;
 //  2. planning time at scale (GPT-2 / 48, LLaMA-7B / 64, LLaMA-70B / 1024)
-//     and its growth with devices and layers.
+//     and its growth with devices and layers;
+//  3. with --hetero only: heterogeneous clusters against homogeneous twins
+//     of equal total speed (HeteroBench.cpp).
 //
 //===----------------------------------------------------------------------===//
+
+#include "HeteroBench.h"
 
 #include "strait/Analysis/ModelZoo.h"
 #include "strait/Analysis/Partitioner.h"
@@ -39,7 +43,7 @@ struct Args {
   std::string clusters = std::string(STRAIT_SOURCE_DIR) + "/examples/clusters";
   std::string timeline;
   std::string explainCluster, explainModel; ///< --explain FILE gpt2|resnet
-  bool scale = true, quality = true;
+  bool scale = true, quality = true, hetero = false;
 };
 
 llvm::Expected<PartitionPlan> plan(const Workload &w, const ClusterModel &c,
@@ -266,14 +270,18 @@ int main(int argc, char **argv) {
       args.scale = false;
     else if (a == "--no-quality")
       args.quality = false;
+    else if (a == "--hetero")
+      args.hetero = true;
     else {
       llvm::errs() << "usage: strait-plan-bench [--clusters DIR] [--timeline "
-                      "DIR] [--no-scale] [--no-quality]\n";
+                      "DIR] [--no-scale] [--no-quality] [--hetero]\n";
       return 2;
     }
   }
   if (!args.explainCluster.empty())
     return explain(args);
+  if (args.hetero)
+    return bench::heteroTable(args.clusters);
   if (args.quality && qualityTable(args))
     return 1;
   if (args.scale && scaleTable(args))
