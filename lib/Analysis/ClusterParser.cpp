@@ -285,6 +285,18 @@ static Error parseProfile(const Reader &r, yaml::Node *node,
         (flops ? p.profile.opFlops : p.profile.opBandwidth)[op.str()] = *x * (flops ? 1e12 : 1e9);
         return Error::success();
       });
+    } else if (key == "kernel_times") {
+      // {kernel signature: seconds, ...}, from strait-probe --kernels.
+      auto times = std::make_shared<llvm::StringMap<double>>();
+      Error e = r.forEach(v, key, [&](StringRef sig, yaml::Node *f) -> Error {
+        Expected<double> x = r.positive(f, "kernel_times." + sig.str());
+        if (!x)
+          return x.takeError();
+        (*times)[sig] = *x;
+        return Error::success();
+      });
+      p.profile.kernelTimes = std::move(times);
+      return e;
     } else if (key == "efficiency") {
       return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
         std::optional<OpKind> kind = symbolizeOpKind(op);

@@ -64,6 +64,10 @@ double strait::memoryBandwidth(const ClusterModel &cluster, unsigned device) {
 double strait::termTime(const CostTerm &term, const ClusterModel &cluster,
                         unsigned device) {
   const DeviceProfile &profile = cluster.devices[device].profile;
+  // A kernel of this job measured on the device (strait-probe --kernels).
+  if (!term.kernel.empty() && profile.kernelTimes)
+    if (auto it = profile.kernelTimes->find(term.kernel); it != profile.kernelTimes->end())
+      return it->second;
   if (!term.op.empty() && !profile.opBandwidth.empty())
     if (auto it = profile.opBandwidth.find(term.op); it != profile.opBandwidth.end())
       return term.bytes / it->second;
@@ -82,7 +86,8 @@ double strait::nodeTime(const CostNode &node, const ClusterModel &cluster,
                         unsigned device, bool backward) {
   double bytes = node.bytesRead + node.bytesWritten;
   if (!backward)
-    return termTime({node.kind, node.dtype, node.fwdFlops, bytes, node.op}, cluster, device);
+    return termTime({node.kind, node.dtype, node.fwdFlops, bytes, node.op, node.kernel}, cluster,
+                    device);
   // A training step's op that no backward op differentiates (bwdFlops set
   // to 0, no terms) has no backward.
   if (node.bwdTerms.empty() && node.bwdFlops == 0)

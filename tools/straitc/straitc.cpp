@@ -1,7 +1,7 @@
 //===- straitc.cpp - The Strait compiler driver ---------------------------===//
 //
 //   straitc MODEL.onnx|MODEL.mlir [--input-shape NAME=DxD...] [--shape-only]
-//           [--emit=summary|mlir|program|plan] [-o FILE|DIR]
+//           [--emit=summary|mlir|program|plan|kernels] [-o FILE|DIR]
 //   straitc MODEL --cluster FILE [--num-stages N] [--global-batch N] -o DIR
 //           runs the Strait pipeline (lib/Pipelines) and writes one program
 //           per rank, plan.pb and plan.json; prints the plan.
@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "strait/Analysis/Compression.h"
+#include "strait/Analysis/KernelList.h"
 #include "strait/Analysis/PlanReport.h"
 #include "strait/Analysis/Simulator.h"
 #include "strait/Dialect/Graph/Summary.h"
@@ -47,7 +48,7 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 namespace {
-enum class Emit { Summary, MLIR, Program, Plan };
+enum class Emit { Summary, MLIR, Program, Plan, Kernels };
 
 cl::OptionCategory straitCat("straitc options");
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"), cl::Required,
@@ -66,7 +67,11 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::Summary),
                                          "a job folder for strait-run (-o DIR)"),
                               clEnumValN(Emit::Plan, "plan",
                                          "the partition plan on --cluster (text; JSON "
-                                         "with --plan-json)")), cl::cat(straitCat));
+                                         "with --plan-json)"),
+                              clEnumValN(Emit::Kernels, "kernels",
+                                         "the distinct kernels the planner costs, for "
+                                         "strait-probe --kernels (-o FILE)")),
+                   cl::cat(straitCat));
 cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description (YAML)"),
                                  cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
 cl::opt<std::string> planJson("plan-json", cl::desc("Also write the plan as JSON"),
@@ -830,6 +835,33 @@ int main(int argc, char **argv) {
     }
     out->os() << strait::formatPlan(partition, *cluster) << compressionText;
     out->keep();
+    return 0;
+  }
+
+  if (emit == Emit::Kernels) {
+    // The kernels of the graph the planner costs (as --emit=plan builds it),
+    // each once, for strait-probe --kernels to time (docs/planner.md).
+    if (outputFile == "-") {
+      llvm::errs() << "straitc: --emit=kernels needs -o FILE\n";
+      return 1;
+    }
+    PassManager pm(&context);
+    strait::StraitPipelineOptions popts;
+    fillPipelineOptions(popts);
+    strait::addTrainingStepPasses(pm, popts);
+    if (failed(pm.run(*module)))
+      return 1;
+    unsigned count = 0;
+    auto kernels =
+        strait::buildKernelModule(module->lookupSymbol<func::FuncOp>("main"), &count);
+    if (!kernels) {
+      llvm::errs() << "straitc: " << llvm::toString(kernels.takeError()) << "\n";
+      return 1;
+    }
+    if (failed(strait::writeKernelList((*kernels)->lookupSymbol<func::FuncOp>("main"),
+                                       outputFile)))
+      return 1;
+    llvm::outs() << "straitc: wrote " << outputFile << " (" << count << " kernels)\n";
     return 0;
   }
 

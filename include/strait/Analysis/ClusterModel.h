@@ -12,12 +12,14 @@
 #define STRAIT_ANALYSIS_CLUSTERMODEL_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,10 +79,19 @@ struct DeviceProfile {
   /// (cluster field `op_tflops`), or bytes/s of its operands and results
   /// (`op_gbs`, memory-bound kernels: the op's time is its bytes over it).
   std::map<std::string, double> opFlops, opBandwidth;
+  /// Measured seconds of single kernels of one job (cluster field
+  /// `kernel_times`, written by `strait-probe --kernels`), by the kernel
+  /// signature the compiler gives each op (CostTerm::kernel): an op whose
+  /// signature is here takes this time instead of the roofline, for the
+  /// batch its shapes hold. Shared between the devices of a profile.
+  std::shared_ptr<const llvm::StringMap<double>> kernelTimes;
   bool operator==(const DeviceProfile &o) const {
+    bool sameKernels = kernelTimes == o.kernelTimes ||
+                       (kernelTimes && o.kernelTimes && *kernelTimes == *o.kernelTimes);
     return gemmFlops == o.gemmFlops && efficiency == o.efficiency &&
            peakFlops == o.peakFlops && memBandwidth == o.memBandwidth &&
-           gemmCurve == o.gemmCurve && opFlops == o.opFlops && opBandwidth == o.opBandwidth;
+           gemmCurve == o.gemmCurve && opFlops == o.opFlops &&
+           opBandwidth == o.opBandwidth && sameKernels;
   }
 };
 

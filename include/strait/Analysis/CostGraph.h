@@ -27,6 +27,10 @@ struct CostTerm {
   double flops = 0, bytes = 0;
   /// The op's type without dialect ("Gemm"), when built from IR.
   std::string op;
+  /// The kernel's signature (kernelSignature in IRCostGraph.h: op type,
+  /// operand and result types, attributes), when built from IR: the key of
+  /// its measured time in a profile's `kernel_times`.
+  std::string kernel;
 };
 
 /// Costs of one op for the graph's whole batch (CostGraph::batchSamples).
@@ -34,6 +38,8 @@ struct CostNode {
   std::string name;
   /// The op's type without dialect ("MatMul"), when built from IR.
   std::string op;
+  /// The forward op's kernel signature (see CostTerm::kernel).
+  std::string kernel;
   OpKind kind = OpKind::Other;
   DType dtype = DType::F32;
   double fwdFlops = 0;

@@ -19,7 +19,19 @@ struct IRCostGraph {
   CostGraph graph;
   /// The op each cost node stands for (index = node id).
   std::vector<mlir::Operation *> ops;
+  /// One op per distinct kernel signature among the costed ops (forward,
+  /// backward and optimizer-step terms with work), in program order: the
+  /// kernels `straitc --emit=kernels` lists for strait-probe to time.
+  std::vector<mlir::Operation *> kernelOps;
 };
+
+/// The signature of the kernel `op` runs as: "<op type>.<16 hex digits>", a
+/// hash of the op type, its operand and result types, its ONNX attributes
+/// (dialect attributes such as graph.op_id and symbol references, which the
+/// exporter does not pass to the kernel, are left out) and the values of its
+/// constant operands. Equal for ops that run the same kernel on the same
+/// shapes; stable across processes (the key of a profile's `kernel_times`).
+std::string kernelSignature(mlir::Operation *op);
 
 /// One node per graph op (constants and variable reads are folded into their
 /// users: a weight's bytes count as the parameter bytes of its first user),

@@ -18,7 +18,17 @@ struct ModelPlan {
   PartitionPlan plan;
   /// stageOfNode[n]: the stage cost node n belongs to.
   std::vector<unsigned> stageOfNode;
+  /// Distinct kernel signatures of the cost graph, and how many of them the
+  /// cluster's `kernel_times` hold (the fewest over the devices that have
+  /// kernel times; 0 and 0 when none has).
+  unsigned kernels = 0, kernelsMeasured = 0;
 };
+
+/// Counts the cost graph's kernel signatures found in the devices'
+/// `kernel_times`. An error when a device has kernel times but none of
+/// them is a kernel of this graph: they were measured for another model,
+/// shapes or dtype.
+llvm::Error matchKernelTimes(ModelPlan &mp, const ClusterModel &cluster);
 
 /// The cost graph of `func` coarsened for `cluster`; the plan is left empty.
 llvm::Expected<ModelPlan> prepareModelPlan(mlir::func::FuncOp func,

@@ -23,8 +23,9 @@ double effectiveFlops(const ClusterModel &cluster, unsigned device,
 /// its type's.
 double memoryBandwidth(const ClusterModel &cluster, unsigned device);
 
-/// Roofline time of one op: max(FLOPs / sustained FLOP/s at its kind and
-/// intensity, bytes / memory bandwidth).
+/// Time of one op: its measured time when the device's profile has its
+/// kernel signature (`kernel_times`), else the roofline: max(FLOPs /
+/// sustained FLOP/s at its kind and intensity, bytes / memory bandwidth).
 double termTime(const CostTerm &term, const ClusterModel &cluster,
                 unsigned device);
 

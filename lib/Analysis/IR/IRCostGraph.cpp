@@ -7,6 +7,8 @@
 
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/xxhash.h"
 
 using namespace mlir;
 using namespace strait;
@@ -44,6 +46,39 @@ OpKind strait::opKindOf(Operation *op) {
   case KernelClass::Elementwise: return OpKind::Elementwise;
   default: return OpKind::Other;
   }
+}
+
+std::string strait::kernelSignature(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << op->getName().getStringRef() << "(";
+  for (Value v : op->getOperands()) {
+    os << v.getType();
+    // A constant operand's value shapes the kernel (an exponent, a shape):
+    // small ones printed, large ones by a hash of their bytes.
+    if (auto c = v.getDefiningOp<graph::ConstantOp>()) {
+      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+      if (dense && dense.getNumElements() > 16)
+        os << "=#" << llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(
+                            reinterpret_cast<const uint8_t *>(dense.getRawData().data()),
+                            dense.getRawData().size()));
+      else
+        os << "=" << c.getValue();
+    }
+    os << ",";
+  }
+  os << ")->(";
+  for (Type t : op->getResultTypes())
+    os << t << ",";
+  os << "){";
+  for (NamedAttribute attr : op->getAttrs()) {
+    if (attr.getName().getValue().contains('.') || isa<SymbolRefAttr>(attr.getValue()))
+      continue;
+    os << attr.getName().getValue() << "=" << attr.getValue() << ";";
+  }
+  os << "}";
+  return (op->getName().stripDialect() + "." + llvm::utohexstr(llvm::xxh3_64bits(text), false, 16))
+      .str();
 }
 
 static DType dtypeOf(Operation *op) {
@@ -88,10 +123,23 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   // The node a backward or optimizer-step value's work is charged to.
   DenseMap<Value, unsigned> chargedTo;
   SmallVector<Operation *> stepOps;
-  auto termOf = [](Operation *op, CostOpInterface cost) {
-    return CostTerm{opKindOf(op), dtypeOf(op), cost.getForwardFlops(),
-                    cost.getBytesRead() + cost.getBytesWritten(),
-                    op->getName().stripDialect().str()};
+  // The signature of an op with work (views move no bytes and keep none),
+  // listing the first op of each signature.
+  llvm::StringSet<> listed;
+  auto kernelOf = [&](Operation *op, double flops, double bytes) -> std::string {
+    if (!(flops > 0 || bytes > 0))
+      return "";
+    std::string key = kernelSignature(op);
+    if (listed.insert(key).second)
+      out.kernelOps.push_back(op);
+    return key;
+  };
+  auto termOf = [&](Operation *op, CostOpInterface cost) {
+    CostTerm term{opKindOf(op), dtypeOf(op), cost.getForwardFlops(),
+                  cost.getBytesRead() + cost.getBytesWritten(),
+                  op->getName().stripDialect().str()};
+    term.kernel = kernelOf(op, term.flops, term.bytes);
+    return term;
   };
   for (Operation &op : func.getBody().front()) {
     if (isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
@@ -130,6 +178,7 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     n.bwdFlops = cost.getBackwardFlops();
     n.bytesRead = cost.getBytesRead();
     n.bytesWritten = cost.getBytesWritten();
+    n.kernel = kernelOf(&op, n.fwdFlops, n.bytesRead + n.bytesWritten);
     n.activationBytes = n.bytesWritten;
     // In a training step only the results that backward ops read are kept
     // from the forward to the backward (the rest is transient: the executor

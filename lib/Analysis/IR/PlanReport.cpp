@@ -3,6 +3,8 @@
 #include "strait/Analysis/PlanReport.h"
 #include "strait/Analysis/Workload.h"
 
+#include "llvm/ADT/StringSet.h"
+
 #include <map>
 
 using namespace strait;
@@ -16,11 +18,46 @@ llvm::Expected<ModelPlan> strait::prepareModelPlan(mlir::func::FuncOp func,
     return costs.takeError();
   ModelPlan out;
   out.costs = std::move(*costs);
+  if (llvm::Error err = matchKernelTimes(out, cluster))
+    return std::move(err);
   llvm::Expected<CoarseGraph> coarse = coarsenGraph(out.costs.graph, cluster, maxBlocks);
   if (!coarse)
     return coarse.takeError();
   out.coarse = std::move(*coarse);
   return out;
+}
+
+llvm::Error strait::matchKernelTimes(ModelPlan &mp, const ClusterModel &cluster) {
+  llvm::StringSet<> keys;
+  for (const CostNode &n : mp.costs.graph.nodes) {
+    if (!n.kernel.empty())
+      keys.insert(n.kernel);
+    for (const std::vector<CostTerm> *terms : {&n.bwdTerms, &n.updateTerms})
+      for (const CostTerm &t : *terms)
+        if (!t.kernel.empty())
+          keys.insert(t.kernel);
+  }
+  mp.kernels = keys.size();
+  mp.kernelsMeasured = 0;
+  bool any = false;
+  for (unsigned c = 0; c < cluster.numSpeedClasses(); ++c) {
+    const Device &dev = cluster.devices[cluster.classRepresentative[c]];
+    const auto &times = dev.profile.kernelTimes;
+    if (!times || times->empty())
+      continue;
+    unsigned found = llvm::count_if(keys, [&](const auto &k) { return times->count(k.getKey()); });
+    if (found == 0 && !keys.empty())
+      return llvm::createStringError(
+          "the kernel_times of device '" + dev.name + "' (" + std::to_string(times->size()) +
+          " kernels) hold none of the " + std::to_string(keys.size()) +
+          " kernels of the model being planned: they were measured for another model, "
+          "shapes or dtype; "
+          "list this job's kernels with straitc --emit=kernels and time them with "
+          "strait-probe --kernels");
+    mp.kernelsMeasured = any ? std::min(mp.kernelsMeasured, found) : found;
+    any = true;
+  }
+  return llvm::Error::success();
 }
 
 void strait::assignNodeStages(ModelPlan &mp) {
@@ -139,6 +176,8 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
       {"bubble_fraction", p.bubbleFraction},
       {"throughput_samples_per_s", p.throughput},
       {"planning_s", p.planningSeconds},
+      {"kernels", (int64_t)mp.kernels},
+      {"kernels_measured", (int64_t)mp.kernelsMeasured},
       {"stages", std::move(stages)},
   };
 }

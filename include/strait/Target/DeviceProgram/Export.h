@@ -130,6 +130,15 @@ mlir::LogicalResult exportParameters(mlir::ModuleOp module,
 mlir::LogicalResult writeJob(mlir::ModuleOp module, llvm::ArrayRef<RankExport> ranks,
                              llvm::StringRef outDir, const JobExportOptions &options);
 
+/// The `producer` of a kernel list (a program whose kernels strait-probe
+/// --kernels times one by one; each kernel's name is its signature).
+inline constexpr llvm::StringLiteral kKernelListProducer = "straitc 0.1 kernel-list";
+
+/// Exports `kernels` (buildKernelModule's @main) as a one-rank program for
+/// `device` whose producer is kKernelListProducer and writes it to `path`.
+mlir::LogicalResult writeKernelList(mlir::func::FuncOp kernels, llvm::StringRef path,
+                                    llvm::StringRef device = "cpu");
+
 } // namespace strait
 
 #endif // STRAIT_TARGET_DEVICEPROGRAM_EXPORT_H
