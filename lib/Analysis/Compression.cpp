@@ -38,6 +38,17 @@ llvm::Expected<Codec> strait::parseCodec(llvm::StringRef text) {
       return codecError("codec '" + name + "' takes no ratio (only topk:RATIO does)");
     return codec;
   }
+  auto [numberText, valuesText] = ratioText.split(':');
+  if (!valuesText.empty() || ratioText.ends_with(":")) {
+    if (valuesText == "int8")
+      codec.valueBits = 8;
+    else if (valuesText == "int4")
+      codec.valueBits = 4;
+    else
+      return codecError("topk:RATIO:VALUES quantizes the kept values to int8 or int4; got '" +
+                        valuesText + "'");
+  }
+  ratioText = numberText;
   double ratio = 0;
   if (ratioText.empty() || ratioText.getAsDouble(ratio) || !(ratio > 0 && ratio <= 1))
     return codecError("topk needs a ratio in (0, 1], e.g. topk:0.01; got '" + ratioText +
@@ -57,6 +68,8 @@ std::string strait::formatCodec(const Codec &codec, bool withFeedback) {
   case CodecKind::TopK: {
     llvm::raw_string_ostream os(s);
     os << "topk:" << llvm::format("%g", codec.ratio);
+    if (codec.valueBits != 32)
+      os << (codec.valueBits == 4 ? ":int4" : ":int8");
     break;
   }
   }
@@ -74,7 +87,17 @@ double strait::encodedBytes(const Codec &codec, double elements, unsigned elemen
   case CodecKind::BF16: return 2 * n;
   case CodecKind::Int8: return n + 4 * blocks;
   case CodecKind::Int4: return std::ceil(n / 2) + 4 * blocks;
-  case CodecKind::TopK: return std::ceil(codec.ratio * n - 1e-6) * (elementBytes + 4);
+  case CodecKind::TopK: {
+    double k = std::ceil(codec.ratio * n - 1e-6);
+    if (codec.valueBits == 32)
+      return k * (elementBytes + 4);
+    k = std::max(1.0, k);
+    double b = 0; // Rice parameter: the least b with k 2^b >= n
+    while (k * std::exp2(b) < n)
+      ++b;
+    double codes = codec.valueBits == 4 ? std::ceil(k / 2) : k;
+    return codes + 4 * std::ceil(k / std::max(1u, codec.blockSize)) + std::ceil(k * (b + 2) / 8);
+  }
   }
   return n * elementBytes;
 }
@@ -115,10 +138,14 @@ double strait::transferTimeWith(const LinkTransfer &t, const Codec &codec) {
                    t.receiverRate);
 }
 
-/// Rounds a top-k ratio down to one significant digit (0.0372 -> 0.03).
-static double roundRatioDown(double r) {
-  double scale = std::pow(10.0, std::floor(std::log10(r)));
-  return std::max(scale, std::floor(r / scale + 1e-9) * scale);
+/// Top-k ratios auto chooses from, largest first: 0.2, then one significant
+/// digit from 0.1 down to 0.001.
+static std::vector<double> topkRatioGrid() {
+  std::vector<double> grid{0.2, 0.1};
+  for (double scale : {0.01, 0.001})
+    for (int d = 9; d >= 1; --d)
+      grid.push_back(d * scale);
+  return grid;
 }
 
 Codec strait::chooseCodec(const LinkTransfer &t) {
@@ -150,20 +177,22 @@ Codec strait::chooseCodec(const LinkTransfer &t) {
       transferTimeWith(t, ladder.back()) <= kTopKOnlyBeyond * t.target)
     return ladder.back();
   if (t.payload == Payload::WeightGradient) {
-    // Largest ratio whose time fits: the time is affine in k.
+    // Top-k with int8 values (topk:R:int8): the same k as f32 top-k at
+    // about a third of the bytes (2.0-2.3 bytes per kept value against 8 in
+    // the size model), and on gpt2-tiny's gradients it converges as f32
+    // top-k of the same ratio does (docs/benchmarks.md, "Top-k with
+    // quantized values"), so for the bytes that fit it keeps ~3.5x more
+    // values. The largest ratio of the grid whose time fits.
     Codec topk;
     topk.kind = CodecKind::TopK;
+    topk.valueBits = 8;
     topk.errorFeedback = true;
-    topk.ratio = 1;
-    double fixed = t.latencyHops * t.latency +
-                   codecTime(topk, t.plainBytes / std::max(1.0, t.parallel), t.senderRate,
-                             t.receiverRate);
-    double perRatio =
-        t.trafficFactor * (t.plainBytes / t.elementBytes) * (t.elementBytes + 4) / t.bandwidth;
-    double fit = perRatio > 0 ? (t.target - fixed) / perRatio : 0;
-    topk.ratio = fit >= 1e-3 ? roundRatioDown(std::min(fit, 0.25)) : 1e-3;
-    if (fit >= 1e-3)
-      return topk;
+    for (double r : topkRatioGrid()) {
+      topk.ratio = r;
+      if (transferTimeWith(t, topk) <= t.target)
+        return topk;
+    }
+    topk.ratio = 1e-3;
     ladder.push_back(topk);
   }
   // Nothing fits: the fastest candidate, when it saves at least 10%.

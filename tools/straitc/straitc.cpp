@@ -194,7 +194,8 @@ cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lack
 cl::opt<std::string> compress(
     "compress",
     cl::desc("Codecs on slow links: none (default), auto (per link from the cost model), "
-             "or fp16, bf16, int8, int4, topk:R on every link"),
+             "or fp16, bf16, int8, int4, topk:R, topk:R:int8, topk:R:int4 (top-k with int8 / "
+             "int4 values) on every link"),
     cl::init("none"), cl::cat(straitCat));
 cl::opt<double> allReduceBucketMib(
     "all-reduce-bucket-mib",
@@ -221,7 +222,7 @@ cl::opt<std::string> adaptiveTopk(
     cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
-    cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO] (sites, hosts or devices; "
+    cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO[:int8|int4]] (sites, hosts or devices; "
              "repeatable; wins over --compress)"), cl::cat(straitCat));
 cl::opt<strait::FuseMode> fuse(
     "fuse", cl::desc("Fusion after the stage split (training jobs and --cluster)"),
@@ -383,10 +384,11 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
       return;
     Operation *user = *c.getEncoded().getUsers().begin();
     std::string codec = strait::dist::stringifyCodec(c.getCodec()).str();
-    if (FloatAttr r = c.getRatioAttr()) {
+    if (FloatAttr r = c.getRatioAttr()) { // topk:R, topk:R:int8 as --compress spells them
+      auto [name, values] = llvm::StringRef(codec).split('_');
       std::string ratio;
       llvm::raw_string_ostream(ratio) << llvm::format("%g", r.getValueAsDouble());
-      codec += ":" + ratio;
+      codec = name.str() + ":" + ratio + (values.empty() ? "" : ":" + values.str());
     }
     if (c.getErrorFeedback())
       codec += "+ef";

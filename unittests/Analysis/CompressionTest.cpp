@@ -70,6 +70,23 @@ TEST(Compression, ParsesCodecsAndOverrides) {
             "topk needs a ratio in (0, 1], e.g. topk:0.01; got '0'");
   EXPECT_EQ(llvm::toString(parseCodec("int8:0.5").takeError()),
             "codec 'int8' takes no ratio (only topk:RATIO does)");
+  // Top-k with quantized values: topk:R:int8 / topk:R:int4.
+  llvm::Expected<Codec> q8 = parseCodec("topk:0.01:int8");
+  ASSERT_TRUE(!!q8);
+  EXPECT_EQ(q8->kind, CodecKind::TopK);
+  EXPECT_EQ(q8->valueBits, 8u);
+  EXPECT_EQ(formatCodec(*q8), "topk:0.01:int8");
+  llvm::Expected<Codec> q4 = parseCodec("topk:0.5:int4");
+  ASSERT_TRUE(!!q4);
+  EXPECT_EQ(q4->valueBits, 4u);
+  EXPECT_FALSE(*q4 == *parseCodec("topk:0.5"));
+  EXPECT_EQ(llvm::toString(parseCodec("topk:0.01:fp16").takeError()),
+            "topk:RATIO:VALUES quantizes the kept values to int8 or int4; got 'fp16'");
+  EXPECT_EQ(llvm::toString(parseCodec("topk:0.01:").takeError()),
+            "topk:RATIO:VALUES quantizes the kept values to int8 or int4; got ''");
+  EXPECT_EQ(llvm::toString(parseCodec("topk::int8").takeError()),
+            "topk needs a ratio in (0, 1], e.g. topk:0.01; got ''");
+  EXPECT_EQ(parseLinkOverride("east:west=topk:0.1:int4")->codec.valueBits, 4u);
   auto o = parseLinkOverride("east:west=int4");
   ASSERT_TRUE(!!o);
   EXPECT_EQ(o->a, "east");
@@ -89,6 +106,22 @@ LinkTransfer link(double target, Payload payload) {
   return t;
 }
 
+TEST(Compression, QuantizedTopKSizeIsTheRuntimePayloadLessItsHeader) {
+  // The figures of test/Dialect/Dist (D8) and runtime/test/QuantizedTopKTest:
+  // 64x64 at 1% keeps 41 values, Rice parameter 7: 41 + 4 + 47 (int8),
+  // 21 + 4 + 47 (int4); 256x256 int4 at 1%: 328 + 12 + 738.
+  Codec c = *parseCodec("topk:0.01:int8");
+  EXPECT_DOUBLE_EQ(encodedBytes(c, 4096), 92);
+  c.valueBits = 4;
+  EXPECT_DOUBLE_EQ(encodedBytes(c, 4096), 72);
+  EXPECT_DOUBLE_EQ(encodedBytes(c, 65536), 1078);
+  // About 2.1 bytes per kept value at 1% (int8) against f32 top-k's 8.
+  c.valueBits = 8;
+  double n = 1 << 20;
+  EXPECT_NEAR(encodedBytes(c, n) / (0.01 * n), 2.14, 0.01);
+  EXPECT_DOUBLE_EQ(encodedBytes(*parseCodec("topk:0.01"), n), 10486 * 8);
+}
+
 TEST(Compression, ChoosesTheLeastLossyCodecThatFits) {
   // Plain 10 ms; fp16 5 ms; int8 ~2.5 ms; int4 ~1.3 ms (+ 0.01-0.08 ms codec).
   EXPECT_TRUE(chooseCodec(link(0.011, Payload::Activation)).isNone());
@@ -105,14 +138,19 @@ TEST(Compression, ChoosesTheLeastLossyCodecThatFits) {
   Codec q = chooseCodec(link(5e-4, Payload::WeightGradient));
   EXPECT_EQ(q.kind, CodecKind::Int4);
   EXPECT_TRUE(q.errorFeedback);
-  // Further over: top-k with the largest (rounded) ratio that fits, with
-  // error feedback.
+  // Further over: top-k with int8 values and the largest ratio of the grid
+  // (0.2, 0.1, 0.09, ..., 0.001) that fits, with error feedback.
   LinkTransfer g = link(3e-4, Payload::WeightGradient);
   Codec topk = chooseCodec(g);
   ASSERT_EQ(topk.kind, CodecKind::TopK);
+  EXPECT_EQ(topk.valueBits, 8u);
   EXPECT_TRUE(topk.errorFeedback);
   EXPECT_LE(transferTimeWith(g, topk), g.target);
-  EXPECT_DOUBLE_EQ(topk.ratio, 0.01); // (0.3 ms - 0.08 ms top-k codec) / (20 ms per unit of ratio), rounded down
+  // 0.3 ms - 0.08 ms of codec leaves 22 kB: 4% of 250k values at 1.89
+  // bytes each (Rice parameter 5) fit, 5% do not. f32 top-k fit 1%.
+  EXPECT_DOUBLE_EQ(topk.ratio, 0.04);
+  topk.ratio = 0.05;
+  EXPECT_GT(transferTimeWith(g, topk), g.target);
   // Latency-bound transfers gain less than 10%: no codec.
   LinkTransfer slow = link(0, Payload::Activation);
   slow.latency = 1;

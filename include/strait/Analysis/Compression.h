@@ -35,24 +35,30 @@ enum class CodecKind { None, FP16, BF16, Int8, Int4, TopK };
 struct Codec {
   CodecKind kind = CodecKind::None;
   double ratio = 1;        ///< TopK: k / numel, in (0, 1]
-  unsigned blockSize = 256; ///< Int8/Int4: elements per f32 scale
+  unsigned blockSize = 256; ///< Int8/Int4: elements per f32 scale; TopK with
+                            ///< quantized values: kept values per scale
+  unsigned valueBits = 32;  ///< TopK: 32 (f32 values), 8 or 4 (int8/int4 codes
+                            ///< of the kept values, Rice-coded positions)
   bool errorFeedback = false;
   bool isNone() const { return kind == CodecKind::None; }
   bool operator==(const Codec &o) const {
     return kind == o.kind && ratio == o.ratio && blockSize == o.blockSize &&
-           errorFeedback == o.errorFeedback;
+           valueBits == o.valueBits && errorFeedback == o.errorFeedback;
   }
 };
 
-/// "none", "fp16", "bf16", "int8", "int4", "topk:R" (R in (0, 1]).
+/// "none", "fp16", "bf16", "int8", "int4", "topk:R" (R in (0, 1]),
+/// "topk:R:int8", "topk:R:int4" (top-k with quantized values).
 llvm::Expected<Codec> parseCodec(llvm::StringRef text);
-/// The inverse of parseCodec ("topk:0.01", "int8"), plus "+ef" with error
-/// feedback when `withFeedback`.
+/// The inverse of parseCodec ("topk:0.01", "topk:0.01:int8", "int8"), plus
+/// "+ef" with error feedback when `withFeedback`.
 std::string formatCodec(const Codec &codec, bool withFeedback = false);
 
 /// Wire bytes of `elements` values of `elementBytes` each (the size model):
 /// fp16/bf16 2n; int8 n + 4 ceil(n/B); int4 ceil(n/2) + 4 ceil(n/B); topk
-/// k (elementBytes + 4) with k = ceil(ratio n); none n elementBytes.
+/// k (elementBytes + 4) with k = ceil(ratio n); topk:R:int8 / topk:R:int4
+/// k resp. ceil(k/2) + 4 ceil(k/B) + ceil(k (b + 2) / 8), b the least with
+/// k 2^b >= n (dist::encodedByteCount); none n elementBytes.
 double encodedBytes(const Codec &codec, double elements, unsigned elementBytes = 4);
 
 /// Input bytes per second a device of `type` quantizes to int8 at: the

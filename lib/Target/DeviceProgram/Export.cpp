@@ -110,6 +110,8 @@ void fillCodec(CodecOp op, pb::CodecParams &params) {
   case dist::Codec::int4: params.set_codec(pb::CODEC_INT4); break;
   case dist::Codec::fp16: params.set_codec(pb::CODEC_FP16); break;
   case dist::Codec::bf16: params.set_codec(pb::CODEC_BF16); break;
+  case dist::Codec::topk_int8: params.set_codec(pb::CODEC_TOPK_INT8); break;
+  case dist::Codec::topk_int4: params.set_codec(pb::CODEC_TOPK_INT4); break;
   }
   if (FloatAttr ratio = op.getRatioAttr())
     params.set_topk_ratio(static_cast<float>(ratio.getValueAsDouble()));

@@ -101,14 +101,15 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
 
 // The gradient all-reduce of a stage on both sites (islands [0, 1] and
 // [2, 3]): its inter-island phase carries 256 KiB over 10 Mbps. With little
-// compute nothing fits; top-k at the smallest ratio (0.001: 66 values and
-// indices, 528 bytes) is the fastest, with error feedback. The reduction
-// runs on the encoded bytes between compress and decompress.
+// compute nothing fits; top-k with int8 values at the smallest ratio (0.001:
+// 66 codes, one scale, 99 bytes of Rice-coded gaps: 169 bytes) is the
+// fastest, with error feedback. The reduction runs on the encoded bytes
+// between compress and decompress.
 module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches = 1, stages = [#dist.placement<stage = 0, devices = ["e0", "e1", "w0", "w1"], ranks = [0, 1, 2, 3]>]>} {
   // AUTO-LABEL: func @main
-  // AUTO: %[[C:.*]] = dist.compress %{{.*}} codec <topk> ratio 1.000000e-03 error_feedback {dist.stage = #dist.stage<0>} : tensor<256x256xf32> -> tensor<528xi8>
-  // AUTO-NEXT: %[[A:.*]] = dist.all_reduce %[[C]] reduce <mean> over [0, 1, 2, 3] islands [array<i64: 0, 1>, array<i64: 2, 3>] channel 0 {dist.stage = #dist.stage<0>} : tensor<528xi8>
-  // AUTO-NEXT: %[[D:.*]] = dist.decompress %[[A]] codec <topk> ratio 1.000000e-03 {dist.stage = #dist.stage<0>} : tensor<528xi8> -> tensor<256x256xf32>
+  // AUTO: %[[C:.*]] = dist.compress %{{.*}} codec <topk_int8> ratio 1.000000e-03 block 256 error_feedback {dist.stage = #dist.stage<0>} : tensor<256x256xf32> -> tensor<169xi8>
+  // AUTO-NEXT: %[[A:.*]] = dist.all_reduce %[[C]] reduce <mean> over [0, 1, 2, 3] islands [array<i64: 0, 1>, array<i64: 2, 3>] channel 0 {dist.stage = #dist.stage<0>} : tensor<169xi8>
+  // AUTO-NEXT: %[[D:.*]] = dist.decompress %[[A]] codec <topk_int8> ratio 1.000000e-03 block 256 {dist.stage = #dist.stage<0>} : tensor<169xi8> -> tensor<256x256xf32>
   // AUTO-NEXT: return %[[D]]
   // The global codec on an all-reduce gets error feedback too.
   // INT8-LABEL: func @main(%{{.*}}: tensor<256x256xf32>)

@@ -63,20 +63,39 @@ func.func @topk_k(%x: tensor<4xf32>) -> tensor<24xi8> {
 
 // -----
 
-// D8: only topk takes a ratio.
+// D8: only the top-k codecs take a ratio.
 func.func @int8_ratio(%x: tensor<4xf32>) -> tensor<8xi8> {
-  // expected-error@+1 {{D8: only topk takes a ratio}}
+  // expected-error@+1 {{D8: only topk, topk_int8 and topk_int4 take a ratio}}
   %r = dist.compress %x codec <int8> ratio 0.5 : tensor<4xf32> -> tensor<8xi8>
   return %r : tensor<8xi8>
 }
 
 // -----
 
-// D8: only int8 and int4 take a block size.
+// D8: only the quantizers take a block size.
 func.func @fp16_block(%x: tensor<4xf32>) -> tensor<8xi8> {
-  // expected-error@+1 {{D8: only int8 and int4 take a block size}}
+  // expected-error@+1 {{D8: only int8, int4, topk_int8 and topk_int4 take a block size}}
   %r = dist.compress %x codec <fp16> block 2 : tensor<4xf32> -> tensor<8xi8>
   return %r : tensor<8xi8>
+}
+
+// -----
+
+// D8: topk_int8 needs a ratio.
+func.func @topk_int8_no_ratio(%x: tensor<4xf32>) -> tensor<16xi8> {
+  // expected-error@+1 {{D8: topk_int8 needs a ratio in (0, 1]}}
+  %r = dist.compress %x codec <topk_int8> block 2 : tensor<4xf32> -> tensor<16xi8>
+  return %r : tensor<16xi8>
+}
+
+// -----
+
+// D8: topk_int4 of 64x64 at 1%: k = 41, Rice parameter 7 (41 * 2^7 >= 4096):
+// 21 code bytes + 4 (one scale) + ceil(41 * 9 / 8) = 47 bytes of gaps = 72.
+func.func @topk_int4_size(%x: tensor<64x64xf32>) -> tensor<92xi8> {
+  // expected-error@+1 {{D8: codec 'topk_int4' encodes 'tensor<64x64xf32>' in 72 bytes (tensor<72xi8>), not 'tensor<92xi8>'}}
+  %r = dist.compress %x codec <topk_int4> ratio 0.01 : tensor<64x64xf32> -> tensor<92xi8>
+  return %r : tensor<92xi8>
 }
 
 // -----

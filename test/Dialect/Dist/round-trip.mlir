@@ -35,6 +35,17 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
     return %d, %h, %q, %e : tensor<4x4xf32>, tensor<32xi8>, tensor<12xi8>, tensor<4x4xf32>
   }
 
+  // CHECK-LABEL: func @quantized_topk
+  // 64x64 at 1%: k = 41, Rice parameter 7 (41 * 2^7 >= 4096): 41 int8 codes,
+  // one f32 scale, ceil(41 * 9 / 8) = 47 bytes of gaps: 92 bytes (D8).
+  func.func @quantized_topk(%g: tensor<64x64xf32>) -> tensor<64x64xf32> {
+    // CHECK: %[[Q:.*]] = dist.compress %{{.*}} codec <topk_int8> ratio 1.000000e-02 block 256 error_feedback : tensor<64x64xf32> -> tensor<92xi8>
+    %q = dist.compress %g codec <topk_int8> ratio 0.01 block 256 error_feedback : tensor<64x64xf32> -> tensor<92xi8>
+    // CHECK: dist.decompress %[[Q]] codec <topk_int8> ratio 1.000000e-02 block 256 : tensor<92xi8> -> tensor<64x64xf32>
+    %d = dist.decompress %q codec <topk_int8> ratio 0.01 block 256 : tensor<92xi8> -> tensor<64x64xf32>
+    return %d : tensor<64x64xf32>
+  }
+
   // CHECK-LABEL: func @hierarchical
   func.func @hierarchical(%g: tensor<4xf32>) -> tensor<4xf32> {
     // CHECK: dist.all_reduce %{{.*}} reduce <mean> over [0, 1, 2] islands [array<i64: 0, 1>, array<i64: 2>] channel 3 : tensor<4xf32>

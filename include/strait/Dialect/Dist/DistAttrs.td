@@ -30,7 +30,8 @@ def Dist_ReductionAttr : Dist_EnumAttr<Dist_Reduction, "reduction">;
 def Dist_Codec : Dist_I32Enum<"Codec", "compression of a transfer", [
   I32EnumAttrCase<"topk", 0>, I32EnumAttrCase<"int8", 1>,
   I32EnumAttrCase<"int4", 2>, I32EnumAttrCase<"fp16", 3>,
-  I32EnumAttrCase<"bf16", 4>]>;
+  I32EnumAttrCase<"bf16", 4>, I32EnumAttrCase<"topk_int8", 5>,
+  I32EnumAttrCase<"topk_int4", 6>]>;
 def Dist_CodecAttr : Dist_EnumAttr<Dist_Codec, "codec">;
 
 class Dist_Attr<string name, string attrMnemonic> : AttrDef<Dist_Dialect, name> {

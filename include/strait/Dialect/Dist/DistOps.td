@@ -100,8 +100,12 @@ def Dist_CompressOp : Dist_Op<"compress", [MemoryEffects<[MemRead, MemWrite]>]> 
     the codec (D8, the size model of docs/planner.md): `fp16`/`bf16` 2n,
     `int8` n + 4 ceil(n/B), `int4` ceil(n/2) + 4 ceil(n/B) (one f32 scale
     per block of `block` = B elements, default 256), `topk` k (e + 4) with
-    k = ceil(ratio n) kept values of e bytes each and their u32 indices.
-    `ratio` (in (0, 1]) only for `topk`, `block` only for `int8`/`int4`.
+    k = ceil(ratio n) kept values of e bytes each and their u32 indices,
+    `topk_int8` / `topk_int4` k resp. ceil(k/2) code bytes + 4 ceil(k/B)
+    (one f32 scale per block of B kept values) + ceil(k (b + 2) / 8) bytes
+    of Rice-coded gaps, b the least integer >= 0 with k 2^b >= n.
+    `ratio` (in (0, 1]) only for the top-k codecs, `block` only for
+    `int8`/`int4`/`topk_int8`/`topk_int4`.
     With `error_feedback` the sender keeps what the codec dropped and adds
     it to the next transfer of the same value (for gradients). The op has
     state (the residual), hence memory effects.
@@ -113,6 +117,8 @@ def Dist_CompressOp : Dist_Op<"compress", [MemoryEffects<[MemRead, MemWrite]>]> 
     ```mlir
     %c = dist.compress %h codec <int8> block 256 : tensor<16x64xf32> -> tensor<1040xi8>
     %k = dist.compress %g codec <topk> ratio 0.01 error_feedback : tensor<64x64xf32> -> tensor<328xi8>
+    %q = dist.compress %g codec <topk_int8> ratio 0.01 block 256 error_feedback
+        : tensor<64x64xf32> -> tensor<92xi8>
     ```
   }];
   let arguments = (ins AnyRankedTensor:$value, Dist_CodecAttr:$codec,

@@ -76,6 +76,16 @@ int64_t strait::dist::encodedByteCount(Codec codec, int64_t elements,
         std::ceil(ratio * static_cast<double>(elements) - 1e-6));
     return k * (elementBytes + 4);
   }
+  case Codec::topk_int8:
+  case Codec::topk_int4: {
+    auto k = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(ratio * static_cast<double>(elements) - 1e-6)));
+    int64_t b = 0; // Rice parameter: the least b with k 2^b >= n
+    while ((k << b) < elements)
+      ++b;
+    int64_t codes = codec == Codec::topk_int4 ? (k + 1) / 2 : k;
+    return codes + 4 * ((k + block - 1) / block) + (k * (b + 2) + 7) / 8;
+  }
   }
   return elements * elementBytes;
 }
@@ -91,18 +101,22 @@ static LogicalResult verifyCodec(Operation *op, RankedTensorType plain, Codec co
     return op->emitOpError() << rule << ": codecs encode float tensors, got "
                              << plain.getElementType();
   double ratio = 1;
-  if (codec == Codec::topk) {
+  bool topk = codec == Codec::topk || codec == Codec::topk_int8 || codec == Codec::topk_int4;
+  if (topk) {
     if (!ratioAttr || !(ratioAttr.getValueAsDouble() > 0) ||
         ratioAttr.getValueAsDouble() > 1)
-      return op->emitOpError() << rule << ": topk needs a ratio in (0, 1]";
+      return op->emitOpError() << rule << ": " << stringifyCodec(codec)
+                               << " needs a ratio in (0, 1]";
     ratio = ratioAttr.getValueAsDouble();
   } else if (ratioAttr) {
-    return op->emitOpError() << rule << ": only topk takes a ratio";
+    return op->emitOpError() << rule << ": only topk, topk_int8 and topk_int4 take a ratio";
   }
   int64_t block = 256;
   if (blockAttr) {
-    if (codec != Codec::int8 && codec != Codec::int4)
-      return op->emitOpError() << rule << ": only int8 and int4 take a block size";
+    if (codec != Codec::int8 && codec != Codec::int4 && codec != Codec::topk_int8 &&
+        codec != Codec::topk_int4)
+      return op->emitOpError() << rule
+                               << ": only int8, int4, topk_int8 and topk_int4 take a block size";
     block = blockAttr.getInt();
     if (block < 1)
       return op->emitOpError() << rule << ": the block size must be positive, got "

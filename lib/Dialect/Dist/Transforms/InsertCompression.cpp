@@ -38,8 +38,10 @@ namespace {
 
 constexpr int64_t kMinElements = 64;
 
-std::optional<dist::Codec> irCodec(CodecKind kind) {
-  switch (kind) {
+std::optional<dist::Codec> irCodec(const strait::Codec &codec) {
+  if (codec.kind == CodecKind::TopK && codec.valueBits != 32)
+    return codec.valueBits == 4 ? dist::Codec::topk_int4 : dist::Codec::topk_int8;
+  switch (codec.kind) {
   case CodecKind::None: return std::nullopt;
   case CodecKind::FP16: return dist::Codec::fp16;
   case CodecKind::BF16: return dist::Codec::bf16;
@@ -184,10 +186,11 @@ strait::Codec InsertCompressionPass::pick(ArrayRef<std::pair<unsigned, unsigned>
 
 Value InsertCompressionPass::encode(OpBuilder &b, Location loc, Value v,
                                     const strait::Codec &codec, int64_t stage) {
-  dist::Codec kind = *irCodec(codec.kind);
+  dist::Codec kind = *irCodec(codec);
   auto type = cast<RankedTensorType>(v.getType());
   FloatAttr ratio = codec.kind == CodecKind::TopK ? b.getF64FloatAttr(codec.ratio) : nullptr;
-  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4;
+  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4 ||
+                   (codec.kind == CodecKind::TopK && codec.valueBits != 32);
   IntegerAttr block = quantized ? b.getI64IntegerAttr(codec.blockSize) : nullptr;
   int64_t bytes = encodedByteCount(kind, type.getNumElements(),
                                    (type.getElementTypeBitWidth() + 7) / 8, codec.ratio,
@@ -202,9 +205,10 @@ Value InsertCompressionPass::encode(OpBuilder &b, Location loc, Value v,
 
 Value InsertCompressionPass::decode(OpBuilder &b, Location loc, Value bytes, Type plain,
                                     const strait::Codec &codec, int64_t stage) {
-  dist::Codec kind = *irCodec(codec.kind);
+  dist::Codec kind = *irCodec(codec);
   FloatAttr ratio = codec.kind == CodecKind::TopK ? b.getF64FloatAttr(codec.ratio) : nullptr;
-  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4;
+  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4 ||
+                   (codec.kind == CodecKind::TopK && codec.valueBits != 32);
   IntegerAttr block = quantized ? b.getI64IntegerAttr(codec.blockSize) : nullptr;
   auto op = b.create<DecompressOp>(loc, plain, bytes, CodecAttr::get(b.getContext(), kind),
                                    ratio, block);
@@ -359,7 +363,7 @@ LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<do
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
     if (codec.isNone())
       continue;
-    bool adapt = adaptBounds && codec.kind == CodecKind::TopK;
+    bool adapt = adaptBounds && codec.kind == CodecKind::TopK && codec.valueBits == 32;
     if (adapt && !(codec.ratio >= adaptBounds->first && codec.ratio <= adaptBounds->second))
       return transfers.front().send.emitError()
              << "--adaptive-topk=" << adaptiveTopk << ": the top-k ratio " << shortNumber(codec.ratio)
