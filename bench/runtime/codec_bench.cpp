@@ -90,7 +90,11 @@ int main(int argc, char **argv) {
                              {"int8 (block 256)", codecOf(program::CODEC_INT8)},
                              {"int4 (block 256)", codecOf(program::CODEC_INT4)},
                              {"topk 1%", codecOf(program::CODEC_TOPK, 0.01f)},
-                             {"topk 10%", codecOf(program::CODEC_TOPK, 0.1f)}};
+                             {"topk 10%", codecOf(program::CODEC_TOPK, 0.1f)},
+                             {"topk 1% int8 values", codecOf(program::CODEC_TOPK_INT8, 0.01f)},
+                             {"topk 1% int4 values", codecOf(program::CODEC_TOPK_INT4, 0.01f)},
+                             {"topk 0.1% int8 values", codecOf(program::CODEC_TOPK_INT8, 0.001f)},
+                             {"topk 10% int8 values", codecOf(program::CODEC_TOPK_INT8, 0.1f)}};
   for (const Case &c : cases) {
     double te = timeIt(reps, [&] {
       if (!encode(c.p, x.data(), n, payload).isOk())
