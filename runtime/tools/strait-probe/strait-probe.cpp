@@ -26,6 +26,7 @@
 // `straitc --cluster OUT` plans with the measured numbers.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTimes.h"
 #include "strait/runtime/Backend.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/ThreadPool.h"
@@ -54,7 +55,7 @@ namespace {
 const char *kUsage =
     "usage: strait-probe [--quick] [-o FILE] [--type NAME | --device NAME]\n"
     "                    [--peak-tflops X] [--threads N] [--cluster FILE]\n"
-    "                    [--backend cpu|cuda|cuda:N]\n"
+    "                    [--backend cpu|cuda|cuda:N] [--kernels FILE]\n"
     "                    [--link-rank 0|1 --link-store DIR [--link-address IP]\n"
     "                     [--link-mib N] [--timeout-ms MS]]\n"
     "  Measures the CPU backend's kernels (GEMM FLOP/s, memory bandwidth,\n"
@@ -66,11 +67,14 @@ const char *kUsage =
     "  --link-rank/--link-store two probes (ranks 0 and 1, a shared folder)\n"
     "  measure the link between them over Gloo. --quick: small shapes (~1 s).\n"
     "  --backend cuda[:N]: the CUDA backend's kernels on GPU N (exit 77\n"
-    "  without a GPU or a CUDA build); --peak-tflops is then the bf16 peak.\n";
+    "  without a GPU or a CUDA build); --peak-tflops is then the bf16 peak.\n"
+    "  --kernels FILE: also time every kernel of a job's kernel list (straitc\n"
+    "  --emit=kernels) into the profile's kernel_times (seconds by signature).\n";
 
 struct Options {
   bool quick = false;
   std::string out, type = "cpu", device, cluster, linkStore, linkAddress = "127.0.0.1";
+  std::string kernels; ///< a kernel list (straitc --emit=kernels) to time
   std::string backend = "cpu"; // cpu | cuda | cuda:N
   double peakTflops = 0;
   int threads = 0, linkRank = -1, linkMib = 0, timeoutMs = 60000;
@@ -527,6 +531,9 @@ bool parse(int argc, char **argv, Options &o) {
     } else if (a == "--cluster") {
       if (!next(o.cluster))
         return false;
+    } else if (a == "--kernels") {
+      if (!next(o.kernels))
+        return false;
     } else if (a == "--link-store") {
       if (!next(o.linkStore))
         return false;
@@ -590,6 +597,23 @@ int main(int argc, char **argv) {
     setNumThreads(o.threads);
     setBlasThreads(o.threads); // as strait-run's ranks: OpenBLAS on the same threads
   }
+  // The job's own kernels (vTrain's method), on the backend strait-run uses;
+  // first, so that a bad kernel list fails at once.
+  std::vector<KernelTime> kernelTimes;
+  double kernelSeconds = 0;
+  if (!o.kernels.empty()) {
+    auto t0 = std::chrono::steady_clock::now();
+    StatusOr<std::unique_ptr<Backend>> backend = makeBackend(o, "bf16");
+    StatusOr<std::vector<KernelTime>> times =
+        backend.isOk() ? timeKernelList(**backend, o.kernels, o.quick ? 0.005 : 0.03)
+                       : StatusOr<std::vector<KernelTime>>(backend.getStatus());
+    if (!times.isOk()) {
+      std::cerr << "strait-probe: --kernels: " << times.getStatus().toString() << "\n";
+      return 1;
+    }
+    kernelTimes = std::move(*times);
+    kernelSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   std::vector<std::string> notes;
   std::vector<std::pair<double, double>> curve;
   StatusOr<std::vector<Measure>> ms = probeKernels(o, notes, curve);
@@ -623,6 +647,16 @@ int main(int argc, char **argv) {
     y << "#   " << m.kind << ": " << m.what << ": " << num(m.seconds * 1e3) << " ms, "
       << num(m.rate() / 1e9) << " GFLOP/s, " << num(m.bytes / m.seconds / 1e9) << " GB/s\n";
   y << "# memory bandwidth (Add): " << num(bandwidth / 1e9) << " GB/s\n";
+  if (!o.kernels.empty()) {
+    double sum = 0;
+    for (const KernelTime &k : kernelTimes)
+      sum += k.seconds;
+    y << "# kernels of " << o.kernels << ": " << kernelTimes.size() << " timed in "
+      << num(kernelSeconds) << " s (median of 5-50 calls each); one call of each: "
+      << num(sum * 1e3) << " ms\n";
+    std::cerr << "strait-probe: timed " << kernelTimes.size() << " kernels of " << o.kernels
+              << " in " << num(kernelSeconds) << " s\n";
+  }
   y << "# efficiencies relative to " << num(peak / 1e12) << " TFLOP/s ("
     << (o.peakTflops > 0 ? "--peak-tflops" : "the measured GEMM rate") << ")\n";
   if (o.linkRank >= 0) {
@@ -666,7 +700,17 @@ int main(int argc, char **argv) {
       first = false;
     }
   }
-  y << "}}\n";
+  y << "}";
+  if (!o.kernels.empty()) {
+    y << ", kernel_times: {";
+    for (size_t i = 0; i < kernelTimes.size(); ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6g", kernelTimes[i].seconds);
+      y << (i ? ", " : "") << kernelTimes[i].signature << ": " << buf;
+    }
+    y << "}";
+  }
+  y << "}\n";
   std::string text = base + y.str();
   if (o.out.empty() || o.out == "-") {
     std::cout << text;

@@ -1,0 +1,149 @@
+//===- KernelTimes.cpp - strait-probe --kernels: time a job's kernels -----===//
+
+#include "KernelTimes.h"
+
+#include "strait/runtime/Program.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+namespace strait::rt {
+namespace {
+
+bool isFloating(DType d) {
+  return d == program::DTYPE_F32 || d == program::DTYPE_F16 || d == program::DTYPE_BF16 ||
+         d == program::DTYPE_F64;
+}
+
+uint16_t toHalf(float f) { // |f| < 1, normal or flushed to zero
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint16_t sign = (x >> 16) & 0x8000;
+  int e = int((x >> 23) & 0xff) - 127 + 15;
+  return e <= 0 ? sign : uint16_t(sign | (e << 10) | ((x & 0x7fffff) >> 13));
+}
+
+/// Fills `t` (host-visible memory) with uniform values: floats in
+/// [-0.5, 0.5), integers in [0, bound).
+void fillRandom(const Tensor &t, int64_t bound, uint32_t &seed) {
+  auto next = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return seed >> 8;
+  };
+  int64_t n = t.numel();
+  bound = std::max<int64_t>(1, bound);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t r = next();
+    float f = float(r) / 16777216.0f - 0.5f;
+    switch (t.dtype) {
+    case program::DTYPE_F32: t.as<float>()[i] = f; break;
+    case program::DTYPE_F64: t.as<double>()[i] = f; break;
+    case program::DTYPE_BF16: {
+      uint32_t x;
+      std::memcpy(&x, &f, 4);
+      t.as<uint16_t>()[i] = uint16_t(x >> 16);
+      break;
+    }
+    case program::DTYPE_F16: t.as<uint16_t>()[i] = toHalf(f); break;
+    case program::DTYPE_I64: t.as<int64_t>()[i] = int64_t(r % uint64_t(bound)); break;
+    case program::DTYPE_I32: t.as<int32_t>()[i] = int32_t(r % uint64_t(bound)); break;
+    case program::DTYPE_BOOL:
+    case program::DTYPE_U8: t.as<uint8_t>()[i] = uint8_t(r & 1); break;
+    default: std::memset(static_cast<char *>(t.data) + i * dtypeSize(t.dtype), 0,
+                         dtypeSize(t.dtype));
+    }
+  }
+}
+
+} // namespace
+
+StatusOr<std::vector<KernelTime>> timeKernelList(const Backend &backend,
+                                                 const std::string &path, double budget) {
+  STRAIT_ASSIGN_OR_RETURN(program::Program list, loadProgram(path));
+  if (list.producer() != kKernelListProducer)
+    return invalidArgument("'" + path + "' is a program of '" + list.producer() +
+                           "', not a kernel list: write one with `straitc MODEL --loss ... "
+                           "--emit=kernels -o FILE`");
+  std::map<uint32_t, const program::Value *> values;
+  for (const program::Value &v : list.values())
+    values[v.id()] = &v;
+  std::vector<KernelTime> out;
+  uint32_t seed = 12345;
+  for (const program::Kernel &k : list.kernels()) {
+    auto where = [&] { return "'" + path + "': kernel " + std::to_string(k.id()) + " (" +
+                              k.op() + " '" + k.name() + "')"; };
+    if (k.name().empty())
+      return invalidArgument(where() + " has no signature (name)");
+    std::vector<Buffer> buffers;
+    std::map<uint32_t, Tensor> tensors;
+    int64_t bound = 0;
+    auto tensorOf = [&](uint32_t id, bool input) -> StatusOr<Tensor *> {
+      if (auto it = tensors.find(id); it != tensors.end())
+        return &it->second;
+      auto v = values.find(id);
+      if (v == values.end())
+        return invalidArgument(where() + " uses undefined value " + std::to_string(id));
+      Tensor t;
+      t.dtype = v->second->dtype();
+      t.shape.assign(v->second->shape().begin(), v->second->shape().end());
+      STRAIT_ASSIGN_OR_RETURN(Buffer b, backend.allocate(std::max<size_t>(t.byteSize(), 64)));
+      t.data = b.data();
+      buffers.push_back(std::move(b));
+      if (input && v->second->role() == program::ROLE_CONSTANT) {
+        STRAIT_RETURN_IF_ERROR(copyTensorData(v->second->constant(), t, v->second->name()));
+      } else if (input) {
+        if (isFloating(t.dtype) && bound == 0 && !t.shape.empty())
+          bound = *std::min_element(t.shape.begin(), t.shape.end());
+      }
+      return &(tensors[id] = t);
+    };
+    std::vector<const Tensor *> ins;
+    std::vector<Tensor *> outs;
+    for (uint32_t id : k.inputs()) {
+      if (id == kAbsentValue) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      STRAIT_ASSIGN_OR_RETURN(Tensor * t, tensorOf(id, true));
+      ins.push_back(t);
+    }
+    // Random data once the bound (the first floating input's smallest
+    // dimension) is known.
+    for (uint32_t id : k.inputs())
+      if (id != kAbsentValue && values[id]->role() != program::ROLE_CONSTANT)
+        fillRandom(tensors[id], bound, seed);
+    for (uint32_t id : k.outputs()) {
+      STRAIT_ASSIGN_OR_RETURN(Tensor * t, tensorOf(id, false));
+      outs.push_back(t);
+    }
+    StatusOr<KernelFn> fn = backend.resolve(k);
+    if (!fn.isOk())
+      return Status(fn.getStatus().getCode(), where() + ": " + fn.getStatus().getMessage());
+    KernelContext ctx(k, ins, outs);
+    auto call = [&]() -> Status {
+      Status s = (*fn)(ctx);
+      if (s.isOk())
+        s = backend.synchronize();
+      if (!s.isOk())
+        return Status(s.getCode(), where() + ": " + s.getMessage());
+      return s;
+    };
+    STRAIT_RETURN_IF_ERROR(call()); // warm-up
+    std::vector<double> times;
+    double total = 0;
+    while (times.size() < 50 && (times.size() < 5 || total < budget)) {
+      auto t0 = std::chrono::steady_clock::now();
+      STRAIT_RETURN_IF_ERROR(call());
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      times.push_back(s);
+      total += s;
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    out.push_back({k.name(), k.op(), std::max(times[times.size() / 2], 1e-9)});
+  }
+  return out;
+}
+
+} // namespace strait::rt

@@ -1,0 +1,40 @@
+//===- KernelTimes.h - strait-probe --kernels: time a job's kernels -*- C++ -*-===//
+//
+// vTrain's method: every distinct kernel of a job (the list `straitc
+// --emit=kernels` writes, each kernel named by its signature) run on the
+// backend on random inputs of its shapes; the median seconds per signature
+// become the profile's `kernel_times` (docs/planner.md, section 3).
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_TOOLS_PROBE_KERNELTIMES_H
+#define STRAIT_TOOLS_PROBE_KERNELTIMES_H
+
+#include "strait/runtime/Backend.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace strait::rt {
+
+/// The producer straitc writes into a kernel list (Export.h's
+/// kKernelListProducer; the runtime does not link the compiler).
+inline constexpr const char *kKernelListProducer = "straitc 0.1 kernel-list";
+
+struct KernelTime {
+  std::string signature, op;
+  double seconds = 0;
+};
+
+/// Loads the kernel list at `path` and times each kernel on `backend`: one
+/// warm-up call, then calls until `budget` seconds (at least 5, at most
+/// 50), keeping the median. Floating inputs are uniform in [-0.5, 0.5),
+/// integer inputs (indices, labels) uniform in [0, the smallest dimension of
+/// the kernel's first floating input) so that every index is in range,
+/// constants hold their values. Errors name the file and the kernel.
+StatusOr<std::vector<KernelTime>> timeKernelList(const Backend &backend,
+                                                 const std::string &path, double budget);
+
+} // namespace strait::rt
+
+#endif // STRAIT_TOOLS_PROBE_KERNELTIMES_H
