@@ -67,19 +67,69 @@ def test_random_corruption(tmp_path):
         straitc(str(f))
 
 
-@pytest.mark.parametrize("op", ["If", "Loop"])
-def test_control_flow_with_subgraphs(tmp_path, op):
-    body = helper.make_graph([helper.make_node("Relu", ["x"], ["b"], name="inner")], "body",
-                             [], [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3])])
-    if op == "If":
-        node = helper.make_node("If", ["x"], ["y"], name="cf", then_branch=body, else_branch=body)
-    else:
-        node = helper.make_node("Loop", ["", "", "x"], ["y"], name="cf", body=body)
+def _control_flow_model(case):
+    """A model whose control flow or sequence use cannot be resolved at import."""
+    f32 = TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", f32, [2, 3])
+    y = helper.make_tensor_value_info("y", f32, None)
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    inputs, nodes = [x], []
+    if case == "if-shapes":
+        then = helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="inner")], "then",
+                                 [], [helper.make_tensor_value_info("a", f32, None)])
+        other = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["b"], keepdims=0,
+                                                    name="sum")], "else",
+                                  [], [helper.make_tensor_value_info("b", f32, None)])
+        nodes = [helper.make_node("If", ["c"], ["y"], name="cf", then_branch=then,
+                                  else_branch=other)]
+        inputs.append(cond)
+    elif case in ("loop-count", "loop-cond"):
+        body = helper.make_graph(
+            [helper.make_node("Relu", ["xi"], ["xo"], name="inner"),
+             helper.make_node("ReduceSum", ["xo"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["co"], name="test")],
+            "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("ci", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("xi", f32, None)],
+            [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("xo", f32, None)],
+            [helper.make_tensor("zero", f32, [], [0.0])])
+        count = "n" if case == "loop-count" else "three"
+        nodes = [helper.make_node("Constant", [], ["three"], name="k",
+                                  value=helper.make_tensor("v", TensorProto.INT64, [], [3])),
+                 helper.make_node("Constant", [], ["true"], name="t",
+                                  value=helper.make_tensor("v", TensorProto.BOOL, [], [True])),
+                 helper.make_node("Loop", [count, "true", "x"], ["y"], name="cf", body=body)]
+        if case == "loop-count":
+            inputs.append(helper.make_tensor_value_info("n", TensorProto.INT64, []))
+    elif case == "sequence-input":
+        inputs = [helper.make_tensor_sequence_value_info("x", f32, [2, 3])]
+        nodes = [helper.make_node("ConcatFromSequence", ["x"], ["y"], axis=0, name="cf")]
+    graph = helper.make_graph(nodes, "g", inputs, [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("case,message", [
+    ("if-shapes", "If node 'cf': output 0: the branches give 'tensor<2x3xf32>' and "
+                  "'tensor<f32>'; with a condition that is not constant both branches must "
+                  "give the same static type"),
+    ("loop-count", "Loop node 'cf': input 'M' (n) must be constant (an integer): a loop is "
+                   "unrolled at import"),
+    ("loop-cond", "Loop node 'cf': the body's condition output 'co' is not constant in "
+                  "iteration 0: a data-dependent loop cannot be unrolled"),
+    ("sequence-input", "graph input 'x' is not a tensor (sequences, maps and optionals are "
+                       "not supported)"),
+])
+def test_control_flow_with_subgraphs(tmp_path, case, message):
+    """Control flow that onnx's helpers build (real subgraphs), unresolvable at import."""
     f = tmp_path / "cf.onnx"
-    onnx.save(small_model([node]), str(f))
+    onnx.save(_control_flow_model(case), str(f))
     p = straitc(str(f))
     assert p.returncode == 1
-    assert f"{op} node 'cf': control flow ({op}) is not supported" in p.stderr
+    assert message in p.stderr, p.stderr
 
 
 def test_external_data_written_by_onnx(tmp_path):

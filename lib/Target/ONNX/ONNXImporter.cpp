@@ -9,6 +9,7 @@
 
 #include "strait/Target/ONNX/ONNXImporter.h"
 
+#include "ImportStructured.h"
 #include "NodeImporter.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
 
@@ -17,6 +18,7 @@
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -62,7 +64,7 @@ std::string strait::parseInputShapes(StringRef spec,
 
 namespace {
 
-class ModelImporter {
+class ModelImporter : public GraphImporter {
 public:
   ModelImporter(MLIRContext *ctx, StringRef path, const ONNXImportOptions &opts)
       : ctx(ctx), path(path.str()), opts(opts), builder(ctx),
@@ -73,6 +75,9 @@ public:
   }
 
   OwningOpRef<ModuleOp> run(const onnx::ModelProto &model);
+  FailureOr<ImportedValues> importGraph(const onnx::GraphProto &graph,
+                                        ArrayRef<ImportedValue> args,
+                                        StringRef prefix) override;
 
 private:
   InFlightDiagnostic error(Location loc) { return emitError(loc); }
@@ -83,7 +88,8 @@ private:
   LogicalResult checkNumElements(ArrayRef<int64_t> shape, StringRef name);
   LogicalResult createFunction(const onnx::GraphProto &graph);
   LogicalResult declareInitializer(const onnx::TensorProto &tensor);
-  FailureOr<Value> lookup(StringRef name, Location loc, StringRef user);
+  FailureOr<ImportedValue> lookup(StringRef name, Location loc, StringRef user);
+  LogicalResult declareSubgraphInitializer(const onnx::TensorProto &tensor);
   LogicalResult importNode(const onnx::NodeProto &node, size_t index);
   LogicalResult finish(const onnx::GraphProto &graph);
   FailureOr<AsmResourceBlob> externalBlob(const onnx::TensorProto &tensor);
@@ -96,7 +102,12 @@ private:
   int64_t opset = 0;
   OwningOpRef<ModuleOp> module;
   func::FuncOp func;
-  llvm::StringMap<Value> values;
+  /// Named values: the main graph's scope, then one per subgraph being
+  /// imported (If branch, Loop/Scan iteration); lookups go innermost first,
+  /// which is how a subgraph reads outer-scope values.
+  SmallVector<llvm::StringMap<ImportedValue>, 4> scopes{1};
+  /// Prepended to node names inside subgraphs ("loop/body@3/").
+  std::string namePrefix;
   /// Float initializers: the variable, read lazily at first use.
   llvm::StringMap<graph::VariableOp> variables;
   /// Outputs a node names but the importer does not produce -> the node.
@@ -225,7 +236,7 @@ LogicalResult ModelImporter::createFunction(const onnx::GraphProto &graph) {
   Block *entry = func.addEntryBlock();
   for (auto [i, name] : llvm::enumerate(argNames)) {
     func.setArgAttr(i, "graph.name", builder.getStringAttr(name));
-    values[name] = entry->getArgument(i);
+    scopes.front()[name] = ImportedValue::ofTensor(entry->getArgument(i));
   }
   builder.setInsertionPointToEnd(entry);
   return success();
@@ -287,7 +298,7 @@ LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor)
   auto emit = [&] { return error() << "initializer '" << tensor.name() << "': "; };
   if (tensor.name().empty())
     return error() << "an initializer has no name";
-  if (values.count(tensor.name()) || variables.count(tensor.name()))
+  if (scopes.front().count(tensor.name()) || variables.count(tensor.name()))
     return error() << "initializer '" << tensor.name() << "' is defined twice";
   FailureOr<RankedTensorType> type = tensorTypeOf(ctx, tensor, emit);
   if (failed(type))
@@ -318,8 +329,8 @@ LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor)
     }
     OpBuilder::InsertionGuard g(builder);
     builder.setInsertionPointToStart(&func.getBody().front());
-    values[tensor.name()] =
-        builder.create<graph::ConstantOp>(NameLoc::get(builder.getStringAttr(tensor.name()), fileLoc), value);
+    scopes.front()[tensor.name()] = ImportedValue::ofTensor(builder.create<graph::ConstantOp>(
+        NameLoc::get(builder.getStringAttr(tensor.name()), fileLoc), value));
     return success();
   }
   ElementsAttr value;
@@ -365,16 +376,20 @@ LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor)
 
 /// The value named `name`; `user` (a node or "graph output") names the
 /// reader in the error.
-FailureOr<Value> ModelImporter::lookup(StringRef name, Location loc, StringRef user) {
-  if (Value v = values.lookup(name))
-    return v;
+FailureOr<ImportedValue> ModelImporter::lookup(StringRef name, Location loc,
+                                               StringRef user) {
+  for (auto &scope : llvm::reverse(scopes)) {
+    auto it = scope.find(name);
+    if (it != scope.end())
+      return it->second;
+  }
   if (graph::VariableOp var = variables.lookup(name)) {
     OpBuilder::InsertionGuard g(builder);
     builder.setInsertionPointToStart(&func.getBody().front());
     Value read = builder.create<graph::ReadVariableOp>(
         var.getLoc(), var.getType(), FlatSymbolRefAttr::get(var.getSymNameAttr()));
-    values[name] = read;
-    return read;
+    scopes.front()[name] = ImportedValue::ofTensor(read);
+    return ImportedValue::ofTensor(read);
   }
   auto it = unboundOutputs.find(name);
   if (it != unboundOutputs.end())
@@ -387,8 +402,8 @@ FailureOr<Value> ModelImporter::lookup(StringRef name, Location loc, StringRef u
 
 /// Runs `fn`, prefixing the errors that shape inference and verifiers emit
 /// (which know the op, not the ONNX node) with `what`, the node's name.
-static LogicalResult importWithNodeName(ImportFn fn, NodeImporter &importer,
-                                        StringRef what) {
+static LogicalResult importWithNodeName(function_ref<LogicalResult()> fn,
+                                        NodeImporter &importer, StringRef what) {
   MLIRContext *ctx = importer.ctx();
   std::string prefix = importer.proto().op_type() + " node '";
   bool reemitting = false;
@@ -396,8 +411,12 @@ static LogicalResult importWithNodeName(ImportFn fn, NodeImporter &importer,
     if (reemitting || diag.getSeverity() != DiagnosticSeverity::Error)
       return failure();
     std::string msg = diag.str();
-    if (StringRef(msg).starts_with(prefix))
-      return failure(); // Already names the node: pass it on unchanged.
+    // Already names this node, or a node of a subgraph it imports ("Add node
+    // 'loop/body@3/add': ..."): pass it on unchanged.
+    auto [head, rest] = StringRef(msg).split(" node '");
+    if (StringRef(msg).starts_with(prefix) ||
+        (!rest.empty() && !head.empty() && llvm::all_of(head, llvm::isAlnum)))
+      return failure();
     reemitting = true;
     InFlightDiagnostic named = emitError(diag.getLocation()) << what << ": " << msg;
     for (Diagnostic &note : diag.getNotes())
@@ -406,51 +425,66 @@ static LogicalResult importWithNodeName(ImportFn fn, NodeImporter &importer,
     reemitting = false;
     return success();
   });
-  return fn(importer);
+  return fn();
 }
 
 LogicalResult ModelImporter::importNode(const onnx::NodeProto &node, size_t index) {
-  std::string nodeName = node.name().empty()
-                             ? node.op_type() + "_" + std::to_string(index)
-                             : node.name();
+  std::string nodeName = namePrefix + (node.name().empty()
+                                          ? node.op_type() + "_" + std::to_string(index)
+                                          : node.name());
   Location loc = NameLoc::get(builder.getStringAttr(nodeName), fileLoc);
   std::string what = node.op_type() + " node '" + nodeName + "'";
   if (!node.domain().empty() && node.domain() != "ai.onnx")
     return error(loc) << what << ": domain '" << node.domain() << "' is not supported";
   StringRef op = node.op_type();
-  if (op == "If" || op == "Loop" || op == "Scan" || op == "SequenceMap")
-    return error(loc) << what << ": control flow (" << op << ") is not supported";
-  ImportFn fn = opRegistry().lookup(op, opset);
-  if (!fn)
+  // Ops with subgraphs or sequence/optional values first (ImportStructured.h).
+  StructuredImportFn structured = structuredRegistry().lookup(op, opset);
+  ImportFn fn = structured ? nullptr : opRegistry().lookup(op, opset);
+  if (!fn && !structured)
     return error(loc) << what << ": op '" << op << "' (opset " << opset
                       << ") is not supported";
-  SmallVector<Value> inputs;
+  ImportedValues inputs;
+  SmallVector<Value> tensors;
   for (const std::string &in : node.input()) {
     if (in.empty()) {
-      inputs.push_back(nullptr);
+      inputs.emplace_back();
+      tensors.push_back(nullptr);
       continue;
     }
-    FailureOr<Value> v = lookup(in, loc, what);
+    FailureOr<ImportedValue> v = lookup(in, loc, what);
     if (failed(v))
       return failure();
+    if (!v->isTensor() && !structured)
+      return error(loc) << what << ": input '" << in << "' is a " << v->kindName()
+                        << ", but " << op << " takes tensors";
     inputs.push_back(*v);
+    tensors.push_back(v->tensor);
   }
-  NodeImporter importer(builder, node, loc, opset, std::move(inputs));
-  if (failed(importWithNodeName(fn, importer, what)))
-    return failure();
-  ArrayRef<Value> results = importer.results();
+  NodeImporter importer(builder, node, loc, opset, std::move(tensors));
+  ImportedValues results;
+  if (structured) {
+    StructuredNode snode(importer, inputs, *this);
+    if (failed(importWithNodeName([&] { return structured(snode); }, importer, what)))
+      return failure();
+    results = std::move(snode.results);
+  } else {
+    if (failed(importWithNodeName([&] { return fn(importer); }, importer, what)))
+      return failure();
+    for (Value v : importer.results())
+      results.push_back(ImportedValue::ofTensor(v));
+  }
   for (auto [i, v] : llvm::enumerate(results)) {
-    auto type = dyn_cast<RankedTensorType>(v.getType());
+    auto type = v.isTensor() ? dyn_cast<RankedTensorType>(v.tensor.getType()) : nullptr;
     if (type && !fitsElementLimit(type.getShape()))
       return error(loc) << what << ": output " << i << " would have more than 2^48 elements";
   }
   for (auto [i, out] : llvm::enumerate(node.output())) {
     if (out.empty())
       continue;
-    if (values.count(out) || variables.count(out))
+    if (scopes.back().count(out) || (scopes.size() == 1 && variables.count(out)))
       return error(loc) << what << ": output '" << out << "' is already defined";
     if (i < results.size())
-      values[out] = results[i];
+      scopes.back()[out] = results[i];
     else
       unboundOutputs[out] = what + " (output " + std::to_string(i) + ")";
   }
@@ -460,10 +494,13 @@ LogicalResult ModelImporter::importNode(const onnx::NodeProto &node, size_t inde
 LogicalResult ModelImporter::finish(const onnx::GraphProto &graph) {
   SmallVector<Value> results;
   for (const onnx::ValueInfoProto &out : graph.output()) {
-    FailureOr<Value> v = lookup(out.name(), fileLoc, "graph output");
+    FailureOr<ImportedValue> v = lookup(out.name(), fileLoc, "graph output");
     if (failed(v))
       return failure();
-    results.push_back(*v);
+    if (!v->isTensor())
+      return error() << "graph output '" << out.name() << "' is a " << v->kindName()
+                     << ": a static program returns tensors";
+    results.push_back(v->tensor);
   }
   if (results.empty())
     return error() << "graph has no outputs";
@@ -476,6 +513,51 @@ LogicalResult ModelImporter::finish(const onnx::GraphProto &graph) {
   for (auto [i, out] : llvm::enumerate(graph.output()))
     func.setResultAttr(i, "graph.name", builder.getStringAttr(out.name()));
   return success();
+}
+
+LogicalResult ModelImporter::declareSubgraphInitializer(const onnx::TensorProto &tensor) {
+  auto emit = [&] { return error() << "subgraph initializer '" << tensor.name() << "': "; };
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL)
+    return emit() << "external data is not supported in subgraphs";
+  FailureOr<RankedTensorType> type = tensorTypeOf(ctx, tensor, emit);
+  if (failed(type))
+    return failure();
+  FailureOr<DenseElementsAttr> value = denseFromTensor(tensor, *type, emit);
+  if (failed(value))
+    return failure();
+  scopes.back()[tensor.name()] = ImportedValue::ofTensor(builder.create<graph::ConstantOp>(
+      NameLoc::get(builder.getStringAttr(namePrefix + tensor.name()), fileLoc), *value));
+  return success();
+}
+
+FailureOr<ImportedValues> ModelImporter::importGraph(const onnx::GraphProto &graph,
+                                                     ArrayRef<ImportedValue> args,
+                                                     StringRef prefix) {
+  if ((size_t)graph.input_size() != args.size())
+    return error() << "subgraph '" << prefix << "' declares " << graph.input_size()
+                   << " inputs, " << args.size() << " are given";
+  scopes.emplace_back();
+  std::string outerPrefix = std::exchange(namePrefix, prefix.str());
+  auto restore = llvm::make_scope_exit([&] {
+    scopes.pop_back();
+    namePrefix = outerPrefix;
+  });
+  for (auto [in, arg] : llvm::zip(graph.input(), args))
+    scopes.back()[in.name()] = arg;
+  for (const onnx::TensorProto &t : graph.initializer())
+    if (failed(declareSubgraphInitializer(t)))
+      return failure();
+  for (auto [i, node] : llvm::enumerate(graph.node()))
+    if (failed(importNode(node, i)))
+      return failure();
+  ImportedValues outputs;
+  for (const onnx::ValueInfoProto &out : graph.output()) {
+    FailureOr<ImportedValue> v = lookup(out.name(), fileLoc, "subgraph output");
+    if (failed(v))
+      return failure();
+    outputs.push_back(*v);
+  }
+  return outputs;
 }
 
 OwningOpRef<ModuleOp> ModelImporter::run(const onnx::ModelProto &model) {
@@ -560,4 +642,11 @@ OwningOpRef<ModuleOp> strait::importONNXFile(StringRef path, MLIRContext *ctx,
   return importONNXBuffer((*buf)->getBuffer(), path, ctx, opts);
 }
 
-SmallVector<StringRef> strait::supportedONNXOps() { return opRegistry().opTypes(); }
+SmallVector<StringRef> strait::supportedONNXOps() {
+  SmallVector<StringRef> ops = opRegistry().opTypes();
+  for (StringRef op : structuredRegistry().opTypes())
+    if (!llvm::is_contained(ops, op))
+      ops.push_back(op);
+  llvm::sort(ops);
+  return ops;
+}

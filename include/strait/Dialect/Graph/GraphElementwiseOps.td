@@ -28,7 +28,9 @@ def Graph_MishOp : Graph_UnaryOp<"Mish", "x * tanh(softplus(x))">;
 def Graph_NegOp : Graph_UnaryOp<"Neg", "negation"> {
   let hasFolder = 1;
 }
-def Graph_NotOp : Graph_UnaryOp<"Not", "logical not">;
+def Graph_NotOp : Graph_UnaryOp<"Not", "logical not"> {
+  let hasFolder = 1;
+}
 def Graph_ReciprocalOp : Graph_UnaryOp<"Reciprocal", "1 / x">;
 def Graph_ReluOp : Graph_UnaryOp<"Relu", "max(x, 0)">;
 def Graph_RoundOp : Graph_UnaryOp<"Round", "round half to even">;
@@ -235,20 +237,30 @@ def Graph_BitShiftOp : Graph_BroadcastOp<"BitShift", "unsigned shift of A by B b
   let arguments = (ins AnyTensor:$A, AnyTensor:$B,
                    Graph_ShiftDirectionAttr:$direction);
 }
-def Graph_AndOp : Graph_BroadcastOp<"And", "logical and", "inferBroadcastSame", [Commutative]>;
-def Graph_OrOp : Graph_BroadcastOp<"Or", "logical or", "inferBroadcastSame", [Commutative]>;
-def Graph_XorOp : Graph_BroadcastOp<"Xor", "logical xor", "inferBroadcastSame", [Commutative]>;
+def Graph_AndOp : Graph_BroadcastOp<"And", "logical and", "inferBroadcastSame", [Commutative]> {
+  let hasFolder = 1;
+}
+def Graph_OrOp : Graph_BroadcastOp<"Or", "logical or", "inferBroadcastSame", [Commutative]> {
+  let hasFolder = 1;
+}
+def Graph_XorOp : Graph_BroadcastOp<"Xor", "logical xor", "inferBroadcastSame", [Commutative]> {
+  let hasFolder = 1;
+}
 def Graph_EqualOp : Graph_BroadcastOp<"Equal", "A == B", "inferBroadcastBool", [Commutative]> {
   let hasFolder = 1;
 }
 def Graph_LessOp : Graph_BroadcastOp<"Less", "A < B", "inferBroadcastBool"> {
   let hasFolder = 1;
 }
-def Graph_LessOrEqualOp : Graph_BroadcastOp<"LessOrEqual", "A <= B", "inferBroadcastBool">;
+def Graph_LessOrEqualOp : Graph_BroadcastOp<"LessOrEqual", "A <= B", "inferBroadcastBool"> {
+  let hasFolder = 1;
+}
 def Graph_GreaterOp : Graph_BroadcastOp<"Greater", "A > B", "inferBroadcastBool"> {
   let hasFolder = 1;
 }
-def Graph_GreaterOrEqualOp : Graph_BroadcastOp<"GreaterOrEqual", "A >= B", "inferBroadcastBool">;
+def Graph_GreaterOrEqualOp : Graph_BroadcastOp<"GreaterOrEqual", "A >= B", "inferBroadcastBool"> {
+  let hasFolder = 1;
+}
 
 def Graph_WhereOp : Graph_GenericOp<"Where", [Pure]> {
   let summary = "select X where condition, else Y";

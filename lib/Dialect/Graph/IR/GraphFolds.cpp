@@ -198,7 +198,45 @@ STRAIT_FOLD_ARITH(DivOp, '/')
 STRAIT_FOLD_COMPARE(EqualOp, ==)
 STRAIT_FOLD_COMPARE(LessOp, <)
 STRAIT_FOLD_COMPARE(GreaterOp, >)
+STRAIT_FOLD_COMPARE(LessOrEqualOp, <=)
+STRAIT_FOLD_COMPARE(GreaterOrEqualOp, >=)
 #undef STRAIT_FOLD_COMPARE
+
+/// The value of a bool scalar, or nullopt for anything else.
+static std::optional<bool> boolValue(Attribute a) {
+  auto i = dyn_cast_or_null<IntegerAttr>(a);
+  if (!i || !i.getType().isInteger(1))
+    return std::nullopt;
+  return !i.getValue().isZero();
+}
+
+// Logical ops fold so that loop and branch conditions computed from
+// constants (the iteration number, shapes) become constants at import.
+OpFoldResult NotOp::fold(FoldAdaptor adaptor) {
+  MLIRContext *ctx = getContext();
+  return foldElementwise(adaptor.getOperands(), getType(),
+                         [ctx](ArrayRef<Attribute> v) -> Attribute {
+                           std::optional<bool> x = boolValue(v[0]);
+                           return x ? boolAttr(ctx, !*x) : Attribute();
+                         });
+}
+
+#define STRAIT_FOLD_LOGICAL(OpName, expr)                                      \
+  OpFoldResult OpName::fold(FoldAdaptor adaptor) {                             \
+    MLIRContext *ctx = getContext();                                           \
+    return foldElementwise(adaptor.getOperands(), getType(),                   \
+                           [ctx](ArrayRef<Attribute> v) -> Attribute {         \
+                             std::optional<bool> a = boolValue(v[0]),          \
+                                                 b = boolValue(v[1]);          \
+                             if (!a || !b)                                     \
+                               return {};                                      \
+                             return boolAttr(ctx, expr);                       \
+                           });                                                 \
+  }
+STRAIT_FOLD_LOGICAL(AndOp, *a && *b)
+STRAIT_FOLD_LOGICAL(OrOp, *a || *b)
+STRAIT_FOLD_LOGICAL(XorOp, *a != *b)
+#undef STRAIT_FOLD_LOGICAL
 
 OpFoldResult NegOp::fold(FoldAdaptor adaptor) {
   return foldElementwise(adaptor.getOperands(), getType(),
