@@ -230,18 +230,27 @@ LogicalResult importAttention(NodeImporter &n) {
 
   // The additive bias: the mask, and the causal mask where it cannot be the
   // op's flag (ONNX aligns it top-left without a past, the op bottom-right).
+  // FusedAttention takes an f32 bias whatever Q's type (the CPU kernels have
+  // no 16-bit Add); the decomposed form adds it to scores of Q's type.
+  bool decompose =
+      *softcap > 0.0f || (n.proto().output_size() > 3 && !n.proto().output(3).empty());
+  Type biasElt = decompose ? elt : n.b().getF32Type();
   Value bias;
   if (Value m = n.input(3)) {
-    FailureOr<Value> am = additiveMask(n, m, elt, tk);
+    FailureOr<Value> am = additiveMask(n, m, biasElt, tk);
     if (failed(am))
       return failure();
     bias = *am;
+    if (rankedType(bias).getElementType() != biasElt) {
+      FailureOr<Value> c = one<graph::CastOp>(n, bias, {n.named("to", TypeAttr::get(biasElt))});
+      if (failed(c))
+        return failure();
+      bias = *c;
+    }
   }
-  bool decompose =
-      *softcap > 0.0f || (n.proto().output_size() > 3 && !n.proto().output(3).empty());
   bool causalFlag = *causal && !decompose && tk - tq == past;
   if (*causal && !causalFlag) {
-    Value cb = causalBias(n, elt, tq, tk, past);
+    Value cb = causalBias(n, biasElt, tq, tk, past);
     if (bias) {
       FailureOr<Value> s = one<graph::AddOp>(n, {bias, cb});
       if (failed(s))
@@ -295,6 +304,22 @@ LogicalResult importAttention(NodeImporter &n) {
     FailureOr<Value> p = one<graph::SoftmaxOp>(n, logits, {n.named("axis", n.i64(-1))});
     if (failed(p))
       return failure();
+    if (bias) {
+      // A query whose bias masks every key attends to nothing: P = 0 there
+      // (Softmax alone would give NaN), as ONNX and FusedAttention define.
+      int64_t last = rankedType(bias).getRank() - 1;
+      FailureOr<Value> mx = one<graph::ReduceMaxOp>(n, bias, {n.named("axes", n.i64s({last})),
+                                                              n.named("keepdims", n.i64(1))});
+      FailureOr<Value> none =
+          failed(mx) ? FailureOr<Value>(failure())
+                     : one<graph::EqualOp>(n, {*mx, floatConstant(n, rankedType(bias).getElementType(),
+                                                                  {}, {-INFINITY})});
+      FailureOr<Value> z = failed(none) ? FailureOr<Value>(failure())
+                                        : one<graph::WhereOp>(n, {*none, floatConstant(n, elt, {}, {0.0}), *p});
+      if (failed(z))
+        return failure();
+      p = z;
+    }
     if (*mode == 3)
       qk = *p;
     FailureOr<Value> pv = one<graph::MatMulOp>(n, {*p, *vr});

@@ -1,0 +1,219 @@
+"""ONNX opset 23 Attention and RotaryEmbedding (lib/Target/ONNX/ImportAttention.cpp), run
+on the CPU runtime against independent references.
+
+* ``test_node_case``: the onnx 1.23 backend node tests of both ops, generated in the test from
+  onnx's own case generators (onnx/backend/test/case/node/attention.py,
+  rotaryembedding.py: the expected outputs come from onnx.reference), inputs bound as
+  initializers. Every case at opset <= 23 runs, except those listed in UNSUPPORTED with the
+  reason (opset 24+ cases, nonpad_kv_seqlen and sliding windows, are not collected).
+* ``test_torch_export_trains``: a GQA causal attention block with rotary embeddings exported
+  by PyTorch's dynamo exporter at opset 23 (it emits Attention and RotaryEmbedding); the
+  forward loss and the gradients of every parameter and of the input from a Strait training
+  step against PyTorch autograd.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+from jobutil import STRAIT_RUN, STRAITC
+from test_recurrent import _bind_inputs, strait_forward
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfile(STRAIT_RUN),
+                                reason="straitc or strait-run not built")
+
+MAX_OPSET = 23
+# Relative tolerance by the element type of the outputs: f32 kernels vs onnx.reference's
+# numpy; the 16-bit reference rounds every step, Strait's kernels once.
+TOL = {np.float32: 1e-5, np.float16: 2e-3}
+TOL_BF16 = 1e-2
+
+
+def _cases():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+        cases = collect_testcases(None)
+    out = {}
+    for c in cases:
+        if not (c.name.startswith("test_attention") or c.name.startswith("test_rotary_embedding")):
+            continue
+        if c.name.endswith("_expanded") or c.model.graph.node[0].op_type not in (
+                "Attention", "RotaryEmbedding"):
+            continue
+        opset = max(o.version for o in c.model.opset_import if o.domain in ("", "ai.onnx"))
+        if opset <= MAX_OPSET:
+            out[c.name] = c
+    return out
+
+
+try:
+    CASES = _cases()
+except Exception:  # noqa: BLE001 - an onnx without the case generators: nothing to run
+    CASES = {}
+
+
+def _with_f32_outputs(model):
+    """bf16 outputs cannot be dumped as .npy: a Cast to f32 after each."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for o in m.graph.output:
+        if o.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = o.name + "_bf16"
+            for node in m.graph.node:
+                node.output[:] = [inner if x == o.name else x for x in node.output]
+            m.graph.node.append(helper.make_node("Cast", [inner], [o.name], to=TensorProto.FLOAT))
+            o.type.tensor_type.elem_type = TensorProto.FLOAT
+    return m
+
+
+def _compare(got, ref, tol):
+    """Max relative difference over the finite entries; the infinite ones (masked scores of
+    qk_matmul_output) must match exactly."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref.astype(np.float32), np.float64)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    inf = np.isinf(ref)
+    assert np.array_equal(np.isinf(got), inf) and np.array_equal(got[inf], ref[inf])
+    assert not np.isnan(got).any(), "NaN in Strait's output"
+    fin = ~inf
+    if not fin.any():
+        return 0.0
+    err = float(np.abs(got[fin] - ref[fin]).max() / max(float(np.abs(ref[fin]).max()), 1e-6))
+    assert err <= tol, err
+    return err
+
+
+@pytest.mark.skipif(not CASES, reason="needs onnx 1.23's backend test case generators")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_node_case(name, tmp_path):
+    case = CASES[name]
+    inputs, outputs = case.data_sets[0]
+    feeds = {i.name: v for i, v in zip(case.model.graph.input, inputs)}
+    got = strait_forward(_with_f32_outputs(case.model), feeds, tmp_path)
+    for o, ref in zip(case.model.graph.output, outputs):
+        tol = TOL_BF16 if o.type.tensor_type.elem_type == TensorProto.BFLOAT16 else \
+            TOL[ref.dtype.type]
+        err = _compare(got[o.name], ref, tol)
+        print(f"{name}: {o.name} max relative difference {err:.1e}")
+
+
+def test_cases_cover_both_ops():
+    if not CASES:
+        pytest.skip("needs onnx 1.23's backend test case generators")
+    ops = {c.model.graph.node[0].op_type for c in CASES.values()}
+    assert ops == {"Attention", "RotaryEmbedding"} and len(CASES) >= 60, (ops, len(CASES))
+
+
+# ---------------------------------------------------------------------------------------
+# A PyTorch export, forward and gradients
+
+torch = None
+
+
+def _block():
+    import torch as t
+    import torch.nn.functional as F
+
+    class Block(t.nn.Module):
+        """4 query heads, 2 key/value heads of 8, causal, rotary on Q and K."""
+
+        def __init__(self):
+            super().__init__()
+            g = t.Generator().manual_seed(0)
+            self.q = t.nn.Linear(32, 32)
+            self.kv = t.nn.Linear(32, 32)
+            pos = t.arange(16.0)[:, None] * (10000.0 ** (-t.arange(0, 8, 2) / 8))[None]
+            self.register_buffer("cos", t.cos(pos))
+            self.register_buffer("sin", t.sin(pos))
+            self.register_buffer("R", t.randn(2, 6, 32, generator=g))
+
+        export = True
+
+        def rotate(self, x, pos):
+            c = t.cat([self.cos[pos]] * 2, -1)[:, None]
+            s = t.cat([self.sin[pos]] * 2, -1)[:, None]
+            x1, x2 = x.chunk(2, -1)
+            return x * c + t.cat([-x2, x1], -1) * s
+
+        def forward(self, x, pos):
+            B, T, C = x.shape
+            q = self.q(x).view(B, T, 4, 8).transpose(1, 2)
+            k, v = self.kv(x).view(B, T, 2, 2, 8).unbind(2)
+            k, v = k.transpose(1, 2), v.transpose(1, 2)
+            if self.export:
+                q = t.onnx.ops.rotary_embedding(q, self.cos, self.sin, pos)
+                k = t.onnx.ops.rotary_embedding(k, self.cos, self.sin, pos)
+            else:  # the same rotation in plain PyTorch, which autograd differentiates
+                q, k = self.rotate(q, pos), self.rotate(k, pos)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return (y.transpose(1, 2).reshape(B, T, C) * self.R).sum()
+
+    t.manual_seed(1)
+    return t, Block()
+
+
+def test_torch_export_trains(tmp_path):
+    t = pytest.importorskip("torch")
+    if not hasattr(t.onnx, "ops") or not hasattr(t.onnx.ops, "rotary_embedding"):
+        pytest.skip("torch without torch.onnx.ops.rotary_embedding")
+    t, block = _block()
+    x = t.randn(2, 6, 32, generator=t.Generator().manual_seed(2), requires_grad=True)
+    pos = t.tensor([[0, 1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8]])
+    path = tmp_path / "block.onnx"
+    block.eval()
+    t.onnx.export(block, (x, pos), str(path), dynamo=True, opset_version=23, verbose=False)
+    block.export = False
+    model = onnx.load(str(path))
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Attention") == 1 and ops.count("RotaryEmbedding") == 2, ops
+
+    loss = block(x, pos)
+    loss.backward()
+    ref = {"x": x.grad.numpy()}
+    for name, p in block.named_parameters():
+        ref[name] = p.grad.numpy()
+
+    feeds = {"x": x.detach().numpy(), "pos": pos.numpy()}
+    bound = _bind_inputs(model, feeds)
+    out = model.graph.output[0].name
+    onnx.save(bound, str(tmp_path / "bound.onnx"))
+    job, dump = str(tmp_path / "job"), str(tmp_path / "dump")
+    c = subprocess.run([STRAITC, str(tmp_path / "bound.onnx"), "--loss", "output",
+                        "--optimizer", "none", "--return-gradients", "--frozen", "cos,sin,R",
+                        "-o", job], capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr[-3000:]
+    r = subprocess.run([STRAIT_RUN, job, "--steps", "1", "--threads", "1", "--quiet",
+                        "--dump-outputs", dump], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stderr + r.stdout)[-3000:]
+    got_loss = float(np.load(os.path.join(dump, f"{out}.rank0.npy")))
+    assert abs(got_loss - float(loss)) <= 1e-4 * max(1.0, abs(float(loss))), (got_loss, loss)
+
+    # The exporter stores weights as initializers of its own names (W^T for MatMul):
+    # match each Strait gradient to a PyTorch parameter through the initializer's value.
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    values = {"x": feeds["x"], **{n: p.detach().numpy() for n, p in block.named_parameters()}}
+    checked = []
+    for name, init in list(inits.items()) + [("x", feeds["x"])]:
+        if name in ("cos", "sin", "R") or init.dtype != np.float32:
+            continue
+        match = [(pn, False) for pn, pv in values.items() if pv.shape == init.shape and
+                 np.array_equal(pv, init)]
+        match += [(pn, True) for pn, pv in values.items() if pv.ndim == 2 and
+                  pv.T.shape == init.shape and np.array_equal(pv.T, init)]
+        if not match:
+            continue
+        pname, transposed = match[0]
+        g = np.load(os.path.join(dump, f"grad.{name}.rank0.npy"))
+        want = ref[pname].T if transposed else ref[pname]
+        err = float(np.abs(g - want).max() / np.abs(want).max())
+        assert err <= 1e-4, f"d{pname} ({name}) differs from PyTorch by {err:.1e}"
+        checked.append(pname)
+        print(f"d{pname}: max relative difference to PyTorch {err:.1e}")
+    assert sorted(checked) == sorted(values), (checked, list(values))
