@@ -233,3 +233,177 @@ def test_debian_node_data(test, tmp_path):
     model.graph.input.extend(inputs)
     expected = {o.name: load("output", k) for k, o in enumerate(model.graph.output)}
     check_outputs(forward(model, feeds, tmp_path), expected, what=f"{test}: ")
+
+
+# ---------------------------------------------------------------------------------------
+# What the node tests leave out, against onnxruntime (onnx.reference for SequenceMap)
+
+F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _info(name, elt=F32, shape=None):
+    return helper.make_tensor_value_info(name, elt, shape)
+
+
+def _const(name, value):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+        np.asarray(value), name))
+
+
+def _model(nodes, inputs, outputs, opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _if_runtime_condition():
+    """The condition comes from a weight: not constant, both branches and Where."""
+    then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["a"])], "then", [],
+                             [_info("a")])
+    other = helper.make_graph([_const("one", np.float32(1)),
+                               helper.make_node("Sub", ["x", "one"], ["b"])], "else", [],
+                              [_info("b")])
+    nodes = [helper.make_node("ReduceSum", ["w"], ["s"], keepdims=0),
+             _const("zero", np.float32(0)),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    return _model(nodes, [_info("w", F32, [2]), _info("x", F32, [3, 2])], [_info("y")])
+
+
+def _loop_early_exit(with_trip_count=True):
+    """Carried h and an outer-scope weight; stops when i reaches 4 (5 iterations of at most
+    10); scan output stacked."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F32),
+         helper.make_node("Mul", ["h", "scale"], ["hs"]),
+         helper.make_node("Add", ["hs", "fi"], ["h2"]),
+         helper.make_node("Tanh", ["h2"], ["h_out"]),
+         _const("four", np.int64(4)),
+         helper.make_node("Less", ["i", "four"], ["c_out"]),
+         helper.make_node("ReduceSum", ["h_out"], ["scan"], keepdims=1)],
+        "body", [_info("i", I64, []), _info("c", BOOL, []), _info("h")],
+        [_info("c_out", BOOL, []), _info("h_out"), _info("scan")])
+    nodes = [_const("M", np.int64(10)), _const("cond", np.bool_(True)),
+             helper.make_node("Loop", ["M" if with_trip_count else "", "cond", "h0"],
+                              ["h", "ys"], body=body)]
+    return _model(nodes, [_info("h0", F32, [3]), _info("scale", F32, [3])],
+                  [_info("h"), _info("ys")])
+
+
+def _scan_directions():
+    """Two scan inputs along axes 0 and 1, the second reversed; two scan outputs, the
+    second reversed and stacked along the last axis."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["a", "b"], ["ab"]),
+         helper.make_node("Add", ["s", "ab"], ["s2"]),
+         helper.make_node("Identity", ["s2"], ["y1"]),
+         helper.make_node("Sigmoid", ["ab"], ["y2"])],
+        "body", [_info("s", F32, [4]), _info("a", F32, [4]), _info("b", F32, [4])],
+        [_info("s2", F32, [4]), _info("y1", F32, [4]), _info("y2", F32, [4])])
+    node = helper.make_node("Scan", ["s0", "A", "B"], ["s", "Y1", "Y2"], body=body,
+                            num_scan_inputs=2, scan_input_axes=[0, 1],
+                            scan_input_directions=[0, 1], scan_output_axes=[0, -1],
+                            scan_output_directions=[0, 1])
+    return _model([node], [_info("s0", F32, [4]), _info("A", F32, [3, 4]),
+                           _info("B", F32, [4, 3])],
+                  [_info("s"), _info("Y1"), _info("Y2")])
+
+
+def _sequences():
+    """SplitToSequence (scalar split, keepdims=0, list), positions from the back,
+    ConcatFromSequence with and without new_axis, SequenceLength, SequenceMap (the optional
+    ops are covered by the onnx node cases)."""
+    add_body = helper.make_graph([helper.make_node("Add", ["e", "t"], ["o"])], "map",
+                                 [_info("e"), _info("t")], [_info("o")])
+    nodes = [
+        _const("two", np.int64(2)), _const("m1", np.int64(-1)), _const("m2", np.int64(-2)),
+        _const("sizes", np.array([1, 3], np.int64)),
+        helper.make_node("SplitToSequence", ["x", "two"], ["s1"], axis=1),      # [4,2] x3
+        helper.make_node("SplitToSequence", ["x"], ["rows"], axis=0, keepdims=0),  # [6] x4
+        helper.make_node("SplitToSequence", ["x", "sizes"], ["s3"], axis=0),   # [1,6],[3,6]
+        helper.make_node("SequenceAt", ["s1", "m1"], ["last"]),
+        helper.make_node("SequenceErase", ["rows", "m2"], ["rows3"]),
+        helper.make_node("SequenceInsert", ["rows3", "v", "m1"], ["rows4"]),
+        helper.make_node("ConcatFromSequence", ["rows4"], ["stacked"], axis=-1, new_axis=1),
+        helper.make_node("ConcatFromSequence", ["s3"], ["joined"], axis=0),
+        helper.make_node("SequenceLength", ["s1"], ["n"]),
+        helper.make_node("SequenceMap", ["rows4", "v"], ["mapped"], body=add_body),
+        helper.make_node("ConcatFromSequence", ["mapped"], ["mapped_t"], axis=0),
+    ]
+    return _model(nodes, [_info("x", F32, [4, 6]), _info("v", F32, [6])],
+                  [_info("last"), _info("stacked"), _info("joined"), _info("n", I64),
+                   _info("mapped_t")])
+
+
+SPEC = {
+    "if-runtime-true": (_if_runtime_condition, {"w": [1.0, 2.0]}),
+    "if-runtime-false": (_if_runtime_condition, {"w": [-3.0, 1.0]}),
+    "loop-early-exit": (_loop_early_exit, {}),
+    "loop-while": (lambda: _loop_early_exit(False), {}),
+    "scan-directions": (_scan_directions, {}),
+    "sequences": (_sequences, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC))
+def test_spec_case(case, tmp_path):
+    make, fixed = SPEC[case]
+    model = make()
+    rng = np.random.default_rng(7)
+    feeds = {}
+    for inp in model.graph.input:
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        feeds[inp.name] = np.asarray(fixed.get(inp.name, rng.standard_normal(shape)),
+                                     np.float32)
+    if case == "sequences":  # onnxruntime does not run SequenceMap
+        from onnx.reference import ReferenceEvaluator
+        ref = ReferenceEvaluator(model).run(None, feeds)
+    else:
+        ref = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, feeds)
+    expected = {o.name: np.asarray(r) for o, r in zip(model.graph.output, ref)}
+    check_outputs(forward(model, feeds, tmp_path), expected, what=f"{case}: ")
+
+
+# ---------------------------------------------------------------------------------------
+# A real exporter: TorchScript's Loop and If
+
+def test_torch_export(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    class Recur(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.zeros_like(x[0])
+            for i in range(x.shape[0]):  # a Loop over the (dynamic) first dimension
+                h = torch.tanh(self.lin(h) + x[i])
+            if x.shape[0] > 2:  # an If on a shape
+                h = h * 2.0
+            else:
+                h = h - 1.0
+            return h
+
+    torch.manual_seed(0)
+    module = torch.jit.script(Recur())
+    x = torch.randn(5, 4)
+    path = str(tmp_path / "recur.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), path, dynamo=False, input_names=["x"],
+                          output_names=["y"], opset_version=17,
+                          dynamic_axes={"x": {0: "seq"}})
+    model = onnx.load(path)
+    assert {"Loop", "If"} <= {n.op_type for n in model.graph.node}
+    ref_ort = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x.numpy()})[0]
+    with torch.no_grad():
+        ref_torch = module(x).numpy()
+    np.testing.assert_allclose(ref_ort, ref_torch, rtol=1e-5, atol=1e-6)
+    # The dynamic dimension becomes static (as --input-shape would make it): x is bound.
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 5
+    got = forward(model, {"x": x.numpy()}, tmp_path)
+    check_outputs(got, {"y": ref_torch}, what="torch: ")
