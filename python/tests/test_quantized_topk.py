@@ -4,12 +4,13 @@ gpt2-tiny (AdamW) data-parallel, trained on a token file for a few steps:
   - 2 ranks on two hosts (the flat all-reduce carries the codec): the compiler's D8 size of the
     encoded bucket equals the formula written out here (k codes, one f32 scale per 256 kept
     values, k (b + 2) bits of Rice-coded gaps, b the least with k 2^b >= n); every step each rank
-    sends exactly that payload plus its 24 bytes of header and k and the transport's 8-byte size;
+    sends a payload of at most that plus its 24 bytes of header and k and the transport's 8-byte
+    size (fewer where Elias-gamma-coded gaps are smaller), and at least the codes and scales;
     that is >150x fewer bytes than the uncompressed run's ring; the loss falls and ends within 3%
     of f32 top-k's at the same ratio;
   - 4 ranks on two sites (hierarchical all-reduce, islands {0,1} and {2,3}) with int4 values: the
-    ranks' cross-site pairs each carry half the bucket at exactly the formula's size, the
-    intra-site traffic stays plain.
+    ranks' cross-site pairs each carry half the bucket within the same bounds, the intra-site
+    traffic stays plain.
 """
 from __future__ import annotations
 
@@ -35,13 +36,22 @@ STEPS = 30
 
 
 def formula(n, ratio, bits, block=256):
-    """Encoded bytes of n values (the D8 size): codes, scales, Rice-coded gaps."""
+    """Encoded bytes of n values (the D8 size, the most a payload takes): codes, scales, and
+    Rice-coded gaps; and the bytes before the gaps."""
     k = max(1, math.ceil(ratio * n - 1e-6))
     b = 0
     while k << b < n:
         b += 1
-    codes = k if bits == 8 else (k + 1) // 2
-    return codes + 4 * math.ceil(k / block) + math.ceil(k * (b + 2) / 8)
+    codes = (k if bits == 8 else (k + 1) // 2) + 4 * math.ceil(k / block)
+    return codes + math.ceil(k * (b + 2) / 8), codes
+
+
+def payload_ok(sent, n, ratio, bits):
+    """A payload sent (+ its 24 bytes of header and k, + the transport's 8-byte size) with the
+    Rice bound (exactly the D8 size) or Elias-gamma gaps in fewer bytes (1 bit or more each)."""
+    most, before_gaps = formula(n, ratio, bits)
+    k = max(1, math.ceil(ratio * n - 1e-6))
+    return 32 + before_gaps + math.ceil(k / 8) <= sent <= 32 + most
 
 
 def job(d, name, cluster, ranks, compress):
@@ -82,11 +92,11 @@ def test_flat_all_reduce_sends_the_formula_and_trains(tmp_path, data):
                   r"error_feedback .*: tensor<(\d+)xf32> -> tensor<(\d+)xi8>", ir)
     assert m, ir[-3000:]
     n, encoded = int(m.group(1)), int(m.group(2))
-    assert encoded == formula(n, 0.01, 8), (n, encoded)
+    assert encoded == formula(n, 0.01, 8)[0], (n, encoded)
     ref, got = train(plain, data, 2), train(coded, data, 2)
     for r in range(2):
         for _, sent in got[r]:
-            assert sent == {1 - r: encoded + 24 + 8}, sent  # header, k, transport size
+            assert list(sent) == [1 - r] and payload_ok(sent[1 - r], n, 0.01, 8), sent
     ratio = ref[0][-1][1][1] / got[0][-1][1][1]
     print(f"gradient bytes per step: {ref[0][-1][1][1]} -> {got[0][-1][1][1]} ({ratio:.0f}x)")
     assert ratio > 150
@@ -111,7 +121,7 @@ def test_hierarchical_int4_values_between_the_sites(tmp_path, data):
     coded, out, ir = job(tmp_path, "two-sites", TWO_SITES, 4, "topk:0.01:int4")
     assert "straitc: compressed all-reduce of stage 0: topk:0.01:int4+ef (1 value)" in out, out
     m = re.search(r"codec <topk_int4> .*: tensor<(\d+)xf32> -> tensor<(\d+)xi8>", ir)
-    assert m and int(m.group(2)) == formula(int(m.group(1)), 0.01, 4), ir[-3000:]
+    assert m and int(m.group(2)) == formula(int(m.group(1)), 0.01, 4)[0], ir[-3000:]
     n = int(m.group(1))
     got = train(coded, data, 4)
     # One inter-site pair per island member (r0-r2, r1-r3), each on half of the bucket.
@@ -119,7 +129,7 @@ def test_hierarchical_int4_values_between_the_sites(tmp_path, data):
     inside = {0: 1, 1: 0, 2: 3, 3: 2}
     for r in range(4):
         for _, sent in got[r]:
-            assert sent[across[r]] == formula(n // 2, 0.01, 4) + 24 + 8, sent
+            assert payload_ok(sent[across[r]], n // 2, 0.01, 4), sent
             assert sent[inside[r]] == 4 * n, sent  # plain inside the site
     losses = [sum(got[r][i][0] for r in range(4)) / 4 for i in range(STEPS)]
     assert sum(losses[-5:]) / 5 < losses[0] - 0.5, losses

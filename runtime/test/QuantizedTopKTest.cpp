@@ -3,9 +3,10 @@
 // CODEC_TOPK_INT8 / CODEC_TOPK_INT4 against references computed here: the
 // kept positions from a full sort of (|x|, index), each kept value within
 // half a scale of its block of kept values (scale = max |kept| / qmax), the
-// payload size from the formula written out independently (the compiler's
-// D8 size plus the 24 bytes of header and k: test/Dialect/Dist checks the
-// same figures), Rice-coded positions that fit their bound for any pattern.
+// payload size from the formulas written out independently (Rice: the
+// compiler's D8 size plus the 24 bytes of header and k, test/Dialect/Dist
+// checks the same figures; Elias-gamma where smaller), Rice-coded positions
+// that fit their bound for any pattern.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
@@ -41,22 +42,32 @@ uint64_t expectedBytes(bool int4, uint64_t n, uint64_t k, uint64_t block) {
   return 24 + 4 * ((k + block - 1) / block) + (int4 ? (k + 1) / 2 : k) + (k * (b + 2) + 7) / 8;
 }
 
-/// Encodes, checks the size against expectedBytes, decodes, and checks the
-/// kept positions (a full sort, ties to the lower index) and each kept
-/// value against half a scale of its block.
-void expectQuantizedTopK(const std::vector<float> &x, bool int4, float ratio, uint32_t block) {
+/// Bytes of Elias-gamma codes of the gaps of the sorted positions `kept`
+/// (gap + 1 = v in 2 floor(log2 v) + 1 bits).
+uint64_t gammaBytes(const std::vector<uint32_t> &kept) {
+  uint64_t bits = 0;
+  int64_t prev = -1;
+  for (uint32_t i : kept) {
+    bits += 2 * uint64_t(std::floor(std::log2(double(int64_t(i) - prev)))) + 1;
+    prev = i;
+  }
+  return (bits + 7) / 8;
+}
+
+/// Encodes, decodes, and checks the kept positions (a full sort, ties to
+/// the lower index), each kept value against half a scale of its block, and
+/// the size: expectedBytes with Rice-coded gaps, or the Elias-gamma size
+/// when that is smaller. Returns the index encoding.
+TopKIndexEncoding expectQuantizedTopK(const std::vector<float> &x, bool int4, float ratio,
+                                      uint32_t block) {
   auto p = qparams(int4, ratio, block);
   std::vector<uint8_t> payload;
-  ASSERT_TRUE(encode(p, x.data(), x.size(), payload).isOk());
+  EXPECT_TRUE(encode(p, x.data(), x.size(), payload).isOk());
   int64_t k = topkCount(p, x.size());
   uint32_t B = block ? block : 256;
-  ASSERT_EQ(payload.size(), expectedBytes(int4, x.size(), k, B))
-      << (int4 ? "int4" : "int8") << " ratio " << ratio << " n " << x.size();
-  ASSERT_EQ(payload.size(), topkQuantizedBytes(int4, x.size(), k, B));
-  EXPECT_EQ(payload[2], static_cast<uint8_t>(TopKIndexEncoding::Rice));
   std::vector<float> y(x.size(), 7.0f);
   Status s = decode(payload.data(), payload.size(), y.data(), y.size());
-  ASSERT_TRUE(s.isOk()) << s.toString();
+  EXPECT_TRUE(s.isOk()) << s.toString();
 
   std::vector<uint32_t> order(x.size());
   std::iota(order.begin(), order.end(), 0u);
@@ -66,12 +77,21 @@ void expectQuantizedTopK(const std::vector<float> &x, bool int4, float ratio, ui
   });
   std::vector<uint32_t> kept(order.begin(), order.begin() + k);
   std::sort(kept.begin(), kept.end());
+  uint64_t rice = expectedBytes(int4, x.size(), k, B);
+  EXPECT_EQ(rice, topkQuantizedBytes(int4, x.size(), k, B));
+  uint64_t riceIndexBytes = (k * (riceParameter(x.size(), k) + 2) + 7) / 8;
+  uint64_t gamma = rice - riceIndexBytes + gammaBytes(kept);
+  auto enc = static_cast<TopKIndexEncoding>(payload[2]);
+  EXPECT_EQ(enc, gamma < rice ? TopKIndexEncoding::Gamma : TopKIndexEncoding::Rice);
+  EXPECT_EQ(payload.size(), std::min(gamma, rice))
+      << (int4 ? "int4" : "int8") << " ratio " << ratio << " n " << x.size();
   std::vector<char> isKept(x.size(), 0);
   for (uint32_t i : kept)
     isKept[i] = 1;
+  size_t wrong = 0;
   for (size_t i = 0; i < x.size(); ++i)
-    if (!isKept[i])
-      ASSERT_EQ(y[i], 0.0f) << "dropped element " << i;
+    wrong += !isKept[i] && y[i] != 0.0f;
+  EXPECT_EQ(wrong, 0u) << "dropped elements decoded as non-zero";
   float qmax = int4 ? 7.0f : 127.0f;
   for (size_t lo = 0; lo < kept.size(); lo += B) {
     size_t hi = std::min(kept.size(), lo + B);
@@ -81,12 +101,13 @@ void expectQuantizedTopK(const std::vector<float> &x, bool int4, float ratio, ui
     float scale = m / qmax;
     for (size_t j = lo; j < hi; ++j) {
       uint32_t i = kept[j];
-      ASSERT_LE(std::fabs(y[i] - x[i]), 0.5f * scale * (1 + 1e-5f) + 1e-30f)
+      EXPECT_LE(std::fabs(y[i] - x[i]), 0.5f * scale * (1 + 1e-5f) + 1e-30f)
           << "kept element " << i << " of block " << lo / B;
       if (scale > 0 && std::fabs(x[i]) > scale) // sign kept for values above a step
-        ASSERT_EQ(std::signbit(y[i]), std::signbit(x[i]));
+        EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i]));
     }
   }
+  return enc;
 }
 
 } // namespace
@@ -112,6 +133,20 @@ TEST(QuantizedTopK, SizesOfTheCompilerTests) {
   EXPECT_EQ(riceParameter(4096, 41), 7);
   EXPECT_EQ(riceParameter(100, 100), 0);
   EXPECT_EQ(riceParameter(0, 0), 0);
+}
+
+TEST(QuantizedTopK, RiceForScatteredPositionsGammaForClusteredOnes) {
+  // Gaussian noise: positions spread at random, gaps ~ n / k: Rice.
+  auto x = gaussian(1 << 16, 4);
+  EXPECT_EQ(expectQuantizedTopK(x, false, 0.01f, 0), TopKIndexEncoding::Rice);
+  // Whole rows large (as an embedding's rows of the batch's tokens): runs
+  // of gap 0 cost 1 bit each in Elias-gamma against Rice's b + 1.
+  std::vector<float> rows(1 << 16, 0.01f);
+  for (int r : {3, 40, 41, 200})
+    for (int c = 0; c < 160; ++c)
+      rows[r * 256 + c] = 1.0f + c % 7;
+  EXPECT_EQ(expectQuantizedTopK(rows, false, 0.01f, 0), TopKIndexEncoding::Gamma);
+  EXPECT_EQ(expectQuantizedTopK(rows, true, 0.01f, 0), TopKIndexEncoding::Gamma);
 }
 
 TEST(QuantizedTopK, RiceGapsFitTheirBoundForAnyPattern) {
@@ -188,6 +223,37 @@ TEST(QuantizedTopK, CorruptPayloadsNameTheProblem) {
   size_t indices = payload.size() - (50 * 9 + 7) / 8; // k = 50, b = 7: 9 bits each
   std::fill(bad.begin() + indices, bad.end(), 0xFF);
   EXPECT_NE(message(bad).find("Rice-coded gap"), std::string::npos) << message(bad);
+  // An Elias-gamma payload: a byte too many, a bit after the last gap, a
+  // code running past numel.
+  std::vector<float> rows(5000, 0.01f);
+  for (int i = 100; i < 150; ++i)
+    rows[i] = 1.0f;
+  std::vector<uint8_t> g;
+  ASSERT_TRUE(encode(qparams(false, 0.01f), rows.data(), rows.size(), g).isOk());
+  ASSERT_EQ(g[2], static_cast<uint8_t>(TopKIndexEncoding::Gamma));
+  ASSERT_TRUE(decode(g.data(), g.size(), y.data(), y.size()).isOk());
+  bad = g;
+  bad.push_back(0);
+  EXPECT_NE(message(bad).find("bytes after the last"), std::string::npos) << message(bad);
+  bad = g;
+  bad.back() |= 0x80;
+  EXPECT_NE(message(bad).find("Elias-gamma"), std::string::npos) << message(bad);
+  bad = g;
+  std::fill(bad.end() - 3, bad.end(), 0);
+  EXPECT_NE(message(bad).find("Elias-gamma gap"), std::string::npos) << message(bad);
+  // Random flips and truncations of the Elias-gamma payload: errors, never
+  // a crash (Codec.MalformedPayloadsAreErrorsNotCrashes does the Rice ones).
+  uint32_t state = 77;
+  for (int trial = 0; trial < 2000; ++trial) {
+    bad = g;
+    for (int f = 0; f <= trial % 3; ++f) {
+      state = state * 1664525u + 1013904223u;
+      bad[(state >> 8) % bad.size()] ^= uint8_t(1u << (state % 8));
+    }
+    (void)decode(bad.data(), bad.size(), y.data(), y.size());
+  }
+  for (size_t len = 0; len < g.size(); ++len)
+    EXPECT_FALSE(decode(g.data(), len, y.data(), y.size()).isOk()) << len;
   // Parameters: a quantized top-k does not adapt.
   auto p = qparams(true, 0.01f);
   p.set_adapt(true);

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "JobRecord.h"
 #include "strait/Analysis/Compression.h"
 #include "strait/Analysis/KernelList.h"
 #include "strait/Analysis/PlanReport.h"
@@ -313,9 +314,16 @@ struct PlanReporter : public PassInstrumentation {
 /// the simulated iteration time without and with them (text and JSON).
 LogicalResult reportCompression(const strait::PartitionPlan &plan,
                                 const strait::ClusterModel &cluster, llvm::raw_ostream &os,
-                                llvm::json::Value *json, bool perLink = true) {
-  if (compress == "none" && compressLink.empty())
+                                llvm::json::Value *json, bool perLink = true,
+                                double *predicted = nullptr) {
+  if (compress == "none" && compressLink.empty()) {
+    if (predicted) // the plan without codecs
+      if (auto sim = strait::simulatePlan(plan, cluster))
+        *predicted = sim->iterationTime;
+      else
+        llvm::consumeError(sim.takeError());
     return success();
+  }
   strait::CompressionOptions copts;
   copts.mode = compress;
   copts.localSteps = static_cast<unsigned>(localSteps.getValue());
@@ -343,6 +351,8 @@ LogicalResult reportCompression(const strait::PartitionPlan &plan,
     os << "compression (--compress=" << compress << "):\n"
        << strait::formatCompression(*c, plan, cluster);
   double t0 = without->iterationTime, t1 = with->iterationTime;
+  if (predicted)
+    *predicted = t1;
   os << llvm::formatv("predicted iteration (simulated): {0:f4} s without compression, {1:f4} s "
                       "with ({2:f2}x throughput)\n",
                       t0, t1, t1 > 0 ? t0 / t1 : 0.0);
@@ -571,6 +581,9 @@ void reportLocalSteps(ModuleOp module, strait::dist::PlanAttr plan) {
 }
 
 /// The multi-rank flow: pipeline, plan report, one program per rank.
+/// straitc's arguments as given (DIR/straitc.json, for strait-run --replan).
+std::vector<std::string> commandLine;
+
 int compileJob(ModuleOp module, TimingScope &timing) {
   std::optional<strait::dist::StagePlanResult> report;
   if (failed(runPipeline(module, timing, report)))
@@ -606,6 +619,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   // included), with and without the codecs the pipeline inserted; computed
   // before anything is written.
   std::string prediction;
+  double predicted = 0;
   std::optional<strait::ClusterModel> clusterModel;
   if (!clusterFile.empty()) {
     llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
@@ -621,7 +635,8 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   if (report->plan && clusterModel) {
     std::optional<strait::ClusterModel> &cluster = clusterModel;
     llvm::raw_string_ostream os(prediction);
-    if (failed(reportCompression(*report->plan, *cluster, os, nullptr, /*perLink=*/false)))
+    if (failed(reportCompression(*report->plan, *cluster, os, nullptr, /*perLink=*/false,
+                                 &predicted)))
       return 1;
   }
   std::string scheduleNote;
@@ -641,6 +656,10 @@ int compileJob(ModuleOp module, TimingScope &timing) {
     }
   TimingScope exportTiming = timing.nest("export");
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
+    return 1;
+  // What strait-run --replan needs: the command, the cluster, the links.
+  if (clusterModel && failed(strait::writeJobRecord(outputFile, commandLine, clusterFile,
+                                                    *clusterModel, plan, predicted)))
     return 1;
   llvm::outs() << scheduleNote << report->text;
   if (localSteps > 1)
@@ -672,6 +691,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
 } // namespace
 
 int main(int argc, char **argv) {
+  commandLine.assign(argv, argv + argc);
   llvm::InitLLVM init(argc, argv);
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();

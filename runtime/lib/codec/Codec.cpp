@@ -14,7 +14,8 @@
 //   FP16/BF16:  numel u16;   NONE: numel f32
 //   TOPK_INT8/TOPK_INT4: u64 k, ceil(k/block) f32 scales of the kept values,
 //               k int8 / ceil(k/2) int4 codes, then ceil(k (b+2) / 8)
-//               bytes of Rice-coded gaps (b = riceParameter(numel, k))
+//               bytes of Rice-coded gaps (b = riceParameter(numel, k)), or
+//               fewer bytes of Elias-gamma-coded gaps where those are fewer
 // Loops are written over plain arrays so that the compiler vectorizes them;
 // large tensors are split over the thread pool.
 //
@@ -532,7 +533,75 @@ Status readRiceGaps(const uint8_t *p, uint64_t bytes, int64_t numel, uint64_t k,
   return Status::ok();
 }
 
-/// Offsets of the sections of a TOPK_INT8/INT4 payload.
+/// Bits of the Elias-gamma codes of the gaps of `idx`: v = gap + 1 in
+/// 2 floor(log2 v) + 1 bits.
+uint64_t gammaBits(const std::vector<uint32_t> &idx) {
+  uint64_t bits = 0;
+  int64_t prev = -1;
+  for (uint32_t i : idx) {
+    uint64_t v = static_cast<uint64_t>(int64_t(i) - prev);
+    bits += 2 * uint64_t(63 - __builtin_clzll(v)) + 1;
+    prev = i;
+  }
+  return bits;
+}
+
+/// Elias-gamma codes of the gaps into `out` (zeroed): per gap, v = gap + 1
+/// as floor(log2 v) zero bits, then v's bits from the most significant;
+/// the bit order of writeRiceGaps.
+void writeGammaGaps(const std::vector<uint32_t> &idx, uint8_t *out) {
+  uint64_t bit = 0;
+  int64_t prev = -1;
+  for (uint32_t i : idx) {
+    uint64_t v = static_cast<uint64_t>(int64_t(i) - prev);
+    int top = 63 - __builtin_clzll(v);
+    bit += top;
+    for (int j = top; j >= 0; --j, ++bit)
+      if ((v >> j) & 1)
+        out[bit >> 3] |= static_cast<uint8_t>(1u << (bit & 7));
+    prev = i;
+  }
+}
+
+/// The k positions of Elias-gamma-coded gaps in exactly `bytes` bytes at
+/// `p` (the last code ends in the last byte; the bits after it are zero).
+Status readGammaGaps(const uint8_t *p, uint64_t bytes, int64_t numel, uint64_t k,
+                     std::vector<uint32_t> &idx) {
+  uint64_t bits = 8 * bytes, bit = 0;
+  auto get = [&](uint64_t at) { return (p[at >> 3] >> (at & 7)) & 1; };
+  idx.clear();
+  idx.reserve(k);
+  int64_t pos = -1;
+  for (uint64_t j = 0; j < k; ++j) {
+    int zeros = 0;
+    while (bit < bits && !get(bit) && zeros <= 32) {
+      ++zeros;
+      ++bit;
+    }
+    if (zeros > 32 || bit + zeros + 1 > bits)
+      return corrupt("Elias-gamma gap " + std::to_string(j) + " of k = " + std::to_string(k) +
+                     " runs past its section or 2^33");
+    uint64_t v = 0;
+    for (int i = 0; i <= zeros; ++i, ++bit)
+      v = v << 1 | get(bit);
+    pos += int64_t(v);
+    if (pos >= numel)
+      return corrupt("Elias-gamma gap " + std::to_string(j) + " runs past numel " +
+                     std::to_string(numel));
+    idx.push_back(static_cast<uint32_t>(pos));
+  }
+  if ((bit + 7) / 8 != bytes)
+    return corrupt(std::to_string(bytes - (bit + 7) / 8) +
+                   " bytes after the last of k = " + std::to_string(k) + " Elias-gamma gaps");
+  for (; bit < bits; ++bit)
+    if (get(bit))
+      return corrupt("bits set after the last of k = " + std::to_string(k) +
+                     " Elias-gamma gaps");
+  return Status::ok();
+}
+
+/// Offsets of the sections of a TOPK_INT8/INT4 payload; `bytes` is the
+/// size with Rice-coded gaps (the largest).
 struct TopKQuantLayout {
   uint64_t scales, codes, indices, bytes;
 };
@@ -552,8 +621,13 @@ void encodeTopKQuantized(const program::CodecParams &params, const float *x, int
   int64_t k = numel ? topkCount(params, numel) : 0;
   std::vector<uint32_t> idx = selectTopK(x, numel, k);
   TopKQuantLayout l = topkQuantLayout(int4, numel, k, block);
-  out.assign(l.bytes, 0);
-  writeHeader(out, params.codec(), TopKIndexEncoding::Rice, block, numel);
+  // Elias-gamma where it is smaller than the Rice bound: clustered
+  // positions (runs of gap 0), as real gradients' top-k has.
+  uint64_t gammaBytes = (gammaBits(idx) + 7) / 8;
+  bool gamma = l.indices + gammaBytes < l.bytes;
+  out.assign(gamma ? l.indices + gammaBytes : l.bytes, 0);
+  writeHeader(out, params.codec(), gamma ? TopKIndexEncoding::Gamma : TopKIndexEncoding::Rice,
+              block, numel);
   put<uint64_t>(out, kCodecHeaderBytes, static_cast<uint64_t>(k));
   std::vector<float> values(k);
   for (int64_t j = 0; j < k; ++j)
@@ -572,14 +646,17 @@ void encodeTopKQuantized(const program::CodecParams &params, const float *x, int
       codes[j / 2] = codec::packNibbles(q[j], q[j + 1]);
   else if (k)
     std::memcpy(codes, q.data(), k);
-  writeRiceGaps(idx, riceParameter(numel, k), out.data() + l.indices);
+  if (gamma)
+    writeGammaGaps(idx, out.data() + l.indices);
+  else
+    writeRiceGaps(idx, riceParameter(numel, k), out.data() + l.indices);
 }
 
 Status decodeTopKQuantized(const uint8_t *p, size_t bytes, int64_t numel, bool int4,
                            TopKIndexEncoding enc, float *out, bool accumulate) {
-  if (enc != TopKIndexEncoding::Rice)
+  if (enc != TopKIndexEncoding::Rice && enc != TopKIndexEncoding::Gamma)
     return corrupt("index encoding " + std::to_string(static_cast<int>(enc)) +
-                   " on a quantized top-k payload (expects 4, Rice-coded gaps)");
+                   " on a quantized top-k payload (expects 4, Rice, or 5, Elias-gamma)");
   uint32_t block = get<uint32_t>(p + 4);
   if (block == 0 || block > kMaxBlock)
     return corrupt("block size " + std::to_string(block) + " out of range");
@@ -590,14 +667,20 @@ Status decodeTopKQuantized(const uint8_t *p, size_t bytes, int64_t numel, bool i
     return corrupt("top-k keeps " + std::to_string(k) + " of " + std::to_string(numel) +
                    " elements");
   TopKQuantLayout l = topkQuantLayout(int4, numel, k, block);
-  if (bytes != l.bytes)
+  bool gamma = enc == TopKIndexEncoding::Gamma;
+  if (gamma ? !(bytes > l.indices && bytes < l.bytes) : bytes != l.bytes)
     return corrupt(std::to_string(bytes) + " bytes, " + (int4 ? "int4" : "int8") +
                    " top-k of " + std::to_string(k) + " of " + std::to_string(numel) +
                    " elements in blocks of " + std::to_string(block) + " needs " +
+                   (gamma ? "more than " + std::to_string(l.indices) + " and less than "
+                          : std::string()) +
                    std::to_string(l.bytes));
   std::vector<uint32_t> idx;
-  STRAIT_RETURN_IF_ERROR(readRiceGaps(p + l.indices, l.bytes - l.indices, numel, k,
-                                      riceParameter(numel, k), idx));
+  if (gamma)
+    STRAIT_RETURN_IF_ERROR(readGammaGaps(p + l.indices, bytes - l.indices, numel, k, idx));
+  else
+    STRAIT_RETURN_IF_ERROR(readRiceGaps(p + l.indices, l.bytes - l.indices, numel, k,
+                                        riceParameter(numel, k), idx));
   if (!accumulate)
     std::fill(out, out + numel, 0.0f);
   const uint8_t *codes = p + l.codes;

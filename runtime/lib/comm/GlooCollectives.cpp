@@ -8,6 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GlooCommunicatorImpl.h"
+#include "strait/runtime/LinkTiming.h"
+
+#include <chrono>
 
 namespace strait {
 namespace rt {
@@ -60,6 +63,7 @@ Status GlooCommunicator::ringPhase(float *data, int64_t n,
       // The receive first: sealed, the previous rank's chunks then flow
       // while this rank seals its own.
       Buf sbuf, rbuf;
+      auto begin = std::chrono::steady_clock::now();
       if (re > rb)
         rbuf = postRecv(recvTo, (re - rb) * sizeof(float), prev,
                         collectiveSlot(prefix, channel, s));
@@ -68,6 +72,12 @@ Status GlooCommunicator::ringPhase(float *data, int64_t n,
                         collectiveSlot(prefix, channel, s));
       STRAIT_RETURN_IF_ERROR(waitRecv(rbuf, what, prev));
       STRAIT_RETURN_IF_ERROR(waitSend(sbuf, what, next));
+      // All-gather steps start after every rank's reduce-scatter: both ends
+      // are in the collective, the time is the link's (strait-run --replan).
+      if (gather)
+        recordLinkTiming(next, (se - sb) * sizeof(float),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+                             .count());
       if (!gather)
         for (int64_t i = rb; i < re; ++i)
           data[i] += incoming[i - rb];

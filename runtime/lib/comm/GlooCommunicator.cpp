@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GlooCommunicatorImpl.h"
+#include "strait/runtime/LinkTiming.h"
 
 namespace strait {
 namespace rt {
@@ -268,8 +269,17 @@ Status GlooCommunicator::recvMessage(void *data, size_t expect,
       data = variable->data();
     }
     if (header.bytes) {
+      auto headerDone = std::chrono::steady_clock::now();
       Buf pbuf = postRecv(data, header.bytes, peer, 2ull * channel + 1);
       STRAIT_RETURN_IF_ERROR(waitRecv(pbuf, what, peer));
+      // The sender posted the payload with the header and Gloo writes it
+      // once this receive is posted: from the header's arrival on, the time
+      // is the link's, not the sender's compute (strait-run --replan). A
+      // sender's own clock would stop when the bytes reach its socket buffer.
+      recordLinkTiming(peer, header.bytes,
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                     headerDone)
+                           .count());
     }
   } catch (const std::exception &e) {
     return markBroken(fromException(e, what.c_str(), peer));

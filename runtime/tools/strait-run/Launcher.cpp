@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
 #include "Checkpoint.h"
+#include "Replan.h"
 #include "strait/runtime/LinkSecret.h"
 #include "strait/runtime/Program.h"
 
@@ -24,12 +25,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <fcntl.h>
 #include <fstream>
 #include <iostream>
 #include <cstdio>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -103,6 +106,7 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   if (o.checkpointEvery > 0)
     pass("--checkpoint-every", std::to_string(o.checkpointEvery));
   pass("--resume", o.resumePath);
+  pass("--replan-stop-file", o.replanStopFile);
   if (o.profile)
     args.push_back("--profile");
   if (!o.finalOuterStep)
@@ -127,6 +131,7 @@ struct Progress {
   std::string itemName;
   int64_t items = 0;
   std::string sent, recv;
+  std::string links; // "link PEER:BYTES:SECONDS,..." (--replan)
   bool outerStep = false; // the local-steps outer step ran after this iteration
 };
 
@@ -154,6 +159,8 @@ bool parseProgress(const std::string &line, int &rank, int &step, Progress &p) {
       in >> p.sent;
     else if (w == "recv")
       in >> p.recv;
+    else if (w == "link")
+      in >> p.links;
   }
   return true;
 }
@@ -193,6 +200,8 @@ public:
       replicaOf[r.rank()] = layout ? r.replica() : r.rank();
   }
   void add(int rank, const std::string &log) { files.push_back({rank, log, 0, ""}); }
+  /// Called with every step once all ranks reported it (--replan).
+  std::function<void(int, const std::map<int, Progress> &)> onStep;
   void poll(bool final) {
     for (File &f : files) {
       std::ifstream in(f.path, std::ios::binary);
@@ -222,6 +231,8 @@ public:
     while (!pending.empty() &&
            (pending.begin()->second.size() == files.size() || final)) {
       print(pending.begin()->first, pending.begin()->second);
+      if (onStep && pending.begin()->second.size() == files.size())
+        onStep(pending.begin()->first, pending.begin()->second);
       pending.erase(pending.begin());
     }
   }
@@ -368,9 +379,20 @@ void reportFailure(std::vector<Child> &children, std::vector<Child *> &failures)
 /// Starts every rank of `m` and waits for them: 0 when all finished, 1 when
 /// one failed (the others are stopped), 128 + signal when interrupted.
 /// Attempt k > 0 (a restart) logs to rank<R>.restart<k>.log.
-int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt) {
+int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt,
+                  ReplanMonitor *replan = nullptr) {
   std::vector<Child> children;
   ProgressMerger progress(m, o.quietProgress);
+  if (replan)
+    progress.onStep = [&](int step, const std::map<int, Progress> &ranks) {
+      StepReport r;
+      r.step = step;
+      for (const auto &[rank, p] : ranks) {
+        r.ms[rank] = p.ms;
+        parseLinkTimings(p.links, r.links[rank]);
+      }
+      replan->observe(r, o.steps);
+    };
   int local = 0;
   for (const auto &r : m.ranks()) {
     std::string log = o.logDir + "/rank" + std::to_string(r.rank()) +
@@ -391,7 +413,14 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
   }
   for (;;) {
     std::vector<Child *> failures;
-    if (reap(children, &failures)) {
+    reap(children, &failures);
+    if (replan && replan->stopping()) // exit 4: stopped for the re-plan
+      failures.erase(std::remove_if(failures.begin(), failures.end(),
+                                    [](const Child *c) {
+                                      return c->exitCode == kExitStoppedForReplan;
+                                    }),
+                     failures.end());
+    if (!failures.empty()) {
       reportFailure(children, failures);
       return 1;
     }
@@ -410,6 +439,10 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (replan && replan->stopping() &&
+      std::all_of(children.begin(), children.end(),
+                  [](const Child &c) { return c.exitCode == kExitStoppedForReplan; }))
+    return kExitStoppedForReplan;
   std::cout << "strait-run: all " << children.size() << " ranks finished" << std::endl;
   if (o.profile) // the workers' tables, rank by rank
     for (const Child &c : children) {
@@ -451,27 +484,70 @@ int runLauncher(const RunOptions &options) {
     std::string store = m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
     makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
   }
+  bool threadsGiven = o.threads > 0;
   if (o.threads <= 0) // share the cores between the local ranks
     o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                 std::max(1, m->ranks_size()));
+  // --replan auto (Replan.h): the ranks checkpoint into --checkpoint DIR, or
+  // DIR/replan-checkpoints, and stop when the monitor writes the stop file.
+  std::optional<ReplanMonitor> replan;
+  if (o.replan) {
+    if (o.checkpointDir.empty())
+      o.checkpointDir = o.planDir + "/replan-checkpoints";
+    rt::StatusOr<ReplanMonitor> r = ReplanMonitor::create(o);
+    if (!r.isOk()) {
+      std::cerr << "strait-run: --replan: " << r.getStatus().getMessage() << std::endl;
+      return 2;
+    }
+    replan = r.takeValue();
+    replan->clearStop();
+    o.replanStopFile = replan->stopFile();
+  }
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::string runId = o.runId;
-  for (int attempt = 0;; ++attempt) {
+  for (int attempt = 0, restarts = 0;; ++attempt) {
     if (attempt > 0) // a fresh rendezvous: the failed attempt's keys stay behind
       o.runId = runId + "-restart" + std::to_string(attempt);
-    int code = superviseOnce(o, *m, attempt);
-    if (code != 1 || attempt >= o.maxRestarts)
+    int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr);
+    if (code == kExitStoppedForReplan && replan) {
+      // Every rank checkpointed the stop step: resume under the new plan.
+      std::string dir = replan->newPlanDir();
+      std::string checkpoint =
+          o.checkpointDir + "/step-" + std::to_string(replan->stopStep());
+      rt::StatusOr<program::PlanManifest> next = rt::loadManifest(dir + "/" + o.manifest);
+      rt::Status s = next.isOk() ? replan->switched() : next.getStatus();
+      if (!s.isOk()) {
+        std::cerr << "strait-run: re-plan: " << s.toString() << std::endl;
+        return 1;
+      }
+      m = std::move(next);
+      o.planDir = dir;
+      o.resumePath = checkpoint;
+      if (m->rendezvous() == program::RENDEZVOUS_FILE) {
+        std::string store =
+            m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
+        makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
+      }
+      if (!threadsGiven)
+        o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                    std::max(1, m->ranks_size()));
+      std::cout << "strait-run: re-planned: resuming " << m->ranks_size() << " rank(s) from "
+                << checkpoint << " under " << dir << std::endl;
+      continue;
+    }
+    if (code != 1 || restarts >= o.maxRestarts)
       return code;
+    ++restarts;
     rt::StatusOr<CheckpointRef> c = findCheckpoint(o.checkpointDir);
     if (c.isOk()) {
       o.resumePath = c->dir;
       std::cerr << "strait-run: restarting every rank from " << c->dir << " (step " << c->step
-                << "), restart " << attempt + 1 << " of " << o.maxRestarts << std::endl;
+                << "), restart " << restarts << " of " << o.maxRestarts << std::endl;
     } else {
       std::cerr << "strait-run: restarting every rank from "
                 << (o.resumePath.empty() ? "the start" : o.resumePath) << " ("
-                << c.getStatus().getMessage() << "), restart " << attempt + 1 << " of "
+                << c.getStatus().getMessage() << "), restart " << restarts << " of "
                 << o.maxRestarts << std::endl;
     }
   }

@@ -61,7 +61,19 @@ struct RunOptions {
   std::string linkSecretFile;
   // --topk-adapt on|off (docs/runtime.md, "Adaptive top-k").
   bool topkAdapt = true;
+  // Re-planning (docs/runtime.md, "Re-planning when links change"; Replan.h).
+  bool replan = false;         // --replan auto|off (launcher)
+  double replanFactor = 4;     // --replan-factor X: a link off by more than X
+  int replanAfter = 2;         // --replan-after K: ... for K windows in a row
+  int replanWindow = 5;        // --replan-window N: steps per window
+  int replanMax = 3;           // --replan-max N: re-plans per run
+  std::string straitcPath;     // --straitc PATH: "" = next to strait-run, then $PATH
+  std::string replanStopFile;  // worker: checkpoint and exit 4 at the step it names
 };
+
+/// Worker exit code: stopped at the launcher's request after checkpointing,
+/// to resume under a new plan.
+constexpr int kExitStoppedForReplan = 4;
 
 /// Starts and supervises the local ranks; returns the process exit code.
 int runLauncher(const RunOptions &options);

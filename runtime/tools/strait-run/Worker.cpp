@@ -19,8 +19,10 @@
 #include "Devices.h"
 #include "Npy.h"
 #include "OuterSync.h"
+#include "Replan.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
+#include "strait/runtime/LinkTiming.h"
 #include "strait/runtime/LrSchedule.h"
 #include "strait/runtime/Program.h"
 #include "strait/runtime/ThreadPool.h"
@@ -43,6 +45,9 @@ namespace run {
 using namespace strait::rt;
 
 namespace {
+
+// Set when the loop stopped at the launcher's re-plan request (exit code 4).
+bool stoppedForReplan = false;
 
 std::string resolvePath(const std::string &dir, const std::string &path) {
   return !path.empty() && path[0] == '/' ? path : dir + "/" + path;
@@ -569,8 +574,15 @@ Status runRank(const RunOptions &o) {
       counter->take(sent, received);
       line << " sent " << sent << " recv " << received;
     }
+    if (!o.replanStopFile.empty())
+      line << " link " << formatLinkTimings(rt::takeLinkTimings());
     std::cout << line.str() << std::endl;
-    if (checkpointAfter(it + 1)) {
+    int stopAt = o.replanStopFile.empty() ? 0 : readReplanStop(o.replanStopFile);
+    if (stopAt > 0 && it + 1 > stopAt)
+      return internalError("the launcher asked to stop for a re-plan after step " +
+                           std::to_string(stopAt) + ", this rank is past it")
+          .withStep(it + 1);
+    if (checkpointAfter(it + 1) || stopAt == it + 1) {
       StatusOr<std::string> dir =
           writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank, m.world_size(), writes, writers,
                           comm.get(), outerSync ? outerSync->state() : NamedTensors{});
@@ -578,6 +590,12 @@ Status runRank(const RunOptions &o) {
         return dir.takeStatus().withStep(it + 1);
       std::cerr << "rank " << o.rank << ": checkpoint of step " << it + 1 << " in " << *dir
                 << "\n";
+    }
+    if (stopAt == it + 1 && it + 1 < o.steps) {
+      std::cerr << "rank " << o.rank << ": stopped after step " << it + 1
+                << " for a re-plan" << std::endl;
+      stoppedForReplan = true;
+      return Status::ok();
     }
   }
   if (o.profile)
@@ -604,6 +622,8 @@ int runWorker(const RunOptions &options) {
                 s.getCode() == StatusCode::DeadlineExceeded;
     return comm ? 3 : 1;
   }
+  if (stoppedForReplan)
+    return kExitStoppedForReplan;
   struct rusage usage;
   if (::getrusage(RUSAGE_SELF, &usage) == 0)
     std::cout << "rank " << options.rank << " peak RSS " << usage.ru_maxrss << " KiB"

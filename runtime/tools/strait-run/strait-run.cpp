@@ -25,6 +25,8 @@ const char *kUsage =
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
     "                  [--checkpoint DIR] [--checkpoint-every K] [--resume DIR]\n"
     "                  [--max-restarts N] [--profile] [--no-final-outer-step]\n"
+    "                  [--replan auto|off] [--replan-factor X] [--replan-after K]\n"
+    "                  [--replan-window N] [--replan-max N] [--straitc PATH]\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -61,6 +63,13 @@ const char *kUsage =
     "  newest checkpoint when a rank fails, up to N times. --profile times\n"
     "  each op type's kernels from the second iteration on and prints a\n"
     "  table per rank at the end.\n"
+    "  --replan auto (launcher; default off): time each inter-host link's\n"
+    "  transfers, and when one delivers less than 1/X or more than X times\n"
+    "  (--replan-factor, default 4) the bandwidth the plan assumed for K\n"
+    "  windows (--replan-after, default 2) of N steps (--replan-window, 5),\n"
+    "  re-run the job's straitc command (--straitc PATH) with the measured\n"
+    "  links into DIR/replan-K and, when its plan is predicted faster,\n"
+    "  checkpoint and resume every rank under it (--replan-max, default 3).\n"
     "  Local steps (straitc --local-steps H): the islands average their\n"
     "  parameters every H steps and after the last one; --no-final-outer-step\n"
     "  skips the last one (each island keeps its own parameters).\n"
@@ -144,6 +153,32 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       o.profile = true;
     else if (a == "--no-final-outer-step")
       o.finalOuterStep = false;
+    else if (a == "--replan") {
+      std::string v;
+      ok = text(v) && (v == "auto" || v == "off");
+      if (!ok)
+        std::cerr << "strait-run: --replan takes auto or off\n";
+      o.replan = v == "auto";
+    } else if (a == "--replan-factor") {
+      std::string v;
+      char *end = nullptr;
+      ok = text(v);
+      o.replanFactor = ok ? std::strtod(v.c_str(), &end) : 0;
+      ok = ok && !v.empty() && end && *end == '\0' && o.replanFactor > 1 &&
+           o.replanFactor < 1e9;
+      if (!ok)
+        std::cerr << "strait-run: --replan-factor takes a number above 1 (got '" << v << "')\n";
+    } else if (a == "--replan-after" || a == "--replan-window" || a == "--replan-max") {
+      int &out = a == "--replan-after" ? o.replanAfter
+                 : a == "--replan-window" ? o.replanWindow : o.replanMax;
+      ok = value(out) && out >= (a == "--replan-max" ? 0 : 1);
+      if (!ok)
+        std::cerr << "strait-run: " << a << " takes an integer of at least "
+                  << (a == "--replan-max" ? 0 : 1) << "\n";
+    } else if (a == "--straitc")
+      ok = text(o.straitcPath);
+    else if (a == "--replan-stop-file") // the launcher's, to its workers
+      ok = text(o.replanStopFile);
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {
@@ -183,6 +218,13 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
   if (o.matmulPrecision != "f32" && o.matmulPrecision != "tf32" && o.matmulPrecision != "bf16") {
     std::cerr << "strait-run: unknown --matmul-precision '" << o.matmulPrecision
               << "' (f32, tf32, bf16)\n";
+    return false;
+  }
+  if (o.replan && o.rank >= 0) {
+    std::cerr << "strait-run: --replan is the launcher's (strait-run DIR without --rank); for a "
+                 "job across machines, compile a new plan with straitc --cluster MEASURED.yaml "
+                 "and restart every rank with --resume (docs/runtime.md, \"Re-planning when "
+                 "links change\")\n";
     return false;
   }
   if ((o.checkpointEvery > 0 || o.maxRestarts > 0) && o.checkpointDir.empty()) {

@@ -19,8 +19,8 @@ namespace strait::dist {
 /// fp16/bf16 2n, int8 n + 4 ceil(n/block), int4 ceil(n/2) + 4 ceil(n/block),
 /// topk ceil(ratio n) (elementBytes + 4), topk_int8/topk_int4 with
 /// k = ceil(ratio n): k resp. ceil(k/2) + 4 ceil(k/block) + ceil(k (b+2) / 8),
-/// b the least with k 2^b >= n (the runtime's payload without its 24 bytes
-/// of header and k, runtime/include/strait/runtime/Codec.h
+/// b the least with k 2^b >= n (the most the runtime's payload takes without
+/// its 24 bytes of header and k, runtime/include/strait/runtime/Codec.h
 /// topkQuantizedBytes). The planner's size model
 /// (strait/Analysis/Compression.h, encodedBytes) is the same rule.
 int64_t encodedByteCount(Codec codec, int64_t elements, int64_t elementBytes,

@@ -103,7 +103,8 @@ def Dist_CompressOp : Dist_Op<"compress", [MemoryEffects<[MemRead, MemWrite]>]> 
     k = ceil(ratio n) kept values of e bytes each and their u32 indices,
     `topk_int8` / `topk_int4` k resp. ceil(k/2) code bytes + 4 ceil(k/B)
     (one f32 scale per block of B kept values) + ceil(k (b + 2) / 8) bytes
-    of Rice-coded gaps, b the least integer >= 0 with k 2^b >= n.
+    of Rice-coded gaps, b the least integer >= 0 with k 2^b >= n (a bound:
+    the runtime sends Elias-gamma-coded gaps instead where they are fewer).
     `ratio` (in (0, 1]) only for the top-k codecs, `block` only for
     `int8`/`int4`/`topk_int8`/`topk_int4`.
     With `error_feedback` the sender keeps what the codec dropped and adds

@@ -10,8 +10,9 @@
 //   CODEC_FP16 / CODEC_BF16  casts, round to nearest even;
 //   CODEC_TOPK_INT8 / CODEC_TOPK_INT4  top-k whose kept values are int8 /
 //                int4 codes (one f32 scale per block_size kept values) and
-//                whose positions are Rice-coded gaps: a payload size fixed
-//                by (numel, k, block), topkQuantizedBytes.
+//                whose positions are Rice-coded gaps (size bound fixed by
+//                (numel, k, block): topkQuantizedBytes) or, where smaller,
+//                Elias-gamma-coded gaps (clustered positions).
 // A payload starts with a 16-byte header (magic, codec, index encoding,
 // block size, numel; top-k adds k). decode() checks every field and size
 // against the destination, so a corrupt or truncated payload is a Status
@@ -42,6 +43,7 @@ enum class TopKIndexEncoding : uint8_t {
   U16Gaps = 2,  // u16 gaps between sorted indices; 0xFFFF adds 65535 and continues
   Bitmap = 3,   // ceil(numel / 8) bytes, bit i set when element i is kept
   Rice = 4,     // Rice-coded gaps, parameter riceParameter(numel, k) (TOPK_INT8/INT4)
+  Gamma = 5,    // Elias-gamma-coded gaps (TOPK_INT8/INT4, where smaller than Rice)
 };
 
 /// Whether `codec` is a top-k codec (f32 or quantized values).
@@ -117,9 +119,11 @@ int64_t topkCount(const program::CodecParams &params, int64_t numel);
 int riceParameter(uint64_t numel, uint64_t k);
 
 /// Payload bytes of TOPK_INT8 (int4 = false) / TOPK_INT4 of numel elements
-/// keeping k in scale blocks of `block`: the header, u64 k, ceil(k / block)
-/// f32 scales, k (int8) or ceil(k / 2) (int4) code bytes, and
-/// ceil(k (b + 2) / 8) bytes of Rice-coded gaps (b = riceParameter).
+/// keeping k in scale blocks of `block` with Rice-coded gaps, the most a
+/// payload takes: the header, u64 k, ceil(k / block) f32 scales, k (int8)
+/// or ceil(k / 2) (int4) code bytes, and ceil(k (b + 2) / 8) bytes of
+/// gaps (b = riceParameter). The encoder writes Elias-gamma-coded gaps
+/// instead where they take fewer bytes (index encoding 5).
 uint64_t topkQuantizedBytes(bool int4, uint64_t numel, uint64_t k, uint32_t block);
 
 /// Encodes `numel` floats into `out` (resized to the payload size). With

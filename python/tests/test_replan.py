@@ -1,0 +1,184 @@
+"""strait-run --replan: re-planning when links change (docs/runtime.md, "Re-planning when
+links change").
+
+  - the emulated link (root and `ip netns` only, else skipped with the reason): the launcher
+    runs in a network namespace of this test whose loopback is shaped with tbf, so the two
+    ranks of a gpt2-tiny job planned for a 4 Gbit/s link between two hosts (straitc picks two
+    data-parallel replicas) talk over it; after 8 steps the test slows the link to 10 Mbit/s
+    with `tc qdisc change`. The job re-plans (straitc on the measured cluster: one rank, no
+    cross-host replica), checkpoints, resumes under the new plan, the loss goes on from where
+    it was, and its steps are faster than the slow steps before the re-plan. With --replan off
+    the same slowdown changes nothing;
+  - steady links (the fast link throughout) re-plan nothing;
+  - bad flag values and a job without straitc.json are clear errors (no root needed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import threading
+
+import pytest
+
+import jobutil
+
+pytestmark = jobutil.needs_gpt2_tiny()
+
+FAST = "rate 10gbit burst 4mb latency 100ms"
+SLOW = "rate 10mbit burst 32kb latency 100ms"
+# Loopback samples on a loaded 2-core machine span 0.3-9 Gbit/s at full speed (the ranks'
+# threads wait for a core), so the test's band is wide; the slow link is 400x off the plan.
+FLAGS = ["--replan", "auto", "--replan-factor", "30", "--replan-window", "3"]
+
+
+def compile_job(tmp):
+    cluster = tmp / "two-hosts.yaml"
+    cluster.write_text(jobutil.cpu_cluster(
+        "two-hosts", [("c0", "h0", "s"), ("c1", "h1", "s")],
+        "  intra_site: {bandwidth_mbps: 4000, latency_ms: 0.1}\n"))
+    # Relative paths, run in tmp: the re-plan re-runs the command in the folder it ran in.
+    p = subprocess.run([os.path.abspath(jobutil.STRAITC), jobutil.GPT2_TINY, "--input-shape",
+                        "input_ids=16x64",
+                        "--global-batch", "32", "--loss", "cross-entropy", "--compress", "auto",
+                        "--cluster", cluster.name, "-o", "job"], cwd=tmp, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "1 stages" in p.stdout and "[c0,c1]" in p.stdout, p.stdout  # two replicas
+    return tmp / "job"
+
+
+class Netns:
+    """A network namespace of this test with its loopback shaped by tbf."""
+
+    def __init__(self, tag):
+        self.name = f"strait50-replan-{os.getpid()}-{tag}"
+        subprocess.run(["ip", "netns", "add", self.name], check=True)
+        self.exec("ip", "link", "set", "lo", "mtu", "1500")
+        self.exec("ip", "link", "set", "lo", "up")
+        self.exec("tc", "qdisc", "add", "dev", "lo", "root", "tbf", *FAST.split())
+
+    def exec(self, *cmd):
+        subprocess.run(["ip", "netns", "exec", self.name, *cmd], check=True,
+                       capture_output=True)
+
+    def slow_down(self):
+        self.exec("tc", "qdisc", "change", "dev", "lo", "root", "tbf", *SLOW.split())
+
+    def close(self):
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    why = jobutil.wan_unavailable()
+    if why:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("replan")
+    return compile_job(tmp), jobutil.write_tokens(tmp / "tokens.bin", seed=5, vocab=32)
+
+
+def run_job(netns, job, data, steps, flags, slow_after=None, timeout=150):
+    """Runs the launcher in the namespace; slows the link once step `slow_after` printed.
+    Returns (stdout, {step: (loss, ms)})."""
+    cmd = ["ip", "netns", "exec", netns.name, jobutil.STRAIT_RUN, str(job), "--steps",
+           str(steps), "--data", str(data), "--lr", "0.05", "--threads", "1", *flags]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    lines = []
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if slow_after and line.startswith(f"step {slow_after}/"):
+                netns.slow_down()
+        p.wait()
+    finally:
+        timer.cancel()
+    out = "".join(lines)
+    assert p.returncode == 0, out[-4000:]
+    steps_seen = {}
+    for m in re.finditer(r"^step (\d+)/\d+ loss (\S+) .*? time (\S+) ms", out, re.M):
+        steps_seen[int(m[1])] = (float(m[2]), float(m[3]))
+    return out, steps_seen
+
+
+def test_slow_link_replans_and_resumes(job):
+    job_dir, data = job
+    netns = Netns("slow")
+    try:
+        out, steps = run_job(netns, job_dir, data, 40, FLAGS, slow_after=8)
+    finally:
+        netns.close()
+    m = re.search(r"re-plan 1: switching; every rank checkpoints after step (\d+)", out)
+    assert m, out[-4000:]
+    stop = int(m[1])
+    assert re.search(r"re-plan 1 at step \d+: link 0-1 \(h0-h1\) delivers [\d.]+ Mbit/s, the plan "
+                     r"assumed 4.00 Gbit/s", out), out[-4000:]
+    assert f"re-planned: resuming 1 rank(s) from {job_dir}/replan-checkpoints/step-{stop}" in out
+    assert sorted(steps) == list(range(1, 41)), sorted(steps)
+    # The measured cluster and the new job folder.
+    new = job_dir / "replan-1"
+    measured = (new / "measured-cluster.yaml").read_text()
+    assert "between: [h0, h1], bandwidth_mbps:" in measured, measured
+    rec = json.loads((new / "straitc.json").read_text())
+    assert len(rec["ranks"]) == 1 and rec["links"] == [], rec
+    # The loss goes on from where it was: the first resumed steps are as far along as the last
+    # ones before the stop (a restart from scratch would be back at step 1's loss), and it
+    # keeps falling.
+    before = [steps[s][0] for s in range(stop - 2, stop + 1)]
+    after = [steps[s][0] for s in range(stop + 1, stop + 4)]
+    first = steps[1][0]
+    assert abs(statistics.mean(after) - statistics.mean(before)) < 0.5 * (first - before[-1]), \
+        (first, before, after)
+    assert statistics.mean(steps[s][0] for s in range(36, 41)) < statistics.mean(before), steps
+    # Faster after: the slow data-parallel steps before the stop against the resumed one-rank
+    # steps (the first of them allocates).
+    slow = [steps[s][1] for s in range(stop - 2, stop + 1)]
+    resumed = [steps[s][1] for s in range(stop + 2, 41)]
+    assert statistics.median(resumed) < 0.5 * statistics.median(slow), (slow, resumed)
+
+
+def test_replan_off_and_steady_links_change_nothing(job):
+    job_dir, data = job
+    netns = Netns("off")
+    try:
+        out, steps = run_job(netns, job_dir, data, 14, ["--replan", "off"], slow_after=3)
+        assert "re-plan" not in out, out[-3000:]
+        assert sorted(steps) == list(range(1, 15))
+        # The slowdown reached the job: its last steps are slow.
+        assert statistics.median(steps[s][1] for s in range(10, 15)) > 200, steps
+        netns.exec("tc", "qdisc", "change", "dev", "lo", "root", "tbf", *FAST.split())
+        out, steps = run_job(netns, job_dir, data, 14, FLAGS)
+        assert "re-plan" not in out, out[-3000:]
+        assert sorted(steps) == list(range(1, 15))
+    finally:
+        netns.close()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--replan", "sometimes"], "--replan takes auto or off"),
+    (["--replan-factor", "1"], "--replan-factor takes a number above 1 (got '1')"),
+    (["--replan-factor", "x"], "--replan-factor takes a number above 1 (got 'x')"),
+    (["--replan-after", "0"], "--replan-after takes an integer of at least 1"),
+    (["--replan-window", "-2"], "--replan-window takes an integer of at least 1"),
+    (["--replan", "auto", "--rank", "0"], "--replan is the launcher's"),
+])
+def test_bad_flags(tmp_path, flags, message):
+    p = subprocess.run([jobutil.STRAIT_RUN, str(tmp_path), *flags], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_job_without_record(tmp_path):
+    # A job compiled without --cluster has no straitc.json: --replan says what is missing.
+    job = tmp_path / "job"
+    jobutil.run([jobutil.STRAITC, jobutil.GPT2_TINY, "--input-shape", "input_ids=4x16",
+                 "--loss", "cross-entropy", "-o", str(job)])
+    assert not (job / "straitc.json").exists()
+    p = subprocess.run([jobutil.STRAIT_RUN, str(job), "--replan", "auto"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert f"--replan: {job}/straitc.json does not exist" in p.stderr, p.stderr
