@@ -3,8 +3,10 @@
 // What a rank's links delivered, for `strait-run --replan` (docs/runtime.md,
 // "Re-planning when links change"). The Gloo communicator records transfers
 // whose time is the link's and not a peer's compute:
-//  - the payload phase of a point-to-point send (after its header went
-//    through, so the receiver is already waiting for the payload);
+//  - the payload of a point-to-point message on the receiving side, from
+//    the header's arrival (the sender posted header and payload together;
+//    Gloo writes the payload once the receive is posted) to its end; the
+//    sender's clock would stop when the bytes reach its socket buffer;
 //  - each all-gather step of a ring all-reduce (every rank of the ring has
 //    finished its reduce-scatter, so both ends are inside the collective).
 // Transfers under kLinkTimingMinBytes give no sample: their time is mostly
