@@ -468,7 +468,8 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
           islands.push_back({d});
       }
       LinkTransfer t = interIslandTransfer(cluster, islands, s.paramBytes);
-      t.target = plan.microBatches * stageTime(j);
+      // Local steps: H iterations of compute hide one synchronization.
+      t.target = plan.microBatches * stageTime(j) / share;
       // Overrides may name any pair of replicas in different islands.
       std::vector<std::pair<unsigned, unsigned>> pairs;
       if (!options.links.empty())

@@ -118,6 +118,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   compression.compressLink = links;
   compression.allReduceBucketMib = o.allReduceBucketMib;
   compression.adaptiveTopk = o.adaptiveTopk;
+  compression.localSteps = o.localSteps;
   pm.addPass(dist::createDistInsertCompression(compression));
   pm.addPass(dist::createDistSplitStages());
   if (o.fuse == FuseMode::Elementwise)

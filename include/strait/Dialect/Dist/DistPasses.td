@@ -195,7 +195,11 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
            "the latency">,
     Option<"adaptiveTopk", "adaptive-topk", "std::string", "\"\"",
            "MIN:MAX: the runtime adapts the ratio of every top-k transfer between stages to "
-           "its link, within [MIN, MAX] (a dist.topk_adapt attribute on its dist.compress)">
+           "its link, within [MIN, MAX] (a dist.topk_adapt attribute on its dist.compress)">,
+    Option<"localSteps", "local-steps", "int64_t", "1",
+           "local steps H (straitc --local-steps): an all-reduce over several islands "
+           "synchronizes once per H iterations, so `auto` weighs its inter-island transfer "
+           "against H iterations of compute">
   ];
   let statistics = [
     Statistic<"numCompressed", "num-compressed", "Transfers given a codec">,

@@ -258,6 +258,7 @@ void InsertCompressionPass::compressAllReduce(AllReduceOp op, const strait::Code
 
 LogicalResult InsertCompressionPass::parseOptions(ModuleOp module) {
   options.mode = compress;
+  options.localSteps = static_cast<unsigned>(std::max<int64_t>(1, localSteps));
   if (compress != "auto" && compress != "none") {
     llvm::Expected<strait::Codec> c = parseCodec(compress);
     if (!c)
@@ -435,7 +436,10 @@ void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<doubl
           deviceIslands.back().push_back(devices[stage][r]);
       }
       t = interIslandTransfer(*clusterModel, deviceIslands, bytes);
-      t.target = plan.getMicroBatches() * times[stage];
+      // Under local steps the islands synchronize once per H iterations
+      // (the outer step takes this codec): H iterations hide the transfer.
+      t.target = plan.getMicroBatches() * times[stage] *
+                 static_cast<double>(std::max<int64_t>(1, localSteps));
     }
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
     if (codec.isNone())
