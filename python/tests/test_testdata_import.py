@@ -50,8 +50,10 @@ def test_classify_diagnostics():
     c = testdata_report.classify
     assert c("m.onnx:0:0: error: Foo node 'n': op 'Foo' (opset 13) is not supported",
              []) == ("unsupported-op", "Foo")
-    assert c("error: Loop node 'l': control flow (Loop) is not supported", [])[0] == \
+    assert c("error: Scan node 's': op 'Scan' (opset 8) is not supported", [])[0] == \
         "control-flow"
+    assert c("error: graph output 'res' is a sequence: a static program returns tensors",
+             [])[0] == "sequence"
     assert c("error: Reshape node 'r': input 'shape' (s) must be constant once shapes "
              "are static", [])[0] == "non-constant"
     assert c("error: graph input 'x' has unsupported data type STRING", [])[0] == "dtype"

@@ -16,12 +16,16 @@ def Graph_AsinOp : Graph_UnaryOp<"Asin", "arc sine">;
 def Graph_AsinhOp : Graph_UnaryOp<"Asinh", "inverse hyperbolic sine">;
 def Graph_AtanOp : Graph_UnaryOp<"Atan", "arc tangent">;
 def Graph_AtanhOp : Graph_UnaryOp<"Atanh", "inverse hyperbolic tangent">;
-def Graph_CeilOp : Graph_UnaryOp<"Ceil", "round up">;
+def Graph_CeilOp : Graph_UnaryOp<"Ceil", "round up"> {
+  let hasFolder = 1;
+}
 def Graph_CosOp : Graph_UnaryOp<"Cos", "cosine">;
 def Graph_CoshOp : Graph_UnaryOp<"Cosh", "hyperbolic cosine">;
 def Graph_ErfOp : Graph_UnaryOp<"Erf", "Gauss error function">;
 def Graph_ExpOp : Graph_UnaryOp<"Exp", "exponential">;
-def Graph_FloorOp : Graph_UnaryOp<"Floor", "round down">;
+def Graph_FloorOp : Graph_UnaryOp<"Floor", "round down"> {
+  let hasFolder = 1;
+}
 def Graph_HardSwishOp : Graph_UnaryOp<"HardSwish", "x * max(0, min(1, x/6 + 1/2))">;
 def Graph_LogOp : Graph_UnaryOp<"Log", "natural logarithm">;
 def Graph_MishOp : Graph_UnaryOp<"Mish", "x * tanh(softplus(x))">;
@@ -32,7 +36,9 @@ def Graph_NotOp : Graph_UnaryOp<"Not", "logical not"> {
   let hasFolder = 1;
 }
 def Graph_ReciprocalOp : Graph_UnaryOp<"Reciprocal", "1 / x">;
-def Graph_ReluOp : Graph_UnaryOp<"Relu", "max(x, 0)">;
+def Graph_ReluOp : Graph_UnaryOp<"Relu", "max(x, 0)"> {
+  let hasFolder = 1;
+}
 def Graph_RoundOp : Graph_UnaryOp<"Round", "round half to even">;
 def Graph_SigmoidOp : Graph_UnaryOp<"Sigmoid", "logistic function">;
 def Graph_SignOp : Graph_UnaryOp<"Sign", "sign of x">;

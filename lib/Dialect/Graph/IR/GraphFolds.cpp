@@ -249,6 +249,47 @@ OpFoldResult NegOp::fold(FoldAdaptor adaptor) {
                          });
 }
 
+/// Folds a float unary op through `fn` on APFloat; integers pass unchanged
+/// where `intIdentity` (Ceil and Floor of an integer are the integer).
+static Attribute foldFloatUnary(ArrayRef<Attribute> operands, Type type,
+                                function_ref<APFloat(APFloat)> fn,
+                                function_ref<Attribute(IntegerAttr)> onInt) {
+  return foldElementwise(operands, type, [&](ArrayRef<Attribute> v) -> Attribute {
+    if (auto f = dyn_cast<FloatAttr>(v[0]))
+      return FloatAttr::get(f.getType(), fn(f.getValue()));
+    if (auto i = dyn_cast<IntegerAttr>(v[0]))
+      return onInt(i);
+    return {};
+  });
+}
+
+// Ceil, Floor and Relu fold so that trip counts computed from constants
+// (Range's ONNX function: Cast(Relu(Ceil((limit - start) / delta)))) fold.
+OpFoldResult CeilOp::fold(FoldAdaptor adaptor) {
+  return foldFloatUnary(
+      adaptor.getOperands(), getType(),
+      [](APFloat x) { x.roundToIntegral(APFloat::rmTowardPositive); return x; },
+      [](IntegerAttr i) -> Attribute { return i; });
+}
+
+OpFoldResult FloorOp::fold(FoldAdaptor adaptor) {
+  return foldFloatUnary(
+      adaptor.getOperands(), getType(),
+      [](APFloat x) { x.roundToIntegral(APFloat::rmTowardNegative); return x; },
+      [](IntegerAttr i) -> Attribute { return i; });
+}
+
+OpFoldResult ReluOp::fold(FoldAdaptor adaptor) {
+  return foldFloatUnary(
+      adaptor.getOperands(), getType(),
+      [](APFloat x) { return x.isNegative() && !x.isNaN() ? APFloat::getZero(x.getSemantics()) : x; },
+      [](IntegerAttr i) -> Attribute {
+        if (i.getType().isUnsignedInteger() || !i.getValue().isNegative())
+          return i;
+        return IntegerAttr::get(i.getType(), 0);
+      });
+}
+
 OpFoldResult WhereOp::fold(FoldAdaptor adaptor) {
   return foldElementwise(adaptor.getOperands(), getType(),
                          [](ArrayRef<Attribute> v) -> Attribute {
