@@ -55,9 +55,10 @@ uint64_t sum(const std::map<int, uint64_t> &m) {
   return s;
 }
 
-const program::Codec kLossy[] = {program::CODEC_TOPK, program::CODEC_INT8,
-                                 program::CODEC_INT4, program::CODEC_FP16,
-                                 program::CODEC_BF16};
+const program::Codec kLossy[] = {program::CODEC_TOPK,      program::CODEC_INT8,
+                                 program::CODEC_INT4,      program::CODEC_FP16,
+                                 program::CODEC_BF16,      program::CODEC_TOPK_INT8,
+                                 program::CODEC_TOPK_INT4};
 
 } // namespace
 
@@ -70,7 +71,7 @@ TEST(CommCodec, SendRecvDecodesWhatTheCodecKeepsAndShrinksTheWire) {
     // Uncompressed first: the baseline of the ratios.
     std::map<program::Codec, double> wire;
     for (program::Codec c : {program::CODEC_NONE, kLossy[0], kLossy[1], kLossy[2],
-                             kLossy[3], kLossy[4]}) {
+                             kLossy[3], kLossy[4], kLossy[5], kLossy[6]}) {
       auto p = codecOf(c);
       if (rank == 0) {
         std::copy(x.begin(), x.end(), t.as<float>());
@@ -97,6 +98,9 @@ TEST(CommCodec, SendRecvDecodesWhatTheCodecKeepsAndShrinksTheWire) {
       EXPECT_NEAR(raw / wire[program::CODEC_FP16], 2.0, 0.01);
       EXPECT_NEAR(raw / wire[program::CODEC_BF16], 2.0, 0.01);
       EXPECT_GT(raw / wire[program::CODEC_TOPK], 50.0);
+      // Top-k 1% with int8 / int4 values: ~2.1 / ~1.6 bytes per kept value.
+      EXPECT_GT(raw / wire[program::CODEC_TOPK_INT8], 180.0);
+      EXPECT_GT(raw / wire[program::CODEC_TOPK_INT4], 235.0);
       std::printf("wire shrink vs f32: int8 %.2fx int4 %.2fx fp16 %.2fx topk1%% %.1fx\n",
                   raw / wire[program::CODEC_INT8], raw / wire[program::CODEC_INT4],
                   raw / wire[program::CODEC_FP16], raw / wire[program::CODEC_TOPK]);
