@@ -10,7 +10,8 @@ run forward on the CPU runtime.
   sequence output SequenceAt per element, an optional output OptionalHasElement and
   OptionalGetElement. Opsets above 23 (the importer's range) are lowered to 23.
 * ``test_debian_node_data``: the same for Debian's libonnx-testdata (onnx 1.12) tests whose
-  inputs and outputs are tensors (test_if, test_loop11, test_scan9_sum, simple/test_sequence_model*).
+  inputs and outputs are tensors (test_if, test_loop11, test_scan9_sum, the Loop of Range's
+  expanded function, simple/test_sequence_model*).
 * ``test_spec_case``: what those cases leave out, against onnxruntime: an If whose condition is
   only known at run time (both branches, Where), a Loop that stops on its condition, reads an
   outer-scope value and stacks scan outputs, a Scan with reversed directions and axes,
@@ -215,8 +216,10 @@ def test_onnx_cases_cover_the_ops():
             "OptionalGetElement", "OptionalHasElement"} <= ops, ops
 
 
-DEBIAN_TESTS = ["node/test_if", "node/test_loop11", "node/test_scan9_sum"] + [
-    f"simple/test_sequence_model{k}" for k in range(1, 8)]
+DEBIAN_TESTS = ["node/test_if", "node/test_loop11", "node/test_scan9_sum",
+                "node/test_range_int32_type_negative_delta_expanded",
+                "node/test_range_float_type_positive_delta_expanded"] + [
+    f"simple/test_sequence_model{k}" for k in range(1, 9)]
 
 
 @pytest.mark.skipif(not os.path.isdir(DEBIAN), reason="needs Debian's libonnx-testdata")
