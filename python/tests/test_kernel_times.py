@@ -1,7 +1,8 @@
 """Measured kernel times in the planner (vTrain's method; docs/planner.md, section 3).
 
-  - `straitc --emit=kernels` lists the distinct kernels of gpt2-tiny's training step and
-    `strait-probe --kernels` times them into the profile's `kernel_times`;
+  - `straitc --emit=kernels` lists the distinct kernels of gpt2-tiny's training step (with the
+    fused elementwise kernels the job runs) and `strait-probe --kernels` times them into the
+    profile's `kernel_times` (a fused kernel's time charged to its ops);
   - plan.json then costs every listed kernel at its measured time: the loss kernel's time by op
     type is exactly its measured time, doubling every kernel time doubles every listed op type's
     time, and a kernel without an entry falls back to the model (the plan without kernel times);
@@ -76,7 +77,11 @@ def probed(tmp_path_factory):
     p = run([PROBE, "--quick", "--threads", "1", "--cluster", str(base), "--kernels", str(kernels),
              "-o", str(probed)])
     assert re.search(rf"timed {count} kernels of .* in [\d.e+-]+ s", p.stderr), p.stderr
-    return probed.read_text(), count, str(kernels)
+    text = probed.read_text()
+    # The GELU's forward and backward chains run fused: timed so, charged to their ops.
+    fused = re.findall(r"^#   fused FusedElementwise\.\w+ \((\d+) ops\): [\d.e+-]+ ms", text, re.M)
+    assert len(fused) == 2 and all(int(n) >= 5 for n in fused), text[:3000]
+    return text, count - len(fused), str(kernels)
 
 
 def test_plan_costs_kernels_at_their_measured_times(probed, tmp_path):

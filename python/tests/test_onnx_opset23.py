@@ -1,11 +1,12 @@
-"""ONNX opset 23 Attention and RotaryEmbedding (lib/Target/ONNX/ImportAttention.cpp), run
-on the CPU runtime against independent references.
+"""ONNX op types of opsets 18-24 (lib/Target/ONNX/ImportAttention.cpp: Attention and
+RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish), run on the
+CPU runtime against independent references.
 
-* ``test_node_case``: the onnx 1.23 backend node tests of both ops, generated in the test from
-  onnx's own case generators (onnx/backend/test/case/node/attention.py,
-  rotaryembedding.py: the expected outputs come from onnx.reference), inputs bound as
-  initializers. Every case at opset <= 23 runs, except those listed in UNSUPPORTED with the
-  reason (opset 24+ cases, nonpad_kv_seqlen and sliding windows, are not collected).
+* ``test_node_case``: the onnx 1.23 backend node tests of these ops, generated in the test
+  from onnx's own case generators (onnx/backend/test/case/node/attention.py,
+  rotaryembedding.py, ...: the expected outputs come from onnx.reference), inputs bound as
+  initializers. Every case at an opset the importer reads (<= 24) runs; Attention's opset-25
+  cases (sliding windows) and its opset-24 nonpad_kv_seqlen cases are left out.
 * ``test_torch_export_trains``: a GQA causal attention block with rotary embeddings exported
   by PyTorch's dynamo exporter at opset 23 (it emits Attention and RotaryEmbedding); the
   forward loss and the gradients of every parameter and of the input from a Strait training
@@ -29,7 +30,8 @@ from onnx import TensorProto, helper  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfile(STRAIT_RUN),
                                 reason="straitc or strait-run not built")
 
-MAX_OPSET = 23
+MAX_OPSET = 24
+OPS = {"Attention", "RotaryEmbedding", "AffineGrid", "CenterCropPad", "LpPool", "Swish"}
 # Relative tolerance by the element type of the outputs: f32 kernels vs onnx.reference's
 # numpy; the 16-bit reference rounds every step, Strait's kernels once.
 TOL = {np.float32: 1e-5, np.float16: 2e-3}
@@ -43,10 +45,10 @@ def _cases():
         cases = collect_testcases(None)
     out = {}
     for c in cases:
-        if not (c.name.startswith("test_attention") or c.name.startswith("test_rotary_embedding")):
+        node = c.model.graph.node[-1]
+        if c.name.endswith("_expanded") or node.op_type not in OPS:
             continue
-        if c.name.endswith("_expanded") or c.model.graph.node[0].op_type not in (
-                "Attention", "RotaryEmbedding"):
+        if len(node.input) > 6 and node.input[6]:  # Attention's nonpad_kv_seqlen
             continue
         opset = max(o.version for o in c.model.opset_import if o.domain in ("", "ai.onnx"))
         if opset <= MAX_OPSET:
@@ -104,11 +106,11 @@ def test_node_case(name, tmp_path):
         print(f"{name}: {o.name} max relative difference {err:.1e}")
 
 
-def test_cases_cover_both_ops():
+def test_cases_cover_all_ops():
     if not CASES:
         pytest.skip("needs onnx 1.23's backend test case generators")
-    ops = {c.model.graph.node[0].op_type for c in CASES.values()}
-    assert ops == {"Attention", "RotaryEmbedding"} and len(CASES) >= 60, (ops, len(CASES))
+    ops = {c.model.graph.node[-1].op_type for c in CASES.values()}
+    assert ops == OPS and len(CASES) >= 90, (ops, len(CASES))
 
 
 # ---------------------------------------------------------------------------------------
@@ -217,3 +219,43 @@ def test_torch_export_trains(tmp_path):
         checked.append(pname)
         print(f"d{pname}: max relative difference to PyTorch {err:.1e}")
     assert sorted(checked) == sorted(values), (checked, list(values))
+
+
+# ---------------------------------------------------------------------------------------
+# Gradients of the lowered ops against finite differences (test_gradient_fd's harness:
+# a Strait training step's gradients vs central differences through onnxruntime)
+
+def _away_from_zero(shape, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.uniform(0.3, 1.5, shape) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+
+def _grad_cases():
+    from test_gradient_fd import Case
+    return {
+        "swish": Case("swish", lambda T: [helper.make_node("Swish", ["p0"], ["y"], alpha=1.3)],
+                      {"p0": _away_from_zero((2, 5), 1)}, opset=24),
+        "lppool-p2": Case("lppool_p2", lambda T: [helper.make_node(
+            "LpPool", ["p0"], ["y"], kernel_shape=[2, 2], pads=[1, 0, 0, 1], strides=[1, 2])],
+            {"p0": _away_from_zero((1, 2, 4, 4), 2)}, opset=18),
+        "lppool-p3": Case("lppool_p3", lambda T: [helper.make_node(
+            "LpPool", ["p0"], ["y"], kernel_shape=[3], p=3, strides=[2])],
+            {"p0": _away_from_zero((2, 2, 7), 3)}, opset=18),
+        "globallppool-p3": Case("globallppool_p3", lambda T: [helper.make_node(
+            "GlobalLpPool", ["p0"], ["y"], p=3)], {"p0": _away_from_zero((2, 3, 2, 3), 4)},
+            opset=18),
+        "affinegrid": Case("affinegrid", lambda T: [
+            helper.make_node("Constant", [], ["size"], value=onnx.numpy_helper.from_array(
+                np.array([2, 1, 3, 4], np.int64), "size")),
+            helper.make_node("AffineGrid", ["p0", "size"], ["y"], align_corners=0)],
+            {"p0": _away_from_zero((2, 2, 3), 5)}, opset=20),
+    }
+
+
+@pytest.mark.parametrize("name", ["swish", "lppool-p2", "lppool-p3", "globallppool-p3",
+                                  "affinegrid"])
+def test_lowered_op_gradient(name, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from test_gradient_fd import _check
+    dtype, worst = _check(_grad_cases()[name], tmp_path)
+    print(f"{name}: gradient vs finite differences ({dtype}) max relative difference {worst:.1e}")

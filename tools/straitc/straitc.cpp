@@ -873,9 +873,24 @@ int main(int argc, char **argv) {
     strait::addTrainingStepPasses(pm, popts);
     if (failed(pm.run(*module)))
       return 1;
+    // The fused elementwise kernels the job's program runs, on a copy of
+    // the step whose ops carry their signatures (charged to them).
+    auto main = module->lookupSymbol<func::FuncOp>("main");
+    func::FuncOp fused;
+    if (fuse == strait::FuseMode::Elementwise) {
+      fused = main.clone();
+      fused.setName("main.fused");
+      module->push_back(fused);
+      strait::tagKernelSignatures(fused);
+      PassManager fpm(&context, func::FuncOp::getOperationName());
+      fpm.addPass(strait::graph::createGraphFuseElementwise());
+      if (failed(fpm.run(fused)))
+        return 1;
+    }
     unsigned count = 0;
-    auto kernels =
-        strait::buildKernelModule(module->lookupSymbol<func::FuncOp>("main"), &count);
+    auto kernels = strait::buildKernelModule(main, &count, fused);
+    if (fused)
+      fused.erase();
     if (!kernels) {
       llvm::errs() << "straitc: " << llvm::toString(kernels.takeError()) << "\n";
       return 1;

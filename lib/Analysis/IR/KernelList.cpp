@@ -4,24 +4,64 @@
 #include "strait/Analysis/IRCostGraph.h"
 
 #include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Interfaces/CostOpInterface.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace strait;
 
-llvm::Expected<OwningOpRef<ModuleOp>> strait::buildKernelModule(func::FuncOp func,
-                                                                unsigned *numKernels) {
+static constexpr llvm::StringLiteral kKernelAttr = "graph.kernel";
+static constexpr llvm::StringLiteral kFusedKernelsAttr = "graph.fused_kernels";
+
+void strait::tagKernelSignatures(func::FuncOp func) {
+  Builder b(func.getContext());
+  for (Operation &op : func.getBody().front())
+    if (!isa<graph::ConstantOp, graph::ReadVariableOp, func::ReturnOp>(op))
+      op.setAttr(kKernelAttr, b.getStringAttr(kernelSignature(&op)));
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+strait::buildKernelModule(func::FuncOp func, unsigned *numKernels, func::FuncOp fused) {
   llvm::Expected<IRCostGraph> costs = buildCostGraph(func);
   if (!costs)
     return costs.takeError();
   SmallVector<Operation *> kernels;
+  SmallVector<std::string> names;
   for (Operation *op : costs->kernelOps)
     if (llvm::none_of(op->getAttrs(),
-                      [](NamedAttribute a) { return isa<SymbolRefAttr>(a.getValue()); }))
+                      [](NamedAttribute a) { return isa<SymbolRefAttr>(a.getValue()); })) {
       kernels.push_back(op);
+      names.push_back(kernelSignature(op));
+    }
+  if (fused) {
+    // The bytes the cost model gives each signature: the members' shares.
+    llvm::StringMap<double> bytes;
+    for (Operation &op : func.getBody().front())
+      if (auto cost = dyn_cast<CostOpInterface>(op))
+        bytes.try_emplace(kernelSignature(&op), cost.getBytesRead() + cost.getBytesWritten());
+    llvm::StringSet<> seen;
+    for (Operation &op : fused.getBody().front()) {
+      auto members = op.getAttrOfType<ArrayAttr>(kFusedKernelsAttr);
+      if (!isa<graph::FusedElementwiseOp>(op) || !members || members.empty())
+        continue;
+      std::string name = kernelSignature(&op);
+      if (!seen.insert(name).second)
+        continue;
+      double total = 0;
+      for (auto m : members.getAsValueRange<StringAttr>())
+        total += std::max(bytes.lookup(m), 1.0);
+      for (auto m : members.getAsValueRange<StringAttr>())
+        name += ("|" + m + "=" + llvm::formatv("{0:g}", std::max(bytes.lookup(m), 1.0) / total).str())
+                    .str();
+      kernels.push_back(&op);
+      names.push_back(name);
+    }
+  }
   // Every distinct non-constant operand of a kernel is an argument of its own.
   SmallVector<Type> argTypes;
   for (Operation *op : kernels) {
@@ -38,7 +78,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> strait::buildKernelModule(func::FuncOp fun
   Block *body = main.addEntryBlock();
   b.setInsertionPointToEnd(body);
   unsigned arg = 0;
-  for (Operation *op : kernels) {
+  for (auto [op, name] : llvm::zip(kernels, names)) {
     IRMapping map;
     for (Value v : op->getOperands()) {
       if (map.contains(v))
@@ -49,7 +89,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> strait::buildKernelModule(func::FuncOp fun
         map.map(v, body->getArgument(arg++));
     }
     Operation *copy = b.clone(*op, map);
-    copy->setLoc(NameLoc::get(b.getStringAttr(kernelSignature(op))));
+    copy->setLoc(NameLoc::get(b.getStringAttr(name)));
   }
   b.create<func::ReturnOp>(func.getLoc());
   if (numKernels)

@@ -231,10 +231,16 @@ LogicalResult importAttention(NodeImporter &n) {
   // The additive bias: the mask, and the causal mask where it cannot be the
   // op's flag (ONNX aligns it top-left without a past, the op bottom-right).
   // FusedAttention takes an f32 bias whatever Q's type (the CPU kernels have
-  // no 16-bit Add); the decomposed form adds it to scores of Q's type.
+  // no 16-bit Add); the decomposed form computes in f32 (the CPU's Softmax
+  // is f32 only) and rounds Y and the scores to Q's type at the end.
   bool decompose =
       *softcap > 0.0f || (n.proto().output_size() > 3 && !n.proto().output(3).empty());
-  Type biasElt = decompose ? elt : n.b().getF32Type();
+  Type f32 = n.b().getF32Type(), biasElt = f32;
+  auto castTo = [&](Value v, Type t) -> FailureOr<Value> {
+    if (rankedType(v).getElementType() == t)
+      return v;
+    return one<graph::CastOp>(n, v, {n.named("to", TypeAttr::get(t))});
+  };
   Value bias;
   if (Value m = n.input(3)) {
     FailureOr<Value> am = additiveMask(n, m, biasElt, tk);
@@ -275,6 +281,11 @@ LogicalResult importAttention(NodeImporter &n) {
     y = (*r)[0];
   } else {
     // S = scale Q K^T, softcapped, plus the bias; P = softmax(S); Y = P V.
+    FailureOr<Value> q32 = castTo(qh, f32), k32 = castTo(*kr, f32), v32 = castTo(*vr, f32);
+    if (failed(q32) || failed(k32) || failed(v32))
+      return failure();
+    Type outElt = elt;
+    elt = f32, qh = *q32, kr = k32, vr = v32;
     FailureOr<Value> kt = transpose(n, *kr, {0, 1, 3, 2});
     FailureOr<Value> s = failed(kt) ? FailureOr<Value>(failure()) : one<graph::MatMulOp>(n, {qh, *kt});
     if (failed(s))
@@ -323,9 +334,11 @@ LogicalResult importAttention(NodeImporter &n) {
     if (*mode == 3)
       qk = *p;
     FailureOr<Value> pv = one<graph::MatMulOp>(n, {*p, *vr});
-    if (failed(pv))
+    FailureOr<Value> y16 = failed(pv) ? FailureOr<Value>(failure()) : castTo(*pv, outElt);
+    FailureOr<Value> qk16 = failed(y16) ? FailureOr<Value>(failure()) : castTo(qk, outElt);
+    if (failed(qk16))
       return failure();
-    y = *pv;
+    y = *y16, qk = *qk16;
   }
   if (rank == 3) {
     ArrayRef<int64_t> ys = rankedType(y).getShape();

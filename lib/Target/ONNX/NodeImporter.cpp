@@ -411,6 +411,7 @@ const OpRegistry &strait::onnximport::opRegistry() {
     registerQuantizedImporters(r);
     registerDataDependentImporters(r);
     registerAttentionImporters(r);
+    registerOpset18Importers(r);
     return r;
   }();
   return registry;

@@ -150,6 +150,7 @@ void registerUnpoolImporters(OpRegistry &registry);
 void registerQuantizedImporters(OpRegistry &registry);
 void registerDataDependentImporters(OpRegistry &registry);
 void registerAttentionImporters(OpRegistry &registry);
+void registerOpset18Importers(OpRegistry &registry);
 
 /// The registry with every family registered (built once).
 const OpRegistry &opRegistry();

@@ -32,7 +32,7 @@ using namespace mlir;
 using namespace strait;
 using namespace strait::onnximport;
 
-static constexpr int64_t kMinOpset = 1, kMaxOpset = 23;
+static constexpr int64_t kMinOpset = 1, kMaxOpset = 24;
 /// Bounds on input shapes (the same as tensorTypeOf's for initializers), so
 /// that element and byte counts never overflow int64_t.
 static constexpr int64_t kMaxDim = int64_t(1) << 40, kMaxElements = int64_t(1) << 48;

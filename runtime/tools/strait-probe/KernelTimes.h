@@ -28,12 +28,24 @@ struct KernelTime {
 
 /// Loads the kernel list at `path` and times each kernel on `backend`: one
 /// warm-up call, then calls until `budget` seconds (at least 5, at most
-/// 50), keeping the median. Floating inputs are uniform in [-0.5, 0.5),
+/// 50), keeping the median; on the CPU, each call after writing twice the
+/// L2 cache's size (its inputs come from L3, as in a training step). Floating inputs are uniform in [-0.5, 0.5),
 /// integer inputs (indices, labels) uniform in [0, the smallest dimension of
 /// the kernel's first floating input) so that every index is in range,
-/// constants hold their values. Errors name the file and the kernel.
+/// constants hold their values. Errors name the file and the kernel. Fused
+/// kernels keep their names (chargeFusedKernels turns them into member
+/// times).
 StatusOr<std::vector<KernelTime>> timeKernelList(const Backend &backend,
                                                  const std::string &path, double budget);
+
+/// The kernel times by the planner's signatures: a fused kernel (named
+/// "<signature>|<member>=<share>|...", see buildKernelModule) is charged to
+/// its members, each member signature getting the mean of its charges
+/// (share x the fused kernel's time) over its occurrences, in place of its
+/// time alone; the fused kernel itself is not listed. An error names a
+/// malformed member entry.
+StatusOr<std::vector<KernelTime>> chargeFusedKernels(std::vector<KernelTime> timed,
+                                                     const std::string &path);
 
 } // namespace strait::rt
 

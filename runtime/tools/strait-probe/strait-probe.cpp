@@ -600,13 +600,26 @@ int main(int argc, char **argv) {
   // The job's own kernels (vTrain's method), on the backend strait-run uses;
   // first, so that a bad kernel list fails at once.
   std::vector<KernelTime> kernelTimes;
+  std::vector<std::string> fusedNotes; // fused kernels, charged to their ops
   double kernelSeconds = 0;
+  size_t kernelsListed = 0;
   if (!o.kernels.empty()) {
     auto t0 = std::chrono::steady_clock::now();
     StatusOr<std::unique_ptr<Backend>> backend = makeBackend(o, "bf16");
     StatusOr<std::vector<KernelTime>> times =
         backend.isOk() ? timeKernelList(**backend, o.kernels, o.quick ? 0.005 : 0.03)
                        : StatusOr<std::vector<KernelTime>>(backend.getStatus());
+    if (!times.isOk()) {
+      std::cerr << "strait-probe: --kernels: " << times.getStatus().toString() << "\n";
+      return 1;
+    }
+    kernelsListed = times->size();
+    for (const KernelTime &k : *times)
+      if (size_t bar = k.signature.find('|'); bar != std::string::npos)
+        fusedNotes.push_back(k.signature.substr(0, bar) + " (" +
+                             std::to_string(std::count(k.signature.begin(), k.signature.end(), '|')) +
+                             " ops): " + num(k.seconds * 1e3) + " ms");
+    times = chargeFusedKernels(std::move(*times), o.kernels);
     if (!times.isOk()) {
       std::cerr << "strait-probe: --kernels: " << times.getStatus().toString() << "\n";
       return 1;
@@ -651,10 +664,12 @@ int main(int argc, char **argv) {
     double sum = 0;
     for (const KernelTime &k : kernelTimes)
       sum += k.seconds;
-    y << "# kernels of " << o.kernels << ": " << kernelTimes.size() << " timed in "
+    y << "# kernels of " << o.kernels << ": " << kernelsListed << " timed in "
       << num(kernelSeconds) << " s (median of 5-50 calls each); one call of each: "
       << num(sum * 1e3) << " ms\n";
-    std::cerr << "strait-probe: timed " << kernelTimes.size() << " kernels of " << o.kernels
+    for (const std::string &f : fusedNotes)
+      y << "#   fused " << f << ", charged to its ops\n";
+    std::cerr << "strait-probe: timed " << kernelsListed << " kernels of " << o.kernels
               << " in " << num(kernelSeconds) << " s\n";
   }
   y << "# efficiencies relative to " << num(peak / 1e12) << " TFLOP/s ("

@@ -369,6 +369,15 @@ bool fuseGroup(ArrayRef<Operation *> members) {
         fused->setAttr("graph.grad_of", g);
         break;
       }
+  // Provenance for the planner's kernel list (straitc --emit=kernels tags
+  // each op with its kernel signature, graph.kernel): the members' ones.
+  SmallVector<Attribute> memberKernels;
+  for (Operation *m : members)
+    if (auto k = m->getAttrOfType<StringAttr>("graph.kernel"))
+      memberKernels.push_back(k);
+  fused->removeAttr("graph.kernel");
+  if (!memberKernels.empty())
+    fused->setAttr("graph.fused_kernels", b.getArrayAttr(memberKernels));
   for (auto [v, r] : llvm::zip(outputs, fused.getY()))
     v.replaceAllUsesWith(r);
   llvm::SetVector<Operation *> constOps;

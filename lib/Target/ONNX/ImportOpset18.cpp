@@ -1,0 +1,288 @@
+//===- ImportOpset18.cpp - Opset 18-24 ops lowered onto existing graph ops ===//
+//
+// Op types of opsets 18 to 24 that are exact compositions of graph ops
+// (so they train through those ops' gradients and run on every backend):
+//
+// - Swish (24): `X * Sigmoid(alpha X)`;
+// - CenterCropPad (18): a Slice (crop) and a zero Pad per axis, the shape a
+//   constant input;
+// - AffineGrid (20): the constant homogeneous base grid [H*W, 3] (or
+//   [D*H*W, 4]) times theta^T, reshaped to [N, H, W, 2] ([N, D, H, W, 3]);
+// - LpPool and GlobalLpPool (2; opset 1's float p is not read): `(sum |x|^p)^(1/p)` over the window as
+//   an AveragePool counting the padding, times the window size (p = 2: x*x
+//   and Sqrt), resp. ReduceL2 (p = 2) or ReduceSum of |x|^p.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NodeImporter.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace strait;
+using namespace strait::onnximport;
+
+namespace {
+
+template <typename OpTy>
+FailureOr<Value> one(NodeImporter &n, ValueRange operands, ArrayRef<NamedAttribute> attrs = {}) {
+  FailureOr<Values> r = n.create<OpTy>(operands, attrs);
+  if (failed(r))
+    return failure();
+  return (*r)[0];
+}
+
+Value scalar(NodeImporter &n, Type elt, double v) {
+  return n.constant(
+      DenseElementsAttr::get(RankedTensorType::get({}, elt), n.b().getFloatAttr(elt, v)));
+}
+
+FailureOr<RankedTensorType> floatInput(NodeImporter &n, size_t i, StringRef what) {
+  auto t = dyn_cast_or_null<RankedTensorType>(n.inputType(i));
+  if (!t || !t.hasStaticShape() || !isa<FloatType>(t.getElementType()))
+    return n.error() << "input '" << what << "' must be a statically shaped float tensor, got "
+                     << n.inputType(i);
+  return t;
+}
+
+LogicalResult importSwish(NodeImporter &n) {
+  if (failed(n.checkAttributes({"alpha"})))
+    return failure();
+  FailureOr<float> alpha = n.getFloat("alpha", 1.0f);
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(alpha) || failed(x))
+    return failure();
+  FailureOr<RankedTensorType> t = floatInput(n, 0, "X");
+  if (failed(t))
+    return failure();
+  Value arg = *x;
+  if (*alpha != 1.0f) {
+    FailureOr<Value> a = one<graph::MulOp>(n, {*x, scalar(n, t->getElementType(), *alpha)});
+    if (failed(a))
+      return failure();
+    arg = *a;
+  }
+  FailureOr<Value> s = one<graph::SigmoidOp>(n, arg);
+  return failed(s) ? failure() : emit<graph::MulOp>(n, {*x, *s});
+}
+
+LogicalResult importCenterCropPad(NodeImporter &n) {
+  if (failed(n.checkAttributes({"axes"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0);
+  FailureOr<SmallVector<int64_t>> shape = n.constantInts(1, "shape");
+  if (failed(x) || failed(shape))
+    return failure();
+  auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
+  if (!xt || !xt.hasStaticShape())
+    return n.error() << "input 'input_data' must be statically shaped, got " << n.inputType(0);
+  int64_t rank = xt.getRank();
+  SmallVector<int64_t> all;
+  for (int64_t i = 0; i < rank; ++i)
+    all.push_back(i);
+  FailureOr<SmallVector<int64_t>> axes = n.getInts("axes", all);
+  if (failed(axes))
+    return failure();
+  if (axes->size() != shape->size())
+    return n.error() << "input 'shape' has " << shape->size() << " entries for " << axes->size()
+                     << " axes";
+  SmallVector<int64_t> starts, ends, sliceAxes, ones, pads(2 * rank, 0);
+  for (auto [a, want] : llvm::zip(*axes, *shape)) {
+    FailureOr<int64_t> axis = graph::normalizeAxis(n.location(), a, rank, "axes");
+    if (failed(axis))
+      return failure();
+    if (want < 0)
+      return n.error() << "input 'shape' has a negative size " << want;
+    int64_t dim = xt.getDimSize(*axis);
+    if (want < dim) {  // crop, the extra element (odd difference) at the end
+      int64_t begin = (dim - want) / 2;
+      starts.push_back(begin), ends.push_back(begin + want), sliceAxes.push_back(*axis);
+      ones.push_back(1);
+    } else if (want > dim) {  // pad, the extra element at the end
+      pads[*axis] = (want - dim) / 2;
+      pads[*axis + rank] = want - dim - pads[*axis];
+    }
+  }
+  Value v = *x;
+  if (!sliceAxes.empty()) {
+    FailureOr<Value> s = one<graph::SliceOp>(
+        n, v, {n.named("starts", n.i64s(starts)), n.named("ends", n.i64s(ends)),
+               n.named("axes", n.i64s(sliceAxes)), n.named("steps", n.i64s(ones))});
+    if (failed(s))
+      return failure();
+    v = *s;
+  }
+  if (llvm::any_of(pads, [](int64_t p) { return p != 0; })) {
+    FailureOr<Value> p = one<graph::PadOp>(n, v, {n.named("pads", n.i64s(pads))});
+    if (failed(p))
+      return failure();
+    v = *p;
+  }
+  return n.setResults(v);
+}
+
+LogicalResult importAffineGrid(NodeImporter &n) {
+  if (failed(n.checkAttributes({"align_corners"})))
+    return failure();
+  FailureOr<int64_t> align = n.getInt("align_corners", 0);
+  FailureOr<Value> theta = n.requiredInput(0);
+  FailureOr<SmallVector<int64_t>> size = n.constantInts(1, "size");
+  if (failed(align) || failed(theta) || failed(size))
+    return failure();
+  FailureOr<RankedTensorType> tt = floatInput(n, 0, "theta");
+  if (failed(tt))
+    return failure();
+  int64_t spatial = static_cast<int64_t>(size->size()) - 2;
+  if ((spatial != 2 && spatial != 3) || tt->getRank() != 3 ||
+      tt->getDimSize(0) != (*size)[0] || tt->getDimSize(1) != spatial ||
+      tt->getDimSize(2) != spatial + 1)
+    return n.error() << "theta " << *tt << " and size [" << llvm::make_range(size->begin(), size->end())
+                     << "] must be [N, 2, 3] with [N, C, H, W] or [N, 3, 4] with [N, C, D, H, W]";
+  ArrayRef<int64_t> dims = ArrayRef<int64_t>(*size).drop_front(2);
+  for (int64_t d : dims)
+    if (d <= 0 || (*align && d == 1))
+      return n.error() << "input 'size' has a spatial size " << d
+                       << (*align ? " (align_corners needs at least 2)" : "");
+  // Rows (x, y[, z], 1), x along the last dimension, in row-major order.
+  auto coord = [&](int64_t i, int64_t d) {
+    return *align ? -1.0 + 2.0 * i / (d - 1) : -1.0 + (2.0 * i + 1.0) / d;
+  };
+  int64_t count = 1;
+  for (int64_t d : dims)
+    count *= d;
+  SmallVector<Attribute> rows;
+  Type elt = tt->getElementType();
+  for (int64_t flat = 0; flat < count; ++flat) {
+    SmallVector<double> c(spatial);
+    int64_t rest = flat;
+    for (int64_t k = spatial - 1; k >= 0; --k) {
+      c[spatial - 1 - k] = coord(rest % dims[k], dims[k]);
+      rest /= dims[k];
+    }
+    for (double v : c)
+      rows.push_back(n.b().getFloatAttr(elt, v));
+    rows.push_back(n.b().getFloatAttr(elt, 1.0));
+  }
+  Value base = n.constant(
+      DenseElementsAttr::get(RankedTensorType::get({count, spatial + 1}, elt), rows));
+  FailureOr<Value> tr = one<graph::TransposeOp>(n, *theta, {n.named("perm", n.i64s({0, 2, 1}))});
+  FailureOr<Value> g = failed(tr) ? FailureOr<Value>(failure()) : one<graph::MatMulOp>(n, {base, *tr});
+  if (failed(g))
+    return failure();
+  SmallVector<int64_t> out{(*size)[0]};
+  out.append(dims.begin(), dims.end());
+  out.push_back(spatial);
+  return emit<graph::ReshapeOp>(n, *g, {n.named("shape", n.i64s(out))});
+}
+
+/// |x|^p (x * x for p = 2).
+FailureOr<Value> absPow(NodeImporter &n, Value x, Type elt, int64_t p) {
+  if (p == 2)
+    return one<graph::MulOp>(n, {x, x});
+  FailureOr<Value> a = one<graph::AbsOp>(n, x);
+  if (failed(a) || p == 1)
+    return a;
+  return one<graph::PowOp>(n, {*a, scalar(n, elt, p)});
+}
+
+/// y^(1/p) (Sqrt for p = 2).
+LogicalResult emitRoot(NodeImporter &n, Value y, Type elt, int64_t p) {
+  if (p == 1)
+    return n.setResults(y);
+  if (p == 2)
+    return emit<graph::SqrtOp>(n, y);
+  return emit<graph::PowOp>(n, {y, scalar(n, elt, 1.0 / p)});
+}
+
+LogicalResult importLpPool(NodeImporter &n) {
+  if (failed(n.checkAttributes({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads",
+                                "strides"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0);
+  FailureOr<RankedTensorType> xt = floatInput(n, 0, "X");
+  if (failed(x) || failed(xt))
+    return failure();
+  if (xt->getRank() < 3)
+    return n.error() << "input 'X' must be [N, C, spatial...], got " << *xt;
+  int64_t spatial = xt->getRank() - 2;
+  FailureOr<int64_t> p = n.getInt("p", 2), ceil = n.getInt("ceil_mode", 0);
+  FailureOr<SmallVector<int64_t>> k = n.getInts("kernel_shape");
+  FailureOr<SmallVector<int64_t>> s = n.getInts("strides", SmallVector<int64_t>(spatial, 1));
+  FailureOr<SmallVector<int64_t>> d = n.getInts("dilations", SmallVector<int64_t>(spatial, 1));
+  FailureOr<SmallVector<int64_t>> pads = n.getInts("pads", SmallVector<int64_t>(2 * spatial, 0));
+  FailureOr<std::string> autoPad = n.getString("auto_pad", "NOTSET");
+  if (failed(p) || failed(ceil) || failed(k) || failed(s) || failed(d) || failed(pads) ||
+      failed(autoPad))
+    return failure();
+  if (*p < 1)
+    return n.error() << "attribute 'p' must be at least 1, got " << *p;
+  if ((int64_t)k->size() != spatial || (int64_t)s->size() != spatial ||
+      (int64_t)d->size() != spatial || (int64_t)pads->size() != 2 * spatial)
+    return n.error() << "kernel_shape/strides/dilations/pads do not match " << spatial
+                     << " spatial dimensions";
+  int64_t window = 1;
+  for (int64_t i = 0; i < spatial; ++i) {
+    if ((*k)[i] <= 0 || (*s)[i] <= 0 || (*d)[i] <= 0)
+      return n.error() << "kernel_shape, strides and dilations must be positive";
+    window *= (*k)[i];
+    if (*autoPad == "SAME_UPPER" || *autoPad == "SAME_LOWER") {
+      int64_t in = xt->getDimSize(i + 2), out = (in + (*s)[i] - 1) / (*s)[i];
+      int64_t span = ((*k)[i] - 1) * (*d)[i] + 1;
+      int64_t total = std::max<int64_t>((out - 1) * (*s)[i] + span - in, 0);
+      int64_t small = total / 2, big = total - small;
+      (*pads)[i] = *autoPad == "SAME_UPPER" ? small : big;
+      (*pads)[i + spatial] = *autoPad == "SAME_UPPER" ? big : small;
+    } else if (*autoPad == "VALID") {
+      (*pads)[i] = (*pads)[i + spatial] = 0;
+    } else if (*autoPad != "NOTSET") {
+      return n.error() << "unknown auto_pad '" << *autoPad << "'";
+    }
+  }
+  Type elt = xt->getElementType();
+  FailureOr<Value> pw = absPow(n, *x, elt, *p);
+  FailureOr<Value> avg = failed(pw) ? FailureOr<Value>(failure())
+                                    : one<graph::AveragePoolOp>(
+                                          n, *pw,
+                                          {n.named("kernel_shape", n.i64s(*k)),
+                                           n.named("pads", n.i64s(*pads)),
+                                           n.named("strides", n.i64s(*s)),
+                                           n.named("dilations", n.i64s(*d)),
+                                           n.named("ceil_mode", n.i64(*ceil)),
+                                           n.named("count_include_pad", n.i64(1))});
+  FailureOr<Value> sum = failed(avg) ? FailureOr<Value>(failure())
+                                     : one<graph::MulOp>(n, {*avg, scalar(n, elt, window)});
+  return failed(sum) ? failure() : emitRoot(n, *sum, elt, *p);
+}
+
+LogicalResult importGlobalLpPool(NodeImporter &n) {
+  if (failed(n.checkAttributes({"p"})))
+    return failure();
+  FailureOr<int64_t> p = n.getInt("p", 2);
+  FailureOr<Value> x = n.requiredInput(0);
+  FailureOr<RankedTensorType> xt = floatInput(n, 0, "X");
+  if (failed(p) || failed(x) || failed(xt))
+    return failure();
+  if (*p < 1)
+    return n.error() << "attribute 'p' must be at least 1, got " << *p;
+  if (xt->getRank() < 3)
+    return n.error() << "input 'X' must be [N, C, spatial...], got " << *xt;
+  SmallVector<int64_t> axes;
+  for (int64_t i = 2; i < xt->getRank(); ++i)
+    axes.push_back(i);
+  SmallVector<NamedAttribute> attrs{n.named("axes", n.i64s(axes)), n.named("keepdims", n.i64(1))};
+  if (*p == 2)
+    return emit<graph::ReduceL2Op>(n, *x, attrs);
+  FailureOr<Value> pw = absPow(n, *x, xt->getElementType(), *p);
+  FailureOr<Value> sum = failed(pw) ? FailureOr<Value>(failure()) : one<graph::ReduceSumOp>(n, *pw, attrs);
+  return failed(sum) ? failure() : emitRoot(n, *sum, xt->getElementType(), *p);
+}
+
+} // namespace
+
+void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
+  r.add("AffineGrid", 20, importAffineGrid);
+  r.add("CenterCropPad", 18, importCenterCropPad);
+  r.add("GlobalLpPool", 2, importGlobalLpPool);
+  r.add("LpPool", 2, importLpPool);
+  r.add("Swish", 24, importSwish);
+}
