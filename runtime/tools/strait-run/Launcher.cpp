@@ -390,6 +390,7 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
       for (const auto &[rank, p] : ranks) {
         r.ms[rank] = p.ms;
         parseLinkTimings(p.links, r.links[rank]);
+        r.sent[rank] = parseSentBytes(p.sent);
       }
       replan->observe(r, o.steps);
     };

@@ -11,9 +11,10 @@
 //     --replan-after windows in a row triggers a re-plan;
 //  3. a re-plan writes the cluster file with the measured bandwidths, runs
 //     the recorded straitc command on it into DIR/replan-K/ and compares the
-//     new plan's predicted step time (calibrated by the old plan's
-//     prediction against its measured steps) with the step time measured
-//     now; only a predicted gain switches. The ranks then checkpoint after
+//     new plan's predicted step time, calibrated to this machine (the step
+//     time measured now over the old plan's prediction for the measured
+//     links), with the step time measured now; only a predicted gain
+//     switches. The ranks then checkpoint after
 //     a step a few steps ahead (a stop file they read after every step),
 //     exit with code 4, and the launcher resumes them under the new plan.
 //
@@ -68,7 +69,11 @@ struct StepReport {
   int step = 0;
   std::map<int, double> ms;
   std::map<int, std::map<int, rt::LinkTiming>> links; // rank -> peer -> timing
+  std::map<int, std::map<int, uint64_t>> sent;         // rank -> peer -> bytes sent
 };
+
+/// "P:B,P:B" (the progress line's sent field) into peer -> bytes.
+std::map<int, uint64_t> parseSentBytes(const std::string &text);
 
 class ReplanMonitor {
 public:
@@ -104,6 +109,7 @@ private:
   // Windows.
   struct Window {
     std::vector<double> throughput; // per step that timed the pair (bytes/s)
+    std::vector<double> bytes;      // per step: the larger direction's bytes
   };
   std::map<std::pair<int, int>, Window> window;
   std::vector<double> windowMs;       // step times (slowest rank) of the window
@@ -111,8 +117,8 @@ private:
   std::map<std::pair<int, int>, int> outside; // windows in a row off the plan
   std::map<std::pair<int, int>, double> declinedAt; // bandwidth a declined re-plan saw
   std::map<std::pair<int, int>, bool> warnedNoSample;
-  double referenceMs = 0;  // median step of the last window inside the band
   double lastWindowMs = 0;
+  std::map<std::pair<int, int>, double> lastBytes; // median bytes a step, last window
   int stopAt = 0;
   std::string pendingDir;
 
