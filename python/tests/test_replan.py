@@ -10,7 +10,9 @@ links change").
     it was, and its steps are faster than the slow steps before the re-plan. With --replan off
     the same slowdown changes nothing;
   - steady links (the fast link throughout) re-plan nothing;
-  - bad flag values and a job without straitc.json are clear errors (no root needed).
+  - bad flag values and a job without straitc.json are clear errors; straitc.json says what it
+    should, byte for byte the same for the same command; a re-plan without a straitc to run
+    keeps the plan (no root needed).
 """
 from __future__ import annotations
 
@@ -182,3 +184,45 @@ def test_job_without_record(tmp_path):
                        text=True, timeout=30)
     assert p.returncode == 2, p.stderr
     assert f"--replan: {job}/straitc.json does not exist" in p.stderr, p.stderr
+
+
+def test_straitc_records_the_job(tmp_path):
+    # straitc.json: the command, its folder, the ranks' devices and hosts, the assumed link per
+    # pair of ranks on different hosts and the prediction; the same command writes the same bytes.
+    a = compile_job(tmp_path)
+    rec = json.loads((a / "straitc.json").read_text())
+    assert rec["format"] == "strait-job-record-1"
+    assert rec["cwd"] == str(tmp_path) and rec["argv"][-2:] == ["-o", "job"], rec
+    assert rec["ranks"] == [{"rank": 0, "device": "c0", "host": "h0"},
+                            {"rank": 1, "device": "c1", "host": "h1"}], rec
+    assert rec["links"] == [{"ranks": [0, 1], "bandwidth_bytes_s": 4000e6 / 8,
+                             "latency_s": 0.0001, "rule": "intra_site"}], rec
+    assert 0 < rec["predicted_iteration_s"] < 1, rec
+    assert (a / "cluster.yaml").read_text() == (tmp_path / "two-hosts.yaml").read_text()
+    first = (a / "straitc.json").read_bytes()
+    compile_job(tmp_path)
+    assert (a / "straitc.json").read_bytes() == first
+
+
+def test_without_straitc_the_job_keeps_its_plan(tmp_path):
+    # A plan that assumed 1 Pbit/s: loopback is far slower, so the first window triggers; with no
+    # straitc to run, the launcher says so and the job goes on under its plan (no root needed).
+    job = compile_job(tmp_path)
+    rec = json.loads((job / "straitc.json").read_text())
+    rec["links"][0]["bandwidth_bytes_s"] = 1.25e14
+    (job / "straitc.json").write_text(json.dumps(rec))
+    data = jobutil.write_tokens(tmp_path / "tokens.bin", seed=5, vocab=32)
+    p = subprocess.run([jobutil.STRAIT_RUN, str(job), "--steps", "8", "--data", str(data),
+                        "--threads", "1", "--replan", "auto", "--replan-window", "2",
+                        "--replan-after", "1", "--replan-max", "1", "--straitc",
+                        str(tmp_path / "no-straitc")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert re.search(r"re-plan 1 at step \d+: link 0-1 \(h0-h1\) delivers .* the plan assumed "
+                     r"1000000.00 Gbit/s", p.stdout), p.stdout
+    assert (f"re-plan 1: straitc failed (exit 127; {tmp_path}/no-straitc, log "
+            f"{job.resolve()}/replan-1/straitc.log); the job keeps its plan") in p.stdout, p.stdout
+    assert "cannot run" in (job / "replan-1" / "straitc.log").read_text()
+    assert "switching" not in p.stdout and "step 8/8" in p.stdout
+    assert "measured by strait-run --replan" in (job / "replan-1" /
+                                                  "measured-cluster.yaml").read_text()
