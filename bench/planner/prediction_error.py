@@ -8,12 +8,16 @@
    processes over Gloo). The probed file's profile states its rates (peak_tflops,
    mem_bandwidth_gbs); the "nominal" variant drops them, as strait-probe wrote profiles before
    session 10 (efficiencies applied to the type's nominal 0.2 TFLOP/s and 20 GB/s).
+   The "kernels" variant adds the job's own kernel times (vTrain's method): `straitc
+   --emit=kernels` lists the distinct kernels of the job's training step and `strait-probe
+   --threads 1 --kernels` times each; the planner costs those ops at their measured times.
 2. Each job is compiled with `straitc --cluster` (plan.json's `iteration_s` is the prediction)
    and trained `--steps` steps with `--threads 1` (one core per rank: 2 ranks on the 2 cores);
    measured = the median of the launcher's step times (the slowest rank), first 2 steps left
    out. Each job is measured --rounds times, keeping the lower median.
 
-Prints per job: predicted (probed and nominal profile), measured, and measured / predicted.
+Prints per job: predicted (kernel times, probed and nominal profile), measured, and measured /
+predicted, and the seconds strait-probe took to time the job's kernels.
 """
 from __future__ import annotations
 
@@ -113,14 +117,24 @@ def main():
     line = re.search(r"^  - \{type: cpu.*$", profile, re.M).group(0)
     print(f"loopback link: {bw:.0f} Mbit/s, {lat:.3f} ms; profile:{line[3:]}")
     print()
-    print("| job | predicted, probed profile (ms) | predicted, without the GEMM curve (ms) "
-          "| predicted, nominal peak (ms) | measured (ms) | measured / predicted (probed) "
-          "| (without the curve) | (nominal) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| job | predicted, kernel times (ms) | predicted, probed profile (ms) "
+          "| predicted, without the GEMM curve (ms) | predicted, nominal peak (ms) | measured (ms) "
+          "| measured / predicted (kernel times) | (probed) | (without the curve) | (nominal) "
+          "| kernels timed | probe (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, (name, model, flags, devices) in enumerate(JOBS):
         onnx = os.path.join(MODELS, model, model + ".onnx")
+        # The job's kernels, timed with the job's thread count, added to the probed profile.
+        kernels = os.path.join(work, f"job{i}.kernels.pb")
+        sh([straitc, onnx, "--loss", "cross-entropy", *flags, "--emit=kernels", "-o", kernels])
+        p = sh([probe, "--threads", "1", "--kernels", kernels])
+        times = re.search(r", kernel_times: \{[^}]*\}", p.stdout).group(0)
+        timed = re.search(r"timed (\d+) kernels of .* in ([\d.e+-]+) s", p.stderr)
+        files[devices, "kernels"] = os.path.join(work, f"kernels{i}.yaml")
+        with open(files[devices, "kernels"], "w") as f:
+            f.write(re.sub(r"\}\}\n?$", "}" + times + "}\n", open(files[devices, "probed"]).read()))
         pred = {}
-        for label in ("probed", "flat", "nominal"):
+        for label in ("kernels", "probed", "flat", "nominal"):
             job = os.path.join(work, f"job{i}-{label}")
             sh([straitc, onnx, "--loss", "cross-entropy", *flags, "--cluster",
                 files[devices, label], "-o", job])
@@ -128,10 +142,14 @@ def main():
             used = sum(len(s["devices"]) for s in plan["stages"])
             assert used == devices, (name, used)
             pred[label] = plan["iteration_s"] * 1e3
+            if label == "kernels":
+                measured_kernels = f"{plan['kernels_measured']}/{plan['kernels']}"
         measured = measure(run, os.path.join(work, f"job{i}-probed"), a.steps, a.rounds)
-        print(f"| {name} | {pred['probed']:.1f} | {pred['flat']:.1f} | {pred['nominal']:.1f} | "
-              f"{measured:.1f} | {measured / pred['probed']:.2f} | {measured / pred['flat']:.2f} | "
-              f"{measured / pred['nominal']:.2f} |")
+        print(f"| {name} | {pred['kernels']:.1f} | {pred['probed']:.1f} | {pred['flat']:.1f} | "
+              f"{pred['nominal']:.1f} | {measured:.1f} | {measured / pred['kernels']:.2f} | "
+              f"{measured / pred['probed']:.2f} | {measured / pred['flat']:.2f} | "
+              f"{measured / pred['nominal']:.2f} | {measured_kernels} | {float(timed.group(2)):.1f} |",
+              flush=True)
 
 
 if __name__ == "__main__":
