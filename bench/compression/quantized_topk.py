@@ -17,6 +17,7 @@ No network emulation: the link's speed does not change the arithmetic.
 
 Usage (from the repository root, after building build/):
   .venv/bin/python bench/compression/quantized_topk.py [--steps 300] [--seeds 1,2,3]
+      [--codecs none,topk:0.01,...] [--optimizer adamw|sgd] [--sgd-lr 0.1]
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
 DATA = os.path.join(ROOT, "out", "text", "train.bin")
 BATCH, SEQ, RANKS = 8, 64, 2
 LR, WARMUP, MIN_LR = 0.003, 10, 0.0003
+# --optimizer sgd: momentum 0.9, peak rate --sgd-lr, same warm-up, cosine decay to a tenth
 LAST = 20
 
 CLUSTER = """name: two-hosts
@@ -62,13 +64,14 @@ def sh(cmd, timeout=1800):
     return p.stdout
 
 
-def run(tmp, cluster, codec, steps, seed):
+def run(tmp, cluster, codec, steps, seed, optimizer, sgd_lr):
     job = os.path.join(tmp, f"job-{codec.replace(':', '_')}")
     shutil.rmtree(job, ignore_errors=True)
+    opt = (["--optimizer", "adamw", "--lr", LR, "--min-lr", MIN_LR] if optimizer == "adamw" else
+           ["--optimizer", "sgd", "--momentum", 0.9, "--lr", sgd_lr, "--min-lr", sgd_lr / 10])
     sh([STRAITC, MODEL, "--input-shape", f"input_ids={BATCH}x{SEQ}", "--loss", "cross-entropy",
-        "--optimizer", "adamw", "--cluster", cluster, "--global-batch", BATCH * RANKS,
-        "--num-stages", 1, "--compress", codec, "--lr", LR, "--warmup-steps", WARMUP,
-        "--total-steps", steps, "--min-lr", MIN_LR, "-o", job])
+        *opt, "--cluster", cluster, "--global-batch", BATCH * RANKS, "--num-stages", 1,
+        "--compress", codec, "--warmup-steps", WARMUP, "--total-steps", steps, "-o", job])
     sh([STRAIT_RUN, job, "--data", DATA, "--data-format", "tokens-u16", "--steps", steps,
         "--seed", seed, "--timeout-ms", 120000])
     losses, sent = {}, []
@@ -87,6 +90,8 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--codecs", default=",".join(CODECS), help="';'-separated is also accepted")
+    ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    ap.add_argument("--sgd-lr", type=float, default=0.1)
     args = ap.parse_args()
     if not os.path.exists(DATA):
         sh([sys.executable, os.path.join(ROOT, "runtime", "scripts", "make-text-tokens.py"),
@@ -99,7 +104,9 @@ def main():
     cluster = os.path.join(tmp, "cluster.yaml")
     with open(cluster, "w") as f:
         f.write(CLUSTER)
-    print(f"gpt2-tiny, {RANKS} data-parallel ranks, {args.steps} steps, batch {BATCH}x{SEQ} "
+    opt = args.optimizer if args.optimizer == "adamw" else f"sgd lr {args.sgd_lr} momentum 0.9"
+    print(f"gpt2-tiny, {RANKS} data-parallel ranks, {opt}, {args.steps} steps, "
+          f"batch {BATCH}x{SEQ} "
           f"per rank, seeds {seeds}; final loss = mean of the last {LAST} steps")
     print("| codec | bytes sent per rank and step | vs f32 | final loss | vs none |")
     print("|---|---|---|---|---|")
@@ -107,7 +114,7 @@ def main():
     for codec in codecs:
         finals, sent = [], []
         for seed in seeds:
-            f, s = run(tmp, cluster, codec, args.steps, seed)
+            f, s = run(tmp, cluster, codec, args.steps, seed, args.optimizer, args.sgd_lr)
             finals.append(f)
             sent.append(s)
         final, bytes_ = statistics.mean(finals), statistics.mean(sent)
