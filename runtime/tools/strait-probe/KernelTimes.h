@@ -27,9 +27,10 @@ struct KernelTime {
 };
 
 /// Loads the kernel list at `path` and times each kernel on `backend`: one
-/// warm-up call, then calls until `budget` seconds (at least 5, at most
-/// 50), keeping the median; on the CPU, each call after writing twice the
-/// L2 cache's size (its inputs come from L3, as in a training step). Floating inputs are uniform in [-0.5, 0.5),
+/// warm-up call, then rounds of one call of every kernel in list order (so
+/// that, as in a step, each finds the caches filled by the others) until
+/// `budget` seconds per kernel (at least 5 rounds, at most 50), keeping
+/// each kernel's median. Kernels are grouped by up to 1 GiB of buffers. Floating inputs are uniform in [-0.5, 0.5),
 /// integer inputs (indices, labels) uniform in [0, the smallest dimension of
 /// the kernel's first floating input) so that every index is in range,
 /// constants hold their values. Errors name the file and the kernel. Fused
