@@ -140,10 +140,12 @@ Status GlooCommunicator::swapPayloads(
       sizeRecvs[i] = postRecv(&sizes[i], 8, peers[i], collectiveSlot(prefix, channel, step));
     }
     std::vector<Buf> recvs(k);
+    std::vector<std::chrono::steady_clock::time_point> sizeAt(k);
     for (int i = 0; i < k; ++i) {
       if (i == me)
         continue;
       STRAIT_RETURN_IF_ERROR(waitRecv(sizeRecvs[i], what, peers[i]));
+      sizeAt[i] = std::chrono::steady_clock::now();
       if (sizes[i] < kCodecHeaderBytes || sizes[i] > maxBytes)
         return markBroken(unavailable(what + ": peer announced a payload of " +
                                       std::to_string(sizes[i]) + " bytes (at most " +
@@ -155,8 +157,15 @@ Status GlooCommunicator::swapPayloads(
                           collectiveSlot(prefix + 1, channel, step));
     }
     for (int i = 0; i < k; ++i)
-      if (i != me)
+      if (i != me) {
         STRAIT_RETURN_IF_ERROR(waitRecv(recvs[i], what, peers[i]));
+        // As a message's payload: from its size's arrival on, the link's
+        // time (strait-run --replan; LinkTiming.h).
+        recordLinkTiming(peers[i], sizes[i],
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                       sizeAt[i])
+                             .count());
+      }
     for (auto &b : sends)
       STRAIT_RETURN_IF_ERROR(waitSend(b, what, -1));
   } catch (const std::exception &e) {

@@ -8,7 +8,9 @@
 //    Gloo writes the payload once the receive is posted) to its end; the
 //    sender's clock would stop when the bytes reach its socket buffer;
 //  - each all-gather step of a ring all-reduce (every rank of the ring has
-//    finished its reduce-scatter, so both ends are inside the collective).
+//    finished its reduce-scatter, so both ends are inside the collective);
+//  - the payloads of a compressed all-reduce's exchange, from the arrival
+//    of their size on, as a message's.
 // Transfers under kLinkTimingMinBytes give no sample: their time is mostly
 // latency and the jitter of a loaded machine. The worker takes the sums
 // after every iteration and prints them as `link PEER:BYTES:SECONDS,...`.
