@@ -229,80 +229,50 @@ LogicalResult importLoop(StructuredNode &s) {
   return s.setResults(results);
 }
 
-LogicalResult importScan(StructuredNode &s) {
+/// Scan's directions and axes (axes normalized by unrollScan).
+struct ScanLayout {
+  SmallVector<int64_t> dirIn, axesIn, dirOut, axesOut;
+};
+
+/// Unrolls a Scan body over `scanIn` (equal static lengths along their axes):
+/// the final states, then the scan outputs stacked along their axes.
+FailureOr<ImportedValues> unrollScan(StructuredNode &s, const onnx::GraphProto &body,
+                                     ImportedValues states, ArrayRef<Value> scanIn,
+                                     ScanLayout layout, StringRef prefix) {
   NodeImporter &n = s.n;
-  if (failed(n.checkAttributes({"body", "num_scan_inputs", "scan_input_directions",
-                                "scan_input_axes", "scan_output_directions",
-                                "scan_output_axes"})))
-    return failure();
-  FailureOr<const onnx::GraphProto *> body = s.graphAttr("body");
-  FailureOr<std::optional<int64_t>> numScanAttr = n.getOptionalInt("num_scan_inputs");
-  if (failed(body) || failed(numScanAttr))
-    return failure();
-  if (!*numScanAttr || **numScanAttr < 1 || (size_t)**numScanAttr > s.numInputs())
-    return n.error() << "attribute 'num_scan_inputs' must be in [1, " << s.numInputs() << "]";
-  size_t numScanIn = **numScanAttr, numStates = s.numInputs() - numScanIn;
-  if ((size_t)(*body)->input_size() != s.numInputs() ||
-      (size_t)(*body)->output_size() < numStates)
-    return n.error() << "the body has " << (*body)->input_size() << " inputs and "
-                     << (*body)->output_size() << " outputs, expected " << s.numInputs()
-                     << " inputs and at least " << numStates << " outputs";
-  size_t numScanOut = (*body)->output_size() - numStates;
-  SmallVector<int64_t> zerosIn(numScanIn, 0), zerosOut(numScanOut, 0);
-  FailureOr<SmallVector<int64_t>> dirIn = n.getInts("scan_input_directions", zerosIn);
-  FailureOr<SmallVector<int64_t>> axesIn = n.getInts("scan_input_axes", zerosIn);
-  FailureOr<SmallVector<int64_t>> dirOut = n.getInts("scan_output_directions", zerosOut);
-  FailureOr<SmallVector<int64_t>> axesOut = n.getInts("scan_output_axes", zerosOut);
-  if (failed(dirIn) || failed(axesIn) || failed(dirOut) || failed(axesOut))
-    return failure();
-  if (dirIn->size() != numScanIn || axesIn->size() != numScanIn ||
-      dirOut->size() != numScanOut || axesOut->size() != numScanOut)
-    return n.error() << "the scan direction and axis attributes need " << numScanIn
-                     << " entries for inputs and " << numScanOut << " for outputs";
-  ImportedValues states;
-  for (size_t i = 0; i < numStates; ++i) {
-    const ImportedValue *v = s.input(i);
-    if (!v)
-      return n.error() << "state input " << i << " is missing";
-    states.push_back(*v);
-  }
+  size_t numStates = states.size(), numScanOut = layout.dirOut.size();
   int64_t length = -1;
-  SmallVector<Value> scanIn;
-  for (size_t j = 0; j < numScanIn; ++j) {
-    Value x = n.input(numStates + j);
+  for (auto [j, x] : llvm::enumerate(scanIn)) {
     auto type = x ? dyn_cast<RankedTensorType>(x.getType()) : RankedTensorType();
     if (!type)
       return n.error() << "scan input " << numStates + j << " must be a ranked tensor";
     FailureOr<int64_t> axis =
-        graph::normalizeAxis(n.location(), (*axesIn)[j], type.getRank(), "scan_input_axes");
+        graph::normalizeAxis(n.location(), layout.axesIn[j], type.getRank(), "scan_input_axes");
     if (failed(axis))
       return failure();
-    (*axesIn)[j] = *axis;
+    layout.axesIn[j] = *axis;
     int64_t len = type.getDimSize(*axis);
     if (len == ShapedType::kDynamic || (length >= 0 && len != length))
       return n.error() << "scan input " << numStates + j << " (" << type
                        << ") has scan length " << (len == ShapedType::kDynamic ? -1 : len)
                        << "; the scan lengths must be static and equal";
     length = len;
-    scanIn.push_back(x);
   }
-  if (length == 0 || length > kMaxUnrolledIterations)
+  if (length <= 0 || length > kMaxUnrolledIterations)
     return n.error() << "scan length " << length << " is outside [1, "
                      << kMaxUnrolledIterations << "] (unrolled at import)";
   SmallVector<SmallVector<Value>> scans(numScanOut);
-  std::string prefix = s.name() + "/body@";
   for (int64_t t = 0; t < length; ++t) {
     ImportedValues args = states;
-    for (size_t j = 0; j < numScanIn; ++j) {
-      Value idx = scalarConstant(n, n.b().getI64Type(), (*dirIn)[j] ? length - 1 - t : t);
+    for (auto [j, x] : llvm::enumerate(scanIn)) {
+      Value idx = scalarConstant(n, n.b().getI64Type(), layout.dirIn[j] ? length - 1 - t : t);
       FailureOr<Values> slice =
-          n.create<graph::GatherOp>({scanIn[j], idx}, {n.named("axis", n.i64((*axesIn)[j]))});
+          n.create<graph::GatherOp>({x, idx}, {n.named("axis", n.i64(layout.axesIn[j]))});
       if (failed(slice))
         return failure();
       args.push_back(ImportedValue::ofTensor((*slice)[0]));
     }
-    FailureOr<ImportedValues> outs =
-        s.importGraph(**body, args, prefix + std::to_string(t) + "/");
+    FailureOr<ImportedValues> outs = s.importGraph(body, args, (prefix + Twine(t) + "/").str());
     if (failed(outs))
       return failure();
     states.assign(outs->begin(), outs->begin() + numStates);
@@ -315,12 +285,150 @@ LogicalResult importScan(StructuredNode &s) {
   }
   ImportedValues results = states;
   for (size_t k = 0; k < numScanOut; ++k) {
-    if ((*dirOut)[k])
+    if (layout.dirOut[k])
       std::reverse(scans[k].begin(), scans[k].end());
     auto type = cast<RankedTensorType>(scans[k][0].getType());
-    FailureOr<int64_t> axis = graph::normalizeAxis(n.location(), (*axesOut)[k],
+    FailureOr<int64_t> axis = graph::normalizeAxis(n.location(), layout.axesOut[k],
                                                    type.getRank() + 1, "scan_output_axes");
-    FailureOr<Value> stacked = failed(axis) ? FailureOr<Value>(failure()) : stackTensors(n, scans[k], *axis);
+    FailureOr<Value> stacked =
+        failed(axis) ? FailureOr<Value>(failure()) : stackTensors(n, scans[k], *axis);
+    if (failed(stacked))
+      return failure();
+    results.push_back(ImportedValue::ofTensor(*stacked));
+  }
+  return results;
+}
+
+/// Scan's body and its input split: `first` inputs before the states (opset
+/// 8's sequence_lens), then states, then num_scan_inputs scan inputs.
+struct ScanSignature {
+  const onnx::GraphProto *body;
+  size_t numStates, numScanIn, numScanOut;
+};
+
+FailureOr<ScanSignature> scanSignature(StructuredNode &s, size_t first) {
+  NodeImporter &n = s.n;
+  FailureOr<const onnx::GraphProto *> body = s.graphAttr("body");
+  FailureOr<std::optional<int64_t>> numScanAttr = n.getOptionalInt("num_scan_inputs");
+  if (failed(body) || failed(numScanAttr))
+    return failure();
+  size_t numIn = s.numInputs() > first ? s.numInputs() - first : 0;
+  if (!*numScanAttr || **numScanAttr < 1 || (size_t)**numScanAttr > numIn)
+    return n.error() << "attribute 'num_scan_inputs' must be in [1, " << numIn << "]";
+  size_t numScanIn = **numScanAttr, numStates = numIn - numScanIn;
+  if ((size_t)(*body)->input_size() != numIn || (size_t)(*body)->output_size() < numStates)
+    return n.error() << "the body has " << (*body)->input_size() << " inputs and "
+                     << (*body)->output_size() << " outputs, expected " << numIn
+                     << " inputs and at least " << numStates << " outputs";
+  return ScanSignature{*body, numStates, numScanIn, (*body)->output_size() - numStates};
+}
+
+LogicalResult importScan(StructuredNode &s) {
+  NodeImporter &n = s.n;
+  if (failed(n.checkAttributes({"body", "num_scan_inputs", "scan_input_directions",
+                                "scan_input_axes", "scan_output_directions",
+                                "scan_output_axes"})))
+    return failure();
+  FailureOr<ScanSignature> sig = scanSignature(s, 0);
+  if (failed(sig))
+    return failure();
+  SmallVector<int64_t> zerosIn(sig->numScanIn, 0), zerosOut(sig->numScanOut, 0);
+  FailureOr<SmallVector<int64_t>> dirIn = n.getInts("scan_input_directions", zerosIn);
+  FailureOr<SmallVector<int64_t>> axesIn = n.getInts("scan_input_axes", zerosIn);
+  FailureOr<SmallVector<int64_t>> dirOut = n.getInts("scan_output_directions", zerosOut);
+  FailureOr<SmallVector<int64_t>> axesOut = n.getInts("scan_output_axes", zerosOut);
+  if (failed(dirIn) || failed(axesIn) || failed(dirOut) || failed(axesOut))
+    return failure();
+  if (dirIn->size() != sig->numScanIn || axesIn->size() != sig->numScanIn ||
+      dirOut->size() != sig->numScanOut || axesOut->size() != sig->numScanOut)
+    return n.error() << "the scan direction and axis attributes need " << sig->numScanIn
+                     << " entries for inputs and " << sig->numScanOut << " for outputs";
+  ImportedValues states;
+  for (size_t i = 0; i < sig->numStates; ++i) {
+    const ImportedValue *v = s.input(i);
+    if (!v)
+      return n.error() << "state input " << i << " is missing";
+    states.push_back(*v);
+  }
+  SmallVector<Value> scanIn;
+  for (size_t j = 0; j < sig->numScanIn; ++j)
+    scanIn.push_back(n.input(sig->numStates + j));
+  FailureOr<ImportedValues> results =
+      unrollScan(s, *sig->body, states, scanIn, {*dirIn, *axesIn, *dirOut, *axesOut},
+                 s.name() + "/body@");
+  return failed(results) ? failure() : s.setResults(*results);
+}
+
+/// Opset 8's batched Scan: axis 0 of the states and scan inputs is the batch,
+/// axis 1 the sequence. Each batch entry is scanned on its own and the results
+/// stacked again; sequence_lens, when given, must be constant and full.
+LogicalResult importScan8(StructuredNode &s) {
+  NodeImporter &n = s.n;
+  if (failed(n.checkAttributes({"body", "num_scan_inputs", "directions"})))
+    return failure();
+  FailureOr<ScanSignature> sig = scanSignature(s, 1);
+  if (failed(sig))
+    return failure();
+  SmallVector<int64_t> zerosIn(sig->numScanIn, 0), zerosOut(sig->numScanOut, 0);
+  FailureOr<SmallVector<int64_t>> dirIn = n.getInts("directions", zerosIn);
+  if (failed(dirIn))
+    return failure();
+  if (dirIn->size() != sig->numScanIn)
+    return n.error() << "attribute 'directions' needs " << sig->numScanIn << " entries";
+  SmallVector<Value> inputs;
+  for (size_t i = 1; i < s.numInputs(); ++i) {
+    auto type = n.input(i) ? dyn_cast<RankedTensorType>(n.input(i).getType())
+                           : RankedTensorType();
+    if (!type || type.getRank() < 1 || type.isDynamicDim(0) ||
+        (i > sig->numStates && (type.getRank() < 2 || type.isDynamicDim(1))))
+      return n.error() << "input " << i << " must be a tensor with static batch"
+                       << (i > sig->numStates ? " and sequence" : "") << " axes";
+    inputs.push_back(n.input(i));
+  }
+  int64_t batch = cast<RankedTensorType>(inputs[0].getType()).getDimSize(0);
+  for (Value x : inputs)
+    if (cast<RankedTensorType>(x.getType()).getDimSize(0) != batch)
+      return n.error() << "the states and scan inputs must share their batch size " << batch;
+  if (batch <= 0 || batch > kMaxUnrolledIterations)
+    return n.error() << "batch size " << batch << " is outside [1, " << kMaxUnrolledIterations
+                     << "] (each entry is unrolled at import)";
+  if (n.input(0)) {
+    int64_t length = cast<RankedTensorType>(inputs.back().getType()).getDimSize(1);
+    FailureOr<SmallVector<int64_t>> lens = n.constantInts(0, "sequence_lens");
+    if (failed(lens))
+      return failure();
+    for (int64_t len : *lens)
+      if (len != length)
+        return n.error() << "input 'sequence_lens' holds " << len
+                         << "; only full sequences (" << length << ") are supported";
+  }
+  ScanLayout layout{*dirIn, zerosIn, zerosOut, zerosOut};
+  SmallVector<ImportedValues> perBatch;
+  for (int64_t b = 0; b < batch; ++b) {
+    Value idx = scalarConstant(n, n.b().getI64Type(), b);
+    SmallVector<Value> slices;
+    for (Value x : inputs) {
+      FailureOr<Values> slice = n.create<graph::GatherOp>({x, idx}, {n.named("axis", n.i64(0))});
+      if (failed(slice))
+        return failure();
+      slices.push_back((*slice)[0]);
+    }
+    ImportedValues states;
+    for (size_t i = 0; i < sig->numStates; ++i)
+      states.push_back(ImportedValue::ofTensor(slices[i]));
+    FailureOr<ImportedValues> r =
+        unrollScan(s, *sig->body, states, ArrayRef<Value>(slices).drop_front(sig->numStates),
+                   layout, s.name() + "/batch@" + std::to_string(b) + "/body@");
+    if (failed(r))
+      return failure();
+    perBatch.push_back(*r);
+  }
+  ImportedValues results;
+  for (size_t k = 0; k < perBatch[0].size(); ++k) {
+    SmallVector<Value> parts;
+    for (ImportedValues &r : perBatch)
+      parts.push_back(r[k].tensor);
+    FailureOr<Value> stacked = stackTensors(n, parts, 0);
     if (failed(stacked))
       return failure();
     results.push_back(ImportedValue::ofTensor(*stacked));
@@ -379,6 +487,7 @@ LogicalResult importSequenceMap(StructuredNode &s) {
 void strait::onnximport::registerControlFlowImporters(StructuredRegistry &r) {
   r.add("If", 1, importIf);
   r.add("Loop", 1, importLoop);
-  r.add("Scan", 9, importScan); // 8 is the batched form with sequence_lens
+  r.add("Scan", 8, importScan8); // batched, with sequence_lens
+  r.add("Scan", 9, importScan);
   r.add("SequenceMap", 17, importSequenceMap);
 }
