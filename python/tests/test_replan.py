@@ -10,7 +10,7 @@ links change").
     it was, and its steps are faster than the slow steps before the re-plan. With --replan off
     the same slowdown changes nothing;
   - steady links (the fast link throughout) re-plan nothing;
-  - bad flag values and a job without straitc.json are clear errors; straitc.json says what it
+  - bad flag values, a job without straitc.json and a malformed one are clear errors; straitc.json says what it
     should, byte for byte the same for the same command; a re-plan without a straitc to run
     keeps the plan (no root needed).
 """
@@ -226,3 +226,24 @@ def test_without_straitc_the_job_keeps_its_plan(tmp_path):
     assert "switching" not in p.stdout and "step 8/8" in p.stdout
     assert "measured by strait-run --replan" in (job / "replan-1" /
                                                   "measured-cluster.yaml").read_text()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{\"argv\": [\"straitc\"", "straitc.json: not a JSON object (at byte"),
+    ("[]", "straitc.json: not a JSON object"),
+    ("{\"argv\": [\"straitc\"], \"cwd\": \"/\", \"cluster_file\": \"c.yaml\", "
+     "\"predicted_iteration_s\": 0.1, \"ranks\": []}",
+     "straitc.json: field 'links' is missing or has the wrong type"),
+    ("{\"argv\": [\"straitc\"], \"cwd\": \"/\", \"cluster_file\": \"c.yaml\", "
+     "\"predicted_iteration_s\": 0.1, \"ranks\": [{\"device\": \"c0\", \"host\": \"h0\"}], "
+     "\"links\": [{\"ranks\": [0, 3], \"bandwidth_bytes_s\": 1, \"latency_s\": 0}]}",
+     "straitc.json: a link names a rank outside 0..0 or has no positive bandwidth"),
+])
+def test_bad_record(tmp_path, text, message):
+    job = tmp_path / "job"
+    jobutil.run([jobutil.STRAITC, jobutil.GPT2_TINY, "--input-shape", "input_ids=4x16",
+                 "--loss", "cross-entropy", "-o", str(job)])
+    (job / "straitc.json").write_text(text)
+    p = subprocess.run([jobutil.STRAIT_RUN, str(job), "--replan", "auto"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and f"strait-run: --replan: {job}/{message}" in p.stderr, p.stderr
