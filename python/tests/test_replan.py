@@ -10,9 +10,9 @@ links change").
     it was, and its steps are faster than the slow steps before the re-plan. With --replan off
     the same slowdown changes nothing;
   - steady links (the fast link throughout) re-plan nothing;
-  - bad flag values, a job without straitc.json and a malformed one are clear errors; straitc.json says what it
-    should, byte for byte the same for the same command; a re-plan without a straitc to run
-    keeps the plan (no root needed).
+  - bad flag values, a job without straitc.json and a malformed one are clear errors;
+    straitc.json says what it should, byte for byte the same for the same command; a re-plan
+    without a straitc to run keeps the plan (no root needed).
 """
 from __future__ import annotations
 
