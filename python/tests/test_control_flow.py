@@ -435,3 +435,47 @@ def test_torch_export(tmp_path):
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 5
     got = forward(model, {"x": x.numpy()}, tmp_path)
     check_outputs(got, {"y": ref_torch}, what="torch: ")
+
+
+def test_torch_loop_gradients(tmp_path):
+    """Training through an unrolled Loop: a scripted recurrent classifier (a Loop over the
+    time axis) exported without constant folding; the training step has
+    one AccumulateGrad per torch parameter and its gradients, summed over the iterations,
+    equal torch's autograd (strait.gradcheck, 1e-4)."""
+    torch = pytest.importorskip("torch")
+    import sys
+
+    sys.path.insert(0, os.path.join(jobutil.ROOT, "python"))
+    from strait import gradcheck
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = torch.nn.Linear(5, 8)
+            self.rec = torch.nn.Linear(8, 8, bias=False)
+            self.head = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = torch.zeros(x.shape[0], 8)
+            for t in range(x.shape[1]):
+                h = torch.tanh(self.inp(x[:, t]) + self.rec(h))
+            if x.shape[1] > 3:
+                h = h * 0.5
+            return self.head(h)
+
+    torch.manual_seed(4)
+    module = torch.jit.script(Classifier())
+    gen = torch.Generator().manual_seed(5)
+    case = gradcheck.runtime_batch(gradcheck.Case(
+        "loop", module, {"x": torch.randn(4, 6, 5, generator=gen)},
+        torch.tensor([0, 2, 1, 2]), "x=4x6x5"))
+    path = str(tmp_path / "m.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gradcheck.export_model(case, path)
+    assert "Loop" in {n.op_type for n in onnx.load(path).graph.node}
+    step = gradcheck.compile_training_step(path, case.input_shapes, jobutil.BUILD)
+    assert gradcheck.check_structure(case, step) == []
+    got = gradcheck.run_on_runtime(path, case, jobutil.BUILD)
+    _, ref = gradcheck.torch_gradients(case)
+    assert gradcheck.compare(ref, got) == {}
