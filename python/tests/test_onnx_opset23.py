@@ -1,6 +1,6 @@
 """ONNX op types of opsets 18-24 (lib/Target/ONNX/ImportAttention.cpp: Attention and
-RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish), run on the
-CPU runtime against independent references.
+RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish and the Bitwise
+ops), run on the CPU runtime against independent references.
 
 * ``test_node_case``: the onnx 1.23 backend node tests of these ops, generated in the test
   from onnx's own case generators (onnx/backend/test/case/node/attention.py,
@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfil
                                 reason="straitc or strait-run not built")
 
 MAX_OPSET = 24
-OPS = {"Attention", "RotaryEmbedding", "AffineGrid", "CenterCropPad", "LpPool", "Swish"}
+OPS = {"Attention", "RotaryEmbedding", "AffineGrid", "CenterCropPad", "LpPool", "Swish",
+       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"}
 # Relative tolerance by the element type of the outputs: f32 kernels vs onnx.reference's
 # numpy; the 16-bit reference rounds every step, Strait's kernels once.
 TOL = {np.float32: 1e-5, np.float16: 2e-3}
@@ -79,6 +80,9 @@ def _with_f32_outputs(model):
 def _compare(got, ref, tol):
     """Max relative difference over the finite entries; the infinite ones (masked scores of
     qk_matmul_output) must match exactly."""
+    if ref.dtype.kind in "iub":  # integer ops: exact
+        assert got.dtype == ref.dtype and np.array_equal(got, ref)
+        return 0.0
     got, ref = np.asarray(got, np.float64), np.asarray(ref.astype(np.float32), np.float64)
     assert got.shape == ref.shape, (got.shape, ref.shape)
     inf = np.isinf(ref)
@@ -101,7 +105,7 @@ def test_node_case(name, tmp_path):
     got = strait_forward(_with_f32_outputs(case.model), feeds, tmp_path)
     for o, ref in zip(case.model.graph.output, outputs):
         tol = TOL_BF16 if o.type.tensor_type.elem_type == TensorProto.BFLOAT16 else \
-            TOL[ref.dtype.type]
+            TOL.get(ref.dtype.type, 0.0)
         err = _compare(got[o.name], ref, tol)
         print(f"{name}: {o.name} max relative difference {err:.1e}")
 
@@ -110,7 +114,7 @@ def test_cases_cover_all_ops():
     if not CASES:
         pytest.skip("needs onnx 1.23's backend test case generators")
     ops = {c.model.graph.node[-1].op_type for c in CASES.values()}
-    assert ops == OPS and len(CASES) >= 90, (ops, len(CASES))
+    assert ops == OPS and len(CASES) >= 110, (ops, len(CASES))
 
 
 # ---------------------------------------------------------------------------------------

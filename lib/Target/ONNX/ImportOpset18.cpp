@@ -8,6 +8,8 @@
 //   constant input;
 // - AffineGrid (20): the constant homogeneous base grid [H*W, 3] (or
 //   [D*H*W, 4]) times theta^T, reshaped to [N, H, W, 2] ([N, D, H, W, 3]);
+// - BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (18): graph ops of the
+//   same names (integer kernels; no gradient);
 // - LpPool and GlobalLpPool (2; opset 1's float p is not read): `(sum |x|^p)^(1/p)` over the window as
 //   an AveragePool counting the padding, times the window size (p = 2: x*x
 //   and Sqrt), resp. ReduceL2 (p = 2) or ReduceSum of |x|^p.
@@ -277,10 +279,40 @@ LogicalResult importGlobalLpPool(NodeImporter &n) {
   return failed(sum) ? failure() : emitRoot(n, *sum, xt->getElementType(), *p);
 }
 
+/// Fails unless input i is an integer (or bool) tensor.
+LogicalResult integerInput(NodeImporter &n, size_t i, StringRef what) {
+  auto t = dyn_cast_or_null<TensorType>(n.inputType(i));
+  if (!t || !isa<IntegerType>(t.getElementType()))
+    return n.error() << "input '" << what << "' must be an integer tensor, got " << n.inputType(i);
+  return success();
+}
+
+template <typename OpTy> LogicalResult importBitwiseBinary(NodeImporter &n) {
+  if (failed(n.checkAttributes({})))
+    return failure();
+  FailureOr<Value> a = n.requiredInput(0), b = n.requiredInput(1);
+  if (failed(a) || failed(b) || failed(integerInput(n, 0, "A")) || failed(integerInput(n, 1, "B")))
+    return failure();
+  return emit<OpTy>(n, {*a, *b});
+}
+
+LogicalResult importBitwiseNot(NodeImporter &n) {
+  if (failed(n.checkAttributes({})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0);
+  if (failed(x) || failed(integerInput(n, 0, "X")))
+    return failure();
+  return emit<graph::BitwiseNotOp>(n, *x);
+}
+
 } // namespace
 
 void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
   r.add("AffineGrid", 20, importAffineGrid);
+  r.add("BitwiseAnd", 18, importBitwiseBinary<graph::BitwiseAndOp>);
+  r.add("BitwiseNot", 18, importBitwiseNot);
+  r.add("BitwiseOr", 18, importBitwiseBinary<graph::BitwiseOrOp>);
+  r.add("BitwiseXor", 18, importBitwiseBinary<graph::BitwiseXorOp>);
   r.add("CenterCropPad", 18, importCenterCropPad);
   r.add("GlobalLpPool", 2, importGlobalLpPool);
   r.add("LpPool", 2, importLpPool);

@@ -387,8 +387,45 @@ Status bitShiftKernel(KernelContext &ctx) {
   return ctx.unsupported("dtype " + a->typeString());
 }
 
+/// BitwiseAnd/Or/Xor (binary, broadcast) and BitwiseNot (unary) on the
+/// integer types and bool (where they are the logical ops).
+template <typename Op> KernelFn bitwiseKernel(bool unary, Op op) {
+  return [unary, op](KernelContext &ctx) -> Status {
+    STRAIT_ASSIGN_OR_RETURN(const Tensor *a, ctx.requireInput(0));
+    const Tensor *b = a;
+    if (!unary) {
+      STRAIT_ASSIGN_OR_RETURN(b, ctx.requireInput(1, a->dtype));
+    }
+    STRAIT_ASSIGN_OR_RETURN(Shape shape, broadcastShapes(ctx, a->shape, b->shape));
+    STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, shape, a->dtype));
+#define STRAIT_BITWISE_CASE(T)                                                 \
+  applyBinary<T, T>(*a, *b, *y, [op](T x, T z) { return T(op(x, z)); });       \
+  return Status::ok();
+    switch (a->dtype) {
+    case program::DTYPE_U8: STRAIT_BITWISE_CASE(uint8_t)
+    case program::DTYPE_I8: STRAIT_BITWISE_CASE(int8_t)
+    case program::DTYPE_U16: STRAIT_BITWISE_CASE(uint16_t)
+    case program::DTYPE_I16: STRAIT_BITWISE_CASE(int16_t)
+    case program::DTYPE_U32: STRAIT_BITWISE_CASE(uint32_t)
+    case program::DTYPE_I32: STRAIT_BITWISE_CASE(int32_t)
+    case program::DTYPE_U64: STRAIT_BITWISE_CASE(uint64_t)
+    case program::DTYPE_I64: STRAIT_BITWISE_CASE(int64_t)
+    case program::DTYPE_BOOL:
+      applyBinary<bool, bool>(*a, *b, *y, [op](bool x, bool z) { return bool(op(x, z) & 1); });
+      return Status::ok();
+    default: break;
+    }
+#undef STRAIT_BITWISE_CASE
+    return ctx.unsupported("dtype " + a->typeString());
+  };
+}
+
 void addBinaryKernels(KernelTable &t) {
   t.add("BitShift", bitShiftKernel);
+  t.add("BitwiseAnd", bitwiseKernel(false, [](auto x, auto z) { return x & z; }));
+  t.add("BitwiseOr", bitwiseKernel(false, [](auto x, auto z) { return x | z; }));
+  t.add("BitwiseXor", bitwiseKernel(false, [](auto x, auto z) { return x ^ z; }));
+  t.add("BitwiseNot", bitwiseKernel(true, [](auto x, auto) { return ~x; }));
   addBinary(t, "Add", [](auto a, auto b) { return a + b; });
   addBinary(t, "Sub", [](auto a, auto b) { return a - b; });
   addBinary(t, "Mul", [](auto a, auto b) { return a * b; });

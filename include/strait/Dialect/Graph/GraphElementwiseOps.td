@@ -252,6 +252,13 @@ def Graph_OrOp : Graph_BroadcastOp<"Or", "logical or", "inferBroadcastSame", [Co
 def Graph_XorOp : Graph_BroadcastOp<"Xor", "logical xor", "inferBroadcastSame", [Commutative]> {
   let hasFolder = 1;
 }
+def Graph_BitwiseAndOp : Graph_BroadcastOp<"BitwiseAnd", "bitwise and of integers (bool: logical)",
+                                           "inferBroadcastSame", [Commutative]>;
+def Graph_BitwiseOrOp : Graph_BroadcastOp<"BitwiseOr", "bitwise or of integers (bool: logical)",
+                                          "inferBroadcastSame", [Commutative]>;
+def Graph_BitwiseXorOp : Graph_BroadcastOp<"BitwiseXor", "bitwise xor of integers (bool: logical)",
+                                           "inferBroadcastSame", [Commutative]>;
+def Graph_BitwiseNotOp : Graph_UnaryOp<"BitwiseNot", "bitwise complement of integers (bool: logical not)">;
 def Graph_EqualOp : Graph_BroadcastOp<"Equal", "A == B", "inferBroadcastBool", [Commutative]> {
   let hasFolder = 1;
 }
