@@ -1,6 +1,6 @@
 """ONNX op types of opsets 18-24 (lib/Target/ONNX/ImportAttention.cpp: Attention and
-RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish and the Bitwise
-ops), run on the CPU runtime against independent references.
+RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish, TensorScatter and
+the Bitwise ops), run on the CPU runtime against independent references.
 
 * ``test_node_case``: the onnx 1.23 backend node tests of these ops, generated in the test
   from onnx's own case generators (onnx/backend/test/case/node/attention.py,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfil
 
 MAX_OPSET = 24
 OPS = {"Attention", "RotaryEmbedding", "AffineGrid", "CenterCropPad", "LpPool", "Swish",
-       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"}
+       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "TensorScatter"}
 # Relative tolerance by the element type of the outputs: f32 kernels vs onnx.reference's
 # numpy; the 16-bit reference rounds every step, Strait's kernels once.
 TOL = {np.float32: 1e-5, np.float16: 2e-3}
@@ -253,11 +253,17 @@ def _grad_cases():
                 np.array([2, 1, 3, 4], np.int64), "size")),
             helper.make_node("AffineGrid", ["p0", "size"], ["y"], align_corners=0)],
             {"p0": _away_from_zero((2, 2, 3), 5)}, opset=20),
+        "tensorscatter": Case("tensorscatter", lambda T: [
+            helper.make_node("Constant", [], ["w"], value=onnx.numpy_helper.from_array(
+                np.array([1, 3], np.int64), "w")),
+            helper.make_node("TensorScatter", ["p0", "p1", "w"], ["y"], mode="circular")],
+            {"p0": _away_from_zero((2, 2, 4, 3), 6), "p1": _away_from_zero((2, 2, 2, 3), 7)},
+            opset=24),
     }
 
 
 @pytest.mark.parametrize("name", ["swish", "lppool-p2", "lppool-p3", "globallppool-p3",
-                                  "affinegrid"])
+                                  "affinegrid", "tensorscatter"])
 def test_lowered_op_gradient(name, tmp_path):
     pytest.importorskip("onnxruntime")
     from test_gradient_fd import _check

@@ -10,6 +10,8 @@
 //   [D*H*W, 4]) times theta^T, reshaped to [N, H, W, 2] ([N, D, H, W, 3]);
 // - BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (18): graph ops of the
 //   same names (integer kernels; no gradient);
+// - TensorScatter (24) with constant write_indices: a Gather of constant
+//   indices from Concat(past_cache, update) per batch;
 // - LpPool and GlobalLpPool (2; opset 1's float p is not read): `(sum |x|^p)^(1/p)` over the window as
 //   an AveragePool counting the padding, times the window size (p = 2: x*x
 //   and Sqrt), resp. ReduceL2 (p = 2) or ReduceSum of |x|^p.
@@ -305,6 +307,91 @@ LogicalResult importBitwiseNot(NodeImporter &n) {
   return emit<graph::BitwiseNotOp>(n, *x);
 }
 
+/// TensorScatter (24) with constant (or absent) write_indices: per batch,
+/// Gather along `axis` from Concat(cache, update) with constant indices (j
+/// written by update position u reads M + u, others read j), so it trains
+/// through Gather's gradient.
+LogicalResult importTensorScatter(NodeImporter &n) {
+  if (failed(n.checkAttributes({"axis", "mode"})))
+    return failure();
+  FailureOr<int64_t> axisAttr = n.getInt("axis", -2);
+  FailureOr<std::string> mode = n.getString("mode", "linear");
+  FailureOr<Value> cache = n.requiredInput(0), update = n.requiredInput(1);
+  if (failed(axisAttr) || failed(mode) || failed(cache) || failed(update))
+    return failure();
+  if (*mode != "linear" && *mode != "circular")
+    return n.error() << "attribute 'mode' must be 'linear' or 'circular', got '" << *mode << "'";
+  auto ct = dyn_cast<RankedTensorType>(n.inputType(0));
+  auto ut = dyn_cast<RankedTensorType>(n.inputType(1));
+  if (!ct || !ut || !ct.hasStaticShape() || !ut.hasStaticShape() || ct.getRank() != ut.getRank() ||
+      ct.getElementType() != ut.getElementType())
+    return n.error() << "inputs 'past_cache' and 'update' must be statically shaped tensors of one "
+                        "rank and type, got "
+                     << n.inputType(0) << " and " << n.inputType(1);
+  int64_t rank = ct.getRank();
+  FailureOr<int64_t> axis = graph::normalizeAxis(n.location(), *axisAttr, rank, "axis");
+  if (failed(axis))
+    return failure();
+  if (*axis == 0)
+    return n.error() << "attribute 'axis' must not be the batch axis 0";
+  int64_t batch = ct.getDimSize(0), maxLen = ct.getDimSize(*axis), len = ut.getDimSize(*axis);
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != *axis ? ct.getDimSize(i) != ut.getDimSize(i) : len > maxLen)
+      return n.error() << "update " << ut << " does not fit past_cache " << ct << " along axis "
+                       << *axis;
+  SmallVector<int64_t> writes(batch, 0);
+  if (n.input(2)) {
+    FailureOr<SmallVector<int64_t>> w = n.constantInts(2, "write_indices");
+    if (failed(w))
+      return failure();
+    if ((int64_t)w->size() != batch)
+      return n.error() << "input 'write_indices' has " << w->size() << " entries for batch "
+                       << batch;
+    writes = *w;
+  }
+  auto indicesFor = [&](int64_t w) -> FailureOr<SmallVector<int64_t>> {
+    SmallVector<int64_t> idx(maxLen);
+    for (int64_t j = 0; j < maxLen; ++j)
+      idx[j] = j;
+    for (int64_t u = 0; u < len; ++u) {
+      int64_t j = w + u;
+      if (*mode == "circular")
+        j = ((j % maxLen) + maxLen) % maxLen;
+      if (j < 0 || j >= maxLen)
+        return n.error() << "write index " << w << " + " << len << " updates pass the cache length "
+                         << maxLen << " (mode linear)";
+      idx[j] = maxLen + u;
+    }
+    return idx;
+  };
+  FailureOr<Value> both = one<graph::ConcatOp>(n, {*cache, *update}, {n.named("axis", n.i64(*axis))});
+  if (failed(both))
+    return failure();
+  auto gatherAt = [&](Value from, int64_t w) -> FailureOr<Value> {
+    FailureOr<SmallVector<int64_t>> idx = indicesFor(w);
+    if (failed(idx))
+      return failure();
+    auto it = RankedTensorType::get({maxLen}, n.b().getI64Type());
+    Value indices = n.constant(DenseElementsAttr::get(it, ArrayRef<int64_t>(*idx)));
+    return one<graph::GatherOp>(n, {from, indices}, {n.named("axis", n.i64(*axis))});
+  };
+  if (llvm::all_equal(writes)) {
+    FailureOr<Value> g = gatherAt(*both, writes.empty() ? 0 : writes[0]);
+    return failed(g) ? failure() : n.setResults(*g);
+  }
+  SmallVector<Value> parts;
+  for (int64_t b = 0; b < batch; ++b) {
+    FailureOr<Value> row = one<graph::SliceOp>(
+        n, *both, {n.named("starts", n.i64s({b})), n.named("ends", n.i64s({b + 1})),
+                   n.named("axes", n.i64s({0})), n.named("steps", n.i64s({1}))});
+    FailureOr<Value> g = failed(row) ? FailureOr<Value>(failure()) : gatherAt(*row, writes[b]);
+    if (failed(g))
+      return failure();
+    parts.push_back(*g);
+  }
+  return emit<graph::ConcatOp>(n, parts, {n.named("axis", n.i64(0))});
+}
+
 } // namespace
 
 void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
@@ -317,4 +404,5 @@ void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
   r.add("GlobalLpPool", 2, importGlobalLpPool);
   r.add("LpPool", 2, importLpPool);
   r.add("Swish", 24, importSwish);
+  r.add("TensorScatter", 24, importTensorScatter);
 }
