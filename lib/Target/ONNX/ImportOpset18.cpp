@@ -10,6 +10,8 @@
 //   [D*H*W, 4]) times theta^T, reshaped to [N, H, W, 2] ([N, D, H, W, 3]);
 // - BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (18): graph ops of the
 //   same names (integer kernels; no gradient);
+// - Col2Im (18): a ScatterElements(add) of constant image positions into a
+//   zero image (no gradient: ScatterElements' reduction has none);
 // - TensorScatter (24) with constant write_indices: a Gather of constant
 //   indices from Concat(past_cache, update) per batch;
 // - LpPool and GlobalLpPool (2; opset 1's float p is not read): `(sum |x|^p)^(1/p)` over the window as
@@ -392,6 +394,94 @@ LogicalResult importTensorScatter(NodeImporter &n) {
   return emit<graph::ConcatOp>(n, parts, {n.named("axis", n.i64(0))});
 }
 
+/// Col2Im (18): each block entry adds into its (padded) image position, a
+/// ScatterElements(add) of constant flat indices into a zero image, then a
+/// Slice drops the padding. Index tensor as large as the input (i64).
+LogicalResult importCol2Im(NodeImporter &n) {
+  if (failed(n.checkAttributes({"dilations", "pads", "strides"})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0);
+  FailureOr<SmallVector<int64_t>> image = n.constantInts(1, "image_shape");
+  FailureOr<SmallVector<int64_t>> block = n.constantInts(2, "block_shape");
+  if (failed(x) || failed(image) || failed(block))
+    return failure();
+  FailureOr<RankedTensorType> xt = floatInput(n, 0, "input");
+  if (failed(xt))
+    return failure();
+  int64_t s = image->size();
+  FailureOr<SmallVector<int64_t>> dil = n.getInts("dilations", SmallVector<int64_t>(s, 1));
+  FailureOr<SmallVector<int64_t>> str = n.getInts("strides", SmallVector<int64_t>(s, 1));
+  FailureOr<SmallVector<int64_t>> pads = n.getInts("pads", SmallVector<int64_t>(2 * s, 0));
+  if (failed(dil) || failed(str) || failed(pads))
+    return failure();
+  if (s == 0 || (int64_t)block->size() != s || (int64_t)dil->size() != s ||
+      (int64_t)str->size() != s || (int64_t)pads->size() != 2 * s || xt->getRank() != 3)
+    return n.error() << "input [N, C * prod(block_shape), L], image_shape, block_shape, "
+                        "dilations, strides and pads (twice) must agree on the spatial rank";
+  int64_t k = 1, l = 1, padded = 1;
+  SmallVector<int64_t> blocksPer(s), paddedDims(s);
+  for (int64_t d = 0; d < s; ++d) {
+    if ((*block)[d] <= 0 || (*dil)[d] <= 0 || (*str)[d] <= 0 || (*image)[d] <= 0)
+      return n.error() << "image_shape, block_shape, dilations and strides must be positive";
+    paddedDims[d] = (*image)[d] + (*pads)[d] + (*pads)[d + s];
+    int64_t span = ((*block)[d] - 1) * (*dil)[d] + 1;
+    if (paddedDims[d] < span)
+      return n.error() << "block_shape does not fit the padded image along dimension " << d;
+    blocksPer[d] = (paddedDims[d] - span) / (*str)[d] + 1;
+    k *= (*block)[d], l *= blocksPer[d], padded *= paddedDims[d];
+  }
+  int64_t nb = xt->getDimSize(0), ck = xt->getDimSize(1);
+  if (ck % k != 0 || xt->getDimSize(2) != l)
+    return n.error() << "input " << *xt << " must be [N, C * " << k << ", " << l << "]";
+  int64_t c = ck / k;
+  // Flat padded position of block entry ki at block position li.
+  SmallVector<int64_t> flat(k * l);
+  for (int64_t ki = 0; ki < k; ++ki)
+    for (int64_t li = 0; li < l; ++li) {
+      int64_t kr = ki, lr = li, pos = 0, mul = 1;
+      for (int64_t d = s - 1; d >= 0; --d) {
+        int64_t kd = kr % (*block)[d], ld = lr % blocksPer[d];
+        kr /= (*block)[d], lr /= blocksPer[d];
+        pos += (ld * (*str)[d] + kd * (*dil)[d]) * mul;
+        mul *= paddedDims[d];
+      }
+      flat[ki * l + li] = pos;
+    }
+  SmallVector<int64_t> indices;
+  indices.reserve(nb * c * k * l);
+  for (int64_t r = 0; r < nb * c; ++r)
+    indices.append(flat.begin(), flat.end());
+  Type elt = xt->getElementType();
+  auto it = RankedTensorType::get({nb, c, k * l}, n.b().getI64Type());
+  Value idx = n.constant(DenseElementsAttr::get(it, ArrayRef<int64_t>(indices)));
+  Value zeros = n.constant(DenseElementsAttr::get(RankedTensorType::get({nb, c, padded}, elt),
+                                                  n.b().getFloatAttr(elt, 0.0)));
+  FailureOr<Value> upd = one<graph::ReshapeOp>(n, *x, {n.named("shape", n.i64s({nb, c, k * l}))});
+  FailureOr<Value> sc =
+      failed(upd) ? FailureOr<Value>(failure())
+                  : one<graph::ScatterElementsOp>(
+                        n, {zeros, idx, *upd},
+                        {n.named("axis", n.i64(2)),
+                         n.named("reduction", graph::ScatterReductionAttr::get(
+                                                  n.ctx(), graph::ScatterReduction::add))});
+  SmallVector<int64_t> imgShape{nb, c};
+  imgShape.append(paddedDims.begin(), paddedDims.end());
+  FailureOr<Value> img = failed(sc) ? FailureOr<Value>(failure())
+                                    : one<graph::ReshapeOp>(n, *sc, {n.named("shape", n.i64s(imgShape))});
+  if (failed(img))
+    return failure();
+  if (llvm::all_of(*pads, [](int64_t p) { return p == 0; }))
+    return n.setResults(*img);
+  SmallVector<int64_t> starts, ends, axes, steps;
+  for (int64_t d = 0; d < s; ++d) {
+    starts.push_back((*pads)[d]), ends.push_back((*pads)[d] + (*image)[d]);
+    axes.push_back(d + 2), steps.push_back(1);
+  }
+  return emit<graph::SliceOp>(n, *img,
+                              {n.named("starts", n.i64s(starts)), n.named("ends", n.i64s(ends)),
+                               n.named("axes", n.i64s(axes)), n.named("steps", n.i64s(steps))});
+}
+
 } // namespace
 
 void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
@@ -401,6 +491,7 @@ void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
   r.add("BitwiseOr", 18, importBitwiseBinary<graph::BitwiseOrOp>);
   r.add("BitwiseXor", 18, importBitwiseBinary<graph::BitwiseXorOp>);
   r.add("CenterCropPad", 18, importCenterCropPad);
+  r.add("Col2Im", 18, importCol2Im);
   r.add("GlobalLpPool", 2, importGlobalLpPool);
   r.add("LpPool", 2, importLpPool);
   r.add("Swish", 24, importSwish);
