@@ -129,11 +129,6 @@ LogicalResult importVariadic(NodeImporter &n) {
   return emit<OpTy>(n, in);
 }
 
-LogicalResult importIdentity(NodeImporter &n) {
-  FailureOr<Value> x = n.requiredInput(0);
-  return failed(x) ? failure() : n.setResults(*x);
-}
-
 LogicalResult importPow(NodeImporter &n) {
   FailureOr<Value> a = n.requiredInput(0), b = n.requiredInput(1);
   if (failed(a) || failed(b))
@@ -475,7 +470,6 @@ void strait::onnximport::registerElementwiseImporters(OpRegistry &r) {
   r.add("Gelu", 20, importGelu);
   r.add("Clip", 1, importClip);
   r.add("Dropout", 1, importDropout);
-  r.add("Identity", 1, importIdentity);
   r.add("IsNaN", 9, importToBool<IsNaNOp>);
   r.add("IsInf", 10, importToBool<IsInfOp>);
   r.add("Cast", 6, importCast);
