@@ -2,7 +2,7 @@
 
   - `straitc --emit=kernels` lists the distinct kernels of gpt2-tiny's training step (with the
     fused elementwise kernels the job runs) and `strait-probe --kernels` times them into the
-    profile's `kernel_times` (a fused kernel's time charged to its ops);
+    profile's `kernel_times`; a fused kernel's time is charged to its ops by their shares;
   - plan.json then costs every listed kernel at its measured time: the loss kernel's time by op
     type is exactly its measured time, doubling every kernel time doubles every listed op type's
     time, and a kernel without an entry falls back to the model (the plan without kernel times);
@@ -114,6 +114,29 @@ def test_plan_costs_kernels_at_their_measured_times(probed, tmp_path):
     assert partial["stages"][0]["time_by_op_s"][LOSS] == pytest.approx(
         plain["stages"][0]["time_by_op_s"][LOSS], rel=1e-9)
     assert plain["stages"][0]["time_by_op_s"][LOSS] != pytest.approx(times[loss_key], rel=1e-3)
+
+
+def test_fused_kernels_are_charged_to_their_ops(probed):
+    text, _, kernels = probed
+    times = kernel_times(text)
+    fused_ms = {sig: float(ms) for sig, ms in
+                re.findall(r"^#   fused (FusedElementwise\.\w+) \(\d+ ops\): ([\d.e+-]+) ms", text, re.M)}
+    # Kernel names in the list: "<fused signature>|<member>=<share>|..." (docs/planner.md),
+    # shares as d.dddddde-XX; read out of the protobuf's bytes.
+    raw = open(kernels, "rb").read().decode("latin-1")
+    names = set(re.findall(r"FusedElementwise\.[0-9A-F]{16}(?:\|\w+\.[0-9A-F]{16}=\d\.\d{6}e[+-]\d\d)+",
+                           raw))
+    assert {n.split("|")[0] for n in names} == set(fused_ms), (names, fused_ms)
+    charged = {}
+    for name in names:
+        sig, *members = name.split("|")
+        shares = [(m.split("=")[0], float(m.split("=")[1])) for m in members]
+        assert sum(s for _, s in shares) == pytest.approx(1, abs=1e-4), shares
+        for member, share in shares:
+            charged.setdefault(member, []).append(fused_ms[sig] * 1e-3 * share)
+    assert any(m.startswith("Tanh.") for m in charged), charged
+    for member, parts in charged.items():
+        assert times[member] == pytest.approx(sum(parts) / len(parts), rel=2e-3), member
 
 
 def test_kernel_times_of_another_model_are_refused(probed, tmp_path):

@@ -56,7 +56,7 @@ strait::buildKernelModule(func::FuncOp func, unsigned *numKernels, func::FuncOp 
       for (auto m : members.getAsValueRange<StringAttr>())
         total += std::max(bytes.lookup(m), 1.0);
       for (auto m : members.getAsValueRange<StringAttr>())
-        name += ("|" + m + "=" + llvm::formatv("{0:g}", std::max(bytes.lookup(m), 1.0) / total).str())
+        name += ("|" + m + "=" + llvm::formatv("{0:e6}", std::max(bytes.lookup(m), 1.0) / total).str())
                     .str();
       kernels.push_back(&op);
       names.push_back(name);
