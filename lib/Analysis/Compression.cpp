@@ -179,10 +179,11 @@ Codec strait::chooseCodec(const LinkTransfer &t) {
   if (t.payload == Payload::WeightGradient) {
     // Top-k with int8 values (topk:R:int8): the same k as f32 top-k at
     // about a third of the bytes (2.0-2.3 bytes per kept value against 8 in
-    // the size model), and on gpt2-tiny's gradients it converges as f32
-    // top-k of the same ratio does (docs/benchmarks.md, "Top-k with
-    // quantized values"), so for the bytes that fit it keeps ~3.5x more
-    // values. The largest ratio of the grid whose time fits.
+    // the size model), and on gpt2-tiny it converges as f32 top-k of the
+    // same ratio does, within the seeds' spread (AdamW and SGD, 300-1000
+    // steps; docs/benchmarks.md, "Top-k with quantized values"), so for the
+    // bytes that fit it keeps ~3.5x more values, which converges better.
+    // The largest ratio of the grid whose time fits.
     Codec topk;
     topk.kind = CodecKind::TopK;
     topk.valueBits = 8;
