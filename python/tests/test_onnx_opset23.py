@@ -269,3 +269,41 @@ def test_lowered_op_gradient(name, tmp_path):
     from test_gradient_fd import _check
     dtype, worst = _check(_grad_cases()[name], tmp_path)
     print(f"{name}: gradient vs finite differences ({dtype}) max relative difference {worst:.1e}")
+
+
+# ---------------------------------------------------------------------------------------
+# Unique of a constant, evaluated at import (Debian's libonnx-testdata node tests)
+
+UNIQUE_DATA = "/usr/share/libonnx-testdata/data/node"
+UNIQUE_TESTS = [t for t in ("test_unique_not_sorted_without_axis", "test_unique_sorted_with_axis",
+                            "test_unique_sorted_with_axis_3d",
+                            "test_unique_sorted_with_negative_axis",
+                            "test_unique_sorted_without_axis")
+                if os.path.isdir(os.path.join(UNIQUE_DATA, t))]
+
+
+@pytest.mark.skipif(not UNIQUE_TESTS, reason="needs Debian's libonnx-testdata")
+@pytest.mark.parametrize("test", UNIQUE_TESTS)
+def test_unique_of_constant(test, tmp_path):
+    """X becomes a Constant node (Unique's output shapes depend on its values). A program
+    returns no constants, so each output gets a zero computed from a float input (a
+    variable) added: Y + z, the index outputs + Cast(z), z = ReduceSum of two zeros."""
+    from test_recurrent import node_test_data
+    model, feeds, outs = node_test_data(test)
+    x = model.graph.input[0].name
+    g = model.graph
+    g.node.insert(0, helper.make_node("Constant", [], [x], value=onnx.numpy_helper.from_array(
+        feeds[x], x)))
+    del g.input[:]
+    g.input.append(helper.make_tensor_value_info("z2", TensorProto.FLOAT, [2]))
+    g.node.append(helper.make_node("ReduceSum", ["z2"], ["z"], keepdims=0))
+    g.node.append(helper.make_node("Cast", ["z"], ["zi"], to=TensorProto.INT64))
+    names = [o.name for o in g.output]
+    del g.output[:]
+    for name in names:
+        zero = "z" if outs[name].dtype == np.float32 else "zi"
+        g.node.append(helper.make_node("Add", [name, zero], [name + "_out"]))
+        g.output.append(helper.make_tensor_value_info(name + "_out", TensorProto.UNDEFINED, None))
+    got = strait_forward(model, {"z2": np.zeros(2, np.float32)}, tmp_path)
+    for name in names:
+        assert np.array_equal(got[name + "_out"], outs[name]), (name, got[name + "_out"], outs[name])
