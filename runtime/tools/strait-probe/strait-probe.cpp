@@ -611,7 +611,11 @@ int main(int argc, char **argv) {
                        : StatusOr<std::vector<KernelTime>>(backend.getStatus());
     if (!times.isOk()) {
       std::cerr << "strait-probe: --kernels: " << times.getStatus().toString() << "\n";
-      return 1;
+      // No GPU (or no CUDA build) for --backend cuda: "skipped", as below.
+      bool noGpu = !backend.isOk() && o.backend != "cpu" &&
+                   (backend.getStatus().getCode() == StatusCode::Unavailable ||
+                    backend.getStatus().getCode() == StatusCode::Unimplemented);
+      return noGpu ? 77 : 1;
     }
     kernelsListed = times->size();
     for (const KernelTime &k : *times)
