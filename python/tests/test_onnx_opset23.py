@@ -1,5 +1,5 @@
 """ONNX op types of opsets 18-24 (lib/Target/ONNX/ImportAttention.cpp: Attention and
-RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish, TensorScatter, Col2Im and
+RotaryEmbedding; ImportOpset18.cpp: AffineGrid, CenterCropPad, LpPool, Swish, TensorScatter, Col2Im, Det and
 the Bitwise ops), run on the CPU runtime against independent references.
 
 * ``test_node_case``: the onnx 1.23 backend node tests of these ops, generated in the test
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(STRAITC) or not os.path.isfil
 
 MAX_OPSET = 24
 OPS = {"Attention", "RotaryEmbedding", "AffineGrid", "CenterCropPad", "LpPool", "Swish",
-       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "TensorScatter", "Col2Im"}
+       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "TensorScatter", "Col2Im", "Det"}
 # Relative tolerance by the element type of the outputs: f32 kernels vs onnx.reference's
 # numpy; the 16-bit reference rounds every step, Strait's kernels once.
 TOL = {np.float32: 1e-5, np.float16: 2e-3}

@@ -14,6 +14,7 @@
 //   zero image (no gradient: ScatterElements' reduction has none);
 // - TensorScatter (24) with constant write_indices: a Gather of constant
 //   indices from Concat(past_cache, update) per batch;
+// - Det (11): graph.Det (a CPU kernel; no gradient);
 // - LpPool and GlobalLpPool (2; opset 1's float p is not read): `(sum |x|^p)^(1/p)` over the window as
 //   an AveragePool counting the padding, times the window size (p = 2: x*x
 //   and Sqrt), resp. ReduceL2 (p = 2) or ReduceSum of |x|^p.
@@ -482,6 +483,13 @@ LogicalResult importCol2Im(NodeImporter &n) {
                                n.named("axes", n.i64s(axes)), n.named("steps", n.i64s(steps))});
 }
 
+LogicalResult importDet(NodeImporter &n) {
+  if (failed(n.checkAttributes({})))
+    return failure();
+  FailureOr<Value> x = n.requiredInput(0);
+  return failed(x) ? failure() : emit<graph::DetOp>(n, *x);
+}
+
 } // namespace
 
 void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
@@ -491,6 +499,7 @@ void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
   r.add("BitwiseOr", 18, importBitwiseBinary<graph::BitwiseOrOp>);
   r.add("BitwiseXor", 18, importBitwiseBinary<graph::BitwiseXorOp>);
   r.add("CenterCropPad", 18, importCenterCropPad);
+  r.add("Det", 11, importDet);
   r.add("Col2Im", 18, importCol2Im);
   r.add("GlobalLpPool", 2, importGlobalLpPool);
   r.add("LpPool", 2, importLpPool);

@@ -484,9 +484,62 @@ Status einsumKernel(KernelContext &ctx) {
   return ctx.unsupported("dtype " + a->typeString());
 }
 
+/// Det: one determinant per trailing [M, M] matrix, LU with partial
+/// pivoting in double.
+template <typename T> void determinants(const Tensor &x, Tensor &y, int64_t m) {
+  int64_t count = y.numel();
+  const T *in = x.as<T>();
+  T *out = y.as<T>();
+  std::vector<double> a(m * m);
+  for (int64_t b = 0; b < count; ++b) {
+    for (int64_t i = 0; i < m * m; ++i)
+      a[i] = in[b * m * m + i];
+    double det = 1.0;
+    for (int64_t c = 0; c < m && det != 0.0; ++c) {
+      int64_t p = c;
+      for (int64_t r = c + 1; r < m; ++r)
+        if (std::fabs(a[r * m + c]) > std::fabs(a[p * m + c]))
+          p = r;
+      if (a[p * m + c] == 0.0) {
+        det = 0.0;
+        break;
+      }
+      if (p != c) {
+        for (int64_t k = 0; k < m; ++k)
+          std::swap(a[p * m + k], a[c * m + k]);
+        det = -det;
+      }
+      det *= a[c * m + c];
+      for (int64_t r = c + 1; r < m; ++r) {
+        double f = a[r * m + c] / a[c * m + c];
+        for (int64_t k = c + 1; k < m; ++k)
+          a[r * m + k] -= f * a[c * m + k];
+      }
+    }
+    out[b] = static_cast<T>(det);
+  }
+}
+
+Status detKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  if (x->shape.size() < 2 || x->shape.back() != x->shape[x->shape.size() - 2])
+    return ctx.error("X must be [..., M, M], got " + x->typeString());
+  Shape batch(x->shape.begin(), x->shape.end() - 2);
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, batch, x->dtype));
+  int64_t m = x->shape.back();
+  if (x->dtype == program::DTYPE_F32)
+    determinants<float>(*x, *y, m);
+  else if (x->dtype == program::DTYPE_F64)
+    determinants<double>(*x, *y, m);
+  else
+    return ctx.unsupported("dtype " + x->typeString());
+  return Status::ok();
+}
+
 } // namespace
 
 void addMiscKernels(KernelTable &table) {
+  table.add("Det", detKernel);
   table.add("DynamicQuantizeLinear", dynamicQuantizeKernel);
   table.add("Einsum", einsumKernel);
   table.add("GatherND", gatherNDKernel);

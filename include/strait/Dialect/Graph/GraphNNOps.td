@@ -333,6 +333,20 @@ def Graph_LRNOp : Graph_GenericOp<"LRN", [Pure]> {
   let extraClassDefinition = Graph_InferVia<"inferSameAsFirst">.inferDef;
 }
 
+def Graph_DetOp : Graph_GenericOp<"Det", [Pure]> {
+  let summary = "determinant of square matrices";
+  let description = [{
+    X `[b..., M, M]` (f32 or f64) gives Y `[b...]`, each the determinant of
+    one matrix (LU with partial pivoting, in f64). No gradient.
+
+    ```mlir
+    %y = graph.Det %x : (tensor<2x3x3xf32>) -> tensor<2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X);
+  let results = (outs AnyTensor:$Y);
+}
+
 def Graph_LpNormalizationOp : Graph_GenericOp<"LpNormalization", [Pure]> {
   let summary = "x / ||x||_p along axis";
   let description = [{

@@ -199,6 +199,17 @@ STRAIT_INFER(InstanceNormalizationOp) {
   return success();
 }
 
+STRAIT_INFER(DetOp) {
+  TensorType x = tensorOf(adaptor.getX());
+  if (!x.hasRank() || x.getRank() < 2 || !isa<FloatType>(x.getElementType()))
+    return emitOptionalError(loc, "Det: X must be a float tensor of rank >= 2, got ", x);
+  ArrayRef<int64_t> s = x.getShape();
+  if (s[s.size() - 1] != kDyn && s[s.size() - 2] != kDyn && s[s.size() - 1] != s[s.size() - 2])
+    return emitOptionalError(loc, "Det: matrices must be square, got ", x);
+  types.push_back(RankedTensorType::get(s.drop_back(2), x.getElementType()));
+  return success();
+}
+
 STRAIT_INFER(GroupNormalizationOp) {
   TensorType x = tensorOf(adaptor.getX());
   int64_t g = adaptor.getNumGroups();
