@@ -160,3 +160,12 @@ def test_bad_kernel_lists(probed, tmp_path):
     assert p.returncode == 1 and "not a kernel list" in p.stderr and "--emit=kernels" in p.stderr, p.stderr
     p = run([STRAITC, model("gpt2-tiny"), *GPT2, "--emit=kernels"], ok=False)
     assert p.returncode == 1 and "--emit=kernels needs -o FILE" in p.stderr, p.stderr
+    p = run([PROBE, "--quick", "--kernels", kernels, "--kernel-group-mib", "-1"], ok=False)
+    assert p.returncode == 2 and "--kernel-group-mib" in p.stderr, p.stderr
+
+
+def test_each_kernel_in_a_loop(probed):
+    """--kernel-group-mib 0 times each kernel alone: the same kernels, other times."""
+    text, count, kernels = probed
+    p = run([PROBE, "--quick", "--threads", "1", "--kernels", kernels, "--kernel-group-mib", "0"])
+    assert set(kernel_times(p.stdout)) == set(kernel_times(text))

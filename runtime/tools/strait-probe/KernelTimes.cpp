@@ -145,7 +145,8 @@ StatusOr<double> timeCall(const Backend &backend, Prepared &p) {
 } // namespace
 
 StatusOr<std::vector<KernelTime>> timeKernelList(const Backend &backend,
-                                                 const std::string &path, double budget) {
+                                                 const std::string &path, double budget,
+                                                 size_t groupBytes) {
   STRAIT_ASSIGN_OR_RETURN(program::Program list, loadProgram(path));
   if (list.producer() != kKernelListProducer)
     return invalidArgument("'" + path + "' is a program of '" + list.producer() +
@@ -156,17 +157,16 @@ StatusOr<std::vector<KernelTime>> timeKernelList(const Backend &backend,
     values[v.id()] = &v;
   std::vector<KernelTime> out;
   uint32_t seed = 12345;
-  // Kernels are timed in rounds over groups of up to 1 GiB of buffers, one
+  // Kernels are timed in rounds over groups of up to `groupBytes` of buffers, one
   // call of each kernel per round in list order (the step's order): as in
   // a step, a kernel finds the caches filled by the other kernels, not with
   // its own inputs from its previous call (timing each kernel in a loop of
   // its own measured gpt2-tiny's GEMMs up to 2x faster than in the step).
-  const size_t kGroupBytes = size_t(1) << 30;
   int n = list.kernels_size();
   for (int first = 0; first < n;) {
     std::vector<std::unique_ptr<Prepared>> group;
     size_t bytes = 0;
-    for (; first < n && (group.empty() || bytes < kGroupBytes); ++first) {
+    for (; first < n && (group.empty() || bytes < groupBytes); ++first) {
       STRAIT_ASSIGN_OR_RETURN(auto p, prepare(backend, list.kernels(first), path, values, seed));
       bytes += p->bytes;
       group.push_back(std::move(p));

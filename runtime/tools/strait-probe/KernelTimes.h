@@ -30,14 +30,16 @@ struct KernelTime {
 /// warm-up call, then rounds of one call of every kernel in list order (so
 /// that, as in a step, each finds the caches filled by the others) until
 /// `budget` seconds per kernel (at least 5 rounds, at most 50), keeping
-/// each kernel's median. Kernels are grouped by up to 1 GiB of buffers. Floating inputs are uniform in [-0.5, 0.5),
-/// integer inputs (indices, labels) uniform in [0, the smallest dimension of
+/// each kernel's median. Kernels are grouped by up to `groupBytes` of
+/// buffers; 0 times each kernel alone, in a loop of its own calls. Floating
+/// inputs are uniform in [-0.5, 0.5), integer inputs (indices, labels) uniform in [0, the smallest dimension of
 /// the kernel's first floating input) so that every index is in range,
 /// constants hold their values. Errors name the file and the kernel. Fused
 /// kernels keep their names (chargeFusedKernels turns them into member
 /// times).
 StatusOr<std::vector<KernelTime>> timeKernelList(const Backend &backend,
-                                                 const std::string &path, double budget);
+                                                 const std::string &path, double budget,
+                                                 size_t groupBytes = size_t(1) << 30);
 
 /// The kernel times by the planner's signatures: a fused kernel (named
 /// "<signature>|<member>=<share>|...", see buildKernelModule) is charged to

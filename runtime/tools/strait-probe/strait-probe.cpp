@@ -69,12 +69,15 @@ const char *kUsage =
     "  --backend cuda[:N]: the CUDA backend's kernels on GPU N (exit 77\n"
     "  without a GPU or a CUDA build); --peak-tflops is then the bf16 peak.\n"
     "  --kernels FILE: also time every kernel of a job's kernel list (straitc\n"
-    "  --emit=kernels) into the profile's kernel_times (seconds by signature).\n";
+    "  --emit=kernels) into the profile's kernel_times (seconds by signature),\n"
+    "  in rounds over groups of --kernel-group-mib N MiB of buffers (default\n"
+    "  1024; 0: each kernel alone in a loop of its own calls).\n";
 
 struct Options {
   bool quick = false;
   std::string out, type = "cpu", device, cluster, linkStore, linkAddress = "127.0.0.1";
   std::string kernels; ///< a kernel list (straitc --emit=kernels) to time
+  int kernelGroupMib = 1024; ///< rounds over groups of this many MiB; 0: each alone
   std::string backend = "cpu"; // cpu | cuda | cuda:N
   double peakTflops = 0;
   int threads = 0, linkRank = -1, linkMib = 0, timeoutMs = 60000;
@@ -543,6 +546,10 @@ bool parse(int argc, char **argv, Options &o) {
     } else if (a == "--peak-tflops") {
       if (!next(v) || (o.peakTflops = std::strtod(v.c_str(), &end), *end) || !(o.peakTflops > 0))
         return false;
+    } else if (a == "--kernel-group-mib") {
+      if (!next(v) || v.empty() ||
+          (o.kernelGroupMib = int(std::strtol(v.c_str(), &end, 10)), *end) || o.kernelGroupMib < 0)
+        return false;
     } else if (a == "--threads" || a == "--link-rank" || a == "--link-mib" || a == "--timeout-ms") {
       if (!next(v))
         return false;
@@ -607,7 +614,8 @@ int main(int argc, char **argv) {
     auto t0 = std::chrono::steady_clock::now();
     StatusOr<std::unique_ptr<Backend>> backend = makeBackend(o, "bf16");
     StatusOr<std::vector<KernelTime>> times =
-        backend.isOk() ? timeKernelList(**backend, o.kernels, o.quick ? 0.005 : 0.03)
+        backend.isOk() ? timeKernelList(**backend, o.kernels, o.quick ? 0.005 : 0.03,
+                                        size_t(o.kernelGroupMib) << 20)
                        : StatusOr<std::vector<KernelTime>>(backend.getStatus());
     if (!times.isOk()) {
       std::cerr << "strait-probe: --kernels: " << times.getStatus().toString() << "\n";
