@@ -482,6 +482,17 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
                         (rematerialize == Remat::Auto && clusterHasAccelerator());
 }
 
+/// The passes a job runs before its planner (fusions, autocast and, with
+/// --loss, the training step and cast motion): the graph --emit=plan costs
+/// and --emit=kernels lists.
+LogicalResult runPlannedGraphPasses(ModuleOp module) {
+  PassManager pm(module.getContext());
+  strait::StraitPipelineOptions popts;
+  fillPipelineOptions(popts);
+  strait::addTrainingStepPasses(pm, popts);
+  return pm.run(module);
+}
+
 /// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
 /// plan report is computed on the way.
 LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
@@ -776,14 +787,8 @@ int main(int argc, char **argv) {
     // fusions (no T x T attention scores), the products in a mixed-precision
     // job's type and, with --loss, the training step after cast motion (what
     // the backward keeps, as the job's planner sees it).
-    {
-      PassManager pm(&context);
-      strait::StraitPipelineOptions popts;
-      fillPipelineOptions(popts);
-      strait::addTrainingStepPasses(pm, popts);
-      if (failed(pm.run(*module)))
-        return 1;
-    }
+    if (failed(runPlannedGraphPasses(*module)))
+      return 1;
     TimingScope planTiming = timing.nest("plan");
     auto func = module->lookupSymbol<func::FuncOp>("main");
     strait::PartitionPlan partition;
@@ -867,11 +872,7 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: --emit=kernels needs -o FILE\n";
       return 1;
     }
-    PassManager pm(&context);
-    strait::StraitPipelineOptions popts;
-    fillPipelineOptions(popts);
-    strait::addTrainingStepPasses(pm, popts);
-    if (failed(pm.run(*module)))
+    if (failed(runPlannedGraphPasses(*module)))
       return 1;
     // The fused elementwise kernels the job's program runs, on a copy of
     // the step whose ops carry their signatures (charged to them).
