@@ -15,6 +15,7 @@
 // - TensorScatter (24) with constant write_indices: a Gather of constant
 //   indices from Concat(past_cache, update) per batch;
 // - Det (11): graph.Det (a CPU kernel; no gradient);
+// - RoiAlign (10, 16): graph.RoiAlign (a CPU kernel; no gradient);
 // - LpPool and GlobalLpPool (2; opset 1's float p is not read): `(sum |x|^p)^(1/p)` over the window as
 //   an AveragePool counting the padding, times the window size (p = 2: x*x
 //   and Sqrt), resp. ReduceL2 (p = 2) or ReduceSum of |x|^p.
@@ -490,6 +491,39 @@ LogicalResult importDet(NodeImporter &n) {
   return failed(x) ? failure() : emit<graph::DetOp>(n, *x);
 }
 
+LogicalResult importRoiAlign(NodeImporter &n) {
+  if (failed(n.checkAttributes({"coordinate_transformation_mode", "mode", "output_height",
+                                "output_width", "sampling_ratio", "spatial_scale"})))
+    return failure();
+  FailureOr<std::string> ctm = n.getString("coordinate_transformation_mode", "half_pixel");
+  FailureOr<std::string> mode = n.getString("mode", "avg");
+  FailureOr<int64_t> oh = n.getInt("output_height", 1), ow = n.getInt("output_width", 1),
+                     ratio = n.getInt("sampling_ratio", 0);
+  FailureOr<float> scale = n.getFloat("spatial_scale", 1.0f);
+  FailureOr<Value> x = n.requiredInput(0), rois = n.requiredInput(1), idx = n.requiredInput(2);
+  if (failed(ctm) || failed(mode) || failed(oh) || failed(ow) || failed(ratio) || failed(scale) ||
+      failed(x) || failed(rois) || failed(idx))
+    return failure();
+  if (*ctm != "half_pixel" && *ctm != "output_half_pixel")
+    return n.error() << "attribute 'coordinate_transformation_mode' must be 'half_pixel' or "
+                        "'output_half_pixel', got '" << *ctm << "'";
+  if (*mode != "avg" && *mode != "max")
+    return n.error() << "attribute 'mode' must be 'avg' or 'max', got '" << *mode << "'";
+  if (*ratio < 0)
+    return n.error() << "attribute 'sampling_ratio' must be >= 0, got " << *ratio;
+  auto rt = dyn_cast_or_null<TensorType>(n.inputType(1));
+  auto it = dyn_cast_or_null<TensorType>(n.inputType(2));
+  if (!rt || !rt.getElementType().isF32() || !it || !it.getElementType().isInteger(64))
+    return n.error() << "inputs 'rois' (f32) and 'batch_indices' (i64) expected, got "
+                     << n.inputType(1) << " and " << n.inputType(2);
+  return emit<graph::RoiAlignOp>(
+      n, {*x, *rois, *idx},
+      {n.named("max_mode", n.i64(*mode == "max")),
+       n.named("half_pixel", n.i64(*ctm == "half_pixel" && n.opsetVersion() >= 16)),
+       n.named("output_height", n.i64(*oh)), n.named("output_width", n.i64(*ow)),
+       n.named("sampling_ratio", n.i64(*ratio)), n.named("spatial_scale", n.f32(*scale))});
+}
+
 } // namespace
 
 void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
@@ -503,6 +537,7 @@ void strait::onnximport::registerOpset18Importers(OpRegistry &r) {
   r.add("Col2Im", 18, importCol2Im);
   r.add("GlobalLpPool", 2, importGlobalLpPool);
   r.add("LpPool", 2, importLpPool);
+  r.add("RoiAlign", 10, importRoiAlign);
   r.add("Swish", 24, importSwish);
   r.add("TensorScatter", 24, importTensorScatter);
 }

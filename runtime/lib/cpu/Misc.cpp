@@ -536,9 +536,102 @@ Status detKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// RoiAlign (ONNX opset 16, the reference's sampling): per ROI and bin, the
+/// average or maximum of bilinear samples on a grid, positions in double.
+template <typename T>
+void roiAlign(const Tensor &x, const float *rois, const int64_t *batch, Tensor &y, bool maxMode,
+              bool halfPixel, int64_t oh, int64_t ow, int64_t ratio, double scale) {
+  int64_t nr = y.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3];
+  const T *in = x.as<T>();
+  T *out = y.as<T>();
+  for (int64_t r = 0; r < nr; ++r) {
+    double off = halfPixel ? 0.5 : 0.0;
+    double sw = rois[r * 4] * scale - off, sh = rois[r * 4 + 1] * scale - off;
+    double rw = rois[r * 4 + 2] * scale - off - sw, rh = rois[r * 4 + 3] * scale - off - sh;
+    if (!halfPixel)
+      rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    double bh = rh / oh, bw = rw / ow;
+    int64_t gh = ratio > 0 ? ratio : (int64_t)std::ceil(rh / oh);
+    int64_t gw = ratio > 0 ? ratio : (int64_t)std::ceil(rw / ow);
+    double count = std::max<int64_t>(gh * gw, 1);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const T *plane = in + (batch[r] * c + ch) * h * w;
+      for (int64_t ph = 0; ph < oh; ++ph)
+        for (int64_t pw = 0; pw < ow; ++pw) {
+          double acc = 0.0;
+          bool first = true;
+          for (int64_t iy = 0; iy < gh; ++iy)
+            for (int64_t ix = 0; ix < gw; ++ix) {
+              double yy = sh + ph * bh + (iy + 0.5) * bh / gh;
+              double xx = sw + pw * bw + (ix + 0.5) * bw / gw;
+              double v[4] = {0, 0, 0, 0};
+              if (!(yy < -1.0 || yy > h || xx < -1.0 || xx > w)) {
+                yy = std::max(yy, 0.0), xx = std::max(xx, 0.0);
+                int64_t yl = (int64_t)yy, xl = (int64_t)xx, yh, xh;
+                if (yl >= h - 1)
+                  yh = yl = h - 1, yy = yl;
+                else
+                  yh = yl + 1;
+                if (xl >= w - 1)
+                  xh = xl = w - 1, xx = xl;
+                else
+                  xh = xl + 1;
+                double ly = yy - yl, lx = xx - xl, hy = 1.0 - ly, hx = 1.0 - lx;
+                v[0] = hy * hx * plane[yl * w + xl];
+                v[1] = hy * lx * plane[yl * w + xh];
+                v[2] = ly * hx * plane[yh * w + xl];
+                v[3] = ly * lx * plane[yh * w + xh];
+              }
+              if (!maxMode) {
+                acc += v[0] + v[1] + v[2] + v[3];
+              } else {
+                double m = std::max(std::max(v[0], v[1]), std::max(v[2], v[3]));
+                acc = first ? m : std::max(acc, m);
+                first = false;
+              }
+            }
+          out[((r * c + ch) * oh + ph) * ow + pw] = static_cast<T>(maxMode ? acc : acc / count);
+        }
+    }
+  }
+}
+
+Status roiAlignKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *rois, ctx.requireInput(1, program::DTYPE_F32));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *idx, ctx.requireInput(2, program::DTYPE_I64));
+  STRAIT_ASSIGN_OR_RETURN(int64_t maxMode, ctx.getAttrs().getInt("max_mode", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t half, ctx.getAttrs().getInt("half_pixel", 1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t oh, ctx.getAttrs().getInt("output_height", 1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t ow, ctx.getAttrs().getInt("output_width", 1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t ratio, ctx.getAttrs().getInt("sampling_ratio", 0));
+  STRAIT_ASSIGN_OR_RETURN(float scale, ctx.getAttrs().getFloat("spatial_scale", 1.0f));
+  if (x->shape.size() != 4 || rois->shape.size() != 2 || rois->shape[1] != 4 ||
+      idx->shape.size() != 1 || idx->shape[0] != rois->shape[0] || oh <= 0 || ow <= 0)
+    return ctx.error("needs X [N, C, H, W], rois [R, 4], batch_indices [R] and positive output "
+                     "sizes, got " + x->typeString() + ", " + rois->typeString() + ", " +
+                     idx->typeString());
+  for (int64_t r = 0; r < idx->shape[0]; ++r)
+    if (idx->as<int64_t>()[r] < 0 || idx->as<int64_t>()[r] >= x->shape[0])
+      return ctx.error("batch_indices[" + std::to_string(r) + "] = " +
+                       std::to_string(idx->as<int64_t>()[r]) + " is outside the batch");
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y,
+                          ctx.requireOutput(0, {rois->shape[0], x->shape[1], oh, ow}, x->dtype));
+  if (x->dtype == program::DTYPE_F32)
+    roiAlign<float>(*x, rois->as<float>(), idx->as<int64_t>(), *y, maxMode, half, oh, ow, ratio,
+                    scale);
+  else if (x->dtype == program::DTYPE_F64)
+    roiAlign<double>(*x, rois->as<float>(), idx->as<int64_t>(), *y, maxMode, half, oh, ow, ratio,
+                     scale);
+  else
+    return ctx.unsupported("dtype " + x->typeString());
+  return Status::ok();
+}
+
 } // namespace
 
 void addMiscKernels(KernelTable &table) {
+  table.add("RoiAlign", roiAlignKernel);
   table.add("Det", detKernel);
   table.add("DynamicQuantizeLinear", dynamicQuantizeKernel);
   table.add("Einsum", einsumKernel);

@@ -347,6 +347,30 @@ def Graph_DetOp : Graph_GenericOp<"Det", [Pure]> {
   let results = (outs AnyTensor:$Y);
 }
 
+def Graph_RoiAlignOp : Graph_GenericOp<"RoiAlign", [Pure]> {
+  let summary = "region-of-interest pooling by bilinear sampling";
+  let description = [{
+    ONNX `RoiAlign` (opset 16): X `[N, C, H, W]`, rois `[R, 4]` (x1, y1,
+    x2, y2), batch_indices `[R]` (i64) give Y `[R, C, output_height,
+    output_width]`: each bin the average (`max_mode = 0`) or maximum of
+    bilinear samples on a `sampling_ratio` grid (adaptive when 0);
+    `half_pixel = 1` shifts coordinates by -0.5 (opset 16's default). No
+    gradient.
+
+    ```mlir
+    %y = graph.RoiAlign %x, %rois, %idx {output_height = 2 : i64, output_width = 2 : i64} : (tensor<1x1x8x8xf32>, tensor<3x4xf32>, tensor<3xi64>) -> tensor<3x1x2x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyTensor:$X, AnyTensor:$rois, AnyTensor:$batch_indices,
+                   DefaultValuedAttr<I64Attr, "0">:$max_mode,
+                   DefaultValuedAttr<I64Attr, "1">:$half_pixel,
+                   DefaultValuedAttr<I64Attr, "1">:$output_height,
+                   DefaultValuedAttr<I64Attr, "1">:$output_width,
+                   DefaultValuedAttr<I64Attr, "0">:$sampling_ratio,
+                   DefaultValuedAttr<F32Attr, "1.0">:$spatial_scale);
+  let results = (outs AnyTensor:$Y);
+}
+
 def Graph_LpNormalizationOp : Graph_GenericOp<"LpNormalization", [Pure]> {
   let summary = "x / ||x||_p along axis";
   let description = [{

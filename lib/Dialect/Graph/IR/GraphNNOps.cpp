@@ -210,6 +210,21 @@ STRAIT_INFER(DetOp) {
   return success();
 }
 
+STRAIT_INFER(RoiAlignOp) {
+  TensorType x = tensorOf(adaptor.getX()), r = tensorOf(adaptor.getRois());
+  if (!x.hasRank() || x.getRank() != 4 || !r.hasRank() || r.getRank() != 2 ||
+      (r.getDimSize(1) != kDyn && r.getDimSize(1) != 4))
+    return emitOptionalError(loc, "RoiAlign: X must be [N, C, H, W] and rois [R, 4], got ", x,
+                             " and ", r);
+  if (adaptor.getOutputHeight() <= 0 || adaptor.getOutputWidth() <= 0)
+    return emitOptionalError(loc, "RoiAlign: output_height and output_width must be positive");
+  types.push_back(RankedTensorType::get({r.getDimSize(0), x.getDimSize(1),
+                                         (int64_t)adaptor.getOutputHeight(),
+                                         (int64_t)adaptor.getOutputWidth()},
+                                        x.getElementType()));
+  return success();
+}
+
 STRAIT_INFER(GroupNormalizationOp) {
   TensorType x = tensorOf(adaptor.getX());
   int64_t g = adaptor.getNumGroups();
