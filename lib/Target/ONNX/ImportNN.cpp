@@ -96,8 +96,9 @@ LogicalResult importConv(NodeImporter &n) {
     return failure();
   auto xt = dyn_cast<RankedTensorType>(n.inputType(0));
   auto wt = dyn_cast<RankedTensorType>(n.inputType(1));
-  if (!xt || !wt || xt.getRank() < 3)
-    return n.error() << "needs ranked X (N, C, spatial...) and W";
+  if (!xt || !wt || xt.getRank() < 3 || wt.getRank() != xt.getRank())
+    return n.error() << "needs ranked X (N, C, spatial...) and W (M, C/group, kernel...) of "
+                        "the same rank";
   int64_t spatial = xt.getRank() - 2;
   FailureOr<Window> w = readWindow(n, spatial, xt.getShape().drop_front(2),
                                    wt.getShape().drop_front(2));
@@ -124,6 +125,9 @@ LogicalResult importConvTranspose(NodeImporter &n) {
   auto wt = dyn_cast<RankedTensorType>(n.inputType(1));
   if (!xt || !wt || xt.getRank() < 3 || !xt.hasStaticShape() || !wt.hasStaticShape())
     return n.error() << "needs statically shaped X and W";
+  if (wt.getRank() != xt.getRank())
+    return n.error() << "W " << wt << " must have the rank of X " << xt
+                     << " (C, M/group, kernel...)";
   int64_t spatial = xt.getRank() - 2;
   FailureOr<SmallVector<int64_t>> k = n.getInts("kernel_shape", wt.getShape().drop_front(2));
   FailureOr<SmallVector<int64_t>> s = n.getInts("strides", SmallVector<int64_t>(spatial, 1));
