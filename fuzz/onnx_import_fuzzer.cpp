@@ -31,6 +31,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #ifndef STRAIT_FUZZ_TEXT
@@ -38,14 +39,20 @@
 #endif
 
 static std::string modelPath;
+static llvm::SmallString<128> modelDir;
 
-/// Creates the private model folder with its one external-data file.
+static void removeModelFolder() { llvm::sys::fs::remove_directories(modelDir); }
+
+/// Creates the private model folder with its one external-data file,
+/// removed when the process exits (-fork runs one process per job).
 static void makeModelFolder() {
   llvm::SmallString<128> dir;
   if (llvm::sys::fs::createUniqueDirectory("strait-fuzz", dir)) {
     modelPath = "/nonexistent-strait-fuzz/model.onnx";
     return;
   }
+  modelDir = dir;
+  std::atexit(removeModelFolder);
   llvm::SmallString<128> data(dir);
   llvm::sys::path::append(data, "weights.bin");
   std::error_code ec;
