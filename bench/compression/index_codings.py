@@ -29,11 +29,9 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
-STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
-MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python", "tests"))
+from jobutil import GPT2_TINY as MODEL, ROOT, STRAIT_RUN, STRAITC  # noqa: E402
 DATA = os.path.join(ROOT, "out", "text", "train.bin")
 LR = 0.1
 

@@ -30,11 +30,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
-STRAITC = os.path.join(BUILD, "bin", "straitc")
-STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
-MODEL = os.path.join(ROOT, "models", "gpt2-tiny", "gpt2-tiny.onnx")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python", "tests"))
+from jobutil import GPT2_TINY as MODEL, ROOT, STRAIT_RUN, STRAITC  # noqa: E402
 DATA = os.path.join(ROOT, "out", "text", "train.bin")
 BATCH, SEQ, RANKS = 8, 64, 2
 LR, WARMUP, MIN_LR = 0.003, 10, 0.0003
