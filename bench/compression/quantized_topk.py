@@ -22,6 +22,7 @@ Usage (from the repository root, after building build/):
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -99,6 +100,8 @@ def main():
     if codecs[0] != "none":
         codecs.insert(0, "none")
     tmp = tempfile.mkdtemp(prefix="strait-qtopk-bench-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):  # removed at exit, failed runs included
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     cluster = os.path.join(tmp, "cluster.yaml")
     with open(cluster, "w") as f:
         f.write(CLUSTER)
@@ -121,7 +124,6 @@ def main():
         spread = f" (seeds {min(finals):.4f}-{max(finals):.4f})" if len(seeds) > 1 else ""
         print(f"| {codec} | {bytes_:.0f} | {base[1] / bytes_:.1f}x | {final:.4f}{spread} | "
               f"{100 * (final / base[0] - 1):+.2f}% |", flush=True)
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
