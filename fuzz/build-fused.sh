@@ -13,19 +13,7 @@
 #===----------------------------------------------------------------------===#
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(dirname "$here")
-build=$(cd "${1:-$root/build}" && pwd)
-cxx=${CXX:-clang++-19}
-san=${SANITIZERS:-fuzzer,address}
-proto=$build/runtime/proto
-if [[ ! -f $proto/strait_program.pb.cc ]]; then
-  echo "build-fused.sh: no $proto/strait_program.pb.cc; run: ninja -C $build strait_program_proto" >&2
-  exit 1
-fi
-mkdir -p "$here/out" "$here/corpus/fused"
-nice -n 10 "$cxx" -O1 -g -fsanitize="$san" -std=gnu++17 -I"$root/runtime/include" -I"$proto" \
-  "$here/fused_program_fuzzer.cpp" "$proto/strait_program.pb.cc" \
-  "$root"/runtime/lib/core/{FusedProgram,Attributes,Backend,Status,Tensor}.cpp \
-  -lprotobuf -lpthread -o "$here/out/fused_program_fuzzer"
-echo "built $here/out/fused_program_fuzzer"
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/fuzz/runtime-fuzzer.sh"
+BUILD_DIR=${1:-} build_runtime_fuzzer fused_program_fuzzer fused fused_program_fuzzer.cpp \
+  "$root"/runtime/lib/core/{FusedProgram,Attributes,Backend,Status,Tensor}.cpp
