@@ -107,6 +107,14 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   DenseMap<Value, unsigned> producer;
   DenseMap<Value, bool> weightCounted;
   llvm::StringMap<int> layerIds;
+  // The layer (in order of first appearance) a weight's name places it in;
+  // -1 for a name without a layer key.
+  auto layerOfWeight = [&](StringRef weight) {
+    std::string key = layerKeyOf(weight);
+    if (key.empty())
+      return -1;
+    return layerIds.try_emplace(key, (int)layerIds.size()).first->second;
+  };
   // In a training step (see docs/training.md) backward ops carry
   // graph.grad_of = <forward graph.op_id>: their cost is the backward cost of
   // that forward op's node, not a node of its own; the per-step tail
@@ -198,11 +206,13 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
           n.paramBytes += strait::detail::bytesOf(TypeRange(v.getType()));
           weightOwner.try_emplace(read.getVariable(), g.nodes.size());
         }
-        std::string key = layerKeyOf(read.getVariable());
-        if (!key.empty()) {
-          auto [it, inserted] = layerIds.try_emplace(key, (int)layerIds.size());
-          layer = std::max(layer, it->second);
-        }
+        layer = std::max(layer, layerOfWeight(read.getVariable()));
+      } else if (auto it = derivedFrom.find(v); it != derivedFrom.end()) {
+        // A weight reached through a value computed from weights only (a
+        // bf16 job's Cast of W): its layer is the reader's, as for W itself;
+        // otherwise a block's first Conv would join the previous block.
+        for (StringRef w : it->second)
+          layer = std::max(layer, layerOfWeight(w));
       }
     }
     unsigned id = g.nodes.size();
