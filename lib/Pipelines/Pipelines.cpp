@@ -55,6 +55,7 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     train.beta1 = o.beta1;
     train.beta2 = o.beta2;
     train.epsilon = o.eps;
+    train.freezeVarianceAfter = o.compressedAdam;
     train.weightDecay = o.weightDecay;
     train.clipNorm = o.clipNorm;
     train.warmupSteps = o.warmupSteps;

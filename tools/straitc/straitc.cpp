@@ -215,6 +215,13 @@ cl::opt<double> outerLr("outer-lr", cl::desc("Outer learning rate of --local-ste
 cl::opt<double> outerMomentum("outer-momentum",
                               cl::desc("Outer Nesterov momentum of --local-steps, in [0, 1)"),
                               cl::init(0.9), cl::cat(straitCat));
+cl::opt<int64_t> compressedAdam(
+    "compressed-adam",
+    cl::desc("Compressed AdamW (1-bit-Adam-like): the first N steps all-reduce exact gradients "
+             "while AdamW's second moment warms up; then the second moment is frozen and the "
+             "gradient all-reduces use their codec (--compress) with error feedback "
+             "(docs/training.md; default 0: off)"),
+    cl::init(0), cl::cat(straitCat));
 cl::opt<std::string> adaptiveTopk(
     "adaptive-topk",
     cl::desc("MIN:MAX: the runtime adapts the ratio of every top-k transfer between stages "
@@ -327,6 +334,7 @@ LogicalResult reportCompression(const strait::PartitionPlan &plan,
   strait::CompressionOptions copts;
   copts.mode = compress;
   copts.localSteps = static_cast<unsigned>(localSteps.getValue());
+  copts.gradientTopK = optimizer != "adamw" || compressedAdam > 0;
   for (const std::string &text : compressLink) {
     auto o = strait::parseLinkOverride(text);
     if (!o) {
@@ -459,6 +467,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.beta1 = beta1.getValue();
   popts.beta2 = beta2.getValue();
   popts.eps = eps.getValue();
+  popts.compressedAdam = compressedAdam.getValue();
   popts.weightDecay = weightDecay.getValue();
   popts.clipNorm = clipNorm.getValue();
   popts.warmupSteps = warmupSteps.getValue();
@@ -723,6 +732,19 @@ int main(int argc, char **argv) {
   if (localSteps < 1) {
     llvm::errs() << "straitc: --local-steps must be at least 1 (got " << localSteps << ")\n";
     return 1;
+  }
+  if (compressedAdam.getNumOccurrences()) {
+    const char *why = nullptr;
+    if (compressedAdam < 1)
+      why = "N must be at least 1 (exact warm-up steps of the second moment)";
+    else if (loss.empty() || optimizer != "adamw")
+      why = "it needs --loss and --optimizer adamw (it freezes AdamW's second moment)";
+    else if (localSteps > 1)
+      why = "--local-steps average parameters across islands, not gradients";
+    if (why) {
+      llvm::errs() << "straitc: --compressed-adam " << compressedAdam << ": " << why << "\n";
+      return 1;
+    }
   }
   if (!(outerLr > 0) || !std::isfinite(outerLr)) {
     llvm::errs() << "straitc: --outer-lr must be a finite number above 0 (got "

@@ -120,6 +120,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                        llvm::cl::init(kTrainDefaults.beta2)};
   Option<double> eps{*this, "eps", llvm::cl::desc("adamw: denominator epsilon"),
                      llvm::cl::init(kTrainDefaults.epsilon)};
+  Option<int64_t> compressedAdam{
+      *this, "compressed-adam",
+      llvm::cl::desc("adamw: N > 0 exact warm-up steps, then the second moment frozen and the "
+                     "gradient all-reduces compressed (0: off)"),
+      llvm::cl::init(0)};
   Option<double> weightDecay{*this, "weight-decay",
                              llvm::cl::desc("decoupled (adamw) or L2 (sgd) weight decay"),
                              llvm::cl::init(kTrainDefaults.weightDecay)};

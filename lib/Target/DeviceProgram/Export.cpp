@@ -240,6 +240,13 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     if (*encode) {
       fillCodec(*encode, *a->mutable_codec());
       a->mutable_codec()->set_error_feedback(encode->getErrorFeedback());
+      // Compressed AdamW: exact sums while the second moment warms up.
+      if (auto exact = (*encode)->getAttrOfType<IntegerAttr>("dist.exact_steps")) {
+        if (exact.getInt() < 0 || exact.getInt() > UINT32_MAX)
+          return encode->emitError("dist.exact_steps must be in [0, 2^32), got ")
+                 << exact.getInt();
+        a->mutable_codec()->set_exact_steps(static_cast<uint32_t>(exact.getInt()));
+      }
     }
     return success();
   }

@@ -60,6 +60,10 @@ Executor::create(program::Program program, const BackendRegistry &registry,
   for (const auto &step : p.steps())
     if (step.has_micro_batch())
       exec->microBatches = std::max<int>(exec->microBatches, step.micro_batch() + 1);
+  for (const auto &v : p.values())
+    if (v.name() == "step" && v.role() == program::ROLE_INPUT && v.dtype() == program::DTYPE_I64 &&
+        std::all_of(v.shape().begin(), v.shape().end(), [](int64_t d) { return d == 1; }))
+      exec->stepValueId = v.id();
   for (int i = 0; i < p.steps_size(); ++i) {
     const auto &step = p.steps(i);
     if (step.kind_case() == program::Step::kRun)
@@ -155,6 +159,15 @@ Status Executor::checkCommStep(int index) const {
   if (step.has_all_reduce() && step.all_reduce().codec().adapt())
     return invalidArgument(field + "all_reduce.codec.adapt: an all-reduce never adapts its "
                                    "codec (every replica must apply the same one)");
+  if ((step.has_send() && step.send().codec().exact_steps()) ||
+      (step.has_recv() && step.recv().codec().exact_steps()))
+    return invalidArgument(field + (step.has_send() ? "send" : "recv") +
+                           ".codec.exact_steps: only an all-reduce's codec has exact steps");
+  if (step.has_all_reduce() && step.all_reduce().codec().exact_steps() && stepValueId < 0)
+    return invalidArgument(field + "all_reduce.codec.exact_steps = " +
+                           std::to_string(step.all_reduce().codec().exact_steps()) +
+                           " needs the program's i64 scalar input 'step' (the iteration), "
+                           "which it does not have");
   auto checkCodec = [&](const program::CodecParams &codec, const std::string &f,
                         uint32_t id) -> Status {
     STRAIT_RETURN_IF_ERROR(validateCodecParams(codec, f));
@@ -374,6 +387,13 @@ std::vector<Executor::OpTime> Executor::takeProfile() {
   return out;
 }
 
+bool Executor::exactThisStep(const program::AllReduce &ar) const {
+  uint32_t n = ar.codec().exact_steps();
+  if (n == 0 || stepValueId < 0)
+    return false;
+  return value(static_cast<uint32_t>(stepValueId)).as<int64_t>()[0] <= static_cast<int64_t>(n);
+}
+
 Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready) {
   const program::Step &step = program.steps(index);
   auto feedbackOf = [&](uint32_t id) -> ErrorFeedback * {
@@ -404,7 +424,10 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
     options.ranks.assign(ar.ranks().begin(), ar.ranks().end());
     for (const auto &island : ar.islands())
       options.islands.emplace_back(island.ranks().begin(), island.ranks().end());
-    options.codec = ar.codec();
+    // Compressed AdamW's warm-up: exact sums (no codec, no error feedback).
+    bool exact = exactThisStep(ar);
+    if (!exact)
+      options.codec = ar.codec();
     float scale = 1.0f / (options.ranks.empty() ? comm->getWorldSize()
                                                 : options.ranks.size());
     // Buckets of several values go through one all-reduce on a fused copy
@@ -421,7 +444,7 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
         }
         t = Tensor{program::DTYPE_F32, {n}, fused.data()};
       }
-      options.feedback = feedbackOf(bucket[0]);
+      options.feedback = exact ? nullptr : feedbackOf(bucket[0]);
       STRAIT_RETURN_IF_ERROR(comm->allReduce(t, ar.channel(), options));
       if (ar.reduce() == program::REDUCE_MEAN)
         STRAIT_RETURN_IF_ERROR(backend->scale(t, scale));

@@ -101,6 +101,10 @@ StatusOr<AdamWAttrs> adamWAttrs(const KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(a.beta2, at.getFloat("beta2", a.beta2));
   STRAIT_ASSIGN_OR_RETURN(a.epsilon, at.getFloat("epsilon", a.epsilon));
   STRAIT_ASSIGN_OR_RETURN(a.weightDecay, at.getFloat("weight_decay", a.weightDecay));
+  STRAIT_ASSIGN_OR_RETURN(a.freezeVarianceAfter, at.getInt("freeze_variance_after", 0));
+  if (a.freezeVarianceAfter < 0)
+    return ctx.error("freeze_variance_after must be >= 0 (0: never), got " +
+                     std::to_string(a.freezeVarianceAfter));
   return a;
 }
 

@@ -370,7 +370,9 @@ Status adamKernel(KernelContext &ctx) {
 
 /// AdamW (Loshchilov & Hutter): inputs lr, step (1-based), X..., G..., M...,
 /// V...; outputs X..., M..., V...; attributes beta1, beta2, epsilon,
-/// weight_decay. Bias-corrected moments, decoupled weight decay. G may be
+/// weight_decay, freeze_variance_after (N > 0: from step N + 1 on V stays as
+/// it is and its bias correction 1 - beta2^N; compressed AdamW, docs/
+/// training.md). Bias-corrected moments, decoupled weight decay. G may be
 /// bf16 / f16 (widened on load, as AccumulateGrad would). An optional
 /// fourth output group holds 16-bit copies of the new X (entries may be
 /// absent): each the new X rounded to nearest even, as Cast would give.
@@ -382,7 +384,8 @@ Status adamWKernel(KernelContext &ctx) {
   if (a.step < 1)
     return ctx.error("AdamW step count must start at 1, got " + std::to_string(a.step));
   float c1 = 1 - static_cast<float>(std::pow(double(b1), double(a.step)));
-  float c2 = 1 - static_cast<float>(std::pow(double(b2), double(a.step)));
+  float c2 = 1 - static_cast<float>(std::pow(double(b2), double(attrs.varianceStep(a.step))));
+  bool updateV = attrs.updatesVariance(a.step);
   for (size_t i = 0; i < a.n; ++i) {
     const float *x = in(ctx, a, 0, i);
     const float *m = in(ctx, a, 2, i), *v = in(ctx, a, 3, i);
@@ -395,7 +398,7 @@ Status adamWKernel(KernelContext &ctx) {
         for (int64_t k = k0; k < k1; ++k) {
           float gk = g(k);
           float mn = b1 * m[k] + (1 - b1) * gk;
-          float vn = b2 * v[k] + (1 - b2) * gk * gk;
+          float vn = updateV ? b2 * v[k] + (1 - b2) * gk * gk : v[k];
           float update = (mn / c1) / (std::sqrt(vn / c2) + eps);
           float xn = x[k] - a.lr * (update + wd * x[k]);
           xo[k] = xn;

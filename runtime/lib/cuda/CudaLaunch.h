@@ -167,10 +167,11 @@ struct AdamWTensor {
 };
 /// AdamW over `count` tensors in a few launches (up to 24 tensors each, one
 /// block per 4096 elements of a tensor). False (nothing launched) for a
-/// gradient of another type.
+/// gradient of another type. freezeAfter > 0: V frozen after that step
+/// (AdamWAttrs::freezeVarianceAfter).
 bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTensor *tensors,
-                 size_t count, float b1, float b2, float eps, float wd, int *errorFlag, int tag,
-                 cudaStream_t s);
+                 size_t count, float b1, float b2, float eps, float wd, int64_t freezeAfter,
+                 int *errorFlag, int tag, cudaStream_t s);
 /// SGD over f32 parameters and state; the gradient g of type `gType` (f32,
 /// or bf16 / f16 widened on load). False (nothing launched) for another
 /// type.

@@ -359,7 +359,8 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
     }
   }
   if (!launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64,
-                   tensors.data(), n, b1, b2, eps, wd, c.errorFlag, tag, c.stream))
+                   tensors.data(), n, b1, b2, eps, wd, attrs.freezeVarianceAfter, c.errorFlag,
+                   tag, c.stream))
     return ctx.unsupported("cuda: AdamW gradients of another type than f32, bf16, f16");
   return Status::ok();
 }

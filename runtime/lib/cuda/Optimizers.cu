@@ -30,11 +30,12 @@ template <typename H> __device__ inline float4 load4(const H *g, int64_t q) {
 /// One AdamW update (bias corrections c1, c2 already applied to the rates).
 struct AdamWScalars {
   float rate, c1, c2, b1, b2, eps, wd;
+  bool updateV; // false once V is frozen (freeze_variance_after)
 };
 __device__ inline void adamWElement(const AdamWScalars &p, float g, float &x, float &m,
                                     float &v) {
   float mn = p.b1 * m + (1 - p.b1) * g;
-  float vn = p.b2 * v + (1 - p.b2) * g * g;
+  float vn = p.updateV ? p.b2 * v + (1 - p.b2) * g * g : v;
   float update = (mn / p.c1) / (sqrtf(vn / p.c2) + p.eps);
   x = x - p.rate * (update + p.wd * x);
   m = mn;
@@ -109,7 +110,8 @@ static_assert(sizeof(AdamWBatch) < 4000, "AdamW batch exceeds the kernel paramet
 
 /// Every block updates one chunk of one tensor of the batch.
 __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, AdamWBatch batch,
-                            float b1, float b2, float eps, float wd, int *flag, int tag) {
+                            float b1, float b2, float eps, float wd, int64_t freezeAfter,
+                            int *flag, int tag) {
   int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
                         : static_cast<const int32_t *>(stepPtr)[0];
   if (step < 1) {
@@ -119,13 +121,17 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, A
   }
   // The bias corrections once per block: two double pow() per thread cost
   // more than the update itself.
+  // A frozen V (step past freezeAfter > 0) keeps the correction of its last
+  // update.
+  bool updateV = freezeAfter <= 0 || step <= freezeAfter;
+  int64_t vStep = updateV ? step : freezeAfter;
   __shared__ float corr[2];
   if (threadIdx.x == 0) {
     corr[0] = 1.0f - static_cast<float>(pow(static_cast<double>(b1), static_cast<double>(step)));
-    corr[1] = 1.0f - static_cast<float>(pow(static_cast<double>(b2), static_cast<double>(step)));
+    corr[1] = 1.0f - static_cast<float>(pow(static_cast<double>(b2), static_cast<double>(vStep)));
   }
   __syncthreads();
-  AdamWScalars p{lr[0], corr[0], corr[1], b1, b2, eps, wd};
+  AdamWScalars p{lr[0], corr[0], corr[1], b1, b2, eps, wd, updateV};
   int i = 0;
   while (i + 1 < batch.count && batch.chunkStart[i + 1] <= blockIdx.x)
     ++i;
@@ -212,8 +218,8 @@ template <typename Launch> bool withGradType(ET gType, const void *g, Launch &&l
 } // namespace
 
 bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTensor *tensors,
-                 size_t count, float b1, float b2, float eps, float wd, int *flag, int tag,
-                 cudaStream_t s) {
+                 size_t count, float b1, float b2, float eps, float wd, int64_t freezeAfter,
+                 int *flag, int tag, cudaStream_t s) {
   for (size_t i = 0; i < count; ++i)
     if (tensors[i].gType != ET::F32 && tensors[i].gType != ET::BF16 &&
         tensors[i].gType != ET::F16)
@@ -222,7 +228,7 @@ bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTens
   auto flush = [&] {
     if (batch.count && batch.chunkStart[batch.count])
       adamWKernel<<<static_cast<unsigned>(batch.chunkStart[batch.count]), kBlock, 0, s>>>(
-          lr, step, step64, batch, b1, b2, eps, wd, flag, tag);
+          lr, step, step64, batch, b1, b2, eps, wd, freezeAfter, flag, tag);
     batch.count = 0;
   };
   for (size_t i = 0; i < count; ++i) {

@@ -78,6 +78,9 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
     Option<"beta1", "beta1", "double", "0.9", "adamw: first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "adamw: second-moment decay">,
     Option<"epsilon", "eps", "double", "1e-8", "adamw: denominator epsilon">,
+    Option<"freezeVarianceAfter", "freeze-variance-after", "int64_t", "0",
+           "adamw: freeze the second moment after this many steps (0: never; "
+           "compressed AdamW)">,
     Option<"weightDecay", "weight-decay", "double", "0.0",
            "decoupled (adamw) or L2 (sgd) weight decay">,
     Option<"clipNorm", "clip-norm", "double", "0.0",

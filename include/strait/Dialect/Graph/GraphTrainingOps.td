@@ -525,6 +525,10 @@ def Graph_AdamWOp : Graph_Op<"AdamW", [Pure, InferTypeOpAdaptor,
     (m'/(1-beta1^step)) / (sqrt(v'/(1-beta2^step)) + epsilon)). `lr` is an f32
     scalar and `step` an i64 scalar counting from 1, both runtime inputs.
     Operand order matches the runtime's AdamW kernel.
+    With `freeze_variance_after` = N > 0 (compressed AdamW, docs/training.md),
+    steps after N leave v as it is (v' = v) and divide by
+    sqrt(v/(1-beta2^N)): Adam's preconditioner is frozen, the update linear in
+    the gradient, as error-feedback compression of that gradient needs.
 
     ```mlir
     %p, %m2, %v2 = graph.AdamW %lr, %step, %w, %g, %m, %v {beta1 = 0.9 : f32, beta2 = 0.999 : f32, epsilon = 1.0e-08 : f32, weight_decay = 0.01 : f32} : (tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
@@ -535,7 +539,8 @@ def Graph_AdamWOp : Graph_Op<"AdamW", [Pure, InferTypeOpAdaptor,
                    DefaultValuedAttr<F32Attr, "0.9">:$beta1,
                    DefaultValuedAttr<F32Attr, "0.999">:$beta2,
                    DefaultValuedAttr<F32Attr, "1e-8">:$epsilon,
-                   DefaultValuedAttr<F32Attr, "0.01">:$weight_decay);
+                   DefaultValuedAttr<F32Attr, "0.01">:$weight_decay,
+                   DefaultValuedAttr<I64Attr, "0">:$freeze_variance_after);
   let results = (outs AnyTensor:$new_param, AnyTensor:$new_m, AnyTensor:$new_v);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let extraClassDefinition = [{

@@ -168,6 +168,16 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
                              << lo << ", " << hi << "] around ratio " << r;
     return success();
   }
+  // Compressed AdamW (dist-insert-compression): the all-reduce that reads
+  // this dist.compress reduces exact values for its first N iterations.
+  if (attr.getName() == "dist.exact_steps") {
+    auto steps = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!steps || steps.getInt() < 1 || !isa<CompressOp>(op) ||
+        !llvm::all_of(op->getUsers(), [](Operation *u) { return isa<AllReduceOp>(u); }))
+      return op->emitError() << "'dist.exact_steps' is a step count >= 1 on a dist.compress "
+                                "that only dist.all_reduce reads";
+    return success();
+  }
   return op->emitError() << "unknown distribution attribute '"
                          << attr.getName().getValue() << "'";
 }

@@ -73,6 +73,9 @@ LogicalResult AdamWOp::verify() {
   if (getBeta1().convertToDouble() < 0 || getBeta1().convertToDouble() >= 1 ||
       getBeta2().convertToDouble() < 0 || getBeta2().convertToDouble() >= 1)
     return emitOpError("(T6) beta1 and beta2 must lie in [0, 1)");
+  if (getFreezeVarianceAfterAttr().getInt() < 0)
+    return emitOpError("(T6) freeze_variance_after must be >= 0 (0: never), got ")
+           << getFreezeVarianceAfterAttr().getInt();
   return checkScalars(*this, getLr(), getStep());
 }
 

@@ -173,6 +173,14 @@ LogicalResult BuildTrainingStep::checkOptions() {
   if (padClasses < 0 || padClasses > (int64_t(1) << 20))
     return bad("pad-classes", static_cast<double>(padClasses),
                "0 (never) or a multiple in [1, 2^20]");
+  if (freezeVarianceAfter < 0)
+    return module.emitError("graph-build-training-step: invalid freeze-variance-after=")
+           << freezeVarianceAfter << " (straitc --compressed-adam): expected 0 (never) or a "
+           << "step count >= 1";
+  if (freezeVarianceAfter > 0 && optimizer != "adamw")
+    return module.emitError("graph-build-training-step: freeze-variance-after (straitc "
+                            "--compressed-adam) needs optimizer=adamw, not '")
+           << optimizer << "'";
   if (nesterov && (optimizer != "sgd" || momentum == 0))
     return module.emitError("graph-build-training-step: nesterov (straitc --nesterov) "
                             "needs optimizer=sgd and momentum > 0");
@@ -498,8 +506,9 @@ void BuildTrainingStep::applyOptimizer(OpBuilder &b, Param &p, Value grad,
   }
   Value m = stateVariable(b, p.var, ".adam_m");
   Value v = stateVariable(b, p.var, ".adam_v");
-  auto adam = b.create<AdamWOp>(loc, lr, step, param, grad, m, v, f32(beta1),
-                                f32(beta2), f32(epsilon), f32(weightDecay));
+  auto adam = b.create<AdamWOp>(loc, lr, step, param, grad, m, v, f32(beta1), f32(beta2),
+                                f32(epsilon), f32(weightDecay),
+                                b.getI64IntegerAttr(freezeVarianceAfter));
   assign(param, adam.getNewParam());
   assign(m, adam.getNewM());
   assign(v, adam.getNewV());

@@ -207,6 +207,12 @@ private:
   /// Error feedback of each (step, value) that sends with a lossy codec
   /// (a fused bucket uses its first value's).
   std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> feedback;
+  /// The program's i64 scalar input "step" (the 1-based iteration), which
+  /// all-reduces with codec.exact_steps read; -1 without one.
+  int64_t stepValueId = -1;
+  /// Whether all-reduce `ar` runs without its codec this iteration (its
+  /// first codec.exact_steps iterations).
+  bool exactThisStep(const program::AllReduce &ar) const;
   /// Adaptive top-k controllers by (peer, channel): the send steps of one
   /// value (one per micro-batch) share one. Used on the communication
   /// thread only; read by getAdaptiveLinks() between runs.

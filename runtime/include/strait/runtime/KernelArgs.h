@@ -56,8 +56,19 @@ StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t
                                  size_t lowGroup = kNoLowGroup, bool copyGroup = false);
 
 /// AdamW's attributes (defaults as in the graph dialect's AdamW).
+/// freezeVarianceAfter = N > 0 (compressed AdamW, docs/training.md): from
+/// step N + 1 on, V is not updated and its bias correction stays 1 - beta2^N.
 struct AdamWAttrs {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f, weightDecay = 0.01f;
+  int64_t freezeVarianceAfter = 0;
+  /// Whether `step` updates V (false once frozen) and the step count of V's
+  /// bias correction.
+  bool updatesVariance(int64_t step) const {
+    return freezeVarianceAfter <= 0 || step <= freezeVarianceAfter;
+  }
+  int64_t varianceStep(int64_t step) const {
+    return updatesVariance(step) ? step : freezeVarianceAfter;
+  }
 };
 StatusOr<AdamWAttrs> adamWAttrs(const KernelContext &ctx);
 
