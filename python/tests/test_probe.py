@@ -119,4 +119,11 @@ def test_probe_link_between_two_ranks(tmp_path):
     assert m, outs[0][0]
     mbit, ms = float(m.group(1)), float(m.group(2))
     assert mbit > 100 and 0 < ms < 100, (mbit, ms)  # loopback: well above 100 Mbit/s
+    # The latency is half the fastest round trip (the slower ones waited for a core).
+    q = re.search(r"# round trips \(ms\): min ([\d.e+-]+), p10 ([\d.e+-]+), median ([\d.e+-]+), "
+                  r"max ([\d.e+-]+)", outs[0][1])
+    assert q, outs[0][1]
+    trips = [float(x) for x in q.groups()]
+    assert trips == sorted(trips), trips
+    assert abs(ms - trips[0] / 2) <= 1e-3 * ms + 1e-6, (ms, trips)
     print(f"probe link over loopback: {mbit:.0f} Mbit/s, {ms:.3f} ms")

@@ -475,16 +475,20 @@ StatusOr<std::pair<double, double>> probeLink(const Options &o) {
   };
   STRAIT_RETURN_IF_ERROR(pingpong(ts)); // warm-up
   int reps = o.quick ? 20 : 100;
-  // The median round trip: on a shared machine a few round trips wait for a
-  // core, and their mean made a 0.05 ms loopback look like 3-4 ms.
+  // The link's latency is its fastest round trip: on a shared machine a
+  // round trip also waits for the receiver to get a core back (loopback on
+  // 2 cores loaded 2-8: min 0.11 ms, median 0.12-4.0 ms, max 2.5-15 ms),
+  // which is the machine's load, not the link's (docs/planner.md, section 3).
   std::vector<double> trips;
   for (int i = 0; i < reps; ++i) {
     auto t1 = std::chrono::steady_clock::now();
     STRAIT_RETURN_IF_ERROR(pingpong(ts));
     trips.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   }
-  std::nth_element(trips.begin(), trips.begin() + reps / 2, trips.end());
-  double rtt = trips[reps / 2];
+  std::sort(trips.begin(), trips.end());
+  double rtt = trips[0];
+  std::cerr << "# round trips (ms): min " << trips[0] * 1e3 << ", p10 " << trips[reps / 10] * 1e3
+            << ", median " << trips[reps / 2] * 1e3 << ", max " << trips.back() * 1e3 << "\n";
   // Bandwidth: `bulk` large messages back to back, then one small reply:
   // time = bulk * bytes / bandwidth + rtt.
   int bulk = 4;
