@@ -6,6 +6,13 @@
 // advances to the earliest of: a compute end, a transfer's latency expiry,
 // a transfer's completion at current rates.
 //
+// A stage's tail follows its last backward of an iteration: its all-reduce,
+// then (a holder of a tied weight) the wait for the other holders' partial
+// gradients, then the optimizer update; the stage's next iteration starts
+// after it. The iteration time is the steady-state period of back-to-back
+// iterations, which is what a training loop measures per step: a later
+// stage's tail overlaps the next iteration's first forwards upstream.
+//
 //===----------------------------------------------------------------------===//
 
 #include "strait/Analysis/Simulator.h"
@@ -30,8 +37,9 @@ llvm::StringRef strait::stringifyEventKind(TimelineEvent::Kind kind) {
 
 namespace {
 struct Op {
-  bool backward;
-  unsigned microBatch;
+  enum Kind { Forward, Backward, Tail } kind;
+  unsigned microBatch; ///< iteration * M + micro-batch (Tail: the iteration)
+  bool backward() const { return kind == Backward; }
 };
 
 struct Flow {
@@ -50,13 +58,18 @@ struct Resource {
 class Simulation {
 public:
   Simulation(const PartitionPlan &plan, const ClusterModel &cluster,
-             const PlanCompression *compression)
+             const PlanCompression *compression, unsigned iterations)
       : plan(plan), cluster(cluster), compression(compression),
-        S(plan.stages.size()), M(plan.microBatches) {}
+        S(plan.stages.size()), M(plan.microBatches), K(iterations) {}
   SimulationResult run();
+  /// End of iteration k: the last of the stages' tails.
+  std::vector<double> iterationEnds;
 
 private:
   std::vector<Op> scheduleOf(unsigned stage) const;
+  std::vector<Op> iterationSchedule(unsigned stage) const;
+  double tailStart(unsigned stage, unsigned iteration) const;
+  bool holdsTied(unsigned stage) const { return plan.stages[stage].tiedExchangeTime > 0; }
   unsigned resourceFor(unsigned cut, bool gradient);
   bool ready(unsigned stage, const Op &op) const;
   void startOps();
@@ -69,28 +82,42 @@ private:
   const PartitionPlan &plan;
   const ClusterModel &cluster;
   const PlanCompression *compression;
-  unsigned S, M;
+  unsigned S, M, K;
   double now = 0;
   std::vector<std::vector<Op>> ops;
   std::vector<unsigned> cursor;
   std::vector<double> busyUntil;
   std::vector<std::vector<char>> actArrived, gradArrived, fwdDone;
+  /// Per stage and iteration: when its gradients are all-reduced (its tied
+  /// partials ready to send); -1 before its last backward.
+  std::vector<std::vector<double>> reduced;
   std::vector<Flow> flows;
   std::vector<Resource> resources;
   llvm::DenseMap<uint64_t, unsigned> resourceIndex;
   SimulationResult result;
   double computeBusy = 0;
-  double end = 0;
 };
 } // namespace
 
 std::vector<Op> Simulation::scheduleOf(unsigned j) const {
   std::vector<Op> list;
+  for (unsigned k = 0; k < K; ++k) {
+    for (Op op : iterationSchedule(j)) {
+      op.microBatch += k * M;
+      list.push_back(op);
+    }
+    list.push_back({Op::Tail, k});
+  }
+  return list;
+}
+
+std::vector<Op> Simulation::iterationSchedule(unsigned j) const {
+  std::vector<Op> list;
   if (plan.schedule == Schedule::GPipe) {
     for (unsigned i = 0; i < M; ++i)
-      list.push_back({false, i});
+      list.push_back({Op::Forward, i});
     for (unsigned i = 0; i < M; ++i)
-      list.push_back({true, i});
+      list.push_back({Op::Backward, i});
     return list;
   }
   // Warm-up forwards: the plan's in-flight count minus the one in steady
@@ -99,13 +126,13 @@ std::vector<Op> Simulation::scheduleOf(unsigned j) const {
                                               : std::min(S - j, M);
   unsigned warm = std::min(inFlight, M) - 1;
   for (unsigned i = 0; i < warm; ++i)
-    list.push_back({false, i});
+    list.push_back({Op::Forward, i});
   for (unsigned i = 0; i + warm < M; ++i) {
-    list.push_back({false, i + warm});
-    list.push_back({true, i});
+    list.push_back({Op::Forward, i + warm});
+    list.push_back({Op::Backward, i});
   }
   for (unsigned i = M - warm; i < M; ++i)
-    list.push_back({true, i});
+    list.push_back({Op::Backward, i});
   return list;
 }
 
@@ -127,11 +154,33 @@ unsigned Simulation::resourceFor(unsigned cut, bool gradient) {
 }
 
 bool Simulation::ready(unsigned j, const Op &op) const {
-  if (!op.backward)
+  if (op.kind == Op::Tail)
+    return tailStart(j, op.microBatch) < kNever;
+  if (op.kind == Op::Forward)
     return j == 0 || actArrived[j][op.microBatch];
   if (j + 1 == S)
     return fwdDone[j][op.microBatch];
   return gradArrived[j][op.microBatch];
+}
+
+/// The update of stage j in iteration k starts once its gradients are
+/// all-reduced and, where it holds a copy of a tied weight, every other
+/// copy's reduced partial gradient has crossed to it (its
+/// tiedExchangeTime: the partials of the other holders, sent as each is
+/// ready); kNever while some holder has not finished its backward.
+double Simulation::tailStart(unsigned j, unsigned k) const {
+  double start = reduced[j][k];
+  if (start < 0)
+    return kNever;
+  if (!holdsTied(j))
+    return start;
+  for (unsigned h = 0; h < S; ++h)
+    if (h != j && holdsTied(h)) {
+      if (reduced[h][k] < 0)
+        return kNever;
+      start = std::max(start, reduced[h][k] + plan.stages[j].tiedExchangeTime);
+    }
+  return start;
 }
 
 void Simulation::startOps() {
@@ -142,11 +191,17 @@ void Simulation::startOps() {
     if (!ready(j, op))
       continue;
     const StagePlan &s = plan.stages[j];
-    double duration = op.backward ? s.bwdTime : s.fwdTime;
+    if (op.kind == Op::Tail) {
+      busyUntil[j] = std::max(now, tailStart(j, op.microBatch)) + s.updateTime;
+      continue;
+    }
+    double duration = op.backward() ? s.bwdTime : s.fwdTime;
     busyUntil[j] = now + duration;
+    if (op.microBatch >= M) // the timeline shows the first iteration
+      continue;
     computeBusy += duration;
-    result.events.push_back({op.backward ? TimelineEvent::Kind::Backward
-                                         : TimelineEvent::Kind::Forward,
+    result.events.push_back({op.backward() ? TimelineEvent::Kind::Backward
+                                           : TimelineEvent::Kind::Forward,
                              j, op.microBatch, now, now + duration});
   }
 }
@@ -178,7 +233,11 @@ void Simulation::send(unsigned cut, bool gradient, unsigned mb) {
 void Simulation::finishCompute(unsigned j) {
   const Op op = ops[j][cursor[j]++];
   busyUntil[j] = kNever;
-  if (!op.backward) {
+  if (op.kind == Op::Tail) {
+    iterationEnds[op.microBatch] = std::max(iterationEnds[op.microBatch], now);
+    return;
+  }
+  if (!op.backward()) {
     fwdDone[j][op.microBatch] = 1;
     if (j + 1 < S)
       send(j, false, op.microBatch);
@@ -186,16 +245,14 @@ void Simulation::finishCompute(unsigned j) {
   }
   if (j > 0)
     send(j - 1, true, op.microBatch);
-  if (cursor[j] == ops[j].size()) {
+  if (ops[j][cursor[j]].kind == Op::Tail) { // the iteration's last backward
     double ar = compression && j < compression->allReduceTime.size()
                     ? compression->allReduceTime[j]
                     : plan.stages[j].allReduceTime;
-    if (ar > 0)
+    if (ar > 0 && op.microBatch < M)
       result.events.push_back(
           {TimelineEvent::Kind::AllReduce, j, 0, now, now + ar});
-    // A copy of a tied weight exchanges its partial gradient after it;
-    // then the optimizer step runs.
-    end = std::max(end, now + ar + plan.stages[j].tiedExchangeTime + plan.stages[j].updateTime);
+    reduced[j][op.microBatch / M] = now + ar;
   }
 }
 
@@ -244,11 +301,12 @@ void Simulation::settleFlows() {
       --r.active;
       (f.gradient ? gradArrived[f.cut] : actArrived[f.cut + 1])[f.microBatch] =
           1;
-      result.events.push_back({f.gradient
-                                   ? TimelineEvent::Kind::SendGradient
-                                   : TimelineEvent::Kind::SendActivation,
-                               f.gradient ? f.cut + 1 : f.cut, f.microBatch,
-                               f.begin, now});
+      if (f.microBatch < M)
+        result.events.push_back({f.gradient
+                                     ? TimelineEvent::Kind::SendGradient
+                                     : TimelineEvent::Kind::SendActivation,
+                                 f.gradient ? f.cut + 1 : f.cut, f.microBatch,
+                                 f.begin, now});
     }
   }
   llvm::erase_if(flows, [](const Flow &f) { return f.done; });
@@ -259,9 +317,11 @@ SimulationResult Simulation::run() {
     ops.push_back(scheduleOf(j));
   cursor.assign(S, 0);
   busyUntil.assign(S, kNever);
-  actArrived.assign(S, std::vector<char>(M, 0));
-  gradArrived.assign(S, std::vector<char>(M, 0));
-  fwdDone.assign(S, std::vector<char>(M, 0));
+  actArrived.assign(S, std::vector<char>(K * M, 0));
+  gradArrived.assign(S, std::vector<char>(K * M, 0));
+  fwdDone.assign(S, std::vector<char>(K * M, 0));
+  reduced.assign(S, std::vector<double>(K, -1));
+  iterationEnds.assign(K, 0);
   startOps();
   while (true) {
     double next = nextEventTime();
@@ -275,7 +335,7 @@ SimulationResult Simulation::run() {
     settleFlows();
     startOps();
   }
-  result.iterationTime = std::max(end, now);
+  result.iterationTime = result.firstIterationTime = iterationEnds[0];
   double T = result.iterationTime;
   result.bubbleFraction = T > 0 ? 1 - computeBusy / (S * T) : 0;
   for (Resource &r : resources) {
@@ -291,7 +351,7 @@ strait::simulatePlan(const PartitionPlan &plan, const ClusterModel &cluster,
   if (plan.stages.empty() || plan.microBatches == 0)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "cannot simulate a plan without stages");
-  Simulation sim(plan, cluster, compression);
+  Simulation sim(plan, cluster, compression, 1);
   SimulationResult result = sim.run();
   for (unsigned j = 0; j < plan.stages.size(); ++j) {
     unsigned expected = 2 * plan.microBatches;
@@ -304,6 +364,13 @@ strait::simulatePlan(const PartitionPlan &plan, const ClusterModel &cluster,
           llvm::inconvertibleErrorCode(),
           "simulation deadlocked in stage " + std::to_string(j));
   }
+  // The steady state: iterations back to back, each stage starting the next
+  // after its own tail; the period between the ends of the 2nd and 4th.
+  Simulation steady(plan, cluster, compression, 4);
+  steady.run();
+  const std::vector<double> &ends = steady.iterationEnds;
+  if (ends[1] > 0 && ends[3] > ends[1])
+    result.iterationTime = (ends[3] - ends[1]) / 2;
   return result;
 }
 

@@ -39,13 +39,20 @@ struct LinkUsage {
 };
 
 struct SimulationResult {
+  /// The steady-state period of back-to-back iterations (what a training
+  /// loop measures per step): a stage starts its next iteration after its
+  /// own tail (all-reduce, tied-gradient wait, update), so a later stage's
+  /// tail overlaps the next iteration's first forwards upstream.
   double iterationTime = 0;
-  double bubbleFraction = 0; ///< idle share of stage time
+  /// One iteration from an empty pipeline: the span of `events`.
+  double firstIterationTime = 0;
+  double bubbleFraction = 0; ///< idle share of stage time in the first iteration
   std::vector<TimelineEvent> events;
   std::vector<LinkUsage> links;
 };
 
-/// Simulates one iteration; the plan must have at least one stage. With
+/// Simulates the plan's iterations; the plan must have at least one stage.
+/// Events, bubble fraction and link usage are the first iteration's. With
 /// `compression`, each cut carries its codec's wire bytes per direction,
 /// its flows wait the codec's encode + decode time on top of the latency,
 /// and each stage's all-reduce takes its compressed time.
