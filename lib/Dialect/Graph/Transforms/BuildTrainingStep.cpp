@@ -175,7 +175,8 @@ LogicalResult BuildTrainingStep::checkOptions() {
                "0 (never) or a multiple in [1, 2^20]");
   if (freezeVarianceAfter < 0)
     return module.emitError("graph-build-training-step: invalid freeze-variance-after=")
-           << freezeVarianceAfter << " (straitc --compressed-adam): expected 0 (never) or a "
+           << static_cast<int64_t>(freezeVarianceAfter)
+           << " (straitc --compressed-adam): expected 0 (never) or a "
            << "step count >= 1";
   if (freezeVarianceAfter > 0 && optimizer != "adamw")
     return module.emitError("graph-build-training-step: freeze-variance-after (straitc "
