@@ -317,3 +317,82 @@ TEST(GlooComm, ExecutorGroupAllReduceMean) {
              EXPECT_EQ(g.as<float>()[3], 10.0f * (rank % 2 + 1) + 3);
            });
 }
+
+// --- In-process recovery (docs/runtime.md, "Flaky links") -------------------
+
+TEST(GlooComm, AbortEndsABlockedReceiveAsALinkFailure) {
+  std::string dir = makeStoreDir();
+  std::atomic<bool> received{false};
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2, 20000ms); },
+           [&](int rank, Communicator &comm) {
+             if (rank == 0) { // never sends; stays until rank 1 is done
+               while (!received)
+                 std::this_thread::sleep_for(10ms);
+               return;
+             }
+             std::thread aborter([&] {
+               std::this_thread::sleep_for(200ms);
+               comm.abort("rank 7 in step 3: test");
+             });
+             OwnedTensor t(program::DTYPE_F32, {16});
+             auto start = std::chrono::steady_clock::now();
+             Status s = comm.recv(t.tensor, 0, 3);
+             double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                 .count();
+             aborter.join();
+             received = true;
+             EXPECT_FALSE(s.isOk());
+             EXPECT_TRUE(isLinkFailure(s)) << s.toString();
+             EXPECT_NE(s.getMessage().find("rank 7 in step 3: test"), std::string::npos)
+                 << s.toString();
+             EXPECT_LT(waited, 5.0); // not the 20 s timeout
+             // Later calls fail at once, and so does a barrier.
+             Status again = comm.send(t.tensor, 0, 4);
+             EXPECT_TRUE(isLinkFailure(again)) << again.toString();
+             EXPECT_TRUE(isLinkFailure(comm.barrier()));
+           });
+}
+
+TEST(GlooComm, APeerGoneIsALinkFailureASizeMismatchIsNot) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2, 20000ms); },
+           [&](int rank, Communicator &comm) {
+             OwnedTensor small(program::DTYPE_F32, {4}), big(program::DTYPE_F32, {8});
+             if (rank == 0) {
+               EXPECT_TRUE(comm.send(big.tensor, 1, 1).isOk());
+               return; // its communicator goes: rank 1's next receive sees the link end
+             }
+             Status mismatch = comm.recv(small.tensor, 0, 1);
+             EXPECT_EQ(mismatch.getCode(), StatusCode::InvalidArgument) << mismatch.toString();
+             EXPECT_FALSE(isLinkFailure(mismatch));
+             Status gone = comm.recv(small.tensor, 0, 2);
+             EXPECT_TRUE(isLinkFailure(gone)) << gone.toString();
+           });
+}
+
+TEST(GlooComm, KeyStoreKeepsTheFirstValueAndWaits) {
+  std::string dir = makeStoreDir();
+  StatusOr<std::unique_ptr<KeyStore>> a = openKeyStore(fileOptions(dir, 0, 2), "job/recovery");
+  StatusOr<std::unique_ptr<KeyStore>> b = openKeyStore(fileOptions(dir, 1, 2), "job/recovery");
+  ASSERT_TRUE(a.isOk() && b.isOk()) << a.getStatus().toString();
+  StatusOr<bool> absent = (*b)->has("abort/0");
+  ASSERT_TRUE(absent.isOk());
+  EXPECT_FALSE(*absent);
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    EXPECT_TRUE((*a)->set("abort/0", "rank 0 first").isOk());
+  });
+  StatusOr<std::string> got = (*b)->get("abort/0", 5000ms);
+  late.join();
+  ASSERT_TRUE(got.isOk()) << got.getStatus().toString();
+  EXPECT_EQ(*got, "rank 0 first");
+  EXPECT_TRUE((*b)->set("abort/0", "rank 1 second").isOk());
+  EXPECT_EQ(*(*b)->get("abort/0", 1000ms), "rank 0 first");
+  StatusOr<bool> present = (*b)->has("abort/0");
+  EXPECT_TRUE(present.isOk() && *present);
+  StatusOr<std::string> missing = (*a)->get("state/0/1", 50ms);
+  EXPECT_EQ(missing.getStatus().getCode(), StatusCode::DeadlineExceeded);
+  EXPECT_NE(missing.getStatus().getMessage().find("state/0/1"), std::string::npos);
+  StatusOr<std::unique_ptr<KeyStore>> bad = openKeyStore(fileOptions(dir + "/none", 0, 2), "x");
+  EXPECT_FALSE(bad.isOk());
+}

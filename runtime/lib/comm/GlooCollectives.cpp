@@ -351,22 +351,14 @@ Status GlooCommunicator::barrier() {
   if (options.worldSize == 1)
     return Status::ok();
   STRAIT_RETURN_IF_ERROR(checkPeer(options.rank == 0 ? 1 : 0));
-  if (sealer)
-    return sealedBarrier();
-  try {
-    gloo::BarrierOptions opts(context);
-    opts.setTimeout(options.timeout);
-    gloo::barrier(opts);
-  } catch (const std::exception &e) {
-    return markBroken(fromException(e, "barrier", -1));
-  }
-  return Status::ok();
+  return bufferBarrier();
 }
 
-/// Gloo's barrier sends messages of its own, outside postSend/postRecv;
-/// sealed, every rank instead sends a sealed byte to every other rank and
-/// waits for theirs (world - 1 buffers each way, on slot 'B').
-Status GlooCommunicator::sealedBarrier() {
+/// Gloo's barrier sends messages of its own, outside postSend/postRecv
+/// (unsealed, and out of abort()'s reach); every rank instead sends a byte
+/// (sealed on sealed links) to every other rank and waits for theirs
+/// (world - 1 buffers each way, on slot 'B').
+Status GlooCommunicator::bufferBarrier() {
   std::string what = "barrier";
   uint8_t token = 1;
   std::vector<uint8_t> in(options.worldSize);

@@ -20,11 +20,16 @@
 // (Seal.h): postSend encrypts into a buffer of its own that travels with a
 // 16-byte tag, postRecv receives into one, waitRecv verifies and decrypts
 // into the caller's memory. Every Gloo exception becomes a Status naming
-// this rank and the peer.
+// this rank and the peer, marked as a link failure (rt::isLinkFailure).
+// abort() (strait-run's in-process recovery, docs/runtime.md "Flaky links")
+// ends every posted buffer's wait and fails later calls; the barrier goes
+// through postSend/postRecv too, so that nothing waits out of its reach.
+// openKeyStore: the rendezvous store for the recovery protocol.
 //
 //===----------------------------------------------------------------------===//
 #include "GlooCommunicatorImpl.h"
 #include "strait/runtime/LinkTiming.h"
+#include "strait/runtime/Trace.h"
 
 namespace strait {
 namespace rt {
@@ -41,7 +46,41 @@ Status GlooCommunicator::markBroken(Status status) {
   return status;
 }
 
+void GlooCommunicator::abort(const std::string &reason) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  if (!aborted)
+    abortReason = reason;
+  aborted = true;
+  for (gloo::transport::UnboundBuffer *u : live) {
+    u->abortWaitSend();
+    u->abortWaitRecv();
+  }
+}
+
+void GlooCommunicator::watch(Buf &b) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  b.owner = this;
+  for (auto &u : b.bufs) {
+    live.insert(u.get());
+    if (aborted) { // Gloo keeps an abort until the next wait
+      u->abortWaitSend();
+      u->abortWaitRecv();
+    }
+  }
+}
+
+void GlooCommunicator::unwatch(gloo::transport::UnboundBuffer *u) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  live.erase(u);
+}
+
 Status GlooCommunicator::checkPeer(int peer) const {
+  if (aborted) {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex &>(liveMutex));
+    return linkFailure(unavailable("communicator aborted: " + abortReason))
+        .withRank(options.rank)
+        .withPeer(peer);
+  }
   if (!brokenBy.empty())
     return unavailable("communicator unusable after an earlier failure: " +
                        brokenBy)
@@ -62,10 +101,10 @@ Status GlooCommunicator::fromException(const std::exception &e,
   bool timeout = msg.find("imed out") != std::string::npos ||
                  msg.find("imeout") != std::string::npos;
   std::string text = std::string(what) + " failed: " + msg;
-  Status s = timeout ? deadlineExceeded(text + " (timeout " +
-                                        std::to_string(options.timeout.count()) +
-                                        " ms)")
-                     : unavailable(text);
+  Status s = linkFailure(timeout ? deadlineExceeded(text + " (timeout " +
+                                                    std::to_string(options.timeout.count()) +
+                                                    " ms)")
+                                 : unavailable(text));
   s.withRank(options.rank);
   if (peer >= 0)
     s.withPeer(peer);
@@ -111,6 +150,7 @@ GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes,
       b.bufs.back()->send(peer, slot);
     }
   }
+  watch(b);
   std::lock_guard<std::mutex> lock(trafficMutex);
   traffic.sent[peer] += wireBytes;
   return b;
@@ -156,15 +196,24 @@ GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes,
       b.bufs.back()->recv(peer, slot);
     }
   }
+  watch(b);
   std::lock_guard<std::mutex> lock(trafficMutex);
   traffic.received[peer] += wireBytes;
   return b;
 }
 
+Status GlooCommunicator::abortedWait(const std::string &what, int peer) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  return linkFailure(unavailable(what + " aborted" +
+                                 (aborted ? ": " + abortReason : std::string())))
+      .withRank(options.rank)
+      .withPeer(peer);
+}
+
 Status GlooCommunicator::waitSend(Buf &buf, const std::string &what, int peer) {
   for (auto &b : buf.bufs)
     if (!b->waitSend(options.timeout))
-      return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+      return markBroken(abortedWait(what, peer));
   return Status::ok();
 }
 
@@ -172,7 +221,7 @@ Status GlooCommunicator::waitRecv(Buf &buf, const std::string &what, int peer) {
   size_t chunks = buf.bufs.size();
   for (size_t c = 0; c < chunks; ++c) {
     if (!buf.bufs[c]->waitRecv(options.timeout))
-      return markBroken(unavailable(what + " aborted").withRank(options.rank).withPeer(peer));
+      return markBroken(abortedWait(what, peer));
     if (!buf.wire.data)
       continue;
     // Chunk c opens while the next ones arrive.
@@ -224,6 +273,8 @@ Status GlooCommunicator::sendMessage(const void *data, size_t bytes, int peer,
     STRAIT_RETURN_IF_ERROR(waitSend(hbuf, what, peer));
     Clock::time_point headerDone = Clock::now();
     STRAIT_RETURN_IF_ERROR(waitSend(pbuf, what, peer));
+    if (trace::on())
+      trace::phases(trace::toNs(posted), trace::toNs(headerDone), trace::nowNs());
     if (phases) {
       phases->headerSeconds = std::chrono::duration<double>(headerDone - posted).count();
       phases->payloadSeconds = std::chrono::duration<double>(Clock::now() - headerDone).count();
@@ -241,6 +292,7 @@ Status GlooCommunicator::recvMessage(void *data, size_t expect,
   STRAIT_RETURN_IF_ERROR(checkPeer(peer));
   MessageHeader header = {0, 0};
   std::string what = "recv on channel " + std::to_string(channel);
+  int64_t traceBegin = trace::on() ? trace::nowNs() : 0; // 0: not traced
   try {
     Buf hbuf = postRecv(&header, sizeof(header), peer, 2ull * channel);
     STRAIT_RETURN_IF_ERROR(waitRecv(hbuf, what, peer));
@@ -280,6 +332,8 @@ Status GlooCommunicator::recvMessage(void *data, size_t expect,
                        std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                      headerDone)
                            .count());
+      if (traceBegin)
+        trace::phases(traceBegin, trace::toNs(headerDone), trace::nowNs());
     }
   } catch (const std::exception &e) {
     return markBroken(fromException(e, what.c_str(), peer));
@@ -414,6 +468,88 @@ Status GlooCommunicator::recvCoded(const Tensor &tensor, int peer,
   return Status::ok();
 }
 
+StatusOr<std::unique_ptr<gloo::rendezvous::Store>> openGlooStore(const GlooOptions &options,
+                                                                 std::string &where) {
+  std::unique_ptr<gloo::rendezvous::Store> store;
+  try {
+    if (options.store == StoreKind::File) {
+      struct stat st;
+      if (options.storePath.empty() || ::stat(options.storePath.c_str(), &st) != 0 ||
+          !S_ISDIR(st.st_mode))
+        return invalidArgument("file store folder '" + options.storePath +
+                               "' does not exist");
+      where = "file store " + options.storePath;
+      store = std::make_unique<CheckableFileStore>(options.storePath);
+    } else {
+      where = "redis store " + options.redisHost + ":" + std::to_string(options.redisPort);
+      store = std::make_unique<gloo::rendezvous::RedisStore>(options.redisHost,
+                                                              options.redisPort);
+    }
+  } catch (const std::exception &e) {
+    return unavailable("cannot open " + where + ": " + e.what());
+  }
+  return store;
+}
+
+/// KeyStore over Gloo's file or Redis store, for strait-run's link-recovery
+/// protocol (docs/runtime.md, "Flaky links").
+namespace {
+
+class GlooKeyStore : public KeyStore {
+public:
+  GlooKeyStore(std::unique_ptr<gloo::rendezvous::Store> store, std::string prefix,
+               std::string where)
+      : store(std::move(store)), prefix(std::move(prefix)), where(std::move(where)) {}
+
+  Status set(const std::string &key, const std::string &value) override {
+    try {
+      if (exists(key)) // Redis's set refuses a key that exists
+        return Status::ok();
+      store->set(prefix + key, std::vector<char>(value.begin(), value.end()));
+    } catch (const std::exception &e) {
+      // Another rank set it first (Redis: "already set"; a file store's
+      // rename of the same temporary file fails for one of two writers).
+      try {
+        if (exists(key))
+          return Status::ok();
+      } catch (const std::exception &) {
+      }
+      return unavailable("cannot set '" + prefix + key + "' in " + where + ": " + e.what());
+    }
+    return Status::ok();
+  }
+
+  StatusOr<bool> has(const std::string &key) override {
+    try {
+      return exists(key);
+    } catch (const std::exception &e) {
+      return unavailable("cannot read " + where + ": " + e.what());
+    }
+  }
+
+  StatusOr<std::string> get(const std::string &key, std::chrono::milliseconds timeout) override {
+    try {
+      store->wait({prefix + key}, timeout);
+      std::vector<char> v = store->get(prefix + key);
+      return std::string(v.begin(), v.end());
+    } catch (const std::exception &e) {
+      return deadlineExceeded("'" + prefix + key + "' did not appear in " + where + " within " +
+                              std::to_string(timeout.count()) + " ms: " + e.what());
+    }
+  }
+
+private:
+  bool exists(const std::string &key) {
+    if (auto *file = dynamic_cast<CheckableFileStore *>(store.get()))
+      return file->check({prefix + key});
+    return static_cast<gloo::rendezvous::RedisStore *>(store.get())->check({prefix + key});
+  }
+
+  std::unique_ptr<gloo::rendezvous::Store> store;
+  std::string prefix, where;
+};
+
+} // namespace
 } // namespace gloo_impl
 
 using gloo_impl::GlooCommunicator;
@@ -434,26 +570,12 @@ createGlooCommunicator(const GlooOptions &options) {
     secret = *read;
     salt = randomLinkSalt();
   }
-  std::unique_ptr<gloo::rendezvous::Store> store;
   std::string where;
-  try {
-    if (options.store == StoreKind::File) {
-      struct stat st;
-      if (options.storePath.empty() || ::stat(options.storePath.c_str(), &st) != 0 ||
-          !S_ISDIR(st.st_mode))
-        return invalidArgument("file store folder '" + options.storePath +
-                               "' does not exist")
-            .withRank(options.rank);
-      where = "file store " + options.storePath;
-      store = std::make_unique<gloo::rendezvous::FileStore>(options.storePath);
-    } else {
-      where = "redis store " + options.redisHost + ":" + std::to_string(options.redisPort);
-      store = std::make_unique<gloo::rendezvous::RedisStore>(options.redisHost,
-                                                              options.redisPort);
-    }
-  } catch (const std::exception &e) {
-    return unavailable("cannot open " + where + ": " + e.what()).withRank(options.rank);
-  }
+  StatusOr<std::unique_ptr<gloo::rendezvous::Store>> opened =
+      gloo_impl::openGlooStore(options, where);
+  if (!opened.isOk())
+    return Status(opened.getStatus()).withRank(options.rank);
+  std::unique_ptr<gloo::rendezvous::Store> store = opened.takeValue();
   auto prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(options.prefix, *store);
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.worldSize);
   try {
@@ -483,6 +605,17 @@ createGlooCommunicator(const GlooOptions &options) {
   }
   return std::unique_ptr<Communicator>(new GlooCommunicator(
       options, std::move(store), std::move(prefixed), std::move(context), std::move(sealer)));
+}
+
+StatusOr<std::unique_ptr<KeyStore>> openKeyStore(const GlooOptions &options,
+                                                 const std::string &prefix) {
+  std::string where;
+  StatusOr<std::unique_ptr<gloo::rendezvous::Store>> store =
+      gloo_impl::openGlooStore(options, where);
+  if (!store.isOk())
+    return store.getStatus();
+  return std::unique_ptr<KeyStore>(
+      new gloo_impl::GlooKeyStore(store.takeValue(), prefix + "/", where));
 }
 
 } // namespace rt

@@ -11,7 +11,6 @@
 
 #include "Seal.h"
 
-#include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -23,8 +22,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <atomic>
 #include <optional>
 #include <mutex>
+#include <set>
 
 namespace strait {
 namespace rt {
@@ -69,6 +70,7 @@ public:
                       const program::CodecParams &codec, ErrorFeedback *feedback) override;
   Status flushSends() override;
   TrafficCounters takeTraffic() override;
+  void abort(const std::string &reason) override;
 
 private:
   /// A transfer handed to Gloo: one Gloo buffer, or, sealed, one per
@@ -80,6 +82,7 @@ private:
   struct Buf {
     WirePool::Block wire;
     WirePool *pool = nullptr; // where `wire` goes back
+    GlooCommunicator *owner = nullptr; // tracks `bufs` for abort()
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
     void *plain = nullptr;
     size_t bytes = 0;
@@ -92,6 +95,7 @@ private:
       release();
       wire = std::move(other.wire);
       pool = other.pool;
+      owner = other.owner;
       bufs = std::move(other.bufs);
       plain = other.plain;
       bytes = other.bytes;
@@ -103,6 +107,9 @@ private:
     ~Buf() { release(); }
     /// Gloo's buffers first, then the wire back to the pool.
     void release() {
+      if (owner)
+        for (auto &u : bufs)
+          owner->unwatch(u.get());
       bufs.clear();
       if (pool && wire.data)
         pool->give(std::move(wire));
@@ -124,6 +131,8 @@ private:
   Buf postRecv(void *data, size_t bytes, int peer, uint64_t slot);
   Status waitSend(Buf &buf, const std::string &what, int peer);
   Status waitRecv(Buf &buf, const std::string &what, int peer);
+  /// The link failure of a wait Gloo ended early (abort()).
+  Status abortedWait(const std::string &what, int peer);
   /// Header + payload on slots 2c, 2c+1 (send/recv of the public API).
   /// `phases`: when given, the send's two phases (ErrorFeedback::SendPhases).
   Status sendMessage(const void *data, size_t bytes, int peer, uint32_t channel,
@@ -169,7 +178,11 @@ private:
   void applyTestFaults(const Buf &b, uint64_t index, uint8_t *wire, size_t wireBytes,
                        size_t chunks);
   Status checkPeer(int peer) const;
-  Status sealedBarrier();
+  /// Adds a posted buffer to those abort() interrupts (at once when the
+  /// communicator is aborted already); unwatch when it goes.
+  void watch(Buf &b);
+  void unwatch(gloo::transport::UnboundBuffer *u);
+  Status bufferBarrier();
   /// Records the first transport failure; Gloo pairs do not recover from
   /// one, so later calls fail fast with the original cause.
   Status markBroken(Status status);
@@ -181,6 +194,10 @@ private:
   std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::string brokenBy;
+  std::mutex liveMutex; // live, abortReason
+  std::set<gloo::transport::UnboundBuffer *> live;
+  std::atomic<bool> aborted{false};
+  std::string abortReason;
   std::mutex trafficMutex;
   TrafficCounters traffic;
   std::vector<uint8_t> sendScratch, recvScratch;
@@ -193,6 +210,17 @@ private:
   std::mutex deferredMutex;
   std::vector<DeferredSend> deferred;
 };
+
+/// A file store whose check (protected in Gloo) KeyStore uses: the cheap
+/// test the abort watcher of in-process recovery polls.
+struct CheckableFileStore : gloo::rendezvous::FileStore {
+  using gloo::rendezvous::FileStore::check;
+  using gloo::rendezvous::FileStore::FileStore;
+};
+
+/// Opens the Gloo store `options` names; `where` describes it for errors.
+StatusOr<std::unique_ptr<gloo::rendezvous::Store>> openGlooStore(const GlooOptions &options,
+                                                                 std::string &where);
 
 /// Upper bound of a codec payload for n floats (the receiver's check before
 /// allocating): header, k, values, and the largest index encoding.

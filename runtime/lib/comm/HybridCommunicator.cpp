@@ -77,6 +77,9 @@ public:
   Status barrier() override { return slow->barrier(); }
   /// The slow transport's bytes: those are the ones that cross sites.
   TrafficCounters takeTraffic() override { return slow->takeTraffic(); }
+  /// The Gloo side only: NCCL calls cannot be interrupted, and strait-run
+  /// does not recover in process with NCCL (docs/runtime.md, "Flaky links").
+  void abort(const std::string &reason) override { slow->abort(reason); }
 
   Status allReduce(const Tensor &t, uint32_t channel, const AllReduceOptions &options) override {
     std::vector<int> group = options.ranks;

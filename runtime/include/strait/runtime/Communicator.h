@@ -116,6 +116,42 @@ public:
   }
   /// Bytes posted to the transport per peer since the previous call.
   virtual TrafficCounters takeTraffic() { return {}; }
+  /// Thread-safe: every pending and later transfer of this communicator
+  /// fails at once with a link failure naming `reason` (in-process recovery,
+  /// docs/runtime.md "Flaky links"). A communicator that cannot interrupt its
+  /// transfers ignores it (they end at their timeout).
+  virtual void abort(const std::string &reason) { (void)reason; }
+};
+
+/// Link failures: a transfer that failed because the connection did
+/// (reset, EOF, timeout) or was aborted by in-process recovery. Their
+/// message starts with "link failure: "; errors of the data (a size or
+/// codec mismatch, a buffer that does not authenticate) do not.
+inline Status linkFailure(const Status &s) {
+  const ErrorContext &c = s.getContext();
+  Status out(s.getCode(), "link failure: " + s.getMessage());
+  out.withRank(c.rank).withDevice(c.device).withStep(c.step).withPeer(c.peer).withKernel(c.kernel);
+  return out;
+}
+inline bool isLinkFailure(const Status &s) {
+  return (s.getCode() == StatusCode::Unavailable ||
+          s.getCode() == StatusCode::DeadlineExceeded) &&
+         s.getMessage().find("link failure: ") != std::string::npos;
+}
+
+/// A key-value rendezvous store (Gloo's file or Redis store, as GlooOptions
+/// names it) for the in-process recovery protocol. Not thread-safe: one per
+/// thread.
+class KeyStore {
+public:
+  virtual ~KeyStore() = default;
+  /// Sets `key` (a key that exists keeps its first value: Redis's SETNX).
+  virtual Status set(const std::string &key, const std::string &value) = 0;
+  /// Whether `key` exists (no wait).
+  virtual StatusOr<bool> has(const std::string &key) = 0;
+  /// The value of `key`, waiting up to `timeout` for it to appear.
+  virtual StatusOr<std::string> get(const std::string &key,
+                                    std::chrono::milliseconds timeout) = 0;
 };
 
 enum class StoreKind { File, Redis };
@@ -147,6 +183,11 @@ struct GlooOptions {
   int testTamperSealedSend = -1;
   int testReplaySealedSend = -1;
 };
+
+/// Opens the store `options` names (store, storePath, redisHost/Port), its
+/// keys under `prefix`. Unavailable naming the store when it cannot.
+StatusOr<std::unique_ptr<KeyStore>> openKeyStore(const GlooOptions &options,
+                                                 const std::string &prefix);
 
 /// Connects to all peers (full mesh); fails with Unavailable or
 /// DeadlineExceeded naming the rank when rendezvous does not complete.
