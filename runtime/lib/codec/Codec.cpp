@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Codec.h"
 #include "strait/runtime/ThreadPool.h"
+#include "strait/runtime/Trace.h"
 #include "CodecLayout.h"
 
 #include <algorithm>
@@ -724,6 +725,7 @@ int64_t topkCount(const program::CodecParams &params, int64_t numel) {
 
 Status encode(const program::CodecParams &params, const float *data,
               int64_t numel, std::vector<uint8_t> &out) {
+  trace::Span span = trace::codecSpan("encode", params.codec(), numel);
   STRAIT_RETURN_IF_ERROR(validateCodecParams(params, "codec"));
   if (numel < 0)
     return invalidArgument("encode of a negative element count");
@@ -792,6 +794,7 @@ StatusOr<program::Codec> payloadCodec(const uint8_t *p, size_t bytes) {
 Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
               bool accumulate) {
   STRAIT_ASSIGN_OR_RETURN(program::Codec codec, payloadCodec(p, bytes));
+  trace::Span span = trace::codecSpan("decode", codec, numel);
   uint64_t n = get<uint64_t>(p + 8);
   if (numel < 0 || n != static_cast<uint64_t>(numel))
     return corrupt("payload holds " + std::to_string(n) +

@@ -7,6 +7,7 @@
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/Codec.h"
 #include "strait/runtime/Program.h"
+#include "strait/runtime/Trace.h"
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +38,14 @@ bool overlaps(const Tensor &v, const std::vector<std::pair<const char *, const c
     if (lo < m.second && m.first < hi)
       return true;
   return false;
+}
+
+/// The bytes a transfer moves (before its codec), for its trace span.
+uint64_t transferBytes(const std::vector<std::pair<const char *, const char *>> &memory) {
+  uint64_t n = 0;
+  for (const auto &m : memory)
+    n += static_cast<uint64_t>(m.second - m.first);
+  return n;
 }
 
 } // namespace
@@ -396,6 +405,8 @@ bool Executor::exactThisStep(const program::AllReduce &ar) const {
 
 Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready) {
   const program::Step &step = program.steps(index);
+  trace::Span span =
+      trace::commSpan(step, index, [&] { return transferBytes(makeTransfer(index).memory); });
   auto feedbackOf = [&](uint32_t id) -> ErrorFeedback * {
     auto it = feedback.find({index, id});
     return it == feedback.end() ? nullptr : it->second.get();
@@ -697,9 +708,9 @@ Status Executor::launchSegment(Plan &plan, const Action &action) {
   auto launch = [&]() -> Status {
     for (const auto &[stepIndex, k] : segment.launches) {
       const program::Step &step = program.steps(stepIndex);
-      STRAIT_RETURN_IF_ERROR(annotate(
-          runKernel(program.kernels(k), step.has_micro_batch() ? step.micro_batch() : -1),
-          stepIndex));
+      int microBatch = step.has_micro_batch() ? step.micro_batch() : -1;
+      trace::Span span = trace::kernelSpan(program.kernels(k), stepIndex, microBatch);
+      STRAIT_RETURN_IF_ERROR(annotate(runKernel(program.kernels(k), microBatch), stepIndex));
     }
     return Status::ok();
   };
@@ -723,6 +734,7 @@ Status Executor::launchSegment(Plan &plan, const Action &action) {
 // so the wait happens before the segment that starts at that kernel.
 
 void Executor::commLoop() {
+  trace::nameThread("comm", 2);
   for (;;) {
     int step;
     std::chrono::steady_clock::time_point queued;

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
+#include "TraceFiles.h"
 #include "Checkpoint.h"
 #include "Replan.h"
 #include "strait/runtime/LinkSecret.h"
@@ -107,6 +108,10 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
     pass("--checkpoint-every", std::to_string(o.checkpointEvery));
   pass("--resume", o.resumePath);
   pass("--replan-stop-file", o.replanStopFile);
+  if (!o.traceFile.empty()) { // each rank's part; runLauncher merges them
+    pass("--trace", traceRankFile(o, rank));
+    pass("--trace-steps", std::to_string(o.traceFirst) + ":" + std::to_string(o.traceLast));
+  }
   if (o.profile)
     args.push_back("--profile");
   if (!o.finalOuterStep)
@@ -538,7 +543,7 @@ int runLauncher(const RunOptions &options) {
       continue;
     }
     if (code != 1 || restarts >= o.maxRestarts)
-      return code;
+      return code == 0 ? mergeRankTraces(o, *m) : code;
     ++restarts;
     rt::StatusOr<CheckpointRef> c = findCheckpoint(o.checkpointDir);
     if (c.isOk()) {

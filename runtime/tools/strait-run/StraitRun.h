@@ -69,6 +69,12 @@ struct RunOptions {
   int replanMax = 3;           // --replan-max N: re-plans per run
   std::string straitcPath;     // --straitc PATH: "" = next to strait-run, then $PATH
   std::string replanStopFile;  // worker: checkpoint and exit 4 at the step it names
+  // Traces (docs/runtime.md, "Traces"; Trace.h): --trace FILE.json (the
+  // launcher: the merged job; a worker: its own rank) of the iterations
+  // --trace-steps A:B (default 2:4).
+  std::string traceFile;
+  std::string traceSteps;
+  int traceFirst = 0, traceLast = 0; // parsed, 1-based; 0: not tracing
 };
 
 /// Worker exit code: stopped at the launcher's request after checkpointing,

@@ -26,6 +26,7 @@
 #include "strait/runtime/LrSchedule.h"
 #include "strait/runtime/Program.h"
 #include "strait/runtime/ThreadPool.h"
+#include "strait/runtime/Trace.h"
 
 #include <algorithm>
 #include <cctype>
@@ -38,6 +39,7 @@
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 namespace strait {
 namespace run {
@@ -306,6 +308,28 @@ connect(const RunOptions &o, const program::PlanManifest &m) {
   return createGlooCommunicator(g);
 }
 
+/// The trace's channel for the clock offset estimate: above any a program
+/// uses (straitc numbers them from 0).
+constexpr uint32_t kTraceClockChannel = 0x7ffffff0u;
+
+/// With --trace: this rank's host and device, and its clock's offset to
+/// rank 0's (estimated over the Gloo connection, before anything else
+/// uses it).
+Status startTrace(const RunOptions &o, Communicator *gloo, const std::string &device,
+                  trace::ProcessInfo &info) {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  info.rank = o.rank;
+  info.host = host;
+  info.device = device;
+  info.firstStep = o.traceFirst;
+  info.lastStep = o.traceLast;
+  trace::nameThread("compute", 1);
+  if (gloo)
+    STRAIT_RETURN_IF_ERROR(trace::estimateClockOffset(*gloo, kTraceClockChannel, info));
+  return Status::ok();
+}
+
 Status runRank(const RunOptions &o) {
   STRAIT_ASSIGN_OR_RETURN(program::PlanManifest m,
                           loadManifest(resolvePath(o.planDir, o.manifest)));
@@ -395,13 +419,19 @@ Status runRank(const RunOptions &o) {
   STRAIT_RETURN_IF_ERROR(registerBackend(registry, device, o, backendText));
   std::unique_ptr<Communicator> comm;
   CountingCommunicator *counter = nullptr;
+  bool tracing = !o.traceFile.empty();
+  trace::ProcessInfo traceInfo;
   if (m.world_size() > 1) {
     STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> gloo, connect(o, m));
+    if (tracing)
+      STRAIT_RETURN_IF_ERROR(startTrace(o, gloo.get(), device.str(), traceInfo));
     STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> joined,
                             joinFastTransport(std::move(gloo), m, device, o, commText));
     counter = new CountingCommunicator(std::move(joined));
     comm.reset(counter);
   }
+  if (tracing && !comm)
+    STRAIT_RETURN_IF_ERROR(startTrace(o, nullptr, device.str(), traceInfo));
   std::cerr << "rank " << o.rank << ": device " << backendText << ", communication "
             << commText
             << (comm && !o.linkSecretFile.empty() ? " (Gloo links sealed, " + o.linkSecretFile + ")"
@@ -528,11 +558,14 @@ Status runRank(const RunOptions &o) {
   for (int it = first; it < o.steps; ++it) {
     // The first iteration allocates and runs the `once` steps: not profiled.
     exec->setProfiling(o.profile && it > first);
+    trace::setEnabled(tracing && it + 1 >= o.traceFirst && it + 1 <= o.traceLast);
+    trace::Span iteration("iteration", "iteration " + std::to_string(it + 1));
     if (stepOk)
       stepIn->as<int64_t>()[0] = it + 1;
     if (lrOk)
       lrIn->as<float>()[0] = lrAt(it + 1);
     if (loader) {
+      trace::Span load("data", "data load");
       Status s = loader->fill(input.isOk() ? &*input : nullptr, inputName,
                               labels.isOk() ? &*labels : nullptr, labelsName, it);
       if (!s.isOk())
@@ -545,6 +578,7 @@ Status runRank(const RunOptions &o) {
     double outerMs = -1;
     if (outerSync && outerSync->dueAfter(it + 1, o.steps, o.finalOuterStep)) {
       auto outerStart = std::chrono::steady_clock::now();
+      trace::Span outer("outer_step", "outer step");
       Status s = outerSync->step();
       if (!s.isOk())
         return s.withRank(o.rank).withStep(it + 1);
@@ -583,6 +617,7 @@ Status runRank(const RunOptions &o) {
                            std::to_string(stopAt) + ", this rank is past it")
           .withStep(it + 1);
     if (checkpointAfter(it + 1) || stopAt == it + 1) {
+      trace::Span write("checkpoint", "checkpoint write");
       StatusOr<std::string> dir =
           writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank, m.world_size(), writes, writers,
                           comm.get(), outerSync ? outerSync->state() : NamedTensors{});
@@ -597,6 +632,16 @@ Status runRank(const RunOptions &o) {
       stoppedForReplan = true;
       return Status::ok();
     }
+  }
+  trace::setEnabled(false);
+  if (tracing) {
+    STRAIT_RETURN_IF_ERROR(
+        trace::writeTrace(o.traceFile, traceInfo, trace::take(), trace::lanes()));
+    std::cerr << "rank " << o.rank << ": trace of iterations " << o.traceFirst << "-"
+              << o.traceLast << " in " << o.traceFile << " (clock offset to rank 0 "
+              << traceInfo.clockOffsetNs / 1000 << " us +- "
+              << traceInfo.clockPrecisionNs / 1000 << " us"
+              << (o.rank > 0 && traceInfo.sameClock ? ", rank 0's clock" : "") << ")\n";
   }
   if (o.profile)
     printProfile(*exec, o.rank, profiled, profiledMs);

@@ -6,10 +6,12 @@
 #include "Devices.h"
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/LinkSecret.h"
+#include "strait/runtime/Trace.h"
 
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -27,6 +29,8 @@ const char *kUsage =
     "                  [--max-restarts N] [--profile] [--no-final-outer-step]\n"
     "                  [--replan auto|off] [--replan-factor X] [--replan-after K]\n"
     "                  [--replan-window N] [--replan-max N] [--straitc PATH]\n"
+    "                  [--trace FILE.json [--trace-steps A:B]]\n"
+    "       strait-run --merge-traces OUT.json RANK.json...\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
@@ -73,6 +77,12 @@ const char *kUsage =
     "  Local steps (straitc --local-steps H): the islands average their\n"
     "  parameters every H steps and after the last one; --no-final-outer-step\n"
     "  skips the last one (each island keeps its own parameters).\n"
+    "  --trace FILE.json: every rank records what it ran in iterations A to B\n"
+    "  of --trace-steps (default 2:4): kernels, sends, receives, all-reduces,\n"
+    "  codecs, data loads, checkpoint writes; the launcher merges the ranks'\n"
+    "  files (DIR/logs/trace.rank<R>.json) into FILE, a Chrome trace for\n"
+    "  ui.perfetto.dev or chrome://tracing. A worker (--rank) writes its own\n"
+    "  rank's; `strait-run --merge-traces OUT IN...` merges such files.\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -179,6 +189,10 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.straitcPath);
     else if (a == "--replan-stop-file") // the launcher's, to its workers
       ok = text(o.replanStopFile);
+    else if (a == "--trace")
+      ok = text(o.traceFile);
+    else if (a == "--trace-steps")
+      ok = text(o.traceSteps);
     else if (a == "--quiet")
       o.quietProgress = true;
     else if (a == "--seed") {
@@ -231,6 +245,20 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
     std::cerr << "strait-run: --checkpoint-every and --max-restarts need --checkpoint DIR\n";
     return false;
   }
+  if (!o.traceSteps.empty() && o.traceFile.empty()) {
+    std::cerr << "strait-run: --trace-steps needs --trace FILE.json\n";
+    return false;
+  }
+  if (!o.traceFile.empty() && o.steps >= 1) {
+    strait::rt::Status s =
+        strait::rt::trace::parseStepRange(o.traceSteps, o.steps, o.traceFirst, o.traceLast);
+    if (s.isOk())
+      s = strait::rt::trace::checkWritable(o.traceFile);
+    if (!s.isOk()) {
+      std::cerr << "strait-run: " << s.getMessage() << "\n";
+      return false;
+    }
+  }
   return !o.planDir.empty() && o.steps >= 1;
 }
 
@@ -251,6 +279,21 @@ int main(int argc, char **argv) {
     std::cout << "strait-run: wrote a new link secret to " << argv[2]
               << " (mode 0600); copy it to every host of the job and pass --link-secret "
               << argv[2] << std::endl;
+    return 0;
+  }
+  if (argc >= 2 && std::string(argv[1]) == "--merge-traces") {
+    if (argc < 4) {
+      std::cerr << "usage: strait-run --merge-traces OUT.json RANK.json...\n";
+      return 2;
+    }
+    std::vector<std::string> inputs(argv + 3, argv + argc);
+    strait::rt::Status s = strait::rt::trace::mergeTraces(inputs, argv[2]);
+    if (!s.isOk()) {
+      std::cerr << "strait-run: " << s.toString() << std::endl;
+      return 2;
+    }
+    std::cout << "strait-run: merged " << inputs.size() << " trace(s) into " << argv[2]
+              << std::endl;
     return 0;
   }
   strait::run::RunOptions o;
