@@ -18,6 +18,7 @@
 #include "strait/Analysis/KernelList.h"
 #include "strait/Analysis/PlanReport.h"
 #include "strait/Analysis/Simulator.h"
+#include "strait/Analysis/TimelineTrace.h"
 #include "strait/Dialect/Graph/Summary.h"
 #include "strait/Dialect/Dist/DistOps.h"
 #include "strait/Dialect/Dist/StagePlan.h"
@@ -77,6 +78,12 @@ cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description (YAML)
                                  cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
 cl::opt<std::string> planJson("plan-json", cl::desc("Also write the plan as JSON"),
                               cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
+cl::opt<std::string> tracePlan(
+    "trace-plan",
+    cl::desc("With --cluster (--emit=plan or a job): also write the simulated iteration as a "
+             "Chrome trace (per stage: forward/backward micro-batches, transfers, all-reduce, "
+             "bubble), the format of strait-run --trace (docs/runtime.md, \"Traces\")"),
+    cl::value_desc("file.json"), cl::init(""), cl::cat(straitCat));
 cl::opt<strait::PlannerStrategy> strategy(
     "strategy", cl::desc("Planner"), cl::init(strait::PlannerStrategy::Strait),
     cl::values(clEnumValN(strait::PlannerStrategy::Strait, "strait", "bandwidth-aware DP"),
@@ -322,13 +329,18 @@ struct PlanReporter : public PassInstrumentation {
 LogicalResult reportCompression(const strait::PartitionPlan &plan,
                                 const strait::ClusterModel &cluster, llvm::raw_ostream &os,
                                 llvm::json::Value *json, bool perLink = true,
-                                double *predicted = nullptr) {
+                                double *predicted = nullptr,
+                                std::optional<strait::SimulationResult> *timeline = nullptr) {
   if (compress == "none" && compressLink.empty()) {
-    if (predicted) // the plan without codecs
-      if (auto sim = strait::simulatePlan(plan, cluster))
-        *predicted = sim->iterationTime;
-      else
+    if (predicted || timeline) // the plan without codecs
+      if (auto sim = strait::simulatePlan(plan, cluster)) {
+        if (predicted)
+          *predicted = sim->iterationTime;
+        if (timeline)
+          *timeline = std::move(*sim);
+      } else {
         llvm::consumeError(sim.takeError());
+      }
     return success();
   }
   strait::CompressionOptions copts;
@@ -361,6 +373,8 @@ LogicalResult reportCompression(const strait::PartitionPlan &plan,
   double t0 = without->iterationTime, t1 = with->iterationTime;
   if (predicted)
     *predicted = t1;
+  if (timeline)
+    *timeline = std::move(*with);
   os << llvm::formatv("predicted iteration (simulated): {0:f4} s without compression, {1:f4} s "
                       "with ({2:f2}x throughput)\n",
                       t0, t1, t1 > 0 ? t0 / t1 : 0.0);
@@ -441,6 +455,26 @@ bool clusterHasAccelerator() {
     if (cluster->typeOf(d).kind != strait::DeviceKind::CPU)
       return true;
   return false;
+}
+
+/// --trace-plan FILE: the simulated iteration as a Chrome trace.
+LogicalResult writePlanTrace(const std::optional<strait::SimulationResult> &timeline,
+                             const strait::PartitionPlan &plan,
+                             const strait::ClusterModel &cluster,
+                             const std::vector<std::vector<int>> &stageRanks) {
+  if (tracePlan.empty())
+    return success();
+  if (!timeline) {
+    llvm::errs() << "straitc: --trace-plan: the plan could not be simulated\n";
+    return failure();
+  }
+  if (llvm::Error e =
+          strait::writeTimelineChromeTrace(*timeline, plan, cluster, stageRanks, tracePlan)) {
+    llvm::errs() << "straitc: --trace-plan: " << llvm::toString(std::move(e)) << "\n";
+    return failure();
+  }
+  llvm::outs() << "straitc: wrote the predicted timeline to " << tracePlan << "\n";
+  return success();
 }
 
 /// The Strait pipeline's options (lib/Pipelines) from the flags.
@@ -655,9 +689,15 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   if (report->plan && clusterModel) {
     std::optional<strait::ClusterModel> &cluster = clusterModel;
     llvm::raw_string_ostream os(prediction);
+    std::optional<strait::SimulationResult> timeline;
     if (failed(reportCompression(*report->plan, *cluster, os, nullptr, /*perLink=*/false,
-                                 &predicted)))
+                                 &predicted, tracePlan.empty() ? nullptr : &timeline)))
       return 1;
+    if (failed(writePlanTrace(timeline, *report->plan, *cluster, jobOpts.stageRanks)))
+      return 1;
+  } else if (!tracePlan.empty()) {
+    llvm::errs() << "straitc: --trace-plan needs --cluster FILE\n";
+    return 1;
   }
   std::string scheduleNote;
   if (jobOpts.order.oneFOneB && plan.getMicroBatches() > 1)
@@ -864,7 +904,11 @@ int main(int argc, char **argv) {
     planTiming.stop();
     std::string compressionText;
     llvm::raw_string_ostream compressionOS(compressionText);
-    if (failed(reportCompression(partition, *cluster, compressionOS, &json)))
+    std::optional<strait::SimulationResult> timeline;
+    if (failed(reportCompression(partition, *cluster, compressionOS, &json, /*perLink=*/true,
+                                 nullptr, tracePlan.empty() ? nullptr : &timeline)))
+      return 1;
+    if (failed(writePlanTrace(timeline, partition, *cluster, {})))
       return 1;
     if (!planJson.empty()) {
       std::string err;
