@@ -95,6 +95,18 @@ double forwardFlops(ConvTransposeOp op) {
   return convFlops(op.getX(), op.getW(), op.getY(), op.getGroup(), true);
 }
 KernelClass kernelClass(ConvTransposeOp) { return KernelClass::Conv; }
+// The gradients run as many MACs as the forward: every dY element meets
+// C/group * k weights (dX) or inputs (dW). Without these models they were
+// priced as elementwise ops by their bytes, 10-15x below the forward Conv.
+double forwardFlops(ConvGradInputOp op) {
+  return convFlops(op.getDY(), op.getW(), op.getDY(), op.getGroup(), true);
+}
+KernelClass kernelClass(ConvGradInputOp) { return KernelClass::Conv; }
+double forwardFlops(ConvGradWeightOp op) {
+  ArrayRef<int64_t> w = op.getWeightShape();
+  return w.empty() ? 0 : 2.0 * elems(op.getDY()) * product(w.drop_front(1));
+}
+KernelClass kernelClass(ConvGradWeightOp) { return KernelClass::Conv; }
 
 double forwardFlops(MaxPoolOp op) { return elems(op.getY()) * product(op.getKernelShape()); }
 double forwardFlops(AveragePoolOp op) { return elems(op.getY()) * product(op.getKernelShape()); }
