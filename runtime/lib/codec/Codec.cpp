@@ -24,6 +24,7 @@
 #include "strait/runtime/ThreadPool.h"
 #include "strait/runtime/Trace.h"
 #include "CodecLayout.h"
+#include "IntBits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -762,6 +763,21 @@ Status encode(const program::CodecParams &params, const float *data,
       encodeInt8(data, numel, block, out, kCodecHeaderBytes);
     return Status::ok();
   }
+  case program::CODEC_INT2:
+  case program::CODEC_INT3: {
+    uint32_t block = codecBlockSize(params);
+    int bits = codec == program::CODEC_INT2 ? 2 : 3;
+    out.resize(kCodecHeaderBytes + intbits::bodyBytes(bits, numel, block));
+    writeHeader(out, codec, TopKIndexEncoding::None, block, numel);
+    intbits::encode(bits, data, numel, block, out.data() + kCodecHeaderBytes);
+    return Status::ok();
+  }
+  case program::CODEC_AQSGD_INT2:
+  case program::CODEC_AQSGD_INT3:
+  case program::CODEC_AQSGD_INT4:
+    return invalidArgument("codec " + program::Codec_Name(codec) +
+                           " encodes a delta against per-sample state: the executor's "
+                           "AQ-SGD state (AqSgd.h) sends it, not encode()");
   case program::CODEC_TOPK:
   case program::CODEC_TOPK_INT8:
   case program::CODEC_TOPK_INT4:
@@ -833,6 +849,14 @@ Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
   case program::CODEC_INT4:
     return decodeQuantized(p, bytes, numel, get<uint32_t>(p + 4),
                            codec == program::CODEC_INT4, out, accumulate);
+  case program::CODEC_INT2:
+  case program::CODEC_INT3: {
+    uint32_t block = get<uint32_t>(p + 4);
+    if (block == 0 || block > kMaxBlock)
+      return corrupt("block size " + std::to_string(block) + " out of range");
+    return intbits::decode(codec == program::CODEC_INT2 ? 2 : 3, p + kCodecHeaderBytes,
+                           bytes - kCodecHeaderBytes, numel, block, out, accumulate);
+  }
   case program::CODEC_TOPK:
     return decodeTopK(p, bytes, numel, index, out, accumulate);
   case program::CODEC_TOPK_INT8:

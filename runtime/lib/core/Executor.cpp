@@ -415,6 +415,8 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
   case program::Step::kSend: {
     const auto &m = step.send();
     const Tensor &v = value(m.value_id());
+    if (isAqSgdCodec(m.codec().codec()))
+      return sendDelta(index, m, v).withPeer(m.peer());
     ErrorFeedback *state = feedbackOf(m.value_id());
     if (!m.deferred() && adaptive.count({m.peer(), m.channel()}))
       return sendAdaptive(m, v, state, ready).withPeer(m.peer());
@@ -425,6 +427,8 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
   case program::Step::kRecv: {
     const auto &m = step.recv();
     const Tensor &v = value(m.value_id());
+    if (isAqSgdCodec(m.codec().codec()))
+      return recvDelta(index, m, v).withPeer(m.peer());
     return (m.deferred() ? comm->recvDeferred(v, m.peer(), m.channel(), m.codec())
                          : comm->recvCoded(v, m.peer(), m.channel(), m.codec()))
         .withPeer(m.peer());
@@ -472,6 +476,54 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
   default:
     return internalError("not a communication step");
   }
+}
+
+bool Executor::usesActivationDeltas() const {
+  for (const auto &step : program.steps())
+    if ((step.has_send() && isAqSgdCodec(step.send().codec().codec())) ||
+        (step.has_recv() && isAqSgdCodec(step.recv().codec().codec())))
+      return true;
+  return false;
+}
+
+StatusOr<std::pair<const uint64_t *, size_t>> Executor::microBatchSamples(int index) const {
+  const program::Step &step = program.steps(index);
+  if (!deltas || batchSamples.empty())
+    return invalidArgument("codec " + program::Codec_Name(step.has_send()
+                                                              ? step.send().codec().codec()
+                                                              : step.recv().codec().codec()) +
+                           " needs the dataset samples of each micro-batch (strait-run takes "
+                           "them from --data on ranks that read it)");
+  if (!step.has_micro_batch())
+    return invalidArgument("an AQ-SGD transfer outside a micro-batch (not an activation)");
+  size_t per = batchSamples.size() / microBatches;
+  if (per * microBatches != batchSamples.size())
+    return invalidArgument("a batch of " + std::to_string(batchSamples.size()) +
+                           " samples does not split into " + std::to_string(microBatches) +
+                           " micro-batches");
+  return std::make_pair(batchSamples.data() + per * step.micro_batch(), per);
+}
+
+Status Executor::sendDelta(int index, const program::Send &m, const Tensor &v) {
+  STRAIT_ASSIGN_OR_RETURN(auto samples, microBatchSamples(index));
+  std::vector<float> delta;
+  program::CodecParams wire;
+  STRAIT_RETURN_IF_ERROR(deltas->prepareSend({true, m.peer(), m.channel()}, samples.first,
+                                             samples.second, v, m.codec(), delta, wire));
+  Tensor d{program::DTYPE_F32, v.shape, delta.data()};
+  return m.deferred() ? comm->sendDeferred(d, m.peer(), m.channel(), wire, nullptr)
+                      : comm->sendCoded(d, m.peer(), m.channel(), wire, nullptr);
+}
+
+Status Executor::recvDelta(int index, const program::Recv &m, const Tensor &v) {
+  STRAIT_ASSIGN_OR_RETURN(auto samples, microBatchSamples(index));
+  DeltaStreamKey key{false, m.peer(), m.channel()};
+  program::CodecParams wire;
+  STRAIT_RETURN_IF_ERROR(
+      deltas->prepareRecv(key, samples.first, samples.second, v.numel(), m.codec(), wire));
+  STRAIT_RETURN_IF_ERROR(m.deferred() ? comm->recvDeferred(v, m.peer(), m.channel(), wire)
+                                      : comm->recvCoded(v, m.peer(), m.channel(), wire));
+  return deltas->finishRecv(key, samples.first, samples.second, v);
 }
 
 namespace {

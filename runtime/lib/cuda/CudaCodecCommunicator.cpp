@@ -238,12 +238,13 @@ private:
   }
 
   /// Device path: a lossy f32 codec on device or managed memory. The
-  /// quantized top-k codecs (TOPK_INT8/INT4) have no device kernels: their
-  /// transfers take the inner (host) codec, which reads the tensor's managed
-  /// memory, as every compressed all-reduce does.
+  /// quantized top-k codecs (TOPK_INT8/INT4) and INT2/INT3 have no device
+  /// kernels: their transfers take the inner (host) codec, which reads the
+  /// tensor's managed memory, as every compressed all-reduce does.
   bool onDevice(const Tensor &t, const program::CodecParams &codec) const {
     if (codec.codec() == program::CODEC_NONE || codec.codec() == program::CODEC_TOPK_INT8 ||
-        codec.codec() == program::CODEC_TOPK_INT4 || t.dtype != program::DTYPE_F32 ||
+        codec.codec() == program::CODEC_TOPK_INT4 || codec.codec() == program::CODEC_INT2 ||
+        codec.codec() == program::CODEC_INT3 || t.dtype != program::DTYPE_F32 ||
         t.numel() == 0 ||
         !validateCodecParams(codec, "codec").isOk() ||
         (codec.codec() == program::CODEC_TOPK && t.numel() > 0x7fffffff))

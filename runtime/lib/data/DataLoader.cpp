@@ -77,6 +77,20 @@ public:
       ::munmap(const_cast<void *>(map), bytes);
   }
   const char *itemName() const override { return "tokens"; }
+  uint64_t sampleSpace(const Shape &shape) const override {
+    uint64_t n = bytes / width, t = shape.size() == 2 ? shape[1] : 0;
+    return t + 1 <= n ? n - t : 0;
+  }
+  std::vector<uint64_t> sampleIds(int64_t iteration, const Shape &shape) const override {
+    uint64_t space = sampleSpace(shape);
+    if (space == 0 || shape.empty())
+      return {};
+    int64_t b = shape[0];
+    std::vector<uint64_t> offsets =
+        sampleOffsets(seed, stream, iteration, (batchPart + 1) * b, space - 1);
+    offsets.erase(offsets.begin(), offsets.begin() + batchPart * b);
+    return offsets;
+  }
 
   uint64_t token(uint64_t i) const {
     if (width == 2) {
@@ -120,9 +134,7 @@ public:
       return invalidArgument(path + " holds " + std::to_string(n) + " tokens, fewer than a window of T+1 = " +
                              std::to_string(t + 1) + " for input '" +
                              (input ? inputName : labelsName) + "' of shape " + shapeToString(s));
-    std::vector<uint64_t> offsets =
-        sampleOffsets(seed, stream, iteration, (batchPart + 1) * b, n - t - 1);
-    offsets.erase(offsets.begin(), offsets.begin() + batchPart * b);
+    std::vector<uint64_t> offsets = sampleIds(iteration, s);
     for (int64_t i = 0; i < b; ++i)
       for (int64_t j = 0; j < t; ++j) {
         if (input)
@@ -149,6 +161,18 @@ public:
         labelsPath(std::move(labelsPath)), labels(std::move(labels)),
         haveLabels(haveLabels), seed(seed), stream(stream) {}
   const char *itemName() const override { return "samples"; }
+  uint64_t sampleSpace(const Shape &) const override {
+    return static_cast<uint64_t>(samples.shape[0]);
+  }
+  std::vector<uint64_t> sampleIds(int64_t iteration, const Shape &shape) const override {
+    if (shape.empty())
+      return {};
+    int64_t b = shape[0];
+    std::vector<uint64_t> rows = sampleOffsets(seed, stream, iteration, (batchPart + 1) * b,
+                                               sampleSpace(shape) - 1);
+    rows.erase(rows.begin(), rows.begin() + batchPart * b);
+    return rows;
+  }
 
   /// Checks that `t` is [B] + array.shape[1:]; returns B.
   static StatusOr<int64_t> batchOf(const Tensor &t, const std::string &name,
@@ -189,9 +213,7 @@ public:
     }
     if (b < 0)
       return Status::ok();
-    std::vector<uint64_t> rows = sampleOffsets(seed, stream, iteration, (batchPart + 1) * b,
-                                               static_cast<uint64_t>(samples.shape[0] - 1));
-    rows.erase(rows.begin(), rows.begin() + batchPart * b);
+    std::vector<uint64_t> rows = sampleIds(iteration, {b});
     if (input) {
       size_t rowBytes = samples.bytes.size() / static_cast<size_t>(samples.shape[0]);
       for (int64_t i = 0; i < b; ++i)

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace strait {
 namespace rt {
@@ -50,6 +51,15 @@ public:
   /// so replica r of R (all on one stream) together feed exactly the R*B
   /// windows that one rank with batch R*B reads (default part 0).
   void setBatchPart(int64_t part) { batchPart = part; }
+  /// The dataset samples fill() writes at iteration `iteration` into a data
+  /// input of shape `shape`, in batch order: token windows' start offsets
+  /// ([B, T]) or npy row indices ([B, ...]). A rank that feeds no input
+  /// (a pipeline's last stage) asks with its replica's input shape: AQ-SGD
+  /// keeps state per sample at both ends of a cut (AqSgd.h).
+  virtual std::vector<uint64_t> sampleIds(int64_t iteration, const Shape &shape) const = 0;
+  /// How many distinct samples there are for `shape`: token windows (one
+  /// per start offset for its T) or npy rows.
+  virtual uint64_t sampleSpace(const Shape &shape) const = 0;
 
 protected:
   int64_t batchPart = 0;

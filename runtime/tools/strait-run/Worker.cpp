@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "StraitRun.h"
+#include "AqSgdRun.h"
 #include "Checkpoint.h"
 #include "DataLoader.h"
 #include "Devices.h"
@@ -552,6 +553,29 @@ Status runRank(const RunOptions &o) {
     if (t && !t->shape.empty())
       items = tokens ? t->numel() : t->shape[0];
   }
+  // AQ-SGD codecs on this rank's cuts: state per dataset sample, whose ids
+  // follow from the data input's shape (this rank's, else the input of the
+  // rank of this replica that reads one: a pipeline's later stages).
+  std::unique_ptr<AqSgdState> aqsgd;
+  Shape dataShape;
+  if (exec->usesActivationDeltas()) {
+    if (loader && input.isOk())
+      dataShape = input->shape;
+    for (const auto &r : m.ranks())
+      if (loader && dataShape.empty() && r.replica() == entry->replica() && r.rank() != o.rank) {
+        STRAIT_ASSIGN_OR_RETURN(program::Program q,
+                                loadProgram(resolvePath(o.planDir, r.program_file())));
+        std::string name = pickDataInput(q, o, tokens);
+        for (const auto &v : q.values())
+          if (!name.empty() && v.role() == program::ROLE_INPUT && v.name() == name)
+            dataShape.assign(v.shape().begin(), v.shape().end());
+      }
+    STRAIT_ASSIGN_OR_RETURN(aqsgd, createAqSgd(*exec, device, loader.get(), dataShape, o.rank));
+    if (resume) {
+      STRAIT_ASSIGN_OR_RETURN(std::string note, loadAqSgd(*aqsgd, *resume, o.rank));
+      std::cerr << "rank " << o.rank << ": " << note << "\n";
+    }
+  }
   StatusOr<Tensor> loss = exec->getValueByName("loss");
   double profiledMs = 0; // iterations' wall time while profiling
   int profiled = 0;
@@ -570,6 +594,8 @@ Status runRank(const RunOptions &o) {
                               labels.isOk() ? &*labels : nullptr, labelsName, it);
       if (!s.isOk())
         return s.withStep(it + 1);
+      if (aqsgd)
+        exec->setBatchSamples(loader->sampleIds(it, dataShape));
     }
     auto start = std::chrono::steady_clock::now();
     STRAIT_RETURN_IF_ERROR(exec->run());
@@ -618,6 +644,8 @@ Status runRank(const RunOptions &o) {
           .withStep(it + 1);
     if (checkpointAfter(it + 1) || stopAt == it + 1) {
       trace::Span write("checkpoint", "checkpoint write");
+      if (aqsgd)
+        STRAIT_RETURN_IF_ERROR(saveAqSgd(*aqsgd, o.checkpointDir, it + 1, o.rank));
       StatusOr<std::string> dir =
           writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank, m.world_size(), writes, writers,
                           comm.get(), outerSync ? outerSync->state() : NamedTensors{});

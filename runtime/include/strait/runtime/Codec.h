@@ -7,6 +7,10 @@
 //                index encodings (u32, u16 gaps, bitmap), named in the header;
 //   CODEC_INT8   symmetric 8-bit, one f32 scale per block of block_size;
 //   CODEC_INT4   symmetric 4-bit, two per byte, one f32 scale per block;
+//   CODEC_INT2 / CODEC_INT3  symmetric 2- / 3-bit codes (-1..1 / -3..3)
+//                packed LSB first, one f32 scale per block (IntBits.cpp);
+//   CODEC_AQSGD_INT2/3/4  never encoded here: AqSgd.h turns an activation
+//                into an INT2/3/4 (or INT8) payload of its delta;
 //   CODEC_FP16 / CODEC_BF16  casts, round to nearest even;
 //   CODEC_TOPK_INT8 / CODEC_TOPK_INT4  top-k whose kept values are int8 /
 //                int4 codes (one f32 scale per block_size kept values) and
@@ -52,6 +56,13 @@ inline bool isTopKCodec(program::Codec codec) {
          codec == program::CODEC_TOPK_INT4;
 }
 
+/// Whether `codec` is an AQ-SGD activation codec (delta against the
+/// per-sample state both ends keep; AqSgd.h).
+inline bool isAqSgdCodec(program::Codec codec) {
+  return codec == program::CODEC_AQSGD_INT2 || codec == program::CODEC_AQSGD_INT3 ||
+         codec == program::CODEC_AQSGD_INT4;
+}
+
 /// Largest INT8/INT4 block size.
 constexpr uint32_t kMaxCodecBlock = 1u << 24;
 
@@ -92,6 +103,14 @@ inline Status validateCodecParams(const program::CodecParams &params,
     return Status::ok();
   case program::CODEC_INT8:
   case program::CODEC_INT4:
+  case program::CODEC_INT2:
+  case program::CODEC_INT3:
+  case program::CODEC_AQSGD_INT2:
+  case program::CODEC_AQSGD_INT3:
+  case program::CODEC_AQSGD_INT4:
+    if (isAqSgdCodec(params.codec()) && params.error_feedback())
+      return invalidArgument(field + ".error_feedback: an AQ-SGD codec keeps its own state "
+                             "(the per-sample reconstruction), not a residual");
     if (params.adapt())
       return invalidArgument(field + ".adapt: only a top-k codec adapts its ratio");
     if (params.block_size() > kMaxCodecBlock)

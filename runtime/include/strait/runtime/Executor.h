@@ -20,6 +20,7 @@
 #define STRAIT_RUNTIME_EXECUTOR_H
 
 #include "strait/runtime/AdaptiveRatio.h"
+#include "strait/runtime/AqSgd.h"
 #include "strait/runtime/Backend.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Status.h"
@@ -117,6 +118,16 @@ public:
   std::map<std::pair<int, uint32_t>, std::unique_ptr<ErrorFeedback>> &getFeedbackStreams() {
     return feedback;
   }
+
+  /// AQ-SGD codecs (CODEC_AQSGD_*, AqSgd.h): the per-sample state of this
+  /// rank's cuts (owned by the caller, outliving the executor) and the
+  /// dataset samples of the next run()'s batch, the micro-batches' stacked
+  /// in order (micro-batch i holds samples [i B/M, (i + 1) B/M)). A
+  /// program with such a codec fails its transfers without them.
+  void setActivationDeltas(ActivationDeltas *d) { deltas = d; }
+  void setBatchSamples(std::vector<uint64_t> ids) { batchSamples = std::move(ids); }
+  /// Whether a Send/Recv of the program uses an AQ-SGD codec.
+  bool usesActivationDeltas() const;
 
 private:
   explicit Executor(program::Program program) : program(std::move(program)) {}
@@ -225,6 +236,14 @@ private:
   /// Sends the encoded transfer `m` of step `index` with an adaptive ratio.
   Status sendAdaptive(const program::Send &m, const Tensor &v, ErrorFeedback *state,
                       std::chrono::steady_clock::time_point ready);
+
+  ActivationDeltas *deltas = nullptr;
+  std::vector<uint64_t> batchSamples;
+  /// The samples of step `index`'s micro-batch (first, count).
+  StatusOr<std::pair<const uint64_t *, size_t>> microBatchSamples(int index) const;
+  /// Send / Recv `index` through the AQ-SGD state.
+  Status sendDelta(int index, const program::Send &m, const Tensor &v);
+  Status recvDelta(int index, const program::Recv &m, const Tensor &v);
 
   Plan sequentialPlan, overlapPlan;
 

@@ -1,0 +1,90 @@
+//===- IntBits.cpp - 2- and 3-bit block quantization (CODEC_INT2/INT3) ----===//
+#include "IntBits.h"
+
+#include "CodecLayout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace rt {
+namespace intbits {
+
+namespace {
+float qmaxOf(int bits) { return static_cast<float>((1 << (bits - 1)) - 1); }
+} // namespace
+
+uint64_t bodyBytes(int bits, int64_t numel, uint32_t block) {
+  uint64_t n = static_cast<uint64_t>(numel);
+  return 4ull * codec::numBlocks(numel, block) + (n * bits + 7) / 8;
+}
+
+void encode(int bits, const float *x, int64_t numel, uint32_t block, uint8_t *out) {
+  float qmax = qmaxOf(bits);
+  int64_t nb = codec::numBlocks(numel, block);
+  std::vector<float> scales(nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t lo = b * block, hi = std::min<int64_t>(numel, lo + block);
+    float m = 0.0f;
+    bool nonFinite = false;
+    for (int64_t i = lo; i < hi; ++i) {
+      m = std::max(m, std::fabs(x[i]));
+      nonFinite |= codec::isNonFinite(x[i]);
+    }
+    scales[b] = codec::blockScale(m, nonFinite, qmax);
+  }
+  std::memcpy(out, scales.data(), 4 * nb);
+  uint8_t *codes = out + 4 * nb;
+  std::fill(codes, codes + (static_cast<uint64_t>(numel) * bits + 7) / 8, uint8_t(0));
+  uint32_t mask = (1u << bits) - 1;
+  uint64_t bit = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    float scale = scales[b];
+    float inv = scale > 0.0f ? codec::inverseScale(scale) : 0.0f;
+    int64_t lo = b * block, hi = std::min<int64_t>(numel, lo + block);
+    for (int64_t i = lo; i < hi; ++i, bit += bits) {
+      uint32_t c = static_cast<uint32_t>(codec::quantizeCode(x[i], scale, inv, qmax)) & mask;
+      codes[bit >> 3] |= static_cast<uint8_t>(c << (bit & 7));
+      if ((bit & 7) + bits > 8)
+        codes[(bit >> 3) + 1] |= static_cast<uint8_t>(c >> (8 - (bit & 7)));
+    }
+  }
+}
+
+Status decode(int bits, const uint8_t *body, uint64_t bytes, int64_t numel, uint32_t block,
+              float *out, bool accumulate) {
+  if (block == 0)
+    return invalidArgument("corrupt codec payload: block size 0");
+  uint64_t expect = bodyBytes(bits, numel, block);
+  if (bytes != expect)
+    return invalidArgument("corrupt codec payload: " + std::to_string(bytes + codec::kHeaderBytes) +
+                           " bytes, int" + std::to_string(bits) + " of " +
+                           std::to_string(numel) + " elements in blocks of " +
+                           std::to_string(block) + " needs " +
+                           std::to_string(expect + codec::kHeaderBytes));
+  int64_t nb = codec::numBlocks(numel, block);
+  std::vector<float> scales(nb);
+  std::memcpy(scales.data(), body, 4 * nb);
+  const uint8_t *codes = body + 4 * nb;
+  uint32_t mask = (1u << bits) - 1, sign = 1u << (bits - 1);
+  uint64_t bit = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t lo = b * block, hi = std::min<int64_t>(numel, lo + block);
+    for (int64_t i = lo; i < hi; ++i, bit += bits) {
+      uint32_t c = codes[bit >> 3] >> (bit & 7);
+      if ((bit & 7) + bits > 8)
+        c |= static_cast<uint32_t>(codes[(bit >> 3) + 1]) << (8 - (bit & 7));
+      c &= mask;
+      int q = (c & sign) ? static_cast<int>(c) - static_cast<int>(1u << bits) : static_cast<int>(c);
+      float v = codec::dequantize(q, scales[b]);
+      out[i] = accumulate ? out[i] + v : v;
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace intbits
+} // namespace rt
+} // namespace strait
