@@ -26,13 +26,36 @@ llvm::Expected<Codec> strait::parseCodec(llvm::StringRef text) {
                                       .Case("bf16", CodecKind::BF16)
                                       .Case("int8", CodecKind::Int8)
                                       .Case("int4", CodecKind::Int4)
+                                      .Case("int3", CodecKind::Int3)
+                                      .Case("int2", CodecKind::Int2)
                                       .Case("topk", CodecKind::TopK)
+                                      .Case("aqsgd", CodecKind::AqSgd)
                                       .Default(std::nullopt);
   if (!kind)
     return codecError("unknown codec '" + name +
-                      "' (expected none, fp16, bf16, int8, int4 or topk:RATIO)");
+                      "' (expected none, fp16, bf16, int8, int4, int3, int2, topk:RATIO or "
+                      "aqsgd:BITS)");
   Codec codec;
   codec.kind = *kind;
+  if (*kind == CodecKind::AqSgd) {
+    auto [bitsText, gradText] = ratioText.split(':');
+    unsigned bits = 0;
+    if (bitsText.getAsInteger(10, bits) || bits < 2 || bits > 4)
+      return codecError("aqsgd:BITS[:GRAD] needs BITS 2, 3 or 4 (the activation delta's codes); "
+                        "got '" + bitsText + "'");
+    codec.valueBits = bits;
+    if (!gradText.empty() || ratioText.ends_with(":")) {
+      llvm::Expected<Codec> grad = parseCodec(gradText);
+      if (!grad || grad->kind == CodecKind::TopK || grad->kind == CodecKind::AqSgd) {
+        if (!grad)
+          llvm::consumeError(grad.takeError());
+        return codecError("aqsgd:BITS:GRAD quantizes the activation gradients with none, fp16, "
+                          "bf16, int8, int4, int3 or int2; got '" + gradText + "'");
+      }
+      codec.backward = grad->kind;
+    }
+    return codec;
+  }
   if (*kind != CodecKind::TopK) {
     if (!ratioText.empty())
       return codecError("codec '" + name + "' takes no ratio (only topk:RATIO does)");
@@ -65,6 +88,14 @@ std::string strait::formatCodec(const Codec &codec, bool withFeedback) {
   case CodecKind::BF16: s = "bf16"; break;
   case CodecKind::Int8: s = "int8"; break;
   case CodecKind::Int4: s = "int4"; break;
+  case CodecKind::Int3: s = "int3"; break;
+  case CodecKind::Int2: s = "int2"; break;
+  case CodecKind::AqSgd: {
+    Codec grad;
+    grad.kind = codec.backward;
+    s = "aqsgd:" + std::to_string(codec.valueBits) + ":" + formatCodec(grad);
+    break;
+  }
   case CodecKind::TopK: {
     llvm::raw_string_ostream os(s);
     os << "topk:" << llvm::format("%g", codec.ratio);
@@ -87,6 +118,10 @@ double strait::encodedBytes(const Codec &codec, double elements, unsigned elemen
   case CodecKind::BF16: return 2 * n;
   case CodecKind::Int8: return n + 4 * blocks;
   case CodecKind::Int4: return std::ceil(n / 2) + 4 * blocks;
+  case CodecKind::Int3: return std::ceil(3 * n / 8) + 4 * blocks;
+  case CodecKind::Int2: return std::ceil(2 * n / 8) + 4 * blocks;
+  // The steady state (every sample seen before); the first epoch goes int8.
+  case CodecKind::AqSgd: return std::ceil(codec.valueBits * n / 8) + 4 * blocks;
   case CodecKind::TopK: {
     double k = std::ceil(codec.ratio * n - 1e-6);
     if (codec.valueBits == 32)
@@ -115,9 +150,21 @@ double strait::codecThroughput(double rate, CodecKind codec) {
   case CodecKind::BF16: return 2 * rate;
   case CodecKind::Int8: return rate;
   case CodecKind::Int4: return rate / 2; // nibble packing
+  case CodecKind::Int3:
+  case CodecKind::Int2: return rate / 2; // bit packing
+  case CodecKind::AqSgd: return rate / 4; // delta, local decode, state update
   case CodecKind::TopK: return rate / 4;
   }
   return rate;
+}
+
+Codec strait::codecForPayload(const Codec &codec, Payload payload) {
+  if (codec.kind != CodecKind::AqSgd || payload == Payload::Activation)
+    return codec;
+  Codec plain;
+  plain.kind = payload == Payload::ActivationGradient ? codec.backward : CodecKind::None;
+  plain.blockSize = codec.blockSize;
+  return plain;
 }
 
 double strait::codecTime(const Codec &codec, double plainBytes, double senderRate,
@@ -395,14 +442,14 @@ struct CodecPicker {
       for (auto [x, y] : pairs)
         if (linkMatches(cluster, o.a, o.b, x, y)) {
           used[i] = 1;
-          Codec c = o.codec;
+          Codec c = codecForPayload(o.codec, t.payload);
           c.errorFeedback = !c.isNone() && t.payload == Payload::WeightGradient;
           return c;
         }
     if (options.mode == "none")
       return Codec();
     if (global) {
-      Codec c = *global;
+      Codec c = codecForPayload(*global, t.payload);
       c.errorFeedback = !c.isNone() && t.payload == Payload::WeightGradient;
       return c;
     }

@@ -202,8 +202,10 @@ cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lack
 cl::opt<std::string> compress(
     "compress",
     cl::desc("Codecs on slow links: none (default), auto (per link from the cost model), "
-             "or fp16, bf16, int8, int4, topk:R, topk:R:int8, topk:R:int4 (top-k with int8 / "
-             "int4 values) on every link"),
+             "or fp16, bf16, int8, int4, int3, int2, topk:R, topk:R:int8, topk:R:int4 (top-k "
+             "with int8 / int4 values) on every link, or aqsgd:B[:GRAD] (AQ-SGD: B = 2, 3, 4 "
+             "bit deltas against per-sample state on the pipeline activations, GRAD (default "
+             "int8) on their gradients; docs/runtime.md \"AQ-SGD\")"),
     cl::init("none"), cl::cat(straitCat));
 cl::opt<double> allReduceBucketMib(
     "all-reduce-bucket-mib",
@@ -237,7 +239,8 @@ cl::opt<std::string> adaptiveTopk(
     cl::cat(straitCat));
 cl::list<std::string> compressLink(
     "compress-link",
-    cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO[:int8|int4]] (sites, hosts or devices; "
+    cl::desc("Codec of one link: SITE_A:SITE_B=CODEC[:RATIO[:int8|int4]] or "
+             "SITE_A:SITE_B=aqsgd:B[:GRAD] (sites, hosts or devices; "
              "repeatable; wins over --compress)"), cl::cat(straitCat));
 cl::opt<strait::FuseMode> fuse(
     "fuse", cl::desc("Fusion after the stage split (training jobs and --cluster)"),

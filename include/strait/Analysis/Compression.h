@@ -30,7 +30,11 @@
 
 namespace strait {
 
-enum class CodecKind { None, FP16, BF16, Int8, Int4, TopK };
+/// Int2/Int3: plain 2- / 3-bit block quantization; AqSgd: AQ-SGD on the
+/// forward activations of a pipeline cut (the delta against the per-sample
+/// state both ends keep, at valueBits 2, 3 or 4; docs/runtime.md "AQ-SGD"),
+/// whose activation gradients take the plain codec `backward`.
+enum class CodecKind { None, FP16, BF16, Int8, Int4, TopK, Int2, Int3, AqSgd };
 
 struct Codec {
   CodecKind kind = CodecKind::None;
@@ -38,17 +42,23 @@ struct Codec {
   unsigned blockSize = 256; ///< Int8/Int4: elements per f32 scale; TopK with
                             ///< quantized values: kept values per scale
   unsigned valueBits = 32;  ///< TopK: 32 (f32 values), 8 or 4 (int8/int4 codes
-                            ///< of the kept values, Rice-coded positions)
+                            ///< of the kept values, Rice-coded positions);
+                            ///< AqSgd: 2, 3 or 4 (the delta's codes)
+  CodecKind backward = CodecKind::Int8; ///< AqSgd: the activation gradients' codec
   bool errorFeedback = false;
   bool isNone() const { return kind == CodecKind::None; }
   bool operator==(const Codec &o) const {
     return kind == o.kind && ratio == o.ratio && blockSize == o.blockSize &&
-           valueBits == o.valueBits && errorFeedback == o.errorFeedback;
+           valueBits == o.valueBits && errorFeedback == o.errorFeedback &&
+           (kind != CodecKind::AqSgd || backward == o.backward);
   }
 };
 
-/// "none", "fp16", "bf16", "int8", "int4", "topk:R" (R in (0, 1]),
-/// "topk:R:int8", "topk:R:int4" (top-k with quantized values).
+/// "none", "fp16", "bf16", "int8", "int4", "int3", "int2", "topk:R" (R in
+/// (0, 1]), "topk:R:int8", "topk:R:int4" (top-k with quantized values),
+/// "aqsgd:B[:GRAD]" (AQ-SGD at B = 2, 3 or 4 bits on the activations, GRAD
+/// one of none, fp16, bf16, int8 (default), int4, int3, int2 on their
+/// gradients).
 llvm::Expected<Codec> parseCodec(llvm::StringRef text);
 /// The inverse of parseCodec ("topk:0.01", "topk:0.01:int8", "int8"), plus
 /// "+ef" with error feedback when `withFeedback`.
@@ -97,6 +107,10 @@ struct LinkTransfer {
   /// moment follows the compressed gradients (CompressionOptions).
   bool gradientTopK = true;
 };
+
+/// The codec a transfer of `payload` gets under `codec`: AqSgd becomes its
+/// `backward` codec on activation gradients; anything else is unchanged.
+Codec codecForPayload(const Codec &codec, Payload payload);
 
 /// Time of the transfer with `codec` (codec time included).
 double transferTimeWith(const LinkTransfer &t, const Codec &codec);

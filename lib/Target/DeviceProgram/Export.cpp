@@ -112,6 +112,11 @@ void fillCodec(CodecOp op, pb::CodecParams &params) {
   case dist::Codec::bf16: params.set_codec(pb::CODEC_BF16); break;
   case dist::Codec::topk_int8: params.set_codec(pb::CODEC_TOPK_INT8); break;
   case dist::Codec::topk_int4: params.set_codec(pb::CODEC_TOPK_INT4); break;
+  case dist::Codec::int2: params.set_codec(pb::CODEC_INT2); break;
+  case dist::Codec::int3: params.set_codec(pb::CODEC_INT3); break;
+  case dist::Codec::aqsgd_int2: params.set_codec(pb::CODEC_AQSGD_INT2); break;
+  case dist::Codec::aqsgd_int3: params.set_codec(pb::CODEC_AQSGD_INT3); break;
+  case dist::Codec::aqsgd_int4: params.set_codec(pb::CODEC_AQSGD_INT4); break;
   }
   if (FloatAttr ratio = op.getRatioAttr())
     params.set_topk_ratio(static_cast<float>(ratio.getValueAsDouble()));

@@ -1,5 +1,5 @@
-// RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress=int3' 2>&1 | FileCheck %s --check-prefix=GLOBAL
-// RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress-link=east:west=int3' 2>&1 | FileCheck %s --check-prefix=CODEC
+// RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress=int5' 2>&1 | FileCheck %s --check-prefix=GLOBAL
+// RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress-link=east:west=int5' 2>&1 | FileCheck %s --check-prefix=CODEC
 // RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress-link=east:west=topk:2' 2>&1 | FileCheck %s --check-prefix=RATIO
 // RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress-link=east=int8' 2>&1 | FileCheck %s --check-prefix=FORM
 // RUN: not strait-opt %s --dist-insert-compression='cluster=%inputs/compress-2site.yaml compress-link=east:mars=int8' 2>&1 | FileCheck %s --check-prefix=LINK
@@ -9,8 +9,8 @@
 // Bad overrides name the flag and the link; auto needs the cluster; the
 // plan's devices must be in the cluster file.
 
-// GLOBAL: error: --compress=int3: unknown codec 'int3' (expected none, fp16, bf16, int8, int4 or topk:RATIO)
-// CODEC: error: --compress-link='east:west=int3': unknown codec 'int3'
+// GLOBAL: error: --compress=int5: unknown codec 'int5' (expected none, fp16, bf16, int8, int4, int3, int2, topk:RATIO or aqsgd:BITS)
+// CODEC: error: --compress-link='east:west=int5': unknown codec 'int5'
 // RATIO: error: --compress-link='east:west=topk:2': topk needs a ratio in (0, 1], e.g. topk:0.01; got '2'
 // FORM: error: --compress-link='east=int8': expected SITE_A:SITE_B=CODEC[:RATIO]
 // LINK: error: --compress-link=east:mars=int8: no link of the plan joins 'east' and 'mars' (sites, hosts or devices of the stages)

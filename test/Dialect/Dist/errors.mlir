@@ -74,7 +74,7 @@ func.func @int8_ratio(%x: tensor<4xf32>) -> tensor<8xi8> {
 
 // D8: only the quantizers take a block size.
 func.func @fp16_block(%x: tensor<4xf32>) -> tensor<8xi8> {
-  // expected-error@+1 {{D8: only int8, int4, topk_int8 and topk_int4 take a block size}}
+  // expected-error@+1 {{D8: only the quantizing codecs (int8, int4, int3, int2, topk_int8, topk_int4, aqsgd_int2/3/4) take a block size}}
   %r = dist.compress %x codec <fp16> block 2 : tensor<4xf32> -> tensor<8xi8>
   return %r : tensor<8xi8>
 }
@@ -249,4 +249,32 @@ func.func @per_step_on_compute(%x: tensor<2xf32>) -> tensor<2xf32> {
   // expected-error@+1 {{'dist.per_step' is a unit attribute of dist.send and dist.recv}}
   %y = graph.Relu %x {dist.per_step} : tensor<2xf32>
   return %y : tensor<2xf32>
+}
+
+// -----
+
+// D9: aqsgd_int3 of 16x64: ceil(3 * 1024 / 8) = 384 code bytes + 4 scales.
+func.func @aqsgd_int3_size(%v: tensor<384xi8>) -> tensor<16x64xf32> {
+  // expected-error@+1 {{D9: codec 'aqsgd_int3' encodes 'tensor<16x64xf32>' in 400 bytes (tensor<400xi8>), not 'tensor<384xi8>'}}
+  %r = dist.decompress %v codec <aqsgd_int3> : tensor<384xi8> -> tensor<16x64xf32>
+  return %r : tensor<16x64xf32>
+}
+
+// -----
+
+// D8: AQ-SGD keeps per-sample state, never an error-feedback residual.
+func.func @aqsgd_feedback(%x: tensor<16x64xf32>) -> tensor<272xi8> {
+  // expected-error@+1 {{D8: aqsgd_int2 keeps per-sample state, not an error-feedback residual}}
+  %r = dist.compress %x codec <aqsgd_int2> error_feedback : tensor<16x64xf32> -> tensor<272xi8>
+  return %r : tensor<272xi8>
+}
+
+// -----
+
+// D8: AQ-SGD encodes for a dist.send, not for an all-reduce.
+func.func @aqsgd_all_reduce(%x: tensor<16x64xf32>) -> tensor<272xi8> {
+  // expected-error@+1 {{D8: aqsgd_int2 encodes pipeline activations for a dist.send, not for 'dist.all_reduce'}}
+  %c = dist.compress %x codec <aqsgd_int2> : tensor<16x64xf32> -> tensor<272xi8>
+  %r = dist.all_reduce %c reduce <sum> over [0, 1] channel 0 : tensor<272xi8>
+  return %r : tensor<272xi8>
 }

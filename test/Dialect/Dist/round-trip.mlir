@@ -46,6 +46,19 @@ module attributes {dist.plan = #dist.plan<schedule = one_f_one_b, micro_batches 
     return %d : tensor<64x64xf32>
   }
 
+  // CHECK-LABEL: func @low_bit_codecs
+  // 64 f32: int2 16 code bytes, int3 24, aqsgd_int2 as int2 (the delta's
+  // steady-state codes), each with one f32 scale per block of 256 (D8).
+  func.func @low_bit_codecs(%g: tensor<4x16xf32>) -> (tensor<20xi8>, tensor<4x16xf32>) {
+    // CHECK: dist.compress %{{.*}} codec <int2> : tensor<4x16xf32> -> tensor<20xi8>
+    %a = dist.compress %g codec <int2> : tensor<4x16xf32> -> tensor<20xi8>
+    // CHECK: dist.compress %{{.*}} codec <int3> block 32 : tensor<4x16xf32> -> tensor<32xi8>
+    %b = dist.compress %g codec <int3> block 32 : tensor<4x16xf32> -> tensor<32xi8>
+    // CHECK: dist.decompress %{{.*}} codec <aqsgd_int2> : tensor<20xi8> -> tensor<4x16xf32>
+    %c = dist.decompress %a codec <aqsgd_int2> : tensor<20xi8> -> tensor<4x16xf32>
+    return %a, %c : tensor<20xi8>, tensor<4x16xf32>
+  }
+
   // CHECK-LABEL: func @hierarchical
   func.func @hierarchical(%g: tensor<4xf32>) -> tensor<4xf32> {
     // CHECK: dist.all_reduce %{{.*}} reduce <mean> over [0, 1, 2] islands [array<i64: 0, 1>, array<i64: 2>] channel 3 : tensor<4xf32>

@@ -31,7 +31,9 @@ def Dist_Codec : Dist_I32Enum<"Codec", "compression of a transfer", [
   I32EnumAttrCase<"topk", 0>, I32EnumAttrCase<"int8", 1>,
   I32EnumAttrCase<"int4", 2>, I32EnumAttrCase<"fp16", 3>,
   I32EnumAttrCase<"bf16", 4>, I32EnumAttrCase<"topk_int8", 5>,
-  I32EnumAttrCase<"topk_int4", 6>]>;
+  I32EnumAttrCase<"topk_int4", 6>, I32EnumAttrCase<"int2", 7>,
+  I32EnumAttrCase<"int3", 8>, I32EnumAttrCase<"aqsgd_int2", 9>,
+  I32EnumAttrCase<"aqsgd_int3", 10>, I32EnumAttrCase<"aqsgd_int4", 11>]>;
 def Dist_CodecAttr : Dist_EnumAttr<Dist_Codec, "codec">;
 
 class Dist_Attr<string name, string attrMnemonic> : AttrDef<Dist_Dialect, name> {

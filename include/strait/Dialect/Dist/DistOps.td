@@ -105,8 +105,15 @@ def Dist_CompressOp : Dist_Op<"compress", [MemoryEffects<[MemRead, MemWrite]>]> 
     (one f32 scale per block of B kept values) + ceil(k (b + 2) / 8) bytes
     of Rice-coded gaps, b the least integer >= 0 with k 2^b >= n (a bound:
     the runtime sends Elias-gamma-coded gaps instead where they are fewer).
-    `ratio` (in (0, 1]) only for the top-k codecs, `block` only for
-    `int8`/`int4`/`topk_int8`/`topk_int4`.
+    `int2` / `int3` ceil(2n/8) resp. ceil(3n/8) + 4 ceil(n/B) (codes -1..1 /
+    -3..3). `aqsgd_int2` / `aqsgd_int3` / `aqsgd_int4` (AQ-SGD, on the
+    forward activations of a pipeline cut only): both ends keep the last
+    reconstruction m(x) of each dataset sample x and the wire carries
+    int2 / int3 / int4 codes of a(x) - m(x), so the size is that codec's (a
+    micro-batch with a sample seen for the first time goes as int8); they
+    feed a `dist.send`, never an all-reduce, and take no `error_feedback`.
+    `ratio` (in (0, 1]) only for the top-k codecs, `block` only for the
+    quantizing codecs.
     With `error_feedback` the sender keeps what the codec dropped and adds
     it to the next transfer of the same value (for gradients). The op has
     state (the residual), hence memory effects.

@@ -159,12 +159,17 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
       feedback. A link that fits uncompressed gets
       nothing.
     - `compress=none`: only the `compress-link` overrides;
-      `compress=CODEC` (fp16, bf16, int8, int4, topk:R): that codec on every
-      transfer and all-reduce.
+      `compress=CODEC` (fp16, bf16, int8, int4, int3, int2, topk:R): that
+      codec on every transfer and all-reduce. `compress=aqsgd:B[:GRAD]`
+      (B = 2, 3, 4): AQ-SGD (`aqsgd_intB`) on the forward activations of
+      every cut, the plain codec GRAD (default int8) on the activation
+      gradients (the sends marked `dist.backward`); gradient all-reduces
+      stay uncompressed (a warning names them).
     - `compress-link=A:B=CODEC[:R]` (repeatable): the codec of the links
       between A and B (sites, hosts or device names of the plan, either
       order); wins over `compress`. An override that names no link of the
-      plan is an error.
+      plan is an error, and so is an `aqsgd` override on a link that
+      carries a gradient all-reduce.
     - `adaptive-topk=MIN:MAX`: every top-k transfer between stages (never an
       all-reduce) gets `dist.topk_adapt = array<f64: MIN, MAX>` on its
       `dist.compress`; the exporter writes it as CodecParams adapt,
@@ -187,7 +192,8 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
     Option<"cluster", "cluster", "std::string", "\"\"",
            "cluster file (YAML) of the plan: links, device speeds, islands">,
     Option<"compress", "compress", "std::string", "\"auto\"",
-           "auto, none, or a codec for every link: fp16, bf16, int8, int4, topk:R">,
+           "auto, none, or a codec for every link: fp16, bf16, int8, int4, int3, int2, "
+           "topk:R, aqsgd:B[:GRAD]">,
     ListOption<"compressLink", "compress-link", "std::string",
                "per link: A:B=CODEC[:R] (A, B: sites, hosts or devices)">,
     Option<"allReduceBucketMib", "all-reduce-bucket-mib", "double", "256",

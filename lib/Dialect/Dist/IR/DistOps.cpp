@@ -70,7 +70,14 @@ int64_t strait::dist::encodedByteCount(Codec codec, int64_t elements,
   case Codec::fp16:
   case Codec::bf16: return 2 * elements;
   case Codec::int8: return elements + 4 * blocks;
-  case Codec::int4: return (elements + 1) / 2 + 4 * blocks;
+  case Codec::int4:
+  case Codec::aqsgd_int4: return (elements + 1) / 2 + 4 * blocks;
+  // AQ-SGD: the steady-state payload (the delta at 2 / 3 / 4 bits); a
+  // micro-batch holding a sample seen for the first time goes as int8.
+  case Codec::int2:
+  case Codec::aqsgd_int2: return (2 * elements + 7) / 8 + 4 * blocks;
+  case Codec::int3:
+  case Codec::aqsgd_int3: return (3 * elements + 7) / 8 + 4 * blocks;
   case Codec::topk: {
     auto k = static_cast<int64_t>(
         std::ceil(ratio * static_cast<double>(elements) - 1e-6));
@@ -113,10 +120,10 @@ static LogicalResult verifyCodec(Operation *op, RankedTensorType plain, Codec co
   }
   int64_t block = 256;
   if (blockAttr) {
-    if (codec != Codec::int8 && codec != Codec::int4 && codec != Codec::topk_int8 &&
-        codec != Codec::topk_int4)
+    if (codec == Codec::topk || codec == Codec::fp16 || codec == Codec::bf16)
       return op->emitOpError() << rule
-                               << ": only int8, int4, topk_int8 and topk_int4 take a block size";
+                               << ": only the quantizing codecs (int8, int4, int3, int2, "
+                                  "topk_int8, topk_int4, aqsgd_int2/3/4) take a block size";
     block = blockAttr.getInt();
     if (block < 1)
       return op->emitOpError() << rule << ": the block size must be positive, got "
@@ -131,7 +138,23 @@ static LogicalResult verifyCodec(Operation *op, RankedTensorType plain, Codec co
   return success();
 }
 
+static bool isAqSgd(Codec codec) {
+  return codec == Codec::aqsgd_int2 || codec == Codec::aqsgd_int3 || codec == Codec::aqsgd_int4;
+}
+
 LogicalResult CompressOp::verify() {
+  // D8: AQ-SGD keeps state per dataset sample at both ends of a cut: it
+  // encodes activations for a dist.send, never a residual or an all-reduce.
+  if (isAqSgd(getCodec())) {
+    if (getErrorFeedback())
+      return emitOpError() << "D8: " << stringifyCodec(getCodec())
+                           << " keeps per-sample state, not an error-feedback residual";
+    for (Operation *user : getEncoded().getUsers())
+      if (!isa<SendOp>(user))
+        return emitOpError() << "D8: " << stringifyCodec(getCodec())
+                             << " encodes pipeline activations for a dist.send, not for '"
+                             << user->getName() << "'";
+  }
   return verifyCodec(*this, cast<RankedTensorType>(getValue().getType()), getCodec(),
                      getRatioAttr(), getBlockAttr(),
                      cast<RankedTensorType>(getEncoded().getType()), "D8");

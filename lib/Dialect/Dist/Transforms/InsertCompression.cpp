@@ -48,6 +48,12 @@ std::optional<dist::Codec> irCodec(const strait::Codec &codec) {
   case CodecKind::BF16: return dist::Codec::bf16;
   case CodecKind::Int8: return dist::Codec::int8;
   case CodecKind::Int4: return dist::Codec::int4;
+  case CodecKind::Int3: return dist::Codec::int3;
+  case CodecKind::Int2: return dist::Codec::int2;
+  case CodecKind::AqSgd:
+    return codec.valueBits == 2   ? dist::Codec::aqsgd_int2
+           : codec.valueBits == 3 ? dist::Codec::aqsgd_int3
+                                  : dist::Codec::aqsgd_int4;
   case CodecKind::TopK: return dist::Codec::topk;
   }
   return std::nullopt;
@@ -116,6 +122,10 @@ struct InsertCompressionPass
   /// adaptive-topk=MIN:MAX, when given.
   std::optional<std::pair<double, double>> adaptBounds;
   bool adaptedCuts = false;
+  /// The compress-link override the last pick() took (-1: none).
+  int lastOverride = -1;
+  /// An override put AQ-SGD on a gradient all-reduce (an error).
+  bool aqsgdOnAllReduce = false;
   /// Compressed AdamW (the step's AdamW ops' freeze_variance_after, N > 0 on
   /// every one): the gradient all-reduces' codecs start after N exact steps.
   int64_t exactSteps = 0;
@@ -183,9 +193,11 @@ strait::Codec InsertCompressionPass::pick(ArrayRef<std::pair<unsigned, unsigned>
       });
     if (match) {
       used[i] = 1;
+      lastOverride = static_cast<int>(i);
       return withFeedback(o.codec);
     }
   }
+  lastOverride = -1;
   if (global)
     return withFeedback(*global);
   if (options.mode == "auto" && canChoose)
@@ -198,8 +210,8 @@ Value InsertCompressionPass::encode(OpBuilder &b, Location loc, Value v,
   dist::Codec kind = *irCodec(codec);
   auto type = cast<RankedTensorType>(v.getType());
   FloatAttr ratio = codec.kind == CodecKind::TopK ? b.getF64FloatAttr(codec.ratio) : nullptr;
-  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4 ||
-                   (codec.kind == CodecKind::TopK && codec.valueBits != 32);
+  bool quantized = codec.kind != CodecKind::FP16 && codec.kind != CodecKind::BF16 &&
+                   (codec.kind != CodecKind::TopK || codec.valueBits != 32);
   IntegerAttr block = quantized ? b.getI64IntegerAttr(codec.blockSize) : nullptr;
   int64_t bytes = encodedByteCount(kind, type.getNumElements(),
                                    (type.getElementTypeBitWidth() + 7) / 8, codec.ratio,
@@ -216,8 +228,8 @@ Value InsertCompressionPass::decode(OpBuilder &b, Location loc, Value bytes, Typ
                                     const strait::Codec &codec, int64_t stage) {
   dist::Codec kind = *irCodec(codec);
   FloatAttr ratio = codec.kind == CodecKind::TopK ? b.getF64FloatAttr(codec.ratio) : nullptr;
-  bool quantized = codec.kind == CodecKind::Int8 || codec.kind == CodecKind::Int4 ||
-                   (codec.kind == CodecKind::TopK && codec.valueBits != 32);
+  bool quantized = codec.kind != CodecKind::FP16 && codec.kind != CodecKind::BF16 &&
+                   (codec.kind != CodecKind::TopK || codec.valueBits != 32);
   IntegerAttr block = quantized ? b.getI64IntegerAttr(codec.blockSize) : nullptr;
   auto op = b.create<DecompressOp>(loc, plain, bytes, CodecAttr::get(b.getContext(), kind),
                                    ratio, block);
@@ -397,7 +409,13 @@ LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<do
              << shortNumber(adaptBounds->second) << "]";
     for (Transfer &tr : transfers) {
       adaptedCuts |= adapt && encodable(tr.send.getValue());
-      compressTransfer(tr, codec, adapt);
+      // AQ-SGD on the forward activations, its plain codec on the
+      // activation gradients (the backward's sends).
+      strait::Codec c = codecForPayload(codec, tr.send->hasAttr("dist.backward")
+                                                   ? Payload::ActivationGradient
+                                                   : Payload::Activation);
+      if (!c.isNone())
+        compressTransfer(tr, c, adapt);
     }
   }
   return success();
@@ -467,6 +485,23 @@ void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<doubl
     }
     t.gradientTopK = options.gradientTopK;
     strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
+    if (codec.kind == CodecKind::AqSgd) {
+      // AQ-SGD keeps state per dataset sample: it has no meaning for a sum
+      // of gradients.
+      if (lastOverride >= 0) {
+        first.emitError() << "--compress-link=" << options.links[lastOverride].text
+                          << ": AQ-SGD compresses the forward activations of a pipeline cut, "
+                             "but this link carries the gradient all-reduce of stage "
+                          << stage << " (give it a gradient codec, e.g. int8)";
+        aqsgdOnAllReduce = true;
+      } else {
+        first.emitWarning() << "--compress=" << compress
+                            << " leaves the gradient all-reduce of stage " << stage
+                            << " uncompressed: AQ-SGD compresses pipeline activations only "
+                               "(give the all-reduce's link a codec with --compress-link)";
+      }
+      continue;
+    }
     if (codec.isNone())
       continue;
     if (liveVariance && codec.kind == CodecKind::TopK)
@@ -506,6 +541,8 @@ void InsertCompressionPass::runOnOperation() {
   if (failed(compressCuts(func, times)))
     return signalPassFailure();
   compressAllReduces(func, times);
+  if (aqsgdOnAllReduce)
+    return signalPassFailure();
   if (adaptBounds && !adaptedCuts) {
     module.emitError() << "--adaptive-topk=" << adaptiveTopk
                        << ": no transfer between stages uses top-k (give --compress topk:R "
