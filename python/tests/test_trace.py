@@ -117,11 +117,17 @@ def test_kernel_spans_add_up_to_the_profile(job):
     for e in spans(job["trace"]):
         if e["cat"] in ("kernel", "optimizer"):
             total[e["pid"]] += e["dur"] / 1e3
+    close = 0
     for rank, (iterations, per_iteration) in heads.items():
         assert iterations == 3
         traced = total[rank] / iterations
-        assert per_iteration * 0.97 - 0.05 <= traced <= per_iteration * 1.25 + 0.3, \
+        # Never less; usually 3-5 % more. On a loaded machine a rank descheduled between a
+        # kernel's own timer and its span's ends (argument setup) adds that time to the span
+        # only: a bound for every rank, a close one for most.
+        assert per_iteration * 0.97 - 0.05 <= traced <= per_iteration * 2 + 0.5, \
             (rank, traced, per_iteration)
+        close += traced <= per_iteration * 1.2 + 0.2
+    assert close >= 3, (dict(total), heads)
 
 
 def test_sends_match_receives(job):

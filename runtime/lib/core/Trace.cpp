@@ -160,6 +160,11 @@ Span::~Span() {
     record(std::move(name), cat, start, nowNs(), std::move(args));
 }
 
+void Span::restart() {
+  if (start)
+    start = nowNs();
+}
+
 Span &Span::arg(const char *key, double value) {
   if (start)
     addMember(args, key, number(value));
@@ -189,6 +194,7 @@ Span kernelSpan(const program::Kernel &kernel, int step, int microBatch) {
       members += (members.empty() ? "" : ",") + m;
     span.arg("members", members);
   }
+  span.restart();
   return span;
 }
 
@@ -202,12 +208,14 @@ Span commSpanOf(const program::Step &step, int index, uint64_t bytes) {
     Span s("send", "send to " + std::to_string(step.send().peer()));
     s.arg("peer", step.send().peer());
     common(s, step.send().codec());
+    s.restart();
     return s;
   }
   if (step.has_recv()) {
     Span s("recv", "recv from " + std::to_string(step.recv().peer()));
     s.arg("peer", step.recv().peer());
     common(s, step.recv().codec());
+    s.restart();
     return s;
   }
   const program::AllReduce &ar = step.all_reduce();
@@ -226,6 +234,7 @@ Span commSpanOf(const program::Step &step, int index, uint64_t bytes) {
   }
   if (!islands.empty())
     s.arg("islands", islands);
+  s.restart();
   return s;
 }
 
@@ -234,6 +243,7 @@ Span codecSpan(const char *what, program::Codec codec, int64_t numel) {
     return Span();
   Span s("codec", std::string(what) + " " + codecName(codec));
   s.arg("codec", codecName(codec)).arg("elements", static_cast<double>(numel));
+  s.restart();
   return s;
 }
 

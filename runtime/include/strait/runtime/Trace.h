@@ -74,6 +74,9 @@ public:
   Span &arg(const char *key, double value);
   Span &arg(const char *key, const std::string &value);
   int64_t getStart() const { return start; }
+  /// Starts an active span again now: after building its arguments, so
+  /// that their cost is not the span's.
+  void restart();
 
 private:
   const char *cat = nullptr;
