@@ -173,6 +173,7 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
       continue;
     if (a > b)
       std::swap(a, b);
+    result.spans.push_back({a, b, e.bytes * perSample});
     diff[a] += e.bytes * perSample;
     diff[b] -= e.bytes * perSample;
   }

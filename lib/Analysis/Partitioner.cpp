@@ -76,13 +76,14 @@ static std::string memoryMessage(const PlanContext &ctx, const StagePlan &s,
   return head + ": parameter state " + gib(state) + " plus activations of " +
          std::to_string(s.inFlight) + " in-flight micro-batches of " +
          llvm::formatv("{0:f2}", m).str() + " samples under " +
-         stringifySchedule(schedule).str() + " need " + gib(s.peakMemory) +
-         " (constraint: activation memory)";
+         stringifySchedule(schedule).str() +
+         (s.recompute ? " (recomputing, the blocks' inputs only)" : "") + " need " +
+         gib(s.peakMemory) + " (constraint: activation memory)";
 }
 
 static void fillStage(const PlanContext &ctx, const Chunk &chunk,
                       StagePlan &s, double m, unsigned inFlight) {
-  StageCost cost = ctx.stageCost(s.firstBlock, s.endBlock, chunk, m);
+  StageCost cost = ctx.stageCost(s.firstBlock, s.endBlock, chunk, m, s.recompute);
   s.fwdTime = cost.fwd;
   s.bwdTime = cost.bwd;
   s.paramBytes = cost.paramBytes;
@@ -94,7 +95,8 @@ static void fillStage(const PlanContext &ctx, const Chunk &chunk,
   for (unsigned d : s.devices) {
     unsigned cls = ctx.cluster.devices[d].speedClass;
     s.shares.push_back(ctx.shareOf(s.firstBlock, s.endBlock, chunk, cls));
-    double need = ctx.memory(s.firstBlock, s.endBlock, chunk, cls, m, inFlight);
+    double need =
+        ctx.memory(s.firstBlock, s.endBlock, chunk, cls, m, inFlight, s.recompute);
     // The device with least headroom is the one reported.
     double cap = ctx.capacity(cls);
     if (s.peakMemory < 0 || need - cap > s.peakMemory - s.capacity) {
@@ -105,8 +107,11 @@ static void fillStage(const PlanContext &ctx, const Chunk &chunk,
   }
 }
 
-PartitionPlan detail::evaluateWith(const PlanContext &ctx,
+/// evaluateWith for one choice of recomputing stages.
+static PartitionPlan evaluateOnce(const PlanContext &ctx,
                                   const std::vector<StageAssignment> &stages,
+                                  const std::vector<Chunk> &chunks,
+                                  const std::vector<char> &recompute,
                                   unsigned microBatches, Schedule schedule) {
   PartitionPlan plan;
   plan.strategy = ctx.options.strategy;
@@ -116,9 +121,6 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
   double m = ctx.globalBatch / microBatches;
   plan.microBatchSamples = m;
   unsigned S = stages.size();
-  std::vector<Chunk> chunks;
-  for (const StageAssignment &a : stages)
-    chunks.push_back(ctx.makeChunk(a.devices));
   double latency = 0, period = 0, allReduceTail = 0, busy = 0;
   plan.feasible = S > 0;
   // Round trip of a micro-batch from stage j to the end and back.
@@ -127,7 +129,7 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
   double pipePeriod = 0;
   for (int j = int(S) - 1; j >= 0; --j) {
     StageCost c = ctx.stageCost(stages[j].firstBlock, stages[j].endBlock,
-                                chunks[j], m);
+                                chunks[j], m, recompute[j]);
     stageTime[j] = c.fwd + c.bwd;
     cycle[j] = cycle[j + 1] + stageTime[j];
     pipePeriod = std::max(pipePeriod, stageTime[j]);
@@ -153,6 +155,7 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
     s.firstBlock = stages[j].firstBlock;
     s.endBlock = stages[j].endBlock;
     s.devices = stages[j].devices;
+    s.recompute = recompute[j];
     fillStage(ctx, chunks[j], s, m, inFlight[j]);
     double t = s.fwdTime + s.bwdTime;
     latency += t;
@@ -223,6 +226,33 @@ PartitionPlan detail::evaluateWith(const PlanContext &ctx,
   return plan;
 }
 
+PartitionPlan detail::evaluateWith(const PlanContext &ctx,
+                                  const std::vector<StageAssignment> &stages,
+                                  unsigned microBatches, Schedule schedule) {
+  unsigned S = stages.size();
+  std::vector<Chunk> chunks;
+  for (const StageAssignment &a : stages)
+    chunks.push_back(ctx.makeChunk(a.devices));
+  // Which stages recompute: all (full), none, or (auto) those that do not
+  // fit without it. Recomputing lengthens a stage, which changes the 1F1B
+  // in-flight counts: repeat until no further stage needs it (each round
+  // only adds stages).
+  RecomputeMode mode = ctx.options.recompute;
+  std::vector<char> recompute(S, mode == RecomputeMode::Full);
+  for (unsigned round = 0;; ++round) {
+    PartitionPlan plan =
+        evaluateOnce(ctx, stages, chunks, recompute, microBatches, schedule);
+    if (mode != RecomputeMode::Auto || round == S)
+      return plan;
+    bool changed = false;
+    for (unsigned j = 0; j < S; ++j)
+      if (!recompute[j] && plan.stages[j].peakMemory > plan.stages[j].capacity)
+        recompute[j] = changed = true;
+    if (!changed)
+      return plan;
+  }
+}
+
 PartitionPlan strait::evaluateStages(const CoarseGraph &graph,
                                      const ClusterModel &cluster,
                                      const PlannerOptions &options,
@@ -260,6 +290,7 @@ private:
   struct Entry {
     double cost = kInf;
     unsigned next = 0, nextChunk = 0, stages = 0;
+    bool recompute = false; ///< the stage [b, next) recomputes (auto)
   };
   struct PathTime {
     double latency = 0, period = 0, allReduce = 0;
@@ -274,14 +305,19 @@ private:
   int run(double periodBound, double arBound, bool minMax);
   PathTime pathTime(int first) const;
   std::vector<StageAssignment> reconstruct(int first) const;
-  bool fits(size_t idx, unsigned stagesFromEnd, double cycle,
+  bool fits(size_t idx, bool recompute, unsigned stagesFromEnd, double cycle,
             double period) const {
     if (ignoreMemory)
       return true;
-    double t = unitTime[idx] * m;
+    double t = (recompute ? unitTimeR : unitTime)[idx] * m;
     unsigned need = ctx.inFlight(schedule, M, stagesFromEnd, cycle,
                                  std::max(t, period));
-    return need <= unitFit[idx] / m;
+    return need <= (recompute ? unitFitR : unitFit)[idx] / m;
+  }
+  /// Stage variants tried per candidate: without recomputation, then (auto)
+  /// with it where the first does not fit.
+  unsigned variants() const {
+    return ctx.options.recompute == RecomputeMode::Auto && !ignoreMemory ? 2 : 1;
   }
   /// Transfer time of a micro-batch from chunk v to chunk w at the cut
   /// before block b1 (tabulated per solve, for the current m).
@@ -305,6 +341,7 @@ private:
   bool ignoreMemory;
   unsigned B = 0, V = 0;
   std::vector<double> unitTime, allReduce, unitFit; // per (v, b0, b1), m = 1
+  std::vector<double> unitTimeR, unitFitR;          // the same, recomputing
   std::vector<CommCost> comms;                      // per (v, w - v - 1)
   std::vector<double> xTimes;                       // per (v, w - v - 1, b1)
   std::vector<Entry> table;                         // per (b, v)
@@ -321,15 +358,25 @@ void ChunkDP::precompute() {
   unitTime.assign(n, kInf);
   allReduce.assign(n, kInf);
   unitFit.assign(n, -1);
+  bool full = ctx.options.recompute == RecomputeMode::Full;
+  if (variants() > 1) {
+    unitTimeR.assign(n, kInf);
+    unitFitR.assign(n, -1);
+  }
   for (unsigned v = 0; v < V; ++v)
     for (unsigned b0 = 0; b0 < B; ++b0)
       for (unsigned b1 = b0 + 1; b1 <= B; ++b1) {
-        StageCost c = ctx.stageCost(b0, b1, chunks[v], 1.0);
+        StageCost c = ctx.stageCost(b0, b1, chunks[v], 1.0, full);
         size_t idx = stageIndex(v, b0, b1);
         unitTime[idx] = c.fwd + c.bwd;
         // The stage's once-per-iteration tail: all-reduce, then the update.
         allReduce[idx] = c.allReduce + c.update;
         unitFit[idx] = c.maxInFlight;
+        if (variants() > 1) {
+          StageCost r = ctx.stageCost(b0, b1, chunks[v], 1.0, true);
+          unitTimeR[idx] = r.fwd + r.bwd;
+          unitFitR[idx] = r.maxInFlight;
+        }
       }
   comms.resize(size_t(V) * maxSkip);
   for (unsigned v = 0; v < V; ++v)
@@ -352,38 +399,52 @@ int ChunkDP::run(double periodBound, double arBound, bool minMax) {
         return cost < best.cost || (cost == best.cost && stages < best.stages);
       };
       auto consider = [&](double cost, unsigned next, unsigned w,
-                          unsigned stages) {
+                          unsigned stages, bool recompute) {
         if (better(cost, stages))
-          best = {cost, next, w, stages};
+          best = {cost, next, w, stages, recompute};
       };
       for (unsigned b1 = b + 1; b1 <= B; ++b1) {
         size_t idx = stageIndex(v, b, b1);
-        double lat = unitTime[idx] * m, load = steady * lat;
-        if (allReduce[idx] > arBound || (!minMax && load > periodBound))
+        if (allReduce[idx] > arBound ||
+            (!minMax && steady * unitTime[idx] * m > periodBound))
           break; // both grow with the block range
-        if (b1 == B) {
-          if (fits(idx, 1, lat, period))
-            consider(minMax ? load : lat, B, V, 1);
-          continue;
-        }
-        for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w) {
-          const Entry &e = at(b1, w);
-          if (e.cost == kInf)
-            continue;
-          double x = commTime(v, w, b1);
-          double xLoad = steady * x;
-          if (!minMax && xLoad > periodBound)
-            continue;
-          double cost = minMax ? std::max({load, xLoad, e.cost})
-                               : lat + 2 * x + e.cost;
-          // The memory check only matters for a candidate that would win.
-          // In min-max mode the downstream latency is unknown; classic 1F1B
-          // in-flight counts are a relaxation, so the bound stays a bound.
-          if (!better(cost, e.stages + 1) ||
-              !fits(idx, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost,
-                    period))
-            continue;
-          consider(cost, b1, w, e.stages + 1);
+        // Recomputing (variant 1) is slower: only where the stage does not
+        // fit without it.
+        for (unsigned r = 0; r < variants(); ++r) {
+          double lat = (r ? unitTimeR : unitTime)[idx] * m, load = steady * lat;
+          if (!minMax && load > periodBound)
+            break;
+          if (b1 == B) {
+            if (!fits(idx, r, 1, lat, period))
+              continue;
+            consider(minMax ? load : lat, B, V, 1, r);
+            break;
+          }
+          bool allFit = true;
+          for (unsigned w = v + 1; w < V && w <= v + maxSkip; ++w) {
+            const Entry &e = at(b1, w);
+            if (e.cost == kInf)
+              continue;
+            double x = commTime(v, w, b1);
+            double xLoad = steady * x;
+            if (!minMax && xLoad > periodBound)
+              continue;
+            double cost = minMax ? std::max({load, xLoad, e.cost})
+                                 : lat + 2 * x + e.cost;
+            // The memory check only matters for a candidate that would win.
+            // In min-max mode the downstream latency is unknown; classic 1F1B
+            // in-flight counts are a relaxation, so the bound stays a bound.
+            if (!better(cost, e.stages + 1))
+              continue;
+            if (!fits(idx, r, e.stages + 1, minMax ? 0 : lat + 2 * x + e.cost,
+                      period)) {
+              allFit = false;
+              continue;
+            }
+            consider(cost, b1, w, e.stages + 1, r);
+          }
+          if (allFit)
+            break;
         }
       }
       at(b, v) = best;
@@ -404,8 +465,9 @@ ChunkDP::PathTime ChunkDP::pathTime(int first) const {
   while (b < B) {
     const Entry &e = table[size_t(b) * V + v];
     size_t idx = stageIndex(v, b, e.next);
-    t.latency += unitTime[idx] * m;
-    t.period = std::max(t.period, steady * unitTime[idx] * m);
+    double unit = (e.recompute ? unitTimeR : unitTime)[idx];
+    t.latency += unit * m;
+    t.period = std::max(t.period, steady * unit * m);
     t.allReduce = std::max(t.allReduce, allReduce[idx]);
     if (e.next < B) {
       double x = commTime(v, e.nextChunk, e.next);
@@ -747,6 +809,15 @@ llvm::Expected<PartitionPlan> strait::planPartition(
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "cluster '" + cluster.name +
                                        "' has no devices");
+  // Auto recomputes only when nothing fits without it: a plan that fits
+  // as it is stays the same.
+  if (options.recompute == RecomputeMode::Auto) {
+    PlannerOptions plain = options;
+    plain.recompute = RecomputeMode::None;
+    llvm::Expected<PartitionPlan> first = planPartition(graph, cluster, plain);
+    if (!first || first->feasible)
+      return first;
+  }
   llvm::Expected<CoarseGraph> coarse =
       coarsenGraph(graph, cluster, options.maxBlocks);
   if (!coarse)
@@ -804,6 +875,8 @@ std::string strait::formatPlan(const PartitionPlan &plan,
         "bwd {6:f4} s allreduce {7:f4} s mem {8}/{9}",
         j, s.firstBlock, s.endBlock, s.devices.size(), devs, s.fwdTime,
         s.bwdTime, s.allReduceTime, gib(s.peakMemory), gib(s.capacity));
+    if (s.recompute)
+      out += " recompute";
     if (s.tiedExchangeTime > 0)
       out += llvm::formatv(" tied-gradient exchange {0:f4} s", s.tiedExchangeTime);
     if (j + 1 < plan.stages.size())

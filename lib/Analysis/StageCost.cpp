@@ -38,23 +38,61 @@ PlanContext::PlanContext(const CoarseGraph &graph, const ClusterModel &cluster,
   paramPrefix = prefix([&](unsigned b) { return graph.blocks[b].paramBytes; });
   actPrefix =
       prefix([&](unsigned b) { return graph.blocks[b].activationBytes; });
-  workTable.emplace_back(n, 0);
-  for (unsigned b = 0; b < n; ++b)
-    workTable[0][b] = graph.blocks[b].workingBytes;
-  for (unsigned k = 1; (1u << k) <= n; ++k) {
-    const std::vector<double> &prev = workTable[k - 1];
-    std::vector<double> row(n - (1u << k) + 1);
-    for (unsigned b = 0; b < row.size(); ++b)
-      row[b] = std::max(prev[b], prev[b + (1u << (k - 1))]);
-    workTable.push_back(std::move(row));
+  // A span [from, to] is read by a stage [b0, b1) that holds one of blocks
+  // from + 1 .. to: b0 <= to and b1 >= from + 2. A 2-D difference array
+  // over (b0, b1), then prefix sums.
+  inputTable.assign(size_t(n + 1) * (n + 1), 0);
+  for (const CoarseGraph::Span &s : graph.spans) {
+    if (s.to <= s.from || s.from + 2 > n)
+      continue;
+    inputTable[size_t(0) * (n + 1) + s.from + 2] += s.bytes;
+    if (s.to + 1 <= n)
+      inputTable[size_t(s.to + 1) * (n + 1) + s.from + 2] -= s.bytes;
+  }
+  for (unsigned b0 = 0; b0 <= n; ++b0)
+    for (unsigned b1 = 1; b1 <= n; ++b1)
+      inputTable[size_t(b0) * (n + 1) + b1] += inputTable[size_t(b0) * (n + 1) + b1 - 1];
+  for (unsigned b0 = 1; b0 <= n; ++b0)
+    for (unsigned b1 = 0; b1 <= n; ++b1)
+      inputTable[size_t(b0) * (n + 1) + b1] += inputTable[size_t(b0 - 1) * (n + 1) + b1];
+  std::vector<double> working, activation;
+  for (const CoarseGraph::Block &blk : graph.blocks) {
+    working.push_back(blk.workingBytes);
+    activation.push_back(blk.activationBytes);
+  }
+  workingMax = RangeMax(std::move(working));
+  activationMax = RangeMax(std::move(activation));
+}
+
+PlanContext::RangeMax::RangeMax(std::vector<double> values) {
+  size_t n = values.size();
+  table.push_back(std::move(values));
+  for (unsigned k = 1; (size_t(1) << k) <= n; ++k) {
+    const std::vector<double> &prev = table[k - 1];
+    std::vector<double> row(n - (size_t(1) << k) + 1);
+    for (size_t b = 0; b < row.size(); ++b)
+      row[b] = std::max(prev[b], prev[b + (size_t(1) << (k - 1))]);
+    table.push_back(std::move(row));
   }
 }
 
-double PlanContext::workingMax(unsigned b0, unsigned b1) const {
+double PlanContext::RangeMax::operator()(unsigned b0, unsigned b1) const {
   if (b1 <= b0)
     return 0;
   unsigned k = 31 - __builtin_clz(b1 - b0);
-  return std::max(workTable[k][b0], workTable[k][b1 - (1u << k)]);
+  return std::max(table[k][b0], table[k][b1 - (1u << k)]);
+}
+
+double PlanContext::keptBytes(unsigned b0, unsigned b1, bool recompute) const {
+  if (!recompute)
+    return rangeSum(actPrefix, b0, b1);
+  return inputTable[size_t(b0) * (numBlocks() + 1) + b1];
+}
+
+double PlanContext::workingBytes(unsigned b0, unsigned b1, bool recompute) const {
+  // Recomputing, the backward of one block holds that block's activations
+  // again (the stage's largest) while it runs.
+  return workingMax(b0, b1) + (recompute ? activationMax(b0, b1) : 0);
 }
 
 Chunk PlanContext::makeChunk(std::vector<unsigned> devices) const {
@@ -106,7 +144,7 @@ double PlanContext::shareOf(unsigned b0, unsigned b1, const Chunk &chunk,
 }
 
 StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
-                                 double m) const {
+                                 double m, bool recompute) const {
   StageCost cost;
   double total = 0;
   for (auto [c, count] : chunk.classes) {
@@ -118,13 +156,15 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
   const MemoryOptions &mem = options.memory;
   double state = cost.paramBytes * (1 + mem.gradBytesPerParamByte +
                                     mem.optimizerBytesPerParamByte);
-  double act = rangeSum(actPrefix, b0, b1);
-  double work = workingMax(b0, b1);
+  double act = keptBytes(b0, b1, recompute);
+  double work = workingBytes(b0, b1, recompute);
   for (auto [c, count] : chunk.classes) {
     double f = rangeSum(fwdPrefix[c], b0, b1), b = rangeSum(bwdPrefix[c], b0, b1);
+    // The micro-batch split follows speed without recomputation, as the
+    // exporter slices it; recomputing adds one forward to every backward.
     double share = (f + b > 0 ? 1 / (f + b) : 1) / total;
     cost.fwd = std::max(cost.fwd, m * share * f);
-    cost.bwd = std::max(cost.bwd, m * share * b);
+    cost.bwd = std::max(cost.bwd, m * share * (recompute ? b + f : b));
     cost.update = std::max(cost.update, rangeSum(updatePrefix[c], b0, b1));
     double room = capacity(c) - state - work * m * share;
     double perMicro = act * m * share;
@@ -154,13 +194,15 @@ double PlanContext::capacity(unsigned cls) const {
 }
 
 double PlanContext::memory(unsigned b0, unsigned b1, const Chunk &chunk,
-                           unsigned cls, double m, double inFlight) const {
+                           unsigned cls, double m, double inFlight,
+                           bool recompute) const {
   const MemoryOptions &mem = options.memory;
   double state = paramBytes(b0, b1) *
                  (1 + mem.gradBytesPerParamByte + mem.optimizerBytesPerParamByte);
   // What the in-flight micro-batches keep, plus one block's working set.
-  return state + (rangeSum(actPrefix, b0, b1) * inFlight + workingMax(b0, b1)) * m *
-                     shareOf(b0, b1, chunk, cls);
+  return state + (keptBytes(b0, b1, recompute) * inFlight +
+                   workingBytes(b0, b1, recompute)) *
+                      m * shareOf(b0, b1, chunk, cls);
 }
 
 CommCost PlanContext::comm(const Chunk &from, const Chunk &to) const {

@@ -54,9 +54,11 @@ public:
               const PlannerOptions &options);
 
   Chunk makeChunk(std::vector<unsigned> devices) const;
-  /// Stage of blocks [b0, b1) on the chunk, micro-batch of m samples.
+  /// Stage of blocks [b0, b1) on the chunk, micro-batch of m samples;
+  /// `recompute`: the backward first re-runs the forward of each block
+  /// (its time is in bwd), and in flight only the blocks' inputs are kept.
   StageCost stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
-                      double m) const;
+                      double m, bool recompute = false) const;
   CommCost comm(const Chunk &from, const Chunk &to) const;
   double commTime(const CommCost &c, unsigned cutAfter, double m) const;
   /// Micro-batches whose activations a stage keeps. 1F1B warms up with
@@ -75,7 +77,11 @@ public:
   }
   /// Memory of one replica of class c holding inFlight micro-batches.
   double memory(unsigned b0, unsigned b1, const Chunk &chunk, unsigned cls,
-                double m, double inFlight) const;
+                double m, double inFlight, bool recompute = false) const;
+  /// Per sample: what one in-flight micro-batch keeps in blocks [b0, b1),
+  /// and the working set on top of it while one block runs.
+  double keptBytes(unsigned b0, unsigned b1, bool recompute) const;
+  double workingBytes(unsigned b0, unsigned b1, bool recompute) const;
   double capacity(unsigned cls) const;
   double shareOf(unsigned b0, unsigned b1, const Chunk &chunk,
                  unsigned cls) const;
@@ -97,12 +103,21 @@ private:
                   unsigned b1) const {
     return prefix[b1] - prefix[b0];
   }
-  /// The largest Block::workingBytes in [b0, b1) (sparse table, O(1)).
-  double workingMax(unsigned b0, unsigned b1) const;
+  /// The largest of per-block values in a block range (sparse table, O(1)).
+  struct RangeMax {
+    /// table[k][b]: the largest value in [b, b + 2^k).
+    std::vector<std::vector<double>> table;
+    explicit RangeMax(std::vector<double> values);
+    double operator()(unsigned b0, unsigned b1) const;
+  };
   std::vector<std::vector<double>> fwdPrefix, bwdPrefix, updatePrefix;
   std::vector<double> paramPrefix, actPrefix;
-  /// workTable[k][b]: the largest workingBytes in [b, b + 2^k).
-  std::vector<std::vector<double>> workTable;
+  /// inputTable[b0 * (B + 1) + b1]: bytes per sample of the values that
+  /// enter blocks [b0, b1) from earlier blocks or pass through them, each
+  /// once: what a recomputing stage keeps per in-flight micro-batch.
+  std::vector<double> inputTable;
+  /// Block::workingBytes and Block::activationBytes.
+  RangeMax workingMax{{}}, activationMax{{}};
 };
 
 /// Iteration time of a pipeline under the shared model (see docs):

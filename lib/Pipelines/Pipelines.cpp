@@ -103,6 +103,9 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   assign.schedule = o.schedule;
   assign.allReduceBucketMib = o.allReduceBucketMib;
   assign.localSteps = o.localSteps;
+  // The planner's choice of recomputing stages is applied by the pass, on
+  // the stage-assigned step (graph-recompute-blocks' transformation).
+  assign.recompute = o.recompute;
   pm.addPass(dist::createDistAssignStages(assign));
   dist::DistInsertCommOptions comm;
   comm.cluster = o.cluster;

@@ -303,6 +303,13 @@ cl::opt<Remat> rematerialize(
                           "reading it (the default)"),
                clEnumValN(Remat::On, "true", "always"), clEnumValN(Remat::Off, "false", "never")),
     cl::init(Remat::Auto), cl::cat(straitCat));
+cl::opt<std::string> recompute(
+    "recompute",
+    cl::desc("With a loss: recompute each block's forward right before its backward, so that "
+             "in-flight micro-batches keep only the blocks' inputs: auto (only the stages of a "
+             "plan that fits no other way; plans that fit are unchanged; the default), full "
+             "(every stage) or none (docs/planner.md, \"Activation recomputation\")"),
+    cl::init("auto"), cl::cat(straitCat));
 cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false), cl::cat(straitCat));
@@ -481,6 +488,10 @@ LogicalResult writePlanTrace(const std::optional<strait::SimulationResult> &time
 }
 
 /// The Strait pipeline's options (lib/Pipelines) from the flags.
+/// --recompute as the planner applies it: a forward-only graph has no
+/// backward to recompute in.
+std::string effectiveRecompute() { return loss.empty() ? "none" : recompute.getValue(); }
+
 void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.cluster = clusterFile.getValue();
   popts.strategy = strait::stringifyStrategy(strategy).str();
@@ -515,6 +526,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.compress = compress.getValue();
   popts.allReduceBucketMib = allReduceBucketMib.getValue();
   popts.localSteps = localSteps.getValue();
+  popts.recompute = effectiveRecompute();
   popts.compressLink = std::vector<std::string>(compressLink.begin(), compressLink.end());
   popts.adaptiveTopk = adaptiveTopk.getValue();
   popts.fuse = fuse.getValue();
@@ -553,6 +565,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   sopts.microBatches = microBatches;
   sopts.schedule = schedule;
   sopts.localSteps = localSteps;
+  sopts.recompute = popts.recompute;
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
     return failure();
@@ -776,6 +789,16 @@ int main(int argc, char **argv) {
     llvm::errs() << "straitc: --local-steps must be at least 1 (got " << localSteps << ")\n";
     return 1;
   }
+  if (recompute != "auto" && recompute != "none" && recompute != "full") {
+    llvm::errs() << "straitc: --recompute must be auto, full or none (got '" << recompute
+                 << "')\n";
+    return 1;
+  }
+  if (recompute == "full" && loss.empty()) {
+    llvm::errs() << "straitc: --recompute full needs a training step (--loss): a forward-only "
+                    "graph keeps no activations for a backward\n";
+    return 1;
+  }
   if (compressedAdam.getNumOccurrences()) {
     const char *why = nullptr;
     if (compressedAdam < 1)
@@ -870,6 +893,7 @@ int main(int argc, char **argv) {
       sopts.microBatches = microBatches;
       sopts.schedule = schedule;
       sopts.localSteps = localSteps;
+      sopts.recompute = effectiveRecompute();
       llvm::Expected<strait::dist::StagePlanResult> staged =
           strait::dist::computeStagePlan(func, sopts);
       if (!staged) {
@@ -883,6 +907,9 @@ int main(int argc, char **argv) {
       popts.strategy = strategy;
       popts.globalBatch = globalBatch.getValue();
       popts.localSteps = static_cast<unsigned>(localSteps.getValue());
+      popts.recompute = effectiveRecompute() == "full"   ? strait::RecomputeMode::Full
+                        : effectiveRecompute() == "auto" ? strait::RecomputeMode::Auto
+                                                         : strait::RecomputeMode::None;
       if (schedule == "gpipe")
         popts.schedules = {strait::Schedule::GPipe};
       else if (schedule == "1f1b")

@@ -25,6 +25,10 @@ namespace strait {
 
 enum class Schedule { GPipe, OneFOneB };
 enum class PlannerStrategy { Strait, Uniform, PipeDream, DTFM };
+/// Block-level activation recomputation (docs/planner.md, "Activation
+/// recomputation"): none; full, every stage; auto, only where nothing fits
+/// without it, and then only in the stages that do not fit.
+enum class RecomputeMode { None, Auto, Full };
 llvm::StringRef stringifySchedule(Schedule schedule);
 llvm::StringRef stringifyStrategy(PlannerStrategy strategy);
 
@@ -68,6 +72,9 @@ struct PlannerOptions {
   /// inter-island phase of their hierarchical all-reduce costs 1/H per
   /// iteration (the intra-island reduction still runs every iteration).
   unsigned localSteps = 1;
+  /// Which stages keep only their blocks' inputs per in-flight micro-batch
+  /// and recompute each block's forward before its backward.
+  RecomputeMode recompute = RecomputeMode::None;
 };
 
 /// The layer-coarsened graph: a chain of blocks in topological order.
@@ -86,6 +93,15 @@ struct CoarseGraph {
   /// cutBytes[i]: bytes per sample on edges crossing the cut after block i
   /// (an edge spanning several cuts is relayed and counted at each).
   std::vector<double> cutBytes;
+  /// Values passed between blocks: produced in block `from`, read up to
+  /// block `to` (> from), bytes per sample. A stage that recomputes keeps,
+  /// per in-flight micro-batch, the values entering any of its blocks, each
+  /// once however many of its blocks read it.
+  struct Span {
+    unsigned from = 0, to = 0;
+    double bytes = 0;
+  };
+  std::vector<Span> spans;
   /// Weights whose users fall in several blocks (CostGraph::sharedWeights):
   /// a stage holding one of `blocks` but not the first holds a copy.
   struct TiedWeight {
@@ -128,6 +144,9 @@ struct StagePlan {
   double peakMemory = 0, capacity = 0;
   unsigned peakMemoryDevice = 0;
   unsigned inFlight = 0; ///< micro-batches whose activations are alive
+  /// The stage recomputes its blocks' forward in the backward (bwdTime
+  /// includes it; in flight, only the blocks' inputs are kept).
+  bool recompute = false;
 };
 
 struct PartitionPlan {

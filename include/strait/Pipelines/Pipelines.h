@@ -165,6 +165,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("pipeline schedule: auto, gpipe or 1f1b"),
                                llvm::cl::init("auto")};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("activation recomputation (dist-assign-stages): none, auto (the stages of "
+                     "a plan that fits no other way) or full"),
+      llvm::cl::init("none")};
   Option<std::string> compress{
       *this, "compress",
       llvm::cl::desc("codecs on slow links: none, auto (needs cluster), or "

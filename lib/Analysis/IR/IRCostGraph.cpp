@@ -237,19 +237,20 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     if (weightsOnly && !weights.empty())
       for (Value r : op.getResults())
         derivedFrom[r] = weights;
-    // Ops without weights of their own follow their inputs' layer. A value
-    // computed from weights only is no transfer (it is recomputed by its
-    // users' stage, like dist-assign-stages places it).
+    // Ops without weights of their own follow their inputs' latest layer
+    // (a residual Add joins its block's branch, not the stream it adds to).
+    // A value computed from weights only is no transfer (it is recomputed
+    // by its users' stage, like dist-assign-stages places it).
+    int inherited = -1;
     for (Value v : op.getOperands()) {
       auto it = producer.find(v);
       if (it == producer.end() || derivedFrom.count(v))
         continue;
-      if (layer < 0)
-        layer = std::max(layer, g.nodes[it->second].layer);
+      inherited = std::max(inherited, g.nodes[it->second].layer);
       g.addEdge(it->second, id, strait::detail::bytesOf(TypeRange(v.getType())),
                 cast<OpResult>(v).getResultNumber());
     }
-    n.layer = layer;
+    n.layer = layer < 0 ? inherited : layer;
     // A forward op of a training step with no backward op costs nothing
     // backward (it is off every path to a trainable weight).
     if (training)

@@ -157,6 +157,7 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
         {"send_s", s.sendTime},
         {"peak_memory_bytes", s.peakMemory},
         {"in_flight", (int64_t)s.inFlight},
+        {"recompute", s.recompute},
         {"capacity_bytes", s.capacity},
     };
     if (i + 1 < p.stages.size())

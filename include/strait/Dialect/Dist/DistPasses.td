@@ -56,12 +56,17 @@ def DistAssignStages : Pass<"dist-assign-stages", "::mlir::ModuleOp"> {
            "local steps H: the replicas of a stage that span several islands average "
            "across islands every H steps, so the planner costs that phase once per H steps">,
     Option<"schedule", "schedule", "std::string", "\"auto\"",
-           "pipeline schedule: auto (the planner's choice), gpipe or 1f1b">
+           "pipeline schedule: auto (the planner's choice), gpipe or 1f1b">,
+    Option<"recompute", "recompute", "std::string", "\"none\"",
+           "activation recomputation: none, full (every stage) or auto (only the stages "
+           "of a plan that fits no other way); the chosen stages' blocks are recomputed "
+           "in their backward (graph-recompute-blocks)">
   ];
   let statistics = [
     Statistic<"numCloned", "num-cloned", "Constants and reads cloned into other stages">,
     Statistic<"numReplicated", "num-replicated",
-              "Trained variables (and optimizer states) copied into every stage reading them">
+              "Trained variables (and optimizer states) copied into every stage reading them">,
+    Statistic<"numRecomputed", "num-recomputed", "Blocks recomputed in their backward">
   ];
   let dependentDialects = ["::strait::dist::DistDialect"];
 }

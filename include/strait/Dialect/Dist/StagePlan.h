@@ -38,6 +38,8 @@ struct StagePlanOptions {
   double allReduceBucketBytes = 256.0 * 1048576;
   /// Local steps (PlannerOptions::localSteps).
   int64_t localSteps = 1;
+  /// "none", "auto" or "full" (PlannerOptions::recompute).
+  std::string recompute = "none";
 };
 
 struct StagePlanResult {
@@ -60,6 +62,8 @@ struct StagePlanResult {
   /// micro-batches - 1: enough to cover a micro-batch's round trip through
   /// the rest of the pipeline); empty without a planner or under GPipe.
   std::vector<int64_t> warmup;
+  /// Per stage: its blocks are recomputed in the backward.
+  std::vector<bool> recompute;
 };
 
 /// Computes the plan of `func`. Errors (bad cluster file, infeasible plan,

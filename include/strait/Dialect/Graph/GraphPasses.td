@@ -395,4 +395,34 @@ def GraphFuseLossGrad : Pass<"graph-fuse-loss-grad", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphRecomputeBlocks : Pass<"graph-recompute-blocks", "::mlir::func::FuncOp"> {
+  let summary = "Recompute each block's forward right before its backward";
+  let description = [{
+    On a training step: the forward ops are grouped into blocks as the
+    planner's coarsening does (by the layer key of the weights they read,
+    `model.layers.3`). In every block, the forward ops that the block's own
+    backward reads (and what they derive from inside the block) are cloned
+    right before the block's first backward op; the clones carry that op's
+    graph.grad_of (so stage assignment, the micro-batch split and 1F1B put
+    them in the backward task of the same micro-batch and stage) and
+    graph.recomputed. Between a micro-batch's forward and its backward only
+    the blocks' inputs then stay alive. Exact: the clones are the same ops
+    on the same inputs. Blocks with random ops (Dropout, RandomUniformLike,
+    RandomNormalLike, Bernoulli) are left alone with a warning. straitc
+    applies the same transformation to the stages the planner chooses
+    (`--recompute auto|full`, in dist-assign-stages); this pass recomputes
+    every block. See docs/training.md, "Activation recomputation".
+
+    ```
+    strait-opt --graph-build-training-step='loss=mse' --graph-recompute-blocks step.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numBlocks", "num-blocks", "Blocks recomputed">,
+    Statistic<"numCloned", "num-cloned", "Forward ops cloned into the backward pass">,
+    Statistic<"numRefused", "num-refused", "Blocks left alone: they draw random numbers">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 #endif // STRAIT_DIALECT_GRAPH_GRAPHPASSES_TD

@@ -28,6 +28,7 @@
 #include "strait/Dialect/Dist/DistPasses.h"
 #include "strait/Dialect/Dist/StagePlan.h"
 #include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Dialect/Graph/Recompute.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -246,6 +247,7 @@ void AssignStagesPass::runOnOperation() {
   options.schedule = schedule;
   options.allReduceBucketBytes = allReduceBucketMib * 1048576.0;
   options.localSteps = localSteps;
+  options.recompute = recompute;
   llvm::Expected<StagePlanResult> plan = computeStagePlan(func, options);
   if (!plan) {
     func.emitError() << "cannot plan @main: " << llvm::toString(plan.takeError());
@@ -264,6 +266,18 @@ void AssignStagesPass::runOnOperation() {
   placeLeaves(func, stageOf);
   for (auto [op, stage] : stageOf)
     setStage(op, stage);
+  // The stages the plan recomputes (the clones take their op's stage).
+  if (llvm::is_contained(plan->recompute, true)) {
+    auto select = [&](Operation *op) {
+      auto it = stageOf.find(op);
+      return it != stageOf.end() && size_t(it->second) < plan->recompute.size() &&
+             plan->recompute[it->second];
+    };
+    FailureOr<graph::RecomputeResult> r = graph::recomputeBlocks(func, select);
+    if (failed(r))
+      return signalPassFailure();
+    numRecomputed += r->blocks;
+  }
 
   MLIRContext *ctx = &getContext();
   Builder b(ctx);

@@ -45,6 +45,8 @@ static void fillStages(StagePlanResult &out, const PartitionPlan &plan,
   }
   out.oneFOneB = plan.schedule == Schedule::OneFOneB;
   out.microBatches = plan.microBatches;
+  for (const StagePlan &s : plan.stages)
+    out.recompute.push_back(s.recompute);
   if (out.oneFOneB)
     for (const StagePlan &s : plan.stages)
       out.warmup.push_back(std::max<int64_t>(0, int64_t(s.inFlight) - 1));
@@ -135,6 +137,9 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
   popts.strategy = *strategy;
   popts.globalBatch = o.globalBatch;
   popts.localSteps = static_cast<unsigned>(std::max<int64_t>(1, o.localSteps));
+  popts.recompute = o.recompute == "full"   ? RecomputeMode::Full
+                    : o.recompute == "auto" ? RecomputeMode::Auto
+                                            : RecomputeMode::None;
   // More than one micro-batch asked for: the planner uses that count.
   if (o.microBatches > 1)
     popts.microBatchCounts = {static_cast<unsigned>(o.microBatches)};
@@ -215,6 +220,8 @@ static llvm::Expected<StagePlanResult> explicitPlan(func::FuncOp func,
   }
   out.microBatches = o.microBatches;
   out.oneFOneB = o.schedule != "gpipe";
+  // Without a planner, only "full" recomputes (every stage).
+  out.recompute.assign(numStages, o.recompute == "full");
   out.text = std::move(text);
   out.json = json::Object{{"strategy", "explicit"},
                           {"schedule", out.oneFOneB ? "1f1b" : "gpipe"},
@@ -227,6 +234,8 @@ llvm::Expected<StagePlanResult>
 strait::dist::computeStagePlan(func::FuncOp func, const StagePlanOptions &options) {
   if (options.schedule != "auto" && options.schedule != "gpipe" && options.schedule != "1f1b")
     return planError("unknown schedule '" + options.schedule + "' (auto, gpipe or 1f1b)");
+  if (options.recompute != "none" && options.recompute != "auto" && options.recompute != "full")
+    return planError("unknown recompute mode '" + options.recompute + "' (none, auto or full)");
   if (!options.clusterFile.empty()) {
     if (!options.boundaries.empty())
       return planError("give either a cluster or boundaries, not both");
