@@ -13,20 +13,23 @@ step (parameters, m, v, error-feedback residuals). References:
     p_t = p_{t-1} - lr (m_t / (1 - beta1^t)) / (sqrt(v_3 / (1 - beta2^3)) + eps), to 1e-5;
   - resuming from the checkpoints of step 2 (inside the warm-up) and step 4 ends bit-identical
     to the uninterrupted run;
-  - bad flags fail naming the flag; --compress auto with AdamW gives the gradients int4 on a
-    slow link, and top-k once --compressed-adam freezes the second moment.
+  - bad flags fail naming the flag, a program whose all-reduce has exact_steps but no "step"
+    input fails to load naming the step and rank; --compress auto with AdamW gives the
+    gradients int4 on a slow link, and top-k once --compressed-adam freezes the second moment.
 """
 from __future__ import annotations
 
 import math
 import os
 import re
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from jobutil import GPT2_TINY, STRAITC, STRAIT_RUN, cpu_cluster, needs_gpt2_tiny, run, write_tokens
+from jobutil import (GPT2_TINY, PROTO_DIR, STRAITC, STRAIT_RUN, cpu_cluster, needs_gpt2_tiny, run,
+                     write_tokens)
 
 pytestmark = needs_gpt2_tiny()
 
@@ -169,3 +172,30 @@ def test_auto_gives_adamw_gradients_top_k_only_when_compressed(env):
     # An explicit top-k under AdamW with a live second moment compiles, with a warning.
     _, explicit = compile_job(d, "explicit", "--compress", "topk:0.01:int8")
     assert "straitc --compressed-adam N freezes it" in explicit.stderr, explicit.stderr
+
+
+def test_exact_steps_without_a_step_input_is_a_load_error(env):
+    d, data, job = env
+    bad = d / "no-step"
+    shutil.copytree(job, bad, ignore=shutil.ignore_patterns("logs", "rendezvous"))
+    pb = bad / "rank1.program.pb"
+    with open(pb, "rb") as f:
+        p = subprocess.run(["protoc", "--decode=strait.program.Program", "-I", PROTO_DIR,
+                            "strait_program.proto"], stdin=f, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    text = p.stdout.decode()
+    assert 'name: "step"' in text and "exact_steps: 3" in text
+    text = text.replace('name: "step"', 'name: "iteration"')
+    p = subprocess.run(["protoc", "--encode=strait.program.Program", "-I", PROTO_DIR,
+                        "strait_program.proto"], input=text.encode(), capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    pb.write_bytes(p.stdout)
+    r = subprocess.run([STRAIT_RUN, str(bad), "--steps", "2", "--data", str(data), "--data-format",
+                        "tokens-u16", "--threads", "1", "--timeout-ms", "60000"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    log = (bad / "logs" / "rank1.log").read_text()
+    assert "all_reduce.codec.exact_steps = 3 needs the program's i64 scalar input 'step'" in log, \
+        log[-2000:]
+    assert "rank 1" in log, log[-2000:]
