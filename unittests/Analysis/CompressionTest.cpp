@@ -64,8 +64,9 @@ TEST(Compression, ParsesCodecsAndOverrides) {
   Codec ef = make(CodecKind::Int8);
   ef.errorFeedback = true;
   EXPECT_EQ(formatCodec(ef, /*withFeedback=*/true), "int8+ef");
-  EXPECT_EQ(llvm::toString(parseCodec("int3").takeError()),
-            "unknown codec 'int3' (expected none, fp16, bf16, int8, int4 or topk:RATIO)");
+  EXPECT_EQ(llvm::toString(parseCodec("int5").takeError()),
+            "unknown codec 'int5' (expected none, fp16, bf16, int8, int4, int3, int2, "
+            "topk:RATIO or aqsgd:BITS)");
   EXPECT_EQ(llvm::toString(parseCodec("topk:0").takeError()),
             "topk needs a ratio in (0, 1], e.g. topk:0.01; got '0'");
   EXPECT_EQ(llvm::toString(parseCodec("int8:0.5").takeError()),
@@ -260,3 +261,36 @@ TEST(Compression, PlanAndSimulatorAccountForCodecs) {
 }
 
 } // namespace
+
+// AQ-SGD: aqsgd:BITS[:GRAD], the delta's bits and the activation
+// gradients' plain codec (default int8); the size model is the steady
+// state's; activation gradients get GRAD, weight gradients nothing.
+TEST(Compression, ParsesAqSgdAndResolvesItPerPayload) {
+  llvm::Expected<Codec> a = parseCodec("aqsgd:2");
+  ASSERT_TRUE(!!a);
+  EXPECT_EQ(a->kind, CodecKind::AqSgd);
+  EXPECT_EQ(a->valueBits, 2u);
+  EXPECT_EQ(a->backward, CodecKind::Int8);
+  EXPECT_EQ(formatCodec(*a), "aqsgd:2:int8");
+  llvm::Expected<Codec> b = parseCodec("aqsgd:3:int4");
+  ASSERT_TRUE(!!b);
+  EXPECT_EQ(formatCodec(*b), "aqsgd:3:int4");
+  EXPECT_FALSE(*a == *b);
+  for (const char *bad : {"aqsgd", "aqsgd:1", "aqsgd:8", "aqsgd:x"})
+    EXPECT_NE(llvm::toString(parseCodec(bad).takeError()).find("needs BITS 2, 3 or 4"),
+              std::string::npos)
+        << bad;
+  for (const char *bad : {"aqsgd:2:topk:0.1", "aqsgd:2:aqsgd:2", "aqsgd:2:int9"})
+    EXPECT_NE(llvm::toString(parseCodec(bad).takeError()).find("aqsgd:BITS:GRAD quantizes"),
+              std::string::npos)
+        << bad;
+  // 1024 f32 in blocks of 256: 2 bits 256 + 16, int3 384 + 16.
+  EXPECT_EQ(encodedBytes(*a, 1024), 256 + 16);
+  EXPECT_EQ(encodedBytes(make(CodecKind::Int3), 1024), 384 + 16);
+  EXPECT_EQ(encodedBytes(make(CodecKind::Int2), 1024), 256 + 16);
+  EXPECT_EQ(codecForPayload(*b, Payload::Activation), *b);
+  EXPECT_EQ(codecForPayload(*b, Payload::ActivationGradient).kind, CodecKind::Int4);
+  EXPECT_TRUE(codecForPayload(*b, Payload::WeightGradient).isNone());
+  EXPECT_EQ(codecForPayload(make(CodecKind::Int8), Payload::WeightGradient).kind,
+            CodecKind::Int8);
+}
