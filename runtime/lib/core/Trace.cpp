@@ -144,42 +144,41 @@ void record(std::string name, const char *cat, int64_t startNs, int64_t endNs,
   events.push_back({std::move(name), cat, startNs, endNs, tid, std::move(args)});
 }
 
-Span::Span(const char *cat, std::string name) : cat(cat), name(std::move(name)) {
+Span::Span(const char *cat, std::string name) {
   if (on())
-    start = nowNs();
+    state.reset(new State{cat, std::move(name), {}, nowNs()});
 }
 
-Span::Span(Span &&other) noexcept
-    : cat(other.cat), name(std::move(other.name)), args(std::move(other.args)),
-      start(other.start) {
-  other.start = 0;
-}
-
-Span::~Span() {
-  if (start)
-    record(std::move(name), cat, start, nowNs(), std::move(args));
+void Span::finish() {
+  int64_t end = nowNs();
+  record(std::move(state->name), state->cat, state->start, end, std::move(state->args));
+  state.reset();
 }
 
 void Span::restart() {
-  if (start)
-    start = nowNs();
+  if (state)
+    state->start = nowNs();
 }
 
 Span &Span::arg(const char *key, double value) {
-  if (start)
-    addMember(args, key, number(value));
+  if (state)
+    addMember(state->args, key, number(value));
+  return *this;
+}
+
+Span &Span::arg(const char *key, int64_t value) {
+  if (state)
+    addMember(state->args, key, std::to_string(value));
   return *this;
 }
 
 Span &Span::arg(const char *key, const std::string &value) {
-  if (start)
-    addMember(args, key, quote(value));
+  if (state)
+    addMember(state->args, key, quote(value));
   return *this;
 }
 
-Span kernelSpan(const program::Kernel &kernel, int step, int microBatch) {
-  if (!on())
-    return Span();
+Span kernelSpanOf(const program::Kernel &kernel, int step, int microBatch) {
   const std::string &op = kernel.op();
   bool optimizer = op == "AdamW" || op == "Adam" || op == "Adagrad" || op == "Momentum" ||
                    op == "SGD" || op == "Sgd";
@@ -200,7 +199,7 @@ Span kernelSpan(const program::Kernel &kernel, int step, int microBatch) {
 
 Span commSpanOf(const program::Step &step, int index, uint64_t bytes) {
   auto common = [&](Span &s, const program::CodecParams &codec) {
-    s.arg("step", index).arg("bytes", static_cast<double>(bytes)).arg("codec", codecName(codec.codec()));
+    s.arg("step", index).arg("bytes", static_cast<int64_t>(bytes)).arg("codec", codecName(codec.codec()));
     if (step.has_micro_batch() && step.micro_batch() >= 0)
       s.arg("micro_batch", step.micro_batch());
   };
@@ -238,11 +237,9 @@ Span commSpanOf(const program::Step &step, int index, uint64_t bytes) {
   return s;
 }
 
-Span codecSpan(const char *what, program::Codec codec, int64_t numel) {
-  if (!on())
-    return Span();
+Span codecSpanOf(const char *what, program::Codec codec, int64_t numel) {
   Span s("codec", std::string(what) + " " + codecName(codec));
-  s.arg("codec", codecName(codec)).arg("elements", static_cast<double>(numel));
+  s.arg("codec", codecName(codec)).arg("elements", numel);
   s.restart();
   return s;
 }

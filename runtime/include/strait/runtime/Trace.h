@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,27 +68,40 @@ class Span {
 public:
   Span() = default;
   Span(const char *cat, std::string name);
-  Span(Span &&other) noexcept;
+  Span(Span &&other) noexcept = default;
   Span &operator=(Span &&) = delete;
-  ~Span();
-  bool active() const { return start != 0; }
+  ~Span() {
+    if (state)
+      finish();
+  }
+  bool active() const { return state != nullptr; }
   Span &arg(const char *key, double value);
+  Span &arg(const char *key, int64_t value);
+  Span &arg(const char *key, int value) { return arg(key, static_cast<int64_t>(value)); }
   Span &arg(const char *key, const std::string &value);
-  int64_t getStart() const { return start; }
+  Span &arg(const char *key, const char *value) { return arg(key, std::string(value)); }
   /// Starts an active span again now: after building its arguments, so
   /// that their cost is not the span's.
   void restart();
 
 private:
-  const char *cat = nullptr;
-  std::string name, args;
-  int64_t start = 0;
+  struct State {
+    const char *cat;
+    std::string name, args;
+    int64_t start;
+  };
+  void finish();
+  /// Null while inactive: an inactive span costs a null pointer.
+  std::unique_ptr<State> state;
 };
 
 /// A kernel's span: its name (the op when unnamed), op type, program step
 /// index, micro-batch, and a fused chain's member ops. Category "optimizer"
 /// for optimizer updates, "kernel" otherwise.
-Span kernelSpan(const program::Kernel &kernel, int step, int microBatch);
+Span kernelSpanOf(const program::Kernel &kernel, int step, int microBatch);
+inline Span kernelSpan(const program::Kernel &kernel, int step, int microBatch) {
+  return on() ? kernelSpanOf(kernel, step, microBatch) : Span();
+}
 
 /// A communication step's span: send/recv (peer, bytes, codec),
 /// all-reduce (bytes, codec, ranks, islands). `bytes`: the step's tensor
@@ -100,7 +114,10 @@ Span commSpan(const program::Step &step, int index, BytesFn &&bytes) {
 
 /// An encode or decode span of a codec (`what`: "encode" / "decode"):
 /// codec, elements.
-Span codecSpan(const char *what, program::Codec codec, int64_t numel);
+Span codecSpanOf(const char *what, program::Codec codec, int64_t numel);
+inline Span codecSpan(const char *what, program::Codec codec, int64_t numel) {
+  return on() ? codecSpanOf(what, codec, numel) : Span();
+}
 
 /// A transfer's two phases as the transport sees them: from posting until
 /// the peer's side of the message met this one ("wait for peer": mostly the

@@ -1,0 +1,61 @@
+//===- trace_span_bench.cpp - The cost of a trace hook, off and on --------===//
+//
+// strait-trace-span-bench [N]: times N kernel hooks (rt::trace::kernelSpan on
+// a FusedElementwise kernel with member ops, as Executor::launchSegment makes
+// one per kernel) with tracing off and on, and N empty loop iterations as the
+// baseline, all in this run; prints nanoseconds per hook and the ratios.
+// Results: docs/benchmarks.md, "Execution traces".
+//
+//===----------------------------------------------------------------------===//
+#include "strait/runtime/Trace.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+
+using namespace strait;
+using namespace strait::rt;
+
+namespace {
+
+template <class F> double nsPer(long n, F &&f) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < n; ++i)
+    f(i);
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+         n;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  long n = argc > 1 ? std::atol(argv[1]) : 2000000;
+  program::Kernel k;
+  k.set_op("FusedElementwise");
+  k.set_name("node_mul_25");
+  auto &ops = (*k.mutable_attrs())["ops"];
+  for (const char *op : {"Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"})
+    ops.mutable_strings()->add_v(op);
+  volatile long sink = 0;
+  double base = 1e300, off = 1e300, on = 1e300;
+  for (int round = 0; round < 3; ++round) {
+    base = std::min(base, nsPer(n, [&](long i) { sink = sink + i; }));
+    trace::setEnabled(false);
+    off = std::min(off, nsPer(n, [&](long i) {
+                     trace::Span s = trace::kernelSpan(k, 3, 1);
+                     sink = sink + i;
+                   }));
+    trace::setEnabled(true);
+    long m = n / 10; // spans are kept: fewer of them
+    on = std::min(on, nsPer(m, [&](long i) {
+                    trace::Span s = trace::kernelSpan(k, 3, 1);
+                    sink = sink + i;
+                  }));
+    trace::setEnabled(false);
+    trace::take();
+  }
+  std::printf("loop %.2f ns, hook off %.2f ns (+%.2f), hook on %.1f ns (+%.1f) per kernel\n", base,
+              off, off - base, on, on - base);
+  return 0;
+}
