@@ -9,15 +9,23 @@ and prints per codec:
 
   * the gradient bytes a rank sends per step (the transport's "sent" count
     of the last step; with 2 ranks that is the all-reduce alone) and the
-    ratio against the uncompressed run of the same seeds;
+    ratio against the uncompressed run of the same seeds; and the mean over
+    every step of the run and its ratio (they differ for compressed AdamW,
+    whose warm-up steps reduce exact values);
   * the final training loss (mean of the last LAST steps, then over the
     seeds) against the uncompressed run.
 
 No network emulation: the link's speed does not change the arithmetic.
 
+A codec written CODEC+cadam=N (e.g. topk:0.01:int8+cadam=100) compiles with
+`--compress CODEC --compressed-adam N` (AdamW only): N exact warm-up steps,
+then AdamW's second moment frozen and the gradients compressed
+(docs/training.md, "Compressed AdamW").
+
 Usage (from the repository root, after building build/):
   .venv/bin/python bench/compression/quantized_topk.py [--steps 300] [--seeds 1,2,3]
-      [--codecs none,topk:0.01,...] [--optimizer adamw|sgd] [--sgd-lr 0.1]
+      [--codecs none,topk:0.01,topk:0.01:int8+cadam=100,...] [--optimizer adamw|sgd]
+      [--sgd-lr 0.1]
 """
 from __future__ import annotations
 
@@ -64,24 +72,29 @@ def sh(cmd, timeout=1800):
 
 
 def run(tmp, cluster, codec, steps, seed, optimizer, sgd_lr):
-    job = os.path.join(tmp, f"job-{codec.replace(':', '_')}")
+    job = os.path.join(tmp, f"job-{re.sub(r'[^A-Za-z0-9.]', '_', codec)}")
     shutil.rmtree(job, ignore_errors=True)
     opt = (["--optimizer", "adamw", "--lr", LR, "--min-lr", MIN_LR] if optimizer == "adamw" else
            ["--optimizer", "sgd", "--momentum", 0.9, "--lr", sgd_lr, "--min-lr", sgd_lr / 10])
+    codec, _, cadam = codec.partition("+cadam=")
+    if cadam:
+        opt += ["--compressed-adam", cadam]
     sh([STRAITC, MODEL, "--input-shape", f"input_ids={BATCH}x{SEQ}", "--loss", "cross-entropy",
         *opt, "--cluster", cluster, "--global-batch", BATCH * RANKS, "--num-stages", 1,
         "--compress", codec, "--warmup-steps", WARMUP, "--total-steps", steps, "-o", job])
     sh([STRAIT_RUN, job, "--data", DATA, "--data-format", "tokens-u16", "--steps", steps,
         "--seed", seed, "--timeout-ms", 120000])
-    losses, sent = {}, []
+    losses, sent, mean_sent = {}, [], []
     for r in range(RANKS):
         text = open(os.path.join(job, "logs", f"rank{r}.log")).read()
         for it, loss in re.findall(r"iteration (\d+)/\d+ time [0-9.]+ ms loss (\S+)", text):
             losses.setdefault(int(it), []).append(float(loss))
-        last = re.findall(r"iteration \d+/\d+ .* sent (\S+)", text)[-1]
-        sent.append(sum(int(x.split(":")[1]) for x in last.split(",")))
+        per_step = [sum(int(x.split(":")[1]) for x in s.split(","))
+                    for s in re.findall(r"iteration \d+/\d+ .* sent (\S+)", text)]
+        sent.append(per_step[-1])
+        mean_sent.append(statistics.mean(per_step))
     curve = [statistics.mean(losses[i]) for i in sorted(losses)]
-    return statistics.mean(curve[-LAST:]), statistics.mean(sent)
+    return statistics.mean(curve[-LAST:]), statistics.mean(sent), statistics.mean(mean_sent)
 
 
 def main():
@@ -109,20 +122,24 @@ def main():
     print(f"gpt2-tiny, {RANKS} data-parallel ranks, {opt}, {args.steps} steps, "
           f"batch {BATCH}x{SEQ} "
           f"per rank, seeds {seeds}; final loss = mean of the last {LAST} steps")
-    print("| codec | bytes sent per rank and step | vs f32 | final loss | vs none |")
-    print("|---|---|---|---|---|")
+    print("| codec | bytes sent per rank and step (last step) | vs f32 | mean over the run | "
+          "vs f32 | final loss | vs none |")
+    print("|---|---|---|---|---|---|---|")
     base = None
     for codec in codecs:
-        finals, sent = [], []
+        finals, sent, mean_sent = [], [], []
         for seed in seeds:
-            f, s = run(tmp, cluster, codec, args.steps, seed, args.optimizer, args.sgd_lr)
+            f, s, m = run(tmp, cluster, codec, args.steps, seed, args.optimizer, args.sgd_lr)
             finals.append(f)
             sent.append(s)
-        final, bytes_ = statistics.mean(finals), statistics.mean(sent)
+            mean_sent.append(m)
+        final, bytes_, mean_ = (statistics.mean(finals), statistics.mean(sent),
+                                statistics.mean(mean_sent))
         if base is None:
-            base = (final, bytes_)
+            base = (final, bytes_, mean_)
         spread = f" (seeds {min(finals):.4f}-{max(finals):.4f})" if len(seeds) > 1 else ""
-        print(f"| {codec} | {bytes_:.0f} | {base[1] / bytes_:.1f}x | {final:.4f}{spread} | "
+        print(f"| {codec} | {bytes_:.0f} | {base[1] / bytes_:.1f}x | {mean_:.0f} | "
+              f"{base[2] / mean_:.1f}x | {final:.4f}{spread} | "
               f"{100 * (final / base[0] - 1):+.2f}% |", flush=True)
 
 
