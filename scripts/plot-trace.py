@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Draws a job's measured timeline (strait-run --trace) over its predicted one (straitc --trace-plan).
 
-usage: plot-trace.py MEASURED.json [--plan PREDICTED.json] [--iteration N] [-o OUT.png]
+usage: plot-trace.py MEASURED.json [--plan PREDICTED.json] [--iteration N|fastest] [-o OUT.png]
 
-Top: one iteration of the measured trace (default: the last traced one), one row per rank and lane
+Top: one iteration of the measured trace (default: the last traced one; `fastest`: the one of
+the shortest span over all ranks, the least disturbed on a loaded machine), one row per rank and lane
 (compute: kernels, optimizer, data load; comm: sends, receives, all-reduces, codecs, and the waits
 for a peer), from the first rank's start of the iteration. Bottom: the simulator's iteration, one
 row per stage and lane (forward / backward micro-batches, transfers, all-reduce, bubble), on the
@@ -53,7 +54,15 @@ def measured_window(events, iteration):
     if not its:
         raise SystemExit("plot-trace: the measured trace has no iteration spans")
     numbers = sorted({int(e["name"].split()[-1]) for e in its})
-    n = iteration if iteration is not None else numbers[-1]
+
+    def extent(k):
+        chosen = [e for e in its if e["name"] == f"iteration {k}"]
+        return max(e["ts"] + e["dur"] for e in chosen) - min(e["ts"] for e in chosen)
+
+    if iteration == "fastest":
+        n = min(numbers, key=extent)
+    else:
+        n = int(iteration) if iteration is not None else numbers[-1]
     if n not in numbers:
         raise SystemExit(f"plot-trace: iteration {n} is not in the trace (it has {numbers})")
     chosen = [e for e in its if e["name"] == f"iteration {n}"]
@@ -94,7 +103,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("measured")
     ap.add_argument("--plan", help="straitc --trace-plan output")
-    ap.add_argument("--iteration", type=int, default=None)
+    ap.add_argument("--iteration", default=None, help="N, or fastest (default: the last)")
     ap.add_argument("-o", "--output", default=None)
     ap.add_argument("--title", default=None)
     args = ap.parse_args()

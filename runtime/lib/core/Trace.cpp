@@ -46,9 +46,9 @@ int currentTid() {
   return threadTid;
 }
 
-/// `text` as a JSON string literal.
-std::string quote(const std::string &text) {
-  std::string out = "\"";
+/// Appends `text` as a JSON string literal to `out`.
+void appendQuoted(std::string &out, const std::string &text) {
+  out += '"';
   for (char c : text) {
     unsigned char u = static_cast<unsigned char>(c);
     if (c == '"' || c == '\\') {
@@ -62,7 +62,14 @@ std::string quote(const std::string &text) {
       out += c;
     }
   }
-  return out + "\"";
+  out += '"';
+}
+
+/// `text` as a JSON string literal.
+std::string quote(const std::string &text) {
+  std::string out;
+  appendQuoted(out, text);
+  return out;
 }
 
 std::string number(double v) {
@@ -82,9 +89,14 @@ std::string micros(int64_t ns) {
 }
 
 void addMember(std::string &args, const char *key, const std::string &jsonValue) {
-  if (!args.empty())
+  if (args.empty())
+    args.reserve(160);
+  else
     args += ',';
-  args += quote(key) + ":" + jsonValue;
+  args += '"';
+  args += key; // keys are identifiers
+  args += "\":";
+  args += jsonValue;
 }
 
 const char *codecName(program::Codec c) {
@@ -141,6 +153,8 @@ void record(std::string name, const char *cat, int64_t startNs, int64_t endNs,
             std::string args) {
   int tid = currentTid();
   std::lock_guard<std::mutex> lock(mutex);
+  if (events.capacity() == 0)
+    events.reserve(1 << 14);
   events.push_back({std::move(name), cat, startNs, endNs, tid, std::move(args)});
 }
 
@@ -173,8 +187,10 @@ Span &Span::arg(const char *key, int64_t value) {
 }
 
 Span &Span::arg(const char *key, const std::string &value) {
-  if (state)
-    addMember(state->args, key, quote(value));
+  if (state) {
+    addMember(state->args, key, "");
+    appendQuoted(state->args, value);
+  }
   return *this;
 }
 
@@ -189,8 +205,12 @@ Span kernelSpanOf(const program::Kernel &kernel, int step, int microBatch) {
   auto ops = kernel.attrs().find("ops");
   if (ops != kernel.attrs().end() && ops->second.has_strings()) {
     std::string members;
-    for (const std::string &m : ops->second.strings().v())
-      members += (members.empty() ? "" : ",") + m;
+    members.reserve(96);
+    for (const std::string &m : ops->second.strings().v()) {
+      if (!members.empty())
+        members += ',';
+      members += m;
+    }
     span.arg("members", members);
   }
   span.restart();
