@@ -95,3 +95,47 @@ def wan_unavailable():
     if subprocess.run(["sh", "-c", "command -v tc"], capture_output=True).returncode != 0:
         return "tc (iproute2) unavailable"
     return ""
+
+
+# --- Broken links (python/tests/test_flaky_links.py, bench/runtime/link_flap.py) ---------------
+
+def job_worker_pids(job):
+    """{rank: pid} of the strait-run workers of `job` (from /proc)."""
+    pids = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+        except OSError:
+            continue
+        if str(job) in argv and "--rank" in argv:
+            pids[int(argv[argv.index("--rank") + 1])] = int(entry)
+    return pids
+
+
+def connections(pids):
+    """[(rank a, rank b, local address of a, its peer's)] of the established TCP connections
+    between two of the workers `pids` ({rank: pid})."""
+    p = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True,
+                       timeout=30)
+    rank_of = {pid: r for r, pid in pids.items()}
+    owner, ends = {}, []
+    for line in p.stdout.splitlines():
+        cols = line.split()
+        m = re.search(r"pid=(\d+)", line)
+        if len(cols) < 4 or not m or int(m.group(1)) not in rank_of:
+            continue
+        owner[cols[2]] = rank_of[int(m.group(1))]
+        ends.append((rank_of[int(m.group(1))], cols[2], cols[3]))
+    return [(a, owner[peer], local, peer) for a, local, peer in ends if peer in owner]
+
+
+def drop_link(pids, a, b):
+    """Aborts every connection between ranks a and b (ss -K); how many it found."""
+    found = [(l, p) for x, y, l, p in connections(pids) if (x, y) == (a, b)]
+    for local, peer in found:
+        subprocess.run(["ss", "-K", "-tn", f"( src {local} and dst {peer} )"], check=True,
+                       capture_output=True, timeout=30)
+    return len(found)

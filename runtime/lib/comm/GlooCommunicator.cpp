@@ -95,8 +95,18 @@ Status GlooCommunicator::checkPeer(int peer) const {
   return Status::ok();
 }
 
+namespace {
+/// A Gloo exception of posting to `peer` (fromException names the peer).
+struct PeerError : std::runtime_error {
+  PeerError(const char *what, int peer) : std::runtime_error(what), peer(peer) {}
+  int peer;
+};
+} // namespace
+
 Status GlooCommunicator::fromException(const std::exception &e,
                                        const char *what, int peer) const {
+  if (auto *posting = dynamic_cast<const PeerError *>(&e); posting && peer < 0)
+    peer = posting->peer;
   std::string msg = e.what();
   bool timeout = msg.find("imed out") != std::string::npos ||
                  msg.find("imeout") != std::string::npos;
@@ -120,8 +130,30 @@ size_t sealChunks(size_t bytes) {
   return bytes ? (bytes + kSealChunkBytes - 1) / kSealChunkBytes : 1;
 }
 
-GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes,
-                                                 int peer, uint64_t slot) {
+GlooCommunicator::Buf GlooCommunicator::postSend(const void *data, size_t bytes, int peer,
+                                                 uint64_t slot) {
+  try {
+    return postSendTo(data, bytes, peer, slot);
+  } catch (const PeerError &) {
+    throw;
+  } catch (const std::exception &e) {
+    throw PeerError(e.what(), peer);
+  }
+}
+
+GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes, int peer,
+                                                 uint64_t slot) {
+  try {
+    return postRecvFrom(data, bytes, peer, slot);
+  } catch (const PeerError &) {
+    throw;
+  } catch (const std::exception &e) {
+    throw PeerError(e.what(), peer);
+  }
+}
+
+GlooCommunicator::Buf GlooCommunicator::postSendTo(const void *data, size_t bytes,
+                                                   int peer, uint64_t slot) {
   Buf b;
   b.peer = peer;
   b.slot = slot;
@@ -169,8 +201,8 @@ void GlooCommunicator::applyTestFaults(const Buf &b, uint64_t index, uint8_t *wi
   last = std::move(current);
 }
 
-GlooCommunicator::Buf GlooCommunicator::postRecv(void *data, size_t bytes,
-                                                 int peer, uint64_t slot) {
+GlooCommunicator::Buf GlooCommunicator::postRecvFrom(void *data, size_t bytes,
+                                                     int peer, uint64_t slot) {
   Buf b;
   b.peer = peer;
   b.slot = slot;
@@ -211,16 +243,31 @@ Status GlooCommunicator::abortedWait(const std::string &what, int peer) {
 }
 
 Status GlooCommunicator::waitSend(Buf &buf, const std::string &what, int peer) {
-  for (auto &b : buf.bufs)
-    if (!b->waitSend(options.timeout))
+  peer = peer >= 0 ? peer : buf.peer;
+  for (auto &b : buf.bufs) {
+    bool done = false;
+    try { // here, where the peer is known (a collective's catch is not)
+      done = b->waitSend(options.timeout);
+    } catch (const std::exception &e) {
+      return markBroken(fromException(e, what.c_str(), peer));
+    }
+    if (!done)
       return markBroken(abortedWait(what, peer));
+  }
   return Status::ok();
 }
 
 Status GlooCommunicator::waitRecv(Buf &buf, const std::string &what, int peer) {
   size_t chunks = buf.bufs.size();
+  peer = peer >= 0 ? peer : buf.peer;
   for (size_t c = 0; c < chunks; ++c) {
-    if (!buf.bufs[c]->waitRecv(options.timeout))
+    bool done = false;
+    try {
+      done = buf.bufs[c]->waitRecv(options.timeout);
+    } catch (const std::exception &e) {
+      return markBroken(fromException(e, what.c_str(), peer));
+    }
+    if (!done)
       return markBroken(abortedWait(what, peer));
     if (!buf.wire.data)
       continue;

@@ -129,6 +129,10 @@ private:
   /// the bytes on the wire). A sealed send has copied `data` on return.
   Buf postSend(const void *data, size_t bytes, int peer, uint64_t slot);
   Buf postRecv(void *data, size_t bytes, int peer, uint64_t slot);
+  /// postSend / postRecv, whose Gloo exceptions these two rethrow naming
+  /// the peer (fromException).
+  Buf postSendTo(const void *data, size_t bytes, int peer, uint64_t slot);
+  Buf postRecvFrom(void *data, size_t bytes, int peer, uint64_t slot);
   Status waitSend(Buf &buf, const std::string &what, int peer);
   Status waitRecv(Buf &buf, const std::string &what, int peer);
   /// The link failure of a wait Gloo ended early (abort()).

@@ -874,6 +874,10 @@ Status Executor::runOverlapped() {
   {
     std::lock_guard<std::mutex> lock(commMutex);
     base = queuedSeq;
+    // Nothing is in flight between runs: a failure of an earlier run is
+    // not this one's (strait-run's in-process recovery runs again after
+    // one, on a new communicator).
+    commError = Status::ok();
   }
   for (const Action &a : overlapPlan.actions) {
     if (a.kind == Action::Sync) {

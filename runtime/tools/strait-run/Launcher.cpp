@@ -107,6 +107,8 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   if (o.checkpointEvery > 0)
     pass("--checkpoint-every", std::to_string(o.checkpointEvery));
   pass("--resume", o.resumePath);
+  pass("--link-retries", std::to_string(o.linkRetries));
+  pass("--link-retry-wait", std::to_string(o.linkRetryWaitMs));
   pass("--replan-stop-file", o.replanStopFile);
   if (!o.traceFile.empty()) { // each rank's part; runLauncher merges them
     pass("--trace", traceRankFile(o, rank));

@@ -48,6 +48,11 @@ struct RunOptions {
   // leaves the islands' own parameters after the last step.
   bool finalOuterStep = true;
   int maxRestarts = 0;       // launcher: restarts from the newest checkpoint on a failure
+  // In-process recovery from broken links (docs/runtime.md, "Flaky links";
+  // LinkRecovery.h): --link-retries R recoveries in a row (0: off, no
+  // snapshots), --link-retry-wait MS before the second and later ones.
+  int linkRetries = 3;
+  int linkRetryWaitMs = 1000;
   bool profile = false;      // --profile: time per op type after the first iteration
   bool quietProgress = false; // launcher: do not echo the merged progress
   std::string listenAddress; // worker: listen here instead of the manifest's address

@@ -18,6 +18,7 @@
 #include "Checkpoint.h"
 #include "DataLoader.h"
 #include "Devices.h"
+#include "LinkRecovery.h"
 #include "Npy.h"
 #include "OuterSync.h"
 #include "Replan.h"
@@ -120,6 +121,15 @@ public:
     return inner->allReduce(t, channel, options);
   }
   TrafficCounters takeTraffic() override { return inner->takeTraffic(); }
+  void abort(const std::string &reason) override {
+    std::lock_guard<std::mutex> lock(innerMutex);
+    inner->abort(reason);
+  }
+  /// In-process recovery: the next epoch's communicator (nothing in flight).
+  void replace(std::unique_ptr<Communicator> next) {
+    std::lock_guard<std::mutex> lock(innerMutex);
+    inner = std::move(next);
+  }
 
   /// "P:B,P:B" of sent and received bytes since the last call, then resets.
   void take(std::string &sentText, std::string &recvText) {
@@ -160,6 +170,7 @@ private:
     return out.empty() ? "-" : out;
   }
   std::unique_ptr<Communicator> inner;
+  std::mutex innerMutex; // abort() from the recovery watcher vs. replace()
   std::mutex mutex;
   std::map<int, uint64_t> sent, received;
 };
@@ -277,13 +288,15 @@ Status saveParameters(const Executor &exec, const program::Program &p, const Run
   return Status::ok();
 }
 
-StatusOr<std::unique_ptr<Communicator>>
-connect(const RunOptions &o, const program::PlanManifest &m) {
+/// The Gloo options of this rank; `epoch` > 0: the rendezvous of in-process
+/// recovery epoch `epoch` (LinkRecovery.h), under a prefix of its own.
+GlooOptions glooOptions(const RunOptions &o, const program::PlanManifest &m, int epoch = 0) {
   GlooOptions g;
   g.rank = o.rank;
   g.worldSize = m.world_size();
   g.timeout = std::chrono::milliseconds(o.timeoutMs);
-  g.prefix = o.runId.empty() ? "strait" : o.runId;
+  g.prefix = (o.runId.empty() ? "strait" : o.runId) +
+             (epoch > 0 ? "/e" + std::to_string(epoch) : std::string());
   g.linkSecretFile = o.linkSecretFile;
   const program::RankEntry *self = nullptr;
   for (const auto &r : m.ranks())
@@ -306,7 +319,12 @@ connect(const RunOptions &o, const program::PlanManifest &m) {
                                              ? "rendezvous"
                                              : m.rendezvous_address());
   }
-  return createGlooCommunicator(g);
+  return g;
+}
+
+StatusOr<std::unique_ptr<Communicator>> connect(const RunOptions &o,
+                                                const program::PlanManifest &m, int epoch = 0) {
+  return createGlooCommunicator(glooOptions(o, m, epoch));
 }
 
 /// The trace's channel for the clock offset estimate: above any a program
@@ -579,7 +597,68 @@ Status runRank(const RunOptions &o) {
   StatusOr<Tensor> loss = exec->getValueByName("loss");
   double profiledMs = 0; // iterations' wall time while profiling
   int profiled = 0;
+  // In-process recovery from link failures (LinkRecovery.h): CPU ranks
+  // over Gloo without AQ-SGD state; the others leave it to --max-restarts.
+  std::unique_ptr<LinkRecovery> recovery;
+  StateSnapshots snapshots;
+  if (counter && o.linkRetries > 0) {
+    std::string off = device.kind != "cpu" ? "a " + device.str() + " rank"
+                      : aqsgd              ? "AQ-SGD activation state"
+                                           : "";
+    if (!off.empty()) {
+      std::cerr << "rank " << o.rank << ": no in-process recovery from link failures with "
+                << off << " (--max-restarts restarts the job instead)\n";
+    } else {
+      LinkRecovery::Options ro;
+      ro.rank = o.rank;
+      ro.worldSize = m.world_size();
+      ro.retries = o.linkRetries;
+      ro.wait = std::chrono::milliseconds(o.linkRetryWaitMs);
+      ro.timeout = std::chrono::milliseconds(o.timeoutMs);
+      StatusOr<std::unique_ptr<LinkRecovery>> made =
+          LinkRecovery::create(glooOptions(o, m), o.runId.empty() ? "strait" : o.runId, ro);
+      if (!made.isOk())
+        return made.takeStatus().withRank(o.rank);
+      recovery = made.takeValue();
+      recovery->watch(counter);
+    }
+  }
+  // A link failure in iteration `it`: every rank agrees on the iteration to
+  // resume from, restores its snapshot of it and reconnects; `it` becomes
+  // that iteration - 1 (the loop's ++it follows). Any other failure, or a
+  // recovery that fails, is returned.
+  auto recover = [&](Status failure, int &it) -> Status {
+    if (recovery && !isLinkFailure(failure))
+      recovery->fatal(failure, it);
+    if (!recovery || !isLinkFailure(failure))
+      return failure;
+    for (;;) {
+      STRAIT_ASSIGN_OR_RETURN(int resume, recovery->agree(failure, it, snapshots.oldest()));
+      auto t0 = std::chrono::steady_clock::now();
+      STRAIT_RETURN_IF_ERROR(
+          snapshots.restore(*exec, outerSync ? outerSync->state() : NamedTensors{}, resume));
+      StatusOr<std::unique_ptr<Communicator>> next = connect(o, m, recovery->getEpoch());
+      it = resume;
+      if (!next.isOk()) { // e.g. the link still down: another epoch
+        failure = linkFailure(next.takeStatus().withRank(o.rank));
+        if (failure.getCode() != StatusCode::Unavailable &&
+            failure.getCode() != StatusCode::DeadlineExceeded)
+          return failure;
+        continue;
+      }
+      counter->replace(next.takeValue());
+      std::cerr << "rank " << o.rank << ": reconnected (epoch " << recovery->getEpoch()
+                << ") in "
+                << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count()
+                << " ms; replaying from step " << resume + 1 << std::endl;
+      it = resume - 1;
+      return Status::ok();
+    }
+  };
   for (int it = first; it < o.steps; ++it) {
+    if (recovery)
+      snapshots.take(*exec, outerSync ? outerSync->state() : NamedTensors{}, it);
     // The first iteration allocates and runs the `once` steps: not profiled.
     exec->setProfiling(o.profile && it > first);
     trace::setEnabled(tracing && it + 1 >= o.traceFirst && it + 1 <= o.traceLast);
@@ -598,7 +677,10 @@ Status runRank(const RunOptions &o) {
         exec->setBatchSamples(loader->sampleIds(it, dataShape));
     }
     auto start = std::chrono::steady_clock::now();
-    STRAIT_RETURN_IF_ERROR(exec->run());
+    if (Status ran = exec->run(); !ran.isOk()) {
+      STRAIT_RETURN_IF_ERROR(recover(ran.withStep(it + 1), it));
+      continue;
+    }
     // The local-steps outer step belongs to the iteration it follows (its
     // time is in `ms`, and printed on its own).
     double outerMs = -1;
@@ -606,8 +688,10 @@ Status runRank(const RunOptions &o) {
       auto outerStart = std::chrono::steady_clock::now();
       trace::Span outer("outer_step", "outer step");
       Status s = outerSync->step();
-      if (!s.isOk())
-        return s.withRank(o.rank).withStep(it + 1);
+      if (!s.isOk()) {
+        STRAIT_RETURN_IF_ERROR(recover(s.withRank(o.rank).withStep(it + 1), it));
+        continue;
+      }
       outerMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                           outerStart)
                     .count();
@@ -649,11 +733,23 @@ Status runRank(const RunOptions &o) {
       StatusOr<std::string> dir =
           writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank, m.world_size(), writes, writers,
                           comm.get(), outerSync ? outerSync->state() : NamedTensors{});
-      if (!dir.isOk())
-        return dir.takeStatus().withStep(it + 1);
+      if (!dir.isOk()) {
+        STRAIT_RETURN_IF_ERROR(recover(dir.takeStatus().withStep(it + 1), it));
+        continue;
+      }
       std::cerr << "rank " << o.rank << ": checkpoint of step " << it + 1 << " in " << *dir
                 << "\n";
     }
+    if (recovery && it + 1 == o.steps) {
+      // No rank leaves before every rank finished: a link failure until
+      // here replays (the barrier after the loop, with recovery).
+      if (Status s = comm->barrier(); !s.isOk()) {
+        STRAIT_RETURN_IF_ERROR(recover(s.withStep(it + 1), it));
+        continue;
+      }
+    }
+    if (recovery)
+      recovery->completed();
     if (stopAt == it + 1 && it + 1 < o.steps) {
       std::cerr << "rank " << o.rank << ": stopped after step " << it + 1
                 << " for a re-plan" << std::endl;
@@ -677,7 +773,7 @@ Status runRank(const RunOptions &o) {
     STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, {inputName, labelsName}));
   if (!o.saveParamsDir.empty())
     STRAIT_RETURN_IF_ERROR(saveParameters(*exec, p, o));
-  if (comm)
+  if (comm && !recovery)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   return Status::ok();
 }

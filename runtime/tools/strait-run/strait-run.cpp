@@ -26,7 +26,8 @@ const char *kUsage =
     "                  [--listen-address IP] [--device auto|cpu|cuda|cuda:N]\n"
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
     "                  [--checkpoint DIR] [--checkpoint-every K] [--resume DIR]\n"
-    "                  [--max-restarts N] [--profile] [--no-final-outer-step]\n"
+    "                  [--max-restarts N] [--link-retries R] [--link-retry-wait MS]\n"
+    "                  [--profile] [--no-final-outer-step]\n"
     "                  [--replan auto|off] [--replan-factor X] [--replan-after K]\n"
     "                  [--replan-window N] [--replan-max N] [--straitc PATH]\n"
     "                  [--trace FILE.json [--trace-steps A:B]]\n"
@@ -64,7 +65,12 @@ const char *kUsage =
     "  --resume DIR continues from DIR (a step-N folder, or the newest\n"
     "  complete one in DIR) up to step --steps, under this plan or another\n"
     "  one of the same model; --max-restarts N restarts every rank from the\n"
-    "  newest checkpoint when a rank fails, up to N times. --profile times\n"
+    "  newest checkpoint when a rank fails, up to N times. A broken link\n"
+    "  (reset, EOF, timeout) does not end the job: every rank rebuilds its\n"
+    "  connections and replays the step from an in-memory snapshot, up to\n"
+    "  --link-retries R times in a row (default 3; 0: off), waiting\n"
+    "  --link-retry-wait MS (default 1000) before the second and later.\n"
+    "  --profile times\n"
     "  each op type's kernels from the second iteration on and prints a\n"
     "  table per rank at the end.\n"
     "  --replan auto (launcher; default off): time each inter-host link's\n"
@@ -159,6 +165,10 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.resumePath);
     else if (a == "--max-restarts")
       ok = value(o.maxRestarts) && o.maxRestarts >= 0;
+    else if (a == "--link-retries")
+      ok = value(o.linkRetries) && o.linkRetries >= 0;
+    else if (a == "--link-retry-wait")
+      ok = value(o.linkRetryWaitMs) && o.linkRetryWaitMs >= 0;
     else if (a == "--profile")
       o.profile = true;
     else if (a == "--no-final-outer-step")
