@@ -7,8 +7,8 @@ CPU runtime: gpt2-tiny and llama-tiny (input_ids 32x128, AdamW), on 1 rank and i
 pipeline of 4 micro-batches (one CPU each), each compiled with `--recompute none` and `--recompute
 full` and trained for --steps steps with strait-run (--threads 1). Printed per rank: the executor's
 activation arena (bytes, liveness-planned), the planner's prediction (plan.json, arena + persistent)
-against the executor's, and the median step time after the first two steps; ratios full / none are
-measured in this run.
+against the executor's, the median step time after the first two steps and the planner's predicted
+iteration ratio; ratios full / none are measured in this run.
 
 Planner: LLaMA-7B (models/llama-7b, shape-only, 1024 tokens, bf16, AdamW) on the FusionLLM-like
 cluster (RTX 3090 24 GB, global batch 16) and DT-FM's data centre (V100 16 GB, global batch 64)
@@ -57,7 +57,7 @@ def runtime_job(straitc, run, work, model, devices, mode, steps):
         log = open(os.path.join(job, "logs", f"rank{r}.log")).read()
         m = re.search(r"memory arena (\d+) bytes, persistent (\d+) bytes", log)
         ranks.append((int(m.group(1)), int(m.group(2)), s["peak_memory_bytes"], s["in_flight"]))
-    return statistics.median(times[2:]), losses, ranks
+    return statistics.median(times[2:]), losses, ranks, plan["iteration_s"]
 
 
 def planned(straitc, work, cluster, batch, recompute):
@@ -92,17 +92,17 @@ def main():
     if a.steps < 4:
         raise SystemExit("--steps must be at least 4 (the first two are not timed)")
     print("| job | rank (in flight) | arena none / full (MiB) | arena full / none | predicted / executor "
-          "(full) | step none / full (ms) | step full / none | losses equal |")
-    print("|---|---|---|---|---|---|---|---|")
+          "(full) | step none / full (ms) | step full / none | predicted full / none | losses equal |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in ("gpt2-tiny", "llama-tiny"):
         model = os.path.join(ROOT, "models", name, name + ".onnx")
         for devices in (1, 2):
-            t0, l0, r0 = runtime_job(straitc, run, work, model, devices, "none", a.steps)
-            t1, l1, r1 = runtime_job(straitc, run, work, model, devices, "full", a.steps)
-            for r, ((a0, _, _, _), (a1, p1, pred, fl)) in enumerate(zip(r0, r1)):
+            t0, l0, r0, p0 = runtime_job(straitc, run, work, model, devices, "none", a.steps)
+            t1, l1, r1, p1 = runtime_job(straitc, run, work, model, devices, "full", a.steps)
+            for r, ((a0, _, _, _), (a1, s1, pred, fl)) in enumerate(zip(r0, r1)):
                 print(f"| {name} 32x128, {devices} rank(s) | {r} ({fl}) | {a0 / 2**20:.2f} / {a1 / 2**20:.2f} "
-                      f"| {a1 / a0:.2f} | {pred / (a1 + p1):.2f} | {t0:.1f} / {t1:.1f} | {t1 / t0:.2f} "
-                      f"| {l0 == l1} |", flush=True)
+                      f"| {a1 / a0:.2f} | {pred / (a1 + s1):.2f} | {t0:.1f} / {t1:.1f} | {t1 / t0:.2f} "
+                      f"| {p1 / p0:.2f} | {l0 == l1} |", flush=True)
     print()
     print("| cluster | --recompute auto: plan | 80 GiB GPUs, none: plan | predicted ratio |")
     print("|---|---|---|---|")
