@@ -221,9 +221,10 @@ def test_worker_trace_and_merge(job, tmp_path):
     single = tmp_path / "single"
     run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=4x32", "--loss", "cross-entropy",
          "--optimizer", "adamw", "-o", str(single)])
-    part = tmp_path / "rank0.json"
+    part = tmp_path / "rank0.json"  # "{rank}" in a worker's file name becomes its rank
     run([STRAIT_RUN, str(single), "--rank", "0", "--steps", "2", "--threads", "1", "--data",
-         str(job["data"]), "--data-format", "tokens-u16", "--trace", str(part)])
+         str(job["data"]), "--data-format", "tokens-u16", "--trace",
+         str(tmp_path / "rank{rank}.json")])
     with open(part) as f:
         one = json.load(f)
     assert {e["pid"] for e in one["traceEvents"]} == {0}

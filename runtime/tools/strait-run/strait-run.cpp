@@ -88,7 +88,8 @@ const char *kUsage =
     "  codecs, data loads, checkpoint writes; the launcher merges the ranks'\n"
     "  files (DIR/logs/trace.rank<R>.json) into FILE, a Chrome trace for\n"
     "  ui.perfetto.dev or chrome://tracing. A worker (--rank) writes its own\n"
-    "  rank's; `strait-run --merge-traces OUT IN...` merges such files.\n"
+    "  rank's (\"{rank}\" in FILE becomes the rank); `strait-run\n"
+    "  --merge-traces OUT IN...` merges such files.\n"
     "  Exit code: 0 success, 1 a rank failed, 2 bad arguments or plan,\n"
     "  130/143 interrupted; a worker (--rank) exits 1 on its own error and 3\n"
     "  when it lost a peer or timed out waiting for one.\n";
@@ -315,6 +316,10 @@ int main(int argc, char **argv) {
     o.rank = std::atoi(std::getenv("RANK"));
   if (o.runId.empty() && std::getenv("STRAIT_RUN_ID"))
     o.runId = std::getenv("STRAIT_RUN_ID");
+  // A worker's trace file may name its rank: one command line for every
+  // rank of a job across machines (docs/runtime.md, "Traces").
+  for (size_t at; o.rank >= 0 && (at = o.traceFile.find("{rank}")) != std::string::npos;)
+    o.traceFile.replace(at, 6, std::to_string(o.rank));
   if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
     o.linkSecretFile = std::getenv("STRAIT_LINK_SECRET_FILE");
   strait::rt::Executor::setAdaptiveTopKDefault(o.topkAdapt);
