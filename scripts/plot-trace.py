@@ -22,8 +22,8 @@ COLORS = {
     "kernel": "#4c72b0", "optimizer": "#2a9d8f", "data": "#937860", "checkpoint": "#8c8c8c",
     "outer_step": "#da8bc3", "send": "#8172b3", "recv": "#c44e52", "allreduce": "#55a868",
     "codec": "#ff9f1c", "wait": "#d9d9d9", "transfer": "#6d597a",
-    "forward": "#4c72b0", "backward": "#dd8452", "send_activation": "#8172b3",
-    "send_gradient": "#c44e52", "bubble": "#eeeeee",
+    "forward": "#64b5cd", "backward": "#dd8452", "send_activation": "#b39ddb",
+    "send_gradient": "#e48a8a", "bubble": "#eeeeee",
 }
 # Drawn first (below): the enclosing spans; their children paint over them.
 ORDER = ["iteration", "send", "recv", "allreduce", "wait", "transfer", "codec", "data",
