@@ -127,14 +127,14 @@ def check_recovered(logs, stderr, seen, drops, world):
     text = {r: (logs / f"rank{r}.log").read_text() for r in range(world)}
     for epoch, (it, a, b) in enumerate(drops):
         # The broken link is named (a rank at either end reports its peer), and every rank
-        # resumes at the step the drop interrupted (a few steps after `it`: the drop lands
-        # while the job runs on).
+        # resumes at the step the drop interrupted (after `it`: the drop lands while the job
+        # runs on).
         ends = [rf"rank {a} .*peer {b}: link failure", rf"rank {b} .*peer {a}: link failure"]
         assert any(re.search(e, text[r]) for e in ends for r in (a, b)), text[a][-3000:]
         for r in range(world):
             m = re.search(rf"rank {r}: recovery epoch {epoch}: every rank resumes at step (\d+)",
                           text[r])
-            assert m and it <= int(m.group(1)) <= it + 8, text[r][-3000:]
+            assert m and int(m.group(1)) >= it, text[r][-3000:]
             assert re.search(rf"rank {r}: reconnected \(epoch {epoch + 1}\)", text[r])
 
 

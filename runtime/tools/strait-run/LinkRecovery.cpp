@@ -182,6 +182,7 @@ void LinkRecovery::fatal(const Status &failure, int it) {
 
 StatusOr<int> LinkRecovery::agree(const Status &failure, int it, int oldest) {
   int e = getEpoch();
+  auto entered = std::chrono::steady_clock::now();
   auto fail = [&](const std::string &why) {
     Status s = failure;
     std::cerr << "rank " << options.rank << ": in-process recovery of epoch " << e
@@ -242,9 +243,12 @@ StatusOr<int> LinkRecovery::agree(const Status &failure, int it, int oldest) {
     std::lock_guard<std::mutex> lock(epochMutex);
     epoch = e + 1;
   }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - entered)
+                  .count();
   std::cerr << "rank " << options.rank << ": recovery epoch " << e << ": every rank resumes at step "
             << resume + 1 << " (this rank was in step " << it + 1 << ", replays "
-            << it - resume + 1 << " step" << (it - resume ? "s" : "") << ")" << std::endl;
+            << it - resume + 1 << " step" << (it - resume ? "s" : "") << "; agreed in " << ms
+            << " ms)" << std::endl;
   return resume;
 }
 

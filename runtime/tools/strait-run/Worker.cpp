@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -781,6 +782,10 @@ Status runRank(const RunOptions &o) {
 } // namespace
 
 int runWorker(const RunOptions &options) {
+  // A write to a connection the peer reset raises SIGPIPE, which would end
+  // the rank without a word; ignored, it is an EPIPE that Gloo reports as a
+  // link failure (and in-process recovery replays the step).
+  std::signal(SIGPIPE, SIG_IGN);
   Status s = runRank(options);
   if (!s.isOk()) {
     s.withRank(options.rank);
