@@ -10,8 +10,8 @@ using namespace strait;
 namespace {
 
 ClusterModel loadExample(const char *name) {
-  llvm::Expected<ClusterModel> c = loadClusterFile(std::string(STRAIT_SOURCE_DIR) +
-                                                   "/examples/clusters/" + name);
+  llvm::Expected<ClusterModel> c =
+      loadClusterFile(std::string(STRAIT_SOURCE_DIR) + "/examples/clusters/" + name);
   EXPECT_TRUE(!!c) << llvm::toString(c.takeError());
   return std::move(*c);
 }
@@ -20,8 +20,7 @@ ClusterModel loadExample(const char *name) {
 /// micro-batches in flight, keeps less than keeping every activation.
 TEST(Recompute, FullAddsAForwardAndKeepsTheInputsOnly) {
   ClusterModel c = loadExample("dtfm-1-datacenter.yaml");
-  llvm::Expected<CoarseGraph> g =
-      coarsenGraph(buildTransformerGraph(gpt2SmallShape(1)), c, 64);
+  llvm::Expected<CoarseGraph> g = coarsenGraph(buildTransformerGraph(gpt2SmallShape(1)), c, 64);
   ASSERT_TRUE(!!g);
   unsigned B = g->blocks.size();
   std::vector<StageAssignment> stages = {{0, B / 2, {0}}, {B / 2, B, {1}}};

@@ -39,8 +39,7 @@ struct RecomputeResult {
 /// left alone, with a warning. Fails (with a diagnostic at the function)
 /// when the function is no training step or has no blocks.
 mlir::FailureOr<RecomputeResult>
-recomputeBlocks(mlir::func::FuncOp func,
-                llvm::function_ref<bool(mlir::Operation *)> select);
+recomputeBlocks(mlir::func::FuncOp func, llvm::function_ref<bool(mlir::Operation *)> select);
 
 } // namespace strait::graph
 

@@ -116,8 +116,7 @@ static unsigned recomputeBlock(Block &body, const ForwardBlocks &fb, int block,
   if (saved.empty())
     return 0;
   // Earlier backward ops of the block that read none of its values.
-  for (Operation *op = first->getPrevNode(); op && op->hasAttr(kGradOfAttr);
-       op = op->getPrevNode())
+  for (Operation *op = first->getPrevNode(); op && op->hasAttr(kGradOfAttr); op = op->getPrevNode())
     if (fb.backwardBlockOf(op) == block)
       first = op;
   // What the saved values derive from inside the block (a worklist).
@@ -153,8 +152,7 @@ static unsigned recomputeBlock(Block &body, const ForwardBlocks &fb, int block,
 }
 
 FailureOr<RecomputeResult>
-strait::graph::recomputeBlocks(func::FuncOp func,
-                               llvm::function_ref<bool(Operation *)> select) {
+strait::graph::recomputeBlocks(func::FuncOp func, llvm::function_ref<bool(Operation *)> select) {
   if (func.isExternal())
     return func.emitError("activation recomputation needs a function with a body");
   Block &body = func.getBody().front();
@@ -177,9 +175,9 @@ strait::graph::recomputeBlocks(func::FuncOp func,
       continue;
     auto randomIt = llvm::find_if(ops, isRandom);
     if (randomIt != ops.end()) {
-      (*randomIt)->emitWarning()
-          << "block " << block << " is not recomputed: '" << (*randomIt)->getName()
-          << "' would draw other random values in the backward";
+      (*randomIt)->emitWarning() << "block " << block << " is not recomputed: '"
+                                 << (*randomIt)->getName()
+                                 << "' would draw other random values in the backward";
       ++result.refused;
       continue;
     }
