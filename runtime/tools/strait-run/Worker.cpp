@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cctype>
 #include <csignal>
+#include <exception>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -786,6 +787,25 @@ int runWorker(const RunOptions &options) {
   // the rank without a word; ignored, it is an EPIPE that Gloo reports as a
   // link failure (and in-process recovery replays the step).
   std::signal(SIGPIPE, SIG_IGN);
+  // libgloo (Debian 0.0~git20220518) lets an exception out of its device
+  // thread when a connection breaks while that thread writes a payload the
+  // peer asked for (docs/runtime.md, "Flaky links"): no recovery in process
+  // is possible then; say so and exit as a lost link (3), not SIGABRT.
+  static int rank = options.rank;
+  std::set_terminate([] {
+    std::string what = "unknown exception";
+    try {
+      if (std::exception_ptr e = std::current_exception())
+        std::rethrow_exception(e);
+    } catch (const std::exception &e) {
+      what = e.what();
+    } catch (...) {
+    }
+    std::cerr << "strait-run: rank " << rank << ": a transport thread failed: " << what
+              << " (no in-process recovery from this; --max-restarts restarts the job)"
+              << std::endl;
+    std::_Exit(3);
+  });
   Status s = runRank(options);
   if (!s.isOk()) {
     s.withRank(options.rank);
