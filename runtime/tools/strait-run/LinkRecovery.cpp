@@ -57,7 +57,30 @@ uint64_t feedbackBytes(const StateSnapshots::Feedback &f) {
   return n;
 }
 
+std::mutex deadMutex;
+bool deadThread = false;        // since takeDeadTransportThread()
+std::string deadWhat;           // for the abort the watcher posts
+bool deadPosted = false;        // the watcher posted it
+bool watching = false;          // a watcher runs
+
 } // namespace
+
+bool LinkRecovery::noteDeadTransportThread(const std::string &what) {
+  std::lock_guard<std::mutex> lock(deadMutex);
+  if (!watching)
+    return false;
+  deadThread = true;
+  deadWhat = what;
+  deadPosted = false;
+  return true;
+}
+
+bool LinkRecovery::takeDeadTransportThread() {
+  std::lock_guard<std::mutex> lock(deadMutex);
+  bool was = deadThread;
+  deadThread = false;
+  return was;
+}
 
 void StateSnapshots::take(const Executor &exec, const NamedTensors &extra, int it) {
   Slot &s = slots[static_cast<size_t>(it) % slots.size()];
@@ -137,6 +160,10 @@ StatusOr<std::unique_ptr<LinkRecovery>> LinkRecovery::create(const GlooOptions &
 
 LinkRecovery::~LinkRecovery() {
   {
+    std::lock_guard<std::mutex> lock(deadMutex);
+    watching = false;
+  }
+  {
     std::lock_guard<std::mutex> lock(stopMutex);
     stopping = true;
   }
@@ -146,6 +173,10 @@ LinkRecovery::~LinkRecovery() {
 }
 
 void LinkRecovery::watch(Communicator *target) {
+  {
+    std::lock_guard<std::mutex> lock(deadMutex);
+    watching = true;
+  }
   watcher = std::thread([this, target] { watchLoop(target); });
 }
 
@@ -156,6 +187,20 @@ void LinkRecovery::watchLoop(Communicator *target) {
     lock.unlock();
     int e = getEpoch();
     std::string key = "abort/" + std::to_string(e);
+    std::string died;
+    {
+      std::lock_guard<std::mutex> dead(deadMutex);
+      if (deadThread && !deadPosted) {
+        deadPosted = true;
+        died = "rank " + std::to_string(options.rank) + ": a transport thread failed: " + deadWhat;
+      }
+    }
+    if (!died.empty()) { // this rank's links went silent: everybody recovers
+      (void)watcherStore->set(key, died);
+      std::lock_guard<std::mutex> current(epochMutex);
+      if (epoch == e)
+        target->abort(died);
+    }
     StatusOr<bool> seen = false;
     if (e != aborted)
       seen = watcherStore->has(key);

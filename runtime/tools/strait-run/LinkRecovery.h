@@ -106,6 +106,14 @@ public:
   /// learn it (the key `fatal`, and the abort of the current epoch) instead
   /// of waiting for this rank to join a recovery.
   void fatal(const rt::Status &failure, int it);
+  /// A thread of the transport (Gloo's device loop) died with `what`: the
+  /// watcher aborts the epoch for every rank (this one's links are silent
+  /// from now on), and the communicator of that epoch must be leaked, not
+  /// destroyed (its destructor would join the dead thread). Thread-safe.
+  /// False when no watcher runs (recovery off): nobody would act on it.
+  static bool noteDeadTransportThread(const std::string &what);
+  /// Whether a transport thread died since the last call (and resets it).
+  static bool takeDeadTransportThread();
   /// A completed iteration: the count of recoveries in a row restarts.
   void completed() { inARow = 0; }
 

@@ -42,6 +42,7 @@
 #include <optional>
 #include <sstream>
 #include <sys/stat.h>
+#include <thread>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -125,11 +126,16 @@ public:
   TrafficCounters takeTraffic() override { return inner->takeTraffic(); }
   void abort(const std::string &reason) override {
     std::lock_guard<std::mutex> lock(innerMutex);
-    inner->abort(reason);
+    if (inner)
+      inner->abort(reason);
   }
   /// In-process recovery: the next epoch's communicator (nothing in flight).
-  void replace(std::unique_ptr<Communicator> next) {
+  /// `leak`: the old one is not destroyed (a thread of its transport died:
+  /// its destructor would wait for it forever).
+  void replace(std::unique_ptr<Communicator> next, bool leak = false) {
     std::lock_guard<std::mutex> lock(innerMutex);
+    if (leak)
+      (void)inner.release();
     inner = std::move(next);
   }
 
@@ -648,7 +654,7 @@ Status runRank(const RunOptions &o) {
           return failure;
         continue;
       }
-      counter->replace(next.takeValue());
+      counter->replace(next.takeValue(), LinkRecovery::takeDeadTransportThread());
       std::cerr << "rank " << o.rank << ": reconnected (epoch " << recovery->getEpoch()
                 << ") in "
                 << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
@@ -777,6 +783,8 @@ Status runRank(const RunOptions &o) {
     STRAIT_RETURN_IF_ERROR(saveParameters(*exec, p, o));
   if (comm && !recovery)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
+  if (counter && LinkRecovery::takeDeadTransportThread())
+    counter->replace(nullptr, /*leak=*/true);
   return Status::ok();
 }
 
@@ -792,6 +800,7 @@ int runWorker(const RunOptions &options) {
   // peer asked for (docs/runtime.md, "Flaky links"): no recovery in process
   // is possible then; say so and exit as a lost link (3), not SIGABRT.
   static int rank = options.rank;
+  static std::thread::id mainThread = std::this_thread::get_id();
   std::set_terminate([] {
     std::string what = "unknown exception";
     try {
@@ -800,6 +809,15 @@ int runWorker(const RunOptions &options) {
     } catch (const std::exception &e) {
       what = e.what();
     } catch (...) {
+    }
+    if (std::this_thread::get_id() != mainThread && LinkRecovery::noteDeadTransportThread(what)) {
+      // Gloo's device thread: the recovery watcher aborts the epoch for
+      // every rank and the epoch's communicator is leaked; this thread
+      // stays parked.
+      std::cerr << "rank " << rank << ": a transport thread failed: " << what
+                << " (its connections are abandoned)" << std::endl;
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::hours(1));
     }
     std::cerr << "strait-run: rank " << rank << ": a transport thread failed: " << what
               << " (no in-process recovery from this; --max-restarts restarts the job)"
