@@ -493,7 +493,7 @@ StatusOr<std::pair<const uint64_t *, size_t>> Executor::microBatchSamples(int in
                                                               ? step.send().codec().codec()
                                                               : step.recv().codec().codec()) +
                            " needs the dataset samples of each micro-batch (strait-run takes "
-                           "them from --data on ranks that read it)");
+                           "them from --data)");
   if (!step.has_micro_batch())
     return invalidArgument("an AQ-SGD transfer outside a micro-batch (not an activation)");
   size_t per = batchSamples.size() / microBatches;

@@ -2,8 +2,8 @@
 //
 // A rank whose program sends or receives with an AQ-SGD codec (AqSgd.h)
 // keeps m(x) per cut and dataset sample. This file makes that state for the
-// rank (CPU ranks that read --data: the samples of each batch come from the
-// data loader), and saves / restores it with the checkpoints: every rank
+// rank (CPU ranks with --data: the samples of each batch come from the data
+// loader, for the data input shape of the rank's replica), and saves / restores it with the checkpoints: every rank
 // writes its own under step-N/rank<R>/aqsgd/ (index.tsv, then per stream
 // <name>.m.npy, the f16 bits as u16 [samples, row], and <name>.seen.npy,
 // u8 [samples]), before writeCheckpoint marks the folder complete.
@@ -18,7 +18,6 @@
 #include "strait/runtime/AqSgd.h"
 #include "strait/runtime/Executor.h"
 
-#include <functional>
 #include <memory>
 #include <string>
 
