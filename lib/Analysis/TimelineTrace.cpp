@@ -148,7 +148,10 @@ llvm::Error strait::writeTimelineChromeTrace(const SimulationResult &result,
       json.attribute("displayTimeUnit", "ms");
       json.attributeObject("otherData", [&] {
         json.attribute("strait_plan_trace", 1);
+        // The steady-state period (what strait-run measures per step) and
+        // one iteration from an empty pipeline (the span of the events).
         json.attribute("iteration_time_s", result.iterationTime);
+        json.attribute("first_iteration_time_s", result.firstIterationTime);
         json.attribute("bubble_fraction", result.bubbleFraction);
         json.attribute("schedule", stringifySchedule(plan.schedule));
         json.attribute("micro_batches", plan.microBatches);
