@@ -1,0 +1,166 @@
+//===- Reports.cpp - straitc's reports on the compiled job ----------------===//
+
+#include "Reports.h"
+
+#include "strait/Analysis/Compression.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace straitc {
+
+/// With --compress or --compress-link: the codec per link of the plan, and
+/// the simulated iteration time without and with them (text and JSON).
+LogicalResult reportCompression(const CompressionFlags &flags,
+                                const strait::PartitionPlan &plan,
+                                const strait::ClusterModel &cluster, llvm::raw_ostream &os,
+                                llvm::json::Value *json, bool perLink, double *predicted,
+                                std::optional<strait::SimulationResult> *timeline) {
+  if (flags.mode == "none" && flags.links.empty()) {
+    if (predicted || timeline) // the plan without codecs
+      if (auto sim = strait::simulatePlan(plan, cluster)) {
+        if (predicted)
+          *predicted = sim->iterationTime;
+        if (timeline)
+          *timeline = std::move(*sim);
+      } else {
+        llvm::consumeError(sim.takeError());
+      }
+    return success();
+  }
+  strait::CompressionOptions copts;
+  copts.mode = flags.mode;
+  copts.localSteps = flags.localSteps;
+  copts.gradientTopK = flags.gradientTopK;
+  for (const std::string &text : flags.links) {
+    auto o = strait::parseLinkOverride(text);
+    if (!o) {
+      llvm::errs() << "straitc: --compress-link=" << llvm::toString(o.takeError()) << "\n";
+      return failure();
+    }
+    copts.links.push_back(std::move(*o));
+  }
+  auto c = strait::compressPlan(plan, cluster, copts);
+  if (!c) {
+    llvm::errs() << "straitc: " << llvm::toString(c.takeError()) << "\n";
+    return failure();
+  }
+  auto without = strait::simulatePlan(plan, cluster);
+  auto with = strait::simulatePlan(plan, cluster, &*c);
+  if (!without || !with) {
+    llvm::errs() << "straitc: cannot simulate the plan: "
+                 << llvm::toString(without ? with.takeError() : without.takeError()) << "\n";
+    return failure();
+  }
+  if (perLink)
+    os << "compression (--compress=" << flags.mode << "):\n"
+       << strait::formatCompression(*c, plan, cluster);
+  double t0 = without->iterationTime, t1 = with->iterationTime;
+  if (predicted)
+    *predicted = t1;
+  if (timeline)
+    *timeline = std::move(*with);
+  os << llvm::formatv("predicted iteration (simulated): {0:f4} s without compression, {1:f4} s "
+                      "with ({2:f2}x throughput)\n",
+                      t0, t1, t1 > 0 ? t0 / t1 : 0.0);
+  if (auto *obj = json ? json->getAsObject() : nullptr) {
+    llvm::json::Array links;
+    for (size_t j = 0; j < c->forward.size(); ++j)
+      for (bool backward : {false, true}) {
+        const strait::Codec &codec = backward ? c->backward[j] : c->forward[j];
+        links.push_back(llvm::json::Object{
+            {"from_stage", int64_t(backward ? j + 1 : j)},
+            {"to_stage", int64_t(backward ? j : j + 1)},
+            {"codec", strait::formatCodec(codec)},
+            {"error_feedback", codec.errorFeedback},
+            {"wire_bytes", backward ? c->backwardBytes[j] : c->forwardBytes[j]},
+            {"plain_bytes", plan.stages[j].sendBytes},
+            {"time", backward ? c->backwardTime[j] : c->forwardTime[j]}});
+      }
+    llvm::json::Array reduces;
+    for (size_t j = 0; j < c->allReduce.size(); ++j)
+      reduces.push_back(llvm::json::Object{{"stage", int64_t(j)},
+                                           {"codec", strait::formatCodec(c->allReduce[j])},
+                                           {"time", c->allReduceTime[j]}});
+    (*obj)["compression"] = llvm::json::Object{
+        {"mode", flags.mode},
+        {"links", std::move(links)},
+        {"all_reduces", std::move(reduces)},
+        {"iteration_time_without", t0},
+        {"iteration_time_with", t1}};
+  }
+  return success();
+}
+
+/// One line per compressed link of the compiled job (what
+/// dist-insert-compression inserted): "stage 0 -> 1: int8 (3 values)".
+void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
+  std::map<std::string, int> links;
+  module.walk([&](strait::dist::CompressOp c) {
+    if (c.getEncoded().use_empty())
+      return;
+    Operation *user = *c.getEncoded().getUsers().begin();
+    std::string codec = strait::dist::stringifyCodec(c.getCodec()).str();
+    if (FloatAttr r = c.getRatioAttr()) { // topk:R, topk:R:int8 as --compress spells them
+      auto [name, values] = llvm::StringRef(codec).split('_');
+      std::string ratio;
+      llvm::raw_string_ostream(ratio) << llvm::format("%g", r.getValueAsDouble());
+      codec = name.str() + ":" + ratio + (values.empty() ? "" : ":" + values.str());
+    }
+    if (c.getErrorFeedback())
+      codec += "+ef";
+    if (auto adapt = c->getAttrOfType<DenseF64ArrayAttr>("dist.topk_adapt");
+        adapt && adapt.size() == 2)
+      llvm::raw_string_ostream(codec) << llvm::format(" adaptive %g:%g", adapt[0], adapt[1]);
+    std::optional<int64_t> stage = strait::dist::getStage(c);
+    std::string key;
+    if (auto send = dyn_cast<strait::dist::SendOp>(user))
+      key = llvm::formatv("stage {0} -> {1}: {2}", stage.value_or(-1), send.getPeer(), codec);
+    else
+      key = llvm::formatv("all-reduce of stage {0}: {1}", stage.value_or(-1), codec);
+    ++links[key];
+  });
+  for (auto &[key, count] : links)
+    os << "straitc: compressed " << key << " (" << count
+       << (count == 1 ? " value)\n" : " values)\n");
+}
+
+/// --local-steps H > 1: which stages synchronize every H steps (their
+/// gradient all-reduce spans several islands, as the exporter's
+/// applyOuterSync looks for); a warning when none does (the flag then
+/// changes nothing).
+void reportLocalSteps(ModuleOp module, strait::dist::PlanAttr plan, int64_t localSteps,
+                      double outerLr, double outerMomentum) {
+  std::vector<int64_t> synced;
+  for (int64_t s = 0; s < plan.getNumStages(); ++s) {
+    auto func = module.lookupSymbol<func::FuncOp>(("stage" + llvm::Twine(s)).str());
+    bool spans = false;
+    if (func)
+      func.walk([&](strait::dist::AllReduceOp reduce) {
+        ArrayAttr islands = reduce.getIslandsAttr();
+        spans |= islands && islands.size() >= 2;
+      });
+    if (spans)
+      synced.push_back(s);
+  }
+  if (synced.empty()) {
+    llvm::errs() << "straitc: warning: --local-steps " << localSteps
+                 << " ignored: no stage has data-parallel replicas on several bandwidth "
+                    "islands (the job trains synchronously)\n";
+    return;
+  }
+  llvm::outs() << "straitc: local steps: stage" << (synced.size() > 1 ? "s" : "");
+  for (int64_t s : synced)
+    llvm::outs() << " " << s;
+  llvm::outs() << " reduce gradients inside each island and average parameters across islands "
+               << "every " << localSteps << " steps (outer lr "
+               << llvm::format("%g", outerLr) << ", momentum "
+               << llvm::format("%g", outerMomentum) << ")\n";
+}
+
+} // namespace straitc

@@ -1,0 +1,51 @@
+//===- Reports.h - straitc's reports on the compiled job -------*- C++ -*-===//
+//
+// What straitc prints (and writes to plan.json) about a plan's codecs and a
+// job's local steps, apart from the driver's flags.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STRAITC_REPORTS_H
+#define STRAITC_REPORTS_H
+
+#include "strait/Analysis/Partitioner.h"
+#include "strait/Analysis/Simulator.h"
+#include "strait/Dialect/Dist/DistOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace straitc {
+
+/// The codec flags as straitc was given them.
+struct CompressionFlags {
+  std::string mode = "none";      ///< --compress
+  std::vector<std::string> links; ///< --compress-link, as written
+  unsigned localSteps = 1;        ///< --local-steps
+  bool gradientTopK = true;       ///< whether auto may pick top-k for weight gradients
+};
+
+/// With a codec flag: the codec per link of the plan, and the simulated
+/// iteration time without and with them (text to `os`, JSON into `json`'s
+/// "compression"). Without: only `predicted` / `timeline` of the plain plan.
+mlir::LogicalResult
+reportCompression(const CompressionFlags &flags, const strait::PartitionPlan &plan,
+                  const strait::ClusterModel &cluster, llvm::raw_ostream &os,
+                  llvm::json::Value *json, bool perLink = true, double *predicted = nullptr,
+                  std::optional<strait::SimulationResult> *timeline = nullptr);
+
+/// One line per compressed link of the compiled job.
+void printJobCompression(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+/// --local-steps H > 1: which stages synchronize every H steps.
+void reportLocalSteps(mlir::ModuleOp module, strait::dist::PlanAttr plan, int64_t localSteps,
+                      double outerLr, double outerMomentum);
+
+} // namespace straitc
+
+#endif // STRAITC_REPORTS_H
