@@ -5,7 +5,8 @@ One gpt2-tiny job, 2 pipeline stages x 2 replicas on 4 local ranks (examples/clu
   - the merged trace is Chrome trace event JSON (ph, pid, tid, ts, dur, name, cat), every rank is a
     process named with its host and device, and the lanes are named;
   - the spans of one lane nest and never overlap otherwise;
-  - per rank, the kernel spans add up to the --profile table's time in kernels (same iterations);
+  - per rank and op, the kernel spans are the --profile table's launches, and their time holds its
+    time in kernels within the iterations' wall time (same iterations);
   - every send on rank A to B has its recv on B from A: same bytes, in the same order, the recv
     ends after the send started (one machine: one clock; the trace says so);
   - the predicted trace holds every stage with its ranks and each micro-batch's forward and
@@ -107,27 +108,41 @@ def test_spans_nest_within_a_lane(job):
 
 
 def test_kernel_spans_add_up_to_the_profile(job):
-    # --profile times iterations 2..4, the traced ones: the kernel spans of a rank add up to the
-    # table's "ms in kernels" (the span also holds the kernel's argument setup: a little more).
-    heads = {int(m.group(1)): (int(m.group(2)), float(m.group(3)))
-             for m in re.finditer(r"^rank (\d) profile: (\d+) iterations, [\d.]+ ms each, "
+    # --profile times iterations 2..4, the traced ones: per rank and op, the kernel spans are the
+    # table's launches (same count), and their time holds the table's "ms in kernels" (the span
+    # also holds the kernel's argument setup: a little more) inside the iterations' wall time. How
+    # much more is not asserted: on a loaded machine a rank descheduled between a kernel's own
+    # timer and its span's end adds that time to the span only (bench/runtime/trace_overhead.py
+    # measures what tracing costs).
+    heads = {int(m.group(1)): (int(m.group(2)), float(m.group(3)), float(m.group(4)))
+             for m in re.finditer(r"^rank (\d) profile: (\d+) iterations, ([\d.]+) ms each, "
                                   r"([\d.]+) ms in kernels", job["stdout"], re.M)}
     assert sorted(heads) == [0, 1, 2, 3], job["stdout"][-2000:]
+    launches = collections.defaultdict(dict)  # rank -> op -> launches per iteration
+    for m in re.finditer(r"^rank (\d) profile: (\S+) +([\d.]+) launches +[\d.]+ ms",
+                         job["stdout"], re.M):
+        launches[int(m.group(1))][m.group(2)] = float(m.group(3))
     total = collections.Counter()
+    counts = collections.defaultdict(collections.Counter)
     for e in spans(job["trace"]):
         if e["cat"] in ("kernel", "optimizer"):
             total[e["pid"]] += e["dur"] / 1e3
-    close = 0
-    for rank, (iterations, per_iteration) in heads.items():
+            counts[e["pid"]][e["args"]["op"]] += 1
+    ratios = {}
+    for rank, (iterations, wall, per_iteration) in heads.items():
         assert iterations == 3
+        assert launches[rank] and set(counts[rank]) == set(launches[rank]), \
+            (rank, counts[rank], launches[rank])
+        for op, n in counts[rank].items():  # the table prints launches per iteration to 0.1
+            assert abs(n - launches[rank][op] * iterations) <= 0.05 * iterations + 1e-9, \
+                (rank, op, n, launches[rank][op])
         traced = total[rank] / iterations
-        # Never less; usually 3-5 % more. On a loaded machine a rank descheduled between a
-        # kernel's own timer and its span's ends (argument setup) adds that time to the span
-        # only: a bound for every rank, a close one for most.
-        assert per_iteration * 0.97 - 0.05 <= traced <= per_iteration * 2 + 0.5, \
-            (rank, traced, per_iteration)
-        close += traced <= per_iteration * 1.2 + 0.2
-    assert close >= 3, (dict(total), heads)
+        # Never less than the kernels' own timers (rounding: 1 us per printed figure), never more
+        # than the iterations that hold them.
+        assert per_iteration * 0.97 - 0.05 <= traced <= wall * 1.01 + 0.05, \
+            (rank, traced, per_iteration, wall)
+        ratios[rank] = round(traced / per_iteration, 3)
+    print(f"kernel spans over the profile's kernel time, per rank: {ratios}")
 
 
 def test_sends_match_receives(job):
