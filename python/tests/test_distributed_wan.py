@@ -7,8 +7,10 @@
     inter_site; bad input names the file and field;
   - throughput (root and `ip netns` only, else skipped with the reason): a
     Python TCP sender between the namespaces of each shaped pair of a
-    three-site cluster (8, 20 and 50 Mbit/s) achieves 85-102 % of the
-    configured rate, so each pair is shaped to its own rate;
+    three-site cluster (8, 20 and 50 Mbit/s) achieves 50-102 % of the
+    configured rate, so each pair is shaped to its own rate (a neighbour's
+    rate is 2.5x off or more; how close to the rate the link gets is a
+    timing, measured by bench/runtime/wan_throughput.py);
   - Ctrl-C during a job stops the ranks, exits 130 and leaves no namespace.
 """
 from __future__ import annotations
@@ -111,7 +113,11 @@ def test_shaped_pairs_reach_their_rates(tmp_path):
     assert len(got) == 3, p.stdout
     for a, b, achieved, configured in got:
         ratio = float(achieved) / float(configured)
-        assert 0.85 <= ratio <= 1.02, (a, b, achieved, configured)
+        # tbf caps the rate (1.02: its burst). The floor is loose: a sender starved of a core on
+        # a loaded machine leaves the link idle (measured 85-100 % when the machine is quiet);
+        # every other pair's rate is at least 2.5x off, so 0.5 still tells a swapped pair or a
+        # unit error from a pair shaped right.
+        assert 0.5 <= ratio <= 1.02, (a, b, achieved, configured)
     assert not leftover(p.pid), leftover(p.pid)
     print(p.stdout)
 
