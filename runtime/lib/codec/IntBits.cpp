@@ -13,7 +13,46 @@ namespace rt {
 namespace intbits {
 
 namespace {
-float qmaxOf(int bits) { return static_cast<float>((1 << (bits - 1)) - 1); }
+/// The codes' range: -2^(bits-1) .. 2^(bits-1) - 1 (all of two's complement).
+float codeMin(int bits) { return -static_cast<float>(1 << (bits - 1)); }
+float codeMax(int bits) { return static_cast<float>((1 << (bits - 1)) - 1); }
+/// Candidate scales per block: max |x| / codeMax times j / kSteps, j = 1..kSteps,
+/// each with both signs.
+constexpr int kSteps = 20;
+
+/// The code of x under `scale` (non-zero, finite; `inv` = 1 / scale): x / scale
+/// (x * inv for a normal scale, as quantizeCode), clamped to [lo, hi], rounded
+/// to nearest even.
+int codeOf(float x, float scale, float inv, float lo, float hi) {
+  float v = std::fabs(scale) >= 1.17549435e-38f ? codec::mulRn(x, inv) : codec::divRn(x, scale);
+  v = v < lo ? lo : v;
+  v = v > hi ? hi : v;
+  return static_cast<int>(codec::roundEven(v));
+}
+
+/// The block's scale of the least squared error over the candidates (the
+/// first on a tie): a positive scale puts the extra code (-2^(bits-1)) on
+/// the negative side, a negative scale on the positive side.
+float bestScale(int bits, const float *x, int64_t n, float maxAbs) {
+  float lo = codeMin(bits), hi = codeMax(bits);
+  float best = 0.0f, bestErr = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    bestErr += x[i] * x[i]; // all codes zero
+  for (int j = kSteps; j >= 1; --j)
+    for (float sign : {1.0f, -1.0f}) {
+      float scale = sign * (maxAbs / hi) * (static_cast<float>(j) / kSteps);
+      if (!(std::fabs(scale) > 0.0f))
+        continue;
+      float inv = codec::inverseScale(scale), err = 0.0f;
+      for (int64_t i = 0; i < n && err < bestErr; ++i) {
+        float d = codec::dequantize(codeOf(x[i], scale, inv, lo, hi), scale) - x[i];
+        err += d * d;
+      }
+      if (err < bestErr)
+        best = scale, bestErr = err;
+    }
+  return best;
+}
 } // namespace
 
 uint64_t bodyBytes(int bits, int64_t numel, uint32_t block) {
@@ -22,18 +61,19 @@ uint64_t bodyBytes(int bits, int64_t numel, uint32_t block) {
 }
 
 void encode(int bits, const float *x, int64_t numel, uint32_t block, uint8_t *out) {
-  float qmax = qmaxOf(bits);
+  float lo = codeMin(bits), hi = codeMax(bits);
   int64_t nb = codec::numBlocks(numel, block);
   std::vector<float> scales(nb);
   for (int64_t b = 0; b < nb; ++b) {
-    int64_t lo = b * block, hi = std::min<int64_t>(numel, lo + block);
+    int64_t first = b * block, last = std::min<int64_t>(numel, first + block);
     float m = 0.0f;
     bool nonFinite = false;
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = first; i < last; ++i) {
       m = std::max(m, std::fabs(x[i]));
       nonFinite |= codec::isNonFinite(x[i]);
     }
-    scales[b] = codec::blockScale(m, nonFinite, qmax);
+    scales[b] = nonFinite ? codec::blockScale(m, true, hi)
+                          : bestScale(bits, x + first, last - first, m);
   }
   std::memcpy(out, scales.data(), 4 * nb);
   uint8_t *codes = out + 4 * nb;
@@ -42,10 +82,12 @@ void encode(int bits, const float *x, int64_t numel, uint32_t block, uint8_t *ou
   uint64_t bit = 0;
   for (int64_t b = 0; b < nb; ++b) {
     float scale = scales[b];
-    float inv = scale > 0.0f ? codec::inverseScale(scale) : 0.0f;
-    int64_t lo = b * block, hi = std::min<int64_t>(numel, lo + block);
-    for (int64_t i = lo; i < hi; ++i, bit += bits) {
-      uint32_t c = static_cast<uint32_t>(codec::quantizeCode(x[i], scale, inv, qmax)) & mask;
+    bool coded = std::fabs(scale) > 0.0f; // zero and NaN scales: codes 0
+    float inv = coded ? codec::inverseScale(scale) : 0.0f;
+    int64_t first = b * block, last = std::min<int64_t>(numel, first + block);
+    for (int64_t i = first; i < last; ++i, bit += bits) {
+      int q = coded ? codeOf(x[i], scale, inv, lo, hi) : 0;
+      uint32_t c = static_cast<uint32_t>(q) & mask;
       codes[bit >> 3] |= static_cast<uint8_t>(c << (bit & 7));
       if ((bit & 7) + bits > 8)
         codes[(bit >> 3) + 1] |= static_cast<uint8_t>(c >> (8 - (bit & 7)));

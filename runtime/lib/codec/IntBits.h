@@ -1,11 +1,15 @@
 //===- IntBits.h - 2- and 3-bit block quantization (CODEC_INT2/INT3) --*- C++ -*-===//
 //
 // The body of an INT2 / INT3 payload (after the 16-byte header): one f32
-// scale per block of `block` elements (max |x| / qmax, qmax = 1 resp. 3; a
-// NaN scale for a block holding a non-finite value), then the codes, each
-// round-to-nearest-even of x / scale clamped to [-qmax, qmax], `bits` bits of
-// two's complement, packed least significant bit first across bytes. The
-// per-element arithmetic is CodecLayout.h's, as for INT8/INT4.
+// scale per block of `block` elements, then the codes, `bits` bits of two's
+// complement (all of -2^(bits-1) .. 2^(bits-1) - 1: -2..1 resp. -4..3),
+// packed least significant bit first across bytes; an element decodes to
+// code * scale. The encoder picks each block's scale of the least squared
+// error among +-(max |x| / qmax) j / 20, j = 20..1 (qmax = 1 resp. 3; the sign
+// puts the extra negative code on the side that needs it), codes
+// round-to-nearest-even of x / scale, clamped; a NaN scale for a block
+// holding a non-finite value, 0 for an all-zero block. The per-element
+// arithmetic is CodecLayout.h's, as for INT8/INT4.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_LIB_CODEC_INTBITS_H

@@ -7,8 +7,9 @@
 //                index encodings (u32, u16 gaps, bitmap), named in the header;
 //   CODEC_INT8   symmetric 8-bit, one f32 scale per block of block_size;
 //   CODEC_INT4   symmetric 4-bit, two per byte, one f32 scale per block;
-//   CODEC_INT2 / CODEC_INT3  symmetric 2- / 3-bit codes (-1..1 / -3..3)
-//                packed LSB first, one f32 scale per block (IntBits.cpp);
+//   CODEC_INT2 / CODEC_INT3  2- / 3-bit codes (-2..1 / -4..3) packed LSB
+//                first, one f32 scale per block, the least-squares one of
+//                20 fractions of max |x| and both signs (IntBits.cpp);
 //   CODEC_AQSGD_INT2/3/4  never encoded here: AqSgd.h turns an activation
 //                into an INT2/3/4 (or INT8) payload of its delta;
 //   CODEC_FP16 / CODEC_BF16  casts, round to nearest even;
