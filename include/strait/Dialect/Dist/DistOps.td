@@ -105,8 +105,8 @@ def Dist_CompressOp : Dist_Op<"compress", [MemoryEffects<[MemRead, MemWrite]>]> 
     (one f32 scale per block of B kept values) + ceil(k (b + 2) / 8) bytes
     of Rice-coded gaps, b the least integer >= 0 with k 2^b >= n (a bound:
     the runtime sends Elias-gamma-coded gaps instead where they are fewer).
-    `int2` / `int3` ceil(2n/8) resp. ceil(3n/8) + 4 ceil(n/B) (codes -1..1 /
-    -3..3). `aqsgd_int2` / `aqsgd_int3` / `aqsgd_int4` (AQ-SGD, on the
+    `int2` / `int3` ceil(2n/8) resp. ceil(3n/8) + 4 ceil(n/B) (codes -2..1 /
+    -4..3). `aqsgd_int2` / `aqsgd_int3` / `aqsgd_int4` (AQ-SGD, on the
     forward activations of a pipeline cut only): both ends keep the last
     reconstruction m(x) of each dataset sample x and the wire carries
     int2 / int3 / int4 codes of a(x) - m(x), so the size is that codec's (a
