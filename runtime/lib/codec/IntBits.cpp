@@ -16,9 +16,11 @@ namespace {
 /// The codes' range: -2^(bits-1) .. 2^(bits-1) - 1 (all of two's complement).
 float codeMin(int bits) { return -static_cast<float>(1 << (bits - 1)); }
 float codeMax(int bits) { return static_cast<float>((1 << (bits - 1)) - 1); }
-/// Candidate scales per block: max |x| / codeMax times j / kSteps, j = 1..kSteps,
-/// each with both signs.
-constexpr int kSteps = 20;
+/// Candidate scales per block: max |x| / codeMax times j / kSteps, j = kSteps
+/// down to kMinStep, each with both signs. Scales below half the max-|x| one
+/// (clipping the block's largest values hard) fit Gaussian data better but
+/// cost AQ-SGD's 2-bit deltas loss on some data orders (docs/benchmarks.md).
+constexpr int kSteps = 20, kMinStep = 10;
 
 /// The code of x under `scale` (non-zero, finite; `inv` = 1 / scale): x / scale
 /// (x * inv for a normal scale, as quantizeCode), clamped to [lo, hi], rounded
@@ -38,7 +40,7 @@ float bestScale(int bits, const float *x, int64_t n, float maxAbs) {
   float best = 0.0f, bestErr = 0.0f;
   for (int64_t i = 0; i < n; ++i)
     bestErr += x[i] * x[i]; // all codes zero
-  for (int j = kSteps; j >= 1; --j)
+  for (int j = kSteps; j >= kMinStep; --j)
     for (float sign : {1.0f, -1.0f}) {
       float scale = sign * (maxAbs / hi) * (static_cast<float>(j) / kSteps);
       if (!(std::fabs(scale) > 0.0f))

@@ -5,7 +5,7 @@
 // complement (all of -2^(bits-1) .. 2^(bits-1) - 1: -2..1 resp. -4..3),
 // packed least significant bit first across bytes; an element decodes to
 // code * scale. The encoder picks each block's scale of the least squared
-// error among +-(max |x| / qmax) j / 20, j = 20..1 (qmax = 1 resp. 3; the sign
+// error among +-(max |x| / qmax) j / 20, j = 20..10 (qmax = 1 resp. 3; the sign
 // puts the extra negative code on the side that needs it), codes
 // round-to-nearest-even of x / scale, clamped; a NaN scale for a block
 // holding a non-finite value, 0 for an all-zero block. The per-element

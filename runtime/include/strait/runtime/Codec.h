@@ -9,7 +9,8 @@
 //   CODEC_INT4   symmetric 4-bit, two per byte, one f32 scale per block;
 //   CODEC_INT2 / CODEC_INT3  2- / 3-bit codes (-2..1 / -4..3) packed LSB
 //                first, one f32 scale per block, the least-squares one of
-//                20 fractions of max |x| and both signs (IntBits.cpp);
+//                11 fractions (1/2..1) of max |x| / qmax and both signs
+//                (IntBits.cpp);
 //   CODEC_AQSGD_INT2/3/4  never encoded here: AqSgd.h turns an activation
 //                into an INT2/3/4 (or INT8) payload of its delta;
 //   CODEC_FP16 / CODEC_BF16  casts, round to nearest even;
