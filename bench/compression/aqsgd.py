@@ -38,20 +38,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "python", "tests"))
-from jobutil import GPT2_TINY as MODEL, ROOT, STRAIT_RUN, STRAITC  # noqa: E402
+from jobutil import GPT2_TINY as MODEL, ROOT, STRAIT_RUN, STRAITC, cpu_cluster  # noqa: E402
 
 DATA = os.path.join(ROOT, "out", "text", "train.bin")
-CLUSTER = """name: two-sites
-device_types:
-  - {name: cpu, kind: cpu, peak_tflops: {fp32: 0.2}, mem_bandwidth_gbs: 20, memory_gib: 8}
-devices:
-  - {name: a, type: cpu, host: ha, site: east}
-  - {name: b, type: cpu, host: hb, site: west}
-links:
-  intra_host: {bandwidth_gbps: 10, latency_us: 20}
-  hosts:
-    - {between: [ha, hb], bandwidth_mbps: 100, latency_ms: 1}
-"""
+CLUSTER = cpu_cluster("two-sites", [("a", "ha", "east"), ("b", "hb", "west")],
+                      "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n"
+                      "  hosts:\n    - {between: [ha, hb], bandwidth_mbps: 100, latency_ms: 1}\n")
 TIED = 256 * 64 * 4  # the tied wte's partial gradient, exact, once per step each way
 
 

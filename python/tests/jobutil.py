@@ -62,6 +62,19 @@ def train_saving_params(job, data, out, steps=5, lr=0.01, threads=2):
     return losses, params
 
 
+def saved_params(folder):
+    """{parameter name: array} of a strait-run --save-params folder, replicas merged (they are
+    equal)."""
+    import numpy as np
+    out = {}
+    for f in sorted(os.listdir(folder)):
+        if f.startswith("params.rank"):
+            for line in open(os.path.join(folder, f)):
+                file, name = line.split()
+                out.setdefault(name, np.load(os.path.join(folder, file)))
+    return out
+
+
 def cpu_cluster(name, devices, links):
     """A cluster file (text) of CPU devices of the local cluster's nominal type (0.2 TFLOP/s fp32,
     20 GB/s, 8 GiB): `devices` lists (name, host, site), `links` is the body of `links:` (YAML

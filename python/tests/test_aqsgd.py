@@ -27,21 +27,13 @@ import numpy as np
 import pytest
 
 import jobutil
-from jobutil import GPT2_TINY as MODEL, PROTO_DIR, STRAITC, STRAIT_RUN
+from jobutil import GPT2_TINY as MODEL, PROTO_DIR, STRAITC, STRAIT_RUN, cpu_cluster
 
 pytestmark = jobutil.needs_gpt2_tiny()
 
-CLUSTER = """name: two-sites
-device_types:
-  - {name: cpu, kind: cpu, peak_tflops: {fp32: 0.2}, mem_bandwidth_gbs: 20, memory_gib: 8}
-devices:
-  - {name: a, type: cpu, host: ha, site: east}
-  - {name: b, type: cpu, host: hb, site: west}
-links:
-  intra_host: {bandwidth_gbps: 10, latency_us: 20}
-  hosts:
-    - {between: [ha, hb], bandwidth_mbps: 100, latency_ms: 0.1}
-"""
+CLUSTER = cpu_cluster("two-sites", [("a", "ha", "east"), ("b", "hb", "west")],
+                      "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n"
+                      "  hosts:\n    - {between: [ha, hb], bandwidth_mbps: 100, latency_ms: 0.1}\n")
 SAMPLES, T = 12, 16
 
 

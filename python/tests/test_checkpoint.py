@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from jobutil import (GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, cpu_cluster, needs_gpt2_tiny, run,
-                     write_tokens)
+                     saved_params, write_tokens)
 
 pytestmark = needs_gpt2_tiny()
 
@@ -69,23 +69,12 @@ def worker_pids(job, rank):
     return pids
 
 
-def params(folder):
-    """{parameter name: array} of a --save-params folder, replicas merged (they are equal)."""
-    out = {}
-    for f in sorted(os.listdir(folder)):
-        if f.startswith("params.rank"):
-            for line in open(os.path.join(folder, f)):
-                file, name = line.split()
-                out.setdefault(name, np.load(os.path.join(folder, file)))
-    return out
-
-
 @pytest.fixture(scope="module")
 def reference(jobs):
     """8 uninterrupted steps of the pipeline job: losses and final parameters."""
     d, pipe, _, data = jobs
     p = launch(pipe, data, 8, "--save-params", d / "ref-params")
-    return losses(p.stdout), params(d / "ref-params")
+    return losses(p.stdout), saved_params(d / "ref-params")
 
 
 def test_resume_is_bit_identical(jobs, reference):
@@ -111,7 +100,7 @@ def test_resume_is_bit_identical(jobs, reference):
     got = losses(p.stdout)
     assert sorted(got) == [5, 6, 7, 8]
     assert all(got[s] == ref_losses[s] for s in got), (got, ref_losses)
-    resumed = params(d / "resumed-params")
+    resumed = saved_params(d / "resumed-params")
     assert resumed.keys() == ref_params.keys()
     for name, ref in ref_params.items():
         assert np.array_equal(resumed[name], ref), name
@@ -138,7 +127,7 @@ def test_resume_under_another_plan(jobs, reference):
     assert sorted(got) == [5, 6, 7, 8]
     for s in got:
         assert got[s] == pytest.approx(ref_losses[s], rel=1e-4)
-    mine = params(d / "one-params")
+    mine = saved_params(d / "one-params")
     assert mine.keys() == ref_params.keys()
     # AdamW moves every weight by about lr = 3e-3 per step, whatever its gradient: a resume that
     # lost the moments or the step would be off by that much; the other plan's summation order
@@ -186,7 +175,7 @@ def test_restart_after_a_killed_rank(jobs, reference, tmp_path):
     m = re.search(r"restarting every rank from (\S+) \(step (\d+)\), restart 1 of 1", stderr)
     assert m and int(m.group(2)) == 2, stderr[-2000:]  # step 4 could not complete before the kill
     assert (tmp_path / "logs" / "rank1.restart1.log").exists()
-    got = params(out)
+    got = saved_params(out)
     assert got.keys() == ref_params.keys()
     for name, ref in ref_params.items():
         assert np.array_equal(got[name], ref), name
@@ -277,7 +266,7 @@ def test_resume_with_compression_is_bit_identical(jobs, tmp_path, layout):
     assert losses(p.stdout) == {s: l for s, l in losses(ref.stdout).items() if s > 4}
     log = open(job / "logs" / "rank1.log").read()
     assert "error-feedback residual" in log and "restored" in log
-    ref_params, res_params = params(tmp_path / "ref"), params(tmp_path / "res")
+    ref_params, res_params = saved_params(tmp_path / "ref"), saved_params(tmp_path / "res")
     for name, value in ref_params.items():
         assert np.array_equal(res_params[name], value), name
     # Without the residuals the run is not the same (the test can fail): they start at zero.
@@ -285,7 +274,7 @@ def test_resume_with_compression_is_bit_identical(jobs, tmp_path, layout):
         index.unlink()
     launch(job, data, 6, "--resume", ck, "--save-params", tmp_path / "zero")
     assert "start at zero" in open(job / "logs" / "rank1.log").read()
-    zero = params(tmp_path / "zero")
+    zero = saved_params(tmp_path / "zero")
     assert any(not np.array_equal(zero[n], v) for n, v in ref_params.items())
     if layout != "pipeline":
         return

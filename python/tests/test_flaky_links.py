@@ -22,7 +22,7 @@ import pytest
 
 from jobutil import (GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, PROTO_DIR, connections, cpu_cluster,
                      drop_link, job_worker_pids as worker_pids, needs_gpt2_tiny, run,
-                     wan_unavailable, write_tokens)
+                     saved_params, wan_unavailable, write_tokens)
 
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "local-4cpu.yaml")
 
@@ -72,17 +72,6 @@ def args(job, data, steps, *extra):
     return [str(job), "--steps", str(steps), "--lr", "0.003", "--data", str(data),
             "--data-format", "tokens-u16", "--threads", "1", "--timeout-ms", "20000",
             *map(str, extra)]
-
-
-def params(folder):
-    """{parameter name: array} of a --save-params folder, replicas merged (they are equal)."""
-    out = {}
-    for f in sorted(os.listdir(folder)):
-        if f.startswith("params.rank"):
-            for line in open(os.path.join(folder, f)):
-                file, name = line.split()
-                out.setdefault(name, np.load(os.path.join(folder, file)))
-    return out
 
 
 def assert_same_params(got, ref):
@@ -152,7 +141,7 @@ def test_training_survives_dropped_links(jobs, tmp_path, name):
                                              "--save-params", tmp_path / "got")
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
     check_recovered(logs, err, seen, drops, 4)
-    assert_same_params(params(tmp_path / "got"), params(tmp_path / "ref"))
+    assert_same_params(saved_params(tmp_path / "got"), saved_params(tmp_path / "ref"))
 
 
 def redis_plan(job, tmp_path):
@@ -209,7 +198,7 @@ def test_sealed_ranks_started_one_by_one(jobs, tmp_path, store):
             assert f"rank {r} done" in text
         assert any(re.search(rf"rank {r} .*peer {1 - r}: link failure", logs[r].read_text())
                    for r in range(2))
-        assert_same_params(params(tmp_path / "got"), params(tmp_path / "ref"))
+        assert_same_params(saved_params(tmp_path / "got"), saved_params(tmp_path / "ref"))
     finally:
         if server:
             server.terminate()
@@ -274,7 +263,7 @@ def test_beyond_the_retry_budget(jobs, tmp_path):
             assert proc.returncode == 0, err[-3000:]
             assert re.search(r"rank \d failed \(exit code 3\)", err), err[-2000:]
             assert "link failure" in err and "restarting every rank from" in err
-            assert_same_params(params(tmp_path / "got1"), params(tmp_path / "ref"))
+            assert_same_params(saved_params(tmp_path / "got1"), saved_params(tmp_path / "ref"))
 
 
 def test_an_error_of_the_data_is_not_retried(jobs, tmp_path):
