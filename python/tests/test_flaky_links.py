@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from jobutil import (GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, PROTO_DIR, connections, cpu_cluster,
+from jobutil import (GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, connections, cpu_cluster,
                      drop_link, job_worker_pids as worker_pids, needs_gpt2_tiny, run,
                      saved_params, wan_unavailable, write_tokens)
 
@@ -144,25 +144,14 @@ def test_training_survives_dropped_links(jobs, tmp_path, name):
     assert_same_params(saved_params(tmp_path / "got"), saved_params(tmp_path / "ref"))
 
 
-def redis_plan(job, tmp_path):
-    """A copy of `job` whose manifest rendezvouses through a private redis-server; (plan, stop)."""
+def redis_server():
+    """A private redis-server; (its rendezvous URL, the process)."""
     port = 21000 + os.getpid() % 20000
     server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "",
-                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    copy = tmp_path / "dp-redis"
-    shutil.copytree(job, copy)
-    with open(copy / "plan.pb", "rb") as f:
-        text = subprocess.run(["protoc", "--decode=strait.program.PlanManifest", "-I", PROTO_DIR,
-                               "strait_program.proto"], stdin=f, capture_output=True,
-                              check=True).stdout.decode()
-    text = re.sub(r"rendezvous: \w+", "rendezvous: RENDEZVOUS_REDIS", text)
-    text = re.sub(r'rendezvous_address: "[^"]*"', f'rendezvous_address: "127.0.0.1:{port}"', text)
-    encoded = subprocess.run(["protoc", "--encode=strait.program.PlanManifest", "-I", PROTO_DIR,
-                              "strait_program.proto"], input=text.encode(), capture_output=True,
-                             check=True).stdout
-    (copy / "plan.pb").write_bytes(encoded)
+                               "--appendonly", "no", "--bind", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL)
     time.sleep(0.3)
-    return copy, server
+    return f"redis://127.0.0.1:{port}", server
 
 
 @pytest.mark.parametrize("store", ["file", "redis"])
@@ -170,20 +159,22 @@ def test_sealed_ranks_started_one_by_one(jobs, tmp_path, store):
     """Two ranks started on their own (as on two machines: no launcher), sealed links: the
     rendezvous store carries the protocol."""
     d, data, key = jobs
-    job, server = d / "dp", None
+    job, server, where = d / "dp", None, []
     if store == "redis":
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server unavailable")
-        job, server = redis_plan(job, tmp_path)
+        url, server = redis_server()
+        where = ["--rendezvous", url]
     try:
         steps = 14
         run([STRAIT_RUN, *args(job, data, steps, "--save-params", tmp_path / "ref",
-                               "--link-secret", key, "--log-dir", tmp_path / "ref-logs")])
+                               "--link-secret", key, "--log-dir", tmp_path / "ref-logs", *where)])
         logs = [tmp_path / f"rank{r}.out" for r in range(2)]
         procs = [subprocess.Popen([STRAIT_RUN, *args(job, data, steps, "--rank", r, "--run-id",
                                                      f"flaky-{store}-{os.getpid()}",
                                                      "--link-secret", key,
-                                                     "--save-params", tmp_path / "got")],
+                                                     "--save-params", tmp_path / "got",
+                                                     *where)],
                                   stdout=open(logs[r], "w"), stderr=subprocess.STDOUT)
                  for r in range(2)]
         assert wait_for(logs[0], r"^rank 0 iteration 5/", procs[0])

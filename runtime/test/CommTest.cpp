@@ -133,6 +133,29 @@ TEST(GlooComm, SizeMismatchNamesBothSides) {
            });
 }
 
+// A header announcing far more than the receive expects (a corrupt or foreign
+// header: unsealed links authenticate nothing) is not drained into a buffer of
+// the announced size: the link is dropped with an error naming both sizes.
+TEST(GlooComm, OversizedHeaderIsNotDrained) {
+  std::string dir = makeStoreDir();
+  runRanks(2, [&](int r) { return fileOptions(dir, r, 2, 3000ms); },
+           [](int rank, Communicator &comm) {
+             if (rank == 0) {
+               OwnedTensor t(program::DTYPE_F32, {17 << 20}); // 68 MiB
+               (void)comm.send(t.tensor, 1, 0); // the receiver never takes the payload
+             } else {
+               OwnedTensor t(program::DTYPE_F32, {3});
+               Status s = comm.recv(t.tensor, 0, 0);
+               EXPECT_EQ(s.getCode(), StatusCode::Unavailable) << s.toString();
+               EXPECT_NE(s.toString().find("rank 1 peer 0"), std::string::npos) << s.toString();
+               EXPECT_NE(s.toString().find("announced a payload of 71303168 bytes, this rank "
+                                           "expects 12"),
+                         std::string::npos)
+                   << s.toString();
+             }
+           });
+}
+
 TEST(GlooComm, RecvTimesOutNamingRankAndPeer) {
   std::string dir = makeStoreDir();
   runRanks(2, [&](int r) { return fileOptions(dir, r, 2, r == 0 ? 400ms : 10000ms); },
@@ -395,4 +418,58 @@ TEST(GlooComm, KeyStoreKeepsTheFirstValueAndWaits) {
   EXPECT_NE(missing.getStatus().getMessage().find("state/0/1"), std::string::npos);
   StatusOr<std::unique_ptr<KeyStore>> bad = openKeyStore(fileOptions(dir + "/none", 0, 2), "x");
   EXPECT_FALSE(bad.isOk());
+}
+
+// --- Rendezvous URLs (strait-run --rendezvous) -------------------------------
+
+TEST(Rendezvous, ReadsRedisAndFileUrls) {
+  GlooOptions g;
+  ASSERT_TRUE(setRendezvous(g, "redis://10.0.0.7:7000", "/job").isOk());
+  EXPECT_EQ(g.store, StoreKind::Redis);
+  EXPECT_EQ(g.redisHost, "10.0.0.7");
+  EXPECT_EQ(g.redisPort, 7000);
+  ASSERT_TRUE(setRendezvous(g, "redis://store.example/", "/job").isOk());
+  EXPECT_EQ(g.redisHost, "store.example");
+  EXPECT_EQ(g.redisPort, 6379); // Redis's own default
+  ASSERT_TRUE(setRendezvous(g, "redis://[fd00::5]:6400", "/job").isOk());
+  EXPECT_EQ(g.redisHost, "fd00::5");
+  EXPECT_EQ(g.redisPort, 6400);
+  ASSERT_TRUE(setRendezvous(g, "file:///mnt/shared/rv", "/job").isOk());
+  EXPECT_EQ(g.store, StoreKind::File);
+  EXPECT_EQ(g.storePath, "/mnt/shared/rv");
+  ASSERT_TRUE(setRendezvous(g, "rendezvous", "/job").isOk());
+  EXPECT_EQ(g.storePath, "/job/rendezvous"); // relative to the job folder
+}
+
+TEST(Rendezvous, RejectsMalformedUrlsNamingWhatIsWrong) {
+  const std::pair<const char *, const char *> bad[] = {
+      {"redis://host:0", "the port '0' is not a number from 1 to 65535"},
+      {"redis://host:65536", "the port '65536'"},
+      {"redis://host:12ab", "the port '12ab'"},
+      {"redis://host:", "the port ''"},
+      {"redis://", "no host"},
+      {"redis://[fd00::5", "closing ']'"},
+      {"redis://user@host", "has a character a host name cannot"},
+      {"http://host/x", "unknown scheme 'http'"},
+      {"file://", "no folder"},
+      {"", "empty"},
+  };
+  for (const auto &[url, why] : bad) {
+    GlooOptions g;
+    Status s = setRendezvous(g, url, "/job");
+    ASSERT_FALSE(s.isOk()) << url;
+    EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument) << url;
+    EXPECT_NE(s.getMessage().find(why), std::string::npos) << url << ": " << s.getMessage();
+    EXPECT_NE(s.getMessage().find(std::string("'") + url + "'"), std::string::npos)
+        << s.getMessage();
+  }
+}
+
+TEST(Rendezvous, LocalAddressTowardLoopbackIsLoopback) {
+  StatusOr<std::string> a = localAddressToward("127.0.0.1", 6379);
+  ASSERT_TRUE(a.isOk()) << a.getStatus().toString();
+  EXPECT_EQ(a.takeValue(), "127.0.0.1");
+  StatusOr<std::string> none = localAddressToward("no-such-host.invalid", 6379);
+  ASSERT_FALSE(none.isOk());
+  EXPECT_NE(none.getStatus().getMessage().find("no-such-host.invalid"), std::string::npos);
 }

@@ -256,11 +256,16 @@ ErrorFeedback *streamFor(Executor &exec, const std::string &key) {
   if (it == exec.getFeedbackStreams().end())
     return nullptr;
   ErrorFeedback *f = it->second.get();
+  // Sub-stream i of a level is chunk i of a compressed all-reduce of k <=
+  // world_size ranks, or (i = k) its reduced chunk; the levels nest once per
+  // all-reduce level (islands). A key beyond that is no stream this program
+  // makes (and must not make the loader allocate for it).
   const char *rest = key.c_str() + used;
-  while (*rest) {
+  unsigned long maxPart = static_cast<unsigned long>(exec.getProgram().world_size());
+  for (int depth = 0; *rest; ++depth) {
     unsigned long part = 0;
     int n = 0;
-    if (std::sscanf(rest, ".p%lu%n", &part, &n) != 1 || n == 0 || part > 1u << 20)
+    if (std::sscanf(rest, ".p%lu%n", &part, &n) != 1 || n == 0 || part > maxPart || depth >= 4)
       return nullptr;
     f = &f->part(part);
     rest += n;

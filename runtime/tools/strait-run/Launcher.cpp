@@ -17,6 +17,7 @@
 #include "TraceFiles.h"
 #include "Checkpoint.h"
 #include "Replan.h"
+#include "strait/runtime/Communicator.h"
 #include "strait/runtime/LinkSecret.h"
 #include "strait/runtime/Program.h"
 
@@ -34,6 +35,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -97,6 +99,8 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--dump-outputs", o.dumpDir);
   pass("--save-params", o.saveParamsDir);
   pass("--link-secret", o.linkSecretFile); // the path: the secret stays off `ps`
+  pass("--rendezvous", o.rendezvous);
+  pass("--listen-address", o.listenAddress);
   if (!o.topkAdapt)
     pass("--topk-adapt", "off");
   pass("--seed", std::to_string(o.seed));
@@ -403,6 +407,8 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
     };
   int local = 0;
   for (const auto &r : m.ranks()) {
+    if (!o.host.empty() && r.host() != o.host)
+      continue; // another machine's launcher starts it
     std::string log = o.logDir + "/rank" + std::to_string(r.rank()) +
                       (attempt ? ".restart" + std::to_string(attempt) : "") + ".log";
     // Emptied here, before the merger reads it: a log of an earlier run in
@@ -462,6 +468,33 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
   return 0;
 }
 
+/// The ranks this launcher starts: all, or those of --host.
+int localRanks(const RunOptions &o, const program::PlanManifest &m) {
+  return static_cast<int>(std::count_if(m.ranks().begin(), m.ranks().end(), [&](const auto &r) {
+    return o.host.empty() || r.host() == o.host;
+  }));
+}
+
+/// Checks the rendezvous (--rendezvous, else the manifest's) before any rank
+/// starts, and creates a file store's folder; false after saying why.
+bool prepareStore(const RunOptions &o, const program::PlanManifest &m) {
+  rt::GlooOptions g;
+  std::string url = o.rendezvous;
+  if (url.empty())
+    url = m.rendezvous() == program::RENDEZVOUS_REDIS
+              ? "redis://" + m.rendezvous_address()
+              : (m.rendezvous_address().empty() ? "rendezvous" : m.rendezvous_address());
+  rt::Status s = rt::setRendezvous(g, url, o.planDir);
+  if (!s.isOk()) {
+    std::cerr << "strait-run: " << (o.rendezvous.empty() ? o.planDir + "/" + o.manifest + ": " : "--rendezvous: ")
+              << s.getMessage() << std::endl;
+    return false;
+  }
+  if (g.store == rt::StoreKind::File)
+    makeDirs(g.storePath);
+  return true;
+}
+
 } // namespace
 
 int runLauncher(const RunOptions &options) {
@@ -488,14 +521,33 @@ int runLauncher(const RunOptions &options) {
   if (o.runId.empty())
     o.runId = "strait-" + std::to_string(::getpid()) + "-" +
               std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-  if (m->rendezvous() == program::RENDEZVOUS_FILE) {
-    std::string store = m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
-    makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
+  if (!prepareStore(o, *m))
+    return 2;
+  if (!o.host.empty()) { // one machine of a job: only its ranks
+    std::set<std::string> hosts;
+    for (const auto &r : m->ranks())
+      hosts.insert(r.host());
+    std::string refused = !hosts.count(o.host) ? "no rank of the plan is on it"
+                          : o.maxRestarts > 0 ? "--max-restarts is not supported with --host "
+                                                "(every machine's launcher would restart on "
+                                                "its own; --link-retries recovers in process)"
+                          : o.replan ? "--replan is not supported with --host"
+                          : options.runId.empty()
+                              ? "--run-id ID is required (the same on every machine)"
+                              : "";
+    if (!refused.empty()) {
+      std::string names;
+      for (const std::string &h : hosts)
+        names += (names.empty() ? "" : ", ") + h;
+      std::cerr << "strait-run: --host " << o.host << ": " << refused
+                << " (the plan's hosts: " << names << ")" << std::endl;
+      return 2;
+    }
   }
   bool threadsGiven = o.threads > 0;
   if (o.threads <= 0) // share the cores between the local ranks
     o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                std::max(1, m->ranks_size()));
+                                std::max(1, localRanks(o, *m)));
   // --replan auto (Replan.h): the ranks checkpoint into --checkpoint DIR, or
   // DIR/replan-checkpoints, and stop when the monitor writes the stop file.
   std::optional<ReplanMonitor> replan;
@@ -532,14 +584,11 @@ int runLauncher(const RunOptions &options) {
       m = std::move(next);
       o.planDir = dir;
       o.resumePath = checkpoint;
-      if (m->rendezvous() == program::RENDEZVOUS_FILE) {
-        std::string store =
-            m->rendezvous_address().empty() ? "rendezvous" : m->rendezvous_address();
-        makeDirs(store[0] == '/' ? store : o.planDir + "/" + store);
-      }
+      if (!prepareStore(o, *m))
+        return 1;
       if (!threadsGiven)
         o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                    std::max(1, m->ranks_size()));
+                                    std::max(1, localRanks(o, *m)));
       std::cout << "strait-run: re-planned: resuming " << m->ranks_size() << " rank(s) from "
                 << checkpoint << " under " << dir << std::endl;
       continue;

@@ -56,6 +56,12 @@ struct RunOptions {
   bool profile = false;      // --profile: time per op type after the first iteration
   bool quietProgress = false; // launcher: do not echo the merged progress
   std::string listenAddress; // worker: listen here instead of the manifest's address
+  // --rendezvous URL or $STRAIT_RENDEZVOUS (redis://HOST[:PORT], file://DIR
+  // or DIR): the store the ranks meet through, instead of the manifest's.
+  std::string rendezvous;
+  // --host NAME (launcher): start only the plan's ranks on that host (the
+  // cluster file's host name), one launcher per machine, torchrun-style.
+  std::string host;
   // Devices (docs/runtime.md, "Devices"): auto = the device straitc planned.
   std::string device = "auto";        // auto | cpu | cuda | cuda:N
   std::string comm = "auto";          // auto (NCCL inside a GPU host) | gloo

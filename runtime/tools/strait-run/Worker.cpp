@@ -297,8 +297,12 @@ Status saveParameters(const Executor &exec, const program::Program &p, const Run
 }
 
 /// The Gloo options of this rank; `epoch` > 0: the rendezvous of in-process
-/// recovery epoch `epoch` (LinkRecovery.h), under a prefix of its own.
-GlooOptions glooOptions(const RunOptions &o, const program::PlanManifest &m, int epoch = 0) {
+/// recovery epoch `epoch` (LinkRecovery.h), under a prefix of its own. The
+/// store is --rendezvous's, else the manifest's; a rank whose store is on
+/// another machine and that was given no address listens on the interface
+/// that reaches the store.
+StatusOr<GlooOptions> glooOptions(const RunOptions &o, const program::PlanManifest &m,
+                                  int epoch = 0) {
   GlooOptions g;
   g.rank = o.rank;
   g.worldSize = m.world_size();
@@ -310,29 +314,32 @@ GlooOptions glooOptions(const RunOptions &o, const program::PlanManifest &m, int
   for (const auto &r : m.ranks())
     if (r.rank() == o.rank)
       self = &r;
+  bool addressGiven = !o.listenAddress.empty() || (self && !self->address().empty());
   if (self && !self->address().empty())
     g.hostname = self->address().substr(0, self->address().find(':'));
   if (!o.listenAddress.empty()) // e.g. inside a network namespace (wan-netns.sh)
     g.hostname = o.listenAddress;
-  if (m.rendezvous() == program::RENDEZVOUS_REDIS) {
-    g.store = StoreKind::Redis;
-    const std::string &addr = m.rendezvous_address();
-    size_t colon = addr.find(':');
-    g.redisHost = addr.substr(0, colon);
-    if (colon != std::string::npos)
-      g.redisPort = std::stoi(addr.substr(colon + 1));
-  } else {
-    g.store = StoreKind::File;
-    g.storePath = resolvePath(o.planDir, m.rendezvous_address().empty()
-                                             ? "rendezvous"
-                                             : m.rendezvous_address());
+  std::string url = o.rendezvous;
+  if (url.empty())
+    url = m.rendezvous() == program::RENDEZVOUS_REDIS
+              ? "redis://" + m.rendezvous_address()
+              : (m.rendezvous_address().empty() ? "rendezvous" : m.rendezvous_address());
+  Status s = setRendezvous(g, url, o.planDir);
+  if (!s.isOk())
+    return s;
+  if (g.store == StoreKind::Redis && !addressGiven) {
+    StatusOr<std::string> local = localAddressToward(g.redisHost, g.redisPort);
+    if (!local.isOk())
+      return local.getStatus();
+    g.hostname = local.takeValue();
   }
   return g;
 }
 
 StatusOr<std::unique_ptr<Communicator>> connect(const RunOptions &o,
                                                 const program::PlanManifest &m, int epoch = 0) {
-  return createGlooCommunicator(glooOptions(o, m, epoch));
+  STRAIT_ASSIGN_OR_RETURN(GlooOptions g, glooOptions(o, m, epoch));
+  return createGlooCommunicator(g);
 }
 
 /// The trace's channel for the clock offset estimate: above any a program
@@ -623,8 +630,9 @@ Status runRank(const RunOptions &o) {
       ro.retries = o.linkRetries;
       ro.wait = std::chrono::milliseconds(o.linkRetryWaitMs);
       ro.timeout = std::chrono::milliseconds(o.timeoutMs);
+      STRAIT_ASSIGN_OR_RETURN(GlooOptions g, glooOptions(o, m));
       StatusOr<std::unique_ptr<LinkRecovery>> made =
-          LinkRecovery::create(glooOptions(o, m), o.runId.empty() ? "strait" : o.runId, ro);
+          LinkRecovery::create(g, o.runId.empty() ? "strait" : o.runId, ro);
       if (!made.isOk())
         return made.takeStatus().withRank(o.rank);
       recovery = made.takeValue();

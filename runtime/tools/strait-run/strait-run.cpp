@@ -23,7 +23,9 @@ const char *kUsage =
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
     "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
-    "                  [--listen-address IP] [--device auto|cpu|cuda|cuda:N]\n"
+    "                  [--host NAME] [--rendezvous redis://HOST[:PORT]|DIR]\n"
+    "                  [--listen-address IP]\n"
+    "                  [--device auto|cpu|cuda|cuda:N]\n"
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
     "                  [--checkpoint DIR] [--checkpoint-every K] [--resume DIR]\n"
     "                  [--max-restarts N] [--link-retries R] [--link-retry-wait MS]\n"
@@ -36,6 +38,14 @@ const char *kUsage =
     "  every rank of DIR/plan.pb on this machine, one process each, logs in\n"
     "  DIR/logs/rank<R>.log. With --rank R or RANK=R: run rank R only (join a\n"
     "  job across machines; all ranks need the same --run-id).\n"
+    "  --host NAME: start only the ranks the plan puts on host NAME (the\n"
+    "  cluster file's name): one launcher per machine, all with the same\n"
+    "  --run-id and a --rendezvous every machine reaches.\n"
+    "  --rendezvous URL (or $STRAIT_RENDEZVOUS): where the ranks meet,\n"
+    "  instead of the job's file store (DIR/rendezvous): redis://HOST[:PORT]\n"
+    "  (a redis-server every machine reaches; port 6379 by default), or a\n"
+    "  folder on a file system every rank shares. With a Redis store and no\n"
+    "  --listen-address, a rank listens on the interface that reaches it.\n"
     "  --link-secret FILE (or $STRAIT_LINK_SECRET_FILE): every rank holds the\n"
     "  same secret and every byte between ranks over Gloo is encrypted and\n"
     "  authenticated; a rank with another secret fails. The file holds 64 hex\n"
@@ -143,6 +153,10 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.saveParamsDir);
     else if (a == "--listen-address")
       ok = text(o.listenAddress);
+    else if (a == "--rendezvous")
+      ok = text(o.rendezvous);
+    else if (a == "--host")
+      ok = text(o.host);
     else if (a == "--link-secret")
       ok = text(o.linkSecretFile);
     else if (a == "--topk-adapt") {
@@ -320,6 +334,8 @@ int main(int argc, char **argv) {
   // rank of a job across machines (docs/runtime.md, "Traces").
   for (size_t at; o.rank >= 0 && (at = o.traceFile.find("{rank}")) != std::string::npos;)
     o.traceFile.replace(at, 6, std::to_string(o.rank));
+  if (o.rendezvous.empty() && std::getenv("STRAIT_RENDEZVOUS"))
+    o.rendezvous = std::getenv("STRAIT_RENDEZVOUS");
   if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
     o.linkSecretFile = std::getenv("STRAIT_LINK_SECRET_FILE");
   strait::rt::Executor::setAdaptiveTopKDefault(o.topkAdapt);

@@ -184,6 +184,22 @@ struct GlooOptions {
   int testReplaySealedSend = -1;
 };
 
+/// Sets `options`' store from a rendezvous URL (strait-run --rendezvous):
+/// `redis://HOST[:PORT]` (port 6379 by default; HOST a name, an IPv4
+/// address or a bracketed IPv6 one), `file://DIR` or a plain DIR (a folder
+/// every rank can reach: one machine, or a shared file system; a relative
+/// DIR is under `baseDir`). InvalidArgument naming the URL and what is wrong
+/// with it (an empty host, a port that is not 1-65535, another scheme).
+Status setRendezvous(GlooOptions &options, const std::string &url,
+                     const std::string &baseDir);
+
+/// The address of this machine's interface that reaches `host`:`port` (the
+/// source address the kernel's routing picks for it; no packet is sent):
+/// what a rank listens on when its peers rendezvous through a store on
+/// another machine and no address was given. Unavailable naming the host
+/// when it does not resolve or has no route.
+StatusOr<std::string> localAddressToward(const std::string &host, int port);
+
 /// Opens the store `options` names (store, storePath, redisHost/Port), its
 /// keys under `prefix`. Unavailable naming the store when it cannot.
 StatusOr<std::unique_ptr<KeyStore>> openKeyStore(const GlooOptions &options,
