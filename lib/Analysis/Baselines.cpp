@@ -10,6 +10,11 @@
 //  * pipedream: PipeDream's DP on a homogenized cluster (every device at
 //               the mean speed, every link at the mean bandwidth), devices
 //               in file order; the plan is then scored on the real cluster;
+//
+// Every stage of a baseline has as many replicas as the others (the
+// exporter runs only such pipelines: each replica talks to one replica of
+// the next stage); uniform and pipedream leave the last N mod S (N mod d)
+// devices in file order idle where N does not divide.
 //  * dtfm:      DT-FM-like: equal blocks per stage, equal data-parallel
 //               groups built from the bandwidth spanning-tree order, groups
 //               ordered along fast links, then a swap local search scored by
@@ -44,12 +49,14 @@ equalBlocks(unsigned blocks, const std::vector<std::vector<unsigned>> &groups) {
   return stages;
 }
 
+/// `S` groups of floor(|order| / S) consecutive devices of `order` each; the
+/// last |order| mod S devices are left out (equal replica counts).
 static std::vector<std::vector<unsigned>>
 evenGroups(const std::vector<unsigned> &order, unsigned S) {
   std::vector<std::vector<unsigned>> groups;
+  size_t width = order.size() / S;
   for (unsigned j = 0; j < S; ++j)
-    groups.emplace_back(order.begin() + order.size() * j / S,
-                        order.begin() + order.size() * (j + 1) / S);
+    groups.emplace_back(order.begin() + width * j, order.begin() + width * (j + 1));
   return groups;
 }
 
@@ -144,7 +151,9 @@ static PartitionPlan planPipeDream(const PlanContext &ctx) {
   PartitionPlan bestFlat;
   bool any = false;
   for (unsigned d = 1; d <= N; d *= 2) {
-    PartitionPlan plan = bestOverChunks(flat, evenGroups(order, N / d), 1);
+    // Replication d: chunks of exactly d devices (the last N mod d idle).
+    std::vector<unsigned> used(order.begin(), order.begin() + N / d * d);
+    PartitionPlan plan = bestOverChunks(flat, evenGroups(used, N / d), 1);
     if (plan.feasible && better(plan, bestFlat, any)) {
       bestFlat = std::move(plan);
       any = true;

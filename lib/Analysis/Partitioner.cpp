@@ -19,6 +19,7 @@
 #include "strait/Analysis/Workload.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -669,6 +670,31 @@ detail::orderIslands(const ClusterModel &cluster,
   return bestPath;
 }
 
+int PlanContext::fixedMicroBatches(size_t replicas) const {
+  if (!options.fixedReplicaBatch)
+    return -1;
+  double m = globalBatch / (graph.batchSamples * replicas);
+  double rounded = std::round(m);
+  if (rounded < 1 || std::abs(m - rounded) > 1e-9)
+    return 0;
+  if (!options.microBatchCounts.empty() &&
+      !llvm::is_contained(options.microBatchCounts, unsigned(rounded)))
+    return 0; // --micro-batches asked for another count
+  return int(rounded);
+}
+
+/// With fixedReplicaBatch, the one micro-batch count at which `stages` run
+/// (0: they cannot: unequal replica counts or no whole M); -1 without it.
+static int fixedMicroBatches(const PlanContext &ctx,
+                             const std::vector<StageAssignment> &stages) {
+  if (!ctx.options.fixedReplicaBatch)
+    return -1;
+  for (const StageAssignment &s : stages)
+    if (s.devices.size() != stages.front().devices.size())
+      return 0;
+  return stages.empty() ? 0 : ctx.fixedMicroBatches(stages.front().devices.size());
+}
+
 static std::vector<unsigned> microBatchCandidates(const PlannerOptions &options,
                                                   double globalBatch) {
   std::vector<unsigned> counts;
@@ -735,13 +761,29 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
       if (split > 1 && (split > largest || islands.size() * split / 2 >= budget))
         break;
       auto chunkDevices = splitIslands(islands, order, split);
+      // With a fixed per-replica batch, one DP per chunk width R over the
+      // chunks of that width, at the one M that width runs.
+      std::vector<std::pair<size_t, std::vector<unsigned>>> runs;
+      if (options.fixedReplicaBatch) {
+        std::vector<size_t> widths;
+        for (auto &devices : chunkDevices)
+          if (!llvm::is_contained(widths, devices.size()))
+            widths.push_back(devices.size());
+        for (size_t width : widths)
+          if (int M = ctx.fixedMicroBatches(width); M > 0)
+            runs.push_back({width, {unsigned(M)}});
+      } else {
+        runs.push_back({0, counts});
+      }
+      for (auto &[width, runCounts] : runs) {
       std::vector<Chunk> chunks;
       for (auto &devices : chunkDevices)
-        chunks.push_back(ctx.makeChunk(devices));
+        if (!width || devices.size() == width)
+          chunks.push_back(ctx.makeChunk(devices));
       // Enough reach to skip whole islands, not every mix of chunks.
       ChunkDP dp(ctx, std::move(chunks), options.maxSkip + split - 1,
                  ignoreMemory);
-      for (unsigned M : counts) {
+      for (unsigned M : runCounts) {
         for (Schedule schedule : options.schedules) {
           double incumbent = search.any ? search.best.iterationTime : kInf;
           std::vector<StageAssignment> stages =
@@ -756,6 +798,7 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
           break;
         }
       }
+      }
     }
   }
 }
@@ -769,7 +812,14 @@ PartitionPlan detail::bestOverChunks(
   ChunkDP dp(ctx, std::move(chunks), maxSkip, /*ignoreMemory=*/false);
   PartitionPlan best;
   bool any = false;
-  for (unsigned M : microBatchCandidates(ctx.options, ctx.globalBatch))
+  std::vector<unsigned> counts = microBatchCandidates(ctx.options, ctx.globalBatch);
+  if (ctx.options.fixedReplicaBatch) { // equal chunks: their width fixes M
+    int M = devices.empty() ? 0 : ctx.fixedMicroBatches(devices.front().size());
+    if (M <= 0)
+      return best;
+    counts = {unsigned(M)};
+  }
+  for (unsigned M : counts)
     for (Schedule schedule : ctx.options.schedules) {
       std::vector<StageAssignment> stages = dp.solve(M, schedule);
       if (stages.empty())
@@ -787,7 +837,21 @@ PartitionPlan detail::bestOverMicroBatches(
     const PlanContext &ctx, const std::vector<StageAssignment> &stages) {
   PartitionPlan best;
   bool any = false;
-  for (unsigned M : microBatchCandidates(ctx.options, ctx.globalBatch))
+  std::vector<unsigned> counts = microBatchCandidates(ctx.options, ctx.globalBatch);
+  if (int M = fixedMicroBatches(ctx, stages); M >= 0) {
+    if (M == 0) { // not runnable: scored at one micro-batch, infeasible
+      best = evaluateWith(ctx, stages, 1, ctx.options.schedules.front());
+      best.feasible = false;
+      best.message = llvm::formatv(
+          "the stages' replica counts ({0} in the first) do not run the global batch "
+          "{1:0} in whole micro-batches of the graph's batch {2:0} per replica",
+          stages.empty() ? 0 : stages.front().devices.size(), ctx.globalBatch,
+          ctx.graph.batchSamples);
+      return best;
+    }
+    counts = {unsigned(M)};
+  }
+  for (unsigned M : counts)
     for (Schedule schedule : ctx.options.schedules) {
       PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
       bool better = !any || (plan.feasible && !best.feasible) ||

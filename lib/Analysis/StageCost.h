@@ -91,6 +91,10 @@ public:
   const PlannerOptions &options;
   unsigned numBlocks() const { return graph.blocks.size(); }
   double globalBatch = 1;
+  /// With PlannerOptions::fixedReplicaBatch: the micro-batch count of
+  /// stages of `replicas` replicas each (globalBatch / (graph batch x
+  /// replicas)), 0 where that is not a whole number >= 1; -1 without it.
+  int fixedMicroBatches(size_t replicas) const;
 
 private:
   /// Parameter bytes of blocks [b0, b1), with the copies of tied weights

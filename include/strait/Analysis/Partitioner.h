@@ -47,6 +47,13 @@ struct PlannerOptions {
   double globalBatch = 0;
   /// Micro-batch counts to try; empty means powers of two up to the batch.
   std::vector<unsigned> microBatchCounts;
+  /// The job runs the cost graph's batch on every replica in every
+  /// micro-batch (straitc's exporter with --global-batch): a pipeline whose
+  /// stages have R replicas each runs M = globalBatch / (batch x R)
+  /// micro-batches, and only such pipelines (equal replica counts, M a
+  /// whole number) run. Every strategy then plans and scores each
+  /// configuration at that M instead of at microBatchCounts.
+  bool fixedReplicaBatch = false;
   std::vector<Schedule> schedules = {Schedule::OneFOneB, Schedule::GPipe};
   MemoryOptions memory;
   GroupingOptions grouping;

@@ -140,6 +140,9 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
   popts.recompute = o.recompute == "full"   ? RecomputeMode::Full
                     : o.recompute == "auto" ? RecomputeMode::Auto
                                             : RecomputeMode::None;
+  // With a global batch the job runs the IR's batch per replica and
+  // micro-batch (matchJobBatch): every strategy plans at the M it runs.
+  popts.fixedReplicaBatch = o.globalBatch > 0;
   // More than one micro-batch asked for: the planner uses that count.
   if (o.microBatches > 1)
     popts.microBatchCounts = {static_cast<unsigned>(o.microBatches)};
