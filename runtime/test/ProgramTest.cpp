@@ -107,6 +107,77 @@ TEST(Program, RejectsArenaOverflow) {
             std::string::npos);
 }
 
+// Found by fuzz/program_fuzzer.cpp (docs/fuzzing.md, runtime bugs 1-2): an
+// arena offset near 2^64 wrapped the bounds check (the value then lay before
+// the arena), and shapes whose element or byte count overflows 64 bits were
+// accepted (a buffer of the wrapped size, kernels writing past it).
+TEST(Program, RejectsArenaOffsetThatWraps) {
+  program::Program p = validProgram();
+  p.mutable_memory_plan()->set_arena_bytes(64);
+  p.mutable_values(1)->set_has_arena_offset(true);
+  p.mutable_values(1)->set_arena_offset(~uint64_t(0) - 63); // a multiple of 64
+  EXPECT_NE(errorOf(p).find("values[1].arena_offset: value of 24 bytes at offset "
+                            "18446744073709551552 exceeds memory_plan.arena_bytes 64"),
+            std::string::npos);
+}
+
+TEST(Program, RejectsShapesWhoseSizeOverflows) {
+  program::Program p = validProgram();
+  auto *shape = p.mutable_values(0)->mutable_shape();
+  shape->Clear();
+  shape->Add(int64_t(1) << 32);
+  shape->Add(int64_t(1) << 32);
+  shape->Add(4); // 2^66 elements: the product wrapped to 0
+  EXPECT_NE(errorOf(p).find("values[0].shape: [4294967296x4294967296x4] has more than 2^48 "
+                            "elements"),
+            std::string::npos);
+  shape->Clear();
+  shape->Add(int64_t(1) << 24);
+  shape->Add(int64_t(1) << 24);
+  shape->Add(0); // empty: fine
+  p.mutable_values(1)->mutable_shape()->Clear();
+  p.mutable_values(1)->mutable_shape()->Add(0);
+  EXPECT_TRUE(validateProgram(p).isOk()) << validateProgram(p).toString();
+  // Each value below 2^48 elements, together more than 2^56 bytes.
+  p = validProgram();
+  for (int i = 0; i < 2; ++i) {
+    p.mutable_values(i)->mutable_shape()->Clear();
+    p.mutable_values(i)->mutable_shape()->Add(int64_t(1) << 47);
+    p.mutable_values(i)->mutable_shape()->Add(2);
+  }
+  p.mutable_values(0)->set_dtype(program::DTYPE_F64); // 2^51 bytes each
+  for (int i = 0; i < 64; ++i) {
+    program::Value *v = p.add_values();
+    *v = p.values(0);
+    v->set_id(100 + i);
+  }
+  EXPECT_NE(errorOf(p).find("the program's values take more than 2^56 bytes together"),
+            std::string::npos);
+  p = validProgram();
+  p.mutable_memory_plan()->set_arena_bytes(~uint64_t(0));
+  EXPECT_NE(errorOf(p).find("memory_plan.arena_bytes: 18446744073709551615 is more than 2^56"),
+            std::string::npos);
+}
+
+// Every program that fuzz/program_fuzzer found a crash with, replayed: rejected
+// with a message, or loaded and run without a crash (the fuzzer's ASan build
+// sees the memory errors; this one the aborts and faults).
+TEST(Program, FuzzRegressionsAreRejected) {
+  std::string dir = STRAIT_FUZZ_REGRESSIONS "/program";
+  int files = 0;
+  for (const char *name : {"arena-offset-wraps.pb", "activation-shape-overflows.pb",
+                           "input-shape-overflows.pb", "parameter-bytes-wrap.pb"}) {
+    StatusOr<program::Program> p = loadProgram(dir + "/" + name);
+    ASSERT_FALSE(p.isOk()) << name;
+    EXPECT_NE(p.getStatus().getMessage().find(name), std::string::npos) << p.getStatus().toString();
+    EXPECT_TRUE(p.getStatus().getMessage().find("arena_offset") != std::string::npos ||
+                p.getStatus().getMessage().find("2^48 elements") != std::string::npos)
+        << p.getStatus().toString();
+    ++files;
+  }
+  EXPECT_EQ(files, 4);
+}
+
 TEST(Program, FileRoundTripAndGarbage) {
   std::string path = testing::TempDir() + "/strait_program_test.pb";
   program::Program p = validProgram();

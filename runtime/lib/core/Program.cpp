@@ -24,6 +24,11 @@ bool isSupportedFormatVersion(int version) {
 
 namespace {
 
+constexpr uint64_t kMaxValueElements = 1ull << 48;
+/// All values together (and the arena) at most 2^56 bytes (64 PiB, more
+/// than any device holds): the memory plan's sums never overflow.
+constexpr uint64_t kMaxProgramBytes = 1ull << 56;
+
 std::string at(const char *field, int index) {
   return std::string(field) + "[" + std::to_string(index) + "]";
 }
@@ -40,11 +45,20 @@ Status checkValue(const program::Value &v, const std::string &path) {
   if (dtypeSize(v.dtype()) == 0)
     return invalidArgument(path + ".dtype: unspecified or unknown dtype " +
                            std::to_string(v.dtype()));
-  for (int d = 0; d < v.shape_size(); ++d)
+  uint64_t elements = 1;
+  for (int d = 0; d < v.shape_size(); ++d) {
     if (v.shape(d) < 0)
       return invalidArgument(path + ".shape[" + std::to_string(d) +
                              "]: negative dimension " +
                              std::to_string(v.shape(d)));
+    // At most 2^48 elements (as the ONNX importer): byte sizes and the
+    // memory plan's sums then never overflow.
+    if (v.shape(d) > 0 && elements > kMaxValueElements / static_cast<uint64_t>(v.shape(d)))
+      return invalidArgument(path + ".shape: " +
+                             shapeToString(Shape(v.shape().begin(), v.shape().end())) +
+                             " has more than 2^48 elements");
+    elements *= static_cast<uint64_t>(v.shape(d));
+  }
   if (v.role() == program::ROLE_UNSPECIFIED)
     return invalidArgument(path + ".role: unspecified");
   if (v.role() == program::ROLE_PARAMETER && v.parameter_name().empty())
@@ -174,7 +188,8 @@ Status checkArena(const program::Program &p) {
       return invalidArgument(path + ": " + std::to_string(value.arena_offset()) +
                              " is not a multiple of the alignment " +
                              std::to_string(align));
-    if (value.arena_offset() + size > p.memory_plan().arena_bytes())
+    if (value.arena_offset() > p.memory_plan().arena_bytes() ||
+        size > p.memory_plan().arena_bytes() - value.arena_offset())
       return invalidArgument(path + ": value of " + std::to_string(size) +
                              " bytes at offset " +
                              std::to_string(value.arena_offset()) +
@@ -201,6 +216,7 @@ Status validateProgram(const program::Program &p) {
     return invalidArgument("schedule: unknown pipeline schedule " +
                            std::to_string(p.schedule()));
   std::set<uint32_t> valueIds, kernelIds;
+  uint64_t totalBytes = 0;
   for (int v = 0; v < p.values_size(); ++v) {
     if (p.values(v).id() == kAbsentValue)
       return invalidArgument(at("values", v) + ".id: reserved id " +
@@ -209,7 +225,18 @@ Status validateProgram(const program::Program &p) {
       return invalidArgument(at("values", v) + ".id: duplicate value id " +
                              std::to_string(p.values(v).id()));
     STRAIT_RETURN_IF_ERROR(checkValue(p.values(v), at("values", v)));
+    const program::Value &value = p.values(v);
+    uint64_t bytes = numElements(Shape(value.shape().begin(), value.shape().end())) *
+                     dtypeSize(value.dtype());
+    if (bytes > kMaxProgramBytes - totalBytes)
+      return invalidArgument(at("values", v) + ": the program's values take more than 2^56 "
+                             "bytes together");
+    totalBytes += bytes;
   }
+  if (p.memory_plan().arena_bytes() > kMaxProgramBytes)
+    return invalidArgument("memory_plan.arena_bytes: " +
+                           std::to_string(p.memory_plan().arena_bytes()) +
+                           " is more than 2^56");
   STRAIT_RETURN_IF_ERROR(checkKernels(p, valueIds, kernelIds));
   STRAIT_RETURN_IF_ERROR(checkSteps(p, valueIds, kernelIds));
   return checkArena(p);
