@@ -35,6 +35,10 @@ namespace strait {
 namespace rt {
 namespace gloo_impl {
 
+/// The most bytes a receive with a size mismatch reads (and drops) to keep
+/// its channel in step with the sender; more marks the link broken.
+constexpr uint64_t kMaxDrainBytes = 64ull << 20;
+
 uint64_t maxPayloadBytes(int64_t n) {
   return kCodecHeaderBytes + 8 + 8ull * uint64_t(n) + 64;
 }
@@ -348,6 +352,15 @@ Status GlooCommunicator::recvMessage(void *data, size_t expect,
           .withRank(options.rank)
           .withPeer(peer);
     bool fits = data ? header.bytes == expect : header.bytes <= expect;
+    // A size far beyond the expected one is no program mismatch but a corrupt
+    // or foreign header (unsealed links authenticate nothing): draining it
+    // would allocate and wait for whatever it claims. The link is dropped.
+    if (!fits && header.bytes > expect + kMaxDrainBytes)
+      return markBroken(unavailable(what + ": peer announced a payload of " +
+                                    std::to_string(header.bytes) + " bytes, this rank expects " +
+                                    expectText + " (a corrupt header; link closed)")
+                            .withRank(options.rank)
+                            .withPeer(peer));
     if (!fits) {
       // Drain the payload so the sender completes and the channel stays
       // consistent, then report the mismatch.
