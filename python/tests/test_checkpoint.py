@@ -292,3 +292,10 @@ def test_resume_with_compression_is_bit_identical(jobs, tmp_path, layout):
     index.write_text("\n".join(lines) + "\n")
     p = launch(job, data, 6, "--resume", ck, check=False)
     assert p.returncode != 0 and file in p.stderr and key in p.stderr
+    # A key naming sub-streams that no all-reduce of this program makes (a corrupt or hostile
+    # index; each level used to allocate up to 2^20 streams): an error naming the key.
+    bad = key + ".p1048576" * 40
+    lines[1] = "\t".join([file, numel, bad])
+    index.write_text("\n".join(lines) + "\n")
+    p = launch(job, data, 6, "--resume", ck, check=False)
+    assert p.returncode != 0 and "names no error-feedback stream" in p.stderr and bad in p.stderr
