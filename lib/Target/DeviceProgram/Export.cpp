@@ -918,7 +918,15 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
   }
   if (failed(writeTemp(manifest, (outDir + "/plan.pb").str(), temps, loc)))
     return cleanup();
-  // All files are complete: move them into place, the manifest last.
+  // All files are complete: move them into place, the manifest last. A
+  // manifest of an earlier compile into this folder goes first, so that a
+  // run that fails or is killed among the renames leaves no plan.pb naming
+  // a mix of old and new rank files.
+  SmallString<256> manifestPath(outDir);
+  llvm::sys::path::append(manifestPath, "plan.pb");
+  if (std::error_code ec = llvm::sys::fs::remove(manifestPath))
+    return emitError(loc) << "cannot remove the old '" << manifestPath << "': " << ec.message(),
+           cleanup();
   for (const std::string &t : temps) {
     std::string final = t.substr(0, t.size() - 4);
     if (std::error_code ec = llvm::sys::fs::rename(t, final))
