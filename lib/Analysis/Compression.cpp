@@ -162,7 +162,7 @@ Codec strait::codecForPayload(const Codec &codec, Payload payload) {
   if (codec.kind != CodecKind::AqSgd || payload == Payload::Activation)
     return codec;
   Codec plain;
-  plain.kind = payload == Payload::ActivationGradient ? codec.backward : CodecKind::None;
+  plain.kind = payload == Payload::WeightGradient ? CodecKind::None : codec.backward;
   plain.blockSize = codec.blockSize;
   return plain;
 }
@@ -205,7 +205,7 @@ Codec strait::chooseCodec(const LinkTransfer &t) {
   auto add = [&](CodecKind kind) {
     Codec c;
     c.kind = kind;
-    c.errorFeedback = t.payload == Payload::WeightGradient;
+    c.errorFeedback = isWeightGradient(t.payload);
     ladder.push_back(c);
   };
   add(gradient ? CodecKind::BF16 : CodecKind::FP16);
@@ -222,10 +222,10 @@ Codec strait::chooseCodec(const LinkTransfer &t) {
   constexpr double kTopKOnlyBeyond = 3.0;
   // Under AdamW with a live second moment top-k costs 5-17% of the loss at
   // any ratio that saves bytes (CompressionOptions::gradientTopK): int4 then.
-  if (t.payload == Payload::WeightGradient &&
+  if (isWeightGradient(t.payload) &&
       (!t.gradientTopK || transferTimeWith(t, ladder.back()) <= kTopKOnlyBeyond * t.target))
     return ladder.back();
-  if (t.payload == Payload::WeightGradient) {
+  if (isWeightGradient(t.payload)) {
     // Top-k with int8 values (topk:R:int8): the same k as f32 top-k at
     // about a third of the bytes (2.0-2.3 bytes per kept value against 8 in
     // the size model), and on gpt2-tiny it converges as f32 top-k of the
@@ -443,14 +443,14 @@ struct CodecPicker {
         if (linkMatches(cluster, o.a, o.b, x, y)) {
           used[i] = 1;
           Codec c = codecForPayload(o.codec, t.payload);
-          c.errorFeedback = !c.isNone() && t.payload == Payload::WeightGradient;
+          c.errorFeedback = !c.isNone() && isWeightGradient(t.payload);
           return c;
         }
     if (options.mode == "none")
       return Codec();
     if (global) {
       Codec c = codecForPayload(*global, t.payload);
-      c.errorFeedback = !c.isNone() && t.payload == Payload::WeightGradient;
+      c.errorFeedback = !c.isNone() && isWeightGradient(t.payload);
       return c;
     }
     LinkTransfer u = t;

@@ -84,7 +84,16 @@ double codecThroughput(double rate, CodecKind codec);
 double codecTime(const Codec &codec, double plainBytes, double senderRate,
                  double receiverRate);
 
-enum class Payload { Activation, ActivationGradient, WeightGradient };
+/// TiedGradient: the once-per-step exchange of a tied variable's partial
+/// gradients between its copies' stages (docs/distribution-dialect.md):
+/// a weight gradient (error feedback, bf16 first) that AQ-SGD's GRAD codec
+/// also compresses.
+enum class Payload { Activation, ActivationGradient, WeightGradient, TiedGradient };
+
+/// Weight gradients: all-reduced or exchanged between a tied variable's copies.
+inline bool isWeightGradient(Payload p) {
+  return p == Payload::WeightGradient || p == Payload::TiedGradient;
+}
 
 /// One link's traffic in one direction, per micro-batch (or per iteration
 /// for an all-reduce phase), and the time it should fit in.
@@ -109,7 +118,8 @@ struct LinkTransfer {
 };
 
 /// The codec a transfer of `payload` gets under `codec`: AqSgd becomes its
-/// `backward` codec on activation gradients; anything else is unchanged.
+/// `backward` codec on activation gradients and tied-gradient exchanges,
+/// none on all-reduced gradients; anything else is unchanged.
 Codec codecForPayload(const Codec &codec, Payload payload);
 
 /// Time of the transfer with `codec` (codec time included).

@@ -124,13 +124,33 @@ void fillCodec(CodecOp op, pb::CodecParams &params) {
     params.set_block_size(static_cast<uint32_t>(block.getInt()));
 }
 
-/// The dist.compress feeding a transfer, if any; it must feed only it.
+/// The local dist.decompress of a dist.compress whose bytes are sent (a
+/// tied variable's partial gradient: the sender goes on with the decoded
+/// value), if any.
+dist::DecompressOp localDecompressOf(dist::CompressOp c) {
+  for (Operation *u : c.getEncoded().getUsers())
+    if (auto d = dyn_cast<dist::DecompressOp>(u))
+      return d;
+  return dist::DecompressOp();
+}
+
+/// The dist.compress feeding a transfer, if any; it must feed only it, or
+/// sends and one local dist.decompress (keep_decoded / repeat_payload).
 FailureOr<dist::CompressOp> compressOf(Value v) {
   auto c = v.getDefiningOp<dist::CompressOp>();
-  if (c && !c.getEncoded().hasOneUse())
-    return c.emitError("dist.compress must feed exactly one dist.send or dist.all_reduce "
-                       "to be folded into the program's transfer");
-  return c;
+  if (!c || c.getEncoded().hasOneUse())
+    return c;
+  unsigned sends = 0, decodes = 0;
+  for (Operation *u : c.getEncoded().getUsers()) {
+    sends += isa<dist::SendOp>(u);
+    decodes += isa<dist::DecompressOp>(u);
+  }
+  if (decodes == 1 && sends >= 1 && sends + decodes == std::distance(c.getEncoded().use_begin(),
+                                                                     c.getEncoded().use_end()))
+    return c;
+  return c.emitError("dist.compress must feed exactly one dist.send or dist.all_reduce, or "
+                     "dist.sends and one local dist.decompress, to be folded into the "
+                     "program's transfers");
 }
 
 /// The dist.decompress reading a transfer's result, if any; it must be the
@@ -153,14 +173,20 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     if (c.getEncoded().hasOneUse() &&
         isa<dist::SendOp, dist::AllReduceOp>(*c.getEncoded().getUsers().begin()))
       return success();
+    if (localDecompressOf(c))
+      return failed(compressOf(c.getEncoded())) ? failure() : success();
     return op->emitError("dist.compress must feed exactly one dist.send or dist.all_reduce "
                          "to be exported");
   }
   if (auto d = dyn_cast<dist::DecompressOp>(op)) {
     if (isa_and_nonnull<dist::RecvOp, dist::AllReduceOp>(d.getEncoded().getDefiningOp()))
       return success();
-    return op->emitError("dist.decompress must read a dist.recv or dist.all_reduce to be "
-                         "exported");
+    // A sender's decoded value: its first send writes it (keep_decoded).
+    if (auto c = d.getEncoded().getDefiningOp<dist::CompressOp>())
+      if (succeeded(compressOf(c.getEncoded())) && values.lookup(d.getResult()))
+        return success();
+    return op->emitError("dist.decompress must read a dist.recv, a dist.all_reduce, or a "
+                         "dist.compress after its first dist.send, to be exported");
   }
   if (auto send = dyn_cast<dist::SendOp>(op)) {
     FailureOr<dist::CompressOp> codec = compressOf(send.getValue());
@@ -171,15 +197,39 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
     FailureOr<int> peer = steps.peerRank(op, send.getPeer());
     if (!id || failed(peer))
       return failure();
+    // Sends of a value that the sender goes on with decoded: the first in
+    // block order encodes and replaces the value by the decoded payload
+    // (the local dist.decompress becomes the same value); the others send
+    // its payload again.
+    dist::DecompressOp local = *codec ? localDecompressOf(*codec) : dist::DecompressOp();
+    bool firstSend = true;
+    if (local) {
+      if (!plain.hasOneUse())
+        return codec->emitError("the value a sender replaces by its decoded payload has "
+                                "other users than its dist.compress");
+      for (Operation *u : codec->getEncoded().getUsers())
+        if (isa<dist::SendOp>(u) && u->isBeforeInBlock(op))
+          firstSend = false;
+      if (firstSend) {
+        if (local->isBeforeInBlock(op))
+          return local.emitError("the sender's dist.decompress must follow the first dist.send "
+                                 "of its bytes (which writes the decoded value)");
+        values.alias(local.getResult(), *id);
+      }
+    }
     pb::Send *s = steps.newStep("send ch" + std::to_string(send.getChannel()))
                       ->mutable_send();
     s->set_value_id(*id);
     s->set_peer(*peer);
     s->set_channel(send.getChannel());
     s->set_deferred(steps.deferTransfers());
+    if (local) {
+      s->set_keep_decoded(firstSend);
+      s->set_repeat_payload(!firstSend);
+    }
     if (*codec) {
       fillCodec(*codec, *s->mutable_codec());
-      s->mutable_codec()->set_error_feedback(codec->getErrorFeedback());
+      s->mutable_codec()->set_error_feedback(codec->getErrorFeedback() && firstSend);
       // Adaptive top-k (dist-insert-compression adaptive-topk): the bounds.
       if (auto adapt = (*codec)->getAttrOfType<DenseF64ArrayAttr>("dist.topk_adapt")) {
         if (adapt.size() != 2 || codec->getCodec() != dist::Codec::topk)

@@ -875,6 +875,10 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   if (!params.error_feedback() || params.codec() == program::CODEC_NONE) {
     STRAIT_RETURN_IF_ERROR(rt::encode(params, data, numel, out));
     lastPayloadBytes = out.size();
+    if (decodedOut) {
+      lastPayload = out;
+      return decode(out.data(), out.size(), decodedOut, numel);
+    }
     return Status::ok();
   }
   if (residual.size() != static_cast<size_t>(numel))
@@ -889,6 +893,10 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   STRAIT_RETURN_IF_ERROR(rt::encode(params, sum, numel, out));
   // residual = sum - decode(out): decode into the residual, then subtract.
   STRAIT_RETURN_IF_ERROR(decode(out.data(), out.size(), res, numel));
+  if (decodedOut) { // the decoded bits themselves, not sum - residual
+    std::copy(res, res + numel, decodedOut);
+    lastPayload = out;
+  }
   parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       res[i] = sum[i] - res[i];

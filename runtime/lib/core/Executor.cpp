@@ -104,7 +104,12 @@ Executor::create(program::Program program, const BackendRegistry &registry,
     // Adaptive top-k sends also get a state (without error feedback it only
     // records the payload size that the controller reads).
     bool adapt = step.has_send() && codec->adapt() && adaptiveTopKDefault();
-    if (codec && ((codec->error_feedback() && codec->codec() != program::CODEC_NONE) || adapt))
+    // keep_decoded sends too: the stream writes the decoded payload and
+    // keeps it for the sends that repeat it.
+    bool decoded = step.has_send() && step.send().keep_decoded();
+    bool repeat = step.has_send() && step.send().repeat_payload();
+    if (codec && !repeat &&
+        ((codec->error_feedback() && codec->codec() != program::CODEC_NONE) || adapt || decoded))
       for (uint32_t id : sent)
         exec->feedback[{i, id}] = std::make_unique<ErrorFeedback>();
     if (adapt && !step.send().deferred()) {
@@ -418,6 +423,8 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
     if (isAqSgdCodec(m.codec().codec()))
       return sendDelta(index, m, v).withPeer(m.peer());
     ErrorFeedback *state = feedbackOf(m.value_id());
+    if (m.keep_decoded() || m.repeat_payload())
+      return sendDecoded(m, v, state).withPeer(m.peer());
     if (!m.deferred() && adaptive.count({m.peer(), m.channel()}))
       return sendAdaptive(m, v, state, ready).withPeer(m.peer());
     return (m.deferred() ? comm->sendDeferred(v, m.peer(), m.channel(), m.codec(), state)
@@ -513,6 +520,39 @@ Status Executor::sendDelta(int index, const program::Send &m, const Tensor &v) {
   Tensor d{program::DTYPE_F32, v.shape, delta.data()};
   return m.deferred() ? comm->sendDeferred(d, m.peer(), m.channel(), wire, nullptr)
                       : comm->sendCoded(d, m.peer(), m.channel(), wire, nullptr);
+}
+
+Status Executor::sendDecoded(const program::Send &m, const Tensor &v, ErrorFeedback *state) {
+  if (m.repeat_payload()) {
+    auto it = decodedPayloads.find(m.value_id());
+    if (it == decodedPayloads.end() || it->second->getLastPayload().empty())
+      return internalError("send on channel " + std::to_string(m.channel()) +
+                           " repeats the payload of value " + std::to_string(m.value_id()) +
+                           ", which no keep_decoded send encoded this iteration");
+    const std::vector<uint8_t> &p = it->second->getLastPayload();
+    Tensor wire{program::DTYPE_U8, {static_cast<int64_t>(p.size())},
+                const_cast<uint8_t *>(p.data())};
+    return m.deferred() ? comm->sendDeferred(wire, m.peer(), m.channel(), program::CodecParams(),
+                                             nullptr)
+                        : comm->send(wire, m.peer(), m.channel());
+  }
+  if (!state)
+    return internalError("keep_decoded send on channel " + std::to_string(m.channel()) +
+                         " has no codec stream");
+  // Through host copies (the value may be device memory): the host encoder
+  // writes the decoded payload, which then replaces the value.
+  size_t n = static_cast<size_t>(v.numel());
+  decodedIn.resize(n);
+  decodedOut.resize(n);
+  STRAIT_RETURN_IF_ERROR(backend->copy(decodedIn.data(), v.data, v.byteSize()));
+  Tensor host{program::DTYPE_F32, v.shape, decodedIn.data()};
+  state->setDecodedOutput(decodedOut.data());
+  Status sent = m.deferred() ? comm->sendDeferred(host, m.peer(), m.channel(), m.codec(), state)
+                             : comm->sendCoded(host, m.peer(), m.channel(), m.codec(), state);
+  state->setDecodedOutput(nullptr);
+  STRAIT_RETURN_IF_ERROR(sent);
+  decodedPayloads[m.value_id()] = state;
+  return backend->copy(v.data, decodedOut.data(), v.byteSize());
 }
 
 Status Executor::recvDelta(int index, const program::Recv &m, const Tensor &v) {
@@ -839,7 +879,7 @@ Executor::Transfer Executor::makeTransfer(int index) const {
   const program::Step &step = program.steps(index);
   Transfer t;
   t.step = index;
-  t.writes = !step.has_send();
+  t.writes = !step.has_send() || step.send().keep_decoded();
   std::vector<uint32_t> ids;
   if (step.has_send())
     ids.push_back(step.send().value_id());

@@ -110,6 +110,8 @@ std::map<int, int> reshapeAliases(const program::Program &p) {
   for (const auto &step : p.steps()) {
     if (step.has_recv())
       writes[step.recv().value_id()] += 2;
+    if (step.has_send() && step.send().keep_decoded()) // replaced by the decoded payload
+      writes[step.send().value_id()] += 2;
     if (step.has_all_reduce())
       for (uint32_t id : step.all_reduce().value_ids())
         writes[id] += 2;

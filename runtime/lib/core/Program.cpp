@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Program.h"
+#include "strait/runtime/Codec.h"
 
 #include "ProgramBytes.h"
 
@@ -118,6 +119,41 @@ Status checkPeer(int peer, const program::Program &p,
   return Status::ok();
 }
 
+/// A Send's keep_decoded / repeat_payload (proto comments): a lossy,
+/// non-adaptive, non-AQ-SGD codec; a repeat follows a keep_decoded send of
+/// the same value and codec.
+Status checkDecodedSend(const program::Program &p, int s, const std::string &path) {
+  const program::Send &m = p.steps(s).send();
+  if (!m.keep_decoded() && !m.repeat_payload())
+    return Status::ok();
+  const char *field = m.keep_decoded() ? ".send.keep_decoded" : ".send.repeat_payload";
+  if (m.keep_decoded() && m.repeat_payload())
+    return invalidArgument(path + ".send: keep_decoded and repeat_payload exclude each other");
+  program::Codec c = m.codec().codec();
+  if (c == program::CODEC_NONE || isAqSgdCodec(c) || m.codec().adapt())
+    return invalidArgument(path + field + " needs a fixed lossy codec (not " +
+                           (m.codec().adapt() ? std::string("adaptive top-k")
+                                              : program::Codec_Name(c)) +
+                           ")");
+  if (m.keep_decoded())
+    return Status::ok();
+  for (int e = s - 1; e >= 0; --e) {
+    const program::Step &earlier = p.steps(e);
+    if (!earlier.has_send() || !earlier.send().keep_decoded() ||
+        earlier.send().value_id() != m.value_id())
+      continue;
+    program::CodecParams a = earlier.send().codec(), b = m.codec();
+    a.clear_error_feedback(); // the repeat keeps no residual of its own
+    b.clear_error_feedback();
+    if (a.SerializeAsString() != b.SerializeAsString())
+      return invalidArgument(path + field + ": the codec differs from that of steps[" +
+                             std::to_string(e) + "], whose payload it repeats");
+    return Status::ok();
+  }
+  return invalidArgument(path + field + ": no earlier keep_decoded send of value " +
+                         std::to_string(m.value_id()) + " whose payload it could repeat");
+}
+
 Status checkSteps(const program::Program &p,
                   const std::set<uint32_t> &valueIds,
                   const std::set<uint32_t> &kernelIds) {
@@ -143,6 +179,7 @@ Status checkSteps(const program::Program &p,
     case program::Step::kSend:
       STRAIT_RETURN_IF_ERROR(checkValueId(step.send().value_id(), ".send.value_id"));
       STRAIT_RETURN_IF_ERROR(checkPeer(step.send().peer(), p, path + ".send"));
+      STRAIT_RETURN_IF_ERROR(checkDecodedSend(p, s, path));
       break;
     case program::Step::kRecv:
       STRAIT_RETURN_IF_ERROR(checkValueId(step.recv().value_id(), ".recv.value_id"));

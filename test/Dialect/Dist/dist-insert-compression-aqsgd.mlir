@@ -7,18 +7,22 @@
 // AQ-SGD (aqsgd:B[:GRAD]) on a cut: the forward activation send gets
 // aqsgd_intB (the runtime sends the delta against each sample's last
 // reconstruction), the backward send (dist.backward: an activation
-// gradient) the plain codec GRAD (default int8), the per-step transfer of a
-// tied weight's partial gradient stays exact. Sizes: 64x256 = 16384 f32,
-// 64 blocks of 256: int2 4096 + 256, int8 16384 + 256, int3 6144 + 256.
+// gradient) the plain codec GRAD (default int8), and so does the per-step
+// transfer of a tied weight's partial gradient, with error feedback
+// (dist-insert-compression-tied.mlir). Sizes: 64x256 = 16384 f32, 64 blocks
+// of 256: int2 4096 + 256, int8 16384 + 256, int3 6144 + 256.
 
 // CHECK: dist.compress %{{.*}} codec <aqsgd_int2> block 256 {dist.stage = #dist.stage<0>} : tensor<64x256xf32> -> tensor<4352xi8>
 // CHECK: dist.decompress %{{.*}} codec <aqsgd_int2> block 256 {dist.stage = #dist.stage<1>} : tensor<4352xi8> -> tensor<64x256xf32>
 // CHECK: dist.compress %{{.*}} codec <int8> block 256 {dist.stage = #dist.stage<1>} : tensor<64x256xf32> -> tensor<16640xi8>
 // CHECK: dist.send %{{.*}} to stage 0 channel 1 {dist.backward
 // CHECK: dist.decompress %{{.*}} codec <int8> block 256 {dist.stage = #dist.stage<0>}
+// CHECK: dist.compress %{{.*}} codec <int8> block 256 error_feedback {dist.stage = #dist.stage<0>}
+// CHECK: dist.send %{{.*}} to stage 1 channel 2 {dist.backward, dist.per_step
 // CHECK-NOT: dist.compress
 // BF16: codec <aqsgd_int4> block 256 {dist.stage = #dist.stage<0>} : tensor<64x256xf32> -> tensor<8448xi8>
 // BF16: dist.compress %{{.*}} codec <bf16> {dist.stage = #dist.stage<1>} : tensor<64x256xf32> -> tensor<32768xi8>
+// BF16: dist.compress %{{.*}} codec <bf16> error_feedback {dist.stage = #dist.stage<0>}
 // LINK: codec <aqsgd_int3> block 256 {dist.stage = #dist.stage<0>} : tensor<64x256xf32> -> tensor<6400xi8>
 // LINK-NOT: dist.compress
 // BADBITS: error: --compress=aqsgd:1: aqsgd:BITS[:GRAD] needs BITS 2, 3 or 4 (the activation delta's codes); got '1'

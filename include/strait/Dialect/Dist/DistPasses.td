@@ -182,6 +182,17 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
       within [MIN, MAX], starting at the codec's ratio, which must lie in
       it. No top-k transfer between stages is an error.
 
+    The per-step exchange of a tied variable's partial gradients (sends
+    marked `dist.per_step`; docs/distribution-dialect.md, "Tied variables
+    across stages") is one more link per sending stage, a weight gradient
+    (error feedback; under `aqsgd:B:GRAD` the codec GRAD): its value gets
+    one `dist.compress`, feeding its sends to every other copy's stage,
+    and a local `dist.decompress` of it that replaces every other use of
+    the value on the sending stage, so each copy sums the same decoded
+    partials (the exporter makes the first send `keep_decoded` and the
+    others `repeat_payload`). A value with a use before its first send
+    stays exact.
+
     A compressed transfer becomes `dist.compress` (sender's stage) ->
     `dist.send`/`dist.recv` of the encoded bytes -> `dist.decompress`
     (receiver's stage); an all-reduce becomes `dist.compress` ->
@@ -215,7 +226,9 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
   let statistics = [
     Statistic<"numCompressed", "num-compressed", "Transfers given a codec">,
     Statistic<"numCompressedAllReduces", "num-compressed-all-reduces",
-              "All-reduces given a codec">
+              "All-reduces given a codec">,
+    Statistic<"numCompressedTied", "num-compressed-tied",
+              "Tied-gradient exchanges given a codec (one per value)">
   ];
   let dependentDialects = ["::strait::dist::DistDialect"];
 }

@@ -98,6 +98,9 @@ struct InsertCompressionPass
   StringRef deviceName(int64_t stage, size_t replica) const;
   /// One codec per (sending stage, receiving stage) for all its transfers.
   LogicalResult compressCuts(func::FuncOp func, ArrayRef<double> times);
+  /// The per-step exchanges of tied variables' partial gradients: one codec
+  /// per sending stage; the sender sums the decoded value it sent.
+  void compressTiedExchanges(func::FuncOp func, ArrayRef<double> times);
   /// The inter-island phase (or flat ring) of the gradient all-reduces, one
   /// codec per stage and islands.
   void compressAllReduces(func::FuncOp func, ArrayRef<double> times);
@@ -354,8 +357,8 @@ LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<do
   // The transfers of each (from, to) pair share one codec.
   std::map<std::pair<int64_t, int64_t>, SmallVector<Transfer>> links;
   for (Operation &op : func.getBody().front())
-    // Per-step transfers (tied variables' partial gradients) stay exact:
-    // a lossy codec would give each copy a different sum.
+    // Per-step transfers (tied variables' partial gradients) are links of
+    // their own (compressTiedExchanges).
     if (auto send = dyn_cast<SendOp>(op); send && !send->hasAttr("dist.per_step"))
       if (auto recv = dyn_cast_or_null<RecvOp>(send->getNextNode());
           recv && recv.getChannel() == send.getChannel())
@@ -419,6 +422,107 @@ LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<do
     }
   }
   return success();
+}
+
+void InsertCompressionPass::compressTiedExchanges(func::FuncOp func, ArrayRef<double> times) {
+  // Per sending stage, its per-step values in block order, each with its
+  // transfers (one per other copy's stage).
+  std::map<int64_t, llvm::MapVector<Value, SmallVector<Transfer>>> byStage;
+  for (Operation &op : func.getBody().front())
+    if (auto send = dyn_cast<SendOp>(op); send && send->hasAttr("dist.per_step"))
+      if (auto recv = dyn_cast_or_null<RecvOp>(send->getNextNode());
+          recv && recv.getChannel() == send.getChannel() && encodable(send.getValue()))
+        byStage[*getStage(send)][send.getValue()].push_back({send, recv});
+  for (auto &[from, values] : byStage) {
+    SmallVector<std::pair<unsigned, unsigned>> pairs;
+    SmallVector<std::pair<StringRef, StringRef>> names;
+    std::set<int64_t> peers;
+    LinkTransfer t;
+    t.payload = Payload::TiedGradient;
+    for (auto &[value, transfers] : values)
+      for (Transfer &tr : transfers) {
+        t.plainBytes += bytesOf(value);
+        peers.insert(tr.send.getPeer());
+      }
+    for (int64_t to : peers) {
+      size_t replicas = std::min(plan.getStage(from).getRanks().size(),
+                                 plan.getStage(to).getRanks().size());
+      for (size_t r = 0; r < replicas; ++r) {
+        names.push_back({deviceName(from, r), deviceName(to, r)});
+        if (clusterModel)
+          pairs.push_back({devices[from][r], devices[to][r]});
+      }
+    }
+    if (clusterModel) {
+      // The slowest link and encoder among the pairs; once per step, so the
+      // transfer may take the stages' M micro-batches of compute.
+      t.bandwidth = 1e30;
+      t.senderRate = t.receiverRate = 1e300;
+      double target = 0;
+      for (auto [x, y] : pairs) {
+        const Link &l = clusterModel->links[clusterModel->linkId(x, y)];
+        t.bandwidth = std::min(t.bandwidth, l.bandwidth);
+        t.latency = std::max(t.latency, l.latency);
+        t.senderRate = std::min(t.senderRate, quantizeRate(clusterModel->typeOf(x)));
+        t.receiverRate = std::min(t.receiverRate, quantizeRate(clusterModel->typeOf(y)));
+      }
+      for (int64_t to : peers)
+        target = std::max({target, times[from], times[to]});
+      t.target = plan.getMicroBatches() * target;
+    }
+    t.gradientTopK = options.gradientTopK;
+    strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
+    codec = codecForPayload(codec, Payload::TiedGradient);
+    codec.errorFeedback = !codec.isNone();
+    if (codec.isNone())
+      continue;
+    for (auto &[value, transfers] : values) {
+      bool usedHere = llvm::any_of(value.getUsers(), [](Operation *u) { return !isa<SendOp>(u); });
+      if (!usedHere && transfers.size() == 1) { // only the peer reads it
+        compressTransfer(transfers.front(), codec, false);
+        ++numCompressedTied;
+        continue;
+      }
+      // Every other use reads the decoded value, defined after the first
+      // send (where the runtime replaces it in place): a use before, or a
+      // value that is not a computed one (an argument, a variable's read, a
+      // constant: replacing those would change them), stays exact.
+      Operation *first = transfers.front().send;
+      Operation *def = value.getDefiningOp();
+      bool usedBefore = llvm::any_of(value.getUsers(), [&](Operation *u) {
+        return !isa<SendOp>(u) && u->getBlock() == first->getBlock() &&
+               u->isBeforeInBlock(first);
+      });
+      if (usedBefore || !def || isa<graph::ReadVariableOp, graph::ConstantOp>(def)) {
+        first->emitRemark() << "the per-step transfer of this value stays exact: the sender "
+                               "must go on with the decoded value, but the value is "
+                            << (usedBefore ? "used before it is sent" : "not a computed one");
+        continue;
+      }
+      OpBuilder b(first);
+      Value bytes = encode(b, first->getLoc(), value, codec, from);
+      Operation *compress = bytes.getDefiningOp();
+      b.setInsertionPointAfter(first);
+      Value decoded = decode(b, first->getLoc(), bytes, value.getType(), codec, from);
+      value.replaceUsesWithIf(decoded, [&](OpOperand &use) {
+        return use.getOwner() != compress && !isa<SendOp>(use.getOwner());
+      });
+      for (Transfer &tr : transfers) {
+        tr.send.getValueMutable().assign(bytes);
+        OpBuilder rb(tr.recv);
+        auto recv = rb.create<RecvOp>(tr.recv.getLoc(), bytes.getType(), tr.recv.getPeerAttr(),
+                                      tr.recv.getChannelAttr());
+        recv->setAttrs(tr.recv->getAttrs());
+        rb.setInsertionPointAfter(recv);
+        Value got = this->decode(rb, recv.getLoc(), recv.getResult(), value.getType(), codec,
+                                 *getStage(tr.recv));
+        tr.recv.getResult().replaceAllUsesWith(got);
+        tr.recv.erase();
+        ++numCompressed;
+      }
+      ++numCompressedTied;
+    }
+  }
 }
 
 void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<double> times) {
@@ -540,6 +644,9 @@ void InsertCompressionPass::runOnOperation() {
   std::vector<double> times = stageTimes(func);
   if (failed(compressCuts(func, times)))
     return signalPassFailure();
+  // Before the all-reduces: the exchange reads the all-reduced partials,
+  // whichever value a codec gives them.
+  compressTiedExchanges(func, times);
   compressAllReduces(func, times);
   if (aqsgdOnAllReduce)
     return signalPassFailure();

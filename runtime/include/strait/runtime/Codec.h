@@ -182,6 +182,12 @@ public:
   /// Bytes of the payload the last encode() wrote (0 before the first, and
   /// for a stream encoded on the device).
   uint64_t getLastPayloadBytes() const { return lastPayloadBytes; }
+  /// A Send with keep_decoded (program-format.md): while `out` is set,
+  /// encode() also writes decode(payload) to `out` (numel floats: what the
+  /// peer receives) and keeps a copy of the payload (getLastPayload(), for
+  /// the Sends that repeat it to other peers). Host encodes only.
+  void setDecodedOutput(float *out) { decodedOut = out; }
+  const std::vector<uint8_t> &getLastPayload() const { return lastPayload; }
   /// The two phases of the stream's last blocking send, as a transport that
   /// records them (the Gloo communicator's sendCoded) saw them: from posting
   /// until the peer took the header (mostly the peer getting to its
@@ -216,6 +222,8 @@ private:
   std::vector<float> residual;
   std::vector<float> scratch;
   uint64_t lastPayloadBytes = 0;
+  float *decodedOut = nullptr;
+  std::vector<uint8_t> lastPayload;
   SendPhases lastPhases;
   std::vector<std::unique_ptr<ErrorFeedback>> parts;
   std::unique_ptr<DeviceState> device;

@@ -243,6 +243,12 @@ private:
   StatusOr<std::pair<const uint64_t *, size_t>> microBatchSamples(int index) const;
   /// Send / Recv `index` through the AQ-SGD state.
   Status sendDelta(int index, const program::Send &m, const Tensor &v);
+  /// A Send with keep_decoded (the value becomes what the peer receives) or
+  /// repeat_payload (the payload of the value's keep_decoded Send again).
+  Status sendDecoded(const program::Send &m, const Tensor &v, ErrorFeedback *state);
+  /// The stream of each value's latest keep_decoded Send (its payload).
+  std::map<uint32_t, const ErrorFeedback *> decodedPayloads;
+  std::vector<float> decodedIn, decodedOut;
   Status recvDelta(int index, const program::Recv &m, const Tensor &v);
 
   Plan sequentialPlan, overlapPlan;
