@@ -500,6 +500,23 @@ def _cases():
         _const("idx", np.array([[2, 0], [1, 3], [0, 2]], np.int64), T),
         helper.make_node("ScatterElements", ["p0", "idx", "p1"], ["y"], axis=1)],
         {"p0": _r((3, 4), 170), "p1": _r((3, 2), 171)}, opset=16))
+    # GatherND: dData scatter-adds dY at the index tuples; a tuple that repeats (Swin's
+    # relative-position bias table read at one index per query/key pair) accumulates
+    c.append(Case("GatherND-repeated", lambda T: [
+        _const("idx", np.array([[[0, 1], [2, 3]], [[0, 1], [1, 0]], [[2, 3], [0, 1]]],
+                               np.int64), T),
+        helper.make_node("GatherND", ["p0", "idx"], ["y"])],
+        {"p0": _r((3, 4, 2), 173)}, opset=13))
+    c.append(Case("GatherND-rows", lambda T: [
+        _const("idx", np.array([[2], [0], [2], [1]], np.int64), T),
+        helper.make_node("GatherND", ["p0", "idx"], ["y"])],
+        {"p0": _r((3, 5), 174)}, opset=13))
+    # ScatterND (reduction none): dData is dY with the written slices zeroed, dUpdates
+    # gathers dY at the tuples
+    c.append(Case("ScatterND", lambda T: [
+        _const("idx", np.array([[1, 0], [0, 2], [2, 3]], np.int64), T),
+        helper.make_node("ScatterND", ["p0", "idx", "p1"], ["y"])],
+        {"p0": _r((3, 4, 2), 175), "p1": _r((3, 2), 176)}, opset=13))
     c.append(Case("MaxUnpool", lambda T: [
         _const("idx", np.array([[[[0, 3], [9, 10]], [[17, 18], [24, 31]]]], np.int64), T),
         helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],

@@ -2,7 +2,7 @@
 //
 // Reshape-like ops reshape back, Transpose inverts its permutation, Gather
 // and Slice scatter into zeros, Concat and Split swap roles, Expand sums,
-// ScatterElements gathers.
+// ScatterElements gathers, GatherND and ScatterND swap roles.
 //
 //===----------------------------------------------------------------------===//
 
@@ -172,6 +172,31 @@ LogicalResult scatterElementsGrad(ScatterElementsOp op, GradBuilder &g, ValueRan
   return success();
 }
 
+/// GatherND (batch_dims 0): dData adds each dY slice back at its index tuple
+/// (ScatterND with reduction add into zeros: a tuple that repeats, like the
+/// relative-position index of Swin's bias table, accumulates).
+LogicalResult gatherNDGrad(GatherNDOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  if (op.getBatchDims() != 0)
+    return op.emitOpError("gradient supports batch_dims 0 only, got ") << op.getBatchDims();
+  dx[0] = g.make<ScatterNDOp>(
+      g.zeros(op.getData().getType()), op.getIndices(), dy[0],
+      ScatterReductionAttr::get(g.b.getContext(), ScatterReduction::add));
+  return success();
+}
+
+/// ScatterND without reduction: dData is dY with the written slices zeroed,
+/// dUpdates gathers dY at the index tuples (duplicate tuples are undefined in
+/// ONNX; each such update then receives dY).
+LogicalResult scatterNDGrad(ScatterNDOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  if (op.getReduction() != ScatterReduction::none)
+    return op.emitOpError("gradient supports reduction 'none' only, got '")
+           << stringifyScatterReduction(op.getReduction()) << "'";
+  dx[0] = g.make<ScatterNDOp>(dy[0], op.getIndices(), g.zeros(op.getUpdates().getType()),
+                              op.getReductionAttr());
+  dx[2] = g.make<GatherNDOp>(dy[0], op.getIndices(), g.b.getI64IntegerAttr(0));
+  return success();
+}
+
 /// Constant-mode Pad with non-negative pads: the gradient is the interior.
 LogicalResult padGrad(PadOp op, GradBuilder &g, ValueRange dy, DX dx) {
   ArrayRef<int64_t> pads = op.getPads(), in = shapeOf(op.getData());
@@ -213,4 +238,6 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<SplitOp, splitGrad>(ctx);
   attachRule<PadOp, padGrad>(ctx);
   attachRule<ScatterElementsOp, scatterElementsGrad>(ctx);
+  attachRule<GatherNDOp, gatherNDGrad>(ctx);
+  attachRule<ScatterNDOp, scatterNDGrad>(ctx);
 }
