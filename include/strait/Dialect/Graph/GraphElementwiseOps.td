@@ -234,6 +234,7 @@ def Graph_DivOp : Graph_BroadcastOp<"Div", "division (integer: truncation)", "in
 def Graph_PowOp : Graph_BroadcastOp<"Pow", "A to the power B", "inferBroadcastSame">;
 def Graph_ModOp : Graph_BroadcastOp<"Mod", "remainder", "inferBroadcastSame"> {
   let arguments = (ins AnyTensor:$A, AnyTensor:$B, DefaultValuedAttr<I64Attr, "0">:$fmod);
+  let hasFolder = 1;
 }
 def Graph_PReluOp : Graph_BroadcastOp<"PRelu", "x >= 0 ? x : slope * x", "inferBroadcastSame"> {
   let arguments = (ins AnyTensor:$A, AnyTensor:$B);

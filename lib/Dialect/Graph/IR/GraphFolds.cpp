@@ -184,6 +184,28 @@ STRAIT_FOLD_ARITH(MulOp, '*')
 STRAIT_FOLD_ARITH(DivOp, '/')
 #undef STRAIT_FOLD_ARITH
 
+/// Integer Mod (shape arithmetic such as torchvision Swin's window padding
+/// (w - W % w) % w): fmod 0 takes the divisor's sign (Python's %), fmod 1 the
+/// dividend's (C's fmod). Floats and division by zero stay ops.
+OpFoldResult ModOp::fold(FoldAdaptor adaptor) {
+  bool cStyle = getFmod() != 0;
+  return foldElementwise(adaptor.getOperands(), getType(),
+                         [cStyle](ArrayRef<Attribute> v) -> Attribute {
+                           auto a = dyn_cast<IntegerAttr>(v[0]);
+                           auto b = dyn_cast<IntegerAttr>(v[1]);
+                           if (!a || !b || a.getType() != b.getType() ||
+                               b.getValue().isZero())
+                             return {};
+                           APInt x = a.getValue(), y = b.getValue();
+                           if (a.getType().isUnsignedInteger())
+                             return IntegerAttr::get(a.getType(), x.urem(y));
+                           APInt r = x.srem(y);
+                           if (!cStyle && !r.isZero() && r.isNegative() != y.isNegative())
+                             r += y;
+                           return IntegerAttr::get(a.getType(), r);
+                         });
+}
+
 #define STRAIT_FOLD_COMPARE(OpName, pred)                                      \
   OpFoldResult OpName::fold(FoldAdaptor adaptor) {                             \
     MLIRContext *ctx = getContext();                                           \
