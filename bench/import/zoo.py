@@ -1,0 +1,641 @@
+#!/usr/bin/env python3
+"""Architecture sweep: real PyTorch exports of many architectures, one training step each on
+Strait's CPU runtime, checked against PyTorch autograd.
+
+    PYTHONPATH=python python bench/import/zoo.py [--only NAME ...] [--exporter dynamo|torchscript|both]
+                                               [--build build] [--out DIR] [--list]
+
+Needs torch, transformers and onnxscript (all in .venv); the torchvision architectures also
+need torchvision, which is NOT a project requirement: install it into a throwaway venv that sees
+.venv's packages, e.g.
+
+    python3.11 -m venv /tmp/zoo && echo $PWD/.venv/lib/python3.11/site-packages \\
+        > /tmp/zoo/lib/python3.11/site-packages/dotvenv.pth && /tmp/zoo/bin/pip install --no-deps torchvision
+    PYTHONPATH=python /tmp/zoo/bin/python bench/import/zoo.py
+
+(without torchvision those rows say "torchvision not installed").
+
+For every architecture (tiny config, random init with seed 0, dropout 0, every parameter
+perturbed so that none is equal to another) and exporter:
+
+  1. export: ``torch.onnx.export(dynamo=True, opset 18, optimize=False)`` plus the same
+     post-processing as the committed models (``strait.models.export._optimize``: onnxscript's
+     optimizer without value de-duplication or folding of parameter reads), or the TorchScript
+     exporter (``dynamo=False``, opset 17, no constant folding); weights inline;
+  2. import: ``straitc --emit=mlir`` with static input shapes;
+  3. train step: ``strait-opt --graph-build-training-step`` (cross-entropy, autodiff, gradients
+     returned as results), exported with ``straitc --emit=program`` and run for one step by
+     ``strait-run --dump-outputs`` on a batch whose rows are all equal (see
+     ``strait.gradcheck.runtime_batch``);
+  4. compare: the loss and every parameter gradient against torch autograd in train mode
+     (BatchNorm with batch statistics, as Strait's training step does); the error per tensor is
+     max|g_strait - g_torch| / max|g_torch|.
+
+Prints one table row per (architecture, exporter); exit status 1 when any row fails.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from strait import gradcheck  # noqa: E402
+
+SEED = 0
+TOLERANCE = 1e-3  # f32 through up to ~50 layers; the per-tensor worst error is printed
+VOCAB, SEQ, BATCH = 64, 8, 2
+IMAGE = 32
+FLOOR = 1e-3  # see _rel_err
+
+
+@dataclasses.dataclass
+class Arch:
+    name: str
+    source: str  # what builds it
+    build: callable  # () -> (module returning logits, input tensor)
+    input_name: str
+    classes: int = VOCAB
+
+
+# ---------------------------------------------------------------------------------------
+# architectures
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _wrap(model, call):
+    torch = _torch()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return call(self.m, x)
+
+    return Wrapped(model)
+
+
+def _no_dropout_config(cfg):
+    for k in list(vars(cfg)):
+        if ("dropout" in k or k.endswith("_pdrop") or "drop_path" in k or k == "layerdrop") \
+                and isinstance(getattr(cfg, k), float):
+            setattr(cfg, k, 0.0)
+    return cfg
+
+
+def _ids():
+    torch = _torch()
+    g = torch.Generator().manual_seed(SEED + 1)
+    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+
+
+def _pixels(channels=3, size=IMAGE):
+    torch = _torch()
+    g = torch.Generator().manual_seed(SEED + 1)
+    return torch.randn(BATCH, channels, size, size, generator=g)
+
+
+def _hf(cls_name, cfg_name, **cfg):
+    def build():
+        import transformers
+
+        _no_packed_sequences()
+        config = _no_dropout_config(getattr(transformers, cfg_name)(**cfg))
+        config._attn_implementation = "eager"
+        torch = _torch()
+        torch.manual_seed(SEED)
+        return getattr(transformers, cls_name)(config)
+    return build
+
+
+def _no_packed_sequences():
+    from strait.models import export
+
+    export._no_packed_sequences()
+
+
+def _causal(cls_name, cfg_name, **cfg):
+    make = _hf(cls_name, cfg_name, **cfg)
+    return lambda: (_wrap(make(), lambda m, x: m(input_ids=x, use_cache=False,
+                                                  return_dict=False)[0]), _ids())
+
+
+def _encoder(cls_name, cfg_name, **cfg):
+    make = _hf(cls_name, cfg_name, **cfg)
+    return lambda: (_wrap(make(), lambda m, x: m(input_ids=x, return_dict=False)[0]), _ids())
+
+
+def _seq2seq(cls_name, cfg_name, **cfg):
+    """Encoder-decoder LM: the encoder reads the tokens and the decoder (teacher forcing) the
+    same tokens; the loss is the decoder's next-token cross-entropy."""
+    make = _hf(cls_name, cfg_name, **cfg)
+    return lambda: (_wrap(make(), lambda m, x: m(input_ids=x, decoder_input_ids=x,
+                                                  use_cache=False, return_dict=False)[0]),
+                    _ids())
+
+
+def _hf_vision(cls_name, cfg_name, channels=3, size=IMAGE, **cfg):
+    make = _hf(cls_name, cfg_name, **cfg)
+    return lambda: (_wrap(make(), lambda m, x: m(pixel_values=x, return_dict=False)[0]),
+                    _pixels(channels, size))
+
+
+def _whisper_encoder():
+    import transformers
+
+    config = _no_dropout_config(transformers.WhisperConfig(
+        d_model=32, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64, num_mel_bins=16,
+        max_source_positions=8, vocab_size=VOCAB, num_labels=10, classifier_proj_size=16))
+    config._attn_implementation = "eager"
+    torch = _torch()
+    torch.manual_seed(SEED)
+    model = transformers.WhisperForAudioClassification(config)
+    g = torch.Generator().manual_seed(SEED + 1)
+    feats = torch.randn(BATCH, 16, 16, generator=g)  # 2 * max_source_positions frames
+    return _wrap(model, lambda m, x: m(input_features=x, return_dict=False)[0]), feats
+
+
+def _tv(ctor):
+    def build():
+        try:
+            import torchvision  # noqa: F401
+        except ImportError as e:
+            raise MissingDependency("torchvision not installed") from e
+        torch = _torch()
+        torch.manual_seed(SEED)
+        return ctor(), _pixels()
+    return build
+
+
+class MissingDependency(RuntimeError):
+    pass
+
+
+def _tv_resnet():
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+
+
+def _tv_mobilenet_v2():
+    from torchvision.models import mobilenet_v2
+
+    return mobilenet_v2(num_classes=10, width_mult=0.25)
+
+
+def _tv_mobilenet_v3():
+    from torchvision.models.mobilenetv3 import MobileNetV3, _mobilenet_v3_conf
+
+    setting, last = _mobilenet_v3_conf("mobilenet_v3_small", width_mult=0.25)
+    return MobileNetV3(setting, last, num_classes=10)
+
+
+def _tv_efficientnet():
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+
+    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
+    return EfficientNet(setting, dropout=0.0, stochastic_depth_prob=0.0, num_classes=10,
+                        last_channel=last)
+
+
+def _tv_densenet():
+    from torchvision.models import DenseNet
+
+    return DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, bn_size=2,
+                    num_classes=10)
+
+
+def _tv_regnet():
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    return RegNet(BlockParams.from_init_params(depth=4, w_0=8, w_a=8.0, w_m=2.0,
+                                               group_width=8), num_classes=10)
+
+
+def _tv_convnext():
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)],
+                    stochastic_depth_prob=0.0, num_classes=10)
+
+
+def _tv_swin():
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                           window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10)
+
+
+def _tv_shufflenet():
+    from torchvision.models import ShuffleNetV2
+
+    return ShuffleNetV2([1, 1, 1], [8, 16, 32, 64, 64], num_classes=10)
+
+
+def _tv_squeezenet():
+    from torchvision.models import SqueezeNet
+
+    m = SqueezeNet("1_1", num_classes=10)
+    return m
+
+
+def _unet():
+    """A two-level U-Net (Conv/BatchNorm/ReLU, MaxPool down, ConvTranspose up, skip
+    concatenation) classifying every pixel into 4 classes."""
+    torch = _torch()
+    from torch import nn
+
+    def block(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down1, self.down2 = block(3, 8), block(8, 16)
+            self.pool = nn.MaxPool2d(2)
+            self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+            self.dec = block(16, 8)
+            self.head = nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            a = self.down1(x)
+            b = self.down2(self.pool(a))
+            y = self.dec(torch.cat([a, self.up(b)], dim=1))
+            # [B, 4, H, W] -> [B, H*W, 4]: per-pixel logits
+            return self.head(y).flatten(2).transpose(1, 2)
+
+    torch.manual_seed(SEED)
+    return UNet(), _pixels(3, 16)
+
+
+def _rnn_lm(kind):
+    def build():
+        torch = _torch()
+        from torch import nn
+
+        class RNNLM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(VOCAB, 16)
+                self.rnn = getattr(nn, kind)(16, 24, num_layers=1, batch_first=True)
+                self.head = nn.Linear(24, VOCAB)
+
+            def forward(self, x):
+                return self.head(self.rnn(self.emb(x))[0])
+
+        torch.manual_seed(SEED)
+        return RNNLM(), _ids()
+    return build
+
+
+def _small_text(**kw):
+    base = dict(vocab_size=VOCAB)
+    base.update(kw)
+    return base
+
+
+ARCHS = [
+    Arch("bert", "transformers.BertForMaskedLM", _encoder(
+        "BertForMaskedLM", "BertConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=32)), "input_ids"),
+    Arch("roberta", "transformers.RobertaForMaskedLM", _encoder(
+        "RobertaForMaskedLM", "RobertaConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=40, pad_token_id=1)), "input_ids"),
+    Arch("distilbert", "transformers.DistilBertForMaskedLM", _encoder(
+        "DistilBertForMaskedLM", "DistilBertConfig", **_small_text(
+            dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=32)),
+        "input_ids"),
+    Arch("gpt-neox", "transformers.GPTNeoXForCausalLM", _causal(
+        "GPTNeoXForCausalLM", "GPTNeoXConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=32, rotary_pct=0.5)), "input_ids"),
+    Arch("mistral-gqa", "transformers.MistralForCausalLM", _causal(
+        "MistralForCausalLM", "MistralConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=64, max_position_embeddings=32, head_dim=8)), "input_ids"),
+    Arch("qwen2-gqa", "transformers.Qwen2ForCausalLM", _causal(
+        "Qwen2ForCausalLM", "Qwen2Config", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=64, max_position_embeddings=32)), "input_ids"),
+    Arch("phi", "transformers.PhiForCausalLM", _causal(
+        "PhiForCausalLM", "PhiConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=32, partial_rotary_factor=0.5)), "input_ids"),
+    Arch("opt", "transformers.OPTForCausalLM", _causal(
+        "OPTForCausalLM", "OPTConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64,
+            max_position_embeddings=32, word_embed_proj_dim=32)), "input_ids"),
+    Arch("t5", "transformers.T5ForConditionalGeneration", _seq2seq(
+        "T5ForConditionalGeneration", "T5Config", **_small_text(
+            d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+            decoder_start_token_id=0)), "input_ids"),
+    Arch("bart", "transformers.BartForConditionalGeneration", _seq2seq(
+        "BartForConditionalGeneration", "BartConfig", **_small_text(
+            d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            max_position_embeddings=32)), "input_ids"),
+    Arch("whisper-encoder", "transformers.WhisperForAudioClassification", _whisper_encoder,
+         "input_features", 10),
+    Arch("vit", "transformers.ViTForImageClassification", _hf_vision(
+        "ViTForImageClassification", "ViTConfig", image_size=IMAGE, patch_size=8,
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        num_labels=10), "pixel_values", 10),
+    Arch("deit", "transformers.DeiTForImageClassification", _hf_vision(
+        "DeiTForImageClassification", "DeiTConfig", image_size=IMAGE, patch_size=8,
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        num_labels=10), "pixel_values", 10),
+    Arch("swin-hf", "transformers.SwinForImageClassification", _hf_vision(
+        "SwinForImageClassification", "SwinConfig", image_size=IMAGE, patch_size=4,
+        embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10),
+        "pixel_values", 10),
+    Arch("convnext-hf", "transformers.ConvNextForImageClassification", _hf_vision(
+        "ConvNextForImageClassification", "ConvNextConfig", hidden_sizes=[16, 32], num_stages=2,
+        depths=[1, 1], num_labels=10, image_size=IMAGE), "pixel_values", 10),
+    Arch("resnet", "torchvision ResNet(BasicBlock, [1,1,1,1])", _tv(_tv_resnet),
+         "pixel_values", 10),
+    Arch("mobilenet-v2", "torchvision mobilenet_v2(width_mult=0.25)", _tv(_tv_mobilenet_v2),
+         "pixel_values", 10),
+    Arch("mobilenet-v3", "torchvision MobileNetV3 small, width 0.25", _tv(_tv_mobilenet_v3),
+         "pixel_values", 10),
+    Arch("efficientnet", "torchvision EfficientNet-B0 conf, width/depth 0.25",
+         _tv(_tv_efficientnet), "pixel_values", 10),
+    Arch("densenet", "torchvision DenseNet(growth 8, blocks (2,2))", _tv(_tv_densenet),
+         "pixel_values", 10),
+    Arch("regnet", "torchvision RegNet(depth 4, w_0 8, groups of 8)", _tv(_tv_regnet),
+         "pixel_values", 10),
+    Arch("convnext", "torchvision ConvNeXt(16/32 wide, 1+1 blocks)", _tv(_tv_convnext),
+         "pixel_values", 10),
+    Arch("swin", "torchvision SwinTransformer(embed 16, depths 1,1, window 4)", _tv(_tv_swin),
+         "pixel_values", 10),
+    Arch("shufflenet-v2", "torchvision ShuffleNetV2([1,1,1], [8,16,32,64,64])",
+         _tv(_tv_shufflenet), "pixel_values", 10),
+    Arch("squeezenet", "torchvision SqueezeNet 1.1", _tv(_tv_squeezenet), "pixel_values", 10),
+    Arch("unet", "torch: 2-level U-Net with ConvTranspose", _unet, "pixel_values", 4),
+    Arch("lstm-lm", "torch: Embedding + nn.LSTM + Linear", _rnn_lm("LSTM"), "input_ids"),
+    Arch("gru-lm", "torch: Embedding + nn.GRU + Linear", _rnn_lm("GRU"), "input_ids"),
+]
+
+
+# ---------------------------------------------------------------------------------------
+# export
+
+
+def _prepare(module):
+    """Dropout off, every float parameter/buffer distinct (gradcheck._perturb)."""
+    torch = _torch()
+    for m in module.modules():
+        if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
+            m.p = 0.0
+    gradcheck._perturb(module, SEED + 2)
+    return module.eval()
+
+
+def _labels(arch: Arch, module, x):
+    torch = _torch()
+    with torch.no_grad():
+        logits = module(x)
+    g = torch.Generator().manual_seed(SEED + 3)
+    return torch.randint(0, logits.shape[-1], logits.shape[:-1], generator=g), logits
+
+
+def export(module, x, arch: Arch, exporter: str, path: str) -> None:
+    torch = _torch()
+    import onnx
+
+    module.eval()
+    if exporter == "dynamo":
+        from strait.models import export as ex
+        import onnx_ir as ir
+
+        program = torch.onnx.export(module, (x,), dynamo=True, opset_version=ex.OPSET,
+                                    optimize=False, input_names=[arch.input_name],
+                                    output_names=["logits"], verify=False, report=False)
+        model = program.model
+        ex._optimize(model, set(model.graph.initializers.keys()))
+        proto = ir.serde.serialize_model(model)
+        ex._strip_node_metadata(proto)
+    else:
+        import io
+
+        buf = io.BytesIO()
+        torch.onnx.export(module, (x,), buf, dynamo=False, opset_version=17,
+                          do_constant_folding=False, input_names=[arch.input_name],
+                          output_names=["logits"])
+        proto = onnx.load_from_string(buf.getvalue())
+    mapping = {t.name: t.name[2:] for t in proto.graph.initializer if t.name.startswith("m.")}
+    from strait.models.export import _rename
+
+    _rename(proto, mapping)
+    onnx.save_model(proto, path)
+
+
+def op_histogram(path: str) -> dict:
+    import onnx
+
+    hist = {}
+    for n in onnx.load(path, load_external_data=False).graph.node:
+        hist[n.op_type] = hist.get(n.op_type, 0) + 1
+    return hist
+
+
+# ---------------------------------------------------------------------------------------
+# one row
+
+
+@dataclasses.dataclass
+class Row:
+    arch: str
+    exporter: str
+    nodes: int = 0
+    op_types: int = 0
+    params: int = 0
+    import_ok: str = "-"
+    step_ok: str = "-"
+    loss_err: float | None = None
+    grad_err: float | None = None
+    grads: str = ""
+    status: str = "?"
+    note: str = ""
+    seconds: float = 0.0
+
+
+def _short(text: str, n: int = 160) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    pick = [ln for ln in lines if "error" in ln.lower()] or lines
+    return (pick[0] if pick else "")[:n]
+
+
+def run_one(arch: Arch, exporter: str, build: str, out: str) -> Row:
+    torch = _torch()
+    row = Row(arch.name, exporter)
+    t0 = time.time()
+    try:
+        module, x = arch.build()
+    except MissingDependency as e:
+        row.status, row.note = "skipped", str(e)
+        return row
+    module = _prepare(module)
+    labels, _ = _labels(arch, module, x)
+    row.params = sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+    shape = "x".join(str(d) for d in x.shape)
+    case = gradcheck.Case(arch.name, module, {arch.input_name: x}, labels,
+                          f"{arch.input_name}={shape}")
+    case = gradcheck.runtime_batch(case)
+    if x.dtype == torch.int64 and labels.dim() == 2:
+        pass  # runtime_batch made the labels the next tokens (what strait-run feeds)
+    path = os.path.join(out, f"{arch.name}.{exporter}.onnx")
+    try:
+        export(module, case.inputs[arch.input_name], arch, exporter, path)
+    except Exception as e:  # noqa: BLE001 - the table reports every failure
+        row.status, row.note = "export failed", _short(f"{type(e).__name__}: {e}")
+        row.seconds = time.time() - t0
+        return row
+    hist = op_histogram(path)
+    row.nodes, row.op_types = sum(hist.values()), len(hist)
+
+    straitc = gradcheck._tool(build, "straitc")
+    imp = subprocess.run([straitc, path, "--input-shape", case.input_shapes, "--emit=mlir",
+                          "--print-weights"], capture_output=True, text=True)
+    if imp.returncode != 0:
+        row.import_ok, row.status = "no", "import failed"
+        row.note = _short(imp.stderr)
+        row.seconds = time.time() - t0
+        return row
+    row.import_ok = "yes"
+    step = subprocess.run([gradcheck._tool(build, "strait-opt"),
+                           f"--graph-build-training-step={gradcheck.GRADIENTS_ONLY}"],
+                          input=imp.stdout, capture_output=True, text=True)
+    if step.returncode != 0:
+        row.step_ok, row.status = "no", "autodiff failed"
+        row.note = _short(step.stderr)
+        row.seconds = time.time() - t0
+        return row
+    try:
+        _, files = gradcheck._export_and_run(step.stdout, case, build, ["--steps", "1"])
+    except gradcheck.RuntimeUnavailable as e:
+        row.step_ok, row.status, row.note = "no", "runtime failed", _short(str(e))
+        row.seconds = time.time() - t0
+        return row
+    row.step_ok = "yes"
+    computed = {f[len("grad."):-len(".rank0.npy")]: v for f, v in files.items()
+                if f.startswith("grad.") and f.endswith(".rank0.npy")}
+    loss, reference = gradcheck.torch_gradients(case)
+    got_loss = files.get("loss.rank0.npy")
+    if got_loss is not None:
+        row.loss_err = abs(float(got_loss.reshape(-1)[0]) - loss) / max(abs(loss), 1e-12)
+    # tied parameters (BERT's MLM decoder and word embedding) have one torch name but the
+    # exporter may keep another of their names
+    aliases = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(n.removeprefix("m."))
+    for n, p in module.named_parameters():
+        n = n.removeprefix("m.")
+        for alias in aliases[id(p)]:
+            if n in reference and n not in computed and alias in computed:
+                computed[n] = computed[alias]
+    errs = {k: _rel_err(v, computed[k], reference) if k in computed else float("inf")
+            for k, v in reference.items()}
+    missing = [k for k in reference if k not in computed]
+    row.grad_err = max(errs.values(), default=float("inf"))
+    good = sum(e <= TOLERANCE for e in errs.values())
+    row.grads = f"{good}/{len(reference)}"
+    worst = max(errs, key=errs.get) if errs else ""
+    if missing:
+        row.status = "grads missing"
+        row.note = f"no gradient for {len(missing)} parameters, e.g. {missing[0]}"
+    elif row.grad_err > TOLERANCE or (row.loss_err or 0) > TOLERANCE:
+        row.status = "mismatch"
+        row.note = f"worst: {worst} ({errs[worst]:.2g})"
+    else:
+        row.status = "ok"
+    row.seconds = time.time() - t0
+    return row
+
+
+def _rel_err(ref, got, reference: dict) -> float:
+    """max|got - ref| / max|ref|, with max|ref| floored at FLOOR times the largest gradient
+    entry of the model: some gradients are zero in exact arithmetic and only rounding noise in
+    f32 (an attention key bias: softmax is invariant to adding q.b to every score of a row),
+    and their relative error would compare noise with noise."""
+    import numpy as np
+
+    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+    if ref.shape != got.shape:
+        return float("inf")
+    top = max(float(np.max(np.abs(v))) for v in reference.values())
+    scale = max(float(np.max(np.abs(ref))), FLOOR * top, 1e-30)
+    return float(np.max(np.abs(ref - got)) / scale)
+
+
+def _fmt(v):
+    return "-" if v is None else ("inf" if v == float("inf") else f"{v:.1e}")
+
+
+def print_table(rows, stream=sys.stdout):
+    print("| architecture | exporter | nodes | op types | params | import | train step | "
+          "loss rel. err | max grad rel. err | grads within 1e-3 | status | note |", file=stream)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=stream)
+    for r in rows:
+        print(f"| {r.arch} | {r.exporter} | {r.nodes or '-'} | {r.op_types or '-'} | "
+              f"{r.params or '-'} | {r.import_ok} | {r.step_ok} | {_fmt(r.loss_err)} | "
+              f"{_fmt(r.grad_err)} | {r.grads or '-'} | {r.status} | {r.note} |",
+              file=stream)
+    stream.flush()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--exporter", choices=["dynamo", "torchscript", "both"], default="both")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=None, help="keep the ONNX files here")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args(argv)
+    if args.list:
+        for a in ARCHS:
+            print(f"{a.name}: {a.source}")
+        return 0
+    archs = [a for a in ARCHS if args.only is None or a.name in args.only]
+    exporters = ["dynamo", "torchscript"] if args.exporter == "both" else [args.exporter]
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or tmp
+        os.makedirs(out, exist_ok=True)
+        for a in archs:
+            for e in exporters:
+                try:
+                    row = run_one(a, e, args.build, out)
+                except Exception as ex:  # noqa: BLE001
+                    row = Row(a.name, e, status="harness error",
+                              note=_short(f"{type(ex).__name__}: {ex}"))
+                    traceback.print_exc()
+                print(f"# {row.arch} {row.exporter}: {row.status} ({row.seconds:.0f} s) "
+                      f"{row.note}", file=sys.stderr, flush=True)
+                rows.append(row)
+    print_table(rows)
+    return 0 if all(r.status in ("ok", "skipped") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
