@@ -9,10 +9,15 @@
 #include "Npy.h"
 #include "TestUtil.h"
 
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <random>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace strait;
 using namespace strait::rt;
@@ -59,6 +64,41 @@ TEST(Npy, WriteThenReadRoundTrips) {
   ASSERT_TRUE(a.isOk()) << a.getStatus().toString();
   EXPECT_TRUE(a->shape.empty());
   EXPECT_EQ(a->bytes.size(), 8u);
+}
+
+// A write that fails midway (here: the file size limit, as a full disk)
+// leaves the previous file intact and no temporary file: writeNpy writes
+// under a temporary name and renames (strait-run's --save-params,
+// --dump-outputs and checkpoints write through it).
+TEST(Npy, FailedWriteKeepsThePreviousFile) {
+  std::string dir = test::makeTempDir("strait-npy-partial");
+  std::string path = dir + "/x.npy";
+  std::vector<float> old = {1, 2, 3};
+  ASSERT_TRUE(writeNpy(path, Tensor{program::DTYPE_F32, {3}, old.data()}).isOk());
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) { // a limit of 4 KiB on files this process writes
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = {4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::vector<float> big(100000, 5.0f);
+    Status s = writeNpy(path, Tensor{program::DTYPE_F32, {100000}, big.data()});
+    ::_exit(!s.isOk() && s.getMessage().find(path) != std::string::npos ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "writeNpy did not fail with a message naming the file";
+  StatusOr<NpyArray> a = readNpy(path);
+  ASSERT_TRUE(a.isOk()) << a.getStatus().toString();
+  ASSERT_EQ(a->shape, (Shape{3}));
+  EXPECT_EQ(0, std::memcmp(a->bytes.data(), old.data(), 12));
+  int files = 0;
+  for (const auto &e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename(), "x.npy");
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
 }
 
 TEST(Npy, AcceptsNumpyStyleHeaders) {

@@ -2,10 +2,13 @@
 #include "Npy.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unistd.h>
 
 namespace strait {
 namespace rt {
@@ -235,16 +238,29 @@ Status writeNpy(const std::string &path, const Tensor &t) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out)
-    return ioError("cannot write " + path + ": " + std::strerror(errno));
-  out.write("\x93NUMPY\x01\x00", 8);
-  char len[2] = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
-  out.write(len, 2);
-  out << header;
-  out.write(static_cast<const char *>(t.data), static_cast<std::streamsize>(t.byteSize()));
-  if (!out)
-    return ioError("write to " + path + " failed");
+  // Written under a temporary name and renamed: a failed or killed write
+  // never leaves a truncated file under `path` that looks like an array.
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out)
+      return ioError("cannot write " + path + ": " + std::strerror(errno));
+    out.write("\x93NUMPY\x01\x00", 8);
+    char len[2] = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
+    out.write(len, 2);
+    out << header;
+    out.write(static_cast<const char *>(t.data), static_cast<std::streamsize>(t.byteSize()));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return ioError("write to " + path + " failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = ioError("cannot write " + path + ": " + std::strerror(errno));
+    std::remove(tmp.c_str());
+    return s;
+  }
   return Status::ok();
 }
 
