@@ -13,8 +13,9 @@
 //
 // Every stage of a baseline has as many replicas as the others (the
 // exporter runs only such pipelines: each replica talks to one replica of
-// the next stage); uniform and pipedream leave the last N mod S (N mod d)
-// devices in file order idle where N does not divide.
+// the next stage): uniform and dtfm try only stage counts S that divide the
+// N devices (all of them busy); pipedream's replication d takes chunks of
+// exactly d devices (the last N mod d idle; its DP may skip chunks anyway).
 //  * dtfm:      DT-FM-like: equal blocks per stage, equal data-parallel
 //               groups built from the bandwidth spanning-tree order, groups
 //               ordered along fast links, then a swap local search scored by
@@ -68,6 +69,8 @@ static PartitionPlan planUniform(const PlanContext &ctx) {
   PartitionPlan best;
   bool any = false;
   for (unsigned S = 1; S <= std::min(N, B); ++S) {
+    if (N % S)
+      continue; // an even split of all devices
     PartitionPlan plan =
         bestOverMicroBatches(ctx, equalBlocks(B, evenGroups(order, S)));
     if (better(plan, best, any)) {
