@@ -2,7 +2,7 @@
 """Emulated WAN from a cluster file: run a strait-run job's ranks in network
 namespaces whose pairwise links have the cluster's bandwidths (root only).
 
-  wan-cluster.py --cluster FILE.yaml [--level host|site] [--latency]
+  wan-cluster.py --cluster FILE.yaml [--level host|site] [--latency] [--cpu-cap CORES]
                  [--strait-run PATH] [--dry-run] -- DIR [strait-run worker args...]
   wan-cluster.py --cluster FILE.yaml [--level host|site] --measure [--seconds S]
 
@@ -24,6 +24,13 @@ with its log in DIR/logs/rank<r>.log. When a rank fails the others are
 stopped and the exit code is 1 (naming the rank); SIGINT/SIGTERM stop all
 (130/143). The namespaces are removed on every exit.
 
+--cpu-cap CORES puts every rank in a cpu cgroup of its own capped at CORES
+cores (cgroup v2 cpu.max or v1 cfs quota, with a high weight so the ranks
+get their share on a busy machine; removed on exit): each rank then
+computes like a device of fixed speed, however many ranks share the
+machine's cores (bench/runtime/baselines_wan.py, which probes the devices
+under the same cap).
+
 --measure builds the namespaces for every host (site) of the cluster and,
 for each shaped pair, streams TCP data for --seconds from one namespace to
 the other (a small Python socket sender), printing achieved / configured.
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,8 +130,8 @@ def rate_text(bits):
 
 # ---------------------------------------------------------------- netns
 class Net:
-    def __init__(self, groups, links, latency):
-        self.tag = f"straitwan-{os.getpid()}"
+    def __init__(self, groups, links, latency, prefix="straitwan"):
+        self.tag = f"{prefix}-{os.getpid()}"
         self.groups, self.links, self.latency = groups, links, latency
         self.namespaces = []
 
@@ -179,6 +187,66 @@ class Net:
         self.namespaces = []
 
 
+# ---------------------------------------------------------------- cpu caps
+class CpuCaps:
+    """cpu cgroups of `cores` cores each (cgroup v2 cpu.max or v1 cfs quota), one per
+    process given to `preexec`; a weight well above the default so that the capped
+    processes get their share while other work runs; all removed by `remove`."""
+
+    PERIOD_US = 10000  # 10 ms: a capped process waits at most 10 x (1 - cap) ms at a time
+
+    def __init__(self, tag, cores):
+        if cores <= 0:
+            raise ValueError(f"--cpu-cap must be positive, not {cores}")
+        self.tag, self.cores, self.paths = tag, cores, []
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            self.root, self.v2 = "/sys/fs/cgroup", True
+        elif os.path.isdir("/sys/fs/cgroup/cpu"):
+            self.root, self.v2 = "/sys/fs/cgroup/cpu", False
+        else:
+            raise RuntimeError("no cpu cgroup controller (/sys/fs/cgroup/cpu or cgroup v2)")
+
+    def make(self, name):
+        path = os.path.join(self.root, f"{self.tag}-{name}")
+        try:
+            os.mkdir(path)
+            self.paths.append(path)
+            quota = max(1000, int(self.cores * self.PERIOD_US))
+            if self.v2:
+                with open(os.path.join(self.root, "cgroup.subtree_control"), "w") as f:
+                    f.write("+cpu")
+                files = {"cpu.max": f"{quota} {self.PERIOD_US}", "cpu.weight": "800"}
+            else:
+                files = {"cpu.cfs_period_us": str(self.PERIOD_US),
+                         "cpu.cfs_quota_us": str(quota), "cpu.shares": "8192"}
+            for k, v in files.items():
+                with open(os.path.join(path, k), "w") as f:
+                    f.write(v)
+        except OSError as e:
+            raise RuntimeError(f"cannot create the cpu cgroup {path}: {e}")
+        return path
+
+    @staticmethod
+    def preexec(path):
+        """A preexec_fn moving the child into the cgroup `path` (its children follow)."""
+        procs = os.path.join(path, "cgroup.procs")
+
+        def join():
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        return join
+
+    def remove(self):
+        for path in self.paths:
+            for _ in range(50):  # a process that has just exited may still be listed
+                try:
+                    os.rmdir(path)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        self.paths = []
+
+
 # ---------------------------------------------------------------- modes
 SENDER = r"""
 import socket, sys, time
@@ -227,17 +295,19 @@ def measure(net, names, seconds):
     return results
 
 
-def run_job(net, args, rank_group, strait_run, job_dir, worker_args):
+def run_job(net, args, rank_group, strait_run, job_dir, worker_args, caps=None):
     os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
     os.makedirs(os.path.join(job_dir, "rendezvous"), exist_ok=True)
     run_id = f"wan-{os.getpid()}-{int(time.time())}"
+    cgroups = [caps.make(f"rank{r}") for r in range(len(rank_group))] if caps else None
     procs = {}
     for r, g in enumerate(rank_group):
         log = open(os.path.join(job_dir, "logs", f"rank{r}.log"), "w")
         cmd = ["ip", "netns", "exec", net.ns(g), "env", f"RANK={r}", f"WORLD_SIZE={len(rank_group)}",
                f"LOCAL_RANK={r}", strait_run, job_dir, "--rank", str(r), "--run-id", run_id,
                "--listen-address", net.addr(g), *worker_args]
-        procs[r] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        extra = {"preexec_fn": CpuCaps.preexec(cgroups[r])} if caps else {}
+        procs[r] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **extra)
     status = 0
     try:
         live = dict(procs)
@@ -278,6 +348,10 @@ def main():
     ap.add_argument("--level", choices=["host", "site"], default="host")
     ap.add_argument("--latency", action="store_true", help="netem delay of each pair's latency")
     ap.add_argument("--strait-run", default="")
+    ap.add_argument("--name-prefix", default="straitwan",
+                    help="prefix of the namespaces' and cgroups' names (PREFIX-PID-...)")
+    ap.add_argument("--cpu-cap", type=float, default=0.0,
+                    help="cap every rank at this many cores (a cpu cgroup per rank)")
     ap.add_argument("--dry-run", action="store_true", help="print the layout, create nothing")
     ap.add_argument("--measure", action="store_true", help="measure each shaped pair, no job")
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -341,7 +415,15 @@ def main():
         if not strait_run:
             die("strait-run not found; pass --strait-run PATH")
 
-    net = Net(groups, links, a.latency)
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,24}", a.name_prefix):
+        die(f"--name-prefix '{a.name_prefix}': letters, digits, '-' and '_' only (1-24)")
+    net = Net(groups, links, a.latency, a.name_prefix)
+    caps = None
+    if a.cpu_cap:
+        try:
+            caps = CpuCaps(f"{a.name_prefix}-{os.getpid()}", a.cpu_cap)
+        except (ValueError, RuntimeError) as e:
+            die(str(e))
 
     def stop(signum, _frame):
         raise SystemExit(130 if signum == signal.SIGINT else 143)
@@ -357,9 +439,14 @@ def main():
         if a.measure:
             measure(net, names, a.seconds)
             return 0
-        return run_job(net, a, rank_group, strait_run, job_dir, worker_args)
+        return run_job(net, a, rank_group, strait_run, job_dir, worker_args, caps)
+    except RuntimeError as e:  # a cgroup that cannot be made
+        print(f"wan-cluster: {e}", file=sys.stderr)
+        return 1
     finally:
         net.down()
+        if caps:
+            caps.remove()
 
 
 if __name__ == "__main__":
