@@ -11,6 +11,7 @@
 
 #include "ImportStructured.h"
 #include "NodeImporter.h"
+#include "TorchExport.h"
 #include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -567,6 +568,7 @@ OwningOpRef<ModuleOp> ModelImporter::run(const onnx::ModelProto &model) {
   }
   if (failed(readOpset(model)))
     return nullptr;
+  checkTorchExportParameters(model, fileLoc);
   const onnx::GraphProto &graph = model.graph();
   if (graph.sparse_initializer_size() > 0) {
     error() << "sparse initializers are not supported";
