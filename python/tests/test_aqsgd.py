@@ -2,8 +2,12 @@
 
 Compiles models/gpt2-tiny into 2 stages on two sites and checks:
   - the programs: forward activation sends/recvs carry CODEC_AQSGD_INT<B>, the
-    activation gradients the plain GRAD codec (default int8), the tied
-    weight's per-step transfers none;
+    activation gradients the plain GRAD codec (default int8), and so does the
+    tied weight's per-step exchange of partial gradients, with error feedback
+    and keep_decoded (the sender sums the decoded value it sent);
+  - the tied copies (lm_head.weight on rank 0 and rank 1) stay bit-identical
+    over training with the compressed exchange, and a resumed job restores its
+    error-feedback residuals;
   - bad syntax and placements are errors naming the flag or the link;
   - training on a small npy dataset (samples repeat): step 1 sees every
     sample for the first time, so AQ-SGD sends its activations at int8 (m = 0)
@@ -103,12 +107,18 @@ def test_programs_carry_aqsgd_forward_and_the_plain_codec_backward(tmp_path):
     # Rank 0 (stage 0) sends activations per micro-batch, receives their gradients.
     assert transfer_codecs(r0, "send").count("CODEC_AQSGD_INT3") == 2, transfer_codecs(r0, "send")
     assert "CODEC_AQSGD_INT3" in transfer_codecs(r1, "recv")
+    # Two activation gradients and the tied weight's partial gradient (per step).
     assert set(transfer_codecs(r0, "recv")) <= {"CODEC_INT4", "CODEC_NONE"}
-    assert transfer_codecs(r0, "recv").count("CODEC_INT4") == 2
-    assert transfer_codecs(r1, "send").count("CODEC_INT4") == 2
+    assert transfer_codecs(r0, "recv").count("CODEC_INT4") == 3
+    assert transfer_codecs(r1, "send").count("CODEC_INT4") == 3
+    for text in (r0, r1):  # the exchange: int4 with error feedback, the sender keeps Q(g + r)
+        kept = re.findall(r"^  send {\n((?:    .*\n)*?)  }", text, re.M)
+        kept = [b for b in kept if "keep_decoded: true" in b]
+        assert len(kept) == 1 and "CODEC_INT4" in kept[0] and "error_feedback: true" in kept[0], \
+            kept
     job, p = compile_job(tmp_path, "job2", "aqsgd:2")
     assert p.returncode == 0, p.stderr
-    assert transfer_codecs(program_text(job, 0), "recv").count("CODEC_INT8") == 2
+    assert transfer_codecs(program_text(job, 0), "recv").count("CODEC_INT8") == 3
 
 
 @pytest.mark.parametrize("compress,extra,message", [
@@ -172,9 +182,37 @@ def test_resume_is_bit_identical(tmp_path, dataset):
     for r in (0, 1):
         log = (job / "logs" / f"rank{r}.log").read_text()
         assert "restored the AQ-SGD state of 1 cut stream" in log, log[-2000:]
+        # The tied exchange's residual (without it the resumed sums differ).
+        assert "restored 1 error-feedback residual" in log, log[-2000:]
     assert resumed == full[3:], (resumed, full)
     for f in p_full:
         np.testing.assert_array_equal(p_res[f], p_full[f], err_msg=f)
+
+
+def test_tied_copies_stay_bit_identical(tmp_path, dataset):
+    # The wte / lm_head weight has a copy on each stage; each adds both stages'
+    # partial gradients, exchanged at int8 with error feedback. The sender adds
+    # the decoded value it sent, so the copies' updates, and the copies, are
+    # the same bits after every step (adding its exact partial instead, they
+    # part within a step: 6e-5 apart after 20 steps of this job).
+    job, _ = compile_job(tmp_path, "aq", "aqsgd:2")
+    steps = 12
+    params = job / "params"
+    p = sh([STRAIT_RUN, job, "--steps", steps, "--lr", "0.05", "--data", dataset / "inputs.npy",
+            "--labels", dataset / "labels.npy", "--input-name", "input_ids", "--seed", 3,
+            "--threads", 1, "--timeout-ms", 60000, "--save-params", params])
+    copies = [np.load(params / f"lm_head.weight.rank{r}.npy") for r in (0, 1)]
+    np.testing.assert_array_equal(copies[0], copies[1])
+    # The exchange was compressed: rank 0 sends two activations (2-bit deltas,
+    # or int8 for new samples: at most 2 x 4.2 KB here) and a 16.7 KB int8
+    # partial per step, not the 64 KiB f32 one.
+    last = re.findall(r"rank0 sent 1:([\d.]+)KiB", p.stdout)[-1]
+    assert float(last) < 30, p.stdout[-1500:]
+    # And it trains as the uncompressed job does (per-batch losses are noisy).
+    plain, _ = compile_job(tmp_path, "plain", "none")
+    l_aq = [float(x) for x in re.findall(rf"^step \d+/{steps} loss (\S+)", p.stdout, re.M)]
+    l_plain = [float(x) for x in train(plain, dataset, steps)[0]]
+    assert len(l_aq) == steps and abs(np.mean(l_aq) - np.mean(l_plain)) < 0.1 * np.mean(l_plain)
 
 
 def test_ranks_without_sample_identity_are_refused(tmp_path):

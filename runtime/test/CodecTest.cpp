@@ -360,6 +360,34 @@ TEST(Codec, ErrorFeedbackCarriesExactlyWhatWasNotSent) {
   EXPECT_TRUE(none.getResidual().empty());
 }
 
+TEST(Codec, DecodedOutputIsThePayloadsDecodeAndLeavesTheStreamUnchanged) {
+  // keep_decoded sends: with setDecodedOutput the stream also writes
+  // decode(payload) (bit for bit, not sum - residual) and keeps the payload;
+  // its payloads and residual are those of a stream without it.
+  const size_t n = 5000;
+  for (bool feedback : {true, false})
+    for (auto codec : {program::CODEC_INT8, program::CODEC_INT4, program::CODEC_INT2,
+                       program::CODEC_TOPK_INT8, program::CODEC_BF16}) {
+      auto p = params(codec, 0.05f, 256, feedback);
+      ErrorFeedback with, without;
+      std::vector<uint8_t> a, b;
+      std::vector<float> out(n), ref(n);
+      for (int step = 0; step < 5; ++step) {
+        auto x = gaussian(n, 40 + step);
+        with.setDecodedOutput(out.data());
+        ASSERT_TRUE(with.encode(p, x.data(), n, a).isOk());
+        with.setDecodedOutput(nullptr);
+        ASSERT_TRUE(without.encode(p, x.data(), n, b).isOk());
+        ASSERT_EQ(a, b) << program::Codec_Name(codec);
+        ASSERT_EQ(with.getLastPayload(), a);
+        ASSERT_TRUE(decode(a.data(), a.size(), ref.data(), n).isOk());
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(out[i], ref[i]) << program::Codec_Name(codec) << " step " << step;
+      }
+      EXPECT_EQ(with.getResidual(), without.getResidual()) << program::Codec_Name(codec);
+    }
+}
+
 // --- CodecLayout.h: the per-element code the device codecs run --------------
 //
 // lib/cuda/Codec.cu encodes element by element with the functions of

@@ -545,3 +545,122 @@ TEST(CommCodec, ExecutorPrefetchesReceivesAndKeepsTheirOrder) {
   ASSERT_EQ(out[1].size(), 1u);
   EXPECT_EQ(out[0][0], out[1][0]);
 }
+
+TEST(CommCodec, ExecutorKeepDecodedSendsOnePayloadToEveryCopy) {
+  // A tied variable's partial gradient g on rank 0 goes to ranks 1 and 2
+  // (three copies): the first Send encodes g + r at int4 with error feedback
+  // and replaces g by the decoded payload (keep_decoded), the second sends
+  // the same payload again (repeat_payload). Rank 0's later kernel reads the
+  // decoded g, so all three ranks compute with the same bits, which are the
+  // reference error feedback's decode(encode(g + r)) in every iteration.
+  const int n = 3000, iterations = 4;
+  program::CodecParams int4 = codecOf(program::CODEC_INT4, 0.01f, /*ef=*/true);
+  auto build = [&](int rank) {
+    ProgramBuilder b(rank, 3);
+    uint32_t o = b.addValue("o", program::DTYPE_F32, {n}, program::ROLE_OUTPUT);
+    if (rank == 0) {
+      uint32_t x = b.addValue("x", program::DTYPE_F32, {n}, program::ROLE_INPUT);
+      uint32_t g = b.addValue("g", program::DTYPE_F32, {n}, program::ROLE_ACTIVATION);
+      b.addRunStep({b.addKernel("Neg", {x}, {g}).id()});
+      for (int peer : {1, 2}) {
+        auto *send = b.get().add_steps()->mutable_send();
+        send->set_value_id(g);
+        send->set_peer(peer);
+        send->set_channel(40 + peer);
+        *send->mutable_codec() = int4;
+        send->mutable_codec()->set_error_feedback(peer == 1);
+        (peer == 1 ? send->set_keep_decoded(true) : send->set_repeat_payload(true));
+      }
+      b.addRunStep({b.addKernel("Neg", {g}, {o}).id()});
+    } else {
+      uint32_t r = b.addValue("r", program::DTYPE_F32, {n}, program::ROLE_ACTIVATION);
+      auto *recv = b.get().add_steps()->mutable_recv();
+      recv->set_value_id(r);
+      recv->set_peer(0);
+      recv->set_channel(40 + rank);
+      *recv->mutable_codec() = int4;
+      recv->mutable_codec()->set_error_feedback(false);
+      b.addRunStep({b.addKernel("Neg", {r}, {o}).id()});
+    }
+    return b.get();
+  };
+  // The reference: the decoded payloads of one error-feedback stream.
+  std::vector<std::vector<float>> expect;
+  ErrorFeedback ref;
+  for (int it = 0; it < iterations; ++it) {
+    std::vector<float> g = gaussian(n, 500 + it), d(n);
+    for (float &v : g)
+      v = -v;
+    std::vector<uint8_t> payload;
+    ASSERT_TRUE(ref.encode(int4, g.data(), n, payload).isOk());
+    ASSERT_TRUE(decode(payload.data(), payload.size(), d.data(), n).isOk());
+    for (float &v : d)
+      v = -v;
+    expect.push_back(d);
+  }
+  std::vector<std::vector<float>> got[3];
+  runRanks(3, [&](int rank, Communicator &comm) {
+    BackendRegistry reg;
+    registerCpuBackend(reg);
+    auto exec = Executor::create(build(rank), reg, &comm);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    for (int it = 0; it < iterations; ++it) {
+      if (rank == 0) {
+        auto x = gaussian(n, 500 + it);
+        Tensor t = *(*exec)->getValueByName("x");
+        std::copy(x.begin(), x.end(), t.as<float>());
+      }
+      Status s = (*exec)->run();
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      Tensor o = *(*exec)->getValueByName("o");
+      got[rank].emplace_back(o.as<float>(), o.as<float>() + n);
+    }
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_EQ(got[rank].size(), size_t(iterations)) << "rank " << rank;
+    for (int it = 0; it < iterations; ++it)
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(got[rank][it][i], expect[it][i]) << "rank " << rank << " it " << it << " i " << i;
+  }
+}
+
+TEST(CommCodec, ExecutorSendWithoutKeepDecodedKeepsItsExactValue) {
+  // The control: a plain int4 send leaves the sender's value exact, so the
+  // sender's output differs from what the peer decodes.
+  const int n = 3000;
+  auto build = [&](int rank) {
+    ProgramBuilder b(rank, 2);
+    uint32_t o = b.addValue("o", program::DTYPE_F32, {n}, program::ROLE_OUTPUT);
+    uint32_t g = b.addValue("g", program::DTYPE_F32, {n}, program::ROLE_ACTIVATION);
+    if (rank == 0) {
+      uint32_t x = b.addValue("x", program::DTYPE_F32, {n}, program::ROLE_INPUT);
+      b.addRunStep({b.addKernel("Neg", {x}, {g}).id()});
+      auto *send = b.get().add_steps()->mutable_send();
+      send->set_value_id(g);
+      send->set_peer(1);
+      *send->mutable_codec() = codecOf(program::CODEC_INT4, 0.01f, true);
+    } else {
+      auto *recv = b.get().add_steps()->mutable_recv();
+      recv->set_value_id(g);
+      recv->set_peer(0);
+      *recv->mutable_codec() = codecOf(program::CODEC_INT4);
+    }
+    b.addRunStep({b.addKernel("Neg", {g}, {o}).id()});
+    return b.get();
+  };
+  std::vector<float> got[2];
+  runRanks(2, [&](int rank, Communicator &comm) {
+    BackendRegistry reg;
+    registerCpuBackend(reg);
+    auto exec = Executor::create(build(rank), reg, &comm);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    if (rank == 0) {
+      auto x = gaussian(n, 7);
+      std::copy(x.begin(), x.end(), (*exec)->getValueByName("x")->as<float>());
+    }
+    ASSERT_TRUE((*exec)->run().isOk());
+    Tensor o = *(*exec)->getValueByName("o");
+    got[rank].assign(o.as<float>(), o.as<float>() + n);
+  });
+  EXPECT_NE(got[0], got[1]);
+}

@@ -228,3 +228,38 @@ TEST(Program, InitSchemesAreSeededAndDocumented) {
   e.set_init(program::ParameterEntry::INIT_NONE);
   EXPECT_FALSE(initializeParameter(e, a.tensor).isOk());
 }
+
+TEST(Program, KeepDecodedAndRepeatPayloadNeedALossyCodecAndAnEarlierSend) {
+  program::Program p = validProgram();
+  program::Send *first = p.mutable_steps(1)->mutable_send();
+  first->set_keep_decoded(true);
+  EXPECT_NE(errorOf(p).find("steps[1].send.keep_decoded needs a fixed lossy codec (not "
+                            "CODEC_NONE)"),
+            std::string::npos);
+  first->mutable_codec()->set_codec(program::CODEC_AQSGD_INT2);
+  EXPECT_NE(errorOf(p).find("(not CODEC_AQSGD_INT2)"), std::string::npos);
+  first->mutable_codec()->set_codec(program::CODEC_INT8);
+  first->mutable_codec()->set_error_feedback(true);
+  EXPECT_TRUE(validateProgram(p).isOk());
+  // A second send repeating its payload (without a residual of its own).
+  program::Send *again = p.add_steps()->mutable_send();
+  *again = *first;
+  again->set_keep_decoded(false);
+  again->set_repeat_payload(true);
+  again->mutable_codec()->set_error_feedback(false);
+  Status s = validateProgram(p);
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  again->set_keep_decoded(true);
+  EXPECT_NE(errorOf(p).find("steps[2].send: keep_decoded and repeat_payload exclude each other"),
+            std::string::npos);
+  again->set_keep_decoded(false);
+  again->mutable_codec()->set_codec(program::CODEC_INT4);
+  EXPECT_NE(errorOf(p).find("steps[2].send.repeat_payload: the codec differs from that of "
+                            "steps[1], whose payload it repeats"),
+            std::string::npos);
+  again->mutable_codec()->set_codec(program::CODEC_INT8);
+  first->set_keep_decoded(false);
+  EXPECT_NE(errorOf(p).find("steps[2].send.repeat_payload: no earlier keep_decoded send of "
+                            "value 1"),
+            std::string::npos);
+}
