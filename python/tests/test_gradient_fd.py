@@ -440,6 +440,16 @@ def _cases():
             helper.make_node("Resize", ["p0", "", "", "sizes"], ["y"], mode=mode,
                              coordinate_transformation_mode=coord, nearest_mode=nearest)],
             {"p0": _r((2, 2, 3, 4), 90 + i)}))
+    # MobileViT (32 px input): bilinear half_pixel from 1x1 up to 2x2 and from 2x2 down to
+    # 1x1 (every output between two inputs: the average), and a general downsample
+    for name, shape, size in (("up-1x1", (1, 2, 1, 1), [1, 2, 2, 2]),
+                              ("down-1x1", (1, 2, 2, 2), [1, 2, 1, 1]),
+                              ("down-3x2", (1, 2, 5, 4), [1, 2, 3, 2])):
+        c.append(Case(f"Resize-linear-{name}", lambda T, size=size: [
+            _const("sizes", np.array(size, np.int64), T),
+            helper.make_node("Resize", ["p0", "", "", "sizes"], ["y"], mode="linear",
+                             coordinate_transformation_mode="half_pixel")],
+            {"p0": _r(shape, 95)}))
     for exclusive, reverse in ((0, 0), (1, 0), (0, 1), (1, 1)):
         c.append(Case(f"CumSum-{exclusive}{reverse}", lambda T, e=exclusive, r=reverse: [
             _const("axis", np.array(1, np.int64), T),
@@ -500,6 +510,12 @@ def _cases():
         _const("idx", np.array([[2, 0], [1, 3], [0, 2]], np.int64), T),
         helper.make_node("ScatterElements", ["p0", "idx", "p1"], ["y"], axis=1)],
         {"p0": _r((3, 4), 170), "p1": _r((3, 2), 171)}, opset=16))
+    # GatherElements: dData scatter-adds dY along the axis (DeBERTa's relative attention
+    # gathers one score per query/key pair; indices repeat)
+    c.append(Case("GatherElements-repeated", lambda T: [
+        _const("idx", np.array([[2, 0, 2], [1, 1, 3], [0, 2, 0]], np.int64), T),
+        helper.make_node("GatherElements", ["p0", "idx"], ["y"], axis=1)],
+        {"p0": _r((3, 4), 177)}, opset=13))
     # GatherND: dData scatter-adds dY at the index tuples; a tuple that repeats (Swin's
     # relative-position bias table read at one index per query/key pair) accumulates
     c.append(Case("GatherND-repeated", lambda T: [

@@ -2,7 +2,7 @@
 //
 // Reshape-like ops reshape back, Transpose inverts its permutation, Gather
 // and Slice scatter into zeros, Concat and Split swap roles, Expand sums,
-// ScatterElements gathers, GatherND and ScatterND swap roles.
+// ScatterElements and GatherElements, GatherND and ScatterND swap roles.
 //
 //===----------------------------------------------------------------------===//
 
@@ -172,6 +172,16 @@ LogicalResult scatterElementsGrad(ScatterElementsOp op, GradBuilder &g, ValueRan
   return success();
 }
 
+/// GatherElements: dData adds each dY element back at its index along the axis
+/// (ScatterElements with reduction add into zeros; DeBERTa's relative-position
+/// attention gathers one score per query/key pair and repeats indices).
+LogicalResult gatherElementsGrad(GatherElementsOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  dx[0] = g.make<ScatterElementsOp>(
+      g.zeros(op.getData().getType()), op.getIndices(), dy[0], op.getAxisAttr(),
+      ScatterReductionAttr::get(g.b.getContext(), ScatterReduction::add));
+  return success();
+}
+
 /// GatherND (batch_dims 0): dData adds each dY slice back at its index tuple
 /// (ScatterND with reduction add into zeros: a tuple that repeats, like the
 /// relative-position index of Swin's bias table, accumulates).
@@ -238,6 +248,7 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<SplitOp, splitGrad>(ctx);
   attachRule<PadOp, padGrad>(ctx);
   attachRule<ScatterElementsOp, scatterElementsGrad>(ctx);
+  attachRule<GatherElementsOp, gatherElementsGrad>(ctx);
   attachRule<GatherNDOp, gatherNDGrad>(ctx);
   attachRule<ScatterNDOp, scatterNDGrad>(ctx);
 }
