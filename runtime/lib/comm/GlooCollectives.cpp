@@ -126,18 +126,21 @@ Status GlooCommunicator::swapPayloads(
   std::vector<uint64_t> outSizes(k, 0), sizes(k, 0);
   in.assign(k, {});
   try {
-    // Everything is posted before anything is waited for: no ordering
-    // between the pairs can deadlock.
+    // The sizes are posted before anything is waited for: no ordering
+    // between the pairs can deadlock. The payloads are sent only once this
+    // rank has posted every payload receive: a Gloo send waits for the
+    // receiver's ready notice, which travels behind whatever the receiver
+    // already sends on the pair, so a payload posted earlier delayed the
+    // peer's payload by its own transmission time on a slow link (a
+    // 3-leader int4 exchange over 8 Mbit/s took twice its bytes' time).
     std::vector<Buf> sends, sizeRecvs(k);
     for (int i = 0; i < k; ++i) {
       if (i == me)
         continue;
       STRAIT_RETURN_IF_ERROR(checkPeer(peers[i]));
       outSizes[i] = out[i]->size();
-      sends.push_back(postSend(&outSizes[i], 8, peers[i], collectiveSlot(prefix, channel, step)));
-      sends.push_back(postSend(out[i]->data(), out[i]->size(), peers[i],
-                               collectiveSlot(prefix + 1, channel, step)));
       sizeRecvs[i] = postRecv(&sizes[i], 8, peers[i], collectiveSlot(prefix, channel, step));
+      sends.push_back(postSend(&outSizes[i], 8, peers[i], collectiveSlot(prefix, channel, step)));
     }
     std::vector<Buf> recvs(k);
     std::vector<std::chrono::steady_clock::time_point> sizeAt(k);
@@ -156,6 +159,10 @@ Status GlooCommunicator::swapPayloads(
       recvs[i] = postRecv(in[i].data(), sizes[i], peers[i],
                           collectiveSlot(prefix + 1, channel, step));
     }
+    for (int i = 0; i < k; ++i)
+      if (i != me)
+        sends.push_back(postSend(out[i]->data(), out[i]->size(), peers[i],
+                                 collectiveSlot(prefix + 1, channel, step)));
     for (int i = 0; i < k; ++i)
       if (i != me) {
         STRAIT_RETURN_IF_ERROR(waitRecv(recvs[i], what, peers[i]));
