@@ -399,7 +399,7 @@ bool PlanCompression::any() const {
   auto some = [](const std::vector<Codec> &v) {
     return llvm::any_of(v, [](const Codec &c) { return !c.isNone(); });
   };
-  return some(forward) || some(backward) || some(allReduce);
+  return some(forward) || some(backward) || some(allReduce) || some(tied);
 }
 
 llvm::Expected<CompressionOptions::LinkOverride>
@@ -459,6 +459,61 @@ struct CodecPicker {
   }
 };
 } // namespace
+
+/// The tied-gradient exchanges (docs/distribution-dialect.md): each stage
+/// holding a copy sends its partial gradient (the weight's bytes) to every
+/// other holder once per iteration, in the planner's tiedExchangeTime. As
+/// dist-insert-compression: a weight gradient (error feedback) whose time
+/// may take the holders' M micro-batches of compute.
+static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel &cluster,
+                                  CodecPicker &picker, PlanCompression &out) {
+  size_t S = plan.stages.size();
+  out.tied.assign(S, Codec());
+  out.tiedPlainBytes.assign(S, 0);
+  out.tiedBytes.assign(S, 0);
+  out.tiedTime.assign(S, 0);
+  std::vector<unsigned> holders;
+  double weightBytes = 0, compute = 0;
+  for (unsigned j = 0; j < S; ++j) {
+    const StagePlan &s = plan.stages[j];
+    if (s.tiedExchangeTime <= 0)
+      continue;
+    holders.push_back(j);
+    // The first holder keeps no count of the copy's bytes (tiedBytes).
+    weightBytes = std::max(weightBytes, s.tiedBytes);
+    compute = std::max(compute, s.fwdTime + s.bwdTime);
+  }
+  if (holders.size() < 2 || weightBytes <= 0)
+    return;
+  for (unsigned j : holders) {
+    const StagePlan &s = plan.stages[j];
+    LinkTransfer t;
+    t.payload = Payload::TiedGradient;
+    t.plainBytes = weightBytes * (holders.size() - 1);
+    t.target = plan.microBatches * compute;
+    t.senderRate = t.receiverRate = 1e300;
+    std::vector<std::pair<unsigned, unsigned>> pairs;
+    for (unsigned k : holders) {
+      if (k == j)
+        continue;
+      const StagePlan &o = plan.stages[k];
+      for (size_t r = 0; r < std::min(s.devices.size(), o.devices.size()); ++r) {
+        pairs.push_back({s.devices[r], o.devices[r]});
+        t.senderRate = std::min(t.senderRate, quantizeRate(cluster.typeOf(s.devices[r])));
+        t.receiverRate = std::min(t.receiverRate, quantizeRate(cluster.typeOf(o.devices[r])));
+      }
+      if (!s.devices.empty() && !o.devices.empty())
+        t.latency += cluster.links[cluster.linkId(s.devices[0], o.devices[0])].latency;
+    }
+    // The bandwidth that gives the planner's time for the plain bytes.
+    t.bandwidth = t.plainBytes / std::max(1e-12, s.tiedExchangeTime - t.latency);
+    Codec c = picker.pick(pairs, t);
+    out.tied[j] = c;
+    out.tiedPlainBytes[j] = t.plainBytes;
+    out.tiedBytes[j] = c.isNone() ? t.plainBytes : encodedBytes(c, t.plainBytes / 4, 4);
+    out.tiedTime[j] = c.isNone() ? s.tiedExchangeTime : transferTimeWith(t, c);
+  }
+}
 
 llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
                                                      const ClusterModel &cluster,
@@ -539,6 +594,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     out.allReduce.push_back(c);
     out.allReduceTime.push_back(time);
   }
+  compressTiedExchanges(plan, cluster, picker, out);
   for (auto [i, o] : llvm::enumerate(options.links))
     if (!picker.used[i])
       return codecError("--compress-link=" + o.text + ": no link of the plan joins '" + o.a +
@@ -564,6 +620,16 @@ std::string strait::formatCompression(const PlanCompression &c, const PartitionP
       os << llvm::formatv(", {0} -> {1} per micro-batch\n", ms(s.sendTime),
                           ms(backward ? c.backwardTime[j] : c.forwardTime[j]));
     }
+  }
+  for (size_t j = 0; j < c.tied.size(); ++j) {
+    if (c.tiedPlainBytes[j] <= 0)
+      continue;
+    os << llvm::formatv("tied-gradient exchange from stage {0} (per iteration): {1}", j,
+                        formatCodec(c.tied[j], true));
+    if (!c.tied[j].isNone())
+      os << llvm::formatv(" ({0:f1}x)", c.tiedPlainBytes[j] / std::max(1.0, c.tiedBytes[j]));
+    os << llvm::formatv(", {0} -> {1}\n", ms(plan.stages[j].tiedExchangeTime),
+                        ms(c.tiedTime[j]));
   }
   for (size_t j = 0; j < c.allReduce.size(); ++j) {
     const StagePlan &s = plan.stages[j];

@@ -178,7 +178,10 @@ double Simulation::tailStart(unsigned j, unsigned k) const {
     if (h != j && holdsTied(h)) {
       if (reduced[h][k] < 0)
         return kNever;
-      start = std::max(start, reduced[h][k] + plan.stages[j].tiedExchangeTime);
+      start = std::max(start, reduced[h][k] + (compression && j < compression->tiedTime.size() &&
+                                                       compression->tiedTime[j] > 0
+                                                   ? compression->tiedTime[j]
+                                                   : plan.stages[j].tiedExchangeTime));
     }
   return start;
 }

@@ -104,7 +104,11 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
   module.walk([&](strait::dist::CompressOp c) {
     if (c.getEncoded().use_empty())
       return;
+    // A tied variable's partial gradient feeds sends and a local decompress.
     Operation *user = *c.getEncoded().getUsers().begin();
+    for (Operation *u : c.getEncoded().getUsers())
+      if (isa<strait::dist::SendOp>(u))
+        user = u;
     std::string codec = strait::dist::stringifyCodec(c.getCodec()).str();
     if (FloatAttr r = c.getRatioAttr()) { // topk:R, topk:R:int8 as --compress spells them
       auto [name, values] = llvm::StringRef(codec).split('_');
@@ -120,7 +124,8 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
     std::optional<int64_t> stage = strait::dist::getStage(c);
     std::string key;
     if (auto send = dyn_cast<strait::dist::SendOp>(user))
-      key = llvm::formatv("stage {0} -> {1}: {2}", stage.value_or(-1), send.getPeer(), codec);
+      key = llvm::formatv("stage {0} -> {1}{2}: {3}", stage.value_or(-1), send.getPeer(),
+                          send->hasAttr("dist.per_step") ? " (per step)" : "", codec);
     else
       key = llvm::formatv("all-reduce of stage {0}: {1}", stage.value_or(-1), codec);
     ++links[key];

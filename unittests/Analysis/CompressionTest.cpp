@@ -187,8 +187,11 @@ TEST(Compression, HierarchicalAllReduce) {
   double bytes = 1e8;
   // Inside: a 2-ring at 10 GB/s; between: 2 parallel 2-rings (one per
   // member) of bytes / 2 at 10 MB/s.
-  double inner = 2 * (1e-6 + bytes / 2 / 1e10);
-  double outer = 2 * (1e-2 + bytes / 2 / 2 / 1e7);
+  // Each 2-ring adds the received half of its bytes (1.5 x its bytes at
+  // the memory bandwidth).
+  double mem = memoryBandwidth(c, 0);
+  double inner = 2 * (1e-6 + bytes / 2 / 1e10) + 1.5 * bytes / mem;
+  double outer = 2 * (1e-2 + bytes / 2 / 2 / 1e7) + 1.5 * bytes / 2 / mem;
   EXPECT_NEAR(islandAllReduceTime(c, islands, bytes), inner + outer, 1e-9);
   double flat = ringAllReduceTime(c, {0, 1, 4, 5}, bytes);
   EXPECT_LT(islandAllReduceTime(c, islands, bytes), flat);
@@ -199,7 +202,8 @@ TEST(Compression, HierarchicalAllReduce) {
               inner3 + ringAllReduceTime(c, {0, 4}, bytes), 1e-9);
   // A codec shrinks the inter-island phase only.
   EXPECT_NEAR(islandAllReduceTime(c, islands, bytes, bytes / 4, 0.5),
-              inner + 2 * (1e-2 + bytes / 4 / 2 / 2 / 1e7) + 0.5, 1e-9);
+              inner + 2 * (1e-2 + bytes / 4 / 2 / 2 / 1e7) + 1.5 * bytes / 4 / 2 / mem + 0.5,
+              1e-9);
 }
 
 /// Two stages on the two sites, one device each, a 100 MB activation.
@@ -260,6 +264,57 @@ TEST(Compression, PlanAndSimulatorAccountForCodecs) {
                 f.cluster.sites[0] + "' (sites, hosts or devices of the stages)");
 }
 
+TEST(Compression, TiedGradientExchangeTakesAWeightGradientCodec) {
+  // A 40 MB tied weight with a copy on each stage: each sends its partial
+  // gradient once per iteration over the 10 MB/s link (4.01 s).
+  TwoStage f;
+  for (StagePlan &s : f.plan.stages)
+    s.tiedExchangeTime = 1e-2 + 4e7 / 1e7;
+  f.plan.stages[1].tiedBytes = 4e7; // the first holder counts no copy
+  CompressionOptions opts;
+  opts.mode = "int8";
+  llvm::Expected<PlanCompression> c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c) << llvm::toString(c.takeError());
+  ASSERT_EQ(c->tied.size(), 2u);
+  for (unsigned j : {0u, 1u}) {
+    EXPECT_EQ(c->tied[j].kind, CodecKind::Int8);
+    EXPECT_TRUE(c->tied[j].errorFeedback); // a gradient: the sender keeps the residual
+    EXPECT_DOUBLE_EQ(c->tiedPlainBytes[j], 4e7);
+    EXPECT_DOUBLE_EQ(c->tiedBytes[j], encodedBytes(c->tied[j], 1e7, 4));
+    // Latency + a quarter of the bytes at the planner's bandwidth + codec time.
+    EXPECT_LT(c->tiedTime[j], 1e-2 + 1.1e7 / 1e7 + 1e-1);
+    EXPECT_GT(c->tiedTime[j], 1e-2 + 1e7 / 1e7);
+  }
+  EXPECT_NE(formatCompression(*c, f.plan, f.cluster)
+                .find("tied-gradient exchange from stage 0 (per iteration): int8+ef (3.9x), "
+                      "4010.00 ms -> "),
+            std::string::npos)
+      << formatCompression(*c, f.plan, f.cluster);
+  // The simulated update waits for the shorter exchange.
+  PlanCompression exact = *c;
+  exact.tiedTime = {f.plan.stages[0].tiedExchangeTime, f.plan.stages[1].tiedExchangeTime};
+  auto fast = simulatePlan(f.plan, f.cluster, &*c), slow = simulatePlan(f.plan, f.cluster, &exact);
+  ASSERT_TRUE(fast && slow);
+  EXPECT_LT(fast->iterationTime, slow->iterationTime - 1.0);
+  // AQ-SGD: its GRAD codec; auto: the weight-gradient ladder (4.01 s against
+  // the stages' compute of 4 micro-batches: a lossy codec that fits).
+  opts.mode = "aqsgd:2:int4";
+  c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c);
+  EXPECT_EQ(c->tied[0].kind, CodecKind::Int4);
+  opts.mode = "auto";
+  c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c);
+  EXPECT_FALSE(c->tied[0].isNone());
+  EXPECT_TRUE(c->tied[0].errorFeedback);
+  EXPECT_LE(c->tiedTime[0], f.plan.stages[0].tiedExchangeTime);
+  // A stage without a copy has none.
+  f.plan.stages[1].tiedExchangeTime = 0;
+  c = compressPlan(f.plan, f.cluster, opts);
+  ASSERT_TRUE(!!c);
+  EXPECT_TRUE(c->tied[0].isNone() && c->tied[1].isNone());
+}
+
 } // namespace
 
 // AQ-SGD: aqsgd:BITS[:GRAD], the delta's bits and the activation
@@ -291,6 +346,7 @@ TEST(Compression, ParsesAqSgdAndResolvesItPerPayload) {
   EXPECT_EQ(codecForPayload(*b, Payload::Activation), *b);
   EXPECT_EQ(codecForPayload(*b, Payload::ActivationGradient).kind, CodecKind::Int4);
   EXPECT_TRUE(codecForPayload(*b, Payload::WeightGradient).isNone());
+  EXPECT_EQ(codecForPayload(*b, Payload::TiedGradient).kind, CodecKind::Int4);
   EXPECT_EQ(codecForPayload(make(CodecKind::Int8), Payload::WeightGradient).kind,
             CodecKind::Int8);
 }

@@ -193,6 +193,12 @@ struct PlanCompression {
   std::vector<double> forwardTime, backwardTime;
   std::vector<Codec> allReduce;                   ///< per stage
   std::vector<double> allReduceTime;              ///< per stage, with its codec
+  /// Per stage: the codec of its tied-gradient exchange (what it sends to
+  /// the other copies' stages once per iteration; none where it holds no
+  /// copy), the plain and wire bytes it sends, and the exchange's time with
+  /// the codec (StagePlan::tiedExchangeTime without).
+  std::vector<Codec> tied;
+  std::vector<double> tiedPlainBytes, tiedBytes, tiedTime;
   bool any() const;
 };
 
