@@ -54,6 +54,10 @@ SEED = 0
 TOLERANCE = 1e-3  # f32 through up to ~50 layers; the per-tensor worst error is printed
 VOCAB, SEQ, BATCH = 64, 8, 2
 IMAGE = 32
+# torchvision nets downsample by 32: at 64 px their last BatchNorms still see 2x2 values per
+# channel (at 32 px one value per channel and a batch of equal rows: zero variance, and the
+# gradient through it is ill-conditioned, 1/sqrt(eps))
+TV_IMAGE = 64
 FLOOR = 1e-3  # see _rel_err
 
 
@@ -179,7 +183,7 @@ def _tv(ctor):
             raise MissingDependency("torchvision not installed") from e
         torch = _torch()
         torch.manual_seed(SEED)
-        return ctor(), _pixels()
+        return ctor(), _pixels(3, TV_IMAGE)
     return build
 
 
@@ -253,6 +257,95 @@ def _tv_squeezenet():
 
     m = SqueezeNet("1_1", num_classes=10)
     return m
+
+
+def _tv_googlenet():
+    from torchvision.models import GoogLeNet
+
+    return GoogLeNet(num_classes=10, aux_logits=False, transform_input=False,
+                     init_weights=True, dropout=0.0)
+
+
+def _tv_mnasnet():
+    from torchvision.models import MNASNet
+
+    return MNASNet(0.25, num_classes=10, dropout=0.0)
+
+
+def _tv_resnext():
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    return ResNet(Bottleneck, [1, 1, 1, 1], groups=4, width_per_group=4, num_classes=10)
+
+
+def _tv_vgg():
+    from torchvision.models.vgg import VGG, make_layers
+
+    m = VGG(make_layers([8, "M", 16, "M", 32, 32, "M"], batch_norm=True), num_classes=10,
+            dropout=0.0)
+    torch = _torch()
+    m.avgpool = torch.nn.AdaptiveAvgPool2d((1, 1))  # 32 features instead of 32 * 7 * 7
+    m.classifier = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(),
+                                       torch.nn.Linear(16, 10))
+    return m
+
+
+def _tv_vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=TV_IMAGE, patch_size=16, num_layers=2, num_heads=2,
+                             hidden_dim=32, mlp_dim=64, num_classes=10)
+
+
+def _tv_maxvit():
+    from torchvision.models.maxvit import MaxVit
+
+    return MaxVit(input_size=(TV_IMAGE, TV_IMAGE), stem_channels=8, partition_size=2,
+                  block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                  stochastic_depth_prob=0.0, num_classes=10)
+
+
+def _levit(build):
+    """LeViT caches its attention biases (a gather of the bias parameter) in eval mode, and
+    the export (eval mode) would make the cached tensor a constant: the biases would get no
+    gradient. The exported module computes them as in train mode."""
+    import types
+
+    def make():
+        module, x = build()
+        for m in module.modules():
+            if hasattr(m, "get_attention_biases"):
+                m.get_attention_biases = types.MethodType(
+                    lambda self, device: self.attention_biases[:, self.attention_bias_idxs], m)
+        return module, x
+    return make
+
+
+def _segformer():
+    """Semantic segmentation: logits [B, classes, H/4, W/4] as per-pixel rows."""
+    make = _hf("SegformerForSemanticSegmentation", "SegformerConfig", num_channels=3,
+               num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+               patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+               mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=4)
+    return (_wrap(make(), lambda m, x: m(pixel_values=x, return_dict=False)[0]
+                  .flatten(2).transpose(1, 2)), _pixels())
+
+
+def _wav2vec2():
+    import transformers
+
+    config = _no_dropout_config(transformers.Wav2Vec2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=4, num_labels=10, classifier_proj_size=16,
+        vocab_size=VOCAB, mask_time_prob=0.0, apply_spec_augment=False))
+    config._attn_implementation = "eager"
+    torch = _torch()
+    torch.manual_seed(SEED)
+    model = transformers.Wav2Vec2ForSequenceClassification(config)
+    g = torch.Generator().manual_seed(SEED + 1)
+    audio = torch.randn(BATCH, 160, generator=g)
+    return _wrap(model, lambda m, x: m(input_values=x, return_dict=False)[0]), audio
 
 
 def _unet():
@@ -369,6 +462,79 @@ ARCHS = [
     Arch("convnext-hf", "transformers.ConvNextForImageClassification", _hf_vision(
         "ConvNextForImageClassification", "ConvNextConfig", hidden_sizes=[16, 32], num_stages=2,
         depths=[1, 1], num_labels=10, image_size=IMAGE), "pixel_values", 10),
+    Arch("gpt2", "transformers.GPT2LMHeadModel", _causal(
+        "GPT2LMHeadModel", "GPT2Config", **_small_text(
+            n_embd=32, n_layer=2, n_head=2, n_positions=32)), "input_ids"),
+    Arch("gpt-j", "transformers.GPTJForCausalLM", _causal(
+        "GPTJForCausalLM", "GPTJConfig", **_small_text(
+            n_embd=32, n_layer=2, n_head=2, n_positions=32, rotary_dim=8)), "input_ids"),
+    Arch("falcon", "transformers.FalconForCausalLM", _causal(
+        "FalconForCausalLM", "FalconConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=1,
+            new_decoder_architecture=False, multi_query=True, parallel_attn=True,
+            alibi=False, bias=False)), "input_ids"),
+    Arch("bloom-alibi", "transformers.BloomForCausalLM", _causal(
+        "BloomForCausalLM", "BloomConfig", **_small_text(
+            hidden_size=32, n_layer=2, n_head=4)), "input_ids"),
+    Arch("gemma", "transformers.GemmaForCausalLM", _causal(
+        "GemmaForCausalLM", "GemmaConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+            head_dim=8, intermediate_size=64, max_position_embeddings=32)), "input_ids"),
+    Arch("mamba", "transformers.MambaForCausalLM (slow path: unrolled selective scan)",
+         _causal("MambaForCausalLM", "MambaConfig", **_small_text(
+             hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
+             use_mambapy=False)), "input_ids"),
+    Arch("electra", "transformers.ElectraForMaskedLM", _encoder(
+        "ElectraForMaskedLM", "ElectraConfig", **_small_text(
+            embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=32)), "input_ids"),
+    Arch("albert", "transformers.AlbertForMaskedLM (one layer's weights shared by 2)",
+         _encoder("AlbertForMaskedLM", "AlbertConfig", **_small_text(
+             embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+             intermediate_size=64, max_position_embeddings=32)), "input_ids"),
+    Arch("deberta-v2", "transformers.DebertaV2ForMaskedLM (disentangled rel. attention)",
+         _encoder("DebertaV2ForMaskedLM", "DebertaV2Config", **_small_text(
+             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+             max_position_embeddings=32, relative_attention=True, position_buckets=8,
+             pos_att_type=["p2c", "c2p"])), "input_ids"),
+    Arch("mobilebert", "transformers.MobileBertForMaskedLM", _encoder(
+        "MobileBertForMaskedLM", "MobileBertConfig", **_small_text(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+            embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16,
+            num_feedforward_networks=2, max_position_embeddings=32)), "input_ids"),
+    Arch("wav2vec2", "transformers.Wav2Vec2ForSequenceClassification", _wav2vec2,
+         "input_values", 10),
+    Arch("beit", "transformers.BeitForImageClassification (relative position bias)",
+         _hf_vision("BeitForImageClassification", "BeitConfig", image_size=IMAGE,
+                    patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, use_relative_position_bias=True, num_labels=10),
+         "pixel_values", 10),
+    Arch("dinov2", "transformers.Dinov2ForImageClassification", _hf_vision(
+        "Dinov2ForImageClassification", "Dinov2Config", image_size=IMAGE, patch_size=8,
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+        num_labels=10), "pixel_values", 10),
+    Arch("clip-vision", "transformers.CLIPForImageClassification", _hf_vision(
+        "CLIPForImageClassification", "CLIPConfig", vision_config=dict(
+            image_size=IMAGE, patch_size=8, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=2, intermediate_size=64),
+        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, vocab_size=VOCAB), num_labels=10),
+        "pixel_values", 10),
+    Arch("mobilevit", "transformers.MobileViTForImageClassification", _hf_vision(
+        "MobileViTForImageClassification", "MobileViTConfig", image_size=TV_IMAGE,
+        hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32],
+        num_attention_heads=2, num_labels=10, size=TV_IMAGE), "pixel_values", 10),
+    Arch("levit", "transformers.LevitForImageClassification (bias cache off)", _levit(_hf_vision(
+        "LevitForImageClassification", "LevitConfig", image_size=IMAGE, hidden_sizes=[32, 48],
+        num_attention_heads=[2, 3], depths=[1, 1], key_dim=[8, 8], down_ops=[
+            ["Subsample", 8, 32 // 8, 4, 2, 2]], mlp_ratio=[2, 2], attention_ratio=[2, 2],
+        num_labels=10)), "pixel_values", 10),
+    Arch("poolformer", "transformers.PoolFormerForImageClassification", _hf_vision(
+        "PoolFormerForImageClassification", "PoolFormerConfig", hidden_sizes=[16, 32],
+        depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3], strides=[4, 2],
+        padding=[2, 1], num_labels=10), "pixel_values", 10),
+    Arch("segformer", "transformers.SegformerForSemanticSegmentation (per-pixel loss)",
+         _segformer, "pixel_values", 4),
     Arch("resnet", "torchvision ResNet(BasicBlock, [1,1,1,1])", _tv(_tv_resnet),
          "pixel_values", 10),
     Arch("mobilenet-v2", "torchvision mobilenet_v2(width_mult=0.25)", _tv(_tv_mobilenet_v2),
@@ -388,6 +554,17 @@ ARCHS = [
     Arch("shufflenet-v2", "torchvision ShuffleNetV2([1,1,1], [8,16,32,64,64])",
          _tv(_tv_shufflenet), "pixel_values", 10),
     Arch("squeezenet", "torchvision SqueezeNet 1.1", _tv(_tv_squeezenet), "pixel_values", 10),
+    Arch("resnext", "torchvision ResNet(Bottleneck, [1,1,1,1], groups 4)", _tv(_tv_resnext),
+         "pixel_values", 10),
+    Arch("googlenet", "torchvision GoogLeNet (no aux heads)", _tv(_tv_googlenet),
+         "pixel_values", 10),
+    Arch("mnasnet", "torchvision MNASNet(0.25)", _tv(_tv_mnasnet), "pixel_values", 10),
+    Arch("vgg-bn", "torchvision VGG(make_layers(8,M,16,M,32,32,M), bn), small head",
+         _tv(_tv_vgg), "pixel_values", 10),
+    Arch("vit-tv", "torchvision VisionTransformer(64px, patch 16, 2 layers)", _tv(_tv_vit),
+         "pixel_values", 10),
+    Arch("maxvit", "torchvision MaxVit(stem 8, blocks 16/32, partition 2)", _tv(_tv_maxvit),
+         "pixel_values", 10),
     Arch("unet", "torch: 2-level U-Net with ConvTranspose", _unet, "pixel_values", 4),
     Arch("lstm-lm", "torch: Embedding + nn.LSTM + Linear", _rnn_lm("LSTM"), "input_ids"),
     Arch("gru-lm", "torch: Embedding + nn.GRU + Linear", _rnn_lm("GRU"), "input_ids"),
