@@ -1,6 +1,6 @@
 //===- Program.cpp - Loading and validating device programs ---------------===//
 //
-// Implements the constraints of docs/program-format.md ("P1".."P12"). Each
+// Implements the constraints of docs/program-format.md ("P1".."P13"). Each
 // error message starts with the path of the offending field.
 //
 //===----------------------------------------------------------------------===//
@@ -119,7 +119,7 @@ Status checkPeer(int peer, const program::Program &p,
   return Status::ok();
 }
 
-/// A Send's keep_decoded / repeat_payload (proto comments): a lossy,
+/// P13: a Send's keep_decoded / repeat_payload (proto comments): a lossy,
 /// non-adaptive, non-AQ-SGD codec; a repeat follows a keep_decoded send of
 /// the same value and codec.
 Status checkDecodedSend(const program::Program &p, int s, const std::string &path) {
