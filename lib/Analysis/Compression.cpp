@@ -346,7 +346,26 @@ double strait::islandAllReduceTime(const ClusterModel &cluster,
   std::vector<unsigned> leaders;
   for (const std::vector<unsigned> &island : islands)
     leaders.push_back(island.front());
-  double outer = ringAllReduceTime(cluster, leaders, interBytes, buckets);
+  // The runtime's exchange between islands (GlooCommunicator::exchangeSum):
+  // with k peers, a reduce-scatter and an all-gather in which every pair
+  // swaps bytes / k at once, each pair on its own link; with two, one swap
+  // of all the bytes. Not a ring: a ring carries 2 (k - 1) / k of the bytes
+  // over its slowest link, (k - 1) x this on a mesh of distinct links (3
+  // sites: 2x; bench/runtime/baselines_wan.py measured it).
+  auto exchange = [&](llvm::ArrayRef<unsigned> peers, double b) {
+    size_t k = peers.size();
+    if (k <= 2) // one swap: the ring's time
+      return ringAllReduceTime(cluster, peers, b, buckets);
+    double t = 0;
+    for (size_t i = 0; i < k; ++i)
+      for (size_t j = i + 1; j < k; ++j) {
+        const Link &l = cluster.link(peers[i], peers[j]);
+        t = std::max(t, cluster.latency(peers[i], peers[j]) * buckets +
+                            b / double(k) / l.bandwidth);
+      }
+    return 2 * t;
+  };
+  double outer = exchange(leaders, interBytes);
   // Equal islands on unshared links: one ring per member, 1/size each.
   size_t local = islands.front().size();
   bool equal = llvm::all_of(islands, [&](const auto &i) { return i.size() == local; });
@@ -359,7 +378,7 @@ double strait::islandAllReduceTime(const ClusterModel &cluster,
         ring[g] = islands[g][r];
         shared |= cluster.link(ring[g], islands[(g + 1) % islands.size()][r]).shared;
       }
-      split = std::max(split, ringAllReduceTime(cluster, ring, interBytes / local, buckets));
+      split = std::max(split, exchange(ring, interBytes / local));
     }
     if (!shared)
       outer = std::min(outer, split);

@@ -3,6 +3,7 @@
 #include "strait/Analysis/Workload.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
 #include <cmath>
@@ -207,8 +208,14 @@ double strait::allReduceTime(const ClusterModel &cluster,
   auto byHost = groupBy(devices, [&](unsigned d) {
     return cluster.devices[d].host;
   });
+  // hierarchicalAllReduceTime takes the r-th device of every group: equal
+  // groups only (sites of 2, 2 and 1 devices read past the last group).
+  auto equal = [](const std::vector<std::vector<unsigned>> &groups) {
+    return llvm::all_of(groups,
+                        [&](const auto &g) { return g.size() == groups.front().size(); });
+  };
   for (auto *groups : {&bySite, &byHost})
-    if (groups->size() > 1 && groups->front().size() > 1)
+    if (groups->size() > 1 && groups->front().size() > 1 && equal(*groups))
       best = std::min(best,
                       hierarchicalAllReduceTime(cluster, *groups, bytes));
   return best;

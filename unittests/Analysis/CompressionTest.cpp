@@ -206,6 +206,30 @@ TEST(Compression, HierarchicalAllReduce) {
               1e-9);
 }
 
+// Three islands of one device each on links of 1, 2.5 and 25 MB/s (8, 20
+// and 200 Mbit/s): the runtime's exchange (every pair swaps bytes / 3 in a
+// reduce-scatter, then in an all-gather, all pairs at once) takes
+// 2 x (latency + bytes / 3 / slowest pair), half of a ring's 4 steps of
+// bytes / 3 over the slowest link.
+TEST(Compression, ThreeIslandsExchangeDirectly) {
+  ClusterSpec spec;
+  spec.name = "three-sites";
+  spec.file = "<test>";
+  spec.types = {makeV100()};
+  spec.devices = {{"e0", "V100", "he", "east", ""},
+                  {"w0", "V100", "hw", "west", ""},
+                  {"s0", "V100", "hs", "south", ""}};
+  spec.interSite = LinkSpec{25e6, 1e-3, false};
+  spec.rules.push_back({LinkRule::Scope::Sites, "east", "south", {2.5e6, 1e-3, false}, ""});
+  spec.rules.push_back({LinkRule::Scope::Sites, "west", "south", {1e6, 1e-3, false}, ""});
+  llvm::Expected<ClusterModel> c = buildCluster(spec);
+  ASSERT_TRUE(!!c) << llvm::toString(c.takeError());
+  double bytes = 3e5;
+  double got = islandAllReduceTime(*c, {{0}, {1}, {2}}, bytes);
+  EXPECT_NEAR(got, 2 * (1e-3 + bytes / 3 / 1e6), 1e-9);
+  EXPECT_LT(got, 0.6 * ringAllReduceTime(*c, {0, 1, 2}, bytes));
+}
+
 /// Two stages on the two sites, one device each, a 100 MB activation.
 struct TwoStage {
   ClusterModel cluster = twoSites();

@@ -142,9 +142,11 @@ std::vector<std::vector<unsigned>> islandsOf(const ClusterModel &cluster,
                                              double minGapRatio = 1.5);
 
 /// Hierarchical all-reduce over islands: ring all-reduce inside each
-/// island (reduce, then share), and between them either g parallel rings
-/// carrying 1/size of the bytes each (equal sizes, no shared link crossed)
-/// or one ring over the islands' first members carrying all the bytes.
+/// island (reduce, then share), and between them, as the runtime's
+/// exchange (a reduce-scatter and an all-gather in which every pair of the
+/// k peers swaps 1/k at once), either size parallel exchanges carrying
+/// 1/size of the bytes each (equal sizes, no shared link crossed) or one
+/// over the islands' first members carrying all the bytes.
 /// `interBytes` (default `bytes`) is what the inter-island phase carries
 /// (smaller under a codec); `interExtra` is added to that phase (codec time).
 /// `interShare` scales the inter-island phase: 1/H under local steps, where
