@@ -94,6 +94,12 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   pass("--data", o.dataPath);
   pass("--data-format", o.dataFormat);
   pass("--labels", o.labelsPath);
+  pass("--eval-data", o.evalDataPath);
+  pass("--eval-labels", o.evalLabelsPath);
+  if (!o.evalDataPath.empty()) {
+    pass("--eval-every", std::to_string(o.evalEvery));
+    pass("--eval-batches", std::to_string(o.evalBatches));
+  }
   pass("--input-name", o.inputName);
   pass("--labels-name", o.labelsName);
   pass("--dump-outputs", o.dumpDir);
@@ -232,12 +238,38 @@ public:
           if (latestTopk.count(rank))
             topkAt[step][rank] = latestTopk[rank];
         }
+        // "rank R eval N/M time MS [loss L] [tokens|samples K]": --eval-data.
+        std::string evalPrefix = "rank " + std::to_string(f.rank) + " eval ";
+        if (line.rfind(evalPrefix, 0) == 0) {
+          std::istringstream in(line.substr(evalPrefix.size()));
+          std::string frac, w;
+          in >> frac;
+          auto &slot = evals[std::atoi(frac.c_str())];
+          slot.first = frac;
+          EvalReport &e = slot.second[f.rank];
+          while (in >> w) {
+            if (w == "loss")
+              e.hasLoss = static_cast<bool>(in >> e.loss);
+            else if (w == "tokens" || w == "samples") {
+              e.itemName = w;
+              in >> e.items;
+            }
+          }
+        }
         // "rank R topk ...": the adaptive top-k ratios after R's next
         // iteration (Executor::run prints them before the iteration line).
         std::string prefix = "rank " + std::to_string(f.rank) + " topk ";
         if (line.rfind(prefix, 0) == 0)
           latestTopk[f.rank] = line.substr(prefix.size());
       }
+    }
+    for (auto it = evals.begin(); it != evals.end();) {
+      if (it->second.second.size() < files.size() && !final) {
+        ++it;
+        continue;
+      }
+      printEval(it->second.first, it->second.second);
+      it = evals.erase(it);
     }
     while (!pending.empty() &&
            (pending.begin()->second.size() == files.size() || final)) {
@@ -255,6 +287,45 @@ private:
     size_t offset;
     std::string partial;
   };
+  struct EvalReport {
+    bool hasLoss = false;
+    double loss = 0;
+    std::string itemName;
+    int64_t items = 0;
+  };
+  /// "eval after step N/M: loss L (K tokens)": the mean over the ranks with
+  /// a loss (each replica's last stage), the items of each replica once.
+  void printEval(const std::string &frac, const std::map<int, EvalReport> &ranks) {
+    if (quiet)
+      return;
+    double loss = 0;
+    int losses = 0;
+    std::map<int, int64_t> itemsPerReplica;
+    std::string itemName;
+    for (const auto &[rank, e] : ranks) {
+      if (e.hasLoss) {
+        loss += e.loss;
+        ++losses;
+      }
+      if (e.items > 0) {
+        itemName = e.itemName;
+        int64_t &n = itemsPerReplica[replicaOf.count(rank) ? replicaOf[rank] : rank];
+        n = std::max(n, e.items);
+      }
+    }
+    std::ostringstream line;
+    line << "eval after step " << frac << ":";
+    if (losses)
+      line << " loss " << loss / losses;
+    int64_t items = 0;
+    for (const auto &kv : itemsPerReplica)
+      items += kv.second;
+    if (items > 0)
+      line << " (" << items << " " << itemName << ")";
+    std::cout << line.str() << std::endl;
+  }
+  // step N -> ("N/M", rank -> report)
+  std::map<int, std::pair<std::string, std::map<int, EvalReport>>> evals;
   void print(int step, const std::map<int, Progress> &ranks) {
     if (quiet || ranks.empty())
       return;

@@ -38,6 +38,12 @@ struct RunOptions {
   std::string inputName;    // data input; "" = input_ids / first match
   std::string labelsName = "labels";
   uint64_t seed = 1234;     // batch sampling seed
+  // Held-out loss (Eval.h): --eval-data FILE [--eval-labels FILE.npy] every
+  // --eval-every K steps (0: after the last only) over --eval-batches N.
+  std::string evalDataPath;
+  std::string evalLabelsPath;
+  int evalEvery = 0;
+  int evalBatches = 8;
   std::string dumpDir;      // --dump-outputs DIR: outputs of the last step
   std::string saveParamsDir; // --save-params DIR: parameters after the last step
   // Checkpoints (docs/runtime.md, "Checkpoints and restarts").

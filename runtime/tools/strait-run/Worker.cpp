@@ -18,6 +18,7 @@
 #include "Checkpoint.h"
 #include "DataLoader.h"
 #include "Devices.h"
+#include "Eval.h"
 #include "LinkRecovery.h"
 #include "Npy.h"
 #include "OuterSync.h"
@@ -40,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <thread>
@@ -410,30 +412,52 @@ Status runRank(const RunOptions &o) {
     setBlasThreads(o.threads);
   }
   // Data first: a bad file fails before the rendezvous.
-  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<data::DataLoader> loader, evalLoader;
   bool tokens = false;
-  if (!o.dataPath.empty()) {
-    STRAIT_ASSIGN_OR_RETURN(data::DataFormat format,
-                            data::parseDataFormat(o.dataFormat, o.dataPath));
-    // Ranks of one replica (the stages of a pipeline) read the same batch;
-    // replica r feeds part r of the global batch (one stream, so the job
-    // reads what one rank with the whole batch would read).
+  // Ranks of one replica (the stages of a pipeline) read the same batch;
+  // replica r feeds part r of the global batch (one stream, so the job reads
+  // what one rank with the whole batch would read).
+  auto openLoader = [&](const std::string &path, const std::string &labelsPath,
+                        const char *labelsFlag) -> StatusOr<std::unique_ptr<data::DataLoader>> {
+    STRAIT_ASSIGN_OR_RETURN(data::DataFormat format, data::parseDataFormat(o.dataFormat, path));
     bool layout = false;
     for (const auto &r : m.ranks())
       layout |= r.stage() > 0 || r.replica() != 0;
     uint64_t stream = static_cast<uint64_t>(layout ? 0 : o.rank);
     tokens = format != data::DataFormat::Npy;
+    std::unique_ptr<data::DataLoader> made;
     if (tokens) {
-      if (!o.labelsPath.empty())
-        return invalidArgument("--labels is for npy data; token files make their own "
-                               "next-token labels").withRank(o.rank);
-      STRAIT_ASSIGN_OR_RETURN(loader, data::openTokenFile(o.dataPath, format, o.seed, stream));
+      if (!labelsPath.empty())
+        return invalidArgument(std::string(labelsFlag) + " is for npy data; token files make "
+                               "their own next-token labels").withRank(o.rank);
+      STRAIT_ASSIGN_OR_RETURN(made, data::openTokenFile(path, format, o.seed, stream));
     } else {
-      STRAIT_ASSIGN_OR_RETURN(loader, data::openNpyArrays(o.dataPath, o.labelsPath, o.seed,
-                                                          stream));
+      STRAIT_ASSIGN_OR_RETURN(made, data::openNpyArrays(path, labelsPath, o.seed, stream));
     }
     if (layout)
-      loader->setBatchPart(entry->replica());
+      made->setBatchPart(entry->replica());
+    return made;
+  };
+  if (!o.dataPath.empty()) {
+    STRAIT_ASSIGN_OR_RETURN(loader, openLoader(o.dataPath, o.labelsPath, "--labels"));
+  }
+  std::vector<int> evalSteps;
+  std::set<int> evalLossSteps;
+  if (!o.evalDataPath.empty()) {
+    if (!loader)
+      return invalidArgument("--eval-data needs --data (the training data)").withRank(o.rank);
+    bool trainTokens = tokens;
+    STRAIT_ASSIGN_OR_RETURN(evalLoader,
+                            openLoader(o.evalDataPath, o.evalLabelsPath, "--eval-labels"));
+    if (tokens != trainTokens)
+      return invalidArgument("--eval-data '" + o.evalDataPath + "' and --data '" + o.dataPath +
+                             "' are not of the same kind (token file, npy arrays)")
+          .withRank(o.rank);
+    if (device.kind != "cpu")
+      return unimplemented("--eval-data on a " + device.str() +
+                           " rank: evaluation runs on CPU ranks only")
+          .withRank(o.rank);
+    STRAIT_RETURN_IF_ERROR(evaluationSteps(p, evalSteps, evalLossSteps).withRank(o.rank));
   }
   // The checkpoint to resume from, like the data: before the rendezvous.
   std::optional<CheckpointRef> resume;
@@ -737,6 +761,41 @@ Status runRank(const RunOptions &o) {
     if (!o.replanStopFile.empty())
       line << " link " << formatLinkTimings(rt::takeLinkTimings());
     std::cout << line.str() << std::endl;
+    if (evalLoader && ((o.evalEvery > 0 && (it + 1) % o.evalEvery == 0) || it + 1 == o.steps)) {
+      trace::Span span("eval", "evaluation");
+      auto evalStart = std::chrono::steady_clock::now();
+      double sum = 0;
+      int64_t terms = 0, fed = 0;
+      for (int b = 0; b < o.evalBatches; ++b) {
+        Status s = evalLoader->fill(input.isOk() ? &*input : nullptr, inputName,
+                                    labels.isOk() ? &*labels : nullptr, labelsName, b);
+        if (!s.isOk())
+          return s.withStep(it + 1);
+        for (int i : evalSteps) {
+          Status ran = exec->runStep(i);
+          if (!ran.isOk()) // not replayed: an evaluation changes no state
+            return ran.withStep(it + 1);
+          if (evalLossSteps.count(i) && loss.isOk() && loss->numel() == 1) {
+            sum += loss->as<float>()[0];
+            ++terms;
+          }
+        }
+        if (comm)
+          STRAIT_RETURN_IF_ERROR(comm->flushSends().withStep(it + 1));
+        fed += items;
+      }
+      std::ostringstream eval;
+      eval << "rank " << o.rank << " eval " << it + 1 << "/" << o.steps << " time "
+           << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                        evalStart)
+                  .count()
+           << " ms";
+      if (terms > 0)
+        eval << " loss " << sum / static_cast<double>(terms);
+      if (fed > 0)
+        eval << " " << loader->itemName() << " " << fed;
+      std::cout << eval.str() << std::endl;
+    }
     int stopAt = o.replanStopFile.empty() ? 0 : readReplanStop(o.replanStopFile);
     if (stopAt > 0 && it + 1 > stopAt)
       return internalError("the launcher asked to stop for a re-plan after step " +

@@ -22,6 +22,8 @@ const char *kUsage =
     "                  [--run-id ID] [--lr LR] [--data FILE]\n"
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
+    "                  [--eval-data FILE [--eval-labels FILE.npy] [--eval-every K]\n"
+    "                   [--eval-batches N]]\n"
     "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
     "                  [--host NAME] [--rendezvous redis://HOST[:PORT]|DIR]\n"
     "                  [--listen-address IP]\n"
@@ -63,7 +65,12 @@ const char *kUsage =
     "  seeded random rows to the first float input, --labels FILE.npy the\n"
     "  labels. --dump-outputs DIR writes the last iteration's outputs as\n"
     "  DIR/<name>.rank<R>.npy; --save-params DIR each rank's parameters after\n"
-    "  the last iteration as DIR/<parameter>.rank<R>.npy. The launcher prints one line per step (loss,\n"
+    "  the last iteration as DIR/<parameter>.rank<R>.npy.\n"
+    "  --eval-data FILE (with --eval-labels for npy): every --eval-every K\n"
+    "  steps (0, the default: after the last only) the mean loss over the\n"
+    "  same --eval-batches N batches (default 8) of FILE, from the forward\n"
+    "  steps alone (parameters and optimizer states untouched).\n"
+    "  The launcher prints one line per step (loss,\n"
     "  tokens or samples/s, bytes per link); --quiet turns it off.\n"
     "  --device: each rank runs the device straitc planned (cpu, or cuda:N\n"
     "  for a GPU of the cluster file); cpu runs a GPU job on the CPU. On\n"
@@ -143,6 +150,14 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = text(o.dataFormat);
     else if (a == "--labels")
       ok = text(o.labelsPath);
+    else if (a == "--eval-data")
+      ok = text(o.evalDataPath);
+    else if (a == "--eval-labels")
+      ok = text(o.evalLabelsPath);
+    else if (a == "--eval-every")
+      ok = value(o.evalEvery) && o.evalEvery >= 0;
+    else if (a == "--eval-batches")
+      ok = value(o.evalBatches) && o.evalBatches > 0;
     else if (a == "--input-name")
       ok = text(o.inputName);
     else if (a == "--labels-name")
