@@ -19,7 +19,8 @@ run's, the bytes each direction of the cut carried per
 step (median over the steps after the first epoch; each direction includes
 the tied wte weight's per-step partial gradient, 256x64 f32, which the
 codec's gradient part compresses with error feedback: int8 under aqsgd:B,
-GRAD under aqsgd:B:GRAD), and the ratio to the uncompressed run's.
+GRAD under aqsgd:B:GRAD), and the ratio to the uncompressed run's. A run
+whose tied copies (a parameter several ranks save) differ at the end fails.
 
 Usage: .venv/bin/python bench/compression/aqsgd.py [--steps 200] [--samples 128] [--seeds 1,2,3]
        [--codecs none,int2,aqsgd:2,aqsgd:3:int4]   (~10 min for the default 8 codecs x 3 orders)
@@ -70,7 +71,17 @@ def run(tmp, codec, args, inputs, labels, seed):
         "--lr", args.lr, "--warmup-steps", 10, "--total-steps", args.steps, "--min-lr",
         args.lr / 10, "-o", job])
     sh([STRAIT_RUN, job, "--steps", args.steps, "--data", inputs, "--labels", labels,
-        "--input-name", "input_ids", "--seed", seed, "--threads", 1, "--timeout-ms", 600000])
+        "--input-name", "input_ids", "--seed", seed, "--threads", 1, "--timeout-ms", 600000,
+        "--save-params", os.path.join(job, "params")])
+    # A parameter saved by several ranks is a tied variable's copies: they must be equal.
+    copies = {}
+    for f in sorted(os.listdir(os.path.join(job, "params"))):
+        if f.endswith(".npy"):
+            copies.setdefault(f.rsplit(".rank", 1)[0], []).append(
+                np.load(os.path.join(job, "params", f)))
+    for name, arrays in copies.items():
+        if any(not np.array_equal(arrays[0], a) for a in arrays[1:]):
+            sys.exit(f"{codec}: the copies of {name} differ after {args.steps} steps")
     # Per step: bytes sent to a later stage (fwd) and to an earlier one (bwd),
     # summed over the ranks (one per stage); the loss is the last stage's.
     losses, fwd, bwd = [], None, None
