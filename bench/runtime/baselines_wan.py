@@ -73,10 +73,11 @@ device_types:
 devices:
 {devices}links:
   intra_site: {{bandwidth_mbps: {intra_mbps:.0f}, latency_ms: {lat_ms:.4f}}}
+  # One veth pair per pair of sites carries every rank pair's traffic between them: shared.
   sites:
-    - {{between: [east, west], bandwidth_mbps: {medium}, latency_ms: {lat_ms:.4f}}}
-    - {{between: [east, south], bandwidth_mbps: {slow_e}, latency_ms: {lat_ms:.4f}}}
-    - {{between: [west, south], bandwidth_mbps: {slow_w}, latency_ms: {lat_ms:.4f}}}
+    - {{between: [east, west], bandwidth_mbps: {medium}, latency_ms: {lat_ms:.4f}, shared: true}}
+    - {{between: [east, south], bandwidth_mbps: {slow_e}, latency_ms: {lat_ms:.4f}, shared: true}}
+    - {{between: [west, south], bandwidth_mbps: {slow_w}, latency_ms: {lat_ms:.4f}, shared: true}}
 """
 RANKS = 5
 # The devices in file order (uniform and PipeDream take them in this order; Strait and DT-FM
