@@ -359,6 +359,8 @@ static Expected<LinkSpec> parseLinkSpec(const Reader &r, yaml::Node *node,
                        .Case("bandwidth_gbs", 1e9)
                        .Case("latency_ms", 1e-3)
                        .Case("latency_us", 1e-6)
+                       .Case("allreduce_latency_ms", 1e-3)
+                       .Case("allreduce_latency_us", 1e-6)
                        .Default(0);
     if (scale == 0)
       return r.unknown(v, key, "a link");
@@ -369,7 +371,9 @@ static Expected<LinkSpec> parseLinkSpec(const Reader &r, yaml::Node *node,
       return x.takeError();
     if (!isBandwidth && *x < 0)
       return r.fail(v, "field '" + key + "' must not be negative");
-    (isBandwidth ? spec.bandwidth : spec.latency) = *x * scale;
+    (isBandwidth                          ? spec.bandwidth
+     : key.starts_with("allreduce_latency") ? spec.allReduceLatency
+                                            : spec.latency) = *x * scale;
     hasBandwidth |= isBandwidth;
     return Error::success();
   });

@@ -108,6 +108,18 @@ static void fillStage(const PlanContext &ctx, const Chunk &chunk,
   }
 }
 
+/// What stage j's once-per-iteration tail (all-reduce, tied exchange,
+/// update) adds to the steady-state period of back-to-back iterations, as
+/// the simulator runs them: a stage starts its next iteration after its own
+/// tail, so stage 0's tail is paid in full, while a later stage's tail
+/// overlaps the `cover` seconds between its last backward and the next
+/// iteration's first forward reaching it (the backward chain down to stage
+/// 0 and the forward chain back up) and counts only beyond them. The
+/// iteration time is latency + period + the largest of these.
+static double steadyTail(double tail, unsigned j, double cover) {
+  return j == 0 ? tail : std::max(0.0, tail - cover);
+}
+
 /// evaluateWith for one choice of recomputing stages.
 static PartitionPlan evaluateOnce(const PlanContext &ctx,
                                   const std::vector<StageAssignment> &stages,
@@ -151,6 +163,10 @@ static PartitionPlan evaluateOnce(const PlanContext &ctx,
     if (j > 0 && inFlight[j - 1] < microBatches)
       inFlight[j] = std::max(1u, std::min(inFlight[j], inFlight[j - 1] - 1));
   }
+  // Per stage, the forward and backward chains from stage 0 to it (one
+  // micro-batch's stage times and transfers before it), which its tail may
+  // overlap in the steady state (steadyTail).
+  std::vector<double> fwdChain(S, 0), bwdChain(S, 0);
   for (unsigned j = 0; j < S; ++j) {
     StagePlan s;
     s.firstBlock = stages[j].firstBlock;
@@ -162,7 +178,10 @@ static PartitionPlan evaluateOnce(const PlanContext &ctx,
     latency += t;
     busy += microBatches * t;
     period = std::max(period, (microBatches - 1) * t);
-    allReduceTail = std::max(allReduceTail, s.allReduceTime + s.updateTime);
+    if (j + 1 < S) {
+      fwdChain[j + 1] = fwdChain[j] + s.fwdTime;
+      bwdChain[j + 1] = bwdChain[j] + s.bwdTime;
+    }
     if (j + 1 < S) {
       CommCost c = ctx.comm(chunks[j], chunks[j + 1]);
       s.sendTime = ctx.commTime(c, s.endBlock - 1, m);
@@ -172,6 +191,8 @@ static PartitionPlan evaluateOnce(const PlanContext &ctx,
       s.sendBandwidth = c.bandwidth;
       latency += 2 * s.sendTime;
       period = std::max(period, (microBatches - 1) * s.sendTime);
+      fwdChain[j + 1] += s.sendTime;
+      bwdChain[j + 1] += s.sendTime;
     }
     if (plan.feasible && s.peakMemory > s.capacity) {
       plan.feasible = false;
@@ -201,12 +222,27 @@ static PartitionPlan evaluateOnce(const PlanContext &ctx,
       }
     }
   }
+  // The one-iteration objective (oneIterationTime): every stage's tail in
+  // full after one iteration from an empty pipeline.
+  double largestTail = 0;
   for (const StagePlan &st : plan.stages)
-    allReduceTail = std::max(allReduceTail,
-                             st.allReduceTime + st.tiedExchangeTime + st.updateTime);
+    largestTail = std::max(largestTail,
+                           st.allReduceTime + st.tiedExchangeTime + st.updateTime);
+  // The steady state of back-to-back iterations (steadyTail): stage 0's
+  // tail in full, a later stage's only where it outlasts the chains around
+  // it. A stage holding a tied copy waits for the other copies' partial
+  // gradients, so only the next iteration's forward chain covers its tail.
+  for (unsigned j = 0; j < S; ++j) {
+    const StagePlan &st = plan.stages[j];
+    double tail = st.allReduceTime + st.tiedExchangeTime + st.updateTime;
+    double cover = fwdChain[j] + (st.tiedExchangeTime > 0 ? 0 : bwdChain[j]);
+    allReduceTail = std::max(allReduceTail, steadyTail(tail, j, cover));
+  }
   // All-reduces of different stages whose rings cross one shared link run
-  // at the same time and split it: charge their sum on that link.
+  // at the same time and split it: charge their sum on that link (two or
+  // more stages; one stage's own tail is charged above).
   llvm::DenseMap<unsigned, double> sharedAllReduce;
+  llvm::DenseMap<unsigned, unsigned> sharedStages;
   for (const StagePlan &st : plan.stages) {
     llvm::SmallVector<unsigned, 4> crossed;
     size_t n = st.devices.size();
@@ -215,11 +251,15 @@ static PartitionPlan evaluateOnce(const PlanContext &ctx,
       if (ctx.cluster.links[id].shared && !llvm::is_contained(crossed, id))
         crossed.push_back(id);
     }
-    for (unsigned id : crossed)
-      allReduceTail = std::max(allReduceTail,
-                               sharedAllReduce[id] += st.allReduceTime);
+    for (unsigned id : crossed) {
+      sharedAllReduce[id] += st.allReduceTime;
+      largestTail = std::max(largestTail, sharedAllReduce[id]);
+      if (++sharedStages[id] > 1)
+        allReduceTail = std::max(allReduceTail, sharedAllReduce[id]);
+    }
   }
   plan.iterationTime = latency + period + allReduceTail;
+  plan.oneIterationTime = latency + period + largestTail;
   plan.bubbleFraction =
       S && plan.iterationTime > 0 ? 1 - busy / (S * plan.iterationTime) : 0;
   plan.throughput = plan.iterationTime > 0 ? ctx.globalBatch / plan.iterationTime
@@ -270,9 +310,10 @@ PartitionPlan strait::evaluateStages(const CoarseGraph &graph,
 namespace {
 /// DP over (first block, chunk), processed from the last block backwards.
 /// For bounds P (on every stage's and cut's (M-1) * per-micro-batch time)
-/// and A (on every stage's all-reduce), it finds the stages of least
-/// one-micro-batch latency; the iteration time is latency + P + A
-/// (evaluateWith), minimized over the candidate bounds.
+/// and A (on every stage's tail: all-reduce and update), it finds the
+/// stages of least one-micro-batch latency; the iteration time is the
+/// steady-state period latency + P + the largest tail beyond the chains
+/// that overlap it (steadyTail), minimized over the candidate bounds.
 class ChunkDP {
 public:
   ChunkDP(const PlanContext &ctx, std::vector<Chunk> chunks, unsigned maxSkip,
@@ -282,10 +323,20 @@ public:
     precompute();
   }
 
-  /// Best stages for (M, schedule) faster than `incumbent` seconds; empty
-  /// if nothing fits or nothing beats it.
+  /// Best stages for (M, schedule) faster than `incumbent` seconds in the
+  /// steady state; empty if nothing fits or nothing beats it. `oneIteration`
+  /// (optional) is the one-iteration objective's search (oneIterationTime)
+  /// as the planner ran it before the steady state: its incumbent in, its
+  /// best stages out (empty if none beat it); every plan it finds is also a
+  /// steady-state candidate, so no plan is worse by the planner's measure
+  /// than the one the old objective chose.
+  struct OneIteration {
+    double incumbent = kInf;
+    std::vector<StageAssignment> best;
+  };
   std::vector<StageAssignment> solve(unsigned microBatches, Schedule schedule,
-                                     double incumbent = kInf);
+                                     double incumbent = kInf,
+                                     OneIteration *oneIteration = nullptr);
 
 private:
   struct Entry {
@@ -295,7 +346,9 @@ private:
   };
   struct PathTime {
     double latency = 0, period = 0, allReduce = 0;
+    double largestTail = 0; ///< the one-iteration objective's tail
     double total() const { return latency + period + allReduce; }
+    double oneIteration() const { return latency + period + largestTail; }
   };
   void precompute();
   size_t stageIndex(unsigned v, unsigned b0, unsigned b1) const {
@@ -303,7 +356,12 @@ private:
   }
   /// Runs the DP under bounds (periodBound, arBound); returns the best
   /// first chunk or -1. With minMax, minimizes the largest period instead.
-  int run(double periodBound, double arBound, bool minMax);
+  /// `laterBound` bounds the tails of the stages after the first (arBound
+  /// the first's).
+  int run(double periodBound, double arBound, bool minMax, double laterBound);
+  int run(double periodBound, double arBound, bool minMax) {
+    return run(periodBound, arBound, minMax, arBound);
+  }
   PathTime pathTime(int first) const;
   std::vector<StageAssignment> reconstruct(int first) const;
   bool fits(size_t idx, bool recompute, unsigned stagesFromEnd, double cycle,
@@ -385,7 +443,7 @@ void ChunkDP::precompute() {
       comms[size_t(v) * maxSkip + (w - v - 1)] = ctx.comm(chunks[v], chunks[w]);
 }
 
-int ChunkDP::run(double periodBound, double arBound, bool minMax) {
+int ChunkDP::run(double periodBound, double arBound, bool minMax, double laterBound) {
   table.assign(size_t(B + 1) * V, Entry());
   auto at = [&](unsigned b, unsigned v) -> Entry & {
     return table[size_t(b) * V + v];
@@ -406,7 +464,7 @@ int ChunkDP::run(double periodBound, double arBound, bool minMax) {
       };
       for (unsigned b1 = b + 1; b1 <= B; ++b1) {
         size_t idx = stageIndex(v, b, b1);
-        if (allReduce[idx] > arBound ||
+        if (allReduce[idx] > (b == 0 ? arBound : laterBound) ||
             (!minMax && steady * unitTime[idx] * m > periodBound))
           break; // both grow with the block range
         // Recomputing (variant 1) is slower: only where the stage does not
@@ -467,9 +525,11 @@ ChunkDP::PathTime ChunkDP::pathTime(int first) const {
     const Entry &e = table[size_t(b) * V + v];
     size_t idx = stageIndex(v, b, e.next);
     double unit = (e.recompute ? unitTimeR : unitTime)[idx];
+    // The chains before this stage are the latency so far (steadyTail).
+    t.allReduce = std::max(t.allReduce, steadyTail(allReduce[idx], b == 0 ? 0 : 1, t.latency));
+    t.largestTail = std::max(t.largestTail, allReduce[idx]);
     t.latency += unit * m;
     t.period = std::max(t.period, steady * unit * m);
-    t.allReduce = std::max(t.allReduce, allReduce[idx]);
     if (e.next < B) {
       double x = commTime(v, e.nextChunk, e.next);
       t.latency += 2 * x;
@@ -503,28 +563,40 @@ static std::vector<double> distinctIn(std::vector<double> values, double lo,
 }
 
 std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
-                                            Schedule sched, double incumbent) {
+                                            Schedule sched, double incumbent,
+                                            OneIteration *oneIteration) {
   M = microBatches;
   m = ctx.globalBatch / M;
   schedule = sched;
   tabulateCommTimes();
   const PlannerOptions &opts = ctx.options;
   const double slack = 1 + 1e-12, ratio = std::max(1.001, opts.boundRatio);
-  std::vector<StageAssignment> best;
+  std::vector<StageAssignment> best, oneBest;
   double bestTime = incumbent;
-  auto keep = [&](int start) {
+  double oneTime = oneIteration ? oneIteration->incumbent : kInf;
+  // Sweep 0 searches as the one-iteration objective did (its incumbent,
+  // oneTime, drives the sweep); every plan is a steady-state candidate too.
+  auto keep = [&](int start, int sweep) {
     if (start < 0)
       return;
     PathTime t = pathTime(start);
-    if (t.total() >= bestTime)
+    bool steadyBetter = t.total() < bestTime;
+    bool oneBetter = sweep == 0 && t.oneIteration() < oneTime;
+    if (!steadyBetter && !oneBetter)
       return;
     // The DP's memory check assumes the bound's period; confirm with the
     // plan's own.
     std::vector<StageAssignment> stages = reconstruct(start);
     if (!ignoreMemory && !evaluateWith(ctx, stages, M, schedule).feasible)
       return;
-    bestTime = t.total();
-    best = std::move(stages);
+    if (oneBetter) {
+      oneTime = t.oneIteration();
+      oneBest = stages;
+    }
+    if (steadyBetter) {
+      bestTime = t.total();
+      best = std::move(stages);
+    }
   };
   // All-reduce bounds: every distinct value when few, else a geometric grid
   // (each step loses at most ratio - 1 of the all-reduce time).
@@ -544,18 +616,32 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
   if (anyFree < 0)
     return best;
   double floorLatency = table[anyFree].cost;
+  // Two sweeps over the tail bounds. In the first, the bound holds for
+  // every stage, and the sweep and its pruning are the one-iteration
+  // objective's (latency + period + the largest tail, against oneTime). In
+  // the second it holds for the first stage only, whose tail the steady
+  // state pays in full, so a plan new at a bound takes at least latency +
+  // period + arPrev; later stages may take larger tails, which the chains
+  // before them cover (steadyTail).
+  for (int sweep = 0; sweep < 2; ++sweep) {
+  const double later = sweep == 0 ? -1 : kInf; // -1: the bound itself
+  auto floorOf = [&](double latency, double period, double arPrev) {
+    return latency + period + arPrev;
+  };
+  // The incumbent the sweep prunes against.
+  auto target = [&] { return sweep == 0 ? oneTime : bestTime; };
   double arPrev = 0;
   for (size_t i = 0; i < arValues.size();) {
     double arBound = arValues[i] * slack;
-    // Plans new at this bound have an all-reduce above arPrev.
-    if (floorLatency + floorPeriod + arPrev >= bestTime)
+    double laterBound = later < 0 ? arBound : later;
+    if (floorOf(floorLatency, floorPeriod, arPrev) >= target())
       break;
-    int first = run(0, arBound, /*minMax=*/true);
-    int freeFirst = first < 0 ? -1 : run(kInf, arBound, false);
+    int first = run(0, arBound, /*minMax=*/true, laterBound);
+    int freeFirst = first < 0 ? -1 : run(kInf, arBound, false, laterBound);
     if (first >= 0 && freeFirst >= 0) {
       double lmin = table[first].cost;
       double freeLatency = table[freeFirst].cost;
-      double cap = bestTime - freeLatency - arPrev;
+      double cap = target() - floorOf(freeLatency, 0, arPrev);
       // Sweep the period bound down from the loosest useful one. Each run
       // gives the least-latency plan within the bound; the next bound lies
       // just under that plan's period, so each run finds a new point of the
@@ -566,20 +652,24 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
       double bound = cap;
       for (unsigned runs = 0; lmin <= cap; ++runs) {
         bool last = bound <= lmin;
-        int f = run(last ? lmin * slack : bound * slack, arBound, false);
+        int f = run(last ? lmin * slack : bound * slack, arBound, false, laterBound);
         if (f < 0)
           break;
         PathTime t = pathTime(f);
-        keep(f);
-        cap = bestTime - freeLatency - arPrev;
-        if (last || t.period <= lmin || t.latency + lmin + arPrev >= bestTime)
+        keep(f, sweep);
+        cap = target() - floorOf(freeLatency, 0, arPrev);
+        if (last || t.period <= lmin || floorOf(t.latency, lmin, arPrev) >= target())
           break;
         double below = t.period * (1 - 1e-9);
-        bound = std::min(runs + 1 < opts.exhaustiveLimit ? below : t.period / ratio, cap);
+        // Sweep 1 (a wider space, its candidates mostly behind sweep 0's)
+        // takes the geometric steps from the start: 5x the plan time on
+        // ResNet-101 / fusionllm-48 with exhaustive steps.
+        bool exhaustive = sweep == 0 && runs + 1 < opts.exhaustiveLimit;
+        bound = std::min(exhaustive ? below : t.period / ratio, cap);
       }
     }
     arPrev = arValues[i];
-    if (exactAR) {
+    if (exactAR && sweep == 0) {
       ++i;
       continue;
     }
@@ -590,6 +680,9 @@ std::vector<StageAssignment> ChunkDP::solve(unsigned microBatches,
     if (i == arValues.size() && arValues.back() > arPrev)
       i = arValues.size() - 1; // always try the largest
   }
+  }
+  if (oneIteration)
+    oneIteration->best = std::move(oneBest);
   return best;
 }
 
@@ -715,6 +808,9 @@ struct Search {
   const PlanContext &ctx;
   PartitionPlan best;
   bool any = false;
+  /// The least oneIterationTime of the plans the one-iteration objective
+  /// chose so far (ChunkDP::OneIteration's incumbent).
+  double oneIteration = kInf;
   void consider(PartitionPlan plan, int level, unsigned islands) {
     plan.groupingLevel = level;
     plan.numIslands = islands;
@@ -786,13 +882,24 @@ static void searchStrait(const PlanContext &ctx, const DeviceGrouping &grouping,
       for (unsigned M : runCounts) {
         for (Schedule schedule : options.schedules) {
           double incumbent = search.any ? search.best.iterationTime : kInf;
+          ChunkDP::OneIteration one;
+          one.incumbent = search.oneIteration;
           std::vector<StageAssignment> stages =
-              dp.solve(M, schedule, incumbent);
-          if (stages.empty())
+              dp.solve(M, schedule, incumbent, &one);
+          if (!one.best.empty()) {
+            PartitionPlan plan = evaluateWith(ctx, one.best, M, schedule);
+            if (plan.feasible || ignoreMemory) {
+              search.oneIteration = std::min(search.oneIteration, plan.oneIterationTime);
+              search.consider(std::move(plan), level, islands.size());
+            }
+          }
+          if (stages.empty() && one.best.empty())
             continue;
-          PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
-          if (plan.feasible || ignoreMemory)
-            search.consider(std::move(plan), level, islands.size());
+          if (!stages.empty()) {
+            PartitionPlan plan = evaluateWith(ctx, stages, M, schedule);
+            if (plan.feasible || ignoreMemory)
+              search.consider(std::move(plan), level, islands.size());
+          }
           // GPipe takes as long as 1F1B in this model and keeps more
           // activations: it is only worth trying where 1F1B did not fit.
           break;

@@ -122,6 +122,14 @@ Chunk PlanContext::makeChunk(std::vector<unsigned> devices) const {
       best2 = h2;
     }
   }
+  // The executor's copies into and out of the bucket and its mean's scale
+  // run once, whichever algorithm sums.
+  double local1 = allReduceLocalTime(cluster, devices, s1);
+  double local2 = allReduceLocalTime(cluster, devices, s2);
+  ring1 += local1;
+  ring2 += local2;
+  best1 += local1;
+  best2 += local2;
   chunk.allReduce.beta[0] = (ring2 - ring1) / (s2 - s1);
   chunk.allReduce.alpha[0] = ring1 - chunk.allReduce.beta[0] * s1;
   chunk.allReduce.beta[1] = (best2 - best1) / (s2 - s1);

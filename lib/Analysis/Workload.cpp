@@ -128,9 +128,28 @@ RingCost strait::ringCost(const ClusterModel &cluster,
     if (link.shared)
       bw /= std::max(1u, sharedUses[id] / 2); // full duplex
     cost.bandwidth = std::min(cost.bandwidth, bw);
-    cost.latency = std::max(cost.latency, link.latency);
+    cost.latency = std::max(cost.latency, link.allReduceLatency >= 0
+                                              ? link.allReduceLatency
+                                              : link.latency);
   }
   return cost;
+}
+
+/// The slowest memory of `devices` (bytes/s).
+static double slowestMemory(const ClusterModel &cluster,
+                            llvm::ArrayRef<unsigned> devices) {
+  double bw = INFINITY;
+  for (unsigned d : devices)
+    bw = std::min(bw, memoryBandwidth(cluster, d));
+  return bw > 0 ? bw : INFINITY;
+}
+
+double strait::allReduceLocalTime(const ClusterModel &cluster,
+                                  llvm::ArrayRef<unsigned> devices,
+                                  double bytes) {
+  if (devices.size() < 2 || !(bytes > 0))
+    return 0;
+  return 6 * bytes / slowestMemory(cluster, devices);
 }
 
 double strait::allReduceBuckets(const ClusterModel &cluster, double bytes) {
@@ -149,7 +168,10 @@ double strait::ringAllReduceTime(const ClusterModel &cluster,
     buckets = allReduceBuckets(cluster, bytes);
   RingCost cost = ringCost(cluster, ring);
   double steps = 2.0 * (p - 1);
-  return steps * (cost.latency * buckets + bytes / p / cost.bandwidth);
+  // Each of the p - 1 reduce-scatter steps adds the chunk it received into
+  // its own: reads two chunks of bytes / p and writes one.
+  double sums = 3.0 * (p - 1) / p * bytes / slowestMemory(cluster, ring);
+  return steps * (cost.latency * buckets + bytes / p / cost.bandwidth) + sums;
 }
 
 double strait::hierarchicalAllReduceTime(

@@ -132,8 +132,21 @@ TEST(Workload, AllReduceModels) {
   ClusterModel c = makeUniformCluster(makeV100(), 2, 1, 4, {100e9, 0, false},
                                       {10e9, 0, false}, {0.1e9, 0.01, false});
   std::vector<unsigned> host0 = {0, 1, 2, 3};
-  // Ring on 4 devices: 2 * 3 * (bytes / 4) / bw.
-  EXPECT_NEAR(ringAllReduceTime(c, host0, 4e9), 6 * 1e9 / 100e9, 1e-9);
+  // Ring on 4 devices: 2 * 3 * (bytes / 4) / bw, plus the reduce-scatter's
+  // sums: 3 steps adding a received quarter into one's own (two read, one
+  // written) at the memory bandwidth.
+  double sums = 3 * 3 * (4e9 / 4) / memoryBandwidth(c, 0);
+  EXPECT_GT(sums, 0.005);
+  EXPECT_NEAR(ringAllReduceTime(c, host0, 4e9), 6 * 1e9 / 100e9 + sums, 1e-9);
+  // Copies into and out of the bucket and the mean's scale: 6 x bytes.
+  EXPECT_NEAR(allReduceLocalTime(c, host0, 4e9), 6 * 4e9 / memoryBandwidth(c, 0), 1e-12);
+  EXPECT_EQ(allReduceLocalTime(c, {0}, 4e9), 0);
+  // A measured all-reduce step latency replaces the link's latency.
+  ClusterModel m = makeUniformCluster(makeV100(), 1, 1, 2, {100e9, 1e-5, false},
+                                      {10e9, 0, false}, {0.1e9, 0.01, false});
+  double plain = ringAllReduceTime(m, {0, 1}, 1e3);
+  m.links[m.linkId(0, 1)].allReduceLatency = 3e-4;
+  EXPECT_NEAR(ringAllReduceTime(m, {0, 1}, 1e3) - plain, 2 * (3e-4 - 1e-5), 1e-12);
   std::vector<unsigned> all = {0, 1, 2, 3, 4, 5, 6, 7};
   double flat = ringAllReduceTime(c, all, 1e9);
   double hier = allReduceTime(c, all, 1e9);
@@ -152,7 +165,7 @@ TEST(Workload, AllReduceBucketsPayTheLatencyEach) {
   double bytes = 1e9;
   c.allReduceBucketBytes = 0; // unbucketed: one all-reduce
   double one = ringAllReduceTime(c, pair, bytes);
-  EXPECT_NEAR(one, 2 * (0.01 + bytes / 2 / 0.1e9), 1e-9);
+  EXPECT_NEAR(one, 2 * (0.01 + bytes / 2 / 0.1e9) + 1.5 * bytes / memoryBandwidth(c, 0), 1e-9);
   c.allReduceBucketBytes = 256.0 * 1048576; // ceil(1e9 / 256 MiB) = 4 buckets
   EXPECT_DOUBLE_EQ(allReduceBuckets(c, bytes), 4);
   EXPECT_NEAR(ringAllReduceTime(c, pair, bytes) - one, 2 * 3 * 0.01, 1e-9);

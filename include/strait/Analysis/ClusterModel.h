@@ -112,6 +112,12 @@ struct LinkSpec {
   /// A shared link is one physical resource for every device pair it
   /// connects (a WAN uplink); otherwise each pair has this bandwidth alone.
   bool shared = false;
+  /// Seconds per ring step of an all-reduce over this link, when measured
+  /// (cluster field `allreduce_latency_ms`, strait-probe --link-rank fits it
+  /// from all-reduces of several sizes): a step posts a send and a receive
+  /// and waits for both, so it pays the wake-ups and the communicator's
+  /// per-message work, which one ping-pong's latency does not. < 0: latency.
+  double allReduceLatency = -1;
 };
 
 struct Link : LinkSpec {

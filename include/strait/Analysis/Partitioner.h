@@ -166,7 +166,14 @@ struct PartitionPlan {
   std::vector<StagePlan> stages;
   int groupingLevel = -1;
   unsigned numIslands = 0;
+  /// The steady-state period of back-to-back iterations (the planner's
+  /// objective): one micro-batch's latency + (M - 1) x the slowest stage or
+  /// cut + stage 0's tail, or a later stage's where it outlasts the chains
+  /// before it (docs/planner.md, section 5).
   double iterationTime = 0, bubbleFraction = 0, throughput = 0;
+  /// One iteration from an empty pipeline with the largest stage tail at
+  /// its end (the objective before session 14; >= iterationTime).
+  double oneIterationTime = 0;
   double planningSeconds = 0;
 };
 

@@ -46,7 +46,8 @@ inline double transferTime(const LinkSpec &link, double bytes) {
 }
 
 /// Ring parameters of a device sequence: the slowest hop's bandwidth (hops
-/// crossing one shared link k times get 1/k of it) and the largest latency.
+/// crossing one shared link k times get 1/k of it) and the largest per-step
+/// latency (Link::allReduceLatency where measured, else the link's latency).
 struct RingCost {
   double bandwidth = 1e30, latency = 0;
 };
@@ -56,9 +57,19 @@ RingCost ringCost(const ClusterModel &cluster, llvm::ArrayRef<unsigned> ring);
 /// (ClusterModel::allReduceBucketBytes; at least 1).
 double allReduceBuckets(const ClusterModel &cluster, double bytes);
 
+/// The all-reduce's local work outside its rings on each member: the
+/// executor copies a bucket's gradients into one buffer and back, and
+/// scales the sum to the mean: 6 x bytes at the slowest member's memory
+/// bandwidth (0 for fewer than two devices).
+double allReduceLocalTime(const ClusterModel &cluster,
+                          llvm::ArrayRef<unsigned> devices, double bytes);
+
 /// Ring all-reduce: 2(p-1) steps of bytes/p each, the latency paid once a
 /// step per bucket (`buckets` < 0: allReduceBuckets(bytes); a phase of a
-/// hierarchical all-reduce passes its whole all-reduce's count).
+/// hierarchical all-reduce passes its whole all-reduce's count), plus the
+/// reduce-scatter's sums at the slowest member's memory bandwidth (3 (p-1)/p
+/// x bytes: two chunks read, one written, per step), as the runtime's ring
+/// adds each received chunk into its own.
 double ringAllReduceTime(const ClusterModel &cluster,
                          llvm::ArrayRef<unsigned> devices, double bytes,
                          double buckets = -1);

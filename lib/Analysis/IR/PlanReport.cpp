@@ -174,6 +174,7 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
       {"micro_batches", (int64_t)p.microBatches},
       {"global_batch", p.globalBatch},
       {"iteration_s", p.iterationTime},
+      {"one_iteration_s", p.oneIterationTime},
       {"bubble_fraction", p.bubbleFraction},
       {"throughput_samples_per_s", p.throughput},
       {"planning_s", p.planningSeconds},

@@ -44,6 +44,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -451,8 +452,15 @@ StatusOr<std::vector<Measure>> probeKernels(const Options &o, std::vector<std::s
   return out;
 }
 
-/// Bandwidth (bytes/s) and one-way latency (s) to the other rank.
-StatusOr<std::pair<double, double>> probeLink(const Options &o) {
+struct LinkProbe {
+  double bandwidth = 0;        ///< bytes/s
+  double latency = 0;          ///< one way, s
+  double allReduceLatency = 0; ///< per ring step of an all-reduce, s
+};
+
+/// Bandwidth, one-way latency and all-reduce step latency to the other
+/// rank; `memBandwidth` (bytes/s, this device's) prices the all-reduce's sums.
+StatusOr<LinkProbe> probeLink(const Options &o, double memBandwidth) {
   GlooOptions g;
   g.rank = o.linkRank;
   g.worldSize = 2;
@@ -474,21 +482,29 @@ StatusOr<std::pair<double, double>> probeLink(const Options &o) {
     return comm->send(ts, peer, 2);
   };
   STRAIT_RETURN_IF_ERROR(pingpong(ts)); // warm-up
-  int reps = o.quick ? 20 : 100;
   // The link's latency is its fastest round trip: on a shared machine a
   // round trip also waits for the receiver to get a core back (loopback on
   // 2 cores loaded 2-8: min 0.11 ms, median 0.12-4.0 ms, max 2.5-15 ms),
   // which is the machine's load, not the link's (docs/planner.md, section 3).
+  // The trips come in 5 batches 10 ms apart, so that one stretch in which
+  // the peer lacks a core (the fastest of 20 back-to-back trips was 3.9 ms
+  // on a quiet machine) does not set the minimum.
+  int batches = 5, reps = o.quick ? 20 : 40;
   std::vector<double> trips;
-  for (int i = 0; i < reps; ++i) {
-    auto t1 = std::chrono::steady_clock::now();
-    STRAIT_RETURN_IF_ERROR(pingpong(ts));
-    trips.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  for (int b = 0; b < batches; ++b) {
+    if (b)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < reps; ++i) {
+      auto t1 = std::chrono::steady_clock::now();
+      STRAIT_RETURN_IF_ERROR(pingpong(ts));
+      trips.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    }
   }
   std::sort(trips.begin(), trips.end());
+  size_t n = trips.size();
   double rtt = trips[0];
-  std::cerr << "# round trips (ms): min " << trips[0] * 1e3 << ", p10 " << trips[reps / 10] * 1e3
-            << ", median " << trips[reps / 2] * 1e3 << ", max " << trips.back() * 1e3 << "\n";
+  std::cerr << "# round trips (ms): min " << trips[0] * 1e3 << ", p10 " << trips[n / 10] * 1e3
+            << ", median " << trips[n / 2] * 1e3 << ", max " << trips.back() * 1e3 << "\n";
   // Bandwidth: `bulk` large messages back to back, then one small reply:
   // time = bulk * bytes / bandwidth + rtt.
   int bulk = 4;
@@ -497,11 +513,52 @@ StatusOr<std::pair<double, double>> probeLink(const Options &o) {
     STRAIT_RETURN_IF_ERROR(o.linkRank == 0 ? comm->send(tl, peer, 1) : comm->recv(tl, peer, 1));
   STRAIT_RETURN_IF_ERROR(o.linkRank == 0 ? comm->recv(ts, peer, 2) : comm->send(ts, peer, 2));
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  STRAIT_RETURN_IF_ERROR(comm->barrier());
   // Subtract the round trip only when the transfer dominates (a noisy rtt
   // must not make a fast link look infinitely fast).
   double transfer = s - rtt > 0.5 * s ? s - rtt : s;
-  return std::make_pair(double(bulk) * double(tl.byteSize()) / transfer, rtt / 2);
+  LinkProbe link;
+  link.bandwidth = double(bulk) * double(tl.byteSize()) / transfer;
+  link.latency = rtt / 2;
+  // All-reduces of 4 KiB-4 MiB, x4 apart (the runtime's ring, as a stage's replicas
+  // run it), the fastest of `arReps` each. The planner prices a 2-rank ring
+  // as 2 steps x (step latency + bytes / 2 / bandwidth) + the sums (1.5 x
+  // bytes at the memory bandwidth); the step latency is what is left, the
+  // median over the sizes (a step waits for both ranks' messages, so it
+  // pays more wake-ups and per-message work than half a round trip).
+  int arReps = o.quick ? 10 : 30;
+  std::vector<double> stepLatencies;
+  std::cerr << "# all-reduce (2 ranks, fastest of " << arReps << "; ms):";
+  {
+    // Warm-up: the first all-reduces after the ping-pongs ran slow (0.5-3 ms
+    // for 4 KiB, where the next sizes took 0.08 ms).
+    Tensor t{program::DTYPE_F32, {int64_t(std::min<size_t>(large.size(), 1 << 18))}, large.data()};
+    for (int i = 0; i < 3; ++i)
+      STRAIT_RETURN_IF_ERROR(comm->allReduceSum(t, 3));
+  }
+  for (size_t kib : {4, 16, 64, 256, 1024, 4096}) {
+    if (kib * 1024 > tl.byteSize())
+      break;
+    Tensor t{program::DTYPE_F32, {int64_t(kib * 256)}, large.data()};
+    STRAIT_RETURN_IF_ERROR(comm->barrier());
+    double best = INFINITY;
+    for (int i = 0; i < arReps; ++i) {
+      std::fill(large.begin(), large.begin() + kib * 256, 1.0f);
+      auto t1 = std::chrono::steady_clock::now();
+      STRAIT_RETURN_IF_ERROR(comm->allReduceSum(t, 3));
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    }
+    double bytes = kib * 1024.0;
+    double sums = memBandwidth > 0 ? 1.5 * bytes / memBandwidth : 0;
+    stepLatencies.push_back(std::max(0.0, (best - bytes / link.bandwidth - sums) / 2));
+    std::cerr << " " << kib << " KiB " << best * 1e3;
+  }
+  std::cerr << "\n";
+  STRAIT_RETURN_IF_ERROR(comm->barrier());
+  std::sort(stepLatencies.begin(), stepLatencies.end());
+  link.allReduceLatency = stepLatencies.empty() ? link.latency
+                                                : stepLatencies[stepLatencies.size() / 2];
+  return link;
 }
 
 bool parse(int argc, char **argv, Options &o) {
@@ -691,16 +748,19 @@ int main(int argc, char **argv) {
   y << "# efficiencies relative to " << num(peak / 1e12) << " TFLOP/s ("
     << (o.peakTflops > 0 ? "--peak-tflops" : "the measured GEMM rate") << ")\n";
   if (o.linkRank >= 0) {
-    StatusOr<std::pair<double, double>> link = probeLink(o);
+    StatusOr<LinkProbe> link = probeLink(o, bandwidth);
     if (!link.isOk()) {
       Status s = link.getStatus();
       std::cerr << "strait-probe: link: " << s.withRank(o.linkRank).toString() << "\n";
       return 3;
     }
-    y << "# link to rank " << 1 - o.linkRank << " (" << o.linkAddress << "): "
-      << num(link->first * 8 / 1e6) << " Mbit/s, latency " << num(link->second * 1e3)
-      << " ms -> links.hosts: {between: [A, B], bandwidth_mbps: " << num(link->first * 8 / 1e6)
-      << ", latency_ms: " << num(link->second * 1e3) << "}\n";
+    double mbps = link->bandwidth * 8 / 1e6;
+    y << "# link to rank " << 1 - o.linkRank << " (" << o.linkAddress << "): " << num(mbps)
+      << " Mbit/s, latency " << num(link->latency * 1e3) << " ms, all-reduce step "
+      << num(link->allReduceLatency * 1e3)
+      << " ms -> links.hosts: {between: [A, B], bandwidth_mbps: " << num(mbps)
+      << ", latency_ms: " << num(link->latency * 1e3)
+      << ", allreduce_latency_ms: " << num(link->allReduceLatency * 1e3) << "}\n";
   }
   // The profile states the rate its efficiencies are fractions of and the
   // measured bandwidth, so the planner uses the measured rates whatever the
