@@ -63,6 +63,12 @@ JOBS = [
     ("gpt2-tiny 16x64, 2 stages", "gpt2-tiny",
      ["--input-shape", "input_ids=16x64", "--optimizer", "adamw", "--global-batch", "16",
       "--num-stages", "2"], 2),
+    ("gpt2-tiny 4x64 x 4 replicas", "gpt2-tiny",
+     ["--input-shape", "input_ids=4x64", "--optimizer", "adamw", "--global-batch", "16",
+      "--num-stages", "1"], 4),
+    ("gpt2-tiny 4x64, 2 stages x 2 replicas", "gpt2-tiny",
+     ["--input-shape", "input_ids=4x64", "--optimizer", "adamw", "--global-batch", "16",
+      "--num-stages", "2"], 4),
     ("llama-tiny 16x64, 1 rank", "llama-tiny",
      ["--input-shape", "input_ids=16x64", "--optimizer", "adamw"], 1),
     ("digits-cnn 256, 1 rank", "digits-cnn",
@@ -96,7 +102,8 @@ def load():
 
 
 def probe_link(probe, work):
-    """(Mbit/s, latency ms, median round trip ms) of the loopback link between two Gloo ranks."""
+    """(Mbit/s, latency ms, median round trip ms, all-reduce step latency ms) of the loopback
+    link between two Gloo ranks."""
     store = tempfile.mkdtemp(prefix="link-store-", dir=work)
     procs = [subprocess.Popen([probe, "--quick", "--threads", "1", "--link-rank", str(r),
                                "--link-store", store], stdout=subprocess.PIPE,
@@ -105,7 +112,9 @@ def probe_link(probe, work):
     m = re.search(r"bandwidth_mbps: ([\d.e+-]+), latency_ms: ([\d.e+-]+)", out[0][0])
     assert m, out[0]
     trip = re.search(r"median ([\d.e+-]+)", out[0][1])
-    return float(m.group(1)), float(m.group(2)), float(trip.group(1)) if trip else float("nan")
+    ar = re.search(r"allreduce_latency_ms: ([\d.e+-]+)", out[0][0])
+    return (float(m.group(1)), float(m.group(2)), float(trip.group(1)) if trip else float("nan"),
+            float(ar.group(1)) if ar else float("nan"))
 
 
 def time_kernels(probe, kernels, concurrent):
@@ -142,10 +151,17 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2, help="probe/step alternations per repeat")
     ap.add_argument("--repeats", type=int, default=3, help="times each job is measured")
+    ap.add_argument("--no-allreduce-latency", action="store_true",
+                    help="leave out the probe's all-reduce step latency (the link's latency "
+                         "prices every ring step, as before session 14)")
+    ap.add_argument("--jobs", default="",
+                    help="comma-separated job numbers (1-based) to run; default all")
     ap.add_argument("--nice", type=int, default=-19,
                     help="niceness of the probes and the jobs (default -19; 0: as started)")
     a = ap.parse_args()
-    global NICE
+    global NICE, JOBS
+    if a.jobs:
+        JOBS = [JOBS[int(x) - 1] for x in a.jobs.split(",")]
     priority = "normal"
     if a.nice:
         try:  # a child that cannot raise its priority fails: find out here
@@ -168,17 +184,22 @@ def main():
             *flags, "--emit=kernels", "-o", lists[i]])
     print(f"priority: {priority}; load average at start: {open('/proc/loadavg').read().strip()}")
     print()
-    print("| repeat | job | link latency ms (median trip) | predicted, kernel times (ms) "
+    print("| repeat | job | link latency ms (median trip) all-reduce step ms | predicted, kernel times (ms) "
           "| planner's iteration_s (ms) | predicted, probed profile (ms) | measured (ms) "
           "| measured / predicted | (probed) | kernels timed | concurrent probes | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     results = {i: [] for i in range(len(JOBS))}
     for rep in range(a.repeats):
-        bw, lat, trip = probe_link(probe, work)
+        bw, lat, trip, arlat = probe_link(probe, work)
+        if a.no_allreduce_latency or arlat != arlat:
+            arlat, arfield = float("nan"), ""
+        else:
+            arfield = f", allreduce_latency_ms: {arlat:.4f}"
         clusters = {}
-        for n in (1, 2):
+        for n in sorted({j[3] for j in JOBS}):
             base = cpu_cluster("two-cpu", [(f"rank{r}", "h0", "local") for r in range(n)],
-                               f"  intra_host: {{bandwidth_mbps: {bw:.1f}, latency_ms: {lat:.4f}}}\n")
+                               f"  intra_host: {{bandwidth_mbps: {bw:.1f}, latency_ms: {lat:.4f}"
+                               f"{arfield}}}\n")
             clusters[n] = os.path.join(work, f"r{rep}-base{n}.yaml")
             with open(clusters[n], "w") as f:
                 f.write(base)
@@ -218,7 +239,7 @@ def main():
             load1 = load()
             ratio = measured / pred_k
             results[i].append((ratio, measured / pred_p, pred_k, measured, load0, load1))
-            print(f"| {rep + 1} | {name} | {lat:.3f} ({trip:.3f}) | {pred_k:.1f} | "
+            print(f"| {rep + 1} | {name} | {lat:.3f} ({trip:.3f}) {arlat:.3f} | {pred_k:.1f} | "
                   f"{plan_k['iteration_s'] * 1e3:.1f} | {pred_p:.1f} | {measured:.1f} | "
                   f"{ratio:.2f} | {measured / pred_p:.2f} | "
                   f"{plan_k['kernels_measured']}/{plan_k['kernels']} | {concurrent} | "
