@@ -12,6 +12,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/YAMLParser.h"
 
@@ -27,7 +28,11 @@ public:
   Reader(StringRef file, llvm::SourceMgr &sm) : file(file.str()), sm(sm) {}
 
   std::string where(yaml::Node *node) const {
-    auto [line, col] = sm.getLineAndColumn(node->getSourceRange().Start);
+    // A node the parser made up for a broken document may point nowhere.
+    llvm::SMLoc loc = node ? node->getSourceRange().Start : llvm::SMLoc();
+    if (!loc.isValid() || !sm.FindBufferContainingLoc(loc))
+      return file;
+    auto [line, col] = sm.getLineAndColumn(loc);
     return file + ":" + std::to_string(line) + ":" + std::to_string(col);
   }
   Error fail(yaml::Node *node, const llvm::Twine &msg) const {
@@ -174,6 +179,10 @@ static Error parseDeviceType(const Reader &r, yaml::Node *node,
   return Error::success();
 }
 
+/// The most devices a cluster file describes (count, start and per_host
+/// are at most this too): a corrupt count must not make billions of them.
+constexpr unsigned kMaxDevices = 1u << 20;
+
 /// A device entry is either one device (`name`) or a group (`prefix` and
 /// `count`, optionally `per_host` with `host_prefix` and `start`).
 static Error parseDevice(const Reader &r, yaml::Node *node,
@@ -204,8 +213,11 @@ static Error parseDevice(const Reader &r, yaml::Node *node,
       Expected<double> x = r.number(v, key);
       if (!x)
         return x.takeError();
-      if (*x < 0 || *x != double(int64_t(*x)))
-        return r.fail(v, "field '" + key + "' must be a whole number >= 0");
+      // (The range check comes first: converting 1e300 to an integer is
+      // undefined.)
+      if (*x < 0 || *x > double(kMaxDevices) || *x != double(int64_t(*x)))
+        return r.fail(v, "field '" + key + "' must be a whole number in [0, " +
+                             llvm::Twine(kMaxDevices) + "]");
       *num = *x;
     } else {
       return r.unknown(v, key, "a device");
@@ -223,6 +235,9 @@ static Error parseDevice(const Reader &r, yaml::Node *node,
   }
   if (prefix.empty() || count < 1)
     return r.fail(node, "device needs 'name', or 'prefix' and 'count'");
+  if (spec.devices.size() + size_t(count) > kMaxDevices)
+    return r.fail(node, "more than " + llvm::Twine(kMaxDevices) +
+                            " devices in the cluster file");
   for (unsigned i = 0; i < unsigned(count); ++i) {
     std::string devHost = host;
     if (perHost >= 1)
@@ -463,6 +478,14 @@ Expected<ClusterSpec> strait::parseClusterSpec(StringRef text,
                      .str();
       },
       &diag);
+  // YAML is UTF-8 text: LLVM's scanner, given a truncated multi-byte
+  // sequence at the end, points a node past the buffer (a crash in the
+  // error message that names its line).
+  size_t bad = 0;
+  if (!llvm::json::isUTF8(text, &bad))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   fileName + ": not UTF-8 text (invalid byte at offset " +
+                                       llvm::Twine(bad) + ")");
   ClusterSpec spec;
   spec.file = fileName.str();
   spec.name = fileName.str();
