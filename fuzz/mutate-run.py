@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 EXTREME = [b"0", b"-1", b"1e308", b"-1e308", b"nan", b"inf", b"9223372036854775807",
            b"18446744073709551616", b"4294967296", b"1e-320", b"0.0", b"-0", b"1e9999", b"", b"[]",
@@ -89,11 +90,18 @@ def main():
             with open(path, "wb") as f:
                 f.write(data)
             argv = [c.replace("{}", path) for c in cmd]
-            try:
-                r = subprocess.run(argv, capture_output=True, timeout=a.timeout)
-                rc, err = r.returncode, r.stderr.decode(errors="replace")
-            except subprocess.TimeoutExpired:
-                rc, err = "timeout", ""
+            for attempt in range(60):  # a tool being relinked cannot be run for a moment
+                try:
+                    r = subprocess.run(argv, capture_output=True, timeout=a.timeout)
+                    rc, err = r.returncode, r.stderr.decode(errors="replace")
+                    break
+                except subprocess.TimeoutExpired:
+                    rc, err = "timeout", ""
+                    break
+                except OSError:
+                    time.sleep(1)
+            else:
+                sys.exit(f"mutate-run: cannot run {argv[0]}")
             codes[rc] = codes.get(rc, 0) + 1
             bad = rc not in ok or (rc == 1 and not err.strip())
             if bad:

@@ -185,7 +185,7 @@ TEST_F(TraceTest, BadFilesAreErrorsAndLeaveNothing) {
   EXPECT_FALSE(exists(out));
   // 40000 nested arrays (80 KB): refused at once, naming the file and the
   // depth. protobuf's JSON parser, which reads traces, takes time cubic in
-  // the depth (found by fuzz/mutate-run.py: minutes for this file).
+  // the depth (found auditing the trace reader: minutes for this file).
   std::string deep = dir + "/deep.json";
   std::ofstream(deep) << "{\"traceEvents\": " << std::string(40000, '[')
                       << std::string(40000, ']') << "}";
