@@ -14,6 +14,12 @@
 // in 64 bits (abort otherwise: a finding); one that needs more than 64 MiB
 // is skipped (a legitimate big program, not a bug of the checks).
 //
+// Mutations are structure-aware (LLVMFuzzerCustomMutator): the input is
+// parsed, one field somewhere in the message tree gets an interesting value
+// (0, -1, 2^31, 2^32, 2^63 - 1, a neighbour, another element's value), or an
+// element of a repeated field is removed or duplicated, and the message is
+// serialized again; one in four mutations is libFuzzer's own byte mutation.
+//
 // With -DSTRAIT_FUZZ_SHARDS=1 the input is a ParameterShardFile instead,
 // loaded into the program named by $STRAIT_FUZZ_PROGRAM (default: the
 // digits seed of fuzz/corpus/program). Built by fuzz/build-program.sh.
@@ -24,6 +30,9 @@
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/Program.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -171,6 +180,147 @@ const program::Program &shardProgram() {
 #endif
 
 } // namespace
+
+
+namespace {
+namespace gp = google::protobuf;
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    return s;
+  }
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+};
+
+int64_t interesting(Rng &r, int64_t old) {
+  static const int64_t kValues[] = {0, 1, -1, 2, 3, 7, 8, 64, 255, 256, 1024, 65535, 65536,
+                                    INT32_MAX, INT32_MIN, int64_t(1) << 31, int64_t(1) << 32,
+                                    int64_t(1) << 40, int64_t(1) << 48, INT64_MAX, INT64_MIN};
+  switch (r.below(3)) {
+  case 0:
+    return kValues[r.below(sizeof(kValues) / sizeof(*kValues))];
+  case 1:
+    return old + static_cast<int64_t>(r.below(5)) - 2;
+  default:
+    return static_cast<int64_t>(r.next() >> r.below(64));
+  }
+}
+
+/// All messages of the tree, for picking one uniformly.
+void collect(gp::Message *m, std::vector<gp::Message *> &out) {
+  out.push_back(m);
+  const gp::Reflection *ref = m->GetReflection();
+  std::vector<const gp::FieldDescriptor *> fields;
+  ref->ListFields(*m, &fields);
+  for (const gp::FieldDescriptor *f : fields) {
+    if (f->cpp_type() != gp::FieldDescriptor::CPPTYPE_MESSAGE)
+      continue;
+    if (f->is_repeated())
+      for (int i = 0; i < ref->FieldSize(*m, f); ++i)
+        collect(ref->MutableRepeatedMessage(m, f, i), out);
+    else
+      collect(ref->MutableMessage(m, f), out);
+  }
+}
+
+void mutateField(gp::Message *m, Rng &r) {
+  const gp::Descriptor *d = m->GetDescriptor();
+  const gp::Reflection *ref = m->GetReflection();
+  if (d->field_count() == 0)
+    return;
+  const gp::FieldDescriptor *f = d->field(static_cast<int>(r.below(d->field_count())));
+  using F = gp::FieldDescriptor;
+  if (f->is_repeated()) {
+    int n = ref->FieldSize(*m, f);
+    if (f->is_map() || f->cpp_type() == F::CPPTYPE_MESSAGE) {
+      if (n > 0 && r.below(2))
+        ref->RemoveLast(m, f);
+      else if (n > 0)
+        ref->AddMessage(m, f)->CopyFrom(ref->GetRepeatedMessage(*m, f, static_cast<int>(r.below(n))));
+      return;
+    }
+    if (n > 0 && r.below(4) == 0) {
+      ref->RemoveLast(m, f);
+      return;
+    }
+    int i = n > 0 && r.below(4) ? static_cast<int>(r.below(n)) : -1;
+    switch (f->cpp_type()) {
+    case F::CPPTYPE_INT64:
+      i < 0 ? ref->AddInt64(m, f, interesting(r, 0))
+            : ref->SetRepeatedInt64(m, f, i, interesting(r, ref->GetRepeatedInt64(*m, f, i)));
+      break;
+    case F::CPPTYPE_UINT64:
+      i < 0 ? ref->AddUInt64(m, f, interesting(r, 0))
+            : ref->SetRepeatedUInt64(m, f, i, interesting(r, ref->GetRepeatedUInt64(*m, f, i)));
+      break;
+    case F::CPPTYPE_INT32:
+      i < 0 ? ref->AddInt32(m, f, static_cast<int32_t>(interesting(r, 0)))
+            : ref->SetRepeatedInt32(m, f, i, static_cast<int32_t>(interesting(r, ref->GetRepeatedInt32(*m, f, i))));
+      break;
+    case F::CPPTYPE_UINT32:
+      i < 0 ? ref->AddUInt32(m, f, static_cast<uint32_t>(interesting(r, 0)))
+            : ref->SetRepeatedUInt32(m, f, i, static_cast<uint32_t>(interesting(r, ref->GetRepeatedUInt32(*m, f, i))));
+      break;
+    case F::CPPTYPE_FLOAT:
+      i < 0 ? ref->AddFloat(m, f, static_cast<float>(interesting(r, 0)))
+            : ref->SetRepeatedFloat(m, f, i, static_cast<float>(interesting(r, 0)) / 7.0f);
+      break;
+    default:
+      break;
+    }
+    return;
+  }
+  switch (f->cpp_type()) {
+  case F::CPPTYPE_INT64: ref->SetInt64(m, f, interesting(r, ref->GetInt64(*m, f))); break;
+  case F::CPPTYPE_UINT64: ref->SetUInt64(m, f, interesting(r, ref->GetUInt64(*m, f))); break;
+  case F::CPPTYPE_INT32: ref->SetInt32(m, f, static_cast<int32_t>(interesting(r, ref->GetInt32(*m, f)))); break;
+  case F::CPPTYPE_UINT32: ref->SetUInt32(m, f, static_cast<uint32_t>(interesting(r, ref->GetUInt32(*m, f)))); break;
+  case F::CPPTYPE_BOOL: ref->SetBool(m, f, !ref->GetBool(*m, f)); break;
+  case F::CPPTYPE_FLOAT: ref->SetFloat(m, f, r.below(2) ? 0.5f * r.below(5) : -1.0f); break;
+  case F::CPPTYPE_DOUBLE: ref->SetDouble(m, f, r.below(2) ? 0.5 * r.below(5) : -1.0); break;
+  case F::CPPTYPE_ENUM: ref->SetEnumValue(m, f, static_cast<int>(r.below(24)) - 1); break;
+  case F::CPPTYPE_STRING:
+    if (r.below(2))
+      ref->SetString(m, f, "");
+    break;
+  case F::CPPTYPE_MESSAGE:
+    if (r.below(4) == 0)
+      ref->ClearField(m, f);
+    else
+      ref->MutableMessage(m, f);
+    break;
+  default:
+    break;
+  }
+}
+} // namespace
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t maxSize);
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t maxSize,
+                                          unsigned int seed) {
+  Rng r{seed * 0x9e3779b97f4a7c15ull + 1};
+#if STRAIT_FUZZ_SHARDS
+  program::ParameterShardFile message;
+#else
+  program::Program message;
+#endif
+  if (r.below(4) == 0 || !message.ParseFromArray(data, static_cast<int>(size)))
+    return LLVMFuzzerMutate(data, size, maxSize);
+  int rounds = 1 + static_cast<int>(r.below(3));
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<gp::Message *> all;
+    collect(&message, all);
+    mutateField(all[r.below(all.size())], r);
+  }
+  std::string out;
+  if (!message.SerializeToString(&out) || out.size() > maxSize)
+    return LLVMFuzzerMutate(data, size, maxSize);
+  std::memcpy(data, out.data(), out.size());
+  return out.size();
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string bytes(reinterpret_cast<const char *>(data), size);
