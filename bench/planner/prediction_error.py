@@ -4,14 +4,16 @@
     .venv/bin/python bench/planner/prediction_error.py [--build build] [--steps 12] [--rounds 2]
                                                        [--repeats 3]
 
-Each job is predicted and measured --repeats times, the jobs in turn (job 1, 2, ..., 5, then
-again), so that every repeat of a job meets the machine in another state; within one repeat the
+Each job is predicted and measured --repeats times, the jobs in turn (job 1, 2, ..., 7, then
+again; --jobs picks some), so that every repeat of a job meets the machine in another state; within one repeat the
 job's kernels are timed and its step measured right after each other, --rounds times
 alternating (probe, step, probe, step), so the ratio of one repeat compares two measurements
 taken within seconds of each other:
 
 1. Per repeat, `strait-probe --link-rank` (two processes over Gloo) measures the loopback link
-   between the two ranks (latency: the fastest round trip / 2) and `strait-probe --threads 1` the
+   between the two ranks (latency: the fastest round trip / 2; the all-reduce's per-step latency
+   fitted from all-reduces of 4 KiB-4 MiB, unless --no-allreduce-latency) and
+   `strait-probe --threads 1` the
    profile of one representative shape per kind ("probed").
 2. `straitc --emit=kernels` lists the distinct kernels of the job's training step;
    `strait-probe --threads 1 --kernels` times them (vTrain's method), as many probe processes at
