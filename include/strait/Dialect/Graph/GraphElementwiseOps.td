@@ -231,7 +231,9 @@ def Graph_MulOp : Graph_BroadcastOp<"Mul", "multiplication", "inferBroadcastSame
 def Graph_DivOp : Graph_BroadcastOp<"Div", "division (integer: truncation)", "inferBroadcastSame"> {
   let hasFolder = 1;
 }
-def Graph_PowOp : Graph_BroadcastOp<"Pow", "A to the power B", "inferBroadcastSame">;
+def Graph_PowOp : Graph_BroadcastOp<"Pow", "A to the power B", "inferBroadcastSame"> {
+  let hasFolder = 1;
+}
 def Graph_ModOp : Graph_BroadcastOp<"Mod", "remainder", "inferBroadcastSame"> {
   let arguments = (ins AnyTensor:$A, AnyTensor:$B, DefaultValuedAttr<I64Attr, "0">:$fmod);
   let hasFolder = 1;

@@ -12,6 +12,8 @@
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/APSInt.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace strait::graph;
 
@@ -204,6 +206,33 @@ OpFoldResult ModOp::fold(FoldAdaptor adaptor) {
                              r += y;
                            return IntegerAttr::get(a.getType(), r);
                          });
+}
+
+/// Pow of constants (shape arithmetic such as DINOv2's sqrt(num_positions) =
+/// num_positions ** 0.5 in the TorchScript export): a float base in double
+/// precision, rounded to its type; an integer base with a non-negative integer
+/// exponent exactly (wrapping like the runtime's integer multiply).
+OpFoldResult PowOp::fold(FoldAdaptor adaptor) {
+  return foldElementwise(adaptor.getOperands(), getType(), [](ArrayRef<Attribute> v) -> Attribute {
+    auto exponent = [&]() -> std::optional<double> {
+      if (auto f = dyn_cast<FloatAttr>(v[1]))
+        return f.getValueAsDouble();
+      if (auto i = dyn_cast<IntegerAttr>(v[1]))
+        return static_cast<double>(i.getValue().getSExtValue());
+      return std::nullopt;
+    }();
+    if (!exponent)
+      return {};
+    if (auto f = dyn_cast<FloatAttr>(v[0]))
+      return FloatAttr::get(f.getType(), std::pow(f.getValueAsDouble(), *exponent));
+    auto i = dyn_cast<IntegerAttr>(v[0]);
+    if (!i || *exponent < 0 || *exponent != std::floor(*exponent) || *exponent > 64)
+      return {};
+    APInt base = i.getValue(), r(base.getBitWidth(), 1);
+    for (int64_t k = 0; k < static_cast<int64_t>(*exponent); ++k)
+      r *= base;
+    return IntegerAttr::get(i.getType(), r);
+  });
 }
 
 #define STRAIT_FOLD_COMPARE(OpName, pred)                                      \
