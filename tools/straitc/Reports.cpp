@@ -87,10 +87,20 @@ LogicalResult reportCompression(const CompressionFlags &flags,
       reduces.push_back(llvm::json::Object{{"stage", int64_t(j)},
                                            {"codec", strait::formatCodec(c->allReduce[j])},
                                            {"time", c->allReduceTime[j]}});
+    llvm::json::Array tied; // per stage holding a copy: its per-iteration exchange
+    for (size_t j = 0; j < c->tied.size(); ++j)
+      if (c->tiedPlainBytes[j] > 0)
+        tied.push_back(llvm::json::Object{{"stage", int64_t(j)},
+                                          {"codec", strait::formatCodec(c->tied[j])},
+                                          {"error_feedback", c->tied[j].errorFeedback},
+                                          {"wire_bytes", c->tiedBytes[j]},
+                                          {"plain_bytes", c->tiedPlainBytes[j]},
+                                          {"time", c->tiedTime[j]}});
     (*obj)["compression"] = llvm::json::Object{
         {"mode", flags.mode},
         {"links", std::move(links)},
         {"all_reduces", std::move(reduces)},
+        {"tied_exchanges", std::move(tied)},
         {"iteration_time_without", t0},
         {"iteration_time_with", t1}};
   }
