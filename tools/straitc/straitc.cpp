@@ -771,6 +771,9 @@ int main(int argc, char **argv) {
       strait::PlannerOptions popts;
       popts.strategy = strategy;
       popts.globalBatch = globalBatch.getValue();
+      // A training job runs the IR's batch per replica and micro-batch: plan
+      // at the micro-batch count it runs, as `-o DIR` does (StagePlan.cpp).
+      popts.fixedReplicaBatch = globalBatch > 0 && !loss.empty();
       popts.localSteps = static_cast<unsigned>(localSteps.getValue());
       popts.recompute = effectiveRecompute() == "full"   ? strait::RecomputeMode::Full
                         : effectiveRecompute() == "auto" ? strait::RecomputeMode::Auto
