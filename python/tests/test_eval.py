@@ -104,3 +104,29 @@ def test_eval_misuse_is_an_error(setup, args, expect):
     p = strait_run(d / "job", "--steps", "1", *[names.get(a, a) for a in args])
     assert p.returncode != 0
     assert re.search(expect, p.stdout + p.stderr), p.stderr[-3000:]
+
+
+def test_step_loss_is_the_mean_over_micro_batches(setup, tmp_path):
+    """With 2 micro-batches the `loss` output (the progress line's) is the mean of both
+    micro-batches' losses, not the last one's: onnxruntime's cross-entropy over all the
+    step's rows, at learning rate 1e-20 (the model's weights)."""
+    ort = pytest.importorskip("onnxruntime")
+    d, train, _, _ = setup
+    run([STRAITC, GPT2_TINY, "--input-shape", f"input_ids=4x{T}", "--loss", "cross-entropy",
+         "--optimizer", "adamw", "--micro-batches", "2", "-o", str(tmp_path / "job")])
+    p = strait_run(tmp_path / "job", "--steps", "1", "--lr", "1e-20", "--data", train,
+                   "--dump-outputs", tmp_path / "out")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    ids = np.load(tmp_path / "out" / "input_ids.rank0.npy")
+    labels = np.load(tmp_path / "out" / "labels.rank0.npy")
+    loss = float(np.load(tmp_path / "out" / "loss.rank0.npy"))
+    assert ids.shape == (8, T)  # both micro-batches, stacked
+    sess = ort.InferenceSession(GPT2_TINY, providers=["CPUExecutionProvider"])
+    logits = sess.run(["logits"], {"input_ids": ids.astype(np.int64)})[0].astype(np.float64)
+    logits -= logits.max(axis=2, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=2, keepdims=True))
+    per_row = -np.take_along_axis(logp, labels[..., None].astype(np.int64), axis=2)[..., 0]
+    per_row = per_row.mean(axis=1)
+    assert loss == pytest.approx(per_row.mean(), rel=1e-4)
+    # ... and not the last micro-batch's alone (the rows differ enough to tell).
+    assert abs(per_row[4:].mean() - per_row.mean()) > 1e-3 * per_row.mean()

@@ -653,6 +653,21 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   for (Value v : ret.getOperands())
     if (v.getDefiningOp() && !perStep.contains(v.getDefiningOp()))
       values.get(v, pb::ROLE_ACTIVATION);
+  // The output named "loss" (an f32 scalar) is the mean of the micro-batches'
+  // losses, summed in micro-batch order (so GPipe and 1F1B agree bit for
+  // bit): each micro-batch writes its own "loss.mb<m>" and a Mean kernel of
+  // the update writes "loss". Every other output holds the last micro-batch's
+  // value.
+  SmallVector<Value> averaged;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto name = func.getResultAttrOfType<StringAttr>(i, "graph.name");
+    auto type = dyn_cast<ShapedType>(v.getType());
+    if (name && name.getValue() == "loss" && v.getDefiningOp() &&
+        !perStep.contains(v.getDefiningOp()) && type && type.hasStaticShape() &&
+        type.getNumElements() == 1 && type.getElementType().isF32() &&
+        !llvm::is_contained(averaged, v))
+      averaged.push_back(v);
+  }
   // Batch inputs hold all micro-batches, stacked along dimension 0.
   for (BlockArgument arg : func.getArguments()) {
     auto type = cast<ShapedType>(arg.getType());
@@ -691,8 +706,13 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   }
   std::vector<ValueTable> tables;
   tables.reserve(microBatches);
-  for (int m = 0; m < microBatches; ++m)
+  for (int m = 0; m < microBatches; ++m) {
     tables.push_back(values);
+    for (Value v : averaged) {
+      tables[m].erase(v);
+      tables[m].get(v, pb::ROLE_ACTIVATION, "loss.mb" + std::to_string(m));
+    }
+  }
   kernelOfOpId.resize(microBatches);
   steps.setDeferTransfers(oneFOneB);
   for (auto [backwardPhase, m] : order) {
@@ -712,6 +732,19 @@ LogicalResult ProgramLowering::run(ValueTable &values) {
   for (Operation &op : body.without_terminator())
     if (perStep.contains(&op) && failed(lowerOp(op, tables.back())))
       return failure();
+  for (Value v : averaged) {
+    pb::Kernel *k = program.add_kernels();
+    k->set_id(program.kernels_size() - 1);
+    k->set_op("Mean");
+    k->set_opset(13);
+    k->set_name("loss: mean over the micro-batches");
+    for (ValueTable &t : tables)
+      k->add_inputs(*t.lookup(v));
+    uint32_t out = *values.lookup(v);
+    k->add_outputs(out);
+    steps.run().add_kernel_ids(k->id());
+    tables.back().alias(v, out);
+  }
   return lowerReturn(ret, tables.back());
 }
 

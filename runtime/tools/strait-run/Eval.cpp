@@ -11,6 +11,7 @@
 #include "strait/runtime/Program.h"
 
 #include <map>
+#include <set>
 
 namespace strait {
 namespace run {
@@ -32,14 +33,14 @@ bool isAqSgd(program::Codec c) {
 } // namespace
 
 Status evaluationSteps(const program::Program &p, std::vector<int> &steps,
-                       std::set<int> &lossSteps) {
+                       std::map<int, uint32_t> &lossOf) {
   std::map<uint32_t, const program::Kernel *> kernels;
   for (const program::Kernel &k : p.kernels())
     kernels[k.id()] = &k;
-  int64_t lossId = -1;
+  std::set<uint32_t> lossIds; // "loss", or each micro-batch's "loss.mb<m>"
   for (const program::Value &v : p.values())
-    if (v.name() == "loss")
-      lossId = v.id();
+    if (v.name() == "loss" || v.name().rfind("loss.mb", 0) == 0)
+      lossIds.insert(v.id());
   // Values each kind of run step writes and reads.
   std::set<uint32_t> writtenForward, writtenAny, readForward;
   for (const program::Step &s : p.steps()) {
@@ -61,7 +62,7 @@ Status evaluationSteps(const program::Program &p, std::vector<int> &steps,
     }
   }
   steps.clear();
-  lossSteps.clear();
+  lossOf.clear();
   for (int i = 0; i < p.steps_size(); ++i) {
     const program::Step &s = p.steps(i);
     const program::CodecParams *codec = nullptr;
@@ -70,8 +71,8 @@ Status evaluationSteps(const program::Program &p, std::vector<int> &steps,
       keep = true;
       for (uint32_t kid : s.run().kernel_ids())
         for (uint32_t out : kernels[kid]->outputs())
-          if (static_cast<int64_t>(out) == lossId)
-            lossSteps.insert(i);
+          if (lossIds.count(out))
+            lossOf[i] = out;
     } else if (s.kind_case() == program::Step::kSend) {
       uint32_t v = s.send().value_id();
       keep = writtenForward.count(v) || !writtenAny.count(v);
@@ -88,7 +89,7 @@ Status evaluationSteps(const program::Program &p, std::vector<int> &steps,
     if (keep)
       steps.push_back(i);
   }
-  if (lossSteps.empty() && lossId >= 0 && steps.empty())
+  if (steps.empty())
     return invalidArgument("--eval-data: the program has no forward steps");
   return Status::ok();
 }

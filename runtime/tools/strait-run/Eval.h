@@ -13,7 +13,8 @@
 
 #include "strait/runtime/Status.h"
 
-#include <set>
+#include <cstdint>
+#include <map>
 #include <vector>
 
 namespace strait {
@@ -28,12 +29,13 @@ namespace run {
 
 /// The steps of one iteration that an evaluation runs: the "forward ..." run
 /// steps, the sends of values they (or no kernel) produce and the receives of
-/// values they read; `lossSteps` are those among them whose kernels write the
-/// value named "loss". InvalidArgument when the program cannot be evaluated
-/// this way (AQ-SGD or adaptive top-k transfers, whose state follows the
-/// training batches; no forward step), naming the reason.
+/// values they read; `lossOf` maps those among them whose kernels write the
+/// loss ("loss", or a micro-batch's "loss.mb<m>") to that value's id.
+/// InvalidArgument when the program cannot be evaluated this way (AQ-SGD or
+/// adaptive top-k transfers, whose state follows the training batches; no
+/// forward step), naming the reason.
 rt::Status evaluationSteps(const program::Program &p, std::vector<int> &steps,
-                           std::set<int> &lossSteps);
+                           std::map<int, uint32_t> &lossOf);
 
 } // namespace run
 } // namespace strait

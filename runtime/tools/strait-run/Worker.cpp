@@ -442,7 +442,7 @@ Status runRank(const RunOptions &o) {
     STRAIT_ASSIGN_OR_RETURN(loader, openLoader(o.dataPath, o.labelsPath, "--labels"));
   }
   std::vector<int> evalSteps;
-  std::set<int> evalLossSteps;
+  std::map<int, uint32_t> evalLossOf; // step -> the loss value it writes
   if (!o.evalDataPath.empty()) {
     if (!loader)
       return invalidArgument("--eval-data needs --data (the training data)").withRank(o.rank);
@@ -457,7 +457,7 @@ Status runRank(const RunOptions &o) {
       return unimplemented("--eval-data on a " + device.str() +
                            " rank: evaluation runs on CPU ranks only")
           .withRank(o.rank);
-    STRAIT_RETURN_IF_ERROR(evaluationSteps(p, evalSteps, evalLossSteps).withRank(o.rank));
+    STRAIT_RETURN_IF_ERROR(evaluationSteps(p, evalSteps, evalLossOf).withRank(o.rank));
   }
   // The checkpoint to resume from, like the data: before the rendezvous.
   std::optional<CheckpointRef> resume;
@@ -775,9 +775,13 @@ Status runRank(const RunOptions &o) {
           Status ran = exec->runStep(i);
           if (!ran.isOk()) // not replayed: an evaluation changes no state
             return ran.withStep(it + 1);
-          if (evalLossSteps.count(i) && loss.isOk() && loss->numel() == 1) {
-            sum += loss->as<float>()[0];
-            ++terms;
+          auto lossValue = evalLossOf.find(i);
+          if (lossValue != evalLossOf.end()) {
+            StatusOr<Tensor> l = exec->getValue(lossValue->second);
+            if (l.isOk() && l->dtype == program::DTYPE_F32 && l->numel() == 1) {
+              sum += l->as<float>()[0];
+              ++terms;
+            }
           }
         }
         if (comm)
