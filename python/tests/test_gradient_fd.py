@@ -450,6 +450,14 @@ def _cases():
             helper.make_node("Resize", ["p0", "", "", "sizes"], ["y"], mode="linear",
                              coordinate_transformation_mode="half_pixel")],
             {"p0": _r(shape, 95)}))
+    # cubic to the same size at scale 1 (DINOv2's position embeddings, TorchScript export):
+    # the identity, whose gradient is dY
+    c.append(Case("Resize-cubic-same-size", lambda T: [
+        _const("sizes", np.array([1, 2, 4, 4], np.int64), T),
+        helper.make_node("Resize", ["p0", "", "", "sizes"], ["y"], mode="cubic",
+                         coordinate_transformation_mode="pytorch_half_pixel",
+                         cubic_coeff_a=-0.75)],
+        {"p0": _r((1, 2, 4, 4), 96)}))
     for exclusive, reverse in ((0, 0), (1, 0), (0, 1), (1, 1)):
         c.append(Case(f"CumSum-{exclusive}{reverse}", lambda T, e=exclusive, r=reverse: [
             _const("axis", np.array(1, np.int64), T),

@@ -488,6 +488,14 @@ LogicalResult importResize(NodeImporter &n) {
   }
   if (*mode == "bilinear" || *mode == "trilinear")
     *mode = "linear";
+  // Same shape at scale 1: every output samples its own input pixel in every
+  // mode (a cubic kernel weighs an integer offset 0, 1, 0, 0), so the node is
+  // the identity. DINOv2's TorchScript export resizes the position embeddings
+  // bicubically to the size they already have; the runtime has no cubic kernel.
+  if (llvm::equal(sizes, xt.getShape()) &&
+      llvm::all_of(scales, [](float s) { return s == 1.0f; }) &&
+      *coord != "tf_crop_and_resize" && *coord != "half_pixel_symmetric")
+    return n.setResults(*x);
   std::optional<graph::ResizeMode> m = graph::symbolizeResizeMode(*mode);
   std::optional<graph::CoordMode> c = graph::symbolizeCoordMode(*coord);
   std::optional<graph::NearestMode> nm = graph::symbolizeNearestMode(*nearest);
