@@ -106,6 +106,36 @@ links:
   EXPECT_NE(err.find("must be positive"), std::string::npos) << err;
 }
 
+// A link's measured all-reduce step latency (strait-probe --link-rank's
+// allreduce_latency_ms) is its own field: unset it stays < 0 (the ring's
+// steps pay the latency); negative values are refused with their line.
+TEST(ClusterModel, AllReduceLatencyIsALinkField) {
+  llvm::Expected<ClusterModel> model = parseCluster(std::string(kTypes) + R"(devices:
+  - {prefix: g, count: 2, per_host: 1, type: V100, site: s}
+links:
+  intra_site: {bandwidth_gbps: 10, latency_ms: 0.05, allreduce_latency_us: 300}
+  inter_site: {bandwidth_gbps: 1}
+)", "ar.yaml");
+  ASSERT_TRUE(!!model) << llvm::toString(model.takeError());
+  EXPECT_DOUBLE_EQ(model->link(0, 1).latency, 5e-5);
+  EXPECT_DOUBLE_EQ(model->link(0, 1).allReduceLatency, 3e-4);
+  EXPECT_FALSE(model->link(0, 1).shared);
+  llvm::Expected<ClusterModel> plain = parseCluster(std::string(kTypes) + R"(devices:
+  - {prefix: g, count: 2, type: V100}
+links:
+  intra_site: {bandwidth_gbps: 10, latency_ms: 0.05}
+)", "plain.yaml");
+  ASSERT_TRUE(!!plain) << llvm::toString(plain.takeError());
+  EXPECT_LT(plain->link(0, 1).allReduceLatency, 0);
+  std::string err = errorOf(std::string(kTypes) + R"(devices:
+  - {prefix: g, count: 2, type: V100}
+links:
+  intra_site: {bandwidth_gbps: 10, allreduce_latency_ms: -1}
+)");
+  EXPECT_NE(err.find("bad.yaml:11:"), std::string::npos) << err;
+  EXPECT_NE(err.find("'allreduce_latency_ms' must not be negative"), std::string::npos) << err;
+}
+
 TEST(ClusterModel, DuplicateNames) {
   std::string err = errorOf(std::string(kTypes) + R"(devices:
   - {name: g0, type: V100}
