@@ -17,6 +17,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cxx=${CXX:-clang++-19}
 san=${SANITIZERS:-address}
 obj=$root/fuzz/out/obj-program-${san//,/-}
+# Other sanitizer sets get their own binaries (program_fuzzer-address-undefined);
+# UBSan findings stop the run (libFuzzer then reports them as crashes).
+suffix=
+extra=()
+[[ $san == address ]] || suffix=-${san//,/-}
+[[ $san == *undefined* ]] && extra=(-fno-sanitize-recover=undefined)
 proto=$obj/proto
 mkdir -p "$proto"
 # The program format's C++ code, generated from the working tree's .proto.
@@ -24,7 +30,7 @@ if [[ ! $proto/strait_program.pb.cc -nt $root/runtime/proto/strait_program.proto
   protoc -I"$root/runtime/proto" --cpp_out="$proto" "$root/runtime/proto/strait_program.proto"
   rm -f "$obj"/*.o
 fi
-flags=(-O1 -g -fsanitize=fuzzer-no-link,"$san" -std=gnu++17 -I"$root/runtime/include"
+flags=(-O1 -g -fsanitize=fuzzer-no-link,"$san" "${extra[@]}" -std=gnu++17 -I"$root/runtime/include"
        -I"$proto" -I"$root/runtime/proto" -I"$root/runtime/lib/cpu"
        -I/usr/include/x86_64-linux-gnu/openblas-pthread -Wno-c++11-narrowing)
 sources=("$root"/runtime/lib/core/*.cpp "$root"/runtime/lib/cpu/*.cpp
@@ -57,12 +63,14 @@ for src in "${sources[@]}"; do objs+=("$obj/$(basename "$src" .cpp).o"); done
 blas=/usr/lib/x86_64-linux-gnu/openblas-pthread
 for variant in program:0 shard:1; do
   name=${variant%%:*}_fuzzer
-  nice -n 10 "$cxx" -O1 -g -fsanitize=fuzzer,"$san" -std=gnu++17 -I"$root/runtime/include" \
-    -I"$proto" -DSTRAIT_FUZZ_SHARDS=${variant##*:} "$root/fuzz/program_fuzzer.cpp" "${objs[@]}" \
-    -L"$blas" -Wl,-rpath,"$blas" -lopenblas -lprotobuf -lpthread -o "$root/fuzz/out/$name"
-  echo "built $root/fuzz/out/$name"
+  nice -n 10 "$cxx" -O1 -g -fsanitize=fuzzer,"$san" "${extra[@]}" -std=gnu++17 \
+    -I"$root/runtime/include" -I"$proto" -DSTRAIT_FUZZ_SHARDS=${variant##*:} \
+    "$root/fuzz/program_fuzzer.cpp" "${objs[@]}" -L"$blas" -Wl,-rpath,"$blas" -lopenblas \
+    -lprotobuf -lpthread -o "$root/fuzz/out/$name$suffix"
+  echo "built $root/fuzz/out/$name$suffix"
 done
-nice -n 10 "$cxx" -O1 -g -fsanitize=fuzzer,"$san" -std=gnu++17 -I"$root/runtime/include" \
-  -I"$proto" -I"$root/runtime/lib/data" "$root/fuzz/npy_fuzzer.cpp" "${objs[@]}" \
-  -L"$blas" -Wl,-rpath,"$blas" -lopenblas -lprotobuf -lpthread -o "$root/fuzz/out/npy_fuzzer"
-echo "built $root/fuzz/out/npy_fuzzer"
+nice -n 10 "$cxx" -O1 -g -fsanitize=fuzzer,"$san" "${extra[@]}" -std=gnu++17 \
+  -I"$root/runtime/include" -I"$proto" -I"$root/runtime/lib/data" "$root/fuzz/npy_fuzzer.cpp" \
+  "${objs[@]}" -L"$blas" -Wl,-rpath,"$blas" -lopenblas -lprotobuf -lpthread \
+  -o "$root/fuzz/out/npy_fuzzer$suffix"
+echo "built $root/fuzz/out/npy_fuzzer$suffix"

@@ -255,6 +255,22 @@ TEST(Kernels, TransposeAndReshapeCheckDeclaredShapes) {
             std::string::npos) << bad.getStatus().getMessage();
 }
 
+// A shape constant from a hostile program: entries whose product overflows
+// (UB, found by the program fuzzer's UBSan build) or below -1 are errors.
+TEST(Kernels, ReshapeRejectsOverflowingAndNegativeShapes) {
+  auto wrap = runKernel("Reshape",
+                        {Input::f({0}, {}), Input::i({3}, {int64_t(1) << 62, 256, 0})},
+                        {{program::DTYPE_F32, {0}}});
+  ASSERT_FALSE(wrap.isOk());
+  EXPECT_NE(wrap.getStatus().getMessage().find("shape entry 256 at 1 overflows the element count"),
+            std::string::npos) << wrap.getStatus().getMessage();
+  auto negative = runKernel("Reshape", {Input::f({6}, std::vector<float>(6)), Input::i({2}, {-2, -3})},
+                            {{program::DTYPE_F32, {2, 3}}});
+  ASSERT_FALSE(negative.isOk());
+  EXPECT_NE(negative.getStatus().getMessage().find("shape entry -2 at 0 is negative"),
+            std::string::npos) << negative.getStatus().getMessage();
+}
+
 TEST(Kernels, LargeElementwiseRunsInParallelCorrectly) {
   const int n = 1 << 20;
   std::vector<float> x = pseudoRandom(n, 11);

@@ -103,8 +103,11 @@ Status reshapeKernel(KernelContext &ctx) {
       if (inferAt >= 0)
         return ctx.error("more than one -1 in shape");
       inferAt = static_cast<int64_t>(i);
-    } else {
-      known *= shape[i];
+    } else if (shape[i] < 0 || __builtin_mul_overflow(known, shape[i], &known)) {
+      // (A hostile shape constant: the product used to overflow, which is
+      // undefined, found by the program fuzzer's UBSan build.)
+      return ctx.error("shape entry " + std::to_string(shape[i]) + " at " + std::to_string(i) +
+                       (shape[i] < 0 ? " is negative" : " overflows the element count"));
     }
   }
   if (inferAt >= 0)

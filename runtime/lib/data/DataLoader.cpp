@@ -216,7 +216,7 @@ public:
     std::vector<uint64_t> rows = sampleIds(iteration, {b});
     if (input) {
       size_t rowBytes = samples.bytes.size() / static_cast<size_t>(samples.shape[0]);
-      for (int64_t i = 0; i < b; ++i)
+      for (int64_t i = 0; rowBytes && i < b; ++i) // (empty rows: no data pointer to copy from)
         std::memcpy(static_cast<char *>(input->data) + i * rowBytes,
                     samples.bytes.data() + rows[i] * rowBytes, rowBytes);
     }
