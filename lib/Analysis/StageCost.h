@@ -13,8 +13,11 @@
 
 #include "strait/Analysis/Partitioner.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace strait {
@@ -148,6 +151,23 @@ orderIslands(const ClusterModel &cluster,
 /// Uniform, PipeDream and DT-FM-like baselines (Baselines.cpp).
 PartitionPlan planBaseline(const PlanContext &ctx,
                            const DeviceGrouping &grouping);
+
+/// What stage j's once-per-iteration tail (all-reduce, tied exchange,
+/// update) adds to the steady-state period of back-to-back iterations, as
+/// the simulator runs them: a stage starts its next iteration after its own
+/// tail, so stage 0's tail is paid in full, while a later stage's tail
+/// overlaps the `cover` seconds between its last backward and the next
+/// iteration's first forward reaching it (the backward chain down to stage
+/// 0 and the forward chain back up) and counts only beyond them. The
+/// iteration time is latency + period + the largest of these.
+inline double steadyTail(double tail, unsigned j, double cover) {
+  return j == 0 ? tail : std::max(0.0, tail - cover);
+}
+
+/// "1.23 GiB".
+inline std::string formatGiB(double bytes) {
+  return llvm::formatv("{0:f2} GiB", bytes / double(1ull << 30)).str();
+}
 
 } // namespace detail
 } // namespace strait
