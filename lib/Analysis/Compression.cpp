@@ -356,13 +356,25 @@ double strait::islandAllReduceTime(const ClusterModel &cluster,
     size_t k = peers.size();
     if (k <= 2) // one swap: the ring's time
       return ringAllReduceTime(cluster, peers, b, buckets);
+    // Each peer's k - 1 flows leave through one network interface: they run
+    // at once, each at most at its link's rate, and together at most at the
+    // peer's fastest link's rate (a NIC is no faster than its fastest link);
+    // without that bound 63 single-GPU hosts would each push 63 flows at
+    // full rate.
     double t = 0;
-    for (size_t i = 0; i < k; ++i)
-      for (size_t j = i + 1; j < k; ++j) {
+    for (size_t i = 0; i < k; ++i) {
+      double slowest = 0, fastest = 0, latency = 0;
+      for (size_t j = 0; j < k; ++j) {
+        if (i == j)
+          continue;
         const Link &l = cluster.link(peers[i], peers[j]);
-        t = std::max(t, cluster.latency(peers[i], peers[j]) * buckets +
-                            b / double(k) / l.bandwidth);
+        slowest = std::max(slowest, b / double(k) / l.bandwidth);
+        fastest = std::max(fastest, l.bandwidth);
+        latency = std::max(latency, cluster.latency(peers[i], peers[j]));
       }
+      double nic = double(k - 1) * b / double(k) / fastest;
+      t = std::max(t, latency * buckets + std::max(slowest, nic));
+    }
     return 2 * t;
   };
   double outer = exchange(leaders, interBytes);
