@@ -550,11 +550,7 @@ int localRanks(const RunOptions &o, const program::PlanManifest &m) {
 /// starts, and creates a file store's folder; false after saying why.
 bool prepareStore(const RunOptions &o, const program::PlanManifest &m) {
   rt::GlooOptions g;
-  std::string url = o.rendezvous;
-  if (url.empty())
-    url = m.rendezvous() == program::RENDEZVOUS_REDIS
-              ? "redis://" + m.rendezvous_address()
-              : (m.rendezvous_address().empty() ? "rendezvous" : m.rendezvous_address());
+  std::string url = rendezvousUrl(o, m);
   rt::Status s = rt::setRendezvous(g, url, o.planDir);
   if (!s.isOk()) {
     std::cerr << "strait-run: " << (o.rendezvous.empty() ? o.planDir + "/" + o.manifest + ": " : "--rendezvous: ")

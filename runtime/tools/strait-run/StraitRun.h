@@ -16,6 +16,9 @@
 #include <string>
 
 namespace strait {
+namespace program {
+class PlanManifest;
+} // namespace program
 namespace run {
 
 struct RunOptions {
@@ -97,6 +100,11 @@ struct RunOptions {
 /// Worker exit code: stopped at the launcher's request after checkpointing,
 /// to resume under a new plan.
 constexpr int kExitStoppedForReplan = 4;
+
+/// Where the ranks meet: --rendezvous, else the manifest's store (a Redis
+/// host:port as redis://, or the file store's folder, DIR/rendezvous by
+/// default), as a URL for rt::setRendezvous.
+std::string rendezvousUrl(const RunOptions &options, const program::PlanManifest &manifest);
 
 /// Starts and supervises the local ranks; returns the process exit code.
 int runLauncher(const RunOptions &options);

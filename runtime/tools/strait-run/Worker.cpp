@@ -298,6 +298,18 @@ Status saveParameters(const Executor &exec, const program::Program &p, const Run
   return Status::ok();
 }
 
+} // namespace
+
+std::string rendezvousUrl(const RunOptions &o, const program::PlanManifest &m) {
+  if (!o.rendezvous.empty())
+    return o.rendezvous;
+  if (m.rendezvous() == program::RENDEZVOUS_REDIS)
+    return "redis://" + m.rendezvous_address();
+  return m.rendezvous_address().empty() ? "rendezvous" : m.rendezvous_address();
+}
+
+namespace {
+
 /// The Gloo options of this rank; `epoch` > 0: the rendezvous of in-process
 /// recovery epoch `epoch` (LinkRecovery.h), under a prefix of its own. The
 /// store is --rendezvous's, else the manifest's; a rank whose store is on
@@ -321,11 +333,7 @@ StatusOr<GlooOptions> glooOptions(const RunOptions &o, const program::PlanManife
     g.hostname = self->address().substr(0, self->address().find(':'));
   if (!o.listenAddress.empty()) // e.g. inside a network namespace (wan-netns.sh)
     g.hostname = o.listenAddress;
-  std::string url = o.rendezvous;
-  if (url.empty())
-    url = m.rendezvous() == program::RENDEZVOUS_REDIS
-              ? "redis://" + m.rendezvous_address()
-              : (m.rendezvous_address().empty() ? "rendezvous" : m.rendezvous_address());
+  std::string url = rendezvousUrl(o, m);
   Status s = setRendezvous(g, url, o.planDir);
   if (!s.isOk())
     return s;
