@@ -364,7 +364,43 @@ StatusOr<Tensor> Executor::getValueByName(const std::string &name) const {
   return annotate(notFound("no value named '" + name + "'"), -1);
 }
 
-Status Executor::runKernel(const program::Kernel &kernel, int microBatch) {
+Status Executor::setInference(bool on) {
+  if (on && inferenceForms.empty())
+    for (const program::Kernel &k : program.kernels()) {
+      if (k.op() != "BatchNormalizationTraining")
+        continue;
+      // X, scale, B and the running mean and variance in; Y out.
+      program::Kernel form;
+      form.set_id(k.id());
+      form.set_op("BatchNormalization");
+      form.set_opset(15);
+      form.set_name(k.name());
+      for (int i = 0; i < 5 && i < k.inputs_size(); ++i)
+        form.add_inputs(k.inputs(i));
+      if (k.outputs_size() > 0)
+        form.add_outputs(k.outputs(0));
+      if (auto eps = k.attrs().find("epsilon"); eps != k.attrs().end())
+        (*form.mutable_attrs())["epsilon"] = eps->second;
+      StatusOr<KernelFn> fn = backend->resolve(form);
+      if (!fn.isOk())
+        return annotate(fn.takeStatus().withKernel(k.op() + " '" + k.name() +
+                                                   "' (its inference form)"),
+                        -1);
+      inferenceForms[k.id()] = InferenceForm{std::move(form), fn.takeValue()};
+    }
+  inference = on;
+  return Status::ok();
+}
+
+Status Executor::runKernel(const program::Kernel &trained, int microBatch) {
+  const program::Kernel *chosen = &trained;
+  const KernelFn *fn = &kernelFns[kernelIndex[trained.id()]];
+  if (inference)
+    if (auto form = inferenceForms.find(trained.id()); form != inferenceForms.end()) {
+      chosen = &form->second.kernel;
+      fn = &form->second.fn;
+    }
+  const program::Kernel &kernel = *chosen;
   std::vector<const Tensor *> ins;
   std::vector<Tensor *> outs;
   for (uint32_t id : kernel.inputs())
@@ -374,13 +410,13 @@ Status Executor::runKernel(const program::Kernel &kernel, int microBatch) {
   KernelContext ctx(kernel, std::move(ins), std::move(outs));
   ctx.setMicroBatch(microBatch);
   if (!profiling) {
-    Status s = kernelFns[kernelIndex[kernel.id()]](ctx);
+    Status s = (*fn)(ctx);
     if (!s.isOk())
       s.withKernel(kernel.op() + " '" + kernel.name() + "'");
     return s;
   }
   auto start = std::chrono::steady_clock::now();
-  Status s = kernelFns[kernelIndex[kernel.id()]](ctx);
+  Status s = (*fn)(ctx);
   OpTime &t = opTimes[kernel.op()];
   t.op = kernel.op();
   ++t.launches;

@@ -782,6 +782,8 @@ Status runRank(const RunOptions &o) {
         for (int i : evalSteps) {
           Status ran = exec->runStep(i);
           if (!ran.isOk()) // not replayed: an evaluation changes no state
+      // BatchNorm normalizes with its running statistics, as in eval().
+      STRAIT_RETURN_IF_ERROR(exec->setInference(true).withStep(it + 1));
             return ran.withStep(it + 1);
           auto lossValue = evalLossOf.find(i);
           if (lossValue != evalLossOf.end()) {
@@ -804,6 +806,7 @@ Status runRank(const RunOptions &o) {
            << " ms";
       if (terms > 0)
         eval << " loss " << sum / static_cast<double>(terms);
+      STRAIT_RETURN_IF_ERROR(exec->setInference(false).withStep(it + 1));
       if (fed > 0)
         eval << " " << loader->itemName() << " " << fed;
       std::cout << eval.str() << std::endl;

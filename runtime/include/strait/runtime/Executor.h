@@ -72,6 +72,14 @@ public:
   Status run();
   /// Runs one step by index into program.steps, synchronously.
   Status runStep(int index);
+  /// Inference mode (strait-run --eval-data): runStep runs each kernel that
+  /// has an inference form as that form instead. BatchNormalizationTraining
+  /// becomes BatchNormalization: it normalizes with its running-statistics
+  /// inputs and writes only Y (PyTorch's eval()), so an evaluation neither
+  /// normalizes by the evaluation batch nor touches what the training step's
+  /// AssignVariable reads. run() ignores the mode. An error names the kernel
+  /// whose inference form the backend lacks.
+  Status setInference(bool on);
   /// Overlap of communication with compute in run() (default on); off runs
   /// every step on the calling thread, in order.
   void setOverlapCommunication(bool on) { overlap = on; }
@@ -208,6 +216,14 @@ private:
   Status runOnceSteps();
   std::map<uint32_t, int> kernelIndex;
   std::vector<KernelFn> kernelFns; // parallel to program.kernels()
+  /// setInference: the inference forms, by the id of the kernel they
+  /// replace (made on the first call).
+  struct InferenceForm {
+    program::Kernel kernel;
+    KernelFn fn;
+  };
+  std::map<uint32_t, InferenceForm> inferenceForms;
+  bool inference = false;
   void planAllReduceBuckets();
   /// Per all-reduce step: its values grouped into buckets reduced together.
   std::map<int, std::vector<std::vector<uint32_t>>> allReduceBuckets;
