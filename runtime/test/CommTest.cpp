@@ -449,7 +449,11 @@ TEST(Rendezvous, RejectsMalformedUrlsNamingWhatIsWrong) {
       {"redis://host:", "the port ''"},
       {"redis://", "no host"},
       {"redis://[fd00::5", "closing ']'"},
-      {"redis://user@host", "has a character a host name cannot"},
+      {"redis://user@host", "a user name without ':PASSWORD'"},
+      {"redis://:@host", "an empty password"},
+      {"redis://:p%zzx@host", "malformed %XX escape"},
+      {"redis://:secret@", "no host"},
+      {"redis://:secret@host:99999", "the port '99999'"},
       {"http://host/x", "unknown scheme 'http'"},
       {"file://", "no folder"},
       {"", "empty"},
@@ -460,9 +464,36 @@ TEST(Rendezvous, RejectsMalformedUrlsNamingWhatIsWrong) {
     ASSERT_FALSE(s.isOk()) << url;
     EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument) << url;
     EXPECT_NE(s.getMessage().find(why), std::string::npos) << url << ": " << s.getMessage();
-    EXPECT_NE(s.getMessage().find(std::string("'") + url + "'"), std::string::npos)
-        << s.getMessage();
+    std::string u = url;
+    if (u.find('@') == std::string::npos) // else the message hides USER:PASSWORD
+      EXPECT_NE(s.getMessage().find("'" + u + "'"), std::string::npos) << s.getMessage();
+    else
+      EXPECT_NE(s.getMessage().find("'redis://***@" + u.substr(u.rfind('@') + 1) + "'"),
+                std::string::npos)
+          << s.getMessage();
+    EXPECT_EQ(s.getMessage().find("secret"), std::string::npos) << s.getMessage();
   }
+}
+
+TEST(Rendezvous, ReadsARedisUserAndPassword) {
+  GlooOptions g;
+  ASSERT_TRUE(setRendezvous(g, "redis://:s3cret@10.0.0.7:7000", "/job").isOk());
+  EXPECT_EQ(g.redisHost, "10.0.0.7");
+  EXPECT_EQ(g.redisPort, 7000);
+  EXPECT_EQ(g.redisUser, "");
+  EXPECT_EQ(g.redisPassword, "s3cret");
+  // Redis 6 ACL users; %XX escapes, and an '@' or ':' in the password.
+  ASSERT_TRUE(setRendezvous(g, "redis://trainer:a%40b:c@@[fd00::5]", "/job").isOk());
+  EXPECT_EQ(g.redisUser, "trainer");
+  EXPECT_EQ(g.redisPassword, "a@b:c@");
+  EXPECT_EQ(g.redisHost, "fd00::5");
+  EXPECT_EQ(g.redisPort, 6379);
+  EXPECT_EQ(redisUrlWithoutPassword(g), "redis://[fd00::5]:6379");
+  // A URL without one leaves none behind from an earlier URL.
+  ASSERT_TRUE(setRendezvous(g, "redis://store.example", "/job").isOk());
+  EXPECT_EQ(g.redisPassword, "");
+  EXPECT_EQ(g.redisUser, "");
+  EXPECT_EQ(redisUrlWithoutPassword(g), "redis://store.example:6379");
 }
 
 TEST(Rendezvous, LocalAddressTowardLoopbackIsLoopback) {

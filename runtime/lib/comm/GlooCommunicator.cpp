@@ -24,7 +24,8 @@
 // abort() (strait-run's in-process recovery, docs/runtime.md "Flaky links")
 // ends every posted buffer's wait and fails later calls; the barrier goes
 // through postSend/postRecv too, so that nothing waits out of its reach.
-// openKeyStore: the rendezvous store for the recovery protocol.
+// openKeyStore: the rendezvous store for the recovery protocol. A Redis
+// store gets AUTH when GlooOptions holds a password (AuthRedisStore).
 //
 //===----------------------------------------------------------------------===//
 #include "GlooCommunicatorImpl.h"
@@ -528,6 +529,36 @@ Status GlooCommunicator::recvCoded(const Tensor &tensor, int peer,
   return Status::ok();
 }
 
+namespace {
+
+/// Gloo's Redis store, authenticated: Gloo sends no AUTH, so this sends it
+/// on the store's own connection (RedisStore::redis_ is protected) before
+/// any key is read or written; without a password, a PING, so that a store
+/// that requires one says so here rather than as a failed SETNX later.
+class AuthRedisStore : public gloo::rendezvous::RedisStore {
+public:
+  AuthRedisStore(const GlooOptions &o) : RedisStore(o.redisHost, o.redisPort) {
+    void *sent = o.redisPassword.empty() ? redisCommand(redis_, "PING")
+                 : o.redisUser.empty()
+                     ? redisCommand(redis_, "AUTH %s", o.redisPassword.c_str())
+                     : redisCommand(redis_, "AUTH %s %s", o.redisUser.c_str(),
+                                    o.redisPassword.c_str());
+    auto *reply = static_cast<redisReply *>(sent);
+    if (!reply)
+      throw std::runtime_error(std::string("the connection failed: ") + redis_->errstr);
+    std::string error = reply->type == REDIS_REPLY_ERROR ? std::string(reply->str, reply->len) : "";
+    freeReplyObject(reply);
+    if (error.empty())
+      return;
+    if (o.redisPassword.empty())
+      throw std::runtime_error("the store requires authentication (" + error +
+                               "): give its password in $STRAIT_REDIS_PASSWORD");
+    throw std::runtime_error("authentication failed (" + error + ")");
+  }
+};
+
+} // namespace
+
 StatusOr<std::unique_ptr<gloo::rendezvous::Store>> openGlooStore(const GlooOptions &options,
                                                                  std::string &where) {
   std::unique_ptr<gloo::rendezvous::Store> store;
@@ -542,8 +573,7 @@ StatusOr<std::unique_ptr<gloo::rendezvous::Store>> openGlooStore(const GlooOptio
       store = std::make_unique<CheckableFileStore>(options.storePath);
     } else {
       where = "redis store " + options.redisHost + ":" + std::to_string(options.redisPort);
-      store = std::make_unique<gloo::rendezvous::RedisStore>(options.redisHost,
-                                                              options.redisPort);
+      store = std::make_unique<AuthRedisStore>(options);
     }
   } catch (const std::exception &e) {
     return unavailable("cannot open " + where + ": " + e.what());

@@ -1,6 +1,6 @@
 //===- Rendezvous.cpp - Rendezvous URLs and the address toward a store ----===//
 //
-// setRendezvous reads `redis://HOST[:PORT]`, `file://DIR` or `DIR` into
+// setRendezvous reads `redis://[[USER]:PASSWORD@]HOST[:PORT]`, `file://DIR` or `DIR` into
 // GlooOptions; localAddressToward finds the interface address that routes
 // to a host, which a rank listens on when its store is on another machine.
 //
@@ -8,6 +8,7 @@
 #include "strait/runtime/Communicator.h"
 
 #include <arpa/inet.h>
+#include <cctype>
 #include <cstring>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -20,7 +21,25 @@ namespace {
 
 Status badUrl(const std::string &url, const std::string &why) {
   return invalidArgument("rendezvous '" + url + "': " + why +
-                                 " (expected redis://HOST[:PORT], file://DIR or DIR)");
+                         " (expected redis://[[USER]:PASSWORD@]HOST[:PORT], file://DIR or DIR)");
+}
+
+/// %XX escapes of a URL's user and password (a password may hold '@' or
+/// ':'); false on a malformed escape.
+bool percentDecode(const std::string &in, std::string &out) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size() || !std::isxdigit(static_cast<unsigned char>(in[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(in[i + 2])))
+      return false;
+    out += static_cast<char>(std::stoi(in.substr(i + 1, 2), nullptr, 16));
+    i += 2;
+  }
+  return true;
 }
 
 } // namespace
@@ -34,16 +53,33 @@ Status setRendezvous(GlooOptions &options, const std::string &url,
     std::string rest = url.substr(redis.size());
     if (!rest.empty() && rest.back() == '/')
       rest.pop_back();
+    // The URL as errors show it: the password never appears in a message.
+    std::string shown = url;
+    size_t at = rest.rfind('@');
+    std::string user, password;
+    if (at != std::string::npos) {
+      std::string info = rest.substr(0, at);
+      shown = redis + "***@" + rest.substr(at + 1);
+      size_t colon = info.find(':');
+      if (colon == std::string::npos)
+        return badUrl(shown, "a user name without ':PASSWORD' before '@'");
+      if (!percentDecode(info.substr(0, colon), user) ||
+          !percentDecode(info.substr(colon + 1), password))
+        return badUrl(shown, "a malformed %XX escape in the user or password");
+      if (password.empty())
+        return badUrl(shown, "an empty password");
+      rest = rest.substr(at + 1);
+    }
     std::string host, port;
     if (!rest.empty() && rest[0] == '[') { // [IPv6]:port
       size_t close = rest.find(']');
       if (close == std::string::npos)
-        return badUrl(url, "an IPv6 address without its closing ']'");
+        return badUrl(shown, "an IPv6 address without its closing ']'");
       host = rest.substr(1, close - 1);
       std::string tail = rest.substr(close + 1);
       if (!tail.empty()) {
         if (tail[0] != ':')
-          return badUrl(url, "'" + tail + "' after the host");
+          return badUrl(shown, "'" + tail + "' after the host");
         port = tail.substr(1);
       } else {
         port = "6379";
@@ -54,16 +90,18 @@ Status setRendezvous(GlooOptions &options, const std::string &url,
       port = colon == std::string::npos ? "6379" : rest.substr(colon + 1);
     }
     if (host.empty())
-      return badUrl(url, "no host");
+      return badUrl(shown, "no host");
     if (host.find_first_of("/@?# ") != std::string::npos)
-      return badUrl(url, "the host '" + host + "' has a character a host name cannot");
+      return badUrl(shown, "the host '" + host + "' has a character a host name cannot");
     char *end = nullptr;
     long p = port.empty() ? 0 : std::strtol(port.c_str(), &end, 10);
     if (port.empty() || *end != '\0' || p < 1 || p > 65535)
-      return badUrl(url, "the port '" + port + "' is not a number from 1 to 65535");
+      return badUrl(shown, "the port '" + port + "' is not a number from 1 to 65535");
     options.store = StoreKind::Redis;
     options.redisHost = host;
     options.redisPort = static_cast<int>(p);
+    options.redisUser = user;
+    options.redisPassword = password;
     return Status::ok();
   }
   std::string dir = url.compare(0, file.size(), file) == 0 ? url.substr(file.size()) : url;
@@ -75,6 +113,12 @@ Status setRendezvous(GlooOptions &options, const std::string &url,
   options.store = StoreKind::File;
   options.storePath = dir[0] == '/' || baseDir.empty() ? dir : baseDir + "/" + dir;
   return Status::ok();
+}
+
+std::string redisUrlWithoutPassword(const GlooOptions &options) {
+  bool v6 = options.redisHost.find(':') != std::string::npos;
+  return "redis://" + (v6 ? "[" + options.redisHost + "]" : options.redisHost) + ":" +
+         std::to_string(options.redisPort);
 }
 
 StatusOr<std::string> localAddressToward(const std::string &host, int port) {

@@ -16,6 +16,7 @@
 #include "StraitRun.h"
 #include "TraceFiles.h"
 #include "Checkpoint.h"
+#include "HostRestart.h"
 #include "Replan.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/LinkSecret.h"
@@ -460,9 +461,11 @@ void reportFailure(std::vector<Child> &children, std::vector<Child *> &failures)
 
 /// Starts every rank of `m` and waits for them: 0 when all finished, 1 when
 /// one failed (the others are stopped), 128 + signal when interrupted.
-/// Attempt k > 0 (a restart) logs to rank<R>.restart<k>.log.
+/// Attempt k > 0 (a restart) logs to rank<R>.restart<k>.log. With `hosts`
+/// (--host with --max-restarts): a local failure is published as attempt's
+/// failure, and one another host published stops the local ranks (1).
 int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt,
-                  ReplanMonitor *replan = nullptr) {
+                  ReplanMonitor *replan = nullptr, HostRestart *hosts = nullptr) {
   std::vector<Child> children;
   ProgressMerger progress(m, o.quietProgress);
   if (replan)
@@ -496,7 +499,7 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
     std::cout << "strait-run: rank " << r.rank() << " pid " << pid << " log " << log
               << std::endl;
   }
-  for (;;) {
+  for (int polls = 0;; ++polls) {
     std::vector<Child *> failures;
     reap(children, &failures);
     if (replan && replan->stopping()) // exit 4: stopped for the re-plan
@@ -506,8 +509,26 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
                                     }),
                      failures.end());
     if (!failures.empty()) {
-      reportFailure(children, failures);
+      reportFailure(children, failures); // the root cause first
+      if (hosts) {
+        rt::StatusOr<std::string> stands = hosts->publishFailure(
+            attempt, "rank " + std::to_string(failures.front()->rank) + " on host " +
+                         hosts->self() + " failed (exit code " +
+                         std::to_string(failures.front()->exitCode) + ")");
+        if (!stands.isOk())
+          std::cerr << "strait-run: cannot tell the other hosts: "
+                    << stands.getStatus().getMessage() << std::endl;
+      }
       return 1;
+    }
+    if (hosts && polls % 10 == 9) { // every 200 ms: another host's failure
+      rt::StatusOr<std::optional<std::string>> f = hosts->failure(attempt);
+      if (f.isOk() && *f) {
+        std::cerr << "strait-run: " << **f << " (the store says); stopping the ranks of host "
+                  << hosts->self() << std::endl;
+        stopAll(children);
+        return 1;
+      }
     }
     if (stopSignal) {
       std::cerr << "strait-run: " << (stopSignal == SIGINT ? "interrupted" : "terminated")
@@ -547,11 +568,15 @@ int localRanks(const RunOptions &o, const program::PlanManifest &m) {
 }
 
 /// Checks the rendezvous (--rendezvous, else the manifest's) before any rank
-/// starts, and creates a file store's folder; false after saying why.
+/// starts: its URL, and that a Redis store answers and takes the password
+/// (AUTH); creates a file store's folder; false after saying why.
 bool prepareStore(const RunOptions &o, const program::PlanManifest &m) {
   rt::GlooOptions g;
   std::string url = rendezvousUrl(o, m);
   rt::Status s = rt::setRendezvous(g, url, o.planDir);
+  setStoreAuth(o, g);
+  if (s.isOk() && g.store == rt::StoreKind::Redis)
+    s = rt::openKeyStore(g, "strait-launch").getStatus();
   if (!s.isOk()) {
     std::cerr << "strait-run: " << (o.rendezvous.empty() ? o.planDir + "/" + o.manifest + ": " : "--rendezvous: ")
               << s.getMessage() << std::endl;
@@ -595,10 +620,12 @@ int runLauncher(const RunOptions &options) {
     for (const auto &r : m->ranks())
       hosts.insert(r.host());
     std::string refused = !hosts.count(o.host) ? "no rank of the plan is on it"
-                          : o.maxRestarts > 0 ? "--max-restarts is not supported with --host "
-                                                "(every machine's launcher would restart on "
-                                                "its own; --link-retries recovers in process)"
-                          : o.replan ? "--replan is not supported with --host"
+                          : o.replan ? "--replan is not supported with --host (each "
+                                       "machine's launcher would re-plan on its own): re-plan "
+                                       "by hand with straitc --cluster MEASURED.yaml, then "
+                                       "restart every machine with --resume CHECKPOINT, or run "
+                                       "the job from one launcher (docs/runtime.md, "
+                                       "\"Several machines\")"
                           : options.runId.empty()
                               ? "--run-id ID is required (the same on every machine)"
                               : "";
@@ -630,13 +657,40 @@ int runLauncher(const RunOptions &options) {
     replan->clearStop();
     o.replanStopFile = replan->stopFile();
   }
+  // --max-restarts across machines (HostRestart.h): the launchers agree
+  // through the store on every restart and on the step to resume from.
+  std::optional<HostRestart> hosts;
+  if (!o.host.empty() && o.maxRestarts > 0) {
+    rt::StatusOr<HostRestart> h = HostRestart::open(o, *m);
+    if (!h.isOk()) {
+      std::cerr << "strait-run: --max-restarts: " << h.getStatus().getMessage() << std::endl;
+      return 2;
+    }
+    hosts = h.takeValue();
+  }
+  const std::chrono::milliseconds hostTimeout(o.timeoutMs);
+  const std::string firstResume = o.resumePath;
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::string runId = o.runId;
   for (int attempt = 0, restarts = 0;; ++attempt) {
     if (attempt > 0) // a fresh rendezvous: the failed attempt's keys stay behind
       o.runId = runId + "-restart" + std::to_string(attempt);
-    int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr);
+    int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr,
+                             hosts ? &*hosts : nullptr);
+    if (code == 0 && hosts) { // done when every host is, else restart with them
+      rt::StatusOr<bool> all = hosts->finish(attempt, hostTimeout, stopSignal);
+      if (!all.isOk()) {
+        std::cerr << "strait-run: this host's ranks finished, but "
+                  << all.getStatus().getMessage() << std::endl;
+        return stopSignal ? 128 + stopSignal : 1;
+      }
+      if (!*all) {
+        std::cerr << "strait-run: this host's ranks finished, but another host's failed"
+                  << std::endl;
+        code = 1;
+      }
+    }
     if (code == kExitStoppedForReplan && replan) {
       // Every rank checkpointed the stop step: resume under the new plan.
       std::string dir = replan->newPlanDir();
@@ -660,9 +714,37 @@ int runLauncher(const RunOptions &options) {
                 << checkpoint << " under " << dir << std::endl;
       continue;
     }
-    if (code != 1 || restarts >= o.maxRestarts)
+    if (code != 1 || restarts >= o.maxRestarts) {
+      rt::StatusOr<std::optional<std::string>> why = std::optional<std::string>();
+      if (hosts && code == 1)
+        why = hosts->failure(attempt);
+      if (why.isOk() && *why)
+        std::cerr << "strait-run: giving up after " << restarts << " restart(s) (--max-restarts "
+                  << o.maxRestarts << "): " << **why << std::endl;
       return code == 0 ? mergeRankTraces(o, *m) : code;
+    }
     ++restarts;
+    if (hosts) {
+      rt::StatusOr<CheckpointRef> newest = findCheckpoint(o.checkpointDir);
+      rt::StatusOr<int64_t> step =
+          hosts->agreeStep(attempt, newest.isOk() ? newest->step : 0, hostTimeout, stopSignal);
+      rt::StatusOr<CheckpointRef> at =
+          step.isOk() && *step > 0
+              ? findCheckpoint(o.checkpointDir + "/step-" + std::to_string(*step))
+              : rt::StatusOr<CheckpointRef>(rt::notFound("none"));
+      if (!step.isOk() || (*step > 0 && !at.isOk())) {
+        std::cerr << "strait-run: cannot restart with the other hosts: "
+                  << (step.isOk() ? at.getStatus() : step.getStatus()).getMessage() << std::endl;
+        return stopSignal ? 128 + stopSignal : 1;
+      }
+      o.resumePath = *step > 0 ? at->dir : firstResume;
+      std::cerr << "strait-run: restarting the ranks of host " << o.host << " from "
+                << (o.resumePath.empty() ? "the start" : o.resumePath) << " (step " << *step
+                << (*step > 0 ? ", the newest checkpoint every host finds complete"
+                              : ", no checkpoint every host finds complete")
+                << "), restart " << restarts << " of " << o.maxRestarts << std::endl;
+      continue;
+    }
     rt::StatusOr<CheckpointRef> c = findCheckpoint(o.checkpointDir);
     if (c.isOk()) {
       o.resumePath = c->dir;

@@ -19,6 +19,9 @@ namespace strait {
 namespace program {
 class PlanManifest;
 } // namespace program
+namespace rt {
+struct GlooOptions;
+} // namespace rt
 namespace run {
 
 struct RunOptions {
@@ -68,6 +71,10 @@ struct RunOptions {
   // --rendezvous URL or $STRAIT_RENDEZVOUS (redis://HOST[:PORT], file://DIR
   // or DIR): the store the ranks meet through, instead of the manifest's.
   std::string rendezvous;
+  // Redis AUTH: $STRAIT_REDIS_PASSWORD (and $STRAIT_REDIS_USER for a Redis 6
+  // ACL user). A password in the --rendezvous URL is moved here, and into
+  // the environment the ranks inherit, by main (it warns: `ps` shows it).
+  std::string redisUser, redisPassword;
   // --host NAME (launcher): start only the plan's ranks on that host (the
   // cluster file's host name), one launcher per machine, torchrun-style.
   std::string host;
@@ -105,6 +112,10 @@ constexpr int kExitStoppedForReplan = 4;
 /// host:port as redis://, or the file store's folder, DIR/rendezvous by
 /// default), as a URL for rt::setRendezvous.
 std::string rendezvousUrl(const RunOptions &options, const program::PlanManifest &manifest);
+
+/// Gives a Redis store of `gloo` the options' user and password, unless its
+/// URL named its own.
+void setStoreAuth(const RunOptions &options, rt::GlooOptions &gloo);
 
 /// Starts and supervises the local ranks; returns the process exit code.
 int runLauncher(const RunOptions &options);

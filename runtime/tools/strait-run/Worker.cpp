@@ -308,6 +308,13 @@ std::string rendezvousUrl(const RunOptions &o, const program::PlanManifest &m) {
   return m.rendezvous_address().empty() ? "rendezvous" : m.rendezvous_address();
 }
 
+void setStoreAuth(const RunOptions &o, GlooOptions &g) {
+  if (g.store != StoreKind::Redis || !g.redisPassword.empty())
+    return;
+  g.redisUser = o.redisUser;
+  g.redisPassword = o.redisPassword;
+}
+
 namespace {
 
 /// The Gloo options of this rank; `epoch` > 0: the rendezvous of in-process
@@ -337,6 +344,7 @@ StatusOr<GlooOptions> glooOptions(const RunOptions &o, const program::PlanManife
   Status s = setRendezvous(g, url, o.planDir);
   if (!s.isOk())
     return s;
+  setStoreAuth(o, g);
   if (g.store == StoreKind::Redis && !addressGiven) {
     StatusOr<std::string> local = localAddressToward(g.redisHost, g.redisPort);
     if (!local.isOk())

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Devices.h"
+#include "strait/runtime/Communicator.h"
 #include "strait/runtime/Executor.h"
 #include "strait/runtime/LinkSecret.h"
 #include "strait/runtime/Trace.h"
@@ -25,7 +26,7 @@ const char *kUsage =
     "                  [--eval-data FILE [--eval-labels FILE.npy] [--eval-every K]\n"
     "                   [--eval-batches N]]\n"
     "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
-    "                  [--host NAME] [--rendezvous redis://HOST[:PORT]|DIR]\n"
+    "                  [--host NAME] [--rendezvous redis://[:PASSWORD@]HOST[:PORT]|DIR]\n"
     "                  [--listen-address IP]\n"
     "                  [--device auto|cpu|cuda|cuda:N]\n"
     "                  [--comm auto|gloo] [--matmul-precision f32|tf32|bf16]\n"
@@ -48,6 +49,14 @@ const char *kUsage =
     "  (a redis-server every machine reaches; port 6379 by default), or a\n"
     "  folder on a file system every rank shares. With a Redis store and no\n"
     "  --listen-address, a rank listens on the interface that reaches it.\n"
+    "  A Redis store with a password (requirepass): $STRAIT_REDIS_PASSWORD\n"
+    "  (and $STRAIT_REDIS_USER for an ACL user), or redis://:PASSWORD@HOST\n"
+    "  (visible in ps: a warning).\n"
+    "  --max-restarts N with --host: a rank that fails on any machine\n"
+    "  restarts every machine's ranks from the newest checkpoint all of them\n"
+    "  find complete (--checkpoint on a shared file system), agreed through\n"
+    "  the store; a machine that stops answering fails the others after\n"
+    "  --timeout-ms.\n"
     "  --link-secret FILE (or $STRAIT_LINK_SECRET_FILE): every rank holds the\n"
     "  same secret and every byte between ranks over Gloo is encrypted and\n"
     "  authenticated; a rank with another secret fails. The file holds 64 hex\n"
@@ -351,6 +360,22 @@ int main(int argc, char **argv) {
     o.traceFile.replace(at, 6, std::to_string(o.rank));
   if (o.rendezvous.empty() && std::getenv("STRAIT_RENDEZVOUS"))
     o.rendezvous = std::getenv("STRAIT_RENDEZVOUS");
+  if (const char *user = std::getenv("STRAIT_REDIS_USER"))
+    o.redisUser = user;
+  if (const char *password = std::getenv("STRAIT_REDIS_PASSWORD"))
+    o.redisPassword = password;
+  strait::rt::GlooOptions url; // a malformed URL: the launcher or worker says why
+  if (!o.rendezvous.empty() && strait::rt::setRendezvous(url, o.rendezvous, "").isOk() &&
+      !url.redisPassword.empty()) {
+    // Off the command lines of the ranks: they inherit it in the environment.
+    std::cerr << "strait-run: warning: the Redis password in --rendezvous is visible to every "
+                 "user of this machine (ps); set STRAIT_REDIS_PASSWORD instead\n";
+    o.redisUser = url.redisUser;
+    o.redisPassword = url.redisPassword;
+    ::setenv("STRAIT_REDIS_USER", o.redisUser.c_str(), 1);
+    ::setenv("STRAIT_REDIS_PASSWORD", o.redisPassword.c_str(), 1);
+    o.rendezvous = strait::rt::redisUrlWithoutPassword(url);
+  }
   if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
     o.linkSecretFile = std::getenv("STRAIT_LINK_SECRET_FILE");
   strait::rt::Executor::setAdaptiveTopKDefault(o.topkAdapt);

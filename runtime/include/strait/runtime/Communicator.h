@@ -165,6 +165,12 @@ struct GlooOptions {
   /// Redis store.
   std::string redisHost = "127.0.0.1";
   int redisPort = 6379;
+  /// Redis AUTH (redis://[[USER]:PASSWORD@]HOST, or strait-run's
+  /// $STRAIT_REDIS_PASSWORD): sent once on every connection to the store;
+  /// empty: no AUTH. A store that refuses it fails naming the store and
+  /// "authentication".
+  std::string redisUser;
+  std::string redisPassword;
   /// Keys are prefixed with this so several jobs can share a store.
   std::string prefix = "strait";
   /// Address this rank listens on.
@@ -185,13 +191,19 @@ struct GlooOptions {
 };
 
 /// Sets `options`' store from a rendezvous URL (strait-run --rendezvous):
-/// `redis://HOST[:PORT]` (port 6379 by default; HOST a name, an IPv4
-/// address or a bracketed IPv6 one), `file://DIR` or a plain DIR (a folder
+/// `redis://[[USER]:PASSWORD@]HOST[:PORT]` (port 6379 by default; HOST a
+/// name, an IPv4 address or a bracketed IPv6 one; USER and PASSWORD
+/// percent-decoded, into redisUser/redisPassword), `file://DIR` or a plain DIR (a folder
 /// every rank can reach: one machine, or a shared file system; a relative
 /// DIR is under `baseDir`). InvalidArgument naming the URL and what is wrong
 /// with it (an empty host, a port that is not 1-65535, another scheme).
 Status setRendezvous(GlooOptions &options, const std::string &url,
                      const std::string &baseDir);
+
+/// `redis://HOST:PORT` of `options`' Redis store, without its user and
+/// password (what a launcher passes on to its ranks, the password going
+/// through the environment instead).
+std::string redisUrlWithoutPassword(const GlooOptions &options);
 
 /// The address of this machine's interface that reaches `host`:`port` (the
 /// source address the kernel's routing picks for it; no packet is sent):

@@ -1,0 +1,110 @@
+//===- HostRestart.cpp - Restarts agreed between machines -----------------===//
+//
+// The store protocol of HostRestart.h: a few keys per generation, read by
+// polling (every 100 ms while waiting).
+//
+//===----------------------------------------------------------------------===//
+#include "HostRestart.h"
+
+#include "strait/runtime/Program.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+namespace strait {
+namespace run {
+
+using namespace rt;
+
+StatusOr<HostRestart> HostRestart::open(const RunOptions &o, const program::PlanManifest &m) {
+  GlooOptions g;
+  STRAIT_RETURN_IF_ERROR(setRendezvous(g, rendezvousUrl(o, m), o.planDir));
+  setStoreAuth(o, g);
+  std::string store = g.store == StoreKind::Redis
+                          ? "redis store " + g.redisHost + ":" + std::to_string(g.redisPort)
+                          : "file store " + g.storePath;
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<KeyStore> keys,
+                          openKeyStore(g, "strait-launch/" + o.runId));
+  std::set<std::string> hosts;
+  for (const auto &r : m.ranks())
+    hosts.insert(r.host());
+  return HostRestart(std::move(keys), o.host, {hosts.begin(), hosts.end()}, store);
+}
+
+StatusOr<std::optional<std::string>> HostRestart::failure(int g) {
+  std::string key = "fail/" + std::to_string(g);
+  STRAIT_ASSIGN_OR_RETURN(bool there, keys->has(key));
+  if (!there)
+    return std::optional<std::string>();
+  STRAIT_ASSIGN_OR_RETURN(std::string reason, keys->get(key, std::chrono::milliseconds(1000)));
+  return std::optional<std::string>(reason);
+}
+
+StatusOr<std::string> HostRestart::publishFailure(int g, const std::string &reason) {
+  std::string key = "fail/" + std::to_string(g);
+  STRAIT_RETURN_IF_ERROR(keys->set(key, reason)); // the first one stays
+  return keys->get(key, std::chrono::milliseconds(1000));
+}
+
+StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string &failKey,
+                                    std::chrono::milliseconds timeout,
+                                    const volatile std::sig_atomic_t &stop,
+                                    std::vector<std::string> *values) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (!failKey.empty()) {
+      STRAIT_ASSIGN_OR_RETURN(bool failed, keys->has(failKey));
+      if (failed)
+        return false;
+    }
+    std::vector<std::string> missing;
+    for (const std::string &h : hosts) {
+      STRAIT_ASSIGN_OR_RETURN(bool there, keys->has(prefix + h));
+      if (!there)
+        missing.push_back(h);
+    }
+    if (missing.empty())
+      break;
+    if (stop)
+      return unavailable("interrupted while waiting for host(s) of the job");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string names;
+      for (const std::string &h : missing)
+        names += (names.empty() ? "" : ", ") + h;
+      return deadlineExceeded("host(s) " + names + " did not answer in " + store + " within " +
+                              std::to_string(timeout.count()) +
+                              " ms (--timeout-ms): its launcher stopped, or cannot reach the "
+                              "store; giving up");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (values)
+    for (const std::string &h : hosts) {
+      STRAIT_ASSIGN_OR_RETURN(std::string v, keys->get(prefix + h, std::chrono::milliseconds(1000)));
+      values->push_back(v);
+    }
+  return true;
+}
+
+StatusOr<bool> HostRestart::finish(int g, std::chrono::milliseconds timeout,
+                                   const volatile std::sig_atomic_t &stop) {
+  std::string gen = std::to_string(g);
+  STRAIT_RETURN_IF_ERROR(keys->set("done/" + gen + "/" + host, "1"));
+  return waitAll("done/" + gen + "/", "fail/" + gen, timeout, stop, nullptr);
+}
+
+StatusOr<int64_t> HostRestart::agreeStep(int g, int64_t mine, std::chrono::milliseconds timeout,
+                                         const volatile std::sig_atomic_t &stop) {
+  std::string prefix = "step/" + std::to_string(g) + "/";
+  STRAIT_RETURN_IF_ERROR(keys->set(prefix + host, std::to_string(mine)));
+  std::vector<std::string> values;
+  STRAIT_RETURN_IF_ERROR(waitAll(prefix, "", timeout, stop, &values).getStatus());
+  int64_t least = mine;
+  for (const std::string &v : values)
+    least = std::min<int64_t>(least, std::strtoll(v.c_str(), nullptr, 10));
+  return least;
+}
+
+} // namespace run
+} // namespace strait

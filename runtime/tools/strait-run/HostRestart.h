@@ -1,0 +1,93 @@
+//===- HostRestart.h - Restarts agreed between machines ---------*- C++ -*-===//
+//
+// `strait-run DIR --host NAME --max-restarts N` (docs/runtime.md, "Several
+// machines"): one launcher per machine, and a rank that fails on any of
+// them restarts every rank of the job. The launchers agree through the
+// rendezvous store the ranks meet in, under "strait-launch/<run-id>/":
+//
+//   fail/<g>         the first failure of generation g (the launch, then
+//                    one per restart): "rank R on host H failed (exit
+//                    code C)". Set once (SETNX): the first launcher to see
+//                    a failure publishes it; every launcher polls it while
+//                    its ranks run and, when it appears, stops its own.
+//   done/<g>/<host>  every rank of <host> finished generation g; a launcher
+//                    exits 0 only once every host's is there.
+//   step/<g>/<host>  after g failed: the newest complete checkpoint step
+//                    <host>'s launcher finds (0: none). Every launcher
+//                    resumes from the smallest, a step every host sees
+//                    complete (the folder is on a shared file system).
+//
+// Generation g+1's ranks rendezvous under "<run-id>-restart<g+1>", so no
+// key of a failed generation is read again. A launcher that waits for a
+// host that does not answer gives up after --timeout-ms, naming it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_TOOLS_STRAITRUN_HOSTRESTART_H
+#define STRAIT_RUNTIME_TOOLS_STRAITRUN_HOSTRESTART_H
+
+#include "StraitRun.h"
+#include "strait/runtime/Communicator.h"
+#include "strait/runtime/Status.h"
+
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strait {
+namespace run {
+
+class HostRestart {
+public:
+  /// Opens the store of `options` (its --rendezvous, else the manifest's)
+  /// for the launcher of options.host. Unavailable naming the store.
+  static rt::StatusOr<HostRestart> open(const RunOptions &options,
+                                        const program::PlanManifest &manifest);
+
+  /// The failure of generation `g` some launcher published, if any (no wait).
+  rt::StatusOr<std::optional<std::string>> failure(int g);
+
+  /// Publishes this host's failure of `g`, unless one is there already;
+  /// returns the one that stands (the first).
+  rt::StatusOr<std::string> publishFailure(int g, const std::string &reason);
+
+  /// After this host's ranks finished `g`: waits until every host's did
+  /// (true) or a failure of `g` appears (false). DeadlineExceeded naming
+  /// the hosts that did not answer within `timeout`; Unavailable when
+  /// `stop` (the launcher's signal) becomes non-zero.
+  rt::StatusOr<bool> finish(int g, std::chrono::milliseconds timeout,
+                            const volatile std::sig_atomic_t &stop);
+
+  /// Publishes `mine` (this host's newest complete checkpoint step, 0 for
+  /// none) for failed generation `g` and returns the smallest over every
+  /// host. DeadlineExceeded naming the hosts that did not answer.
+  rt::StatusOr<int64_t> agreeStep(int g, int64_t mine, std::chrono::milliseconds timeout,
+                                  const volatile std::sig_atomic_t &stop);
+
+  const std::string &self() const { return host; }
+  const std::string &where() const { return store; }
+
+private:
+  HostRestart(std::unique_ptr<rt::KeyStore> keys, std::string host,
+              std::vector<std::string> hosts, std::string store)
+      : keys(std::move(keys)), host(std::move(host)), hosts(std::move(hosts)),
+        store(std::move(store)) {}
+
+  /// Waits for `prefix`<host> of every host, or `failKey` when not empty.
+  rt::StatusOr<bool> waitAll(const std::string &prefix, const std::string &failKey,
+                             std::chrono::milliseconds timeout,
+                             const volatile std::sig_atomic_t &stop,
+                             std::vector<std::string> *values);
+
+  std::unique_ptr<rt::KeyStore> keys;
+  std::string host;
+  std::vector<std::string> hosts; // every host of the plan, sorted
+  std::string store;
+};
+
+} // namespace run
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_TOOLS_STRAITRUN_HOSTRESTART_H
