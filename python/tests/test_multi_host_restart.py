@@ -122,19 +122,24 @@ def reference(job, tmp_path_factory):
     return saved_params(out / "params")
 
 
-def test_a_rank_killed_on_one_host_restarts_both(job, reference, redis_url, tmp_path):
-    plan, data = job
-    ck = tmp_path / "ck"  # one folder both "machines" reach (a shared file system)
-    # Nothing runs past step 4 before the kill, however this process is scheduled: the step-4
-    # index of every rank is a FIFO (a writer's open blocks until a reader comes, and every rank
-    # waits in the checkpoint's barrier); they go once rank 2 is dead, before the restarted
-    # ranks (from step 2) write step 4 again.
+def block_at_step_4(ck):
+    """Nothing runs past step 4, however this process is scheduled: the step-4 index of every
+    rank is a FIFO (a writer's open blocks until a reader comes, and every rank waits in the
+    checkpoint's barrier). Returns the FIFOs, to unlink."""
     fifos = []
     for r in range(4):
         (ck / "step-4" / f"rank{r}").mkdir(parents=True)
         fifos.append(ck / "step-4" / f"rank{r}" / "index.tsv.tmp")
         os.mkfifo(fifos[-1])
-    procs = {h: launch(plan, *host_args(h, "mhr-kill", redis_url, ck), "--checkpoint-every", 2,
+    return fifos
+
+
+def start_blocked(plan, data, tmp_path, redis_url, run_id):
+    """Both hosts' launchers, once the step-2 checkpoint is complete (the job then waits at
+    step 4)."""
+    ck = tmp_path / "ck"  # one folder both "machines" reach (a shared file system)
+    fifos = block_at_step_4(ck)
+    procs = {h: launch(plan, *host_args(h, run_id, redis_url, ck), "--checkpoint-every", 2,
                        "--timeout-ms", 20000, *common(data, tmp_path, h))
              for h in ("alpha", "beta")}
     deadline = time.time() + 120
@@ -142,6 +147,13 @@ def test_a_rank_killed_on_one_host_restarts_both(job, reference, redis_url, tmp_
         if (ck / "step-2" / "checkpoint.json").exists():
             break
         time.sleep(0.01)
+    return ck, fifos, procs
+
+
+def test_a_rank_killed_on_one_host_restarts_both(job, reference, redis_url, tmp_path):
+    plan, data = job
+    # The FIFOs go once rank 2 is dead, before the restarted ranks (from step 2) write step 4.
+    ck, fifos, procs = start_blocked(plan, data, tmp_path, redis_url, "mhr-kill")
     pids = worker_pids(plan, 2)  # rank 2: on beta
     assert all(p.poll() is None for p in procs.values()) and pids, "the job ended too soon"
     for p in pids:
@@ -168,21 +180,48 @@ def test_a_rank_killed_on_one_host_restarts_both(job, reference, redis_url, tmp_
         np.testing.assert_array_equal(got[name], ref, err_msg=name)
 
 
-def test_a_failure_that_repeats_exhausts_the_restarts_on_both_hosts(job, redis_url, tmp_path):
+def test_an_interrupted_launcher_stops_the_other_host_at_once(job, redis_url, tmp_path):
+    """Ctrl-C on alpha: alpha stops its ranks and exits 130; beta stops its ranks and exits 1
+    naming alpha, without waiting out --timeout-ms (20 s) for it."""
+    plan, data = job
+    ck, fifos, procs = start_blocked(plan, data, tmp_path, redis_url, "mhr-int")
+    assert all(p.poll() is None for p in procs.values()), "the job ended too soon"
+    start = time.time()
+    procs["alpha"].send_signal(signal.SIGINT)
+    outs = {h: p.communicate(timeout=120) for h, p in procs.items()}
+    for f in fifos:
+        f.unlink()
+    assert procs["alpha"].returncode == 130, outs["alpha"][1][-2000:]
+    err = outs["beta"][1]
+    assert procs["beta"].returncode == 1, err[-2000:]
+    assert "the launcher of host alpha was interrupted" in err, err[-2000:]
+    assert re.search(r"the launcher of host alpha stopped \(the launcher of host alpha was "
+                     r"interrupted\); giving up", err), err[-2000:]
+    assert time.time() - start < 15, err[-2000:]
+
+
+@pytest.mark.parametrize("store", ["redis", "file"])
+def test_a_failure_that_repeats_exhausts_the_restarts_on_both_hosts(job, redis_url, tmp_path,
+                                                                     store):
     """beta's ranks fail at every start (their data file is missing): after one restart both
-    launchers give up naming the rank, its host and the exit code. alpha gives its password in
-    the URL: it works, with a warning."""
+    launchers give up naming the rank, its host and the exit code. Over Redis alpha gives its
+    password in the URL: it works, with a warning; a shared folder works as the store too."""
     plan, data = job
     ck = tmp_path / "ck"
-    url = redis_url.replace("redis://", f"redis://:{PASSWORD}@")
-    procs = {"alpha": launch(plan, *host_args("alpha", "mhr-exhaust", url, ck),
+    if store == "redis":
+        url = {"alpha": redis_url.replace("redis://", f"redis://:{PASSWORD}@"),
+               "beta": redis_url}
+    else:
+        url = dict.fromkeys(("alpha", "beta"), f"file://{tmp_path / 'store'}")
+    procs = {"alpha": launch(plan, *host_args("alpha", "mhr-exhaust", url["alpha"], ck),
                              "--timeout-ms", 20000, *common(data, tmp_path, "alpha"),
                              password=None),
-             "beta": launch(plan, *host_args("beta", "mhr-exhaust", redis_url, ck),
+             "beta": launch(plan, *host_args("beta", "mhr-exhaust", url["beta"], ck),
                             "--timeout-ms", 20000,
                             *common(tmp_path / "missing.bin", tmp_path, "beta"))}
     outs = {h: p.communicate(timeout=120) for h, p in procs.items()}
-    assert "the Redis password in --rendezvous is visible" in outs["alpha"][1]
+    if store == "redis":
+        assert "the Redis password in --rendezvous is visible" in outs["alpha"][1]
     for h, p in procs.items():
         err = outs[h][1]
         assert p.returncode == 1, f"{h}: exit {p.returncode}\n{err[-3000:]}"
@@ -199,11 +238,11 @@ def test_a_host_that_never_comes_times_out(job, redis_url, tmp_path):
     plan, data = job
     start = time.time()
     p = launch(plan, *host_args("alpha", "mhr-alone", redis_url, tmp_path / "ck"),
-               "--timeout-ms", 3000, *common(data, tmp_path, "alpha"))
+               "--timeout-ms", 2000, *common(data, tmp_path, "alpha"))
     out, err = p.communicate(timeout=120)
     assert p.returncode == 1, err[-3000:]
     assert re.search(r"host\(s\) beta did not answer in redis store 127\.0\.0\.1:\d+ within "
-                     r"3000 ms", err), err[-2000:]
+                     r"2000 ms", err), err[-2000:]
     assert time.time() - start < 60
 
 

@@ -61,8 +61,15 @@ StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string
     std::vector<std::string> missing;
     for (const std::string &h : hosts) {
       STRAIT_ASSIGN_OR_RETURN(bool there, keys->has(prefix + h));
-      if (!there)
-        missing.push_back(h);
+      if (there)
+        continue;
+      missing.push_back(h);
+      STRAIT_ASSIGN_OR_RETURN(bool gone, keys->has("gone/" + h));
+      if (gone) {
+        StatusOr<std::string> why = keys->get("gone/" + h, std::chrono::milliseconds(1000));
+        return unavailable("the launcher of host " + h + " stopped (" +
+                           (why.isOk() ? *why : std::string("no reason")) + "); giving up");
+      }
     }
     if (missing.empty())
       break;
@@ -85,6 +92,13 @@ StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string
       values->push_back(v);
     }
   return true;
+}
+
+void HostRestart::leave(int g, const std::string &why) {
+  // Best effort: a store that is gone cannot be told, and the others then
+  // time out instead.
+  (void)keys->set("fail/" + std::to_string(g), why);
+  (void)keys->set("gone/" + host, why);
 }
 
 StatusOr<bool> HostRestart::finish(int g, std::chrono::milliseconds timeout,

@@ -16,6 +16,8 @@
 //                    <host>'s launcher finds (0: none). Every launcher
 //                    resumes from the smallest, a step every host sees
 //                    complete (the folder is on a shared file system).
+//   gone/<host>      <host>'s launcher stopped for good (interrupted, or
+//                    it gave up): the others stop waiting for it at once.
 //
 // Generation g+1's ranks rendezvous under "<run-id>-restart<g+1>", so no
 // key of a failed generation is read again. A launcher that waits for a
@@ -65,6 +67,11 @@ public:
   /// host. DeadlineExceeded naming the hosts that did not answer.
   rt::StatusOr<int64_t> agreeStep(int g, int64_t mine, std::chrono::milliseconds timeout,
                                   const volatile std::sig_atomic_t &stop);
+
+  /// This launcher stops for good (`why`: interrupted, gave up): publishes
+  /// `why` as g's failure (unless one is there) and as gone/<host>, so that
+  /// the others stop their ranks and do not wait for this host.
+  void leave(int g, const std::string &why);
 
   const std::string &self() const { return host; }
   const std::string &where() const { return store; }

@@ -511,6 +511,15 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
     if (!failures.empty()) {
       reportFailure(children, failures); // the root cause first
       if (hosts) {
+        // A rank that only lost a peer (exit code 3) is rarely the cause:
+        // give the peer's host a second to publish its own failure first.
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (failures.front()->exitCode == 3 && std::chrono::steady_clock::now() < until) {
+          rt::StatusOr<std::optional<std::string>> f = hosts->failure(attempt);
+          if (!f.isOk() || *f)
+            break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
         rt::StatusOr<std::string> stands = hosts->publishFailure(
             attempt, "rank " + std::to_string(failures.front()->rank) + " on host " +
                          hosts->self() + " failed (exit code " +
@@ -676,14 +685,25 @@ int runLauncher(const RunOptions &options) {
   for (int attempt = 0, restarts = 0;; ++attempt) {
     if (attempt > 0) // a fresh rendezvous: the failed attempt's keys stay behind
       o.runId = runId + "-restart" + std::to_string(attempt);
+    // Stops this launcher for good; the other hosts' learn why at once.
+    auto leave = [&](int code) {
+      if (hosts)
+        hosts->leave(attempt, code > 128 ? "the launcher of host " + o.host + " was " +
+                                               (code == 128 + SIGINT ? "interrupted"
+                                                                     : "terminated")
+                                         : "the launcher of host " + o.host + " gave up");
+      return code;
+    };
     int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr,
                              hosts ? &*hosts : nullptr);
+    if (code > 128)
+      return leave(code);
     if (code == 0 && hosts) { // done when every host is, else restart with them
       rt::StatusOr<bool> all = hosts->finish(attempt, hostTimeout, stopSignal);
       if (!all.isOk()) {
         std::cerr << "strait-run: this host's ranks finished, but "
                   << all.getStatus().getMessage() << std::endl;
-        return stopSignal ? 128 + stopSignal : 1;
+        return leave(stopSignal ? 128 + stopSignal : 1);
       }
       if (!*all) {
         std::cerr << "strait-run: this host's ranks finished, but another host's failed"
@@ -721,7 +741,7 @@ int runLauncher(const RunOptions &options) {
       if (why.isOk() && *why)
         std::cerr << "strait-run: giving up after " << restarts << " restart(s) (--max-restarts "
                   << o.maxRestarts << "): " << **why << std::endl;
-      return code == 0 ? mergeRankTraces(o, *m) : code;
+      return code == 0 ? mergeRankTraces(o, *m) : leave(code);
     }
     ++restarts;
     if (hosts) {
@@ -735,7 +755,7 @@ int runLauncher(const RunOptions &options) {
       if (!step.isOk() || (*step > 0 && !at.isOk())) {
         std::cerr << "strait-run: cannot restart with the other hosts: "
                   << (step.isOk() ? at.getStatus() : step.getStatus()).getMessage() << std::endl;
-        return stopSignal ? 128 + stopSignal : 1;
+        return leave(stopSignal ? 128 + stopSignal : 1);
       }
       o.resumePath = *step > 0 ? at->dir : firstResume;
       std::cerr << "strait-run: restarting the ranks of host " << o.host << " from "
