@@ -30,6 +30,22 @@ void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fu
 }
 
 void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOptions &o) {
+  // LoRA first, while linear layers still read their weights as
+  // MatMul(x, W), MatMul(x, Transpose(W)) or Gemm(x, W): the fusions and
+  // graph-fold-transposes then see the adapted products. --trainable names
+  // the base variables that stay trainable besides the adapters.
+  bool lora = !o.loss.empty() && o.lora > 0;
+  if (lora) {
+    graph::GraphAddLoraOptions adapters;
+    adapters.rank = o.lora;
+    adapters.alpha = o.loraAlpha;
+    adapters.seed = o.loraSeed;
+    std::vector<std::string> targets(o.loraTargets.begin(), o.loraTargets.end());
+    std::vector<std::string> keep(o.trainable.begin(), o.trainable.end());
+    adapters.targets = targets;
+    adapters.trainable = keep;
+    pm.addPass(graph::createGraphAddLora(adapters));
+  }
   addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention, o.foldTransposes, o.fuseRotary);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
@@ -64,7 +80,10 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     // Micro-batches are the plan's (dist-assign-stages): the exporter sets
     // each AccumulateGrad's count. The options struct holds lists as
     // ArrayRefs; the pass copies them.
-    std::vector<std::string> trainable(o.trainable.begin(), o.trainable.end());
+    // With LoRA the adapters and --trainable's variables are the unfrozen ones.
+    std::vector<std::string> trainable;
+    if (!lora)
+      trainable.assign(o.trainable.begin(), o.trainable.end());
     std::vector<std::string> frozen(o.frozen.begin(), o.frozen.end());
     train.trainable = trainable;
     train.frozen = frozen;

@@ -176,6 +176,20 @@ cl::list<std::string> frozen("frozen",
                              cl::desc("Glob of frozen variables (repeatable or comma "
                                       "list; wins over --trainable)"),
                              cl::CommaSeparated, cl::cat(trainCat));
+cl::opt<int64_t> lora("lora",
+                      cl::desc("LoRA: adapters of rank R on the linear layers' weights, every "
+                               "other variable frozen (graph-add-lora; docs/training.md "
+                               "\"LoRA\"; default 0: off)"),
+                      cl::init(0), cl::cat(trainCat));
+cl::opt<double> loraAlpha("lora-alpha",
+                          cl::desc("LoRA: the adapters' update is scaled by alpha / R "
+                                   "(default: alpha = R, scale 1)"),
+                          cl::init(0), cl::cat(trainCat));
+cl::list<std::string> loraTargets("lora-targets",
+                                  cl::desc("LoRA: glob of the weights given adapters "
+                                           "(repeatable or comma list; default: every "
+                                           "linear layer's but the output head's)"),
+                                  cl::CommaSeparated, cl::cat(trainCat));
 cl::opt<int64_t> microBatches("micro-batches",
                               cl::desc("Micro-batches per iteration, each of the IR's batch "
                                        "(default: the planner's choice; 1 without a cluster)"),
@@ -419,6 +433,10 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.minLr = minLr.getValue();
   popts.trainable = std::vector<std::string>(trainable.begin(), trainable.end());
   popts.frozen = std::vector<std::string>(frozen.begin(), frozen.end());
+  popts.lora = lora.getValue();
+  popts.loraAlpha = loraAlpha.getValue();
+  popts.loraTargets = std::vector<std::string>(loraTargets.begin(), loraTargets.end());
+  popts.loraSeed = seed.getValue();
   popts.compress = compress.getValue();
   popts.allReduceBucketMib = allReduceBucketMib.getValue();
   popts.localSteps = localSteps.getValue();
@@ -649,9 +667,15 @@ int main(int argc, char **argv) {
       &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
       &warmupSteps, &totalSteps, &minLr,
       // cl::list overloads operator& (it returns the storage).
-      std::addressof(trainable), std::addressof(frozen)};
+      std::addressof(trainable), std::addressof(frozen), &lora, &loraAlpha,
+      std::addressof(loraTargets)};
   if (localSteps < 1) {
     llvm::errs() << "straitc: --local-steps must be at least 1 (got " << localSteps << ")\n";
+    return 1;
+  }
+  if (lora < 0 || (lora == 0 && (loraAlpha.getNumOccurrences() || loraTargets.size()))) {
+    llvm::errs() << "straitc: --lora must be an adapter rank >= 1 (got " << lora
+                 << "); --lora-alpha and --lora-targets need it\n";
     return 1;
   }
   if (recompute != "auto" && recompute != "none" && recompute != "full") {

@@ -144,6 +144,20 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
                                     llvm::cl::desc("glob patterns of trainable variables")};
   ListOption<std::string> frozen{*this, "frozen",
                                  llvm::cl::desc("glob patterns of frozen variables")};
+  Option<int64_t> lora{*this, "lora",
+                       llvm::cl::desc("with a loss: graph-add-lora first, adapters of this rank "
+                                      "(0: off; straitc --lora)"),
+                       llvm::cl::init(0)};
+  Option<double> loraAlpha{*this, "lora-alpha",
+                           llvm::cl::desc("LoRA scale alpha / rank (0: alpha = rank)"),
+                           llvm::cl::init(0)};
+  ListOption<std::string> loraTargets{
+      *this, "lora-targets",
+      llvm::cl::desc("glob patterns of the weights given adapters (default: every linear "
+                     "layer's but the output head's)")};
+  Option<uint64_t> loraSeed{*this, "lora-seed",
+                            llvm::cl::desc("seed of the adapters' A (straitc --seed)"),
+                            llvm::cl::init(0)};
   Option<std::string> cluster{*this, "cluster", llvm::cl::desc("cluster file (YAML)"),
                               llvm::cl::init("")};
   Option<std::string> strategy{*this, "strategy",
@@ -205,9 +219,9 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
                             bool foldTransposes = true, bool fuseRotary = true);
 
-/// The graph the planner plans: [graph-fuse-rmsnorm] -> [graph-fuse-attention]
-/// -> [graph-fold-transposes] -> [graph-autocast] -> [graph-build-training-step] (with a loss) ->
-/// [graph-cast-motion] -> [graph-rematerialize] (with a loss and
+/// The graph the planner plans: [graph-add-lora] (with a loss and lora > 0) ->
+/// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-fold-transposes] ->
+/// [graph-autocast] -> [graph-build-training-step] (with a loss) -> [graph-cast-motion] -> [graph-rematerialize] (with a loss and
 /// fuse=elementwise). buildStraitPipeline starts with them; straitc
 /// --emit=plan runs them alone, so that it shows the plan a job applies.
 void addTrainingStepPasses(mlir::OpPassManager &pm, const StraitPipelineOptions &o);

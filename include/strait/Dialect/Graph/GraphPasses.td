@@ -107,6 +107,58 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphAddLora : Pass<"graph-add-lora", "::mlir::ModuleOp"> {
+  let summary = "Add LoRA adapters to the weights of linear layers and freeze the rest";
+  let description = [{
+    Parameter-efficient fine-tuning (LoRA, Hu et al. 2021) on any imported
+    model. For each target weight W used as the weight operand of a product
+    y = x W (MatMul(x, W), MatMul(x, Transpose(W)) of a PyTorch Linear's
+    [out, in] weight, Gemm(x, W) with or without transB), two variables
+    `<W>.lora_A` [in, R] and `<W>.lora_B` [R, out] are added and every such
+    product becomes
+
+      y' = y + MatMul(MatMul(x, A) * (alpha / R), B)
+
+    A is drawn uniformly from [-1/sqrt(in), 1/sqrt(in)] (PEFT's
+    kaiming_uniform(a=sqrt(5)) bound) with a seeded generator (the seed
+    contract is in docs/training.md, "LoRA"; python/strait/lora.py computes
+    the same values), B is zeros, so y' = y at step 0. A shape-only W (no
+    value) gets an A without value: the exporter's seeded normal(0.02).
+    Default targets (no `targets`): every 2-D float variable all of whose
+    reads are weight operands of such products, except the weight of a
+    product whose result reaches a function result only through Reshape,
+    Cast, Transpose, Flatten, Squeeze, Unsqueeze or the Add of a bias (the
+    LM head or classifier); embeddings and tied LM heads (read by a Gather) are never
+    eligible. With `freeze-base` (the default) every other float variable
+    gets `frozen`, except those matching `trainable`. Runs before the
+    forward fusions (graph-fold-transposes still sees MatMul(x, Transpose(W))).
+
+    ```
+    strait-opt --graph-add-lora='rank=8 alpha=16 targets=*.q_proj.weight,*.v_proj.weight' model.mlir
+    ```
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", "8", "adapter rank R (>= 1)">,
+    Option<"alpha", "alpha", "double", "0.0",
+           "the update is scaled by alpha / R (0: alpha = R, scale 1)">,
+    ListOption<"targets", "targets", "std::string",
+               "glob patterns of the weights to adapt (default: every eligible "
+               "product weight but the output head)">,
+    Option<"seed", "seed", "uint64_t", "0", "seed of A's initial values">,
+    Option<"freezeBase", "freeze-base", "bool", "true",
+           "freeze every float variable but the adapters and `trainable`">,
+    ListOption<"trainable", "trainable", "std::string",
+               "glob patterns of base variables that stay trainable">
+  ];
+  let statistics = [
+    Statistic<"numAdapted", "num-adapted", "Weights given adapters">,
+    Statistic<"numProducts", "num-products", "Products rewritten">,
+    Statistic<"numAdapterElements", "num-adapter-elements", "Elements of A and B">,
+    Statistic<"numFrozen", "num-frozen", "Variables frozen">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 def GraphFuseElementwise : Pass<"graph-fuse-elementwise", "::mlir::func::FuncOp"> {
   let summary = "Fuse connected elementwise ops into graph.FusedElementwise";
   let description = [{

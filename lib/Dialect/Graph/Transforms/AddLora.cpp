@@ -1,0 +1,310 @@
+//===- AddLora.cpp - graph-add-lora ---------------------------------------===//
+//
+// LoRA adapters on the weights of an imported model's linear layers: each
+// product y = x W of a target W becomes y + MatMul(MatMul(x, A) * s, B) with
+// new variables A [in, R] (seeded uniform in +-1/sqrt(in)) and B [R, out]
+// (zeros), s = alpha / R; the base variables are frozen, so the training
+// step (graph-build-training-step) differentiates and all-reduces only the
+// adapters. The pass only sees the forward graph: it runs first, while the
+// weight operands are still MatMul(x, W), MatMul(x, Transpose(W)) and
+// Gemm(x, W). See docs/training.md, "LoRA".
+//
+//===----------------------------------------------------------------------===//
+
+#include "strait/Dialect/Graph/GraphOps.h"
+#include "strait/Dialect/Graph/GraphPasses.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/Support/GlobPattern.h"
+
+#include <cmath>
+
+namespace strait::graph {
+#define GEN_PASS_DEF_GRAPHADDLORA
+#include "strait/Dialect/Graph/GraphPasses.h.inc"
+} // namespace strait::graph
+
+using namespace mlir;
+using namespace strait::graph;
+
+namespace {
+
+/// One product that reads a weight W [in, out] as y = x W (logically).
+struct Product {
+  Operation *op;   // the MatMul or Gemm
+  Value x;         // its input operand (rank >= 2, [..., in])
+  double alpha;    // Gemm's alpha (1 for MatMul)
+};
+
+/// A weight and every product that reads it; `in`/`out` of the logical
+/// [in, out] matrix (W's own layout is [out, in] when transposed).
+struct Target {
+  VariableOp var;
+  SmallVector<Product> products;
+  int64_t in = 0, out = 0;
+  bool transposed = false;
+  bool isHead = false;
+};
+
+uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a64(StringRef s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s)
+    h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+bool isProductInput(Value x, int64_t in) {
+  auto t = dyn_cast<RankedTensorType>(x.getType());
+  return t && t.hasStaticShape() && t.getRank() >= 2 && t.getShape().back() == in &&
+         isa<FloatType>(t.getElementType());
+}
+
+/// Whether `v` reaches a function result through layout ops and bias Adds
+/// only (the output head's product).
+bool reachesResult(Value v) {
+  SmallVector<Value> work{v};
+  DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    if (!seen.insert(cur).second)
+      continue;
+    for (Operation *user : cur.getUsers()) {
+      if (isa<func::ReturnOp>(user))
+        return true;
+      if (isa<ReshapeOp, CastOp, TransposeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(user) ||
+          (isa<AddOp>(user) && llvm::all_of(user->getOperands(), [&](Value o) {
+             // A bias: the other operand is a weight or a constant (not the
+             // residual stream, which reaches every block's output).
+             return o == cur || o.getDefiningOp<ReadVariableOp>() ||
+                    o.getDefiningOp<ConstantOp>();
+           })))
+        llvm::append_range(work, user->getResults());
+    }
+  }
+  return false;
+}
+
+class AddLora : public strait::graph::impl::GraphAddLoraBase<AddLora> {
+public:
+  using Base::Base;
+  void runOnOperation() override;
+
+private:
+  bool collectProducts(VariableOp var, ArrayRef<ReadVariableOp> reads, Target &t);
+  ElementsAttr initialA(Target &t, FloatType et);
+  void rewrite(Target &t, VariableOp a, VariableOp b, double scale);
+};
+
+} // namespace
+
+/// The products reading `var` (through its reads); false when a read has
+/// another use (a Gather, a Concat, ...) or the products disagree on layout.
+bool AddLora::collectProducts(VariableOp var, ArrayRef<ReadVariableOp> reads, Target &t) {
+  auto wt = cast<RankedTensorType>(var.getType());
+  std::optional<bool> layout;
+  auto add = [&](Operation *op, Value x, bool transposed, double alpha) {
+    if (layout && *layout != transposed)
+      return false;
+    layout = transposed;
+    int64_t in = wt.getDimSize(transposed ? 1 : 0);
+    if (!isProductInput(x, in))
+      return false;
+    t.products.push_back(Product{op, x, alpha});
+    return true;
+  };
+  auto isWeightOf = [](OpOperand &use) {
+    return use.getOperandNumber() == 1 && isa<MatMulOp, GemmOp>(use.getOwner());
+  };
+  auto addUse = [&](OpOperand &use, bool transposed) {
+    if (auto mm = dyn_cast<MatMulOp>(use.getOwner()))
+      return add(mm, mm.getA(), transposed, 1.0);
+    auto gemm = cast<GemmOp>(use.getOwner());
+    if (gemm.getTransA())
+      return false;
+    return add(gemm, gemm.getA(), transposed != (gemm.getTransB() != 0),
+               gemm.getAlpha().convertToDouble());
+  };
+  for (ReadVariableOp read : reads)
+    for (OpOperand &use : read.getValue().getUses()) {
+      if (isWeightOf(use)) {
+        if (!addUse(use, false))
+          return false;
+        continue;
+      }
+      auto tr = dyn_cast<TransposeOp>(use.getOwner());
+      if (!tr || !llvm::equal(tr.getPerm(), ArrayRef<int64_t>{1, 0}))
+        return false;
+      for (OpOperand &trUse : tr.getTransposed().getUses())
+        if (!isWeightOf(trUse) || isa<GemmOp>(trUse.getOwner()) || !addUse(trUse, true))
+          return false;
+    }
+  if (t.products.empty())
+    return false;
+  t.transposed = *layout;
+  t.in = wt.getDimSize(t.transposed ? 1 : 0);
+  t.out = wt.getDimSize(t.transposed ? 0 : 1);
+  t.isHead = llvm::any_of(t.products, [](const Product &p) {
+    return reachesResult(p.op->getResult(0));
+  });
+  return true;
+}
+
+/// A [in, R]: element k (row-major) is (2u - 1) / sqrt(in) in double,
+/// rounded to the element type, with u = (splitmix64(base + k) >> 11) * 2^-53
+/// and base = splitmix64(seed ^ fnv1a64(W's name)).
+ElementsAttr AddLora::initialA(Target &t, FloatType et) {
+  auto type = RankedTensorType::get({t.in, rank}, et);
+  uint64_t base = splitmix64(seed ^ fnv1a64(t.var.getSymName()));
+  double bound = 1.0 / std::sqrt(static_cast<double>(t.in));
+  const llvm::fltSemantics &sem = et.getFloatSemantics();
+  SmallVector<APFloat> values;
+  values.reserve(t.in * rank);
+  for (int64_t k = 0, n = t.in * rank; k < n; ++k) {
+    double u = static_cast<double>(splitmix64(base + static_cast<uint64_t>(k)) >> 11) *
+               0x1.0p-53;
+    APFloat v(static_cast<float>((2.0 * u - 1.0) * bound));
+    bool lost;
+    v.convert(sem, APFloat::rmNearestTiesToEven, &lost);
+    values.push_back(v);
+  }
+  return cast<ElementsAttr>(DenseElementsAttr::get(type, values));
+}
+
+/// y -> y + MatMul(MatMul(x, A) * (scale * alpha), B) after each product.
+void AddLora::rewrite(Target &t, VariableOp a, VariableOp b, double scale) {
+  for (Product &p : t.products) {
+    Operation *op = p.op;
+    Value y = op->getResult(0);
+    OpBuilder builder(op->getContext());
+    builder.setInsertionPointAfter(op);
+    Location loc = op->getLoc();
+    Value readA = builder.create<ReadVariableOp>(loc, a.getType(), a.getSymName());
+    Value readB = builder.create<ReadVariableOp>(loc, b.getType(), b.getSymName());
+    Value xa = builder.create<MatMulOp>(loc, p.x, readA);
+    auto et = cast<FloatType>(cast<ShapedType>(xa.getType()).getElementType());
+    APFloat s(static_cast<float>(scale * p.alpha));
+    bool lost;
+    s.convert(et.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+    Value c = builder.create<ConstantOp>(
+        loc, cast<ElementsAttr>(DenseElementsAttr::get(RankedTensorType::get({}, et), s)));
+    Value scaled = builder.create<MulOp>(loc, xa, c);
+    Value delta = builder.create<MatMulOp>(loc, scaled, readB);
+    // A Gemm's y is [N, out]; a MatMul's [..., out] like x A B.
+    auto sum = builder.create<AddOp>(loc, y, delta);
+    y.replaceAllUsesExcept(sum.getResult(), sum);
+    ++numProducts;
+  }
+}
+
+void AddLora::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (rank < 1) {
+    module.emitError("graph-add-lora: invalid rank=")
+        << static_cast<int64_t>(rank) << " (straitc --lora): expected an adapter rank >= 1";
+    return signalPassFailure();
+  }
+  if (!(alpha >= 0) || !std::isfinite(alpha)) {
+    module.emitError("graph-add-lora: invalid alpha (straitc --lora-alpha): expected a "
+                     "finite value > 0, or 0 for alpha = rank");
+    return signalPassFailure();
+  }
+  auto compile = [&](ArrayRef<std::string> patterns,
+                     SmallVectorImpl<llvm::GlobPattern> &globs) -> LogicalResult {
+    for (const std::string &p : patterns) {
+      llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(p);
+      if (!glob)
+        return module.emitError("graph-add-lora: invalid variable pattern '")
+               << p << "': " << llvm::toString(glob.takeError());
+      globs.push_back(std::move(*glob));
+    }
+    return success();
+  };
+  SmallVector<llvm::GlobPattern> targetGlobs, keepGlobs;
+  if (failed(compile(targets, targetGlobs)) || failed(compile(trainable, keepGlobs)))
+    return signalPassFailure();
+  auto matches = [](ArrayRef<llvm::GlobPattern> globs, StringRef name) {
+    return llvm::any_of(globs, [&](const llvm::GlobPattern &g) { return g.match(name); });
+  };
+
+  llvm::StringMap<SmallVector<ReadVariableOp>> reads;
+  module.walk([&](ReadVariableOp r) { reads[r.getVariable()].push_back(r); });
+  SymbolTable symbols(module);
+  SmallVector<Target> chosen;
+  SmallVector<VariableOp> vars(module.getOps<VariableOp>());
+  for (VariableOp var : vars) {
+    auto wt = dyn_cast<RankedTensorType>(var.getType());
+    if (!wt || !wt.hasStaticShape() || wt.getRank() != 2 || !isa<FloatType>(wt.getElementType()))
+      continue;
+    bool named = matches(targetGlobs, var.getSymName());
+    if (!targetGlobs.empty() && !named)
+      continue;
+    Target t{var, {}};
+    if (!collectProducts(var, reads.lookup(var.getSymName()), t)) {
+      if (named)
+        var.emitWarning("graph-add-lora: '")
+            << var.getSymName()
+            << "' matches --lora-targets but is not only the weight operand of "
+               "MatMul/Gemm products (y = x W); it gets no adapter";
+      continue;
+    }
+    if (targetGlobs.empty() && t.isHead)
+      continue;
+    chosen.push_back(std::move(t));
+  }
+  if (chosen.empty()) {
+    module.emitError("graph-add-lora: no weight to adapt")
+        << (targetGlobs.empty() ? " (no 2-D float variable is only the weight operand of "
+                                  "MatMul/Gemm products below the output head)"
+                                : " matches --lora-targets");
+    return signalPassFailure();
+  }
+
+  double scale = (alpha > 0 ? alpha : static_cast<double>(rank)) / static_cast<double>(rank);
+  DenseSet<Operation *> adapters;
+  for (Target &t : chosen) {
+    auto et = cast<FloatType>(cast<RankedTensorType>(t.var.getType()).getElementType());
+    std::string nameA = (t.var.getSymName() + ".lora_A").str();
+    std::string nameB = (t.var.getSymName() + ".lora_B").str();
+    for (const std::string &n : {nameA, nameB})
+      if (symbols.lookup(n)) {
+        t.var.emitError("graph-add-lora: the module already has a symbol '")
+            << n << "' (adapters added twice?)";
+        return signalPassFailure();
+      }
+    OpBuilder mb(t.var);
+    mb.setInsertionPointAfter(t.var);
+    auto typeA = RankedTensorType::get({t.in, rank}, et);
+    auto typeB = RankedTensorType::get({rank, t.out}, et);
+    ElementsAttr valueA = t.var.getValue() ? initialA(t, et) : ElementsAttr();
+    auto zero = cast<ElementsAttr>(DenseElementsAttr::get(
+        typeB, APFloat::getZero(et.getFloatSemantics())));
+    auto a = mb.create<VariableOp>(t.var.getLoc(), nameA, typeA, valueA, /*frozen=*/false);
+    auto b = mb.create<VariableOp>(t.var.getLoc(), nameB, typeB, zero, /*frozen=*/false);
+    // Placed after W (A, then B); the table checks the names.
+    symbols.insert(a);
+    symbols.insert(b);
+    adapters.insert(a);
+    adapters.insert(b);
+    rewrite(t, a, b, scale);
+    ++numAdapted;
+    numAdapterElements += rank * (t.in + t.out);
+  }
+  if (!freezeBase)
+    return;
+  for (VariableOp var : module.getOps<VariableOp>()) {
+    auto type = dyn_cast<RankedTensorType>(var.getType());
+    if (adapters.contains(var) || var.getFrozen() || !type ||
+        !isa<FloatType>(type.getElementType()) || matches(keepGlobs, var.getSymName()))
+      continue;
+    var.setFrozen(true);
+    ++numFrozen;
+  }
+}
