@@ -10,6 +10,7 @@
 #include "strait/runtime/Trace.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -51,7 +52,7 @@ const char *kUsage =
     "  --listen-address, a rank listens on the interface that reaches it.\n"
     "  A Redis store with a password (requirepass): $STRAIT_REDIS_PASSWORD\n"
     "  (and $STRAIT_REDIS_USER for an ACL user), or redis://:PASSWORD@HOST\n"
-    "  (visible in ps: a warning).\n"
+    "  (visible in ps until the launcher hides it: a warning).\n"
     "  --max-restarts N with --host: a rank that fails on any machine\n"
     "  restarts every machine's ranks from the newest checkpoint all of them\n"
     "  find complete (--checkpoint on a shared file system), agreed through\n"
@@ -368,12 +369,18 @@ int main(int argc, char **argv) {
   if (!o.rendezvous.empty() && strait::rt::setRendezvous(url, o.rendezvous, "").isOk() &&
       !url.redisPassword.empty()) {
     // Off the command lines of the ranks: they inherit it in the environment.
-    std::cerr << "strait-run: warning: the Redis password in --rendezvous is visible to every "
-                 "user of this machine (ps); set STRAIT_REDIS_PASSWORD instead\n";
+    std::cerr << "strait-run: warning: the Redis password in --rendezvous is visible to other "
+                 "users (ps, until strait-run hides it; shell history); set "
+                 "STRAIT_REDIS_PASSWORD instead\n";
     o.redisUser = url.redisUser;
     o.redisPassword = url.redisPassword;
     ::setenv("STRAIT_REDIS_USER", o.redisUser.c_str(), 1);
     ::setenv("STRAIT_REDIS_PASSWORD", o.redisPassword.c_str(), 1);
+    // And off this process's own from now on: /proc/PID/cmdline reads argv.
+    for (int i = 1; i < argc; ++i)
+      if (o.rendezvous == argv[i])
+        for (char *c = argv[i] + 8, *at = std::strrchr(argv[i], '@'); c < at; ++c)
+          *c = '*';
     o.rendezvous = strait::rt::redisUrlWithoutPassword(url);
   }
   if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
