@@ -135,9 +135,6 @@ def test_one_launcher_per_host_over_a_shared_folder(job, reference, tmp_path):
     (["--host", "gamma", "--run-id", "x"], r"--host gamma: no rank of the plan is on it "
                                            r"\(the plan's hosts: alpha, beta\)"),
     (["--host", "alpha"], r"--host alpha: --run-id ID is required"),
-    (["--host", "alpha", "--run-id", "x", "--replan", "auto"],
-     r"--replan is not supported with --host \(each machine's launcher would re-plan on its "
-     r"own\): re-plan by hand"),
     (["--rendezvous", "redis://127.0.0.1:99999"], r"--rendezvous: rendezvous "
                                                   r"'redis://127.0.0.1:99999': the port '99999' "
                                                   r"is not a number from 1 to 65535"),

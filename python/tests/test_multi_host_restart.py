@@ -37,9 +37,9 @@ CLUSTER = cpu_cluster("two-machines",
                       [("d0", "alpha", "east"), ("d1", "alpha", "east"),
                        ("d2", "beta", "west"), ("d3", "beta", "west")],
                       "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n"
-                      "  hosts:\n    - {between: [alpha, beta], bandwidth_mbps: 100, "
-                      "latency_ms: 1}\n")
-STEPS = 6
+                      "  hosts:\n    - {between: [alpha, beta], bandwidth_mbps: 1, "
+                      "latency_ms: 1}\n")  # far below loopback: --replan always sees it
+STEPS = 10
 PASSWORD = "s3cret-for-tests"
 
 
@@ -47,8 +47,8 @@ PASSWORD = "s3cret-for-tests"
 def job(tmp_path_factory):
     d = tmp_path_factory.mktemp("mhrestart")
     (d / "cluster.yaml").write_text(CLUSTER)
-    run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
-         "--optimizer", "adamw", "--cluster", str(d / "cluster.yaml"), "--global-batch", "4",
+    run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=4x32", "--loss", "cross-entropy",
+         "--optimizer", "adamw", "--cluster", str(d / "cluster.yaml"), "--global-batch", "8",
          "--num-stages", "2", "-o", str(d / "job")])
     data = write_tokens(d / "tokens.bin", seed=5, n=1 << 13)
     return d / "job", data
@@ -277,3 +277,48 @@ def test_a_bad_password_fails_before_any_rank_starts(job, redis_url, tmp_path, p
     assert re.search(rf"cannot open redis store 127\.0\.0\.1:{port}: {why}", err), err
     assert "pid" not in out  # no rank was started
     assert PASSWORD not in err and PASSWORD not in out
+
+
+def test_replan_across_hosts(job, reference, redis_url, tmp_path):
+    """--replan auto with --host: alpha (rank 0's host) times its ranks' links to beta's, finds
+    them far faster than the 1 Mbit/s the plan assumed, re-plans, and publishes the switch in the
+    store; beta's launcher passes the stop step on to its ranks, every rank checkpoints there and
+    both launchers resume under the new plan. The planning itself is test_replan.py's: here a
+    stand-in straitc (--straitc) writes the same plan with a lower predicted step time, so that
+    the switch always happens and the job must end with the uninterrupted run's parameters, bit
+    for bit."""
+    plan, data = job
+    # A job folder both "machines" reach (a shared file system): a copy, since the re-plan writes
+    # into it.
+    shared = tmp_path / "job"
+    shutil.copytree(plan, shared, ignore=shutil.ignore_patterns("logs", "rendezvous"))
+    fake = tmp_path / "straitc"
+    fake.write_text(f"""#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+cp {plan}/*.pb {plan}/plan.json {plan}/cluster.yaml "$out"/
+sed 's/"predicted_iteration_s": [0-9.e+-]*/"predicted_iteration_s": 1e-06/' \\
+    {plan}/straitc.json > "$out"/straitc.json
+""")
+    fake.chmod(0o755)
+    procs = {h: launch(shared, "--host", h, "--run-id", "mhr-replan", "--rendezvous", redis_url,
+                       "--replan", "auto", "--replan-window", 2, "--replan-after", 1,
+                       "--straitc", fake, "--timeout-ms", 20000, *common(data, tmp_path, h))
+             for h in ("alpha", "beta")}
+    outs = {h: p.communicate(timeout=240) for h, p in procs.items()}
+    for h, p in procs.items():
+        assert p.returncode == 0, f"{h}: exit {p.returncode}\n{outs[h][0][-3000:]}\n{outs[h][1][-3000:]}"
+    m = re.search(r"re-plan 1: switching; every rank checkpoints after step (\d+) and resumes "
+                  r"under (\S+)", outs["alpha"][0])
+    assert m, outs["alpha"][0][-3000:]
+    step, new = m.group(1), m.group(2)
+    assert new == str(shared / "replan-1")
+    assert re.search(rf"re-plan \(host alpha's launcher\): every rank checkpoints after step "
+                     rf"{step} and resumes under replan-1", outs["beta"][0]), outs["beta"][0]
+    for h in ("alpha", "beta"):
+        assert f"re-planned: resuming 4 rank(s) from {shared}/replan-checkpoints/step-{step} " \
+               f"under {new}" in outs[h][0], outs[h][0][-2000:]
+    assert (tmp_path / "logs-beta" / "rank3.restart1.log").exists()
+    got = saved_params(tmp_path / "params")
+    assert got.keys() == reference.keys()
+    for name, ref in reference.items():
+        np.testing.assert_array_equal(got[name], ref, err_msg=name)

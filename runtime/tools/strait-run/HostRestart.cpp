@@ -9,6 +9,7 @@
 #include "strait/runtime/Program.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
@@ -30,6 +31,13 @@ StatusOr<HostRestart> HostRestart::open(const RunOptions &o, const program::Plan
   for (const auto &r : m.ranks())
     hosts.insert(r.host());
   return HostRestart(std::move(keys), o.host, {hosts.begin(), hosts.end()}, store);
+}
+
+void HostRestart::setHosts(const program::PlanManifest &m) {
+  std::set<std::string> names;
+  for (const auto &r : m.ranks())
+    names.insert(r.host());
+  hosts.assign(names.begin(), names.end());
 }
 
 StatusOr<std::optional<std::string>> HostRestart::failure(int g) {
@@ -92,6 +100,24 @@ StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string
       values->push_back(v);
     }
   return true;
+}
+
+Status HostRestart::publishReplan(int g, int stopStep, const std::string &name) {
+  return keys->set("replan/" + std::to_string(g), std::to_string(stopStep) + "\t" + name);
+}
+
+StatusOr<std::optional<std::pair<int, std::string>>> HostRestart::replanOf(int g) {
+  using Found = std::optional<std::pair<int, std::string>>;
+  std::string key = "replan/" + std::to_string(g);
+  STRAIT_ASSIGN_OR_RETURN(bool there, keys->has(key));
+  if (!there)
+    return Found();
+  STRAIT_ASSIGN_OR_RETURN(std::string v, keys->get(key, std::chrono::milliseconds(1000)));
+  size_t tab = v.find('\t');
+  int step = std::atoi(v.substr(0, tab).c_str());
+  if (tab == std::string::npos || step < 1)
+    return invalidArgument("malformed '" + key + "' in " + store + ": '" + v + "'");
+  return Found(std::make_pair(step, v.substr(tab + 1)));
 }
 
 void HostRestart::leave(int g, const std::string &why) {

@@ -18,6 +18,12 @@
 //                    complete (the folder is on a shared file system).
 //   gone/<host>      <host>'s launcher stopped for good (interrupted, or
 //                    it gave up): the others stop waiting for it at once.
+//   replan/<g>       --replan: "STEP<TAB>NAME": the leader's monitor (the
+//                    host of rank 0) switches to the plan DIR/NAME after
+//                    STEP; every other launcher writes STEP into its own
+//                    ranks' stop file, and all resume under DIR/NAME (the
+//                    job folder on a shared file system) from step STEP's
+//                    checkpoint.
 //
 // Generation g+1's ranks rendezvous under "<run-id>-restart<g+1>", so no
 // key of a failed generation is read again. A launcher that waits for a
@@ -72,6 +78,17 @@ public:
   /// `why` as g's failure (unless one is there) and as gone/<host>, so that
   /// the others stop their ranks and do not wait for this host.
   void leave(int g, const std::string &why);
+
+  /// --replan: the leader publishes that generation `g` stops after
+  /// `stopStep` for the plan folder `name` (under the job folder).
+  rt::Status publishReplan(int g, int stopStep, const std::string &name);
+
+  /// The re-plan of `g` the leader published, if any (no wait).
+  rt::StatusOr<std::optional<std::pair<int, std::string>>> replanOf(int g);
+
+  /// After a re-plan: the hosts are the new plan's (a host it leaves
+  /// without ranks is no longer waited for).
+  void setHosts(const program::PlanManifest &manifest);
 
   const std::string &self() const { return host; }
   const std::string &where() const { return store; }

@@ -459,13 +459,37 @@ void reportFailure(std::vector<Child> &children, std::vector<Child *> &failures)
   stopAll(children);
 }
 
+/// --replan with --host on a machine other than the leader's (the host of
+/// rank 0): the re-plan the leader published, which this launcher passes on
+/// to its ranks through their stop file.
+struct FollowedReplan {
+  std::string stopFile;
+  int stopStep = 0;  // 0: none yet
+  std::string plan;  // the new plan's folder, under the job folder
+};
+
+/// Writes `step` into a ranks' stop file (Replan.h; atomically).
+bool writeStopFile(const std::string &path, int step) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << step << "\n";
+    if (!out)
+      return false;
+  }
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
 /// Starts every rank of `m` and waits for them: 0 when all finished, 1 when
-/// one failed (the others are stopped), 128 + signal when interrupted.
-/// Attempt k > 0 (a restart) logs to rank<R>.restart<k>.log. With `hosts`
-/// (--host with --max-restarts): a local failure is published as attempt's
-/// failure, and one another host published stops the local ranks (1).
+/// one failed (the others are stopped), 128 + signal when interrupted, 4
+/// when all stopped for a re-plan. Attempt k > 0 (a restart) logs to
+/// rank<R>.restart<k>.log. With `hosts` (--host with --max-restarts or
+/// --replan): a local failure is published as attempt's failure, and one
+/// another host published stops the local ranks (1); the leader's monitor
+/// publishes its re-plan, which a `follow`er passes on to its ranks.
 int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt,
-                  ReplanMonitor *replan = nullptr, HostRestart *hosts = nullptr) {
+                  ReplanMonitor *replan = nullptr, HostRestart *hosts = nullptr,
+                  FollowedReplan *follow = nullptr) {
   std::vector<Child> children;
   ProgressMerger progress(m, o.quietProgress);
   if (replan)
@@ -477,8 +501,18 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
         parseLinkTimings(p.links, r.links[rank]);
         r.sent[rank] = parseSentBytes(p.sent);
       }
-      replan->observe(r, o.steps);
+      if (replan->observe(r, o.steps) && hosts) {
+        const std::string &dir = replan->newPlanDir();
+        rt::Status s = hosts->publishReplan(attempt, replan->stopStep(),
+                                            dir.substr(dir.rfind('/') + 1));
+        if (!s.isOk())
+          std::cerr << "strait-run: cannot tell the other hosts of the re-plan: "
+                    << s.getMessage() << std::endl;
+      }
     };
+  auto stopping = [&] {
+    return (replan && replan->stopping()) || (follow && follow->stopStep > 0);
+  };
   int local = 0;
   for (const auto &r : m.ranks()) {
     if (!o.host.empty() && r.host() != o.host)
@@ -502,7 +536,21 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
   for (int polls = 0;; ++polls) {
     std::vector<Child *> failures;
     reap(children, &failures);
-    if (replan && replan->stopping()) // exit 4: stopped for the re-plan
+    if (follow && follow->stopStep == 0) { // the leader's re-plan, if any
+      rt::StatusOr<std::optional<std::pair<int, std::string>>> r = hosts->replanOf(attempt);
+      if (r.isOk() && *r) {
+        follow->stopStep = (*r)->first;
+        follow->plan = (*r)->second;
+        bool written = writeStopFile(follow->stopFile, follow->stopStep);
+        std::cout << "strait-run: re-plan (host " << m.ranks(0).host()
+                  << "'s launcher): every rank checkpoints after step " << follow->stopStep
+                  << " and resumes under " << follow->plan << std::endl;
+        if (!written)
+          std::cerr << "strait-run: cannot write " << follow->stopFile << ": "
+                    << std::strerror(errno) << std::endl;
+      }
+    }
+    if (stopping()) // exit 4: stopped for the re-plan
       failures.erase(std::remove_if(failures.begin(), failures.end(),
                                     [](const Child *c) {
                                       return c->exitCode == kExitStoppedForReplan;
@@ -554,7 +602,7 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (replan && replan->stopping() &&
+  if (stopping() && !children.empty() &&
       std::all_of(children.begin(), children.end(),
                   [](const Child &c) { return c.exitCode == kExitStoppedForReplan; }))
     return kExitStoppedForReplan;
@@ -629,12 +677,6 @@ int runLauncher(const RunOptions &options) {
     for (const auto &r : m->ranks())
       hosts.insert(r.host());
     std::string refused = !hosts.count(o.host) ? "no rank of the plan is on it"
-                          : o.replan ? "--replan is not supported with --host (each "
-                                       "machine's launcher would re-plan on its own): re-plan "
-                                       "by hand with straitc --cluster MEASURED.yaml, then "
-                                       "restart every machine with --resume CHECKPOINT, or run "
-                                       "the job from one launcher (docs/runtime.md, "
-                                       "\"Several machines\")"
                           : options.runId.empty()
                               ? "--run-id ID is required (the same on every machine)"
                               : "";
@@ -653,8 +695,21 @@ int runLauncher(const RunOptions &options) {
                                 std::max(1, localRanks(o, *m)));
   // --replan auto (Replan.h): the ranks checkpoint into --checkpoint DIR, or
   // DIR/replan-checkpoints, and stop when the monitor writes the stop file.
+  // With --host only the leader (the host of rank 0) watches and re-plans;
+  // the others follow it through the store (HostRestart.h).
   std::optional<ReplanMonitor> replan;
-  if (o.replan) {
+  std::optional<FollowedReplan> follow;
+  const std::string jobDir = o.planDir;
+  if (o.replan && !o.host.empty() && m->ranks(0).host() != o.host) {
+    if (o.checkpointDir.empty())
+      o.checkpointDir = o.planDir + "/replan-checkpoints";
+    follow.emplace();
+    char *abs = ::realpath(o.logDir.c_str(), nullptr);
+    follow->stopFile = std::string(abs ? abs : o.logDir.c_str()) + "/replan.stop";
+    std::free(abs);
+    ::unlink(follow->stopFile.c_str());
+    o.replanStopFile = follow->stopFile;
+  } else if (o.replan) {
     if (o.checkpointDir.empty())
       o.checkpointDir = o.planDir + "/replan-checkpoints";
     rt::StatusOr<ReplanMonitor> r = ReplanMonitor::create(o);
@@ -666,13 +721,15 @@ int runLauncher(const RunOptions &options) {
     replan->clearStop();
     o.replanStopFile = replan->stopFile();
   }
-  // --max-restarts across machines (HostRestart.h): the launchers agree
-  // through the store on every restart and on the step to resume from.
+  // --max-restarts and --replan across machines (HostRestart.h): the
+  // launchers agree through the store on every restart, the step to resume
+  // from and the plan to resume under.
   std::optional<HostRestart> hosts;
-  if (!o.host.empty() && o.maxRestarts > 0) {
+  if (!o.host.empty() && (o.maxRestarts > 0 || o.replan)) {
     rt::StatusOr<HostRestart> h = HostRestart::open(o, *m);
     if (!h.isOk()) {
-      std::cerr << "strait-run: --max-restarts: " << h.getStatus().getMessage() << std::endl;
+      std::cerr << "strait-run: " << (o.replan ? "--replan: " : "--max-restarts: ")
+                << h.getStatus().getMessage() << std::endl;
       return 2;
     }
     hosts = h.takeValue();
@@ -694,8 +751,13 @@ int runLauncher(const RunOptions &options) {
                                          : "the launcher of host " + o.host + " gave up");
       return code;
     };
+    if (hosts && localRanks(o, *m) == 0) { // a re-plan left this host out
+      std::cout << "strait-run: the plan " << o.planDir << " has no rank on host " << o.host
+                << "; this launcher is done" << std::endl;
+      return 0;
+    }
     int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr,
-                             hosts ? &*hosts : nullptr);
+                             hosts ? &*hosts : nullptr, follow ? &*follow : nullptr);
     if (code > 128)
       return leave(code);
     if (code == 0 && hosts) { // done when every host is, else restart with them
@@ -711,17 +773,44 @@ int runLauncher(const RunOptions &options) {
         code = 1;
       }
     }
-    if (code == kExitStoppedForReplan && replan) {
+    if (code == kExitStoppedForReplan && (replan || follow)) {
       // Every rank checkpointed the stop step: resume under the new plan.
-      std::string dir = replan->newPlanDir();
-      std::string checkpoint =
-          o.checkpointDir + "/step-" + std::to_string(replan->stopStep());
-      rt::StatusOr<program::PlanManifest> next = rt::loadManifest(dir + "/" + o.manifest);
-      rt::Status s = next.isOk() ? replan->switched() : next.getStatus();
-      if (!s.isOk()) {
-        std::cerr << "strait-run: re-plan: " << s.toString() << std::endl;
-        return 1;
+      int step = replan ? replan->stopStep() : follow->stopStep;
+      std::string dir = replan ? replan->newPlanDir() : jobDir + "/" + follow->plan;
+      std::string checkpoint = o.checkpointDir + "/step-" + std::to_string(step);
+      if (hosts) {
+        // Across machines: nobody failed meanwhile, and the new plan and
+        // the checkpoint (rank 0 writes checkpoint.json last) are there.
+        rt::StatusOr<std::optional<std::string>> failed = hosts->failure(attempt);
+        if (failed.isOk() && *failed) {
+          std::cerr << "strait-run: " << **failed << " while the job switched plans; giving up"
+                    << std::endl;
+          return leave(1);
+        }
+        auto deadline = std::chrono::steady_clock::now() + hostTimeout;
+        while (!(rt::loadManifest(dir + "/" + o.manifest).isOk() &&
+                 findCheckpoint(checkpoint).isOk()) &&
+               std::chrono::steady_clock::now() < deadline && !stopSignal)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
+      if (follow) {
+        follow->stopStep = 0;
+        ::unlink(follow->stopFile.c_str());
+      }
+      rt::StatusOr<program::PlanManifest> next = rt::loadManifest(dir + "/" + o.manifest);
+      rt::Status s = !next.isOk() ? next.getStatus()
+                     : replan     ? replan->switched()
+                                  : rt::Status::ok();
+      if (!s.isOk()) {
+        std::cerr << "strait-run: re-plan: " << s.toString()
+                  << (follow ? " (--replan with --host needs the job folder on a file system "
+                               "every machine shares)"
+                             : "")
+                  << std::endl;
+        return leave(1);
+      }
+      if (hosts)
+        hosts->setHosts(*next);
       m = std::move(next);
       o.planDir = dir;
       o.resumePath = checkpoint;
