@@ -1,9 +1,11 @@
-//===- HostRestart.h - Restarts agreed between machines ---------*- C++ -*-===//
+//===- HostRestart.h - Launchers that agree across machines --*- C++ -*-===//
 //
-// `strait-run DIR --host NAME --max-restarts N` (docs/runtime.md, "Several
-// machines"): one launcher per machine, and a rank that fails on any of
-// them restarts every rank of the job. The launchers agree through the
-// rendezvous store the ranks meet in, under "strait-launch/<run-id>/":
+// `strait-run DIR --host NAME --max-restarts N` or `--replan auto`
+// (docs/runtime.md, "Several machines"): one launcher per machine; a rank
+// that fails on any of them restarts every rank of the job, and a re-plan
+// decided by the launcher of rank 0's host moves every machine's ranks to
+// the new plan. The launchers agree through the rendezvous store the ranks
+// meet in, under "strait-launch/<run-id>/":
 //
 //   fail/<g>         the first failure of generation g (the launch, then
 //                    one per restart): "rank R on host H failed (exit
