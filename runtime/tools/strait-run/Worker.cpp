@@ -782,6 +782,8 @@ Status runRank(const RunOptions &o) {
       auto evalStart = std::chrono::steady_clock::now();
       double sum = 0;
       int64_t terms = 0, fed = 0;
+      // BatchNorm normalizes with its running statistics, as in eval().
+      STRAIT_RETURN_IF_ERROR(exec->setInference(true).withStep(it + 1));
       for (int b = 0; b < o.evalBatches; ++b) {
         Status s = evalLoader->fill(input.isOk() ? &*input : nullptr, inputName,
                                     labels.isOk() ? &*labels : nullptr, labelsName, b);
@@ -790,8 +792,6 @@ Status runRank(const RunOptions &o) {
         for (int i : evalSteps) {
           Status ran = exec->runStep(i);
           if (!ran.isOk()) // not replayed: an evaluation changes no state
-      // BatchNorm normalizes with its running statistics, as in eval().
-      STRAIT_RETURN_IF_ERROR(exec->setInference(true).withStep(it + 1));
             return ran.withStep(it + 1);
           auto lossValue = evalLossOf.find(i);
           if (lossValue != evalLossOf.end()) {
@@ -806,6 +806,7 @@ Status runRank(const RunOptions &o) {
           STRAIT_RETURN_IF_ERROR(comm->flushSends().withStep(it + 1));
         fed += items;
       }
+      STRAIT_RETURN_IF_ERROR(exec->setInference(false).withStep(it + 1));
       std::ostringstream eval;
       eval << "rank " << o.rank << " eval " << it + 1 << "/" << o.steps << " time "
            << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
@@ -814,7 +815,6 @@ Status runRank(const RunOptions &o) {
            << " ms";
       if (terms > 0)
         eval << " loss " << sum / static_cast<double>(terms);
-      STRAIT_RETURN_IF_ERROR(exec->setInference(false).withStep(it + 1));
       if (fed > 0)
         eval << " " << loader->itemName() << " " << fed;
       std::cout << eval.str() << std::endl;
