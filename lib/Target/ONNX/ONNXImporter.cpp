@@ -111,6 +111,10 @@ private:
   std::string namePrefix;
   /// Float initializers: the variable, read lazily at first use.
   llvm::StringMap<graph::VariableOp> variables;
+  /// A PyTorch export's float initializers that are not torch parameters ->
+  /// the exporter's kind (torchNonParameters); their variables carry it as
+  /// `graph.torch_kind`, which graph-build-training-step reads.
+  llvm::StringMap<std::string> nonParameters;
   /// Outputs a node names but the importer does not produce -> the node.
   llvm::StringMap<std::string> unboundOutputs;
   llvm::StringMap<std::shared_ptr<llvm::MemoryBuffer>> externalFiles;
@@ -371,6 +375,8 @@ LogicalResult ModelImporter::declareInitializer(const onnx::TensorProto &tensor)
       NameLoc::get(builder.getStringAttr(tensor.name()), fileLoc),
       builder.getStringAttr(tensor.name()), TypeAttr::get(*type), value,
       /*frozen=*/nullptr);
+  if (auto kind = nonParameters.find(tensor.name()); kind != nonParameters.end())
+    var->setAttr("graph.torch_kind", builder.getStringAttr(kind->second));
   variables[tensor.name()] = var;
   return success();
 }
@@ -569,6 +575,7 @@ OwningOpRef<ModuleOp> ModelImporter::run(const onnx::ModelProto &model) {
   if (failed(readOpset(model)))
     return nullptr;
   checkTorchExportParameters(model, fileLoc);
+  nonParameters = torchNonParameters(model);
   const onnx::GraphProto &graph = model.graph();
   if (graph.sparse_initializer_size() > 0) {
     error() << "sparse initializers are not supported";

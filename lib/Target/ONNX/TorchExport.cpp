@@ -69,7 +69,41 @@ bool isFloat(int32_t t) {
          t == onnx::TensorProto::BFLOAT16 || t == onnx::TensorProto::DOUBLE;
 }
 
+/// value name -> the exporter's InputSpec kind, for the marked values.
+llvm::StringMap<std::string> inputKinds(const onnx::GraphProto &graph) {
+  llvm::StringMap<std::string> kinds;
+  for (const onnx::ValueInfoProto &v : graph.value_info()) {
+    std::map<std::string, std::string> meta = metadataOf(v, kValueInfoMetadataField);
+    auto kind = meta.find(kKindKey);
+    if (kind != meta.end())
+      kinds[v.name()] = kind->second;
+  }
+  return kinds;
+}
+
 } // namespace
+
+llvm::StringMap<std::string> torchNonParameters(const onnx::ModelProto &model) {
+  const onnx::GraphProto &graph = model.graph();
+  llvm::StringMap<std::string> kinds = inputKinds(graph);
+  bool marked = llvm::any_of(graph.initializer(), [&](const onnx::TensorProto &t) {
+    auto it = kinds.find(t.name());
+    return it != kinds.end() && it->second == "PARAMETER";
+  });
+  llvm::StringMap<std::string> out;
+  if (!marked)
+    return out; // another producer, or the marks were stripped: no claim
+  for (const onnx::TensorProto &t : graph.initializer()) {
+    if (!isFloat(t.data_type()))
+      continue;
+    auto it = kinds.find(t.name());
+    if (it == kinds.end())
+      out[t.name()] = "unmarked";
+    else if (it->second != "PARAMETER")
+      out[t.name()] = it->second;
+  }
+  return out;
+}
 
 void checkTorchExportParameters(const onnx::ModelProto &model, Location loc) {
   const onnx::GraphProto &graph = model.graph();
@@ -78,14 +112,13 @@ void checkTorchExportParameters(const onnx::ModelProto &model, Location loc) {
   if (sig == graphMeta.end())
     return;
   // The exporter marks the value of every lifted parameter or buffer.
-  llvm::StringMap<std::string> marked; // value name -> kind
-  llvm::StringSet<> originals;          // signature names of the marked values
+  // value name -> kind; the signature names of the marked values
+  llvm::StringMap<std::string> marked = inputKinds(graph);
+  llvm::StringSet<> originals;
   for (const onnx::ValueInfoProto &v : graph.value_info()) {
-    std::map<std::string, std::string> meta = metadataOf(v, kValueInfoMetadataField);
-    auto kind = meta.find(kKindKey);
-    if (kind == meta.end())
+    if (!marked.count(v.name()))
       continue;
-    marked[v.name()] = kind->second;
+    std::map<std::string, std::string> meta = metadataOf(v, kValueInfoMetadataField);
     auto original = meta.find(kOriginalNameKey);
     if (original != meta.end())
       originals.insert(original->second);
@@ -131,12 +164,14 @@ void checkTorchExportParameters(const onnx::ModelProto &model, Location loc) {
     << " parameters of this PyTorch export are not initializers of the graph: "
     << list(missing) << ". torch.onnx.export's default optimizer (optimize=True) folds a "
     << "parameter's Transpose into a constant under a generated name and merges initializers "
-    << "of equal value (e.g. zero biases, unit norm weights), so such parameters would train as "
-    << "other tensors, or tied together. Export with optimize=False for training "
+    << "of equal value (e.g. zero biases, unit norm weights), so such parameters would not "
+    << "train (a training step trains only the initializers marked as parameters), or train "
+    << "tied together. Export with optimize=False for training "
     << "(docs/models.md, \"Exporting your own model\"). Tied weights and parameters the forward "
     << "never reads are missing as well, and harmless.";
   if (!unmarked.empty())
-    w << " Float initializers without a parameter mark: " << list(unmarked) << ".";
+    w << " Float initializers without a parameter mark (constants unless --trainable selects "
+      << "them): " << list(unmarked) << ".";
 }
 
 } // namespace onnximport

@@ -6,13 +6,17 @@
 // warns when parameters are missing from the graph, which is what the
 // exporter's default optimizer (optimize=True) does to a model meant for
 // inference: it folds a parameter's Transpose into a constant under a
-// generated name and merges initializers of equal value.
+// generated name and merges initializers of equal value. torchNonParameters
+// reads the same marks for the training step's default trainable set.
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_LIB_TARGET_ONNX_TORCHEXPORT_H
 #define STRAIT_LIB_TARGET_ONNX_TORCHEXPORT_H
 
 #include "mlir/IR/Location.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
 
 namespace onnx {
 class ModelProto;
@@ -27,6 +31,14 @@ namespace onnximport {
 /// their place, and the fix. Models without the exporter's metadata (every
 /// other producer, or PyTorch models saved without it) pass silently.
 void checkTorchExportParameters(const onnx::ModelProto &model, mlir::Location loc);
+
+/// The float initializers of `model` that are not torch parameters, when it
+/// is a PyTorch dynamo export that marks its parameters (at least one
+/// initializer's value carries InputSpec.kind PARAMETER): name -> the kind
+/// the exporter gave it (BUFFER, CONSTANT_TENSOR) or "unmarked" (a constant
+/// the exporter or its optimizer made: an absent Conv bias's zeros, a folded
+/// value). Empty for every other model: without marks there is no claim.
+llvm::StringMap<std::string> torchNonParameters(const onnx::ModelProto &model);
 
 } // namespace onnximport
 } // namespace strait

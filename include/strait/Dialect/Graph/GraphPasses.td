@@ -96,7 +96,8 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "micro-batches whose gradients one update averages">,
     ListOption<"trainable", "trainable", "std::string",
-               "glob patterns of trainable variables (default: all float ones)">,
+               "glob patterns of trainable variables (default: all float ones; of a "
+               "PyTorch export that marks its parameters, those only)">,
     ListOption<"frozen", "frozen", "std::string",
                "glob patterns of variables to freeze (win over trainable)">
   ];

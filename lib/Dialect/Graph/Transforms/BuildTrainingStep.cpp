@@ -20,6 +20,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <string>
 
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHBUILDTRAININGSTEP
@@ -33,6 +35,11 @@ namespace {
 
 constexpr StringLiteral kNameAttr = "graph.name";
 constexpr StringLiteral kStateOfAttr = "graph.optimizer_state_of";
+/// On a float variable of a PyTorch export that the exporter does not mark as
+/// a parameter: its kind (BUFFER, CONSTANT_TENSOR, unmarked); set by the
+/// ONNX importer (lib/Target/ONNX/TorchExport.cpp).
+constexpr StringLiteral kTorchKindAttr = "graph.torch_kind";
+
 
 /// A trainable variable, the reads of it in the step, and its gradient.
 struct Param {
@@ -218,6 +225,36 @@ static bool matchesAny(ArrayRef<llvm::GlobPattern> globs, StringRef name) {
   return llvm::any_of(globs, [&](const llvm::GlobPattern &g) { return g.match(name); });
 }
 
+/// One remark for the float variables left untrained because their PyTorch
+/// export does not mark them as parameters: how many of each kind, the first
+/// few names, and the override.
+static void remarkConstants(ModuleOp module, ArrayRef<VariableOp> constants) {
+  std::map<std::string, int64_t> perKind;
+  for (VariableOp var : constants)
+    ++perKind[var->getAttrOfType<StringAttr>(kTorchKindAttr).str()];
+  std::string kinds, names;
+  for (const auto &[kind, n] : perKind)
+    kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
+  constexpr size_t kShown = 6;
+  for (size_t i = 0; i < constants.size() && i < kShown; ++i) {
+    VariableOp var = constants[i];
+    std::string shape;
+    llvm::raw_string_ostream os(shape);
+    llvm::interleave(cast<ShapedType>(var.getType()).getShape(), os, "x");
+    names += (i ? ", " : "") + var.getSymName().str() + " [" + shape + "]";
+  }
+  if (constants.size() > kShown)
+    names += ", ... (" + std::to_string(constants.size() - kShown) + " more)";
+  bool one = constants.size() == 1;
+  mlir::emitRemark(module.getLoc(), "graph-build-training-step: ")
+      << constants.size()
+      << (one ? " float variable is not a parameter" : " float variables are not parameters")
+      << " of the PyTorch export and " << (one ? "stays" : "stay") << " constant ("
+      << kinds << "): " << names << ". --trainable GLOB (the pass's trainable=) chooses the "
+      << "set instead: --trainable '*' trains every float variable";
+}
+
+
 LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
                                                  SmallVectorImpl<Param> &params) {
   ModuleOp module = getOperation();
@@ -226,6 +263,7 @@ LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
   if (failed(train) || failed(freeze))
     return failure();
   llvm::StringMap<size_t> index;
+  SmallVector<VariableOp> constants; // not torch parameters (graph.torch_kind)
   for (auto var : module.getOps<VariableOp>()) {
     if (!strait::detail::isFloatTensor(var.getType()) || var.getFrozen())
       continue;
@@ -242,9 +280,19 @@ LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
       var.setFrozen(true);
       continue;
     }
+    // The importer marks the float initializers of a PyTorch export that
+    // the exporter does not list as parameters (buffers, its own constants):
+    // torch does not train them, and neither does the default set.
+    if (train->empty() && var->getAttrOfType<StringAttr>(kTorchKindAttr)) {
+      var.setFrozen(true);
+      constants.push_back(var);
+      continue;
+    }
     index[name] = params.size();
     params.push_back(Param{var, {}, Value()});
   }
+  if (!constants.empty())
+    remarkConstants(module, constants);
   func.walk([&](ReadVariableOp read) {
     auto it = index.find(read.getVariable());
     if (it != index.end())
