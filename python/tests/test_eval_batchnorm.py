@@ -119,3 +119,54 @@ def test_eval_uses_running_statistics(setup, tmp_path):
     assert sorted(plain) == sorted(params)
     for name in plain:
         np.testing.assert_array_equal(plain[name], params[name], err_msg=name)
+
+
+class DropNet(Net):
+    def __init__(self, p):
+        super().__init__()
+        self.drop = torch.nn.Dropout(p)
+
+    def forward(self, x):
+        return self.fc(self.drop(torch.relu(self.bn(self.conv(x))).flatten(1)))
+
+
+def test_training_mode_export_trains_as_torch(setup, tmp_path):
+    """PyTorch's export for training (TrainingMode.TRAINING: BatchNormalization with
+    training_mode = 1, Dropout with training_mode = true) imports: one SGD step gives torch's
+    parameters and running statistics (dropout off on both sides: straitc warns that its training
+    step runs Dropout as the identity)."""
+    d, _, _ = setup
+    torch.manual_seed(1)
+    net = DropNet(0.1).train()
+    model = tmp_path / "train-mode.onnx"
+    torch.onnx.export(net, (torch.zeros(B, 1, 8, 8),), str(model), input_names=["images"],
+                      output_names=["logits"], opset_version=17, dynamo=False,
+                      training=torch.onnx.TrainingMode.TRAINING)
+    nodes = onnx.load(str(model)).graph.node
+    bn = next(n for n in nodes if n.op_type == "BatchNormalization")
+    assert any(a.name == "training_mode" and a.i == 1 for a in bn.attribute)
+    assert any(n.op_type == "Dropout" for n in nodes)
+    p = run([STRAITC, str(model), "--input-shape", f"images={B}x1x8x8", "--loss",
+             "cross-entropy", "--optimizer", "sgd", "-o", str(tmp_path / "job")])
+    assert "1 Dropout op of the model run as the identity" in p.stderr, p.stderr
+    subprocess.run([STRAIT_RUN, str(tmp_path / "job"), "--steps", "1", "--lr", "0.1",
+                    "--threads", "1", "--data", str(d / "train.npy"), "--labels",
+                    str(d / "train-labels.npy"), "--dump-outputs", str(tmp_path / "out"),
+                    "--save-params", str(tmp_path / "params")], check=True,
+                   capture_output=True, timeout=120)
+    images = torch.from_numpy(np.load(tmp_path / "out" / "images.rank0.npy"))
+    labels = torch.from_numpy(np.load(tmp_path / "out" / "labels.rank0.npy")).long()
+    net.drop.p = 0.0
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    loss = torch.nn.functional.cross_entropy(net(images), labels)
+    loss.backward()
+    with torch.no_grad():
+        for q in net.parameters():
+            q -= 0.1 * q.grad
+    got = saved_params(tmp_path / "params")
+    expect = {k: v.numpy() for k, v in net.state_dict().items() if k != "bn.num_batches_tracked"}
+    assert sorted(got) == sorted(expect)
+    for name, value in expect.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+        # every tensor moved: parameters by the step, running statistics by the batch
+        assert not np.array_equal(value, before[name].numpy()), name

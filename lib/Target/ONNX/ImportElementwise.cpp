@@ -234,13 +234,13 @@ LogicalResult importDropout(NodeImporter &n) {
       return n.error() << "'ratio' must be a float scalar";
     ratio = (*r->getValues<APFloat>().begin()).convertToDouble();
   }
+  // training_mode (PyTorch's TrainingMode.TRAINING export) is read but not
+  // followed: the training step runs Dropout as the identity and says so
+  // (graph-build-training-step).
   if (n.input(2)) {
     FailureOr<DenseElementsAttr> t = n.constantInput(2, "training_mode");
     if (failed(t))
       return failure();
-    if (!t->getValues<APInt>()[0].isZero())
-      return n.error() << "training_mode = true in the model is not supported; "
-                          "the training-step builder decides about dropout";
   }
   FailureOr<Values> y = n.create<graph::DropoutOp>(*x, {n.named("ratio", n.f32(ratio))});
   if (failed(y))

@@ -217,9 +217,6 @@ LogicalResult importBatchNorm(NodeImporter &n) {
   // the node has the running-statistics outputs.
   if (n.opsetVersion() < 7 && !*isTest && n.numUsedOutputs() > 1)
     *training = 1;
-  if (*training != 0)
-    return n.error() << "training_mode = 1 in the model is not supported; export in "
-                        "eval mode, the training-step builder adds batch statistics";
   if (*spatial != 1)
     return n.error() << "spatial = 0 is not supported";
   SmallVector<Value> in;
@@ -229,8 +226,20 @@ LogicalResult importBatchNorm(NodeImporter &n) {
       return failure();
     in.push_back(*v);
   }
-  return emit<graph::BatchNormalizationOp>(
-      n, in, {n.named("epsilon", n.f32(*eps)), n.named("momentum", n.f32(*mom))});
+  SmallVector<NamedAttribute> attrs = {n.named("epsilon", n.f32(*eps)),
+                                       n.named("momentum", n.f32(*mom))};
+  if (*training == 0)
+    return emit<graph::BatchNormalizationOp>(n, in, attrs);
+  // Training mode (PyTorch's TrainingMode.TRAINING export): batch statistics,
+  // and the running averages as outputs 1 and 2. The training-step builder
+  // stores those back into the variables the node read. Before opset 14,
+  // outputs 3 and 4 were the saved mean and variance: only the mean is ours.
+  if (n.proto().output_size() > 4 && !n.proto().output(4).empty())
+    return n.error() << "training_mode: the saved-variance output (5th) is not supported";
+  FailureOr<Values> r = n.create<graph::BatchNormalizationTrainingOp>(in, attrs);
+  if (failed(r))
+    return failure();
+  return n.setResults({(*r)[0], (*r)[3], (*r)[4], (*r)[1]});
 }
 
 /// LayerNormalization's optional Mean and InvStdDev outputs, spelled with

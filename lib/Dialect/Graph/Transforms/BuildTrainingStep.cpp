@@ -68,7 +68,7 @@ bool feedsOnlyRunningStats(VariableOp var, func::FuncOp func) {
       return;
     for (OpOperand &use : read->getUses()) {
       any = true;
-      onlyStats &= isa<BatchNormalizationOp>(use.getOwner()) &&
+      onlyStats &= isa<BatchNormalizationOp, BatchNormalizationTrainingOp>(use.getOwner()) &&
                    use.getOperandNumber() >= 3;
     }
   });
@@ -303,25 +303,43 @@ LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
 }
 
 /// BatchNormalization uses batch statistics in training; the running
-/// statistics it read from variables are updated with AssignVariable.
+/// statistics it read from variables are updated with AssignVariable. A
+/// BatchNormalizationTraining the importer made (training_mode = 1) has its
+/// running statistics stored the same way. Dropout is the identity in the
+/// training step: a warning says so when the model has any.
 void BuildTrainingStep::convertBatchNorms(func::FuncOp func) {
+  auto store = [&](OpBuilder &b, Location loc, Value stat, Value updated) {
+    if (optimizer == "none")
+      return;
+    if (auto read = stat.getDefiningOp<ReadVariableOp>())
+      b.create<AssignVariableOp>(loc, read.getVariableAttr(), updated);
+  };
+  SmallVector<BatchNormalizationTrainingOp> imported(
+      func.getOps<BatchNormalizationTrainingOp>());
+  for (BatchNormalizationTrainingOp bn : imported) {
+    OpBuilder b(bn);
+    b.setInsertionPointAfter(bn);
+    store(b, bn.getLoc(), bn.getInputMean(), bn.getRunningMean());
+    store(b, bn.getLoc(), bn.getInputVar(), bn.getRunningVar());
+  }
   SmallVector<BatchNormalizationOp> bns(func.getOps<BatchNormalizationOp>());
   for (BatchNormalizationOp bn : bns) {
     OpBuilder b(bn);
     auto train = b.create<BatchNormalizationTrainingOp>(
         bn.getLoc(), bn.getX(), bn.getScale(), bn.getB(), bn.getInputMean(),
         bn.getInputVar(), bn.getEpsilonAttr(), bn.getMomentumAttr());
-    auto store = [&](Value stat, Value updated) {
-      if (auto read = stat.getDefiningOp<ReadVariableOp>())
-        b.create<AssignVariableOp>(bn.getLoc(), read.getVariableAttr(), updated);
-    };
-    if (optimizer != "none") {
-      store(bn.getInputMean(), train.getRunningMean());
-      store(bn.getInputVar(), train.getRunningVar());
-    }
+    store(b, bn.getLoc(), bn.getInputMean(), train.getRunningMean());
+    store(b, bn.getLoc(), bn.getInputVar(), train.getRunningVar());
     bn.getY().replaceAllUsesWith(train.getY());
     bn.erase();
   }
+  int64_t dropouts = 0;
+  func.walk([&](DropoutOp d) { dropouts += d.getRatio().convertToFloat() > 0; });
+  if (dropouts)
+    mlir::emitWarning(func.getLoc(), "graph-build-training-step: ")
+        << dropouts << " Dropout op" << (dropouts > 1 ? "s" : "")
+        << " of the model run as the identity in the training step (training steps are "
+           "deterministic; seeded dropout is not implemented)";
 }
 
 void BuildTrainingStep::assignOpIds(func::FuncOp func) {
