@@ -294,35 +294,45 @@ private:
     std::string itemName;
     int64_t items = 0;
   };
-  /// "eval after step N/M: loss L (K tokens)": the mean over the ranks with
-  /// a loss (each replica's last stage), the items of each replica once.
+  /// The mean loss over the ranks that report one (each replica's last
+  /// stage) and the items of each replica once (its ranks share a batch).
+  struct Totals {
+    double loss = 0;
+    int losses = 0;
+    std::string itemName;
+    int64_t items = 0;
+  };
+  template <typename Report> Totals totals(const std::map<int, Report> &ranks) {
+    Totals t;
+    std::map<int, int64_t> itemsPerReplica;
+    for (const auto &[rank, r] : ranks) {
+      if (r.hasLoss) {
+        t.loss += r.loss;
+        ++t.losses;
+      }
+      if (r.items > 0) {
+        t.itemName = r.itemName;
+        int64_t &n = itemsPerReplica[replicaOf.count(rank) ? replicaOf[rank] : rank];
+        n = std::max(n, r.items);
+      }
+    }
+    for (const auto &kv : itemsPerReplica)
+      t.items += kv.second;
+    if (t.losses)
+      t.loss /= t.losses;
+    return t;
+  }
+  /// "eval after step N/M: loss L (K tokens)".
   void printEval(const std::string &frac, const std::map<int, EvalReport> &ranks) {
     if (quiet)
       return;
-    double loss = 0;
-    int losses = 0;
-    std::map<int, int64_t> itemsPerReplica;
-    std::string itemName;
-    for (const auto &[rank, e] : ranks) {
-      if (e.hasLoss) {
-        loss += e.loss;
-        ++losses;
-      }
-      if (e.items > 0) {
-        itemName = e.itemName;
-        int64_t &n = itemsPerReplica[replicaOf.count(rank) ? replicaOf[rank] : rank];
-        n = std::max(n, e.items);
-      }
-    }
+    Totals t = totals(ranks);
     std::ostringstream line;
     line << "eval after step " << frac << ":";
-    if (losses)
-      line << " loss " << loss / losses;
-    int64_t items = 0;
-    for (const auto &kv : itemsPerReplica)
-      items += kv.second;
-    if (items > 0)
-      line << " (" << items << " " << itemName << ")";
+    if (t.losses)
+      line << " loss " << t.loss;
+    if (t.items > 0)
+      line << " (" << t.items << " " << t.itemName << ")";
     std::cout << line.str() << std::endl;
   }
   // step N -> ("N/M", rank -> report)
@@ -330,34 +340,21 @@ private:
   void print(int step, const std::map<int, Progress> &ranks) {
     if (quiet || ranks.empty())
       return;
-    double ms = 0, loss = 0;
-    int losses = 0;
-    std::map<int, int64_t> itemsPerReplica;
-    std::string itemName, lr;
+    double ms = 0;
+    std::string lr;
     for (const auto &kv : ranks) {
       ms = std::max(ms, kv.second.ms);
       if (lr.empty())
         lr = kv.second.lr;
-      if (kv.second.hasLoss) {
-        loss += kv.second.loss;
-        ++losses;
-      }
-      if (kv.second.items > 0) {
-        itemName = kv.second.itemName;
-        int64_t &n = itemsPerReplica[replicaOf.count(kv.first) ? replicaOf[kv.first] : kv.first];
-        n = std::max(n, kv.second.items);
-      }
     }
+    Totals sum = totals(ranks);
     std::ostringstream line;
     line << "step " << step << "/" << ranks.begin()->second.steps;
-    if (losses)
-      line << " loss " << loss / losses;
-    if (!itemName.empty()) {
-      int64_t items = 0;
-      for (const auto &kv : itemsPerReplica)
-        items += kv.second;
-      line << " " << itemName << "/s " << static_cast<int64_t>(items / std::max(ms, 1e-3) * 1000);
-    }
+    if (sum.losses)
+      line << " loss " << sum.loss;
+    if (sum.items > 0)
+      line << " " << sum.itemName << "/s "
+           << static_cast<int64_t>(sum.items / std::max(ms, 1e-3) * 1000);
     char t[32];
     std::snprintf(t, sizeof(t), ms < 10 ? "%.3f" : "%.1f", ms);
     line << " time " << t << " ms";
