@@ -117,6 +117,7 @@ private:
   LogicalResult checkOptions();
   FailureOr<func::FuncOp> findStep();
   LogicalResult selectTrainable(func::FuncOp func, SmallVectorImpl<Param> &params);
+  LogicalResult checkStatisticsNotTrained(ModuleOp module, ArrayRef<Param> params);
   void convertBatchNorms(func::FuncOp func);
   void assignOpIds(func::FuncOp func);
   FailureOr<unsigned> findOutput(func::FuncOp func);
@@ -299,7 +300,33 @@ LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
       params[it->second].reads.push_back(read.getValue());
   });
   numTrainable = params.size();
-  return success();
+  return checkStatisticsNotTrained(module, params);
+}
+
+/// A trainable variable that is also a BatchNormalization's running mean or
+/// variance: an exporter merged a buffer into a parameter of equal value. The
+/// optimizer and the running average would both assign it.
+LogicalResult BuildTrainingStep::checkStatisticsNotTrained(ModuleOp module,
+                                                           ArrayRef<Param> params) {
+  if (optimizer == "none")
+    return success(); // nothing is assigned
+  auto isStatistic = [](OpOperand &use) {
+    return isa<BatchNormalizationOp, BatchNormalizationTrainingOp>(use.getOwner()) &&
+           use.getOperandNumber() >= 3;
+  };
+  std::string names;
+  for (const Param &p : params)
+    if (llvm::any_of(p.reads, [&](Value r) { return llvm::any_of(r.getUses(), isStatistic); }))
+      names += (names.empty() ? "" : ", ") + VariableOp(p.var).getSymName().str();
+  if (names.empty())
+    return success();
+  return mlir::emitError(module.getLoc(), "graph-build-training-step: trainable variables ")
+         << "that are also BatchNormalization running statistics: " << names
+         << ". The exporter merged a buffer into a parameter of equal value (torch.onnx."
+         << "export's default optimizer, optimize=True, merges a fresh BatchNorm's running_var "
+         << "into its weight and running_mean into its bias, all ones and zeros); the optimizer "
+         << "and the running average would both assign it. Export with optimize=False "
+         << "(docs/models.md, \"Exporting your own model\")";
 }
 
 /// BatchNormalization uses batch statistics in training; the running

@@ -10,6 +10,9 @@ float buffer the forward reads (scale) and a constant the optimizer folded from 
 arithmetic (val_N, no mark). Parameters and buffers get distinct values: the optimizer merges
 initializers of equal value, e.g. a fresh BatchNorm's running_var with its weight (both ones).
 
+bn-merged.onnx: the same conv net freshly initialized, exported with the default optimizer: its
+BatchNormalization reads bn.weight as its running variance and bn.bias as its running mean.
+
     .venv/bin/python test/Target/ONNX/Inputs/torch-export/export.py   (torch 2.15, onnxscript 0.7.2)
 """
 import os
@@ -68,5 +71,10 @@ if __name__ == "__main__":
                           external_data=False)
     torch.onnx.export(conv_net().eval(), (torch.randn(2, 3, 6, 6),),
                       os.path.join(here, "conv-constants.onnx"), dynamo=True,
+                      input_names=["x"], output_names=["logits"],
+                      dynamic_shapes={"x": {0: "batch"}}, external_data=False)
+    torch.manual_seed(0)
+    torch.onnx.export(ConvNet().eval(), (torch.randn(2, 3, 6, 6),),
+                      os.path.join(here, "bn-merged.onnx"), dynamo=True,
                       input_names=["x"], output_names=["logits"],
                       dynamic_shapes={"x": {0: "batch"}}, external_data=False)
