@@ -140,6 +140,7 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
     blk.fwdFlops += n.fwdFlops;
     blk.bwdFlops += n.backwardFlops();
     blk.paramBytes += n.paramBytes;
+    blk.frozenBytes += n.frozenBytes;
     blk.activationBytes += n.activationBytes * perSample;
     blk.workingBytes = std::max(blk.workingBytes, 2 * n.bytesWritten * perSample);
     for (unsigned c = 0; c < classes; ++c) {
@@ -190,8 +191,12 @@ llvm::Expected<CoarseGraph> strait::coarsenGraph(const CostGraph &graph,
     if (w.owner < blockOf.size() && blockOf[w.owner] != blocks.front()) {
       result.blocks[blockOf[w.owner]].paramBytes -= w.bytes;
       result.blocks[blocks.front()].paramBytes += w.bytes;
+      if (w.frozen) {
+        result.blocks[blockOf[w.owner]].frozenBytes -= w.bytes;
+        result.blocks[blocks.front()].frozenBytes += w.bytes;
+      }
     }
-    result.tied.push_back({w.name, w.bytes, std::move(blocks)});
+    result.tied.push_back({w.name, w.bytes, std::move(blocks), w.frozen});
   }
   result.cutBytes.assign(numBlocks > 0 ? numBlocks - 1 : 0, 0);
   double running = 0;

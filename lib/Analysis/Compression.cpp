@@ -595,7 +595,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     const StagePlan &s = plan.stages[j];
     Codec c;
     double time = s.allReduceTime;
-    if (s.devices.size() > 1 && s.paramBytes > 0) {
+    if (s.devices.size() > 1 && s.gradBytes > 0) {
       std::vector<std::vector<unsigned>> islands = islandsOf(cluster, s.devices);
       // As the planner costs it (PlanContext::makeChunk): local steps
       // discount the inter-island phase of replicas over several islands.
@@ -605,7 +605,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
         for (unsigned d : s.devices)
           islands.push_back({d});
       }
-      LinkTransfer t = interIslandTransfer(cluster, islands, s.paramBytes);
+      LinkTransfer t = interIslandTransfer(cluster, islands, s.gradBytes);
       // Local steps: H iterations of compute hide one synchronization.
       t.target = plan.microBatches * stageTime(j) / share;
       // Overrides may name any pair of replicas in different islands.
@@ -619,8 +619,8 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       c = picker.pick(pairs, t);
       if (!c.isNone())
         time = islandAllReduceTime(
-            cluster, islands, s.paramBytes, encodedBytes(c, s.paramBytes / 4, 4),
-            codecTime(c, s.paramBytes, t.senderRate, t.receiverRate), share);
+            cluster, islands, s.gradBytes, encodedBytes(c, s.gradBytes / 4, 4),
+            codecTime(c, s.gradBytes, t.senderRate, t.receiverRate), share);
     }
     out.allReduce.push_back(c);
     out.allReduceTime.push_back(time);
@@ -674,7 +674,7 @@ std::string strait::formatCompression(const PlanCompression &c, const PartitionP
                         formatCodec(codec, true));
     if (!codec.isNone())
       os << llvm::formatv(" ({0:f1}x {1})",
-                          s.paramBytes / std::max(1.0, encodedBytes(codec, s.paramBytes / 4)),
+                          s.gradBytes / std::max(1.0, encodedBytes(codec, s.gradBytes / 4)),
                           islands > 1 ? "between islands" : "on the ring");
     os << llvm::formatv(", {0} -> {1}\n", ms(s.allReduceTime), ms(c.allReduceTime[j]));
   }

@@ -36,6 +36,7 @@ PlanContext::PlanContext(const CoarseGraph &graph, const ClusterModel &cluster,
     }));
   }
   paramPrefix = prefix([&](unsigned b) { return graph.blocks[b].paramBytes; });
+  frozenPrefix = prefix([&](unsigned b) { return graph.blocks[b].frozenBytes; });
   actPrefix =
       prefix([&](unsigned b) { return graph.blocks[b].activationBytes; });
   // A span [from, to] is read by a stage [b0, b1) that holds one of blocks
@@ -161,9 +162,8 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
   }
   cost.maxInFlight = 1e30;
   cost.paramBytes = paramBytes(b0, b1);
-  const MemoryOptions &mem = options.memory;
-  double state = cost.paramBytes * (1 + mem.gradBytesPerParamByte +
-                                    mem.optimizerBytesPerParamByte);
+  cost.gradBytes = gradBytes(b0, b1);
+  double state = stateBytes(b0, b1);
   double act = keptBytes(b0, b1, recompute);
   double work = workingBytes(b0, b1, recompute);
   for (auto [c, count] : chunk.classes) {
@@ -182,14 +182,20 @@ StageCost PlanContext::stageCost(unsigned b0, unsigned b1, const Chunk &chunk,
       cost.worstClass = c;
     }
   }
-  cost.allReduce = chunk.allReduce.time(cost.paramBytes);
+  cost.allReduce = cost.gradBytes > 0 ? chunk.allReduce.time(cost.gradBytes) : 0;
   return cost;
 }
 
-double PlanContext::tiedCopyBytes(unsigned b0, unsigned b1) const {
+double PlanContext::stateBytes(unsigned b0, unsigned b1) const {
+  const MemoryOptions &mem = options.memory;
+  return paramBytes(b0, b1) +
+         gradBytes(b0, b1) * (mem.gradBytesPerParamByte + mem.optimizerBytesPerParamByte);
+}
+
+double PlanContext::tiedCopyBytes(unsigned b0, unsigned b1, bool frozenOnly) const {
   double bytes = 0;
   for (const CoarseGraph::TiedWeight &w : graph.tied)
-    if (w.blocks.front() < b0 &&
+    if ((!frozenOnly || w.frozen) && w.blocks.front() < b0 &&
         llvm::any_of(w.blocks, [&](unsigned b) { return b >= b0 && b < b1; }))
       bytes += w.bytes;
   return bytes;
@@ -204,9 +210,7 @@ double PlanContext::capacity(unsigned cls) const {
 double PlanContext::memory(unsigned b0, unsigned b1, const Chunk &chunk,
                            unsigned cls, double m, double inFlight,
                            bool recompute) const {
-  const MemoryOptions &mem = options.memory;
-  double state = paramBytes(b0, b1) *
-                 (1 + mem.gradBytesPerParamByte + mem.optimizerBytesPerParamByte);
+  double state = stateBytes(b0, b1);
   // What the in-flight micro-batches keep, plus one block's working set.
   return state + (keptBytes(b0, b1, recompute) * inFlight +
                    workingBytes(b0, b1, recompute)) *

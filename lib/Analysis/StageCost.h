@@ -38,6 +38,8 @@ struct Chunk {
 
 struct StageCost {
   double fwd = 0, bwd = 0, allReduce = 0, paramBytes = 0;
+  /// Of paramBytes, those with a gradient (StagePlan::gradBytes).
+  double gradBytes = 0;
   /// The optimizer step, once per iteration (every replica runs it).
   double update = 0;
   /// Most micro-batches whose activations fit on every replica; < 0 if the
@@ -105,7 +107,15 @@ private:
   double paramBytes(unsigned b0, unsigned b1) const {
     return rangeSum(paramPrefix, b0, b1) + tiedCopyBytes(b0, b1);
   }
-  double tiedCopyBytes(unsigned b0, unsigned b1) const;
+  /// Of paramBytes(b0, b1), those of trainable variables.
+  double gradBytes(unsigned b0, unsigned b1) const {
+    return paramBytes(b0, b1) - rangeSum(frozenPrefix, b0, b1) -
+           tiedCopyBytes(b0, b1, /*frozenOnly=*/true);
+  }
+  /// Parameter state: the weights, and gradients and optimizer state of
+  /// the trainable ones.
+  double stateBytes(unsigned b0, unsigned b1) const;
+  double tiedCopyBytes(unsigned b0, unsigned b1, bool frozenOnly = false) const;
   double rangeSum(const std::vector<double> &prefix, unsigned b0,
                   unsigned b1) const {
     return prefix[b1] - prefix[b0];
@@ -118,7 +128,7 @@ private:
     double operator()(unsigned b0, unsigned b1) const;
   };
   std::vector<std::vector<double>> fwdPrefix, bwdPrefix, updatePrefix;
-  std::vector<double> paramPrefix, actPrefix;
+  std::vector<double> paramPrefix, frozenPrefix, actPrefix;
   /// inputTable[b0 * (B + 1) + b1]: bytes per sample of the values that
   /// enter blocks [b0, b1) from earlier blocks or pass through them, each
   /// once: what a recomputing stage keeps per in-flight micro-batch.

@@ -33,8 +33,8 @@ static std::string memoryMessage(const PlanContext &ctx, const StagePlan &s,
   const ClusterModel &cluster = ctx.cluster;
   const Device &dev = cluster.devices[s.peakMemoryDevice];
   const MemoryOptions &mem = ctx.options.memory;
-  double state = s.paramBytes * (1 + mem.gradBytesPerParamByte +
-                                 mem.optimizerBytesPerParamByte);
+  double state = s.paramBytes + s.gradBytes * (mem.gradBytesPerParamByte +
+                                               mem.optimizerBytesPerParamByte);
   std::string head = llvm::formatv(
       "device '{0}' ({1}, {2} usable) in stage {3} (blocks {4}-{5})",
       dev.name, cluster.types[dev.type].name, formatGiB(s.capacity), j,
@@ -56,6 +56,7 @@ static void fillStage(const PlanContext &ctx, const Chunk &chunk,
   s.fwdTime = cost.fwd;
   s.bwdTime = cost.bwd;
   s.paramBytes = cost.paramBytes;
+  s.gradBytes = cost.gradBytes;
   s.allReduceTime = cost.allReduce;
   s.updateTime = cost.update;
   s.inFlight = inFlight;
@@ -169,6 +170,8 @@ static PartitionPlan evaluateOnce(const PlanContext &ctx,
     for (unsigned j : holders) {
       if (j != holders.front())
         plan.stages[j].tiedBytes += w.bytes;
+      if (w.frozen) // no gradient to exchange
+        continue;
       for (unsigned k : holders) {
         if (k == j)
           continue;

@@ -277,6 +277,43 @@ TEST(Partitioner, TiedWeightIsCopiedAndExchangedOncePerIteration) {
                    evaluateStages(*gp, c, o, one, 4, Schedule::GPipe).iterationTime);
 }
 
+// Frozen weights (straitc --frozen, LoRA's base weights) are held but have
+// no gradient: no all-reduce, no gradient or optimizer memory, and a frozen
+// tied weight's copies exchange nothing.
+TEST(Partitioner, FrozenWeightsHaveNoGradientState) {
+  ClusterModel c = smallCluster();
+  PlannerOptions o;
+  o.memory.reserveFraction = 0;
+  CostGraph plain = smallGraph(), frozen = smallGraph();
+  for (CostNode &n : frozen.nodes)
+    n.frozenBytes = n.paramBytes - 1e6; // 1 MB trainable (an adapter) per node
+  frozen.sharedWeights.push_back({"wte", 4e8, {0, 5}, 0, /*frozen=*/true});
+  frozen.nodes[0].paramBytes += 4e8;
+  frozen.nodes[0].frozenBytes += 4e8;
+  llvm::Expected<CoarseGraph> gp = coarsenGraph(plain, c, 64);
+  llvm::Expected<CoarseGraph> gf = coarsenGraph(frozen, c, 64);
+  ASSERT_TRUE(gp && gf);
+  ASSERT_EQ(gf->tied.size(), 1u);
+  EXPECT_TRUE(gf->tied[0].frozen);
+  std::vector<StageAssignment> stages = {{0, 3, {0, 1}}, {3, 6, {3, 4}}};
+  PartitionPlan a = evaluateStages(*gp, c, o, stages, 4, Schedule::GPipe);
+  PartitionPlan f = evaluateStages(*gf, c, o, stages, 4, Schedule::GPipe);
+  ASSERT_EQ(f.stages.size(), 2u);
+  for (unsigned j = 0; j < 2; ++j) {
+    EXPECT_DOUBLE_EQ(a.stages[j].gradBytes, a.stages[j].paramBytes);
+    EXPECT_DOUBLE_EQ(f.stages[j].gradBytes, 3e6); // 3 nodes per stage
+    EXPECT_LT(f.stages[j].allReduceTime, a.stages[j].allReduceTime / 10);
+    EXPECT_DOUBLE_EQ(f.stages[j].tiedExchangeTime, 0);
+  }
+  // The copy is held by the second stage; both hold weights without the
+  // gradient and Adam factors (1 + 2 by default).
+  EXPECT_DOUBLE_EQ(f.stages[0].paramBytes, a.stages[0].paramBytes + 4e8);
+  EXPECT_DOUBLE_EQ(f.stages[1].paramBytes, a.stages[1].paramBytes + 4e8);
+  EXPECT_DOUBLE_EQ(f.stages[1].tiedBytes, 4e8);
+  double saved = 3 * (a.stages[0].paramBytes - 3e6) - 4e8;
+  EXPECT_NEAR(a.stages[0].peakMemory - f.stages[0].peakMemory, saved, 1e-3 * saved);
+}
+
 // One value with two users beyond a cut (a hidden state feeding the next
 // layer's LayerNorm and its residual Add) crosses the cut once; two values
 // of one node (results 0 and 1) are two transfers.

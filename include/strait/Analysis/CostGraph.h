@@ -48,6 +48,10 @@ struct CostNode {
   double bwdFlops = -1;
   double bytesRead = 0, bytesWritten = 0;
   double paramBytes = 0;
+  /// Of paramBytes, the bytes of frozen variables (graph.Variable
+  /// {frozen}: straitc --frozen, LoRA's base weights): held, but no
+  /// gradient, optimizer state or all-reduce.
+  double frozenBytes = 0;
   /// Bytes of the output kept alive for the backward pass.
   double activationBytes = 0;
   /// Layer the op belongs to (coarsening groups by it); -1 if none.
@@ -93,6 +97,8 @@ struct SharedWeight {
   /// not necessarily in the first block): coarsening moves the bytes to the
   /// first block of `nodes`, the copies count after it.
   unsigned owner = 0;
+  /// Frozen: the copies exchange no gradients.
+  bool frozen = false;
 };
 
 struct CostGraph {

@@ -90,6 +90,7 @@ struct CoarseGraph {
     std::vector<unsigned> nodes;
     double fwdFlops = 0, bwdFlops = 0;
     double paramBytes = 0;
+    double frozenBytes = 0; ///< of paramBytes: no gradient (CostNode)
     double activationBytes = 0; ///< per sample, kept for backward
     /// Per sample: twice the largest forward result of one op of the block
     /// (that result and its gradient), the working set on top of what is
@@ -115,6 +116,7 @@ struct CoarseGraph {
     std::string name;
     double bytes = 0;
     std::vector<unsigned> blocks; ///< sorted, distinct
+    bool frozen = false; ///< no gradient exchange between the copies
   };
   std::vector<TiedWeight> tied;
   /// Seconds per sample of each block, per speed class: [class][block].
@@ -136,6 +138,9 @@ struct StagePlan {
   std::vector<double> shares;            ///< micro-batch share per replica
   double fwdTime = 0, bwdTime = 0;       ///< per micro-batch
   double paramBytes = 0, allReduceTime = 0;
+  /// Of paramBytes, those with a gradient (all but frozen variables): what
+  /// the all-reduce carries and what gradients and optimizer state cost.
+  double gradBytes = 0;
   /// The optimizer step after the all-reduce, once per iteration, on the
   /// slowest replica.
   double updateTime = 0;

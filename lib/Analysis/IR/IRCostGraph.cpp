@@ -106,6 +106,13 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
   g.batchSamples = batchSamples;
   DenseMap<Value, unsigned> producer;
   DenseMap<Value, bool> weightCounted;
+  // Frozen variables (straitc --frozen, LoRA's base weights) have no
+  // gradient: their bytes count in frozenBytes too.
+  auto isFrozen = [&](StringRef name) {
+    auto var = SymbolTable::lookupNearestSymbolFrom<graph::VariableOp>(
+        func, StringAttr::get(func.getContext(), name));
+    return var && var.getFrozen();
+  };
   llvm::StringMap<int> layerIds;
   // The layer (in order of first appearance) a weight's name places it in;
   // -1 for a name without a layer key.
@@ -203,7 +210,10 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
       if (auto read = v.getDefiningOp<graph::ReadVariableOp>()) {
         if (!weightCounted[v]) {
           weightCounted[v] = true;
-          n.paramBytes += strait::detail::bytesOf(TypeRange(v.getType()));
+          double bytes = strait::detail::bytesOf(TypeRange(v.getType()));
+          n.paramBytes += bytes;
+          if (isFrozen(read.getVariable()))
+            n.frozenBytes += bytes;
           weightOwner.try_emplace(read.getVariable(), g.nodes.size());
         }
         layer = std::max(layer, layerOfWeight(read.getVariable()));
@@ -291,7 +301,7 @@ llvm::Expected<IRCostGraph> strait::buildCostGraph(func::FuncOp func, double bat
     nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
     if (nodes.size() > 1)
       g.sharedWeights.push_back({name.str(), entry.first, {nodes.begin(), nodes.end()},
-                                 weightOwner.lookup(name)});
+                                 weightOwner.lookup(name), isFrozen(name)});
   }
   return out;
 }

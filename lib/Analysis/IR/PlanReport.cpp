@@ -149,6 +149,7 @@ json::Value strait::planToJSON(const ModelPlan &mp, const ClusterModel &cluster)
         {"forward_s", s.fwdTime},
         {"backward_s", s.bwdTime},
         {"param_bytes", s.paramBytes},
+        {"grad_bytes", s.gradBytes},
         {"allreduce_s", s.allReduceTime},
         {"update_s", s.updateTime},
         {"time_by_kind_s", std::move(byKind)},
