@@ -98,7 +98,10 @@ public:
   void runOnOperation() override;
 
 private:
+  FailureOr<SmallVector<Target>> selectTargets(ArrayRef<llvm::GlobPattern> targetGlobs);
   bool collectProducts(VariableOp var, ArrayRef<ReadVariableOp> reads, Target &t);
+  FailureOr<std::pair<VariableOp, VariableOp>> addAdapters(Target &t, SymbolTable &symbols,
+                                                           double scale);
   ElementsAttr initialA(Target &t, FloatType et);
   void rewrite(Target &t, VariableOp a, VariableOp b, double scale);
 };
@@ -204,46 +207,37 @@ void AddLora::rewrite(Target &t, VariableOp a, VariableOp b, double scale) {
   }
 }
 
-void AddLora::runOnOperation() {
-  ModuleOp module = getOperation();
-  if (rank < 1) {
-    module.emitError("graph-add-lora: invalid rank=")
-        << static_cast<int64_t>(rank) << " (straitc --lora): expected an adapter rank >= 1";
-    return signalPassFailure();
+/// Compiles glob patterns; an invalid one is a diagnostic.
+static LogicalResult compileGlobs(ModuleOp module, ArrayRef<std::string> patterns,
+                                  SmallVectorImpl<llvm::GlobPattern> &globs) {
+  for (const std::string &p : patterns) {
+    llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(p);
+    if (!glob)
+      return module.emitError("graph-add-lora: invalid variable pattern '")
+             << p << "': " << llvm::toString(glob.takeError());
+    globs.push_back(std::move(*glob));
   }
-  if (!(alpha >= 0) || !std::isfinite(alpha)) {
-    module.emitError("graph-add-lora: invalid alpha (straitc --lora-alpha): expected a "
-                     "finite value > 0, or 0 for alpha = rank");
-    return signalPassFailure();
-  }
-  auto compile = [&](ArrayRef<std::string> patterns,
-                     SmallVectorImpl<llvm::GlobPattern> &globs) -> LogicalResult {
-    for (const std::string &p : patterns) {
-      llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(p);
-      if (!glob)
-        return module.emitError("graph-add-lora: invalid variable pattern '")
-               << p << "': " << llvm::toString(glob.takeError());
-      globs.push_back(std::move(*glob));
-    }
-    return success();
-  };
-  SmallVector<llvm::GlobPattern> targetGlobs, keepGlobs;
-  if (failed(compile(targets, targetGlobs)) || failed(compile(trainable, keepGlobs)))
-    return signalPassFailure();
-  auto matches = [](ArrayRef<llvm::GlobPattern> globs, StringRef name) {
-    return llvm::any_of(globs, [&](const llvm::GlobPattern &g) { return g.match(name); });
-  };
+  return success();
+}
 
+static bool matchesAny(ArrayRef<llvm::GlobPattern> globs, StringRef name) {
+  return llvm::any_of(globs, [&](const llvm::GlobPattern &g) { return g.match(name); });
+}
+
+/// The weights to adapt: those `targetGlobs` name (all product weights but
+/// the head when empty); an error when there is none.
+FailureOr<SmallVector<Target>>
+AddLora::selectTargets(ArrayRef<llvm::GlobPattern> targetGlobs) {
+  ModuleOp module = getOperation();
   llvm::StringMap<SmallVector<ReadVariableOp>> reads;
   module.walk([&](ReadVariableOp r) { reads[r.getVariable()].push_back(r); });
-  SymbolTable symbols(module);
   SmallVector<Target> chosen;
   SmallVector<VariableOp> vars(module.getOps<VariableOp>());
   for (VariableOp var : vars) {
     auto wt = dyn_cast<RankedTensorType>(var.getType());
     if (!wt || !wt.hasStaticShape() || wt.getRank() != 2 || !isa<FloatType>(wt.getElementType()))
       continue;
-    bool named = matches(targetGlobs, var.getSymName());
+    bool named = matchesAny(targetGlobs, var.getSymName());
     if (!targetGlobs.empty() && !named)
       continue;
     Target t{var, {}};
@@ -259,50 +253,78 @@ void AddLora::runOnOperation() {
       continue;
     chosen.push_back(std::move(t));
   }
-  if (chosen.empty()) {
-    module.emitError("graph-add-lora: no weight to adapt")
-        << (targetGlobs.empty() ? " (no 2-D float variable is only the weight operand of "
-                                  "MatMul/Gemm products below the output head)"
-                                : " matches --lora-targets");
+  if (chosen.empty())
+    return module.emitError("graph-add-lora: no weight to adapt")
+           << (targetGlobs.empty() ? " (no 2-D float variable is only the weight operand of "
+                                     "MatMul/Gemm products below the output head)"
+                                   : " matches --lora-targets");
+  return chosen;
+}
+
+/// Adds `<W>.lora_A` and `<W>.lora_B` after W and rewrites W's products.
+FailureOr<std::pair<VariableOp, VariableOp>> AddLora::addAdapters(Target &t,
+                                                                  SymbolTable &symbols,
+                                                                  double scale) {
+  auto et = cast<FloatType>(cast<RankedTensorType>(t.var.getType()).getElementType());
+  std::string nameA = (t.var.getSymName() + ".lora_A").str();
+  std::string nameB = (t.var.getSymName() + ".lora_B").str();
+  for (const std::string &n : {nameA, nameB})
+    if (symbols.lookup(n))
+      return t.var.emitError("graph-add-lora: the module already has a symbol '")
+             << n << "' (adapters added twice?)";
+  OpBuilder mb(t.var);
+  mb.setInsertionPointAfter(t.var);
+  auto typeA = RankedTensorType::get({t.in, rank}, et);
+  auto typeB = RankedTensorType::get({rank, t.out}, et);
+  ElementsAttr valueA = t.var.getValue() ? initialA(t, et) : ElementsAttr();
+  auto zero =
+      cast<ElementsAttr>(DenseElementsAttr::get(typeB, APFloat::getZero(et.getFloatSemantics())));
+  auto a = mb.create<VariableOp>(t.var.getLoc(), nameA, typeA, valueA, /*frozen=*/false);
+  auto b = mb.create<VariableOp>(t.var.getLoc(), nameB, typeB, zero, /*frozen=*/false);
+  // Placed after W (A, then B); the table checks the names.
+  symbols.insert(a);
+  symbols.insert(b);
+  rewrite(t, a, b, scale);
+  ++numAdapted;
+  numAdapterElements += rank * (t.in + t.out);
+  return std::make_pair(a, b);
+}
+
+void AddLora::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (rank < 1) {
+    module.emitError("graph-add-lora: invalid rank=")
+        << static_cast<int64_t>(rank) << " (straitc --lora): expected an adapter rank >= 1";
     return signalPassFailure();
   }
-
+  if (!(alpha >= 0) || !std::isfinite(alpha)) {
+    module.emitError("graph-add-lora: invalid alpha (straitc --lora-alpha): expected a "
+                     "finite value > 0, or 0 for alpha = rank");
+    return signalPassFailure();
+  }
+  SmallVector<llvm::GlobPattern> targetGlobs, keepGlobs;
+  if (failed(compileGlobs(module, targets, targetGlobs)) ||
+      failed(compileGlobs(module, trainable, keepGlobs)))
+    return signalPassFailure();
+  FailureOr<SmallVector<Target>> chosen = selectTargets(targetGlobs);
+  if (failed(chosen))
+    return signalPassFailure();
+  SymbolTable symbols(module);
   double scale = (alpha > 0 ? alpha : static_cast<double>(rank)) / static_cast<double>(rank);
   DenseSet<Operation *> adapters;
-  for (Target &t : chosen) {
-    auto et = cast<FloatType>(cast<RankedTensorType>(t.var.getType()).getElementType());
-    std::string nameA = (t.var.getSymName() + ".lora_A").str();
-    std::string nameB = (t.var.getSymName() + ".lora_B").str();
-    for (const std::string &n : {nameA, nameB})
-      if (symbols.lookup(n)) {
-        t.var.emitError("graph-add-lora: the module already has a symbol '")
-            << n << "' (adapters added twice?)";
-        return signalPassFailure();
-      }
-    OpBuilder mb(t.var);
-    mb.setInsertionPointAfter(t.var);
-    auto typeA = RankedTensorType::get({t.in, rank}, et);
-    auto typeB = RankedTensorType::get({rank, t.out}, et);
-    ElementsAttr valueA = t.var.getValue() ? initialA(t, et) : ElementsAttr();
-    auto zero = cast<ElementsAttr>(DenseElementsAttr::get(
-        typeB, APFloat::getZero(et.getFloatSemantics())));
-    auto a = mb.create<VariableOp>(t.var.getLoc(), nameA, typeA, valueA, /*frozen=*/false);
-    auto b = mb.create<VariableOp>(t.var.getLoc(), nameB, typeB, zero, /*frozen=*/false);
-    // Placed after W (A, then B); the table checks the names.
-    symbols.insert(a);
-    symbols.insert(b);
-    adapters.insert(a);
-    adapters.insert(b);
-    rewrite(t, a, b, scale);
-    ++numAdapted;
-    numAdapterElements += rank * (t.in + t.out);
+  for (Target &t : *chosen) {
+    auto added = addAdapters(t, symbols, scale);
+    if (failed(added))
+      return signalPassFailure();
+    adapters.insert(added->first);
+    adapters.insert(added->second);
   }
   if (!freezeBase)
     return;
   for (VariableOp var : module.getOps<VariableOp>()) {
     auto type = dyn_cast<RankedTensorType>(var.getType());
     if (adapters.contains(var) || var.getFrozen() || !type ||
-        !isa<FloatType>(type.getElementType()) || matches(keepGlobs, var.getSymName()))
+        !isa<FloatType>(type.getElementType()) || matchesAny(keepGlobs, var.getSymName()))
       continue;
     var.setFrozen(true);
     ++numFrozen;
