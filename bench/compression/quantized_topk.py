@@ -20,7 +20,9 @@ No network emulation: the link's speed does not change the arithmetic.
 A codec written CODEC+cadam=N (e.g. topk:0.01:int8+cadam=100) compiles with
 `--compress CODEC --compressed-adam N` (AdamW only): N exact warm-up steps,
 then AdamW's second moment frozen and the gradients compressed
-(docs/training.md, "Compressed AdamW").
+(docs/training.md, "Compressed AdamW"); CODEC+cadam=N+warm=W (e.g.
+topk:0.02:int4+cadam=500+warm=int4) adds `--compressed-adam-warmup W`: the
+warm-up steps all-reduce the dense codec W with error feedback instead of f32.
 
 Usage (from the repository root, after building build/):
   .venv/bin/python bench/compression/quantized_topk.py [--steps 300] [--seeds 1,2,3]
@@ -77,8 +79,11 @@ def run(tmp, cluster, codec, steps, seed, optimizer, sgd_lr):
     opt = (["--optimizer", "adamw", "--lr", LR, "--min-lr", MIN_LR] if optimizer == "adamw" else
            ["--optimizer", "sgd", "--momentum", 0.9, "--lr", sgd_lr, "--min-lr", sgd_lr / 10])
     codec, _, cadam = codec.partition("+cadam=")
+    cadam, _, warm = cadam.partition("+warm=")
     if cadam:
         opt += ["--compressed-adam", cadam]
+    if warm:
+        opt += ["--compressed-adam-warmup", warm]
     sh([STRAITC, MODEL, "--input-shape", f"input_ids={BATCH}x{SEQ}", "--loss", "cross-entropy",
         *opt, "--cluster", cluster, "--global-batch", BATCH * RANKS, "--num-stages", 1,
         "--compress", codec, "--warmup-steps", WARMUP, "--total-steps", steps, "-o", job])

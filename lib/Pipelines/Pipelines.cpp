@@ -142,6 +142,7 @@ void strait::buildStraitPipeline(OpPassManager &pm, const StraitPipelineOptions 
   compression.allReduceBucketMib = o.allReduceBucketMib;
   compression.adaptiveTopk = o.adaptiveTopk;
   compression.localSteps = o.localSteps;
+  compression.warmupCodec = o.compressedAdamWarmup;
   pm.addPass(dist::createDistInsertCompression(compression));
   pm.addPass(dist::createDistSplitStages());
   if (o.fuse == FuseMode::Elementwise)

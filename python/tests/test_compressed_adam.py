@@ -16,6 +16,13 @@ step (parameters, m, v, error-feedback residuals). References:
   - bad flags fail naming the flag, a program whose all-reduce has exact_steps but no "step"
     input fails to load naming the step and rank; --compress auto with AdamW gives the
     gradients int4 on a slow link, and top-k once --compressed-adam freezes the second moment.
+
+--compressed-adam-warmup int4 (the same job): steps 1-3 each send one int4 payload per rank
+(then top-k); numpy: v and the parameters follow live AdamW on the decoded mean gradient, then
+AdamW with v frozen; at step 1 the decoded mean gradient plus the ranks' mean error-feedback
+residual equals the exact mean gradient of a plain run (same data and weights), to 1e-5;
+resuming inside the warm-up is bit-identical; bad flags and a top-k warm-up codec in a program
+fail naming the flag / field.
 """
 from __future__ import annotations
 
@@ -198,4 +205,141 @@ def test_exact_steps_without_a_step_input_is_a_load_error(env):
     log = (bad / "logs" / "rank1.log").read_text()
     assert "all_reduce.codec.exact_steps = 3 needs the program's i64 scalar input 'step'" in log, \
         log[-2000:]
+    assert "rank 1" in log, log[-2000:]
+
+
+# --compressed-adam-warmup int4: the N warm-up steps all-reduce int4 codes with error feedback
+# (in the stream the top-k continues) instead of exact f32.
+INT4_BLOCK = 256
+
+
+@pytest.fixture(scope="module")
+def warm(env):
+    d, data, _ = env
+    job, p = compile_job(d, "cadam-int4", "--compress", f"topk:{RATIO}:int8",
+                         "--compressed-adam", EXACT, "--compressed-adam-warmup", "int4")
+    assert "warning" not in p.stderr, p.stderr
+    launch(job, data, STEPS, "--checkpoint", d / "ck-int4", "--checkpoint-every", 1)
+    return d, data, job
+
+
+def parameter_names(ck):
+    return [k for k in ck if not k.endswith((".adam_m", ".adam_v")) and "residual" not in k
+            and not k.startswith("ef.")]
+
+
+def test_warmup_codec_sends_int4_then_top_k(warm):
+    d, _, job = warm
+    ck = checkpoint(d / "ck-int4" / "step-1")
+    n = sum(ck[k].size for k in parameter_names(ck))
+    # One int4 payload per rank: the 16-byte header, an f32 scale per 256 elements, the nibbles.
+    int4 = 16 + 4 * math.ceil(n / INT4_BLOCK) + math.ceil(n / 2)
+    for r in range(2):
+        sent = sent_per_step(job, r)
+        assert all(int4 <= s <= int4 + 64 for s in sent[:EXACT]), (sent, int4)
+        assert all(0 < s < 4 * n / 150 for s in sent[EXACT:]), sent
+
+
+def residuals(step_dir, rank):
+    """The error-feedback residuals of one rank of a checkpoint, concatenated."""
+    folder = os.path.join(step_dir, f"rank{rank}", "feedback")
+    files = [line.split("\t")[0] for line in open(os.path.join(folder, "index.tsv"))
+             if line.split("\t")[0].endswith(".npy")]
+    return np.concatenate([np.load(os.path.join(folder, f)).ravel() for f in files])
+
+
+def test_warmup_codec_steps_match_numpy(warm):
+    """Steps 1..N: live AdamW on the decoded mean gradient g_t = (m_t - beta1 m_{t-1}) /
+    (1 - beta1), then AdamW with v frozen at step N. At step 1, g_1 plus the two ranks' mean
+    residual is the exact mean gradient (the plain run's m_1 / (1 - beta1), same data and
+    initial weights): error feedback keeps exactly what int4 did not send. (The all-reduce's
+    one fused bucket concatenates the gradients in the checkpoint's variable order.)"""
+    d, data, _ = warm
+    plain, _ = compile_job(d, "plain-1", "--compress", "none")
+    launch(plain, data, 1, "--checkpoint", d / "ck-plain-1")
+    exact = checkpoint(d / "ck-plain-1" / "step-1")
+    names = parameter_names(exact)
+    first = checkpoint(d / "ck-int4" / "step-1")
+    g1 = np.concatenate([first[k + ".adam_m"].ravel() for k in names]) / (1 - B1)
+    g_exact = np.concatenate([exact[k + ".adam_m"].ravel() for k in names]) / (1 - B1)
+    step1 = d / "ck-int4" / "step-1"
+    mean_residual = (residuals(step1, 0).astype(np.float64) + residuals(step1, 1)) / 2
+    assert mean_residual.shape == g1.shape
+    # Lossy (int4) but close, and the residual holds the difference.
+    err = np.linalg.norm(g1 - g_exact) / np.linalg.norm(g_exact)
+    assert 1e-3 < err < 0.2, err
+    np.testing.assert_allclose(g1 + mean_residual, g_exact, rtol=0,
+                               atol=1e-5 * np.abs(g_exact).max())
+    prev = None
+    for t in range(1, STEPS + 1):
+        cur = checkpoint(d / "ck-int4" / f"step-{t}")
+        for name in names:
+            m1 = cur[name + ".adam_m"].astype(np.float64)
+            m0 = prev[name + ".adam_m"] if prev else np.zeros_like(m1)
+            v0 = prev[name + ".adam_v"].astype(np.float64) if prev else np.zeros_like(m1)
+            g = (m1 - B1 * m0) / (1 - B1)
+            vt = B2 * v0 + (1 - B2) * g * g if t <= EXACT else v0
+            np.testing.assert_allclose(cur[name + ".adam_v"], vt, rtol=1e-3,
+                                       atol=1e-6 * vt.max() + 1e-20, err_msg=f"{t} {name}")
+            if prev is None:  # the initial weights are not checkpointed
+                continue
+            c1, c2 = 1 - B1 ** t, 1 - B2 ** min(t, EXACT)
+            want = prev[name].astype(np.float64) - LR * (m1 / c1) / (
+                np.sqrt(cur[name + ".adam_v"].astype(np.float64) / c2) + EPS)
+            np.testing.assert_allclose(cur[name], want, rtol=1e-5, atol=1e-7,
+                                       err_msg=f"step {t} {name}")
+        prev = cur
+
+
+def test_warmup_codec_resume_is_bit_identical(warm):
+    d, data, job = warm
+    whole = checkpoint(d / "ck-int4" / f"step-{STEPS}")
+    ck = d / "ck-int4-from-2"
+    os.makedirs(ck)
+    os.symlink(d / "ck-int4" / "step-2", ck / "step-2")
+    out = d / "ck-int4-resumed"
+    launch(job, data, STEPS, "--resume", ck, "--checkpoint", out)
+    resumed = checkpoint(out / f"step-{STEPS}")
+    assert sorted(resumed) == sorted(whole)
+    for name in whole:
+        assert np.array_equal(resumed[name], whole[name]), name
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--compress", "topk:0.01:int8", "--compressed-adam", "5", "--compressed-adam-warmup",
+      "topk:0.1"], "--compressed-adam-warmup=topk:0.1: expected a dense codec"),
+    (["--compress", "topk:0.01:int8", "--compressed-adam-warmup", "int4"],
+     "--compressed-adam-warmup int4: it needs --compressed-adam N"),
+    (["--compress", "topk:0.01:int8", "--compressed-adam", "5", "--compressed-adam-warmup",
+      "int5"], "--compressed-adam-warmup=int5"),
+])
+def test_bad_warmup_flags(env, flags, message):
+    test_bad_flags(env, flags, message)
+
+
+def test_top_k_warmup_codec_is_a_load_error(warm):
+    d, data, job = warm
+    bad = d / "topk-warmup"
+    shutil.copytree(job, bad, ignore=shutil.ignore_patterns("logs", "rendezvous"))
+    pb = bad / "rank1.program.pb"
+    with open(pb, "rb") as f:
+        p = subprocess.run(["protoc", "--decode=strait.program.Program", "-I", PROTO_DIR,
+                            "strait_program.proto"], stdin=f, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    text = p.stdout.decode()
+    assert "warmup_codec: CODEC_INT4" in text
+    p = subprocess.run(["protoc", "--encode=strait.program.Program", "-I", PROTO_DIR,
+                        "strait_program.proto"],
+                       input=text.replace("warmup_codec: CODEC_INT4",
+                                          "warmup_codec: CODEC_TOPK").encode(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    pb.write_bytes(p.stdout)
+    r = subprocess.run([STRAIT_RUN, str(bad), "--steps", "2", "--data", str(data), "--data-format",
+                        "tokens-u16", "--threads", "1", "--timeout-ms", "60000"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    log = (bad / "logs" / "rank1.log").read_text()
+    assert ("all_reduce.codec.warmup_codec: CODEC_TOPK is not a dense codec (FP16, BF16, INT8, "
+            "INT4, INT2, INT3)") in log, log[-2000:]
     assert "rank 1" in log, log[-2000:]

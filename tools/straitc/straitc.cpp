@@ -246,6 +246,12 @@ cl::opt<int64_t> compressedAdam(
              "gradient all-reduces use their codec (--compress) with error feedback "
              "(docs/training.md; default 0: off)"),
     cl::init(0), cl::cat(straitCat));
+cl::opt<std::string> compressedAdamWarmup(
+    "compressed-adam-warmup",
+    cl::desc("With --compressed-adam N: the dense codec (fp16, bf16, int8, int4, int3, int2) "
+             "of the gradient all-reduces during the N warm-up steps, with error feedback, "
+             "instead of exact f32 (default none)"),
+    cl::init("none"), cl::cat(straitCat));
 cl::opt<std::string> adaptiveTopk(
     "adaptive-topk",
     cl::desc("MIN:MAX: the runtime adapts the ratio of every top-k transfer between stages "
@@ -426,6 +432,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.beta2 = beta2.getValue();
   popts.eps = eps.getValue();
   popts.compressedAdam = compressedAdam.getValue();
+  popts.compressedAdamWarmup = compressedAdamWarmup.getValue();
   popts.weightDecay = weightDecay.getValue();
   popts.clipNorm = clipNorm.getValue();
   popts.warmupSteps = warmupSteps.getValue();
@@ -700,6 +707,12 @@ int main(int argc, char **argv) {
       llvm::errs() << "straitc: --compressed-adam " << compressedAdam << ": " << why << "\n";
       return 1;
     }
+  }
+  if (compressedAdamWarmup.getNumOccurrences() && compressedAdamWarmup != "none" &&
+      compressedAdam < 1) {
+    llvm::errs() << "straitc: --compressed-adam-warmup " << compressedAdamWarmup
+                 << ": it needs --compressed-adam N (the warm-up it compresses)\n";
+    return 1;
   }
   if (!(outerLr > 0) || !std::isfinite(outerLr)) {
     llvm::errs() << "straitc: --outer-lr must be a finite number above 0 (got "

@@ -125,6 +125,11 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("adamw: N > 0 exact warm-up steps, then the second moment frozen and the "
                      "gradient all-reduces compressed (0: off)"),
       llvm::cl::init(0)};
+  Option<std::string> compressedAdamWarmup{
+      *this, "compressed-adam-warmup",
+      llvm::cl::desc("adamw with compressed-adam: the dense codec of the N warm-up steps' "
+                     "gradient all-reduces (none: exact f32)"),
+      llvm::cl::init("none")};
   Option<double> weightDecay{*this, "weight-decay",
                              llvm::cl::desc("decoupled (adamw) or L2 (sgd) weight decay"),
                              llvm::cl::init(kTrainDefaults.weightDecay)};

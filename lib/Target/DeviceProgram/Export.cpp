@@ -93,10 +93,9 @@ private:
   const char *phase = "forward";
 };
 
-/// The runtime's codec parameters of a dist.compress / dist.decompress.
-template <typename CodecOp>
-void fillCodec(CodecOp op, pb::CodecParams &params) {
-  switch (op.getCodec()) {
+/// The runtime's codec enum of a dist codec.
+void fillCodec(dist::Codec codec, pb::CodecParams &params) {
+  switch (codec) {
   case dist::Codec::topk: params.set_codec(pb::CODEC_TOPK); break;
   case dist::Codec::int8: params.set_codec(pb::CODEC_INT8); break;
   case dist::Codec::int4: params.set_codec(pb::CODEC_INT4); break;
@@ -110,6 +109,12 @@ void fillCodec(CodecOp op, pb::CodecParams &params) {
   case dist::Codec::aqsgd_int3: params.set_codec(pb::CODEC_AQSGD_INT3); break;
   case dist::Codec::aqsgd_int4: params.set_codec(pb::CODEC_AQSGD_INT4); break;
   }
+}
+
+/// The runtime's codec parameters of a dist.compress / dist.decompress.
+template <typename CodecOp>
+void fillCodec(CodecOp op, pb::CodecParams &params) {
+  fillCodec(op.getCodec(), params);
   if (FloatAttr ratio = op.getRatioAttr())
     params.set_topk_ratio(static_cast<float>(ratio.getValueAsDouble()));
   if (IntegerAttr block = op.getBlockAttr())
@@ -293,6 +298,12 @@ LogicalResult exportComm(Operation *op, ValueTable &values, StepBuilder &steps) 
           return encode->emitError("dist.exact_steps must be in [0, 2^32), got ")
                  << exact.getInt();
         a->mutable_codec()->set_exact_steps(static_cast<uint32_t>(exact.getInt()));
+      }
+      // ... or the warm-up codec's sums (dense, with error feedback).
+      if (auto warm = (*encode)->getAttrOfType<dist::CodecAttr>("dist.warmup_codec")) {
+        pb::CodecParams w;
+        fillCodec(warm.getValue(), w);
+        a->mutable_codec()->set_warmup_codec(w.codec());
       }
     }
     return success();

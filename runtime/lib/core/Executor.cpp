@@ -177,6 +177,24 @@ Status Executor::checkCommStep(int index) const {
       (step.has_recv() && step.recv().codec().exact_steps()))
     return invalidArgument(field + (step.has_send() ? "send" : "recv") +
                            ".codec.exact_steps: only an all-reduce's codec has exact steps");
+  if ((step.has_send() && step.send().codec().warmup_codec()) ||
+      (step.has_recv() && step.recv().codec().warmup_codec()))
+    return invalidArgument(field + (step.has_send() ? "send" : "recv") +
+                           ".codec.warmup_codec: only an all-reduce's codec has a warm-up codec");
+  if (step.has_all_reduce()) {
+    const program::CodecParams &c = step.all_reduce().codec();
+    program::Codec w = c.warmup_codec();
+    if (w != program::CODEC_NONE && !c.exact_steps())
+      return invalidArgument(field + "all_reduce.codec.warmup_codec = " +
+                             program::Codec_Name(w) + " without exact_steps (no warm-up)");
+    if (w != program::CODEC_NONE && w != program::CODEC_FP16 && w != program::CODEC_BF16 &&
+        w != program::CODEC_INT8 && w != program::CODEC_INT4 && w != program::CODEC_INT2 &&
+        w != program::CODEC_INT3)
+      return invalidArgument(field + "all_reduce.codec.warmup_codec: " +
+                             (program::Codec_IsValid(w) ? program::Codec_Name(w)
+                                                        : "codec " + std::to_string(w)) +
+                             " is not a dense codec (FP16, BF16, INT8, INT4, INT2, INT3)");
+  }
   if (step.has_all_reduce() && step.all_reduce().codec().exact_steps() && stepValueId < 0)
     return invalidArgument(field + "all_reduce.codec.exact_steps = " +
                            std::to_string(step.all_reduce().codec().exact_steps()) +
@@ -482,10 +500,17 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
     options.ranks.assign(ar.ranks().begin(), ar.ranks().end());
     for (const auto &island : ar.islands())
       options.islands.emplace_back(island.ranks().begin(), island.ranks().end());
-    // Compressed AdamW's warm-up: exact sums (no codec, no error feedback).
+    // Compressed AdamW's warm-up: exact sums (no codec, no error feedback),
+    // or the dense warm-up codec with error feedback in the same stream.
     bool exact = exactThisStep(ar);
-    if (!exact)
+    bool warmupCodec = exact && ar.codec().warmup_codec() != program::CODEC_NONE;
+    if (!exact) {
       options.codec = ar.codec();
+    } else if (warmupCodec) {
+      options.codec.set_codec(ar.codec().warmup_codec());
+      options.codec.set_block_size(ar.codec().block_size());
+      options.codec.set_error_feedback(ar.codec().error_feedback());
+    }
     float scale = 1.0f / (options.ranks.empty() ? comm->getWorldSize()
                                                 : options.ranks.size());
     // Buckets of several values go through one all-reduce on a fused copy
@@ -502,7 +527,7 @@ Status Executor::runComm(int index, std::chrono::steady_clock::time_point ready)
         }
         t = Tensor{program::DTYPE_F32, {n}, fused.data()};
       }
-      options.feedback = exact ? nullptr : feedbackOf(bucket[0]);
+      options.feedback = exact && !warmupCodec ? nullptr : feedbackOf(bucket[0]);
       STRAIT_RETURN_IF_ERROR(comm->allReduce(t, ar.channel(), options));
       if (ar.reduce() == program::REDUCE_MEAN)
         STRAIT_RETURN_IF_ERROR(backend->scale(t, scale));

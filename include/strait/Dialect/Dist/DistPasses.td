@@ -221,7 +221,12 @@ def DistInsertCompression : Pass<"dist-insert-compression", "::mlir::ModuleOp"> 
     Option<"localSteps", "local-steps", "int64_t", "1",
            "local steps H (straitc --local-steps): an all-reduce over several islands "
            "synchronizes once per H iterations, so `auto` weighs its inter-island transfer "
-           "against H iterations of compute">
+           "against H iterations of compute">,
+    Option<"warmupCodec", "warmup-codec", "std::string", "\"none\"",
+           "compressed AdamW (AdamW freeze_variance_after = N): the dense codec (fp16, bf16, "
+           "int8, int4, int3, int2) of the gradient all-reduces' N warm-up steps, with error "
+           "feedback, instead of exact f32 (a dist.warmup_codec attribute on their "
+           "dist.compress); none: exact">
   ];
   let statistics = [
     Statistic<"numCompressed", "num-compressed", "Transfers given a codec">,

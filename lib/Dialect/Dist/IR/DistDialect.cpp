@@ -170,6 +170,18 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
   }
   // Compressed AdamW (dist-insert-compression): the all-reduce that reads
   // this dist.compress reduces exact values for its first N iterations.
+  // Compressed AdamW's warm-up codec (dist-insert-compression warmup-codec):
+  // a dense codec on a dist.compress that has dist.exact_steps.
+  if (attr.getName() == "dist.warmup_codec") {
+    auto codec = dyn_cast<CodecAttr>(attr.getValue());
+    bool dense = codec && (codec.getValue() == Codec::fp16 || codec.getValue() == Codec::bf16 ||
+                           codec.getValue() == Codec::int8 || codec.getValue() == Codec::int4 ||
+                           codec.getValue() == Codec::int3 || codec.getValue() == Codec::int2);
+    if (!dense || !isa<CompressOp>(op) || !op->hasAttr("dist.exact_steps"))
+      return op->emitError() << "'dist.warmup_codec' is a dense codec (fp16, bf16, int8, int4, "
+                                "int3, int2) on a dist.compress with 'dist.exact_steps'";
+    return success();
+  }
   if (attr.getName() == "dist.exact_steps") {
     auto steps = dyn_cast<IntegerAttr>(attr.getValue());
     if (!steps || steps.getInt() < 1 || !isa<CompressOp>(op) ||

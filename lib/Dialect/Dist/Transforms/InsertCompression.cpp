@@ -132,6 +132,8 @@ struct InsertCompressionPass
   /// Compressed AdamW (the step's AdamW ops' freeze_variance_after, N > 0 on
   /// every one): the gradient all-reduces' codecs start after N exact steps.
   int64_t exactSteps = 0;
+  /// warmup-codec: the codec of those N steps (none: exact f32).
+  std::optional<dist::Codec> warmup;
   /// An AdamW whose second moment follows the all-reduced gradient: auto
   /// gives the gradients no top-k (options.gradientTopK), an explicit top-k
   /// gets a warning.
@@ -285,6 +287,9 @@ void InsertCompressionPass::compressAllReduce(AllReduceOp op, const strait::Code
   // moment warms up (the exporter's CodecParams.exact_steps).
   if (exactSteps > 0)
     bytes.getDefiningOp()->setAttr("dist.exact_steps", b.getI64IntegerAttr(exactSteps));
+  if (exactSteps > 0 && warmup)
+    bytes.getDefiningOp()->setAttr("dist.warmup_codec",
+                                   CodecAttr::get(b.getContext(), *warmup));
   auto reduce = b.create<AllReduceOp>(op.getLoc(), bytes.getType(), bytes,
                                       op.getReductionAttr(), op.getGroupAttr(),
                                       op.getIslandsAttr(), op.getChannelAttr());
@@ -312,6 +317,19 @@ LogicalResult InsertCompressionPass::parseOptions(ModuleOp module) {
     options.links.push_back(std::move(*o));
   }
   used.assign(options.links.size(), 0);
+  if (warmupCodec != "none") {
+    llvm::Expected<strait::Codec> c = parseCodec(warmupCodec);
+    if (!c)
+      return module.emitError() << "--compressed-adam-warmup=" << warmupCodec << ": "
+                                << llvm::toString(c.takeError());
+    CodecKind k = c->kind;
+    if (k != CodecKind::FP16 && k != CodecKind::BF16 && k != CodecKind::Int8 &&
+        k != CodecKind::Int4 && k != CodecKind::Int3 && k != CodecKind::Int2)
+      return module.emitError() << "--compressed-adam-warmup=" << warmupCodec
+                                << ": expected a dense codec (fp16, bf16, int8, int4, int3, "
+                                   "int2): the second moment warms up on every coordinate";
+    warmup = irCodec(*c);
+  }
   if (!adaptiveTopk.empty()) {
     // MIN:MAX, both in (0, 1], MIN <= MAX.
     auto [lo, hi] = StringRef(adaptiveTopk).split(':');
@@ -630,6 +648,12 @@ void InsertCompressionPass::runOnOperation() {
   if (failed(parseOptions(module)))
     return signalPassFailure();
   readOptimizer(module);
+  if (warmup && (exactSteps == 0 || compress == "none")) {
+    module.emitError() << "--compressed-adam-warmup=" << warmupCodec
+                       << " needs compressed AdamW (--compressed-adam N) and a codec for the "
+                          "gradients (--compress)";
+    return signalPassFailure();
+  }
   if (compress == "none" && options.links.empty()) {
     if (adaptBounds) {
       module.emitError() << "--adaptive-topk=" << adaptiveTopk
