@@ -4,6 +4,7 @@ Strait's CPU runtime, checked against PyTorch autograd.
 
     PYTHONPATH=python python bench/import/zoo.py [--only NAME ...] [--exporter dynamo|torchscript|both]
                                                [--build build] [--out DIR] [--list]
+                                               [--train-all-floats]
 
 Needs torch, transformers and onnxscript (all in .venv); the torchvision architectures also
 need torchvision, which is NOT a project requirement: install it into a throwaway venv that sees
@@ -29,7 +30,12 @@ perturbed so that none is equal to another) and exporter:
      ``strait.gradcheck.runtime_batch``);
   4. compare: the loss and every parameter gradient against torch autograd in train mode
      (BatchNorm with batch statistics, as Strait's training step does); the error per tensor is
-     max|g_strait - g_torch| / max|g_torch|.
+     max|g_strait - g_torch| / max|g_torch|; and the tensors Strait trains are torch's
+     parameters: the "trained" column counts Strait's gradients; a gradient for anything else
+     (a buffer, an exporter's constant) fails a dynamo row ("extra grads": its file marks the
+     parameters) and is a note on a TorchScript row (no marks: every float initializer trains
+     unless frozen); a gradient for a parameter with requires_grad=False is a note (no export
+     records the flag).
 
 Prints one table row per (architecture, exporter); exit status 1 when any row fails.
 """
@@ -668,6 +674,7 @@ class Row:
     loss_err: float | None = None
     grad_err: float | None = None
     grads: str = ""
+    trained: int = 0  # gradients Strait computed (torch's: len(reference))
     status: str = "?"
     note: str = ""
     seconds: float = 0.0
@@ -745,6 +752,14 @@ def run_one(arch: Arch, exporter: str, build: str, out: str) -> Row:
     aliases = {}
     for n, p in module.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(p), []).append(n.removeprefix("m."))
+    # tensors Strait trains that torch does not: buffers and the exporter's constants (not
+    # parameters at all), and parameters with requires_grad=False (Whisper's sinusoidal
+    # positions), which an export marks as parameters like any other
+    names = {a for group in aliases.values() for a in group}
+    trained = {a for p in module.parameters() if p.requires_grad for a in aliases[id(p)]}
+    extra = sorted(k for k in computed if k not in names)
+    frozen = sorted(k for k in computed if k in names and k not in trained)
+    row.trained = len(computed)
     for n, p in module.named_parameters():
         n = n.removeprefix("m.")
         for alias in aliases[id(p)]:
@@ -764,11 +779,19 @@ def run_one(arch: Arch, exporter: str, build: str, out: str) -> Row:
     elif missing:
         row.status = "grads missing"
         row.note = f"no gradient for {len(missing)} parameters, e.g. {missing[0]}"
+    elif extra and exporter == "dynamo":  # the export marks its parameters: a Strait bug
+        row.status = "extra grads"
+        row.note = f"gradients for {len(extra)} tensors torch does not train: {', '.join(extra[:3])}"
     elif row.grad_err > TOLERANCE or (row.loss_err or 0) > TOLERANCE:
         row.status = "mismatch"
         row.note = f"worst: {worst} ({errs[worst]:.2g})"
     else:
         row.status = "ok"
+        if extra:  # no parameter marks in a TorchScript export: every float initializer trains
+            row.note = f"also trains {len(extra)} non-parameters: {', '.join(extra[:3])}"
+        if frozen:
+            row.note += ("; " if row.note else "") + \
+                f"also trains {len(frozen)} requires_grad=False parameters: {', '.join(frozen[:3])}"
     row.seconds = time.time() - t0
     return row
 
@@ -794,13 +817,14 @@ def _fmt(v):
 
 def print_table(rows, stream=sys.stdout):
     print("| architecture | exporter | nodes | op types | params | import | train step | "
-          "loss rel. err | max grad rel. err | grads within 1e-3 | status | note |", file=stream)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=stream)
+          "loss rel. err | max grad rel. err | grads within 1e-3 | trained | status | note |",
+          file=stream)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|", file=stream)
     for r in rows:
         print(f"| {r.arch} | {r.exporter} | {r.nodes or '-'} | {r.op_types or '-'} | "
               f"{r.params or '-'} | {r.import_ok} | {r.step_ok} | {_fmt(r.loss_err)} | "
-              f"{_fmt(r.grad_err)} | {r.grads or '-'} | {r.status} | {r.note} |",
-              file=stream)
+              f"{_fmt(r.grad_err)} | {r.grads or '-'} | {r.trained or '-'} | {r.status} | "
+              f"{r.note} |", file=stream)
     stream.flush()
 
 
@@ -811,7 +835,12 @@ def main(argv=None) -> int:
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=None, help="keep the ONNX files here")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--train-all-floats", action="store_true",
+                    help="train every float initializer (trainable=*), ignoring the parameter "
+                         "marks of dynamo exports: what Strait did before it read them")
     args = ap.parse_args(argv)
+    if args.train_all_floats:
+        gradcheck.GRADIENTS_ONLY += " trainable=*"
     if args.list:
         for a in ARCHS:
             print(f"{a.name}: {a.source}")
