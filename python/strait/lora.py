@@ -8,8 +8,12 @@ with transB (a PyTorch Linear's [out, in]) holds W transposed. ``strait-run --sa
 writes them by name next to the (frozen) base weights. See docs/training.md, "LoRA".
 
     from strait import lora
-    params = lora.load_saved_params("params/")            # {name: array}
-    lora.merge_into_onnx("model.onnx", params, "merged.onnx", alpha=16)
+    lora.merge_into_onnx("model.onnx", "params/", "merged.onnx")   # alpha from params/lora.json
+    params = lora.load_saved_params("params/")                     # or {name: array} ...
+    lora.merge_into_onnx("model.onnx", params, "merged.onnx", alpha=16)  # ... and alpha by hand
+
+straitc writes the adapters' rank and alpha into the job folder (``lora.json``) and
+``strait-run --save-params`` copies it next to the parameters, so a folder carries its scale.
 """
 from __future__ import annotations
 
@@ -61,6 +65,17 @@ def load_saved_params(folder: str) -> dict:
     return out
 
 
+def saved_alpha(folder: str) -> float | None:
+    """The alpha of the LoRA job whose parameters ``folder`` holds (its ``lora.json``, which
+    strait-run --save-params copies from the job folder); None without one."""
+    import json
+    path = os.path.join(folder, "lora.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return float(json.load(f)["alpha"])
+
+
 def adapted_weights(params: dict) -> list:
     """Names of the weights that have both adapters in ``params``."""
     return sorted(n[:-len(".lora_A")] for n in params
@@ -101,12 +116,21 @@ def transposed_weights(model) -> set:
     return out
 
 
-def merge_into_onnx(model_path: str, params: dict, out_path: str, alpha: float | None = None):
+def merge_into_onnx(model_path: str, params, out_path: str, alpha: float | None = None):
     """Writes ``model_path`` with the merged weights (and every other trained parameter of
     ``params`` that is an initializer) to ``out_path``: a plain model for onnxruntime or
-    PyTorch, no adapters."""
+    PyTorch, no adapters. ``params``: {name: array}, or a ``strait-run --save-params`` folder,
+    whose ``lora.json`` gives alpha (an ``alpha`` that differs from it is an error)."""
     import onnx
     from onnx import numpy_helper
+    if isinstance(params, (str, os.PathLike)):
+        folder = os.fspath(params)
+        recorded = saved_alpha(folder)
+        if recorded is not None and alpha is not None and float(alpha) != recorded:
+            raise ValueError(f"alpha={alpha} but {folder}/lora.json says the job trained with "
+                             f"alpha={recorded}")
+        alpha = recorded if alpha is None else alpha
+        params = load_saved_params(folder)
     model = onnx.load(model_path)
     merged = merge(params, alpha, transposed_weights(model))
     missing = [w for w in adapted_weights(params)

@@ -145,8 +145,13 @@ def test_matches_torch_lora(trained):
         assert np.array_equal(params[name], value), name
 
     # The merged model: onnxruntime's forward equals Strait's after the 3 updates and torch's.
+    # From the saved folder alone: its lora.json (straitc's, copied by --save-params) gives
+    # alpha = 8 (the default would be R = 4, and the logits below would differ).
     merged = str(trained["tmp"] / "merged.onnx")
-    lora.merge_into_onnx(trained["onnx"], params, merged, alpha=ALPHA)
+    assert lora.saved_alpha(str(trained["tmp"] / "params")) == ALPHA
+    lora.merge_into_onnx(trained["onnx"], trained["tmp"] / "params", merged)
+    with pytest.raises(ValueError, match="alpha"):
+        lora.merge_into_onnx(trained["onnx"], trained["tmp"] / "params", merged, alpha=RANK)
     m = onnx.load(merged)
     assert not any(i.name.endswith((".lora_A", ".lora_B")) for i in m.graph.initializer)
     ids = np.tile(trained["tokens"][:T].astype(np.int64), (B, 1))

@@ -543,6 +543,19 @@ void assignDevices(strait::dist::PlanAttr plan, const strait::ClusterModel &clus
 /// straitc's arguments as given (DIR/straitc.json, for strait-run --replan).
 std::vector<std::string> commandLine;
 
+/// DIR/lora.json with --lora: the adapters' rank and alpha (the scale is
+/// alpha / rank), for merging trained adapters (python/strait/lora.py).
+std::string loraRecord() {
+  if (lora <= 0)
+    return "";
+  double alpha = loraAlpha > 0 ? loraAlpha.getValue() : static_cast<double>(lora);
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "{\"rank\": %lld, \"alpha\": %.17g, \"seed\": %llu}",
+                static_cast<long long>(lora.getValue()), alpha,
+                static_cast<unsigned long long>(seed.getValue()));
+  return buf;
+}
+
 int compileJob(ModuleOp module, TimingScope &timing) {
   std::optional<strait::dist::StagePlanResult> report;
   if (failed(runPipeline(module, timing, report)))
@@ -552,6 +565,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   jobOpts.modelName = inputFile;
   jobOpts.seed = seed;
   jobOpts.planJSON = llvm::formatv("{0:2}", report->json).str();
+  jobOpts.loraJSON = loraRecord();
   jobOpts.microBatches = plan.getMicroBatches();
   jobOpts.order.oneFOneB = plan.getSchedule() == strait::dist::Schedule::one_f_one_b;
   if (auto warmup = module->getAttrOfType<DenseI64ArrayAttr>("dist.warmup");
@@ -940,6 +954,7 @@ int main(int argc, char **argv) {
     jobOpts.modelName = inputFile;
     jobOpts.seed = seed;
     jobOpts.parameterCopies = parameterCopies;
+    jobOpts.loraJSON = loraRecord();
     TimingScope exportTiming = timing.nest("export");
     if (failed(strait::writeJob(*module, {rank}, outputFile, jobOpts)))
       return 1;

@@ -179,6 +179,17 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
     if (!(out << options.planJSON << "\n"))
       return emitError(loc) << "cannot write '" << tmp << "'", cleanup();
   }
+  std::string loraPath = (outDir + "/lora.json").str();
+  if (!options.loraJSON.empty()) {
+    std::string tmp = loraPath + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    temps.push_back(tmp);
+    if (!(out << options.loraJSON << "\n"))
+      return emitError(loc) << "cannot write '" << tmp << "'", cleanup();
+  } else if (std::error_code ec = llvm::sys::fs::remove(loraPath)) {
+    return emitError(loc) << "cannot remove the old '" << loraPath << "': " << ec.message(),
+           cleanup();
+  }
   if (failed(writeTemp(manifest, (outDir + "/plan.pb").str(), temps, loc)))
     return cleanup();
   // All files are complete: move them into place, the manifest last. A

@@ -36,7 +36,10 @@
 #include <csignal>
 #include <exception>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -295,6 +298,23 @@ Status saveParameters(const Executor &exec, const program::Program &p, const Run
     ok = false;
   if (!ok)
     return ioError("cannot write " + list);
+  // LoRA's rank and alpha (straitc --lora), which merging the adapters needs:
+  // every rank copies the job's record (a temporary of its own, renamed).
+  std::string record = o.planDir + "/lora.json", saved = o.saveParamsDir + "/lora.json";
+  std::ifstream in(record, std::ios::binary);
+  if (!in) {
+    if (o.rank == 0)
+      std::remove(saved.c_str()); // not a LoRA job: no stale record
+    return Status::ok();
+  }
+  std::string tmp = saved + ".rank" + std::to_string(o.rank) + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!(out << in.rdbuf()) || !out.flush())
+      return ioError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), saved.c_str()) != 0)
+    return ioError("cannot rename " + tmp + " to " + saved + ": " + std::strerror(errno));
   return Status::ok();
 }
 

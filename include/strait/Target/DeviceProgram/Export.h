@@ -72,6 +72,9 @@ struct JobExportOptions {
   uint64_t seed = 0;             ///< for parameters of shape-only models
   StageRanks stageRanks;         ///< for multi-stage jobs (dist ops)
   std::string planJSON;          ///< written as plan.json when not empty
+  /// written as lora.json when not empty (straitc --lora: rank and alpha, which
+  /// strait-run --save-params copies next to the adapters); an old one goes
+  std::string loraJSON;
   /// Casts of parameters to bf16 / f16 run once (ROLE_PARAMETER_COPY values
   /// AdamW keeps up to date) instead of in every iteration.
   bool parameterCopies = true;
