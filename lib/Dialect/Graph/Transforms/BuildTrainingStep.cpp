@@ -40,7 +40,6 @@ constexpr StringLiteral kStateOfAttr = "graph.optimizer_state_of";
 /// ONNX importer (lib/Target/ONNX/TorchExport.cpp).
 constexpr StringLiteral kTorchKindAttr = "graph.torch_kind";
 
-
 /// A trainable variable, the reads of it in the step, and its gradient.
 struct Param {
   VariableOp var;
@@ -255,7 +254,6 @@ static void remarkConstants(ModuleOp module, ArrayRef<VariableOp> constants) {
       << "set instead: --trainable '*' trains every float variable";
 }
 
-
 LogicalResult BuildTrainingStep::selectTrainable(func::FuncOp func,
                                                  SmallVectorImpl<Param> &params) {
   ModuleOp module = getOperation();
@@ -323,9 +321,11 @@ LogicalResult BuildTrainingStep::checkStatisticsNotTrained(ModuleOp module,
   return mlir::emitError(module.getLoc(), "graph-build-training-step: trainable variables ")
          << "that are also BatchNormalization running statistics: " << names
          << ". The exporter merged a buffer into a parameter of equal value (torch.onnx."
-         << "export's default optimizer, optimize=True, merges a fresh BatchNorm's running_var "
-         << "into its weight and running_mean into its bias, all ones and zeros); the optimizer "
+         << "export merges a fresh BatchNorm's running_var into its weight and running_mean "
+         << "into its bias, all ones and zeros: the dynamo exporter with its default "
+         << "optimize=True, the TorchScript one (dynamo=False) in eval mode); the optimizer "
          << "and the running average would both assign it. Export with optimize=False "
+         << "(dynamo), or with training=torch.onnx.TrainingMode.TRAINING (TorchScript) "
          << "(docs/models.md, \"Exporting your own model\")";
 }
 
