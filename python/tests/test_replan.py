@@ -259,3 +259,53 @@ def test_bad_record(tmp_path, text, message):
     p = subprocess.run([jobutil.STRAIT_RUN, str(job), "--replan", "auto"], capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 2 and f"strait-run: --replan: {job}/{message}" in p.stderr, p.stderr
+
+
+def test_a_much_faster_link_keeps_the_calibration_positive(tmp_path):
+    # A plan that assumed 80 kbit/s: loopback is thousands of times faster, and the gradients the
+    # pair exchanges a step take far longer at the assumed rate than the whole predicted step
+    # (the prediction overlapped them). Subtracting their full saving made the old plan's step
+    # for the measured links negative (the calibration then fell back to 1); the saving is now at
+    # most the predicted step, so with one pair the old plan's step is the predicted one times
+    # assumed/measured. A stand-in straitc writes the same plan back: predicted equal, kept.
+    job = compile_job(tmp_path)
+    rec = json.loads((job / "straitc.json").read_text())
+    assumed = 1e4  # bytes/s
+    rec["links"][0]["bandwidth_bytes_s"] = assumed
+    (job / "straitc.json").write_text(json.dumps(rec))
+    fake = tmp_path / "straitc"
+    fake.write_text(f"""#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+cp {job}/*.pb {job}/plan.json {job}/cluster.yaml {job}/straitc.json "$out"/
+""")
+    fake.chmod(0o755)
+    data = jobutil.write_tokens(tmp_path / "tokens.bin", seed=5, vocab=32)
+    p = subprocess.run([jobutil.STRAIT_RUN, str(job), "--steps", "8", "--data", str(data),
+                        "--threads", "1", "--replan", "auto", "--replan-window", "2",
+                        "--replan-after", "1", "--replan-max", "1", "--straitc", str(fake)],
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout
+    assert p.returncode == 0, out[-3000:] + p.stderr[-3000:]
+    m = re.search(r"re-plan 1 at step \d+: link 0-1 \(h0-h1\) delivers ([\d.]+) (M|G)bit/s", out)
+    assert m, out
+    measured = float(m[1]) * (1e6 if m[2] == "M" else 1e9) / 8
+    t = rec["predicted_iteration_s"]
+    m = re.search(r"re-plan 1: the faster links' transfers took (\S+) s a step at the assumed "
+                  r"rates, more than the predicted step \((\S+) s\): they overlapped in the "
+                  r"prediction, so they save (\S+) s of it, not (\S+) s", out)
+    assert m, out
+    took, pred, saved, unbounded = map(float, m.groups())
+    assert took > t and pred == pytest.approx(t, rel=1e-5), (took, t)
+    assert unbounded == pytest.approx(took * (1 - assumed / measured), rel=0.02)
+    assert saved == pytest.approx(unbounded * t / took, rel=1e-4) and saved < t
+    m = re.search(r"re-plan 1: new plan \(straitc [\d.]+ s, \S+\): predicted (\S+) s x (\S+) = "
+                  r"(\S+) ms a step, measured now (\S+) ms \(calibration: the measured step over "
+                  r"the old plan's (\S+) s for the measured links\)", out)
+    assert m, out
+    new_pred, calibration, predicted_ms, now_ms, old = map(float, m.groups())
+    assert old > 0 and old == pytest.approx(t * assumed / measured, rel=0.02), (old, t, measured)
+    assert calibration == pytest.approx(now_ms / 1e3 / old, rel=0.01) and calibration != 1
+    assert new_pred == pytest.approx(t, rel=1e-3)
+    assert "not predicted to be at least 10% faster; keeping the current plan" in out, out
+    assert "switching" not in out and "step 8/8" in out
+    print("".join(line for line in out.splitlines(True) if "re-plan" in line))

@@ -469,6 +469,29 @@ bool ReplanMonitor::closeWindow(int step, int lastStep) {
   return replan(step, lastStep, measured, why);
 }
 
+OldPlanAtMeasured oldPlanAtMeasuredLinks(double predictedS,
+                                         const std::vector<OldPlanLink> &links) {
+  OldPlanAtMeasured r;
+  double added = 0;
+  for (const OldPlanLink &l : links) {
+    if (!(l.assumedBw > 0) || !(l.measuredBw > 0) || !(l.bytes > 0))
+      continue;
+    double atAssumed = l.bytes / l.assumedBw, atMeasured = l.bytes / l.measuredBw;
+    if (atMeasured >= atAssumed) {
+      added += atMeasured - atAssumed;
+    } else {
+      r.fasterAssumedS += atAssumed;
+      r.unboundedRemovedS += atAssumed - atMeasured;
+    }
+  }
+  double share = r.fasterAssumedS > predictedS && r.fasterAssumedS > 0
+                     ? std::max(predictedS, 0.0) / r.fasterAssumedS
+                     : 1.0;
+  r.removedS = r.unboundedRemovedS * share;
+  r.seconds = predictedS + added - r.removedS;
+  return r;
+}
+
 bool ReplanMonitor::replan(int step, int lastStep,
                            const std::map<std::pair<int, int>, double> &measured,
                            const std::string &why) {
@@ -586,12 +609,24 @@ bool ReplanMonitor::replan(int step, int lastStep,
   //    time measured now over the old plan's prediction for the measured
   //    links (its prediction, plus for each pair the bytes it carried a
   //    step at the measured rate instead of the assumed one).
-  double oldMeasured = record.predictedIterationS;
-  for (const auto &[pair, bw] : measured) {
-    double assumedBw = assumed(pair);
-    if (assumedBw > 0 && bw > 0)
-      oldMeasured += lastBytes[pair] / bw - lastBytes[pair] / assumedBw;
-  }
+  //    A slower link adds its extra transfer time. A faster link removes
+  //    time, but no more than its transfers took in the prediction, and the
+  //    predicted step holds at most predictedIterationS of transfers: when
+  //    the faster links' transfers at the assumed rates add up to more than
+  //    that (they overlapped each other or compute in the prediction), each
+  //    counts for predicted/that of its time. The estimate so stays above
+  //    the predicted step times the largest speed-up's inverse (> 0).
+  std::vector<OldPlanLink> pairs;
+  for (const auto &[pair, bw] : measured)
+    pairs.push_back({lastBytes[pair], assumed(pair), bw});
+  OldPlanAtMeasured old = oldPlanAtMeasuredLinks(record.predictedIterationS, pairs);
+  double oldMeasured = old.seconds;
+  if (old.fasterAssumedS > record.predictedIterationS)
+    std::cout << "strait-run: re-plan " << replans << ": the faster links' transfers took "
+              << old.fasterAssumedS << " s a step at the assumed rates, more than the "
+              << "predicted step (" << record.predictedIterationS
+              << " s): they overlapped in the prediction, so they save "
+              << old.removedS << " s of it, not " << old.unboundedRemovedS << " s" << std::endl;
   double calibration =
       oldMeasured > 0 && lastWindowMs > 0 ? lastWindowMs / 1e3 / oldMeasured : 1.0;
   double predictedMs = next->predictedIterationS * 1e3 * calibration;
@@ -612,6 +647,15 @@ bool ReplanMonitor::replan(int step, int lastStep,
               << std::endl;
     for (const auto &kv : measured)
       declinedAt[kv.first] = kv.second;
+    return false;
+  }
+  // The ranks went on while straitc ran: move the stop past the steps they
+  // could have done meanwhile (at the window's median step time).
+  if (lastWindowMs > 0)
+    stop += static_cast<int>(std::ceil(compileS * 1e3 / lastWindowMs));
+  if (stop >= lastStep) {
+    std::cout << "strait-run: re-plan " << replans << ": the job ends (step " << lastStep
+              << ") before the new plan could take over; keeping the current plan" << std::endl;
     return false;
   }
   std::string tmp = stopPath + ".tmp";

@@ -75,6 +75,28 @@ struct StepReport {
 /// "P:B,P:B" (the progress line's sent field) into peer -> bytes.
 std::map<int, uint64_t> parseSentBytes(const std::string &text);
 
+/// One measured inter-host pair of the old plan: the bytes it carried a step
+/// (the larger direction) and the bandwidths (bytes/s) assumed and measured.
+struct OldPlanLink {
+  double bytes = 0, assumedBw = 0, measuredBw = 0;
+};
+
+struct OldPlanAtMeasured {
+  double seconds = 0;           // the old plan's predicted step at the measured links
+  double fasterAssumedS = 0;    // the faster links' transfers at the assumed rates
+  double removedS = 0;          // what the faster links remove from the prediction
+  double unboundedRemovedS = 0; // what they would remove were their transfers serial
+};
+
+/// The old plan's prediction for the measured links (the re-plan's
+/// calibration, docs/runtime.md): predictedS plus each slower pair's extra
+/// transfer time, minus each faster pair's saving; the savings are scaled by
+/// predictedS / fasterAssumedS when the faster pairs' transfers at the
+/// assumed rates exceed the predicted step (they overlapped), so the result
+/// stays positive for a positive predictedS.
+OldPlanAtMeasured oldPlanAtMeasuredLinks(double predictedS,
+                                         const std::vector<OldPlanLink> &links);
+
 class ReplanMonitor {
 public:
   /// Checks the flags and reads the job's record; an error says what is
