@@ -129,6 +129,47 @@ def test_one_launcher_per_host_over_a_shared_folder(job, reference, tmp_path):
     got = two_launchers(plan, data, tmp_path, f"file://{store}", "mh-file")
     assert_same(got, reference)
     assert any(store.iterdir()), "the ranks did not meet in the shared folder"
+    # The job ended, its keys stay in the store: the same run id again is refused before any
+    # rank starts (its ranks would meet the old run's addresses).
+    p = launch(plan, "--host", "alpha", "--run-id", "mh-file", "--rendezvous", f"file://{store}",
+               *common(data, tmp_path / "again", tmp_path / "logs-again"))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 2, err
+    assert re.search(r"strait-run: --host alpha: run id mh-file was already used on this store "
+                     r"\(host alpha started it at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\); pick a "
+                     r"new --run-id", err), err
+    assert " pid " not in out, out
+
+
+def test_a_second_launcher_of_a_host_is_refused_and_the_run_goes_on(job, reference, tmp_path):
+    """alpha's launcher starts; a second one for alpha with the same run id exits 2 at once
+    without starting a rank; beta's, with the same run id, joins and the job is the reference."""
+    d, plan, data = job
+    store = f"file://{tmp_path / 'shared-store'}"
+    args = lambda h, out: ["--host", h, "--run-id", "mh-twice", "--rendezvous", store,
+                           *common(data, tmp_path / out, tmp_path / f"logs-{out}")]
+    alpha = launch(plan, *args("alpha", "params"))
+    try:
+        deadline = time.time() + 30  # until alpha claimed the run id and started rank 0
+        while time.time() < deadline and alpha.poll() is None and not (
+                tmp_path / "logs-params" / "rank0.log").exists():
+            time.sleep(0.02)
+        assert alpha.poll() is None and (tmp_path / "logs-params" / "rank0.log").exists()
+        start = time.time()
+        second = launch(plan, *args("alpha", "second"))
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 2, err
+        assert "run id mh-twice was already used on this store (host alpha started it at " in err
+        assert " pid " not in out, out
+        assert time.time() - start < 10
+        beta = launch(plan, *args("beta", "params"))
+        outs = {"alpha": alpha.communicate(timeout=300), "beta": beta.communicate(timeout=300)}
+    finally:
+        if alpha.poll() is None:
+            alpha.kill()
+    for h, p in (("alpha", alpha), ("beta", beta)):
+        assert p.returncode == 0, f"{h}: exit {p.returncode}\n{outs[h][1][-3000:]}"
+    assert_same((losses(outs["beta"][0]), saved_params(tmp_path / "params")), reference)
 
 
 @pytest.mark.parametrize("args, expect", [

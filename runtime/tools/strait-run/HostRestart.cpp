@@ -9,14 +9,43 @@
 #include "strait/runtime/Program.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <set>
 #include <thread>
+#include <unistd.h>
 
 namespace strait {
 namespace run {
 
 using namespace rt;
+
+Status claimRunId(const RunOptions &o, const program::PlanManifest &m) {
+  GlooOptions g;
+  STRAIT_RETURN_IF_ERROR(setRendezvous(g, rendezvousUrl(o, m), o.planDir));
+  setStoreAuth(o, g);
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<KeyStore> keys,
+                          openKeyStore(g, "strait-launch/" + o.runId));
+  char machine[256] = "?";
+  ::gethostname(machine, sizeof(machine) - 1);
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm utc{};
+  ::gmtime_r(&t, &utc);
+  char when[32];
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &utc);
+  std::string mine = std::string(when) + "\t" + machine + ":" + std::to_string(::getpid()) +
+                     ":" + std::to_string(now.time_since_epoch().count());
+  std::string key = "started/" + o.host;
+  STRAIT_RETURN_IF_ERROR(keys->set(key, mine)); // the first one stays
+  STRAIT_ASSIGN_OR_RETURN(std::string there, keys->get(key, std::chrono::milliseconds(1000)));
+  if (there == mine)
+    return Status::ok();
+  std::string at = there.substr(0, there.find('\t'));
+  return invalidArgument("run id " + o.runId + " was already used on this store (host " +
+                         o.host + " started it at " + at + "); pick a new --run-id");
+}
 
 StatusOr<HostRestart> HostRestart::open(const RunOptions &o, const program::PlanManifest &m) {
   GlooOptions g;

@@ -27,6 +27,16 @@
 //                    job folder on a shared file system) from step STEP's
 //                    checkpoint.
 //
+// Before any rank starts, every launcher of --host mode claims the run id
+// (claimRunId, whether or not it restarts):
+//
+//   started/<host>   "<UTC time>\t<machine>:<pid>:<nanoseconds>", set once.
+//                    A launcher that finds another value there (a second
+//                    launcher of the host, or a rerun of an ended job: the
+//                    store keeps the keys, and the ranks would meet stale
+//                    addresses) refuses the run id with exit code 2. The
+//                    other hosts of the run write their own key and join.
+//
 // Generation g+1's ranks rendezvous under "<run-id>-restart<g+1>", so no
 // key of a failed generation is read again. A launcher that waits for a
 // host that does not answer gives up after --timeout-ms, naming it.
@@ -48,6 +58,12 @@
 
 namespace strait {
 namespace run {
+
+/// Claims options.runId for options.host in the store of `options` (key
+/// started/<host> above). InvalidArgument "run id ID was already used on
+/// this store (host H started it at TIME); pick a new --run-id" when the
+/// key is another launcher's; Unavailable naming the store when it fails.
+rt::Status claimRunId(const RunOptions &options, const program::PlanManifest &manifest);
 
 class HostRestart {
 public:

@@ -685,6 +685,12 @@ int runLauncher(const RunOptions &options) {
                 << " (the plan's hosts: " << names << ")" << std::endl;
       return 2;
     }
+    // A run id is used once per store: its keys stay (HostRestart.h).
+    rt::Status claimed = claimRunId(o, *m);
+    if (!claimed.isOk()) {
+      std::cerr << "strait-run: --host " << o.host << ": " << claimed.getMessage() << std::endl;
+      return 2;
+    }
   }
   bool threadsGiven = o.threads > 0;
   if (o.threads <= 0) // share the cores between the local ranks
