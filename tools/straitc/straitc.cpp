@@ -212,7 +212,8 @@ cl::opt<int64_t> numStages("num-stages",
                            cl::desc("Force this many pipeline stages of equal size over "
                                     "equal device chunks (0: the planner decides)"),
                            cl::init(0), cl::cat(straitCat));
-cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lacks"),
+cl::opt<uint64_t> seed("seed", cl::desc("Seed of weights a shape-only model lacks, of LoRA's A "
+                                         "and of the training step's dropout masks"),
                        cl::init(0), cl::cat(straitCat));
 cl::opt<std::string> compress(
     "compress",

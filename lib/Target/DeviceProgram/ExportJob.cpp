@@ -29,6 +29,38 @@ using namespace strait;
 using namespace strait::exporter;
 namespace pb = strait::program;
 
+/// Completes the key of each DropoutTraining kernel: the job seed and the
+/// rank's data-parallel replica as attributes, and the program's "step"
+/// input (the 1-based iteration the launcher sets each step; added when
+/// the optimizer reads none, as SGD without momentum) as input 1, so that
+/// masks differ across iterations and replicas and a resumed job draws
+/// the ones it would have drawn (docs/training.md, "Dropout").
+static void keyDropouts(pb::Program &program, uint64_t seed, int replica) {
+  if (llvm::none_of(program.kernels(),
+                    [](const pb::Kernel &k) { return k.op() == "DropoutTraining"; }))
+    return;
+  uint32_t step = exporter::kAbsentValue;
+  for (const pb::Value &v : program.values())
+    if (v.name() == "step" && v.role() == pb::ROLE_INPUT && v.dtype() == pb::DTYPE_I64)
+      step = v.id();
+  if (step == exporter::kAbsentValue) {
+    step = program.values_size();
+    pb::Value *v = program.add_values();
+    v->set_id(step);
+    v->set_name("step");
+    v->set_dtype(pb::DTYPE_I64);
+    v->set_role(pb::ROLE_INPUT);
+  }
+  for (pb::Kernel &k : *program.mutable_kernels()) {
+    if (k.op() != "DropoutTraining")
+      continue;
+    (*k.mutable_attrs())["seed"].set_i(static_cast<int64_t>(seed));
+    (*k.mutable_attrs())["replica"].set_i(std::max(0, replica));
+    if (k.inputs_size() == 1 && step != exporter::kAbsentValue)
+      k.add_inputs(step);
+  }
+}
+
 /// Deterministic 64-bit seed of a parameter: the job seed mixed with its name.
 static uint64_t parameterSeed(uint64_t seed, StringRef name) {
   return static_cast<uint64_t>(llvm::hash_combine(seed, name));
@@ -153,6 +185,7 @@ LogicalResult strait::writeJob(ModuleOp module, ArrayRef<RankExport> ranks,
   }
   for (auto [r, program] : llvm::zip(ranks, programs)) {
     applyOuterSync(program, options.outerSync, freeChannel);
+    keyDropouts(program, options.seed, r.replica);
     pb::ParameterShardFile shard;
     if (failed(exportParameters(module, program, options.seed, shard)))
       return cleanup();

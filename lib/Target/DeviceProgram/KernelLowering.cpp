@@ -294,7 +294,15 @@ LogicalResult strait::exporter::lowerToKernel(Operation *op, ValueTable &values,
     inputs.push_back(kAbsentValue); // scales
     inputs.push_back(values.constInts(resize.getSizes()));
   } else if (isa<graph::DropoutOp>(op)) {
-    skip.insert("ratio"); // inference form: identity
+    // With a graph.dropout_key (graph-build-training-step) it drops: the
+    // DropoutTraining kernel, keyed; exportJob adds the seed, the replica
+    // and the step input. Without one: the inference form, the identity.
+    if (auto key = op->getAttrOfType<IntegerAttr>("graph.dropout_key")) {
+      k.set_op("DropoutTraining");
+      (*k.mutable_attrs())["key"].set_i(key.getInt());
+    } else {
+      skip.insert("ratio");
+    }
   }
   for (uint32_t id : inputs)
     k.add_inputs(id);

@@ -385,15 +385,18 @@ StatusOr<Tensor> Executor::getValueByName(const std::string &name) const {
 Status Executor::setInference(bool on) {
   if (on && inferenceForms.empty())
     for (const program::Kernel &k : program.kernels()) {
-      if (k.op() != "BatchNormalizationTraining")
+      bool dropout = k.op() == "DropoutTraining";
+      if (k.op() != "BatchNormalizationTraining" && !dropout)
         continue;
-      // X, scale, B and the running mean and variance in; Y out.
+      // BatchNormalization: X, scale, B and the running mean and variance
+      // in, Y out. DropoutTraining: the identity (Dropout's inference form)
+      // on X.
       program::Kernel form;
       form.set_id(k.id());
-      form.set_op("BatchNormalization");
-      form.set_opset(15);
+      form.set_op(dropout ? "Dropout" : "BatchNormalization");
+      form.set_opset(dropout ? 13 : 15);
       form.set_name(k.name());
-      for (int i = 0; i < 5 && i < k.inputs_size(); ++i)
+      for (int i = 0; i < (dropout ? 1 : 5) && i < k.inputs_size(); ++i)
         form.add_inputs(k.inputs(i));
       if (k.outputs_size() > 0)
         form.add_outputs(k.outputs(0));

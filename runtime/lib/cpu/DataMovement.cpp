@@ -3,10 +3,12 @@
 // Kernels that move elements without arithmetic, written over bytes so they
 // serve every dtype: Identity, Reshape, Flatten, Squeeze, Unsqueeze,
 // Transpose, Concat, Split, Slice, Expand, Tile, Pad, DepthToSpace,
-// SpaceToDepth; plus Cast and Clip.
+// SpaceToDepth; plus Cast and Clip; Dropout (the identity) and
+// DropoutTraining (seeded, DropoutMask.h).
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "DropoutMask.h"
 
 #include <cmath>
 #include <cstdint>
@@ -84,6 +86,49 @@ Status dropoutKernel(KernelContext &ctx) {
     STRAIT_ASSIGN_OR_RETURN(Tensor * mask, ctx.requireOutput(1, x->shape, program::DTYPE_BOOL));
     std::memset(mask->data, 1, mask->byteSize());
   }
+  return Status::ok();
+}
+
+/// y = x * mask / (1 - ratio), mask from DropoutMask.h's hash of the
+/// attributes seed, key and replica, input 1 (the i64 "step", the
+/// iteration; 0 when absent) and the step's micro-batch. The gradient is
+/// this kernel on dY with the forward's key (graph-build-training-step).
+Status dropoutTrainingKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  if (x->dtype != program::DTYPE_F32 && !isLowFloat(x->dtype))
+    return ctx.error("X must be f32, bf16 or f16, got " + x->typeString());
+  const AttrReader &a = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float ratio, a.getFloat("ratio", 0.5f));
+  if (!(ratio >= 0 && ratio < 1))
+    return ctx.error("ratio " + std::to_string(ratio) + " is not in [0, 1)");
+  STRAIT_ASSIGN_OR_RETURN(int64_t key, a.getInt("key", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t seed, a.getInt("seed", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t replica, a.getInt("replica", 0));
+  int64_t iteration = 0;
+  if (const Tensor *step = ctx.input(1)) {
+    if (step->dtype != program::DTYPE_I64 || step->numel() != 1)
+      return ctx.error("input 1 (step) must be one i64, got " + step->typeString());
+    iteration = step->as<int64_t>()[0];
+  }
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  uint64_t stream = dropoutStream(static_cast<uint64_t>(seed), key, iteration,
+                                  ctx.getMicroBatch(), replica);
+  uint64_t threshold = dropoutThreshold(ratio);
+  float scale = 1.0f / (1.0f - ratio);
+  int64_t n = x->numel();
+  if (x->dtype == program::DTYPE_F32) {
+    const float *in = x->as<float>();
+    float *out = y->as<float>();
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dropoutKeeps(stream, i, threshold) ? in[i] * scale : 0.0f;
+    return Status::ok();
+  }
+  const uint16_t *in = x->as<uint16_t>();
+  uint16_t *out = y->as<uint16_t>();
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = floatToLow(x->dtype, dropoutKeeps(stream, i, threshold)
+                                      ? lowToFloat(x->dtype, in[i]) * scale
+                                      : 0.0f);
   return Status::ok();
 }
 
@@ -275,6 +320,7 @@ Status splitKernel(KernelContext &ctx) {
 void addDataMovementKernels(KernelTable &table) {
   table.add("Identity", copyKernel);
   table.add("Dropout", dropoutKernel);
+  table.add("DropoutTraining", dropoutTrainingKernel);
   table.add("Reshape", reshapeKernel);
   table.add("Flatten", flattenKernel);
   table.add("Squeeze", squeezeKernel);

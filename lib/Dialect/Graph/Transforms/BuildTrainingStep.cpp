@@ -39,6 +39,8 @@ constexpr StringLiteral kStateOfAttr = "graph.optimizer_state_of";
 /// a parameter: its kind (BUFFER, CONSTANT_TENSOR, unmarked); set by the
 /// ONNX importer (lib/Target/ONNX/TorchExport.cpp).
 constexpr StringLiteral kTorchKindAttr = "graph.torch_kind";
+/// The key of a dropping Dropout (lib/Target/DeviceProgram/KernelLowering.cpp).
+constexpr StringLiteral kDropoutKeyAttr = "graph.dropout_key";
 
 /// A trainable variable, the reads of it in the step, and its gradient.
 struct Param {
@@ -332,8 +334,8 @@ LogicalResult BuildTrainingStep::checkStatisticsNotTrained(ModuleOp module,
 /// BatchNormalization uses batch statistics in training; the running
 /// statistics it read from variables are updated with AssignVariable. A
 /// BatchNormalizationTraining the importer made (training_mode = 1) has its
-/// running statistics stored the same way. Dropout is the identity in the
-/// training step: a warning says so when the model has any.
+/// running statistics stored the same way. Each Dropout of ratio > 0 gets
+/// a graph.dropout_key: it drops in the training step (docs/training.md).
 void BuildTrainingStep::convertBatchNorms(func::FuncOp func) {
   auto store = [&](OpBuilder &b, Location loc, Value stat, Value updated) {
     if (optimizer == "none")
@@ -360,13 +362,16 @@ void BuildTrainingStep::convertBatchNorms(func::FuncOp func) {
     bn.getY().replaceAllUsesWith(train.getY());
     bn.erase();
   }
-  int64_t dropouts = 0;
-  func.walk([&](DropoutOp d) { dropouts += d.getRatio().convertToFloat() > 0; });
-  if (dropouts)
-    mlir::emitWarning(func.getLoc(), "graph-build-training-step: ")
-        << dropouts << " Dropout op" << (dropouts > 1 ? "s" : "")
-        << " of the model run as the identity in the training step (training steps are "
-           "deterministic; seeded dropout is not implemented)";
+  // A Dropout with a ratio > 0 drops in the training step: it gets a key,
+  // its index among the step's dropouts, from which the runtime derives the
+  // mask with the job seed, iteration, micro-batch and replica (the
+  // DropoutTraining kernel). Its gradient and a recomputed clone carry the
+  // same key, so they regenerate the same mask. Ratio 0 stays the identity.
+  int64_t key = 0;
+  func.walk([&](DropoutOp d) {
+    if (d.getRatio().convertToFloat() > 0)
+      d->setAttr(kDropoutKeyAttr, IntegerAttr::get(IntegerType::get(d.getContext(), 64), key++));
+  });
 }
 
 void BuildTrainingStep::assignOpIds(func::FuncOp func) {

@@ -150,9 +150,18 @@ LogicalResult softplusGrad(SoftplusOp op, GradBuilder &g, ValueRange dy, DX dx) 
   return success();
 }
 
-/// Dropout is the identity in Strait's training steps (docs/training.md).
-LogicalResult dropoutGrad(DropoutOp, GradBuilder &, ValueRange dy, DX dx) {
-  dx[0] = dy[0];
+/// dx = dy * mask / (1 - p): the same Dropout applied to dy with the
+/// forward's graph.dropout_key draws the same mask (docs/training.md). A
+/// Dropout without a key is the identity, and so is its gradient.
+LogicalResult dropoutGrad(DropoutOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  Attribute key = op->getAttr("graph.dropout_key");
+  if (!key) {
+    dx[0] = dy[0];
+    return success();
+  }
+  auto d = g.create<DropoutOp>(dy[0], op.getRatioAttr());
+  d->setAttr("graph.dropout_key", key);
+  dx[0] = d.getResult();
   return success();
 }
 

@@ -29,9 +29,14 @@ using namespace strait::graph;
 
 static bool isLeaf(Operation *op) { return isa<ConstantOp, ReadVariableOp>(op); }
 
-/// Ops that draw random numbers: a clone would draw other ones.
+/// Ops that draw random numbers: a clone would draw other ones. A Dropout
+/// with a graph.dropout_key (graph-build-training-step) draws from a
+/// counter-based hash of its key, so a clone draws the same mask; one of
+/// ratio 0 draws nothing.
 static bool isRandom(Operation *op) {
-  return isa<DropoutOp, RandomUniformLikeOp, RandomNormalLikeOp, BernoulliOp>(op);
+  if (auto d = dyn_cast<DropoutOp>(op))
+    return !op->hasAttr("graph.dropout_key") && d.getRatio().convertToFloat() > 0;
+  return isa<RandomUniformLikeOp, RandomNormalLikeOp, BernoulliOp>(op);
 }
 
 namespace {

@@ -1,0 +1,57 @@
+//===- DropoutMask.h - The counter-based mask of DropoutTraining -*- C++ -*-===//
+//
+// The keep/drop decision of element i of a DropoutTraining kernel is a pure
+// function of (seed, key, iteration, micro-batch, replica, i): splitmix64
+// hashes, nothing stored, so the gradient (the same kernel on dY), a
+// recomputed forward and a resumed job regenerate exactly the same mask, and
+// a CUDA kernel can compute it per thread (docs/training.md, "Dropout").
+//
+//===----------------------------------------------------------------------===//
+#ifndef STRAIT_RUNTIME_CPU_DROPOUTMASK_H
+#define STRAIT_RUNTIME_CPU_DROPOUTMASK_H
+
+#include <cstdint>
+
+namespace strait {
+namespace rt {
+namespace cpu {
+
+/// splitmix64's output function of state z (Steele, Lea, Flood 2014).
+inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// The stream of one kernel run: the key chained through splitmix64.
+inline uint64_t dropoutStream(uint64_t seed, int64_t key, int64_t iteration,
+                              int64_t microBatch, int64_t replica) {
+  uint64_t h = splitmix64(seed);
+  h = splitmix64(h ^ static_cast<uint64_t>(key));
+  h = splitmix64(h ^ static_cast<uint64_t>(iteration));
+  h = splitmix64(h ^ static_cast<uint64_t>(microBatch));
+  return splitmix64(h ^ static_cast<uint64_t>(replica));
+}
+
+/// The drop threshold of ratio p in [0, 1): element i is kept when the top
+/// 32 bits of its hash are >= p * 2^32 (so it is kept with probability
+/// 1 - p, to within 2^-32).
+inline uint64_t dropoutThreshold(float p) {
+  if (!(p > 0))
+    return 0;
+  if (p >= 1)
+    return uint64_t(1) << 32; // nothing is kept
+  return static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+}
+
+/// Whether element i of the stream is kept: splitmix64's i-th output.
+inline bool dropoutKeeps(uint64_t stream, uint64_t i, uint64_t threshold) {
+  return (splitmix64(stream + i * 0x9E3779B97F4A7C15ull) >> 32) >= threshold;
+}
+
+} // namespace cpu
+} // namespace rt
+} // namespace strait
+
+#endif // STRAIT_RUNTIME_CPU_DROPOUTMASK_H
