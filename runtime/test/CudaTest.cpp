@@ -51,6 +51,22 @@ TEST_F(Cuda, UnaryAndWhere) {
   compare("Where", {cond, Arr::rand({2, 4, 3, 3}, 5), Arr::rand({3}, 6)}, {Arr::out({2, 4, 3, 3})});
 }
 
+TEST_F(Cuda, DropoutTrainingDrawsTheCpuMask) {
+  REQUIRE_GPU();
+  // The same hash on both backends (cpu/DropoutMask.h): equal bit for bit,
+  // with the iteration read from the step input on the device.
+  for (float ratio : {0.1f, 0.5f})
+    compare("DropoutTraining", {Arr::rand({1000, 37}, 90), Arr::i({1}, {7})},
+            {Arr::out({1000, 37})},
+            [ratio](program::Kernel &k) {
+              setFloat(k, "ratio", ratio);
+              setInt(k, "key", 3);
+              setInt(k, "seed", 11);
+              setInt(k, "replica", 1);
+            },
+            0, 0);
+}
+
 TEST_F(Cuda, Layout) {
   REQUIRE_GPU();
   Arr x = Arr::rand({2, 3, 4, 5}, 7);

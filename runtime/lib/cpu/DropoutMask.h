@@ -12,12 +12,19 @@
 
 #include <cstdint>
 
+// The CUDA kernel (runtime/lib/cuda/Elementwise.cu) calls the same functions.
+#if defined(__CUDACC__)
+#define STRAIT_DROPOUT_HD __host__ __device__
+#else
+#define STRAIT_DROPOUT_HD
+#endif
+
 namespace strait {
 namespace rt {
 namespace cpu {
 
 /// splitmix64's output function of state z (Steele, Lea, Flood 2014).
-inline uint64_t splitmix64(uint64_t z) {
+STRAIT_DROPOUT_HD inline uint64_t splitmix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -25,8 +32,9 @@ inline uint64_t splitmix64(uint64_t z) {
 }
 
 /// The stream of one kernel run: the key chained through splitmix64.
-inline uint64_t dropoutStream(uint64_t seed, int64_t key, int64_t iteration,
-                              int64_t microBatch, int64_t replica) {
+STRAIT_DROPOUT_HD inline uint64_t dropoutStream(uint64_t seed, int64_t key,
+                                                int64_t iteration, int64_t microBatch,
+                                                int64_t replica) {
   uint64_t h = splitmix64(seed);
   h = splitmix64(h ^ static_cast<uint64_t>(key));
   h = splitmix64(h ^ static_cast<uint64_t>(iteration));
@@ -37,7 +45,7 @@ inline uint64_t dropoutStream(uint64_t seed, int64_t key, int64_t iteration,
 /// The drop threshold of ratio p in [0, 1): element i is kept when the top
 /// 32 bits of its hash are >= p * 2^32 (so it is kept with probability
 /// 1 - p, to within 2^-32).
-inline uint64_t dropoutThreshold(float p) {
+STRAIT_DROPOUT_HD inline uint64_t dropoutThreshold(float p) {
   if (!(p > 0))
     return 0;
   if (p >= 1)
@@ -46,7 +54,8 @@ inline uint64_t dropoutThreshold(float p) {
 }
 
 /// Whether element i of the stream is kept: splitmix64's i-th output.
-inline bool dropoutKeeps(uint64_t stream, uint64_t i, uint64_t threshold) {
+STRAIT_DROPOUT_HD inline bool dropoutKeeps(uint64_t stream, uint64_t i,
+                                           uint64_t threshold) {
   return (splitmix64(stream + i * 0x9E3779B97F4A7C15ull) >> 32) >= threshold;
 }
 

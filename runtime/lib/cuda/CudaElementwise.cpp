@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
+#include "../cpu/DropoutMask.h"
 
 #include <algorithm>
 
@@ -88,6 +89,30 @@ Status geluGradKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, x->shape, x->dtype));
   launchGeluGrad(approx == "tanh", dy->as<float>(), x->as<float>(), dx->as<float>(), x->numel(),
                  c.stream);
+  return Status::ok();
+}
+
+/// DropoutTraining (the CPU kernel's checks and mask, DataMovement.cpp):
+/// f32 here; bf16/f16 X is Unimplemented, which the host fallback runs.
+Status dropoutTrainingKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  if (x->dtype != program::DTYPE_F32)
+    return ctx.unsupported("cuda: DropoutTraining on " + x->typeString());
+  const AttrReader &a = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(float ratio, a.getFloat("ratio", 0.5f));
+  if (!(ratio >= 0 && ratio < 1))
+    return ctx.error("ratio " + std::to_string(ratio) + " is not in [0, 1)");
+  STRAIT_ASSIGN_OR_RETURN(int64_t key, a.getInt("key", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t seed, a.getInt("seed", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t replica, a.getInt("replica", 0));
+  const Tensor *step = ctx.input(1);
+  if (step && (step->dtype != program::DTYPE_I64 || step->numel() != 1))
+    return ctx.error("input 1 (step) must be one i64, got " + step->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  launchDropoutTraining(x->as<float>(), y->as<float>(), x->numel(),
+                        step ? step->as<int64_t>() : nullptr, static_cast<uint64_t>(seed), key,
+                        ctx.getMicroBatch(), replica, cpu::dropoutThreshold(ratio),
+                        1.0f / (1.0f - ratio), c.stream);
   return Status::ok();
 }
 
@@ -358,6 +383,7 @@ void addElementwiseKernels(CudaKernelTable &t) {
   t.add("Not", UN(Not));
   t.add("Gelu", geluKernel);
   t.add("GeluGrad", geluGradKernel);
+  t.add("DropoutTraining", dropoutTrainingKernel);
   t.add("Where", whereKernel);
   t.add("Cast", castKernel);
 }

@@ -72,6 +72,11 @@ bool launchStridedCopy(size_t elemSize, const void *in, void *out, const Index &
 /// f32 out = dy * gelu'(x).
 void launchGeluGrad(bool tanhApprox, const float *dy, const float *x, float *dx, int64_t n,
                     cudaStream_t s);
+/// DropoutTraining on f32 (cpu/DropoutMask.h's mask); `step` is the device
+/// copy of the iteration, null for 0.
+void launchDropoutTraining(const float *x, float *y, int64_t n, const int64_t *step,
+                           uint64_t seed, int64_t key, int64_t microBatch, int64_t replica,
+                           uint64_t threshold, float scale, cudaStream_t s);
 
 /// Gather along an axis: out[o, i, k] = data[o, idx[i], k]; `elemSize` bytes.
 void launchGather(size_t elemSize, const void *data, const void *indices, bool idx64,

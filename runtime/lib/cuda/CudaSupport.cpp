@@ -318,7 +318,8 @@ const std::map<std::string, Rule> &rules() {
                            "GlobalAveragePool", "MaxPoolGrad", "AveragePoolGrad",
                            "BatchNormalization", "BatchNormalizationTraining",
                            "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
-                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "ClipByGlobalNorm"})
+                           "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "ClipByGlobalNorm",
+                           "DropoutTraining"})
       r[op] = floatsF32;
     r["AdamW"] = adamW;
     r["SGD"] = sgd;

@@ -9,6 +9,7 @@
 #include "CopyPlan.h"
 #include "CudaLaunch.h"
 #include "DeviceCommon.cuh"
+#include "../cpu/DropoutMask.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -208,6 +209,19 @@ __global__ void geluGradKernel(bool tanhApprox, const float *dy, const float *x,
       d = 0.5f * (1 + erff(v * 0.7071067811865476f)) + v * expf(-0.5f * v * v) * 0.3989422804014327f;
     }
     dx[i] = dy[i] * d;
+  }
+}
+
+/// DropoutTraining: the CPU kernel's hash (cpu/DropoutMask.h), so both
+/// backends draw the same mask; the iteration is read on the device.
+__global__ void dropoutTrainingKernel(const float *x, float *y, int64_t n, const int64_t *step,
+                                      uint64_t seed, int64_t key, int64_t microBatch,
+                                      int64_t replica, uint64_t threshold, float scale) {
+  uint64_t stream =
+      rt::cpu::dropoutStream(seed, key, step ? *step : 0, microBatch, replica);
+  GRID_STRIDE(i, n) {
+    y[i] = rt::cpu::dropoutKeeps(stream, static_cast<uint64_t>(i), threshold) ? x[i] * scale
+                                                                              : 0.0f;
   }
 }
 
@@ -530,6 +544,14 @@ void launchGeluGrad(bool tanhApprox, const float *dy, const float *x, float *dx,
                     cudaStream_t s) {
   if (n)
     geluGradKernel<<<blocksFor(n), kBlock, 0, s>>>(tanhApprox, dy, x, dx, n);
+}
+
+void launchDropoutTraining(const float *x, float *y, int64_t n, const int64_t *step,
+                           uint64_t seed, int64_t key, int64_t microBatch, int64_t replica,
+                           uint64_t threshold, float scale, cudaStream_t s) {
+  if (n)
+    dropoutTrainingKernel<<<blocksFor(n), kBlock, 0, s>>>(x, y, n, step, seed, key, microBatch,
+                                                          replica, threshold, scale);
 }
 
 void launchGather(size_t es, const void *data, const void *indices, bool idx64, void *out,

@@ -34,9 +34,10 @@ struct RecomputeResult {
 /// carry that op's graph.grad_of and graph.recomputed, and the block's
 /// backward reads them instead. Between the forward and the backward of a
 /// micro-batch only the block's inputs (values of earlier blocks) then stay
-/// alive. Blocks holding random ops (Dropout, RandomUniformLike,
-/// RandomNormalLike, Bernoulli) would not replay the same values: they are
-/// left alone, with a warning. Fails (with a diagnostic at the function)
+/// alive. Blocks holding random ops (RandomUniformLike, RandomNormalLike,
+/// Bernoulli, a Dropout of ratio > 0 without a graph.dropout_key) would not
+/// replay the same values: they are left alone, with a warning. A keyed
+/// Dropout (graph-build-training-step) replays its mask from the key. Fails (with a diagnostic at the function)
 /// when the function is no training step or has no blocks.
 mlir::FailureOr<RecomputeResult>
 recomputeBlocks(mlir::func::FuncOp func, llvm::function_ref<bool(mlir::Operation *)> select);
