@@ -546,6 +546,46 @@ static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel 
   }
 }
 
+/// The islands a stage's gradient all-reduce runs over, and the share of
+/// iterations that pay its inter-island phase (as the planner costs it,
+/// PlanContext::makeChunk: local steps discount the inter-island phase of
+/// replicas over several islands). One island: each replica its own (the
+/// flat ring is the slow phase).
+static std::pair<std::vector<std::vector<unsigned>>, double>
+allReduceIslands(const ClusterModel &cluster, const StagePlan &s, unsigned localSteps) {
+  std::vector<std::vector<unsigned>> islands = islandsOf(cluster, s.devices);
+  double share = islands.size() > 1 ? 1.0 / std::max(1u, localSteps) : 1.0;
+  if (islands.size() < 2) {
+    islands.clear();
+    for (unsigned d : s.devices)
+      islands.push_back({d});
+  }
+  return {std::move(islands), share};
+}
+
+PlanCompression strait::warmupCompression(const PlanCompression &steady,
+                                          const PartitionPlan &plan,
+                                          const ClusterModel &cluster, const Codec &warmup,
+                                          unsigned localSteps) {
+  PlanCompression out = steady;
+  for (size_t j = 0; j < plan.stages.size() && j < out.allReduce.size(); ++j) {
+    const StagePlan &s = plan.stages[j];
+    if (out.allReduce[j].isNone()) // not compressed: no exact_steps either
+      continue;
+    out.allReduce[j] = warmup;
+    if (warmup.isNone()) {
+      out.allReduceTime[j] = s.allReduceTime;
+      continue;
+    }
+    auto [islands, share] = allReduceIslands(cluster, s, localSteps);
+    LinkTransfer t = interIslandTransfer(cluster, islands, s.gradBytes);
+    out.allReduceTime[j] = islandAllReduceTime(
+        cluster, islands, s.gradBytes, encodedBytes(warmup, s.gradBytes / 4, 4),
+        codecTime(warmup, s.gradBytes, t.senderRate, t.receiverRate), share);
+  }
+  return out;
+}
+
 llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
                                                      const ClusterModel &cluster,
                                                      const CompressionOptions &options) {
@@ -596,15 +636,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     Codec c;
     double time = s.allReduceTime;
     if (s.devices.size() > 1 && s.gradBytes > 0) {
-      std::vector<std::vector<unsigned>> islands = islandsOf(cluster, s.devices);
-      // As the planner costs it (PlanContext::makeChunk): local steps
-      // discount the inter-island phase of replicas over several islands.
-      double share = islands.size() > 1 ? 1.0 / std::max(1u, options.localSteps) : 1.0;
-      if (islands.size() < 2) { // one island: the flat ring is the slow phase
-        islands.clear();
-        for (unsigned d : s.devices)
-          islands.push_back({d});
-      }
+      auto [islands, share] = allReduceIslands(cluster, s, options.localSteps);
       LinkTransfer t = interIslandTransfer(cluster, islands, s.gradBytes);
       // Local steps: H iterations of compute hide one synchronization.
       t.target = plan.microBatches * stageTime(j) / share;

@@ -68,6 +68,71 @@ LogicalResult reportCompression(const CompressionFlags &flags,
   os << llvm::formatv("predicted iteration (simulated): {0:f4} s without compression, {1:f4} s "
                       "with ({2:f2}x throughput)\n",
                       t0, t1, t1 > 0 ? t0 / t1 : 0.0);
+  // Compressed AdamW: the N warm-up steps all-reduce exact f32, or the
+  // dense codec of --compressed-adam-warmup, where the others compress.
+  std::optional<llvm::json::Object> warmupJson;
+  if (flags.compressedAdam > 0 && llvm::any_of(c->allReduce, [](const strait::Codec &x) {
+        return !x.isNone();
+      })) {
+    strait::Codec warm;
+    if (flags.warmupCodec != "none") {
+      auto parsed = strait::parseCodec(flags.warmupCodec);
+      if (!parsed) {
+        llvm::errs() << "straitc: --compressed-adam-warmup " << flags.warmupCodec << ": "
+                     << llvm::toString(parsed.takeError()) << "\n";
+        return failure();
+      }
+      warm = *parsed;
+      warm.errorFeedback = true;
+    }
+    strait::PlanCompression w =
+        strait::warmupCompression(*c, plan, cluster, warm, flags.localSteps);
+    auto sim = strait::simulatePlan(plan, cluster, &w);
+    if (!sim) {
+      llvm::errs() << "straitc: cannot simulate the warm-up steps: "
+                   << llvm::toString(sim.takeError()) << "\n";
+      return failure();
+    }
+    double tw = sim->iterationTime;
+    double plainBytes = 0, wireBytes = 0; // the compressed all-reduces, per iteration
+    llvm::json::Array reduces;
+    for (size_t j = 0; j < c->allReduce.size(); ++j) {
+      if (c->allReduce[j].isNone())
+        continue;
+      double g = plan.stages[j].gradBytes;
+      double bytes = strait::encodedBytes(warm, g / 4, 4);
+      plainBytes += g;
+      wireBytes += bytes;
+      reduces.push_back(llvm::json::Object{{"stage", int64_t(j)},
+                                           {"codec", strait::formatCodec(warm)},
+                                           {"wire_bytes", bytes},
+                                           {"plain_bytes", g},
+                                           {"time", w.allReduceTime[j]}});
+    }
+    std::string name = warm.isNone() ? std::string("exact f32")
+                                     : llvm::formatv("{0} ({1:f2}x fewer bytes than f32)",
+                                                     strait::formatCodec(warm, true),
+                                                     wireBytes > 0 ? plainBytes / wireBytes : 0.0)
+                                           .str();
+    os << llvm::formatv("compressed AdamW: the {0} warm-up step(s) all-reduce {1}: predicted "
+                        "{2:f4} s an iteration",
+                        flags.compressedAdam, name, tw);
+    llvm::json::Object obj{{"steps", flags.compressedAdam},
+                           {"codec", warm.isNone() ? "none" : strait::formatCodec(warm)},
+                           {"all_reduces", std::move(reduces)},
+                           {"iteration_time", tw}};
+    if (flags.totalSteps > flags.compressedAdam) {
+      double n = double(flags.compressedAdam), total = double(flags.totalSteps);
+      double run = n * tw + (total - n) * t1;
+      os << llvm::formatv("; the whole run of {0} steps (--total-steps): {1:f1} s, {2:f2}x the "
+                          "throughput without compression",
+                          flags.totalSteps, run, run > 0 ? total * t0 / run : 0.0);
+      obj["total_steps"] = flags.totalSteps;
+      obj["run_time"] = run;
+    }
+    os << "\n";
+    warmupJson = std::move(obj);
+  }
   if (auto *obj = json ? json->getAsObject() : nullptr) {
     llvm::json::Array links;
     for (size_t j = 0; j < c->forward.size(); ++j)
@@ -103,6 +168,8 @@ LogicalResult reportCompression(const CompressionFlags &flags,
         {"tied_exchanges", std::move(tied)},
         {"iteration_time_without", t0},
         {"iteration_time_with", t1}};
+    if (warmupJson)
+      (*(*obj)["compression"].getAsObject())["compressed_adam_warmup"] = std::move(*warmupJson);
   }
   return success();
 }

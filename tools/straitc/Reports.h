@@ -28,6 +28,9 @@ struct CompressionFlags {
   std::vector<std::string> links; ///< --compress-link, as written
   unsigned localSteps = 1;        ///< --local-steps
   bool gradientTopK = true;       ///< whether auto may pick top-k for weight gradients
+  int64_t compressedAdam = 0;     ///< --compressed-adam N: exact (or warm-up codec) steps
+  std::string warmupCodec = "none"; ///< --compressed-adam-warmup
+  int64_t totalSteps = 0;         ///< --total-steps (0: unknown), for the whole-run figure
 };
 
 /// With a codec flag: the codec per link of the plan, and the simulated

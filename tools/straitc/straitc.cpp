@@ -363,6 +363,9 @@ straitc::CompressionFlags compressionFlags() {
   f.links.assign(compressLink.begin(), compressLink.end());
   f.localSteps = static_cast<unsigned>(localSteps.getValue());
   f.gradientTopK = optimizer != "adamw" || compressedAdam > 0;
+  f.compressedAdam = compressedAdam;
+  f.warmupCodec = compressedAdamWarmup;
+  f.totalSteps = totalSteps;
   return f;
 }
 

@@ -6,6 +6,8 @@
 
 #include "gtest/gtest.h"
 
+#include <cmath>
+
 using namespace strait;
 
 namespace {
@@ -286,6 +288,66 @@ TEST(Compression, PlanAndSimulatorAccountForCodecs) {
   EXPECT_EQ(llvm::toString(compressPlan(f.plan, f.cluster, opts).takeError()),
             "--compress-link=nowhere:x=int8: no link of the plan joins 'nowhere' and '" +
                 f.cluster.sites[0] + "' (sites, hosts or devices of the stages)");
+}
+
+// Compressed AdamW (straitc --compressed-adam N): the warm-up steps
+// all-reduce exact f32, or a dense codec (--compressed-adam-warmup), where
+// the steady steps use --compress. One stage, one replica on each site (the
+// 10 MB/s link), 40 MB of gradients.
+TEST(Compression, CompressedAdamWarmUpAllReducesItsOwnCodec) {
+  ClusterModel cluster = twoSites();
+  CostGraph g;
+  g.batchSamples = 4;
+  for (unsigned l = 0; l < 2; ++l) {
+    CostNode n;
+    n.kind = OpKind::MatMul;
+    n.fwdFlops = 4e12;
+    n.paramBytes = 2e7;
+    n.layer = l;
+    g.addNode(n);
+  }
+  g.addEdge(0, 1, 1e6);
+  CoarseGraph graph = *coarsenGraph(g, cluster, 64);
+  PartitionPlan plan = evaluateStages(graph, cluster, PlannerOptions(), {{0, 2, {0, 4}}}, 4,
+                                      Schedule::OneFOneB);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  double grad = plan.stages[0].gradBytes;
+  ASSERT_NEAR(grad, 4e7, 1);
+  CompressionOptions opts;
+  opts.mode = "topk:0.03:int4";
+  llvm::Expected<PlanCompression> steady = compressPlan(plan, cluster, opts);
+  ASSERT_TRUE(!!steady) << llvm::toString(steady.takeError());
+  ASSERT_EQ(steady->allReduce[0].kind, CodecKind::TopK);
+  // Exact warm-up: the plan's own all-reduce.
+  PlanCompression exact = warmupCompression(*steady, plan, cluster, Codec());
+  EXPECT_TRUE(exact.allReduce[0].isNone());
+  EXPECT_DOUBLE_EQ(exact.allReduceTime[0], plan.stages[0].allReduceTime);
+  // int4: a 2-ring of the int4 bytes over 10 MB/s plus the codec, as
+  // HierarchicalAllReduce derives it (n/2 + 4 n/256 bytes for n f32 values:
+  // 7.76x fewer than f32).
+  Codec int4 = make(CodecKind::Int4);
+  int4.errorFeedback = true;
+  PlanCompression warm = warmupCompression(*steady, plan, cluster, int4);
+  EXPECT_EQ(warm.allReduce[0], int4);
+  double wire = grad / 4 / 2 + 4 * std::ceil(grad / 4 / 256);
+  EXPECT_NEAR(grad / wire, 7.76, 0.01);
+  double rate = quantizeRate(cluster.typeOf(0));
+  double ring = 2 * (1e-2 + wire / 2 / 1e7) + 1.5 * wire / memoryBandwidth(cluster, 0);
+  EXPECT_NEAR(warm.allReduceTime[0], ring + codecTime(int4, grad, rate, rate), 1e-3 * ring);
+  EXPECT_LT(steady->allReduceTime[0], warm.allReduceTime[0]);
+  EXPECT_LT(warm.allReduceTime[0], exact.allReduceTime[0]);
+  // The simulated iteration: steady < int4 warm-up < exact warm-up.
+  auto tSteady = simulatePlan(plan, cluster, &*steady);
+  auto tWarm = simulatePlan(plan, cluster, &warm);
+  auto tExact = simulatePlan(plan, cluster, &exact);
+  ASSERT_TRUE(tSteady && tWarm && tExact);
+  EXPECT_LT(tSteady->iterationTime, tWarm->iterationTime);
+  EXPECT_LT(tWarm->iterationTime, tExact->iterationTime);
+  // A stage the steady plan leaves uncompressed stays so.
+  opts.mode = "none";
+  llvm::Expected<PlanCompression> none = compressPlan(plan, cluster, opts);
+  ASSERT_TRUE(!!none);
+  EXPECT_TRUE(warmupCompression(*none, plan, cluster, int4).allReduce[0].isNone());
 }
 
 TEST(Compression, TiedGradientExchangeTakesAWeightGradientCodec) {

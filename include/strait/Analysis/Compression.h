@@ -218,6 +218,16 @@ llvm::Expected<PlanCompression> compressPlan(const PartitionPlan &plan,
                                              const ClusterModel &cluster,
                                              const CompressionOptions &options);
 
+/// Compressed AdamW (straitc --compressed-adam N): the codecs of the N
+/// warm-up steps. Every stage all-reduce that `steady` compresses (the ones
+/// dist-insert-compression gives dist.exact_steps) carries `warmup` instead:
+/// none, exact f32 (the plan's own all-reduce time), or the dense codec of
+/// --compressed-adam-warmup, its time recomputed as compressPlan does. The
+/// cuts and tied exchanges keep their codecs.
+PlanCompression warmupCompression(const PlanCompression &steady, const PartitionPlan &plan,
+                                  const ClusterModel &cluster, const Codec &warmup,
+                                  unsigned localSteps = 1);
+
 /// One line per compressed link: cut, direction, codec, ratio, time before
 /// and after; and per stage all-reduce.
 std::string formatCompression(const PlanCompression &c, const PartitionPlan &plan,
