@@ -234,9 +234,10 @@ LogicalResult importDropout(NodeImporter &n) {
       return n.error() << "'ratio' must be a float scalar";
     ratio = (*r->getValues<APFloat>().begin()).convertToDouble();
   }
-  // training_mode (PyTorch's TrainingMode.TRAINING export) is read but not
-  // followed: the training step runs Dropout as the identity and says so
-  // (graph-build-training-step).
+  // training_mode (PyTorch's TrainingMode.TRAINING export) is read but needs
+  // no attribute: graph-build-training-step makes every Dropout of ratio > 0
+  // drop in the training step, seeded, and evaluation runs it as the
+  // identity (docs/training.md, "Dropout").
   if (n.input(2)) {
     FailureOr<DenseElementsAttr> t = n.constantInput(2, "training_mode");
     if (failed(t))

@@ -460,8 +460,10 @@ def GraphRecomputeBlocks : Pass<"graph-recompute-blocks", "::mlir::func::FuncOp"
     them in the backward task of the same micro-batch and stage) and
     graph.recomputed. Between a micro-batch's forward and its backward only
     the blocks' inputs then stay alive. Exact: the clones are the same ops
-    on the same inputs. Blocks with random ops (Dropout, RandomUniformLike,
-    RandomNormalLike, Bernoulli) are left alone with a warning. straitc
+    on the same inputs; a Dropout keyed by graph-build-training-step replays
+    its mask from its key. Blocks with other random ops (RandomUniformLike,
+    RandomNormalLike, Bernoulli, an unkeyed Dropout) are left alone with a
+    warning. straitc
     applies the same transformation to the stages the planner chooses
     (`--recompute auto|full`, in dist-assign-stages); this pass recomputes
     every block. See docs/training.md, "Activation recomputation".
