@@ -97,24 +97,13 @@ Status dropoutTrainingKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   if (x->dtype != program::DTYPE_F32 && !isLowFloat(x->dtype))
     return ctx.error("X must be f32, bf16 or f16, got " + x->typeString());
-  const AttrReader &a = ctx.getAttrs();
-  STRAIT_ASSIGN_OR_RETURN(float ratio, a.getFloat("ratio", 0.5f));
-  if (!(ratio >= 0 && ratio < 1))
-    return ctx.error("ratio " + std::to_string(ratio) + " is not in [0, 1)");
-  STRAIT_ASSIGN_OR_RETURN(int64_t key, a.getInt("key", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t seed, a.getInt("seed", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t replica, a.getInt("replica", 0));
-  int64_t iteration = 0;
-  if (const Tensor *step = ctx.input(1)) {
-    if (step->dtype != program::DTYPE_I64 || step->numel() != 1)
-      return ctx.error("input 1 (step) must be one i64, got " + step->typeString());
-    iteration = step->as<int64_t>()[0];
-  }
+  STRAIT_ASSIGN_OR_RETURN(DropoutArgs d, readDropoutArgs(ctx));
+  int64_t iteration = d.step ? d.step->as<int64_t>()[0] : 0;
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
-  uint64_t stream = dropoutStream(static_cast<uint64_t>(seed), key, iteration,
-                                  ctx.getMicroBatch(), replica);
-  uint64_t threshold = dropoutThreshold(ratio);
-  float scale = 1.0f / (1.0f - ratio);
+  uint64_t stream = dropoutStream(static_cast<uint64_t>(d.seed), d.key, iteration,
+                                  ctx.getMicroBatch(), d.replica);
+  uint64_t threshold = dropoutThreshold(d.ratio);
+  float scale = 1.0f / (1.0f - d.ratio);
   int64_t n = x->numel();
   if (x->dtype == program::DTYPE_F32) {
     const float *in = x->as<float>();

@@ -11,6 +11,11 @@
 #define STRAIT_RUNTIME_CPU_DROPOUTMASK_H
 
 #include <cstdint>
+#if !defined(__CUDACC__)
+#include "strait/runtime/Backend.h"
+
+#include <string>
+#endif
 
 // The CUDA kernel (runtime/lib/cuda/Elementwise.cu) calls the same functions.
 #if defined(__CUDACC__)
@@ -58,6 +63,31 @@ STRAIT_DROPOUT_HD inline bool dropoutKeeps(uint64_t stream, uint64_t i,
                                            uint64_t threshold) {
   return (splitmix64(stream + i * 0x9E3779B97F4A7C15ull) >> 32) >= threshold;
 }
+
+#if !defined(__CUDACC__)
+/// DropoutTraining's attributes (ratio in [0, 1), key, seed, replica) and
+/// its optional input 1, the i64 "step", checked the same way for every
+/// backend.
+struct DropoutArgs {
+  float ratio = 0.5f;
+  int64_t key = 0, seed = 0, replica = 0;
+  const Tensor *step = nullptr; // one i64, or null: iteration 0
+};
+inline StatusOr<DropoutArgs> readDropoutArgs(const KernelContext &ctx) {
+  DropoutArgs d;
+  const AttrReader &a = ctx.getAttrs();
+  STRAIT_ASSIGN_OR_RETURN(d.ratio, a.getFloat("ratio", 0.5f));
+  if (!(d.ratio >= 0 && d.ratio < 1))
+    return ctx.error("ratio " + std::to_string(d.ratio) + " is not in [0, 1)");
+  STRAIT_ASSIGN_OR_RETURN(d.key, a.getInt("key", 0));
+  STRAIT_ASSIGN_OR_RETURN(d.seed, a.getInt("seed", 0));
+  STRAIT_ASSIGN_OR_RETURN(d.replica, a.getInt("replica", 0));
+  d.step = ctx.input(1);
+  if (d.step && (d.step->dtype != program::DTYPE_I64 || d.step->numel() != 1))
+    return ctx.error("input 1 (step) must be one i64, got " + d.step->typeString());
+  return d;
+}
+#endif
 
 } // namespace cpu
 } // namespace rt

@@ -98,21 +98,12 @@ Status dropoutTrainingKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   if (x->dtype != program::DTYPE_F32)
     return ctx.unsupported("cuda: DropoutTraining on " + x->typeString());
-  const AttrReader &a = ctx.getAttrs();
-  STRAIT_ASSIGN_OR_RETURN(float ratio, a.getFloat("ratio", 0.5f));
-  if (!(ratio >= 0 && ratio < 1))
-    return ctx.error("ratio " + std::to_string(ratio) + " is not in [0, 1)");
-  STRAIT_ASSIGN_OR_RETURN(int64_t key, a.getInt("key", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t seed, a.getInt("seed", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t replica, a.getInt("replica", 0));
-  const Tensor *step = ctx.input(1);
-  if (step && (step->dtype != program::DTYPE_I64 || step->numel() != 1))
-    return ctx.error("input 1 (step) must be one i64, got " + step->typeString());
+  STRAIT_ASSIGN_OR_RETURN(cpu::DropoutArgs d, cpu::readDropoutArgs(ctx));
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
   launchDropoutTraining(x->as<float>(), y->as<float>(), x->numel(),
-                        step ? step->as<int64_t>() : nullptr, static_cast<uint64_t>(seed), key,
-                        ctx.getMicroBatch(), replica, cpu::dropoutThreshold(ratio),
-                        1.0f / (1.0f - ratio), c.stream);
+                        d.step ? d.step->as<int64_t>() : nullptr,
+                        static_cast<uint64_t>(d.seed), d.key, ctx.getMicroBatch(), d.replica,
+                        cpu::dropoutThreshold(d.ratio), 1.0f / (1.0f - d.ratio), c.stream);
   return Status::ok();
 }
 
