@@ -200,7 +200,8 @@ def test_torch_export_trains(tmp_path):
     onnx.save(bound, str(tmp_path / "bound.onnx"))
     job, dump = str(tmp_path / "job"), str(tmp_path / "dump")
     c = subprocess.run([STRAITC, str(tmp_path / "bound.onnx"), "--loss", "output",
-                        "--optimizer", "none", "--return-gradients", "--frozen", "cos,sin,R",
+                        "--optimizer", "none", "--return-gradients", "--trainable", "*",
+                        "--frozen", "cos,sin,R",
                         "-o", job], capture_output=True, text=True)
     assert c.returncode == 0, c.stderr[-3000:]
     r = subprocess.run([STRAIT_RUN, job, "--steps", "1", "--threads", "1", "--quiet",
@@ -209,7 +210,8 @@ def test_torch_export_trains(tmp_path):
     got_loss = float(np.load(os.path.join(dump, f"{out}.rank0.npy")))
     assert abs(got_loss - float(loss)) <= 1e-4 * max(1.0, abs(float(loss))), (got_loss, loss)
 
-    # The exporter stores weights as initializers of its own names (W^T for MatMul):
+    # The exporter (default optimize=True) stores weights as unmarked initializers of its own
+    # names (W^T for MatMul), constants by default: --trainable '*' above trains them.
     # match each Strait gradient to a PyTorch parameter through the initializer's value.
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     values = {"x": feeds["x"], **{n: p.detach().numpy() for n, p in block.named_parameters()}}
