@@ -232,6 +232,23 @@ TEST(Compression, ThreeIslandsExchangeDirectly) {
   EXPECT_LT(got, 0.6 * ringAllReduceTime(*c, {0, 1, 2}, bytes));
 }
 
+/// Two MatMul layers of 4 TFLOP each (4 samples), `paramBytes` each, joined by
+/// an activation of `edgeBytes`.
+CostGraph twoMatMulLayers(double paramBytes, double edgeBytes) {
+  CostGraph g;
+  g.batchSamples = 4;
+  for (unsigned l = 0; l < 2; ++l) {
+    CostNode n;
+    n.kind = OpKind::MatMul;
+    n.fwdFlops = 4e12;
+    n.paramBytes = paramBytes;
+    n.layer = l;
+    g.addNode(n);
+  }
+  g.addEdge(0, 1, edgeBytes);
+  return g;
+}
+
 /// Two stages on the two sites, one device each, a 100 MB activation.
 struct TwoStage {
   ClusterModel cluster = twoSites();
@@ -239,16 +256,7 @@ struct TwoStage {
   PlannerOptions options;
   PartitionPlan plan;
   TwoStage() {
-    CostGraph g;
-    g.batchSamples = 4;
-    for (unsigned l = 0; l < 2; ++l) {
-      CostNode n;
-      n.kind = OpKind::MatMul;
-      n.fwdFlops = 4e12;
-      n.layer = l;
-      g.addNode(n);
-    }
-    g.addEdge(0, 1, 1e8);
+    CostGraph g = twoMatMulLayers(0, 1e8);
     graph = *coarsenGraph(g, cluster, 64);
     plan = evaluateStages(graph, cluster, options, {{0, 1, {0}}, {1, 2, {4}}}, 4,
                           Schedule::OneFOneB);
@@ -296,17 +304,7 @@ TEST(Compression, PlanAndSimulatorAccountForCodecs) {
 // 10 MB/s link), 40 MB of gradients.
 TEST(Compression, CompressedAdamWarmUpAllReducesItsOwnCodec) {
   ClusterModel cluster = twoSites();
-  CostGraph g;
-  g.batchSamples = 4;
-  for (unsigned l = 0; l < 2; ++l) {
-    CostNode n;
-    n.kind = OpKind::MatMul;
-    n.fwdFlops = 4e12;
-    n.paramBytes = 2e7;
-    n.layer = l;
-    g.addNode(n);
-  }
-  g.addEdge(0, 1, 1e6);
+  CostGraph g = twoMatMulLayers(2e7, 1e6);
   CoarseGraph graph = *coarsenGraph(g, cluster, 64);
   PartitionPlan plan = evaluateStages(graph, cluster, PlannerOptions(), {{0, 2, {0, 4}}}, 4,
                                       Schedule::OneFOneB);
