@@ -541,6 +541,27 @@ def _cases():
         _const("idx", np.array([[1, 0], [0, 2], [2, 3]], np.int64), T),
         helper.make_node("ScatterND", ["p0", "idx", "p1"], ["y"])],
         {"p0": _r((3, 4, 2), 175), "p1": _r((3, 2), 176)}, opset=13))
+    # TopK: dX scatter-adds dValues back at the Indices result (largest along the last
+    # axis, smallest along a middle one: the rule reads the axis); random inputs have no
+    # ties within 1e-6, so the selection is the same at x +- h
+    c.append(Case("TopK-largest", lambda T: [
+        _const("k", np.array([2], np.int64), T),
+        helper.make_node("TopK", ["p0", "k"], ["y", "ti"], axis=-1)],
+        {"p0": _r((3, 5), 178)}, opset=11))
+    c.append(Case("TopK-smallest-axis1", lambda T: [
+        _const("k", np.array([3], np.int64), T),
+        helper.make_node("TopK", ["p0", "k"], ["y", "ti"], axis=1, largest=0)],
+        {"p0": _r((2, 5, 3), 179)}, opset=11))
+    # A Mixtral router: softmax over the experts, the top-2 probabilities renormalized
+    # (every token's routing weights), scaled by a per-token value
+    c.append(Case("TopK-router", lambda T: [
+        _const("k", np.array([2], np.int64), T),
+        helper.make_node("MatMul", ["p0", "p1"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        helper.make_node("TopK", ["probs", "k"], ["top", "ti"], axis=-1),
+        helper.make_node("ReduceSum", ["top"], ["tsum"], keepdims=1, axes=[-1]),
+        helper.make_node("Div", ["top", "tsum"], ["y"])],
+        {"p0": _r((6, 4), 180), "p1": _r((4, 4), 181, -2.0, 2.0)}, opset=12))
     c.append(Case("MaxUnpool", lambda T: [
         _const("idx", np.array([[[[0, 3], [9, 10]], [[17, 18], [24, 31]]]], np.int64), T),
         helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],

@@ -2,7 +2,8 @@
 //
 // Reshape-like ops reshape back, Transpose inverts its permutation, Gather
 // and Slice scatter into zeros, Concat and Split swap roles, Expand sums,
-// ScatterElements and GatherElements, GatherND and ScatterND swap roles.
+// ScatterElements and GatherElements, GatherND and ScatterND swap roles,
+// TopK's values scatter back to the positions they were taken from.
 //
 //===----------------------------------------------------------------------===//
 
@@ -182,6 +183,24 @@ LogicalResult gatherElementsGrad(GatherElementsOp op, GradBuilder &g, ValueRange
   return success();
 }
 
+/// TopK: each selected value is the input at its index along the axis, so
+/// dX adds dValues back at the Indices result (ScatterElements with reduction
+/// add into zeros; the indices along the axis are distinct). The Indices
+/// result is an integer and has no gradient. MoE routers (Mixtral's top-2 of
+/// the expert probabilities) train through this rule.
+LogicalResult topKGrad(TopKOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  int64_t rank = static_cast<int64_t>(shapeOf(op.getX()).size());
+  int64_t axis = op.getAxis();
+  if (axis < -rank || axis >= rank)
+    return op.emitOpError("gradient: axis ") << axis << " is out of range for rank " << rank;
+  if (axis < 0)
+    axis += rank;
+  dx[0] = g.make<ScatterElementsOp>(
+      g.zeros(op.getX().getType()), op.getIndices(), dy[0], g.b.getI64IntegerAttr(axis),
+      ScatterReductionAttr::get(g.b.getContext(), ScatterReduction::add));
+  return success();
+}
+
 /// GatherND (batch_dims 0): dData adds each dY slice back at its index tuple
 /// (ScatterND with reduction add into zeros: a tuple that repeats, like the
 /// relative-position index of Swin's bias table, accumulates).
@@ -250,5 +269,6 @@ void grad::registerTensorGradients(MLIRContext *ctx) {
   attachRule<ScatterElementsOp, scatterElementsGrad>(ctx);
   attachRule<GatherElementsOp, gatherElementsGrad>(ctx);
   attachRule<GatherNDOp, gatherNDGrad>(ctx);
+  attachRule<TopKOp, topKGrad>(ctx);
   attachRule<ScatterNDOp, scatterNDGrad>(ctx);
 }
