@@ -562,7 +562,9 @@ Status Executor::runStep(int index) {
     STRAIT_RETURN_IF_ERROR(
         annotate(runKernel(program.kernels(kernelIndex[kid]),
                             step.has_micro_batch() ? step.micro_batch() : -1), index));
-  return Status::ok();
+  // A device backend queues the kernels: the step has run when they have
+  // (the caller reads its outputs or writes its inputs next).
+  return annotate(backend->synchronize(), index);
 }
 
 Status Executor::runOnceSteps() {

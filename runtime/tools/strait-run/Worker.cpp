@@ -489,10 +489,6 @@ Status runRank(const RunOptions &o) {
       return invalidArgument("--eval-data '" + o.evalDataPath + "' and --data '" + o.dataPath +
                              "' are not of the same kind (token file, npy arrays)")
           .withRank(o.rank);
-    if (device.kind != "cpu")
-      return unimplemented("--eval-data on a " + device.str() +
-                           " rank: evaluation runs on CPU ranks only")
-          .withRank(o.rank);
     STRAIT_RETURN_IF_ERROR(evaluationSteps(p, evalSteps, evalLossOf).withRank(o.rank));
   }
   // The checkpoint to resume from, like the data: before the rendezvous.

@@ -70,7 +70,8 @@ public:
   /// read. With overlap on (the default), communication steps run on the
   /// executor's communication thread while the following kernels run.
   Status run();
-  /// Runs one step by index into program.steps, synchronously.
+  /// Runs one step by index into program.steps, synchronously: it returns
+  /// once a device backend has finished the step's kernels.
   Status runStep(int index);
   /// Inference mode (strait-run --eval-data): runStep runs each kernel that
   /// has an inference form as that form instead. BatchNormalizationTraining
