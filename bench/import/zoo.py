@@ -130,8 +130,10 @@ def _hf(cls_name, cfg_name, **cfg):
         _no_packed_sequences()
         config = _no_dropout_config(getattr(transformers, cfg_name)(**cfg))
         config._attn_implementation = "eager"
-        if hasattr(config, "num_local_experts"):  # MoE: plain per-expert loop, no grouped_mm
-            config._experts_implementation = "eager"
+        if hasattr(config, "num_local_experts") or hasattr(config, "num_experts"):
+            # MoE: each token's k experts' weights gathered and applied by batched matmuls,
+            # static shapes (grouped_mm and eager select each expert's tokens with nonzero)
+            config._experts_implementation = "batched_mm"
         torch = _torch()
         torch.manual_seed(SEED)
         return getattr(transformers, cls_name)(config)
@@ -499,7 +501,20 @@ ARCHS = [
         "MixtralForCausalLM", "MixtralConfig", **_small_text(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=8, intermediate_size=32, max_position_embeddings=32, num_local_experts=4,
-            num_experts_per_tok=2)), "input_ids"),
+            num_experts_per_tok=2)), "input_ids",
+         # zero-mean perturbation: + 0.1 U(0, 1) routes every token to the same 2 experts
+         centered=True),
+    Arch("qwen2-moe", "transformers.Qwen2MoeForCausalLM (4 experts, top-2, gated shared expert)",
+         _causal("Qwen2MoeForCausalLM", "Qwen2MoeConfig", **_small_text(
+             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=32, moe_intermediate_size=16, shared_expert_intermediate_size=32,
+             max_position_embeddings=32, num_experts=4, num_experts_per_tok=2,
+             norm_topk_prob=True)), "input_ids", centered=True),
+    Arch("olmoe", "transformers.OlmoeForCausalLM (4 experts, top-2, QK-norm)",
+         _causal("OlmoeForCausalLM", "OlmoeConfig", **_small_text(
+             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=16, max_position_embeddings=32, num_experts=4,
+             num_experts_per_tok=2)), "input_ids", centered=True),
     Arch("electra", "transformers.ElectraForMaskedLM", _encoder(
         "ElectraForMaskedLM", "ElectraConfig", **_small_text(
             embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -1,0 +1,114 @@
+"""A mixture-of-experts language model trains in Strait as in PyTorch.
+
+transformers' MixtralForCausalLM (tiny: 2 layers, width 32, 4 experts, top-2 routing) with
+the ``batched_mm`` experts implementation: every token's k experts' weights are gathered from
+the [experts, out, in] tables and applied with batched matmuls, static shapes throughout
+(the default ``grouped_mm`` and ``eager`` implementations select each expert's tokens with
+``nonzero``, a data-dependent shape; docs/models.md, "Mixture of experts"). Exported with the
+TorchScript exporter (1 s; the dynamo export is checked by bench/import/zoo.py and
+test/Target/ONNX/zoo-training-steps.test), compiled with straitc and run by strait-run:
+
+* one step: the loss and every parameter gradient (the router's through TopK, each expert
+  table's through the gather) against torch autograd, within the architecture sweep's
+  tolerance (1e-3 relative to each gradient's largest entry);
+* AdamW: 8 steps whose losses follow torch's within 1e-3 relative per step and fall.
+
+Skips without torch, transformers or the built tools.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from strait import gradcheck  # noqa: E402
+from strait.models import export  # noqa: E402
+
+BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
+HAVE_TOOLS = all(os.path.exists(os.path.join(BUILD, "bin", t)) for t in ("straitc", "strait-opt"))
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.skipif(not HAVE_TOOLS, reason="straitc/strait-opt not built")
+
+VOCAB, SEQ, BATCH, EXPERTS, TOP_K = 64, 16, 2, 4, 2
+TOLERANCE = 1e-3  # bench/import/zoo.py's
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False, return_dict=False)[0]
+
+
+def _mixtral_case() -> gradcheck.Case:
+    export._no_packed_sequences()  # as every transformers export here (bench/import/zoo.py)
+    config = transformers.MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, intermediate_size=32, max_position_embeddings=32,
+        num_local_experts=EXPERTS, num_experts_per_tok=TOP_K, attention_dropout=0.0)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(config)
+    # What a user sets: the static-shape experts formulation.
+    model.set_experts_implementation("batched_mm")
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+    case = gradcheck.Case("mixtral", _Logits(model), {"input_ids": ids}, ids,
+                          f"input_ids={BATCH}x{SEQ}")
+    # No two parameters equal (exporters merge those), with a zero-mean perturbation:
+    # gradcheck._perturb's + 0.1 U(0, 1) gives the hidden states a common positive offset
+    # and the router rows different sums, so every token would pick the same two experts.
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for t in case.module.parameters():
+            t.add_(0.1 * (torch.rand(t.shape, generator=gen) - 0.5))
+    return gradcheck.runtime_batch(case)
+
+
+def test_mixtral_step_matches_torch(tmp_path):
+    case = _mixtral_case()
+    path = gradcheck.export_model(case, str(tmp_path / "mixtral.onnx"))
+    try:
+        computed = gradcheck.run_on_runtime(path, case, BUILD)
+    except gradcheck.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    computed = {k.removeprefix("m."): v for k, v in computed.items()}  # _Logits.m
+    _, reference = gradcheck.torch_gradients(case)
+    # The check is not vacuous: the batch routes tokens to every expert of both layers,
+    # and the routers get a gradient through TopK.
+    for layer in range(2):
+        table = reference[f"model.layers.{layer}.mlp.experts.gate_up_proj"]
+        assert table.shape[0] == EXPERTS
+        assert all(np.abs(table[e]).max() > 0 for e in range(EXPERTS)), layer
+        assert np.abs(reference[f"model.layers.{layer}.mlp.gate.weight"]).max() > 1e-4
+    assert set(computed) == set(reference), sorted(set(computed) ^ set(reference))
+    assert gradcheck.compare(reference, computed, TOLERANCE) == {}
+
+
+def test_mixtral_adamw_follows_torch(tmp_path):
+    """AdamW steps on the runtime follow torch's losses on the same batch (the runtime
+    prints 6 significant digits; the routing is the same at every step, so the trajectory
+    stays smooth)."""
+    steps, lr = 8, 3e-3
+    case = _mixtral_case()
+    path = gradcheck.export_model(case, str(tmp_path / "mixtral.onnx"))
+    try:
+        runtime = gradcheck.train_on_runtime(path, case, BUILD, steps, lr,
+                                             "loss=cross-entropy optimizer=adamw "
+                                             "weight-decay=0.01")
+    except gradcheck.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    reference = gradcheck.torch_trajectory(case, steps, lr, weight_decay=0.01)
+    rel = np.abs(np.array(runtime) - reference) / np.abs(reference)
+    assert rel.max() < 1e-3, f"step {rel.argmax() + 1}: {runtime[rel.argmax()]} vs " \
+                             f"{reference[rel.argmax()]}"
+    assert runtime[-1] < 0.9 * runtime[0], runtime
