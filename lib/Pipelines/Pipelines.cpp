@@ -40,6 +40,7 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     adapters.rank = o.lora;
     adapters.alpha = o.loraAlpha;
     adapters.seed = o.loraSeed;
+    adapters.dropout = o.loraDropout;
     std::vector<std::string> targets(o.loraTargets.begin(), o.loraTargets.end());
     std::vector<std::string> keep(o.trainable.begin(), o.trainable.end());
     adapters.targets = targets;

@@ -12,8 +12,10 @@ writes them by name next to the (frozen) base weights. See docs/training.md, "Lo
     params = lora.load_saved_params("params/")                     # or {name: array} ...
     lora.merge_into_onnx("model.onnx", params, "merged.onnx", alpha=16)  # ... and alpha by hand
 
-straitc writes the adapters' rank and alpha into the job folder (``lora.json``) and
+straitc writes the adapters' rank, alpha and dropout into the job folder (``lora.json``) and
 ``strait-run --save-params`` copies it next to the parameters, so a folder carries its scale.
+``python -m strait.export`` (python/strait/export.py) writes the merged model as ONNX or
+safetensors, or the adapters as a PEFT adapter folder.
 """
 from __future__ import annotations
 
@@ -55,25 +57,30 @@ def initial_a(weight: str, in_features: int, rank: int, seed: int = 0) -> np.nda
 
 def load_saved_params(folder: str) -> dict:
     """{parameter name: array} of a ``strait-run --save-params`` folder (replicas are equal: the
-    first rank's copy of each)."""
-    out = {}
-    for f in sorted(os.listdir(folder)):
-        if f.startswith("params.rank") and f.endswith(".txt"):
-            for line in open(os.path.join(folder, f)):
-                file, name = line.split()
-                out.setdefault(name, np.load(os.path.join(folder, file)))
-    return out
+    first rank's copy of each); python/strait/export.py's."""
+    from strait import export
+    return export.load_saved_params(folder)
 
 
 def saved_alpha(folder: str) -> float | None:
     """The alpha of the LoRA job whose parameters ``folder`` holds (its ``lora.json``, which
     strait-run --save-params copies from the job folder); None without one."""
-    import json
-    path = os.path.join(folder, "lora.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return float(json.load(f)["alpha"])
+    from strait import export
+    record = export.lora_record(folder)
+    return None if record is None else float(record["alpha"])
+
+
+def resolve_alpha(params, alpha: float | None) -> float | None:
+    """``alpha``, or the one of the folder ``params`` came from (its lora.json); an ``alpha``
+    that differs from the folder's is an error. None: R (straitc's default)."""
+    folder = getattr(params, "folder", None)
+    if folder is None and isinstance(params, (str, os.PathLike)):
+        folder = os.fspath(params)
+    recorded = saved_alpha(folder) if folder else None
+    if recorded is not None and alpha is not None and float(alpha) != recorded:
+        raise ValueError(f"alpha={alpha} but {folder}/lora.json says the job trained with "
+                         f"alpha={recorded}")
+    return recorded if alpha is None else alpha
 
 
 def adapted_weights(params: dict) -> list:
@@ -116,34 +123,55 @@ def transposed_weights(model) -> set:
     return out
 
 
-def merge_into_onnx(model_path: str, params, out_path: str, alpha: float | None = None):
-    """Writes ``model_path`` with the merged weights (and every other trained parameter of
-    ``params`` that is an initializer) to ``out_path``: a plain model for onnxruntime or
-    PyTorch, no adapters. ``params``: {name: array}, or a ``strait-run --save-params`` folder,
-    whose ``lora.json`` gives alpha (an ``alpha`` that differs from it is an error)."""
-    import onnx
-    from onnx import numpy_helper
-    if isinstance(params, (str, os.PathLike)):
-        folder = os.fspath(params)
-        recorded = saved_alpha(folder)
-        if recorded is not None and alpha is not None and float(alpha) != recorded:
-            raise ValueError(f"alpha={alpha} but {folder}/lora.json says the job trained with "
-                             f"alpha={recorded}")
-        alpha = recorded if alpha is None else alpha
-        params = load_saved_params(folder)
-    model = onnx.load(model_path)
-    merged = merge(params, alpha, transposed_weights(model))
-    missing = [w for w in adapted_weights(params)
-               if w not in {i.name for i in model.graph.initializer}]
+def shared_weights(model, weights) -> dict:
+    """{weight: an ONNX node that reads it otherwise than as a product's weight} for the
+    ``weights`` of ``model`` that have such a reader (a Gather of a tied embedding, ...):
+    graph-add-lora adapted only their products (a remark said so), and a merge would change
+    the other readers too."""
+    names = set(weights)
+    through = {}  # Transpose output -> the weight it transposes
+    for node in model.graph.node:
+        if node.op_type == "Transpose" and node.input and node.input[0] in names:
+            through[node.output[0]] = node.input[0]
+    out = {}
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            w = name if name in names else through.get(name)
+            if w is None or (node.op_type == "Transpose" and name == w):
+                continue
+            if not (node.op_type in ("MatMul", "Gemm") and k == 1):
+                out.setdefault(w, node.name or node.op_type)
+    return out
+
+
+def merged_params(model, params, alpha: float | None = None, model_path: str = "the model"):
+    """``params`` (a dict or export.SavedParams) with the adapters merged into the base
+    weights of the ONNX ``model`` in their stored layout; alpha from ``params``' folder."""
+    alpha = resolve_alpha(params, alpha)
+    weights = adapted_weights(params)
+    inits = {i.name for i in model.graph.initializer}
+    missing = [w for w in weights if w not in inits]
     if missing:
         raise ValueError(f"{model_path} has no initializer named {missing[0]!r} "
                          f"(adapters of {len(missing)} weights have no base weight)")
-    for init in model.graph.initializer:
-        if init.name in merged:
-            value = merged[init.name]
-            if tuple(value.shape) != tuple(init.dims):
-                raise ValueError(f"parameter {init.name!r} has shape {value.shape}, the "
-                                 f"model's initializer {tuple(init.dims)}")
-            init.CopyFrom(numpy_helper.from_array(value.astype(
-                onnx.helper.tensor_dtype_to_np_dtype(init.data_type)), init.name))
-    onnx.save(model, out_path)
+    shared = shared_weights(model, weights)
+    if shared:
+        w, node = next(iter(shared.items()))
+        raise ValueError(f"{w!r} is also read by {node!r}, which its adapter does not apply "
+                         f"to (graph-add-lora adapted its products only): a merged weight "
+                         f"would change that reader too; write a PEFT adapter instead "
+                         f"(python -m strait.export peft)")
+    out = merge(params, alpha, transposed_weights(model))
+    if hasattr(params, "files"):
+        out = type(params)(out, params.files, params.folder)
+    return out
+
+
+def merge_into_onnx(model_path: str, params, out_path: str, alpha: float | None = None):
+    """Writes ``model_path`` with the merged weights (and every other trained parameter of
+    ``params``) to ``out_path``: a plain model for onnxruntime or PyTorch, no adapters.
+    ``params``: {name: array}, or a ``strait-run --save-params`` folder, whose ``lora.json``
+    gives alpha (an ``alpha`` that differs from it is an error). python/strait/export.py's
+    write_onnx, which also writes large models as external data."""
+    from strait import export
+    export.write_onnx(model_path, params, out_path, alpha=alpha)

@@ -185,6 +185,11 @@ cl::opt<double> loraAlpha("lora-alpha",
                           cl::desc("LoRA: the adapters' update is scaled by alpha / R "
                                    "(default: alpha = R, scale 1)"),
                           cl::init(0), cl::cat(trainCat));
+cl::opt<double> loraDropout("lora-dropout",
+                            cl::desc("LoRA: Dropout of this ratio on the adapters' input x "
+                                     "(PEFT's lora_dropout; seeded like the model's Dropouts, "
+                                     "identity in evaluation; default 0)"),
+                            cl::init(0), cl::cat(trainCat));
 cl::list<std::string> loraTargets("lora-targets",
                                   cl::desc("LoRA: glob of the weights given adapters "
                                            "(repeatable or comma list; default: every "
@@ -448,6 +453,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.loraAlpha = loraAlpha.getValue();
   popts.loraTargets = std::vector<std::string>(loraTargets.begin(), loraTargets.end());
   popts.loraSeed = seed.getValue();
+  popts.loraDropout = loraDropout.getValue();
   popts.compress = compress.getValue();
   popts.allReduceBucketMib = allReduceBucketMib.getValue();
   popts.localSteps = localSteps.getValue();
@@ -547,16 +553,18 @@ void assignDevices(strait::dist::PlanAttr plan, const strait::ClusterModel &clus
 /// straitc's arguments as given (DIR/straitc.json, for strait-run --replan).
 std::vector<std::string> commandLine;
 
-/// DIR/lora.json with --lora: the adapters' rank and alpha (the scale is
-/// alpha / rank), for merging trained adapters (python/strait/lora.py).
+/// DIR/lora.json with --lora: the adapters' rank, alpha (the scale is
+/// alpha / rank) and dropout, for merging trained adapters or writing a PEFT
+/// adapter (python/strait/lora.py, python/strait/export.py).
 std::string loraRecord() {
   if (lora <= 0)
     return "";
   double alpha = loraAlpha > 0 ? loraAlpha.getValue() : static_cast<double>(lora);
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "{\"rank\": %lld, \"alpha\": %.17g, \"seed\": %llu}",
+  char buf[200];
+  std::snprintf(buf, sizeof(buf),
+                "{\"rank\": %lld, \"alpha\": %.17g, \"seed\": %llu, \"dropout\": %.17g}",
                 static_cast<long long>(lora.getValue()), alpha,
-                static_cast<unsigned long long>(seed.getValue()));
+                static_cast<unsigned long long>(seed.getValue()), loraDropout.getValue());
   return buf;
 }
 
@@ -692,15 +700,22 @@ int main(int argc, char **argv) {
       &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
       &warmupSteps, &totalSteps, &minLr,
       // cl::list overloads operator& (it returns the storage).
-      std::addressof(trainable), std::addressof(frozen), &lora, &loraAlpha,
+      std::addressof(trainable), std::addressof(frozen), &lora, &loraAlpha, &loraDropout,
       std::addressof(loraTargets)};
   if (localSteps < 1) {
     llvm::errs() << "straitc: --local-steps must be at least 1 (got " << localSteps << ")\n";
     return 1;
   }
-  if (lora < 0 || (lora == 0 && (loraAlpha.getNumOccurrences() || loraTargets.size()))) {
+  if (lora < 0 || (lora == 0 && (loraAlpha.getNumOccurrences() || loraTargets.size() ||
+                                  loraDropout.getNumOccurrences()))) {
     llvm::errs() << "straitc: --lora must be an adapter rank >= 1 (got " << lora
-                 << "); --lora-alpha and --lora-targets need it\n";
+                 << "); --lora-alpha, --lora-dropout and --lora-targets need it\n";
+    return 1;
+  }
+  if (!(loraDropout >= 0 && loraDropout < 1)) {
+    llvm::errs() << "straitc: --lora-dropout must be a ratio in [0, 1) (got "
+                 << llvm::format("%g", loraDropout.getValue())
+                 << ")\n";
     return 1;
   }
   if (recompute != "auto" && recompute != "none" && recompute != "full") {

@@ -160,6 +160,10 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       *this, "lora-targets",
       llvm::cl::desc("glob patterns of the weights given adapters (default: every linear "
                      "layer's but the output head's)")};
+  Option<double> loraDropout{*this, "lora-dropout",
+                             llvm::cl::desc("Dropout ratio on the adapters' input (PEFT's "
+                                            "lora_dropout; straitc --lora-dropout)"),
+                             llvm::cl::init(0)};
   Option<uint64_t> loraSeed{*this, "lora-seed",
                             llvm::cl::desc("seed of the adapters' A (straitc --seed)"),
                             llvm::cl::init(0)};

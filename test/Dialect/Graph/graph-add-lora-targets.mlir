@@ -7,7 +7,7 @@
 // CHECK: graph.Variable @fc.weight.lora_A : tensor<4x2xf32>
 // CHECK-NOT: @emb.weight.lora_A
 module {
-  // expected-warning @+1 {{graph-add-lora: 'emb.weight' matches --lora-targets but is not only the weight operand of MatMul/Gemm products (y = x W); it gets no adapter}}
+  // expected-warning @+1 {{graph-add-lora: 'emb.weight' matches --lora-targets but is the weight operand of no MatMul/Gemm product (y = x W), or of products in both layouts; it gets no adapter}}
   graph.Variable @emb.weight : tensor<10x4xf32> = dense<0.1> : tensor<10x4xf32>
   graph.Variable @fc.weight : tensor<4x4xf32> = dense<0.1> : tensor<4x4xf32>
   func.func @main(%ids: tensor<3xi64>) -> tensor<3x4xf32> {

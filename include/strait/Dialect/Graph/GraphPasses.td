@@ -134,6 +134,15 @@ def GraphAddLora : Pass<"graph-add-lora", "::mlir::ModuleOp"> {
     gets `frozen`, except those matching `trainable`. Runs before the
     forward fusions (graph-fold-transposes still sees MatMul(x, Transpose(W))).
 
+    With `dropout` p > 0 the adapter reads Dropout(x, p) instead of x (PEFT's
+    `lora_dropout`; the base product still reads x); graph-build-training-step
+    keys it like any Dropout, so it drops in training, reproducibly, and is
+    the identity in evaluation. A weight read by products and by another op
+    (a Gather of a tied embedding, ...) is adapted only when `targets` names
+    it, and then only in its products, as PEFT adapts only the Linear module;
+    the other readers keep reading the base weight. A remark names each such
+    weight either way.
+
     ```
     strait-opt --graph-add-lora='rank=8 alpha=16 targets=*.q_proj.weight,*.v_proj.weight' model.mlir
     ```
@@ -146,6 +155,9 @@ def GraphAddLora : Pass<"graph-add-lora", "::mlir::ModuleOp"> {
                "glob patterns of the weights to adapt (default: every eligible "
                "product weight but the output head)">,
     Option<"seed", "seed", "uint64_t", "0", "seed of A's initial values">,
+    Option<"dropout", "dropout", "double", "0.0",
+           "PEFT's lora_dropout: a Dropout of this ratio on the adapter's input "
+           "x (x A becomes Dropout(x) A), keyed like the model's own Dropouts">,
     Option<"freezeBase", "freeze-base", "bool", "true",
            "freeze every float variable but the adapters and `trainable`">,
     ListOption<"trainable", "trainable", "std::string",
@@ -155,7 +167,9 @@ def GraphAddLora : Pass<"graph-add-lora", "::mlir::ModuleOp"> {
     Statistic<"numAdapted", "num-adapted", "Weights given adapters">,
     Statistic<"numProducts", "num-products", "Products rewritten">,
     Statistic<"numAdapterElements", "num-adapter-elements", "Elements of A and B">,
-    Statistic<"numFrozen", "num-frozen", "Variables frozen">
+    Statistic<"numFrozen", "num-frozen", "Variables frozen">,
+    Statistic<"numPartial", "num-partial",
+              "Weights adapted in their products only (other readers keep W)">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

@@ -7,7 +7,11 @@
 // step (graph-build-training-step) differentiates and all-reduces only the
 // adapters. The pass only sees the forward graph: it runs first, while the
 // weight operands are still MatMul(x, W), MatMul(x, Transpose(W)) and
-// Gemm(x, W). See docs/training.md, "LoRA".
+// Gemm(x, W). With dropout p > 0 the adapter reads Dropout(x, p) (PEFT's
+// lora_dropout), which graph-build-training-step keys like the model's own.
+// A weight also read by other ops is adapted in its products only, and only
+// when named (PEFT adapts the Linear module alone). See docs/training.md,
+// "LoRA".
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,10 +42,12 @@ struct Product {
 };
 
 /// A weight and every product that reads it; `in`/`out` of the logical
-/// [in, out] matrix (W's own layout is [out, in] when transposed).
+/// [in, out] matrix (W's own layout is [out, in] when transposed). `others`:
+/// the ops that read W otherwise (a Gather of a tied embedding, ...).
 struct Target {
   VariableOp var;
   SmallVector<Product> products;
+  SmallVector<Operation *> others;
   int64_t in = 0, out = 0;
   bool transposed = false;
   bool isHead = false;
@@ -108,18 +114,23 @@ private:
 
 } // namespace
 
-/// The products reading `var` (through its reads); false when a read has
-/// another use (a Gather, a Concat, ...) or the products disagree on layout.
+/// The products reading `var` (through its reads) into t.products, every
+/// other reader (a Gather, a Concat, a product with a rank-1 or transposed
+/// input, ...) into t.others; false when there is no product or the products
+/// disagree on layout.
 bool AddLora::collectProducts(VariableOp var, ArrayRef<ReadVariableOp> reads, Target &t) {
   auto wt = cast<RankedTensorType>(var.getType());
   std::optional<bool> layout;
+  bool conflict = false;
   auto add = [&](Operation *op, Value x, bool transposed, double alpha) {
-    if (layout && *layout != transposed)
-      return false;
-    layout = transposed;
     int64_t in = wt.getDimSize(transposed ? 1 : 0);
-    if (!isProductInput(x, in))
-      return false;
+    if (!isProductInput(x, in)) {
+      t.others.push_back(op);
+      return true;
+    }
+    if (layout && *layout != transposed)
+      conflict = true;
+    layout = transposed;
     t.products.push_back(Product{op, x, alpha});
     return true;
   };
@@ -130,26 +141,32 @@ bool AddLora::collectProducts(VariableOp var, ArrayRef<ReadVariableOp> reads, Ta
     if (auto mm = dyn_cast<MatMulOp>(use.getOwner()))
       return add(mm, mm.getA(), transposed, 1.0);
     auto gemm = cast<GemmOp>(use.getOwner());
-    if (gemm.getTransA())
-      return false;
+    if (gemm.getTransA()) {
+      t.others.push_back(gemm);
+      return true;
+    }
     return add(gemm, gemm.getA(), transposed != (gemm.getTransB() != 0),
                gemm.getAlpha().convertToDouble());
   };
   for (ReadVariableOp read : reads)
     for (OpOperand &use : read.getValue().getUses()) {
       if (isWeightOf(use)) {
-        if (!addUse(use, false))
-          return false;
+        addUse(use, false);
         continue;
       }
       auto tr = dyn_cast<TransposeOp>(use.getOwner());
-      if (!tr || !llvm::equal(tr.getPerm(), ArrayRef<int64_t>{1, 0}))
-        return false;
-      for (OpOperand &trUse : tr.getTransposed().getUses())
-        if (!isWeightOf(trUse) || isa<GemmOp>(trUse.getOwner()) || !addUse(trUse, true))
-          return false;
+      if (!tr || !llvm::equal(tr.getPerm(), ArrayRef<int64_t>{1, 0})) {
+        t.others.push_back(use.getOwner());
+        continue;
+      }
+      for (OpOperand &trUse : tr.getTransposed().getUses()) {
+        if (isWeightOf(trUse) && !isa<GemmOp>(trUse.getOwner()))
+          addUse(trUse, true);
+        else
+          t.others.push_back(trUse.getOwner());
+      }
     }
-  if (t.products.empty())
+  if (t.products.empty() || conflict)
     return false;
   t.transposed = *layout;
   t.in = wt.getDimSize(t.transposed ? 1 : 0);
@@ -191,7 +208,10 @@ void AddLora::rewrite(Target &t, VariableOp a, VariableOp b, double scale) {
     Location loc = op->getLoc();
     Value readA = builder.create<ReadVariableOp>(loc, a.getType(), a.getSymName());
     Value readB = builder.create<ReadVariableOp>(loc, b.getType(), b.getSymName());
-    Value xa = builder.create<MatMulOp>(loc, p.x, readA);
+    Value x = p.x;
+    if (dropout > 0)
+      x = builder.create<DropoutOp>(loc, x, builder.getF32FloatAttr(static_cast<float>(dropout)));
+    Value xa = builder.create<MatMulOp>(loc, x, readA);
     auto et = cast<FloatType>(cast<ShapedType>(xa.getType()).getElementType());
     APFloat s(static_cast<float>(scale * p.alpha));
     bool lost;
@@ -240,17 +260,36 @@ AddLora::selectTargets(ArrayRef<llvm::GlobPattern> targetGlobs) {
     bool named = matchesAny(targetGlobs, var.getSymName());
     if (!targetGlobs.empty() && !named)
       continue;
-    Target t{var, {}};
+    Target t{var, {}, {}};
     if (!collectProducts(var, reads.lookup(var.getSymName()), t)) {
       if (named)
         var.emitWarning("graph-add-lora: '")
             << var.getSymName()
-            << "' matches --lora-targets but is not only the weight operand of "
-               "MatMul/Gemm products (y = x W); it gets no adapter";
+            << "' matches --lora-targets but is the weight operand of no MatMul/Gemm "
+               "product (y = x W), or of products in both layouts; it gets no adapter";
       continue;
     }
     if (targetGlobs.empty() && t.isHead)
       continue;
+    if (!t.others.empty()) {
+      Operation *other = t.others.front();
+      if (!named) {
+        var.emitRemark("graph-add-lora: '")
+            << var.getSymName() << "' is read by " << t.products.size()
+            << " product(s) and by " << t.others.size() << " other op(s) ("
+            << other->getName() << " at " << other->getLoc()
+            << "); it gets no adapter (--lora-targets naming it adapts its products "
+               "only, as PEFT adapts a Linear module)";
+        continue;
+      }
+      var.emitRemark("graph-add-lora: '")
+          << var.getSymName() << "' is adapted in its " << t.products.size()
+          << " product(s) only; " << t.others.size() << " other op(s) ("
+          << other->getName() << " at " << other->getLoc()
+          << ") read the base weight, so merging the adapter into it would change "
+             "them too (the PEFT adapter keeps them apart)";
+      ++numPartial;
+    }
     chosen.push_back(std::move(t));
   }
   if (chosen.empty())
@@ -295,6 +334,11 @@ void AddLora::runOnOperation() {
   if (rank < 1) {
     module.emitError("graph-add-lora: invalid rank=")
         << static_cast<int64_t>(rank) << " (straitc --lora): expected an adapter rank >= 1";
+    return signalPassFailure();
+  }
+  if (!(dropout >= 0 && dropout < 1)) {
+    module.emitError("graph-add-lora: invalid dropout=")
+        << dropout << " (straitc --lora-dropout): expected a ratio in [0, 1)";
     return signalPassFailure();
   }
   if (!(alpha >= 0) || !std::isfinite(alpha)) {
