@@ -11,7 +11,9 @@ step, --dump-outputs) and the PyTorch module itself:
 * ``safetensors``: torch ``load_state_dict(load_file(...), strict=True)`` on the module the
   ONNX came from gives Strait's logits;
 * ``peft`` (a --lora job): ``peft.PeftModel.from_pretrained(module, folder)`` gives Strait's
-  logits (Linear and Conv1D, fan_in_fan_out), and so does the merged safetensors file;
+  logits (Linear and Conv1D, fan_in_fan_out), and so does the merged safetensors file; on
+  models/gpt2-tiny, transformers' GPT2LMHeadModel with the ONNX file's weights and the PEFT
+  adapter gives Strait's logits;
 * ``--lora-dropout``: two SGD steps against PyTorch with the adapters' masks recomputed in numpy
   from the DropoutTraining hash (test_dropout_training.py's), the mask visibly used.
 """
@@ -28,7 +30,7 @@ import warnings
 import numpy as np
 import pytest
 
-from jobutil import ROOT, STRAITC, STRAIT_RUN, run
+from jobutil import GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, needs_gpt2_tiny, run, write_tokens
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from strait import export, lora  # noqa: E402
@@ -41,6 +43,8 @@ Conv1D = pytest.importorskip("transformers.pytorch_utils").Conv1D
 from onnx import numpy_helper  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from test_dropout_training import mask  # noqa: E402
+
+pytestmark = needs_gpt2_tiny()
 
 B, T, V, D, H = 2, 8, 32, 16, 24
 RANK, ALPHA, SEED, STEPS = 4, 8.0, 3, 3
@@ -208,6 +212,44 @@ def test_peft_adapter_loads_into_peft(model, adapters, full, tmp_path):
     # A job without adapters has no PEFT adapter.
     with pytest.raises(ValueError, match="no LoRA adapters"):
         export.write_peft(model["onnx"], full[0], tmp_path / "none")
+
+
+def test_peft_adapter_on_transformers_gpt2(tmp_path):
+    """models/gpt2-tiny (transformers' GPT-2: Conv1D layers) with --lora 4 --lora-alpha 16,
+    3 AdamW steps: GPT2LMHeadModel + the PEFT adapter gives Strait's next-step logits."""
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    job, params, dump = tmp_path / "job", tmp_path / "params", tmp_path / "dump"
+    run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
+         "--optimizer", "adamw", "--lora", "4", "--lora-alpha", "16", "--step-outputs", "all",
+         "-o", str(job)])
+    data = write_tokens(tmp_path / "tokens.bin", seed=3, n=1 << 12)
+    common = ["--lr", "0.01", "--data", str(data), "--threads", "1", "--timeout-ms", "60000"]
+    run([STRAIT_RUN, str(job), "--steps", "3", *common, "--save-params", str(params)])
+    run([STRAIT_RUN, str(job), "--steps", "4", *common, "--quiet", "--dump-outputs", str(dump)])
+    logits = np.load(dump / "logits.rank0.npy")
+    ids = torch.tensor(np.load(dump / "input_ids.rank0.npy").astype(np.int64))
+    export.write_peft(GPT2_TINY, params, tmp_path / "adapter")
+
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256,
+                                  n_positions=128, bos_token_id=0, eos_token_id=0)
+    gpt2 = transformers.GPT2LMHeadModel(cfg).eval()
+    m = onnx.load(GPT2_TINY)
+    weights = {i.name: torch.tensor(numpy_helper.to_array(i)) for i in m.graph.initializer
+               if i.name in export.torch_names(m)}
+    missing, unexpected = gpt2.load_state_dict(weights, strict=False)
+    # The tied embedding and head share one tensor: the file names it once.
+    assert not unexpected and len(missing) <= 1 and set(missing) <= {
+        "lm_head.weight", "transformer.wte.weight"}, (missing, unexpected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = peft.PeftModel.from_pretrained(gpt2, str(tmp_path / "adapter")).eval()
+    with torch.no_grad():
+        got = model(input_ids=ids, use_cache=False).logits.numpy()
+        with model.disable_adapter():
+            plain = model(input_ids=ids, use_cache=False).logits.numpy()
+    close(got, logits)
+    assert np.abs(got - plain).max() > 1e-3 * np.abs(plain).max()  # the adapters act
 
 
 def test_lora_dropout_matches_torch(model, tmp_path):
