@@ -15,7 +15,9 @@ step, --dump-outputs) and the PyTorch module itself:
   models/gpt2-tiny, transformers' GPT2LMHeadModel with the ONNX file's weights and the PEFT
   adapter gives Strait's logits;
 * ``--lora-dropout``: two SGD steps against PyTorch with the adapters' masks recomputed in numpy
-  from the DropoutTraining hash (test_dropout_training.py's), the mask visibly used.
+  from the DropoutTraining hash (test_dropout_training.py's), the mask visibly used; on
+  gpt2-tiny, --recompute full (the adapters' Dropouts recomputed) and a resume from a step-2
+  checkpoint end bit-identical to the plain run.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ import warnings
 import numpy as np
 import pytest
 
-from jobutil import GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, needs_gpt2_tiny, run, write_tokens
+from jobutil import (GPT2_TINY, ROOT, STRAITC, STRAIT_RUN, kernel_ops, needs_gpt2_tiny, run,
+                     write_tokens)
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from strait import export, lora  # noqa: E402
@@ -293,6 +296,38 @@ def test_lora_dropout_matches_torch(model, tmp_path):
     plain = reference(False)
     assert not np.allclose(got["c.weight.lora_B"], plain["c.weight.lora_B"], rtol=1e-4, atol=1e-6)
     assert not np.allclose(got["q.weight.lora_A"], plain["q.weight.lora_A"], rtol=1e-4, atol=1e-6)
+
+
+def test_lora_dropout_recompute_and_resume_gpt2(tmp_path):
+    data = write_tokens(tmp_path / "tokens.bin", seed=7, n=1 << 12)
+
+    def job(name, *flags):
+        run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
+             "--optimizer", "adamw", "--lora", "4", "--lora-dropout", "0.2", "-o",
+             str(tmp_path / name), *flags])
+        return tmp_path / name
+
+    def train(j, out, steps, *flags):
+        p = run([STRAIT_RUN, str(j), "--steps", str(steps), "--lr", "0.01", "--data", str(data),
+                 "--threads", "1", "--timeout-ms", "60000", "--save-params", str(tmp_path / out),
+                 *map(str, flags)])
+        return (re.findall(r"^step \d+/\d+ loss (\S+)", p.stdout, re.M),
+                export.load_saved_params(tmp_path / out))
+
+    plain, recomputed = job("plain"), job("recompute", "--recompute", "full")
+    # 8 adapters' Dropouts (and their gradients); the recomputed blocks draw them again.
+    assert kernel_ops(plain).count("DropoutTraining") >= 8
+    assert kernel_ops(recomputed).count("DropoutTraining") > kernel_ops(plain).count(
+        "DropoutTraining")
+    losses, params = train(plain, "p", 4)
+    again, rparams = train(recomputed, "r", 4)
+    assert again == losses
+    train(plain, "first", 2, "--checkpoint", tmp_path / "ck")
+    resumed, sparams = train(plain, "s", 4, "--resume", tmp_path / "ck" / "step-2")
+    assert resumed == losses[2:]
+    for name in params:
+        np.testing.assert_array_equal(rparams[name], params[name], err_msg=name)
+        np.testing.assert_array_equal(sparams[name], params[name], err_msg=name)
 
 
 def test_lora_dropout_flag_errors(model, tmp_path):
