@@ -23,6 +23,10 @@ void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fu
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRotary());
   if (fuseAttention)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
+  // Mixture-of-experts products of gathered expert weights become one product
+  // of all experts and a selection (no per-token weight copies); before
+  // graph-fold-transposes, which folds its Transposes into the products.
+  pm.addNestedPass<func::FuncOp>(graph::createGraphRewriteExpertMatMuls());
   // After the attention fusion (whose ops take the heads' Transposes), before
   // autodiff (which adds a Transpose to the backward per forward Transpose).
   if (foldTransposes)

@@ -562,6 +562,20 @@ def _cases():
         helper.make_node("ReduceSum", ["top"], ["tsum"], keepdims=1, axes=[-1]),
         helper.make_node("Div", ["top", "tsum"], ["y"])],
         {"p0": _r((6, 4), 180), "p1": _r((4, 4), 181, -2.0, 2.0)}, opset=12))
+    # MoE experts read per slot from an [E, O, I] table and multiplied (transformers'
+    # batched_mm): straitc's graph-rewrite-expert-matmuls makes them one product of all
+    # experts and a GatherElements selection (E * N < I here: 3 * 2 < 7); every expert
+    # is used, expert 2 by three slots (one of them a negative index in the Gather form)
+    c.append(Case("ExpertMatMul-GatherND", lambda T: [
+        _const("idx", np.array([[2], [0], [2], [1], [0], [2]], np.int64), T),
+        helper.make_node("GatherND", ["p0", "idx"], ["wsel"]),
+        helper.make_node("MatMul", ["wsel", "p1"], ["y"])],
+        {"p0": _r((3, 4, 7), 182), "p1": _r((6, 7, 2), 183)}, opset=13))
+    c.append(Case("ExpertMatMul-Gather", lambda T: [
+        _const("idx", np.array([2, 0, -1, 1, 0, 2], np.int64), T),
+        helper.make_node("Gather", ["p0", "idx"], ["wsel"], axis=0),
+        helper.make_node("MatMul", ["wsel", "p1"], ["y"])],
+        {"p0": _r((3, 4, 7), 184), "p1": _r((6, 7, 1), 185)}, opset=13))
     c.append(Case("MaxUnpool", lambda T: [
         _const("idx", np.array([[[[0, 3], [9, 10]], [[17, 18], [24, 31]]]], np.int64), T),
         helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],

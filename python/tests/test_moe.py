@@ -6,7 +6,9 @@ the [experts, out, in] tables and applied with batched matmuls, static shapes th
 (the default ``grouped_mm`` and ``eager`` implementations select each expert's tokens with
 ``nonzero``, a data-dependent shape; docs/models.md, "Mixture of experts"). Exported with the
 TorchScript exporter (1 s; the dynamo export is checked by bench/import/zoo.py and
-test/Target/ONNX/zoo-training-steps.test), compiled with straitc and run by strait-run:
+test/Target/ONNX/zoo-training-steps.test), compiled by straitc's whole pipeline, whose
+graph-rewrite-expert-matmuls turns the gathered-weight products into products of all experts
+and a selection (checked in the step's MLIR), and run by strait-run:
 
 * one step: the loss and every parameter gradient (the router's through TopK, each expert
   table's through the gather) against torch autograd, within the architecture sweep's
@@ -18,6 +20,8 @@ Skips without torch, transformers or the built tools.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 
 import numpy as np
@@ -30,11 +34,13 @@ from strait import gradcheck  # noqa: E402
 from strait.models import export  # noqa: E402
 
 BUILD = os.environ.get("STRAIT_BUILD_DIR", os.path.join(ROOT, "build"))
-HAVE_TOOLS = all(os.path.exists(os.path.join(BUILD, "bin", t)) for t in ("straitc", "strait-opt"))
+STRAITC = os.path.join(BUILD, "bin", "straitc")
+STRAIT_RUN = os.path.join(BUILD, "runtime", "tools", "strait-run")
+HAVE_TOOLS = os.path.exists(STRAITC) and os.path.exists(STRAIT_RUN)
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.skipif(not HAVE_TOOLS, reason="straitc/strait-opt not built")
+pytestmark = pytest.mark.skipif(not HAVE_TOOLS, reason="straitc/strait-run not built")
 
 VOCAB, SEQ, BATCH, EXPERTS, TOP_K = 64, 16, 2, 4, 2
 TOLERANCE = 1e-3  # bench/import/zoo.py's
@@ -74,15 +80,43 @@ def _mixtral_case() -> gradcheck.Case:
     return gradcheck.runtime_batch(case)
 
 
+def _straitc_job(case, tmp, *options) -> tuple[str, str]:
+    """straitc's whole pipeline (forward rewrites, graph-rewrite-expert-matmuls among them,
+    the training step, export) on the TorchScript export of `case`; returns (job, mlir)."""
+    path = gradcheck.export_model(case, os.path.join(tmp, "mixtral.onnx"))
+    args = [STRAITC, path, "--input-shape", case.input_shapes, "--loss", "cross-entropy",
+            *options]
+    mlir = subprocess.run(args + ["--emit=mlir"], capture_output=True, text=True)
+    assert mlir.returncode == 0, mlir.stderr[-2000:]
+    job = os.path.join(tmp, "job")
+    c = subprocess.run(args + ["-o", job], capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr[-2000:]
+    return job, mlir.stdout
+
+
+def _run(case, job, tmp, *args) -> tuple[str, dict]:
+    dump = os.path.join(tmp, "dump")
+    data = gradcheck._write_data(case, tmp)
+    r = subprocess.run([STRAIT_RUN, job, "--threads", "1", "--dump-outputs", dump, *args,
+                        *data], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stderr + r.stdout)[-2000:]
+    files = {f: np.load(os.path.join(dump, f)) for f in os.listdir(dump)} \
+        if os.path.isdir(dump) else {}
+    return r.stdout, files
+
+
 def test_mixtral_step_matches_torch(tmp_path):
     case = _mixtral_case()
-    path = gradcheck.export_model(case, str(tmp_path / "mixtral.onnx"))
-    try:
-        computed = gradcheck.run_on_runtime(path, case, BUILD)
-    except gradcheck.RuntimeUnavailable as e:
-        pytest.skip(str(e))
-    computed = {k.removeprefix("m."): v for k, v in computed.items()}  # _Logits.m
-    _, reference = gradcheck.torch_gradients(case)
+    job, mlir = _straitc_job(case, str(tmp_path), "--optimizer", "none", "--return-gradients")
+    # The experts' four products per layer pair (gate_up and down, 2 layers) read no
+    # per-token weight copies: graph-rewrite-expert-matmuls made them products of all
+    # experts and GatherElements selections (its gradient a ScatterElements add).
+    assert len(re.findall(r"graph\.GatherElements .*-> tensor<1x", mlir)) == 4
+    assert not re.search(r"graph\.Gather(ND)? .*tensor<4x(64|32)x32xf32>", mlir)
+    _, files = _run(case, job, str(tmp_path), "--steps", "1")
+    computed = {f[len("grad.m."):-len(".rank0.npy")]: v for f, v in files.items()
+                if f.startswith("grad.m.")}
+    loss, reference = gradcheck.torch_gradients(case)
     # The check is not vacuous: the batch routes tokens to every expert of both layers,
     # and the routers get a gradient through TopK.
     for layer in range(2):
@@ -92,6 +126,8 @@ def test_mixtral_step_matches_torch(tmp_path):
         assert np.abs(reference[f"model.layers.{layer}.mlp.gate.weight"]).max() > 1e-4
     assert set(computed) == set(reference), sorted(set(computed) ^ set(reference))
     assert gradcheck.compare(reference, computed, TOLERANCE) == {}
+    got = float(files["loss.rank0.npy"])
+    assert abs(got - loss) <= TOLERANCE * abs(loss), (got, loss)
 
 
 def test_mixtral_adamw_follows_torch(tmp_path):
@@ -100,13 +136,11 @@ def test_mixtral_adamw_follows_torch(tmp_path):
     stays smooth)."""
     steps, lr = 8, 3e-3
     case = _mixtral_case()
-    path = gradcheck.export_model(case, str(tmp_path / "mixtral.onnx"))
-    try:
-        runtime = gradcheck.train_on_runtime(path, case, BUILD, steps, lr,
-                                             "loss=cross-entropy optimizer=adamw "
-                                             "weight-decay=0.01")
-    except gradcheck.RuntimeUnavailable as e:
-        pytest.skip(str(e))
+    job, _ = _straitc_job(case, str(tmp_path), "--optimizer", "adamw", "--weight-decay",
+                          "0.01", "--lr", str(lr))
+    out, _ = _run(case, job, str(tmp_path), "--steps", str(steps))
+    runtime = [float(v) for v in re.findall(r"^step \d+/\d+ loss (\S+)", out, re.M)]
+    assert len(runtime) == steps, out[-1000:]
     reference = gradcheck.torch_trajectory(case, steps, lr, weight_decay=0.01)
     rel = np.abs(np.array(runtime) - reference) / np.abs(reference)
     assert rel.max() < 1e-3, f"step {rel.argmax() + 1}: {runtime[rel.argmax()]} vs " \

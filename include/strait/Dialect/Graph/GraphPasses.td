@@ -257,6 +257,32 @@ def GraphFuseRMSNorm : Pass<"graph-fuse-rmsnorm", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }
 
+def GraphRewriteExpertMatMuls : Pass<"graph-rewrite-expert-matmuls", "::mlir::func::FuncOp"> {
+  let summary = "Compute gathered-expert batched matmuls as one product of all experts";
+  let description = [{
+    Matches `MatMul(GatherND(W, idx[S, 1]), B)` and `MatMul(Gather(W,
+    idx[S], axis 0), B)` with W [E, O, I], B [S, I, N], static f32 shapes and
+    the gather's result read only by the MatMul: the static-shape experts of
+    mixture-of-experts exports (transformers' `batched_mm`), which copy an
+    expert's weights per routed token (S * O * I elements, kept for the
+    backward). When E * N < I it computes
+    `Z = MatMul(Reshape(W, [E*O, I]), Reshape(Transpose(B, [1, 0, 2]), [I, S*N]))`
+    and selects each slot's expert with `GatherElements` (axis 0 of Z viewed
+    as [E, O, S*N], indices idx expanded), then reshapes and transposes to
+    [S, O, N]: E * O * S * N elements and E times the gathered product's
+    FLOPs, in one GEMM. Autodiff differentiates the plain ops. It runs on the
+    forward graph before `graph-fold-transposes`. See docs/graph-dialect.md.
+
+    ```
+    strait-opt --graph-rewrite-expert-matmuls model.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numRewritten", "num-rewritten", "Expert matmuls rewritten">
+  ];
+  let dependentDialects = ["::strait::graph::GraphDialect"];
+}
+
 def GraphFuseRotary : Pass<"graph-fuse-rotary", "::mlir::func::FuncOp"> {
   let summary = "Rewrite the rotate-half rotary embeddings of LLaMA exports into graph.FusedRotaryEmbedding";
   let description = [{

@@ -1,0 +1,82 @@
+// RUN: strait-opt %s --graph-rewrite-expert-matmuls -split-input-file | FileCheck %s
+
+// transformers' batched_mm experts, dynamo export: each of 6 slots reads its
+// expert's [O, I] = [4, 7] weights by GatherND and multiplies them by its
+// [7, 1] column. One product of all 3 experts with all slots, then each
+// slot's expert picked by GatherElements along the experts' axis.
+// CHECK-LABEL: func.func @gathernd
+// CHECK-SAME: (%[[W:.*]]: tensor<3x4x7xf32>, %[[IDX:.*]]: tensor<6x1xi64>, %[[B:.*]]: tensor<6x7x1xf32>)
+// CHECK-NOT: graph.GatherND
+// CHECK: %[[BT:.*]] = graph.Transpose %[[B]] {perm = array<i64: 1, 0, 2>} : (tensor<6x7x1xf32>) -> tensor<7x6x1xf32>
+// CHECK: %[[BM:.*]] = graph.Reshape %[[BT]] {shape = array<i64: 7, 6>} : (tensor<7x6x1xf32>) -> tensor<7x6xf32>
+// CHECK: %[[WM:.*]] = graph.Reshape %[[W]] {shape = array<i64: 12, 7>} : (tensor<3x4x7xf32>) -> tensor<12x7xf32>
+// CHECK: %[[Z:.*]] = graph.MatMul %[[WM]], %[[BM]] : (tensor<12x7xf32>, tensor<7x6xf32>) -> tensor<12x6xf32>
+// CHECK: %[[Z3:.*]] = graph.Reshape %[[Z]] {shape = array<i64: 3, 4, 6>} : (tensor<12x6xf32>) -> tensor<3x4x6xf32>
+// CHECK: %[[I4:.*]] = graph.Reshape %[[IDX]] {shape = array<i64: 1, 1, 6, 1>} : (tensor<6x1xi64>) -> tensor<1x1x6x1xi64>
+// CHECK: %[[IE:.*]] = graph.Expand %[[I4]] {shape = array<i64: 1, 4, 6, 1>} : (tensor<1x1x6x1xi64>) -> tensor<1x4x6x1xi64>
+// CHECK: %[[I3:.*]] = graph.Reshape %[[IE]] {shape = array<i64: 1, 4, 6>} : (tensor<1x4x6x1xi64>) -> tensor<1x4x6xi64>
+// CHECK: %[[P:.*]] = graph.GatherElements %[[Z3]], %[[I3]] : (tensor<3x4x6xf32>, tensor<1x4x6xi64>) -> tensor<1x4x6xf32>
+// CHECK: %[[P3:.*]] = graph.Reshape %[[P]] {shape = array<i64: 4, 6, 1>} : (tensor<1x4x6xf32>) -> tensor<4x6x1xf32>
+// CHECK: %[[Y:.*]] = graph.Transpose %[[P3]] {perm = array<i64: 1, 0, 2>} : (tensor<4x6x1xf32>) -> tensor<6x4x1xf32>
+// CHECK-NOT: graph.MatMul
+// CHECK: return %[[Y]]
+func.func @gathernd(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x1xf32>) -> tensor<6x4x1xf32> {
+  %a = graph.GatherND %w, %idx : (tensor<3x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
+  return %y : tensor<6x4x1xf32>
+}
+
+// -----
+
+// The TorchScript export's form: Gather along axis 0 with [S] indices, and N = 2
+// columns per slot (E * N = 6 < I = 7).
+// CHECK-LABEL: func.func @gather
+// CHECK-NOT: graph.Gather %
+// CHECK: graph.MatMul {{.*}} : (tensor<12x7xf32>, tensor<7x12xf32>) -> tensor<12x12xf32>
+// CHECK: graph.Reshape {{.*}} {shape = array<i64: 1, 1, 6, 1>} : (tensor<6xi32>) -> tensor<1x1x6x1xi32>
+// CHECK: graph.GatherElements {{.*}} : (tensor<3x4x12xf32>, tensor<1x4x12xi32>) -> tensor<1x4x12xf32>
+// CHECK: graph.Transpose {{.*}} -> tensor<6x4x2xf32>
+func.func @gather(%w: tensor<3x4x7xf32>, %idx: tensor<6xi32>, %b: tensor<6x7x2xf32>) -> tensor<6x4x2xf32> {
+  %a = graph.Gather %w, %idx : (tensor<3x4x7xf32>, tensor<6xi32>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x2xf32>) -> tensor<6x4x2xf32>
+  return %y : tensor<6x4x2xf32>
+}
+
+// -----
+
+// Not profitable: E * N = 8 >= I = 7 (the all-experts product would be larger
+// than the gathered weights); unchanged.
+// CHECK-LABEL: func.func @wide
+// CHECK: graph.GatherND
+// CHECK: graph.MatMul {{.*}} : (tensor<6x4x7xf32>, tensor<6x7x2xf32>)
+// CHECK-NOT: graph.GatherElements
+func.func @wide(%w: tensor<4x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x2xf32>) -> tensor<6x4x2xf32> {
+  %a = graph.GatherND %w, %idx : (tensor<4x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x2xf32>) -> tensor<6x4x2xf32>
+  return %y : tensor<6x4x2xf32>
+}
+
+// -----
+
+// The gathered weights have another reader: they are held anyway; unchanged.
+// CHECK-LABEL: func.func @shared
+// CHECK: graph.GatherND
+// CHECK: graph.MatMul {{.*}} : (tensor<6x4x7xf32>, tensor<6x7x1xf32>)
+// CHECK-NOT: graph.GatherElements
+func.func @shared(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x1xf32>) -> (tensor<6x4x1xf32>, tensor<6x4x7xf32>) {
+  %a = graph.GatherND %w, %idx : (tensor<3x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
+  return %y, %a : tensor<6x4x1xf32>, tensor<6x4x7xf32>
+}
+
+// -----
+
+// A Gather along another axis (not the experts' table layout); unchanged.
+// CHECK-LABEL: func.func @other_axis
+// CHECK: graph.Gather
+// CHECK-NOT: graph.GatherElements
+func.func @other_axis(%w: tensor<6x3x7xf32>, %idx: tensor<4xi64>, %b: tensor<6x7x1xf32>) -> tensor<6x4x1xf32> {
+  %a = graph.Gather %w, %idx {axis = 1 : i64} : (tensor<6x3x7xf32>, tensor<4xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
+  return %y : tensor<6x4x1xf32>
+}
