@@ -9,7 +9,8 @@ step, --dump-outputs) and the PyTorch module itself:
   bit-unchanged; external data (forced, and kept when the source model was external) gives the
   same; a wrong shape, dtype or name is an error naming the tensor and its .npy file;
 * ``safetensors``: torch ``load_state_dict(load_file(...), strict=True)`` on the module the
-  ONNX came from gives Strait's logits;
+  ONNX came from gives Strait's logits, for the TorchScript export and for a dynamo export
+  (``optimize=False``, ``--torch-only``);
 * ``peft`` (a --lora job): ``peft.PeftModel.from_pretrained(module, folder)`` gives Strait's
   logits (Linear and Conv1D, fan_in_fan_out), and so does the merged safetensors file; on
   models/gpt2-tiny, transformers' GPT2LMHeadModel with the ONNX file's weights and the PEFT
@@ -94,11 +95,11 @@ def model(tmp_path_factory):
     return dict(net=net, onnx=path, tmp=tmp, tokens=tokens, ids=ids)
 
 
-def train(model, name, *flags, steps=STEPS, optimizer="adamw", lr=0.01):
+def train(model, name, *flags, steps=STEPS, optimizer="adamw", lr=0.01, onnx_path=None):
     """Compiles and trains a job; its saved folder and the logits after `steps` updates."""
     tmp = model["tmp"]
     job = tmp / name
-    run([STRAITC, str(model["onnx"]), "--input-shape", f"input_ids={B}x{T}", "--loss",
+    run([STRAITC, str(onnx_path or model["onnx"]), "--input-shape", f"input_ids={B}x{T}", "--loss",
          "cross-entropy", "--optimizer", optimizer, "--seed", str(SEED), "--step-outputs", "all",
          "-o", str(job), *flags])
     common = ["--lr", str(lr), "--data", str(tmp / "tokens.bin"), "--threads", "1",
@@ -181,6 +182,30 @@ def test_safetensors_loads_into_torch(model, full, tmp_path):
         close(net(torch.tensor(model["ids"])).numpy(), logits)
     with pytest.raises(ValueError, match="torch_only needs the ONNX model"):
         export.write_safetensors(params, out, torch_only=True)
+
+
+def test_safetensors_of_a_dynamo_export(model, tmp_path):
+    """torch.onnx.export(dynamo=True, optimize=False): the initializers are the state_dict's
+    names and layouts, marked as parameters; --torch-only keeps exactly those."""
+    path = tmp_path / "dynamo.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model["net"], (torch.zeros(B, T, dtype=torch.long),), str(path),
+                          input_names=["input_ids"], output_names=["logits"], dynamo=True,
+                          optimize=False, verbose=False)
+    params, logits = train(model, "dynamo", "--momentum", "0", steps=2, optimizer="sgd", lr=0.1,
+                           onnx_path=path)
+    out = tmp_path / "model.safetensors"
+    assert export.main(["safetensors", str(params), "-o", str(out), "--model", str(path),
+                        "--torch-only"]) == 0
+    net = Net()
+    net.load_state_dict(load_file(str(out)), strict=True)
+    with torch.no_grad():
+        got = net(torch.tensor(model["ids"])).numpy()
+    close(got, logits)
+    assert np.abs(got - model["net"](torch.tensor(model["ids"])).detach().numpy()).max() > 1e-4
+    with pytest.raises(ValueError, match="no PyTorch parameter marks"):
+        export.write_safetensors(params, out, model["onnx"], torch_only=True)
 
 
 def test_peft_adapter_loads_into_peft(model, adapters, full, tmp_path):
