@@ -320,6 +320,13 @@ def _cases():
     c.append(Case("Conv", lambda T: [helper.make_node(
         "Conv", ["p0", "p1", "p2"], ["y"], pads=[1, 0, 1, 1], strides=[2, 1], group=2)],
         {"p0": _r((2, 4, 5, 4), 21), "p1": _r((4, 2, 3, 2), 22), "p2": _r((4,), 23)}))
+    # depthwise (group == channels): the CPU backend's direct kernels, strided and not
+    c.append(Case("Conv-depthwise", lambda T: [helper.make_node(
+        "Conv", ["p0", "p1", "p2"], ["y"], pads=[1, 1, 1, 0], strides=[2, 2], group=3)],
+        {"p0": _r((2, 3, 5, 6), 190), "p1": _r((3, 1, 3, 3), 191), "p2": _r((3,), 192)}))
+    c.append(Case("Conv-depthwise-5x5", lambda T: [helper.make_node(
+        "Conv", ["p0", "p1"], ["y"], pads=[2, 2, 2, 2], group=2)],
+        {"p0": _r((2, 2, 4, 5), 193), "p1": _r((2, 1, 5, 5), 194)}))
     c.append(Case("Conv-dilated", lambda T: [helper.make_node(
         "Conv", ["p0", "p1"], ["y"], dilations=[2, 1], pads=[1, 1, 1, 1])],
         {"p0": _r((1, 2, 5, 4), 24), "p1": _r((3, 2, 2, 2), 25)}))

@@ -7,8 +7,9 @@
 // folded into the GEMM's K. Checked here against naive loops in double
 // (every window position tested one by one), over shapes that cover
 // several blocks with a ragged last one, groups, strides, dilations, pads
-// wider than the kernel, 1-D and 3-D windows, 1x1 kernels, and against the
-// per-image path (a batch of one) image by image.
+// wider than the kernel, 1-D and 3-D windows, 1x1 kernels, the direct
+// depthwise kernels, and against the per-image path (a batch of one) image
+// by image.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
@@ -158,6 +159,24 @@ TEST(ConvBatched, StridesDilationsPadsGroupsAndRanks) {
       {{2, 1, 1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, 4, false},  // 1x1 plane
   };
   uint32_t seed = 500;
+  for (const WindowCase &c : cases)
+    checkAll(c, seed += 5);
+}
+
+TEST(ConvBatched, DepthwiseDirectKernels) {
+  // group == C == M: Conv, ConvGradInput and ConvGradWeight all take the
+  // direct depthwise kernels (ConvDepthwise.cpp), on small and large planes.
+  std::vector<WindowCase> cases = {
+      {{3, 8, 9, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 8, 8, true},      // MobileNet's 3x3
+      {{2, 6, 11, 10}, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 6, 6, false},   // 5x5 stride 2
+      {{2, 4, 8, 9}, {3, 3}, {1, 2}, {2, 1}, {2, 0, 1, 3}, 4, 4, true},      // dilated, uneven pads
+      {{2, 3, 20, 20}, {3, 3}, {2, 1}, {1, 1}, {1, 1, 1, 1}, 3, 3, true},    // 10x20 = 200 outputs
+      {{2, 3, 23, 21}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 3, 3, false},   // > 256 outputs
+      {{2, 2, 3, 3}, {3, 3}, {1, 1}, {1, 1}, {4, 4, 4, 4}, 2, 2, true},      // pads > kernel
+      {{3, 5, 17}, {3}, {2}, {1}, {1, 1}, 5, 5, true},                       // 1-D
+      {{2, 3, 4, 5, 6}, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 0}, 3, 3, false}, // 3-D
+  };
+  uint32_t seed = 700;
   for (const WindowCase &c : cases)
     checkAll(c, seed += 5);
 }

@@ -1,12 +1,14 @@
 //===- Conv.cpp - Convolution and pooling ---------------------------------===//
 //
 // Conv (groups, strides, pads, dilations, auto_pad) as im2col + sgemm, a
-// depthwise Conv (one channel and one filter per group) directly, and
+// depthwise Conv and its gradients (one channel and one filter per group)
+// directly (ConvDepthwise.cpp), and
 // MaxPool / AveragePool / global pooling. 1-D and 2-D windows are handled as
 // 3-D windows whose extra dimensions have size 1. The window comes from
 // rt::convWindow (KernelArgs.h), shared with the CUDA backend.
 //
 //===----------------------------------------------------------------------===//
+#include "ConvDepthwise.h"
 #include "CpuKernels.h"
 #include "strait/runtime/KernelArgs.h"
 
@@ -18,20 +20,6 @@ namespace strait {
 namespace rt {
 namespace cpu {
 namespace {
-
-/// The outputs o in [lo, hi) of one window dimension whose input position
-/// o * stride - pad + kOff lies inside [0, in); empty when lo >= hi.
-struct ValidRange {
-  int64_t lo, hi;
-};
-inline ValidRange validOutputs(int64_t out, int64_t in, int64_t stride, int64_t pad,
-                               int64_t kOff) {
-  // o * stride >= pad - kOff  and  o * stride <= in - 1 + pad - kOff.
-  int64_t first = pad - kOff, last = in - 1 + pad - kOff;
-  int64_t lo = std::min(out, first <= 0 ? 0 : (first + stride - 1) / stride);
-  int64_t hi = last < 0 ? 0 : last / stride + 1;
-  return {lo, std::max(lo, std::min(hi, out))};
-}
 
 /// Row `row` = c*K + kpos of one image's im2col matrix: dst[opos] =
 /// x[c, window position kpos of output opos], 0 in the padding. Each output
@@ -186,64 +174,6 @@ float *scratch(int64_t n) {
   return buffer.data();
 }
 
-/// A depthwise convolution (one input channel per group) computed directly
-/// instead of as im2col + a GEMM with one row: for each output channel,
-/// y[o] = sum over the window positions (z, y, x order) of w[kpos] *
-/// x[o * stride - pad + kpos * dil], positions in the padding skipped, then
-/// + bias. One output row at a time (it stays in L1) accumulates each kernel
-/// position along the row, which vectorizes for stride 1. With several
-/// filters per channel (digits-cnn's first layer: 1 channel, 16 filters)
-/// im2col + GEMM is faster (40% on that layer) and stays in use.
-void depthwiseConv(const float *x, const float *wt, const float *bias, float *y, int64_t n,
-                   int64_t c, const ConvWindow &w) {
-  int64_t kSize = w.kSize(), p = w.outSize(), sx = w.stride[2];
-  std::vector<ValidRange> xr(w.k[2]);
-  for (int64_t kx = 0; kx < w.k[2]; ++kx)
-    xr[kx] = validOutputs(w.out[2], w.in[2], sx, w.pad[2], kx * w.dil[2]);
-  parallelFor(n * c, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      int64_t ch = pl % c;
-      const float *plane = x + pl * w.inSize();
-      const float *k = wt + ch * kSize;
-      float b = bias ? bias[ch] : 0.0f;
-      for (int64_t oz = 0; oz < w.out[0]; ++oz)
-        for (int64_t oy = 0; oy < w.out[1]; ++oy) {
-          float *dst = y + pl * p + (oz * w.out[1] + oy) * w.out[2];
-          std::fill(dst, dst + w.out[2], 0.0f);
-          for (int64_t kz = 0; kz < w.k[0]; ++kz) {
-            int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-            if (iz < 0 || iz >= w.in[0])
-              continue;
-            for (int64_t ky = 0; ky < w.k[1]; ++ky) {
-              int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-              if (iy < 0 || iy >= w.in[1])
-                continue;
-              const float *row = plane + (iz * w.in[1] + iy) * w.in[2];
-              for (int64_t kx = 0; kx < w.k[2]; ++kx) {
-                float kw = k[(kz * w.k[1] + ky) * w.k[2] + kx];
-                ValidRange r = xr[kx];
-                if (r.lo >= r.hi)
-                  continue;
-                const float *src = row + r.lo * sx - w.pad[2] + kx * w.dil[2];
-                float *d = dst + r.lo;
-                int64_t len = r.hi - r.lo;
-                if (sx == 1)
-                  for (int64_t i = 0; i < len; ++i)
-                    d[i] += kw * src[i];
-                else
-                  for (int64_t i = 0; i < len; ++i)
-                    d[i] += kw * src[i * sx];
-              }
-            }
-          }
-          if (bias)
-            for (int64_t i = 0; i < w.out[2]; ++i)
-              dst[i] += b;
-        }
-    }
-  });
-}
-
 /// Adjoint of im2colRow for one channel: plane[ipos] += col[kpos * ld +
 /// opos] over its kernel positions in order, each row's positions inside X
 /// found once (validOutputs) instead of tested one by one: the same sums in
@@ -328,6 +258,23 @@ void col2imBlock(const float *col, int64_t images, int64_t channels, const ConvW
   });
 }
 
+/// A 1x1 window with stride 1 and no padding: X's planes are the im2col
+/// matrix itself.
+bool isPointwise(const ConvWindow &w) {
+  return w.kSize() == 1 && w.inSize() == w.outSize() && w.stride[0] == 1 && w.stride[1] == 1 &&
+         w.stride[2] == 1 && w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0;
+}
+
+/// dst[b * imageStride + r * P + o] = src[r * (B*P) + b*P + o]: the inverse
+/// of gatherBlock.
+void scatterBlock(const float *src, int64_t images, int64_t rows, int64_t p, float *dst,
+                  int64_t imageStride) {
+  int64_t ld = images * p;
+  for (int64_t b = 0; b < images; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(src + r * ld + b * p, src + r * ld + (b + 1) * p, dst + b * imageStride + r * p);
+}
+
 Status convKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(ConvArgs a, convArgs(ctx));
   const Tensor *x = a.x, *wt = a.w, *bias = a.bias;
@@ -335,14 +282,12 @@ Status convKernel(KernelContext &ctx) {
   const ConvWindow &w = a.window;
   int64_t group = a.group, n = x->shape[0], c = x->shape[1], m = wt->shape[0];
   int64_t cg = c / group, mg = m / group, kdim = cg * w.kSize(), p = w.outSize();
-  if (cg == 1 && mg == 1 && group == c && w.kSize() > 1) {
+  if (isDepthwise(c, m, group, w)) {
     depthwiseConv(x->as<float>(), wt->as<float>(), bias ? bias->as<float>() : nullptr,
                   y->as<float>(), n, c, w);
     return Status::ok();
   }
-  bool direct = w.kSize() == 1 && w.inSize() == p && w.stride[0] == 1 &&
-                w.stride[1] == 1 && w.stride[2] == 1 && w.pad[0] == 0 &&
-                w.pad[1] == 0 && w.pad[2] == 0;
+  bool direct = isPointwise(w);
   int64_t block = imageBlock(n, p, kdim);
   if (block > 1) {
     // Batched: per block of B images and group, X's columns side by side
@@ -657,6 +602,12 @@ Status convGradInputKernel(KernelContext &ctx) {
   int64_t group = a.group;
   int64_t n = xShape[0], c = xShape[1], m = wt->shape[0], cg = c / group, mg = m / group;
   int64_t kdim = cg * w.kSize(), p = w.outSize();
+  if (isDepthwise(c, m, group, w)) {
+    depthwiseGradInput(dy->as<float>(), wt->as<float>(), dx->as<float>(), n, c, w);
+    return Status::ok();
+  }
+  // 1x1 stride 1: W_g^T dY is dX itself (col2im would be a copy).
+  bool direct = isPointwise(w);
   // With few products per column (digits-cnn's first layer would have 9 x
   // 16) gathering dY costs more than the per-image GEMMs save.
   int64_t block = kdim * mg >= 512 ? imageBlock(n, p, kdim) : 1;
@@ -668,23 +619,30 @@ Status convGradInputKernel(KernelContext &ctx) {
     for (int64_t i0 = 0; i0 < n; i0 += block) {
       int64_t nb = std::min(block, n - i0), ld = nb * p;
       float *dxb = dx->as<float>() + i0 * c * w.inSize();
-      std::fill(dxb, dxb + nb * c * w.inSize(), 0.0f);
+      if (!direct)
+        std::fill(dxb, dxb + nb * c * w.inSize(), 0.0f);
       for (int64_t g = 0; g < group; ++g) {
         gatherBlock(dy->as<float>() + (i0 * m + g * mg) * p, m * p, nb, mg, p, dyb);
         sgemm(true, false, kdim, ld, mg, 1.0f, wt->as<float>() + g * mg * kdim, kdim, dyb, ld,
               0.0f, col, ld);
-        col2imBlock(col, nb, cg, w, dxb + g * cg * w.inSize(), c * w.inSize());
+        if (direct)
+          scatterBlock(col, nb, cg, p, dxb + g * cg * p, c * p);
+        else
+          col2imBlock(col, nb, cg, w, dxb + g * cg * w.inSize(), c * w.inSize());
       }
     }
     return Status::ok();
   }
-  float *col = scratch(kdim * p);
-  std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
+  float *col = direct ? nullptr : scratch(kdim * p);
+  if (!direct)
+    std::fill(dx->as<float>(), dx->as<float>() + dx->numel(), 0.0f);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t g = 0; g < group; ++g) {
+      float *dxg = dx->as<float>() + (i * c + g * cg) * w.inSize();
       sgemm(true, false, kdim, p, mg, 1.0f, wt->as<float>() + g * mg * kdim, kdim,
-            dy->as<float>() + (i * m + g * mg) * p, p, 0.0f, col, p);
-      col2im(col, cg, w, dx->as<float>() + (i * c + g * cg) * w.inSize());
+            dy->as<float>() + (i * m + g * mg) * p, p, 0.0f, direct ? dxg : col, p);
+      if (!direct)
+        col2im(col, cg, w, dxg);
     }
   return Status::ok();
 }
@@ -701,6 +659,11 @@ Status convGradWeightKernel(KernelContext &ctx) {
     std::fill(dw->as<float>(), dw->as<float>() + dw->numel(), 0.0f);
     return Status::ok();
   }
+  if (isDepthwise(c, m, group, w)) {
+    depthwiseGradWeight(dy->as<float>(), x->as<float>(), dw->as<float>(), n, c, w);
+    return Status::ok();
+  }
+  bool direct = isPointwise(w); // X's planes are the columns: no im2col copy
   // Batched (block > 1): the sum over a block's images folded into the
   // GEMM's K = B*P (X's columns and dY's planes side by side), blocks
   // accumulated into dW in order.
@@ -712,14 +675,20 @@ Status convGradWeightKernel(KernelContext &ctx) {
     for (int64_t g = 0; g < group; ++g) {
       const float *xg = x->as<float>() + (i0 * c + g * cg) * w.inSize();
       const float *dyg = dy->as<float>() + (i0 * m + g * mg) * p;
+      const float *cols = col;
       if (nb > 1) {
-        im2colBlock(xg, c * w.inSize(), nb, cg, w, col);
+        if (direct)
+          gatherBlock(xg, c * p, nb, cg, p, col);
+        else
+          im2colBlock(xg, c * w.inSize(), nb, cg, w, col);
         gatherBlock(dyg, m * p, nb, mg, p, dyb);
         dyg = dyb;
+      } else if (direct) {
+        cols = xg;
       } else {
         im2col(xg, cg, w, col);
       }
-      sgemm(false, true, mg, kdim, ld, 1.0f, dyg, ld, col, ld, i0 == 0 ? 0.0f : 1.0f,
+      sgemm(false, true, mg, kdim, ld, 1.0f, dyg, ld, cols, ld, i0 == 0 ? 0.0f : 1.0f,
             dw->as<float>() + g * mg * kdim, kdim);
     }
   }
