@@ -243,21 +243,30 @@ def test_peft_adapter_loads_into_peft(model, adapters, full, tmp_path):
 
 
 def test_peft_adapter_on_transformers_gpt2(tmp_path):
-    """models/gpt2-tiny (transformers' GPT-2: Conv1D layers) with --lora 4 --lora-alpha 16,
-    3 AdamW steps: GPT2LMHeadModel + the PEFT adapter gives Strait's next-step logits."""
+    """models/gpt2-tiny (transformers' GPT-2: Conv1D layers) with --lora 4 --lora-alpha 16 on
+    every linear layer and the LM head, 3 AdamW steps: GPT2LMHeadModel + the PEFT adapter gives
+    Strait's next-step logits. The head's weight is the tied embedding's: Strait adapts its
+    product only (a remark says so), as PEFT adapts the lm_head Linear only, and a merge into
+    the one ONNX weight is refused."""
     peft = pytest.importorskip("peft")
     transformers = pytest.importorskip("transformers")
     job, params, dump = tmp_path / "job", tmp_path / "params", tmp_path / "dump"
-    run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
-         "--optimizer", "adamw", "--lora", "4", "--lora-alpha", "16", "--step-outputs", "all",
-         "-o", str(job)])
+    p = run([STRAITC, GPT2_TINY, "--input-shape", "input_ids=2x16", "--loss", "cross-entropy",
+             "--optimizer", "adamw", "--lora", "4", "--lora-alpha", "16", "--lora-targets",
+             "*.c_attn.weight,*.c_proj.weight,*.c_fc.weight,lm_head.weight",
+             "--step-outputs", "all", "-o", str(job)])
+    assert ("remark: graph-add-lora: 'lm_head.weight' is adapted in its 1 product(s) only; 1 "
+            "other op(s) (graph.Gather 'node_embedding') read the base weight") in p.stderr
     data = write_tokens(tmp_path / "tokens.bin", seed=3, n=1 << 12)
     common = ["--lr", "0.01", "--data", str(data), "--threads", "1", "--timeout-ms", "60000"]
     run([STRAIT_RUN, str(job), "--steps", "3", *common, "--save-params", str(params)])
     run([STRAIT_RUN, str(job), "--steps", "4", *common, "--quiet", "--dump-outputs", str(dump)])
     logits = np.load(dump / "logits.rank0.npy")
     ids = torch.tensor(np.load(dump / "input_ids.rank0.npy").astype(np.int64))
-    export.write_peft(GPT2_TINY, params, tmp_path / "adapter")
+    config = export.write_peft(GPT2_TINY, params, tmp_path / "adapter")
+    assert len(config["target_modules"]) == 9 and "lm_head" in config["target_modules"]
+    with pytest.raises(ValueError, match="'lm_head.weight' is also read by 'node_embedding'"):
+        export.write_onnx(GPT2_TINY, params, tmp_path / "merged.onnx")
 
     cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256,
                                   n_positions=128, bos_token_id=0, eos_token_id=0)

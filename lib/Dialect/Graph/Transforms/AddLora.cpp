@@ -73,6 +73,22 @@ bool isProductInput(Value x, int64_t in) {
          isa<FloatType>(t.getElementType());
 }
 
+/// "graph.Gather 'node_name'" (an imported node's name), or the op and its
+/// location, for remarks that name another reader of a weight.
+std::string describe(Operation *op) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << op->getName();
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc); fused && !fused.getLocations().empty())
+    loc = fused.getLocations().front();
+  if (auto name = dyn_cast<NameLoc>(loc))
+    os << " '" << name.getName().getValue() << "'";
+  else
+    os << " at " << loc;
+  return out;
+}
+
 /// Whether `v` reaches a function result through layout ops and bias Adds
 /// only (the output head's product).
 bool reachesResult(Value v) {
@@ -277,16 +293,14 @@ AddLora::selectTargets(ArrayRef<llvm::GlobPattern> targetGlobs) {
         var.emitRemark("graph-add-lora: '")
             << var.getSymName() << "' is read by " << t.products.size()
             << " product(s) and by " << t.others.size() << " other op(s) ("
-            << other->getName() << " at " << other->getLoc()
-            << "); it gets no adapter (--lora-targets naming it adapts its products "
+            << describe(other) << "); it gets no adapter (--lora-targets naming it adapts its products "
                "only, as PEFT adapts a Linear module)";
         continue;
       }
       var.emitRemark("graph-add-lora: '")
           << var.getSymName() << "' is adapted in its " << t.products.size()
           << " product(s) only; " << t.others.size() << " other op(s) ("
-          << other->getName() << " at " << other->getLoc()
-          << ") read the base weight, so merging the adapter into it would change "
+          << describe(other) << ") read the base weight, so merging the adapter into it would change "
              "them too (the PEFT adapter keeps them apart)";
       ++numPartial;
     }
