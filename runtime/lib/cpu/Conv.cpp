@@ -737,6 +737,9 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
   int64_t planes = xShape[0] * xShape[1];
   bool inside = windowsInside(w);
   bool inside2x2 = inside && w.k[0] == 1 && w.k[1] == 2 && w.k[2] == 2;
+  // Outputs whose window lies inside X (all but the border of ResNet's
+  // padded 3x3 MaxPool) take the select path below.
+  InsideBox box = insideBox(w);
   parallelFor(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const float *in = x ? x->as<float>() + pl * w.inSize() : nullptr;
@@ -763,11 +766,14 @@ Status poolGradKernel(KernelContext &ctx, PoolKind kind) {
               out[best] += g[o];
               continue;
             }
-            if (kind == PoolKind::Max && inside) {
+            if (kind == PoolKind::Max && (inside || box.contains(oz, oy, ox))) {
               // The first maximum by selects: no mispredicted branch on
               // the data (a NaN at the first position stays, as below).
-              const float *first = in + (oz * w.stride[0] * w.in[1] + oy * w.stride[1]) * w.in[2] +
-                                   ox * w.stride[2];
+              const float *first =
+                  in +
+                  ((oz * w.stride[0] - w.pad[0]) * w.in[1] + oy * w.stride[1] - w.pad[1]) *
+                      w.in[2] +
+                  ox * w.stride[2] - w.pad[2];
               int64_t best = first - in;
               float bv = *first;
               for (int64_t kz = 0; kz < w.k[0]; ++kz)
