@@ -8,7 +8,7 @@ the [experts, out, in] tables and applied with batched matmuls, static shapes th
 TorchScript exporter (1 s; the dynamo export is checked by bench/import/zoo.py and
 test/Target/ONNX/zoo-training-steps.test), compiled by straitc's whole pipeline, whose
 graph-rewrite-expert-matmuls turns the gathered-weight products into products of all experts
-and a selection (checked in the step's MLIR), and run by strait-run:
+and a one-hot selection (checked in the step's MLIR), and run by strait-run:
 
 * one step: the loss and every parameter gradient (the router's through TopK, each expert
   table's through the gather) against torch autograd, within the architecture sweep's
@@ -108,11 +108,12 @@ def _run(case, job, tmp, *args) -> tuple[str, dict]:
 def test_mixtral_step_matches_torch(tmp_path):
     case = _mixtral_case()
     job, mlir = _straitc_job(case, str(tmp_path), "--optimizer", "none", "--return-gradients")
-    # The experts' four products per layer pair (gate_up and down, 2 layers) read no
-    # per-token weight copies: graph-rewrite-expert-matmuls made them products of all
-    # experts and GatherElements selections (its gradient a ScatterElements add).
-    assert len(re.findall(r"graph\.GatherElements .*-> tensor<1x", mlir)) == 4
-    assert not re.search(r"graph\.Gather(ND)? .*tensor<4x(64|32)x32xf32>", mlir)
+    # The experts' four products (gate_up and down, 2 layers) read no per-token weight
+    # copies: graph-rewrite-expert-matmuls made them products of all experts and, per slot,
+    # a [1, E] one-hot row times its [E, O] products.
+    assert len(re.findall(r"graph\.MatMul [^\n]*: \(tensor<64x1x4xf32>, tensor<64x4x(64|32)xf32>\)",
+                          mlir)) == 4  # [S, 1, E] x [S, E, O]
+    assert not re.search(r"graph\.Gather(ND)? [^\n]*: \(tensor<4x(64|32)x32xf32>", mlir)
     _, files = _run(case, job, str(tmp_path), "--steps", "1")
     computed = {f[len("grad.m."):-len(".rank0.npy")]: v for f, v in files.items()
                 if f.startswith("grad.m.")}

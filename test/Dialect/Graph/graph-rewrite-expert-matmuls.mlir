@@ -2,23 +2,29 @@
 
 // transformers' batched_mm experts, dynamo export: each of 6 slots reads its
 // expert's [O, I] = [4, 7] weights by GatherND and multiplies them by its
-// [7, 1] column. One product of all 3 experts with all slots, then each
-// slot's expert picked by GatherElements along the experts' axis.
+// [7, 1] column. One product of every slot with all 3 experts, then each
+// slot's row of its expert picked by a batched [1, E] x [E, O] product with a
+// one-hot mask (idx == e, or e - E for a negative index).
 // CHECK-LABEL: func.func @gathernd
 // CHECK-SAME: (%[[W:.*]]: tensor<3x4x7xf32>, %[[IDX:.*]]: tensor<6x1xi64>, %[[B:.*]]: tensor<6x7x1xf32>)
 // CHECK-NOT: graph.GatherND
-// CHECK: %[[BT:.*]] = graph.Transpose %[[B]] {perm = array<i64: 1, 0, 2>} : (tensor<6x7x1xf32>) -> tensor<7x6x1xf32>
-// CHECK: %[[BM:.*]] = graph.Reshape %[[BT]] {shape = array<i64: 7, 6>} : (tensor<7x6x1xf32>) -> tensor<7x6xf32>
+// CHECK: %[[BT:.*]] = graph.Transpose %[[B]] {perm = array<i64: 0, 2, 1>} : (tensor<6x7x1xf32>) -> tensor<6x1x7xf32>
+// CHECK: %[[BM:.*]] = graph.Reshape %[[BT]] {shape = array<i64: 6, 7>} : (tensor<6x1x7xf32>) -> tensor<6x7xf32>
 // CHECK: %[[WM:.*]] = graph.Reshape %[[W]] {shape = array<i64: 12, 7>} : (tensor<3x4x7xf32>) -> tensor<12x7xf32>
-// CHECK: %[[Z:.*]] = graph.MatMul %[[WM]], %[[BM]] : (tensor<12x7xf32>, tensor<7x6xf32>) -> tensor<12x6xf32>
-// CHECK: %[[Z3:.*]] = graph.Reshape %[[Z]] {shape = array<i64: 3, 4, 6>} : (tensor<12x6xf32>) -> tensor<3x4x6xf32>
-// CHECK: %[[I4:.*]] = graph.Reshape %[[IDX]] {shape = array<i64: 1, 1, 6, 1>} : (tensor<6x1xi64>) -> tensor<1x1x6x1xi64>
-// CHECK: %[[IE:.*]] = graph.Expand %[[I4]] {shape = array<i64: 1, 4, 6, 1>} : (tensor<1x1x6x1xi64>) -> tensor<1x4x6x1xi64>
-// CHECK: %[[I3:.*]] = graph.Reshape %[[IE]] {shape = array<i64: 1, 4, 6>} : (tensor<1x4x6x1xi64>) -> tensor<1x4x6xi64>
-// CHECK: %[[P:.*]] = graph.GatherElements %[[Z3]], %[[I3]] : (tensor<3x4x6xf32>, tensor<1x4x6xi64>) -> tensor<1x4x6xf32>
-// CHECK: %[[P3:.*]] = graph.Reshape %[[P]] {shape = array<i64: 4, 6, 1>} : (tensor<1x4x6xf32>) -> tensor<4x6x1xf32>
-// CHECK: %[[Y:.*]] = graph.Transpose %[[P3]] {perm = array<i64: 1, 0, 2>} : (tensor<4x6x1xf32>) -> tensor<6x4x1xf32>
-// CHECK-NOT: graph.MatMul
+// CHECK: %[[WT:.*]] = graph.Transpose %[[WM]] {perm = array<i64: 1, 0>} : (tensor<12x7xf32>) -> tensor<7x12xf32>
+// CHECK: %[[Z:.*]] = graph.MatMul %[[BM]], %[[WT]] : (tensor<6x7xf32>, tensor<7x12xf32>) -> tensor<6x12xf32>
+// CHECK: %[[Z3:.*]] = graph.Reshape %[[Z]] {shape = array<i64: 6, 3, 4>} : (tensor<6x12xf32>) -> tensor<6x3x4xf32>
+// CHECK: %[[I3:.*]] = graph.Reshape %[[IDX]] {shape = array<i64: 6, 1, 1>} : (tensor<6x1xi64>) -> tensor<6x1x1xi64>
+// CHECK: %[[E:.*]] = graph.Constant dense<{{\[\[\[}}0, 1, 2]]]> : tensor<1x1x3xi64>
+// CHECK: %[[EQ:.*]] = graph.Equal %[[I3]], %[[E]] : (tensor<6x1x1xi64>, tensor<1x1x3xi64>) -> tensor<6x1x3xi1>
+// CHECK: %[[M0:.*]] = graph.Cast %[[EQ]] {to = f32}
+// CHECK: %[[EN:.*]] = graph.Constant dense<{{\[\[\[}}-3, -2, -1]]]> : tensor<1x1x3xi64>
+// CHECK: %[[EQN:.*]] = graph.Equal %[[I3]], %[[EN]]
+// CHECK: %[[M1:.*]] = graph.Cast %[[EQN]] {to = f32}
+// CHECK: %[[M:.*]] = graph.Add %[[M0]], %[[M1]] : (tensor<6x1x3xf32>, tensor<6x1x3xf32>) -> tensor<6x1x3xf32>
+// CHECK: %[[P:.*]] = graph.MatMul %[[M]], %[[Z3]] : (tensor<6x1x3xf32>, tensor<6x3x4xf32>) -> tensor<6x1x4xf32>
+// CHECK: %[[Y:.*]] = graph.Transpose %[[P]] {perm = array<i64: 0, 2, 1>} : (tensor<6x1x4xf32>) -> tensor<6x4x1xf32>
+// CHECK-NOT: graph.
 // CHECK: return %[[Y]]
 func.func @gathernd(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x1xf32>) -> tensor<6x4x1xf32> {
   %a = graph.GatherND %w, %idx : (tensor<3x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
@@ -33,8 +39,13 @@ func.func @gathernd(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7
 // CHECK-LABEL: func.func @gather
 // CHECK-NOT: graph.Gather %
 // CHECK: graph.MatMul {{.*}} : (tensor<12x7xf32>, tensor<7x12xf32>) -> tensor<12x12xf32>
-// CHECK: graph.Reshape {{.*}} {shape = array<i64: 1, 1, 6, 1>} : (tensor<6xi32>) -> tensor<1x1x6x1xi32>
-// CHECK: graph.GatherElements {{.*}} : (tensor<3x4x12xf32>, tensor<1x4x12xi32>) -> tensor<1x4x12xf32>
+// CHECK: graph.Reshape {{.*}} {shape = array<i64: 6, 1, 1>} : (tensor<6xi32>) -> tensor<6x1x1xi32>
+// CHECK: graph.Equal {{.*}} : (tensor<6x1x1xi32>, tensor<1x1x3xi32>) -> tensor<6x1x3xi1>
+// CHECK: %[[M:.*]] = graph.Add
+// CHECK: %[[MN:.*]] = graph.Expand %[[M]] {shape = array<i64: 6, 2, 3>} : (tensor<6x1x3xf32>) -> tensor<6x2x3xf32>
+// CHECK: graph.Reshape %[[MN]] {shape = array<i64: 12, 1, 3>}
+// CHECK: graph.MatMul {{.*}} : (tensor<12x1x3xf32>, tensor<12x3x4xf32>) -> tensor<12x1x4xf32>
+// CHECK: graph.Reshape {{.*}} -> tensor<6x2x4xf32>
 // CHECK: graph.Transpose {{.*}} -> tensor<6x4x2xf32>
 func.func @gather(%w: tensor<3x4x7xf32>, %idx: tensor<6xi32>, %b: tensor<6x7x2xf32>) -> tensor<6x4x2xf32> {
   %a = graph.Gather %w, %idx : (tensor<3x4x7xf32>, tensor<6xi32>) -> tensor<6x4x7xf32>
@@ -49,7 +60,7 @@ func.func @gather(%w: tensor<3x4x7xf32>, %idx: tensor<6xi32>, %b: tensor<6x7x2xf
 // CHECK-LABEL: func.func @wide
 // CHECK: graph.GatherND
 // CHECK: graph.MatMul {{.*}} : (tensor<6x4x7xf32>, tensor<6x7x2xf32>)
-// CHECK-NOT: graph.GatherElements
+// CHECK-NOT: graph.Equal
 func.func @wide(%w: tensor<4x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x2xf32>) -> tensor<6x4x2xf32> {
   %a = graph.GatherND %w, %idx : (tensor<4x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
   %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x2xf32>) -> tensor<6x4x2xf32>
@@ -62,7 +73,7 @@ func.func @wide(%w: tensor<4x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x2xf
 // CHECK-LABEL: func.func @shared
 // CHECK: graph.GatherND
 // CHECK: graph.MatMul {{.*}} : (tensor<6x4x7xf32>, tensor<6x7x1xf32>)
-// CHECK-NOT: graph.GatherElements
+// CHECK-NOT: graph.Equal
 func.func @shared(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x1xf32>) -> (tensor<6x4x1xf32>, tensor<6x4x7xf32>) {
   %a = graph.GatherND %w, %idx : (tensor<3x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
   %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
@@ -74,7 +85,7 @@ func.func @shared(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %b: tensor<6x7x1
 // A Gather along another axis (not the experts' table layout); unchanged.
 // CHECK-LABEL: func.func @other_axis
 // CHECK: graph.Gather
-// CHECK-NOT: graph.GatherElements
+// CHECK-NOT: graph.Equal
 func.func @other_axis(%w: tensor<6x3x7xf32>, %idx: tensor<4xi64>, %b: tensor<6x7x1xf32>) -> tensor<6x4x1xf32> {
   %a = graph.Gather %w, %idx {axis = 1 : i64} : (tensor<6x3x7xf32>, tensor<4xi64>) -> tensor<6x4x7xf32>
   %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>

@@ -265,12 +265,14 @@ def GraphRewriteExpertMatMuls : Pass<"graph-rewrite-expert-matmuls", "::mlir::fu
     the gather's result read only by the MatMul: the static-shape experts of
     mixture-of-experts exports (transformers' `batched_mm`), which copy an
     expert's weights per routed token (S * O * I elements, kept for the
-    backward). When E * N < I it computes
-    `Z = MatMul(Reshape(W, [E*O, I]), Reshape(Transpose(B, [1, 0, 2]), [I, S*N]))`
-    and selects each slot's expert with `GatherElements` (axis 0 of Z viewed
-    as [E, O, S*N], indices idx expanded), then reshapes and transposes to
-    [S, O, N]: E * O * S * N elements and E times the gathered product's
-    FLOPs, in one GEMM. Autodiff differentiates the plain ops. It runs on the
+    backward). When E * N < I it computes every slot column c = s * N + n
+    against every expert in one GEMM,
+    `Z = MatMul(Reshape(Transpose(B, [0, 2, 1]), [S*N, I]), Transpose(Reshape(W, [E*O, I])))`
+    viewed as [S*N, E, O], and picks each slot's expert with a batched
+    `MatMul(mask [S*N, 1, E], Z)`, mask[c, 0, e] = (idx[s] == e, or e - E for
+    a negative index) as 0/1 floats: E * S * N * O elements and E times the
+    gathered product's FLOPs, no gather or scatter kernels, and a backward of
+    plain products. Autodiff differentiates the plain ops. It runs on the
     forward graph before `graph-fold-transposes`. See docs/graph-dialect.md.
 
     ```

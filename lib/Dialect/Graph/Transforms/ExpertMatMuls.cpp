@@ -8,13 +8,16 @@
 // A holds one copy of an expert's weights per routed token (k per token), an
 // activation that autodiff keeps for the backward: S * O * I elements, which
 // for any real MoE is many times the model. The pass computes the same Y from
-// one product of every expert with every slot and a selection:
-//   Z = MatMul(Reshape(W, [E*O, I]), Reshape(Transpose(B), [I, S*N]))
-//   Y[s, o, n] = Z[idx[s] * O + o, s * N + n]   (GatherElements on [E, O, S*N])
-// E * O * S * N elements and E times the FLOPs of the gathered product, but
-// one GEMM instead of S memory-bound matrix-vector products, and no weight
-// copies; it applies when E * N < I (the new activation is smaller). The
-// same sums per output element (equal up to f32 summation order). See
+// one product of every expert with every slot and a one-hot selection:
+//   Z[c, e, o] = (Reshape(Transpose(B), [S*N, I]) @ Reshape(W, [E*O, I])^T)
+//   Y[s, o, n] = sum_e mask[c, e] Z[c, e, o],  c = s * N + n,
+//   mask[c, e] = (idx[s] == e)
+// (a batched [1, E] x [E, O] product per slot column: no weight copies, no
+// gather or scatter kernels, and a backward of plain products).
+// E * S * N * O elements and E times the FLOPs of the gathered product, but
+// one GEMM instead of S memory-bound matrix-vector products; it applies when
+// E * N < I (the new activation is smaller). The same sums per output element
+// (plus exact zeros). See
 // docs/graph-dialect.md, "Expert matmuls".
 //
 //===----------------------------------------------------------------------===//
@@ -23,6 +26,7 @@
 #include "strait/Dialect/Graph/GraphPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
 
 namespace strait::graph {
 #define GEN_PASS_DEF_GRAPHREWRITEEXPERTMATMULS
@@ -87,26 +91,51 @@ std::optional<ExpertMatMul> matchExpertMatMul(MatMulOp mm) {
   return m;
 }
 
+/// A constant [1, 1, E] of `type`'s integer element type holding e + shift.
+Value expertIds(OpBuilder &b, Location loc, IntegerType type, int64_t e, int64_t shift) {
+  SmallVector<APInt> ids;
+  for (int64_t k = 0; k < e; ++k)
+    ids.push_back(APInt(type.getWidth(), k + shift, /*isSigned=*/true));
+  auto t = RankedTensorType::get({1, 1, e}, type);
+  return b.create<ConstantOp>(loc, cast<ElementsAttr>(DenseElementsAttr::get(t, ids)))
+      .getResult();
+}
+
 Value rewrite(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
   Location loc = mm.getLoc();
   auto reshape = [&](Value v, ArrayRef<int64_t> shape) -> Value {
+    if (cast<RankedTensorType>(v.getType()).getShape() == shape)
+      return v;
     return b.create<ReshapeOp>(loc, v, shape, 0).getResult();
   };
   auto transpose = [&](Value v, ArrayRef<int64_t> perm) -> Value {
     return b.create<TransposeOp>(loc, v, perm).getResult();
   };
+  Type f = cast<RankedTensorType>(m.table.getType()).getElementType();
   int64_t sn = m.s * m.n;
-  Value bm = reshape(transpose(mm.getB(), {1, 0, 2}), {m.i, sn});
-  Value wm = reshape(m.table, {m.e * m.o, m.i});
-  Value z = b.create<MatMulOp>(loc, wm, bm).getResult();
-  Value z3 = reshape(z, {m.e, m.o, sn});
-  // Every output element's expert: idx[s] at [0, o, s * N + n].
-  Value idx = reshape(m.indices, {1, 1, m.s, 1});
-  idx = b.create<ExpandOp>(loc, idx, ArrayRef<int64_t>{1, m.o, m.s, m.n}).getResult();
-  idx = reshape(idx, {1, m.o, sn});
-  Value picked =
-      b.create<GatherElementsOp>(loc, z3, idx, b.getI64IntegerAttr(0)).getResult();
-  return transpose(reshape(picked, {m.o, m.s, m.n}), {1, 0, 2});
+  // Z[c, e * O + o] = sum_i B[s, i, n] W[e, o, i] for every slot column
+  // c = s * N + n and every expert: one GEMM (graph-fold-transposes makes the
+  // weight's Transpose a transB flag).
+  Value bsn = reshape(transpose(mm.getB(), {0, 2, 1}), {sn, m.i});
+  Value wt = transpose(reshape(m.table, {m.e * m.o, m.i}), {1, 0});
+  Value z = reshape(b.create<MatMulOp>(loc, bsn, wt).getResult(), {sn, m.e, m.o});
+  // mask[c, 0, e] = 1 where slot s routes to expert e (idx[s] == e, or e - E
+  // for a negative index), else 0: small, and built from integers only.
+  auto it = cast<IntegerType>(cast<RankedTensorType>(m.indices.getType()).getElementType());
+  Value idx = reshape(m.indices, {m.s, 1, 1});
+  auto hits = [&](int64_t shift) -> Value {
+    Value eq = b.create<EqualOp>(loc, idx, expertIds(b, loc, it, m.e, shift)).getResult();
+    return b.create<CastOp>(loc, eq, f).getResult();
+  };
+  Value direct = hits(0);
+  Value wrapped = hits(-m.e);
+  Value mask = b.create<AddOp>(loc, direct, wrapped).getResult(); // [S, 1, E]
+  if (m.n != 1)
+    mask = b.create<ExpandOp>(loc, mask, ArrayRef<int64_t>{m.s, m.n, m.e}).getResult();
+  mask = reshape(mask, {sn, 1, m.e});
+  // Y[c, 0, :] = mask[c, 0, :] @ Z[c]: each slot's row of its expert.
+  Value y = b.create<MatMulOp>(loc, mask, z).getResult(); // [S*N, 1, O]
+  return transpose(reshape(y, {m.s, m.n, m.o}), {0, 2, 1});
 }
 
 struct RewriteExpertMatMulsPass

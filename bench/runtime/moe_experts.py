@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Mixture-of-experts training steps on the CPU runtime with and without
+graph-rewrite-expert-matmuls.
+
+    PYTHONPATH=python .venv/bin/python bench/runtime/moe_experts.py [--hidden 128]
+        [--intermediate 256] [--experts 8] [--top-k 2] [--layers 2] [--shape 2x64]
+        [--steps 10] [--threads 1] [--rounds 2]
+
+Builds a transformers MixtralForCausalLM of that size with the `batched_mm` experts (each
+routed token's expert weights gathered, batched matmuls: static shapes), exports it with the
+TorchScript exporter, imports it (straitc --emit=mlir) and builds two AdamW training steps
+from the same forward graph: `strait-opt --graph-build-training-step` (the reference: the
+gathered weights as exported) and `strait-opt --graph-rewrite-expert-matmuls
+--graph-build-training-step` (one product of all experts and a selection). No other forward
+rewrite runs in either. Both run with strait-run on the same token file; per variant:
+the elements the expert products hold (gathered weight copies [S, O, I], or the all-experts
+products [S*N, E, O] that a one-hot [1, E] row per slot selects from), the launcher's peak resident memory (/usr/bin/time), the median step
+time after 3 warm-up steps (best of --rounds, run alternately), the ratio to the reference
+and whether the losses agree (1e-5 relative).
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+WARMUP = 3
+STEP = "--graph-build-training-step=loss=cross-entropy optimizer=adamw"
+
+
+def run(cmd, stdin=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, input=stdin)
+    if p.returncode:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p
+
+
+def export(a, path):
+    import torch
+    import transformers
+
+    from strait.models import export as ex
+
+    ex._no_packed_sequences()
+    config = transformers.MixtralConfig(
+        vocab_size=256, hidden_size=a.hidden, intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=1024, num_local_experts=a.experts,
+        num_experts_per_tok=a.top_k)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(config).eval()
+    model.set_experts_implementation("batched_mm")
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids, use_cache=False, return_dict=False)[0]
+
+    b, t = (int(x) for x in a.shape.split("x"))
+    ids = torch.randint(0, 256, (b, t))
+    torch.onnx.export(Logits(model), (ids,), path, input_names=["input_ids"],
+                      output_names=["logits"], opset_version=17, do_constant_folding=False,
+                      dynamo=False)
+
+
+def held_elements(mlir: str) -> tuple[int, int]:
+    """(elements of gathered [S, O, I] expert weights, of all-experts products [S*N, E, O]
+    that the one-hot rows select from)."""
+    def elems(shape):
+        n = 1
+        for d in shape.split("x"):
+            n *= int(d)
+        return n
+    gathered = sum(elems(s) for s in re.findall(
+        r"graph\.Gather(?:ND)? [^\n]*: \(tensor<\d+x\d+x\d+xf32>, [^\n]*"
+        r"-> tensor<(\d+x\d+x\d+)xf32>", mlir))
+    products = sum(elems(s) for s in re.findall(
+        r"graph\.MatMul [^\n]*: \(tensor<\d+x1x\d+xf32>, tensor<(\d+x\d+x\d+)xf32>\)", mlir))
+    return gathered, products
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--intermediate", type=int, default=256)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--shape", default="2x64", help="input_ids batch x tokens")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", default="1")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    a = ap.parse_args()
+    straitc = os.path.join(a.build, "bin", "straitc")
+    opt = os.path.join(a.build, "bin", "strait-opt")
+    strait_run = os.path.join(a.build, "runtime", "tools", "strait-run")
+    tmp = tempfile.mkdtemp(prefix="strait-moe-")
+    if not os.environ.get("STRAIT_KEEP_BENCH_DIRS"):
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    onnx_path = os.path.join(tmp, "mixtral.onnx")
+    export(a, onnx_path)
+    forward = run([straitc, onnx_path, "--input-shape", f"input_ids={a.shape}",
+                   "--emit=mlir", "--print-weights"]).stdout
+    data = os.path.join(tmp, "tokens.bin")
+    state, ids = 7, []
+    for _ in range(1 << 15):
+        state = (1103515245 * state + 12345) % (1 << 31)
+        ids.append(state % 256)
+    with open(data, "wb") as f:
+        f.write(struct.pack(f"<{len(ids)}H", *ids))
+    variants = {"gathered (as exported)": [STEP],
+                "graph-rewrite-expert-matmuls": ["--graph-rewrite-expert-matmuls", STEP]}
+    jobs, held = {}, {}
+    for i, (name, passes) in enumerate(variants.items()):
+        step = run([opt, *passes], stdin=forward).stdout
+        held[name] = held_elements(step)
+        path = os.path.join(tmp, f"step{i}.mlir")
+        with open(path, "w") as f:
+            f.write(step)
+        jobs[name] = os.path.join(tmp, f"job{i}")
+        run([straitc, path, "--emit=program", "-o", jobs[name]])
+    best = {n: float("inf") for n in jobs}
+    rss, loss = {}, {}
+    for _ in range(a.rounds):
+        for name, job in jobs.items():
+            p = run(["/usr/bin/time", "-f", "maxrss %M", strait_run, job, "--steps",
+                     str(a.steps + WARMUP), "--lr", "0.001", "--data", data, "--threads",
+                     a.threads, "--timeout-ms", "600000"])
+            steps = re.findall(r"^step (\d+)/\d+ loss (\S+) .*?time (\S+) ms", p.stdout, re.M)
+            times = [float(t) for s, _, t in steps if int(s) > WARMUP]
+            best[name] = min(best[name], statistics.median(times))
+            loss[name] = [float(x) for _, x, _ in steps]
+            rss[name] = int(re.search(r"maxrss (\d+)", p.stderr).group(1)) / 1024
+    b, t = (int(x) for x in a.shape.split("x"))
+    print(f"Mixtral-like: hidden {a.hidden}, expert intermediate {a.intermediate}, "
+          f"{a.experts} experts, top-{a.top_k}, {a.layers} layers; input_ids {a.shape} "
+          f"({b * t * a.top_k} routed slots per layer); AdamW, {a.threads} thread(s), "
+          f"median of {a.steps} steps, best of {a.rounds}")
+    ref = next(iter(jobs))
+    for name in jobs:
+        g, z = held[name]
+        same = all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(loss[name], loss[ref]))
+        print(f"  {name:30s} gathered weights {g / 1e6:8.2f} M elements, all-experts "
+              f"products {z / 1e6:6.2f} M; peak RSS {rss[name]:7.1f} MiB; "
+              f"{best[name]:8.2f} ms/step  x{best[name] / best[ref]:.3f}  "
+              f"losses {'equal' if same else 'DIFFER'} ({loss[name][0]:.5f} .. "
+              f"{loss[name][-1]:.5f})")
+
+
+if __name__ == "__main__":
+    main()
