@@ -26,7 +26,9 @@ float rounding, ~1e-5 relative, or the script fails).
 Timing: Strait's per-iteration time from `strait-run --threads T` (median after 2 warm-up
 iterations); PyTorch: `torch.set_num_threads(T)`, median of the same number of steps after 2
 warm-up. Each side is measured --rounds times and the best median kept. Prints one row per
-(model, threads) with both times and the ratio Strait / PyTorch (< 1: Strait is faster).
+(model, threads) with both times and the ratio Strait / PyTorch (< 1: Strait is faster);
+--before-build DIR adds the step time of another build's strait-run (e.g. the previous
+commit's) on the same compiled job, measured in the same rounds.
 """
 from __future__ import annotations
 
@@ -199,6 +201,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", default="resnet50,mobilenet-v3-large,gpt2")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--before-build", default="",
+                    help="also time this build's strait-run on the same job (an earlier version: "
+                         "before / after in one run, under the same load)")
     a = ap.parse_args()
     import numpy as np
     import torch
@@ -219,9 +224,10 @@ def main():
         "gpt2": ("input_ids=1x64", "adamw", ["--data", tokens, "--data-format", "tokens-u16"],
                  "1 x 64 tokens"),
     }
-    print(f"| model | batch | optimizer | threads | Strait step (ms) | PyTorch {torch.__version__} step (ms) "
-          f"| Strait / PyTorch | first-step loss Strait / PyTorch |")
-    print("|---|---|---|---|---|---|---|---|")
+    before = "before (ms) | " if a.before_build else ""
+    print(f"| model | batch | optimizer | threads | {before}Strait step (ms) | PyTorch {torch.__version__} "
+          f"step (ms) | Strait / PyTorch | first-step loss Strait / PyTorch |")
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if a.before_build else ""))
     for name in a.only.split(","):
         shape, opt, data_args, batch_text = cases[name]
         model = os.path.join(work, name + ".onnx")
@@ -249,11 +255,14 @@ def main():
         if abs(s_loss - p_loss) > LOSS_RTOL * abs(p_loss):
             sys.exit(f"{name}: first-step loss differs: Strait {s_loss} PyTorch {p_loss}")
         for t in [int(v) for v in a.threads.split(",")]:
-            s = p = 1e30
-            for _ in range(a.rounds):  # alternate the two so that others' load hits both
+            s = p = b = 1e30
+            for _ in range(a.rounds):  # alternate the sides so that others' load hits each
                 s = min(s, strait_step_ms(a.build, job, t, a.steps, data_args))
                 p = min(p, torch_step_ms(module, x, y, opt, t, a.steps))
-            print(f"| {name} | {batch_text} | {opt} | {t} | {s:.1f} | {p:.1f} | {s / p:.2f} "
+                if a.before_build:
+                    b = min(b, strait_step_ms(a.before_build, job, t, a.steps, data_args))
+            b_text = f"{b:.1f} | " if a.before_build else ""
+            print(f"| {name} | {batch_text} | {opt} | {t} | {b_text}{s:.1f} | {p:.1f} | {s / p:.2f} "
                   f"| {s_loss:.5f} / {p_loss:.5f} |", flush=True)
         del module
         shutil.rmtree(job, ignore_errors=True)

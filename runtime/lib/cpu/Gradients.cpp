@@ -214,17 +214,22 @@ Status layerNormGradKernel(KernelContext &ctx) {
 // where the CPU has it (target_clones, no FMA: both clones give the same bits).
 
 /// sum += sum_j u[j] and dot += sum_j u[j] * v[j] in double, four lanes
-/// each (the products of two floats are exact in double; vectorizes).
+/// each (the products of two floats are exact in double). Written with
+/// vector types: GCC leaves the same loop over a double[4] scalar.
 __attribute__((target_clones("avx2", "default"))) void
 sumLanes(const float *u, const float *v, int64_t n, double &sum, double &dot) {
-  double s[4] = {0, 0, 0, 0}, t[4] = {0, 0, 0, 0};
+  typedef float F4 __attribute__((vector_size(16)));
+  typedef double D4 __attribute__((vector_size(32)));
+  D4 s = {0, 0, 0, 0}, t = {0, 0, 0, 0};
   int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) {
-      double a = u[j + k];
-      s[k] += a;
-      t[k] += a * double(v[j + k]);
-    }
+  for (; j + 4 <= n; j += 4) {
+    F4 a, b;
+    std::memcpy(&a, u + j, sizeof a);
+    std::memcpy(&b, v + j, sizeof b);
+    D4 ad = __builtin_convertvector(a, D4), bd = __builtin_convertvector(b, D4);
+    s += ad;
+    t += ad * bd;
+  }
   for (; j < n; ++j) {
     s[0] += u[j];
     t[0] += double(u[j]) * v[j];
