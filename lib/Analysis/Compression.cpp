@@ -497,7 +497,8 @@ struct CodecPicker {
 /// dist-insert-compression: a weight gradient (error feedback) whose time
 /// may take the holders' M micro-batches of compute.
 static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel &cluster,
-                                  CodecPicker &picker, PlanCompression &out) {
+                                  CodecPicker &picker, PlanCompression &out,
+                                  const PlanCompression *keep) {
   size_t S = plan.stages.size();
   out.tied.assign(S, Codec());
   out.tiedPlainBytes.assign(S, 0);
@@ -538,7 +539,7 @@ static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel 
     }
     // The bandwidth that gives the planner's time for the plain bytes.
     t.bandwidth = t.plainBytes / std::max(1e-12, s.tiedExchangeTime - t.latency);
-    Codec c = picker.pick(pairs, t);
+    Codec c = keep ? keep->tied[j] : picker.pick(pairs, t);
     out.tied[j] = c;
     out.tiedPlainBytes[j] = t.plainBytes;
     out.tiedBytes[j] = c.isNone() ? t.plainBytes : encodedBytes(c, t.plainBytes / 4, 4);
@@ -590,14 +591,20 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
                                                      const ClusterModel &cluster,
                                                      const CompressionOptions &options) {
   CodecPicker picker(cluster, options);
-  if (options.mode != "auto" && options.mode != "none") {
+  const PlanCompression *keep = options.codecs;
+  size_t S = plan.stages.size();
+  if (keep && (keep->forward.size() + 1 != std::max<size_t>(S, 1) ||
+               keep->backward.size() != keep->forward.size() || keep->allReduce.size() != S ||
+               keep->tied.size() != S))
+    return codecError(llvm::formatv("the given codecs are for {0} stages, the plan has {1}",
+                                    keep->allReduce.size(), S));
+  if (!keep && options.mode != "auto" && options.mode != "none") {
     llvm::Expected<Codec> c = parseCodec(options.mode);
     if (!c)
       return codecError("--compress=" + options.mode + ": " + llvm::toString(c.takeError()));
     picker.global = *c;
   }
   PlanCompression out;
-  size_t S = plan.stages.size();
   auto stageTime = [&](size_t j) {
     return plan.stages[j].fwdTime + plan.stages[j].bwdTime;
   };
@@ -622,7 +629,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
         std::swap(t.senderRate, t.receiverRate);
         t.payload = Payload::ActivationGradient;
       }
-      Codec c = picker.pick(pairs, t);
+      Codec c = keep ? (backward ? keep->backward[j] : keep->forward[j]) : picker.pick(pairs, t);
       (backward ? out.backward : out.forward).push_back(c);
       (backward ? out.backwardBytes : out.forwardBytes)
           .push_back(encodedBytes(c, t.plainBytes / t.elementBytes, t.elementBytes));
@@ -648,7 +655,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
             for (unsigned x : islands[a])
               for (unsigned y : islands[b])
                 pairs.push_back({x, y});
-      c = picker.pick(pairs, t);
+      c = keep ? keep->allReduce[j] : picker.pick(pairs, t);
       if (!c.isNone())
         time = islandAllReduceTime(
             cluster, islands, s.gradBytes, encodedBytes(c, s.gradBytes / 4, 4),
@@ -657,7 +664,7 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     out.allReduce.push_back(c);
     out.allReduceTime.push_back(time);
   }
-  compressTiedExchanges(plan, cluster, picker, out);
+  compressTiedExchanges(plan, cluster, picker, out, keep);
   for (auto [i, o] : llvm::enumerate(options.links))
     if (!picker.used[i])
       return codecError("--compress-link=" + o.text + ": no link of the plan joins '" + o.a +

@@ -15,7 +15,9 @@ using namespace mlir;
 
 LogicalResult strait::writeJobRecord(llvm::StringRef dir, llvm::ArrayRef<std::string> argv,
                                      llvm::StringRef clusterFile, const ClusterModel &cluster,
-                                     dist::PlanAttr plan, double predictedIterationS) {
+                                     dist::PlanAttr plan, double predictedIterationS,
+                                     llvm::StringRef evaluatedPlanFile,
+                                     std::optional<double> evaluatedIterationS) {
   llvm::StringMap<unsigned> byName;
   for (unsigned d = 0; d < cluster.size(); ++d)
     byName[cluster.devices[d].name] = d;
@@ -56,6 +58,10 @@ LogicalResult strait::writeJobRecord(llvm::StringRef dir, llvm::ArrayRef<std::st
                             {"predicted_iteration_s", predictedIterationS},
                             {"ranks", std::move(ranks)},
                             {"links", std::move(links)}};
+  if (evaluatedIterationS) {
+    record["evaluated_plan"] = evaluatedPlanFile;
+    record["evaluated_plan_iteration_s"] = *evaluatedIterationS;
+  }
   std::string path = (dir + "/straitc.json").str();
   std::error_code ec;
   llvm::raw_fd_ostream out(path, ec);

@@ -18,15 +18,20 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <optional>
 #include <string>
 
 namespace strait {
 
 /// Writes DIR/straitc.json (keys sorted: the same command gives the same
 /// bytes) and copies `clusterFile` to DIR/cluster.yaml; errors go to stderr.
+/// With `evaluatedIterationS` (straitc --evaluate-plan FILE): also the
+/// predicted iteration of FILE's plan on this cluster.
 mlir::LogicalResult writeJobRecord(llvm::StringRef dir, llvm::ArrayRef<std::string> argv,
                                    llvm::StringRef clusterFile, const ClusterModel &cluster,
-                                   dist::PlanAttr plan, double predictedIterationS);
+                                   dist::PlanAttr plan, double predictedIterationS,
+                                   llvm::StringRef evaluatedPlanFile = "",
+                                   std::optional<double> evaluatedIterationS = std::nullopt);
 
 } // namespace strait
 

@@ -16,6 +16,23 @@ namespace straitc {
 
 /// With --compress or --compress-link: the codec per link of the plan, and
 /// the simulated iteration time without and with them (text and JSON).
+llvm::Expected<strait::PlanCompression> chooseCodecs(const CompressionFlags &flags,
+                                                     const strait::PartitionPlan &plan,
+                                                     const strait::ClusterModel &cluster) {
+  strait::CompressionOptions copts;
+  copts.mode = flags.mode;
+  copts.localSteps = flags.localSteps;
+  copts.gradientTopK = flags.gradientTopK;
+  copts.codecs = flags.codecs;
+  for (const std::string &text : flags.links) {
+    auto o = strait::parseLinkOverride(text);
+    if (!o)
+      return llvm::createStringError("--compress-link=" + llvm::toString(o.takeError()));
+    copts.links.push_back(std::move(*o));
+  }
+  return strait::compressPlan(plan, cluster, copts);
+}
+
 LogicalResult reportCompression(const CompressionFlags &flags,
                                 const strait::PartitionPlan &plan,
                                 const strait::ClusterModel &cluster, llvm::raw_ostream &os,
@@ -33,19 +50,7 @@ LogicalResult reportCompression(const CompressionFlags &flags,
       }
     return success();
   }
-  strait::CompressionOptions copts;
-  copts.mode = flags.mode;
-  copts.localSteps = flags.localSteps;
-  copts.gradientTopK = flags.gradientTopK;
-  for (const std::string &text : flags.links) {
-    auto o = strait::parseLinkOverride(text);
-    if (!o) {
-      llvm::errs() << "straitc: --compress-link=" << llvm::toString(o.takeError()) << "\n";
-      return failure();
-    }
-    copts.links.push_back(std::move(*o));
-  }
-  auto c = strait::compressPlan(plan, cluster, copts);
+  auto c = chooseCodecs(flags, plan, cluster);
   if (!c) {
     llvm::errs() << "straitc: " << llvm::toString(c.takeError()) << "\n";
     return failure();

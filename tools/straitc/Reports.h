@@ -8,6 +8,7 @@
 #ifndef STRAITC_REPORTS_H
 #define STRAITC_REPORTS_H
 
+#include "strait/Analysis/Compression.h"
 #include "strait/Analysis/Partitioner.h"
 #include "strait/Analysis/Simulator.h"
 #include "strait/Dialect/Dist/DistOps.h"
@@ -31,7 +32,14 @@ struct CompressionFlags {
   int64_t compressedAdam = 0;     ///< --compressed-adam N: exact (or warm-up codec) steps
   std::string warmupCodec = "none"; ///< --compressed-adam-warmup
   int64_t totalSteps = 0;         ///< --total-steps (0: unknown), for the whole-run figure
+  /// The codecs as chosen already (CompressionOptions::codecs): only timed.
+  const strait::PlanCompression *codecs = nullptr;
 };
+
+/// The codecs the flags give `plan` on `cluster` (compressPlan).
+llvm::Expected<strait::PlanCompression> chooseCodecs(const CompressionFlags &flags,
+                                                     const strait::PartitionPlan &plan,
+                                                     const strait::ClusterModel &cluster);
 
 /// With a codec flag: the codec per link of the plan, and the simulated
 /// iteration time without and with them (text to `os`, JSON into `json`'s

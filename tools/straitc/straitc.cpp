@@ -37,6 +37,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -79,6 +80,14 @@ cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description (YAML)
                                  cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
 cl::opt<std::string> planJson("plan-json", cl::desc("Also write the plan as JSON"),
                               cl::value_desc("file"), cl::init(""), cl::cat(straitCat));
+cl::opt<std::string> evaluatePlan(
+    "evaluate-plan",
+    cl::desc("With --cluster: evaluate the plan of job folder DIR (compiled with --cluster from "
+             "the same model and flags: DIR/plan.json's stages, devices, micro-batches and "
+             "schedule, with the codecs the flags chose for it on DIR/cluster.yaml) on this "
+             "cluster. --emit=plan prints it instead of planning; a job prints its predicted "
+             "iteration and records it in straitc.json (strait-run --replan's calibration)"),
+    cl::value_desc("DIR"), cl::init(""), cl::cat(straitCat));
 cl::opt<std::string> tracePlan(
     "trace-plan",
     cl::desc("With --cluster (--emit=plan or a job): also write the simulated iteration as a "
@@ -341,6 +350,15 @@ cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false), cl::cat(straitCat));
 
+/// --evaluate-plan DIR: DIR's plan on this cluster and the codecs the flags
+/// gave it on the cluster it was planned for (DIR/cluster.yaml).
+struct EvaluatedPlan {
+  strait::ModelPlan plan;
+  std::optional<strait::PlanCompression> codecs; // none without codec flags
+};
+llvm::Expected<EvaluatedPlan> evaluateJobPlan(func::FuncOp main,
+                                              const strait::dist::StagePlanOptions &sopts);
+
 /// Computes the plan report right before dist-assign-stages runs.
 struct PlanReporter : public PassInstrumentation {
   explicit PlanReporter(strait::dist::StagePlanOptions options) : options(options) {}
@@ -355,10 +373,20 @@ struct PlanReporter : public PassInstrumentation {
         result = std::move(*r);
       else
         llvm::consumeError(r.takeError()); // the pass reports it
+      if (!evaluatePlan.empty()) {
+        llvm::Expected<EvaluatedPlan> e = evaluateJobPlan(main, options);
+        if (e)
+          evaluated = std::move(*e);
+        else
+          evaluateError = llvm::toString(e.takeError());
+      }
     }
   }
   strait::dist::StagePlanOptions options;
   std::optional<strait::dist::StagePlanResult> result;
+  /// --evaluate-plan: that plan on this cluster, or why it failed.
+  std::optional<EvaluatedPlan> evaluated;
+  std::string evaluateError;
 };
 
 /// The codec flags for the reports (Reports.h).
@@ -372,6 +400,39 @@ straitc::CompressionFlags compressionFlags() {
   f.warmupCodec = compressedAdamWarmup;
   f.totalSteps = totalSteps;
   return f;
+}
+
+llvm::Expected<EvaluatedPlan> evaluateJobPlan(func::FuncOp main,
+                                              const strait::dist::StagePlanOptions &sopts) {
+  std::string planFile = evaluatePlan + "/plan.json";
+  std::string planned = evaluatePlan + "/cluster.yaml";
+  if (!llvm::sys::fs::exists(planFile) || !llvm::sys::fs::exists(planned))
+    return llvm::createStringError(evaluatePlan + " is not a job folder compiled with --cluster "
+                                   "(it needs plan.json and cluster.yaml)");
+  llvm::Expected<strait::ModelPlan> here = strait::dist::evaluatePlanFile(main, sopts, planFile);
+  if (!here)
+    return here.takeError();
+  EvaluatedPlan out{std::move(*here), std::nullopt};
+  straitc::CompressionFlags flags = compressionFlags();
+  if (flags.mode == "none" && flags.links.empty())
+    return out;
+  // The codecs the job runs: chosen for its plan on the cluster it was
+  // planned for, then timed on this one.
+  strait::dist::StagePlanOptions there = sopts;
+  there.clusterFile = planned;
+  llvm::Expected<strait::ModelPlan> old = strait::dist::evaluatePlanFile(main, there, planFile);
+  if (!old)
+    return old.takeError();
+  llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(planned);
+  if (!cluster)
+    return cluster.takeError();
+  cluster->allReduceBucketBytes = sopts.allReduceBucketBytes;
+  llvm::Expected<strait::PlanCompression> codecs =
+      straitc::chooseCodecs(flags, old->plan, *cluster);
+  if (!codecs)
+    return codecs.takeError();
+  out.codecs = std::move(*codecs);
+  return out;
 }
 
 /// Whether --cluster names a GPU or NPU device (a cluster file that does
@@ -485,7 +546,8 @@ LogicalResult runPlannedGraphPasses(ModuleOp module) {
 /// Runs the Strait pipeline (lib/Pipelines) with the flags' options; the
 /// plan report is computed on the way.
 LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
-                          std::optional<strait::dist::StagePlanResult> &report) {
+                          std::optional<strait::dist::StagePlanResult> &report,
+                          std::optional<EvaluatedPlan> *evaluated = nullptr) {
   strait::StraitPipelineOptions popts;
   fillPipelineOptions(popts);
   strait::dist::StagePlanOptions sopts;
@@ -514,6 +576,16 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
     return failure();
   }
   report = std::move(reporter->result);
+  if (!evaluatePlan.empty() && evaluated) {
+    if (!reporter->evaluated) {
+      llvm::errs() << "straitc: --evaluate-plan "
+                   << (reporter->evaluateError.empty() ? "was not evaluated"
+                                                       : reporter->evaluateError)
+                   << "\n";
+      return failure();
+    }
+    *evaluated = std::move(reporter->evaluated);
+  }
   return success();
 }
 
@@ -570,7 +642,12 @@ std::string loraRecord() {
 
 int compileJob(ModuleOp module, TimingScope &timing) {
   std::optional<strait::dist::StagePlanResult> report;
-  if (failed(runPipeline(module, timing, report)))
+  std::optional<EvaluatedPlan> evaluated;
+  if (!evaluatePlan.empty() && clusterFile.empty()) {
+    llvm::errs() << "straitc: --evaluate-plan needs --cluster FILE\n";
+    return 1;
+  }
+  if (failed(runPipeline(module, timing, report, &evaluated)))
     return 1;
   strait::dist::PlanAttr plan = strait::dist::getPlan(module);
   strait::JobExportOptions jobOpts;
@@ -605,6 +682,7 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   // before anything is written.
   std::string prediction;
   double predicted = 0;
+  std::optional<double> evaluatedS;
   std::optional<strait::ClusterModel> clusterModel;
   if (!clusterFile.empty()) {
     llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(clusterFile);
@@ -627,6 +705,23 @@ int compileJob(ModuleOp module, TimingScope &timing) {
       return 1;
     if (failed(writePlanTrace(timeline, *report->plan, *cluster, jobOpts.stageRanks)))
       return 1;
+    // --evaluate-plan: that plan on this cluster, with its codecs, simulated
+    // as this plan's prediction is.
+    if (evaluated) {
+      std::string ignored;
+      llvm::raw_string_ostream ios(ignored);
+      straitc::CompressionFlags flags = compressionFlags();
+      flags.codecs = evaluated->codecs ? &*evaluated->codecs : nullptr;
+      double t = 0;
+      if (failed(straitc::reportCompression(flags, evaluated->plan.plan, *cluster, ios, nullptr,
+                                            /*perLink=*/false, &t)))
+        return 1;
+      evaluatedS = t;
+      prediction += llvm::formatv("straitc: the plan of {0} on this cluster: predicted "
+                                  "iteration {1:f6} s (this job's plan: {2:f6} s)\n",
+                                  evaluatePlan, t, predicted)
+                        .str();
+    }
   } else if (!tracePlan.empty()) {
     llvm::errs() << "straitc: --trace-plan needs --cluster FILE\n";
     return 1;
@@ -651,7 +746,8 @@ int compileJob(ModuleOp module, TimingScope &timing) {
     return 1;
   // What strait-run --replan needs: the command, the cluster, the links.
   if (clusterModel && failed(strait::writeJobRecord(outputFile, commandLine, clusterFile,
-                                                    *clusterModel, plan, predicted)))
+                                                    *clusterModel, plan, predicted,
+                                                    evaluatePlan, evaluatedS)))
     return 1;
   llvm::outs() << scheduleNote << report->text;
   if (localSteps > 1)
@@ -816,7 +912,25 @@ int main(int argc, char **argv) {
     auto func = module->lookupSymbol<func::FuncOp>("main");
     strait::PartitionPlan partition;
     llvm::json::Value json = nullptr;
-    if (numStages > 0 || microBatches > 1) {
+    std::optional<strait::PlanCompression> givenCodecs;
+    if (!evaluatePlan.empty()) {
+      // A job's plan on this cluster instead of a new one.
+      strait::dist::StagePlanOptions sopts;
+      sopts.clusterFile = clusterFile;
+      sopts.strategy = strait::stringifyStrategy(strategy).str();
+      sopts.localSteps = localSteps;
+      sopts.recompute = effectiveRecompute();
+      sopts.allReduceBucketBytes = allReduceBucketMib * 1048576.0;
+      llvm::Expected<EvaluatedPlan> given = evaluateJobPlan(func, sopts);
+      if (!given) {
+        llvm::errs() << "straitc: --evaluate-plan " << llvm::toString(given.takeError())
+                     << "\n";
+        return 1;
+      }
+      json = strait::planToJSON(given->plan, *cluster);
+      partition = std::move(given->plan.plan);
+      givenCodecs = std::move(given->codecs);
+    } else if (numStages > 0 || microBatches > 1) {
       // Forced stages or micro-batches: the plan a job compiled with these
       // flags applies (dist-assign-stages' analysis, GPipe), not the
       // planner's free choice.
@@ -873,7 +987,9 @@ int main(int argc, char **argv) {
     std::string compressionText;
     llvm::raw_string_ostream compressionOS(compressionText);
     std::optional<strait::SimulationResult> timeline;
-    if (failed(straitc::reportCompression(compressionFlags(), partition, *cluster,
+    straitc::CompressionFlags flags = compressionFlags();
+    flags.codecs = givenCodecs ? &*givenCodecs : nullptr;
+    if (failed(straitc::reportCompression(flags, partition, *cluster,
                                           compressionOS, &json, /*perLink=*/true, nullptr,
                                           tracePlan.empty() ? nullptr : &timeline)))
       return 1;

@@ -185,6 +185,11 @@ struct CompressionOptions {
   /// (straitc --compressed-adam: the second moment frozen after an exact
   /// warm-up; docs/planner.md, "Compression").
   bool gradientTopK = true;
+  /// The codec of every transfer as given (an earlier choice: the codecs a
+  /// job runs, re-timed for another cluster by strait-run --replan's
+  /// re-simulation); mode, links and gradientTopK then choose nothing. Its
+  /// cuts, stages and tied exchanges must be the plan's.
+  const struct PlanCompression *codecs = nullptr;
 };
 
 struct PlanCompression {

@@ -71,6 +71,16 @@ struct StagePlanResult {
 llvm::Expected<StagePlanResult> computeStagePlan(mlir::func::FuncOp func,
                                                  const StagePlanOptions &options);
 
+/// The plan of a job's plan.json (straitc --evaluate-plan): its stages'
+/// block ranges and devices, its micro-batches, schedule and global batch,
+/// evaluated on `options.clusterFile` by the planner's cost model, for the
+/// function the job was compiled from (the same model and flags: its stages
+/// must hold the op counts the file records). Errors name the file and the
+/// field, a device the cluster lacks, or the stage whose ops differ.
+llvm::Expected<ModelPlan> evaluatePlanFile(mlir::func::FuncOp func,
+                                           const StagePlanOptions &options,
+                                           llvm::StringRef planFile);
+
 } // namespace strait::dist
 
 #endif // STRAIT_DIALECT_DIST_STAGEPLAN_H

@@ -4,7 +4,9 @@
 
 #include "strait/Dialect/Graph/GraphOps.h"
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include <cmath>
 #include "llvm/Support/FormatVariadic.h"
 
@@ -124,12 +126,9 @@ static llvm::Error matchJobBatch(ModelPlan &mp, const ClusterModel &cluster,
   return llvm::Error::success();
 }
 
-static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
-                                                   const StagePlanOptions &o) {
-  llvm::Expected<ClusterModel> cluster = loadClusterFile(o.clusterFile);
-  if (!cluster)
-    return cluster.takeError();
-  cluster->allReduceBucketBytes = o.allReduceBucketBytes;
+/// The planner's options for `o` (strategy, batch, local steps, recompute,
+/// micro-batches, schedules).
+static llvm::Expected<PlannerOptions> plannerOptions(const StagePlanOptions &o) {
   PlannerOptions popts;
   llvm::Expected<PlannerStrategy> strategy = parseStrategy(o.strategy);
   if (!strategy)
@@ -151,6 +150,25 @@ static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
     popts.schedules = {Schedule::GPipe};
   else if (o.schedule == "1f1b")
     popts.schedules = {Schedule::OneFOneB};
+  return popts;
+}
+
+static llvm::Expected<ClusterModel> loadCluster(const StagePlanOptions &o) {
+  llvm::Expected<ClusterModel> cluster = loadClusterFile(o.clusterFile);
+  if (cluster)
+    cluster->allReduceBucketBytes = o.allReduceBucketBytes;
+  return cluster;
+}
+
+static llvm::Expected<StagePlanResult> clusterPlan(func::FuncOp func,
+                                                   const StagePlanOptions &o) {
+  llvm::Expected<ClusterModel> cluster = loadCluster(o);
+  if (!cluster)
+    return cluster.takeError();
+  llvm::Expected<PlannerOptions> planner = plannerOptions(o);
+  if (!planner)
+    return planner.takeError();
+  const PlannerOptions &popts = *planner;
   llvm::Expected<ModelPlan> mp =
       o.numStages > 0
           ? forcedPlan(func, *cluster, popts, o.numStages,
@@ -247,4 +265,109 @@ strait::dist::computeStagePlan(func::FuncOp func, const StagePlanOptions &option
   if (options.numStages > 0)
     return planError("num-stages needs a cluster file");
   return explicitPlan(func, options);
+}
+
+llvm::Expected<ModelPlan> strait::dist::evaluatePlanFile(func::FuncOp func,
+                                                         const StagePlanOptions &options,
+                                                         llvm::StringRef planFile) {
+  auto fail = [&](const llvm::Twine &what) {
+    return planError(planFile + ": " + what);
+  };
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
+      llvm::MemoryBuffer::getFile(planFile, /*IsText=*/true);
+  if (!text)
+    return planError("cannot read " + planFile + ": " + text.getError().message());
+  llvm::Expected<json::Value> parsed = json::parse((*text)->getBuffer());
+  if (!parsed)
+    return fail("not JSON: " + llvm::toString(parsed.takeError()));
+  const json::Object *root = parsed->getAsObject();
+  if (!root)
+    return fail("not a JSON object");
+  if (root->getString("strategy") == "explicit")
+    return fail("an explicit plan (straitc without --cluster) has no blocks to evaluate");
+  std::optional<int64_t> microBatches = root->getInteger("micro_batches");
+  std::optional<llvm::StringRef> schedule = root->getString("schedule");
+  std::optional<double> globalBatch = root->getNumber("global_batch");
+  const json::Array *stagesJSON = root->getArray("stages");
+  if (!microBatches || *microBatches < 1)
+    return fail("field 'micro_batches' is missing or not a count >= 1");
+  if (!schedule || (*schedule != "1f1b" && *schedule != "gpipe"))
+    return fail("field 'schedule' is missing or not 1f1b or gpipe");
+  if (!globalBatch || !(*globalBatch > 0))
+    return fail("field 'global_batch' is missing or not positive");
+  if (!stagesJSON || stagesJSON->empty())
+    return fail("field 'stages' is missing or empty");
+  llvm::Expected<ClusterModel> cluster = loadCluster(options);
+  if (!cluster)
+    return cluster.takeError();
+  llvm::Expected<PlannerOptions> planner = plannerOptions(options);
+  if (!planner)
+    return planner.takeError();
+  PlannerOptions popts = *planner;
+  popts.globalBatch = *globalBatch;
+  llvm::Expected<ModelPlan> prepared = prepareModelPlan(func, *cluster, popts.maxBlocks);
+  if (!prepared)
+    return prepared.takeError();
+  ModelPlan mp = std::move(*prepared);
+  llvm::StringMap<unsigned> byName;
+  for (unsigned d = 0; d < cluster->size(); ++d)
+    byName[cluster->devices[d].name] = d;
+  std::vector<StageAssignment> stages;
+  std::vector<int64_t> ops;
+  size_t numBlocks = mp.coarse.blocks.size();
+  for (auto [i, v] : llvm::enumerate(*stagesJSON)) {
+    std::string where = llvm::formatv("stage {0}: ", i).str();
+    const json::Object *st = v.getAsObject();
+    const json::Array *blocks = st ? st->getArray("blocks") : nullptr;
+    const json::Array *devices = st ? st->getArray("devices") : nullptr;
+    std::optional<int64_t> opCount = st ? st->getInteger("ops") : std::nullopt;
+    std::optional<int64_t> first, end;
+    if (blocks && blocks->size() == 2) {
+      first = (*blocks)[0].getAsInteger();
+      end = (*blocks)[1].getAsInteger();
+    }
+    if (!first || !end || !devices || devices->empty() || !opCount)
+      return fail(where + "needs 'blocks' [first, end], 'devices' and 'ops'");
+    int64_t expected = stages.empty() ? 0 : stages.back().endBlock;
+    if (*first != expected || *end <= *first || *end > static_cast<int64_t>(numBlocks))
+      return fail(where + llvm::formatv("blocks [{0}, {1}] do not continue the stages before "
+                                        "within this model's {2} blocks (from {3})",
+                                        *first, *end, numBlocks, expected));
+    StageAssignment a;
+    a.firstBlock = static_cast<unsigned>(*first);
+    a.endBlock = static_cast<unsigned>(*end);
+    for (const json::Value &d : *devices) {
+      std::optional<llvm::StringRef> name = d.getAsString();
+      auto it = name ? byName.find(*name) : byName.end();
+      if (it == byName.end())
+        return fail(where + "device '" + (name ? *name : "?") + "' is not a device of " +
+                    options.clusterFile);
+      a.devices.push_back(it->second);
+    }
+    stages.push_back(std::move(a));
+    ops.push_back(*opCount);
+  }
+  if (stages.back().endBlock != numBlocks)
+    return fail(llvm::formatv("its stages end at block {0}, this model has {1} blocks: a plan "
+                              "of another model or other flags",
+                              stages.back().endBlock, numBlocks));
+  Schedule sched = *schedule == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
+  mp.plan = evaluateStages(mp.coarse, *cluster, popts, stages,
+                           static_cast<unsigned>(*microBatches), sched);
+  if (std::optional<llvm::StringRef> s = root->getString("strategy"))
+    if (llvm::Expected<PlannerStrategy> named = parseStrategy(*s))
+      mp.plan.strategy = *named;
+    else
+      llvm::consumeError(named.takeError());
+  assignNodeStages(mp);
+  for (auto [s, n] : llvm::enumerate(ops)) {
+    int64_t here = llvm::count(mp.stageOfNode, static_cast<unsigned>(s));
+    if (here != n)
+      return fail(llvm::formatv("stage {0} holds {1} ops here, {2} in the file: a plan of "
+                                "another model or other flags",
+                                s, here, n));
+  }
+  if (!mp.plan.feasible)
+    return fail("the plan does not fit on " + options.clusterFile + ": " + mp.plan.message);
+  return mp;
 }
