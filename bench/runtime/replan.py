@@ -11,7 +11,7 @@ drops it to --slow-mbps. Two runs of --steps steps:
   auto  --replan auto --replan-factor 30 --replan-window 3: the job re-plans for the measured
         link, checkpoints and resumes under the new plan.
 
-Prints the median step time (the launcher's merged line: the slowest rank) before the slowdown,
+Prints the re-plan's calibration line, the median step time (the launcher's merged line: the slowest rank) before the slowdown,
 after it without re-planning, after the re-plan, their ratio, the steps from the slowdown to the
 decision, straitc's time, and what the switch itself cost: the wall time between the merged
 lines of the stop step and the first resumed step, less that step's own time (checkpoint, exit,
@@ -128,6 +128,10 @@ def main():
     print("steps (ms), --replan off: " + " ".join(f"{st}:{ms:.0f}" for _, st, ms, _ in off))
     print("steps (ms), --replan auto: " + " ".join(f"{st}:{ms:.0f}" for _, st, ms, _ in auto))
     print(f"decision: {m[2]}")
+    # The calibration: the measured step over the running plan re-simulated on the measured
+    # cluster (straitc --evaluate-plan).
+    cal = re.search(r"re-plan 1: new plan \(.*?\): (.*)", out)
+    print(f"new plan: {cal[1] if cal else '?'}")
     print(f"{'':34}{'median step (ms)':>18}")
     print(f"{'before the slowdown':34}{before:18.1f}")
     print(f"{'after, --replan off':34}{after_off:18.1f}")

@@ -465,18 +465,6 @@ struct FollowedReplan {
   std::string plan;  // the new plan's folder, under the job folder
 };
 
-/// Writes `step` into a ranks' stop file (Replan.h; atomically).
-bool writeStopFile(const std::string &path, int step) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << step << "\n";
-    if (!out)
-      return false;
-  }
-  return ::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
 /// Starts every rank of `m` and waits for them: 0 when all finished, 1 when
 /// one failed (the others are stopped), 128 + signal when interrupted, 4
 /// when all stopped for a re-plan. Attempt k > 0 (a restart) logs to
@@ -496,7 +484,6 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
       for (const auto &[rank, p] : ranks) {
         r.ms[rank] = p.ms;
         parseLinkTimings(p.links, r.links[rank]);
-        r.sent[rank] = parseSentBytes(p.sent);
       }
       if (replan->observe(r, o.steps) && hosts) {
         const std::string &dir = replan->newPlanDir();
@@ -510,6 +497,11 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
   auto stopping = [&] {
     return (replan && replan->stopping()) || (follow && follow->stopStep > 0);
   };
+  // A follower's ranks run without a lease (Replan.h): they exchange data
+  // with the leader's ranks every step, whose lease bounds them.
+  if (follow && !writeReplanControl(follow->stopFile, {0, -1}))
+    std::cerr << "strait-run: cannot write " << follow->stopFile << ": " << std::strerror(errno)
+              << std::endl;
   int local = 0;
   for (const auto &r : m.ranks()) {
     if (!o.host.empty() && r.host() != o.host)
@@ -538,7 +530,8 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
       if (r.isOk() && *r) {
         follow->stopStep = (*r)->first;
         follow->plan = (*r)->second;
-        bool written = writeStopFile(follow->stopFile, follow->stopStep);
+        bool written = writeReplanControl(follow->stopFile, {follow->stopStep,
+                                                             follow->stopStep});
         std::cout << "strait-run: re-plan (host " << m.ranks(0).host()
                   << "'s launcher): every rank checkpoints after step " << follow->stopStep
                   << " and resumes under " << follow->plan << std::endl;

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <sys/stat.h>
@@ -59,24 +60,50 @@ bool parseLinkTimings(const std::string &text, std::map<int, rt::LinkTiming> &ou
   return true;
 }
 
-std::map<int, uint64_t> parseSentBytes(const std::string &text) {
-  std::map<int, uint64_t> out;
-  std::istringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    int peer;
-    unsigned long long bytes;
-    if (std::sscanf(item.c_str(), "%d:%llu", &peer, &bytes) == 2)
-      out[peer] += bytes;
-  }
-  return out;
+int ReplanControl::allowed(int first) const {
+  if (lease < 0)
+    return std::numeric_limits<int>::max();
+  int granted = lease > 0 ? lease : first + kReplanFirstLease;
+  return stop > 0 ? std::max(stop, granted) : granted;
 }
 
-int readReplanStop(const std::string &path) {
+ReplanControl readReplanControl(const std::string &path) {
   std::ifstream in(path);
-  int step = 0;
-  if (!(in >> step))
-    return 0;
-  return step;
+  ReplanControl c;
+  if (!(in >> c.stop))
+    return {};
+  if (!(in >> c.lease))
+    c.lease = 0;
+  return c;
+}
+
+bool writeReplanControl(const std::string &path, const ReplanControl &c) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << c.stop << " " << c.lease << "\n";
+    if (!out)
+      return false;
+  }
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+StatusOr<ReplanControl> awaitReplanLease(const RunOptions &o, int first, int done) {
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    ReplanControl c = readReplanControl(o.replanStopFile);
+    if ((c.stop > 0 && c.stop <= done) || done >= o.steps || c.allowed(first) > done)
+      return c;
+    double waited = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start).count();
+    if (waited > o.timeoutMs)
+      return rt::unavailable("rank " + std::to_string(o.rank) + " waited " +
+                             std::to_string(o.timeoutMs) + " ms (--timeout-ms) for its "
+                             "launcher to allow a step after " + std::to_string(done) +
+                             " (--replan's lease in " + o.replanStopFile +
+                             "): is the launcher running?");
+    ::usleep(1000);
+  }
 }
 
 namespace {
@@ -297,6 +324,11 @@ StatusOr<JobRecord> readJobRecord(const std::string &dir) {
   STRAIT_ASSIGN_OR_RETURN(const Json *pred,
                           field(root, "predicted_iteration_s", Json::Number, ""));
   r.predictedIterationS = pred->number;
+  if (const Json *e = root.get("evaluated_plan_iteration_s")) {
+    if (e->kind != Json::Number)
+      return rt::invalidArgument(path + ": field 'evaluated_plan_iteration_s' is not a number");
+    r.evaluatedIterationS = e->number;
+  }
   STRAIT_ASSIGN_OR_RETURN(const Json *ranks, field(root, "ranks", Json::Array, ""));
   for (const Json &x : ranks->items) {
     STRAIT_ASSIGN_OR_RETURN(const Json *d, field(x, "device", Json::String, "a rank's "));
@@ -365,23 +397,39 @@ void ReplanMonitor::clearStop() {
   stopAt = 0;
 }
 
-double ReplanMonitor::assumed(std::pair<int, int> pair) const {
-  for (const auto &l : record.links)
-    if (l.a == pair.first && l.b == pair.second)
-      return l.bandwidth;
-  return 0;
+void ReplanMonitor::extendLease(int step, double ms) {
+  // A tenth of a second of steps ahead of the last merged one, at least 3 (the
+  // stop step is at least the lease: 3 slow steps after the decision, as
+  // before the lease). A decision comes after two merged steps or more, when
+  // the lease already exceeds the implicit one (kReplanFirstLease after the
+  // first step), so no rank is beyond it either.
+  int ahead = 3;
+  if (ms > 0)
+    ahead = std::max(ahead, static_cast<int>(std::ceil(100.0 / ms)));
+  int lease = step + ahead;
+  if (lease <= leaseGranted)
+    return;
+  if (!writeReplanControl(stopPath, {0, lease})) {
+    std::cout << "strait-run: --replan: cannot write " << stopPath << ": "
+              << std::strerror(errno) << std::endl;
+    return;
+  }
+  leaseGranted = lease;
 }
 
 bool ReplanMonitor::observe(const StepReport &step, int lastStep) {
-  if (stopAt > 0 || record.links.empty())
+  if (stopAt > 0)
+    return false;
+  double ms = 0;
+  for (const auto &kv : step.ms)
+    ms = std::max(ms, kv.second);
+  extendLease(step.step, ms); // also with nothing to watch: the ranks wait for it
+  if (record.links.empty())
     return false;
   if (skipUntil == 0)
     skipUntil = step.step; // the first step of a run allocates: not a sample
   if (step.step <= skipUntil)
     return false;
-  double ms = 0;
-  for (const auto &kv : step.ms)
-    ms = std::max(ms, kv.second);
   windowMs.push_back(ms);
   for (const auto &l : record.links) {
     // Both directions of the pair: bytes over the time they took.
@@ -398,16 +446,6 @@ bool ReplanMonitor::observe(const StepReport &step, int lastStep) {
     }
     if (sum.bytes > 0 && sum.seconds > 0)
       window[{l.a, l.b}].throughput.push_back(sum.bytes / sum.seconds);
-    // What the pair carried this step: the larger direction (an exchange
-    // sends both ways at once).
-    auto sentBy = [&](int from, int to) -> double {
-      auto r = step.sent.find(from);
-      if (r == step.sent.end())
-        return 0;
-      auto b = r->second.find(to);
-      return b == r->second.end() ? 0 : double(b->second);
-    };
-    window[{l.a, l.b}].bytes.push_back(std::max(sentBy(l.a, l.b), sentBy(l.b, l.a)));
   }
   if (++windowSteps < options.replanWindow)
     return false;
@@ -437,7 +475,6 @@ bool ReplanMonitor::closeWindow(int step, int lastStep) {
     }
     double bw = median(samples);
     measured[pair] = bw;
-    lastBytes[pair] = median(window[pair].bytes);
     // Against the plan's bandwidth, or against what a declined re-plan saw.
     double base = declinedAt.count(pair) ? declinedAt[pair] : l.bandwidth;
     double ratio = bw / base;
@@ -469,34 +506,15 @@ bool ReplanMonitor::closeWindow(int step, int lastStep) {
   return replan(step, lastStep, measured, why);
 }
 
-OldPlanAtMeasured oldPlanAtMeasuredLinks(double predictedS,
-                                         const std::vector<OldPlanLink> &links) {
-  OldPlanAtMeasured r;
-  double added = 0;
-  for (const OldPlanLink &l : links) {
-    if (!(l.assumedBw > 0) || !(l.measuredBw > 0) || !(l.bytes > 0))
-      continue;
-    double atAssumed = l.bytes / l.assumedBw, atMeasured = l.bytes / l.measuredBw;
-    if (atMeasured >= atAssumed) {
-      added += atMeasured - atAssumed;
-    } else {
-      r.fasterAssumedS += atAssumed;
-      r.unboundedRemovedS += atAssumed - atMeasured;
-    }
-  }
-  double share = r.fasterAssumedS > predictedS && r.fasterAssumedS > 0
-                     ? std::max(predictedS, 0.0) / r.fasterAssumedS
-                     : 1.0;
-  r.removedS = r.unboundedRemovedS * share;
-  r.seconds = predictedS + added - r.removedS;
-  return r;
-}
-
 bool ReplanMonitor::replan(int step, int lastStep,
                            const std::map<std::pair<int, int>, double> &measured,
                            const std::string &why) {
   ++replans;
-  int stop = step + 3; // the ranks may be a step or two ahead of the merged line
+  // At least the lease: no rank is past it (it may be a step or two ahead
+  // of the merged line, and the ranks go on while straitc runs).
+  // Other hosts' ranks (--host) run without a lease: one step beyond it
+  // at most, as they exchange data with this host's ranks every step.
+  int stop = std::max(step + 3, leaseGranted + (options.host.empty() ? 0 : 1));
   std::cout << "strait-run: re-plan " << replans << " at step " << step << ": " << why
             << std::endl;
   if (stop >= lastStep) {
@@ -548,9 +566,16 @@ bool ReplanMonitor::replan(int step, int lastStep,
   }
   // 2. The recorded straitc command with the measured cluster and the new
   //    folder, in the folder it ran in.
+  //    With --evaluate-plan: straitc also re-simulates the current plan on
+  //    the measured cluster (the calibration below).
   std::vector<std::string> args = {options.straitcPath};
   for (size_t i = 1; i < record.argv.size(); ++i) {
     const std::string &a = record.argv[i];
+    bool flag = a == "--evaluate-plan" || a == "-evaluate-plan";
+    if (flag || a.rfind("--evaluate-plan=", 0) == 0 || a.rfind("-evaluate-plan=", 0) == 0) {
+      i += flag; // a re-plan's command: its own evaluation, replaced below
+      continue;
+    }
     if ((a == "--cluster" || a == "-cluster" || a == "-o") && i + 1 < record.argv.size()) {
       args.push_back(a);
       args.push_back(a == "-o" ? dir : clusterPath);
@@ -563,6 +588,7 @@ bool ReplanMonitor::replan(int step, int lastStep,
       args.push_back(a);
     }
   }
+  args.push_back("--evaluate-plan=" + root);
   std::string log = dir + "/straitc.log";
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = ::fork();
@@ -606,35 +632,27 @@ bool ReplanMonitor::replan(int step, int lastStep,
   }
   // 3. Compare in this machine's time: the simulator is off by a factor
   //    (docs/planner.md), so the new plan's prediction is scaled by the step
-  //    time measured now over the old plan's prediction for the measured
-  //    links (its prediction, plus for each pair the bytes it carried a
-  //    step at the measured rate instead of the assumed one).
-  //    A slower link adds its extra transfer time. A faster link removes
-  //    time, but no more than its transfers took in the prediction, and the
-  //    predicted step holds at most predictedIterationS of transfers: when
-  //    the faster links' transfers at the assumed rates add up to more than
-  //    that (they overlapped each other or compute in the prediction), each
-  //    counts for predicted/that of its time. The estimate so stays above
-  //    the predicted step times the largest speed-up's inverse (> 0).
-  std::vector<OldPlanLink> pairs;
-  for (const auto &[pair, bw] : measured)
-    pairs.push_back({lastBytes[pair], assumed(pair), bw});
-  OldPlanAtMeasured old = oldPlanAtMeasuredLinks(record.predictedIterationS, pairs);
-  double oldMeasured = old.seconds;
-  if (old.fasterAssumedS > record.predictedIterationS)
-    std::cout << "strait-run: re-plan " << replans << ": the faster links' transfers took "
-              << old.fasterAssumedS << " s a step at the assumed rates, more than the "
-              << "predicted step (" << record.predictedIterationS
-              << " s): they overlapped in the prediction, so they save "
-              << old.removedS << " s of it, not " << old.unboundedRemovedS << " s" << std::endl;
-  double calibration =
-      oldMeasured > 0 && lastWindowMs > 0 ? lastWindowMs / 1e3 / oldMeasured : 1.0;
+  //    time measured now over the current plan's prediction on the same
+  //    measured cluster (straitc re-simulated it: same stages, replicas,
+  //    devices, micro-batches and codecs). Both predictions are the same
+  //    simulator's on the same links: a link's cost is in both.
+  double oldMeasured = next->evaluatedIterationS;
+  if (!(oldMeasured > 0) || !(lastWindowMs > 0)) {
+    std::cout << "strait-run: re-plan " << replans << ": "
+              << (lastWindowMs > 0 ? dir + "/straitc.json has no evaluated_plan_iteration_s "
+                                           "(a straitc without --evaluate-plan?): cannot "
+                                           "calibrate the new plan's prediction"
+                                   : std::string("no step time measured"))
+              << "; the job keeps its plan" << std::endl;
+    return false;
+  }
+  double calibration = lastWindowMs / 1e3 / oldMeasured;
   double predictedMs = next->predictedIterationS * 1e3 * calibration;
   char buf[400];
   std::snprintf(buf, sizeof(buf),
                 "new plan (straitc %.2f s, %s): predicted %.4g s x %.3g = %.4g ms a step, "
-                "measured now %.4g ms (calibration: the measured step over the old plan's "
-                "%.4g s for the measured links)",
+                "measured now %.4g ms (calibration: the measured step over the current "
+                "plan's %.4g s re-simulated on the measured links)",
                 compileS, dir.c_str(), next->predictedIterationS, calibration, predictedMs,
                 lastWindowMs, oldMeasured);
   std::cout << "strait-run: re-plan " << replans << ": " << buf << "\n"
@@ -649,21 +667,12 @@ bool ReplanMonitor::replan(int step, int lastStep,
       declinedAt[kv.first] = kv.second;
     return false;
   }
-  // The ranks went on while straitc ran: move the stop past the steps they
-  // could have done meanwhile (at the window's median step time).
-  if (lastWindowMs > 0)
-    stop += static_cast<int>(std::ceil(compileS * 1e3 / lastWindowMs));
   if (stop >= lastStep) {
     std::cout << "strait-run: re-plan " << replans << ": the job ends (step " << lastStep
               << ") before the new plan could take over; keeping the current plan" << std::endl;
     return false;
   }
-  std::string tmp = stopPath + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << stop << "\n";
-  }
-  if (::rename(tmp.c_str(), stopPath.c_str()) != 0) {
+  if (!writeReplanControl(stopPath, {stop, std::max(stop, leaseGranted)})) {
     std::cout << "strait-run: re-plan " << replans << ": cannot write " << stopPath << ": "
               << std::strerror(errno) << "; the job keeps its plan" << std::endl;
     return false;
@@ -687,7 +696,7 @@ Status ReplanMonitor::switched() {
   windowSteps = 0;
   outside.clear();
   declinedAt.clear();
-  lastBytes.clear();
+  leaseGranted = 0;
   return Status::ok();
 }
 

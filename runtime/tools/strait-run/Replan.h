@@ -10,13 +10,19 @@
 //     written by straitc); a pair off by more than --replan-factor for
 //     --replan-after windows in a row triggers a re-plan;
 //  3. a re-plan writes the cluster file with the measured bandwidths, runs
-//     the recorded straitc command on it into DIR/replan-K/ and compares the
-//     new plan's predicted step time, calibrated to this machine (the step
-//     time measured now over the old plan's prediction for the measured
-//     links), with the step time measured now; only a predicted gain
-//     switches. The ranks then checkpoint after
-//     a step a few steps ahead (a stop file they read after every step),
-//     exit with code 4, and the launcher resumes them under the new plan.
+//     the recorded straitc command on it into DIR/replan-K/, with
+//     --evaluate-plan (the current plan re-simulated on the measured
+//     cluster), and compares the new plan's predicted step time, calibrated
+//     to this machine (the step time measured now over the current plan's
+//     re-simulated step), with the step time measured now; only a predicted
+//     gain switches. The ranks then checkpoint after the stop step, exit
+//     with code 4, and the launcher resumes them under the new plan;
+//  4. the stop step is one no rank can be past: the ranks read a control
+//     file after every step (ReplanControl) and finish no step beyond the
+//     lease it grants (the launcher extends it as steps merge, a tenth of a
+//     second of steps ahead), and the stop step is at least the lease (with
+//     --host, the lease + 1: the other hosts' ranks have none, they are
+//     bound by the leader's, with which they exchange data every step).
 //
 //===----------------------------------------------------------------------===//
 #ifndef STRAIT_RUNTIME_TOOLS_STRAITRUN_REPLAN_H
@@ -40,8 +46,33 @@ std::string formatLinkTimings(const std::map<int, rt::LinkTiming> &timings);
 /// Parses formatLinkTimings' text; false on a malformed item.
 bool parseLinkTimings(const std::string &text, std::map<int, rt::LinkTiming> &out);
 
-/// The step the stop file names, 0 when there is none.
-int readReplanStop(const std::string &path);
+/// The ranks' control file (`<log-dir>/replan.stop`, "STOP LEASE"): stop
+/// after step STOP (0: no stop), and finish no step after LEASE before
+/// reading the file again (0: none granted yet: kReplanFirstLease steps
+/// after the run's first; -1: no lease, the ranks of a --host follower,
+/// bound by the leader's ranks they exchange data with every step). The
+/// launcher writes it atomically (rename).
+struct ReplanControl {
+  int stop = 0;
+  int lease = 0;
+  /// The last step a rank that started at step `first` may finish now.
+  int allowed(int first) const;
+};
+
+/// Steps a rank may do before the launcher's first lease.
+constexpr int kReplanFirstLease = 4;
+
+/// Reads the control file; a missing or empty one is {0, 0}.
+ReplanControl readReplanControl(const std::string &path);
+
+/// Writes it atomically; false (errno set) when it cannot.
+bool writeReplanControl(const std::string &path, const ReplanControl &c);
+
+/// A rank that finished step `done` (its run started after step `first`):
+/// reads o.replanStopFile until it may start step done + 1 (the lease
+/// allows it) or must stop (the stop step is `done` or before), polling
+/// every millisecond; an error after o.timeoutMs without either.
+rt::StatusOr<ReplanControl> awaitReplanLease(const RunOptions &o, int first, int done);
 
 /// What straitc recorded about a job (DIR/straitc.json).
 struct JobRecord {
@@ -49,6 +80,9 @@ struct JobRecord {
   std::string cwd;
   std::string clusterFile;       // absolute: the copy in the job folder
   double predictedIterationS = 0;
+  /// straitc --evaluate-plan: the plan it was given on this job's cluster
+  /// (0 when not asked).
+  double evaluatedIterationS = 0;
   struct Rank {
     std::string device, host;
   };
@@ -69,33 +103,7 @@ struct StepReport {
   int step = 0;
   std::map<int, double> ms;
   std::map<int, std::map<int, rt::LinkTiming>> links; // rank -> peer -> timing
-  std::map<int, std::map<int, uint64_t>> sent;         // rank -> peer -> bytes sent
 };
-
-/// "P:B,P:B" (the progress line's sent field) into peer -> bytes.
-std::map<int, uint64_t> parseSentBytes(const std::string &text);
-
-/// One measured inter-host pair of the old plan: the bytes it carried a step
-/// (the larger direction) and the bandwidths (bytes/s) assumed and measured.
-struct OldPlanLink {
-  double bytes = 0, assumedBw = 0, measuredBw = 0;
-};
-
-struct OldPlanAtMeasured {
-  double seconds = 0;           // the old plan's predicted step at the measured links
-  double fasterAssumedS = 0;    // the faster links' transfers at the assumed rates
-  double removedS = 0;          // what the faster links remove from the prediction
-  double unboundedRemovedS = 0; // what they would remove were their transfers serial
-};
-
-/// The old plan's prediction for the measured links (the re-plan's
-/// calibration, docs/runtime.md): predictedS plus each slower pair's extra
-/// transfer time, minus each faster pair's saving; the savings are scaled by
-/// predictedS / fasterAssumedS when the faster pairs' transfers at the
-/// assumed rates exceed the predicted step (they overlapped), so the result
-/// stays positive for a positive predictedS.
-OldPlanAtMeasured oldPlanAtMeasuredLinks(double predictedS,
-                                         const std::vector<OldPlanLink> &links);
 
 class ReplanMonitor {
 public:
@@ -103,10 +111,15 @@ public:
   /// missing (e.g. a job compiled before straitc wrote straitc.json).
   static rt::StatusOr<ReplanMonitor> create(const RunOptions &o);
 
-  /// Feeds one completed step. Returns true when the ranks must stop after
-  /// stopStep() (a new plan is ready in newPlanDir()); then writes the stop
-  /// file. Runs straitc synchronously when a link triggers.
+  /// Feeds one completed step (every rank finished it): extends the ranks'
+  /// lease, and returns true when the ranks must stop after stopStep() (a
+  /// new plan is ready in newPlanDir()); then writes the control file. Runs
+  /// straitc synchronously when a link triggers (the ranks go on up to the
+  /// lease meanwhile).
   bool observe(const StepReport &step, int lastStep);
+
+  /// The last step any rank may finish (the largest lease granted).
+  int lease() const { return leaseGranted; }
 
   int stopStep() const { return stopAt; }
   bool stopping() const { return stopAt > 0; }
@@ -131,7 +144,6 @@ private:
   // Windows.
   struct Window {
     std::vector<double> throughput; // per step that timed the pair (bytes/s)
-    std::vector<double> bytes;      // per step: the larger direction's bytes
   };
   std::map<std::pair<int, int>, Window> window;
   std::vector<double> windowMs;       // step times (slowest rank) of the window
@@ -140,14 +152,14 @@ private:
   std::map<std::pair<int, int>, double> declinedAt; // bandwidth a declined re-plan saw
   std::map<std::pair<int, int>, bool> warnedNoSample;
   double lastWindowMs = 0;
-  std::map<std::pair<int, int>, double> lastBytes; // median bytes a step, last window
+  int leaseGranted = 0;
   int stopAt = 0;
   std::string pendingDir;
 
   bool closeWindow(int step, int lastStep);
   bool replan(int step, int lastStep, const std::map<std::pair<int, int>, double> &measured,
               const std::string &why);
-  double assumed(std::pair<int, int> pair) const;
+  void extendLease(int step, double ms);
 };
 
 } // namespace run

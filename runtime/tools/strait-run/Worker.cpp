@@ -835,11 +835,20 @@ Status runRank(const RunOptions &o) {
         eval << " " << loader->itemName() << " " << fed;
       std::cout << eval.str() << std::endl;
     }
-    int stopAt = o.replanStopFile.empty() ? 0 : readReplanStop(o.replanStopFile);
-    if (stopAt > 0 && it + 1 > stopAt)
-      return internalError("the launcher asked to stop for a re-plan after step " +
-                           std::to_string(stopAt) + ", this rank is past it")
-          .withStep(it + 1);
+    int stopAt = 0;
+    if (!o.replanStopFile.empty()) {
+      // --replan (Replan.h): finish no step beyond the launcher's lease; the
+      // stop step it names is at least the lease, so no rank is past it.
+      StatusOr<ReplanControl> c = awaitReplanLease(o, first, it + 1);
+      if (!c.isOk())
+        return c.takeStatus().withStep(it + 1);
+      stopAt = c->stop;
+      if (stopAt > 0 && it + 1 > stopAt)
+        return internalError("the launcher asked to stop for a re-plan after step " +
+                             std::to_string(stopAt) + ", this rank is past it (beyond the "
+                             "lease it granted)")
+            .withStep(it + 1);
+    }
     if (checkpointAfter(it + 1) || stopAt == it + 1) {
       trace::Span write("checkpoint", "checkpoint write");
       if (aqsgd)
