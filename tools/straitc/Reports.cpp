@@ -5,6 +5,7 @@
 #include "strait/Analysis/Compression.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -31,6 +32,39 @@ llvm::Expected<strait::PlanCompression> chooseCodecs(const CompressionFlags &fla
     copts.links.push_back(std::move(*o));
   }
   return strait::compressPlan(plan, cluster, copts);
+}
+
+llvm::Expected<EvaluatedPlan> evaluateJobPlan(func::FuncOp main,
+                                              const strait::dist::StagePlanOptions &sopts,
+                                              const std::string &dir,
+                                              const CompressionFlags &flags) {
+  std::string planFile = dir + "/plan.json";
+  std::string planned = dir + "/cluster.yaml";
+  if (!llvm::sys::fs::exists(planFile) || !llvm::sys::fs::exists(planned))
+    return llvm::createStringError(dir + " is not a job folder compiled with --cluster (it "
+                                   "needs plan.json and cluster.yaml)");
+  llvm::Expected<strait::ModelPlan> here = strait::dist::evaluatePlanFile(main, sopts, planFile);
+  if (!here)
+    return here.takeError();
+  EvaluatedPlan out{std::move(*here), std::nullopt};
+  if (flags.mode == "none" && flags.links.empty())
+    return out;
+  // The codecs the job runs: chosen for its plan on the cluster it was
+  // planned for, then timed on this one.
+  strait::dist::StagePlanOptions there = sopts;
+  there.clusterFile = planned;
+  llvm::Expected<strait::ModelPlan> old = strait::dist::evaluatePlanFile(main, there, planFile);
+  if (!old)
+    return old.takeError();
+  llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(planned);
+  if (!cluster)
+    return cluster.takeError();
+  cluster->allReduceBucketBytes = sopts.allReduceBucketBytes;
+  llvm::Expected<strait::PlanCompression> codecs = chooseCodecs(flags, old->plan, *cluster);
+  if (!codecs)
+    return codecs.takeError();
+  out.codecs = std::move(*codecs);
+  return out;
 }
 
 LogicalResult reportCompression(const CompressionFlags &flags,

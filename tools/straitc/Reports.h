@@ -10,6 +10,8 @@
 
 #include "strait/Analysis/Compression.h"
 #include "strait/Analysis/Partitioner.h"
+#include "strait/Analysis/PlanReport.h"
+#include "strait/Dialect/Dist/StagePlan.h"
 #include "strait/Analysis/Simulator.h"
 #include "strait/Dialect/Dist/DistOps.h"
 
@@ -49,6 +51,18 @@ reportCompression(const CompressionFlags &flags, const strait::PartitionPlan &pl
                   const strait::ClusterModel &cluster, llvm::raw_ostream &os,
                   llvm::json::Value *json, bool perLink = true, double *predicted = nullptr,
                   std::optional<strait::SimulationResult> *timeline = nullptr);
+
+/// --evaluate-plan DIR: DIR's plan (plan.json) on `sopts.clusterFile`, and
+/// the codecs the flags gave it on the cluster it was planned for
+/// (DIR/cluster.yaml), to be timed on this one.
+struct EvaluatedPlan {
+  strait::ModelPlan plan;
+  std::optional<strait::PlanCompression> codecs; // none without codec flags
+};
+llvm::Expected<EvaluatedPlan> evaluateJobPlan(mlir::func::FuncOp main,
+                                              const strait::dist::StagePlanOptions &sopts,
+                                              const std::string &dir,
+                                              const CompressionFlags &flags);
 
 /// One line per compressed link of the compiled job.
 void printJobCompression(mlir::ModuleOp module, llvm::raw_ostream &os);

@@ -37,7 +37,6 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -350,12 +349,7 @@ cl::opt<bool> printWeights("print-weights",
                            cl::desc("Print weight blobs in full with --emit=mlir"),
                            cl::init(false), cl::cat(straitCat));
 
-/// --evaluate-plan DIR: DIR's plan on this cluster and the codecs the flags
-/// gave it on the cluster it was planned for (DIR/cluster.yaml).
-struct EvaluatedPlan {
-  strait::ModelPlan plan;
-  std::optional<strait::PlanCompression> codecs; // none without codec flags
-};
+using straitc::EvaluatedPlan;
 llvm::Expected<EvaluatedPlan> evaluateJobPlan(func::FuncOp main,
                                               const strait::dist::StagePlanOptions &sopts);
 
@@ -402,37 +396,10 @@ straitc::CompressionFlags compressionFlags() {
   return f;
 }
 
+/// --evaluate-plan DIR with the flags' codecs (Reports.h).
 llvm::Expected<EvaluatedPlan> evaluateJobPlan(func::FuncOp main,
                                               const strait::dist::StagePlanOptions &sopts) {
-  std::string planFile = evaluatePlan + "/plan.json";
-  std::string planned = evaluatePlan + "/cluster.yaml";
-  if (!llvm::sys::fs::exists(planFile) || !llvm::sys::fs::exists(planned))
-    return llvm::createStringError(evaluatePlan + " is not a job folder compiled with --cluster "
-                                   "(it needs plan.json and cluster.yaml)");
-  llvm::Expected<strait::ModelPlan> here = strait::dist::evaluatePlanFile(main, sopts, planFile);
-  if (!here)
-    return here.takeError();
-  EvaluatedPlan out{std::move(*here), std::nullopt};
-  straitc::CompressionFlags flags = compressionFlags();
-  if (flags.mode == "none" && flags.links.empty())
-    return out;
-  // The codecs the job runs: chosen for its plan on the cluster it was
-  // planned for, then timed on this one.
-  strait::dist::StagePlanOptions there = sopts;
-  there.clusterFile = planned;
-  llvm::Expected<strait::ModelPlan> old = strait::dist::evaluatePlanFile(main, there, planFile);
-  if (!old)
-    return old.takeError();
-  llvm::Expected<strait::ClusterModel> cluster = strait::loadClusterFile(planned);
-  if (!cluster)
-    return cluster.takeError();
-  cluster->allReduceBucketBytes = sopts.allReduceBucketBytes;
-  llvm::Expected<strait::PlanCompression> codecs =
-      straitc::chooseCodecs(flags, old->plan, *cluster);
-  if (!codecs)
-    return codecs.takeError();
-  out.codecs = std::move(*codecs);
-  return out;
+  return straitc::evaluateJobPlan(main, sopts, evaluatePlan, compressionFlags());
 }
 
 /// Whether --cluster names a GPU or NPU device (a cluster file that does
