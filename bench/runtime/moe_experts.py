@@ -14,7 +14,8 @@ gathered weights as exported) and `strait-opt --graph-rewrite-expert-matmuls
 --graph-build-training-step` (one product of all experts and a selection). No other forward
 rewrite runs in either. Both run with strait-run on the same token file; per variant:
 the elements the expert products hold (gathered weight copies [S, O, I], or the all-experts
-products [S*N, E, O] that a one-hot [1, E] row per slot selects from), the launcher's peak resident memory (/usr/bin/time), the median step
+products [rows, E, O] that one-hot rows select from: rows = the slots, or the tokens when
+the slots repeat them), the launcher's peak resident memory (/usr/bin/time), the median step
 time after 3 warm-up steps (best of --rounds, run alternately), the ratio to the reference
 and whether the losses agree (1e-5 relative).
 """
@@ -76,8 +77,8 @@ def export(a, path):
                       dynamo=False)
 
 
-def held_elements(mlir: str) -> tuple[int, int]:
-    """(elements of gathered [S, O, I] expert weights, of all-experts products [S*N, E, O]
+def held_elements(mlir: str, experts: int) -> tuple[int, int]:
+    """(elements of gathered [S, O, I] expert weights, of all-experts products [rows, E, O]
     that the one-hot rows select from)."""
     def elems(shape):
         n = 1
@@ -87,8 +88,9 @@ def held_elements(mlir: str) -> tuple[int, int]:
     gathered = sum(elems(s) for s in re.findall(
         r"graph\.Gather(?:ND)? [^\n]*: \(tensor<\d+x\d+x\d+xf32>, [^\n]*"
         r"-> tensor<(\d+x\d+x\d+)xf32>", mlir))
-    products = sum(elems(s) for s in re.findall(
-        r"graph\.MatMul [^\n]*: \(tensor<\d+x1x\d+xf32>, tensor<(\d+x\d+x\d+)xf32>\)", mlir))
+    products = sum(int(r) * experts * int(o) for r, o in re.findall(
+        rf"graph\.MatMul [^\n]*: \(tensor<(\d+)x\d+x{experts}xf32>, "
+        rf"tensor<\1x{experts}x(\d+)xf32>\)", mlir))
     return gathered, products
 
 
@@ -127,7 +129,7 @@ def main():
     jobs, held = {}, {}
     for i, (name, passes) in enumerate(variants.items()):
         step = run([opt, *passes], stdin=forward).stdout
-        held[name] = held_elements(step)
+        held[name] = held_elements(step, a.experts)
         path = os.path.join(tmp, f"step{i}.mlir")
         with open(path, "w") as f:
             f.write(step)

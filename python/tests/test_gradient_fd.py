@@ -583,6 +583,32 @@ def _cases():
         helper.make_node("Gather", ["p0", "idx"], ["wsel"], axis=0),
         helper.make_node("MatMul", ["wsel", "p1"], ["y"])],
         {"p0": _r((3, 4, 7), 184), "p1": _r((6, 7, 1), 185)}, opset=13))
+    # ... and when the slots are 3 tokens repeated twice each (transformers'
+    # repeat_interleave: Expand in the dynamo export, Tile in the TorchScript one), one
+    # product per token serves both of its slots (dX sums them)
+    c.append(Case("ExpertMatMul-repeated-Expand", lambda T: [
+        _const("idx", np.array([[2], [0], [1], [2], [0], [1]], np.int64), T),
+        _const("ax1", np.array([1], np.int64), T), _const("ax2", np.array([2], np.int64), T),
+        _const("rep", np.array([1, 2, 1], np.int64), T),
+        _const("flat", np.array([6, 7], np.int64), T),
+        helper.make_node("Unsqueeze", ["p1", "ax1"], ["u"]),
+        helper.make_node("Expand", ["u", "rep"], ["ue"]),
+        helper.make_node("Reshape", ["ue", "flat"], ["uf"]),
+        helper.make_node("Unsqueeze", ["uf", "ax2"], ["b"]),
+        helper.make_node("GatherND", ["p0", "idx"], ["wsel"]),
+        helper.make_node("MatMul", ["wsel", "b"], ["y"])],
+        {"p0": _r((3, 4, 7), 186), "p1": _r((3, 7), 187)}, opset=13))
+    c.append(Case("ExpertMatMul-repeated-Tile", lambda T: [
+        _const("idx", np.array([1, 2, 0, 1, 2, 2], np.int64), T),
+        _const("ax1", np.array([1], np.int64), T), _const("ax2", np.array([2], np.int64), T),
+        _const("rep", np.array([1, 2, 1], np.int64), T),
+        helper.make_node("Unsqueeze", ["p1", "ax1"], ["u"]),
+        helper.make_node("Tile", ["u", "rep"], ["ue"]),
+        helper.make_node("Flatten", ["ue"], ["uf"], axis=2),
+        helper.make_node("Unsqueeze", ["uf", "ax2"], ["b"]),
+        helper.make_node("Gather", ["p0", "idx"], ["wsel"], axis=0),
+        helper.make_node("MatMul", ["wsel", "b"], ["y"])],
+        {"p0": _r((3, 4, 7), 188), "p1": _r((3, 7), 189)}, opset=13))
     c.append(Case("MaxUnpool", lambda T: [
         _const("idx", np.array([[[[0, 3], [9, 10]], [[17, 18], [24, 31]]]], np.int64), T),
         helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],

@@ -91,3 +91,58 @@ func.func @other_axis(%w: tensor<6x3x7xf32>, %idx: tensor<4xi64>, %b: tensor<6x7
   %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
   return %y : tensor<6x4x1xf32>
 }
+
+// -----
+
+// The slots are 3 tokens repeated twice each (transformers' repeat_interleave,
+// dynamo export: Unsqueeze, Expand, Reshape, Unsqueeze): one product per
+// token with all experts serves its 2 slots, each picking its expert with a
+// row of a [T, k, E] one-hot mask; the repetition goes.
+// CHECK-LABEL: func.func @repeated_expand
+// CHECK-SAME: (%[[W:.*]]: tensor<3x4x7xf32>, %[[IDX:.*]]: tensor<6x1xi64>, %[[X:.*]]: tensor<3x7xf32>)
+// CHECK-NOT: graph.Expand
+// CHECK: %[[U:.*]] = graph.Unsqueeze %[[X]]
+// CHECK: %[[XT:.*]] = graph.Reshape %[[U]] {shape = array<i64: 3, 7>} : (tensor<3x1x7xf32>) -> tensor<3x7xf32>
+// CHECK: %[[Z:.*]] = graph.MatMul %[[XT]], {{.*}} : (tensor<3x7xf32>, tensor<7x12xf32>) -> tensor<3x12xf32>
+// CHECK: %[[Z3:.*]] = graph.Reshape %[[Z]] {shape = array<i64: 3, 3, 4>}
+// CHECK: %[[M:.*]] = graph.Reshape {{.*}} {shape = array<i64: 3, 2, 3>} : (tensor<6x1x3xf32>) -> tensor<3x2x3xf32>
+// CHECK: %[[P:.*]] = graph.MatMul %[[M]], %[[Z3]] : (tensor<3x2x3xf32>, tensor<3x3x4xf32>) -> tensor<3x2x4xf32>
+// CHECK: graph.Reshape %[[P]] {shape = array<i64: 6, 1, 4>}
+// CHECK: graph.Transpose {{.*}} -> tensor<6x4x1xf32>
+// CHECK-NOT: graph.Expand
+func.func @repeated_expand(%w: tensor<3x4x7xf32>, %idx: tensor<6x1xi64>, %x: tensor<3x7xf32>) -> tensor<6x4x1xf32> {
+  %u = graph.Unsqueeze %x {axes = array<i64: 1>} : (tensor<3x7xf32>) -> tensor<3x1x7xf32>
+  %e = graph.Expand %u {shape = array<i64: 1, 2, 1>} : (tensor<3x1x7xf32>) -> tensor<3x2x7xf32>
+  %r = graph.Reshape %e {shape = array<i64: -1, 7>} : (tensor<3x2x7xf32>) -> tensor<6x7xf32>
+  %b = graph.Unsqueeze %r {axes = array<i64: -1>} : (tensor<6x7xf32>) -> tensor<6x7x1xf32>
+  %a = graph.GatherND %w, %idx : (tensor<3x4x7xf32>, tensor<6x1xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
+  return %y : tensor<6x4x1xf32>
+}
+
+// -----
+
+// The TorchScript export's repetition (Tile, Flatten); a Tile that repeats
+// along another axis is no per-token repetition and stays.
+// CHECK-LABEL: func.func @repeated_tile
+// CHECK-NOT: graph.Tile
+// CHECK: graph.MatMul {{.*}} : (tensor<3x2x3xf32>, tensor<3x3x4xf32>) -> tensor<3x2x4xf32>
+// CHECK-LABEL: func.func @tiled_rows
+// CHECK: graph.Tile
+// CHECK: graph.MatMul {{.*}} : (tensor<6x1x3xf32>, tensor<6x3x4xf32>) -> tensor<6x1x4xf32>
+func.func @repeated_tile(%w: tensor<3x4x7xf32>, %idx: tensor<6xi64>, %x: tensor<3x7xf32>) -> tensor<6x4x1xf32> {
+  %u = graph.Unsqueeze %x {axes = array<i64: 1>} : (tensor<3x7xf32>) -> tensor<3x1x7xf32>
+  %t = graph.Tile %u {repeats = array<i64: 1, 2, 1>} : (tensor<3x1x7xf32>) -> tensor<3x2x7xf32>
+  %f = graph.Flatten %t {axis = 2 : i64} : (tensor<3x2x7xf32>) -> tensor<6x7xf32>
+  %b = graph.Unsqueeze %f {axes = array<i64: -1>} : (tensor<6x7xf32>) -> tensor<6x7x1xf32>
+  %a = graph.Gather %w, %idx : (tensor<3x4x7xf32>, tensor<6xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
+  return %y : tensor<6x4x1xf32>
+}
+func.func @tiled_rows(%w: tensor<3x4x7xf32>, %idx: tensor<6xi64>, %x: tensor<3x7xf32>) -> tensor<6x4x1xf32> {
+  %t = graph.Tile %x {repeats = array<i64: 2, 1>} : (tensor<3x7xf32>) -> tensor<6x7xf32>
+  %b = graph.Unsqueeze %t {axes = array<i64: -1>} : (tensor<6x7xf32>) -> tensor<6x7x1xf32>
+  %a = graph.Gather %w, %idx : (tensor<3x4x7xf32>, tensor<6xi64>) -> tensor<6x4x7xf32>
+  %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
+  return %y : tensor<6x4x1xf32>
+}

@@ -272,7 +272,11 @@ def GraphRewriteExpertMatMuls : Pass<"graph-rewrite-expert-matmuls", "::mlir::fu
     `MatMul(mask [S*N, 1, E], Z)`, mask[c, 0, e] = (idx[s] == e, or e - E for
     a negative index) as 0/1 floats: E * S * N * O elements and E times the
     gathered product's FLOPs, no gather or scatter kernels, and a backward of
-    plain products. Autodiff differentiates the plain ops. It runs on the
+    plain products. When N = 1 and B repeats each of T = S / k tokens k times
+    through views of an `Expand` or `Tile` of [T, 1, I] to [T, k, I]
+    (transformers' `repeat_interleave`), the GEMM reads the T tokens and the
+    selection is `MatMul(mask [T, k, E], Z [T, E, O])`: E / k times the
+    gathered product's FLOPs. Autodiff differentiates the plain ops. It runs on the
     forward graph before `graph-fold-transposes`. See docs/graph-dialect.md.
 
     ```

@@ -16,7 +16,10 @@
 // gather or scatter kernels, and a backward of plain products).
 // E * S * N * O elements and E times the FLOPs of the gathered product, but
 // one GEMM instead of S memory-bound matrix-vector products; it applies when
-// E * N < I (the new activation is smaller). The same sums per output element
+// E * N < I (the new activation is smaller). When B repeats each of T tokens
+// k times (the gate/up projection: transformers' repeat_interleave), the GEMM
+// runs on the T tokens and each token's [k, E] mask rows pick its k slots:
+// E / k times the gathered product's FLOPs. The same sums per output element
 // (plus exact zeros). See
 // docs/graph-dialect.md, "Expert matmuls".
 //
@@ -38,19 +41,45 @@ using namespace strait::graph;
 
 namespace {
 
+RankedTensorType staticType(Value v, int64_t rank) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || !t.hasStaticShape() || t.getRank() != rank)
+    return {};
+  return t;
+}
+
 /// A batched product of gathered expert weights: Y = MatMul(W[idx], B).
 struct ExpertMatMul {
   Operation *gather;
   Value table;   // W [E, O, I]
   Value indices; // the slots' experts: [S] or [S, 1], integer
   int64_t e, o, i, s, n;
+  // When B repeats each of T tokens k times (slot t * k + j reads token t:
+  // transformers' repeat_interleave, an Expand or Tile of [T, 1, I] to
+  // [T, k, I] seen through views) and N == 1: the tokens [T, 1, I].
+  Value tokens;
+  int64_t k = 1;
 };
 
-RankedTensorType staticType(Value v, int64_t rank) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  if (!t || !t.hasStaticShape() || t.getRank() != rank)
+/// The [T, 1, I] tokens that `b` (the MatMul's [S, I, 1] operand) repeats k
+/// times each, through row-major views, or null.
+Value repeatedTokens(Value b, int64_t s, int64_t i, int64_t &k) {
+  Operation *op = b.getDefiningOp();
+  while (op && isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp>(op))
+    op = op->getOperand(0).getDefiningOp();
+  if (!op || !isa<ExpandOp, TileOp>(op))
     return {};
-  return t;
+  Value u = op->getOperand(0);
+  auto ut = staticType(u, 3), rt = staticType(op->getResult(0), 3);
+  if (!ut || !rt || ut.getDimSize(1) != 1 || ut.getDimSize(2) != i ||
+      rt.getDimSize(0) != ut.getDimSize(0) || rt.getDimSize(2) != i ||
+      rt.getDimSize(0) * rt.getDimSize(1) != s)
+    return {};
+  if (auto tile = dyn_cast<TileOp>(op))
+    if (tile.getRepeats() != ArrayRef<int64_t>{1, rt.getDimSize(1), 1})
+      return {};
+  k = rt.getDimSize(1);
+  return u;
 }
 
 std::optional<ExpertMatMul> matchExpertMatMul(MatMulOp mm) {
@@ -88,6 +117,8 @@ std::optional<ExpertMatMul> matchExpertMatMul(MatMulOp mm) {
   // than the gathered weights.
   if (m.e * m.n >= m.i)
     return std::nullopt;
+  if (m.n == 1)
+    m.tokens = repeatedTokens(mm.getB(), m.s, m.i, m.k);
   return m;
 }
 
@@ -116,9 +147,13 @@ Value rewrite(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
   // Z[c, e * O + o] = sum_i B[s, i, n] W[e, o, i] for every slot column
   // c = s * N + n and every expert: one GEMM (graph-fold-transposes makes the
   // weight's Transpose a transB flag).
-  Value bsn = reshape(transpose(mm.getB(), {0, 2, 1}), {sn, m.i});
+  // With repeated tokens, each token's products serve its k slots: T = S / k
+  // rows, and each row of the selection below picks k experts.
+  int64_t rows = m.tokens ? m.s / m.k : sn, picks = m.tokens ? m.k : 1;
+  Value bsn = m.tokens ? reshape(m.tokens, {rows, m.i})
+                       : reshape(transpose(mm.getB(), {0, 2, 1}), {sn, m.i});
   Value wt = transpose(reshape(m.table, {m.e * m.o, m.i}), {1, 0});
-  Value z = reshape(b.create<MatMulOp>(loc, bsn, wt).getResult(), {sn, m.e, m.o});
+  Value z = reshape(b.create<MatMulOp>(loc, bsn, wt).getResult(), {rows, m.e, m.o});
   // mask[c, 0, e] = 1 where slot s routes to expert e (idx[s] == e, or e - E
   // for a negative index), else 0: small, and built from integers only.
   auto it = cast<IntegerType>(cast<RankedTensorType>(m.indices.getType()).getElementType());
@@ -132,9 +167,9 @@ Value rewrite(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
   Value mask = b.create<AddOp>(loc, direct, wrapped).getResult(); // [S, 1, E]
   if (m.n != 1)
     mask = b.create<ExpandOp>(loc, mask, ArrayRef<int64_t>{m.s, m.n, m.e}).getResult();
-  mask = reshape(mask, {sn, 1, m.e});
-  // Y[c, 0, :] = mask[c, 0, :] @ Z[c]: each slot's row of its expert.
-  Value y = b.create<MatMulOp>(loc, mask, z).getResult(); // [S*N, 1, O]
+  mask = reshape(mask, {rows, picks, m.e});
+  // Y[c, j, :] = mask[c, j, :] @ Z[c]: each slot's row of its expert.
+  Value y = b.create<MatMulOp>(loc, mask, z).getResult(); // [rows, picks, O]
   return transpose(reshape(y, {m.s, m.n, m.o}), {0, 2, 1});
 }
 
@@ -154,9 +189,18 @@ struct RewriteExpertMatMulsPass
             << y.getType() << " for " << mm.getY().getType();
         return signalPassFailure();
       }
+      Value repeated = mm.getB();
       mm.getY().replaceAllUsesWith(y);
       mm.erase();
       m->gather->erase();
+      // The repetition of the tokens, when nothing else reads it.
+      while (m->tokens && repeated && repeated.use_empty()) {
+        Operation *op = repeated.getDefiningOp();
+        if (!op || !isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp, ExpandOp, TileOp>(op))
+          break;
+        repeated = op->getOperand(0);
+        op->erase();
+      }
       ++numRewritten;
     }
   }
