@@ -223,14 +223,15 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 };
 
 /// The forward-graph fusions, in pipeline order: [graph-fuse-rmsnorm] ->
-/// [graph-fuse-attention] -> [graph-fold-transposes]. buildStraitPipeline starts with them; straitc runs
+/// [graph-fuse-rotary] -> [graph-fuse-attention] -> graph-rewrite-expert-matmuls ->
+/// [graph-fold-transposes]. buildStraitPipeline starts with them; straitc runs
 /// them alone for a forward-only program and before --emit=plan's planner.
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
                             bool foldTransposes = true, bool fuseRotary = true);
 
 /// The graph the planner plans: [graph-add-lora] (with a loss and lora > 0) ->
-/// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> [graph-fold-transposes] ->
-/// [graph-autocast] -> [graph-build-training-step] (with a loss) -> [graph-cast-motion] -> [graph-rematerialize] (with a loss and
+/// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> graph-rewrite-expert-matmuls ->
+/// [graph-fold-transposes] -> [graph-autocast] -> [graph-build-training-step] (with a loss) -> [graph-cast-motion] -> [graph-rematerialize] (with a loss and
 /// fuse=elementwise). buildStraitPipeline starts with them; straitc
 /// --emit=plan runs them alone, so that it shows the plan a job applies.
 void addTrainingStepPasses(mlir::OpPassManager &pm, const StraitPipelineOptions &o);
