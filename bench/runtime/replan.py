@@ -17,8 +17,17 @@ decision, straitc's time, and what the switch itself cost: the wall time between
 lines of the stop step and the first resumed step, less that step's own time (checkpoint, exit,
 start, load, rendezvous, resume).
 
+With --num-stages N the job is compiled in N pipeline stages (8 x 64 tokens a micro-batch, 4
+micro-batches): the re-plan, whose recorded command forces the stages, gets the same plan back
+and keeps it; the bench then prints only the calibration. Either way it prints the running plan's
+step re-simulated on the measured cluster (straitc --evaluate-plan, the calibration's
+denominator) next to the approximation used before session 16 (the prediction plus, per host
+pair, the bytes a step at the measured rate minus at the assumed one), each with the calibration
+(the measured step over it) it gives.
+
 usage (from the repository root, after building build/):
   sudo .venv/bin/python bench/runtime/replan.py [--steps 40] [--slow-after 10] [--slow-mbps 10]
+      [--num-stages N]
 """
 from __future__ import annotations
 
@@ -44,15 +53,17 @@ def netns(name, *cmd):
     subprocess.run(["ip", "netns", "exec", name, *cmd], check=True, capture_output=True)
 
 
-def compile_job(tmp, file_mbps):
+def compile_job(tmp, file_mbps, stages=0):
     with open(os.path.join(tmp, "two-hosts.yaml"), "w") as f:
         f.write(jobutil.cpu_cluster("two-hosts", [("c0", "h0", "s"), ("c1", "h1", "s")],
                                     f"  intra_site: {{bandwidth_mbps: {file_mbps}, "
                                     "latency_ms: 0.1}\n"))
     shutil.rmtree(os.path.join(tmp, "job"), ignore_errors=True)
+    forced = ["--num-stages", str(stages)] if stages else []
     p = subprocess.run([os.path.abspath(jobutil.STRAITC), jobutil.GPT2_TINY, "--input-shape",
-                        "input_ids=16x64", "--global-batch", "32", "--loss", "cross-entropy",
-                        "--compress", "auto", "--cluster", "two-hosts.yaml", "-o", "job"],
+                        f"input_ids={8 if stages else 16}x64", "--global-batch", "32", "--loss",
+                        "cross-entropy", "--compress", "auto", "--cluster", "two-hosts.yaml",
+                        *forced, "-o", "job"],
                        cwd=tmp, capture_output=True, text=True, timeout=300)
     if p.returncode:
         sys.exit(p.stderr)
@@ -79,12 +90,38 @@ def run(ns, job, data, args, flags):
     return lines, "".join(out)
 
 
+def calibration(job, out, decided, file_mbps):
+    """The re-plan's calibration line, and the approximation before session 16 for the same
+    step: the prediction plus the link's bytes a step (the larger direction, rank 0's log) at the
+    measured rate minus at the assumed one."""
+    line = re.search(r"re-plan 1: new plan \(.*?\): predicted \S+ s x \S+ = \S+ ms a step, "
+                     r"measured now (\S+) ms .*?current plan's (\S+) s re-simulated", out)
+    bw = re.search(r"re-plan 1 at step \d+: link 0-1 \S+ delivers ([\d.]+) (M|G)bit/s", out)
+    if not (line and bw):
+        print("calibration: ?")
+        return
+    now_s, resim = float(line[1]) / 1e3, float(line[2])
+    measured = float(bw[1]) * (1e6 if bw[2] == "M" else 1e9) / 8
+    with open(os.path.join(job, "straitc.json")) as f:
+        predicted = __import__("json").load(f)["predicted_iteration_s"]
+    with open(os.path.join(job, "logs", "rank0.log")) as f:
+        at = re.search(rf"iteration {decided}/\d+ .* sent 1:(\d+) recv 1:(\d+)", f.read())
+    nbytes = max(int(at[1]), int(at[2]))
+    approx = predicted + nbytes / measured - nbytes / (file_mbps * 1e6 / 8)
+    print("new plan: " + re.search(r"re-plan 1: new plan \(.*?\): (.*)", out)[1])
+    print(f"calibration: measured step {now_s:.4f} s; running plan re-simulated on the measured "
+          f"cluster {resim:.4f} s (x{now_s / resim:.2f}); approximation before session 16 "
+          f"{approx:.4f} s (x{now_s / approx:.2f}; {predicted:.4f} s predicted + {nbytes} B a "
+          f"step at {measured * 8 / 1e6:.2f} Mbit/s)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--slow-after", type=int, default=10)
     ap.add_argument("--slow-mbps", type=float, default=10)
     ap.add_argument("--file-mbps", type=float, default=4000)
+    ap.add_argument("--num-stages", type=int, default=0)
     args = ap.parse_args()
     why = jobutil.wan_unavailable()
     if why:
@@ -103,7 +140,7 @@ def main():
     netns(ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", *FAST.split())
     data = str(jobutil.write_tokens(__import__("pathlib").Path(tmp) / "tokens.bin", seed=5,
                                     vocab=32))
-    job, plan = compile_job(tmp, args.file_mbps)
+    job, plan = compile_job(tmp, args.file_mbps, args.num_stages)
     print(f"job: {plan}")
     s = args.slow_after
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
@@ -112,13 +149,18 @@ def main():
     before = med([ms for _, st, ms, _ in off if 2 <= st <= s])
     after_off = med([ms for _, st, ms, _ in off if st >= s + 3])
 
-    job, _ = compile_job(tmp, args.file_mbps)
+    job, _ = compile_job(tmp, args.file_mbps, args.num_stages)
     auto, out = run(ns, job, data, args, ["--replan", "auto", "--replan-factor", "30",
                                           "--replan-window", "3"])
     m = re.search(r"re-plan 1 at step (\d+): (.*)", out)
     sw = re.search(r"checkpoints after step (\d+)", out)
-    if not (m and sw):
+    if not m:
         sys.exit("no re-plan:\n" + out[-3000:])
+    calibration(job, out, int(m[1]), args.file_mbps)
+    if not sw:
+        print("steps (ms), --replan auto: " + " ".join(f"{st}:{ms:.0f}" for _, st, ms, _ in auto))
+        print("the re-plan kept the plan" if "keeping the current plan" in out else out[-3000:])
+        return
     decided, stop = int(m[1]), int(sw[1])
     straitc_s = float(re.search(r"new plan \(straitc ([\d.]+) s", out)[1])
     resumed = [ms for _, st, ms, _ in auto if st >= stop + 2]
@@ -128,10 +170,6 @@ def main():
     print("steps (ms), --replan off: " + " ".join(f"{st}:{ms:.0f}" for _, st, ms, _ in off))
     print("steps (ms), --replan auto: " + " ".join(f"{st}:{ms:.0f}" for _, st, ms, _ in auto))
     print(f"decision: {m[2]}")
-    # The calibration: the measured step over the running plan re-simulated on the measured
-    # cluster (straitc --evaluate-plan).
-    cal = re.search(r"re-plan 1: new plan \(.*?\): (.*)", out)
-    print(f"new plan: {cal[1] if cal else '?'}")
     print(f"{'':34}{'median step (ms)':>18}")
     print(f"{'before the slowdown':34}{before:18.1f}")
     print(f"{'after, --replan off':34}{after_off:18.1f}")
