@@ -506,6 +506,22 @@ bool ReplanMonitor::closeWindow(int step, int lastStep) {
   return replan(step, lastStep, measured, why);
 }
 
+/// The job's --local-steps H (1 without), from its recorded command.
+static int localStepsOf(const JobRecord &r) {
+  int h = 1;
+  for (size_t i = 1; i < r.argv.size(); ++i) {
+    const std::string &a = r.argv[i];
+    for (const char *flag : {"--local-steps", "-local-steps"}) {
+      std::string f = flag;
+      if (a == f && i + 1 < r.argv.size())
+        h = std::atoi(r.argv[i + 1].c_str());
+      else if (a.rfind(f + "=", 0) == 0)
+        h = std::atoi(a.c_str() + f.size() + 1);
+    }
+  }
+  return std::max(1, h);
+}
+
 bool ReplanMonitor::replan(int step, int lastStep,
                            const std::map<std::pair<int, int>, double> &measured,
                            const std::string &why) {
@@ -513,8 +529,9 @@ bool ReplanMonitor::replan(int step, int lastStep,
   // At least the lease: no rank is past it (it may be a step or two ahead
   // of the merged line, and the ranks go on while straitc runs).
   // Other hosts' ranks (--host) run without a lease: one step beyond it
-  // at most, as they exchange data with this host's ranks every step.
-  int stop = std::max(step + 3, leaseGranted + (options.host.empty() ? 0 : 1));
+  // at most, as they exchange data with this host's ranks every step; with
+  // straitc --local-steps H, islands synchronize every H steps: H beyond.
+  int stop = std::max(step + 3, leaseGranted + (options.host.empty() ? 0 : localStepsOf(record)));
   std::cout << "strait-run: re-plan " << replans << " at step " << step << ": " << why
             << std::endl;
   if (stop >= lastStep) {
