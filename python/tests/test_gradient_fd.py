@@ -609,6 +609,13 @@ def _cases():
         helper.make_node("Gather", ["p0", "idx"], ["wsel"], axis=0),
         helper.make_node("MatMul", ["wsel", "b"], ["y"])],
         {"p0": _r((3, 4, 7), 188), "p1": _r((3, 7), 189)}, opset=13))
+    # transposed experts (W [E, I, O], the slot's row on the left: GPT-OSS-style), two
+    # rows per slot (N = 2, E * N = 6 < I = 7)
+    c.append(Case("ExpertMatMul-transposed", lambda T: [
+        _const("idx", np.array([1, 0, 2, 2, 1, 0], np.int64), T),
+        helper.make_node("Gather", ["p0", "idx"], ["wsel"], axis=0),
+        helper.make_node("MatMul", ["p1", "wsel"], ["y"])],
+        {"p0": _r((3, 7, 4), 190), "p1": _r((6, 2, 7), 191)}, opset=13))
     c.append(Case("MaxUnpool", lambda T: [
         _const("idx", np.array([[[[0, 3], [9, 10]], [[17, 18], [24, 31]]]], np.int64), T),
         helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],

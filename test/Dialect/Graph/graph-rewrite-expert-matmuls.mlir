@@ -146,3 +146,42 @@ func.func @tiled_rows(%w: tensor<3x4x7xf32>, %idx: tensor<6xi64>, %x: tensor<3x7
   %y = graph.MatMul %a, %b : (tensor<6x4x7xf32>, tensor<6x7x1xf32>) -> tensor<6x4x1xf32>
   return %y : tensor<6x4x1xf32>
 }
+
+// -----
+
+// Transposed experts (W [E, I, O], the slot's row on the left: transformers'
+// is_transposed experts, e.g. GPT-OSS): the weights go to [I, E*O] once, the
+// slot rows [S*N, I] multiply them, and the one-hot rows pick each slot's O.
+// CHECK-LABEL: func.func @transposed
+// CHECK-SAME: (%[[W:.*]]: tensor<3x7x4xf32>, %[[IDX:.*]]: tensor<6xi64>, %[[B:.*]]: tensor<6x1x7xf32>)
+// CHECK-NOT: graph.Gather
+// CHECK: %[[BM:.*]] = graph.Reshape %[[B]] {shape = array<i64: 6, 7>}
+// CHECK: %[[WT:.*]] = graph.Transpose %[[W]] {perm = array<i64: 1, 0, 2>} : (tensor<3x7x4xf32>) -> tensor<7x3x4xf32>
+// CHECK: %[[WM:.*]] = graph.Reshape %[[WT]] {shape = array<i64: 7, 12>}
+// CHECK: %[[Z:.*]] = graph.MatMul %[[BM]], %[[WM]] : (tensor<6x7xf32>, tensor<7x12xf32>) -> tensor<6x12xf32>
+// CHECK: graph.MatMul {{.*}} : (tensor<6x1x3xf32>, tensor<6x3x4xf32>) -> tensor<6x1x4xf32>
+// CHECK-NOT: graph.Transpose
+// CHECK: return
+func.func @transposed(%w: tensor<3x7x4xf32>, %idx: tensor<6xi64>, %b: tensor<6x1x7xf32>) -> tensor<6x1x4xf32> {
+  %a = graph.Gather %w, %idx : (tensor<3x7x4xf32>, tensor<6xi64>) -> tensor<6x7x4xf32>
+  %y = graph.MatMul %b, %a : (tensor<6x1x7xf32>, tensor<6x7x4xf32>) -> tensor<6x1x4xf32>
+  return %y : tensor<6x1x4xf32>
+}
+
+// -----
+
+// Transposed experts on repeated tokens: one row per token, k picks.
+// CHECK-LABEL: func.func @transposed_repeated
+// CHECK-NOT: graph.Expand
+// CHECK: graph.MatMul {{.*}} : (tensor<3x7xf32>, tensor<7x12xf32>) -> tensor<3x12xf32>
+// CHECK: graph.MatMul {{.*}} : (tensor<3x2x3xf32>, tensor<3x3x4xf32>) -> tensor<3x2x4xf32>
+// CHECK: graph.Reshape {{.*}} -> tensor<6x1x4xf32>
+func.func @transposed_repeated(%w: tensor<3x7x4xf32>, %idx: tensor<6x1xi64>, %x: tensor<3x7xf32>) -> tensor<6x1x4xf32> {
+  %u = graph.Unsqueeze %x {axes = array<i64: 1>} : (tensor<3x7xf32>) -> tensor<3x1x7xf32>
+  %e = graph.Expand %u {shape = array<i64: 1, 2, 1>} : (tensor<3x1x7xf32>) -> tensor<3x2x7xf32>
+  %r = graph.Reshape %e {shape = array<i64: -1, 7>} : (tensor<3x2x7xf32>) -> tensor<6x7xf32>
+  %b = graph.Unsqueeze %r {axes = array<i64: 1>} : (tensor<6x7xf32>) -> tensor<6x1x7xf32>
+  %a = graph.GatherND %w, %idx : (tensor<3x7x4xf32>, tensor<6x1xi64>) -> tensor<6x7x4xf32>
+  %y = graph.MatMul %b, %a : (tensor<6x1x7xf32>, tensor<6x7x4xf32>) -> tensor<6x1x4xf32>
+  return %y : tensor<6x1x4xf32>
+}

@@ -262,7 +262,9 @@ def GraphRewriteExpertMatMuls : Pass<"graph-rewrite-expert-matmuls", "::mlir::fu
   let description = [{
     Matches `MatMul(GatherND(W, idx[S, 1]), B)` and `MatMul(Gather(W,
     idx[S], axis 0), B)` with W [E, O, I], B [S, I, N], static f32 shapes and
-    the gather's result read only by the MatMul: the static-shape experts of
+    the gather's result read only by the MatMul (or, transposed experts,
+    `MatMul(B [S, N, I], gather of W [E, I, O])`, whose W is transposed to
+    [I, E*O] once): the static-shape experts of
     mixture-of-experts exports (transformers' `batched_mm`), which copy an
     expert's weights per routed token (S * O * I elements, kept for the
     backward). When E * N < I it computes every slot column c = s * N + n

@@ -5,6 +5,7 @@
 // [E, O, I] table and multiply them by batched matmuls:
 //   A = GatherND(W, idx[S, 1]) | Gather(W, idx[S], axis 0)    [S, O, I]
 //   Y = MatMul(A, B[S, I, N])                                  [S, O, N]
+// (or, with transposed experts W [E, I, O], Y = MatMul(B[S, N, I], A)),
 // A holds one copy of an expert's weights per routed token (k per token), an
 // activation that autodiff keeps for the backward: S * O * I elements, which
 // for any real MoE is many times the model. The pass computes the same Y from
@@ -53,6 +54,8 @@ struct ExpertMatMul {
   Operation *gather;
   Value table;   // W [E, O, I]
   Value indices; // the slots' experts: [S] or [S, 1], integer
+  Value other;   // B: [S, I, N], or [S, N, I] when `right`
+  bool right = false; // Y = MatMul(B, W[idx]) with W [E, I, O] (transposed experts)
   int64_t e, o, i, s, n;
   // When B repeats each of T tokens k times (slot t * k + j reads token t:
   // transformers' repeat_interleave, an Expand or Tile of [T, 1, I] to
@@ -82,43 +85,58 @@ Value repeatedTokens(Value b, int64_t s, int64_t i, int64_t &k) {
   return u;
 }
 
-std::optional<ExpertMatMul> matchExpertMatMul(MatMulOp mm) {
-  Value a = mm.getA();
-  Operation *gather = a.getDefiningOp();
-  if (!gather || !a.hasOneUse())
-    return std::nullopt;
-  ExpertMatMul m{gather, {}, {}, 0, 0, 0, 0, 0};
+/// The gather of an [E, ., .] table by [S] or [S, 1] indices that defines
+/// `v` (read only by the MatMul), into m.gather/table/indices.
+bool matchGather(Value v, ExpertMatMul &m) {
+  Operation *gather = v.getDefiningOp();
+  if (!gather || !v.hasOneUse())
+    return false;
   if (auto g = dyn_cast<GatherNDOp>(gather)) {
     auto it = staticType(g.getIndices(), 2);
     if (g.getBatchDims() != 0 || !it || it.getDimSize(1) != 1)
-      return std::nullopt;
+      return false;
     m.table = g.getData();
     m.indices = g.getIndices();
   } else if (auto g = dyn_cast<GatherOp>(gather)) {
     if ((g.getAxis() != 0 && g.getAxis() != -3) || !staticType(g.getIndices(), 1))
-      return std::nullopt;
+      return false;
     m.table = g.getData();
     m.indices = g.getIndices();
   } else {
+    return false;
+  }
+  m.gather = gather;
+  return true;
+}
+
+std::optional<ExpertMatMul> matchExpertMatMul(MatMulOp mm) {
+  ExpertMatMul m{};
+  if (matchGather(mm.getA(), m)) {
+    m.other = mm.getB();
+  } else if (matchGather(mm.getB(), m)) {
+    m.other = mm.getA();
+    m.right = true;
+  } else {
     return std::nullopt;
   }
-  auto wt = staticType(m.table, 3), at = staticType(a, 3), bt = staticType(mm.getB(), 3);
+  auto wt = staticType(m.table, 3), bt = staticType(m.other, 3);
+  auto at = staticType(m.gather->getResult(0), 3);
   if (!wt || !at || !bt || !wt.getElementType().isF32() ||
       bt.getElementType() != wt.getElementType())
     return std::nullopt;
   m.e = wt.getDimSize(0);
-  m.o = wt.getDimSize(1);
-  m.i = wt.getDimSize(2);
+  m.o = wt.getDimSize(m.right ? 2 : 1);
+  m.i = wt.getDimSize(m.right ? 1 : 2);
   m.s = at.getDimSize(0);
-  m.n = bt.getDimSize(2);
-  if (bt.getDimSize(0) != m.s || bt.getDimSize(1) != m.i)
+  m.n = bt.getDimSize(m.right ? 1 : 2);
+  if (bt.getDimSize(0) != m.s || bt.getDimSize(m.right ? 2 : 1) != m.i)
     return std::nullopt;
   // Profitable (and only then applied): the all-experts product is smaller
   // than the gathered weights.
   if (m.e * m.n >= m.i)
     return std::nullopt;
   if (m.n == 1)
-    m.tokens = repeatedTokens(mm.getB(), m.s, m.i, m.k);
+    m.tokens = repeatedTokens(m.other, m.s, m.i, m.k);
   return m;
 }
 
@@ -150,9 +168,11 @@ Value rewrite(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
   // With repeated tokens, each token's products serve its k slots: T = S / k
   // rows, and each row of the selection below picks k experts.
   int64_t rows = m.tokens ? m.s / m.k : sn, picks = m.tokens ? m.k : 1;
-  Value bsn = m.tokens ? reshape(m.tokens, {rows, m.i})
-                       : reshape(transpose(mm.getB(), {0, 2, 1}), {sn, m.i});
-  Value wt = transpose(reshape(m.table, {m.e * m.o, m.i}), {1, 0});
+  Value bsn = m.tokens  ? reshape(m.tokens, {rows, m.i})
+              : m.right ? reshape(m.other, {sn, m.i})
+                        : reshape(transpose(m.other, {0, 2, 1}), {sn, m.i});
+  Value wt = m.right ? reshape(transpose(m.table, {1, 0, 2}), {m.i, m.e * m.o})
+                     : transpose(reshape(m.table, {m.e * m.o, m.i}), {1, 0});
   Value z = reshape(b.create<MatMulOp>(loc, bsn, wt).getResult(), {rows, m.e, m.o});
   // mask[c, 0, e] = 1 where slot s routes to expert e (idx[s] == e, or e - E
   // for a negative index), else 0: small, and built from integers only.
@@ -170,6 +190,8 @@ Value rewrite(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
   mask = reshape(mask, {rows, picks, m.e});
   // Y[c, j, :] = mask[c, j, :] @ Z[c]: each slot's row of its expert.
   Value y = b.create<MatMulOp>(loc, mask, z).getResult(); // [rows, picks, O]
+  if (m.right)
+    return reshape(y, {m.s, m.n, m.o});
   return transpose(reshape(y, {m.s, m.n, m.o}), {0, 2, 1});
 }
 
@@ -189,7 +211,7 @@ struct RewriteExpertMatMulsPass
             << y.getType() << " for " << mm.getY().getType();
         return signalPassFailure();
       }
-      Value repeated = mm.getB();
+      Value repeated = m->other;
       mm.getY().replaceAllUsesWith(y);
       mm.erase();
       m->gather->erase();
