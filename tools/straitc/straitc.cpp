@@ -526,6 +526,7 @@ LogicalResult runPipeline(ModuleOp module, TimingScope &timing,
   sopts.schedule = schedule;
   sopts.localSteps = localSteps;
   sopts.recompute = popts.recompute;
+  sopts.allReduceBucketBytes = allReduceBucketMib * 1048576.0;
   PassManager pm(module.getContext());
   if (failed(applyPassManagerCLOptions(pm)))
     return failure();
@@ -910,6 +911,7 @@ int main(int argc, char **argv) {
       sopts.schedule = schedule;
       sopts.localSteps = localSteps;
       sopts.recompute = effectiveRecompute();
+      sopts.allReduceBucketBytes = allReduceBucketMib * 1048576.0;
       llvm::Expected<strait::dist::StagePlanResult> staged =
           strait::dist::computeStagePlan(func, sopts);
       if (!staged) {
