@@ -510,6 +510,12 @@ ARCHS = [
              intermediate_size=32, moe_intermediate_size=16, shared_expert_intermediate_size=32,
              max_position_embeddings=32, num_experts=4, num_experts_per_tok=2,
              norm_topk_prob=True)), "input_ids", centered=True),
+    Arch("gpt-oss", "transformers.GptOssForCausalLM (4 experts, top-2, transposed experts, sinks)",
+         _causal("GptOssForCausalLM", "GptOssConfig", **_small_text(
+             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=8, intermediate_size=32, max_position_embeddings=32, num_local_experts=4,
+             num_experts_per_tok=2, sliding_window=4,
+             layer_types=["sliding_attention", "full_attention"])), "input_ids", centered=True),
     Arch("olmoe", "transformers.OlmoeForCausalLM (4 experts, top-2, QK-norm)",
          _causal("OlmoeForCausalLM", "OlmoeConfig", **_small_text(
              hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
