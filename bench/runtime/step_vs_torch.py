@@ -53,6 +53,11 @@ def torch_step_ms(module, make_batch, optimizer, threads, steps):
     import torch
     torch.set_num_threads(threads)
     module.train()
+    # The committed ONNX graphs have no Dropout (eval-mode exports): PyTorch drops nothing
+    # either (transformers' GPT-2 config has 0.1 dropouts; BatchNorm stays in training mode).
+    for m in module.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
     opt = (torch.optim.AdamW(module.parameters(), lr=1e-3) if optimizer == "adamw"
            else torch.optim.SGD(module.parameters(), lr=1e-3))
     times = []
