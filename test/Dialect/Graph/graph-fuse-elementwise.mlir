@@ -118,6 +118,23 @@ func.func @predicates(%x: tensor<4xf32>, %m: tensor<4xi1>) -> tensor<4xf32> {
 
 // -----
 
+// A boolean splat constant is not inlined (a Const is a float register): it
+// stays an i1 input that And reads (transformers' causal masks: And(q >= k,
+// true)).
+// CHECK-LABEL: func.func @bool_constant
+// CHECK: %[[T:.*]] = graph.Constant dense<true> : tensor<i1>
+// CHECK: graph.FusedElementwise %{{.*}}, %{{.*}}, %[[T]], %{{.*}} {{.*}}ops = [#graph.fused_op<LessOrEqual>, #graph.fused_op<And>, #graph.fused_op<Equal>, #graph.fused_op<And>]{{.*}} : (tensor<4xf32>, tensor<4xf32>, tensor<i1>, tensor<4xf32>) -> tensor<4xi1>
+func.func @bool_constant(%q: tensor<4xf32>, %k: tensor<4xf32>, %s: tensor<4xf32>) -> tensor<4xi1> {
+  %le = graph.LessOrEqual %k, %q : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  %t = graph.Constant dense<true> : tensor<i1>
+  %a = graph.And %le, %t : (tensor<4xi1>, tensor<i1>) -> tensor<4xi1>
+  %e = graph.Equal %s, %q : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  %m = graph.And %a, %e : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
+  return %m : tensor<4xi1>
+}
+
+// -----
+
 // Two groups where the backward one ({Neg, Mul}) must be placed before the
 // Softmax and reads the forward one ({Exp, Tanh}), whose own place is the
 // Mul: groups are fused in the order of their places, so the forward group

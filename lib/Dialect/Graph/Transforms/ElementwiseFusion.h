@@ -26,8 +26,8 @@ std::optional<FusedOpcode> fusibleOpcode(mlir::Operation *op);
 /// The 16-bit float element type of tensor type `t` (bf16, f16), or null.
 mlir::Type lowFloatElement(mlir::Type t);
 
-/// The scalar a splat f32/bf16/f16/i1 constant inlines as (exact: every
-/// 16-bit float is an f32).
+/// The scalar a splat f32/bf16/f16 constant inlines as (exact: every 16-bit
+/// float is an f32); boolean constants stay inputs.
 std::optional<float> inlinedConstant(mlir::Value v);
 
 /// Which copy of the step each op of `block` belongs to, as the exporter

@@ -123,8 +123,9 @@ std::optional<float> inlinedConstant(Value v) {
     f.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
     return f.convertToFloat();
   }
-  if (dense.getElementType().isInteger(1))
-    return dense.getSplatValue<bool>() ? 1.0f : 0.0f;
+  // A boolean constant stays an input (an i1 register): an inlined Const is a
+  // float register, which And/Or/Not/Where's condition cannot read
+  // (transformers' causal masks And a comparison with `true`).
   return std::nullopt;
 }
 
