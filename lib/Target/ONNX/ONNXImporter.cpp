@@ -217,6 +217,18 @@ LogicalResult ModelImporter::createFunction(const onnx::GraphProto &graph) {
   llvm::StringSet<> initNames;
   for (const onnx::TensorProto &t : graph.initializer())
     initNames.insert(t.name());
+  // A misspelt --input-shape name first: the input it meant to fix would
+  // otherwise fail as dynamic, naming the flag but not the typo.
+  std::string inputList;
+  for (const onnx::ValueInfoProto &in : graph.input())
+    if (!initNames.contains(in.name()))
+      inputList += (inputList.empty() ? "'" : ", '") + in.name() + "'";
+  for (auto &entry : opts.inputShapes)
+    if (!llvm::any_of(graph.input(), [&](const onnx::ValueInfoProto &in) {
+          return in.name() == entry.first() && !initNames.contains(in.name());
+        }))
+      return error() << "--input-shape names '" << entry.first()
+                     << "', which is not a graph input (inputs: " << inputList << ")";
   llvm::StringSet<> inputNames;
   SmallVector<Type> argTypes;
   SmallVector<std::string> argNames;
@@ -231,10 +243,6 @@ LogicalResult ModelImporter::createFunction(const onnx::GraphProto &graph) {
     argTypes.push_back(*type);
     argNames.push_back(in.name());
   }
-  for (auto &entry : opts.inputShapes)
-    if (!inputNames.contains(entry.first()))
-      return error() << "--input-shape names '" << entry.first()
-                     << "', which is not a graph input";
   builder.setInsertionPointToEnd(module->getBody());
   func = builder.create<func::FuncOp>(fileLoc, opts.functionName,
                                       builder.getFunctionType(argTypes, {}));
