@@ -758,7 +758,16 @@ llvm::Expected<PartitionPlan> strait::planPartition(
       result = std::move(relaxed.best);
       llvm::StringRef why = result.message;
       why.consume_front("out of memory: ");
-      if (!result.feasible)
+      double b = ctx.graph.batchSamples;
+      bool wholeBatches = !options.fixedReplicaBatch || ctx.globalBatch <= 0 ||
+                          std::fmod(ctx.globalBatch, b) == 0;
+      if (!result.feasible && !wholeBatches)
+        result.message = llvm::formatv(
+            "the global batch {0:0} is not a multiple of the IR's batch {1:0} (every "
+            "replica runs whole micro-batches of it); pass --global-batch {2:0} (or change "
+            "the input's batch)",
+            ctx.globalBatch, b, std::max(1.0, std::round(ctx.globalBatch / b)) * b);
+      else if (!result.feasible)
         result.message = why.empty()
                            ? std::string("no plan found")
                            : "no plan fits in memory; the fastest plan "
