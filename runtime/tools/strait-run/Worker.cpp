@@ -196,7 +196,8 @@ bool isIntegerType(DType d) {
 
 /// The ROLE_INPUT the data feeds on this rank ("" when none): --input-name,
 /// else "input_ids" (token data), else the first integer (token data) or
-/// floating-point (npy data) input that is not labels/step/lr.
+/// floating-point (npy data) input that is not labels/step/lr; npy data for a
+/// program without a float input feeds its integer one (input_ids first).
 std::string pickDataInput(const program::Program &p, const RunOptions &o, bool tokens) {
   auto isInput = [&](const std::string &name) {
     for (const auto &v : p.values())
@@ -208,6 +209,7 @@ std::string pickDataInput(const program::Program &p, const RunOptions &o, bool t
     return isInput(o.inputName) ? o.inputName : "";
   if (tokens && isInput("input_ids"))
     return "input_ids";
+  std::string integerInput; // npy: the first integer input, input_ids first
   for (const auto &v : p.values()) {
     if (v.role() != program::ROLE_INPUT || v.name() == o.labelsName || v.name() == "step" ||
         v.name() == "lr")
@@ -215,8 +217,36 @@ std::string pickDataInput(const program::Program &p, const RunOptions &o, bool t
     bool integer = isIntegerType(v.dtype());
     if (integer == tokens)
       return v.name();
+    if (integer && (integerInput.empty() || v.name() == "input_ids"))
+      integerInput = v.name();
   }
-  return "";
+  // npy data and no float input: the integer one (the loader checks dtypes).
+  return tokens ? "" : integerInput;
+}
+
+/// --input-name must be an input of some rank of this replica (a pipeline's
+/// later stages lack it): a misspelt name fed nothing, training on zeros.
+Status checkInputName(const program::Program &p, const program::PlanManifest &m,
+                      const program::RankEntry &entry, const RunOptions &o) {
+  std::string names;
+  auto has = [&](const program::Program &q) {
+    for (const auto &v : q.values())
+      if (v.role() == program::ROLE_INPUT && v.name() != "step" && v.name() != "lr" &&
+          names.find("'" + v.name() + "'") == std::string::npos)
+        names += (names.empty() ? "'" : ", '") + v.name() + "'";
+    return names.find("'" + o.inputName + "'") != std::string::npos;
+  };
+  if (o.inputName.empty() || has(p))
+    return Status::ok();
+  for (const auto &r : m.ranks())
+    if (r.replica() == entry.replica() && r.rank() != o.rank) {
+      STRAIT_ASSIGN_OR_RETURN(program::Program q,
+                              loadProgram(resolvePath(o.planDir, r.program_file())));
+      if (has(q))
+        return Status::ok();
+    }
+  return invalidArgument("--input-name '" + o.inputName +
+                         "' is not an input of the job (its inputs: " + names + ")");
 }
 
 /// Writes every ROLE_OUTPUT, and the inputs the data fed (`fed`), as
@@ -468,6 +498,12 @@ Status runRank(const RunOptions &o) {
                                "their own next-token labels").withRank(o.rank);
       STRAIT_ASSIGN_OR_RETURN(made, data::openTokenFile(path, format, o.seed, stream));
     } else {
+      // Now, not at the first evaluation (after the training it follows).
+      for (const auto &v : p.values())
+        if (labelsPath.empty() && v.role() == program::ROLE_INPUT && v.name() == o.labelsName)
+          return invalidArgument("'" + path + "' is an npy array and the program reads labels '" +
+                                 v.name() + "': give them with " + labelsFlag + " FILE.npy")
+              .withRank(o.rank);
       STRAIT_ASSIGN_OR_RETURN(made, data::openNpyArrays(path, labelsPath, o.seed, stream));
     }
     if (layout)
@@ -475,6 +511,7 @@ Status runRank(const RunOptions &o) {
     return made;
   };
   if (!o.dataPath.empty()) {
+    STRAIT_RETURN_IF_ERROR(checkInputName(p, m, *entry, o).withRank(o.rank));
     STRAIT_ASSIGN_OR_RETURN(loader, openLoader(o.dataPath, o.labelsPath, "--labels"));
   }
   std::vector<int> evalSteps;

@@ -73,7 +73,7 @@ const char *kUsage =
     "  --data: a token file (flat uint16/uint32 ids, nanoGPT's format) feeds\n"
     "  B x T windows to the integer input (--input-name, default input_ids)\n"
     "  and next-token targets to \"labels\"; an .npy sample array feeds B\n"
-    "  seeded random rows to the first float input, --labels FILE.npy the\n"
+    "  seeded rows to the first float (else integer) input, --labels FILE.npy the\n"
     "  labels. --dump-outputs DIR writes the last iteration's outputs as\n"
     "  DIR/<name>.rank<R>.npy; --save-params DIR each rank's parameters after\n"
     "  the last iteration as DIR/<parameter>.rank<R>.npy.\n"
