@@ -79,6 +79,11 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     train.freezeVarianceAfter = o.compressedAdam;
     train.weightDecay = o.weightDecay;
     train.clipNorm = o.clipNorm;
+    train.lossScale = o.lossScale;
+    train.lossScaleInit = o.lossScaleInit;
+    train.lossScaleGrowth = o.lossScaleGrowth;
+    train.lossScaleBackoff = o.lossScaleBackoff;
+    train.lossScaleInterval = o.lossScaleInterval;
     train.warmupSteps = o.warmupSteps;
     train.totalSteps = o.totalSteps;
     train.minLr = o.minLr;

@@ -377,6 +377,31 @@ TEST_F(Cuda, Optimizers) {
   EXPECT_NE(s.toString().find("step count must start at 1"), std::string::npos) << s.toString();
 }
 
+// Loss scaling: UnscaleGradients, and AdamW / SGD reading the found_inf
+// flag on the device (1: the outputs keep the inputs; 0: the plain update),
+// against the CPU kernels.
+TEST_F(Cuda, LossScaling) {
+  REQUIRE_GPU();
+  Arr lr = Arr::f({}, {0.01f}), step = Arr::i({}, {3}), scale = Arr::f({}, {1024.0f});
+  Arr x1 = Arr::rand({100}, 60), x2 = Arr::rand({7, 9}, 61), g1 = Arr::rand({100}, 62),
+      g2 = Arr::rand({7, 9}, 63), m1 = Arr::rand({100}, 64, 0.1f), m2 = Arr::rand({7, 9}, 65, 0.1f);
+  Arr v1 = Arr::rand({100}, 66, 0.01f), v2 = Arr::rand({7, 9}, 67, 0.01f);
+  for (Arr *v : {&v1, &v2})
+    for (size_t k = 0; k < v->bytes.size() / 4; ++k)
+      reinterpret_cast<float *>(v->bytes.data())[k] = std::abs(reinterpret_cast<float *>(v->bytes.data())[k]);
+  compare("UnscaleGradients", {scale, g1, g2}, {Arr::out({}), Arr::out({100}), Arr::out({7, 9})},
+          [](program::Kernel &k) { k.set_domain("strait"); });
+  for (float found : {0.0f, 1.0f}) {
+    Arr flag = Arr::f({}, {found});
+    compare("AdamW", {lr, step, x1, x2, g1, g2, m1, m2, v1, v2, flag},
+            {Arr::out({100}), Arr::out({7, 9}), Arr::out({100}), Arr::out({7, 9}), Arr::out({100}),
+             Arr::out({7, 9})},
+            [](program::Kernel &k) { k.set_domain("strait"); }, 1e-5, 1e-6);
+    compare("SGD", {lr, x1, g1, m1, flag}, {Arr::out({100}), Arr::out({100})},
+            [](program::Kernel &k) { setFloat(k, "momentum", 0.9f); });
+  }
+}
+
 // NCCL on one rank: bootstrap over a one-rank loopback communicator, the
 // all-reduce of a world of one leaves the tensor unchanged.
 

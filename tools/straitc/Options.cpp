@@ -119,6 +119,23 @@ cl::opt<double> weightDecay("weight-decay",
                             cl::init(kTrain.weightDecay), cl::cat(trainCat));
 cl::opt<double> clipNorm("clip-norm", cl::desc("Clip gradients to this global norm (0: off)"),
                          cl::init(kTrain.clipNorm), cl::cat(trainCat));
+cl::opt<std::string> lossScale(
+    "loss-scale",
+    cl::desc("Loss scaling: dynamic (torch.amp.GradScaler's), a fixed scale, or none; "
+             "default auto: dynamic with --precision f16 and an optimizer, else none"),
+    cl::init("auto"), cl::cat(trainCat));
+cl::opt<double> lossScaleInit("loss-scale-init",
+                              cl::desc("Dynamic loss scaling: initial scale (GradScaler's 2^16)"),
+                              cl::init(kTrain.lossScaleInit), cl::cat(trainCat));
+cl::opt<double> lossScaleGrowth("loss-scale-growth",
+                                cl::desc("Dynamic loss scaling: growth factor (> 1)"),
+                                cl::init(kTrain.lossScaleGrowth), cl::cat(trainCat));
+cl::opt<double> lossScaleBackoff("loss-scale-backoff",
+                                 cl::desc("Dynamic loss scaling: backoff factor on inf/nan"),
+                                 cl::init(kTrain.lossScaleBackoff), cl::cat(trainCat));
+cl::opt<int64_t> lossScaleInterval(
+    "loss-scale-interval", cl::desc("Dynamic loss scaling: finite steps before the scale grows"),
+    cl::init(kTrain.lossScaleInterval), cl::cat(trainCat));
 cl::opt<int64_t> warmupSteps("warmup-steps", cl::desc("LR schedule: linear warm-up steps"),
                              cl::init(kTrain.warmupSteps), cl::cat(trainCat));
 cl::opt<int64_t> totalSteps("total-steps",

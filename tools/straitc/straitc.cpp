@@ -177,6 +177,16 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.compressedAdamWarmup = compressedAdamWarmup.getValue();
   popts.weightDecay = weightDecay.getValue();
   popts.clipNorm = clipNorm.getValue();
+  // auto: GradScaler's default where f16 needs it (bf16 and f32 have f32's
+  // range); not with returned gradients, which would come out scaled.
+  popts.lossScale = lossScale != "auto" ? lossScale.getValue()
+                    : precision == "f16" && optimizer != "none" && !returnGradients
+                        ? "dynamic"
+                        : "none";
+  popts.lossScaleInit = lossScaleInit.getValue();
+  popts.lossScaleGrowth = lossScaleGrowth.getValue();
+  popts.lossScaleBackoff = lossScaleBackoff.getValue();
+  popts.lossScaleInterval = lossScaleInterval.getValue();
   popts.warmupSteps = warmupSteps.getValue();
   popts.totalSteps = totalSteps.getValue();
   popts.minLr = minLr.getValue();
@@ -467,6 +477,7 @@ int main(int argc, char **argv) {
       &lr,
       &momentum,
       &nesterov, &beta1, &beta2, &eps, &weightDecay, &clipNorm,
+      &lossScale, &lossScaleInit, &lossScaleGrowth, &lossScaleBackoff, &lossScaleInterval,
       &warmupSteps, &totalSteps, &minLr,
       // cl::list overloads operator& (it returns the storage).
       std::addressof(trainable), std::addressof(frozen), &lora, &loraAlpha, &loraDropout,

@@ -136,6 +136,23 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
   Option<double> clipNorm{*this, "clip-norm",
                           llvm::cl::desc("clip gradients to this global L2 norm (0: off)"),
                           llvm::cl::init(kTrainDefaults.clipNorm)};
+  Option<std::string> lossScale{
+      *this, "loss-scale",
+      llvm::cl::desc("none, dynamic or a fixed scale: loss scaling (docs/training.md)"),
+      llvm::cl::init(kTrainDefaults.lossScale)};
+  Option<double> lossScaleInit{*this, "loss-scale-init",
+                               llvm::cl::desc("dynamic loss scaling: initial scale"),
+                               llvm::cl::init(kTrainDefaults.lossScaleInit)};
+  Option<double> lossScaleGrowth{*this, "loss-scale-growth",
+                                 llvm::cl::desc("dynamic loss scaling: growth factor"),
+                                 llvm::cl::init(kTrainDefaults.lossScaleGrowth)};
+  Option<double> lossScaleBackoff{*this, "loss-scale-backoff",
+                                  llvm::cl::desc("dynamic loss scaling: backoff factor"),
+                                  llvm::cl::init(kTrainDefaults.lossScaleBackoff)};
+  Option<int64_t> lossScaleInterval{
+      *this, "loss-scale-interval",
+      llvm::cl::desc("dynamic loss scaling: finite steps between growths"),
+      llvm::cl::init(kTrainDefaults.lossScaleInterval)};
   Option<int64_t> warmupSteps{*this, "warmup-steps",
                               llvm::cl::desc("lr schedule: linear warm-up steps"),
                               llvm::cl::init(kTrainDefaults.warmupSteps)};

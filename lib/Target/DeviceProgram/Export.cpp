@@ -486,17 +486,20 @@ LogicalResult ProgramLowering::lowerParameterCopies(Block &body, ValueTable &val
 /// writes, which are no kernels, came between them): the optimizer's
 /// updates become one multi-tensor kernel (lr, step, X..., G..., M..., V...
 /// -> X..., M..., V...), which the CUDA backend runs in a few launches
-/// instead of one per variable.
+/// instead of one per variable. Under loss scaling the kernels share a
+/// trailing found_inf input, which the merged kernel keeps once.
 bool ProgramLowering::mergeIntoPrevious(const pb::Kernel &k) {
-  if (k.op() != "AdamW" || program.kernels_size() < 2 || k.inputs_size() != 6 ||
+  int flag = k.inputs_size() - 6; // 1: a trailing found_inf
+  if (k.op() != "AdamW" || program.kernels_size() < 2 || (flag != 0 && flag != 1) ||
       (k.outputs_size() != 3 && k.outputs_size() != 4))
     return false;
   pb::Kernel &prev = *program.mutable_kernels(program.kernels_size() - 2);
-  int n = (prev.inputs_size() - 2) / 4;
+  int n = (prev.inputs_size() - 2 - flag) / 4;
   if (prev.op() != k.op() || prev.domain() != k.domain() || !steps.endsWith(prev.id()) ||
-      prev.inputs_size() < 6 || (prev.inputs_size() - 2) % 4 ||
+      prev.inputs_size() < 6 + flag || (prev.inputs_size() - 2 - flag) % 4 ||
       (prev.outputs_size() != 3 * n && prev.outputs_size() != 4 * n) ||
       prev.inputs(0) != k.inputs(0) || prev.inputs(1) != k.inputs(1) ||
+      (flag && prev.inputs(prev.inputs_size() - 1) != k.inputs(6)) ||
       prev.attrs_size() != k.attrs_size())
     return false;
   for (const auto &[name, attr] : k.attrs()) {
@@ -512,6 +515,8 @@ bool ProgramLowering::mergeIntoPrevious(const pb::Kernel &k) {
     ins.insert(ins.end(), prev.inputs().begin() + 2 + g * n, prev.inputs().begin() + 2 + (g + 1) * n);
     ins.push_back(k.inputs(2 + g));
   }
+  if (flag)
+    ins.push_back(k.inputs(6));
   int groups = std::max<int>(prev.outputs_size() / n, k.outputs_size());
   std::vector<uint32_t> outs;
   for (int g = 0; g < groups; ++g) {
@@ -775,6 +780,18 @@ LogicalResult strait::exportProgram(func::FuncOp func, const RankExport &self,
         schedule->set_total_steps(total.getInt());
       if (auto low = training.getAs<FloatAttr>("min_lr"))
         schedule->set_min_lr(static_cast<float>(low.getValueAsDouble()));
+    }
+    if (auto scale = training.getAs<FloatAttr>("loss_scale")) {
+      pb::LossScale *ls = program.mutable_loss_scale();
+      ls->set_init_scale(static_cast<float>(scale.getValueAsDouble()));
+      auto dynamic = training.getAs<BoolAttr>("loss_scale_dynamic");
+      ls->set_dynamic(dynamic && dynamic.getValue());
+      if (auto g = training.getAs<FloatAttr>("loss_scale_growth"))
+        ls->set_growth_factor(static_cast<float>(g.getValueAsDouble()));
+      if (auto b = training.getAs<FloatAttr>("loss_scale_backoff"))
+        ls->set_backoff_factor(static_cast<float>(b.getValueAsDouble()));
+      if (auto n = training.getAs<IntegerAttr>("loss_scale_interval"))
+        ls->set_growth_interval(static_cast<uint32_t>(n.getInt()));
     }
   }
   ValueTable values(program);

@@ -49,14 +49,44 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx) {
     return ctx.error("lr must be a scalar and param/grad/velocity shapes equal");
   STRAIT_ASSIGN_OR_RETURN(a.paramOut, ctx.requireOutput(0, a.param->shape, a.param->dtype));
   STRAIT_ASSIGN_OR_RETURN(a.velocityOut, ctx.requireOutput(1, a.param->shape, a.param->dtype));
+  if (ctx.numInputs() == 5) {
+    STRAIT_ASSIGN_OR_RETURN(a.foundInf, ctx.requireInput(4, program::DTYPE_F32));
+    if (a.foundInf->numel() != 1)
+      return ctx.error("found_inf must be an f32 scalar");
+  }
+  return a;
+}
+
+StatusOr<UnscaleArgs> unscaleArgs(const KernelContext &ctx) {
+  UnscaleArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.scale, ctx.requireInput(0, program::DTYPE_F32));
+  if (a.scale->numel() != 1)
+    return ctx.error("scale must be an f32 scalar, got " + a.scale->typeString());
+  if (ctx.numInputs() < 2 || ctx.numOutputs() != ctx.numInputs())
+    return ctx.error("needs a scale and n gradients in, found_inf and n gradients out");
+  a.n = ctx.numInputs() - 1;
+  STRAIT_ASSIGN_OR_RETURN(a.found, ctx.requireOutput(0, {}, program::DTYPE_F32));
+  for (size_t i = 1; i <= a.n; ++i) {
+    STRAIT_ASSIGN_OR_RETURN(const Tensor *g, ctx.requireInput(i, program::DTYPE_F32));
+    STRAIT_RETURN_IF_ERROR(ctx.requireOutput(i, g->shape, g->dtype).getStatus());
+  }
   return a;
 }
 
 StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups,
-                                 size_t lowGroup, bool copyGroup) {
+                                 size_t lowGroup, bool copyGroup, const Tensor **foundInf) {
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(0).getStatus());
   STRAIT_RETURN_IF_ERROR(ctx.requireInput(1).getStatus());
   size_t rest = ctx.numInputs() - 2;
+  if (foundInf) {
+    *foundInf = nullptr;
+    if (rest % groups == 1) {
+      STRAIT_ASSIGN_OR_RETURN(*foundInf, ctx.requireInput(ctx.numInputs() - 1, program::DTYPE_F32));
+      if ((*foundInf)->numel() != 1)
+        return ctx.error("the trailing found_inf input must be an f32 scalar");
+      --rest;
+    }
+  }
   if (rest == 0 || rest % groups)
     return ctx.error(std::to_string(rest) + " tensor inputs do not form " + std::to_string(groups) +
                      " equal groups");

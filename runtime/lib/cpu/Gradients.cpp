@@ -551,6 +551,13 @@ Status sgdKernel(KernelContext &ctx) {
   float rate = a.lr->as<float>()[0], mom = a.momentum, wd = a.weightDecay;
   const float *p = a.param->as<float>(), *v = a.velocity->as<float>();
   float *po = a.paramOut->as<float>(), *vo = a.velocityOut->as<float>();
+  if (a.foundInf && a.foundInf->as<float>()[0] != 0) { // loss scaling: skipped
+    if (po != p)
+      std::memcpy(po, p, a.param->byteSize());
+    if (vo != v)
+      std::memcpy(vo, v, a.velocity->byteSize());
+    return Status::ok();
+  }
   withFloatLoader(*a.grad, [&](auto g) {
     parallelFor(a.param->numel(), 16384, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {

@@ -14,6 +14,7 @@
 
 #include "../codec/CodecLayout.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -269,11 +270,12 @@ struct OptimizerArgs {
   float lr = 0;
   int64_t step = 0;
   size_t n = 0;
+  bool skip = false; ///< loss scaling's found_inf input is nonzero
 };
 
 StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
                                       size_t outGroups, size_t lowGroup = kNoLowGroup,
-                                      bool copyGroup = false) {
+                                      bool copyGroup = false, bool foundInf = false) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *r, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(1));
   OptimizerArgs a;
@@ -285,8 +287,24 @@ StatusOr<OptimizerArgs> optimizerArgs(const KernelContext &ctx, size_t groups,
   if (tv.size() != 1)
     return ctx.error("step count must be a scalar");
   a.step = tv[0];
-  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups, lowGroup, copyGroup));
+  const Tensor *flag = nullptr;
+  STRAIT_ASSIGN_OR_RETURN(a.n, optimizerGroups(ctx, groups, outGroups, lowGroup, copyGroup,
+                                               foundInf ? &flag : nullptr));
+  a.skip = flag && flag->as<float>()[0] != 0;
   return a;
+}
+
+/// A skipped update (loss scaling found inf/nan): every output group keeps
+/// its input (the exporter aliases them, so this copies nothing).
+void keepInputs(const KernelContext &ctx, const OptimizerArgs &a, size_t outGroups,
+                const size_t *inGroupOf) {
+  for (size_t g = 0; g < outGroups; ++g)
+    for (size_t i = 0; i < a.n; ++i) {
+      const Tensor *src = ctx.input(2 + inGroupOf[g] * a.n + i);
+      Tensor *dst = ctx.output(g * a.n + i);
+      if (dst->data != src->data)
+        std::memcpy(dst->data, src->data, src->byteSize());
+    }
 }
 
 const float *in(const KernelContext &ctx, const OptimizerArgs &a, size_t group, size_t i) {
@@ -377,9 +395,14 @@ Status adamKernel(KernelContext &ctx) {
 /// fourth output group holds 16-bit copies of the new X (entries may be
 /// absent): each the new X rounded to nearest even, as Cast would give.
 Status adamWKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a,
-                          optimizerArgs(ctx, 4, 3, /*lowGroup=*/1, /*copyGroup=*/true));
+  STRAIT_ASSIGN_OR_RETURN(OptimizerArgs a, optimizerArgs(ctx, 4, 3, /*lowGroup=*/1,
+                                                        /*copyGroup=*/true, /*foundInf=*/true));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
+  if (a.skip) { // X, M, V (and X's 16-bit copy) as they were
+    const size_t from[3] = {0, 2, 3};
+    keepInputs(ctx, a, 3, from);
+    return Status::ok();
+  }
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   if (a.step < 1)
     return ctx.error("AdamW step count must start at 1, got " + std::to_string(a.step));
@@ -413,6 +436,32 @@ Status adamWKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// Loss scaling (GradScaler's _amp_foreach_non_finite_check_and_unscale_):
+/// g * (1/S) for every gradient, found_inf = 1 when any element is inf/nan.
+Status unscaleGradientsKernel(KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(UnscaleArgs a, unscaleArgs(ctx));
+  float inv = inverseScale(a.scale->as<float>()[0]);
+  bool found = false;
+  for (size_t i = 1; i <= a.n; ++i) {
+    const float *g = ctx.input(i)->as<float>();
+    float *o = ctx.output(i)->as<float>();
+    int64_t count = ctx.input(i)->numel();
+    std::atomic<bool> bad{false};
+    parallelFor(count, 16384, [&](int64_t k0, int64_t k1) {
+      bool local = false;
+      for (int64_t k = k0; k < k1; ++k) {
+        local |= !std::isfinite(g[k]);
+        o[k] = g[k] * inv;
+      }
+      if (local)
+        bad.store(true, std::memory_order_relaxed);
+    });
+    found |= bad.load();
+  }
+  a.found->as<float>()[0] = found ? 1.0f : 0.0f;
+  return Status::ok();
+}
+
 } // namespace
 
 void addTrainingKernels(KernelTable &table) {
@@ -423,6 +472,7 @@ void addTrainingKernels(KernelTable &table) {
   table.add("Momentum", momentumKernel);
   table.add("Adam", adamKernel);
   table.add("AdamW", adamWKernel);
+  table.add("UnscaleGradients", unscaleGradientsKernel);
 }
 
 } // namespace cpu

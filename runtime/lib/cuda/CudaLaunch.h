@@ -173,16 +173,17 @@ struct AdamWTensor {
 /// AdamW over `count` tensors in a few launches (up to 24 tensors each, one
 /// block per 4096 elements of a tensor). False (nothing launched) for a
 /// gradient of another type. freezeAfter > 0: V frozen after that step
-/// (AdamWAttrs::freezeVarianceAfter).
+/// (AdamWAttrs::freezeVarianceAfter). `skip` (device f32 scalar, or null):
+/// loss scaling's found_inf; nonzero leaves every tensor as it was.
 bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTensor *tensors,
                  size_t count, float b1, float b2, float eps, float wd, int64_t freezeAfter,
-                 int *errorFlag, int tag, cudaStream_t s);
+                 const float *skip, int *errorFlag, int tag, cudaStream_t s);
 /// SGD over f32 parameters and state; the gradient g of type `gType` (f32,
 /// or bf16 / f16 widened on load). False (nothing launched) for another
-/// type.
+/// type. `skip` as launchAdamW's.
 bool launchSgd(const float *lr, const float *p, ET gType, const void *g, const float *v,
                float *po, float *vo, int64_t n, float momentum, float wd, bool nesterov,
-               cudaStream_t s);
+               const float *skip, cudaStream_t s);
 /// total = (first ? 0 : total) + g * f.
 void launchAccumulate(const float *g, float *total, int64_t n, float f, bool first,
                       cudaStream_t s);
@@ -197,6 +198,10 @@ void launchClipScale(const float *g, float *out, int64_t n, const double *sumSq,
                      float maxNorm, cudaStream_t s);
 /// *norm = sqrt(*sumSq).
 void launchWriteNorm(const double *sumSq, float *norm, cudaStream_t s);
+/// UnscaleGradients for one f32 gradient: out = g * (1/scale[0]); sets
+/// found[0] = 1 when an element is inf or nan (the caller zeroes it first).
+void launchUnscale(const float *g, float *out, int64_t n, const float *scale, float *found,
+                   cudaStream_t s);
 /// y = cast(x) between f32, f64, f16, bf16, i32, i64, bool.
 bool launchCast(ET from, ET to, const void *x, void *y, int64_t n, cudaStream_t s);
 /// Copies `rows` rows of `cols` elements of es bytes from rows srcLd

@@ -319,6 +319,7 @@ const std::map<std::string, Rule> &rules() {
                            "BatchNormalization", "BatchNormalizationTraining",
                            "BatchNormalizationGrad", "HardSigmoid", "HardSwish", "Softmax",
                            "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "ClipByGlobalNorm",
+                           "UnscaleGradients",
                            "DropoutTraining"})
       r[op] = floatsF32;
     r["AdamW"] = adamW;

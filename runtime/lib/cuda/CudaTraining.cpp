@@ -337,8 +337,9 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
     return ctx.error("step count must be an integer scalar");
   // The gradients may be bf16 / f16 (widened on load); a fourth output
   // group may hold 16-bit copies of the new parameters.
-  STRAIT_ASSIGN_OR_RETURN(size_t n,
-                          optimizerGroups(ctx, 4, 3, /*lowGroup=*/1, /*copyGroup=*/true));
+  const Tensor *foundInf = nullptr;
+  STRAIT_ASSIGN_OR_RETURN(size_t n, optimizerGroups(ctx, 4, 3, /*lowGroup=*/1,
+                                                    /*copyGroup=*/true, &foundInf));
   STRAIT_ASSIGN_OR_RETURN(AdamWAttrs attrs, adamWAttrs(ctx));
   float b1 = attrs.beta1, b2 = attrs.beta2, eps = attrs.epsilon, wd = attrs.weightDecay;
   std::vector<AdamWTensor> tensors(n);
@@ -359,8 +360,8 @@ Status adamWKernel(CudaContext &c, KernelContext &ctx, int tag) {
     }
   }
   if (!launchAdamW(lr->as<float>(), step->data, step->dtype == program::DTYPE_I64,
-                   tensors.data(), n, b1, b2, eps, wd, attrs.freezeVarianceAfter, c.errorFlag,
-                   tag, c.stream))
+                   tensors.data(), n, b1, b2, eps, wd, attrs.freezeVarianceAfter,
+                   foundInf ? foundInf->as<float>() : nullptr, c.errorFlag, tag, c.stream))
     return ctx.unsupported("cuda: AdamW gradients of another type than f32, bf16, f16");
   return Status::ok();
 }
@@ -369,7 +370,8 @@ Status sgdKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(SgdArgs a, sgdArgs(ctx));
   if (!launchSgd(a.lr->as<float>(), a.param->as<float>(), elemType(a.grad->dtype), a.grad->data,
                  a.velocity->as<float>(), a.paramOut->as<float>(), a.velocityOut->as<float>(),
-                 a.param->numel(), a.momentum, a.weightDecay, a.nesterov, c.stream))
+                 a.param->numel(), a.momentum, a.weightDecay, a.nesterov,
+                 a.foundInf ? a.foundInf->as<float>() : nullptr, c.stream))
     return ctx.unsupported("cuda: grad " + a.grad->typeString());
   return Status::ok();
 }
@@ -405,6 +407,19 @@ Status clipByGlobalNormKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
+/// Loss scaling's unscale and inf/nan check, on the device (the flag stays
+/// there for the optimizers that read it).
+Status unscaleGradientsKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(UnscaleArgs a, unscaleArgs(ctx));
+  float *found = a.found->as<float>();
+  STRAIT_RETURN_IF_ERROR(
+      cudaStatus(cudaMemsetAsync(found, 0, sizeof(float), c.stream), "memset"));
+  for (size_t i = 1; i <= a.n; ++i)
+    launchUnscale(ctx.input(i)->as<float>(), ctx.output(i)->as<float>(), ctx.input(i)->numel(),
+                  a.scale->as<float>(), found, c.stream);
+  return Status::ok();
+}
+
 } // namespace
 
 void addNormKernels(CudaKernelTable &t) {
@@ -429,6 +444,7 @@ void addTrainingKernels(CudaKernelTable &t) {
   t.add("SGD", sgdKernel);
   t.add("AccumulateGrad", accumulateGradKernel);
   t.add("ClipByGlobalNorm", clipByGlobalNormKernel);
+  t.add("UnscaleGradients", unscaleGradientsKernel);
 }
 
 } // namespace cuda

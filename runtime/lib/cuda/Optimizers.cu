@@ -111,7 +111,7 @@ static_assert(sizeof(AdamWBatch) < 4000, "AdamW batch exceeds the kernel paramet
 /// Every block updates one chunk of one tensor of the batch.
 __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, AdamWBatch batch,
                             float b1, float b2, float eps, float wd, int64_t freezeAfter,
-                            int *flag, int tag) {
+                            const float *skip, int *flag, int tag) {
   int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
                         : static_cast<const int32_t *>(stepPtr)[0];
   if (step < 1) {
@@ -138,6 +138,20 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, A
   const AdamWTensor &t = batch.t[i];
   int64_t begin = (blockIdx.x - batch.chunkStart[i]) * kAdamWChunk;
   int64_t end = t.n < begin + kAdamWChunk ? t.n : begin + kAdamWChunk;
+  // Loss scaling found inf/nan (on the device: no host round trip, and a
+  // CUDA graph replays it): the update is skipped, the outputs keep the
+  // inputs (aliased by the exporter: nothing to copy).
+  if (skip && skip[0] != 0.0f) {
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+      if (t.xo != t.x)
+        t.xo[k] = t.x[k];
+      if (t.mo != t.m)
+        t.mo[k] = t.m[k];
+      if (t.vo != t.v)
+        t.vo[k] = t.v[k];
+    }
+    return;
+  }
   switch (t.gType) {
   case ET::BF16:
     adamWRange<__nv_bfloat16>(t, begin, end, p);
@@ -153,8 +167,16 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, A
 
 template <typename G>
 __global__ void sgdKernel(const float *lr, const float *p, const G *g, const float *v,
-                          float *po, float *vo, int64_t n, float mom, float wd, bool nesterov) {
+                          float *po, float *vo, int64_t n, float mom, float wd, bool nesterov,
+                          const float *skip) {
   float rate = lr[0];
+  if (skip && skip[0] != 0.0f) { // loss scaling found inf/nan: no update
+    GRID_STRIDE(i, n) {
+      po[i] = p[i];
+      vo[i] = v[i];
+    }
+    return;
+  }
   GRID_STRIDE(i, n) {
     float gr = toF(g[i]) + wd * p[i];
     float vn = mom * v[i] + gr;
@@ -219,7 +241,7 @@ template <typename Launch> bool withGradType(ET gType, const void *g, Launch &&l
 
 bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTensor *tensors,
                  size_t count, float b1, float b2, float eps, float wd, int64_t freezeAfter,
-                 int *flag, int tag, cudaStream_t s) {
+                 const float *skip, int *flag, int tag, cudaStream_t s) {
   for (size_t i = 0; i < count; ++i)
     if (tensors[i].gType != ET::F32 && tensors[i].gType != ET::BF16 &&
         tensors[i].gType != ET::F16)
@@ -228,7 +250,7 @@ bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTens
   auto flush = [&] {
     if (batch.count && batch.chunkStart[batch.count])
       adamWKernel<<<static_cast<unsigned>(batch.chunkStart[batch.count]), kBlock, 0, s>>>(
-          lr, step, step64, batch, b1, b2, eps, wd, freezeAfter, flag, tag);
+          lr, step, step64, batch, b1, b2, eps, wd, freezeAfter, skip, flag, tag);
     batch.count = 0;
   };
   for (size_t i = 0; i < count; ++i) {
@@ -245,10 +267,11 @@ bool launchAdamW(const float *lr, const void *step, bool step64, const AdamWTens
 
 bool launchSgd(const float *lr, const float *p, ET gType, const void *g, const float *v,
                float *po, float *vo, int64_t n, float momentum, float wd, bool nesterov,
-               cudaStream_t s) {
+               const float *skip, cudaStream_t s) {
   return withGradType(gType, g, [&](auto *gt) {
     if (n)
-      sgdKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, p, gt, v, po, vo, n, momentum, wd, nesterov);
+      sgdKernel<<<blocksFor(n), kBlock, 0, s>>>(lr, p, gt, v, po, vo, n, momentum, wd, nesterov,
+                                                skip);
   });
 }
 
@@ -274,6 +297,25 @@ void launchClipScale(const float *g, float *out, int64_t n, const double *sumSq,
                      cudaStream_t s) {
   if (n)
     clipScaleKernel<<<blocksFor(n), kBlock, 0, s>>>(g, out, n, sumSq, maxNorm);
+}
+
+/// Loss scaling: out = g * (1/S) (GradScaler's f32 reciprocal); any
+/// non-finite element sets *found to 1 (every writer writes the same value).
+__global__ void unscaleKernel(const float *g, float *out, int64_t n, const float *scale,
+                              float *found) {
+  float inv = static_cast<float>(1.0 / static_cast<double>(scale[0]));
+  GRID_STRIDE(i, n) {
+    float v = g[i];
+    if (!isfinite(v))
+      found[0] = 1.0f;
+    out[i] = v * inv;
+  }
+}
+
+void launchUnscale(const float *g, float *out, int64_t n, const float *scale, float *found,
+                   cudaStream_t s) {
+  if (n)
+    unscaleKernel<<<blocksFor(n), kBlock, 0, s>>>(g, out, n, scale, found);
 }
 
 void launchWriteNorm(const double *sumSq, float *norm, cudaStream_t s) {

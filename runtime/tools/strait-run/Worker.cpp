@@ -16,6 +16,7 @@
 #include "StraitRun.h"
 #include "AqSgdRun.h"
 #include "Checkpoint.h"
+#include "LossScale.h"
 #include "DataLoader.h"
 #include "Devices.h"
 #include "Eval.h"
@@ -37,6 +38,7 @@
 #include <exception>
 #include <chrono>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -212,7 +214,7 @@ std::string pickDataInput(const program::Program &p, const RunOptions &o, bool t
   std::string integerInput; // npy: the first integer input, input_ids first
   for (const auto &v : p.values()) {
     if (v.role() != program::ROLE_INPUT || v.name() == o.labelsName || v.name() == "step" ||
-        v.name() == "lr")
+        v.name() == "lr" || v.name() == "loss_scale" || v.name() == "optimizer_step")
       continue;
     bool integer = isIntegerType(v.dtype());
     if (integer == tokens)
@@ -593,6 +595,19 @@ Status runRank(const RunOptions &o) {
   if (!createdSync.isOk())
     return createdSync.takeStatus().withRank(o.rank);
   std::unique_ptr<OuterSync> outerSync = std::move(*createdSync);
+  // Loss scaling (program.loss_scale): the scale, kept and checkpointed here.
+  StatusOr<std::unique_ptr<LossScaler>> createdScaler = LossScaler::create(p, *exec);
+  if (!createdScaler.isOk())
+    return createdScaler.takeStatus().withRank(o.rank);
+  std::unique_ptr<LossScaler> scaler = std::move(*createdScaler);
+  // State kept outside the program's values, in snapshots and checkpoints.
+  auto hostState = [&]() {
+    NamedTensors all = outerSync ? outerSync->state() : NamedTensors{};
+    if (scaler)
+      for (auto &entry : scaler->state())
+        all.push_back(entry);
+    return all;
+  };
   if (outerSync) {
     const program::OuterSync &s = p.outer_sync();
     std::string islands;
@@ -614,7 +629,30 @@ Status runRank(const RunOptions &o) {
   if (resume) {
     OuterSync *sync = outerSync.get();
     NamedTensors extra = sync ? sync->state() : NamedTensors{};
+    // The scale's state: NaN until the checkpoint fills it (one written
+    // without loss scaling leaves it, and the scale starts afresh).
+    double initScale = scaler ? scaler->getScale() : 0;
+    if (scaler)
+      for (auto &entry : scaler->state()) {
+        entry.second.as<double>()[0] = std::nan("");
+        extra.push_back(entry);
+      }
     STRAIT_ASSIGN_OR_RETURN(size_t found, loadCheckpoint(*exec, *resume, o.rank, extra));
+    if (scaler) {
+      extra.pop_back();
+      NamedTensors s = scaler->state();
+      double *v = s[0].second.as<double>();
+      if (std::isnan(v[0])) {
+        v[0] = initScale;
+        v[1] = 0;
+        v[2] = static_cast<double>(resume->step);
+        std::cerr << "rank " << o.rank << ": the checkpoint has no loss-scale state: the scale "
+                  << "starts at " << initScale << "\n";
+      } else {
+        --found;
+      }
+      scaler->setIterations(resume->step);
+    }
     if (sync && found == 0) {
       sync->reset();
       std::cerr << "rank " << o.rank << ": the checkpoint has no outer-step state (written "
@@ -670,7 +708,8 @@ Status runRank(const RunOptions &o) {
   }
   for (const auto &v : p.values())
     if (v.role() == program::ROLE_INPUT && v.name() != "step" && v.name() != "lr" &&
-        v.name() != inputName && v.name() != labelsName)
+        v.name() != inputName && v.name() != labelsName &&
+        !(scaler && (v.name() == "loss_scale" || v.name() == "optimizer_step")))
       std::cerr << "rank " << o.rank << ": warning: input '" << v.name()
                 << "' gets no data (zeros)\n";
   int64_t items = 0;
@@ -745,7 +784,9 @@ Status runRank(const RunOptions &o) {
       STRAIT_ASSIGN_OR_RETURN(int resume, recovery->agree(failure, it, snapshots.oldest()));
       auto t0 = std::chrono::steady_clock::now();
       STRAIT_RETURN_IF_ERROR(
-          snapshots.restore(*exec, outerSync ? outerSync->state() : NamedTensors{}, resume));
+          snapshots.restore(*exec, hostState(), resume));
+      if (scaler)
+        scaler->setIterations(resume);
       StatusOr<std::unique_ptr<Communicator>> next = connect(o, m, recovery->getEpoch());
       it = resume;
       if (!next.isOk()) { // e.g. the link still down: another epoch
@@ -767,7 +808,7 @@ Status runRank(const RunOptions &o) {
   };
   for (int it = first; it < o.steps; ++it) {
     if (recovery)
-      snapshots.take(*exec, outerSync ? outerSync->state() : NamedTensors{}, it);
+      snapshots.take(*exec, hostState(), it);
     // The first iteration allocates and runs the `once` steps: not profiled.
     exec->setProfiling(o.profile && it > first);
     trace::setEnabled(tracing && it + 1 >= o.traceFirst && it + 1 <= o.traceLast);
@@ -785,11 +826,14 @@ Status runRank(const RunOptions &o) {
       if (aqsgd)
         exec->setBatchSamples(loader->sampleIds(it, dataShape));
     }
+    if (scaler)
+      scaler->feed();
     auto start = std::chrono::steady_clock::now();
     if (Status ran = exec->run(); !ran.isOk()) {
       STRAIT_RETURN_IF_ERROR(recover(ran.withStep(it + 1), it));
       continue;
     }
+    bool skipped = scaler && scaler->update();
     // The local-steps outer step belongs to the iteration it follows (its
     // time is in `ms`, and printed on its own).
     double outerMs = -1;
@@ -818,6 +862,8 @@ Status runRank(const RunOptions &o) {
       line << " loss " << loss->as<float>()[0];
     if (lrOk)
       line << " lr " << lrIn->as<float>()[0];
+    if (scaler)
+      line << scaler->describe(skipped);
     if (items > 0)
       line << " " << loader->itemName() << " " << items;
     if (outerMs >= 0)
@@ -892,7 +938,7 @@ Status runRank(const RunOptions &o) {
         STRAIT_RETURN_IF_ERROR(saveAqSgd(*aqsgd, o.checkpointDir, it + 1, o.rank));
       StatusOr<std::string> dir =
           writeCheckpoint(*exec, o.checkpointDir, it + 1, o.rank, m.world_size(), writes, writers,
-                          comm.get(), outerSync ? outerSync->state() : NamedTensors{});
+                          comm.get(), hostState());
       if (!dir.isOk()) {
         STRAIT_RETURN_IF_ERROR(recover(dir.takeStatus().withStep(it + 1), it));
         continue;

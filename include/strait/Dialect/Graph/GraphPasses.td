@@ -85,6 +85,21 @@ def GraphBuildTrainingStep : Pass<"graph-build-training-step", "::mlir::ModuleOp
            "decoupled (adamw) or L2 (sgd) weight decay">,
     Option<"clipNorm", "clip-norm", "double", "0.0",
            "clip gradients to this global L2 norm (0: no clipping)">,
+    Option<"lossScale", "loss-scale", "std::string", "\"none\"",
+           "none, dynamic (GradScaler's dynamic loss scaling), or a fixed scale > 0: "
+           "the backward is seeded with the scale (new f32 argument loss_scale), "
+           "graph.UnscaleGradients divides the accumulated gradients by it and "
+           "flags inf/nan (new result found_inf), and the optimizer skips its "
+           "update on a flagged step">,
+    Option<"lossScaleInit", "loss-scale-init", "double", "65536.0",
+           "dynamic loss scaling: the initial scale (GradScaler's init_scale, recorded "
+           "for the launcher)">,
+    Option<"lossScaleGrowth", "loss-scale-growth", "double", "2.0",
+           "dynamic loss scaling: scale factor after growth-interval finite steps (> 1)">,
+    Option<"lossScaleBackoff", "loss-scale-backoff", "double", "0.5",
+           "dynamic loss scaling: scale factor on a step with inf/nan (in (0, 1))">,
+    Option<"lossScaleInterval", "loss-scale-interval", "int64_t", "2000",
+           "dynamic loss scaling: consecutive finite steps before the scale grows (>= 1)">,
     Option<"lr", "lr", "double", "1e-3",
            "peak learning rate, recorded for the launcher's schedule">,
     Option<"warmupSteps", "warmup-steps", "int64_t", "0",

@@ -486,6 +486,27 @@ def Graph_ClipByGlobalNormOp : Graph_Op<"ClipByGlobalNorm", [
   let hasVerifier = 1;
 }
 
+def Graph_UnscaleGradientsOp : Graph_Op<"UnscaleGradients", [
+    Pure, InferTypeOpAdaptor]> {
+  let summary = "divide loss-scaled gradients by the scale and flag inf/nan";
+  let description = [{
+    Dynamic loss scaling (docs/training.md, "Loss scaling"): the backward was
+    seeded with `scale` instead of 1, so every gradient is S times too large.
+    Each g_i is multiplied by the f32 reciprocal 1/scale (PyTorch's
+    GradScaler.unscale_); `found_inf` (f32 scalar) is 1 when any element of
+    any gradient is inf or nan, else 0. The optimizers that read it skip
+    their update when it is nonzero (T9).
+
+    ```mlir
+    %found, %a, %b = graph.UnscaleGradients %scale, %ga, %gb : (tensor<f32>, tensor<4xf32>, tensor<2x2xf32>) -> (tensor<f32>, tensor<4xf32>, tensor<2x2xf32>)
+    ```
+  }];
+  let arguments = (ins AnyTensor:$scale, Variadic<AnyTensor>:$grads);
+  let results = (outs AnyTensor:$found_inf, Variadic<AnyTensor>:$unscaled);
+  let assemblyFormat = "$scale `,` $grads attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Graph_SGDOp : Graph_Op<"SGD", [Pure, InferTypeOpAdaptor,
     AllTypesMatch<["param", "grad", "velocity"]>]> {
   let summary = "SGD step with momentum and weight decay";
@@ -493,13 +514,15 @@ def Graph_SGDOp : Graph_Op<"SGD", [Pure, InferTypeOpAdaptor,
     PyTorch's SGD (dampening 0): g' = grad + weight_decay * param;
     v' = momentum * velocity + g'; param' = param - lr * v' (nesterov:
     param - lr * (g' + momentum * v')). `lr` is a runtime f32 scalar.
+    With the optional `found_inf` (UnscaleGradients' flag, T9) nonzero the
+    step changes nothing: param' = param, v' = velocity.
 
     ```mlir
     %p, %v = graph.SGD %lr, %w, %g, %vel {momentum = 0.9 : f32, nesterov = 0 : i64, weight_decay = 0.0 : f32} : (tensor<f32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
     ```
   }];
   let arguments = (ins AnyTensor:$lr, AnyTensor:$param, AnyTensor:$grad,
-                   AnyTensor:$velocity,
+                   AnyTensor:$velocity, Optional<AnyTensor>:$found_inf,
                    DefaultValuedAttr<F32Attr, "0.0">:$momentum,
                    DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
                    DefaultValuedAttr<I64Attr, "0">:$nesterov);
@@ -529,6 +552,9 @@ def Graph_AdamWOp : Graph_Op<"AdamW", [Pure, InferTypeOpAdaptor,
     steps after N leave v as it is (v' = v) and divide by
     sqrt(v/(1-beta2^N)): Adam's preconditioner is frozen, the update linear in
     the gradient, as error-feedback compression of that gradient needs.
+    With the optional `found_inf` (UnscaleGradients' flag, T9) nonzero the
+    step is skipped: param, m and v come out unchanged (the launcher does
+    not count it either: GradScaler skips optimizer.step()).
 
     ```mlir
     %p, %m2, %v2 = graph.AdamW %lr, %step, %w, %g, %m, %v {beta1 = 0.9 : f32, beta2 = 0.999 : f32, epsilon = 1.0e-08 : f32, weight_decay = 0.01 : f32} : (tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
@@ -536,6 +562,7 @@ def Graph_AdamWOp : Graph_Op<"AdamW", [Pure, InferTypeOpAdaptor,
   }];
   let arguments = (ins AnyTensor:$lr, AnyTensor:$step, AnyTensor:$param,
                    AnyTensor:$grad, AnyTensor:$m, AnyTensor:$v,
+                   Optional<AnyTensor>:$found_inf,
                    DefaultValuedAttr<F32Attr, "0.9">:$beta1,
                    DefaultValuedAttr<F32Attr, "0.999">:$beta2,
                    DefaultValuedAttr<F32Attr, "1e-8">:$epsilon,

@@ -21,6 +21,7 @@
 
 #include "strait/Dialect/Graph/GraphOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
@@ -104,6 +105,13 @@ std::optional<SmallVector<Operation *>>
 Replicator::updateOf(graph::AccumulateGradOp acc, StringRef name, std::string &why) const {
   llvm::SmallPtrSet<Operation *, 16> inUpdate;
   SmallVector<Operation *> update;
+  // Loss scaling: the flag of this gradient is summed with every other
+  // gradient's; a copy per stage would need its own (not done yet).
+  if (llvm::any_of(acc->getUsers(),
+                   [](Operation *u) { return isa<graph::UnscaleGradientsOp>(u); })) {
+    why = "its gradient's inf/nan check (loss scaling) is shared by every stage";
+    return std::nullopt;
+  }
   for (Operation *op = acc->getNextNode(); op; op = op->getNextNode())
     if (!clips.normTerms.contains(op) && llvm::any_of(op->getOperands(), [&](Value v) {
           Operation *d = v.getDefiningOp();
@@ -356,6 +364,74 @@ static void splitClip(graph::ClipByGlobalNormOp clip, const std::set<int64_t> &s
   clip.erase();
 }
 
+/// Loss scaling across stages: one UnscaleGradients per gradient, in its
+/// stage; each stage sums its gradients' flags, and every stage adds the
+/// stages' sums in stage order (only scalars cross stages), so that every
+/// stage's optimizers skip together. The sums are no part of any variable's
+/// update (normTerms) and every stage's total stands for the others
+/// (perStage). A tied variable keeps its single owner (Replicator::updateOf).
+static void splitUnscale(graph::UnscaleGradientsOp unscale, const std::set<int64_t> &stages,
+                         DenseMap<Operation *, int64_t> &stageOf,
+                         strait::dist::detail::StageClips &out) {
+  OpBuilder b(unscale);
+  Location loc = unscale.getLoc();
+  auto place = [&](Operation *op, int64_t stage) {
+    stageOf[op] = stage;
+    return op->getResult(0);
+  };
+  std::map<int64_t, Value> partial;
+  for (auto [i, g] : llvm::enumerate(unscale.getGrads())) {
+    int64_t s = stageOf.lookup(g.getDefiningOp());
+    auto one = b.create<graph::UnscaleGradientsOp>(loc, unscale.getScale(), ValueRange{g});
+    Value flag = place(one, s);
+    unscale.getUnscaled()[i].replaceAllUsesWith(one.getUnscaled()[0]);
+    auto [it, inserted] = partial.try_emplace(s, flag);
+    if (!inserted) {
+      auto add = b.create<graph::AddOp>(loc, it->second, flag);
+      out.normTerms.insert(add);
+      it->second = place(add, s);
+    }
+  }
+  std::map<int64_t, Value> total;
+  for (int64_t t : stages) {
+    Value sum;
+    for (auto &[s, p] : partial) {
+      if (!sum) {
+        sum = p;
+        continue;
+      }
+      auto add = b.create<graph::AddOp>(loc, sum, p);
+      out.normTerms.insert(add);
+      sum = place(add, t);
+    }
+    total[t] = sum;
+  }
+  for (auto &[t, v] : total)
+    out.perStage[v] = total;
+  bool returned = false;
+  for (OpOperand &use : llvm::make_early_inc_range(unscale.getFoundInf().getUses())) {
+    auto it = stageOf.find(use.getOwner());
+    returned |= isa<func::ReturnOp>(use.getOwner());
+    use.set(it != stageOf.end() && total.count(it->second) ? total[it->second]
+                                                            : total.begin()->second);
+  }
+  // The launcher of every stage reads the flag (its scale follows it): each
+  // other stage's total is a result of the same name, which the stage split
+  // gives to that stage.
+  auto func = unscale->getParentOfType<func::FuncOp>();
+  Operation *ret = func.getBody().front().getTerminator();
+  for (auto &[t, v] : total) {
+    if (!returned || llvm::is_contained(ret->getOperands(), v))
+      continue;
+    unsigned n = func.getNumResults();
+    func.insertResult(n, v.getType(),
+                      b.getDictionaryAttr(b.getNamedAttr("graph.name", b.getStringAttr("found_inf"))));
+    ret->insertOperands(n, v);
+  }
+  stageOf.erase(unscale);
+  unscale.erase();
+}
+
 strait::dist::detail::StageClips
 strait::dist::detail::splitGlobalNormClips(func::FuncOp func,
                                            DenseMap<Operation *, int64_t> &stageOf) {
@@ -365,6 +441,15 @@ strait::dist::detail::splitGlobalNormClips(func::FuncOp func,
     stages.insert(s);
   if (stages.size() < 2)
     return out;
+  SmallVector<graph::UnscaleGradientsOp> unscales;
+  for (Operation &op : func.getBody().front())
+    if (auto u = dyn_cast<graph::UnscaleGradientsOp>(op))
+      unscales.push_back(u);
+  for (graph::UnscaleGradientsOp u : unscales)
+    if (llvm::all_of(u.getGrads(), [&](Value g) {
+          return g.getDefiningOp() && stageOf.count(g.getDefiningOp());
+        }))
+      splitUnscale(u, stages, stageOf, out);
   SmallVector<graph::ClipByGlobalNormOp> clips;
   for (Operation &op : func.getBody().front())
     if (auto clip = dyn_cast<graph::ClipByGlobalNormOp>(op))

@@ -38,6 +38,9 @@ struct StageClips {
 /// bits everywhere; the scalars travel once per step), norm = sqrt(total)
 /// and scale = min(1, max_norm / (norm + 1e-6)) by which the stage's
 /// gradients are multiplied. Only scalars cross stages.
+/// Loss scaling's graph.UnscaleGradients is split first, likewise: one per
+/// gradient in its stage, each stage's flags summed, and in every stage the
+/// stages' sums in stage order as the found_inf its optimizers read.
 StageClips splitGlobalNormClips(mlir::func::FuncOp func,
                                 llvm::DenseMap<mlir::Operation *, int64_t> &stageOf);
 

@@ -27,6 +27,30 @@ LogicalResult ClipByGlobalNormOp::verify() {
   return success();
 }
 
+STRAIT_INFER(UnscaleGradientsOp) {
+  types.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
+  llvm::append_range(types, adaptor.getGrads().getTypes());
+  return success();
+}
+
+/// (T9) the scale and the flag an optimizer reads are f32 scalars; the
+/// gradients are float tensors.
+static LogicalResult checkF32Scalar(Operation *op, Value v, StringRef what) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || t.getRank() != 0 || !t.getElementType().isF32())
+    return op->emitOpError("(T9) ") << what << " must be tensor<f32>, got " << v.getType();
+  return success();
+}
+
+LogicalResult UnscaleGradientsOp::verify() {
+  if (getGrads().empty())
+    return emitOpError("(T9) needs at least one gradient");
+  for (Value g : getGrads())
+    if (!isa<FloatType>(tensorOf(g).getElementType()))
+      return emitOpError("(T9) gradients must be float tensors, got ") << g.getType();
+  return checkF32Scalar(*this, getScale(), "scale");
+}
+
 /// total has grad's type, or f32 of grad's shape for a bf16 / f16 grad (the
 /// kernels widen each element on load).
 LogicalResult AccumulateGradOp::verify() {
@@ -76,6 +100,8 @@ LogicalResult AdamWOp::verify() {
   if (getFreezeVarianceAfterAttr().getInt() < 0)
     return emitOpError("(T6) freeze_variance_after must be >= 0 (0: never), got ")
            << getFreezeVarianceAfterAttr().getInt();
+  if (getFoundInf() && failed(checkF32Scalar(*this, getFoundInf(), "found_inf")))
+    return failure();
   return checkScalars(*this, getLr(), getStep());
 }
 
@@ -89,4 +115,8 @@ LogicalResult AssignVariableOp::verifySymbolUses(SymbolTableCollection &symbols)
   return success();
 }
 
-LogicalResult SGDOp::verify() { return checkScalars(*this, getLr(), Value()); }
+LogicalResult SGDOp::verify() {
+  if (getFoundInf() && failed(checkF32Scalar(*this, getFoundInf(), "found_inf")))
+    return failure();
+  return checkScalars(*this, getLr(), Value());
+}

@@ -31,7 +31,7 @@ public:
       : block(func.getBody().front()), terminator(block.getTerminator()),
         builder(terminator) {}
 
-  FailureOr<GradientResult> run(Value loss, ArrayRef<Value> wrt);
+  FailureOr<GradientResult> run(Value loss, ArrayRef<Value> wrt, Value seedScale);
 
 private:
   void markActive(ArrayRef<Value> wrt);
@@ -173,7 +173,8 @@ LogicalResult ReverseSweep::differentiateOp(Operation *op) {
   return success();
 }
 
-FailureOr<GradientResult> ReverseSweep::run(Value loss, ArrayRef<Value> wrt) {
+FailureOr<GradientResult> ReverseSweep::run(Value loss, ArrayRef<Value> wrt,
+                                            Value seedScale) {
   for (Operation &op : block.without_terminator())
     forward.push_back(&op);
   markActive(wrt);
@@ -183,6 +184,8 @@ FailureOr<GradientResult> ReverseSweep::run(Value loss, ArrayRef<Value> wrt) {
       loss.getLoc(), cast<ElementsAttr>(DenseElementsAttr::get(
                          cast<ShapedType>(loss.getType()),
                          builder.getFloatAttr(getElementTypeOrSelf(loss), 1.0))));
+  if (seedScale) // loss scaling: d(S * loss)/d(loss) = S
+    grads[loss] = builder.create<MulOp>(loss.getLoc(), grads[loss], seedScale);
   Operation *lossOp = loss.getDefiningOp();
   tagSince(before, lossOp ? lossOp->getAttr(kOpIdAttr) : Attribute());
   for (Operation *op : llvm::reverse(forward))
@@ -197,8 +200,10 @@ FailureOr<GradientResult> ReverseSweep::run(Value loss, ArrayRef<Value> wrt) {
 }
 
 FailureOr<GradientResult> graph::differentiate(func::FuncOp func, Value loss,
-                                               ArrayRef<Value> wrt) {
+                                               ArrayRef<Value> wrt, Value seedScale) {
   if (!func.getBody().hasOneBlock())
     return func.emitOpError("training needs a single-block function");
-  return ReverseSweep(func).run(loss, wrt);
+  if (seedScale && !getElementTypeOrSelf(loss).isF32())
+    return func.emitOpError("loss scaling needs an f32 loss, got ") << loss.getType();
+  return ReverseSweep(func).run(loss, wrt, seedScale);
 }

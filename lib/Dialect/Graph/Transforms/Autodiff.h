@@ -23,10 +23,12 @@ struct GradientResult {
 /// `func` by reverse-mode sweep over the ops between them. Backward ops are
 /// appended before the terminator and tagged with `graph.grad_of`. Fails with
 /// a diagnostic at an op without a gradient rule (naming the variable it
-/// depends on) or with dynamic shapes.
+/// depends on) or with dynamic shapes. With `seedScale` (an f32 scalar:
+/// dynamic loss scaling's S) the sweep is seeded with 1 * S instead of 1.
 mlir::FailureOr<GradientResult> differentiate(mlir::func::FuncOp func,
                                               mlir::Value loss,
-                                              llvm::ArrayRef<mlir::Value> wrt);
+                                              llvm::ArrayRef<mlir::Value> wrt,
+                                              mlir::Value seedScale = {});
 
 } // namespace strait::graph
 

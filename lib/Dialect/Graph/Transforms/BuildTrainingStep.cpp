@@ -130,8 +130,14 @@ private:
   void applyOptimizer(OpBuilder &b, Param &p, Value grad, Value lr, Value step);
   void eraseDeadOps(func::FuncOp func);
   void recordSchedule(func::FuncOp func);
+  LogicalResult checkLossScale();
 
   std::optional<SymbolTable> symbols;
+  /// Loss scaling: the fixed or initial scale (0: off), the `loss_scale`
+  /// argument that seeds the backward and the found_inf flag that
+  /// UnscaleGradients computes and the optimizers read.
+  double initialScale = 0;
+  Value scaleArg, foundInf;
 };
 
 } // namespace
@@ -194,6 +200,45 @@ LogicalResult BuildTrainingStep::checkOptions() {
   if (nesterov && (optimizer != "sgd" || momentum == 0))
     return module.emitError("graph-build-training-step: nesterov (straitc --nesterov) "
                             "needs optimizer=sgd and momentum > 0");
+  return checkLossScale();
+}
+
+/// loss-scale: none, dynamic (the initial scale loss-scale-init, changed by
+/// the launcher) or a fixed finite scale > 0.
+LogicalResult BuildTrainingStep::checkLossScale() {
+  ModuleOp module = getOperation();
+  auto err = [&]() {
+    return module.emitError("graph-build-training-step: ");
+  };
+  auto num = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", v);
+    return std::string(text);
+  };
+  if (lossScale == "none")
+    return success();
+  bool dynamic = lossScale == "dynamic";
+  double fixed = 0;
+  if (!dynamic && (StringRef(lossScale).getAsDouble(fixed) || !(fixed > 0) ||
+                   !std::isfinite(fixed)))
+    return err() << "invalid loss-scale='" << lossScale
+                 << "' (straitc --loss-scale): expected none, dynamic or a finite value > 0";
+  initialScale = dynamic ? lossScaleInit.getValue() : fixed;
+  if (!(initialScale > 0) || !std::isfinite(initialScale))
+    return err() << "invalid loss-scale-init=" << num(lossScaleInit)
+                 << " (straitc --loss-scale-init): expected a finite value > 0";
+  if (!(lossScaleGrowth > 1) || !std::isfinite(lossScaleGrowth.getValue()))
+    return err() << "invalid loss-scale-growth=" << num(lossScaleGrowth)
+                 << " (straitc --loss-scale-growth): expected a finite value > 1";
+  if (!(lossScaleBackoff > 0) || !(lossScaleBackoff < 1))
+    return err() << "invalid loss-scale-backoff=" << num(lossScaleBackoff)
+                 << " (straitc --loss-scale-backoff): expected a value in (0, 1)";
+  if (lossScaleInterval < 1)
+    return err() << "invalid loss-scale-interval=" << static_cast<int64_t>(lossScaleInterval)
+                 << " (straitc --loss-scale-interval): expected a step count >= 1";
+  if (optimizer == "none" || returnGradients)
+    return err() << "loss-scale=" << lossScale << " (straitc --loss-scale) needs an optimizer "
+                 << "and no return-gradients (the gradients would come out scaled)";
   return success();
 }
 
@@ -597,7 +642,7 @@ void BuildTrainingStep::applyOptimizer(OpBuilder &b, Param &p, Value grad,
                     : b.create<ConstantOp>(loc, cast<ElementsAttr>(DenseElementsAttr::get(
                                                     cast<ShapedType>(type), 0.0f)))
                           .getResult();
-    auto sgd = b.create<SGDOp>(loc, lr, param, grad, vel, f32(momentum),
+    auto sgd = b.create<SGDOp>(loc, lr, param, grad, vel, foundInf, f32(momentum),
                                f32(weightDecay), b.getI64IntegerAttr(nesterov));
     assign(param, sgd.getNewParam());
     assign(vel, sgd.getNewVelocity());
@@ -605,7 +650,8 @@ void BuildTrainingStep::applyOptimizer(OpBuilder &b, Param &p, Value grad,
   }
   Value m = stateVariable(b, p.var, ".adam_m");
   Value v = stateVariable(b, p.var, ".adam_v");
-  auto adam = b.create<AdamWOp>(loc, lr, step, param, grad, m, v, f32(beta1), f32(beta2),
+  auto adam = b.create<AdamWOp>(loc, lr, step, param, grad, m, v, foundInf, f32(beta1),
+                                f32(beta2),
                                 f32(epsilon), f32(weightDecay),
                                 b.getI64IntegerAttr(freezeVarianceAfter));
   assign(param, adam.getNewParam());
@@ -629,13 +675,26 @@ LogicalResult BuildTrainingStep::buildUpdates(func::FuncOp func,
         b.getI64IntegerAttr(microBatches)));
     updated.push_back(&p);
   }
+  // Loss scaling: the accumulated (after partitioning: all-reduced) gradients
+  // are unscaled before clipping, as GradScaler.unscale_ precedes
+  // clip_grad_norm_; the flag gates every update.
+  if (scaleArg && !totals.empty()) {
+    auto unscale = b.create<UnscaleGradientsOp>(func.getLoc(), scaleArg, totals);
+    totals.assign(unscale.getUnscaled().begin(), unscale.getUnscaled().end());
+    foundInf = unscale.getFoundInf();
+  }
   if (clipNorm > 0 && !totals.empty()) {
     auto clip = b.create<ClipByGlobalNormOp>(
         func.getLoc(), totals, b.getF32FloatAttr(static_cast<float>(clipNorm)));
     totals.assign(clip.getClipped().begin(), clip.getClipped().end());
   }
   Value lr = addArgument(func, RankedTensorType::get({}, b.getF32Type()), "lr");
-  Value step = addArgument(func, RankedTensorType::get({}, b.getI64Type()), "step");
+  // Under loss scaling AdamW counts the updates it made, not the
+  // iterations (a skipped step leaves the count, as GradScaler skips
+  // optimizer.step()): the launcher feeds "optimizer_step" (dropout and
+  // the codecs keep reading the iteration, "step").
+  Value step = addArgument(func, RankedTensorType::get({}, b.getI64Type()),
+                           scaleArg && optimizer == "adamw" ? "optimizer_step" : "step");
   for (auto [p, total] : llvm::zip(updated, totals))
     applyOptimizer(b, *p, total, lr, step);
   return success();
@@ -720,6 +779,19 @@ void BuildTrainingStep::recordSchedule(func::FuncOp func) {
       b.getNamedAttr("total_steps", b.getI64IntegerAttr(totalSteps)),
       b.getNamedAttr("min_lr", b.getF64FloatAttr(minLr)),
       b.getNamedAttr("micro_batches", b.getI64IntegerAttr(microBatches))};
+  // Loss scaling, for the launcher (strait-run keeps the scale and skips).
+  if (initialScale > 0) {
+    bool dynamic = lossScale == "dynamic";
+    attrs.push_back(b.getNamedAttr("loss_scale", b.getF64FloatAttr(initialScale)));
+    attrs.push_back(b.getNamedAttr("loss_scale_dynamic", b.getBoolAttr(dynamic)));
+    if (dynamic) {
+      attrs.push_back(b.getNamedAttr("loss_scale_growth", b.getF64FloatAttr(lossScaleGrowth)));
+      attrs.push_back(
+          b.getNamedAttr("loss_scale_backoff", b.getF64FloatAttr(lossScaleBackoff)));
+      attrs.push_back(
+          b.getNamedAttr("loss_scale_interval", b.getI64IntegerAttr(lossScaleInterval)));
+    }
+  }
   func->setAttr("graph.training", b.getDictionaryAttr(attrs));
 }
 
@@ -739,7 +811,10 @@ void BuildTrainingStep::runOnOperation() {
   SmallVector<Value> wrt;
   for (Param &p : params)
     llvm::append_range(wrt, p.reads);
-  FailureOr<GradientResult> grads = differentiate(func, *lossValue, wrt);
+  if (initialScale > 0 && optimizer != "none")
+    scaleArg = addArgument(func, RankedTensorType::get({}, Float32Type::get(&getContext())),
+                           "loss_scale");
+  FailureOr<GradientResult> grads = differentiate(func, *lossValue, wrt, scaleArg);
   if (failed(grads))
     return signalPassFailure();
   numBackwardOps = grads->numBackwardOps;
@@ -747,6 +822,12 @@ void BuildTrainingStep::runOnOperation() {
   if (optimizer != "none" && failed(buildUpdates(func, params)))
     return signalPassFailure();
   setLossResult(func, *lossValue, stepOutputs == "all");
+  if (foundInf) { // read by the launcher: the step was skipped
+    unsigned n = func.getNumResults();
+    Builder b(func.getContext());
+    func.insertResult(n, foundInf.getType(), nameAttr(b, "found_inf"));
+    func.getBody().front().getTerminator()->insertOperands(n, foundInf);
+  }
   if (returnGradients)
     appendGradientResults(func, params);
   eraseDeadOps(func);

@@ -34,8 +34,11 @@ StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx);
 /// velocity; attributes momentum, weight_decay, nesterov. Everything f32,
 /// except that grad may be bf16 / f16 (widened on load: the exporter hands a
 /// one-micro-batch step's gradient to the optimizer without AccumulateGrad).
+/// An optional fifth input found_inf (f32 scalar, loss scaling's flag):
+/// nonzero skips the update (the outputs keep the inputs).
 struct SgdArgs {
   const Tensor *lr = nullptr, *param = nullptr, *grad = nullptr, *velocity = nullptr;
+  const Tensor *foundInf = nullptr;
   Tensor *paramOut = nullptr, *velocityOut = nullptr;
   float momentum = 0, weightDecay = 0;
   bool nesterov = false;
@@ -49,11 +52,26 @@ StatusOr<SgdArgs> sgdArgs(const KernelContext &ctx);
 /// or f16. With `copyGroup`, the outputs may have one more group: 16-bit
 /// copies (bf16 or f16, of the parameter's shape; an entry may be absent)
 /// that AdamW writes of each new parameter, the products' weights for the
-/// next step. Returns n. Reads no tensor data (lr and step may live on a
-/// device).
+/// next step. With `foundInf`, one more trailing input may follow the
+/// groups: loss scaling's found_inf flag (f32 scalar; nonzero: the update
+/// is skipped), returned there (null when absent). Returns n. Reads no
+/// tensor data (lr and step may live on a device).
 constexpr size_t kNoLowGroup = ~size_t(0);
 StatusOr<size_t> optimizerGroups(const KernelContext &ctx, size_t groups, size_t outGroups,
-                                 size_t lowGroup = kNoLowGroup, bool copyGroup = false);
+                                 size_t lowGroup = kNoLowGroup, bool copyGroup = false,
+                                 const Tensor **foundInf = nullptr);
+
+/// UnscaleGradients (loss scaling): inputs scale (f32 scalar), then n f32
+/// gradients; outputs found_inf (f32 scalar) and the n unscaled gradients
+/// (shapes of the inputs).
+struct UnscaleArgs {
+  const Tensor *scale = nullptr;
+  Tensor *found = nullptr;
+  size_t n = 0;
+};
+StatusOr<UnscaleArgs> unscaleArgs(const KernelContext &ctx);
+/// GradScaler's f32 reciprocal of the scale: (float)(1 / (double)scale).
+inline float inverseScale(float scale) { return static_cast<float>(1.0 / double(scale)); }
 
 /// AdamW's attributes (defaults as in the graph dialect's AdamW).
 /// freezeVarianceAfter = N > 0 (compressed AdamW, docs/training.md): from
