@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/JSON.h"
@@ -438,9 +439,23 @@ static Error parseLinks(const Reader &r, yaml::Node *node, ClusterSpec &spec) {
   });
 }
 
-static Error parseTop(const Reader &r, yaml::Node *root, ClusterSpec &spec) {
+/// A host `exclude_hosts` leaves out, and where the file names it.
+struct ExcludedHost {
+  std::string host, where;
+};
+
+static Error parseTop(const Reader &r, yaml::Node *root, ClusterSpec &spec,
+                      std::vector<ExcludedHost> &excluded) {
   return r.forEach(root, "cluster", [&](StringRef key,
                                         yaml::Node *v) -> Error {
+    if (key == "exclude_hosts")
+      return r.forEachItem(v, key, [&](yaml::Node *item) -> Error {
+        Expected<std::string> s = r.scalar(item, key);
+        if (!s)
+          return s.takeError();
+        excluded.push_back({*s, r.where(item)});
+        return Error::success();
+      });
     if (key == "name") {
       Expected<std::string> s = r.scalar(v, key);
       if (!s)
@@ -463,6 +478,54 @@ static Error parseTop(const Reader &r, yaml::Node *root, ClusterSpec &spec) {
       return parseLinks(r, v, spec);
     return r.unknown(v, key, "the cluster file");
   });
+}
+
+/// `exclude_hosts: [H, ...]` (strait-run --on-host-loss writes it after a
+/// host is lost for good): the devices on those hosts are left out, with
+/// the link rules and profiles that name them (or a site no device is left
+/// on). A name that is no device's host is an error naming it.
+static Error excludeHosts(ClusterSpec &spec, const std::vector<ExcludedHost> &excluded) {
+  if (excluded.empty())
+    return Error::success();
+  llvm::StringSet<> hosts, sitesBefore, sitesAfter, devices;
+  for (const DeviceSpec &d : spec.devices)
+    hosts.insert(d.host);
+  for (const ExcludedHost &x : excluded)
+    if (x.host.empty() || !hosts.contains(x.host))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     x.where + ": field 'exclude_hosts' names '" + x.host +
+                                         "', which is no device's host");
+  llvm::StringSet<> gone;
+  for (const ExcludedHost &x : excluded)
+    gone.insert(x.host);
+  std::vector<DeviceSpec> kept;
+  for (DeviceSpec &d : spec.devices) {
+    sitesBefore.insert(d.site);
+    if (gone.contains(d.host)) {
+      devices.insert(d.name);
+      continue;
+    }
+    sitesAfter.insert(d.site);
+    kept.push_back(std::move(d));
+  }
+  spec.devices = std::move(kept);
+  auto names = [&](const LinkRule &rule, llvm::StringRef n) {
+    switch (rule.scope) {
+    case LinkRule::Scope::Devices:
+      return devices.contains(n);
+    case LinkRule::Scope::Hosts:
+      return gone.contains(n);
+    case LinkRule::Scope::Sites:
+      return sitesBefore.contains(n) && !sitesAfter.contains(n);
+    }
+    return false;
+  };
+  llvm::erase_if(spec.rules, [&](const LinkRule &rule) {
+    return names(rule, rule.a) || names(rule, rule.b);
+  });
+  llvm::erase_if(spec.profiles,
+                 [&](const ProfileSpec &p) { return !p.device.empty() && devices.contains(p.device); });
+  return Error::success();
 }
 
 Expected<ClusterSpec> strait::parseClusterSpec(StringRef text,
@@ -495,13 +558,16 @@ Expected<ClusterSpec> strait::parseClusterSpec(StringRef text,
   if (doc == stream.end() || !doc->getRoot())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    fileName + ": empty cluster file");
-  Error err = parseTop(reader, doc->getRoot(), spec);
+  std::vector<ExcludedHost> excluded;
+  Error err = parseTop(reader, doc->getRoot(), spec, excluded);
   if (!diag.empty()) {
     llvm::consumeError(std::move(err));
     return llvm::createStringError(llvm::inconvertibleErrorCode(), diag);
   }
   if (err)
     return std::move(err);
+  if (Error e = excludeHosts(spec, excluded))
+    return std::move(e);
   return spec;
 }
 

@@ -317,3 +317,43 @@ profiles:
 )");
   EXPECT_NE(err.find("op_gbs.AdamW"), std::string::npos) << err;
 }
+
+// exclude_hosts (strait-run --on-host-loss appends it): the hosts' devices go,
+// with the link rules and profiles that name them; a group's generated hosts
+// too; the remaining links are as before.
+TEST(ClusterModel, ExcludeHostsLeavesTheirDevicesAndRulesOut) {
+  std::string base = std::string(kTypes) + R"(devices:
+  - {name: a0, type: V100, host: a, site: east}
+  - {name: b0, type: V100, host: b, site: east}
+  - {prefix: g, count: 4, per_host: 2, host_prefix: n, type: V100, site: west}
+profiles:
+  - {device: b0, gemm_tflops: 50}
+links:
+  intra_site: {bandwidth_gbps: 10}
+  inter_site: {bandwidth_gbps: 1}
+  hosts: [{between: [a, b], bandwidth_gbps: 5}, {between: [a, n1], bandwidth_gbps: 2}]
+  devices: [{between: [b0, g0], bandwidth_gbps: 3}]
+  sites: [{between: [east, west], bandwidth_gbps: 4}]
+)";
+  llvm::Expected<ClusterModel> all = parseCluster(base, "c.yaml");
+  ASSERT_TRUE(!!all) << llvm::toString(all.takeError());
+  EXPECT_EQ(all->size(), 6u);
+  llvm::Expected<ClusterModel> noB = parseCluster(base + "exclude_hosts: [b, n0]\n", "c.yaml");
+  ASSERT_TRUE(!!noB) << llvm::toString(noB.takeError());
+  ASSERT_EQ(noB->size(), 3u);
+  EXPECT_EQ(noB->devices[0].name, "a0");
+  EXPECT_EQ(noB->devices[1].name, "g2");
+  EXPECT_EQ(noB->devices[2].name, "g3");
+  EXPECT_NEAR(noB->bandwidth(0, 1), 2e9 / 8, 1); // a-n1's host rule stays
+  // Two lists add up; a site whose devices all go takes its site rules along.
+  llvm::Expected<ClusterModel> west =
+      parseCluster(base + "exclude_hosts: [b]\nexclude_hosts: [a]\n", "c.yaml");
+  ASSERT_TRUE(!!west) << llvm::toString(west.takeError());
+  EXPECT_EQ(west->size(), 4u);
+  EXPECT_EQ(west->sites.size(), 1u);
+  EXPECT_NEAR(west->bandwidth(0, 2), 10e9 / 8, 1);
+  EXPECT_EQ(errorOf(base + "exclude_hosts: [a, x]\n"),
+            "bad.yaml:20:20: field 'exclude_hosts' names 'x', which is no device's host");
+  EXPECT_NE(errorOf(base + "exclude_hosts: [a, b, n0, n1]\n").find("the cluster has no devices"),
+            std::string::npos);
+}

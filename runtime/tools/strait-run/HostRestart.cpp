@@ -89,6 +89,7 @@ StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string
                                     const volatile std::sig_atomic_t &stop,
                                     std::vector<std::string> *values) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
+  silent.clear();
   for (;;) {
     if (!failKey.empty()) {
       STRAIT_ASSIGN_OR_RETURN(bool failed, keys->has(failKey));
@@ -96,6 +97,7 @@ StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string
         return false;
     }
     std::vector<std::string> missing;
+    std::string goneWhy;
     for (const std::string &h : hosts) {
       STRAIT_ASSIGN_OR_RETURN(bool there, keys->has(prefix + h));
       if (there)
@@ -104,15 +106,20 @@ StatusOr<bool> HostRestart::waitAll(const std::string &prefix, const std::string
       STRAIT_ASSIGN_OR_RETURN(bool gone, keys->has("gone/" + h));
       if (gone) {
         StatusOr<std::string> why = keys->get("gone/" + h, std::chrono::milliseconds(1000));
-        return unavailable("the launcher of host " + h + " stopped (" +
-                           (why.isOk() ? *why : std::string("no reason")) + "); giving up");
+        silent.push_back(h);
+        if (goneWhy.empty())
+          goneWhy = "the launcher of host " + h + " stopped (" +
+                    (why.isOk() ? *why : std::string("no reason")) + "); giving up";
       }
     }
+    if (!goneWhy.empty())
+      return unavailable(goneWhy);
     if (missing.empty())
       break;
     if (stop)
       return unavailable("interrupted while waiting for host(s) of the job");
     if (std::chrono::steady_clock::now() >= deadline) {
+      silent = missing;
       std::string names;
       for (const std::string &h : missing)
         names += (names.empty() ? "" : ", ") + h;
@@ -147,6 +154,41 @@ StatusOr<std::optional<std::pair<int, std::string>>> HostRestart::replanOf(int g
   if (tab == std::string::npos || step < 1)
     return invalidArgument("malformed '" + key + "' in " + store + ": '" + v + "'");
   return Found(std::make_pair(step, v.substr(tab + 1)));
+}
+
+Status HostRestart::publishHostLoss(int g, int64_t step, const std::string &name,
+                                    const std::string &refusal) {
+  return keys->set("hostloss/" + std::to_string(g),
+                   name.empty() ? "!\t" + refusal : std::to_string(step) + "\t" + name);
+}
+
+StatusOr<std::pair<int64_t, std::string>>
+HostRestart::awaitHostLoss(int g, std::chrono::milliseconds timeout,
+                           const volatile std::sig_atomic_t &stop, std::string *refusal) {
+  std::string key = "hostloss/" + std::to_string(g);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    STRAIT_ASSIGN_OR_RETURN(bool there, keys->has(key));
+    if (there)
+      break;
+    if (stop)
+      return unavailable("interrupted while waiting for the new plan");
+    if (std::chrono::steady_clock::now() >= deadline)
+      return deadlineExceeded("no new plan appeared in " + store + " (" + key + ") within " +
+                              std::to_string(timeout.count()) + " ms (--timeout-ms)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  STRAIT_ASSIGN_OR_RETURN(std::string v, keys->get(key, std::chrono::milliseconds(1000)));
+  size_t tab = v.find('\t');
+  if (tab == std::string::npos)
+    return invalidArgument("malformed '" + key + "' in " + store + ": '" + v + "'");
+  if (v.compare(0, tab, "!") == 0) {
+    if (refusal)
+      *refusal = v.substr(tab + 1);
+    return std::make_pair(int64_t(0), std::string());
+  }
+  return std::make_pair(static_cast<int64_t>(std::strtoll(v.c_str(), nullptr, 10)),
+                        v.substr(tab + 1));
 }
 
 void HostRestart::leave(int g, const std::string &why) {

@@ -20,6 +20,11 @@
 //                    complete (the folder is on a shared file system).
 //   gone/<host>      <host>'s launcher stopped for good (interrupted, or
 //                    it gave up): the others stop waiting for it at once.
+//   hostloss/<g>     --on-host-loss replan (HostLoss.h): "STEP<TAB>NAME"
+//                    the first remaining host's launcher re-planned without
+//                    the lost host(s): every remaining launcher resumes
+//                    under DIR/NAME from step STEP's checkpoint (0: from
+//                    the start); "!<TAB>REASON" when it refused (--min-hosts).
 //   replan/<g>       --replan: "STEP<TAB>NAME": the leader's monitor (the
 //                    host of rank 0) switches to the plan DIR/NAME after
 //                    STEP; every other launcher writes STEP into its own
@@ -104,6 +109,25 @@ public:
   /// The re-plan of `g` the leader published, if any (no wait).
   rt::StatusOr<std::optional<std::pair<int, std::string>>> replanOf(int g);
 
+  /// --on-host-loss replan: the first remaining host publishes the plan
+  /// `name` that generation `g`'s survivors resume under from `step`, or
+  /// (name empty) why the job ends.
+  rt::Status publishHostLoss(int g, int64_t step, const std::string &name,
+                             const std::string &refusal);
+
+  /// What publishHostLoss said for `g`, waiting up to `timeout`: {step,
+  /// name} or, with an empty name, {0, the refusal}. DeadlineExceeded.
+  rt::StatusOr<std::pair<int64_t, std::string>> awaitHostLoss(
+      int g, std::chrono::milliseconds timeout, const volatile std::sig_atomic_t &stop,
+      std::string *refusal);
+
+  /// The hosts the last finish() or agreeStep() gave up on (silent past the
+  /// timeout, or their launcher left: gone/<host>).
+  const std::vector<std::string> &unanswered() const { return silent; }
+
+  /// Every host of the running plan, sorted.
+  const std::vector<std::string> &planHosts() const { return hosts; }
+
   /// After a re-plan: the hosts are the new plan's (a host it leaves
   /// without ranks is no longer waited for).
   void setHosts(const program::PlanManifest &manifest);
@@ -127,6 +151,7 @@ private:
   std::string host;
   std::vector<std::string> hosts; // every host of the plan, sorted
   std::string store;
+  std::vector<std::string> silent; // see unanswered()
 };
 
 } // namespace run

@@ -16,6 +16,7 @@
 #include "StraitRun.h"
 #include "TraceFiles.h"
 #include "Checkpoint.h"
+#include "HostLoss.h"
 #include "HostRestart.h"
 #include "Replan.h"
 #include "strait/runtime/Communicator.h"
@@ -474,7 +475,7 @@ struct FollowedReplan {
 /// publishes its re-plan, which a `follow`er passes on to its ranks.
 int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt,
                   ReplanMonitor *replan = nullptr, HostRestart *hosts = nullptr,
-                  FollowedReplan *follow = nullptr) {
+                  FollowedReplan *follow = nullptr, int *failedRank = nullptr) {
   std::vector<Child> children;
   ProgressMerger progress(m, o.quietProgress);
   if (replan)
@@ -548,6 +549,8 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
                      failures.end());
     if (!failures.empty()) {
       reportFailure(children, failures); // the root cause first
+      if (failedRank)
+        *failedRank = failures.front()->rank;
       if (hosts) {
         // A rank that only lost a peer (exit code 3) is rarely the cause:
         // give the peer's host a second to publish its own failure first.
@@ -717,14 +720,26 @@ int runLauncher(const RunOptions &options) {
     replan->clearStop();
     o.replanStopFile = replan->stopFile();
   }
-  // --max-restarts and --replan across machines (HostRestart.h): the
-  // launchers agree through the store on every restart, the step to resume
-  // from and the plan to resume under.
+  // --on-host-loss replan (HostLoss.h): a host lost for good is left out
+  // of a new plan, and the remaining ranks go on.
+  std::optional<HostLoss> hostLoss;
+  if (o.onHostLossReplan) {
+    rt::StatusOr<HostLoss> h = HostLoss::create(o);
+    if (!h.isOk()) {
+      std::cerr << "strait-run: --on-host-loss: " << h.getStatus().getMessage() << std::endl;
+      return 2;
+    }
+    hostLoss = h.takeValue();
+  }
+  // --max-restarts, --replan and --on-host-loss across machines
+  // (HostRestart.h): the launchers agree through the store on every
+  // restart, the step to resume from and the plan to resume under.
   std::optional<HostRestart> hosts;
-  if (!o.host.empty() && (o.maxRestarts > 0 || o.replan)) {
+  if (!o.host.empty() && (o.maxRestarts > 0 || o.replan || o.onHostLossReplan)) {
     rt::StatusOr<HostRestart> h = HostRestart::open(o, *m);
     if (!h.isOk()) {
-      std::cerr << "strait-run: " << (o.replan ? "--replan: " : "--max-restarts: ")
+      std::cerr << "strait-run: "
+                << (o.replan ? "--replan: " : o.maxRestarts ? "--max-restarts: " : "--on-host-loss: ")
                 << h.getStatus().getMessage() << std::endl;
       return 2;
     }
@@ -735,6 +750,22 @@ int runLauncher(const RunOptions &options) {
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::string runId = o.runId;
+  // The ranks run the plan in `dir` from now on, from `checkpoint`.
+  auto adoptPlan = [&](program::PlanManifest next, const std::string &dir,
+                       const std::string &checkpoint) {
+    if (hosts)
+      hosts->setHosts(next);
+    m = std::move(next);
+    o.planDir = dir;
+    o.resumePath = checkpoint;
+    if (!threadsGiven)
+      o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                  std::max(1, localRanks(o, *m)));
+    rt::Status s = hostLoss ? hostLoss->switched(dir) : rt::Status::ok();
+    if (!s.isOk())
+      std::cerr << "strait-run: " << s.getMessage() << std::endl;
+    return s.isOk() && prepareStore(o, *m);
+  };
   for (int attempt = 0, restarts = 0;; ++attempt) {
     if (attempt > 0) // a fresh rendezvous: the failed attempt's keys stay behind
       o.runId = runId + "-restart" + std::to_string(attempt);
@@ -752,8 +783,9 @@ int runLauncher(const RunOptions &options) {
                 << "; this launcher is done" << std::endl;
       return 0;
     }
+    int failedRank = -1;
     int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr,
-                             hosts ? &*hosts : nullptr, follow ? &*follow : nullptr);
+                             hosts ? &*hosts : nullptr, follow ? &*follow : nullptr, &failedRank);
     if (code > 128)
       return leave(code);
     if (code == 0 && hosts) { // done when every host is, else restart with them
@@ -805,21 +837,52 @@ int runLauncher(const RunOptions &options) {
                   << std::endl;
         return leave(1);
       }
-      if (hosts)
-        hosts->setHosts(*next);
-      m = std::move(next);
-      o.planDir = dir;
-      o.resumePath = checkpoint;
-      if (!prepareStore(o, *m))
+      if (!adoptPlan(next.takeValue(), dir, checkpoint))
         return 1;
-      if (!threadsGiven)
-        o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                    std::max(1, localRanks(o, *m)));
       std::cout << "strait-run: re-planned: resuming " << m->ranks_size() << " rank(s) from "
                 << checkpoint << " under " << dir << std::endl;
       continue;
     }
-    if (code != 1 || restarts >= o.maxRestarts) {
+    std::string budget; // with --on-host-loss: each host has --max-restarts
+    if (code == 1 && hostLoss) {
+      std::string failedHost;
+      if (hosts) {
+        rt::StatusOr<std::optional<std::string>> f = hosts->failure(attempt);
+        if (f.isOk() && *f)
+          failedHost = HostLoss::hostOfFailure(**f);
+      } else if (failedRank >= 0 && failedRank < m->ranks_size()) {
+        failedHost = m->ranks(failedRank).host();
+      }
+      rt::StatusOr<std::optional<HostLossSwitch>> lost = hostLoss->afterFailure(
+          o.planDir, o.checkpointDir, firstResume, attempt, failedHost,
+          hosts ? &*hosts : nullptr, stopSignal);
+      rt::StatusOr<program::PlanManifest> next =
+          lost.isOk() && *lost ? rt::loadManifest((*lost)->dir + "/" + o.manifest)
+                               : rt::StatusOr<program::PlanManifest>(rt::notFound(""));
+      if (!lost.isOk() || (*lost && !next.isOk())) {
+        std::cerr << "strait-run: --on-host-loss: "
+                  << (lost.isOk() ? next.getStatus() : lost.getStatus()).getMessage()
+                  << std::endl;
+        return leave(stopSignal ? 128 + stopSignal : 1);
+      }
+      if (*lost) {
+        rt::Status s = replan ? replan->adopt((*lost)->dir) : rt::Status::ok();
+        if (!s.isOk() || !adoptPlan(next.takeValue(), (*lost)->dir, (*lost)->checkpoint)) {
+          std::cerr << "strait-run: --on-host-loss: " << s.getMessage() << std::endl;
+          return leave(1);
+        }
+        std::cout << "strait-run: host-loss: resuming " << localRanks(o, *m) << " of "
+                  << m->ranks_size() << " rank(s) from "
+                  << (o.resumePath.empty() ? "the start" : o.resumePath) << " under "
+                  << o.planDir << std::endl;
+        continue;
+      }
+      if (!failedHost.empty())
+        budget = "host " + failedHost + "'s failure " +
+               std::to_string(hostLoss->failures(failedHost)) + " of " +
+               std::to_string(o.maxRestarts + 1) + " before it is lost";
+    }
+    if (code != 1 || (budget.empty() && restarts >= o.maxRestarts)) {
       rt::StatusOr<std::optional<std::string>> why = std::optional<std::string>();
       if (hosts && code == 1)
         why = hosts->failure(attempt);
@@ -847,19 +910,24 @@ int runLauncher(const RunOptions &options) {
                 << (o.resumePath.empty() ? "the start" : o.resumePath) << " (step " << *step
                 << (*step > 0 ? ", the newest checkpoint every host finds complete"
                               : ", no checkpoint every host finds complete")
-                << "), restart " << restarts << " of " << o.maxRestarts << std::endl;
+                << "), restart " << restarts
+                << (budget.empty() ? " of " + std::to_string(o.maxRestarts) : " (" + budget + ")")
+                << std::endl;
       continue;
     }
     rt::StatusOr<CheckpointRef> c = findCheckpoint(o.checkpointDir);
     if (c.isOk()) {
       o.resumePath = c->dir;
       std::cerr << "strait-run: restarting every rank from " << c->dir << " (step " << c->step
-                << "), restart " << restarts << " of " << o.maxRestarts << std::endl;
+                << "), restart " << restarts
+                << (budget.empty() ? " of " + std::to_string(o.maxRestarts) : " (" + budget + ")")
+                << std::endl;
     } else {
       std::cerr << "strait-run: restarting every rank from "
                 << (o.resumePath.empty() ? "the start" : o.resumePath) << " ("
-                << c.getStatus().getMessage() << "), restart " << restarts << " of "
-                << o.maxRestarts << std::endl;
+                << c.getStatus().getMessage() << "), restart " << restarts
+                << (budget.empty() ? " of " + std::to_string(o.maxRestarts) : " (" + budget + ")")
+                << std::endl;
     }
   }
 }

@@ -278,7 +278,8 @@ std::string mbits(double bytesPerSecond) {
   return buf;
 }
 
-/// The "plan (...)" line and straitc's codec lines of a straitc log.
+} // namespace
+
 std::string planSummary(const std::string &log) {
   std::ifstream in(log);
   std::string out;
@@ -289,13 +290,130 @@ std::string planSummary(const std::string &log) {
   return out;
 }
 
-} // namespace
+StatusOr<PlanFacts> readPlanFacts(const std::string &dir) {
+  std::string path = dir + "/plan.json";
+  std::ifstream in(path);
+  if (!in)
+    return rt::notFound(path + " does not exist");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Json root;
+  JsonReader reader(text);
+  if (!reader.parse(root) || root.kind != Json::Object)
+    return rt::invalidArgument(path + ": not a JSON object (at byte " +
+                               std::to_string(reader.where()) + ")");
+  PlanFacts f;
+  const Json *batch = root.get("global_batch"), *micro = root.get("micro_batches"),
+             *iter = root.get("iteration_s"), *stages = root.get("stages");
+  if (!batch || batch->kind != Json::Number || !micro || micro->kind != Json::Number ||
+      !iter || iter->kind != Json::Number || !stages || stages->kind != Json::Array)
+    return rt::invalidArgument(path + ": field 'global_batch', 'micro_batches', 'iteration_s' "
+                               "or 'stages' is missing or has the wrong type");
+  f.globalBatch = static_cast<int64_t>(batch->number);
+  f.microBatches = static_cast<int>(micro->number);
+  f.iterationS = iter->number;
+  for (const Json &st : stages->items) {
+    const Json *devices = st.get("devices");
+    if (!devices || devices->kind != Json::Array)
+      return rt::invalidArgument(path + ": a stage's field 'devices' is missing");
+    f.stageDevices.push_back(devices->items.size());
+  }
+  return f;
+}
+
+std::string jobFolderOf(const std::string &planDir) {
+  std::string root = absolute(planDir);
+  size_t slash = root.rfind('/');
+  if (slash != std::string::npos && slash > 0 &&
+      (root.compare(slash, 8, "/replan-") == 0 || root.compare(slash, 11, "/host-loss-") == 0))
+    return root.substr(0, slash);
+  return root;
+}
+
+std::string findStraitc(const RunOptions &o, const JobRecord &record) {
+  if (!o.straitcPath.empty())
+    return o.straitcPath;
+  // Next to strait-run (an install), then the build tree's bin/, then the
+  // recorded argv[0], then $PATH.
+  std::string self = absolute(o.executable);
+  std::string dir = self.substr(0, self.rfind('/'));
+  for (std::string c : {dir + "/straitc", dir + "/../../../bin/straitc",
+                        record.argv[0][0] == '/' ? record.argv[0]
+                                                 : record.cwd + "/" + record.argv[0]})
+    if (isFile(c))
+      return absolute(c);
+  return "straitc";
+}
+
+StatusOr<JobRecord> runRecordedStraitc(const std::string &straitc, const JobRecord &record,
+                                       const std::string &cluster, const std::string &dir,
+                                       const std::string &evaluatePlan, double *seconds) {
+  // The recorded straitc command with the new cluster and the new folder,
+  // in the folder it ran in; a recorded --evaluate-plan (a re-plan's
+  // command) is dropped, `evaluatePlan` (when given) added.
+  std::vector<std::string> args = {straitc};
+  for (size_t i = 1; i < record.argv.size(); ++i) {
+    const std::string &a = record.argv[i];
+    bool flag = a == "--evaluate-plan" || a == "-evaluate-plan";
+    if (flag || a.rfind("--evaluate-plan=", 0) == 0 || a.rfind("-evaluate-plan=", 0) == 0) {
+      i += flag;
+      continue;
+    }
+    if ((a == "--cluster" || a == "-cluster" || a == "-o") && i + 1 < record.argv.size()) {
+      args.push_back(a);
+      args.push_back(a == "-o" ? dir : cluster);
+      ++i;
+    } else if (a.rfind("--cluster=", 0) == 0 || a.rfind("-cluster=", 0) == 0) {
+      args.push_back("--cluster=" + cluster);
+    } else if (a.rfind("-o=", 0) == 0 || (a.rfind("-o", 0) == 0 && a.size() > 2 && a[2] != '-')) {
+      args.push_back("-o=" + dir);
+    } else {
+      args.push_back(a);
+    }
+  }
+  if (!evaluatePlan.empty())
+    args.push_back("--evaluate-plan=" + evaluatePlan);
+  std::string log = dir + "/straitc.log";
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
+    if (!record.cwd.empty() && ::chdir(record.cwd.c_str()) != 0)
+      std::cerr << "strait-run: cannot enter " << record.cwd << ": " << std::strerror(errno)
+                << std::endl;
+    std::vector<char *> argv;
+    for (auto &a : args)
+      argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::cerr << "strait-run: cannot run " << args[0] << ": " << std::strerror(errno)
+              << std::endl;
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
+    return rt::unavailable(
+        "straitc failed (" +
+        (pid < 0 ? std::string(std::strerror(errno))
+                 : "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status)
+                                                             : 128 + WTERMSIG(status))) +
+        "; " + straitc + ", log " + log + ")");
+  if (seconds)
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return readJobRecord(dir);
+}
 
 StatusOr<JobRecord> readJobRecord(const std::string &dir) {
   std::string path = dir + "/straitc.json";
   std::ifstream in(path);
   if (!in)
-    return rt::notFound(path + " does not exist: --replan needs the record straitc writes "
+    return rt::notFound(path + " does not exist: --replan and --on-host-loss need the record "
+                        "straitc writes "
                         "with every job compiled with --cluster (recompile the job)");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Json root;
@@ -370,21 +488,7 @@ StatusOr<ReplanMonitor> ReplanMonitor::create(const RunOptions &o) {
   m.options = o;
   m.planDir = o.planDir;
   STRAIT_ASSIGN_OR_RETURN(m.record, readJobRecord(o.planDir));
-  if (m.options.straitcPath.empty()) {
-    // Next to strait-run (an install), then the build tree's bin/, then the
-    // recorded argv[0], then $PATH.
-    std::string self = absolute(o.executable);
-    std::string dir = self.substr(0, self.rfind('/'));
-    for (std::string c : {dir + "/straitc", dir + "/../../../bin/straitc",
-                          m.record.argv[0][0] == '/' ? m.record.argv[0]
-                                                     : m.record.cwd + "/" + m.record.argv[0]})
-      if (isFile(c)) {
-        m.options.straitcPath = absolute(c);
-        break;
-      }
-    if (m.options.straitcPath.empty())
-      m.options.straitcPath = "straitc";
-  }
+  m.options.straitcPath = findStraitc(o, m.record);
   m.stopPath = absolute(o.logDir) + "/replan.stop";
   if (m.record.links.empty())
     std::cout << "strait-run: --replan: the plan has no link between hosts; nothing to watch"
@@ -544,10 +648,7 @@ bool ReplanMonitor::replan(int step, int lastStep,
   //    device pairs and their host pairs, latency as the plan assumed it.
   std::string root = absolute(options.planDir);
   // A re-plan of a re-plan writes next to the first one (DIR/replan-K).
-  std::string base = root;
-  if (base.size() > 8 && base.find("/replan-", base.rfind('/')) != std::string::npos)
-    base = base.substr(0, base.rfind('/'));
-  std::string dir = base + "/replan-" + std::to_string(replans);
+  std::string dir = jobFolderOf(root) + "/replan-" + std::to_string(replans);
   makeDirs(dir);
   std::string clusterPath = dir + "/measured-cluster.yaml";
   {
@@ -582,69 +683,19 @@ bool ReplanMonitor::replan(int step, int lastStep,
     }
   }
   // 2. The recorded straitc command with the measured cluster and the new
-  //    folder, in the folder it ran in.
-  //    With --evaluate-plan: straitc also re-simulates the current plan on
-  //    the measured cluster (the calibration below).
-  std::vector<std::string> args = {options.straitcPath};
-  for (size_t i = 1; i < record.argv.size(); ++i) {
-    const std::string &a = record.argv[i];
-    bool flag = a == "--evaluate-plan" || a == "-evaluate-plan";
-    if (flag || a.rfind("--evaluate-plan=", 0) == 0 || a.rfind("-evaluate-plan=", 0) == 0) {
-      i += flag; // a re-plan's command: its own evaluation, replaced below
-      continue;
-    }
-    if ((a == "--cluster" || a == "-cluster" || a == "-o") && i + 1 < record.argv.size()) {
-      args.push_back(a);
-      args.push_back(a == "-o" ? dir : clusterPath);
-      ++i;
-    } else if (a.rfind("--cluster=", 0) == 0 || a.rfind("-cluster=", 0) == 0) {
-      args.push_back("--cluster=" + clusterPath);
-    } else if (a.rfind("-o=", 0) == 0 || (a.rfind("-o", 0) == 0 && a.size() > 2 && a[2] != '-')) {
-      args.push_back("-o=" + dir);
-    } else {
-      args.push_back(a);
-    }
-  }
-  args.push_back("--evaluate-plan=" + root);
+  //    folder, in the folder it ran in, with --evaluate-plan: straitc also
+  //    re-simulates the current plan on the measured cluster (the
+  //    calibration below).
   std::string log = dir + "/straitc.log";
-  auto t0 = std::chrono::steady_clock::now();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      ::close(fd);
-    }
-    if (!record.cwd.empty() && ::chdir(record.cwd.c_str()) != 0)
-      std::cerr << "strait-run: cannot enter " << record.cwd << ": " << std::strerror(errno)
-                << std::endl;
-    std::vector<char *> argv;
-    for (auto &a : args)
-      argv.push_back(&a[0]);
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::cerr << "strait-run: cannot run " << args[0] << ": " << std::strerror(errno)
-              << std::endl;
-    ::_exit(127);
-  }
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
-    std::cout << "strait-run: re-plan " << replans << ": straitc failed ("
-              << (pid < 0 ? std::string(std::strerror(errno))
-                          : "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status)
-                                                                      : 128 + WTERMSIG(status)))
-              << "; " << options.straitcPath << ", log " << log
-              << "); the job keeps its plan. Give straitc's path with --straitc PATH" << std::endl;
-    return false;
-  }
-  double compileS =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  StatusOr<JobRecord> next = readJobRecord(dir);
+  double compileS = 0;
+  StatusOr<JobRecord> next =
+      runRecordedStraitc(options.straitcPath, record, clusterPath, dir, root, &compileS);
   if (!next.isOk()) {
+    bool failed = next.getStatus().getMessage().rfind("straitc failed", 0) == 0;
     std::cout << "strait-run: re-plan " << replans << ": " << next.getStatus().getMessage()
-              << "; the job keeps its plan" << std::endl;
+              << (failed ? "; the job keeps its plan. Give straitc's path with --straitc PATH"
+                         : "; the job keeps its plan")
+              << std::endl;
     return false;
   }
   // 3. Compare in this machine's time: the simulator is off by a factor

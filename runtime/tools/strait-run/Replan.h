@@ -98,6 +98,37 @@ struct JobRecord {
 /// Reads DIR/straitc.json; the error names the file and the field.
 rt::StatusOr<JobRecord> readJobRecord(const std::string &dir);
 
+/// What a job's plan.json says about its shape.
+struct PlanFacts {
+  int64_t globalBatch = 0;
+  int microBatches = 0;
+  double iterationS = 0;            // the planner's predicted step
+  std::vector<size_t> stageDevices; // replicas per stage
+};
+
+/// Reads DIR/plan.json; the error names the file and the field.
+rt::StatusOr<PlanFacts> readPlanFacts(const std::string &dir);
+
+/// The job folder a plan folder belongs to: DIR for DIR, DIR/replan-K and
+/// DIR/host-loss-K (a new plan is written next to the first one).
+std::string jobFolderOf(const std::string &planDir);
+
+/// straitc to re-run: --straitc PATH, else the one next to strait-run or in
+/// the build tree, else the recorded one, else "straitc" ($PATH).
+std::string findStraitc(const RunOptions &o, const JobRecord &record);
+
+/// Runs the job's recorded straitc command with --cluster `cluster` and -o
+/// `dir` (which must exist) in the folder it ran in, its output in
+/// DIR/straitc.log, plus --evaluate-plan=`evaluatePlan` when not empty;
+/// returns the new folder's record (and the compile time in `seconds`).
+/// Unavailable "straitc failed (exit C; PATH, log LOG)".
+rt::StatusOr<JobRecord> runRecordedStraitc(const std::string &straitc, const JobRecord &record,
+                                           const std::string &cluster, const std::string &dir,
+                                           const std::string &evaluatePlan, double *seconds);
+
+/// The plan lines of a straitc log, each prefixed "strait-run:   ".
+std::string planSummary(const std::string &log);
+
 /// One merged step as the launcher saw it: per rank, its time and timings.
 struct StepReport {
   int step = 0;
@@ -130,6 +161,13 @@ public:
   /// record is read, the windows restart). The caller resumes the ranks
   /// from the checkpoint of stopStep() under newPlanDir().
   rt::Status switched();
+
+  /// The ranks run the plan in `dir` now (another decision than this
+  /// monitor's, strait-run --on-host-loss): as switched() to it.
+  rt::Status adopt(const std::string &dir) {
+    pendingDir = dir;
+    return switched();
+  }
 
   /// Removes a stop file a previous run left behind.
   void clearStop();

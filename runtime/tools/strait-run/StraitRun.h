@@ -96,6 +96,11 @@ struct RunOptions {
   int replanMax = 3;           // --replan-max N: re-plans per run
   std::string straitcPath;     // --straitc PATH: "" = next to strait-run, then $PATH
   std::string replanStopFile;  // worker: checkpoint and exit 4 at the step it names
+  // A host lost for good (docs/runtime.md, "Losing a host"; HostLoss.h):
+  // --on-host-loss replan goes on with the other hosts under a new plan,
+  // down to --min-hosts N hosts; fail (the default) ends the job.
+  bool onHostLossReplan = false;
+  int minHosts = 1;
   // Traces (docs/runtime.md, "Traces"; Trace.h): --trace FILE.json (the
   // launcher: the merged job; a worker: its own rank) of the iterations
   // --trace-steps A:B (default 2:4).

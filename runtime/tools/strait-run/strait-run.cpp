@@ -36,6 +36,7 @@ const char *kUsage =
     "                  [--profile] [--no-final-outer-step]\n"
     "                  [--replan auto|off] [--replan-factor X] [--replan-after K]\n"
     "                  [--replan-window N] [--replan-max N] [--straitc PATH]\n"
+    "                  [--on-host-loss fail|replan] [--min-hosts N]\n"
     "                  [--trace FILE.json [--trace-steps A:B]]\n"
     "       strait-run --merge-traces OUT.json RANK.json...\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
@@ -108,6 +109,12 @@ const char *kUsage =
     "  re-run the job's straitc command (--straitc PATH) with the measured\n"
     "  links into DIR/replan-K and, when its plan is predicted faster,\n"
     "  checkpoint and resume every rank under it (--replan-max, default 3).\n"
+    "  --on-host-loss replan (launcher; default fail): when the ranks of a\n"
+    "  host fail after its --max-restarts restarts, or (--host) its launcher\n"
+    "  is silent past --timeout-ms or stopped, re-run the job's straitc\n"
+    "  command without that host's devices into DIR/host-loss-K and resume\n"
+    "  every remaining rank from the newest checkpoint under the new plan;\n"
+    "  below --min-hosts N hosts (default 1) the job fails instead.\n"
     "  Local steps (straitc --local-steps H): the islands average their\n"
     "  parameters every H steps and after the last one; --no-final-outer-step\n"
     "  skips the last one (each island keeps its own parameters).\n"
@@ -236,6 +243,16 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       if (!ok)
         std::cerr << "strait-run: " << a << " takes an integer of at least "
                   << (a == "--replan-max" ? 0 : 1) << "\n";
+    } else if (a == "--on-host-loss") {
+      std::string v;
+      ok = text(v) && (v == "replan" || v == "fail");
+      if (!ok)
+        std::cerr << "strait-run: --on-host-loss takes replan or fail\n";
+      o.onHostLossReplan = v == "replan";
+    } else if (a == "--min-hosts") {
+      ok = value(o.minHosts) && o.minHosts >= 1;
+      if (!ok)
+        std::cerr << "strait-run: --min-hosts takes an integer of at least 1\n";
     } else if (a == "--straitc")
       ok = text(o.straitcPath);
     else if (a == "--replan-stop-file") // the launcher's, to its workers
@@ -290,6 +307,11 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
                  "job across machines, compile a new plan with straitc --cluster MEASURED.yaml "
                  "and restart every rank with --resume (docs/runtime.md, \"Re-planning when "
                  "links change\")\n";
+    return false;
+  }
+  if (o.onHostLossReplan && (o.rank >= 0 || o.checkpointDir.empty())) {
+    std::cerr << "strait-run: --on-host-loss replan is the launcher's (strait-run DIR without "
+                 "--rank) and needs --checkpoint DIR (the remaining ranks resume from it)\n";
     return false;
   }
   if ((o.checkpointEvery > 0 || o.maxRestarts > 0) && o.checkpointDir.empty()) {
