@@ -105,13 +105,6 @@ std::optional<SmallVector<Operation *>>
 Replicator::updateOf(graph::AccumulateGradOp acc, StringRef name, std::string &why) const {
   llvm::SmallPtrSet<Operation *, 16> inUpdate;
   SmallVector<Operation *> update;
-  // Loss scaling: the flag of this gradient is summed with every other
-  // gradient's; a copy per stage would need its own (not done yet).
-  if (llvm::any_of(acc->getUsers(),
-                   [](Operation *u) { return isa<graph::UnscaleGradientsOp>(u); })) {
-    why = "its gradient's inf/nan check (loss scaling) is shared by every stage";
-    return std::nullopt;
-  }
   for (Operation *op = acc->getNextNode(); op; op = op->getNextNode())
     if (!clips.normTerms.contains(op) && llvm::any_of(op->getOperands(), [&](Value v) {
           Operation *d = v.getDefiningOp();
@@ -238,6 +231,22 @@ void Replicator::replicate(graph::AccumulateGradOp acc, ArrayRef<Operation *> up
     stageOf.erase(op);
     op->erase();
   };
+  // Values of the update read outside it (loss scaling's found_inf, which
+  // the stage sums with its other gradients' flags; the clip's sum of
+  // squares of the unscaled gradient) come from the copy in the reader's
+  // stage (every copy holds the same total gradient).
+  llvm::SmallPtrSet<Operation *, 16> inUpdate(update.begin(), update.end());
+  auto own = maps.find(stageOf.lookup(acc));
+  for (Operation *op : update)
+    for (Value r : op->getResults())
+      for (OpOperand &use : llvm::make_early_inc_range(r.getUses())) {
+        if (inUpdate.contains(use.getOwner()))
+          continue;
+        auto it = maps.find(stageOf.lookup(use.getOwner()));
+        if (it == maps.end())
+          it = own != maps.end() ? own : maps.begin();
+        use.set(it->second.lookup(r));
+      }
   for (Operation *op : llvm::reverse(update))
     erase(op);
   // The clip's sum of squares of the gradient (one, in the accumulation's
@@ -369,7 +378,8 @@ static void splitClip(graph::ClipByGlobalNormOp clip, const std::set<int64_t> &s
 /// stages' sums in stage order (only scalars cross stages), so that every
 /// stage's optimizers skip together. The sums are no part of any variable's
 /// update (normTerms) and every stage's total stands for the others
-/// (perStage). A tied variable keeps its single owner (Replicator::updateOf).
+/// (perStage); a tied variable's copies each check the total gradient, and
+/// the flag its owner stage sums is its copy's there (Replicator::replicate).
 static void splitUnscale(graph::UnscaleGradientsOp unscale, const std::set<int64_t> &stages,
                          DenseMap<Operation *, int64_t> &stageOf,
                          strait::dist::detail::StageClips &out) {
