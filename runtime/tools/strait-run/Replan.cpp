@@ -504,12 +504,14 @@ void ReplanMonitor::clearStop() {
 void ReplanMonitor::extendLease(int step, double ms) {
   // A tenth of a second of steps ahead of the last merged one, at least 3 (the
   // stop step is at least the lease: 3 slow steps after the decision, as
-  // before the lease). A decision comes after two merged steps or more, when
+  // before the lease) and at most 8 (the stop step comes at most 8 steps
+  // after a decision; steps under 12 ms may wait briefly for the launcher's
+  // next extension). A decision comes after two merged steps or more, when
   // the lease already exceeds the implicit one (kReplanFirstLease after the
   // first step), so no rank is beyond it either.
   int ahead = 3;
   if (ms > 0)
-    ahead = std::max(ahead, static_cast<int>(std::ceil(100.0 / ms)));
+    ahead = std::clamp(static_cast<int>(std::ceil(100.0 / ms)), 3, 8);
   int lease = step + ahead;
   if (lease <= leaseGranted)
     return;
