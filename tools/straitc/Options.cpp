@@ -9,9 +9,11 @@ cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"), cl::Req
                                cl::cat(straitCat));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(straitCat));
-cl::opt<std::string> inputShapes("input-shape",
-                                 cl::desc("Static input shapes: NAME=DxD...[,NAME=...]"),
-                                 cl::init(""), cl::cat(straitCat));
+cl::list<std::string> inputShapes(
+    "input-shape",
+    cl::desc("Static input shapes: NAME=DxD...[,NAME=...] (repeatable: the entries of every "
+             "--input-shape count)"),
+    cl::ZeroOrMore, cl::cat(straitCat));
 cl::opt<bool> shapeOnly("shape-only", cl::desc("Read no weight bytes"), cl::init(false),
                         cl::cat(straitCat));
 cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::Summary),

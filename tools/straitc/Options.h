@@ -25,7 +25,7 @@ enum class Remat { Auto, On, Off };
 extern cl::OptionCategory straitCat;
 extern cl::opt<std::string> inputFile;
 extern cl::opt<std::string> outputFile;
-extern cl::opt<std::string> inputShapes;
+extern cl::list<std::string> inputShapes;
 extern cl::opt<bool> shapeOnly;
 extern cl::opt<Emit> emit;
 extern cl::opt<std::string> clusterFile;

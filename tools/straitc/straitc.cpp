@@ -37,6 +37,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -560,7 +561,7 @@ int main(int argc, char **argv) {
 
   strait::ONNXImportOptions opts;
   opts.shapeOnly = shapeOnly;
-  std::string err = strait::parseInputShapes(inputShapes, opts.inputShapes);
+  std::string err = strait::parseInputShapes(llvm::join(inputShapes, ","), opts.inputShapes);
   if (!err.empty()) {
     llvm::errs() << "straitc: " << err << "\n";
     return 1;

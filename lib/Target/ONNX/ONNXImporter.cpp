@@ -58,7 +58,9 @@ std::string strait::parseInputShapes(StringRef spec,
         shape.push_back(d);
       }
     }
-    shapes[name] = shape;
+    auto [it, inserted] = shapes.try_emplace(name, shape);
+    if (!inserted && it->second != shape)
+      return ("--input-shape gives '" + name + "' two shapes").str();
   }
   return "";
 }
