@@ -332,6 +332,8 @@ private:
     line << "eval after step " << frac << ":";
     if (t.losses)
       line << " loss " << t.loss;
+    else // a machine whose ranks run no last pipeline stage (--host)
+      line << " no loss on this machine's ranks (the last pipeline stage's machine prints it)";
     if (t.items > 0)
       line << " (" << t.items << " " << t.itemName << ")";
     std::cout << line.str() << std::endl;
