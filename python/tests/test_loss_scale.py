@@ -169,6 +169,21 @@ def test_resume_is_bit_identical(overflow):
         assert a[name].tobytes() == b[name].tobytes(), name
 
 
+def test_resume_from_a_checkpoint_without_scale_state(overflow):
+    """A checkpoint of the same model trained without loss scaling: the scale starts afresh
+    (2^16, which overflows: backed off at once), AdamW's update count from the checkpoint's
+    step."""
+    d, job, *_ = overflow
+    plain = compile_job(d, "plain", "--optimizer", "adamw", "--loss-scale", "none")
+    train(plain, d, 2, "--checkpoint", d / "plain-ckpt")
+    train(job, d, 4, "--resume", d / "plain-ckpt" / "step-2", "--checkpoint", d / "mixed")
+    log = (job / "logs" / "rank0.log").read_text()
+    assert "the checkpoint has no loss-scale state: the scale starts at 65536" in log
+    assert [x[1:] for x in step_lines(job)] == [(32768.0, True), (16384.0, True)]
+    state = checkpoint(d / "mixed" / "step-4")["loss_scale.state"]
+    assert list(state) == [16384.0, 0.0, 2.0]  # two updates (the plain job's), two skipped
+
+
 def test_underflow_recovered_by_scaling(tmp_path):
     d = tmp_path
     rng = np.random.default_rng(1)
