@@ -543,6 +543,14 @@ LogicalResult ProgramLowering::lowerOp(Operation &op, ValueTable &values) {
   if (!isa<graph::GraphDialect>(op.getDialect()))
     return op.emitError("op of dialect '")
            << op.getDialect()->getNamespace() << "' cannot be exported to a program";
+  // Loss scaling unscales a gradient in place where the op is its only
+  // reader (the accumulated, all-reduced total): no second buffer per
+  // gradient (the kernels read and write each element at one index).
+  if (auto unscale = dyn_cast<graph::UnscaleGradientsOp>(op))
+    for (auto [g, u] : llvm::zip(unscale.getGrads(), unscale.getUnscaled()))
+      if (g.hasOneUse() && g.getType() == u.getType())
+        if (std::optional<uint32_t> id = values.lookup(g))
+          values.alias(u, *id);
   pb::Kernel *k = program.add_kernels();
   k->set_id(program.kernels_size() - 1);
   auto fused = dyn_cast<graph::FusedElementwiseOp>(op);
