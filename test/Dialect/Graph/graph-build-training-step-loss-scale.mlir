@@ -24,6 +24,8 @@
 // Bad values name the flag; nothing is written.
 // RUN: not straitc %s --loss cross-entropy --loss-scale fast --emit=mlir 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not straitc %s --loss cross-entropy --loss-scale -4 --emit=mlir 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: not straitc %s --loss cross-entropy --loss-scale 1e39 --emit=mlir 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: not straitc %s --loss cross-entropy --loss-scale dynamic --loss-scale-init 0 --emit=mlir 2>&1 | FileCheck %s --check-prefix=INIT
 // RUN: not straitc %s --loss cross-entropy --loss-scale dynamic --loss-scale-growth 1 --emit=mlir 2>&1 | FileCheck %s --check-prefix=GROW
 // RUN: not straitc %s --loss cross-entropy --loss-scale dynamic --loss-scale-backoff 1 --emit=mlir 2>&1 | FileCheck %s --check-prefix=BACK
 // RUN: not straitc %s --loss cross-entropy --loss-scale dynamic --loss-scale-interval 0 --emit=mlir 2>&1 | FileCheck %s --check-prefix=INTERVAL
@@ -75,8 +77,9 @@
 // PROG-NEXT: backoff_factor: 0.5
 // PROG-NEXT: growth_interval: 7
 
-// BAD: invalid loss-scale='fast' (straitc --loss-scale): expected none, dynamic or a finite value > 0
-// NEG: invalid loss-scale='-4' (straitc --loss-scale)
+// BAD: invalid loss-scale='fast' (straitc --loss-scale): expected none, dynamic or a value in (0, 3.4e38]
+// NEG: invalid loss-scale='{{-4|1e39}}' (straitc --loss-scale)
+// INIT: invalid loss-scale-init=0 (straitc --loss-scale-init): expected a value in (0, 3.4e38]
 // GROW: invalid loss-scale-growth=1 (straitc --loss-scale-growth): expected a finite value > 1
 // BACK: invalid loss-scale-backoff=1 (straitc --loss-scale-backoff): expected a value in (0, 1)
 // INTERVAL: invalid loss-scale-interval=0 (straitc --loss-scale-interval): expected a step count >= 1

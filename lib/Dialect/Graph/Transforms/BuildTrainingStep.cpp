@@ -219,14 +219,16 @@ LogicalResult BuildTrainingStep::checkLossScale() {
     return success();
   bool dynamic = lossScale == "dynamic";
   double fixed = 0;
+  // The launcher keeps S in f32 (as GradScaler does): at most FLT_MAX.
+  const double maxScale = 3.4028234663852886e38;
   if (!dynamic && (StringRef(lossScale).getAsDouble(fixed) || !(fixed > 0) ||
-                   !std::isfinite(fixed)))
+                   !(fixed <= maxScale)))
     return err() << "invalid loss-scale='" << lossScale
-                 << "' (straitc --loss-scale): expected none, dynamic or a finite value > 0";
+                 << "' (straitc --loss-scale): expected none, dynamic or a value in (0, 3.4e38]";
   initialScale = dynamic ? lossScaleInit.getValue() : fixed;
-  if (!(initialScale > 0) || !std::isfinite(initialScale))
+  if (!(initialScale > 0) || !(initialScale <= maxScale))
     return err() << "invalid loss-scale-init=" << num(lossScaleInit)
-                 << " (straitc --loss-scale-init): expected a finite value > 0";
+                 << " (straitc --loss-scale-init): expected a value in (0, 3.4e38]";
   if (!(lossScaleGrowth > 1) || !std::isfinite(lossScaleGrowth.getValue()))
     return err() << "invalid loss-scale-growth=" << num(lossScaleGrowth)
                  << " (straitc --loss-scale-growth): expected a finite value > 1";
