@@ -277,3 +277,19 @@ def test_pipeline_stages_agree(tmp_path):
     assert first_update >= 10  # 2^40 backs off to below f16's overflow first
     losses = [x[0] for x in step_lines(job, 1)]
     assert max(losses[-3:]) < min(losses[:first_update]) - 0.3
+
+
+def test_growth_stops_below_f32_overflow(tmp_path):
+    """GradScaler grows S only to a finite f32: from 2^126 with a growth interval of 1 and
+    gradients that stay finite (logits 100 apart), S reaches 2^127 and stays there."""
+    d = tmp_path
+    w = np.zeros((D, C), np.float32)
+    w[0] = [100.0, 0.0, 0.0]
+    linear_model(d / "m.onnx", w)
+    np.save(d / "x.npy", np.repeat(np.array([[1.0, 0.0, 0.0]], np.float32), 8, 0))
+    np.save(d / "labels.npy", np.zeros(8, np.int64))
+    job = compile_job(d, "job", "--optimizer", "sgd", "--loss-scale-init", 2.0**126,
+                      "--loss-scale-interval", 1)
+    train(job, d, 4)
+    assert [(np.float32(s), k) for _, s, k in step_lines(job)] == [(np.float32(2.0**127),
+                                                                       False)] * 4

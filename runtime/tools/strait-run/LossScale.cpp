@@ -72,7 +72,9 @@ bool LossScaler::update() {
   }
   values[2] += 1;
   if (config.dynamic() && ++values[1] >= config.growth_interval()) {
-    values[0] = static_cast<float>(values[0]) * config.growth_factor();
+    float grown = static_cast<float>(values[0]) * config.growth_factor();
+    if (std::isfinite(grown)) // GradScaler keeps S below f32's overflow
+      values[0] = grown;
     values[1] = 0;
   }
   return false;
@@ -80,6 +82,7 @@ bool LossScaler::update() {
 
 std::string LossScaler::describe(bool wasSkipped) const {
   std::ostringstream s;
+  s.precision(9); // an f32 S round-trips
   s << " scale " << values[0];
   if (wasSkipped)
     s << " skipped (" << skipped << " in all)";
