@@ -4,7 +4,8 @@ strait-run fed an npy array to the first floating-point input only: a classifier
 ids got zeros on every step (a warning in the rank's log), and trained on nothing. It now feeds
 the integer input when the program has no float one. A misspelt --input-name fed nothing either,
 and --eval-data of npy samples without --eval-labels failed at the first evaluation, after the
-training: both are now errors before the first step.
+training: both are now errors before the first step. Float npy labels (regression targets for
+--loss mse) were refused; they now feed the labels input of their float type.
 """
 from __future__ import annotations
 
@@ -104,3 +105,42 @@ def test_npy_eval_data_without_labels_fails_before_training(job):
     assert "is an npy array and the program reads labels 'labels': give them with " \
            "--eval-labels FILE.npy" in out, out
     assert "step 1/1" not in out and "iteration 1" not in out, out
+
+
+def test_float_targets_train_an_mse_regression(tmp_path):
+    """--loss mse reads float targets: an npy of float32 labels feeds them row by row (labels
+    had to be integer class ids); the step's loss is numpy's mean squared error on the fed
+    rows, and float64 targets for the f32 labels input are refused naming both."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((D, C)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "regression",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, D])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, C])],
+                          [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "r.onnx"))
+    run([STRAITC, str(tmp_path / "r.onnx"), "--loss", "mse", "--optimizer", "sgd",
+         "-o", str(tmp_path / "job")])
+    x = rng.standard_normal((64, D)).astype(np.float32)
+    y = rng.standard_normal((64, C)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    p = subprocess.run([STRAIT_RUN, str(tmp_path / "job"), "--steps", "1", "--lr", "0.1",
+                        "--threads", "1", "--data", str(tmp_path / "x.npy"), "--labels",
+                        str(tmp_path / "y.npy"), "--dump-outputs", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    fx = np.load(tmp_path / "out" / "x.rank0.npy")
+    fy = np.load(tmp_path / "out" / "labels.rank0.npy")
+    rows = [int(np.flatnonzero((x == r).all(1))[0]) for r in fx]
+    np.testing.assert_array_equal(fy, y[rows])  # each row's own targets
+    want = float(np.mean((fx @ w - fy) ** 2))
+    got = float(p.stdout.split("loss ")[1].split()[0])
+    assert abs(got - want) < 1e-4 * max(1.0, abs(want)), (got, want)
+
+    np.save(tmp_path / "y64.npy", y.astype(np.float64))
+    p = subprocess.run([STRAIT_RUN, str(tmp_path / "job"), "--steps", "1", "--data",
+                        str(tmp_path / "x.npy"), "--labels", str(tmp_path / "y64.npy")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "must both be of integer types, or of the same float type" in p.stdout + p.stderr

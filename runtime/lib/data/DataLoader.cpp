@@ -203,9 +203,13 @@ public:
     }
     if (lab) {
       STRAIT_ASSIGN_OR_RETURN(int64_t lb, batchOf(*lab, labelsName, labels, labelsPath));
-      if (!isInteger(lab->dtype) || !isInteger(labels.dtype))
-        return invalidArgument(describe(labelsName, *lab) + " and " + labelsPath +
-                               " must both be of integer types");
+      // Class ids (cross-entropy) widen or narrow between integer types;
+      // regression targets (mse) are copied, so their float type must match.
+      bool ints = isInteger(lab->dtype) && isInteger(labels.dtype);
+      if (!ints && lab->dtype != labels.dtype)
+        return invalidArgument(describe(labelsName, *lab) + " and " + labelsPath + " (" +
+                               npyDescr(labels.dtype) +
+                               ") must both be of integer types, or of the same float type");
       if (b >= 0 && lb != b)
         return invalidArgument("input '" + inputName + "' has batch " + std::to_string(b) +
                                " but labels '" + labelsName + "' have " + std::to_string(lb));
@@ -220,7 +224,12 @@ public:
         std::memcpy(static_cast<char *>(input->data) + i * rowBytes,
                     samples.bytes.data() + rows[i] * rowBytes, rowBytes);
     }
-    if (lab) {
+    if (lab && !isInteger(labels.dtype)) {
+      size_t rowBytes = labels.bytes.size() / static_cast<size_t>(labels.shape[0]);
+      for (int64_t i = 0; rowBytes && i < b; ++i)
+        std::memcpy(static_cast<char *>(lab->data) + i * rowBytes,
+                    labels.bytes.data() + rows[i] * rowBytes, rowBytes);
+    } else if (lab) {
       int64_t per = labels.numel() / labels.shape[0];
       for (int64_t i = 0; i < b; ++i)
         for (int64_t j = 0; j < per; ++j)
@@ -303,9 +312,11 @@ openNpyArrays(const std::string &samplesPath, const std::string &labelsPath, uin
       return invalidArgument(labelsPath + " has shape " + shapeToString(labels.shape) +
                              " but " + samplesPath + " holds " +
                              std::to_string(samples.shape[0]) + " samples");
-    if (labels.dtype != program::DTYPE_I64 && labels.dtype != program::DTYPE_I32)
-      return invalidArgument(labelsPath + ": labels must be int64 or int32, got '" +
-                             npyDescr(labels.dtype) + "'");
+    if (labels.dtype != program::DTYPE_I64 && labels.dtype != program::DTYPE_I32 &&
+        labels.dtype != program::DTYPE_F32 && labels.dtype != program::DTYPE_F64 &&
+        labels.dtype != program::DTYPE_F16)
+      return invalidArgument(labelsPath + ": labels must be int64 or int32 (class ids) or " +
+                             "float (regression targets), got '" + npyDescr(labels.dtype) + "'");
   }
   return std::unique_ptr<DataLoader>(new NpyLoader(samplesPath, std::move(samples), labelsPath,
                                                    std::move(labels), !labelsPath.empty(),
