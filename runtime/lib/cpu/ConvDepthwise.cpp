@@ -50,6 +50,33 @@ inline void dotLanes(const float *a, const float *b, int64_t n, int64_t sb, floa
 // and 4 wide (the baseline) elsewhere: target_clones without FMA, so both
 // clones compute the same bits.
 
+/// The window positions that read output row (oz, oy) of the plane from
+/// inside X: fn(kpos, r, src) for each (kz, ky, kx) whose input row is inside
+/// X and whose valid output columns r are not empty, src the input under
+/// output column r.lo (forwardPlane and gradWeightPlane walk it alike).
+template <typename Fn>
+inline __attribute__((always_inline)) void forEachTap(const float *plane, const ConvWindow &w,
+                                                      const ValidRange *xr, int64_t oz,
+                                                      int64_t oy, Fn &&fn) {
+  for (int64_t kz = 0; kz < w.k[0]; ++kz) {
+    int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
+    if (iz < 0 || iz >= w.in[0])
+      continue;
+    for (int64_t ky = 0; ky < w.k[1]; ++ky) {
+      int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
+      if (iy < 0 || iy >= w.in[1])
+        continue;
+      const float *row = plane + (iz * w.in[1] + iy) * w.in[2];
+      for (int64_t kx = 0; kx < w.k[2]; ++kx) {
+        ValidRange r = xr[kx];
+        if (r.lo < r.hi)
+          fn((kz * w.k[1] + ky) * w.k[2] + kx, r,
+             row + r.lo * w.stride[2] - w.pad[2] + kx * w.dil[2]);
+      }
+    }
+  }
+}
+
 /// One (image, channel) plane of depthwiseConv: each output row zeroed, then
 /// for each window position (z, y, x order) += w[kpos] * the input row over
 /// the outputs whose input is inside X, then + bias.
@@ -61,32 +88,17 @@ forwardPlane(const float *plane, const float *k, const float *bias, float *out, 
     for (int64_t oy = 0; oy < w.out[1]; ++oy) {
       float *dst = out + (oz * w.out[1] + oy) * w.out[2];
       std::fill(dst, dst + w.out[2], 0.0f);
-      for (int64_t kz = 0; kz < w.k[0]; ++kz) {
-        int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-        if (iz < 0 || iz >= w.in[0])
-          continue;
-        for (int64_t ky = 0; ky < w.k[1]; ++ky) {
-          int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-          if (iy < 0 || iy >= w.in[1])
-            continue;
-          const float *row = plane + (iz * w.in[1] + iy) * w.in[2];
-          for (int64_t kx = 0; kx < w.k[2]; ++kx) {
-            float kw = k[(kz * w.k[1] + ky) * w.k[2] + kx];
-            ValidRange r = xr[kx];
-            if (r.lo >= r.hi)
-              continue;
-            const float *src = row + r.lo * sx - w.pad[2] + kx * w.dil[2];
-            float *d = dst + r.lo;
-            int64_t len = r.hi - r.lo;
-            if (sx == 1)
-              for (int64_t i = 0; i < len; ++i)
-                d[i] += kw * src[i];
-            else
-              for (int64_t i = 0; i < len; ++i)
-                d[i] += kw * src[i * sx];
-          }
-        }
-      }
+      forEachTap(plane, w, xr, oz, oy, [&](int64_t kpos, ValidRange r, const float *src) {
+        float kw = k[kpos];
+        float *d = dst + r.lo;
+        int64_t len = r.hi - r.lo;
+        if (sx == 1)
+          for (int64_t i = 0; i < len; ++i)
+            d[i] += kw * src[i];
+        else
+          for (int64_t i = 0; i < len; ++i)
+            d[i] += kw * src[i * sx];
+      });
       if (bias)
         for (int64_t i = 0; i < w.out[2]; ++i)
           dst[i] += *bias;
@@ -140,24 +152,9 @@ gradWeightPlane(const float *g, const float *plane, float *lanes, const ConvWind
   for (int64_t oz = 0; oz < w.out[0]; ++oz)
     for (int64_t oy = 0; oy < w.out[1]; ++oy) {
       const float *grow = g + (oz * w.out[1] + oy) * w.out[2];
-      for (int64_t kz = 0; kz < w.k[0]; ++kz) {
-        int64_t iz = oz * w.stride[0] - w.pad[0] + kz * w.dil[0];
-        if (iz < 0 || iz >= w.in[0])
-          continue;
-        for (int64_t ky = 0; ky < w.k[1]; ++ky) {
-          int64_t iy = oy * w.stride[1] - w.pad[1] + ky * w.dil[1];
-          if (iy < 0 || iy >= w.in[1])
-            continue;
-          const float *row = plane + (iz * w.in[1] + iy) * w.in[2];
-          for (int64_t kx = 0; kx < w.k[2]; ++kx) {
-            ValidRange r = xr[kx];
-            if (r.lo >= r.hi)
-              continue;
-            dotLanes(grow + r.lo, row + r.lo * sx - w.pad[2] + kx * w.dil[2], r.hi - r.lo, sx,
-                     lanes + ((kz * w.k[1] + ky) * w.k[2] + kx) * 8);
-          }
-        }
-      }
+      forEachTap(plane, w, xr, oz, oy, [&](int64_t kpos, ValidRange r, const float *src) {
+        dotLanes(grow + r.lo, src, r.hi - r.lo, sx, lanes + kpos * 8);
+      });
     }
 }
 
