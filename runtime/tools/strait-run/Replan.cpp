@@ -290,17 +290,24 @@ std::string planSummary(const std::string &log) {
   return out;
 }
 
-StatusOr<PlanFacts> readPlanFacts(const std::string &dir) {
-  std::string path = dir + "/plan.json";
+/// The JSON object of file `path`; NotFound (`missing` after the path) when
+/// it does not exist.
+static StatusOr<Json> readJsonObject(const std::string &path, const std::string &missing) {
   std::ifstream in(path);
   if (!in)
-    return rt::notFound(path + " does not exist");
+    return rt::notFound(path + " does not exist" + missing);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Json root;
   JsonReader reader(text);
   if (!reader.parse(root) || root.kind != Json::Object)
     return rt::invalidArgument(path + ": not a JSON object (at byte " +
                                std::to_string(reader.where()) + ")");
+  return root;
+}
+
+StatusOr<PlanFacts> readPlanFacts(const std::string &dir) {
+  std::string path = dir + "/plan.json";
+  STRAIT_ASSIGN_OR_RETURN(Json root, readJsonObject(path, ""));
   PlanFacts f;
   const Json *batch = root.get("global_batch"), *micro = root.get("micro_batches"),
              *iter = root.get("iteration_s"), *stages = root.get("stages");
@@ -410,17 +417,10 @@ StatusOr<JobRecord> runRecordedStraitc(const std::string &straitc, const JobReco
 
 StatusOr<JobRecord> readJobRecord(const std::string &dir) {
   std::string path = dir + "/straitc.json";
-  std::ifstream in(path);
-  if (!in)
-    return rt::notFound(path + " does not exist: --replan and --on-host-loss need the record "
-                        "straitc writes "
-                        "with every job compiled with --cluster (recompile the job)");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  Json root;
-  JsonReader reader(text);
-  if (!reader.parse(root) || root.kind != Json::Object)
-    return rt::invalidArgument(path + ": not a JSON object (at byte " +
-                               std::to_string(reader.where()) + ")");
+  STRAIT_ASSIGN_OR_RETURN(Json root,
+                          readJsonObject(path, ": --replan and --on-host-loss need the record "
+                                               "straitc writes with every job compiled with "
+                                               "--cluster (recompile the job)"));
   auto field = [&](const Json &o, const char *key, Json::Kind kind,
                    const std::string &where) -> StatusOr<const Json *> {
     const Json *v = o.get(key);
