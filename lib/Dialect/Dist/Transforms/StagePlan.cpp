@@ -354,11 +354,12 @@ llvm::Expected<ModelPlan> strait::dist::evaluatePlanFile(func::FuncOp func,
   Schedule sched = *schedule == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
   mp.plan = evaluateStages(mp.coarse, *cluster, popts, stages,
                            static_cast<unsigned>(*microBatches), sched);
-  if (std::optional<llvm::StringRef> s = root->getString("strategy"))
+  if (std::optional<llvm::StringRef> s = root->getString("strategy")) {
     if (llvm::Expected<PlannerStrategy> named = parseStrategy(*s))
       mp.plan.strategy = *named;
     else
       llvm::consumeError(named.takeError());
+  }
   assignNodeStages(mp);
   for (auto [s, n] : llvm::enumerate(ops)) {
     int64_t here = llvm::count(mp.stageOfNode, static_cast<unsigned>(s));
