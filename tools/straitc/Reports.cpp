@@ -74,7 +74,7 @@ LogicalResult reportCompression(const CompressionFlags &flags,
                                 llvm::json::Value *json, bool perLink, double *predicted,
                                 std::optional<strait::SimulationResult> *timeline) {
   if (flags.mode == "none" && flags.links.empty()) {
-    if (predicted || timeline) // the plan without codecs
+    if (predicted || timeline) { // the plan without codecs
       if (auto sim = strait::simulatePlan(plan, cluster)) {
         if (predicted)
           *predicted = sim->iterationTime;
@@ -83,6 +83,7 @@ LogicalResult reportCompression(const CompressionFlags &flags,
       } else {
         llvm::consumeError(sim.takeError());
       }
+    }
     return success();
   }
   auto c = chooseCodecs(flags, plan, cluster);

@@ -98,7 +98,8 @@ bool matchGather(Value v, ExpertMatMul &m) {
     m.table = g.getData();
     m.indices = g.getIndices();
   } else if (auto g = dyn_cast<GatherOp>(gather)) {
-    if ((g.getAxis() != 0 && g.getAxis() != -3) || !staticType(g.getIndices(), 1))
+    int64_t axis = static_cast<int64_t>(g.getAxis()); // the table's rank 3: -3 is 0
+    if ((axis != 0 && axis != -3) || !staticType(g.getIndices(), 1))
       return false;
     m.table = g.getData();
     m.indices = g.getIndices();
