@@ -75,6 +75,17 @@ def saved_params(folder):
     return out
 
 
+def checkpoint_values(step_dir, rank=0):
+    """{name: array} of one rank's values in a checkpoint step folder (its index.tsv)."""
+    import numpy as np
+    folder = os.path.join(step_dir, f"rank{rank}")
+    values = {}
+    for line in open(os.path.join(folder, "index.tsv")):
+        file, _, _, name = line.rstrip("\n").split("\t")
+        values[name] = np.load(os.path.join(folder, file))
+    return values
+
+
 def cpu_cluster(name, devices, links):
     """A cluster file (text) of CPU devices of the local cluster's nominal type (0.2 TFLOP/s fp32,
     20 GB/s, 8 GiB): `devices` lists (name, host, site), `links` is the body of `links:` (YAML

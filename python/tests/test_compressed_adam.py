@@ -35,8 +35,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from jobutil import (GPT2_TINY, PROTO_DIR, STRAITC, STRAIT_RUN, cpu_cluster, needs_gpt2_tiny, run,
-                     write_tokens)
+from jobutil import (GPT2_TINY, PROTO_DIR, STRAITC, STRAIT_RUN, checkpoint_values, cpu_cluster,
+                     needs_gpt2_tiny, run, write_tokens)
 
 pytestmark = needs_gpt2_tiny()
 
@@ -63,14 +63,7 @@ def launch(job, data, steps, *extra):
                 *map(str, extra)])
 
 
-def checkpoint(step_dir, rank=0):
-    """{name: array} of one rank of a checkpoint step folder."""
-    values = {}
-    folder = os.path.join(step_dir, f"rank{rank}")
-    for line in open(os.path.join(folder, "index.tsv")):
-        file, _, _, name = line.rstrip("\n").split("\t")
-        values[name] = np.load(os.path.join(folder, file))
-    return values
+checkpoint = checkpoint_values  # {name: array} of one rank of a step folder
 
 
 def sent_per_step(job, rank):

@@ -25,8 +25,8 @@ import sys
 import numpy as np
 import pytest
 
-from jobutil import (GPT2_TINY, PROTO_DIR, ROOT, STRAITC, STRAIT_RUN, cpu_cluster, needs_gpt2_tiny,
-                     run, write_tokens)
+from jobutil import (GPT2_TINY, PROTO_DIR, ROOT, STRAITC, STRAIT_RUN, checkpoint_values, cpu_cluster,
+                     needs_gpt2_tiny, run, write_tokens)
 
 pytestmark = needs_gpt2_tiny()
 
@@ -86,11 +86,7 @@ def checkpoint(step_dir):
         m = re.fullmatch(r"rank(\d+)", entry)
         if not m:
             continue
-        values = {}
-        for line in open(os.path.join(step_dir, entry, "index.tsv")):
-            file, _, _, name = line.rstrip("\n").split("\t")
-            values[name] = np.load(os.path.join(step_dir, entry, file))
-        out[int(m.group(1))] = values
+        out[int(m.group(1))] = checkpoint_values(step_dir, int(m.group(1)))
     return out
 
 

@@ -29,8 +29,8 @@ import re
 import numpy as np
 import pytest
 
-from jobutil import (GPT2_TINY, STRAIT_RUN, STRAITC, cpu_cluster, run, saved_params,
-                     write_tokens)
+from jobutil import (GPT2_TINY, STRAIT_RUN, STRAITC, checkpoint_values, cpu_cluster, run,
+                     saved_params, write_tokens)
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -73,13 +73,7 @@ def step_lines(job, rank=0):
                                  text)]
 
 
-def checkpoint(step_dir, rank=0):
-    values = {}
-    folder = os.path.join(step_dir, f"rank{rank}")
-    for line in open(os.path.join(folder, "index.tsv")):
-        file, _, _, name = line.rstrip("\n").split("\t")
-        values[name] = np.load(os.path.join(folder, file))
-    return values
+checkpoint = checkpoint_values  # {name: array} of one rank of a step folder
 
 
 def torch_reference(x_row, label, w0, steps):
