@@ -49,7 +49,7 @@ def strait_step_ms(build, model, shape, optimizer, threads, steps, work, data_ar
     return statistics.median(times[WARMUP:])
 
 
-def torch_step_ms(module, make_batch, optimizer, threads, steps):
+def torch_step_ms(module, make_batch, optimizer, threads, steps, warmup=WARMUP):
     import torch
     torch.set_num_threads(threads)
     module.train()
@@ -61,7 +61,7 @@ def torch_step_ms(module, make_batch, optimizer, threads, steps):
     opt = (torch.optim.AdamW(module.parameters(), lr=1e-3) if optimizer == "adamw"
            else torch.optim.SGD(module.parameters(), lr=1e-3))
     times = []
-    for i in range(steps + WARMUP):
+    for i in range(steps + warmup):
         x, y = make_batch(i)
         t0 = time.perf_counter()
         logits = module(x)
@@ -70,7 +70,7 @@ def torch_step_ms(module, make_batch, optimizer, threads, steps):
         loss.backward()
         opt.step()
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times[WARMUP:])
+    return statistics.median(times[warmup:])
 
 
 def main():

@@ -45,6 +45,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # step_vs_torch
 WARMUP = 2
 LOSS_RTOL = 1e-4
 
@@ -178,20 +179,10 @@ def torch_loss(module, x, y):
 
 
 def torch_step_ms(module, x, y, optimizer, threads, steps):
-    import torch
-    torch.set_num_threads(threads)
-    module.train()
-    opt = (torch.optim.AdamW(module.parameters(), lr=1e-3) if optimizer == "adamw"
-           else torch.optim.SGD(module.parameters(), lr=1e-3))
-    times = []
-    for _ in range(steps + WARMUP):
-        t0 = time.perf_counter()
-        loss = torch_loss(module, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times[WARMUP:])
+    """PyTorch's step on the same batch every time (step_vs_torch.py's loop)."""
+    import step_vs_torch
+    return step_vs_torch.torch_step_ms(module, lambda i: (x, y), optimizer, threads, steps,
+                                       warmup=WARMUP)
 
 
 def main():
