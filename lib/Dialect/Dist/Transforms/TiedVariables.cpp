@@ -34,6 +34,23 @@
 using namespace mlir;
 using namespace strait;
 
+/// The sum of `partial` in stage order, the same on every stage that forms
+/// it: one Add per term after the first, each passed to `added`.
+static Value sumInStageOrder(OpBuilder &b, Location loc, const std::map<int64_t, Value> &partial,
+                             llvm::function_ref<void(Operation *)> added) {
+  Value sum;
+  for (const auto &[stage, p] : partial) {
+    if (!sum) {
+      sum = p;
+      continue;
+    }
+    auto add = b.create<graph::AddOp>(loc, sum, p);
+    added(add);
+    sum = add;
+  }
+  return sum;
+}
+
 namespace {
 
 constexpr llvm::StringLiteral kOpIdAttr = "graph.op_id";
@@ -191,19 +208,9 @@ void Replicator::replicate(graph::AccumulateGradOp acc, ArrayRef<Operation *> up
   }
   // Every copy adds the partials in stage order: the same sum everywhere.
   std::map<int64_t, IRMapping> maps;
-  for (int64_t c : copies) {
-    Value sum;
-    for (auto &[stage, p] : partial) {
-      if (!sum) {
-        sum = p;
-        continue;
-      }
-      auto add = b.create<graph::AddOp>(loc, sum, p);
-      stageOf[add] = c;
-      sum = add;
-    }
-    maps[c].map(acc.getResult(), sum);
-  }
+  for (int64_t c : copies)
+    maps[c].map(acc.getResult(),
+                sumInStageOrder(b, loc, partial, [&](Operation *add) { stageOf[add] = c; }));
   // The update, once per copy; its reads and constants cloned with it.
   llvm::SetVector<Operation *> leaves;
   for (Operation *op : update) {
@@ -403,19 +410,11 @@ static void splitUnscale(graph::UnscaleGradientsOp unscale, const std::set<int64
     }
   }
   std::map<int64_t, Value> total;
-  for (int64_t t : stages) {
-    Value sum;
-    for (auto &[s, p] : partial) {
-      if (!sum) {
-        sum = p;
-        continue;
-      }
-      auto add = b.create<graph::AddOp>(loc, sum, p);
+  for (int64_t t : stages)
+    total[t] = sumInStageOrder(b, loc, partial, [&](Operation *add) {
       out.normTerms.insert(add);
-      sum = place(add, t);
-    }
-    total[t] = sum;
-  }
+      place(add, t);
+    });
   for (auto &[t, v] : total)
     out.perStage[v] = total;
   bool returned = false;
