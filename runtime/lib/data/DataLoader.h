@@ -73,7 +73,10 @@ StatusOr<std::unique_ptr<DataLoader>>
 openNpyArrays(const std::string &samples, const std::string &labels, uint64_t seed,
               uint64_t stream);
 
-/// The start offsets of iteration `iteration`'s `count` windows in [0, limit].
+/// The start offsets of iteration `iteration`'s `count` windows in [0, limit]:
+/// offset i is splitmix64(base + i) % (limit + 1) with base =
+/// splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ iteration), a contract
+/// the tests recompute (python/tests/test_data_inputs.py).
 std::vector<uint64_t> sampleOffsets(uint64_t seed, uint64_t stream, int64_t iteration,
                                     int64_t count, uint64_t limit);
 

@@ -103,6 +103,11 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
     pass("--eval-batches", std::to_string(o.evalBatches));
   }
   pass("--input-name", o.inputName);
+  for (const auto &[flag, list] : {std::make_pair("--input", &o.inputFiles),
+                                   std::make_pair("--eval-input", &o.evalInputFiles),
+                                   std::make_pair("--input-fill", &o.inputFills)})
+    for (const auto &[name, value] : *list)
+      pass(flag, name + "=" + value);
   pass("--labels-name", o.labelsName);
   pass("--dump-outputs", o.dumpDir);
   pass("--save-params", o.saveParamsDir);

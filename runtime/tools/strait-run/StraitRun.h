@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace strait {
 namespace program {
@@ -44,6 +46,11 @@ struct RunOptions {
   std::string inputName;    // data input; "" = input_ids / first match
   std::string labelsName = "labels";
   uint64_t seed = 1234;     // batch sampling seed
+  // Further inputs (DataInputs.h): --input NAME=FILE.npy (rows aligned with
+  // npy --data), --eval-input NAME=FILE.npy (with --eval-data), --input-fill
+  // NAME=VALUE; each repeatable, one flag per input.
+  using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+  NamedPaths inputFiles, evalInputFiles, inputFills;
   // Held-out loss (Eval.h): --eval-data FILE [--eval-labels FILE.npy] every
   // --eval-every K steps (0: after the last only) over --eval-batches N.
   std::string evalDataPath;

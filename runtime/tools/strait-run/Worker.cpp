@@ -17,6 +17,7 @@
 #include "AqSgdRun.h"
 #include "Checkpoint.h"
 #include "LossScale.h"
+#include "DataInputs.h"
 #include "DataLoader.h"
 #include "Devices.h"
 #include "Eval.h"
@@ -368,6 +369,20 @@ Status runRank(const RunOptions &o) {
           .withRank(o.rank);
     STRAIT_RETURN_IF_ERROR(evaluationSteps(p, evalSteps, evalLossOf).withRank(o.rank));
   }
+  // What feeds each input (DataInputs.h): the data input is the replica's
+  // choice, on its first stage; --input arrays and defaults for the rest.
+  DataInputChoice dataInput;
+  if (loader) {
+    StatusOr<DataInputChoice> chosenInput = chooseDataInput(p, m, *entry, o, tokens);
+    if (!chosenInput.isOk())
+      return chosenInput.takeStatus().withRank(o.rank);
+    dataInput = *chosenInput;
+  }
+  StatusOr<std::unique_ptr<InputFeeds>> openedFeeds =
+      InputFeeds::open(p, m, *entry, o, dataInput, loader.get(), evalLoader.get(), tokens);
+  if (!openedFeeds.isOk())
+    return openedFeeds.takeStatus().withRank(o.rank);
+  std::unique_ptr<InputFeeds> feeds = std::move(*openedFeeds);
   // The checkpoint to resume from, like the data: before the rendezvous.
   std::optional<CheckpointRef> resume;
   if (!o.resumePath.empty()) {
@@ -532,7 +547,9 @@ Status runRank(const RunOptions &o) {
   std::string inputName, labelsName;
   StatusOr<Tensor> input = invalidArgument("none"), labels = invalidArgument("none");
   if (loader) {
-    inputName = pickDataInput(p, o, tokens);
+    for (const auto &v : p.values())
+      if (v.role() == program::ROLE_INPUT && v.name() == dataInput.name)
+        inputName = v.name();
     if (!inputName.empty())
       input = exec->getValueByName(inputName);
     for (const auto &v : p.values())
@@ -544,12 +561,7 @@ Status runRank(const RunOptions &o) {
               << (inputName.empty() ? "(no data input on this rank)" : "'" + inputName + "'")
               << (labelsName.empty() ? "" : ", labels '" + labelsName + "'") << "\n";
   }
-  for (const auto &v : p.values())
-    if (v.role() == program::ROLE_INPUT && v.name() != "step" && v.name() != "lr" &&
-        v.name() != inputName && v.name() != labelsName &&
-        !(scaler && (v.name() == "loss_scale" || v.name() == "optimizer_step")))
-      std::cerr << "rank " << o.rank << ": warning: input '" << v.name()
-                << "' gets no data (zeros)\n";
+  STRAIT_RETURN_IF_ERROR(feeds->bind(*exec).withRank(o.rank));
   int64_t items = 0;
   if (loader) {
     const Tensor *t = input.isOk() ? &*input : labels.isOk() ? &*labels : nullptr;
@@ -562,17 +574,8 @@ Status runRank(const RunOptions &o) {
   std::unique_ptr<AqSgdState> aqsgd;
   Shape dataShape;
   if (exec->usesActivationDeltas()) {
-    if (loader && input.isOk())
-      dataShape = input->shape;
-    for (const auto &r : m.ranks())
-      if (loader && dataShape.empty() && r.replica() == entry->replica() && r.rank() != o.rank) {
-        STRAIT_ASSIGN_OR_RETURN(program::Program q,
-                                loadProgram(resolvePath(o.planDir, r.program_file())));
-        std::string name = pickDataInput(q, o, tokens);
-        for (const auto &v : q.values())
-          if (!name.empty() && v.role() == program::ROLE_INPUT && v.name() == name)
-            dataShape.assign(v.shape().begin(), v.shape().end());
-      }
+    if (loader)
+      dataShape = dataInput.shape;
     STRAIT_ASSIGN_OR_RETURN(aqsgd, createAqSgd(*exec, device, loader.get(), dataShape, o.rank));
     if (resume) {
       STRAIT_ASSIGN_OR_RETURN(std::string note, loadAqSgd(*aqsgd, *resume, o.rank));
@@ -659,6 +662,8 @@ Status runRank(const RunOptions &o) {
       trace::Span load("data", "data load");
       Status s = loader->fill(input.isOk() ? &*input : nullptr, inputName,
                               labels.isOk() ? &*labels : nullptr, labelsName, it);
+      if (s.isOk())
+        s = feeds->fill(*loader, it, /*eval=*/false);
       if (!s.isOk())
         return s.withStep(it + 1);
       if (aqsgd)
@@ -724,6 +729,8 @@ Status runRank(const RunOptions &o) {
       for (int b = 0; b < o.evalBatches; ++b) {
         Status s = evalLoader->fill(input.isOk() ? &*input : nullptr, inputName,
                                     labels.isOk() ? &*labels : nullptr, labelsName, b);
+        if (s.isOk())
+          s = feeds->fill(*evalLoader, b, /*eval=*/true);
         if (!s.isOk())
           return s.withStep(it + 1);
         for (int i : evalSteps) {
@@ -813,8 +820,12 @@ Status runRank(const RunOptions &o) {
   }
   if (o.profile)
     printProfile(*exec, o.rank, profiled, profiledMs);
-  if (!o.dumpDir.empty())
-    STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, {inputName, labelsName}));
+  if (!o.dumpDir.empty()) {
+    std::vector<std::string> fed = feeds->fedNames();
+    fed.push_back(inputName);
+    fed.push_back(labelsName);
+    STRAIT_RETURN_IF_ERROR(dumpOutputs(*exec, p, o, fed));
+  }
   if (!o.saveParamsDir.empty())
     STRAIT_RETURN_IF_ERROR(saveParameters(*exec, p, o));
   if (comm && !recovery)

@@ -24,8 +24,9 @@ const char *kUsage =
     "                  [--run-id ID] [--lr LR] [--data FILE]\n"
     "                  [--data-format tokens-u16|tokens-u32|npy] [--labels FILE.npy]\n"
     "                  [--input-name NAME] [--labels-name NAME] [--seed N]\n"
+    "                  [--input NAME=FILE.npy]... [--input-fill NAME=VALUE]...\n"
     "                  [--eval-data FILE [--eval-labels FILE.npy] [--eval-every K]\n"
-    "                   [--eval-batches N]]\n"
+    "                   [--eval-batches N] [--eval-input NAME=FILE.npy]...]\n"
     "                  [--dump-outputs DIR] [--save-params DIR] [--quiet]\n"
     "                  [--host NAME] [--rendezvous redis://[:PASSWORD@]HOST[:PORT]|DIR]\n"
     "                  [--listen-address IP]\n"
@@ -75,7 +76,13 @@ const char *kUsage =
     "  B x T windows to the integer input (--input-name, default input_ids)\n"
     "  and next-token targets to \"labels\"; an .npy sample array feeds B\n"
     "  seeded rows to the first float (else integer) input, --labels FILE.npy the\n"
-    "  labels. --dump-outputs DIR writes the last iteration's outputs as\n"
+    "  labels. --input NAME=FILE.npy feeds input NAME (an attention_mask,\n"
+    "  token_type_ids, ...) of every rank that reads it the same rows of FILE\n"
+    "  (N rows, one per sample of the npy --data), --eval-input NAME=FILE.npy\n"
+    "  those of --eval-data; --input-fill NAME=VALUE writes VALUE everywhere.\n"
+    "  Unfed, an input named like a mask gets ones with a token file (an\n"
+    "  error with npy data), an integer position_ids 0..T-1, others zeros.\n"
+    "  --dump-outputs DIR writes the last iteration's outputs as\n"
     "  DIR/<name>.rank<R>.npy; --save-params DIR each rank's parameters after\n"
     "  the last iteration as DIR/<parameter>.rank<R>.npy.\n"
     "  --eval-data FILE (with --eval-labels for npy): every --eval-every K\n"
@@ -178,6 +185,27 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       ok = value(o.evalBatches) && o.evalBatches > 0;
     else if (a == "--input-name")
       ok = text(o.inputName);
+    else if (a == "--input" || a == "--eval-input" || a == "--input-fill") {
+      // NAME=FILE.npy (NAME=VALUE): one flag per input.
+      std::string v;
+      ok = text(v);
+      size_t eq = v.find('=');
+      ok = ok && eq != std::string::npos && eq > 0 && eq + 1 < v.size();
+      if (!ok) {
+        std::cerr << "strait-run: " << a << " takes NAME="
+                  << (a == "--input-fill" ? "VALUE" : "FILE.npy") << ", got '" << v << "'\n";
+        return false;
+      }
+      auto &list = a == "--input" ? o.inputFiles : a == "--eval-input" ? o.evalInputFiles
+                                                                       : o.inputFills;
+      std::string name = v.substr(0, eq);
+      for (const auto &entry : list)
+        if (entry.first == name) {
+          std::cerr << "strait-run: two " << a << " flags name input '" << name << "'\n";
+          return false;
+        }
+      list.emplace_back(name, v.substr(eq + 1));
+    }
     else if (a == "--labels-name")
       ok = text(o.labelsName);
     else if (a == "--dump-outputs")
@@ -287,6 +315,12 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
   if (o.dataFormat != "" && o.dataFormat != "tokens-u16" && o.dataFormat != "tokens-u32" &&
       o.dataFormat != "npy") {
     std::cerr << "strait-run: unknown --data-format '" << o.dataFormat << "'\n";
+    return false;
+  }
+  if ((!o.inputFiles.empty() && o.dataPath.empty()) ||
+      (!o.evalInputFiles.empty() && o.evalDataPath.empty())) {
+    std::cerr << "strait-run: --input needs --data, --eval-input --eval-data (the npy samples "
+                 "whose rows they align with)\n";
     return false;
   }
   if (o.device != "auto" && !strait::run::parseDevice(o.device).isOk()) {
