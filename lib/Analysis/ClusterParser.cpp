@@ -439,21 +439,23 @@ static Error parseLinks(const Reader &r, yaml::Node *node, ClusterSpec &spec) {
   });
 }
 
-/// A host `exclude_hosts` leaves out, and where the file names it.
+/// A host `exclude_hosts` leaves out (or `include_hosts` brings back), and
+/// where the file names it.
 struct ExcludedHost {
   std::string host, where;
+  bool include = false;
 };
 
 static Error parseTop(const Reader &r, yaml::Node *root, ClusterSpec &spec,
                       std::vector<ExcludedHost> &excluded) {
   return r.forEach(root, "cluster", [&](StringRef key,
                                         yaml::Node *v) -> Error {
-    if (key == "exclude_hosts")
+    if (key == "exclude_hosts" || key == "include_hosts")
       return r.forEachItem(v, key, [&](yaml::Node *item) -> Error {
         Expected<std::string> s = r.scalar(item, key);
         if (!s)
           return s.takeError();
-        excluded.push_back({*s, r.where(item)});
+        excluded.push_back({*s, r.where(item), key == "include_hosts"});
         return Error::success();
       });
     if (key == "name") {
@@ -483,7 +485,10 @@ static Error parseTop(const Reader &r, yaml::Node *root, ClusterSpec &spec,
 /// `exclude_hosts: [H, ...]` (strait-run --on-host-loss writes it after a
 /// host is lost for good): the devices on those hosts are left out, with
 /// the link rules and profiles that name them (or a site no device is left
-/// on). A name that is no device's host is an error naming it.
+/// on). `include_hosts: [H, ...]` (strait-run --on-host-join writes it when
+/// a host joins the running job) brings back a host an earlier entry left
+/// out: the lists apply in the order of the file, so a later exclusion
+/// wins again. A name that is no device's host is an error naming it.
 static Error excludeHosts(ClusterSpec &spec, const std::vector<ExcludedHost> &excluded) {
   if (excluded.empty())
     return Error::success();
@@ -492,12 +497,19 @@ static Error excludeHosts(ClusterSpec &spec, const std::vector<ExcludedHost> &ex
     hosts.insert(d.host);
   for (const ExcludedHost &x : excluded)
     if (x.host.empty() || !hosts.contains(x.host))
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     x.where + ": field 'exclude_hosts' names '" + x.host +
-                                         "', which is no device's host");
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          x.where + ": field '" + (x.include ? "include_hosts" : "exclude_hosts") + "' names '" +
+              x.host + "', which is no device's host");
   llvm::StringSet<> gone;
-  for (const ExcludedHost &x : excluded)
-    gone.insert(x.host);
+  for (const ExcludedHost &x : excluded) {
+    if (x.include)
+      gone.erase(x.host);
+    else
+      gone.insert(x.host);
+  }
+  if (gone.empty())
+    return Error::success();
   std::vector<DeviceSpec> kept;
   for (DeviceSpec &d : spec.devices) {
     sitesBefore.insert(d.site);

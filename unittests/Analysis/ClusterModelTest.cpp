@@ -357,3 +357,38 @@ links:
   EXPECT_NE(errorOf(base + "exclude_hosts: [a, b, n0, n1]\n").find("the cluster has no devices"),
             std::string::npos);
 }
+
+// strait-run --on-host-join appends `include_hosts: [H]` to a cluster file
+// that left H out (a standby host, or one lost earlier): the lists apply in
+// the file's order, so H comes back, and an exclusion after it wins again.
+TEST(ClusterModel, IncludeHostsBringsBackAnExcludedHost) {
+  std::string base = std::string(kTypes) + R"(devices:
+  - {name: a0, type: V100, host: a, site: east}
+  - {name: b0, type: V100, host: b, site: east}
+  - {name: c0, type: V100, host: c, site: east}
+links:
+  intra_site: {bandwidth_gbps: 10}
+  hosts: [{between: [a, c], bandwidth_gbps: 2}]
+)";
+  llvm::Expected<ClusterModel> standby = parseCluster(base + "exclude_hosts: [c]\n", "c.yaml");
+  ASSERT_TRUE(!!standby) << llvm::toString(standby.takeError());
+  EXPECT_EQ(standby->size(), 2u);
+  llvm::Expected<ClusterModel> joined =
+      parseCluster(base + "exclude_hosts: [c]\ninclude_hosts: [c]\n", "c.yaml");
+  ASSERT_TRUE(!!joined) << llvm::toString(joined.takeError());
+  ASSERT_EQ(joined->size(), 3u);
+  EXPECT_EQ(joined->devices[2].name, "c0");
+  EXPECT_NEAR(joined->bandwidth(0, 2), 2e9 / 8, 1); // a-c's host rule is back too
+  // Lost again after joining: the later exclusion wins.
+  llvm::Expected<ClusterModel> again = parseCluster(
+      base + "exclude_hosts: [c]\ninclude_hosts: [c]\nexclude_hosts: [c, b]\n", "c.yaml");
+  ASSERT_TRUE(!!again) << llvm::toString(again.takeError());
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ(again->devices[0].name, "a0");
+  // Bringing back a host nothing left out changes nothing.
+  llvm::Expected<ClusterModel> noop = parseCluster(base + "include_hosts: [b]\n", "c.yaml");
+  ASSERT_TRUE(!!noop) << llvm::toString(noop.takeError());
+  EXPECT_EQ(noop->size(), 3u);
+  EXPECT_EQ(errorOf(base + "include_hosts: [x]\n"),
+            "bad.yaml:15:17: field 'include_hosts' names 'x', which is no device's host");
+}
