@@ -173,8 +173,9 @@ def test_a_second_launcher_of_a_host_is_refused_and_the_run_goes_on(job, referen
 
 
 @pytest.mark.parametrize("args, expect", [
-    (["--host", "gamma", "--run-id", "x"], r"--host gamma: no rank of the plan is on it "
-                                           r"\(the plan's hosts: alpha, beta\)"),
+    (["--host", "gamma", "--run-id", "x"], r"--host gamma: no rank of the plan is on it \(a "
+                                           r"host the running job leaves out joins it with "
+                                           r"--join\) \(the plan's hosts: alpha, beta\)"),
     (["--host", "alpha"], r"--host alpha: --run-id ID is required"),
     (["--rendezvous", "redis://127.0.0.1:99999"], r"--rendezvous: rendezvous "
                                                   r"'redis://127.0.0.1:99999': the port '99999' "

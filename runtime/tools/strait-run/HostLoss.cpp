@@ -33,8 +33,9 @@ std::string join(const std::vector<std::string> &names) {
   return out;
 }
 
-/// "1 stage x 3 devices" or "2 stages of 2, 1 devices".
-std::string shape(const PlanFacts &f) {
+} // namespace
+
+std::string planShape(const PlanFacts &f) {
   std::ostringstream out;
   size_t n = f.stageDevices.size();
   bool same = true;
@@ -52,8 +53,6 @@ std::string shape(const PlanFacts &f) {
   out << ", " << f.microBatches << " micro-batch" << (f.microBatches == 1 ? "" : "es");
   return out.str();
 }
-
-} // namespace
 
 StatusOr<HostLoss> HostLoss::create(const RunOptions &o) {
   HostLoss h;
@@ -128,11 +127,11 @@ StatusOr<std::string> HostLoss::replanWithout(const std::string &planDir,
   std::snprintf(buf, sizeof(buf), "predicted step %.4g ms", now->iterationS * 1e3);
   line << "strait-run: " << tag << ": new plan (straitc ";
   std::snprintf(buf + 80, 80, "%.2f s", compileS);
-  line << (buf + 80) << "): " << next->ranks.size() << " rank(s), " << shape(*now) << ", "
+  line << (buf + 80) << "): " << next->ranks.size() << " rank(s), " << planShape(*now) << ", "
        << buf;
   if (was.isOk()) {
     std::snprintf(buf, sizeof(buf), "%.4g ms", was->iterationS * 1e3);
-    line << " (the lost plan: " << record.ranks.size() << " rank(s), " << shape(*was) << ", "
+    line << " (the lost plan: " << record.ranks.size() << " rank(s), " << planShape(*was) << ", "
          << buf << "); global batch " << now->globalBatch;
     if (now->globalBatch == was->globalBatch)
       line << " (unchanged)";

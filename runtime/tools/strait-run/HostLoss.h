@@ -40,6 +40,10 @@ namespace run {
 
 class HostRestart;
 
+/// A plan's shape for the launcher's messages: "1 stage x 3 replicas, 2
+/// micro-batches" or "2 stages of 2, 1 devices, 4 micro-batches".
+std::string planShape(const PlanFacts &facts);
+
 /// Where the remaining ranks resume after a host loss.
 struct HostLossSwitch {
   std::string dir;        // the new plan's folder

@@ -44,7 +44,8 @@ Status claimRunId(const RunOptions &o, const program::PlanManifest &m) {
     return Status::ok();
   std::string at = there.substr(0, there.find('\t'));
   return invalidArgument("run id " + o.runId + " was already used on this store (host " +
-                         o.host + " started it at " + at + "); pick a new --run-id");
+                         o.host + " started it at " + at + "); pick a new --run-id, or add "
+                         "--join to bring host " + o.host + " back into the running job");
 }
 
 StatusOr<HostRestart> HostRestart::open(const RunOptions &o, const program::PlanManifest &m) {

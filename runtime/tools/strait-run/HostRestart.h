@@ -32,6 +32,9 @@
 //                    job folder on a shared file system) from step STEP's
 //                    checkpoint.
 //
+// --on-host-join replan and --join (a host joins the running job) add the
+// keys join/, joinack/, joinreply/, joined/, joinok/ and end (HostJoin.h).
+//
 // Before any rank starts, every launcher of --host mode claims the run id
 // (claimRunId, whether or not it restarts):
 //

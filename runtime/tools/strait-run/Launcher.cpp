@@ -16,8 +16,10 @@
 #include "StraitRun.h"
 #include "TraceFiles.h"
 #include "Checkpoint.h"
+#include "HostJoin.h"
 #include "HostLoss.h"
 #include "HostRestart.h"
+#include "ProgressMerger.h"
 #include "Replan.h"
 #include "strait/runtime/Communicator.h"
 #include "strait/runtime/LinkSecret.h"
@@ -145,248 +147,6 @@ pid_t spawnWorker(const RunOptions &o, int rank, int world, int localRank,
   ::_exit(127);
 }
 
-/// One "rank R iteration N/M ..." line of a worker.
-struct Progress {
-  int steps = 0;
-  double ms = 0;
-  bool hasLoss = false;
-  double loss = 0;
-  std::string lr; // as the worker printed it (the schedule's value this step)
-  std::string itemName;
-  int64_t items = 0;
-  std::string sent, recv;
-  std::string links; // "link PEER:BYTES:SECONDS,..." (--replan)
-  bool outerStep = false; // the local-steps outer step ran after this iteration
-};
-
-bool parseProgress(const std::string &line, int &rank, int &step, Progress &p) {
-  std::istringstream in(line);
-  std::string w, frac;
-  if (!(in >> w) || w != "rank" || !(in >> rank) || !(in >> w) || w != "iteration" ||
-      !(in >> frac))
-    return false;
-  if (std::sscanf(frac.c_str(), "%d/%d", &step, &p.steps) != 2)
-    return false;
-  while (in >> w) {
-    if (w == "time")
-      in >> p.ms;
-    else if (w == "loss")
-      p.hasLoss = static_cast<bool>(in >> p.loss);
-    else if (w == "lr")
-      in >> p.lr;
-    else if (w == "tokens" || w == "samples") {
-      p.itemName = w;
-      in >> p.items;
-    } else if (w == "outer-step")
-      p.outerStep = true;
-    else if (w == "sent")
-      in >> p.sent;
-    else if (w == "recv")
-      in >> p.recv;
-    else if (w == "link")
-      in >> p.links;
-  }
-  return true;
-}
-
-std::string humanBytes(const std::string &list) {
-  // "1:16384,2:0" -> "1:16.0KiB,2:0B"
-  std::string out;
-  std::istringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    size_t colon = item.find(':');
-    if (colon == std::string::npos) {
-      out += item;
-      continue;
-    }
-    double b = std::atof(item.c_str() + colon + 1);
-    const char *units[] = {"B", "KiB", "MiB", "GiB"};
-    int u = 0;
-    while (b >= 1024 && u < 3) {
-      b /= 1024;
-      ++u;
-    }
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), u ? "%.1f%s" : "%.0f%s", b, units[u]);
-    out += (out.empty() ? "" : ",") + item.substr(0, colon + 1) + buf;
-  }
-  return out;
-}
-
-/// Follows the rank logs and prints a merged line per completed step.
-class ProgressMerger {
-public:
-  ProgressMerger(const program::PlanManifest &m, bool quiet) : quiet(quiet) {
-    bool layout = false;
-    for (const auto &r : m.ranks())
-      layout |= r.stage() > 0 || r.replica() != 0;
-    for (const auto &r : m.ranks())
-      replicaOf[r.rank()] = layout ? r.replica() : r.rank();
-  }
-  void add(int rank, const std::string &log) { files.push_back({rank, log, 0, ""}); }
-  /// Called with every step once all ranks reported it (--replan).
-  std::function<void(int, const std::map<int, Progress> &)> onStep;
-  void poll(bool final) {
-    for (File &f : files) {
-      std::ifstream in(f.path, std::ios::binary);
-      if (!in)
-        continue;
-      in.seekg(static_cast<std::streamoff>(f.offset));
-      std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      f.offset += chunk.size();
-      f.partial += chunk;
-      for (size_t nl; (nl = f.partial.find('\n')) != std::string::npos;) {
-        std::string line = f.partial.substr(0, nl);
-        f.partial.erase(0, nl + 1);
-        int rank, step;
-        Progress p;
-        if (parseProgress(line, rank, step, p) && rank == f.rank) {
-          pending[step][rank] = p;
-          if (latestTopk.count(rank))
-            topkAt[step][rank] = latestTopk[rank];
-        }
-        // "rank R eval N/M time MS [loss L] [tokens|samples K]": --eval-data.
-        std::string evalPrefix = "rank " + std::to_string(f.rank) + " eval ";
-        if (line.rfind(evalPrefix, 0) == 0) {
-          std::istringstream in(line.substr(evalPrefix.size()));
-          std::string frac, w;
-          in >> frac;
-          auto &slot = evals[std::atoi(frac.c_str())];
-          slot.first = frac;
-          EvalReport &e = slot.second[f.rank];
-          while (in >> w) {
-            if (w == "loss")
-              e.hasLoss = static_cast<bool>(in >> e.loss);
-            else if (w == "tokens" || w == "samples") {
-              e.itemName = w;
-              in >> e.items;
-            }
-          }
-        }
-        // "rank R topk ...": the adaptive top-k ratios after R's next
-        // iteration (Executor::run prints them before the iteration line).
-        std::string prefix = "rank " + std::to_string(f.rank) + " topk ";
-        if (line.rfind(prefix, 0) == 0)
-          latestTopk[f.rank] = line.substr(prefix.size());
-      }
-    }
-    for (auto it = evals.begin(); it != evals.end();) {
-      if (it->second.second.size() < files.size() && !final) {
-        ++it;
-        continue;
-      }
-      printEval(it->second.first, it->second.second);
-      it = evals.erase(it);
-    }
-    while (!pending.empty() &&
-           (pending.begin()->second.size() == files.size() || final)) {
-      print(pending.begin()->first, pending.begin()->second);
-      if (onStep && pending.begin()->second.size() == files.size())
-        onStep(pending.begin()->first, pending.begin()->second);
-      pending.erase(pending.begin());
-    }
-  }
-
-private:
-  struct File {
-    int rank;
-    std::string path;
-    size_t offset;
-    std::string partial;
-  };
-  struct EvalReport {
-    bool hasLoss = false;
-    double loss = 0;
-    std::string itemName;
-    int64_t items = 0;
-  };
-  /// The mean loss over the ranks that report one (each replica's last
-  /// stage) and the items of each replica once (its ranks share a batch).
-  struct Totals {
-    double loss = 0;
-    int losses = 0;
-    std::string itemName;
-    int64_t items = 0;
-  };
-  template <typename Report> Totals totals(const std::map<int, Report> &ranks) {
-    Totals t;
-    std::map<int, int64_t> itemsPerReplica;
-    for (const auto &[rank, r] : ranks) {
-      if (r.hasLoss) {
-        t.loss += r.loss;
-        ++t.losses;
-      }
-      if (r.items > 0) {
-        t.itemName = r.itemName;
-        int64_t &n = itemsPerReplica[replicaOf.count(rank) ? replicaOf[rank] : rank];
-        n = std::max(n, r.items);
-      }
-    }
-    for (const auto &kv : itemsPerReplica)
-      t.items += kv.second;
-    if (t.losses)
-      t.loss /= t.losses;
-    return t;
-  }
-  /// "eval after step N/M: loss L (K tokens)".
-  void printEval(const std::string &frac, const std::map<int, EvalReport> &ranks) {
-    if (quiet)
-      return;
-    Totals t = totals(ranks);
-    std::ostringstream line;
-    line << "eval after step " << frac << ":";
-    if (t.losses)
-      line << " loss " << t.loss;
-    else // a machine whose ranks run no last pipeline stage (--host)
-      line << " no loss on this machine's ranks (the last pipeline stage's machine prints it)";
-    if (t.items > 0)
-      line << " (" << t.items << " " << t.itemName << ")";
-    std::cout << line.str() << std::endl;
-  }
-  // step N -> ("N/M", rank -> report)
-  std::map<int, std::pair<std::string, std::map<int, EvalReport>>> evals;
-  void print(int step, const std::map<int, Progress> &ranks) {
-    if (quiet || ranks.empty())
-      return;
-    double ms = 0;
-    std::string lr;
-    for (const auto &kv : ranks) {
-      ms = std::max(ms, kv.second.ms);
-      if (lr.empty())
-        lr = kv.second.lr;
-    }
-    Totals sum = totals(ranks);
-    std::ostringstream line;
-    line << "step " << step << "/" << ranks.begin()->second.steps;
-    if (sum.losses)
-      line << " loss " << sum.loss;
-    if (sum.items > 0)
-      line << " " << sum.itemName << "/s "
-           << static_cast<int64_t>(sum.items / std::max(ms, 1e-3) * 1000);
-    char t[32];
-    std::snprintf(t, sizeof(t), ms < 10 ? "%.3f" : "%.1f", ms);
-    line << " time " << t << " ms";
-    if (!lr.empty())
-      line << " lr " << lr;
-    if (std::any_of(ranks.begin(), ranks.end(), [](const auto &kv) { return kv.second.outerStep; }))
-      line << " outer-step";
-    for (const auto &kv : ranks)
-      if (!kv.second.sent.empty())
-        line << " | rank" << kv.first << " sent " << humanBytes(kv.second.sent) << " recv "
-             << humanBytes(kv.second.recv);
-    for (const auto &[rank, text] : topkAt[step])
-      line << " | rank" << rank << " topk " << text;
-    topkAt.erase(step);
-    std::cout << line.str() << std::endl;
-  }
-  bool quiet;
-  std::vector<File> files;
-  std::map<int, std::map<int, Progress>> pending;
-  std::map<int, std::string> latestTopk;              // rank -> its last topk line
-  std::map<int, std::map<int, std::string>> topkAt;   // step -> rank -> topk text
-  std::map<int, int> replicaOf;
-};
-
 void printTail(const std::string &path, size_t lines) {
   std::ifstream in(path);
   std::deque<std::string> tail;
@@ -482,7 +242,8 @@ struct FollowedReplan {
 /// publishes its re-plan, which a `follow`er passes on to its ranks.
 int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attempt,
                   ReplanMonitor *replan = nullptr, HostRestart *hosts = nullptr,
-                  FollowedReplan *follow = nullptr, int *failedRank = nullptr) {
+                  FollowedReplan *follow = nullptr, int *failedRank = nullptr,
+                  HostJoin *join = nullptr) {
   std::vector<Child> children;
   ProgressMerger progress(m, o.quietProgress);
   if (replan)
@@ -540,7 +301,8 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
         follow->plan = (*r)->second;
         bool written = writeReplanControl(follow->stopFile, {follow->stopStep,
                                                              follow->stopStep});
-        std::cout << "strait-run: re-plan (host " << m.ranks(0).host()
+        std::cout << "strait-run: " << (isJoinPlan(follow->plan) ? "host-join" : "re-plan")
+                  << " (host " << m.ranks(0).host()
                   << "'s launcher): every rank checkpoints after step " << follow->stopStep
                   << " and resumes under " << follow->plan << std::endl;
         if (!written)
@@ -578,6 +340,8 @@ int superviseOnce(const RunOptions &o, const program::PlanManifest &m, int attem
       }
       return 1;
     }
+    if (join && replan && hosts && polls % 10 == 4) // every 200 ms: a host that joins
+      join->poll(attempt, o.planDir, hosts->planHosts(), *replan, *hosts, o.steps);
     if (hosts && polls % 10 == 9) { // every 200 ms: another host's failure
       rt::StatusOr<std::optional<std::string>> f = hosts->failure(attempt);
       if (f.isOk() && *f) {
@@ -676,10 +440,12 @@ int runLauncher(const RunOptions &options) {
     std::set<std::string> hosts;
     for (const auto &r : m->ranks())
       hosts.insert(r.host());
-    std::string refused = !hosts.count(o.host) ? "no rank of the plan is on it"
-                          : options.runId.empty()
-                              ? "--run-id ID is required (the same on every machine)"
-                              : "";
+    std::string refused =
+        !hosts.count(o.host) && !o.join
+            ? "no rank of the plan is on it (a host the running job leaves out joins it with "
+              "--join)"
+        : options.runId.empty() ? "--run-id ID is required (the same on every machine)"
+                                : "";
     if (!refused.empty()) {
       std::string names;
       for (const std::string &h : hosts)
@@ -688,8 +454,9 @@ int runLauncher(const RunOptions &options) {
                 << " (the plan's hosts: " << names << ")" << std::endl;
       return 2;
     }
-    // A run id is used once per store: its keys stay (HostRestart.h).
-    rt::Status claimed = claimRunId(o, *m);
+    // A run id is used once per store: its keys stay (HostRestart.h). A
+    // joiner (HostJoin.h) comes to a run id in use.
+    rt::Status claimed = o.join ? rt::Status::ok() : claimRunId(o, *m);
     if (!claimed.isOk()) {
       std::cerr << "strait-run: --host " << o.host << ": " << claimed.getMessage() << std::endl;
       return 2;
@@ -706,27 +473,44 @@ int runLauncher(const RunOptions &options) {
   std::optional<ReplanMonitor> replan;
   std::optional<FollowedReplan> follow;
   const std::string jobDir = o.planDir;
-  if (o.replan && !o.host.empty() && m->ranks(0).host() != o.host) {
-    if (o.checkpointDir.empty())
-      o.checkpointDir = o.planDir + "/replan-checkpoints";
-    follow.emplace();
-    char *abs = ::realpath(o.logDir.c_str(), nullptr);
-    follow->stopFile = std::string(abs ? abs : o.logDir.c_str()) + "/replan.stop";
-    std::free(abs);
-    ::unlink(follow->stopFile.c_str());
-    o.replanStopFile = follow->stopFile;
-  } else if (o.replan) {
-    if (o.checkpointDir.empty())
-      o.checkpointDir = o.planDir + "/replan-checkpoints";
-    rt::StatusOr<ReplanMonitor> r = ReplanMonitor::create(o);
-    if (!r.isOk()) {
-      std::cerr << "strait-run: --replan: " << r.getStatus().getMessage() << std::endl;
-      return 2;
+  // --replan auto (Replan.h): the ranks checkpoint into --checkpoint DIR, or
+  // DIR/replan-checkpoints, and stop when the monitor writes the stop file.
+  // --on-host-join replan and --join (HostJoin.h) use the same lease and
+  // stop, with or without watching the links.
+  const bool leased = o.replan || o.onHostJoinReplan || o.join;
+  if (leased && o.checkpointDir.empty())
+    o.checkpointDir = o.planDir + "/replan-checkpoints";
+  // With --host only the leader (the host of rank 0) watches, re-plans and
+  // takes joins; the others follow it through the store (HostRestart.h).
+  // Decided for every plan the ranks run: a new one may move rank 0.
+  auto assignRoles = [&]() {
+    if (!leased)
+      return true;
+    bool leading = o.host.empty() || m->ranks(0).host() == o.host;
+    if (leading && !replan) {
+      follow.reset();
+      rt::StatusOr<ReplanMonitor> r = ReplanMonitor::create(o);
+      if (!r.isOk()) {
+        std::cerr << "strait-run: " << (o.replan ? "--replan: " : "--on-host-join: ")
+                  << r.getStatus().getMessage() << std::endl;
+        return false;
+      }
+      replan = r.takeValue();
+      replan->clearStop();
+      o.replanStopFile = replan->stopFile();
+    } else if (!leading && !follow) {
+      replan.reset();
+      follow.emplace();
+      char *abs = ::realpath(o.logDir.c_str(), nullptr);
+      follow->stopFile = std::string(abs ? abs : o.logDir.c_str()) + "/replan.stop";
+      std::free(abs);
+      ::unlink(follow->stopFile.c_str());
+      o.replanStopFile = follow->stopFile;
     }
-    replan = r.takeValue();
-    replan->clearStop();
-    o.replanStopFile = replan->stopFile();
-  }
+    return true;
+  };
+  if (!o.join && !assignRoles()) // a joiner's come with the plan it joins
+    return 2;
   // --on-host-loss replan (HostLoss.h): a host lost for good is left out
   // of a new plan, and the remaining ranks go on.
   std::optional<HostLoss> hostLoss;
@@ -742,7 +526,8 @@ int runLauncher(const RunOptions &options) {
   // (HostRestart.h): the launchers agree through the store on every
   // restart, the step to resume from and the plan to resume under.
   std::optional<HostRestart> hosts;
-  if (!o.host.empty() && (o.maxRestarts > 0 || o.replan || o.onHostLossReplan)) {
+  if (!o.host.empty() &&
+      (o.maxRestarts > 0 || o.replan || o.onHostLossReplan || o.onHostJoinReplan || o.join)) {
     rt::StatusOr<HostRestart> h = HostRestart::open(o, *m);
     if (!h.isOk()) {
       std::cerr << "strait-run: "
@@ -751,6 +536,17 @@ int runLauncher(const RunOptions &options) {
       return 2;
     }
     hosts = h.takeValue();
+  }
+  // --on-host-join replan and --join (HostJoin.h): hosts that join.
+  std::optional<HostJoin> join;
+  if (o.onHostJoinReplan || o.join) {
+    rt::StatusOr<HostJoin> j = HostJoin::create(o);
+    if (!j.isOk()) {
+      std::cerr << "strait-run: " << (o.join ? "--join: " : "--on-host-join: ")
+                << j.getStatus().getMessage() << std::endl;
+      return 2;
+    }
+    join = j.takeValue();
   }
   const std::chrono::milliseconds hostTimeout(o.timeoutMs);
   const std::string firstResume = o.resumePath;
@@ -773,7 +569,26 @@ int runLauncher(const RunOptions &options) {
       std::cerr << "strait-run: " << s.getMessage() << std::endl;
     return s.isOk() && prepareStore(o, *m);
   };
-  for (int attempt = 0, restarts = 0;; ++attempt) {
+  int firstAttempt = 0;
+  if (o.join) { // announce this host, and start with the plan that takes it
+    rt::StatusOr<JoinedPlan> j = joinRunningJob(o, stopSignal);
+    rt::StatusOr<program::PlanManifest> next =
+        j.isOk() ? rt::loadManifest(j->dir + "/" + o.manifest)
+                 : rt::StatusOr<program::PlanManifest>(j.getStatus());
+    if (!next.isOk()) {
+      std::cerr << "strait-run: " << next.getStatus().getMessage() << std::endl;
+      return stopSignal ? 128 + stopSignal
+             : next.getStatus().getCode() == rt::StatusCode::InvalidArgument ? 2
+                                                                             : 1;
+    }
+    if (!adoptPlan(next.takeValue(), j->dir, j->checkpoint))
+      return 1;
+    firstAttempt = j->generation;
+    std::cout << "strait-run: host-join: resuming " << localRanks(o, *m) << " of "
+              << m->ranks_size() << " rank(s) from " << o.resumePath << " under " << o.planDir
+              << std::endl;
+  }
+  for (int attempt = firstAttempt, restarts = 0;; ++attempt) {
     if (attempt > 0) // a fresh rendezvous: the failed attempt's keys stay behind
       o.runId = runId + "-restart" + std::to_string(attempt);
     // Stops this launcher for good; the other hosts' learn why at once.
@@ -785,6 +600,8 @@ int runLauncher(const RunOptions &options) {
                                          : "the launcher of host " + o.host + " gave up");
       return code;
     };
+    if (!assignRoles())
+      return leave(1);
     if (hosts && localRanks(o, *m) == 0) { // a re-plan left this host out
       std::cout << "strait-run: the plan " << o.planDir << " has no rank on host " << o.host
                 << "; this launcher is done" << std::endl;
@@ -792,7 +609,8 @@ int runLauncher(const RunOptions &options) {
     }
     int failedRank = -1;
     int code = superviseOnce(o, *m, attempt, replan ? &*replan : nullptr,
-                             hosts ? &*hosts : nullptr, follow ? &*follow : nullptr, &failedRank);
+                             hosts ? &*hosts : nullptr, follow ? &*follow : nullptr, &failedRank,
+                             join && o.onHostJoinReplan ? &*join : nullptr);
     if (code > 128)
       return leave(code);
     if (code == 0 && hosts) { // done when every host is, else restart with them
@@ -828,14 +646,28 @@ int runLauncher(const RunOptions &options) {
                std::chrono::steady_clock::now() < deadline && !stopSignal)
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
+      // A host joins (HostJoin.h): the new plan only if it came, else the
+      // running plan resumes from the same checkpoint.
+      bool joining = join && isJoinPlan(dir);
+      if (joining) {
+        rt::StatusOr<bool> go = join->verdict(attempt + 1, replan.has_value(), stopSignal);
+        if (!go.isOk()) {
+          std::cerr << "strait-run: host-join: " << go.getStatus().getMessage() << std::endl;
+          return leave(stopSignal ? 128 + stopSignal : 1);
+        }
+        if (!*go)
+          dir = o.planDir;
+      }
       if (follow) {
         follow->stopStep = 0;
         ::unlink(follow->stopFile.c_str());
       }
       rt::StatusOr<program::PlanManifest> next = rt::loadManifest(dir + "/" + o.manifest);
-      rt::Status s = !next.isOk() ? next.getStatus()
-                     : replan     ? replan->switched()
-                                  : rt::Status::ok();
+      rt::Status s = next.isOk() ? rt::Status::ok() : next.getStatus();
+      if (s.isOk() && replan && dir == o.planDir)
+        replan->cancel();
+      else if (s.isOk() && replan)
+        s = replan->switched();
       if (!s.isOk()) {
         std::cerr << "strait-run: re-plan: " << s.toString()
                   << (follow ? " (--replan with --host needs the job folder on a file system "
@@ -846,10 +678,24 @@ int runLauncher(const RunOptions &options) {
       }
       if (!adoptPlan(next.takeValue(), dir, checkpoint))
         return 1;
-      std::cout << "strait-run: re-planned: resuming " << m->ranks_size() << " rank(s) from "
-                << checkpoint << " under " << dir << std::endl;
+      if (joining)
+        std::cout << "strait-run: host-join: resuming " << localRanks(o, *m) << " of "
+                  << m->ranks_size() << " rank(s) from " << checkpoint << " under " << dir
+                  << std::endl;
+      else
+        std::cout << "strait-run: re-planned: resuming " << m->ranks_size() << " rank(s) from "
+                  << checkpoint << " under " << dir << std::endl;
       continue;
     }
+    if (code == 1 && join && replan && join->switching()) { // the join is off
+      join->abandon();
+      replan->cancel();
+      std::cout << "strait-run: host-join: the ranks failed before the switch; the joining "
+                   "host's launcher gives up (start it again with --join)"
+                << std::endl;
+    }
+    if (code == 1 && follow && isJoinPlan(follow->plan))
+      follow->stopStep = 0;
     std::string budget; // with --on-host-loss: each host has --max-restarts
     if (code == 1 && hostLoss) {
       std::string failedHost;
@@ -896,6 +742,8 @@ int runLauncher(const RunOptions &options) {
       if (why.isOk() && *why)
         std::cerr << "strait-run: giving up after " << restarts << " restart(s) (--max-restarts "
                   << o.maxRestarts << "): " << **why << std::endl;
+      if (code == 0 && join)
+        join->ended();
       return code == 0 ? mergeRankTraces(o, *m) : leave(code);
     }
     ++restarts;

@@ -331,7 +331,8 @@ std::string jobFolderOf(const std::string &planDir) {
   std::string root = absolute(planDir);
   size_t slash = root.rfind('/');
   if (slash != std::string::npos && slash > 0 &&
-      (root.compare(slash, 8, "/replan-") == 0 || root.compare(slash, 11, "/host-loss-") == 0))
+      (root.compare(slash, 8, "/replan-") == 0 || root.compare(slash, 11, "/host-loss-") == 0 ||
+       root.compare(slash, 11, "/host-join-") == 0))
     return root.substr(0, slash);
   return root;
 }
@@ -490,7 +491,7 @@ StatusOr<ReplanMonitor> ReplanMonitor::create(const RunOptions &o) {
   STRAIT_ASSIGN_OR_RETURN(m.record, readJobRecord(o.planDir));
   m.options.straitcPath = findStraitc(o, m.record);
   m.stopPath = absolute(o.logDir) + "/replan.stop";
-  if (m.record.links.empty())
+  if (m.record.links.empty() && o.replan)
     std::cout << "strait-run: --replan: the plan has no link between hosts; nothing to watch"
               << std::endl;
   return m;
@@ -530,7 +531,8 @@ bool ReplanMonitor::observe(const StepReport &step, int lastStep) {
   for (const auto &kv : step.ms)
     ms = std::max(ms, kv.second);
   extendLease(step.step, ms); // also with nothing to watch: the ranks wait for it
-  if (record.links.empty())
+  lastMerged = std::max(lastMerged, step.step);
+  if (record.links.empty() || !options.replan)
     return false;
   if (skipUntil == 0)
     skipUntil = step.step; // the first step of a run allocates: not a sample
@@ -754,6 +756,35 @@ bool ReplanMonitor::replan(int step, int lastStep,
   return true;
 }
 
+StatusOr<int> ReplanMonitor::switchTo(int lastStep, const std::string &dir) {
+  if (stopAt > 0)
+    return rt::invalidArgument("a switch to " + pendingDir + " after step " +
+                                  std::to_string(stopAt) + " is pending");
+  // As replan(): at least the lease, and with --host one step (or the
+  // islands' H) beyond it for the other hosts' ranks.
+  int stop = std::max(lastMerged + 3,
+                      leaseGranted + (options.host.empty() ? 0 : localStepsOf(record)));
+  if (stop >= lastStep)
+    return 0;
+  if (!writeReplanControl(stopPath, {stop, std::max(stop, leaseGranted)}))
+    return rt::unavailable("cannot write " + stopPath + ": " + std::strerror(errno));
+  stopAt = stop;
+  pendingDir = dir;
+  return stop;
+}
+
+void ReplanMonitor::cancel() {
+  // The lease stays granted: ranks may be at it now (a cancel while they
+  // run), and a restart's ranks resume from a step at or before it.
+  stopAt = 0;
+  pendingDir.clear();
+  lastMerged = 0;
+  if (leaseGranted > 0)
+    (void)writeReplanControl(stopPath, {0, leaseGranted});
+  else
+    ::unlink(stopPath.c_str());
+}
+
 Status ReplanMonitor::switched() {
   STRAIT_ASSIGN_OR_RETURN(record, readJobRecord(pendingDir));
   planDir = pendingDir;
@@ -767,6 +798,7 @@ Status ReplanMonitor::switched() {
   outside.clear();
   declinedAt.clear();
   leaseGranted = 0;
+  lastMerged = 0;
   return Status::ok();
 }
 

@@ -140,6 +140,8 @@ class ReplanMonitor {
 public:
   /// Checks the flags and reads the job's record; an error says what is
   /// missing (e.g. a job compiled before straitc wrote straitc.json).
+  /// Without --replan auto (--on-host-join replan alone) the monitor only
+  /// grants the lease and stops the ranks for switchTo: no link is watched.
   static rt::StatusOr<ReplanMonitor> create(const RunOptions &o);
 
   /// Feeds one completed step (every rank finished it): extends the ranks'
@@ -172,6 +174,20 @@ public:
   /// Removes a stop file a previous run left behind.
   void clearStop();
 
+  /// The last step every rank reported (0: none yet in this generation).
+  int mergedStep() const { return lastMerged; }
+
+  /// Another decision than the links' (a host joins, HostJoin.h): the ranks
+  /// stop at the first step none can be past (as a re-plan's) for the plan
+  /// in `dir`, which newPlanDir() then names. Returns the stop step, 0 when
+  /// it would not come before `lastStep` (nothing changes), or an error
+  /// when the control file cannot be written.
+  rt::StatusOr<int> switchTo(int lastStep, const std::string &dir);
+
+  /// The pending switch is off (its generation failed, or the joining host
+  /// did not come): no stop; the lease granted stays.
+  void cancel();
+
 private:
   RunOptions options;
   std::string planDir;   // the plan the ranks run now
@@ -191,6 +207,7 @@ private:
   std::map<std::pair<int, int>, bool> warnedNoSample;
   double lastWindowMs = 0;
   int leaseGranted = 0;
+  int lastMerged = 0;
   int stopAt = 0;
   std::string pendingDir;
 

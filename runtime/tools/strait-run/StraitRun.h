@@ -108,6 +108,11 @@ struct RunOptions {
   // down to --min-hosts N hosts; fail (the default) ends the job.
   bool onHostLossReplan = false;
   int minHosts = 1;
+  // Hosts that join (docs/runtime.md, "A host joins"; HostJoin.h):
+  // --on-host-join replan re-plans the running job with a host whose
+  // launcher announced itself with --join (refuse, the default: ignored).
+  bool onHostJoinReplan = false;
+  bool join = false;
   // Traces (docs/runtime.md, "Traces"; Trace.h): --trace FILE.json (the
   // launcher: the merged job; a worker: its own rank) of the iterations
   // --trace-steps A:B (default 2:4).

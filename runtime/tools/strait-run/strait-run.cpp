@@ -38,6 +38,7 @@ const char *kUsage =
     "                  [--replan auto|off] [--replan-factor X] [--replan-after K]\n"
     "                  [--replan-window N] [--replan-max N] [--straitc PATH]\n"
     "                  [--on-host-loss fail|replan] [--min-hosts N]\n"
+    "                  [--on-host-join refuse|replan] [--join]\n"
     "                  [--trace FILE.json [--trace-steps A:B]]\n"
     "       strait-run --merge-traces OUT.json RANK.json...\n"
     "  Without --rank (and without RANK/WORLD_SIZE in the environment): start\n"
@@ -122,6 +123,12 @@ const char *kUsage =
     "  command without that host's devices into DIR/host-loss-K and resume\n"
     "  every remaining rank from the newest checkpoint under the new plan;\n"
     "  below --min-hosts N hosts (default 1) the job fails instead.\n"
+    "  --on-host-join replan (with --host; default refuse): a host the running\n"
+    "  plan leaves out (lost earlier, or excluded in the cluster file) whose\n"
+    "  launcher starts with --join (same DIR, --run-id, --rendezvous and\n"
+    "  --checkpoint) is taken in: the launcher of rank 0's host re-runs the\n"
+    "  job's straitc command with it into DIR/host-join-K, and every rank,\n"
+    "  the joiner's included, resumes under the new plan from a checkpoint.\n"
     "  Local steps (straitc --local-steps H): the islands average their\n"
     "  parameters every H steps and after the last one; --no-final-outer-step\n"
     "  skips the last one (each island keeps its own parameters).\n"
@@ -277,7 +284,15 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
       if (!ok)
         std::cerr << "strait-run: --on-host-loss takes replan or fail\n";
       o.onHostLossReplan = v == "replan";
-    } else if (a == "--min-hosts") {
+    } else if (a == "--on-host-join") {
+      std::string v;
+      ok = text(v) && (v == "replan" || v == "refuse");
+      if (!ok)
+        std::cerr << "strait-run: --on-host-join takes replan or refuse\n";
+      o.onHostJoinReplan = v == "replan";
+    } else if (a == "--join")
+      o.join = true;
+    else if (a == "--min-hosts") {
       ok = value(o.minHosts) && o.minHosts >= 1;
       if (!ok)
         std::cerr << "strait-run: --min-hosts takes an integer of at least 1\n";
@@ -346,6 +361,13 @@ bool parse(int argc, char **argv, strait::run::RunOptions &o) {
   if (o.onHostLossReplan && (o.rank >= 0 || o.checkpointDir.empty())) {
     std::cerr << "strait-run: --on-host-loss replan is the launcher's (strait-run DIR without "
                  "--rank) and needs --checkpoint DIR (the remaining ranks resume from it)\n";
+    return false;
+  }
+  if ((o.onHostJoinReplan || o.join) && (o.rank >= 0 || o.host.empty() || o.checkpointDir.empty())) {
+    std::cerr << "strait-run: " << (o.join ? "--join" : "--on-host-join replan")
+              << " is the launcher's of one machine (strait-run DIR --host NAME, without --rank) "
+                 "and needs --checkpoint DIR (the running job's, on a file system every machine "
+                 "shares: the new plan resumes from it)\n";
     return false;
   }
   if ((o.checkpointEvery > 0 || o.maxRestarts > 0) && o.checkpointDir.empty()) {
