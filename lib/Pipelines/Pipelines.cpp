@@ -12,7 +12,8 @@
 using namespace mlir;
 
 void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
-                                    bool foldTransposes, bool fuseRotary) {
+                                    bool foldTransposes, bool fuseRotary,
+                                    llvm::StringRef moeExperts) {
   // On the forward graph, so that autodiff sees one RMSNormalization (and
   // builds one RMSNormalizationGrad) per decomposed RMSNorm, and one
   // FusedAttention (one FusedAttentionGrad) per attention block; before
@@ -23,10 +24,15 @@ void strait::addForwardFusionPasses(OpPassManager &pm, bool fuseRmsNorm, bool fu
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseRotary());
   if (fuseAttention)
     pm.addNestedPass<func::FuncOp>(graph::createGraphFuseAttention());
-  // Mixture-of-experts products of gathered expert weights become one product
-  // of all experts and a selection (no per-token weight copies); before
-  // graph-fold-transposes, which folds its Transposes into the products.
-  pm.addNestedPass<func::FuncOp>(graph::createGraphRewriteExpertMatMuls());
+  // Mixture-of-experts products of gathered expert weights become routed
+  // GroupedMatMuls, or one product of all experts and a selection (no
+  // per-token weight copies either way); before graph-fold-transposes, which
+  // folds the latter's Transposes into the products.
+  if (moeExperts != "gathered") {
+    graph::GraphRewriteExpertMatMulsOptions experts;
+    experts.mode = moeExperts.str();
+    pm.addNestedPass<func::FuncOp>(graph::createGraphRewriteExpertMatMuls(experts));
+  }
   // After the attention fusion (whose ops take the heads' Transposes), before
   // autodiff (which adds a Transpose to the backward per forward Transpose).
   if (foldTransposes)
@@ -51,7 +57,8 @@ void strait::addTrainingStepPasses(OpPassManager &pm, const StraitPipelineOption
     adapters.trainable = keep;
     pm.addPass(graph::createGraphAddLora(adapters));
   }
-  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention, o.foldTransposes, o.fuseRotary);
+  addForwardFusionPasses(pm, o.fuseRmsNorm, o.fuseAttention, o.foldTransposes, o.fuseRotary,
+                         o.moeExperts);
   // Mixed precision rewrites the forward graph, so that autodiff
   // differentiates through the casts; "f32" leaves the graph unchanged.
   if (o.precision != "f32") {

@@ -571,8 +571,10 @@ def _cases():
         {"p0": _r((6, 4), 180), "p1": _r((4, 4), 181, -2.0, 2.0)}, opset=12))
     # MoE experts read per slot from an [E, O, I] table and multiplied (transformers'
     # batched_mm): straitc's graph-rewrite-expert-matmuls makes them one product of all
-    # experts and a GatherElements selection (E * N < I here: 3 * 2 < 7); every expert
-    # is used, expert 2 by three slots (one of them a negative index in the Gather form)
+    # experts and a one-hot selection (--moe-experts dense; E * N < I here: 3 * 2 < 7) or
+    # a GroupedMatMul of the routed slots (the "-grouped" copies below: dX a GroupedMatMul,
+    # dW a GroupedMatMulGradWeight); every expert is used, expert 2 by three slots (one of
+    # them a negative index in the Gather form)
     c.append(Case("ExpertMatMul-GatherND", lambda T: [
         _const("idx", np.array([[2], [0], [2], [1], [0], [2]], np.int64), T),
         helper.make_node("GatherND", ["p0", "idx"], ["wsel"]),
@@ -621,6 +623,17 @@ def _cases():
         helper.make_node("MaxUnpool", ["p0", "idx"], ["y"], kernel_shape=[2, 2],
                          strides=[2, 2])],
         {"p0": _r((1, 2, 2, 2), 172)}, opset=11))
+    for case in [x for x in c if x.name.startswith("ExpertMatMul-")]:
+        c.append(Case(case.name + "-grouped", case.nodes, case.params,
+                      flags=["--moe-experts", "grouped"], opset=case.opset))
+        case.flags += ["--moe-experts", "dense"]
+    # E * N >= I (4 * 2 > 3): only the grouped form applies; expert 1 gets no slot (its
+    # gradient is zero) and one index counts from the end
+    c.append(Case("ExpertMatMul-wide-grouped", lambda T: [
+        _const("idx", np.array([[3], [0], [-1], [2], [0], [2]], np.int64), T),
+        helper.make_node("GatherND", ["p0", "idx"], ["wsel"]),
+        helper.make_node("MatMul", ["wsel", "p1"], ["y"])],
+        {"p0": _r((4, 5, 3), 192), "p1": _r((6, 3, 2), 193)}, opset=13))
     return {case.name: case for case in c}
 
 

@@ -1,23 +1,25 @@
 """Mixture-of-experts language models train in Strait as in PyTorch.
 
-transformers' MixtralForCausalLM and GptOssForCausalLM (tiny: 2 layers, width 32, 4 experts,
-top-2 routing; GPT-OSS with transposed expert weights and biases, attention sinks and a
-sliding window) with the ``batched_mm`` experts implementation: every token's k experts'
+transformers' MixtralForCausalLM, GptOssForCausalLM, Qwen2MoeForCausalLM and OlmoeForCausalLM
+(tiny: 2 layers, width 32, 4 experts, top-2 routing; GPT-OSS with transposed expert weights
+and biases, attention sinks and a sliding window; Qwen2-MoE with its gated shared expert;
+OLMoE with QK-norm) with the ``batched_mm`` experts implementation: every token's k experts'
 weights are gathered from the expert tables and applied with batched matmuls, static shapes
 throughout (the default ``grouped_mm`` and ``eager`` implementations select each expert's
 tokens with ``nonzero``, a data-dependent shape; docs/models.md, "Mixture of experts").
 Exported with the TorchScript exporter (1 s; the dynamo export is checked by
 bench/import/zoo.py and test/Target/ONNX/zoo-training-steps.test), compiled by straitc's
 whole pipeline, whose graph-rewrite-expert-matmuls turns the gathered-weight products into
-products of all experts and a one-hot selection (checked in the step's MLIR), and run by
+GroupedMatMuls of the routed slots (``--moe-experts grouped``) or into products of all experts
+and a one-hot selection (``--moe-experts dense``; both checked in the step's MLIR), and run by
 strait-run:
 
-* one step (both models): the loss and every parameter gradient (the router's through TopK,
-  each expert table's through the rewritten products) against torch autograd, within the
-  architecture sweep's tolerance (1e-3 relative to each gradient's largest entry; measured
-  8.3e-7 for Mixtral's 21, 7.5e-7 for GPT-OSS's 37);
-* AdamW (Mixtral): 8 steps whose losses follow torch's within 1e-3 relative per step (measured
-  9e-7) and fall.
+* one step (every model, both forms): the loss and every parameter gradient (the router's
+  through TopK, each expert table's through the rewritten products) against torch autograd,
+  within the architecture sweep's tolerance (1e-3 relative to each gradient's largest entry;
+  measured 8.3e-7 for Mixtral's 21, 7.5e-7 for GPT-OSS's 37 with the dense form);
+* AdamW (Mixtral, Qwen2-MoE, OLMoE): 8 steps per form whose losses follow torch's within 1e-3
+  relative per step and fall, and the two forms' losses agree within 1e-5.
 
 Skips without torch, transformers or the built tools.
 """
@@ -64,20 +66,29 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attenti
               max_position_embeddings=32, num_local_experts=EXPERTS,
               num_experts_per_tok=TOP_K, attention_dropout=0.0)
 # GPT-OSS: transposed experts (W [E, in, out]) with biases, attention sinks, a sliding
-# window on the first layer
+# window on the first layer; Qwen2-MoE and OLMoE name their experts num_experts (bench/import/
+# zoo.py's configurations), Qwen2-MoE adds a gated shared expert; OLMoE without a pad token
+# (torch's Embedding padding_idx gives its row no gradient, which no ONNX export carries)
+_NAMED = {k: v for k, v in COMMON.items() if k != "num_local_experts"}
 MODELS = {"mixtral": ("MixtralForCausalLM", "MixtralConfig", {}),
           "gpt-oss": ("GptOssForCausalLM", "GptOssConfig",
                       dict(sliding_window=4, layer_types=["sliding_attention",
-                                                          "full_attention"]))}
+                                                          "full_attention"])),
+          "qwen2-moe": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig",
+                        dict(num_experts=EXPERTS, moe_intermediate_size=16,
+                             shared_expert_intermediate_size=32, norm_topk_prob=True)),
+          "olmoe": ("OlmoeForCausalLM", "OlmoeConfig",
+                    dict(num_experts=EXPERTS, intermediate_size=16, pad_token_id=None))}
 # Seeds of the zero-mean perturbation under which the batch routes tokens to every expert
 # of both layers (checked by the step test: the check is not vacuous)
-PERTURB_SEED = {"mixtral": 2, "gpt-oss": 3}
+PERTURB_SEED = {"mixtral": 2, "gpt-oss": 3, "qwen2-moe": 1, "olmoe": 1}
 
 
 def _moe_case(name: str = "mixtral") -> gradcheck.Case:
     export._no_packed_sequences()  # as every transformers export here (bench/import/zoo.py)
     cls, cfg, extra = MODELS[name]
-    config = getattr(transformers, cfg)(**COMMON, **extra)
+    common = COMMON if "num_experts" not in extra else _NAMED
+    config = getattr(transformers, cfg)(**{**common, **extra})
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     model = getattr(transformers, cls)(config)
@@ -122,19 +133,33 @@ def _run(case, job, tmp, *args) -> tuple[str, dict]:
     return r.stdout, files
 
 
+def _check_form(mlir: str, form: str):
+    """The experts' four products (gate_up and down, 2 layers) read no per-token weight
+    copies. grouped: four GroupedMatMuls of the 64 slot rows forward (four more for dX) and
+    one GroupedMatMulGradWeight per product; dense: products of all experts and, per token
+    (gate_up: the 32 tokens, each routed twice) or per slot (down: 64), one-hot [k, E] rows
+    times the token's [E, O] products."""
+    assert not re.search(r"graph\.Gather(ND)? [^\n]*: \(tensor<4x\d+x\d+xf32>", mlir)
+    grads = re.findall(r"graph\.GroupedMatMulGradWeight [^\n]*-> tensor<4x\d+x\d+xf32>", mlir)
+    if form == "grouped":
+        assert len(grads) == 4, grads
+        assert len(re.findall(r"graph\.GroupedMatMul [^\n]*: \(tensor<64x\d+xf32>, "
+                              r"tensor<4x\d+x\d+xf32>, tensor<64xi64>\)", mlir)) == 8
+    else:
+        assert "GroupedMatMul" not in mlir
+        assert len(re.findall(r"graph\.MatMul [^\n]*: \(tensor<32x2x4xf32>, tensor<32x4x\d+xf32>\)",
+                              mlir)) == 2
+        assert len(re.findall(r"graph\.MatMul [^\n]*: \(tensor<64x1x4xf32>, tensor<64x4x\d+xf32>\)",
+                              mlir)) == 2
+
+
+@pytest.mark.parametrize("form", ["grouped", "dense"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_moe_step_matches_torch(name, tmp_path):
+def test_moe_step_matches_torch(name, form, tmp_path):
     case = _moe_case(name)
-    job, mlir = _straitc_job(case, str(tmp_path), "--optimizer", "none", "--return-gradients")
-    # The experts' four products (gate_up and down, 2 layers) read no per-token weight
-    # copies: graph-rewrite-expert-matmuls made them products of all experts and, per
-    # token (gate_up: the 32 tokens, each routed twice) or per slot (down: 64), one-hot
-    # [k, E] rows times the token's [E, O] products.
-    assert len(re.findall(r"graph\.MatMul [^\n]*: \(tensor<32x2x4xf32>, tensor<32x4x64xf32>\)",
-                          mlir)) == 2
-    assert len(re.findall(r"graph\.MatMul [^\n]*: \(tensor<64x1x4xf32>, tensor<64x4x32xf32>\)",
-                          mlir)) == 2
-    assert not re.search(r"graph\.Gather(ND)? [^\n]*: \(tensor<4x(64|32)x32xf32>", mlir)
+    job, mlir = _straitc_job(case, str(tmp_path), "--optimizer", "none", "--return-gradients",
+                             "--moe-experts", form)
+    _check_form(mlir, form)
     _, files = _run(case, job, str(tmp_path), "--steps", "1")
     computed = {f[len("grad.m."):-len(".rank0.npy")]: v for f, v in files.items()
                 if f.startswith("grad.m.")}
@@ -154,19 +179,31 @@ def test_moe_step_matches_torch(name, tmp_path):
     assert abs(got - loss) <= TOLERANCE * abs(loss), (got, loss)
 
 
-def test_mixtral_adamw_follows_torch(tmp_path):
+@pytest.mark.parametrize("name", ["mixtral", "qwen2-moe", "olmoe"])
+def test_adamw_follows_torch_in_both_forms(name, tmp_path):
     """AdamW steps on the runtime follow torch's losses on the same batch (the runtime
     prints 6 significant digits; the routing is the same at every step, so the trajectory
-    stays smooth)."""
+    stays smooth), with the grouped and with the dense experts; the two forms' losses
+    agree."""
     steps, lr = 8, 3e-3
-    case = _moe_case("mixtral")
-    job, _ = _straitc_job(case, str(tmp_path), "--optimizer", "adamw", "--weight-decay",
-                          "0.01", "--lr", str(lr))
-    out, _ = _run(case, job, str(tmp_path), "--steps", str(steps))
-    runtime = [float(v) for v in re.findall(r"^step \d+/\d+ loss (\S+)", out, re.M)]
-    assert len(runtime) == steps, out[-1000:]
+    case = _moe_case(name)
+    losses, runs = {}, {}
+    for form in ("grouped", "dense"):
+        tmp = os.path.join(str(tmp_path), form)
+        os.makedirs(tmp)
+        job, mlir = _straitc_job(case, tmp, "--optimizer", "adamw", "--weight-decay", "0.01",
+                                 "--lr", str(lr), "--moe-experts", form)
+        _check_form(mlir, form)
+        out, _ = _run(case, job, tmp, "--steps", str(steps))
+        runtime = [float(v) for v in re.findall(r"^step \d+/\d+ loss (\S+)", out, re.M)]
+        assert len(runtime) == steps, out[-1000:]
+        runs[form] = runtime
+    # After both exports: torch_trajectory trains the module in place.
     reference = gradcheck.torch_trajectory(case, steps, lr, weight_decay=0.01)
-    rel = np.abs(np.array(runtime) - reference) / np.abs(reference)
-    assert rel.max() < 1e-3, f"step {rel.argmax() + 1}: {runtime[rel.argmax()]} vs " \
-                             f"{reference[rel.argmax()]}"
-    assert runtime[-1] < 0.9 * runtime[0], runtime
+    for form, runtime in runs.items():
+        rel = np.abs(np.array(runtime) - reference) / np.abs(reference)
+        assert rel.max() < 1e-3, f"{form} step {rel.argmax() + 1}: {runtime[rel.argmax()]} " \
+                                 f"vs {reference[rel.argmax()]}"
+        assert runtime[-1] < 0.9 * runtime[0], (form, runtime)
+        losses[form] = np.array(runtime)
+    assert np.abs(losses["grouped"] - losses["dense"]).max() <= 1e-5 * np.abs(losses["dense"]).max()

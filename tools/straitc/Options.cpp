@@ -270,6 +270,14 @@ cl::opt<bool> fuseRotary(
              "Concat, Mul, Add) into one FusedRotaryEmbedding before the training step "
              "(default on; =false keeps the decomposition)"),
     cl::init(true), cl::cat(straitCat));
+cl::opt<std::string> moeExperts(
+    "moe-experts",
+    cl::desc("Mixture-of-experts products of gathered expert weights (batched_mm exports): "
+             "auto (default: grouped unless the all-experts GEMM is cheaper), grouped (one "
+             "GroupedMatMul of the routed slots: the routed FLOPs), dense (one GEMM of every "
+             "expert with every token and a one-hot selection) or gathered (as exported: a "
+             "copy of an expert's weights per slot)"),
+    cl::init("auto"), cl::cat(straitCat));
 cl::opt<bool> foldTransposes(
     "fold-transposes",
     cl::desc("Fold Transposes into their readers before the training step (default on): "

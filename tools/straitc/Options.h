@@ -84,6 +84,7 @@ extern cl::opt<strait::FuseMode> fuse;
 extern cl::opt<bool> fuseRmsNorm;
 extern cl::opt<bool> fuseAttention;
 extern cl::opt<bool> fuseRotary;
+extern cl::opt<std::string> moeExperts;
 extern cl::opt<bool> foldTransposes;
 extern cl::opt<bool> fuseLossGrad;
 extern cl::opt<bool> parameterCopies;

@@ -209,6 +209,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.fuseAttention = fuseAttention.getValue();
   popts.foldTransposes = foldTransposes.getValue();
   popts.fuseRotary = fuseRotary.getValue();
+  popts.moeExperts = moeExperts.getValue();
   popts.castMotion = castMotion.getValue();
   popts.fuseLossGrad = fuseLossGrad.getValue();
   popts.rematerialize = rematerialize == Remat::On ||
@@ -504,6 +505,12 @@ int main(int argc, char **argv) {
                  << "')\n";
     return 1;
   }
+  if (moeExperts != "auto" && moeExperts != "grouped" && moeExperts != "dense" &&
+      moeExperts != "gathered") {
+    llvm::errs() << "straitc: --moe-experts must be auto, grouped, dense or gathered (got '"
+                 << moeExperts << "')\n";
+    return 1;
+  }
   if (recompute == "full" && loss.empty()) {
     llvm::errs() << "straitc: --recompute full needs a training step (--loss): a forward-only "
                     "graph keeps no activations for a backward\n";
@@ -763,7 +770,8 @@ int main(int argc, char **argv) {
     if (failed(applyPassManagerCLOptions(pm)))
       return 1;
     pm.enableTiming(timing);
-    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention, foldTransposes, fuseRotary);
+    strait::addForwardFusionPasses(pm, fuseRmsNorm, fuseAttention, foldTransposes, fuseRotary,
+                                   moeExperts);
     if (fuse == strait::FuseMode::Elementwise)
       pm.addNestedPass<func::FuncOp>(strait::graph::createGraphFuseElementwise());
     if (failed(pm.run(*module)))

@@ -45,6 +45,12 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
       llvm::cl::desc("graph-fuse-rotary after graph-fuse-rmsnorm: rotate-half rotary embeddings "
                      "become graph.FusedRotaryEmbedding"),
       llvm::cl::init(true)};
+  Option<std::string> moeExperts{
+      *this, "moe-experts",
+      llvm::cl::desc("graph-rewrite-expert-matmuls' mode: auto (grouped unless the all-experts "
+                     "GEMM is cheaper), grouped (GroupedMatMul: the routed FLOPs), dense (one "
+                     "product of every expert with every token) or gathered (no rewrite)"),
+      llvm::cl::init("auto")};
   Option<bool> foldTransposes{
       *this, "fold-transposes",
       llvm::cl::desc("graph-fold-transposes after the fusions: Transposes become FusedAttention's "
@@ -244,7 +250,8 @@ struct StraitPipelineOptions : public mlir::PassPipelineOptions<StraitPipelineOp
 /// [graph-fold-transposes]. buildStraitPipeline starts with them; straitc runs
 /// them alone for a forward-only program and before --emit=plan's planner.
 void addForwardFusionPasses(mlir::OpPassManager &pm, bool fuseRmsNorm, bool fuseAttention,
-                            bool foldTransposes = true, bool fuseRotary = true);
+                            bool foldTransposes = true, bool fuseRotary = true,
+                            llvm::StringRef moeExperts = "auto");
 
 /// The graph the planner plans: [graph-add-lora] (with a loss and lora > 0) ->
 /// [graph-fuse-rmsnorm] -> [graph-fuse-attention] -> graph-rewrite-expert-matmuls ->

@@ -151,6 +151,7 @@ public:
     addFusedKernels(table);
     addAttentionKernels(table);
     addRotaryKernels(table);
+    addGroupedMatMulKernels(table);
   }
   std::string name() const override { return "cpu"; }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
@@ -168,7 +169,8 @@ public:
     // and the other data-movement kernels copy bytes of any dtype.
     static const std::set<std::string> widened = {
         "MatMul",        "Gemm",           "Conv",          "ConvTranspose",
-        "ConvGradInput", "ConvGradWeight", "ReduceToShape", "ReduceSum"};
+        "ConvGradInput", "ConvGradWeight", "ReduceToShape", "ReduceSum",
+        "GroupedMatMul", "GroupedMatMulGradWeight"};
     if (widened.count(kernel.op()))
       return widenLowFloats(*fn, std::make_shared<const program::Kernel>(kernel));
     return *fn;

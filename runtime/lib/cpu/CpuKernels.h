@@ -38,6 +38,9 @@ void addFusedKernels(KernelTable &table);
 void addAttentionKernels(KernelTable &table);
 /// FusedRotaryEmbedding: Rotary.cpp.
 void addRotaryKernels(KernelTable &table);
+/// GroupedMatMul, GroupedMatMulGradWeight (mixture-of-experts products):
+/// GroupedMatMul.cpp.
+void addGroupedMatMulKernels(KernelTable &table);
 
 /// C[m,n] = A[m,k] * B[k,n] (+ C when accumulate), row-major, f32.
 void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,

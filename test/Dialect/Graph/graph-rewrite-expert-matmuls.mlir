@@ -1,4 +1,4 @@
-// RUN: strait-opt %s --graph-rewrite-expert-matmuls -split-input-file | FileCheck %s
+// RUN: strait-opt %s --graph-rewrite-expert-matmuls=mode=dense -split-input-file | FileCheck %s
 
 // transformers' batched_mm experts, dynamo export: each of 6 slots reads its
 // expert's [O, I] = [4, 7] weights by GatherND and multiplies them by its

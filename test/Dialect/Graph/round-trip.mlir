@@ -64,3 +64,18 @@ func.func @attention(%q: tensor<2x4x?x8xf32>, %kt: tensor<2x4x8x6xf32>, %v: tens
   %c:2 = graph.FusedAttention %q, %kt, %v {scale = 1.0 : f32, causal = 1 : i64} : (tensor<2x4x?x8xf32>, tensor<2x4x8x6xf32>, tensor<2x4x6x3xf32>) -> (tensor<2x4x?x3xf32>, tensor<2x4x?xf32>)
   return %y, %lse : tensor<2x4x?x3xf32>, tensor<2x4x?xf32>
 }
+
+// The routed expert products: both layouts, a dynamic row count inferred
+// through, and the weight gradient in W's layout.
+// CHECK-LABEL: func @grouped_matmul
+func.func @grouped_matmul(%x: tensor<?x7xf32>, %w: tensor<3x4x7xf32>, %wt: tensor<3x7x4xbf16>,
+                          %xb: tensor<6x7xbf16>, %i: tensor<?xi64>, %j: tensor<6xi32>,
+                          %dy: tensor<6x4xbf16>) -> (tensor<?x4xf32>, tensor<6x4xbf16>, tensor<3x7x4xbf16>) {
+  // CHECK: graph.GroupedMatMul %{{.*}}, %{{.*}}, %{{.*}} {transB = 1 : i64} : (tensor<?x7xf32>, tensor<3x4x7xf32>, tensor<?xi64>) -> tensor<?x4xf32>
+  %y = graph.GroupedMatMul %x, %w, %i {transB = 1 : i64} : (tensor<?x7xf32>, tensor<3x4x7xf32>, tensor<?xi64>) -> tensor<?x4xf32>
+  // CHECK: graph.GroupedMatMul %{{.*}}, %{{.*}}, %{{.*}} {transB = 0 : i64} : (tensor<6x7xbf16>, tensor<3x7x4xbf16>, tensor<6xi32>) -> tensor<6x4xbf16>
+  %z = graph.GroupedMatMul %xb, %wt, %j {transB = 0 : i64} : (tensor<6x7xbf16>, tensor<3x7x4xbf16>, tensor<6xi32>) -> tensor<6x4xbf16>
+  // CHECK: graph.GroupedMatMulGradWeight %{{.*}}, %{{.*}}, %{{.*}} {num_experts = 3 : i64, transB = 0 : i64} : (tensor<6x7xbf16>, tensor<6x4xbf16>, tensor<6xi32>) -> tensor<3x7x4xbf16>
+  %dw = graph.GroupedMatMulGradWeight %xb, %dy, %j {num_experts = 3 : i64, transB = 0 : i64} : (tensor<6x7xbf16>, tensor<6x4xbf16>, tensor<6xi32>) -> tensor<3x7x4xbf16>
+  return %y, %z, %dw : tensor<?x4xf32>, tensor<6x4xbf16>, tensor<3x7x4xbf16>
+}

@@ -9,5 +9,6 @@ include "strait/Dialect/Graph/GraphNNOps.td"
 include "strait/Dialect/Graph/GraphTensorOps.td"
 include "strait/Dialect/Graph/GraphTrainingOps.td"
 include "strait/Dialect/Graph/GraphFusionOps.td"
+include "strait/Dialect/Graph/GraphExpertOps.td"
 
 #endif // STRAIT_DIALECT_GRAPH_GRAPHOPS_TD

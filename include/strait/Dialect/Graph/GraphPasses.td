@@ -273,7 +273,7 @@ def GraphFuseRMSNorm : Pass<"graph-fuse-rmsnorm", "::mlir::func::FuncOp"> {
 }
 
 def GraphRewriteExpertMatMuls : Pass<"graph-rewrite-expert-matmuls", "::mlir::func::FuncOp"> {
-  let summary = "Compute gathered-expert batched matmuls as one product of all experts";
+  let summary = "Compute gathered-expert batched matmuls without per-slot weight copies";
   let description = [{
     Matches `MatMul(GatherND(W, idx[S, 1]), B)` and `MatMul(Gather(W,
     idx[S], axis 0), B)` with W [E, O, I], B [S, I, N], static f32 shapes and
@@ -294,14 +294,30 @@ def GraphRewriteExpertMatMuls : Pass<"graph-rewrite-expert-matmuls", "::mlir::fu
     (transformers' `repeat_interleave`), the GEMM reads the T tokens and the
     selection is `MatMul(mask [T, k, E], Z [T, E, O])`: E / k times the
     gathered product's FLOPs. Autodiff differentiates the plain ops. It runs on the
-    forward graph before `graph-fold-transposes`. See docs/graph-dialect.md.
+    forward graph before `graph-fold-transposes`.
+
+    `mode=grouped` instead computes each slot's routed product only, as one
+    `graph.GroupedMatMul` of the slots' rows [S*N, I] with W and the slots'
+    indices (the kernels sort the rows by expert and run one GEMM per
+    expert): 2 * S * N * I * O FLOPs, the gathered product's, without its
+    weight copies, for any E. `mode=auto` (the default) takes the grouped
+    form unless the all-experts GEMM does fewer than twice its FLOPs (and
+    the all-experts form applies); `mode=dense` only the all-experts form
+    (where E * N < I), `mode=gathered` leaves the products as exported. See
+    docs/graph-dialect.md, "Expert matmuls".
 
     ```
     strait-opt --graph-rewrite-expert-matmuls model.mlir
+    strait-opt --graph-rewrite-expert-matmuls=mode=dense model.mlir
     ```
   }];
+  let options = [
+    Option<"mode", "mode", "std::string", "\"auto\"",
+           "auto, grouped, dense or gathered (no rewrite)">
+  ];
   let statistics = [
-    Statistic<"numRewritten", "num-rewritten", "Expert matmuls rewritten">
+    Statistic<"numRewritten", "num-rewritten", "Expert matmuls rewritten">,
+    Statistic<"numGrouped", "num-grouped", "Expert matmuls rewritten as GroupedMatMul">
   ];
   let dependentDialects = ["::strait::graph::GraphDialect"];
 }

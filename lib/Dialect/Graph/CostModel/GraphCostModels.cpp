@@ -190,6 +190,25 @@ double bytesRead(FusedAttentionGradOp op) { return attentionBytesRead(op); }
 KernelClass kernelClass(FusedAttentionOp) { return KernelClass::MatMul; }
 KernelClass kernelClass(FusedAttentionGradOp) { return KernelClass::MatMul; }
 
+// Routed expert products (graph-rewrite-expert-matmuls): one multiply-add
+// per row, inner and output element, the FLOPs of the routed slots only;
+// each expert's weights read once (the kernels group the rows by expert).
+double forwardFlops(GroupedMatMulOp op) {
+  auto x = cast<ShapedType>(op.getX().getType());
+  if (!x.hasStaticShape())
+    return 0;
+  return 2.0 * elems(op.getY()) * x.getDimSize(1);
+}
+KernelClass kernelClass(GroupedMatMulOp) { return KernelClass::MatMul; }
+// The weight gradient: the same products summed per expert.
+double forwardFlops(GroupedMatMulGradWeightOp op) {
+  auto x = cast<ShapedType>(op.getX().getType()), dy = cast<ShapedType>(op.getDY().getType());
+  if (!x.hasStaticShape() || !dy.hasStaticShape())
+    return 0;
+  return 2.0 * elems(op.getX()) * dy.getDimSize(1);
+}
+KernelClass kernelClass(GroupedMatMulGradWeightOp) { return KernelClass::MatMul; }
+
 // Rotary embedding: two products and a sum per element.
 double forwardFlops(FusedRotaryEmbeddingOp op) { return 3.0 * elems(op.getY()); }
 

@@ -21,8 +21,14 @@
 // k times (the gate/up projection: transformers' repeat_interleave), the GEMM
 // runs on the T tokens and each token's [k, E] mask rows pick its k slots:
 // E / k times the gathered product's FLOPs. The same sums per output element
-// (plus exact zeros). See
-// docs/graph-dialect.md, "Expert matmuls".
+// (plus exact zeros).
+//
+// The grouped form (mode=grouped, and mode=auto where the all-experts GEMM
+// would do at least twice its FLOPs) computes the routed products only:
+//   Y[c, :] = GroupedMatMul(B as [S*N, I], W, idx repeated N times)[c, :]
+// whose kernels sort the slot rows by expert and run one GEMM per expert:
+// the gathered product's 2 * S * N * I * O FLOPs without its weight copies,
+// for any E. See docs/graph-dialect.md, "Expert matmuls".
 //
 //===----------------------------------------------------------------------===//
 
@@ -132,13 +138,35 @@ std::optional<ExpertMatMul> matchExpertMatMul(MatMulOp mm) {
   m.n = bt.getDimSize(m.right ? 1 : 2);
   if (bt.getDimSize(0) != m.s || bt.getDimSize(m.right ? 2 : 1) != m.i)
     return std::nullopt;
-  // Profitable (and only then applied): the all-experts product is smaller
-  // than the gathered weights.
-  if (m.e * m.n >= m.i)
-    return std::nullopt;
   if (m.n == 1)
     m.tokens = repeatedTokens(m.other, m.s, m.i, m.k);
   return m;
+}
+
+/// The all-experts form applies where its product is smaller than the
+/// gathered weights.
+bool denseApplies(const ExpertMatMul &m) { return m.e * m.n < m.i; }
+
+/// Rows of the all-experts GEMM against the routed slot rows: the FLOPs of
+/// the dense form over the grouped form's.
+double denseOverGrouped(const ExpertMatMul &m) {
+  double rows = m.tokens ? double(m.s / m.k) : double(m.s * m.n);
+  return double(m.e) * rows / double(m.s * m.n);
+}
+
+enum class Form { Gathered, Dense, Grouped };
+
+/// The form `mode` gives this product (Gathered: left as it is).
+Form chooseForm(StringRef mode, const ExpertMatMul &m) {
+  if (mode == "grouped")
+    return Form::Grouped;
+  if (mode == "dense")
+    return denseApplies(m) ? Form::Dense : Form::Gathered;
+  // auto: the grouped kernel's gather and scatter of the rows and its E
+  // small GEMMs cost about as much as a product of twice its FLOPs.
+  if (!denseApplies(m) || denseOverGrouped(m) >= 2.0)
+    return Form::Grouped;
+  return Form::Dense;
 }
 
 /// A constant [1, 1, E] of `type`'s integer element type holding e + shift.
@@ -196,17 +224,53 @@ Value rewrite(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
   return transpose(reshape(y, {m.s, m.n, m.o}), {0, 2, 1});
 }
 
+/// Y = GroupedMatMul(B as slot rows [S*N, I], W, idx per row): the routed
+/// products only, W read in place ([E, O, I] with transB, or [E, I, O]).
+Value rewriteGrouped(OpBuilder &b, MatMulOp mm, const ExpertMatMul &m) {
+  Location loc = mm.getLoc();
+  auto reshape = [&](Value v, ArrayRef<int64_t> shape) -> Value {
+    if (cast<RankedTensorType>(v.getType()).getShape() == shape)
+      return v;
+    return b.create<ReshapeOp>(loc, v, shape, 0).getResult();
+  };
+  int64_t sn = m.s * m.n;
+  Value x = (m.right || m.n == 1)
+                ? reshape(m.other, {sn, m.i})
+                : reshape(b.create<TransposeOp>(loc, m.other, ArrayRef<int64_t>{0, 2, 1}).getResult(),
+                          {sn, m.i});
+  Value idx = m.indices;
+  if (m.n != 1)
+    idx = b.create<ExpandOp>(loc, reshape(idx, {m.s, 1}), ArrayRef<int64_t>{m.s, m.n}).getResult();
+  idx = reshape(idx, {sn});
+  Value y = b.create<GroupedMatMulOp>(loc, x, m.table, idx, m.right ? 0 : 1).getResult();
+  if (m.right || m.n == 1)
+    return reshape(y, m.right ? ArrayRef<int64_t>{m.s, m.n, m.o} : ArrayRef<int64_t>{m.s, m.o, 1});
+  return b.create<TransposeOp>(loc, reshape(y, {m.s, m.n, m.o}), ArrayRef<int64_t>{0, 2, 1})
+      .getResult();
+}
+
 struct RewriteExpertMatMulsPass
     : strait::graph::impl::GraphRewriteExpertMatMulsBase<RewriteExpertMatMulsPass> {
+  using Base::Base;
   void runOnOperation() override {
+    if (mode != "auto" && mode != "grouped" && mode != "dense" && mode != "gathered") {
+      getOperation().emitError("graph-rewrite-expert-matmuls: mode '")
+          << mode << "' is not auto, grouped, dense or gathered";
+      return signalPassFailure();
+    }
+    if (mode == "gathered")
+      return;
     SmallVector<MatMulOp> matmuls;
     getOperation().walk([&](MatMulOp mm) { matmuls.push_back(mm); });
     for (MatMulOp mm : matmuls) {
       std::optional<ExpertMatMul> m = matchExpertMatMul(mm);
       if (!m)
         continue;
+      Form form = chooseForm(mode, *m);
+      if (form == Form::Gathered)
+        continue;
       OpBuilder b(mm);
-      Value y = rewrite(b, mm, *m);
+      Value y = form == Form::Grouped ? rewriteGrouped(b, mm, *m) : rewrite(b, mm, *m);
       if (y.getType() != mm.getY().getType()) {
         mm.emitOpError("graph-rewrite-expert-matmuls built ")
             << y.getType() << " for " << mm.getY().getType();
@@ -225,6 +289,8 @@ struct RewriteExpertMatMulsPass
         op->erase();
       }
       ++numRewritten;
+      if (form == Form::Grouped)
+        ++numGrouped;
     }
   }
 };

@@ -1,4 +1,4 @@
-//===- GradientsLinalg.cpp - Rules of MatMul, Gemm and Einsum -------------===//
+//===- GradientsLinalg.cpp - Rules of MatMul, Gemm, Einsum, GroupedMatMul -===//
 
 #include "GradientUtils.h"
 
@@ -64,6 +64,18 @@ LogicalResult gemmGrad(GemmOp op, GradBuilder &g, ValueRange dy, DX dx) {
                    : g.mulScalar(d, op.getBeta().convertToDouble());
     dx[2] = g.reduceTo(dc, c);
   }
+  return success();
+}
+
+/// Y[s] = X[s] @ op(W[idx[s]]). dX[s] = dY[s] @ op(W[idx[s]])^T: the same
+/// routed product with the other layout flag (W [E, O, I] read as [E, I', O']
+/// with I' = O); dW[e] = the sum of op(X[s]^T dY[s]) over the rows routed to
+/// e (GroupedMatMulGradWeight, in W's layout). idx gets no gradient.
+LogicalResult groupedMatMulGrad(GroupedMatMulOp op, GradBuilder &g, ValueRange dy, DX dx) {
+  ArrayRef<int64_t> w = shapeOf(op.getW());
+  int64_t transB = static_cast<int64_t>(op.getTransB());
+  dx[0] = g.make<GroupedMatMulOp>(dy[0], op.getW(), op.getIndices(), 1 - transB);
+  dx[1] = g.make<GroupedMatMulGradWeightOp>(op.getX(), dy[0], op.getIndices(), w[0], transB);
   return success();
 }
 
@@ -171,4 +183,5 @@ void grad::registerLinalgGradients(MLIRContext *ctx) {
   attachRule<MatMulOp, matmulGrad>(ctx);
   attachRule<GemmOp, gemmGrad>(ctx);
   attachRule<EinsumOp, einsumGrad>(ctx);
+  attachRule<GroupedMatMulOp, groupedMatMulGrad>(ctx);
 }
