@@ -19,7 +19,8 @@ samples is the one torch sees.
     times the f32 gradient, within 1%);
   - two data-parallel replicas, one sample of one replica overflowing f16 in the forward
     (x = 1e5): every step where either replica drew it is skipped by both ranks, with equal
-    scales, including steps where the other replica's batch was finite.
+    scales, including steps where the other replica's batch was finite; the same with an
+    int8 error-feedback all-reduce (only those steps: the residual keeps no inf/nan).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def linear_model(path, w, batch=B):
     g = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "linear",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, D])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, C])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, w.shape[1]])],
         [numpy_helper.from_array(w, "w")])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
 
@@ -216,19 +217,31 @@ TWO_RANKS = cpu_cluster("two", [("r0", "h0", "s"), ("r1", "h1", "s")],
                         "latency_ms: 0.1}\n")
 
 
-def test_data_parallel_ranks_skip_together(tmp_path):
+@pytest.mark.parametrize("codec", ["exact", "int8"])
+def test_data_parallel_ranks_skip_together(tmp_path, codec):
+    """With --compress int8 the gradient all-reduce is int8 with error feedback, which runs
+    before the overflow check: the skipped steps must still be only those where a replica drew
+    the overflowing row (a residual that kept the inf/nan would skip every later step)."""
     d = tmp_path
     (d / "two.yaml").write_text(TWO_RANKS)
     rng = np.random.default_rng(2)
-    w = (rng.standard_normal((D, C)) * 0.1).astype(np.float32)
+    classes = 32  # w [3, 32]: 96 values, enough for a codec (straitc compresses 64 or more)
+    w = (rng.standard_normal((D, classes)) * 0.1).astype(np.float32)
     linear_model(d / "m.onnx", w, batch=1)
     rows = rng.standard_normal((8, D)).astype(np.float32)
     rows[5] = 1e5  # overflows f16 in the forward: inf logits, NaN gradients at any scale
     np.save(d / "x.npy", rows)
-    np.save(d / "labels.npy", rng.integers(0, C, 8).astype(np.int64))
+    np.save(d / "labels.npy", rng.integers(0, classes, 8).astype(np.int64))
     # A scale of 1024: dlogits (at most 1 with one sample) never overflows on a finite row.
-    job = compile_job(d, "job", "--optimizer", "adamw", "--cluster", d / "two.yaml",
-                      "--global-batch", 2, "--num-stages", 1, "--loss-scale-init", 1024)
+    flags = ("--optimizer", "adamw", "--cluster", d / "two.yaml", "--global-batch", 2,
+             "--num-stages", 1, "--loss-scale-init", 1024)
+    if codec != "exact":
+        flags += ("--compress", codec)
+    p = run([STRAITC, str(d / "m.onnx"), "--loss", "cross-entropy", "--precision", "f16",
+             *map(str, flags), "-o", str(d / "job")])
+    job = d / "job"
+    if codec != "exact":
+        assert "compressed all-reduce of stage 0: int8+ef" in p.stdout, p.stdout
     train(job, d, 16)
     r0, r1 = step_lines(job, 0), step_lines(job, 1)
     assert len(r0) == len(r1) == 16

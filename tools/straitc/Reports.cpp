@@ -219,10 +219,6 @@ LogicalResult reportCompression(const CompressionFlags &flags,
 /// dist-insert-compression inserted): "stage 0 -> 1: int8 (3 values)".
 void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
   std::map<std::string, int> links;
-  // Loss scaling checks the gradients after their all-reduce: an inf/nan
-  // of a skipped step has entered an error-feedback codec's residual then.
-  bool scaled = false, scaledFeedback = false;
-  module.walk([&](strait::graph::UnscaleGradientsOp) { scaled = true; });
   module.walk([&](strait::dist::CompressOp c) {
     if (c.getEncoded().use_empty())
       return;
@@ -250,15 +246,8 @@ void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {
                           send->hasAttr("dist.per_step") ? " (per step)" : "", codec);
     else
       key = llvm::formatv("all-reduce of stage {0}: {1}", stage.value_or(-1), codec);
-    scaledFeedback |= scaled && c.getErrorFeedback() && !isa<strait::dist::SendOp>(user);
     ++links[key];
   });
-  if (scaledFeedback)
-    llvm::errs() << "straitc: warning: loss scaling (--loss-scale, the default with --precision "
-                    "f16) with an error-feedback codec on the gradient all-reduce: the inf/nan "
-                    "of a skipped step enters the codec's residual and stays there "
-                    "(docs/training.md, \"Loss scaling\"); use --precision bf16 or "
-                    "--loss-scale none with it\n";
   for (auto &[key, count] : links)
     os << "straitc: compressed " << key << " (" << count
        << (count == 1 ? " value)\n" : " values)\n");

@@ -897,9 +897,14 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
     std::copy(res, res + numel, decodedOut);
     lastPayload = out;
   }
+  // A non-finite entry (an overflowed f16 gradient under loss scaling, whose
+  // step every rank then skips) leaves the residual as 0, not inf or nan: kept,
+  // it would poison every later step's sum and no step would be taken again.
   parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      res[i] = sum[i] - res[i];
+    for (int64_t i = lo; i < hi; ++i) {
+      float r = sum[i] - res[i];
+      res[i] = std::isfinite(r) ? r : 0.0f;
+    }
   });
   lastPayloadBytes = out.size();
   return Status::ok();
