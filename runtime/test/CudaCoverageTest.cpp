@@ -110,6 +110,13 @@ TEST(CudaNoDevice, NativeSupportRules) {
   EXPECT_TRUE(
       check("Slice", {t(F32, rank9), t(I64, {1}), t(I64, {1})}, {t(F32, rank9)}).hostWait);
   EXPECT_FALSE(check("Slice", {t(F32)}, {t(F32)}).hostWait);
+  // The routed expert products read the rows' experts on the host, always.
+  NativeSupport grouped = check("GroupedMatMul", {t(BF16), t(BF16), t(I64, {3})}, {t(BF16)});
+  EXPECT_TRUE(grouped.native);
+  EXPECT_TRUE(grouped.hostWait);
+  EXPECT_NE(grouped.reason.find("outside the CUDA graphs"), std::string::npos) << grouped.reason;
+  EXPECT_TRUE(check("GroupedMatMulGradWeight", {t(F32), t(F32), t(I64, {3})}, {t(F32)}).native);
+  EXPECT_FALSE(check("GroupedMatMul", {t(F64), t(F64), t(I64, {3})}, {t(F64)}).native);
 }
 
 // The reduced dims that a reduction's declared output shape determines.

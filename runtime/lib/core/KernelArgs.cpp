@@ -832,5 +832,97 @@ StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelCo
   return a;
 }
 
+namespace {
+
+StatusOr<const Tensor *> floatOperand(const KernelContext &ctx, size_t index, DType dtype) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *t, ctx.requireInput(index));
+  if (t->dtype != program::DTYPE_F32 && t->dtype != program::DTYPE_BF16 &&
+      t->dtype != program::DTYPE_F16)
+    return ctx.unsupported("operand " + std::to_string(index) + " of dtype " + t->typeString() +
+                           " (expected f32, bf16 or f16)");
+  if (dtype != program::DTYPE_UNSPECIFIED && t->dtype != dtype)
+    return ctx.error("operand " + std::to_string(index) + " is " + t->typeString() +
+                     ", operand 0 " + dtypeName(dtype) + ": the operands share one dtype");
+  return t;
+}
+
+StatusOr<const Tensor *> rowExperts(const KernelContext &ctx, int64_t s) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *idx, ctx.requireInput(2));
+  if (idx->dtype != program::DTYPE_I64 && idx->dtype != program::DTYPE_I32)
+    return ctx.unsupported("indices of dtype " + idx->typeString() + " (expected i64 or i32)");
+  if (idx->rank() != 1 || idx->shape[0] != s)
+    return ctx.error("indices " + idx->typeString() + " must be [" + std::to_string(s) +
+                     "], one expert per row");
+  return idx;
+}
+
+} // namespace
+
+StatusOr<GroupedMatMulArgs> groupedMatMulArgs(const KernelContext &ctx) {
+  GroupedMatMulArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, floatOperand(ctx, 0, program::DTYPE_UNSPECIFIED));
+  STRAIT_ASSIGN_OR_RETURN(a.w, floatOperand(ctx, 1, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(int64_t transB, ctx.getAttrs().getInt("transB", 1));
+  a.transB = transB != 0;
+  if (a.x->rank() != 2 || a.w->rank() != 3)
+    return ctx.error("X must be [S, I] and W [E, O, I] or [E, I, O], got " +
+                     a.x->typeString() + " and " + a.w->typeString());
+  a.s = a.x->shape[0];
+  a.i = a.x->shape[1];
+  a.e = a.w->shape[0];
+  int64_t wi = a.transB ? a.w->shape[2] : a.w->shape[1];
+  a.o = a.transB ? a.w->shape[1] : a.w->shape[2];
+  if (wi != a.i)
+    return ctx.error("inner dimensions differ: X " + a.x->typeString() + ", W " +
+                     a.w->typeString() + " (transB " + std::to_string(transB) + ")");
+  STRAIT_ASSIGN_OR_RETURN(a.idx, rowExperts(ctx, a.s));
+  STRAIT_ASSIGN_OR_RETURN(a.out, ctx.requireOutput(0, Shape{a.s, a.o}, a.x->dtype));
+  return a;
+}
+
+StatusOr<GroupedMatMulArgs> groupedMatMulGradWeightArgs(const KernelContext &ctx) {
+  GroupedMatMulArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, floatOperand(ctx, 0, program::DTYPE_UNSPECIFIED));
+  STRAIT_ASSIGN_OR_RETURN(a.dy, floatOperand(ctx, 1, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.e, ctx.getAttrs().getInt("num_experts", 0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t transB, ctx.getAttrs().getInt("transB", 1));
+  a.transB = transB != 0;
+  if (a.e < 1)
+    return ctx.error("num_experts must be at least 1, got " + std::to_string(a.e));
+  if (a.x->rank() != 2 || a.dy->rank() != 2 || a.dy->shape[0] != a.x->shape[0])
+    return ctx.error("X must be [S, I] and dY [S, O], got " + a.x->typeString() + " and " +
+                     a.dy->typeString());
+  a.s = a.x->shape[0];
+  a.i = a.x->shape[1];
+  a.o = a.dy->shape[1];
+  STRAIT_ASSIGN_OR_RETURN(a.idx, rowExperts(ctx, a.s));
+  Shape shape = a.transB ? Shape{a.e, a.o, a.i} : Shape{a.e, a.i, a.o};
+  STRAIT_ASSIGN_OR_RETURN(a.out, ctx.requireOutput(0, shape, a.x->dtype));
+  return a;
+}
+
+StatusOr<ExpertRouting> routeExperts(const KernelContext &ctx, std::vector<int64_t> ids,
+                                     int64_t e) {
+  ExpertRouting r;
+  r.offset.assign(static_cast<size_t>(e) + 1, 0);
+  int64_t s = static_cast<int64_t>(ids.size());
+  for (int64_t k = 0; k < s; ++k) {
+    int64_t v = ids[k];
+    if (v < -e || v >= e)
+      return ctx.error("index " + std::to_string(v) + " of row " + std::to_string(k) +
+                       " is outside [-" + std::to_string(e) + ", " + std::to_string(e) +
+                       ") for " + std::to_string(e) + " experts");
+    ids[k] = v < 0 ? v + e : v;
+    ++r.offset[ids[k] + 1];
+  }
+  for (int64_t x = 0; x < e; ++x)
+    r.offset[x + 1] += r.offset[x];
+  r.rows.resize(static_cast<size_t>(s));
+  std::vector<int64_t> next(r.offset.begin(), r.offset.end() - 1);
+  for (int64_t k = 0; k < s; ++k)
+    r.rows[next[ids[k]]++] = k;
+  return r;
+}
+
 } // namespace rt
 } // namespace strait

@@ -145,6 +145,22 @@ StatusOr<void *> CudaContext::getScratch(size_t bytes) {
   return scratch;
 }
 
+StatusOr<std::vector<int64_t>> hostInts(CudaContext &c, const KernelContext &ctx,
+                                        const Tensor &t, const std::string &what) {
+  if (t.dtype != program::DTYPE_I64 && t.dtype != program::DTYPE_I32)
+    return ctx.unsupported(what + ": expected an integer tensor, got " + t.typeString());
+  const void *src = t.host;
+  if (!src) {
+    STRAIT_RETURN_IF_ERROR(c.hostSync("reading " + what));
+    src = t.data;
+  }
+  std::vector<int64_t> v(t.numel());
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = t.dtype == program::DTYPE_I64 ? static_cast<const int64_t *>(src)[i]
+                                         : static_cast<const int32_t *>(src)[i];
+  return v;
+}
+
 int CudaContext::addTag(const std::string &name) {
   std::lock_guard<std::mutex> lock(mutex);
   tags.push_back(name);
@@ -200,6 +216,7 @@ public:
     addAllKernels(t);
     for (auto &e : t.entries)
       table[e.first] = e.second;
+    readsOnHost = t.readsOnHost;
     if (this->ctx->options.hostFallback)
       cpu = createCpuBackend();
   }
@@ -327,10 +344,11 @@ public:
   std::unique_ptr<KernelSegment> createSegment() const override {
     return createGraphSegment(*ctx);
   }
-  /// Ops without a CUDA kernel (the host fallback): the executor keeps them
-  /// out of the segments it captures into graphs.
+  /// Ops without a CUDA kernel (the host fallback) and kernels that read
+  /// data on the host first (CudaKernelTable::readsOnHost): the executor
+  /// keeps them out of the segments it captures into graphs.
   bool runsOnHost(const program::Kernel &kernel) const override {
-    return cpu && table.find(kernel.op()) == table.end();
+    return (cpu && table.find(kernel.op()) == table.end()) || readsOnHost.count(kernel.op());
   }
   CudaGraphStats graphStats() const { return ctx->graphStats; }
 
@@ -429,6 +447,8 @@ private:
 
   std::unique_ptr<CudaContext> ctx;
   std::map<std::string, CudaKernelFn> table;
+  /// Ops whose kernel reads data on the host first (runsOnHost).
+  std::set<std::string> readsOnHost;
   /// The CPU backend behind the host fallback (null when it is off).
   std::unique_ptr<Backend> cpu;
   mutable std::mutex hostMutex;

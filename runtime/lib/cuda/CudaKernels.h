@@ -121,8 +121,23 @@ ET elemType(DType dtype);
 using CudaKernelFn = Status (*)(CudaContext &, KernelContext &, int tag);
 struct CudaKernelTable {
   std::vector<std::pair<std::string, CudaKernelFn>> entries;
+  /// Ops whose kernel reads data on the host before it launches (a wait for
+  /// the stream): the executor runs them outside the CUDA graphs it
+  /// captures (Backend::runsOnHost), so the kernels around them still are.
+  std::set<std::string> readsOnHost;
   void add(const std::string &op, CudaKernelFn fn) { entries.push_back({op, fn}); }
+  void addReadingOnHost(const std::string &op, CudaKernelFn fn) {
+    add(op, fn);
+    readsOnHost.insert(op);
+  }
 };
+
+/// The values of an integer tensor (i64 or i32) on the host: a program
+/// constant's host copy, else the device values after the stream's queued
+/// work (a wait, which a CUDA graph capture refuses). `what` names it in
+/// errors.
+StatusOr<std::vector<int64_t>> hostInts(CudaContext &c, const KernelContext &ctx,
+                                        const Tensor &t, const std::string &what);
 void addElementwiseKernels(CudaKernelTable &table);
 void addLayoutKernels(CudaKernelTable &table);
 void addMatMulKernels(CudaKernelTable &table);

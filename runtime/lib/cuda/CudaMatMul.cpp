@@ -1,4 +1,4 @@
-//===- CudaMatMul.cpp - MatMul and Gemm through cuBLAS --------------------===//
+//===- CudaMatMul.cpp - MatMul, Gemm and GroupedMatMul through cuBLAS -----===//
 //
 // Row-major products on column-major cuBLAS: Y^T = op(B)^T op(A)^T, so B is
 // passed first. f32 tensors use the compute type of CudaOptions::matmul
@@ -6,7 +6,9 @@
 // and bf16 tensors use their own types with f64 / f32 accumulation.
 // MatMul batches: a 2-D right operand folds the left batch into M (one
 // GEMM); equal or one-sided batches run as one strided-batched GEMM; other
-// broadcasts loop over the batch.
+// broadcasts loop over the batch. GroupedMatMul and its weight gradient
+// (mixture of experts) read the rows' experts on the host, gather the rows
+// by expert and run one GEMM per expert: the routed FLOPs only.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -540,11 +542,116 @@ Status gemmKernel(CudaContext &c, KernelContext &ctx, int) {
               y->data, 0, 1);
 }
 
+//===----------------------------------------------------------------------===//
+// Grouped expert products (mixture of experts)
+//===----------------------------------------------------------------------===//
+
+/// Device scratch of a grouped product: the rows ordered by expert and the
+/// inverse order (i64), X's rows in that order and Y's (or dY's).
+struct GroupedScratch {
+  int64_t *rows = nullptr, *inverse = nullptr;
+  char *x = nullptr, *y = nullptr;
+  size_t bytes = 0; ///< in use, for gemm's padded copies after it
+};
+
+/// Reads the rows' experts on the host (a wait for the stream: the executor
+/// runs these kernels outside the CUDA graphs, CudaKernelTable::readsOnHost),
+/// routes them (KernelArgs.h, the CPU kernels' routing) and gathers X's rows
+/// (and dY's) by expert into scratch.
+StatusOr<GroupedScratch> groupRows(CudaContext &c, const KernelContext &ctx, int tag,
+                                   const GroupedMatMulArgs &a, const ExpertRouting &r,
+                                   const Tensor *second, int64_t secondWidth) {
+  size_t es = dtypeSize(a.x->dtype);
+  auto aligned = [](size_t b) { return (b + 255) / 256 * 256; };
+  size_t idxBytes = aligned(sizeof(int64_t) * a.s);
+  size_t xBytes = aligned(es * a.s * a.i), yBytes = aligned(es * a.s * a.o);
+  GroupedScratch g;
+  g.bytes = 2 * idxBytes + xBytes + yBytes;
+  STRAIT_ASSIGN_OR_RETURN(void *block, c.getScratch(g.bytes));
+  char *p = static_cast<char *>(block);
+  g.rows = reinterpret_cast<int64_t *>(p);
+  g.inverse = reinterpret_cast<int64_t *>(p + idxBytes);
+  g.x = p + 2 * idxBytes;
+  g.y = g.x + xBytes;
+  std::vector<int64_t> inverse(r.rows.size());
+  for (size_t j = 0; j < r.rows.size(); ++j)
+    inverse[r.rows[j]] = static_cast<int64_t>(j);
+  // From pageable memory: each copy returns once its source is staged.
+  size_t n = sizeof(int64_t) * r.rows.size();
+  STRAIT_RETURN_IF_ERROR(cudaStatus(
+      cudaMemcpyAsync(g.rows, r.rows.data(), n, cudaMemcpyHostToDevice, c.stream), "rows"));
+  STRAIT_RETURN_IF_ERROR(cudaStatus(
+      cudaMemcpyAsync(g.inverse, inverse.data(), n, cudaMemcpyHostToDevice, c.stream),
+      "inverse rows"));
+  launchGather(es, a.x->data, g.rows, true, g.x, 1, a.s, a.s, a.i, c.errorFlag, tag, c.stream);
+  if (second)
+    launchGather(es, second->data, g.rows, true, g.y, 1, a.s, a.s, secondWidth, c.errorFlag,
+                 tag, c.stream);
+  return g;
+}
+
+StatusOr<ExpertRouting> routeOnHost(CudaContext &c, const KernelContext &ctx,
+                                    const GroupedMatMulArgs &a) {
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> ids, hostInts(c, ctx, *a.idx, "the rows' experts"));
+  return routeExperts(ctx, std::move(ids), a.e);
+}
+
+/// Y[s] = X[s] W[idx[s]]^T (transB) or X[s] W[idx[s]]: one GEMM per expert
+/// over its rows, in the operands' dtype with f32 accumulation (gemmTypes),
+/// then Y's rows back in row order.
+Status groupedMatMulKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(GroupedMatMulArgs a, groupedMatMulArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(GemmTypes ty, gemmTypes(c, ctx, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(ExpertRouting r, routeOnHost(c, ctx, a));
+  if (a.s == 0 || a.o == 0)
+    return Status::ok();
+  STRAIT_ASSIGN_OR_RETURN(GroupedScratch g, groupRows(c, ctx, tag, a, r, nullptr, 0));
+  size_t es = dtypeSize(a.x->dtype);
+  const char *w = a.w->as<char>();
+  for (int64_t ex = 0; ex < a.e; ++ex) {
+    int64_t begin = r.offset[ex], n = r.offset[ex + 1] - begin;
+    STRAIT_RETURN_IF_ERROR(gemm(c, ctx, ty, false, a.transB, n, a.o, a.i, 1.0,
+                                g.x + begin * a.i * es, 0, w + ex * a.o * a.i * es, 0, 0.0,
+                                g.y + begin * a.o * es, 0, 1, ty.data, g.bytes));
+  }
+  launchGather(es, g.y, g.inverse, true, a.out->data, 1, a.s, a.s, a.o, c.errorFlag, tag,
+               c.stream);
+  return Status::ok();
+}
+
+/// dW[e] = dY_e^T X_e (transB) or X_e^T dY_e over expert e's rows; an
+/// expert without rows gets zeros (gemm's empty sum).
+Status groupedMatMulGradWeightKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(GroupedMatMulArgs a, groupedMatMulGradWeightArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(GemmTypes ty, gemmTypes(c, ctx, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(ExpertRouting r, routeOnHost(c, ctx, a));
+  size_t es = dtypeSize(a.x->dtype);
+  if (a.s == 0)
+    return cudaStatus(cudaMemsetAsync(a.out->data, 0, es * a.e * a.o * a.i, c.stream),
+                      "memset");
+  STRAIT_ASSIGN_OR_RETURN(GroupedScratch g, groupRows(c, ctx, tag, a, r, a.dy, a.o));
+  char *dw = a.out->as<char>();
+  for (int64_t ex = 0; ex < a.e; ++ex) {
+    int64_t begin = r.offset[ex], n = r.offset[ex + 1] - begin;
+    const char *xb = g.x + begin * a.i * es, *db = g.y + begin * a.o * es;
+    char *out = dw + ex * a.o * a.i * es;
+    if (a.transB) // [O, I] = dY_e^T X_e
+      STRAIT_RETURN_IF_ERROR(gemm(c, ctx, ty, true, false, a.o, a.i, n, 1.0, db, 0, xb, 0, 0.0,
+                                  out, 0, 1, ty.data, g.bytes));
+    else // [I, O] = X_e^T dY_e
+      STRAIT_RETURN_IF_ERROR(gemm(c, ctx, ty, true, false, a.i, a.o, n, 1.0, xb, 0, db, 0, 0.0,
+                                  out, 0, 1, ty.data, g.bytes));
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 void addMatMulKernels(CudaKernelTable &t) {
   t.add("MatMul", matMulKernel);
   t.add("Gemm", gemmKernel);
+  t.addReadingOnHost("GroupedMatMul", groupedMatMulKernel);
+  t.addReadingOnHost("GroupedMatMulGradWeight", groupedMatMulGradWeightKernel);
 }
 
 } // namespace cuda

@@ -194,18 +194,7 @@ StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelConte
   const Tensor *t = ctx.input(index);
   if (!t)
     return ctx.getAttrs().getInts(name, dflt);
-  std::vector<int64_t> v(t->numel());
-  if (t->dtype != program::DTYPE_I64 && t->dtype != program::DTYPE_I32)
-    return ctx.unsupported("expected an integer tensor, got " + t->typeString());
-  const void *src = t->host;
-  if (!src) {
-    STRAIT_RETURN_IF_ERROR(c.hostSync(std::string("reading input '") + name + "'"));
-    src = t->data;
-  }
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = t->dtype == program::DTYPE_I64 ? static_cast<const int64_t *>(src)[i]
-                                          : static_cast<const int32_t *>(src)[i];
-  return v;
+  return hostInts(c, ctx, *t, std::string("input '") + name + "'");
 }
 
 StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t rank) {

@@ -5,7 +5,8 @@
 // here without a device) and its operand dtypes must be ones its CUDA kernel
 // accepts. Each rule names the dtypes of the kernel's own check, in the
 // kernel's file; shapes and attributes are not checked here except for the
-// integer inputs read on the host (hostWait), and for the convolutions, whose
+// integer inputs read on the host (hostWait: Slice's and a reduction's,
+// GroupedMatMul's experts), and for the convolutions, whose
 // host checks read no data: they run on operands without data, so pads that
 // cuDNN cannot express (different on the two sides of a dim and changing
 // the output size) count as not native. Known run-time declines not checked
@@ -332,6 +333,8 @@ const std::map<std::string, Rule> &rules() {
     r["SoftmaxCrossEntropyLossWithGrad"] = sceWithGrad;
     r["MatMul"] = gemm;
     r["Gemm"] = gemm;
+    r["GroupedMatMul"] = lowOrF32;
+    r["GroupedMatMulGradWeight"] = lowOrF32;
     r["FusedElementwise"] = fused;
     r["FusedAttention"] = attention;
     r["FusedAttentionGrad"] = attention;
@@ -348,12 +351,19 @@ const std::map<std::string, Rule> &rules() {
   return table;
 }
 
-const std::set<std::string> &tableOps() {
-  static const std::set<std::string> ops = [] {
+const CudaKernelTable &kernelTable() {
+  static const CudaKernelTable table = [] {
     CudaKernelTable t;
     addAllKernels(t);
+    return t;
+  }();
+  return table;
+}
+
+const std::set<std::string> &tableOps() {
+  static const std::set<std::string> ops = [] {
     std::set<std::string> s;
-    for (const auto &e : t.entries)
+    for (const auto &e : kernelTable().entries)
       s.insert(e.first);
     return s;
   }();
@@ -383,6 +393,11 @@ NativeSupport nativeSupport(const KernelSpec &spec) {
   r.native = r.reason.empty();
   if (!r.native)
     return r;
+  if (kernelTable().readsOnHost.count(k.op())) {
+    r.hostWait = true;
+    r.reason = "reads its integer input on the host first (runs outside the CUDA graphs)";
+    return r;
+  }
   // Integer operands read on the host (CudaSpatial.cpp's intsInputOrAttr).
   // A reduction reads its axes input on the host only on its first run when
   // the declared output shape determines the reduced dims.
@@ -506,7 +521,8 @@ std::string cudaSupportNote(const program::Program &program) {
   if (nWait)
     note += std::string(note.empty() ? "" : "\n") + "cuda: " + std::to_string(nWait) + " of " +
             std::to_string(total) +
-            " kernels wait on the host for an integer input (no CUDA graph for their segment): " +
+            " kernels wait on the host for an integer input (no CUDA graph for their segment, "
+            "or for them alone): " +
             list(wait);
   return note;
 }

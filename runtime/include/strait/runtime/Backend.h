@@ -124,10 +124,11 @@ public:
   virtual std::unique_ptr<KernelSegment> createSegment() const {
     return std::make_unique<KernelSegment>();
   }
-  /// Whether the kernel runs on the host after waiting for the device (a GPU
-  /// backend's host fallback). The executor launches such a kernel on its
-  /// own, outside any segment, so that the kernels around it can still be
-  /// recorded.
+  /// Whether the kernel waits for the device on the host (a GPU backend's
+  /// host fallback, or a kernel that reads data on the host before it
+  /// launches, as the CUDA GroupedMatMul reads the rows' experts). The
+  /// executor launches such a kernel on its own, outside any segment, so
+  /// that the kernels around it can still be recorded.
   virtual bool runsOnHost(const program::Kernel &kernel) const {
     (void)kernel;
     return false;

@@ -286,6 +286,31 @@ struct SoftmaxCrossEntropyArgs {
 };
 StatusOr<SoftmaxCrossEntropyArgs> softmaxCrossEntropyWithGradArgs(const KernelContext &ctx);
 
+/// GroupedMatMul(X [S, I], W, idx [S]) {transB} -> Y [S, O]: row s times
+/// expert idx[s]'s weight, W [E, O, I] (transB 1, the default) or [E, I, O].
+/// GroupedMatMulGradWeight(X [S, I], dY [S, O], idx [S]) {num_experts,
+/// transB} -> dW, W's shape: expert e's rows' dY^T X (X^T dY). X and W / dY
+/// share one float dtype (f32, bf16, f16), which the output has.
+struct GroupedMatMulArgs {
+  const Tensor *x = nullptr, *w = nullptr, *dy = nullptr, *idx = nullptr;
+  Tensor *out = nullptr;
+  int64_t s = 0, i = 0, o = 0, e = 0;
+  bool transB = true;
+};
+StatusOr<GroupedMatMulArgs> groupedMatMulArgs(const KernelContext &ctx);
+StatusOr<GroupedMatMulArgs> groupedMatMulGradWeightArgs(const KernelContext &ctx);
+
+/// The rows of each expert, contiguous: rows[offset[e] .. offset[e + 1]) are
+/// the rows routed to expert e, in row order (a stable counting sort).
+struct ExpertRouting {
+  std::vector<int64_t> offset; ///< E + 1
+  std::vector<int64_t> rows;   ///< S
+};
+/// Routes `ids` (one expert per row, -E <= id < E; negative ids count from
+/// the end) over `e` experts; an id out of range is an error naming the row.
+StatusOr<ExpertRouting> routeExperts(const KernelContext &ctx, std::vector<int64_t> ids,
+                                     int64_t e);
+
 } // namespace rt
 } // namespace strait
 
