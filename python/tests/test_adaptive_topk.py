@@ -230,12 +230,12 @@ def test_slow_link_lowers_the_ratio_and_the_bytes_sent(tmp_path, text):
         assert len(lines) == 10 and all(len(x) == 1 for x in lines), lines
         late[r] = statistics.mean(next(iter(x.values())) for x in lines)
     # What made the fixed job's steps slower: the bytes each rank puts on the slow link per step
-    # (median over the same steps 6-30). Both carry the tied embedding's partial gradient
+    # (median over the same last 10 steps). Both carry the tied embedding's partial gradient
     # (256 x 64 f32) each way per step at the fixed top-k 0.1 (error feedback, never adapted:
     # 24 bytes of header and k, a 2048-byte bitmap, 1639 f32 values) besides the activations'
     # top-k payloads, whose size follows the ratio: at 0.1 about 35-43 KB per step, near 0.01
     # about 1-2 KB.
-    sent = {name: [statistics.median(sent_bytes(job, r)[5:]) for r in (0, 1)]
+    sent = {name: [statistics.median(sent_bytes(job, r)[-10:]) for r in (0, 1)]
             for name, job in runs.items()}
     losses = log_losses(runs["adaptive"])
     print(f"median step: fixed 0.1 {fixed_ms:.1f} ms, adaptive {adapt_ms:.1f} ms "
@@ -245,13 +245,16 @@ def test_slow_link_lowers_the_ratio_and_the_bytes_sent(tmp_path, text):
     assert all(v < 0.05 for v in late.values()), late
     for r in (0, 1):
         assert len(sent_bytes(runs["fixed"], r)) == steps == len(sent_bytes(runs["adaptive"], r))
-        # The payloads shrank with the ratio: more than half of the fixed job's top-k bytes are
-        # gone (the embedding gradient's payload stays). Measured: 24 % (rank 0) and 27 % (rank 1)
-        # of the fixed job's are left; the medians include steps where probing raised a ratio.
+        # The payloads shrank with the ratio. A top-k payload of n values at ratio r is 4rn
+        # value bytes and min(2rn, n/8) index bytes (u16 gaps or a bitmap), so a ratio below
+        # 0.05 (asserted above) sends at most (0.2 + 0.1) / (0.4 + 0.125) = 57 % of the fixed
+        # 0.1's bytes. Measured: 24 % (rank 0) and 27 % (rank 1) on an idle machine; in a
+        # loaded CI run rank 1's ratio averaged 0.045 over the last 10 steps and its median
+        # bytes over steps 6-30 were 60 % of the fixed job's.
         embedding = 16 + 8 + 256 * 64 // 8 + 4 * math.ceil(0.1 * 256 * 64)
         fixed_topk = sent["fixed"][r] - embedding
         assert fixed_topk > 0, sent
-        assert sent["adaptive"][r] - embedding < 0.5 * fixed_topk, (r, sent)
+        assert sent["adaptive"][r] - embedding < 0.6 * fixed_topk, (r, sent)
     assert len(losses) == steps
     first, last = statistics.mean(losses[:3]), statistics.mean(losses[-3:])
     assert last < first - 1.0, losses
