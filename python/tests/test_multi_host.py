@@ -55,16 +55,17 @@ def losses(stdout):
     return re.findall(rf"^step \d+/{STEPS} loss (\S+)", stdout, re.M)
 
 
-def launch(job, *args):
-    return subprocess.Popen([STRAIT_RUN, str(job), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def launch(job, *args, cwd=None):
+    return subprocess.Popen([os.path.abspath(STRAIT_RUN), str(job), *map(str, args)],
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd)
 
 
-def two_launchers(job, data, tmp, rendezvous, run_id):
-    """Runs the hosts' launchers at once; returns beta's losses (the last stage's host) and the
-    parameters both saved."""
+def two_launchers(job, data, tmp, rendezvous, run_id, cwd=None):
+    """Runs the hosts' launchers at once (in `cwd`); returns beta's losses (the last stage's
+    host) and the parameters both saved."""
     procs = {h: launch(job, "--host", h, "--run-id", run_id, "--rendezvous", rendezvous,
-                       *common(data, tmp / "params", tmp / f"logs-{h}"))
+                       *common(data, tmp / "params", tmp / f"logs-{h}"), cwd=cwd)
              for h in ("alpha", "beta")}
     outs = {h: p.communicate(timeout=300) for h, p in procs.items()}
     for h, p in procs.items():
@@ -139,6 +140,19 @@ def test_one_launcher_per_host_over_a_shared_folder(job, reference, tmp_path):
                      r"\(host alpha started it at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\); pick a "
                      r"new --run-id", err), err
     assert " pid " not in out, out
+
+
+def test_a_relative_store_folder_is_the_working_directorys(job, reference, tmp_path):
+    """`--rendezvous store` names a folder of the launchers' working directory, as every other
+    path flag does; the ranks (which run elsewhere) meet there, not in a folder of that name
+    under the job's."""
+    d, plan, data = job
+    work = tmp_path / "work"
+    work.mkdir()
+    got = two_launchers(plan, data, tmp_path, "store", "mh-relative", cwd=work)
+    assert_same(got, reference)
+    assert any((work / "store").iterdir()), "the ranks did not meet in ./store"
+    assert not (plan / "store").exists()
 
 
 def test_a_second_launcher_of_a_host_is_refused_and_the_run_goes_on(job, reference, tmp_path):

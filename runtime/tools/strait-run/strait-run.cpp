@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -462,6 +463,13 @@ int main(int argc, char **argv) {
           *c = '*';
     o.rendezvous = strait::rt::redisUrlWithoutPassword(url);
   }
+  // A store folder named here (or in $STRAIT_RENDEZVOUS) is relative to the
+  // working directory, as every other path flag; only the manifest's own
+  // rendezvous folder is the job folder's (rendezvousUrl).
+  strait::rt::GlooOptions folder;
+  if (!o.rendezvous.empty() && strait::rt::setRendezvous(folder, o.rendezvous, "").isOk() &&
+      folder.store == strait::rt::StoreKind::File && folder.storePath[0] != '/')
+    o.rendezvous = std::filesystem::absolute(folder.storePath).lexically_normal().string();
   if (o.linkSecretFile.empty() && std::getenv("STRAIT_LINK_SECRET_FILE"))
     o.linkSecretFile = std::getenv("STRAIT_LINK_SECRET_FILE");
   strait::rt::Executor::setAdaptiveTopKDefault(o.topkAdapt);
