@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 """Mixture-of-experts training steps on the CPU runtime with and without
-graph-rewrite-expert-matmuls.
+graph-rewrite-expert-matmuls, in its dense and grouped forms.
 
     PYTHONPATH=python .venv/bin/python bench/runtime/moe_experts.py [--hidden 128]
         [--intermediate 256] [--experts 8] [--top-k 2] [--layers 2] [--shape 2x64]
-        [--steps 10] [--threads 1] [--rounds 2]
+        [--steps 10] [--threads 1] [--rounds 2] [--variants gathered,dense,grouped] [--torch]
 
 Builds a transformers MixtralForCausalLM of that size with the `batched_mm` experts (each
 routed token's expert weights gathered, batched matmuls: static shapes), exports it with the
 TorchScript exporter, imports it (straitc --emit=mlir) and builds two AdamW training steps
-from the same forward graph: `strait-opt --graph-build-training-step` (the reference: the
-gathered weights as exported) and `strait-opt --graph-rewrite-expert-matmuls
---graph-build-training-step` (one product of all experts and a selection). No other forward
-rewrite runs in either. Both run with strait-run on the same token file; per variant:
+from the same forward graph: `strait-opt --graph-build-training-step` (gathered: the
+weights as exported), `strait-opt --graph-rewrite-expert-matmuls=mode=dense
+--graph-build-training-step` (dense: one product of all experts and a selection) and
+`... mode=grouped ...` (grouped: GroupedMatMuls of the routed slots, the routed FLOPs). No
+other forward rewrite runs in any. The first variant listed is the ratios' reference.
+`--torch` also times PyTorch eager's AdamW step on the same model with transformers' default
+experts implementation (its per-expert loop over the routed tokens) and with batched_mm,
+on --threads threads. Both run with strait-run on the same token file; per variant:
 the elements the expert products hold (gathered weight copies [S, O, I], or the all-experts
 products [rows, E, O] that one-hot rows select from: rows = the slots, or the tokens when
 the slots repeat them), the launcher's peak resident memory (/usr/bin/time), the median step
@@ -45,13 +49,12 @@ def run(cmd, stdin=None):
     return p
 
 
-def export(a, path):
+def mixtral(a, impl: str):
+    """The Mixtral-like model of the arguments (seed 0) with experts implementation `impl`
+    ("default": transformers' own choice)."""
     import torch
     import transformers
 
-    from strait.models import export as ex
-
-    ex._no_packed_sequences()
     config = transformers.MixtralConfig(
         vocab_size=256, hidden_size=a.hidden, intermediate_size=a.intermediate,
         num_hidden_layers=a.layers, num_attention_heads=4, num_key_value_heads=2,
@@ -59,8 +62,19 @@ def export(a, path):
         num_experts_per_tok=a.top_k)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = transformers.MixtralForCausalLM(config).eval()
-    model.set_experts_implementation("batched_mm")
+    model = transformers.MixtralForCausalLM(config)
+    if impl != "default":
+        model.set_experts_implementation(impl)
+    return model
+
+
+def export(a, path):
+    import torch
+
+    from strait.models import export as ex
+
+    ex._no_packed_sequences()
+    model = mixtral(a, "batched_mm").eval()
 
     class Logits(torch.nn.Module):
         def __init__(self, m):
@@ -75,6 +89,31 @@ def export(a, path):
     torch.onnx.export(Logits(model), (ids,), path, input_names=["input_ids"],
                       output_names=["logits"], opset_version=17, do_constant_folding=False,
                       dynamo=False)
+
+
+def torch_step_ms(a, impl: str) -> float:
+    """Median ms of PyTorch eager AdamW steps (forward, cross-entropy, backward, update)
+    of the same Mixtral-like model with experts implementation `impl`."""
+    import torch
+
+    torch.set_num_threads(int(a.threads))
+    model = mixtral(a, impl)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    b, t = (int(x) for x in a.shape.split("x"))
+    ids = torch.randint(0, 256, (b, t))
+    import time
+    times = []
+    for i in range(a.steps + WARMUP):
+        t0 = time.perf_counter()
+        logits = model(input_ids=ids, use_cache=False, return_dict=False)[0]
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256),
+                                                 ids[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i >= WARMUP:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def held_elements(mlir: str, experts: int) -> tuple[int, int]:
@@ -105,6 +144,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", default="1")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--variants", default="gathered,dense,grouped",
+                    help="comma-separated, the first the reference")
+    ap.add_argument("--torch", action="store_true", help="also time PyTorch eager")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     straitc = os.path.join(a.build, "bin", "straitc")
@@ -124,8 +166,10 @@ def main():
         ids.append(state % 256)
     with open(data, "wb") as f:
         f.write(struct.pack(f"<{len(ids)}H", *ids))
-    variants = {"gathered (as exported)": [STEP],
-                "graph-rewrite-expert-matmuls": ["--graph-rewrite-expert-matmuls", STEP]}
+    known = {"gathered": [STEP],
+             "dense": ["--graph-rewrite-expert-matmuls=mode=dense", STEP],
+             "grouped": ["--graph-rewrite-expert-matmuls=mode=grouped", STEP]}
+    variants = {v: known[v] for v in a.variants.split(",")}
     jobs, held = {}, {}
     for i, (name, passes) in enumerate(variants.items()):
         step = run([opt, *passes], stdin=forward).stdout
@@ -161,6 +205,11 @@ def main():
               f"{best[name]:8.2f} ms/step  x{best[name] / best[ref]:.3f}  "
               f"losses {'equal' if same else 'DIFFER'} ({loss[name][0]:.5f} .. "
               f"{loss[name][-1]:.5f})")
+    if a.torch:
+        for impl in ("default", "batched_mm"):
+            ms = torch_step_ms(a, impl)
+            print(f"  PyTorch eager ({impl} experts): {ms:8.2f} ms/step; "
+                  + ", ".join(f"{n} x{best[n] / ms:.3f}" for n in jobs))
 
 
 if __name__ == "__main__":
