@@ -207,6 +207,23 @@ TEST(Gradients, GatherSliceAndReduceToShape) {
   EXPECT_EQ(dx[3 * 3 + 1], rs[0]);
   EXPECT_EQ(dx[1 * 3 + 2], rs[3]);
   EXPECT_EQ(dx[0], 0.0f);
+  // A negative step along the last axis (element by element) under a
+  // positive one along the first: every dY element at its cell, zeros elsewhere.
+  Shape xs3 = {3, 4, 6};
+  auto r3 = pseudoRandom(2 * 4 * 3, 23);
+  auto dx3 = run1("SliceGrad", {Input::f({2, 4, 3}, r3)}, {{F32, xs3}}, [&](program::Kernel &k) {
+    setInts(k, "starts", {1, 5});
+    setInts(k, "ends", {3, -7});
+    setInts(k, "axes", {0, 2});
+    setInts(k, "steps", {1, -2});
+    setInts(k, "input_shape", xs3);
+  });
+  std::vector<float> want3(numElements(xs3), 0.0f);
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t c = 0; c < 3; ++c)
+        want3[((1 + a) * 4 + b) * 6 + (5 - 2 * c)] = r3[(a * 4 + b) * 3 + c];
+  EXPECT_EQ(dx3, want3);
   auto red = run1("ReduceToShape", {Input::f({2, 3, 2}, pseudoRandom(12, 22))}, {{F32, {3, 1}}},
                   [](program::Kernel &k) { setInts(k, "shape", {3, 1}); });
   auto in = pseudoRandom(12, 22);

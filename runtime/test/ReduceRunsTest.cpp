@@ -2,8 +2,9 @@
 //
 // ReduceSum and ReduceMean (f32, summed in double in row-major order of the
 // reduced elements) and the compiler's ReduceToShape (f32 adds) against the
-// same sums written here, for shapes that take the kernels' run loops and
-// ones that take their element walks: equal bits.
+// same sums written here, for shapes that take the kernels' run loops, their
+// row loops (kept dims after the last reduced one) and their element walks:
+// equal bits.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
@@ -23,7 +24,9 @@ TEST(ReduceRuns, SumAndMeanEqualRowMajorDoubleSums) {
     x *= 1000; // large enough for the order of additions to show
   OwnedTensor x = f32Tensor(s, v);
   for (std::vector<int64_t> axes : std::vector<std::vector<int64_t>>{
-           {0, 2, 3}, {1, 3}, {3}, {-1, -2}, {0, 1}, {0, 1, 2, 3}}) {
+           {0, 2, 3}, {1, 3}, {3}, {-1, -2}, {0, 1}, {0, 1, 2, 3},
+           // Kept dims after the last reduced one: whole rows added at once.
+           {1}, {0, 2}, {-2}, {0}}) {
     std::vector<bool> red(4, false);
     for (int64_t a : axes)
       red[(a + 4) % 4] = true;
@@ -54,6 +57,49 @@ TEST(ReduceRuns, SumAndMeanEqualRowMajorDoubleSums) {
                   static_cast<float>(mean ? sum[o] / static_cast<double>(count) : sum[o]))
             << "output " << o;
     }
+  }
+}
+
+// The autodiff's sums over broadcast dims: unit dims around the reduced
+// ones (Tile's gradient in MoE layers, [1, T, k, 1, 1, d] over {0, 2, 4}),
+// keepdims 0: the row loop's outputs against double sums in row-major order.
+TEST(ReduceRuns, RowSumsAroundUnitDims) {
+  Shape s = {1, 5, 3, 1, 1, 7};
+  std::vector<float> v = pseudoRandom(numElements(s), 78);
+  for (float &x : v)
+    x *= 1000;
+  OwnedTensor x = f32Tensor(s, v);
+  for (std::vector<int64_t> axes :
+       std::vector<std::vector<int64_t>>{{0, 2, 4}, {2, 3}, {1, 2}, {0}}) {
+    SCOPED_TRACE("axes " + shapeToString(axes));
+    std::vector<bool> red(s.size(), false);
+    for (int64_t a : axes)
+      red[a] = true;
+    Shape out;
+    std::vector<int64_t> strideOf(s.size(), 0); // output stride of each kept dim
+    for (size_t d = 0; d < s.size(); ++d)
+      if (!red[d])
+        out.push_back(s[d]);
+    for (int64_t d = static_cast<int64_t>(s.size()) - 1, st = 1; d >= 0; --d)
+      if (!red[d]) {
+        strideOf[d] = st;
+        st *= s[d];
+      }
+    std::vector<double> sum(numElements(out), 0.0);
+    for (int64_t i = 0; i < numElements(s); ++i) {
+      int64_t rem = i, o = 0;
+      for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
+        o += (rem % s[d]) * strideOf[d];
+        rem /= s[d];
+      }
+      sum[o] += v[i];
+    }
+    OwnedTensor y = runF32Op("ReduceSum", {&x.tensor}, out, [&](program::Kernel &k) {
+      setInts(k, "axes", axes);
+      setInt(k, "keepdims", 0);
+    });
+    for (int64_t o = 0; o < numElements(out); ++o)
+      ASSERT_EQ(y.as<float>()[o], static_cast<float>(sum[o])) << "output " << o;
   }
 }
 

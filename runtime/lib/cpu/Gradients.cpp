@@ -494,16 +494,37 @@ Status sliceGradKernel(KernelContext &ctx) {
                      shapeToString(sliced));
   STRAIT_ASSIGN_OR_RETURN(Tensor * dx, ctx.requireOutput(0, xs, dy->dtype));
   std::memset(dx->data, 0, dx->byteSize());
-  std::vector<int64_t> st = rowMajorStrides(xs), idx(rank, 0);
-  size_t es = dtypeSize(dy->dtype);
-  for (int64_t i = 0; i < dy->numel(); ++i) {
-    int64_t off = 0, rem = i;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      off += (start[d] + (rem % sliced[d]) * step[d]) * st[d];
-      rem /= sliced[d];
-    }
-    std::memcpy(dx->as<char>() + off * es, dy->as<char>() + i * es, es);
+  if (dy->numel() == 0)
+    return Status::ok();
+  if (rank == 0) {
+    std::memcpy(dx->data, dy->data, dx->byteSize());
+    return Status::ok();
   }
+  // dY's rows (its last dim) go to dX's rows: one copy per row where the
+  // last axis steps by 1, else one element at a time along it.
+  std::vector<int64_t> st = rowMajorStrides(xs);
+  size_t es = dtypeSize(dy->dtype);
+  int64_t len = sliced[rank - 1], rows = dy->numel() / len;
+  int64_t lastStep = step[rank - 1] * st[rank - 1];
+  char *out = dx->as<char>() + start[rank - 1] * st[rank - 1] * es;
+  const char *in = dy->as<char>();
+  parallelFor(rows, std::max<int64_t>(1, 16384 / len), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t off = 0, rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        off += (start[d] + (rem % sliced[d]) * step[d]) * st[d];
+        rem /= sliced[d];
+      }
+      const char *from = in + r * len * es;
+      char *to = out + off * es;
+      if (lastStep == 1) {
+        std::memcpy(to, from, len * es);
+        continue;
+      }
+      for (int64_t j = 0; j < len; ++j)
+        std::memcpy(to + j * lastStep * es, from + j * es, es);
+    }
+  });
   return Status::ok();
 }
 

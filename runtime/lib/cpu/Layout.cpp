@@ -109,14 +109,18 @@ Status tileKernel(KernelContext &ctx) {
   for (size_t d = 0; d < reps.size(); ++d)
     out[d] *= reps[d];
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, out, x->dtype));
-  std::vector<int64_t> st = rowMajorStrides(x->shape);
-  size_t es = dtypeSize(x->dtype);
-  forEachIndex(out, [&](int64_t i, const std::vector<int64_t> &idx) {
-    int64_t off = 0;
-    for (size_t d = 0; d < idx.size(); ++d)
-      off += (idx[d] % x->shape[d]) * st[d];
-    std::memcpy(y->as<char>() + i * es, x->as<char>() + off * es, es);
-  });
+  if (y->numel() == 0)
+    return Status::ok();
+  // Output dim d of size reps[d] * n[d] is the pair (copy k, index j) of
+  // row-major dims [reps[d], n[d]]: a strided copy over [r0, n0, r1, n1, ...]
+  // with stride 0 for the copies (whole rows at a time, as Expand).
+  std::vector<int64_t> st = rowMajorStrides(x->shape), strides;
+  Shape view;
+  for (size_t d = 0; d < reps.size(); ++d) {
+    view.insert(view.end(), {reps[d], x->shape[d]});
+    strides.insert(strides.end(), {0, st[d]});
+  }
+  stridedCopyBytes(x->as<char>(), 0, strides, view, y->as<char>(), dtypeSize(x->dtype));
   return Status::ok();
 }
 

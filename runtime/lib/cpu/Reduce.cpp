@@ -51,11 +51,60 @@ StatusOr<ReducePlan> planReduce(const KernelContext &ctx, const Shape &in,
   return p;
 }
 
+/// A sum or mean whose last reduced dim is followed by kept dims (a bias
+/// gradient over [rows, n, d], a sum over a middle axis): each output row of
+/// `inner` = the last reduced dim's stride contiguous elements is the sum of
+/// whole input rows, added row by row into double accumulators. Every output
+/// element gets the same additions in the same order as runReduce's walk.
+template <typename T>
+void runRowSums(const T *in, T *out, const ReducePlan &p, bool mean) {
+  int64_t nr = p.redDims.size(), inner = p.redStrides[nr - 1];
+  // The kept dims before the trailing inner block index the output rows.
+  size_t outerDims = 0;
+  while (outerDims < p.keptStrides.size() && p.keptStrides[outerDims] >= inner)
+    ++outerDims;
+  int64_t rows = p.outCount / inner;
+  parallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(p.redCount * inner, 1)),
+              [&](int64_t r0, int64_t r1) {
+    std::vector<double> acc(static_cast<size_t>(inner));
+    std::vector<int64_t> idx(nr);
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t base = 0, rem = r;
+      for (int64_t d = static_cast<int64_t>(outerDims) - 1; d >= 0; --d) {
+        base += (rem % p.keptDims[d]) * p.keptStrides[d];
+        rem /= p.keptDims[d];
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(idx.begin(), idx.end(), 0);
+      for (int64_t i = 0, off = base; i < p.redCount; ++i) {
+        const T *row = in + off;
+        for (int64_t j = 0; j < inner; ++j)
+          acc[j] += static_cast<double>(row[j]);
+        for (int64_t d = nr - 1; d >= 0; --d) {
+          off += p.redStrides[d];
+          if (++idx[d] < p.redDims[d])
+            break;
+          off -= idx[d] * p.redStrides[d];
+          idx[d] = 0;
+        }
+      }
+      T *o = out + r * inner;
+      for (int64_t j = 0; j < inner; ++j)
+        o[j] = static_cast<T>(mean ? acc[j] / static_cast<double>(p.redCount) : acc[j]);
+    }
+  });
+}
+
 template <typename T>
 void runReduce(const Tensor &x, Tensor &y, const ReducePlan &p, ReduceKind k) {
   const T *in = x.as<T>();
   T *out = y.as<T>();
   int64_t nk = p.keptDims.size(), nr = p.redDims.size();
+  bool sum = k == ReduceKind::Sum || k == ReduceKind::Mean;
+  if (sum && nr > 0 && p.redStrides[nr - 1] > 1 && p.redCount > 0) {
+    runRowSums(in, out, p, k == ReduceKind::Mean);
+    return;
+  }
   parallelFor(p.outCount, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.redCount, 1)),
               [&](int64_t o0, int64_t o1) {
     std::vector<int64_t> idx(nr);
