@@ -51,6 +51,19 @@ StatusOr<ReducePlan> planReduce(const KernelContext &ctx, const Shape &in,
   return p;
 }
 
+/// Steps `idx`, a position over the first `dims` reduced dims, to the next
+/// one in row-major order (wrapping to 0), and `off` by their strides.
+inline void nextReduced(const ReducePlan &p, int64_t dims, std::vector<int64_t> &idx,
+                        int64_t &off) {
+  for (int64_t d = dims - 1; d >= 0; --d) {
+    off += p.redStrides[d];
+    if (++idx[d] < p.redDims[d])
+      return;
+    off -= idx[d] * p.redStrides[d];
+    idx[d] = 0;
+  }
+}
+
 /// A sum or mean whose last reduced dim is followed by kept dims (a bias
 /// gradient over [rows, n, d], a sum over a middle axis): each output row of
 /// `inner` = the last reduced dim's stride contiguous elements is the sum of
@@ -80,13 +93,7 @@ void runRowSums(const T *in, T *out, const ReducePlan &p, bool mean) {
         const T *row = in + off;
         for (int64_t j = 0; j < inner; ++j)
           acc[j] += static_cast<double>(row[j]);
-        for (int64_t d = nr - 1; d >= 0; --d) {
-          off += p.redStrides[d];
-          if (++idx[d] < p.redDims[d])
-            break;
-          off -= idx[d] * p.redStrides[d];
-          idx[d] = 0;
-        }
+        nextReduced(p, nr, idx, off);
       }
       T *o = out + r * inner;
       for (int64_t j = 0; j < inner; ++j)
@@ -123,13 +130,7 @@ void runReduce(const Tensor &x, Tensor &y, const ReducePlan &p, ReduceKind k) {
         std::fill(idx.begin(), idx.end(), 0);
         for (int64_t i = 0, off = base; i < p.redCount; ++i) {
           mx = std::max<double>(mx, in[off]);
-          for (int64_t d = nr - 1; d >= 0; --d) {
-            off += p.redStrides[d];
-            if (++idx[d] < p.redDims[d])
-              break;
-            off -= idx[d] * p.redStrides[d];
-            idx[d] = 0;
-          }
+          nextReduced(p, nr, idx, off);
         }
       }
       bool summing = k == ReduceKind::Sum || k == ReduceKind::Mean;
@@ -144,13 +145,7 @@ void runReduce(const Tensor &x, Tensor &y, const ReducePlan &p, ReduceKind k) {
           const T *run = in + off;
           for (int64_t j = 0; j < len; ++j)
             acc += static_cast<double>(run[j]);
-          for (int64_t d = nr - 2; d >= 0; --d) {
-            off += p.redStrides[d];
-            if (++idx[d] < p.redDims[d])
-              break;
-            off -= idx[d] * p.redStrides[d];
-            idx[d] = 0;
-          }
+          nextReduced(p, nr - 1, idx, off);
         }
         if (k == ReduceKind::Mean)
           acc /= static_cast<double>(p.redCount);
@@ -170,13 +165,7 @@ void runReduce(const Tensor &x, Tensor &y, const ReducePlan &p, ReduceKind k) {
         case ReduceKind::L2: case ReduceKind::SumSquare: acc += v * v; break;
         case ReduceKind::LogSumExp: acc += std::exp(v - mx); break;
         }
-        for (int64_t d = nr - 1; d >= 0; --d) {
-          off += p.redStrides[d];
-          if (++idx[d] < p.redDims[d])
-            break;
-          off -= idx[d] * p.redStrides[d];
-          idx[d] = 0;
-        }
+        nextReduced(p, nr, idx, off);
       }
       if (k == ReduceKind::Mean) acc /= static_cast<double>(p.redCount);
       if (k == ReduceKind::L2) acc = std::sqrt(acc);
