@@ -117,6 +117,23 @@ TEST(CudaNoDevice, NativeSupportRules) {
   EXPECT_NE(grouped.reason.find("outside the CUDA graphs"), std::string::npos) << grouped.reason;
   EXPECT_TRUE(check("GroupedMatMulGradWeight", {t(F32), t(F32), t(I64, {3})}, {t(F32)}).native);
   EXPECT_FALSE(check("GroupedMatMul", {t(F64), t(F64), t(I64, {3})}, {t(F64)}).native);
+  // The router's TopK (K a constant: no wait) and its gradient's ScatterElements.
+  OperandType k1 = t(I64, {1});
+  EXPECT_TRUE(check("TopK", {t(BF16), k1}, {t(BF16), t(I64)}).native);
+  EXPECT_TRUE(check("TopK", {t(F32), k1}, {t(F32), t(I64)}).hostWait);
+  k1.hostConstant = true;
+  EXPECT_FALSE(check("TopK", {t(F32), k1}, {t(F32), t(I64)}).hostWait);
+  EXPECT_FALSE(check("TopK", {t(U8), k1}, {t(U8), t(I64)}).native);
+  EXPECT_TRUE(check("ScatterElements", {t(BF16), t(I64), t(BF16)}, {t(BF16)}).native);
+  auto reduction = [](const char *r) {
+    return [=](program::Kernel &k) { setString(k, "reduction", r); };
+  };
+  EXPECT_TRUE(
+      check("ScatterElements", {t(F32), t(I64), t(F32)}, {t(F32)}, reduction("add")).native);
+  EXPECT_FALSE(
+      check("ScatterElements", {t(F64), t(I64), t(F64)}, {t(F64)}, reduction("add")).native);
+  EXPECT_FALSE(
+      check("ScatterElements", {t(F32), t(I64), t(F32)}, {t(F32)}, reduction("mul")).native);
 }
 
 // The reduced dims that a reduction's declared output shape determines.

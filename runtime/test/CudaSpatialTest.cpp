@@ -357,6 +357,43 @@ TEST_F(CudaSpatial, GatherElements) {
   EXPECT_NE(s.toString().find("out of range"), std::string::npos) << s.toString();
 }
 
+// A mixture-of-experts router's TopK and its gradient's ScatterElements.
+TEST_F(CudaSpatial, TopKAndScatterElements) {
+  REQUIRE_GPU();
+  // 6 rows of 8 experts with ties (equal values keep the lower index first).
+  std::vector<float> v = pseudoRandom(48, 94);
+  for (int r = 0; r < 6; ++r)
+    v[r * 8 + 5] = v[r * 8 + 2];
+  Arr x = Arr::f({6, 8}, v);
+  for (int64_t largest : {1, 0})
+    compare("TopK", {x, Arr::i({1}, {3})}, {Arr::out({6, 3}), Arr::out({6, 3}, program::DTYPE_I64)},
+            [=](program::Kernel &k) { setInt(k, "largest", largest); });
+  // A middle axis, and bf16 values.
+  compare("TopK", {Arr::rand({2, 7, 3}, 95), Arr::i({1}, {2})},
+          {Arr::out({2, 2, 3}), Arr::out({2, 2, 3}, program::DTYPE_I64)},
+          [](program::Kernel &k) { setInt(k, "axis", 1); });
+  compare("TopK", {Arr::randBf16({5, 16}, 96), Arr::i({1}, {4})},
+          {Arr::out({5, 4}, program::DTYPE_BF16), Arr::out({5, 4}, program::DTYPE_I64)});
+  // TopK's gradient: dValues scattered into zeros at the indices (none), and
+  // an accumulating scatter with repeated and negative indices (add, f32).
+  std::vector<int64_t> idx = {0, 5, 2, 7, 1, 3, 6, 4, 4, 0, 2, 1};
+  compare("ScatterElements", {Arr::f({4, 8}, std::vector<float>(32, 0.0f)),
+                              Arr::i({4, 3}, idx), Arr::rand({4, 3}, 97)},
+          {Arr::out({4, 8})}, [](program::Kernel &k) { setInt(k, "axis", 1); });
+  compare("ScatterElements", {Arr::rand({3, 4}, 98), Arr::i({2, 4}, {0, -1, 2, 2, 0, 0, 1, 2}),
+                              Arr::rand({2, 4}, 99)},
+          {Arr::out({3, 4})}, [](program::Kernel &k) {
+            setInt(k, "axis", 0);
+            setString(k, "reduction", "add");
+          });
+  std::vector<Arr> outs = {Arr::out({2, 3})};
+  Status s = runOn("cuda:0", registry, "ScatterElements",
+                   {Arr::rand({2, 3}, 100), Arr::i({1, 2}, {0, 3}), Arr::rand({1, 2}, 101)},
+                   outs, [](program::Kernel &k) { setInt(k, "axis", 1); });
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.toString().find("out of range"), std::string::npos) << s.toString();
+}
+
 TEST_F(CudaSpatial, HostFallback) {
   REQUIRE_GPU();
   Arr data = Arr::rand({3, 5}, 91);

@@ -293,6 +293,20 @@ struct ElementsIndex {
 bool launchGatherElements(size_t elemSize, const void *data, const void *indices, bool idx64,
                           void *out, const ElementsIndex &ix, int *errorFlag, int tag,
                           cudaStream_t s);
+/// ScatterElements into `out` (already a copy of the data): the element of
+/// updates[i] at the offset GatherElements would read, replaced (elements of
+/// `elemSize` bytes; with duplicate indices which update lands is
+/// unspecified, as in ONNX) or, with `addF32`, added (f32, atomically: the
+/// order of the additions, and so the rounding, is not fixed). Out-of-range
+/// indices raise the error flag. False for an element size it lacks.
+bool launchScatterElements(size_t elemSize, bool addF32, const void *updates,
+                           const void *indices, bool idx64, void *out, const ElementsIndex &ix,
+                           int *errorFlag, int tag, cudaStream_t s);
+/// TopK along the middle dim of [outer, len, inner]: the k first elements in
+/// order (largest or smallest values first, ties by the lower index) into
+/// vals and inds [outer, k, inner]. f32, f64, f16, bf16, i32, i64.
+bool launchTopK(ET dtype, const void *x, void *vals, int64_t *inds, int64_t outer, int64_t len,
+                int64_t inner, int64_t k, bool largest, cudaStream_t s);
 /// HardSigmoid max(0, min(1, alpha x + beta)) and HardSwish x * HardSigmoid
 /// with alpha 1/6, beta 1/2 (f32).
 void launchHardSigmoid(bool swish, float alpha, float beta, const float *x, float *y, int64_t n,

@@ -622,38 +622,104 @@ Status sliceGradKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
-/// GatherElements (the CPU's checks, plus indices no larger than data off
-/// the axis); indices are checked on the device.
+/// The element map of GatherElements and ScatterElements over `ind`'s
+/// shape into `x` (the CPU's checks, plus indices no larger than data off
+/// the axis); the indices' values are checked on the device.
+StatusOr<ElementsIndex> elementsIndex(const KernelContext &ctx, const Tensor &x,
+                                      const Tensor &ind, int64_t axis) {
+  if (ind.rank() != x.rank())
+    return ctx.error("indices rank differs from data rank");
+  if (ind.dtype != program::DTYPE_I64 && ind.dtype != program::DTYPE_I32)
+    return ctx.unsupported("expected an integer tensor, got " + ind.typeString());
+  if (x.rank() > kMaxDims)
+    return ctx.unsupported("cuda: " + ctx.op() + " of rank " + std::to_string(x.rank()));
+  ElementsIndex ix;
+  ix.rank = static_cast<int>(x.rank());
+  ix.axis = static_cast<int>(axis);
+  ix.len = x.shape[axis];
+  ix.n = ind.numel();
+  int64_t st = 1;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    if (d != axis && ind.shape[d] > x.shape[d])
+      return ctx.error("indices " + ind.typeString() + " exceed data " + x.typeString() +
+                       " on dim " + std::to_string(d));
+    ix.shape[d] = ind.shape[d];
+    ix.stride[d] = st;
+    st *= x.shape[d];
+  }
+  return ix;
+}
+
 Status gatherElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
   STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
   STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, ind->shape, x->dtype));
-  if (ind->rank() != x->rank())
-    return ctx.error("indices rank differs from data rank");
-  if (ind->dtype != program::DTYPE_I64 && ind->dtype != program::DTYPE_I32)
-    return ctx.unsupported("expected an integer tensor, got " + ind->typeString());
-  if (x->rank() > kMaxDims)
-    return ctx.unsupported("cuda: GatherElements of rank " + std::to_string(x->rank()));
-  ElementsIndex ix;
-  ix.rank = static_cast<int>(x->rank());
-  ix.axis = static_cast<int>(axis);
-  ix.len = x->shape[axis];
-  ix.n = ind->numel();
-  int64_t st = 1;
-  for (int d = ix.rank - 1; d >= 0; --d) {
-    if (d != axis && ind->shape[d] > x->shape[d])
-      return ctx.error("indices " + ind->typeString() + " exceed data " + x->typeString() +
-                       " on dim " + std::to_string(d));
-    ix.shape[d] = ind->shape[d];
-    ix.stride[d] = st;
-    st *= x->shape[d];
-  }
+  STRAIT_ASSIGN_OR_RETURN(ElementsIndex ix, elementsIndex(ctx, *x, *ind, axis));
   if (!launchGatherElements(dtypeSize(x->dtype), x->data, ind->data,
                             ind->dtype == program::DTYPE_I64, y->data, ix, c.errorFlag, tag,
                             c.stream))
     return ctx.unsupported("cuda: GatherElements of " + x->typeString());
+  return Status::ok();
+}
+
+/// ScatterElements: Y = X with the updates written (reduction none, any
+/// element size) or added (reduction add, f32) at the GatherElements
+/// positions of the indices; reduction mul and add on other dtypes are
+/// Unimplemented (the host fallback runs the CPU kernel).
+Status scatterElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *upd, ctx.requireInput(2, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
+  STRAIT_ASSIGN_OR_RETURN(std::string red, ctx.getAttrs().getString("reduction", "none"));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
+  if (upd->shape != ind->shape)
+    return ctx.error("updates and indices shapes differ");
+  bool add = red == "add";
+  if (red != "none" && !(add && x->dtype == program::DTYPE_F32))
+    return ctx.unsupported("cuda: reduction '" + red + "' on " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(ElementsIndex ix, elementsIndex(ctx, *x, *ind, axis));
+  size_t es = dtypeSize(x->dtype);
+  if (es != 1 && es != 2 && es != 4 && es != 8)
+    return ctx.unsupported("cuda: ScatterElements of " + x->typeString());
+  if (y->data != x->data)
+    STRAIT_RETURN_IF_ERROR(cudaStatus(
+        cudaMemcpyAsync(y->data, x->data, x->byteSize(), cudaMemcpyDeviceToDevice, c.stream),
+        "ScatterElements copy"));
+  launchScatterElements(es, add, upd->data, ind->data, ind->dtype == program::DTYPE_I64,
+                        y->data, ix, c.errorFlag, tag, c.stream);
+  return Status::ok();
+}
+
+/// TopK along `axis` (k read on the host: a program constant's host copy,
+/// else after a stream wait); values of X's dtype, indices i64.
+Status topKKernel(CudaContext &c, KernelContext &ctx, int) {
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(const Tensor *kt, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t largest, ctx.getAttrs().getInt("largest", 1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
+  ET et = elemType(x->dtype);
+  if (et == ET::Other || et == ET::Bool)
+    return ctx.unsupported("cuda: TopK of " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> kv, hostInts(c, ctx, *kt, "input 'K'"));
+  if (kv.size() != 1 || kv[0] < 0 || kv[0] > x->shape[axis])
+    return ctx.error("k out of range");
+  Shape out = x->shape;
+  out[axis] = kv[0];
+  STRAIT_ASSIGN_OR_RETURN(Tensor * vals, ctx.requireOutput(0, out, x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(Tensor * inds, ctx.requireOutput(1, out, program::DTYPE_I64));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x->shape[d];
+  for (int64_t d = axis + 1; d < x->rank(); ++d)
+    inner *= x->shape[d];
+  if (!launchTopK(et, x->data, vals->data, inds->as<int64_t>(), outer, x->shape[axis], inner,
+                  kv[0], largest != 0, c.stream))
+    return ctx.unsupported("cuda: TopK of " + x->typeString());
   return Status::ok();
 }
 
@@ -688,6 +754,8 @@ void addSpatialKernels(CudaKernelTable &t) {
   t.add("Slice", sliceKernel);
   t.add("SliceGrad", sliceGradKernel);
   t.add("GatherElements", gatherElementsKernel);
+  t.add("ScatterElements", scatterElementsKernel);
+  t.add("TopK", topKKernel);
   t.add("HardSigmoid",
         [](CudaContext &c, KernelContext &k, int) { return hardSigmoidKernel(c, k, false); });
   t.add("HardSwish",

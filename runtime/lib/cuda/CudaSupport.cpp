@@ -6,7 +6,7 @@
 // accepts. Each rule names the dtypes of the kernel's own check, in the
 // kernel's file; shapes and attributes are not checked here except for the
 // integer inputs read on the host (hostWait: Slice's and a reduction's,
-// GroupedMatMul's experts), and for the convolutions, whose
+// TopK's K unless a constant, GroupedMatMul's experts), and for the convolutions, whose
 // host checks read no data: they run on operands without data, so pads that
 // cuDNN cannot express (different on the two sides of a dim and changing
 // the output size) count as not native. Known run-time declines not checked
@@ -240,6 +240,28 @@ std::string rotary(const KernelSpec &s) {
   return "";
 }
 
+/// TopK: f32, f64, f16, bf16, i32, i64 (Reduce.cu's instantiations).
+std::string topK(const KernelSpec &s) {
+  return firstIn(s, {program::DTYPE_F32, program::DTYPE_F64, program::DTYPE_F16,
+                     program::DTYPE_BF16, program::DTYPE_I32, program::DTYPE_I64},
+                 "f32, f64, f16, bf16, i32, i64");
+}
+
+/// ScatterElements: reduction none on any 1, 2, 4 or 8-byte type, add on f32.
+std::string scatterElements(const KernelSpec &s) {
+  std::string red = "none";
+  if (s.kernel) {
+    auto it = s.kernel->attrs().find("reduction");
+    if (it != s.kernel->attrs().end())
+      red = it->second.s();
+  }
+  const OperandType *x = in(s, 0);
+  if (red == "none" || (red == "add" && (!x || x->dtype == program::DTYPE_F32)))
+    return "";
+  return "reduction '" + red + "'" + (x ? " on " + name(x->dtype) : std::string()) +
+         " (the CUDA kernel writes any type, adds f32)";
+}
+
 std::string lowOrF32(const KernelSpec &s) {
   return firstIn(s, {program::DTYPE_F32, program::DTYPE_BF16, program::DTYPE_F16},
                  "f32, bf16, f16");
@@ -333,6 +355,8 @@ const std::map<std::string, Rule> &rules() {
     r["SoftmaxCrossEntropyLossWithGrad"] = sceWithGrad;
     r["MatMul"] = gemm;
     r["Gemm"] = gemm;
+    r["TopK"] = topK;
+    r["ScatterElements"] = scatterElements;
     r["GroupedMatMul"] = lowOrF32;
     r["GroupedMatMulGradWeight"] = lowOrF32;
     r["FusedElementwise"] = fused;
@@ -413,6 +437,10 @@ NativeSupport nativeSupport(const KernelSpec &spec) {
       r.hostWait = true;
       r.reason = "reads its axes input on the host (the output shape leaves a choice)";
     }
+  }
+  if (k.op() == "TopK" && in(spec, 1) && !in(spec, 1)->hostConstant) {
+    r.hostWait = true;
+    r.reason = "reads its K input on the host";
   }
   if (k.op() == "Slice" && (in(spec, 1) || in(spec, 2) || in(spec, 3) || in(spec, 4))) {
     const auto &a = k.attrs();

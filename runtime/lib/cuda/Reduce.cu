@@ -1,4 +1,4 @@
-//===- Reduce.cu - Reductions, strided scatter, Slice, GatherElements, ... ===//
+//===- Reduce.cu - Reductions, Slice, Gather/ScatterElements, TopK, ... ===//
 //
 // Reduce*: each output is reduced by one warp when the reduced elements are
 // contiguous (the innermost dim is reduced: the lanes read consecutive
@@ -151,6 +151,78 @@ __global__ void gatherElementsKernel(const T *data, const void *indices, bool id
   }
 }
 
+/// ScatterElements: out[offset of updates[i] with its axis coordinate
+/// replaced by indices[i]] = updates[i], or += with `Add` (f32, atomic).
+template <typename T, bool Add>
+__global__ void scatterElementsKernel(const T *upd, const void *indices, bool idx64, T *out,
+                                      ElementsIndex ix, int *flag, int tag) {
+  GRID_STRIDE(i, ix.n) {
+    int64_t idx = idx64 ? static_cast<const int64_t *>(indices)[i]
+                        : static_cast<const int32_t *>(indices)[i];
+    if (idx < 0)
+      idx += ix.len;
+    if (idx < 0 || idx >= ix.len) {
+      raise(flag, tag, kErrIndexOutOfRange);
+      continue;
+    }
+    int64_t off = 0, r = i;
+    for (int d = ix.rank - 1; d >= 0; --d) {
+      int64_t c = r % ix.shape[d];
+      r /= ix.shape[d];
+      off += (d == ix.axis ? idx : c) * ix.stride[d];
+    }
+    if constexpr (Add)
+      atomicAdd(out + off, upd[i]);
+    else
+      out[off] = upd[i];
+  }
+}
+
+/// TopK's order of two elements (values widened to compare f16/bf16): the
+/// larger (with `largest`, else the smaller) first, ties by the lower index,
+/// the CPU kernel's comparator.
+__device__ inline double topKey(float x) { return x; }
+__device__ inline double topKey(double x) { return x; }
+__device__ inline double topKey(__half x) { return __half2float(x); }
+__device__ inline double topKey(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline int64_t topKey(int32_t x) { return x; }
+__device__ inline int64_t topKey(int64_t x) { return x; }
+template <typename K>
+__device__ inline bool topKBefore(K va, int64_t a, K vb, int64_t b, bool largest) {
+  if (va != vb)
+    return largest ? va > vb : va < vb;
+  return a < b;
+}
+
+/// One thread per (outer, inner) line of `len` elements: k passes, each
+/// taking the first element in TopK's order after the previous pass's (k *
+/// len comparisons: the small k and lines of a router's experts).
+template <typename T>
+__global__ void topKKernel(const T *x, T *vals, int64_t *inds, int64_t outer, int64_t len,
+                           int64_t inner, int64_t k, bool largest) {
+  GRID_STRIDE(t, outer * inner) {
+    int64_t o = t / inner, i = t % inner;
+    const T *in = x + o * len * inner + i;
+    int64_t prev = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t c = 0; c < len; ++c) {
+        auto vc = topKey(in[c * inner]);
+        if (prev >= 0 && !topKBefore(topKey(in[prev * inner]), prev, vc, c, largest))
+          continue;
+        if (best < 0 || topKBefore(vc, c, topKey(in[best * inner]), best, largest))
+          best = c;
+      }
+      if (best < 0) // only NaNs are left, which no order places: the lowest index
+        best = prev + 1 < len ? prev + 1 : 0;
+      int64_t off = (o * k + j) * inner + i;
+      vals[off] = in[best * inner];
+      inds[off] = best;
+      prev = best;
+    }
+  }
+}
+
 __global__ void hardSigmoidKernel(bool swish, float alpha, float beta, const float *x, float *y,
                                   int64_t n) {
   GRID_STRIDE(i, n) {
@@ -225,6 +297,55 @@ bool launchGatherElements(size_t elemSize, const void *data, const void *indices
   default: return false;
   }
 #undef STRAIT_GATHER
+}
+
+bool launchScatterElements(size_t elemSize, bool addF32, const void *updates,
+                           const void *indices, bool idx64, void *out, const ElementsIndex &ix,
+                           int *errorFlag, int tag, cudaStream_t s) {
+  if (ix.n == 0)
+    return true;
+  unsigned blocks = blocksFor(ix.n);
+  if (addF32) {
+    scatterElementsKernel<float, true><<<blocks, kBlock, 0, s>>>(
+        static_cast<const float *>(updates), indices, idx64, static_cast<float *>(out), ix,
+        errorFlag, tag);
+    return true;
+  }
+#define STRAIT_SCATTER_ELEMENTS(T)                                                       \
+  scatterElementsKernel<T, false><<<blocks, kBlock, 0, s>>>(                             \
+      static_cast<const T *>(updates), indices, idx64, static_cast<T *>(out), ix,        \
+      errorFlag, tag);                                                                   \
+  return true;
+  switch (elemSize) {
+  case 1: STRAIT_SCATTER_ELEMENTS(uint8_t)
+  case 2: STRAIT_SCATTER_ELEMENTS(uint16_t)
+  case 4: STRAIT_SCATTER_ELEMENTS(uint32_t)
+  case 8: STRAIT_SCATTER_ELEMENTS(uint64_t)
+  default: return false;
+  }
+#undef STRAIT_SCATTER_ELEMENTS
+}
+
+bool launchTopK(ET dtype, const void *x, void *vals, int64_t *inds, int64_t outer, int64_t len,
+                int64_t inner, int64_t k, bool largest, cudaStream_t s) {
+  int64_t n = outer * inner;
+  if (n == 0 || k == 0)
+    return true;
+  unsigned blocks = blocksFor(n);
+#define STRAIT_TOPK(T)                                                                   \
+  topKKernel<T><<<blocks, kBlock, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(vals), \
+                                          inds, outer, len, inner, k, largest);          \
+  return true;
+  switch (dtype) {
+  case ET::F32: STRAIT_TOPK(float)
+  case ET::F64: STRAIT_TOPK(double)
+  case ET::F16: STRAIT_TOPK(__half)
+  case ET::BF16: STRAIT_TOPK(__nv_bfloat16)
+  case ET::I32: STRAIT_TOPK(int32_t)
+  case ET::I64: STRAIT_TOPK(int64_t)
+  default: return false;
+  }
+#undef STRAIT_TOPK
 }
 
 bool launchSliceBounds(size_t elemSize, const void *x, void *y, const SliceBounds &b,
