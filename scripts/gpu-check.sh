@@ -21,6 +21,8 @@
 #   llama     llama-tiny training steps (rotary embeddings, permuted attention): CPU vs GPU,
 #             f32; llama-amp bf16
 #   digits    the digits CNN's training steps (cuDNN conv, batch norm, pooling): CPU vs GPU
+#   moe       a Mixtral-like MoE training step (grouped expert GEMMs, TopK, ScatterElements):
+#             CPU vs GPU losses
 #   strait    GPT-2 small training step (8x1024 tokens, AdamW), bf16 tensor cores,
 #             CUDA graphs on; strait-nograph the same without graphs; strait-unfused
 #             the same with attention decomposed (--fuse-attention=false); strait-amp
@@ -145,6 +147,11 @@ if [ -f "$G/digits-step/rank0.program.pb" ]; then # cuDNN conv, batch norm, pool
   phase digits 40 $STEP_BENCH "$G/digits-step" --vocab 10 --precision f32 \
     --compare-cpu 3 --tolerance 1e-3 --steps 5 --warmup 1
 fi
+# The MoE step: the grouped expert products, the router's TopK and its
+# gradient's ScatterElements against the CPU.
+[ -f "$G/moe-step/rank0.program.pb" ] &&
+  phase moe 40 $STEP_BENCH "$G/moe-step" --vocab 256 --precision f32 \
+    --compare-cpu 5 --tolerance 1e-3 --steps 5 --warmup 1
 if [ -f "$SMALL/rank0.program.pb" ]; then
   phase strait 75 $STEP_BENCH "$SMALL" --precision bf16 --graphs on \
     --steps 10 --warmup 3 --flops-per-step "$FLOPS" --peak-tflops 989
@@ -199,7 +206,7 @@ phase probe 45 $PROBE --backend cuda --quick --type H200 --peak-tflops 989
 
 echo
 echo "===================== gpu-check summary (${SECONDS}s) ====================="
-for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp llama llama-amp digits strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 run2-1f1b probe; do
+for p in build gtest gemm attn attn-bf16 conform tiny tiny-amp llama llama-amp digits moe strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best profile torch torch-sdpa run1 run2 run2-1f1b probe; do
   printf '%-15s %s\n' "$p" "${RESULT[$p]:-not run}"
 done
 grep -h "tests ran\|PASSED\|FAILED TEST\|SKIPPED \]" "$LOG/gtest.log" 2>/dev/null | head -4
@@ -207,7 +214,7 @@ grep -h "^summary\|^cuda:" "$LOG/conform.log" 2>/dev/null
 grep -h "^variant\|^gemm" "$LOG/gemm.log" 2>/dev/null
 grep -h "speedup\|FAIL" "$LOG/attn.log" "$LOG/attn-bf16.log" 2>/dev/null | head -8
 grep -h "compare-cpu" "$LOG/tiny.log" "$LOG/tiny-amp.log" "$LOG/llama.log" "$LOG/llama-amp.log" \
-  "$LOG/digits.log" 2>/dev/null
+  "$LOG/digits.log" "$LOG/moe.log" 2>/dev/null
 for f in strait strait-nograph strait-unfused strait-amp strait-amp-safe strait-amp-keep strait-amp-nofold strait-amp-best; do
   grep -h "^strait-cuda:" "$LOG/$f.log" 2>/dev/null | sed "s/^strait-cuda:/$f:/"
 done

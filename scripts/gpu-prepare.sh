@@ -11,6 +11,7 @@
 #   tiny-step-bf16/  the same with --precision bf16 (flash attention, bf16 GEMMs), its
 #                 256 classes padded to 288 as GPT-2's LM head is (--pad-classes)
 #   digits-step/  the digits CNN's training step (32 images: Conv, BatchNorm, pooling), one rank
+#   moe-step/     a Mixtral-like MoE training step (8 experts, top-2, 2x64 tokens), one rank
 #   tiny-1gpu/    gpt2-tiny job for a cluster of one H200 (rank 0 on cuda:0)
 #   tiny-2host/   gpt2-tiny in 2 pipeline stages on two hosts of one H200 each
 #   tiny-2host-1f1b/  the same with 4 micro-batches in 1F1B order, classic warm-up (deferred
@@ -72,6 +73,11 @@ step=(--rematerialize=true)
   "${step[@]}" --precision bf16 --emit=program -o "$out/llama-step-bf16"
 "$STRAITC" models/digits-cnn/digits-cnn.onnx --input-shape images=32x1x8x8 "${common[@]}" \
   "${step[@]}" --emit=program -o "$out/digits-step"
+# A Mixtral-like mixture of experts (bench/runtime/moe_experts.py's model: 8 experts, top-2),
+# its experts grouped (straitc's default): GroupedMatMul, TopK and ScatterElements on the GPU.
+PYTHONPATH=python $PY bench/runtime/moe_experts.py --export "$out/moe.onnx" 2>/dev/null
+"$STRAITC" "$out/moe.onnx" --input-shape input_ids=2x64 "${common[@]}" "${step[@]}" \
+  --emit=program -o "$out/moe-step"
 
 h200='  - name: H200
     kind: gpu

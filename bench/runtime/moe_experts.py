@@ -148,7 +148,12 @@ def main():
                     help="comma-separated, the first the reference")
     ap.add_argument("--torch", action="store_true", help="also time PyTorch eager")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--export", metavar="PATH",
+                    help="only export the model to PATH (scripts/gpu-prepare.sh's MoE step)")
     a = ap.parse_args()
+    if a.export:
+        export(a, a.export)
+        return
     straitc = os.path.join(a.build, "bin", "straitc")
     opt = os.path.join(a.build, "bin", "strait-opt")
     strait_run = os.path.join(a.build, "runtime", "tools", "strait-run")
