@@ -8,6 +8,66 @@
 namespace strait {
 namespace rt {
 
+StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= std::max<int64_t>(rank, 1))
+    return ctx.error("axis " + std::to_string(axis) + " out of range for rank " +
+                     std::to_string(rank));
+  return a;
+}
+
+namespace {
+
+StatusOr<ElementsArgs> elementsArgs(const KernelContext &ctx) {
+  ElementsArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(a.indices, ctx.requireInput(1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, ctx.getAttrs().getInt("axis", 0));
+  STRAIT_ASSIGN_OR_RETURN(a.axis, normalizeAxis(ctx, axis, a.x->rank()));
+  return a;
+}
+
+} // namespace
+
+StatusOr<ElementsArgs> gatherElementsArgs(const KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(ElementsArgs a, elementsArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(a.y, ctx.requireOutput(0, a.indices->shape, a.x->dtype));
+  return a;
+}
+
+StatusOr<ElementsArgs> scatterElementsArgs(const KernelContext &ctx) {
+  STRAIT_ASSIGN_OR_RETURN(ElementsArgs a, elementsArgs(ctx));
+  STRAIT_ASSIGN_OR_RETURN(a.updates, ctx.requireInput(2, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.reduction, ctx.getAttrs().getString("reduction", "none"));
+  if (a.updates->shape != a.indices->shape)
+    return ctx.error("updates and indices shapes differ");
+  STRAIT_ASSIGN_OR_RETURN(a.y, ctx.requireOutput(0, a.x->shape, a.x->dtype));
+  return a;
+}
+
+StatusOr<TopKArgs> topKArgs(const KernelContext &ctx, const std::vector<int64_t> &k) {
+  TopKArgs a;
+  STRAIT_ASSIGN_OR_RETURN(a.x, ctx.requireInput(0));
+  STRAIT_ASSIGN_OR_RETURN(int64_t axis, ctx.getAttrs().getInt("axis", -1));
+  STRAIT_ASSIGN_OR_RETURN(int64_t largest, ctx.getAttrs().getInt("largest", 1));
+  STRAIT_ASSIGN_OR_RETURN(a.axis, normalizeAxis(ctx, axis, a.x->rank()));
+  a.largest = largest != 0;
+  a.len = a.x->rank() ? a.x->shape[a.axis] : 1;
+  if (k.size() != 1 || k[0] < 0 || k[0] > a.len)
+    return ctx.error("k out of range");
+  a.k = k[0];
+  for (int64_t d = 0; d < a.axis; ++d)
+    a.outer *= a.x->shape[d];
+  for (int64_t d = a.axis + 1; d < a.x->rank(); ++d)
+    a.inner *= a.x->shape[d];
+  Shape out = a.x->shape;
+  if (!out.empty())
+    out[a.axis] = a.k;
+  STRAIT_ASSIGN_OR_RETURN(a.values, ctx.requireOutput(0, out, a.x->dtype));
+  STRAIT_ASSIGN_OR_RETURN(a.indices, ctx.requireOutput(1, out, program::DTYPE_I64));
+  return a;
+}
+
 StatusOr<AccumulateGradArgs> accumulateGradArgs(const KernelContext &ctx) {
   AccumulateGradArgs a;
   STRAIT_ASSIGN_OR_RETURN(a.grad, ctx.requireInput(0));

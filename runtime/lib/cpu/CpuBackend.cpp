@@ -17,15 +17,6 @@ namespace strait {
 namespace rt {
 namespace cpu {
 
-StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,
-                                int64_t rank) {
-  int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= std::max<int64_t>(rank, 1))
-    return ctx.error("axis " + std::to_string(axis) + " out of range for rank " +
-                     std::to_string(rank));
-  return a;
-}
-
 StatusOr<Shape> broadcastShapes(const KernelContext &ctx, const Shape &a,
                                 const Shape &b) {
   size_t r = std::max(a.size(), b.size());

@@ -9,6 +9,7 @@
 #define STRAIT_RUNTIME_LIB_CPU_CPUKERNELS_H
 
 #include "strait/runtime/Backend.h"
+#include "strait/runtime/KernelArgs.h"
 #include "strait/runtime/ThreadPool.h"
 
 #include "../codec/CodecLayout.h"
@@ -110,10 +111,6 @@ inline const float *rowAsFloat(const Tensor &t, int64_t r, int64_t len,
 inline uint16_t floatToLow(DType t, float f) {
   return t == program::DTYPE_F16 ? codec::floatToHalf(f) : codec::floatToBFloat16(f);
 }
-
-/// Maps a possibly negative axis into [0, rank); error when out of range.
-StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis,
-                                int64_t rank);
 
 /// Numpy broadcast of two shapes, or an error naming both.
 StatusOr<Shape> broadcastShapes(const KernelContext &ctx, const Shape &a,

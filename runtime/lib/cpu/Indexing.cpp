@@ -77,12 +77,10 @@ StatusOr<std::vector<int64_t>> elementOffsets(const KernelContext &ctx,
 }
 
 Status gatherElementsKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, ind->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(auto offs, elementOffsets(ctx, *x, *ind, axis));
+  STRAIT_ASSIGN_OR_RETURN(ElementsArgs a, gatherElementsArgs(ctx));
+  const Tensor *x = a.x;
+  Tensor *y = a.y;
+  STRAIT_ASSIGN_OR_RETURN(auto offs, elementOffsets(ctx, *x, *a.indices, a.axis));
   size_t es = dtypeSize(x->dtype);
   for (size_t i = 0; i < offs.size(); ++i)
     std::memcpy(y->as<char>() + i * es, x->as<char>() + offs[i] * es, es);
@@ -90,16 +88,11 @@ Status gatherElementsKernel(KernelContext &ctx) {
 }
 
 Status scatterElementsKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *upd, ctx.requireInput(2, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
-  STRAIT_ASSIGN_OR_RETURN(std::string red, ctx.getAttrs().getString("reduction", "none"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
-  if (upd->shape != ind->shape)
-    return ctx.error("updates and indices shapes differ");
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(auto offs, elementOffsets(ctx, *x, *ind, axis));
+  STRAIT_ASSIGN_OR_RETURN(ElementsArgs a, scatterElementsArgs(ctx));
+  const Tensor *x = a.x, *upd = a.updates;
+  Tensor *y = a.y;
+  const std::string &red = a.reduction;
+  STRAIT_ASSIGN_OR_RETURN(auto offs, elementOffsets(ctx, *x, *a.indices, a.axis));
   if (y->data != x->data)
     std::memcpy(y->data, x->data, x->byteSize());
   if (red == "none") {
@@ -189,53 +182,38 @@ Status oneHotKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
-template <typename T>
-void runTopK(const Tensor &x, Tensor &vals, Tensor &inds, int64_t axis,
-             int64_t k, bool largest) {
-  int64_t outer = 1, len = x.shape[axis], inner = 1;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < x.rank(); ++d)
-    inner *= x.shape[d];
+template <typename T> void runTopK(const TopKArgs &a) {
+  int64_t k = a.k, len = a.len, inner = a.inner;
   std::vector<int64_t> order(len);
-  for (int64_t o = 0; o < outer; ++o)
+  for (int64_t o = 0; o < a.outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
-      const T *in = x.as<T>() + o * len * inner + i;
+      const T *in = a.x->as<T>() + o * len * inner + i;
       std::iota(order.begin(), order.end(), 0);
-      auto cmp = [&](int64_t a, int64_t b) {
-        T va = in[a * inner], vb = in[b * inner];
-        if (va != vb)
-          return largest ? va > vb : va < vb;
-        return a < b;
+      auto cmp = [&](int64_t x, int64_t y) {
+        T vx = in[x * inner], vy = in[y * inner];
+        if (vx != vy)
+          return a.largest ? vx > vy : vx < vy;
+        return x < y;
       };
       std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
       for (int64_t j = 0; j < k; ++j) {
         int64_t off = (o * k + j) * inner + i;
-        vals.as<T>()[off] = in[order[j] * inner];
-        inds.as<int64_t>()[off] = order[j];
+        a.values->as<T>()[off] = in[order[j] * inner];
+        a.indices->as<int64_t>()[off] = order[j];
       }
     }
 }
 
 Status topKKernel(KernelContext &ctx) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *kt, ctx.requireInput(1));
   STRAIT_ASSIGN_OR_RETURN(auto kv, readInts(ctx, *kt));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t largest, ctx.getAttrs().getInt("largest", 1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
-  if (kv.size() != 1 || kv[0] < 0 || kv[0] > x->shape[axis])
-    return ctx.error("k out of range");
-  Shape out = x->shape;
-  out[axis] = kv[0];
-  STRAIT_ASSIGN_OR_RETURN(Tensor * vals, ctx.requireOutput(0, out, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * inds, ctx.requireOutput(1, out, program::DTYPE_I64));
+  STRAIT_ASSIGN_OR_RETURN(TopKArgs a, topKArgs(ctx, kv));
 #define STRAIT_TOPK_CASE(T)                                                    \
-  runTopK<T>(*x, *vals, *inds, axis, kv[0], largest != 0);             \
+  runTopK<T>(a);                                                               \
   return Status::ok();
-  STRAIT_DISPATCH_NUMERIC(x->dtype, STRAIT_TOPK_CASE)
+  STRAIT_DISPATCH_NUMERIC(a.x->dtype, STRAIT_TOPK_CASE)
 #undef STRAIT_TOPK_CASE
-  return ctx.unsupported("dtype " + x->typeString());
+  return ctx.unsupported("dtype " + a.x->typeString());
 }
 
 } // namespace

@@ -197,14 +197,6 @@ StatusOr<std::vector<int64_t>> intsInputOrAttr(CudaContext &c, const KernelConte
   return hostInts(c, ctx, *t, std::string("input '") + name + "'");
 }
 
-StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t rank) {
-  int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= std::max<int64_t>(rank, 1))
-    return ctx.error("axis " + std::to_string(axis) + " out of range for rank " +
-                     std::to_string(rank));
-  return a;
-}
-
 //===----------------------------------------------------------------------===//
 // Pooling
 //===----------------------------------------------------------------------===//
@@ -651,12 +643,10 @@ StatusOr<ElementsIndex> elementsIndex(const KernelContext &ctx, const Tensor &x,
 }
 
 Status gatherElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, ind->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(ElementsIndex ix, elementsIndex(ctx, *x, *ind, axis));
+  STRAIT_ASSIGN_OR_RETURN(ElementsArgs a, gatherElementsArgs(ctx));
+  const Tensor *x = a.x, *ind = a.indices;
+  Tensor *y = a.y;
+  STRAIT_ASSIGN_OR_RETURN(ElementsIndex ix, elementsIndex(ctx, *x, *ind, a.axis));
   if (!launchGatherElements(dtypeSize(x->dtype), x->data, ind->data,
                             ind->dtype == program::DTYPE_I64, y->data, ix, c.errorFlag, tag,
                             c.stream))
@@ -669,19 +659,13 @@ Status gatherElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
 /// positions of the indices; reduction mul and add on other dtypes are
 /// Unimplemented (the host fallback runs the CPU kernel).
 Status scatterElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *ind, ctx.requireInput(1));
-  STRAIT_ASSIGN_OR_RETURN(const Tensor *upd, ctx.requireInput(2, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", 0));
-  STRAIT_ASSIGN_OR_RETURN(std::string red, ctx.getAttrs().getString("reduction", "none"));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
-  if (upd->shape != ind->shape)
-    return ctx.error("updates and indices shapes differ");
-  bool add = red == "add";
-  if (red != "none" && !(add && x->dtype == program::DTYPE_F32))
-    return ctx.unsupported("cuda: reduction '" + red + "' on " + x->typeString());
-  STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, x->shape, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(ElementsIndex ix, elementsIndex(ctx, *x, *ind, axis));
+  STRAIT_ASSIGN_OR_RETURN(ElementsArgs a, scatterElementsArgs(ctx));
+  const Tensor *x = a.x, *ind = a.indices, *upd = a.updates;
+  Tensor *y = a.y;
+  bool add = a.reduction == "add";
+  if (a.reduction != "none" && !(add && x->dtype == program::DTYPE_F32))
+    return ctx.unsupported("cuda: reduction '" + a.reduction + "' on " + x->typeString());
+  STRAIT_ASSIGN_OR_RETURN(ElementsIndex ix, elementsIndex(ctx, *x, *ind, a.axis));
   size_t es = dtypeSize(x->dtype);
   if (es != 1 && es != 2 && es != 4 && es != 8)
     return ctx.unsupported("cuda: ScatterElements of " + x->typeString());
@@ -699,26 +683,13 @@ Status scatterElementsKernel(CudaContext &c, KernelContext &ctx, int tag) {
 Status topKKernel(CudaContext &c, KernelContext &ctx, int) {
   STRAIT_ASSIGN_OR_RETURN(const Tensor *x, ctx.requireInput(0));
   STRAIT_ASSIGN_OR_RETURN(const Tensor *kt, ctx.requireInput(1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.getAttrs().getInt("axis", -1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t largest, ctx.getAttrs().getInt("largest", 1));
-  STRAIT_ASSIGN_OR_RETURN(int64_t axis, normalizeAxis(ctx, axisAttr, x->rank()));
   ET et = elemType(x->dtype);
   if (et == ET::Other || et == ET::Bool)
     return ctx.unsupported("cuda: TopK of " + x->typeString());
   STRAIT_ASSIGN_OR_RETURN(std::vector<int64_t> kv, hostInts(c, ctx, *kt, "input 'K'"));
-  if (kv.size() != 1 || kv[0] < 0 || kv[0] > x->shape[axis])
-    return ctx.error("k out of range");
-  Shape out = x->shape;
-  out[axis] = kv[0];
-  STRAIT_ASSIGN_OR_RETURN(Tensor * vals, ctx.requireOutput(0, out, x->dtype));
-  STRAIT_ASSIGN_OR_RETURN(Tensor * inds, ctx.requireOutput(1, out, program::DTYPE_I64));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= x->shape[d];
-  for (int64_t d = axis + 1; d < x->rank(); ++d)
-    inner *= x->shape[d];
-  if (!launchTopK(et, x->data, vals->data, inds->as<int64_t>(), outer, x->shape[axis], inner,
-                  kv[0], largest != 0, c.stream))
+  STRAIT_ASSIGN_OR_RETURN(TopKArgs a, topKArgs(ctx, kv));
+  if (!launchTopK(et, x->data, a.values->data, a.indices->as<int64_t>(), a.outer, a.len,
+                  a.inner, a.k, a.largest, c.stream))
     return ctx.unsupported("cuda: TopK of " + x->typeString());
   return Status::ok();
 }

@@ -45,6 +45,13 @@ template <typename T> __device__ inline T blockSum(T v, T *shm) {
   return r;
 }
 
+/// Raises the backend's error flag (CudaContext::errorFlag): the first
+/// kernel to fail keeps its tag in flag[0] and its DeviceError in flag[1].
+__device__ inline void raise(int *flag, int tag, int code) {
+  if (atomicCAS(flag, 0, tag) == 0)
+    flag[1] = code;
+}
+
 /// An element of f32, f16 or bf16 as f32, and back (round to nearest even).
 __device__ inline float toF(float x) { return x; }
 __device__ inline float toF(__half x) { return __half2float(x); }

@@ -44,11 +44,6 @@ __device__ inline void unravel(const Index &ix, int64_t i, int ops, int64_t *off
   }
 }
 
-__device__ inline void raise(int *flag, int tag, int code) {
-  if (atomicCAS(flag, 0, tag) == 0)
-    flag[1] = code;
-}
-
 struct BinF {
   BinaryOp op;
   template <typename T> __device__ T arith(T a, T b) const {

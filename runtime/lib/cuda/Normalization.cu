@@ -26,12 +26,6 @@ namespace rt {
 namespace cuda {
 namespace {
 
-__device__ inline void raise(int *flag, int tag, int code) {
-  if (atomicCAS(flag, 0, tag) == 0)
-    flag[1] = code;
-}
-
-
 // Element k of row `row` in an [outer, len, inner] layout.
 __device__ inline int64_t at(int64_t row, int64_t k, int64_t len, int64_t inner) {
   return (row / inner) * len * inner + row % inner + k * inner;

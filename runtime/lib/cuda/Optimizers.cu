@@ -115,8 +115,8 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, A
   int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
                         : static_cast<const int32_t *>(stepPtr)[0];
   if (step < 1) {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(flag, 0, tag) == 0)
-      flag[1] = kErrBadStep;
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      raise(flag, tag, kErrBadStep);
     return;
   }
   // The bias corrections once per block: two double pow() per thread cost

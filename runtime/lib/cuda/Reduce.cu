@@ -112,11 +112,6 @@ template <typename T> __global__ void stridedScatterKernel(const T *in, T *out, 
   }
 }
 
-__device__ inline void raise(int *flag, int tag, int code) {
-  if (atomicCAS(flag, 0, tag) == 0)
-    flag[1] = code;
-}
-
 template <typename T>
 __global__ void sliceBoundsKernel(const T *x, T *y, SliceBounds b, int *flag, int tag) {
   int64_t start[kMaxDims], step[kMaxDims];
@@ -128,26 +123,34 @@ __global__ void sliceBoundsKernel(const T *x, T *y, SliceBounds b, int *flag, in
   GRID_STRIDE(i, b.nOut) { y[i] = x[sliceOffset(b, start, step, i)]; }
 }
 
+/// The data offset that element i of the indices names (its coordinates,
+/// the axis one replaced by its index; negative indices wrap), or -1 with
+/// the error flag raised when the index is out of range.
+__device__ inline int64_t elementOffset(int64_t i, const void *indices, bool idx64,
+                                        const ElementsIndex &ix, int *flag, int tag) {
+  int64_t idx = idx64 ? static_cast<const int64_t *>(indices)[i]
+                      : static_cast<const int32_t *>(indices)[i];
+  if (idx < 0)
+    idx += ix.len;
+  if (idx < 0 || idx >= ix.len) {
+    raise(flag, tag, kErrIndexOutOfRange);
+    return -1;
+  }
+  int64_t off = 0, r = i;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    int64_t c = r % ix.shape[d];
+    r /= ix.shape[d];
+    off += (d == ix.axis ? idx : c) * ix.stride[d];
+  }
+  return off;
+}
+
 template <typename T>
 __global__ void gatherElementsKernel(const T *data, const void *indices, bool idx64, T *out,
                                      ElementsIndex ix, int *flag, int tag) {
   GRID_STRIDE(i, ix.n) {
-    int64_t idx = idx64 ? static_cast<const int64_t *>(indices)[i]
-                        : static_cast<const int32_t *>(indices)[i];
-    if (idx < 0)
-      idx += ix.len;
-    if (idx < 0 || idx >= ix.len) {
-      raise(flag, tag, kErrIndexOutOfRange);
-      out[i] = T(0);
-      continue;
-    }
-    int64_t off = 0, r = i;
-    for (int d = ix.rank - 1; d >= 0; --d) {
-      int64_t c = r % ix.shape[d];
-      r /= ix.shape[d];
-      off += (d == ix.axis ? idx : c) * ix.stride[d];
-    }
-    out[i] = data[off];
+    int64_t off = elementOffset(i, indices, idx64, ix, flag, tag);
+    out[i] = off < 0 ? T(0) : data[off];
   }
 }
 
@@ -157,20 +160,9 @@ template <typename T, bool Add>
 __global__ void scatterElementsKernel(const T *upd, const void *indices, bool idx64, T *out,
                                       ElementsIndex ix, int *flag, int tag) {
   GRID_STRIDE(i, ix.n) {
-    int64_t idx = idx64 ? static_cast<const int64_t *>(indices)[i]
-                        : static_cast<const int32_t *>(indices)[i];
-    if (idx < 0)
-      idx += ix.len;
-    if (idx < 0 || idx >= ix.len) {
-      raise(flag, tag, kErrIndexOutOfRange);
+    int64_t off = elementOffset(i, indices, idx64, ix, flag, tag);
+    if (off < 0)
       continue;
-    }
-    int64_t off = 0, r = i;
-    for (int d = ix.rank - 1; d >= 0; --d) {
-      int64_t c = r % ix.shape[d];
-      r /= ix.shape[d];
-      off += (d == ix.axis ? idx : c) * ix.stride[d];
-    }
     if constexpr (Add)
       atomicAdd(out + off, upd[i]);
     else

@@ -14,10 +14,41 @@
 #include "strait/runtime/ConvWindow.h"
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace strait {
 namespace rt {
+
+/// Maps a possibly negative axis into [0, rank) (rank 0 takes axis 0 or -1);
+/// an error naming the axis and the rank when out of range.
+StatusOr<int64_t> normalizeAxis(const KernelContext &ctx, int64_t axis, int64_t rank);
+
+/// GatherElements and ScatterElements: data X, indices, `axis` (default 0,
+/// normalized). GatherElements: Y of the indices' shape and X's dtype.
+/// ScatterElements: updates of the indices' shape and X's dtype,
+/// `reduction` (default "none"; which ones a backend supports is its own
+/// check), Y of X's shape and dtype.
+struct ElementsArgs {
+  const Tensor *x = nullptr, *indices = nullptr, *updates = nullptr;
+  Tensor *y = nullptr;
+  int64_t axis = 0;
+  std::string reduction;
+};
+StatusOr<ElementsArgs> gatherElementsArgs(const KernelContext &ctx);
+StatusOr<ElementsArgs> scatterElementsArgs(const KernelContext &ctx);
+
+/// TopK of X (input 0) along `axis` (default -1), `largest` (default 1),
+/// given the values of input 1 (K), which each backend reads its own way:
+/// one k in [0, X's dim]; X viewed as [outer, len, inner]; values of X's
+/// dtype and i64 indices, X's shape with k along the axis.
+struct TopKArgs {
+  const Tensor *x = nullptr;
+  Tensor *values = nullptr, *indices = nullptr;
+  int64_t k = 0, outer = 1, len = 0, inner = 1, axis = 0;
+  bool largest = true;
+};
+StatusOr<TopKArgs> topKArgs(const KernelContext &ctx, const std::vector<int64_t> &k);
 
 /// AccumulateGrad: total = mean over `micro_batches` of grad; micro-batch 0
 /// (or a step without one) overwrites, later ones add. The grad is f32,
