@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <gtest/gtest.h>
 
 using namespace strait;
@@ -281,24 +282,51 @@ TEST(Kernels, LargeElementwiseRunsInParallelCorrectly) {
     ASSERT_NEAR((*r)[0][i], 0.5f * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0f))), 1e-6f);
 }
 
-TEST(Kernels, AdamWUpdatesInPlaceLikeTheReference) {
+namespace {
+
+/// The tensors of a one-kernel program: AdamW in place over n parameters
+/// (lr a constant, the step an input), on the CPU backend.
+struct AdamWProgram {
   ProgramBuilder b;
-  uint32_t lr = b.addConstant("lr", {0.01f}, {});
-  uint32_t step = b.addValue("step", program::DTYPE_I64, {}, program::ROLE_INPUT);
-  uint32_t x = b.addParameter("x", {3});
-  uint32_t g = b.addValue("g", program::DTYPE_F32, {3}, program::ROLE_GRADIENT);
-  uint32_t m = b.addValue("m", program::DTYPE_F32, {3}, program::ROLE_OPTIMIZER_STATE);
-  uint32_t v = b.addValue("v", program::DTYPE_F32, {3}, program::ROLE_OPTIMIZER_STATE);
-  program::Kernel &k = b.addKernel("AdamW", {lr, step, x, g, m, v}, {x, m, v});
-  k.set_domain("strait");
-  setFloat(k, "weight_decay", 0.1f);
-  b.addRunStep();
   BackendRegistry reg;
-  registerCpuBackend(reg);
-  auto exec = Executor::create(b.get(), reg);
-  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-  Tensor xt = *(*exec)->getValue(x), gt = *(*exec)->getValue(g);
-  Tensor st = *(*exec)->getValue(step);
+  std::unique_ptr<Executor> exec;
+  Tensor step, x, g, m, v;
+};
+
+std::unique_ptr<AdamWProgram> adamWProgram(int64_t n, float lr, float weightDecay) {
+  auto p = std::make_unique<AdamWProgram>();
+  ProgramBuilder &b = p->b;
+  uint32_t lrId = b.addConstant("lr", {lr}, {});
+  uint32_t step = b.addValue("step", program::DTYPE_I64, {}, program::ROLE_INPUT);
+  uint32_t x = b.addParameter("x", {n});
+  uint32_t g = b.addValue("g", program::DTYPE_F32, {n}, program::ROLE_GRADIENT);
+  uint32_t m = b.addValue("m", program::DTYPE_F32, {n}, program::ROLE_OPTIMIZER_STATE);
+  uint32_t v = b.addValue("v", program::DTYPE_F32, {n}, program::ROLE_OPTIMIZER_STATE);
+  program::Kernel &k = b.addKernel("AdamW", {lrId, step, x, g, m, v}, {x, m, v});
+  k.set_domain("strait");
+  setFloat(k, "weight_decay", weightDecay);
+  b.addRunStep();
+  registerCpuBackend(p->reg);
+  auto exec = Executor::create(b.get(), p->reg);
+  EXPECT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  if (!exec.isOk())
+    return nullptr;
+  p->exec = exec.takeValue();
+  p->step = *p->exec->getValue(step);
+  p->x = *p->exec->getValue(x);
+  p->g = *p->exec->getValue(g);
+  p->m = *p->exec->getValue(m);
+  p->v = *p->exec->getValue(v);
+  return p;
+}
+
+} // namespace
+
+TEST(Kernels, AdamWUpdatesInPlaceLikeTheReference) {
+  auto p = adamWProgram(3, 0.01f, 0.1f);
+  ASSERT_TRUE(p);
+  Tensor xt = p->x, gt = p->g, st = p->step;
+  auto &exec = p->exec;
   double rx[3] = {1, -2, 0.5}, rm[3] = {0, 0, 0}, rv[3] = {0, 0, 0};
   for (int i = 0; i < 3; ++i)
     xt.as<float>()[i] = static_cast<float>(rx[i]);
@@ -312,13 +340,13 @@ TEST(Kernels, AdamWUpdatesInPlaceLikeTheReference) {
       double mh = rm[i] / (1 - std::pow(0.9, t)), vh = rv[i] / (1 - std::pow(0.999, t));
       rx[i] -= 0.01 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * rx[i]);
     }
-    Status s = (*exec)->run();
+    Status s = exec->run();
     ASSERT_TRUE(s.isOk()) << s.toString();
   }
   for (int i = 0; i < 3; ++i)
     EXPECT_NEAR(xt.as<float>()[i], rx[i], 1e-5) << i;
   st.as<int64_t>()[0] = 0;
-  EXPECT_NE((*exec)->run().getMessage().find("step count must start at 1"), std::string::npos);
+  EXPECT_NE(exec->run().getMessage().find("step count must start at 1"), std::string::npos);
 }
 
 // The vectorized update (AVX2 clone where the CPU has it) in place over
@@ -326,24 +354,10 @@ TEST(Kernels, AdamWUpdatesInPlaceLikeTheReference) {
 // the vector width: the bits of the scalar float formula, at every element.
 TEST(Kernels, AdamWInPlaceEqualsTheScalarFormulaBitForBit) {
   constexpr int64_t n = 40003;
-  ProgramBuilder b;
-  uint32_t lr = b.addConstant("lr", {0.003f}, {});
-  uint32_t step = b.addValue("step", program::DTYPE_I64, {}, program::ROLE_INPUT);
-  uint32_t x = b.addParameter("x", {n});
-  uint32_t g = b.addValue("g", program::DTYPE_F32, {n}, program::ROLE_GRADIENT);
-  uint32_t m = b.addValue("m", program::DTYPE_F32, {n}, program::ROLE_OPTIMIZER_STATE);
-  uint32_t v = b.addValue("v", program::DTYPE_F32, {n}, program::ROLE_OPTIMIZER_STATE);
-  program::Kernel &k = b.addKernel("AdamW", {lr, step, x, g, m, v}, {x, m, v});
-  k.set_domain("strait");
-  setFloat(k, "weight_decay", 0.01f);
-  b.addRunStep();
-  BackendRegistry reg;
-  registerCpuBackend(reg);
-  auto exec = Executor::create(b.get(), reg);
-  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-  Tensor xt = *(*exec)->getValue(x), gt = *(*exec)->getValue(g);
-  Tensor mt = *(*exec)->getValue(m), vt = *(*exec)->getValue(v);
-  (*exec)->getValue(step)->as<int64_t>()[0] = 3;
+  auto p = adamWProgram(n, 0.003f, 0.01f);
+  ASSERT_TRUE(p);
+  Tensor xt = p->x, gt = p->g, mt = p->m, vt = p->v;
+  p->step.as<int64_t>()[0] = 3;
   std::vector<float> rx = pseudoRandom(n, 31), rg = pseudoRandom(n, 32), rm = pseudoRandom(n, 33),
                      rv = pseudoRandom(n, 34);
   for (float &e : rv)
@@ -352,7 +366,7 @@ TEST(Kernels, AdamWInPlaceEqualsTheScalarFormulaBitForBit) {
   std::copy(rg.begin(), rg.end(), gt.as<float>());
   std::copy(rm.begin(), rm.end(), mt.as<float>());
   std::copy(rv.begin(), rv.end(), vt.as<float>());
-  ASSERT_TRUE((*exec)->run().isOk());
+  ASSERT_TRUE(p->exec->run().isOk());
   const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, rate = 0.003f;
   const float c1 = 1 - static_cast<float>(std::pow(double(b1), 3.0));
   const float c2 = 1 - static_cast<float>(std::pow(double(b2), 3.0));
