@@ -20,7 +20,8 @@ samples is the one torch sees.
   - two data-parallel replicas, one sample of one replica overflowing f16 in the forward
     (x = 1e5): every step where either replica drew it is skipped by both ranks, with equal
     scales, including steps where the other replica's batch was finite; the same with an
-    int8 error-feedback all-reduce (only those steps: the residual keeps no inf/nan).
+    int8 error-feedback all-reduce (only those steps: the residual keeps no inf/nan), whose
+    residual after a skipped step is the one before it times the backoff, exactly.
 """
 from __future__ import annotations
 
@@ -242,7 +243,7 @@ def test_data_parallel_ranks_skip_together(tmp_path, codec):
     job = d / "job"
     if codec != "exact":
         assert "compressed all-reduce of stage 0: int8+ef" in p.stdout, p.stdout
-    train(job, d, 16)
+    train(job, d, 16, "--checkpoint", d / "ckpt", "--checkpoint-every", 1)
     r0, r1 = step_lines(job, 0), step_lines(job, 1)
     assert len(r0) == len(r1) == 16
     assert [x[1:] for x in r0] == [x[1:] for x in r1]  # same scale, same skips
@@ -250,6 +251,31 @@ def test_data_parallel_ranks_skip_together(tmp_path, codec):
             for a, b in zip(r0, r1)]
     assert [a or b for a, b in huge] == [x[2] for x in r0]
     assert any(a != b for a, b in huge), "no step where only one replica drew the row"
+    if codec == "exact":
+        return
+    # The residual holds S-scaled gradients not yet sent. A skipped step is as if it never ran
+    # (its encode is rolled back) and the scale's backoff halves what is owed: the residual after
+    # it is the one before it times 0.5, exactly, on both ranks (the finite replica's too). A
+    # step taken changes it.
+    for rank in (0, 1):
+        res = [feedback_residuals(d / "ckpt" / f"step-{s}", rank) for s in range(1, 17)]
+        assert all(r.size == 96 and np.isfinite(r).all() for r in res)
+        for s in range(2, 17):
+            if r0[s - 1][2]:
+                assert np.array_equal(res[s - 1], res[s - 2] * np.float32(0.5)), (rank, s)
+            else:
+                assert not np.array_equal(res[s - 1], res[s - 2]), (rank, s)
+
+
+def feedback_residuals(step_dir, rank):
+    """The one error-feedback residual a rank's checkpoint holds (feedback/index.tsv)."""
+    folder = step_dir / f"rank{rank}" / "feedback"
+    lines = (folder / "index.tsv").read_text().splitlines()[1:]
+    assert len(lines) == 1, lines
+    file, numel, _ = lines[0].split("\t")
+    r = np.load(folder / file)
+    assert r.size == int(numel)
+    return r
 
 
 

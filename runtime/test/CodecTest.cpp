@@ -360,6 +360,50 @@ TEST(Codec, ErrorFeedbackCarriesExactlyWhatWasNotSent) {
   EXPECT_TRUE(none.getResidual().empty());
 }
 
+TEST(Codec, ErrorFeedbackRollsBackAnIterationAndFollowsTheScale) {
+  // Loss scaling's use (strait-run, LossScale.cpp): an armed iteration's
+  // encodes (two here) are undone by rollBack() bit for bit, sub-streams
+  // included, and one made during the iteration returns to zero; an
+  // iteration that goes ahead leaves the stream as an unarmed one does.
+  const size_t n = 3000;
+  auto p = params(program::CODEC_TOPK_INT8, 0.05f, 256, /*feedback=*/true);
+  ErrorFeedback armed, plain;
+  std::vector<uint8_t> a, b;
+  for (int step = 0; step < 4; ++step) {
+    auto x = gaussian(n, 70 + step);
+    armed.beginIteration();
+    ASSERT_TRUE(armed.encode(p, x.data(), n, a).isOk());
+    ASSERT_TRUE(armed.part(0).encode(p, x.data(), n, a).isOk());
+    ASSERT_TRUE(plain.encode(p, x.data(), n, b).isOk());
+    ASSERT_TRUE(plain.part(0).encode(p, x.data(), n, b).isOk());
+    EXPECT_EQ(a, b);
+  }
+  ASSERT_EQ(armed.getResidual(), plain.getResidual());
+  std::vector<float> before = armed.getResidual(), partBefore = armed.getPart(0)->getResidual();
+  armed.beginIteration();
+  auto big = gaussian(n, 99);
+  for (int twice = 0; twice < 2; ++twice) {
+    ASSERT_TRUE(armed.encode(p, big.data(), n, a).isOk());
+    ASSERT_TRUE(armed.part(0).encode(p, big.data(), n, a).isOk());
+  }
+  ASSERT_TRUE(armed.part(1).encode(p, big.data(), n, a).isOk()); // new in this iteration
+  ASSERT_NE(armed.getResidual(), before);
+  armed.rollBack();
+  EXPECT_EQ(armed.getResidual(), before);
+  EXPECT_EQ(armed.getPart(0)->getResidual(), partBefore);
+  EXPECT_TRUE(armed.getPart(1)->getResidual().empty());
+  // Not encoded since beginIteration(): rollBack() keeps it.
+  armed.beginIteration();
+  armed.rollBack();
+  EXPECT_EQ(armed.getResidual(), before);
+  // A scale change multiplies every residual.
+  armed.scaleResidual(0.5f);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(armed.getResidual()[i], before[i] * 0.5f) << i;
+    ASSERT_EQ(armed.getPart(0)->getResidual()[i], partBefore[i] * 0.5f) << i;
+  }
+}
+
 TEST(Codec, DecodedOutputIsThePayloadsDecodeAndLeavesTheStreamUnchanged) {
   // keep_decoded sends: with setDecodedOutput the stream also writes
   // decode(payload) (bit for bit, not sum - residual) and keeps the payload;

@@ -885,12 +885,21 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
     residual.assign(numel, 0.0f);
   scratch.resize(numel);
   float *sum = scratch.data();
-  float *res = residual.data();
+  const float *old = residual.data();
   parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
-      sum[i] = data[i] + res[i];
+      sum[i] = data[i] + old[i];
   });
   STRAIT_RETURN_IF_ERROR(rt::encode(params, sum, numel, out));
+  // The first encode of an iteration that may be discarded builds the new
+  // residual in `previous` and swaps: `previous` then keeps the old one.
+  if (armed) {
+    previous.resize(numel);
+    std::swap(residual, previous);
+    armed = false;
+    kept = true;
+  }
+  float *res = residual.data();
   // residual = sum - decode(out): decode into the residual, then subtract.
   STRAIT_RETURN_IF_ERROR(decode(out.data(), out.size(), res, numel));
   if (decodedOut) { // the decoded bits themselves, not sum - residual
@@ -908,6 +917,36 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   });
   lastPayloadBytes = out.size();
   return Status::ok();
+}
+
+void ErrorFeedback::beginIteration() {
+  armed = true;
+  kept = false;
+  for (auto &p : parts)
+    if (p)
+      p->beginIteration();
+}
+
+void ErrorFeedback::rollBack() {
+  if (kept)
+    std::swap(residual, previous);
+  else if (!armed) // made during the iteration: it started from zero
+    residual.clear();
+  armed = kept = false;
+  for (auto &p : parts)
+    if (p)
+      p->rollBack();
+}
+
+void ErrorFeedback::scaleResidual(float factor) {
+  float *r = residual.data();
+  parallelFor(static_cast<int64_t>(residual.size()), kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      r[i] *= factor;
+  });
+  for (auto &p : parts)
+    if (p)
+      p->scaleResidual(factor);
 }
 
 } // namespace rt

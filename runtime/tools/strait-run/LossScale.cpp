@@ -9,6 +9,7 @@
 #include "LossScale.h"
 
 #include <cmath>
+#include <iostream>
 #include <sstream>
 
 namespace strait {
@@ -34,6 +35,7 @@ StatusOr<std::unique_ptr<LossScaler>> LossScaler::create(const program::Program 
                "out of range");
   auto scaler = std::unique_ptr<LossScaler>(new LossScaler());
   scaler->config = c;
+  scaler->exec = &exec;
   scaler->values[0] = c.init_scale();
   auto find = [&](const char *name, program::DType dtype, Tensor &out) -> Status {
     StatusOr<Tensor> t = exec.getValueByName(name);
@@ -54,6 +56,8 @@ StatusOr<std::unique_ptr<LossScaler>> LossScaler::create(const program::Program 
 }
 
 void LossScaler::feed() {
+  for (auto &[id, f] : exec->getFeedbackStreams())
+    f->beginIteration();
   if (scaleIn.data)
     scaleIn.as<float>()[0] = static_cast<float>(values[0]);
   if (stepIn.data)
@@ -62,12 +66,14 @@ void LossScaler::feed() {
 
 bool LossScaler::update() {
   ++iterations;
+  double before = values[0];
   bool found = foundOut.data && foundOut.as<float>()[0] != 0;
   if (found) {
     ++skipped;
     values[1] = 0;
     if (config.dynamic()) // GradScaler computes the new scale in f32
       values[0] = static_cast<float>(values[0]) * config.backoff_factor();
+    followScale(true, before);
     return true;
   }
   values[2] += 1;
@@ -77,7 +83,30 @@ bool LossScaler::update() {
       values[0] = grown;
     values[1] = 0;
   }
+  followScale(false, before);
   return false;
+}
+
+void LossScaler::followScale(bool wasSkipped, double before) {
+  // Every error-feedback stream of a loss-scaled program carries S-scaled
+  // gradients (straitc puts error feedback on weight gradients only): what
+  // a residual holds is owed to later steps at the scale it was sent with.
+  float factor = static_cast<float>(values[0] / before);
+  for (auto &[id, f] : exec->getFeedbackStreams()) {
+    if (f->onDevice()) {
+      if (!warnedDevice)
+        std::cerr << "strait-run: warning: loss scaling with error feedback on the device: "
+                     "its residuals are not rolled back after a skipped step nor rescaled "
+                     "with the scale (docs/training.md)"
+                  << std::endl;
+      warnedDevice = true;
+      continue;
+    }
+    if (wasSkipped)
+      f->rollBack();
+    if (factor != 1.0f)
+      f->scaleResidual(factor);
+  }
 }
 
 std::string LossScaler::describe(bool wasSkipped) const {

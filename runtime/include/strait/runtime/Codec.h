@@ -175,6 +175,19 @@ public:
   /// Restores a residual (a checkpoint's): the next encode() of a tensor of
   /// residual.size() elements continues from it.
   void setResidual(std::vector<float> r) { residual = std::move(r); }
+  /// An iteration that may be discarded (loss scaling skips a step whose
+  /// gradients overflowed; docs/training.md): the first encode() after this
+  /// call keeps the residual it started from (the encode writes the new one
+  /// into a second buffer and swaps, so it costs memory, not a copy), and so
+  /// do the sub-streams made so far.
+  void beginIteration();
+  /// Discards what this iteration's encodes did to the residual: back to the
+  /// one kept since beginIteration(), or to none (zero) for a stream or
+  /// sub-stream made during the iteration. Host residuals only.
+  void rollBack();
+  /// Multiplies the residual (and the sub-streams') by `factor`: a residual
+  /// of loss-scaled gradients follows a change of the scale.
+  void scaleResidual(float factor);
   /// The sub-streams made so far (null where an index was never used).
   size_t numParts() const { return parts.size(); }
   const ErrorFeedback *getPart(size_t i) const { return i < parts.size() ? parts[i].get() : nullptr; }
@@ -221,6 +234,9 @@ public:
 private:
   std::vector<float> residual;
   std::vector<float> scratch;
+  std::vector<float> previous;  ///< the residual beginIteration() keeps
+  bool armed = false;           ///< beginIteration() since the last encode/rollBack
+  bool kept = false;            ///< `previous` holds this iteration's starting residual
   uint64_t lastPayloadBytes = 0;
   float *decodedOut = nullptr;
   std::vector<uint8_t> lastPayload;
