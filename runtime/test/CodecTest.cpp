@@ -371,7 +371,7 @@ TEST(Codec, ErrorFeedbackRollsBackAnIterationAndFollowsTheScale) {
   std::vector<uint8_t> a, b;
   for (int step = 0; step < 4; ++step) {
     auto x = gaussian(n, 70 + step);
-    armed.beginIteration();
+    ASSERT_TRUE(armed.beginIteration().isOk());
     ASSERT_TRUE(armed.encode(p, x.data(), n, a).isOk());
     ASSERT_TRUE(armed.part(0).encode(p, x.data(), n, a).isOk());
     ASSERT_TRUE(plain.encode(p, x.data(), n, b).isOk());
@@ -380,7 +380,7 @@ TEST(Codec, ErrorFeedbackRollsBackAnIterationAndFollowsTheScale) {
   }
   ASSERT_EQ(armed.getResidual(), plain.getResidual());
   std::vector<float> before = armed.getResidual(), partBefore = armed.getPart(0)->getResidual();
-  armed.beginIteration();
+  ASSERT_TRUE(armed.beginIteration().isOk());
   auto big = gaussian(n, 99);
   for (int twice = 0; twice < 2; ++twice) {
     ASSERT_TRUE(armed.encode(p, big.data(), n, a).isOk());
@@ -388,16 +388,16 @@ TEST(Codec, ErrorFeedbackRollsBackAnIterationAndFollowsTheScale) {
   }
   ASSERT_TRUE(armed.part(1).encode(p, big.data(), n, a).isOk()); // new in this iteration
   ASSERT_NE(armed.getResidual(), before);
-  armed.rollBack();
+  ASSERT_TRUE(armed.rollBack().isOk());
   EXPECT_EQ(armed.getResidual(), before);
   EXPECT_EQ(armed.getPart(0)->getResidual(), partBefore);
   EXPECT_TRUE(armed.getPart(1)->getResidual().empty());
   // Not encoded since beginIteration(): rollBack() keeps it.
-  armed.beginIteration();
-  armed.rollBack();
+  ASSERT_TRUE(armed.beginIteration().isOk());
+  ASSERT_TRUE(armed.rollBack().isOk());
   EXPECT_EQ(armed.getResidual(), before);
   // A scale change multiplies every residual.
-  armed.scaleResidual(0.5f);
+  ASSERT_TRUE(armed.scaleResidual(0.5f).isOk());
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(armed.getResidual()[i], before[i] * 0.5f) << i;
     ASSERT_EQ(armed.getPart(0)->getResidual()[i], partBefore[i] * 0.5f) << i;

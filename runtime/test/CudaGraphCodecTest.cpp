@@ -232,6 +232,54 @@ TEST(CudaCodecs, DevicePayloadsEqualHostPayloadsWithErrorFeedback) {
       }
 }
 
+TEST(CudaCodecs, DeviceResidualRollsBackAndScalesAsTheHost) {
+  // Loss scaling's operations on a residual in GPU memory (an armed
+  // iteration's encodes undone, a stream made during it back to zero, a
+  // scale change) leave the payloads that follow equal to the host's.
+  REQUIRE_GPU();
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  const size_t n = 100003;
+  for (const CodecCase &cc : {kCodecCases[2], kCodecCases[7]}) { // int8, top-k 0.3
+    auto recorder = std::make_unique<WireRecorder>();
+    WireRecorder &wire = *recorder;
+    auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
+    ASSERT_TRUE(comm.isOk()) << comm.getStatus().toString();
+    StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
+    ASSERT_TRUE(buf.isOk());
+    Tensor t{program::DTYPE_F32, {int64_t(n)}, buf->data()};
+    auto p = codecParams(cc.codec, cc.ratio, cc.block, true);
+    ErrorFeedback device, host, fresh, freshHost;
+    auto step = [&](ErrorFeedback &d, ErrorFeedback &h, uint32_t seed) {
+      auto x = codecValues(n, seed);
+      std::copy(x.begin(), x.end(), t.as<float>());
+      Status s = (*comm)->sendCoded(t, 1, 0, p, &d);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      std::vector<uint8_t> expect;
+      ASSERT_TRUE(h.encode(p, x.data(), n, expect).isOk());
+      ASSERT_EQ(wire.sent.back(), expect) << program::Codec_Name(cc.codec) << " seed " << seed;
+    };
+    for (uint32_t i = 0; i < 3; ++i)
+      step(device, host, 50 + i);
+    for (ErrorFeedback *f : {&device, &host})
+      ASSERT_TRUE(f->beginIteration().isOk());
+    step(device, host, 60); // the skipped iteration's two encodes
+    step(device, host, 61);
+    step(fresh, freshHost, 62); // a stream made during it
+    for (ErrorFeedback *f : {&device, &host, &fresh, &freshHost})
+      ASSERT_TRUE(f->rollBack().isOk());
+    for (ErrorFeedback *f : {&device, &host})
+      ASSERT_TRUE(f->scaleResidual(0.5f).isOk());
+    step(device, host, 70);
+    step(fresh, freshHost, 71);
+    ErrorFeedback neverRan;
+    std::vector<uint8_t> unrolled;
+    auto x = codecValues(n, 71);
+    ASSERT_TRUE(neverRan.encode(p, x.data(), n, unrolled).isOk());
+    EXPECT_EQ(wire.sent.back(), unrolled) << "the rolled-back new stream starts from zero";
+  }
+}
+
 TEST(CudaCodecs, DeviceDecodeEqualsHostDecode) {
   REQUIRE_GPU();
   StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();

@@ -919,34 +919,43 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   return Status::ok();
 }
 
-void ErrorFeedback::beginIteration() {
+Status ErrorFeedback::beginIteration() {
   armed = true;
   kept = false;
+  if (device)
+    STRAIT_RETURN_IF_ERROR(device->beginIteration());
   for (auto &p : parts)
     if (p)
-      p->beginIteration();
+      STRAIT_RETURN_IF_ERROR(p->beginIteration());
+  return Status::ok();
 }
 
-void ErrorFeedback::rollBack() {
+Status ErrorFeedback::rollBack() {
   if (kept)
     std::swap(residual, previous);
   else if (!armed) // made during the iteration: it started from zero
     residual.clear();
   armed = kept = false;
+  if (device)
+    STRAIT_RETURN_IF_ERROR(device->rollBack());
   for (auto &p : parts)
     if (p)
-      p->rollBack();
+      STRAIT_RETURN_IF_ERROR(p->rollBack());
+  return Status::ok();
 }
 
-void ErrorFeedback::scaleResidual(float factor) {
+Status ErrorFeedback::scaleResidual(float factor) {
   float *r = residual.data();
   parallelFor(static_cast<int64_t>(residual.size()), kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       r[i] *= factor;
   });
+  if (device)
+    STRAIT_RETURN_IF_ERROR(device->scaleResidual(factor));
   for (auto &p : parts)
     if (p)
-      p->scaleResidual(factor);
+      STRAIT_RETURN_IF_ERROR(p->scaleResidual(factor));
+  return Status::ok();
 }
 
 } // namespace rt

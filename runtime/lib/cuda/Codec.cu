@@ -33,8 +33,16 @@ __global__ void addKernel(const float *x, const float *r, float *sum, int64_t n)
   GRID_STRIDE(i, n) { sum[i] = addRn(x[i], r[i]); }
 }
 
+/// A non-finite entry (an overflowed f16 gradient under loss scaling) leaves
+/// 0, as the host's ErrorFeedback::encode.
+__device__ inline float finiteOrZero(float v) { return isfinite(v) ? v : 0.0f; }
+
 __global__ void residualKernel(const float *sum, float *r, int64_t n) {
-  GRID_STRIDE(i, n) { r[i] = subRn(sum[i], r[i]); }
+  GRID_STRIDE(i, n) { r[i] = finiteOrZero(subRn(sum[i], r[i])); }
+}
+
+__global__ void scaleKernel(float *r, float factor, int64_t n) {
+  GRID_STRIDE(i, n) { r[i] = mulRn(r[i], factor); }
 }
 
 __global__ void headerKernel(uint8_t *out, int codec, int index, uint32_t block, int64_t n) {
@@ -214,7 +222,9 @@ __global__ void topkHeaderKernel(uint8_t *out, int encoding, int64_t n, int64_t 
 }
 
 __global__ void topkResidualKernel(const float *sum, const uint8_t *flags, float *r, int64_t n) {
-  GRID_STRIDE(i, n) { r[i] = subRn(sum[i], flags[i] ? addRn(0.0f, sum[i]) : 0.0f); }
+  GRID_STRIDE(i, n) {
+    r[i] = finiteOrZero(subRn(sum[i], flags[i] ? addRn(0.0f, sum[i]) : 0.0f));
+  }
 }
 
 /// Work memory of the top-k: the radix state and histogram, then three u32
@@ -265,6 +275,10 @@ void launchCodecAdd(const float *x, const float *residual, float *sum, int64_t n
 
 void launchCodecResidual(const float *sum, float *residual, int64_t n, cudaStream_t s) {
   residualKernel<<<blocksFor(n), kBlock, 0, s>>>(sum, residual, n);
+}
+
+void launchCodecScale(float *residual, float factor, int64_t n, cudaStream_t s) {
+  scaleKernel<<<blocksFor(n), kBlock, 0, s>>>(residual, factor, n);
 }
 
 bool launchEncodeFixed(int codec, const float *x, int64_t n, uint32_t block, uint8_t *out,

@@ -20,8 +20,11 @@ namespace cuda {
 
 /// sum = x + residual (error feedback), n floats.
 void launchCodecAdd(const float *x, const float *residual, float *sum, int64_t n, cudaStream_t s);
-/// residual = sum - residual (residual holds decode(payload) on entry).
+/// residual = sum - residual (residual holds decode(payload) on entry); a
+/// non-finite difference leaves 0, as the host's ErrorFeedback::encode.
 void launchCodecResidual(const float *sum, float *residual, int64_t n, cudaStream_t s);
+/// residual *= factor (loss scaling's change of scale).
+void launchCodecScale(float *residual, float factor, int64_t n, cudaStream_t s);
 
 /// Encodes n floats into a fixed-layout payload (NONE, FP16, BF16, INT8,
 /// INT4: codec::fixedLayout) at `out`, header included. False for another

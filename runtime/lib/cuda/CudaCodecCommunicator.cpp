@@ -69,10 +69,43 @@ struct Block {
   }
 };
 
-/// The residual of one error-feedback stream, on the GPU.
+/// The residual of one error-feedback stream, on the GPU. Loss scaling's
+/// iterations (ErrorFeedback::beginIteration): the armed iteration's first
+/// encode writes the new residual into `previous` and swaps the two blocks,
+/// so `previous` keeps the old one for rollBack().
 struct DeviceResidual : ErrorFeedback::DeviceState {
-  Block residual;
+  Block residual, previous;
   int64_t numel = -1;
+  bool armed = false, kept = false;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+
+  DeviceResidual(int device, cudaStream_t stream) : device(device), stream(stream) {}
+  void swapBlocks() {
+    std::swap(residual.p, previous.p);
+    std::swap(residual.bytes, previous.bytes);
+  }
+  Status beginIteration() override {
+    armed = true;
+    kept = false;
+    return Status::ok();
+  }
+  Status rollBack() override {
+    // The stream's encodes have finished (encodeOnDevice synchronizes).
+    if (kept)
+      swapBlocks();
+    else if (!armed) // made during the iteration: the next encode starts from zero
+      numel = -1;
+    armed = kept = false;
+    return Status::ok();
+  }
+  Status scaleResidual(float factor) override {
+    if (numel <= 0)
+      return Status::ok();
+    cudaSetDevice(device);
+    launchCodecScale(static_cast<float *>(residual.p), factor, numel, stream);
+    return cudaStatus(cudaGetLastError(), "codec residual scale");
+  }
 };
 
 int codecNumber(const program::CodecParams &p) { return static_cast<int>(p.codec()); }
@@ -276,7 +309,7 @@ private:
     if (feedback && codec.error_feedback()) {
       auto &state = feedback->deviceState();
       if (!state)
-        state = std::make_unique<DeviceResidual>();
+        state = std::make_unique<DeviceResidual>(device, stream);
       res = static_cast<DeviceResidual *>(state.get());
       if (res->numel != n) { // a new stream or a change of numel: zero residual
         STRAIT_RETURN_IF_ERROR(res->residual.reserve(4ull * n, "codec residual"));
@@ -288,6 +321,12 @@ private:
       launchCodecAdd(x, static_cast<float *>(res->residual.p), static_cast<float *>(sum.p), n,
                      stream);
       x = static_cast<const float *>(sum.p);
+      if (res->armed) { // every residual kernel below writes all n entries
+        STRAIT_RETURN_IF_ERROR(res->previous.reserve(4ull * n, "codec residual"));
+        res->swapBlocks();
+        res->armed = false;
+        res->kept = true;
+      }
     }
     float *r = res ? static_cast<float *>(res->residual.p) : nullptr;
     size_t bytes = 0;

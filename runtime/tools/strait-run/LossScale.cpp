@@ -9,7 +9,6 @@
 #include "LossScale.h"
 
 #include <cmath>
-#include <iostream>
 #include <sstream>
 
 namespace strait {
@@ -55,16 +54,17 @@ StatusOr<std::unique_ptr<LossScaler>> LossScaler::create(const program::Program 
   return scaler;
 }
 
-void LossScaler::feed() {
+Status LossScaler::feed() {
   for (auto &[id, f] : exec->getFeedbackStreams())
-    f->beginIteration();
+    STRAIT_RETURN_IF_ERROR(f->beginIteration());
   if (scaleIn.data)
     scaleIn.as<float>()[0] = static_cast<float>(values[0]);
   if (stepIn.data)
     stepIn.as<int64_t>()[0] = static_cast<int64_t>(values[2]) + 1;
+  return Status::ok();
 }
 
-bool LossScaler::update() {
+StatusOr<bool> LossScaler::update() {
   ++iterations;
   double before = values[0];
   bool found = foundOut.data && foundOut.as<float>()[0] != 0;
@@ -73,7 +73,7 @@ bool LossScaler::update() {
     values[1] = 0;
     if (config.dynamic()) // GradScaler computes the new scale in f32
       values[0] = static_cast<float>(values[0]) * config.backoff_factor();
-    followScale(true, before);
+    STRAIT_RETURN_IF_ERROR(followScale(true, before));
     return true;
   }
   values[2] += 1;
@@ -83,30 +83,22 @@ bool LossScaler::update() {
       values[0] = grown;
     values[1] = 0;
   }
-  followScale(false, before);
+  STRAIT_RETURN_IF_ERROR(followScale(false, before));
   return false;
 }
 
-void LossScaler::followScale(bool wasSkipped, double before) {
+Status LossScaler::followScale(bool wasSkipped, double before) {
   // Every error-feedback stream of a loss-scaled program carries S-scaled
   // gradients (straitc puts error feedback on weight gradients only): what
   // a residual holds is owed to later steps at the scale it was sent with.
   float factor = static_cast<float>(values[0] / before);
   for (auto &[id, f] : exec->getFeedbackStreams()) {
-    if (f->onDevice()) {
-      if (!warnedDevice)
-        std::cerr << "strait-run: warning: loss scaling with error feedback on the device: "
-                     "its residuals are not rolled back after a skipped step nor rescaled "
-                     "with the scale (docs/training.md)"
-                  << std::endl;
-      warnedDevice = true;
-      continue;
-    }
     if (wasSkipped)
-      f->rollBack();
+      STRAIT_RETURN_IF_ERROR(f->rollBack());
     if (factor != 1.0f)
-      f->scaleResidual(factor);
+      STRAIT_RETURN_IF_ERROR(f->scaleResidual(factor));
   }
+  return Status::ok();
 }
 
 std::string LossScaler::describe(bool wasSkipped) const {

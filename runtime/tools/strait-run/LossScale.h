@@ -32,13 +32,13 @@ public:
   /// Writes the scale and the next update's step count into the program's
   /// inputs (before each run()), and has the error-feedback streams keep
   /// their residuals (ErrorFeedback::beginIteration).
-  void feed();
+  rt::Status feed();
   /// Reads found_inf after a run(): a skipped iteration backs the scale off,
   /// growthInterval finite ones in a row grow it. Returns whether the
   /// iteration was skipped. The error-feedback residuals hold scaled
   /// gradients: a skipped iteration's encodes are rolled back, and a new
   /// scale multiplies them by new / old.
-  bool update();
+  rt::StatusOr<bool> update();
   /// " scale S" and, on a skipped iteration, " skipped (N in all)".
   std::string describe(bool skipped) const;
   /// The state a checkpoint holds (f64 [scale, finite in a row, updates]),
@@ -50,11 +50,10 @@ public:
   void setIterations(int64_t n) { iterations = n; skipped = n - int64_t(values[2]); }
 
 private:
-  void followScale(bool skipped, double before);
+  rt::Status followScale(bool skipped, double before);
 
   program::LossScale config;
   rt::Executor *exec = nullptr;
-  bool warnedDevice = false;
   rt::Tensor scaleIn, stepIn, foundOut;
   double values[3] = {0, 0, 0}; // scale, finite iterations in a row, updates made
   int64_t iterations = 0, skipped = 0;

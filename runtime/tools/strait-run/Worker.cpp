@@ -670,13 +670,20 @@ Status runRank(const RunOptions &o) {
         exec->setBatchSamples(loader->sampleIds(it, dataShape));
     }
     if (scaler)
-      scaler->feed();
+      if (Status s = scaler->feed(); !s.isOk())
+        return s.withRank(o.rank).withStep(it + 1);
     auto start = std::chrono::steady_clock::now();
     if (Status ran = exec->run(); !ran.isOk()) {
       STRAIT_RETURN_IF_ERROR(recover(ran.withStep(it + 1), it));
       continue;
     }
-    bool skipped = scaler && scaler->update();
+    bool skipped = false;
+    if (scaler) {
+      StatusOr<bool> updated = scaler->update();
+      if (!updated.isOk())
+        return updated.takeStatus().withRank(o.rank).withStep(it + 1);
+      skipped = *updated;
+    }
     // The local-steps outer step belongs to the iteration it follows (its
     // time is in `ms`, and printed on its own).
     double outerMs = -1;

@@ -180,14 +180,14 @@ public:
   /// call keeps the residual it started from (the encode writes the new one
   /// into a second buffer and swaps, so it costs memory, not a copy), and so
   /// do the sub-streams made so far.
-  void beginIteration();
+  Status beginIteration();
   /// Discards what this iteration's encodes did to the residual: back to the
   /// one kept since beginIteration(), or to none (zero) for a stream or
-  /// sub-stream made during the iteration. Host residuals only.
-  void rollBack();
+  /// sub-stream made during the iteration.
+  Status rollBack();
   /// Multiplies the residual (and the sub-streams') by `factor`: a residual
   /// of loss-scaled gradients follows a change of the scale.
-  void scaleResidual(float factor);
+  Status scaleResidual(float factor);
   /// The sub-streams made so far (null where an index was never used).
   size_t numParts() const { return parts.size(); }
   const ErrorFeedback *getPart(size_t i) const { return i < parts.size() ? parts[i].get() : nullptr; }
@@ -228,6 +228,11 @@ public:
   /// stays empty.
   struct DeviceState {
     virtual ~DeviceState() = default;
+    /// beginIteration(), rollBack() and scaleResidual() of a residual in
+    /// device memory (ordered after the stream's encodes).
+    virtual Status beginIteration() = 0;
+    virtual Status rollBack() = 0;
+    virtual Status scaleResidual(float factor) = 0;
   };
   std::unique_ptr<DeviceState> &deviceState() { return device; }
 
