@@ -200,6 +200,49 @@ const CodecCase kCodecCases[] = {
 
 } // namespace
 
+/// A device codec communicator over a WireRecorder and an n-float device
+/// tensor to send through it.
+struct DeviceCodecRig {
+  WireRecorder *wire = nullptr;
+  Buffer buf; // outlives comm (destroyed first; it synchronizes its stream)
+  std::unique_ptr<Communicator> comm;
+  Tensor t;
+
+  static std::unique_ptr<DeviceCodecRig> make(Backend &backend, size_t n) {
+    auto rig = std::make_unique<DeviceCodecRig>();
+    auto recorder = std::make_unique<WireRecorder>();
+    rig->wire = recorder.get();
+    auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
+    StatusOr<Buffer> buf = backend.allocate(4 * n);
+    if (!comm.isOk() || !buf.isOk()) {
+      ADD_FAILURE() << (comm.isOk() ? buf.getStatus() : comm.getStatus()).toString();
+      return nullptr;
+    }
+    rig->comm = comm.takeValue();
+    rig->buf = buf.takeValue();
+    rig->t = Tensor{program::DTYPE_F32, {int64_t(n)}, rig->buf.data()};
+    return rig;
+  }
+
+  /// Sends x with `device`'s error feedback; the payload must equal what
+  /// `host` encodes from x.
+  ::testing::AssertionResult sendsAsHost(const program::CodecParams &p,
+                                         const std::vector<float> &x, ErrorFeedback &device,
+                                         ErrorFeedback &host) {
+    std::copy(x.begin(), x.end(), t.as<float>());
+    size_t before = wire->sent.size();
+    Status s = comm->sendCoded(t, 1, 0, p, &device);
+    if (!s.isOk())
+      return ::testing::AssertionFailure() << s.toString();
+    std::vector<uint8_t> expect;
+    if (Status h = host.encode(p, x.data(), x.size(), expect); !h.isOk())
+      return ::testing::AssertionFailure() << "host: " << h.toString();
+    if (wire->sent.size() != before + 1 || wire->sent.back() != expect)
+      return ::testing::AssertionFailure() << "the device payload differs from the host's";
+    return ::testing::AssertionSuccess();
+  }
+};
+
 TEST(CudaCodecs, DevicePayloadsEqualHostPayloadsWithErrorFeedback) {
   REQUIRE_GPU();
   StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
@@ -207,28 +250,15 @@ TEST(CudaCodecs, DevicePayloadsEqualHostPayloadsWithErrorFeedback) {
   for (size_t n : {1u, 1001u, 300007u})
     for (const CodecCase &cc : kCodecCases)
       for (bool ef : {false, true}) {
-        auto recorder = std::make_unique<WireRecorder>();
-        WireRecorder &wire = *recorder;
-        auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
-        ASSERT_TRUE(comm.isOk()) << comm.getStatus().toString();
-        StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
-        ASSERT_TRUE(buf.isOk());
-        Tensor t{program::DTYPE_F32, {int64_t(n)}, buf->data()};
+        auto rig = DeviceCodecRig::make(**backend, n);
+        ASSERT_TRUE(rig);
         auto p = codecParams(cc.codec, cc.ratio, cc.block, ef);
         ErrorFeedback device, host;
-        for (int step = 0; step < 3; ++step) {
-          auto x = codecValues(n, 10 * step + uint32_t(n));
-          std::copy(x.begin(), x.end(), t.as<float>());
-          Status s = (*comm)->sendCoded(t, 1, 0, p, &device);
-          ASSERT_TRUE(s.isOk()) << s.toString();
-          std::vector<uint8_t> expect;
-          ASSERT_TRUE(host.encode(p, x.data(), n, expect).isOk());
-          ASSERT_EQ(wire.sent.size(), size_t(step + 1));
-          ASSERT_EQ(wire.sent.back(), expect)
+        for (int step = 0; step < 3; ++step)
+          ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 10 * step + uint32_t(n)), device, host))
               << program::Codec_Name(cc.codec) << " n " << n << " block " << cc.block
               << " ratio " << cc.ratio << " ef " << ef << " step " << step;
-        }
-        EXPECT_EQ(wire.codedCalls, 0); // all on the device
+        EXPECT_EQ(rig->wire->codedCalls, 0); // all on the device
       }
 }
 
@@ -241,42 +271,30 @@ TEST(CudaCodecs, DeviceResidualRollsBackAndScalesAsTheHost) {
   ASSERT_TRUE(backend.isOk());
   const size_t n = 100003;
   for (const CodecCase &cc : {kCodecCases[2], kCodecCases[7]}) { // int8, top-k 0.3
-    auto recorder = std::make_unique<WireRecorder>();
-    WireRecorder &wire = *recorder;
-    auto comm = createCudaCodecCommunicator(std::move(recorder), 0);
-    ASSERT_TRUE(comm.isOk()) << comm.getStatus().toString();
-    StatusOr<Buffer> buf = (*backend)->allocate(4 * n);
-    ASSERT_TRUE(buf.isOk());
-    Tensor t{program::DTYPE_F32, {int64_t(n)}, buf->data()};
+    auto rig = DeviceCodecRig::make(**backend, n);
+    ASSERT_TRUE(rig);
     auto p = codecParams(cc.codec, cc.ratio, cc.block, true);
+    const char *name = program::Codec_Name(cc.codec).c_str();
     ErrorFeedback device, host, fresh, freshHost;
-    auto step = [&](ErrorFeedback &d, ErrorFeedback &h, uint32_t seed) {
-      auto x = codecValues(n, seed);
-      std::copy(x.begin(), x.end(), t.as<float>());
-      Status s = (*comm)->sendCoded(t, 1, 0, p, &d);
-      ASSERT_TRUE(s.isOk()) << s.toString();
-      std::vector<uint8_t> expect;
-      ASSERT_TRUE(h.encode(p, x.data(), n, expect).isOk());
-      ASSERT_EQ(wire.sent.back(), expect) << program::Codec_Name(cc.codec) << " seed " << seed;
-    };
     for (uint32_t i = 0; i < 3; ++i)
-      step(device, host, 50 + i);
+      ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 50 + i), device, host)) << name;
     for (ErrorFeedback *f : {&device, &host})
       ASSERT_TRUE(f->beginIteration().isOk());
-    step(device, host, 60); // the skipped iteration's two encodes
-    step(device, host, 61);
-    step(fresh, freshHost, 62); // a stream made during it
+    // The skipped iteration's two encodes, and a stream made during it.
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 60), device, host)) << name;
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 61), device, host)) << name;
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 62), fresh, freshHost)) << name;
     for (ErrorFeedback *f : {&device, &host, &fresh, &freshHost})
       ASSERT_TRUE(f->rollBack().isOk());
     for (ErrorFeedback *f : {&device, &host})
       ASSERT_TRUE(f->scaleResidual(0.5f).isOk());
-    step(device, host, 70);
-    step(fresh, freshHost, 71);
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 70), device, host)) << name;
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 71), fresh, freshHost)) << name;
     ErrorFeedback neverRan;
     std::vector<uint8_t> unrolled;
     auto x = codecValues(n, 71);
     ASSERT_TRUE(neverRan.encode(p, x.data(), n, unrolled).isOk());
-    EXPECT_EQ(wire.sent.back(), unrolled) << "the rolled-back new stream starts from zero";
+    EXPECT_EQ(rig->wire->sent.back(), unrolled) << "the rolled-back new stream starts from zero";
   }
 }
 
