@@ -298,6 +298,45 @@ TEST(CudaCodecs, DeviceResidualRollsBackAndScalesAsTheHost) {
   }
 }
 
+TEST(CudaCodecs, DeviceResidualSavedAndRestoredAsTheHost) {
+  // Checkpoints and link-recovery snapshots (strait-run): residualValues()
+  // downloads a device residual, equal to the host stream's bit for bit;
+  // restoreResidual() puts one back into a device stream, or into one that
+  // has not yet encoded (its first device encode takes it over), and the
+  // payloads that follow equal the host's.
+  REQUIRE_GPU();
+  StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.isOk());
+  const size_t n = 65537;
+  for (const CodecCase &cc : {kCodecCases[4], kCodecCases[6]}) { // int4, top-k 0.01
+    auto rig = DeviceCodecRig::make(**backend, n);
+    ASSERT_TRUE(rig);
+    auto p = codecParams(cc.codec, cc.ratio, cc.block, true);
+    const char *name = program::Codec_Name(cc.codec).c_str();
+    ErrorFeedback device, host;
+    for (uint32_t i = 0; i < 3; ++i)
+      ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 80 + i), device, host)) << name;
+    StatusOr<std::vector<float>> saved = device.residualValues();
+    ASSERT_TRUE(saved.isOk()) << saved.getStatus().toString();
+    ASSERT_EQ(*saved, host.getResidual()) << name;
+    ASSERT_TRUE(device.getResidual().empty()) << "the residual stays on the device";
+    // Onward, then back to the saved state: the device stream and a new one.
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 90), device, host)) << name;
+    ErrorFeedback resumed, resumedHost, hostBack;
+    ASSERT_TRUE(resumed.restoreResidual(*saved).isOk());
+    ASSERT_TRUE(device.restoreResidual(*saved).isOk());
+    ASSERT_TRUE(resumedHost.restoreResidual(*saved).isOk());
+    ASSERT_TRUE(hostBack.restoreResidual(*saved).isOk());
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 91), resumed, resumedHost)) << name;
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 91), device, hostBack)) << name;
+    ASSERT_TRUE(resumed.getResidual().empty()) << "taken over by the device";
+    // Restoring nothing: the next encode starts from zero.
+    ErrorFeedback zero;
+    ASSERT_TRUE(device.restoreResidual({}).isOk());
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 92), device, zero)) << name;
+  }
+}
+
 TEST(CudaCodecs, DeviceDecodeEqualsHostDecode) {
   REQUIRE_GPU();
   StatusOr<std::unique_ptr<Backend>> backend = createCudaBackend();

@@ -919,6 +919,21 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   return Status::ok();
 }
 
+StatusOr<std::vector<float>> ErrorFeedback::residualValues() const {
+  if (device && residual.empty())
+    return device->download();
+  return residual; // host, or restored and not yet taken over by the device
+}
+
+Status ErrorFeedback::restoreResidual(std::vector<float> r) {
+  if (!device) {
+    residual = std::move(r);
+    return Status::ok();
+  }
+  residual.clear();
+  return device->upload(r);
+}
+
 Status ErrorFeedback::beginIteration() {
   armed = true;
   kept = false;

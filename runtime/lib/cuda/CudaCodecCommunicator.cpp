@@ -106,6 +106,31 @@ struct DeviceResidual : ErrorFeedback::DeviceState {
     launchCodecScale(static_cast<float *>(residual.p), factor, numel, stream);
     return cudaStatus(cudaGetLastError(), "codec residual scale");
   }
+  StatusOr<std::vector<float>> download() const override {
+    std::vector<float> r(numel > 0 ? static_cast<size_t>(numel) : 0);
+    if (r.empty())
+      return r;
+    cudaSetDevice(device);
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(r.data(), residual.p, 4 * r.size(),
+                                                      cudaMemcpyDeviceToHost, stream),
+                                      "codec residual download"));
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "codec residual download"));
+    return r;
+  }
+  Status upload(const std::vector<float> &r) override {
+    armed = kept = false;
+    if (r.empty()) {
+      numel = -1; // the next encode zeroes it
+      return Status::ok();
+    }
+    cudaSetDevice(device);
+    STRAIT_RETURN_IF_ERROR(residual.reserve(4 * r.size(), "codec residual"));
+    STRAIT_RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(residual.p, r.data(), 4 * r.size(),
+                                                      cudaMemcpyHostToDevice, stream),
+                                      "codec residual upload"));
+    numel = static_cast<int64_t>(r.size());
+    return cudaStatus(cudaStreamSynchronize(stream), "codec residual upload");
+  }
 };
 
 int codecNumber(const program::CodecParams &p) { return static_cast<int>(p.codec()); }
@@ -311,6 +336,12 @@ private:
       if (!state)
         state = std::make_unique<DeviceResidual>(device, stream);
       res = static_cast<DeviceResidual *>(state.get());
+      // A residual restored on the host before the stream's first device
+      // encode (a checkpoint's, ErrorFeedback::restoreResidual) moves here.
+      if (feedback->getResidual().size() == static_cast<size_t>(n)) {
+        STRAIT_RETURN_IF_ERROR(res->upload(feedback->getResidual()));
+        feedback->setResidual({});
+      }
       if (res->numel != n) { // a new stream or a change of numel: zero residual
         STRAIT_RETURN_IF_ERROR(res->residual.reserve(4ull * n, "codec residual"));
         STRAIT_RETURN_IF_ERROR(

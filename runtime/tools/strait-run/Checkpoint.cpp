@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <dirent.h>
 #include <fstream>
 #include <iostream>
@@ -199,30 +200,34 @@ std::string programFingerprint(const program::Program &p) {
 }
 
 /// Every residual of a stream and its sub-streams, keyed "s<step>.v<id>"
-/// and ".p<i>" per sub-stream level. `device` is set when a residual lives
-/// on a device (not saved).
-void collectResiduals(const ErrorFeedback &f, const std::string &key,
-                      std::vector<std::pair<std::string, const std::vector<float> *>> &out,
-                      bool &device) {
-  if (f.onDevice())
-    device = true;
-  if (!f.getResidual().empty())
+/// and ".p<i>" per sub-stream level; a residual on a device is downloaded
+/// into `owned`.
+Status collectResiduals(const ErrorFeedback &f, const std::string &key,
+                        std::vector<std::pair<std::string, const std::vector<float> *>> &out,
+                        std::deque<std::vector<float>> &owned) {
+  if (f.onDevice()) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<float> r, f.residualValues());
+    if (!r.empty())
+      out.push_back({key, &owned.emplace_back(std::move(r))});
+  } else if (!f.getResidual().empty()) {
     out.push_back({key, &f.getResidual()});
+  }
   for (size_t i = 0; i < f.numParts(); ++i)
     if (const ErrorFeedback *part = f.getPart(i))
-      collectResiduals(*part, key + ".p" + std::to_string(i), out, device);
+      STRAIT_RETURN_IF_ERROR(collectResiduals(*part, key + ".p" + std::to_string(i), out, owned));
+  return Status::ok();
 }
 
 /// Writes this rank's residuals into DIR/feedback/ (nothing when it has
 /// none): one .npy per stream and index.tsv ("program<TAB>FINGERPRINT",
-/// then "file<TAB>numel<TAB>key" lines). False in `device` when a residual
-/// lives on the device (say so; they are not saved).
-Status writeFeedback(const Executor &exec, const std::string &rankDir, bool &device) {
+/// then "file<TAB>numel<TAB>key" lines).
+Status writeFeedback(const Executor &exec, const std::string &rankDir) {
   std::vector<std::pair<std::string, const std::vector<float> *>> residuals;
-  device = false;
+  std::deque<std::vector<float>> downloaded;
   for (const auto &[id, f] : exec.getFeedbackStreams())
-    collectResiduals(*f, "s" + std::to_string(id.first) + ".v" + std::to_string(id.second),
-                     residuals, device);
+    STRAIT_RETURN_IF_ERROR(collectResiduals(
+        *f, "s" + std::to_string(id.first) + ".v" + std::to_string(id.second), residuals,
+        downloaded));
   std::string dir = rankDir + "/feedback";
   if (exists(dir + "/index.tsv") && std::remove((dir + "/index.tsv").c_str()) != 0)
     return ioError("cannot remove the old '" + dir + "/index.tsv': " + std::strerror(errno));
@@ -347,14 +352,9 @@ StatusOr<std::string> writeCheckpoint(const Executor &exec, const std::string &r
     STRAIT_RETURN_IF_ERROR(writeFileAtomically(rankDir + "/index.tsv", index));
   }
   // Every replica's residuals are its own: each rank with any writes them.
-  bool onDevice = false;
-  Status fs = writeFeedback(exec, rankDir, onDevice);
+  Status fs = writeFeedback(exec, rankDir);
   if (!fs.isOk())
     return Status(fs).withStep(static_cast<int>(step));
-  static bool warned = false;
-  if (onDevice && !warned && (warned = true))
-    std::cerr << "rank " << rank << ": error-feedback residuals on the device are not saved in "
-              << "checkpoints: a resumed job starts them at zero\n";
   if (comm)
     STRAIT_RETURN_IF_ERROR(comm->barrier());
   if (rank == 0) {
@@ -473,7 +473,7 @@ StatusOr<std::string> loadFeedback(Executor &exec, const CheckpointRef &c, int r
                              numel + "] for residual '" + key + "'");
     std::vector<float> r(static_cast<size_t>(a.shape[0]));
     std::memcpy(r.data(), a.bytes.data(), a.bytes.size());
-    f->setResidual(std::move(r));
+    STRAIT_RETURN_IF_ERROR(f->restoreResidual(std::move(r)));
     ++restored;
   }
   return "restored " + std::to_string(restored) + " error-feedback residual" +

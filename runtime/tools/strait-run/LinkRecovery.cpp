@@ -34,20 +34,26 @@ Status copyIn(const std::vector<uint8_t> &from, const Tensor &t, const std::stri
   return Status::ok();
 }
 
-StateSnapshots::Feedback saveFeedback(const ErrorFeedback &f) {
+StatusOr<StateSnapshots::Feedback> saveFeedback(const ErrorFeedback &f) {
   StateSnapshots::Feedback out;
-  out.residual = f.getResidual();
-  for (size_t i = 0; i < f.numParts(); ++i)
-    out.parts.push_back(f.getPart(i) ? saveFeedback(*f.getPart(i)) : StateSnapshots::Feedback{});
+  STRAIT_ASSIGN_OR_RETURN(out.residual, f.residualValues()); // a device's downloaded
+  for (size_t i = 0; i < f.numParts(); ++i) {
+    out.parts.emplace_back();
+    if (f.getPart(i)) {
+      STRAIT_ASSIGN_OR_RETURN(out.parts.back(), saveFeedback(*f.getPart(i)));
+    }
+  }
   return out;
 }
 
 /// `saved` back into `f`; sub-streams it lacks start empty (as new ones).
-void restoreFeedback(const StateSnapshots::Feedback *saved, ErrorFeedback &f) {
-  f.setResidual(saved ? saved->residual : std::vector<float>{});
+Status restoreFeedback(const StateSnapshots::Feedback *saved, ErrorFeedback &f) {
+  STRAIT_RETURN_IF_ERROR(f.restoreResidual(saved ? saved->residual : std::vector<float>{}));
   for (size_t i = 0; i < f.numParts(); ++i)
     if (f.getPart(i))
-      restoreFeedback(saved && i < saved->parts.size() ? &saved->parts[i] : nullptr, f.part(i));
+      STRAIT_RETURN_IF_ERROR(restoreFeedback(
+          saved && i < saved->parts.size() ? &saved->parts[i] : nullptr, f.part(i)));
+  return Status::ok();
 }
 
 uint64_t feedbackBytes(const StateSnapshots::Feedback &f) {
@@ -82,7 +88,7 @@ bool LinkRecovery::takeDeadTransportThread() {
   return was;
 }
 
-void StateSnapshots::take(const Executor &exec, const NamedTensors &extra, int it) {
+Status StateSnapshots::take(const Executor &exec, const NamedTensors &extra, int it) {
   Slot &s = slots[static_cast<size_t>(it) % slots.size()];
   s.it = it;
   bytes = 0;
@@ -104,9 +110,10 @@ void StateSnapshots::take(const Executor &exec, const NamedTensors &extra, int i
   }
   s.feedback.clear();
   for (const auto &[key, f] : exec.getFeedbackStreams()) {
-    s.feedback[key] = saveFeedback(*f);
+    STRAIT_ASSIGN_OR_RETURN(s.feedback[key], saveFeedback(*f));
     bytes += feedbackBytes(s.feedback[key]);
   }
+  return Status::ok();
 }
 
 int StateSnapshots::oldest() const {
@@ -142,7 +149,8 @@ Status StateSnapshots::restore(Executor &exec, const NamedTensors &extra, int it
     STRAIT_RETURN_IF_ERROR(copyIn(s->extra[e], extra[e].second, "'" + extra[e].first + "'"));
   for (auto &[key, f] : exec.getFeedbackStreams()) {
     auto found = s->feedback.find(key);
-    restoreFeedback(found == s->feedback.end() ? nullptr : &found->second, *f);
+    STRAIT_RETURN_IF_ERROR(
+        restoreFeedback(found == s->feedback.end() ? nullptr : &found->second, *f));
   }
   exec.invalidateParameterCopies();
   return Status::ok();

@@ -43,13 +43,13 @@ namespace run {
 /// Copies of a rank's training state at the start of its latest `depth`
 /// iterations: the parameters and optimizer states, the named `extra`
 /// tensors (the outer step's state under local steps) and the
-/// error-feedback residuals (host streams). The parameters' 16-bit copies
+/// error-feedback residuals (a device's downloaded). The parameters' 16-bit copies
 /// are refilled from the parameters after a restore (the `once` steps).
 class StateSnapshots {
 public:
   explicit StateSnapshots(int depth = 2) : slots(depth) {}
   /// The state at the start of iteration `it` (0-based).
-  void take(const rt::Executor &exec, const NamedTensors &extra, int it);
+  rt::Status take(const rt::Executor &exec, const NamedTensors &extra, int it);
   /// The oldest iteration held; -1 when none.
   int oldest() const;
   /// Writes the state of iteration `it` back (Internal when not held).

@@ -649,7 +649,8 @@ Status runRank(const RunOptions &o) {
   };
   for (int it = first; it < o.steps; ++it) {
     if (recovery)
-      snapshots.take(*exec, hostState(), it);
+      if (Status s = snapshots.take(*exec, hostState(), it); !s.isOk())
+        return s.withRank(o.rank).withStep(it + 1);
     // The first iteration allocates and runs the `once` steps: not profiled.
     exec->setProfiling(o.profile && it > first);
     trace::setEnabled(tracing && it + 1 >= o.traceFirst && it + 1 <= o.traceLast);

@@ -175,6 +175,15 @@ public:
   /// Restores a residual (a checkpoint's): the next encode() of a tensor of
   /// residual.size() elements continues from it.
   void setResidual(std::vector<float> r) { residual = std::move(r); }
+  /// The residual wherever it lives: a copy of the host's, or the device's
+  /// downloaded (empty: none yet, i.e. zero). Checkpoints and link-recovery
+  /// snapshots save it; restoreResidual() puts it back.
+  StatusOr<std::vector<float>> residualValues() const;
+  /// setResidual() for a stream that may live on a device: a device stream
+  /// takes `r` on the device (empty: back to zero); one that has not yet
+  /// encoded keeps it on the host, and its first device encode of a tensor
+  /// of r.size() elements takes it over.
+  Status restoreResidual(std::vector<float> r);
   /// An iteration that may be discarded (loss scaling skips a step whose
   /// gradients overflowed; docs/training.md): the first encode() after this
   /// call keeps the residual it started from (the encode writes the new one
@@ -233,6 +242,10 @@ public:
     virtual Status beginIteration() = 0;
     virtual Status rollBack() = 0;
     virtual Status scaleResidual(float factor) = 0;
+    /// The residual's values (empty: none yet); `r` replaces them (empty:
+    /// the next encode starts from zero).
+    virtual StatusOr<std::vector<float>> download() const = 0;
+    virtual Status upload(const std::vector<float> &r) = 0;
   };
   std::unique_ptr<DeviceState> &deviceState() { return device; }
 
