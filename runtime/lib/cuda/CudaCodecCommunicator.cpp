@@ -337,9 +337,12 @@ private:
         state = std::make_unique<DeviceResidual>(device, stream);
       res = static_cast<DeviceResidual *>(state.get());
       // A residual restored on the host before the stream's first device
-      // encode (a checkpoint's, ErrorFeedback::restoreResidual) moves here.
-      if (feedback->getResidual().size() == static_cast<size_t>(n)) {
-        STRAIT_RETURN_IF_ERROR(res->upload(feedback->getResidual()));
+      // encode (a checkpoint's, ErrorFeedback::restoreResidual) moves here;
+      // one of another size is dropped (a change of numel starts from zero,
+      // as on the host).
+      if (!feedback->getResidual().empty()) {
+        if (feedback->getResidual().size() == static_cast<size_t>(n))
+          STRAIT_RETURN_IF_ERROR(res->upload(feedback->getResidual()));
         feedback->setResidual({});
       }
       if (res->numel != n) { // a new stream or a change of numel: zero residual
