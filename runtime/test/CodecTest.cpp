@@ -396,6 +396,13 @@ TEST(Codec, ErrorFeedbackRollsBackAnIterationAndFollowsTheScale) {
   ASSERT_TRUE(armed.beginIteration().isOk());
   ASSERT_TRUE(armed.rollBack().isOk());
   EXPECT_EQ(armed.getResidual(), before);
+  // A restored residual (a checkpoint's) is what an armed first encode keeps.
+  ErrorFeedback resumed;
+  resumed.setResidual(before);
+  ASSERT_TRUE(resumed.beginIteration().isOk());
+  ASSERT_TRUE(resumed.encode(p, big.data(), n, a).isOk());
+  ASSERT_TRUE(resumed.rollBack().isOk());
+  EXPECT_EQ(resumed.getResidual(), before);
   // A scale change multiplies every residual.
   ASSERT_TRUE(armed.scaleResidual(0.5f).isOk());
   for (size_t i = 0; i < n; ++i) {

@@ -330,6 +330,20 @@ TEST(CudaCodecs, DeviceResidualSavedAndRestoredAsTheHost) {
     ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 91), resumed, resumedHost)) << name;
     ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 91), device, hostBack)) << name;
     ASSERT_TRUE(resumed.getResidual().empty()) << "taken over by the device";
+    // Restored, then an armed iteration whose first encode makes the device
+    // state and is rolled back: the restored residual is what remains.
+    ErrorFeedback skipped, skippedHost;
+    ASSERT_TRUE(skipped.restoreResidual(*saved).isOk());
+    ASSERT_TRUE(skippedHost.restoreResidual(*saved).isOk());
+    for (ErrorFeedback *f : {&skipped, &skippedHost})
+      ASSERT_TRUE(f->beginIteration().isOk());
+    ASSERT_TRUE(rig->sendsAsHost(p, codecValues(n, 93), skipped, skippedHost)) << name;
+    for (ErrorFeedback *f : {&skipped, &skippedHost})
+      ASSERT_TRUE(f->rollBack().isOk());
+    StatusOr<std::vector<float>> back = skipped.residualValues();
+    ASSERT_TRUE(back.isOk()) << back.getStatus().toString();
+    EXPECT_EQ(*back, *saved) << name;
+    EXPECT_EQ(skippedHost.getResidual(), *saved) << name;
     // Restoring nothing: the next encode starts from zero.
     ErrorFeedback zero;
     ASSERT_TRUE(device.restoreResidual({}).isOk());

@@ -118,7 +118,7 @@ struct DeviceResidual : ErrorFeedback::DeviceState {
     return r;
   }
   Status upload(const std::vector<float> &r) override {
-    armed = kept = false;
+    kept = false; // an armed stream keeps `r` at its next encode
     if (r.empty()) {
       numel = -1; // the next encode zeroes it
       return Status::ok();
@@ -333,8 +333,10 @@ private:
     DeviceResidual *res = nullptr;
     if (feedback && codec.error_feedback()) {
       auto &state = feedback->deviceState();
-      if (!state)
+      if (!state) { // armed as the stream is: its first encode may be rolled back
         state = std::make_unique<DeviceResidual>(device, stream);
+        static_cast<DeviceResidual *>(state.get())->armed = feedback->isArmed();
+      }
       res = static_cast<DeviceResidual *>(state.get());
       // A residual restored on the host before the stream's first device
       // encode (a checkpoint's, ErrorFeedback::restoreResidual) moves here;

@@ -197,6 +197,9 @@ public:
   /// Multiplies the residual (and the sub-streams') by `factor`: a residual
   /// of loss-scaled gradients follows a change of the scale.
   Status scaleResidual(float factor);
+  /// beginIteration() was called and no encode has kept the residual since
+  /// (a device state made by this iteration's first encode starts armed).
+  bool isArmed() const { return armed; }
   /// The sub-streams made so far (null where an index was never used).
   size_t numParts() const { return parts.size(); }
   const ErrorFeedback *getPart(size_t i) const { return i < parts.size() ? parts[i].get() : nullptr; }
