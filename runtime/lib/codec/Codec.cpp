@@ -934,15 +934,21 @@ Status ErrorFeedback::restoreResidual(std::vector<float> r) {
   return device->upload(r);
 }
 
+/// `op` on the stream's device state (if any), then on every sub-stream.
+template <typename Op>
+Status ErrorFeedback::forDeviceAndParts(Op &&op) {
+  if (device)
+    STRAIT_RETURN_IF_ERROR(op(*device));
+  for (auto &p : parts)
+    if (p)
+      STRAIT_RETURN_IF_ERROR(op(*p));
+  return Status::ok();
+}
+
 Status ErrorFeedback::beginIteration() {
   armed = true;
   kept = false;
-  if (device)
-    STRAIT_RETURN_IF_ERROR(device->beginIteration());
-  for (auto &p : parts)
-    if (p)
-      STRAIT_RETURN_IF_ERROR(p->beginIteration());
-  return Status::ok();
+  return forDeviceAndParts([](auto &s) { return s.beginIteration(); });
 }
 
 Status ErrorFeedback::rollBack() {
@@ -951,12 +957,7 @@ Status ErrorFeedback::rollBack() {
   else if (!armed) // made during the iteration: it started from zero
     residual.clear();
   armed = kept = false;
-  if (device)
-    STRAIT_RETURN_IF_ERROR(device->rollBack());
-  for (auto &p : parts)
-    if (p)
-      STRAIT_RETURN_IF_ERROR(p->rollBack());
-  return Status::ok();
+  return forDeviceAndParts([](auto &s) { return s.rollBack(); });
 }
 
 Status ErrorFeedback::scaleResidual(float factor) {
@@ -965,12 +966,7 @@ Status ErrorFeedback::scaleResidual(float factor) {
     for (int64_t i = lo; i < hi; ++i)
       r[i] *= factor;
   });
-  if (device)
-    STRAIT_RETURN_IF_ERROR(device->scaleResidual(factor));
-  for (auto &p : parts)
-    if (p)
-      STRAIT_RETURN_IF_ERROR(p->scaleResidual(factor));
-  return Status::ok();
+  return forDeviceAndParts([factor](auto &s) { return s.scaleResidual(factor); });
 }
 
 } // namespace rt

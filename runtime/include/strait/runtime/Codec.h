@@ -253,6 +253,8 @@ public:
   std::unique_ptr<DeviceState> &deviceState() { return device; }
 
 private:
+  template <typename Op> Status forDeviceAndParts(Op &&op);
+
   std::vector<float> residual;
   std::vector<float> scratch;
   std::vector<float> previous;  ///< the residual beginIteration() keeps
