@@ -39,9 +39,10 @@ from jobutil import GPT2_TINY, STRAIT_RUN, STRAITC, cpu_cluster, write_tokens
 pytestmark = jobutil.needs_gpt2_tiny()
 
 LINKS = "  intra_site: {bandwidth_gbps: 10, latency_ms: 0.1}\n"
-# The switch comes a few steps after the deciding launcher sees c's announcement: at step 13 here
-# under two busy loops, at 22 or later in a loaded CI run. 48 steps leave steps after it.
-STEPS = 48
+# The switch comes about half a second of steps (at most 48) after the deciding launcher sees c's
+# announcement (kJoinNoticeMs, Replan.h: time for the other launchers to tell their ranks). 96
+# steps of gpt2-tiny (about 10 ms each here) leave steps after it.
+STEPS = 96
 TIMEOUT_MS = 5000
 
 

@@ -532,6 +532,8 @@ bool ReplanMonitor::observe(const StepReport &step, int lastStep) {
     ms = std::max(ms, kv.second);
   extendLease(step.step, ms); // also with nothing to watch: the ranks wait for it
   lastMerged = std::max(lastMerged, step.step);
+  if (ms > 0)
+    lastStepMs = ms;
   if (record.links.empty() || !options.replan)
     return false;
   if (skipUntil == 0)
@@ -764,6 +766,14 @@ StatusOr<int> ReplanMonitor::switchTo(int lastStep, const std::string &dir) {
   // islands' H) beyond it for the other hosts' ranks.
   int stop = std::max(lastMerged + 3,
                       leaseGranted + (options.host.empty() ? 0 : localStepsOf(record)));
+  // The bound above is in steps; the other machines' launchers need time
+  // (kJoinNoticeMs) to tell their ranks, which otherwise run past the stop
+  // into a step whose peers have left (a loaded CI machine: 9 steps of
+  // 6-13 ms were not enough).
+  if (!options.host.empty() && lastStepMs > 0)
+    stop = std::max(stop, lastMerged + std::min(kJoinNoticeMaxSteps,
+                                                static_cast<int>(std::ceil(kJoinNoticeMs /
+                                                                           lastStepMs))));
   if (stop >= lastStep)
     return 0;
   if (!writeReplanControl(stopPath, {stop, std::max(stop, leaseGranted)}))

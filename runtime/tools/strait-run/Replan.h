@@ -61,6 +61,13 @@ struct ReplanControl {
 
 /// Steps a rank may do before the launcher's first lease.
 constexpr int kReplanFirstLease = 4;
+/// A host join's stop step with --host: the other machines' launchers learn
+/// it through the store (a poll every 20 ms, later on a loaded machine) and
+/// their ranks run without a lease, so the stop leaves them about this long
+/// of steps (at most kJoinNoticeMaxSteps) to pass it on before their ranks
+/// reach it.
+constexpr double kJoinNoticeMs = 500;
+constexpr int kJoinNoticeMaxSteps = 48;
 
 /// Reads the control file; a missing or empty one is {0, 0}.
 ReplanControl readReplanControl(const std::string &path);
@@ -208,6 +215,7 @@ private:
   double lastWindowMs = 0;
   int leaseGranted = 0;
   int lastMerged = 0;
+  double lastStepMs = 0; ///< the slowest local rank's time of the last merged step
   int stopAt = 0;
   std::string pendingDir;
 
