@@ -40,7 +40,7 @@ pytestmark = jobutil.needs_gpt2_tiny()
 
 LINKS = "  intra_site: {bandwidth_gbps: 10, latency_ms: 0.1}\n"
 # The switch comes about half a second of steps (at most 48) after the deciding launcher sees c's
-# announcement (kJoinNoticeMs, Replan.h: time for the other launchers to tell their ranks). 96
+# announcement (kStopNoticeMs, Replan.h: time for the other launchers to tell their ranks). 96
 # steps of gpt2-tiny (about 10 ms each here) leave steps after it.
 STEPS = 96
 TIMEOUT_MS = 5000

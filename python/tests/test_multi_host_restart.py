@@ -39,7 +39,9 @@ CLUSTER = cpu_cluster("two-machines",
                       "  intra_host: {bandwidth_gbps: 10, latency_us: 20}\n"
                       "  hosts:\n    - {between: [alpha, beta], bandwidth_mbps: 1, "
                       "latency_ms: 1}\n")  # far below loopback: --replan always sees it
-STEPS = 16  # room for a re-plan: its stop step comes up to 8 steps after the decision
+# Room for a re-plan: with --host its stop step comes up to 48 steps (half a second of steps) after
+# the decision (kStopNoticeMs, Replan.h).
+STEPS = 64
 PASSWORD = "s3cret-for-tests"
 
 

@@ -636,12 +636,7 @@ bool ReplanMonitor::replan(int step, int lastStep,
                            const std::map<std::pair<int, int>, double> &measured,
                            const std::string &why) {
   ++replans;
-  // At least the lease: no rank is past it (it may be a step or two ahead
-  // of the merged line, and the ranks go on while straitc runs).
-  // Other hosts' ranks (--host) run without a lease: one step beyond it
-  // at most, as they exchange data with this host's ranks every step; with
-  // straitc --local-steps H, islands synchronize every H steps: H beyond.
-  int stop = std::max(step + 3, leaseGranted + (options.host.empty() ? 0 : localStepsOf(record)));
+  int stop = earliestStop(step);
   std::cout << "strait-run: re-plan " << replans << " at step " << step << ": " << why
             << std::endl;
   if (stop >= lastStep) {
@@ -758,22 +753,28 @@ bool ReplanMonitor::replan(int step, int lastStep,
   return true;
 }
 
+int ReplanMonitor::earliestStop(int step) const {
+  // At least the lease: no rank is past it (it may be a step or two ahead
+  // of the merged line, and the ranks go on while straitc runs).
+  // Other hosts' ranks (--host) run without a lease: one step beyond it
+  // at most, as they exchange data with this host's ranks every step; with
+  // straitc --local-steps H, islands synchronize every H steps: H beyond.
+  int stop = std::max(step + 3, leaseGranted + (options.host.empty() ? 0 : localStepsOf(record)));
+  // That bound is in steps; the other machines' launchers need time
+  // (kStopNoticeMs) to tell their ranks, which otherwise run past the stop
+  // into a step whose peers have left (a loaded CI machine: 9 steps of
+  // 6-13 ms were not enough for a host join).
+  if (!options.host.empty() && lastStepMs > 0)
+    stop = std::max(stop, step + std::min(kStopNoticeMaxSteps,
+                                          static_cast<int>(std::ceil(kStopNoticeMs / lastStepMs))));
+  return stop;
+}
+
 StatusOr<int> ReplanMonitor::switchTo(int lastStep, const std::string &dir) {
   if (stopAt > 0)
     return rt::invalidArgument("a switch to " + pendingDir + " after step " +
                                   std::to_string(stopAt) + " is pending");
-  // As replan(): at least the lease, and with --host one step (or the
-  // islands' H) beyond it for the other hosts' ranks.
-  int stop = std::max(lastMerged + 3,
-                      leaseGranted + (options.host.empty() ? 0 : localStepsOf(record)));
-  // The bound above is in steps; the other machines' launchers need time
-  // (kJoinNoticeMs) to tell their ranks, which otherwise run past the stop
-  // into a step whose peers have left (a loaded CI machine: 9 steps of
-  // 6-13 ms were not enough).
-  if (!options.host.empty() && lastStepMs > 0)
-    stop = std::max(stop, lastMerged + std::min(kJoinNoticeMaxSteps,
-                                                static_cast<int>(std::ceil(kJoinNoticeMs /
-                                                                           lastStepMs))));
+  int stop = earliestStop(lastMerged);
   if (stop >= lastStep)
     return 0;
   if (!writeReplanControl(stopPath, {stop, std::max(stop, leaseGranted)}))

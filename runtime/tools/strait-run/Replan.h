@@ -61,13 +61,13 @@ struct ReplanControl {
 
 /// Steps a rank may do before the launcher's first lease.
 constexpr int kReplanFirstLease = 4;
-/// A host join's stop step with --host: the other machines' launchers learn
-/// it through the store (a poll every 20 ms, later on a loaded machine) and
-/// their ranks run without a lease, so the stop leaves them about this long
-/// of steps (at most kJoinNoticeMaxSteps) to pass it on before their ranks
-/// reach it.
-constexpr double kJoinNoticeMs = 500;
-constexpr int kJoinNoticeMaxSteps = 48;
+/// A stop step with --host (a re-plan or a host join): the other machines'
+/// launchers learn it through the store (a poll every 20 ms, later on a
+/// loaded machine) and their ranks run without a lease, so the stop leaves
+/// them about this long of steps (at most kStopNoticeMaxSteps) to pass it on
+/// before their ranks reach it.
+constexpr double kStopNoticeMs = 500;
+constexpr int kStopNoticeMaxSteps = 48;
 
 /// Reads the control file; a missing or empty one is {0, 0}.
 ReplanControl readReplanControl(const std::string &path);
@@ -216,6 +216,8 @@ private:
   int leaseGranted = 0;
   int lastMerged = 0;
   double lastStepMs = 0; ///< the slowest local rank's time of the last merged step
+  /// The first step a switch decided after merged step `step` may stop at.
+  int earliestStop(int step) const;
   int stopAt = 0;
   std::string pendingDir;
 
