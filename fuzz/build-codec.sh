@@ -16,4 +16,4 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/fuzz/runtime-fuzzer.sh"
 BUILD_DIR=${1:-} build_runtime_fuzzer codec_fuzzer codec codec_fuzzer.cpp \
-  "$root"/runtime/lib/codec/Codec.cpp "$root"/runtime/lib/core/{ThreadPool,Status}.cpp
+  "$root"/runtime/lib/codec/{Codec,IntBits}.cpp "$root"/runtime/lib/core/{ThreadPool,Status,Trace}.cpp

@@ -6,7 +6,9 @@
 //    of its header (at most 2^16, else a smaller one, which decode must
 //    reject); decode() must answer with a Status, reading and writing only
 //    inside the payload and the destination (ASan), with and without
-//    accumulate;
+//    accumulate; decodeSparse() (a device's top-k decode) must accept a
+//    top-k payload exactly when decode() does, with increasing indices
+//    below the element count;
 //  - round trip: the rest are f32 values (any bit pattern, NaN and inf
 //    included), encoded with the codec and ratio / block the next bytes pick
 //    (the top-k codecs with int8 / int4 values included); the payload must
@@ -38,7 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (n > (1u << 16))
       n = (mode >> 1) & 0xFF;
     std::vector<float> out(n, 1.0f);
-    (void)decode(data, size, out.data(), static_cast<int64_t>(n), (mode >> 1) & 1);
+    bool ok = decode(data, size, out.data(), static_cast<int64_t>(n), (mode >> 1) & 1).isOk();
+    StatusOr<program::Codec> codec = payloadCodec(data, size);
+    if (codec.isOk() && isTopKCodec(*codec)) {
+      std::vector<uint32_t> idx;
+      std::vector<float> vals;
+      if (decodeSparse(data, size, static_cast<int64_t>(n), idx, vals).isOk() != ok)
+        std::abort();
+      for (size_t j = 0; ok && j < idx.size(); ++j)
+        if (idx[j] >= n || (j && idx[j] <= idx[j - 1]) || vals.size() != idx.size())
+          std::abort();
+    }
     return 0;
   }
   if (size < 3)

@@ -312,6 +312,53 @@ TEST(Codec, MalformedPayloadsAreErrorsNotCrashes) {
             std::string::npos);
 }
 
+// decodeSparse: the pairs a device scatters instead of parsing the index
+// encodings. Scattered, they are decode()'s result bit for bit (every index
+// encoding: ratios from 0.001 to 0.9, ties); they are rejected exactly where
+// decode() rejects the payload (truncations, byte flips); other codecs are
+// InvalidArgument.
+TEST(Codec, DecodeSparseGivesThePairsOfDecode) {
+  auto x = gaussian(4099, 12);
+  for (size_t i = 100; i < 160; ++i)
+    x[i] = i % 2 ? 2.5f : -2.5f;
+  for (auto codec : {program::CODEC_TOPK, program::CODEC_TOPK_INT8, program::CODEC_TOPK_INT4})
+    for (float ratio : {0.001f, 0.01f, 0.2f, 0.6f, 0.9f}) {
+      std::vector<uint8_t> payload;
+      ASSERT_TRUE(encode(params(codec, ratio, 64), x.data(), x.size(), payload).isOk());
+      std::vector<float> dense(x.size(), 7.0f), scattered(x.size(), 0.0f);
+      ASSERT_TRUE(decode(payload.data(), payload.size(), dense.data(), dense.size()).isOk());
+      std::vector<uint32_t> idx;
+      std::vector<float> vals;
+      Status s = decodeSparse(payload.data(), payload.size(), x.size(), idx, vals);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      ASSERT_EQ(idx.size(), size_t(topkCount(params(codec, ratio), x.size())));
+      ASSERT_EQ(vals.size(), idx.size());
+      for (size_t j = 0; j < idx.size(); ++j) {
+        ASSERT_TRUE(j == 0 || idx[j] > idx[j - 1]);
+        scattered[idx[j]] += vals[j];
+      }
+      ASSERT_EQ(0, std::memcmp(dense.data(), scattered.data(), 4 * x.size()))
+          << program::Codec_Name(codec) << " ratio " << ratio;
+      std::mt19937 gen(int(ratio * 1000) + codec);
+      for (int trial = 0; trial < 600; ++trial) {
+        std::vector<uint8_t> bad = payload;
+        size_t len = trial < 100 ? gen() % payload.size() : payload.size();
+        if (trial >= 100)
+          bad[gen() % bad.size()] ^= uint8_t(1u << (gen() % 8));
+        bool dOk = decode(bad.data(), len, dense.data(), dense.size()).isOk();
+        bool sOk = decodeSparse(bad.data(), len, x.size(), idx, vals).isOk();
+        ASSERT_EQ(dOk, sOk) << program::Codec_Name(codec) << " trial " << trial;
+      }
+    }
+  std::vector<uint8_t> int8;
+  ASSERT_TRUE(encode(params(program::CODEC_INT8), x.data(), x.size(), int8).isOk());
+  std::vector<uint32_t> idx;
+  std::vector<float> vals;
+  Status s = decodeSparse(int8.data(), int8.size(), x.size(), idx, vals);
+  EXPECT_EQ(s.getCode(), StatusCode::InvalidArgument);
+  EXPECT_NE(s.getMessage().find("CODEC_INT8"), std::string::npos) << s.toString();
+}
+
 TEST(Codec, InvalidParamsNameTheField) {
   Status s = validateCodecParams(params(program::CODEC_TOPK, 0.0f), "steps[2].send.codec");
   EXPECT_EQ(s.getMessage(), "steps[2].send.codec.topk_ratio: 0.000000 is not in (0, 1]");

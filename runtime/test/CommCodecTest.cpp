@@ -174,6 +174,83 @@ TEST(CommCodec, CompressedAllReduceIsTheSumOfDecodedPayloadsOnEveryRank) {
     }
 }
 
+namespace {
+/// A CodecEngine that decodes as the CUDA codec communicator's does: top-k
+/// payloads through their (index, value) pairs (decodeSparse) scattered
+/// into the destination, fixed layouts by rt::decode. It counts its calls.
+class SparseDecodeEngine final : public CodecEngine {
+public:
+  int encodes = 0, decodes = 0, sparse = 0;
+  Status encode(const program::CodecParams &params, const float *x, int64_t n,
+                ErrorFeedback *feedback, std::vector<uint8_t> &out) override {
+    ++encodes;
+    return hostCodecEngine().encode(params, x, n, feedback, out);
+  }
+  Status decode(const uint8_t *p, size_t bytes, float *out, int64_t n,
+                bool accumulate) override {
+    ++decodes;
+    StatusOr<program::Codec> c = payloadCodec(p, bytes);
+    if (!c.isOk() || !isTopKCodec(*c))
+      return rt::decode(p, bytes, out, n, accumulate);
+    ++sparse;
+    std::vector<uint32_t> idx;
+    std::vector<float> vals;
+    STRAIT_RETURN_IF_ERROR(decodeSparse(p, bytes, n, idx, vals));
+    if (!accumulate)
+      std::fill(out, out + n, 0.0f);
+    for (size_t j = 0; j < idx.size(); ++j)
+      out[idx[j]] += vals[j];
+    return Status::ok();
+  }
+};
+} // namespace
+
+// Every encode and decode of a compressed all-reduce goes through the
+// options' engine (the CUDA codec communicator's runs them on the GPU), with
+// the error feedback's residuals; a rank on another engine computes the same
+// floats as ranks on the host's, step after step (rank 0 here), flat with 2
+// and 3 ranks and between the islands of a hierarchical one.
+TEST(CommCodec, CompressedAllReduceRunsItsCodecsOnTheOptionsEngine) {
+  const int n = 30011, steps = 3;
+  struct Case {
+    int world;
+    std::vector<std::vector<int>> islands;
+    int encodes, decodes; // rank 0's per step
+  };
+  const Case cases[] = {{2, {}, 1, 2}, {3, {}, 4, 6}, {4, {{0, 1}, {2, 3}}, 1, 2}};
+  for (const Case &cc : cases)
+    for (program::Codec c : {program::CODEC_TOPK, program::CODEC_INT8, program::CODEC_TOPK_INT4}) {
+      auto p = codecOf(c, 0.05f, /*ef=*/true);
+      std::vector<float> got[2];
+      SparseDecodeEngine engine;
+      for (int useEngine = 0; useEngine < 2; ++useEngine)
+        runRanks(cc.world, [&](int rank, Communicator &comm) {
+          ErrorFeedback feedback;
+          OwnedTensor t(program::DTYPE_F32, {n});
+          for (int step = 0; step < steps; ++step) {
+            auto x = gaussian(n, 31 * step + rank);
+            std::copy(x.begin(), x.end(), t.as<float>());
+            AllReduceOptions o;
+            o.codec = p;
+            o.islands = cc.islands;
+            o.feedback = &feedback;
+            if (useEngine && rank == 0)
+              o.engine = &engine;
+            Status s = comm.allReduce(t.tensor, 5, o);
+            ASSERT_TRUE(s.isOk()) << s.toString();
+            if (rank == 0)
+              got[useEngine].insert(got[useEngine].end(), t.as<float>(), t.as<float>() + n);
+          }
+        });
+      std::string what = program::Codec_Name(c) + " world " + std::to_string(cc.world);
+      EXPECT_EQ(engine.encodes, steps * cc.encodes) << what;
+      EXPECT_EQ(engine.decodes, steps * cc.decodes) << what;
+      EXPECT_EQ(engine.sparse, c == program::CODEC_INT8 ? 0 : engine.decodes) << what;
+      ASSERT_EQ(got[0].size(), size_t(steps) * n);
+      EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), 4 * got[0].size())) << what;
+    }
+}
+
 TEST(CommCodec, TwoRankInt8AllReduceSendsAQuarterOfTheRing) {
   const int n = 1 << 20;
   runRanks(2, [&](int rank, Communicator &comm) {

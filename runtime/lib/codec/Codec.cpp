@@ -386,8 +386,9 @@ void encodeTopK(const program::CodecParams &params, const float *x,
   }
 }
 
-Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
-                  TopKIndexEncoding enc, float *out, bool accumulate) {
+/// The kept (index, value) pairs of a TOPK payload.
+Status topkEntries(const uint8_t *p, size_t bytes, int64_t numel, TopKIndexEncoding enc,
+                   std::vector<uint32_t> &idx, std::vector<float> &vals) {
   if (bytes < kCodecHeaderBytes + 8)
     return corrupt("top-k payload of " + std::to_string(bytes) +
                    " bytes has no k field");
@@ -402,7 +403,7 @@ Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
   const uint8_t *vp = p + at;
   const uint8_t *ip = vp + 4 * k;
   uint64_t indexBytes = bytes - at - 4 * k;
-  std::vector<uint32_t> idx;
+  idx.clear();
   idx.reserve(k);
   switch (enc) {
   case TopKIndexEncoding::U32: {
@@ -469,10 +470,8 @@ Status decodeTopK(const uint8_t *p, size_t bytes, int64_t numel,
   if (idx.size() != k)
     return corrupt("top-k indices name " + std::to_string(idx.size()) +
                    " elements, header says k = " + std::to_string(k));
-  if (!accumulate)
-    std::fill(out, out + numel, 0.0f);
-  for (uint64_t j = 0; j < k; ++j)
-    out[idx[j]] += get<float>(vp + 4 * j);
+  vals.resize(k);
+  std::memcpy(vals.data(), vp, 4 * k);
   return Status::ok();
 }
 
@@ -654,8 +653,10 @@ void encodeTopKQuantized(const program::CodecParams &params, const float *x, int
     writeRiceGaps(idx, riceParameter(numel, k), out.data() + l.indices);
 }
 
-Status decodeTopKQuantized(const uint8_t *p, size_t bytes, int64_t numel, bool int4,
-                           TopKIndexEncoding enc, float *out, bool accumulate) {
+/// The kept (index, value) pairs of a TOPK_INT8 / TOPK_INT4 payload.
+Status topkQuantizedEntries(const uint8_t *p, size_t bytes, int64_t numel, bool int4,
+                            TopKIndexEncoding enc, std::vector<uint32_t> &idx,
+                            std::vector<float> &vals) {
   if (enc != TopKIndexEncoding::Rice && enc != TopKIndexEncoding::Gamma)
     return corrupt("index encoding " + std::to_string(static_cast<int>(enc)) +
                    " on a quantized top-k payload (expects 4, Rice, or 5, Elias-gamma)");
@@ -677,22 +678,42 @@ Status decodeTopKQuantized(const uint8_t *p, size_t bytes, int64_t numel, bool i
                    (gamma ? "more than " + std::to_string(l.indices) + " and less than "
                           : std::string()) +
                    std::to_string(l.bytes));
-  std::vector<uint32_t> idx;
   if (gamma)
     STRAIT_RETURN_IF_ERROR(readGammaGaps(p + l.indices, bytes - l.indices, numel, k, idx));
   else
     STRAIT_RETURN_IF_ERROR(readRiceGaps(p + l.indices, l.bytes - l.indices, numel, k,
                                         riceParameter(numel, k), idx));
-  if (!accumulate)
-    std::fill(out, out + numel, 0.0f);
+  vals.resize(k);
   const uint8_t *codes = p + l.codes;
   for (uint64_t j = 0; j < k; ++j) {
     float scale = get<float>(p + l.scales + 4 * (j / block));
     int q = int4 ? codec::nibbleValue((codes[j >> 1] >> ((j & 1) * 4)) & 0x0F)
                  : static_cast<int8_t>(codes[j]);
-    out[idx[j]] += codec::dequantize(q, scale);
+    vals[j] = codec::dequantize(q, scale);
   }
   return Status::ok();
+}
+
+/// The (index, value) pairs of any top-k codec's payload (header checked).
+Status topkFamilyEntries(const uint8_t *p, size_t bytes, int64_t numel, program::Codec codec,
+                         std::vector<uint32_t> &idx, std::vector<float> &vals) {
+  auto enc = static_cast<TopKIndexEncoding>(p[2]);
+  if (codec == program::CODEC_TOPK)
+    return topkEntries(p, bytes, numel, enc, idx, vals);
+  return topkQuantizedEntries(p, bytes, numel, codec == program::CODEC_TOPK_INT4, enc, idx,
+                              vals);
+}
+
+/// decode()'s checks of the header against the destination's numel.
+StatusOr<program::Codec> checkedHeader(const uint8_t *p, size_t bytes, int64_t numel) {
+  STRAIT_ASSIGN_OR_RETURN(program::Codec codec, payloadCodec(p, bytes));
+  uint64_t n = get<uint64_t>(p + 8);
+  if (numel < 0 || n != static_cast<uint64_t>(numel))
+    return corrupt("payload holds " + std::to_string(n) +
+                   " elements, the destination " + std::to_string(numel));
+  if (!isTopKCodec(codec) && static_cast<TopKIndexEncoding>(p[2]) != TopKIndexEncoding::None)
+    return corrupt("index encoding set on a " + program::Codec_Name(codec) + " payload");
+  return codec;
 }
 
 } // namespace
@@ -807,18 +828,18 @@ StatusOr<program::Codec> payloadCodec(const uint8_t *p, size_t bytes) {
   return static_cast<program::Codec>(p[1]);
 }
 
+Status decodeSparse(const uint8_t *p, size_t bytes, int64_t numel,
+                    std::vector<uint32_t> &indices, std::vector<float> &values) {
+  STRAIT_ASSIGN_OR_RETURN(program::Codec codec, checkedHeader(p, bytes, numel));
+  if (!isTopKCodec(codec))
+    return invalidArgument("sparse decode of a " + program::Codec_Name(codec) + " payload");
+  return topkFamilyEntries(p, bytes, numel, codec, indices, values);
+}
+
 Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
               bool accumulate) {
-  STRAIT_ASSIGN_OR_RETURN(program::Codec codec, payloadCodec(p, bytes));
+  STRAIT_ASSIGN_OR_RETURN(program::Codec codec, checkedHeader(p, bytes, numel));
   trace::Span span = trace::codecSpan("decode", codec, numel);
-  uint64_t n = get<uint64_t>(p + 8);
-  if (numel < 0 || n != static_cast<uint64_t>(numel))
-    return corrupt("payload holds " + std::to_string(n) +
-                   " elements, the destination " + std::to_string(numel));
-  auto index = static_cast<TopKIndexEncoding>(p[2]);
-  if (!isTopKCodec(codec) && index != TopKIndexEncoding::None)
-    return corrupt("index encoding set on a " + program::Codec_Name(codec) +
-                   " payload");
   switch (codec) {
   case program::CODEC_NONE: {
     if (bytes != kCodecHeaderBytes + 4ull * numel)
@@ -858,11 +879,17 @@ Status decode(const uint8_t *p, size_t bytes, float *out, int64_t numel,
                            bytes - kCodecHeaderBytes, numel, block, out, accumulate);
   }
   case program::CODEC_TOPK:
-    return decodeTopK(p, bytes, numel, index, out, accumulate);
   case program::CODEC_TOPK_INT8:
-  case program::CODEC_TOPK_INT4:
-    return decodeTopKQuantized(p, bytes, numel, codec == program::CODEC_TOPK_INT4, index, out,
-                               accumulate);
+  case program::CODEC_TOPK_INT4: {
+    std::vector<uint32_t> idx;
+    std::vector<float> vals;
+    STRAIT_RETURN_IF_ERROR(topkFamilyEntries(p, bytes, numel, codec, idx, vals));
+    if (!accumulate)
+      std::fill(out, out + numel, 0.0f);
+    for (size_t j = 0; j < idx.size(); ++j)
+      out[idx[j]] += vals[j];
+    return Status::ok();
+  }
   default:
     return corrupt("unhandled codec");
   }
@@ -967,6 +994,25 @@ Status ErrorFeedback::scaleResidual(float factor) {
       r[i] *= factor;
   });
   return forDeviceAndParts([factor](auto &s) { return s.scaleResidual(factor); });
+}
+
+namespace {
+class HostCodecEngine final : public CodecEngine {
+public:
+  Status encode(const program::CodecParams &params, const float *x, int64_t numel,
+                ErrorFeedback *feedback, std::vector<uint8_t> &out) override {
+    return feedback ? feedback->encode(params, x, numel, out) : rt::encode(params, x, numel, out);
+  }
+  Status decode(const uint8_t *payload, size_t bytes, float *out, int64_t numel,
+                bool accumulate) override {
+    return rt::decode(payload, bytes, out, numel, accumulate);
+  }
+};
+} // namespace
+
+CodecEngine &hostCodecEngine() {
+  static HostCodecEngine engine;
+  return engine;
 }
 
 } // namespace rt

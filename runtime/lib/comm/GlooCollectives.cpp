@@ -184,14 +184,13 @@ Status GlooCommunicator::swapPayloads(
 Status GlooCommunicator::exchangeSum(float *data, int64_t n,
                                      const std::vector<int> &peers, int me,
                                      uint32_t channel, uint8_t prefix,
-                                     const program::CodecParams &codec,
-                                     ErrorFeedback *feedback) {
+                                     const AllReduceOptions &opts) {
   int k = static_cast<int>(peers.size());
   if (k > 2)
-    return reduceScatterGatherCoded(data, n, peers, me, channel, prefix, codec, feedback);
+    return reduceScatterGatherCoded(data, n, peers, me, channel, prefix, opts);
+  CodecEngine &engine = opts.engine ? *opts.engine : hostCodecEngine();
   std::vector<uint8_t> mine;
-  Status s = feedback ? feedback->encode(codec, data, n, mine)
-                      : encode(codec, data, n, mine);
+  Status s = engine.encode(opts.codec, data, n, opts.feedback, mine);
   if (!s.isOk())
     return s.withRank(options.rank);
   std::vector<std::vector<uint8_t>> payloads;
@@ -202,7 +201,7 @@ Status GlooCommunicator::exchangeSum(float *data, int64_t n,
   // Sum in group order, this rank's own payload decoded like the others, so
   // every rank computes the same floats.
   for (int i = 0; i < k; ++i) {
-    Status d = decode(payloads[i].data(), payloads[i].size(), data, n, i > 0);
+    Status d = engine.decode(payloads[i].data(), payloads[i].size(), data, n, i > 0);
     if (!d.isOk())
       return d.withRank(options.rank).withPeer(peers[i]);
   }
@@ -211,14 +210,15 @@ Status GlooCommunicator::exchangeSum(float *data, int64_t n,
 
 Status GlooCommunicator::reduceScatterGatherCoded(
     float *data, int64_t n, const std::vector<int> &peers, int me,
-    uint32_t channel, uint8_t prefix, const program::CodecParams &codec,
-    ErrorFeedback *feedback) {
+    uint32_t channel, uint8_t prefix, const AllReduceOptions &opts) {
   int k = static_cast<int>(peers.size());
+  CodecEngine &engine = opts.engine ? *opts.engine : hostCodecEngine();
+  ErrorFeedback *feedback = opts.feedback;
   auto lo = [&](int c) { return n * c / k; };
   auto len = [&](int c) { return lo(c + 1) - lo(c); };
   auto encodeInto = [&](const float *x, int64_t count, ErrorFeedback *fb,
                         std::vector<uint8_t> &out) {
-    Status st = fb ? fb->encode(codec, x, count, out) : encode(codec, x, count, out);
+    Status st = engine.encode(opts.codec, x, count, fb, out);
     return st.isOk() ? st : st.withRank(options.rank);
   };
   // 1. Chunk c of every rank, encoded (with its own feedback stream), goes
@@ -234,7 +234,7 @@ Status GlooCommunicator::reduceScatterGatherCoded(
   STRAIT_RETURN_IF_ERROR(swapPayloads(out, in, peers, me, channel, prefix, 0, maxBytes));
   in[me] = std::move(chunks[me]);
   for (int r = 0; r < k; ++r) {
-    Status d = decode(in[r].data(), in[r].size(), data + lo(me), len(me), r > 0);
+    Status d = engine.decode(in[r].data(), in[r].size(), data + lo(me), len(me), r > 0);
     if (!d.isOk())
       return d.withRank(options.rank).withPeer(peers[r]);
   }
@@ -248,7 +248,7 @@ Status GlooCommunicator::reduceScatterGatherCoded(
   STRAIT_RETURN_IF_ERROR(swapPayloads(all, in, peers, me, channel, prefix, 1, maxBytes));
   in[me] = std::move(reduced);
   for (int r = 0; r < k; ++r) {
-    Status d = decode(in[r].data(), in[r].size(), data + lo(r), len(r));
+    Status d = engine.decode(in[r].data(), in[r].size(), data + lo(r), len(r), false);
     if (!d.isOk())
       return d.withRank(options.rank).withPeer(peers[r]);
   }
@@ -274,7 +274,7 @@ Status GlooCommunicator::allReduce(const Tensor &tensor, uint32_t channel,
     return hierarchicalAllReduce(data, n, group, channel, opts);
   if (opts.codec.codec() == program::CODEC_NONE)
     return ringAllReduce(data, n, group, channel);
-  return exchangeSum(data, n, group, me, channel, 'U', opts.codec, opts.feedback);
+  return exchangeSum(data, n, group, me, channel, 'U', opts);
 }
 
 Status GlooCommunicator::hierarchicalAllReduce(float *data, int64_t n,
@@ -323,7 +323,7 @@ Status GlooCommunicator::hierarchicalAllReduce(float *data, int64_t n,
       peers.push_back(other[myPos]);
     if (hi > lo)
       STRAIT_RETURN_IF_ERROR(exchangeSum(data + lo, hi - lo, peers, myIsland, channel,
-                                         'U', opts.codec, opts.feedback));
+                                         'U', opts));
     return ringPhase(data, n, island, myPos, channel, 'T', true);
   }
   // Unequal islands: reduce inside each island, the leaders (first rank of
@@ -336,8 +336,7 @@ Status GlooCommunicator::hierarchicalAllReduce(float *data, int64_t n,
       std::vector<int> leaders;
       for (const auto &other : opts.islands)
         leaders.push_back(other[0]);
-      STRAIT_RETURN_IF_ERROR(exchangeSum(data, n, leaders, myIsland, channel, 'U',
-                                         opts.codec, opts.feedback));
+      STRAIT_RETURN_IF_ERROR(exchangeSum(data, n, leaders, myIsland, channel, 'U', opts));
       std::vector<Buf> sends;
       for (int j = 1; j < s && n; ++j)
         sends.push_back(postSend(data, n * sizeof(float), island[j],

@@ -169,11 +169,12 @@ private:
   Status reduceScatterGatherCoded(float *data, int64_t n,
                                   const std::vector<int> &peers, int me,
                                   uint32_t channel, uint8_t prefix,
-                                  const program::CodecParams &codec,
-                                  ErrorFeedback *feedback);
+                                  const AllReduceOptions &options);
+  /// Every encode and decode of both goes through options.engine (the
+  /// host's when null), and the error feedback through options.feedback.
   Status exchangeSum(float *data, int64_t n, const std::vector<int> &peers,
                      int me, uint32_t channel, uint8_t prefix,
-                     const program::CodecParams &codec, ErrorFeedback *feedback);
+                     const AllReduceOptions &options);
   Status hierarchicalAllReduce(float *data, int64_t n,
                                const std::vector<int> &group,
                                uint32_t channel, const AllReduceOptions &options);

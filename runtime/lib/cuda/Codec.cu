@@ -101,8 +101,16 @@ __global__ void castKernel(const float *x, int64_t n, bool bf16, uint8_t *out) {
 }
 
 __global__ void decodeKernel(const uint8_t *p, int codec, int64_t n, uint32_t block,
-                             float *out) {
-  GRID_STRIDE(i, n) { out[i] = decodeElement(p, codec, n, block, i); }
+                             float *out, bool accumulate) {
+  GRID_STRIDE(i, n) {
+    float v = decodeElement(p, codec, n, block, i);
+    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  }
+}
+
+/// out[idx[j]] += vals[j] (the indices are distinct: no atomics).
+__global__ void scatterAddKernel(const uint32_t *idx, const float *vals, int64_t k, float *out) {
+  GRID_STRIDE(j, k) { out[idx[j]] = __fadd_rn(out[idx[j]], vals[j]); }
 }
 
 // --- Top-k ---------------------------------------------------------------------
@@ -316,9 +324,15 @@ bool launchEncodeFixed(int codec, const float *x, int64_t n, uint32_t block, uin
 }
 
 void launchDecodeFixed(int codec, const uint8_t *payload, int64_t n, uint32_t block, float *out,
-                       cudaStream_t s) {
+                       cudaStream_t s, bool accumulate) {
   if (n > 0)
-    decodeKernel<<<blocksFor(n), kBlock, 0, s>>>(payload, codec, n, block, out);
+    decodeKernel<<<blocksFor(n), kBlock, 0, s>>>(payload, codec, n, block, out, accumulate);
+}
+
+void launchScatterAdd(const uint32_t *indices, const float *values, int64_t k, float *out,
+                      cudaStream_t s) {
+  if (k > 0)
+    scatterAddKernel<<<blocksFor(k), kBlock, 0, s>>>(indices, values, k, out);
 }
 
 uint64_t topkWorkBytes(int64_t n) {

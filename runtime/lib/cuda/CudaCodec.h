@@ -31,9 +31,15 @@ void launchCodecScale(float *residual, float factor, int64_t n, cudaStream_t s);
 /// codec.
 bool launchEncodeFixed(int codec, const float *x, int64_t n, uint32_t block, uint8_t *out,
                        cudaStream_t s);
-/// Decodes a fixed-layout payload (its size checked by the caller) into out.
+/// Decodes a fixed-layout payload (its size checked by the caller) into out;
+/// with `accumulate`, adds the decoded values to out (rt::decode's order of
+/// operations: out + v, rounded once).
 void launchDecodeFixed(int codec, const uint8_t *payload, int64_t n, uint32_t block, float *out,
-                       cudaStream_t s);
+                       cudaStream_t s, bool accumulate = false);
+/// out[indices[j]] += values[j] for j < k, the indices distinct (a top-k
+/// payload's pairs, rt::decodeSparse): rt::decode's accumulation.
+void launchScatterAdd(const uint32_t *indices, const float *values, int64_t k, float *out,
+                      cudaStream_t s);
 
 /// Top-k selection: the k largest |x| (NaN largest; ties to the lower index,
 /// as the host codec), as a 0/1 flag per element. `work` holds

@@ -24,8 +24,19 @@
 // (ErrorFeedback::deviceState), with the host codec's arithmetic, so the
 // payloads of a stream equal the host codec's step after step.
 //
-// Not on the device: the compressed all-reduce (its exchange protocol is
-// internal to the Gloo communicator) and tensors in plain host memory.
+// All-reduces of GPU memory: a flat compressed all-reduce runs the inner
+// communicator's exchange protocol with this communicator's CodecEngine, so
+// every encode (with the stream's device residual) and every decode-and-sum
+// happens on the GPU and only payloads cross to the host; a top-k payload is
+// decoded to its (index, value) pairs on the host (rt::decodeSparse) and
+// scattered on the GPU. Plain and hierarchical all-reduces (whose rings sum
+// f32 chunks on the host) copy the tensor to pinned host memory once, run
+// the inner all-reduce there and copy the result back, instead of the
+// host's reads faulting managed pages over one by one.
+//
+// Not on the device: tensors in plain host memory, and the codecs without
+// device kernels (TOPK_INT8/INT4, INT2/INT3), which the host codec runs on
+// managed memory.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaCodec.h"
@@ -140,6 +151,7 @@ public:
   CudaCodecCommunicator(std::unique_ptr<Communicator> inner, int device, cudaStream_t stream)
       : inner(std::move(inner)), device(device), stream(stream) {
     staging.host = true;
+    reduceStaging.host = true;
   }
   ~CudaCodecCommunicator() override {
     cudaSetDevice(device);
@@ -149,6 +161,7 @@ public:
     flags.release();
     work.release();
     staging.release();
+    reduceStaging.release();
     cudaStreamDestroy(stream);
   }
 
@@ -162,15 +175,27 @@ public:
     return recvVia(t, peer, channel, program::CodecParams(), false);
   }
   Status allReduceSum(const Tensor &t, uint32_t channel) override {
-    return inner->allReduceSum(t, channel);
+    return allReduce(t, channel, AllReduceOptions());
   }
   Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks,
                            uint32_t channel) override {
-    return inner->allReduceSumGroup(t, ranks, channel);
+    AllReduceOptions o;
+    o.ranks = ranks;
+    return allReduce(t, channel, o);
   }
   Status barrier() override { return inner->barrier(); }
+  /// Flat compressed: the inner exchange with this GPU's codec engine.
+  /// Plain or hierarchical: the inner all-reduce on a pinned host copy.
   Status allReduce(const Tensor &t, uint32_t channel, const AllReduceOptions &options) override {
-    return inner->allReduce(t, channel, options);
+    if (options.islands.empty() && onDevice(t, options.codec)) {
+      DeviceEngine engine(*this, options.codec);
+      AllReduceOptions o = options;
+      o.engine = &engine;
+      return inner->allReduce(t, channel, o);
+    }
+    if (t.dtype != program::DTYPE_F32 || !staged(t))
+      return inner->allReduce(t, channel, options);
+    return stagedAllReduce(t, channel, options);
   }
   TrafficCounters takeTraffic() override { return inner->takeTraffic(); }
 
@@ -220,7 +245,7 @@ private:
               .withRank(getRank()));
       STRAIT_RETURN_IF_ERROR(finish("staging to the host").withRank(getRank()).withPeer(peer));
     } else {
-      StatusOr<size_t> encoded = encodeOnDevice(t, codec, feedback);
+      StatusOr<size_t> encoded = encodeOnDevice(t.as<float>(), t.numel(), codec, feedback);
       if (!encoded.isOk())
         return encoded.takeStatus().withRank(getRank()).withPeer(peer);
       bytes = *encoded;
@@ -325,11 +350,10 @@ private:
     return cudaStatus(err, std::string("device codec ") + what);
   }
 
-  /// Encodes into staging (pinned host memory); returns the payload size.
-  StatusOr<size_t> encodeOnDevice(const Tensor &t, const program::CodecParams &codec,
+  /// Encodes n floats of GPU memory at x into staging (pinned host memory);
+  /// returns the payload size.
+  StatusOr<size_t> encodeOnDevice(const float *x, int64_t n, const program::CodecParams &codec,
                                   ErrorFeedback *feedback) {
-    int64_t n = t.numel();
-    const float *x = t.as<float>();
     DeviceResidual *res = nullptr;
     if (feedback && codec.error_feedback()) {
       auto &state = feedback->deviceState();
@@ -406,11 +430,108 @@ private:
     return bytes;
   }
 
+  /// rt::decode of a payload of `codec` into n floats of GPU memory at out,
+  /// on the GPU: fixed layouts by the decode kernel, top-k from the pairs
+  /// rt::decodeSparse checks and extracts on the host.
+  Status decodeOnDevice(const program::CodecParams &codec, const uint8_t *p, size_t bytes,
+                        float *out, int64_t n, bool accumulate) {
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaSetDevice(device);
+    uint32_t block = codecBlockSizeOf(codec);
+    codec::FixedLayout l;
+    if (codec::fixedLayout(codecNumber(codec), n, block, l)) {
+      if (bytes != l.bytes)
+        return invalidArgument("corrupt codec payload: " + std::to_string(bytes) +
+                               " bytes, this rank expects " + std::to_string(l.bytes) + " (" +
+                               program::Codec_Name(codec.codec()) + " of " + std::to_string(n) +
+                               " elements)");
+      std::string why = codec::fixedHeaderMismatch(p, codecNumber(codec), n, block);
+      if (!why.empty())
+        return invalidArgument(why + " (" + program::Codec_Name(codec.codec()) + ")");
+      STRAIT_RETURN_IF_ERROR(payload.reserve(bytes, "codec payload"));
+      STRAIT_RETURN_IF_ERROR(cudaStatus(
+          cudaMemcpyAsync(payload.p, p, bytes, cudaMemcpyHostToDevice, stream), "payload copy"));
+      launchDecodeFixed(codecNumber(codec), static_cast<const uint8_t *>(payload.p), n, block,
+                        out, stream, accumulate);
+      return finish("decode");
+    }
+    STRAIT_ASSIGN_OR_RETURN(program::Codec sent, payloadCodec(p, bytes));
+    if (sent != codec.codec())
+      return invalidArgument("peer sent a " + program::Codec_Name(sent) +
+                             " payload, this rank expects " +
+                             program::Codec_Name(codec.codec()));
+    std::vector<uint32_t> indices;
+    std::vector<float> values;
+    STRAIT_RETURN_IF_ERROR(decodeSparse(p, bytes, n, indices, values));
+    int64_t k = static_cast<int64_t>(indices.size());
+    STRAIT_RETURN_IF_ERROR(payload.reserve(8ull * k, "top-k pairs"));
+    uint32_t *di = static_cast<uint32_t *>(payload.p);
+    float *dv = reinterpret_cast<float *>(di + k);
+    if (!accumulate)
+      STRAIT_RETURN_IF_ERROR(
+          cudaStatus(cudaMemsetAsync(out, 0, 4ull * n, stream), "top-k decode"));
+    if (k) {
+      STRAIT_RETURN_IF_ERROR(cudaStatus(
+          cudaMemcpyAsync(di, indices.data(), 4ull * k, cudaMemcpyHostToDevice, stream),
+          "top-k indices copy"));
+      STRAIT_RETURN_IF_ERROR(cudaStatus(
+          cudaMemcpyAsync(dv, values.data(), 4ull * k, cudaMemcpyHostToDevice, stream),
+          "top-k values copy"));
+    }
+    launchScatterAdd(di, dv, k, out, stream);
+    return finish("decode");
+  }
+
+  /// The codecs of one compressed all-reduce, on this GPU.
+  class DeviceEngine final : public CodecEngine {
+  public:
+    DeviceEngine(CudaCodecCommunicator &comm, const program::CodecParams &codec)
+        : comm(comm), codec(codec) {}
+    Status encode(const program::CodecParams &params, const float *x, int64_t n,
+                  ErrorFeedback *feedback, std::vector<uint8_t> &out) override {
+      std::lock_guard<std::mutex> lock(comm.mutex);
+      cudaSetDevice(comm.device);
+      StatusOr<size_t> bytes = comm.encodeOnDevice(x, n, params, feedback);
+      if (!bytes.isOk())
+        return bytes.takeStatus();
+      const uint8_t *h = static_cast<const uint8_t *>(comm.staging.p);
+      out.assign(h, h + *bytes);
+      return Status::ok();
+    }
+    Status decode(const uint8_t *p, size_t bytes, float *out, int64_t n,
+                  bool accumulate) override {
+      return comm.decodeOnDevice(codec, p, bytes, out, n, accumulate);
+    }
+
+  private:
+    CudaCodecCommunicator &comm;
+    const program::CodecParams &codec;
+  };
+
+  /// The inner all-reduce on a pinned host copy of t (one copy each way on
+  /// this communicator's stream).
+  Status stagedAllReduce(const Tensor &t, uint32_t channel, const AllReduceOptions &options) {
+    std::lock_guard<std::mutex> lock(reduceMutex);
+    cudaSetDevice(device);
+    size_t bytes = t.byteSize();
+    STRAIT_RETURN_IF_ERROR(reduceStaging.reserve(bytes, "pinned all-reduce staging"));
+    auto copy = [&](void *to, const void *from, const char *what) {
+      Status s = cudaStatus(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), what);
+      return s.isOk() ? finish(what) : s;
+    };
+    STRAIT_RETURN_IF_ERROR(
+        copy(reduceStaging.p, t.data, "all-reduce staging to the host").withRank(getRank()));
+    Tensor host{t.dtype, t.shape, reduceStaging.p};
+    STRAIT_RETURN_IF_ERROR(inner->allReduce(host, channel, options));
+    return copy(t.data, reduceStaging.p, "all-reduce staging to the device").withRank(getRank());
+  }
+
   std::unique_ptr<Communicator> inner;
   int device;
   cudaStream_t stream;
-  std::mutex mutex;
-  Block payload, sum, flags, work, staging;
+  std::mutex mutex;       // payload, sum, flags, work, staging
+  std::mutex reduceMutex; // reduceStaging
+  Block payload, sum, flags, work, staging, reduceStaging;
 };
 
 } // namespace

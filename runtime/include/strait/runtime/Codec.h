@@ -162,6 +162,16 @@ Status decode(const uint8_t *payload, size_t bytes, float *out, int64_t numel,
 /// Strait codec payload).
 StatusOr<program::Codec> payloadCodec(const uint8_t *payload, size_t bytes);
 
+/// The kept elements of a top-k payload (TOPK, TOPK_INT8, TOPK_INT4) of
+/// numel elements, checked as decode() checks them: `indices` increasing
+/// below numel, `values` as decode() computes them (dequantized). decode()
+/// of the payload is zero elsewhere and 0 + values[j] at indices[j]; with
+/// accumulate, out[indices[j]] += values[j]. InvalidArgument for another
+/// codec. A device decodes a top-k payload from these k pairs instead of
+/// parsing the index encodings itself.
+Status decodeSparse(const uint8_t *payload, size_t bytes, int64_t numel,
+                    std::vector<uint32_t> &indices, std::vector<float> &values);
+
 /// Error feedback of one (step, value) stream: encode() adds the residual to
 /// the input, encodes the sum and keeps sum - decode(encoded) as the next
 /// residual, so the residual carries exactly what was not sent.
@@ -267,6 +277,27 @@ private:
   std::vector<std::unique_ptr<ErrorFeedback>> parts;
   std::unique_ptr<DeviceState> device;
 };
+
+/// Where a compressed all-reduce encodes and decodes
+/// (AllReduceOptions::engine): the host codec by default; the CUDA codec
+/// communicator passes one that encodes and decodes GPU memory on the GPU,
+/// so only payloads cross to the host. Every engine writes rt::encode's
+/// bytes and decodes as rt::decode, so ranks of different engines agree
+/// bit for bit.
+class CodecEngine {
+public:
+  virtual ~CodecEngine() = default;
+  /// Encodes numel floats at x into `out`, through `feedback`'s error
+  /// feedback when it is given (ErrorFeedback::encode), else rt::encode.
+  virtual Status encode(const program::CodecParams &params, const float *x, int64_t numel,
+                        ErrorFeedback *feedback, std::vector<uint8_t> &out) = 0;
+  /// rt::decode of a payload into numel floats at out.
+  virtual Status decode(const uint8_t *payload, size_t bytes, float *out, int64_t numel,
+                        bool accumulate) = 0;
+};
+
+/// The host codec as an engine (rt::encode, ErrorFeedback::encode, rt::decode).
+CodecEngine &hostCodecEngine();
 
 /// Round-to-nearest-even conversions used by the FP16/BF16 codecs.
 uint16_t floatToHalf(float f);

@@ -41,6 +41,8 @@ struct AllReduceOptions {
   program::CodecParams codec; // CODEC_NONE: exact f32 sums
   /// Sender state of this (step, value) when codec.error_feedback.
   ErrorFeedback *feedback = nullptr;
+  /// Where the codec runs; null = the host's (hostCodecEngine()).
+  CodecEngine *engine = nullptr;
 };
 
 class Communicator {
