@@ -618,9 +618,9 @@ TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
 }
 // All-reduces with GPU ranks (0 and 2) and a CPU rank (1): the flat
 // compressed ones encode and decode on the GPUs (the CUDA codec
-// communicator's engine, error feedback on the device), plain and
-// hierarchical ones run on a pinned host copy, codecs without device kernels
-// on managed memory. Every rank's result, over 3 steps of error feedback,
+// communicator's engine, error feedback on the device); plain and
+// hierarchical ones, and codecs without device kernels, run on a pinned host
+// copy. Every rank's result, over 3 steps of error feedback,
 // equals that of the same all-reduce on three CPU ranks bit for bit.
 TEST(CudaCodecs, AllReducesOfGpuRanksEqualThoseOfCpuRanks) {
   REQUIRE_GPU();

@@ -30,13 +30,14 @@
 // happens on the GPU and only payloads cross to the host; a top-k payload is
 // decoded to its (index, value) pairs on the host (rt::decodeSparse) and
 // scattered on the GPU. Plain and hierarchical all-reduces (whose rings sum
-// f32 chunks on the host) copy the tensor to pinned host memory once, run
-// the inner all-reduce there and copy the result back, instead of the
+// f32 chunks on the host), and those of codecs without device kernels
+// (TOPK_INT8/INT4, INT2/INT3), copy the tensor to pinned host memory once,
+// run the inner all-reduce there and copy the result back, instead of the
 // host's reads faulting managed pages over one by one.
 //
-// Not on the device: tensors in plain host memory, and the codecs without
-// device kernels (TOPK_INT8/INT4, INT2/INT3), which the host codec runs on
-// managed memory.
+// Not on the device: tensors in plain host memory, and the sends and
+// receives of the codecs without device kernels, which the host codec runs
+// on managed memory.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaCodec.h"
