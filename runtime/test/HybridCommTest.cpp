@@ -208,3 +208,34 @@ TEST(HybridComm, BadDomainsAreAnError) {
             std::string::npos)
       << h.getStatus().toString();
 }
+
+// Phase 3 of a hybrid all-reduce: the part's leader broadcasts on the fast
+// transport. The default broadcastGroup (Gloo here; NCCL overrides it) gives
+// every member the root's bytes (a -0.0 stays -0.0, which a sum with zeros
+// would not keep), leaves ranks outside the group alone, and refuses a
+// group without its root.
+TEST(HybridComm, BroadcastGroupCopiesTheRootsBytesToItsMembersOnly) {
+  std::vector<int> domains = {0, 0, 0, 1};
+  std::mutex m;
+  std::map<int, std::vector<float>> got;
+  runHybrid(domains, [&](int rank, Communicator &comm) {
+    OwnedTensor t(program::DTYPE_F32, {3000});
+    fill(t, rank);
+    t.as<float>()[7] = rank == 1 ? -0.0f : 5.0f;
+    std::vector<int> group = {0, 1, 2};
+    if (rank < 3) {
+      Status s = comm.broadcastGroup(t.tensor, 1, group, 6);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      Status bad = comm.broadcastGroup(t.tensor, 3, group, 6);
+      EXPECT_EQ(bad.getCode(), StatusCode::InvalidArgument) << bad.toString();
+    }
+    std::lock_guard<std::mutex> lock(m);
+    got[rank].assign(t.as<float>(), t.as<float>() + 3000);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(got[r], got[1]) << "rank " << r;
+    EXPECT_TRUE(std::signbit(got[r][7])) << "rank " << r;
+  }
+  EXPECT_EQ(got[3][0], 4.0f); // rank 3's own fill
+  EXPECT_EQ(got[3][7], 5.0f);
+}

@@ -8,8 +8,7 @@
 //   1. sum inside each domain's part of the group on `fast`;
 //   2. the part leaders (lowest rank of each part) all-reduce on `slow`, with
 //      the codec, its error feedback, and the islands restricted to leaders;
-//   3. the leaders broadcast inside their part: the other members zero their
-//      tensor and the part sums again on `fast`.
+//   3. the leaders broadcast inside their part on `fast`.
 // Every rank of the group ends with the same values, as with a flat
 // all-reduce; only the leaders' traffic crosses the slow links.
 //
@@ -17,7 +16,6 @@
 #include "strait/runtime/Communicator.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 namespace strait {
@@ -134,11 +132,8 @@ public:
       STRAIT_RETURN_IF_ERROR(slow->allReduce(t, channel, across));
     }
     // Phase 3: broadcast the leader's result inside the part.
-    if (mine.size() > 1) {
-      if (!leader)
-        std::memset(t.data, 0, t.byteSize());
-      STRAIT_RETURN_IF_ERROR(fastSum(t, mine, channel));
-    }
+    if (mine.size() > 1)
+      return fast->broadcastGroup(t, mine.front(), mine, channel);
     return Status::ok();
   }
 

@@ -92,16 +92,25 @@ public:
   }
 
   Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks, uint32_t) override {
-    if (ranks == members)
-      return allReduceOn(world, t);
-    for (int r : ranks)
-      STRAIT_RETURN_IF_ERROR(localRank(r).getStatus());
-    auto it = groups.find(ranks);
-    if (it == groups.end()) {
-      STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, createComm(ranks));
-      it = groups.emplace(ranks, comm).first;
-    }
-    return allReduceOn(it->second, t);
+    STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, commOf(ranks));
+    return allReduceOn(comm, t);
+  }
+
+  Status broadcastGroup(const Tensor &t, int root, const std::vector<int> &ranks,
+                        uint32_t) override {
+    auto at = std::lower_bound(ranks.begin(), ranks.end(), root);
+    if (at == ranks.end() || *at != root)
+      return invalidArgument("nccl: broadcast root " + std::to_string(root) +
+                             " is not in its group")
+          .withRank(getRank());
+    STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, commOf(ranks));
+    STRAIT_RETURN_IF_ERROR(usable());
+    STRAIT_RETURN_IF_ERROR(
+        ncclStatus(ncclBroadcast(t.data, t.data, t.byteSize(), ncclUint8,
+                                 static_cast<int>(at - ranks.begin()), comm, stream),
+                   "broadcast")
+            .withRank(getRank()));
+    return wait("broadcast from " + std::to_string(root));
   }
 
   Status barrier() override { return bootstrap.barrier(); }
@@ -123,6 +132,21 @@ private:
       return unavailable("nccl communicator unusable after an earlier failure: " + failure)
           .withRank(getRank());
     return Status::ok();
+  }
+
+  /// The NCCL communicator of a group: the world's, or the group's own
+  /// (made on first use).
+  StatusOr<ncclComm_t> commOf(const std::vector<int> &ranks) {
+    if (ranks == members)
+      return world;
+    for (int r : ranks)
+      STRAIT_RETURN_IF_ERROR(localRank(r).getStatus());
+    auto it = groups.find(ranks);
+    if (it == groups.end()) {
+      STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, createComm(ranks));
+      it = groups.emplace(ranks, comm).first;
+    }
+    return it->second;
   }
 
   /// A communicator over `ranks` (sorted, containing this rank); the lowest

@@ -13,6 +13,7 @@
 #include "strait/runtime/Status.h"
 #include "strait/runtime/Tensor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -115,6 +116,24 @@ public:
     return options.ranks.empty()
                ? allReduceSum(tensor, channel)
                : allReduceSumGroup(tensor, options.ranks, channel);
+  }
+  /// Copies `root`'s tensor to the other ranks of `ranks` (sorted, holding
+  /// root and this rank); every member calls it. By default the root sends
+  /// to each member in turn on `channel`; NCCL broadcasts on the group's
+  /// communicator.
+  virtual Status broadcastGroup(const Tensor &tensor, int root, const std::vector<int> &ranks,
+                                uint32_t channel) {
+    if (!std::binary_search(ranks.begin(), ranks.end(), root) ||
+        !std::binary_search(ranks.begin(), ranks.end(), getRank()))
+      return invalidArgument("broadcast group must hold its root " + std::to_string(root) +
+                             " and this rank")
+          .withRank(getRank());
+    if (getRank() != root)
+      return recv(tensor, root, channel);
+    for (int r : ranks)
+      if (r != root)
+        STRAIT_RETURN_IF_ERROR(send(tensor, r, channel));
+    return Status::ok();
   }
   /// Bytes posted to the transport per peer since the previous call.
   virtual TrafficCounters takeTraffic() { return {}; }
