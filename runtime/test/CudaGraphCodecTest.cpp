@@ -622,9 +622,7 @@ TEST(CudaCodecs, StagedPlainTransfersBetweenGpuAndCpuRanks) {
 // hierarchical ones, and codecs without device kernels, run on a pinned host
 // copy. Every rank's result, over 3 steps of error feedback,
 // equals that of the same all-reduce on three CPU ranks bit for bit.
-TEST(CudaCodecs, AllReducesOfGpuRanksEqualThoseOfCpuRanks) {
-  REQUIRE_GPU();
-  const int64_t n = 200003;
+void allReducesOfGpuRanksEqualThoseOfCpuRanks(int64_t n) {
   const int steps = 3;
   struct Case {
     program::Codec codec;
@@ -663,8 +661,15 @@ TEST(CudaCodecs, AllReducesOfGpuRanksEqualThoseOfCpuRanks) {
       ASSERT_EQ(got[0][r].size(), size_t(steps * n));
       ASSERT_EQ(got[1][r].size(), got[0][r].size());
       EXPECT_EQ(0, std::memcmp(got[0][r].data(), got[1][r].data(), 4 * got[0][r].size()))
-          << program::Codec_Name(cc.codec) << " islands " << cc.islands.size() << " rank " << r;
+          << program::Codec_Name(cc.codec) << " islands " << cc.islands.size() << " rank " << r
+          << " n " << n;
     }
   }
+}
+
+TEST(CudaCodecs, AllReducesOfGpuRanksEqualThoseOfCpuRanks) {
+  REQUIRE_GPU();
+  for (int64_t n : {int64_t(200003), int64_t(2)}) // 2: a chunk of nothing
+    allReducesOfGpuRanksEqualThoseOfCpuRanks(n);
 }
 #endif // STRAIT_TEST_HAVE_GLOO

@@ -490,6 +490,8 @@ private:
         : comm(comm), codec(codec) {}
     Status encode(const program::CodecParams &params, const float *x, int64_t n,
                   ErrorFeedback *feedback, std::vector<uint8_t> &out) override {
+      if (n == 0) // an empty chunk (fewer elements than ranks): nothing to read
+        return hostCodecEngine().encode(params, x, n, feedback, out);
       std::lock_guard<std::mutex> lock(comm.mutex);
       cudaSetDevice(comm.device);
       StatusOr<size_t> bytes = comm.encodeOnDevice(x, n, params, feedback);
@@ -501,6 +503,8 @@ private:
     }
     Status decode(const uint8_t *p, size_t bytes, float *out, int64_t n,
                   bool accumulate) override {
+      if (n == 0)
+        return hostCodecEngine().decode(p, bytes, out, n, accumulate);
       return comm.decodeOnDevice(codec, p, bytes, out, n, accumulate);
     }
 
