@@ -100,6 +100,22 @@ public:
 };
 } // namespace
 
+/// An `efficiency` map (op kind -> positive factor) of a device type or a
+/// profile.
+static Error parseEfficiency(const Reader &r, yaml::Node *v, StringRef key,
+                             std::array<double, kNumOpKinds> &efficiency) {
+  return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
+    std::optional<OpKind> kind = symbolizeOpKind(op);
+    if (!kind)
+      return r.fail(f, "unknown op kind '" + op + "' in 'efficiency'");
+    Expected<double> x = r.positive(f, "efficiency." + op.str());
+    if (!x)
+      return x.takeError();
+    efficiency[unsigned(*kind)] = *x;
+    return Error::success();
+  });
+}
+
 static Error parseDeviceType(const Reader &r, yaml::Node *node,
                              ClusterSpec &spec) {
   DeviceType type;
@@ -150,16 +166,7 @@ static Error parseDeviceType(const Reader &r, yaml::Node *node,
         return x.takeError();
       type.codecBandwidth = *x * 1e9;
     } else if (key == "efficiency") {
-      return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
-        std::optional<OpKind> kind = symbolizeOpKind(op);
-        if (!kind)
-          return r.fail(f, "unknown op kind '" + op + "' in 'efficiency'");
-        Expected<double> x = r.positive(f, "efficiency." + op.str());
-        if (!x)
-          return x.takeError();
-        type.efficiency[unsigned(*kind)] = *x;
-        return Error::success();
-      });
+      return parseEfficiency(r, v, key, type.efficiency);
     } else {
       return r.unknown(v, key, "a device type");
     }
@@ -314,16 +321,7 @@ static Error parseProfile(const Reader &r, yaml::Node *node,
       p.profile.kernelTimes = std::move(times);
       return e;
     } else if (key == "efficiency") {
-      return r.forEach(v, key, [&](StringRef op, yaml::Node *f) -> Error {
-        std::optional<OpKind> kind = symbolizeOpKind(op);
-        if (!kind)
-          return r.fail(f, "unknown op kind '" + op + "' in 'efficiency'");
-        Expected<double> x = r.positive(f, "efficiency." + op.str());
-        if (!x)
-          return x.takeError();
-        p.profile.efficiency[unsigned(*kind)] = *x;
-        return Error::success();
-      });
+      return parseEfficiency(r, v, key, p.profile.efficiency);
     } else {
       return r.unknown(v, key, "a profile");
     }

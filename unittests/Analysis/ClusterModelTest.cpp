@@ -212,6 +212,24 @@ links:
   EXPECT_NE(err.find("bad.yaml:12:"), std::string::npos) << err;
 }
 
+// Device types and profiles read `efficiency` through one parser: an unknown
+// op kind or a non-positive factor names the field, in either place.
+TEST(ClusterModel, EfficiencyErrorsNameTheOpKind) {
+  std::string err = errorOf(R"(device_types:
+  - {name: T, kind: gpu, peak_tflops: {fp32: 1}, mem_bandwidth_gbs: 1, memory_gib: 1,
+     efficiency: {matmul: 0.5, warp: 1}}
+devices:
+  - {name: g0, type: T}
+)");
+  EXPECT_NE(err.find("unknown op kind 'warp' in 'efficiency'"), std::string::npos) << err;
+  err = errorOf(std::string(kTypes) + R"(devices:
+  - {name: g0, type: V100}
+profiles:
+  - {device: g0, efficiency: {conv: -2}}
+)");
+  EXPECT_NE(err.find("efficiency.conv"), std::string::npos) << err;
+}
+
 TEST(ClusterModel, ThousandDevicesBuildFastWithConstantLookups) {
   auto start = std::chrono::steady_clock::now();
   ClusterModel model = makeUniformCluster(
