@@ -34,7 +34,8 @@ LogicalResult strait::writeJobRecord(llvm::StringRef dir, llvm::ArrayRef<std::st
   for (const auto &[rank, d] : deviceOf)
     ranks.push_back(llvm::json::Object{{"rank", rank},
                                        {"device", cluster.devices[d].name},
-                                       {"host", cluster.hosts[cluster.devices[d].host]}});
+                                       {"host", cluster.hosts[cluster.devices[d].host]},
+                                       {"memory_bytes", cluster.typeOf(d).memCapacity}});
   for (const auto &[a, da] : deviceOf)
     for (const auto &[b, db] : deviceOf) {
       if (b <= a || cluster.devices[da].host == cluster.devices[db].host)

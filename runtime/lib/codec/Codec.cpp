@@ -910,7 +910,12 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   }
   if (residual.size() != static_cast<size_t>(numel))
     residual.assign(numel, 0.0f);
-  scratch.resize(numel);
+  // data + residual, in one buffer per thread shared by every stream (it
+  // lives only during this call): a stream keeps its residual and, under
+  // loss scaling, the previous one, not a sum of its own as well.
+  static thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(numel))
+    scratch.resize(numel);
   float *sum = scratch.data();
   const float *old = residual.data();
   parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {

@@ -116,6 +116,17 @@ Status StateSnapshots::take(const Executor &exec, const NamedTensors &extra, int
   return Status::ok();
 }
 
+uint64_t StateSnapshots::stateBytes(const Executor &exec, const NamedTensors &extra) {
+  uint64_t n = 0;
+  for (const auto &v : exec.getProgram().values())
+    if (snapshotted(v))
+      if (StatusOr<Tensor> t = exec.getValue(v.id()); t.isOk())
+        n += t->byteSize();
+  for (const auto &e : extra)
+    n += e.second.byteSize();
+  return n;
+}
+
 int StateSnapshots::oldest() const {
   int best = -1;
   for (const Slot &s : slots)

@@ -56,6 +56,10 @@ public:
   rt::Status restore(rt::Executor &exec, const NamedTensors &extra, int it) const;
   /// Bytes one snapshot holds (the last one taken).
   uint64_t getBytes() const { return bytes; }
+  /// Bytes one snapshot of `exec` will hold: its parameters, optimizer
+  /// states and `extra` (error-feedback residuals, made by the first
+  /// step's encodes, not counted).
+  static uint64_t stateBytes(const rt::Executor &exec, const NamedTensors &extra);
 
   /// Residuals of one error-feedback stream and its sub-streams.
   struct Feedback {

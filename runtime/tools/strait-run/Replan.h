@@ -92,6 +92,7 @@ struct JobRecord {
   double evaluatedIterationS = 0;
   struct Rank {
     std::string device, host;
+    double memoryBytes = 0; // the device's memory in the cluster file (0: not recorded)
   };
   std::vector<Rank> ranks;       // by rank
   struct Link {

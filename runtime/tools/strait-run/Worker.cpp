@@ -62,6 +62,34 @@ using namespace strait::rt;
 
 namespace {
 
+/// In-process recovery's two state snapshots must fit, beside the
+/// executor's memory, in the memory the cluster file gives this rank's
+/// device (straitc.json records it): the reason they do not, else "" (also
+/// when the job has no record).
+std::string snapshotsDoNotFit(const RunOptions &o, const Executor &exec, const NamedTensors &extra,
+                              uint64_t executorBytes) {
+  if (access((o.planDir + "/straitc.json").c_str(), R_OK) != 0)
+    return "";
+  StatusOr<JobRecord> record = readJobRecord(o.planDir);
+  if (!record.isOk() || o.rank < 0 || o.rank >= static_cast<int>(record->ranks.size()))
+    return "";
+  const JobRecord::Rank &r = record->ranks[o.rank];
+  double snapshots = 2.0 * static_cast<double>(StateSnapshots::stateBytes(exec, extra));
+  if (r.memoryBytes <= 0 || executorBytes + snapshots <= r.memoryBytes)
+    return "";
+  auto gib = [](double b) {
+    char text[32];
+    bool big = b >= double(1ull << 30);
+    std::snprintf(text, sizeof text, big ? "%.2f GiB" : "%.2f MiB",
+                  b / double(big ? 1ull << 30 : 1ull << 20));
+    return std::string(text);
+  };
+  return "to keep memory: its two state snapshots (2 x " + gib(snapshots / 2) +
+         " of parameters and optimizer state) and the executor's " +
+         gib(double(executorBytes)) + " exceed the " + gib(r.memoryBytes) + " of device " +
+         r.device + " in the cluster file";
+}
+
 // Set when the loop stopped at the launcher's re-plan request (exit code 4).
 bool stoppedForReplan = false;
 
@@ -427,6 +455,7 @@ Status runRank(const RunOptions &o) {
     std::cerr << "rank " << o.rank << ": " << note.substr(at, nl - at) << "\n";
     at = nl == std::string::npos ? nl : nl + 1;
   }
+  uint64_t executorBytes = exec->getArenaBytes();
   { // Memory, for bench/runtime/memory_vs_plan.py: arena + persistent buffers.
     uint64_t persistent = 0;
     for (const auto &v : p.values())
@@ -434,6 +463,7 @@ Status runRank(const RunOptions &o) {
         StatusOr<Tensor> t = exec->getValue(v.id());
         persistent += t.isOk() ? t->byteSize() : 0;
       }
+    executorBytes += persistent;
     std::cerr << "rank " << o.rank << ": memory arena " << exec->getArenaBytes()
               << " bytes, persistent " << persistent << " bytes\n";
   }
@@ -590,12 +620,13 @@ Status runRank(const RunOptions &o) {
   std::unique_ptr<LinkRecovery> recovery;
   StateSnapshots snapshots;
   if (counter && o.linkRetries > 0) {
-    std::string off = device.kind != "cpu" ? "a " + device.str() + " rank"
-                      : aqsgd              ? "AQ-SGD activation state"
-                                           : "";
+    std::string off = device.kind != "cpu" ? "with a " + device.str() + " rank"
+                      : aqsgd              ? "with AQ-SGD activation state"
+                                           : snapshotsDoNotFit(o, *exec, hostState(),
+                                                               executorBytes);
     if (!off.empty()) {
-      std::cerr << "rank " << o.rank << ": no in-process recovery from link failures with "
-                << off << " (--max-restarts restarts the job instead)\n";
+      std::cerr << "rank " << o.rank << ": no in-process recovery from link failures " << off
+                << " (--max-restarts restarts the job instead)\n";
     } else {
       LinkRecovery::Options ro;
       ro.rank = o.rank;
@@ -610,6 +641,9 @@ Status runRank(const RunOptions &o) {
         return made.takeStatus().withRank(o.rank);
       recovery = made.takeValue();
       recovery->watch(counter);
+      std::cerr << "rank " << o.rank << ": in-process recovery from link failures (--link-retries "
+                << o.linkRetries << "): two state snapshots of "
+                << StateSnapshots::stateBytes(*exec, hostState()) << " bytes each\n";
     }
   }
   // A link failure in iteration `it`: every rank agrees on the iteration to

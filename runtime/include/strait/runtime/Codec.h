@@ -266,7 +266,6 @@ private:
   template <typename Op> Status forDeviceAndParts(Op &&op);
 
   std::vector<float> residual;
-  std::vector<float> scratch;
   std::vector<float> previous;  ///< the residual beginIteration() keeps
   bool armed = false;           ///< beginIteration() since the last encode/rollBack
   bool kept = false;            ///< `previous` holds this iteration's starting residual
