@@ -71,8 +71,10 @@ def Dist_AllReduceOp : Dist_Op<"all_reduce", [
 
     The value may be the encoded bytes of a `dist.compress` (and the result
     then feeds a `dist.decompress`): the reduction happens in the codec's
-    domain (the runtime decodes, reduces and re-encodes at every hop; with
-    islands, only the inter-island phase is encoded).
+    domain (the runtime encodes each rank's chunks, sums the decoded chunks
+    and encodes each sum once more, so every element goes through two
+    encodings whatever the group's size; with islands, only the
+    inter-island phase is encoded).
 
     ```mlir
     %g2 = dist.all_reduce %g reduce <mean> over [0, 1] channel 4 : tensor<64x64xf32>
