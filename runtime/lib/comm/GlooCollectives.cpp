@@ -48,7 +48,13 @@ Status GlooCommunicator::ringPhase(float *data, int64_t n,
   int next = ranks[(me + 1) % k], prev = ranks[(me + k - 1) % k];
   STRAIT_RETURN_IF_ERROR(checkPeer(next));
   auto chunkBegin = [&](int c) { return n * c / k; };
-  std::vector<float> incoming(gather ? 0 : (n + k - 1) / k + 1);
+  // The reduce-scatter's incoming chunk: one buffer per thread, kept and
+  // grown, not zeroed (each receive overwrites what it adds): a fresh one
+  // per call faulted a GPT-2's 250 MB chunk in page by page every step.
+  static thread_local std::vector<float> incomingBuffer;
+  if (!gather && incomingBuffer.size() < static_cast<size_t>((n + k - 1) / k + 1))
+    incomingBuffer.resize((n + k - 1) / k + 1);
+  float *incoming = incomingBuffer.data();
   std::string what = std::string(gather ? "all-gather" : "reduce-scatter") +
                      " of the all-reduce on channel " + std::to_string(channel);
   try {
@@ -59,7 +65,7 @@ Status GlooCommunicator::ringPhase(float *data, int64_t n,
       int recvChunk = ((gather ? me - s : me - s - 1) % k + k) % k;
       int64_t sb = chunkBegin(sendChunk), se = chunkBegin(sendChunk + 1);
       int64_t rb = chunkBegin(recvChunk), re = chunkBegin(recvChunk + 1);
-      float *recvTo = gather ? data + rb : incoming.data();
+      float *recvTo = gather ? data + rb : incoming;
       // The receive first: sealed, the previous rank's chunks then flow
       // while this rank seals its own.
       Buf sbuf, rbuf;
