@@ -195,11 +195,54 @@ static std::vector<double> topkRatioGrid() {
   return grid;
 }
 
+double strait::allReduceResidualBytes(llvm::ArrayRef<size_t> islandSizes, double plainBytes,
+                                      bool lossScaling) {
+  size_t k = islandSizes.size();
+  if (k < 2 || plainBytes <= 0)
+    return 0;
+  bool equal = llvm::all_of(islandSizes, [&](size_t s) { return s == islandSizes.front(); });
+  double part = equal ? plainBytes / double(std::max<size_t>(1, islandSizes.front())) : plainBytes;
+  double residual = k > 2 ? part * (1 + 1.0 / double(k)) : part;
+  return lossScaling ? 2 * residual : residual;
+}
+
+/// "3.00 GiB", "38.15 MiB", "128.00 KiB": residuals span all three.
+static std::string formatBytes(double bytes) {
+  const char *unit = bytes >= double(1ull << 30) ? "GiB" : bytes >= double(1 << 20) ? "MiB" : "KiB";
+  double scale = bytes >= double(1ull << 30) ? double(1ull << 30)
+                 : bytes >= double(1 << 20)  ? double(1 << 20)
+                                             : 1024.0;
+  return llvm::formatv("{0:f2} {1}", bytes / scale, unit).str();
+}
+
+llvm::Expected<Codec> strait::givenCodec(Codec codec, const LinkTransfer &t, llvm::StringRef what) {
+  codec.errorFeedback = !codec.isNone() && isWeightGradient(t.payload);
+  // AQ-SGD is no gradient codec: codecForPayload turns it into one first.
+  if (!codec.errorFeedback || t.residualFits() || codec.kind == CodecKind::AqSgd)
+    return codec;
+  codec.errorFeedback = false;
+  if (codec.kind == CodecKind::FP16 || codec.kind == CodecKind::BF16)
+    return codec;
+  return codecError(what + ": " + formatCodec(codec) + " needs error feedback, whose residual (" +
+                    formatBytes(t.residualBytes) + " per rank) does not fit in the " +
+                    formatBytes(std::max(0.0, t.memoryLeft)) +
+                    " the plan leaves on the stage's devices; give it bf16 (no residual) "
+                    "or none, or more memory");
+}
+
 Codec strait::chooseCodec(const LinkTransfer &t) {
   Codec none;
   double base = transferTimeWith(t, none);
   if (t.plainBytes <= 0 || base <= t.target)
     return none;
+  if (isWeightGradient(t.payload) && !t.residualFits()) {
+    // No memory for a residual: rounding to bf16 (to nearest, unbiased) is
+    // the one codec that goes without feedback.
+    Codec bf16;
+    bf16.kind = CodecKind::BF16;
+    double time = transferTimeWith(t, bf16);
+    return time <= t.target || time <= 0.9 * base ? bf16 : none;
+  }
   bool gradient = t.payload != Payload::Activation;
   std::vector<Codec> ladder;
   auto add = [&](CodecKind kind) {
@@ -468,27 +511,38 @@ struct CodecPicker {
   CodecPicker(const ClusterModel &cluster, const CompressionOptions &options)
       : cluster(cluster), options(options), used(options.links.size(), 0) {}
 
-  Codec pick(llvm::ArrayRef<std::pair<unsigned, unsigned>> pairs, const LinkTransfer &t) {
+  /// `what` names the transfer in errors (givenCodec).
+  llvm::Expected<Codec> pick(llvm::ArrayRef<std::pair<unsigned, unsigned>> pairs,
+                             const LinkTransfer &t, llvm::StringRef what) {
     for (auto [i, o] : llvm::enumerate(options.links))
       for (auto [x, y] : pairs)
         if (linkMatches(cluster, o.a, o.b, x, y)) {
           used[i] = 1;
-          Codec c = codecForPayload(o.codec, t.payload);
-          c.errorFeedback = !c.isNone() && isWeightGradient(t.payload);
-          return c;
+          return givenCodec(codecForPayload(o.codec, t.payload), t,
+                            "--compress-link=" + o.text + ": " + what.str());
         }
     if (options.mode == "none")
       return Codec();
-    if (global) {
-      Codec c = codecForPayload(*global, t.payload);
-      c.errorFeedback = !c.isNone() && isWeightGradient(t.payload);
-      return c;
-    }
+    if (global)
+      return givenCodec(codecForPayload(*global, t.payload), t,
+                        "--compress=" + options.mode + ": " + what.str());
     LinkTransfer u = t;
     u.gradientTopK = options.gradientTopK;
     return chooseCodec(u);
   }
 };
+
+/// Where a weight gradient's codec went without error feedback for want of
+/// memory (givenCodec, chooseCodec): the residual it would keep, for the
+/// report. A codec with feedback adds its residual to the stage's.
+void noteResidual(PlanCompression &out, size_t stage, const Codec &c, const LinkTransfer &t) {
+  if (c.errorFeedback) {
+    out.residualBytes[stage] += t.residualBytes;
+    out.memoryLeft[stage] -= t.residualBytes;
+  } else if (!c.isNone() && !t.residualFits()) {
+    out.droppedResidual[stage] += t.residualBytes;
+  }
+}
 } // namespace
 
 /// The tied-gradient exchanges (docs/distribution-dialect.md): each stage
@@ -496,9 +550,9 @@ struct CodecPicker {
 /// other holder once per iteration, in the planner's tiedExchangeTime. As
 /// dist-insert-compression: a weight gradient (error feedback) whose time
 /// may take the holders' M micro-batches of compute.
-static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel &cluster,
-                                  CodecPicker &picker, PlanCompression &out,
-                                  const PlanCompression *keep) {
+static llvm::Error compressTiedExchanges(const PartitionPlan &plan, const ClusterModel &cluster,
+                                         CodecPicker &picker, PlanCompression &out,
+                                         const PlanCompression *keep, bool lossScaling) {
   size_t S = plan.stages.size();
   out.tied.assign(S, Codec());
   out.tiedPlainBytes.assign(S, 0);
@@ -516,7 +570,7 @@ static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel 
     compute = std::max(compute, s.fwdTime + s.bwdTime);
   }
   if (holders.size() < 2 || weightBytes <= 0)
-    return;
+    return llvm::Error::success();
   for (unsigned j : holders) {
     const StagePlan &s = plan.stages[j];
     LinkTransfer t;
@@ -539,12 +593,26 @@ static void compressTiedExchanges(const PartitionPlan &plan, const ClusterModel 
     }
     // The bandwidth that gives the planner's time for the plain bytes.
     t.bandwidth = t.plainBytes / std::max(1e-12, s.tiedExchangeTime - t.latency);
-    Codec c = keep ? keep->tied[j] : picker.pick(pairs, t);
+    // One feedback stream per weight, however many copies it goes to.
+    t.residualBytes = lossScaling ? 2 * weightBytes : weightBytes;
+    t.memoryLeft = out.memoryLeft[j];
+    Codec c;
+    if (keep) {
+      c = keep->tied[j];
+    } else {
+      llvm::Expected<Codec> picked = picker.pick(
+          pairs, t, llvm::formatv("the tied-gradient exchange from stage {0}", j).str());
+      if (!picked)
+        return picked.takeError();
+      c = *picked;
+    }
+    noteResidual(out, j, c, t);
     out.tied[j] = c;
     out.tiedPlainBytes[j] = t.plainBytes;
     out.tiedBytes[j] = c.isNone() ? t.plainBytes : encodedBytes(c, t.plainBytes / 4, 4);
     out.tiedTime[j] = c.isNone() ? s.tiedExchangeTime : transferTimeWith(t, c);
   }
+  return llvm::Error::success();
 }
 
 /// The islands a stage's gradient all-reduce runs over, and the share of
@@ -605,6 +673,12 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     picker.global = *c;
   }
   PlanCompression out;
+  out.residualBytes.assign(S, 0);
+  out.droppedResidual.assign(S, 0);
+  out.memoryLeft.assign(S, std::numeric_limits<double>::infinity());
+  for (size_t j = 0; j < S; ++j)
+    if (plan.stages[j].capacity > 0)
+      out.memoryLeft[j] = plan.stages[j].capacity - plan.stages[j].peakMemory;
   auto stageTime = [&](size_t j) {
     return plan.stages[j].fwdTime + plan.stages[j].bwdTime;
   };
@@ -629,7 +703,16 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
         std::swap(t.senderRate, t.receiverRate);
         t.payload = Payload::ActivationGradient;
       }
-      Codec c = keep ? (backward ? keep->backward[j] : keep->forward[j]) : picker.pick(pairs, t);
+      Codec c;
+      if (keep) {
+        c = backward ? keep->backward[j] : keep->forward[j];
+      } else {
+        llvm::Expected<Codec> picked = picker.pick(
+            pairs, t, llvm::formatv("the transfers from stage {0} to {1}", j, j + 1).str());
+        if (!picked) // activations and their gradients need no residual
+          return picked.takeError();
+        c = *picked;
+      }
       (backward ? out.backward : out.forward).push_back(c);
       (backward ? out.backwardBytes : out.forwardBytes)
           .push_back(encodedBytes(c, t.plainBytes / t.elementBytes, t.elementBytes));
@@ -638,6 +721,10 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       (backward ? out.backwardTime : out.forwardTime).push_back(transferTimeWith(t, c));
     }
   }
+  // The tied exchanges first, as dist-insert-compression: their residuals
+  // then leave the all-reduces less memory.
+  if (llvm::Error e = compressTiedExchanges(plan, cluster, picker, out, keep, options.lossScaling))
+    return std::move(e);
   for (size_t j = 0; j < S; ++j) {
     const StagePlan &s = plan.stages[j];
     Codec c;
@@ -647,6 +734,11 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
       LinkTransfer t = interIslandTransfer(cluster, islands, s.gradBytes);
       // Local steps: H iterations of compute hide one synchronization.
       t.target = plan.microBatches * stageTime(j) / share;
+      std::vector<size_t> sizes;
+      for (const std::vector<unsigned> &island : islands)
+        sizes.push_back(island.size());
+      t.residualBytes = allReduceResidualBytes(sizes, s.gradBytes, options.lossScaling);
+      t.memoryLeft = out.memoryLeft[j];
       // Overrides may name any pair of replicas in different islands.
       std::vector<std::pair<unsigned, unsigned>> pairs;
       if (!options.links.empty())
@@ -655,7 +747,16 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
             for (unsigned x : islands[a])
               for (unsigned y : islands[b])
                 pairs.push_back({x, y});
-      c = keep ? keep->allReduce[j] : picker.pick(pairs, t);
+      if (keep) {
+        c = keep->allReduce[j];
+      } else {
+        llvm::Expected<Codec> picked =
+            picker.pick(pairs, t, llvm::formatv("the gradient all-reduce of stage {0}", j).str());
+        if (!picked)
+          return picked.takeError();
+        c = *picked;
+      }
+      noteResidual(out, j, c, t);
       if (!c.isNone())
         time = islandAllReduceTime(
             cluster, islands, s.gradBytes, encodedBytes(c, s.gradBytes / 4, 4),
@@ -664,7 +765,6 @@ llvm::Expected<PlanCompression> strait::compressPlan(const PartitionPlan &plan,
     out.allReduce.push_back(c);
     out.allReduceTime.push_back(time);
   }
-  compressTiedExchanges(plan, cluster, picker, out, keep);
   for (auto [i, o] : llvm::enumerate(options.links))
     if (!keep && !picker.used[i]) // given codecs: the overrides chose them before
       return codecError("--compress-link=" + o.text + ": no link of the plan joins '" + o.a +
@@ -716,6 +816,26 @@ std::string strait::formatCompression(const PlanCompression &c, const PartitionP
                           s.gradBytes / std::max(1.0, encodedBytes(codec, s.gradBytes / 4)),
                           islands > 1 ? "between islands" : "on the ring");
     os << llvm::formatv(", {0} -> {1}\n", ms(s.allReduceTime), ms(c.allReduceTime[j]));
+  }
+  return text + formatResidualMemory(c, plan);
+}
+
+std::string strait::formatResidualMemory(const PlanCompression &c, const PartitionPlan &plan) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (size_t j = 0; j < c.residualBytes.size() && j < plan.stages.size(); ++j) {
+    const StagePlan &s = plan.stages[j];
+    if (c.residualBytes[j] > 0)
+      os << llvm::formatv("memory of stage {0}: error-feedback residuals {1} per rank beside "
+                          "the plan's peak of {2} (capacity {3})\n",
+                          j, formatBytes(c.residualBytes[j]), formatBytes(s.peakMemory),
+                          formatBytes(s.capacity));
+    if (c.droppedResidual[j] > 0)
+      os << llvm::formatv("memory of stage {0}: gradients compressed without error feedback: "
+                          "their {1} residual per rank does not fit in the {2} left beside "
+                          "the plan's peak\n",
+                          j, formatBytes(c.droppedResidual[j]),
+                          formatBytes(std::max(0.0, c.memoryLeft[j] + c.residualBytes[j])));
   }
   return text;
 }

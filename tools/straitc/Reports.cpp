@@ -25,6 +25,7 @@ llvm::Expected<strait::PlanCompression> chooseCodecs(const CompressionFlags &fla
   copts.mode = flags.mode;
   copts.localSteps = flags.localSteps;
   copts.gradientTopK = flags.gradientTopK;
+  copts.lossScaling = flags.lossScaling;
   copts.codecs = flags.codecs;
   for (const std::string &text : flags.links) {
     auto o = strait::parseLinkOverride(text);
@@ -101,6 +102,8 @@ LogicalResult reportCompression(const CompressionFlags &flags,
   if (perLink)
     os << "compression (--compress=" << flags.mode << "):\n"
        << strait::formatCompression(*c, plan, cluster);
+  else // a job: the codecs are listed from its IR; the residuals are not
+    os << strait::formatResidualMemory(*c, plan);
   double t0 = without->iterationTime, t1 = with->iterationTime;
   if (predicted)
     *predicted = t1;
@@ -192,7 +195,18 @@ LogicalResult reportCompression(const CompressionFlags &flags,
     for (size_t j = 0; j < c->allReduce.size(); ++j)
       reduces.push_back(llvm::json::Object{{"stage", int64_t(j)},
                                            {"codec", strait::formatCodec(c->allReduce[j])},
+                                           {"error_feedback", c->allReduce[j].errorFeedback},
                                            {"time", c->allReduceTime[j]}});
+    // Per stage: the error-feedback residuals beside the plan's peak memory.
+    llvm::json::Array residuals;
+    for (size_t j = 0; j < c->residualBytes.size(); ++j)
+      if (c->residualBytes[j] > 0 || c->droppedResidual[j] > 0)
+        residuals.push_back(llvm::json::Object{
+            {"stage", int64_t(j)},
+            {"residual_bytes", c->residualBytes[j]},
+            {"dropped_residual_bytes", c->droppedResidual[j]},
+            {"peak_with_residuals_bytes", plan.stages[j].peakMemory + c->residualBytes[j]},
+            {"capacity_bytes", plan.stages[j].capacity}});
     llvm::json::Array tied; // per stage holding a copy: its per-iteration exchange
     for (size_t j = 0; j < c->tied.size(); ++j)
       if (c->tiedPlainBytes[j] > 0)
@@ -202,13 +216,13 @@ LogicalResult reportCompression(const CompressionFlags &flags,
                                           {"wire_bytes", c->tiedBytes[j]},
                                           {"plain_bytes", c->tiedPlainBytes[j]},
                                           {"time", c->tiedTime[j]}});
-    (*obj)["compression"] = llvm::json::Object{
-        {"mode", flags.mode},
-        {"links", std::move(links)},
-        {"all_reduces", std::move(reduces)},
-        {"tied_exchanges", std::move(tied)},
-        {"iteration_time_without", t0},
-        {"iteration_time_with", t1}};
+    (*obj)["compression"] = llvm::json::Object{{"mode", flags.mode},
+                                               {"links", std::move(links)},
+                                               {"all_reduces", std::move(reduces)},
+                                               {"tied_exchanges", std::move(tied)},
+                                               {"error_feedback_memory", std::move(residuals)},
+                                               {"iteration_time_without", t0},
+                                               {"iteration_time_with", t1}};
     if (warmupJson)
       (*(*obj)["compression"].getAsObject())["compressed_adam_warmup"] = std::move(*warmupJson);
   }

@@ -34,6 +34,7 @@ struct CompressionFlags {
   int64_t compressedAdam = 0;     ///< --compressed-adam N: exact (or warm-up codec) steps
   std::string warmupCodec = "none"; ///< --compressed-adam-warmup
   int64_t totalSteps = 0;         ///< --total-steps (0: unknown), for the whole-run figure
+  bool lossScaling = false;       ///< loss scaling keeps error-feedback residuals twice
   /// The codecs as chosen already (CompressionOptions::codecs): only timed.
   const strait::PlanCompression *codecs = nullptr;
 };

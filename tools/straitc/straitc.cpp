@@ -89,6 +89,15 @@ struct PlanReporter : public PassInstrumentation {
   std::string evaluateError;
 };
 
+/// --loss-scale as the training step applies it. auto: GradScaler's
+/// default where f16 needs it (bf16 and f32 have f32's range); not with
+/// returned gradients, which would come out scaled.
+std::string effectiveLossScale() {
+  if (lossScale != "auto")
+    return lossScale.getValue();
+  return precision == "f16" && optimizer != "none" && !returnGradients ? "dynamic" : "none";
+}
+
 /// The codec flags for the reports (Reports.h).
 straitc::CompressionFlags compressionFlags() {
   straitc::CompressionFlags f;
@@ -99,6 +108,7 @@ straitc::CompressionFlags compressionFlags() {
   f.compressedAdam = compressedAdam;
   f.warmupCodec = compressedAdamWarmup;
   f.totalSteps = totalSteps;
+  f.lossScaling = effectiveLossScale() != "none" && !loss.empty();
   return f;
 }
 
@@ -178,12 +188,7 @@ void fillPipelineOptions(strait::StraitPipelineOptions &popts) {
   popts.compressedAdamWarmup = compressedAdamWarmup.getValue();
   popts.weightDecay = weightDecay.getValue();
   popts.clipNorm = clipNorm.getValue();
-  // auto: GradScaler's default where f16 needs it (bf16 and f32 have f32's
-  // range); not with returned gradients, which would come out scaled.
-  popts.lossScale = lossScale != "auto" ? lossScale.getValue()
-                    : precision == "f16" && optimizer != "none" && !returnGradients
-                        ? "dynamic"
-                        : "none";
+  popts.lossScale = effectiveLossScale();
   popts.lossScaleInit = lossScaleInit.getValue();
   popts.lossScaleGrowth = lossScaleGrowth.getValue();
   popts.lossScaleBackoff = lossScaleBackoff.getValue();

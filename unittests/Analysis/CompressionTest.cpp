@@ -348,6 +348,106 @@ TEST(Compression, CompressedAdamWarmUpAllReducesItsOwnCodec) {
   EXPECT_TRUE(warmupCompression(*none, plan, cluster, int4).allReduce[0].isNone());
 }
 
+// Error feedback keeps a residual per rank: the part of the gradient the
+// rank encodes, plus the reduced chunk it encodes again over 3+ islands,
+// twice under loss scaling. A residual that does not fit in the memory the
+// plan leaves: auto takes bf16 without feedback (or nothing); a given
+// quantizing codec is an error; a given cast goes without feedback.
+TEST(Compression, ErrorFeedbackResidualsMustFitInMemory) {
+  EXPECT_EQ(allReduceResidualBytes({1}, 8e6), 0);            // one island: no exchange
+  EXPECT_EQ(allReduceResidualBytes({1, 1}, 8e6), 8e6);       // a swap of all of it
+  EXPECT_EQ(allReduceResidualBytes({1, 1, 1, 1}, 8e6), 1e7); // + the reduced quarter
+  EXPECT_EQ(allReduceResidualBytes({4, 4}, 8e6), 2e6);       // member j: chunk j of 4
+  EXPECT_EQ(allReduceResidualBytes({2, 2, 2}, 6e6), 4e6);    // 3e6 + 3e6 / 3
+  EXPECT_EQ(allReduceResidualBytes({3, 1}, 8e6), 8e6);       // unequal: the leaders
+  EXPECT_EQ(allReduceResidualBytes({4, 4}, 8e6, true), 4e6); // loss scaling: two copies
+
+  LinkTransfer g = link(5e-4, Payload::WeightGradient);
+  g.residualBytes = 1e6;
+  g.memoryLeft = 1e6; // fits exactly
+  Codec q = chooseCodec(g);
+  EXPECT_EQ(q.kind, CodecKind::Int4);
+  EXPECT_TRUE(q.errorFeedback);
+  g.memoryLeft = 5e5;
+  Codec cast = chooseCodec(g); // over its target, but 2x faster than none
+  EXPECT_EQ(cast.kind, CodecKind::BF16);
+  EXPECT_FALSE(cast.errorFeedback);
+  LinkTransfer slow = g;
+  slow.latency = 1; // bf16 saves under 10%: none
+  EXPECT_TRUE(chooseCodec(slow).isNone());
+  // Activations keep no residual: unaffected.
+  LinkTransfer a = link(0.0015, Payload::Activation);
+  a.residualBytes = 1e6;
+  a.memoryLeft = 0;
+  EXPECT_EQ(chooseCodec(a).kind, CodecKind::Int4);
+
+  llvm::Expected<Codec> fits =
+      givenCodec(make(CodecKind::Int8), link(1, Payload::WeightGradient), "x");
+  ASSERT_TRUE(!!fits);
+  EXPECT_TRUE(fits->errorFeedback);
+  llvm::Expected<Codec> given = givenCodec(make(CodecKind::BF16), g, "x");
+  ASSERT_TRUE(!!given);
+  EXPECT_EQ(given->kind, CodecKind::BF16);
+  EXPECT_FALSE(given->errorFeedback);
+  g.residualBytes = 3 * double(1ull << 30);
+  g.memoryLeft = double(1ull << 30);
+  EXPECT_EQ(llvm::toString(givenCodec(make(CodecKind::TopK, 0.01), g,
+                                      "--compress=topk:0.01: "
+                                      "the gradient all-reduce of stage 1")
+                               .takeError()),
+            "--compress=topk:0.01: the gradient all-reduce of stage 1: topk:0.01 needs error "
+            "feedback, whose residual (3.00 GiB per rank) does not fit in the 1.00 GiB the plan "
+            "leaves on the stage's devices; give it bf16 (no residual) or none, or more memory");
+
+  // A plan: one stage, one replica on each site, 40 MB of gradients, whose
+  // int8 residual needs 40 MB beside the stage's peak.
+  ClusterModel cluster = twoSites();
+  CostGraph graph = twoMatMulLayers(2e7, 1e6);
+  CoarseGraph coarse = *coarsenGraph(graph, cluster, 64);
+  PartitionPlan plan =
+      evaluateStages(coarse, cluster, PlannerOptions(), {{0, 2, {0, 4}}}, 4, Schedule::OneFOneB);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  StagePlan &s = plan.stages[0];
+  ASSERT_GT(s.capacity, s.peakMemory + 4e7);
+  CompressionOptions opts;
+  opts.mode = "int8";
+  llvm::Expected<PlanCompression> c = compressPlan(plan, cluster, opts);
+  ASSERT_TRUE(!!c) << llvm::toString(c.takeError());
+  EXPECT_TRUE(c->allReduce[0].errorFeedback);
+  EXPECT_DOUBLE_EQ(c->residualBytes[0], 4e7);
+  EXPECT_NE(formatCompression(*c, plan, cluster)
+                .find("memory of stage 0: error-feedback residuals 38.15 MiB per rank beside the "
+                      "plan's peak of "),
+            std::string::npos)
+      << formatCompression(*c, plan, cluster);
+  s.peakMemory = s.capacity - 3e7; // 30 MB left
+  c = compressPlan(plan, cluster, opts);
+  ASSERT_FALSE(!!c);
+  EXPECT_NE(llvm::toString(c.takeError())
+                .find("--compress=int8: the gradient all-reduce of stage 0: int8 needs error "
+                      "feedback"),
+            std::string::npos);
+  opts.lossScaling = true;
+  s.peakMemory = s.capacity - 5e7; // 50 MB left, 80 MB needed with loss scaling
+  EXPECT_FALSE(!!compressPlan(plan, cluster, opts));
+  opts.lossScaling = false;
+  EXPECT_TRUE(!!compressPlan(plan, cluster, opts));
+  s.peakMemory = s.capacity - 3e7;
+  opts.mode = "auto"; // 4 s at 10 MB/s against milliseconds of compute: int4 or top-k wanted
+  c = compressPlan(plan, cluster, opts);
+  ASSERT_TRUE(!!c) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->allReduce[0].kind, CodecKind::BF16);
+  EXPECT_FALSE(c->allReduce[0].errorFeedback);
+  EXPECT_EQ(c->residualBytes[0], 0);
+  EXPECT_DOUBLE_EQ(c->droppedResidual[0], 4e7);
+  EXPECT_NE(formatCompression(*c, plan, cluster)
+                .find("memory of stage 0: gradients compressed without error feedback: their "
+                      "38.15 MiB residual per rank does not fit in the 28.61 MiB left beside the "
+                      "plan's peak"),
+            std::string::npos)
+      << formatCompression(*c, plan, cluster);
+}
+
 TEST(Compression, TiedGradientExchangeTakesAWeightGradientCodec) {
   // A 40 MB tied weight with a copy on each stage: each sends its partial
   // gradient once per iteration over the 10 MB/s link (4.01 s).

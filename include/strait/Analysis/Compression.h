@@ -23,8 +23,10 @@
 #include "strait/Analysis/Partitioner.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -115,7 +117,34 @@ struct LinkTransfer {
   /// Whether weight gradients may take top-k: false under AdamW whose second
   /// moment follows the compressed gradients (CompressionOptions).
   bool gradientTopK = true;
+  /// Weight gradients: the error-feedback residual a codec with feedback
+  /// keeps on the rank that keeps the most (allReduceResidualBytes; the
+  /// weight's bytes for a tied exchange), and the memory that rank's device
+  /// has left beside the plan's peak (the stage's capacity less its peak
+  /// memory: PartitionPlan, dist.memory_left), infinite when unknown.
+  double residualBytes = 0;
+  double memoryLeft = std::numeric_limits<double>::infinity();
+  bool residualFits() const { return residualBytes <= memoryLeft; }
 };
+
+/// Bytes of error-feedback residual that the rank keeping the most holds
+/// for a compressed gradient all-reduce of `plainBytes` over islands of
+/// `islandSizes` members (one island per replica: a flat exchange), as the
+/// runtime keeps them (GlooCommunicator::hierarchicalAllReduce and
+/// exchangeSum): the part it encodes (plainBytes / size for equal islands
+/// of size members, all of it for unequal islands' leaders) and, over 3+
+/// islands, the reduced chunk it encodes again (1/k of that part). Twice
+/// that under loss scaling (ErrorFeedback::beginIteration keeps the
+/// residual the iteration started from). 0 for fewer than two islands.
+double allReduceResidualBytes(llvm::ArrayRef<size_t> islandSizes, double plainBytes,
+                              bool lossScaling = false);
+
+/// The codec that an override (--compress-link) or --compress gives a
+/// transfer: error feedback on weight gradients where the residual fits
+/// (t.residualFits()). Where it does not, a cast (fp16, bf16) goes without
+/// feedback and any other lossy codec is an error naming `what` (the
+/// transfer), the residual and the memory left.
+llvm::Expected<Codec> givenCodec(Codec codec, const LinkTransfer &t, llvm::StringRef what);
 
 /// The codec a transfer of `payload` gets under `codec`: AqSgd becomes its
 /// `backward` codec on activation gradients and tied-gradient exchanges,
@@ -129,8 +158,10 @@ double transferTimeWith(const LinkTransfer &t, const Codec &codec);
 /// (activations) or bf16 (gradients), int8, int4; weight gradients then,
 /// when int4 is still over 3x the target, top-k with the largest ratio that
 /// fits (at least 1e-3) (else int4: top-k converges more slowly; never top-k
-/// without t.gradientTopK), with error feedback on every lossy gradient codec. When nothing fits, the fastest
-/// candidate if it saves at least 10%, else none.
+/// without t.gradientTopK), with error feedback on every lossy gradient codec. When nothing fits,
+/// the fastest candidate if it saves at least 10%, else none. A weight gradient whose residual does
+/// not fit in memory (t.residualFits()) has one candidate: bf16 without error feedback (quantizing
+/// without feedback biases the small coordinates to zero).
 Codec chooseCodec(const LinkTransfer &t);
 
 /// Islands of `devices` (indices into the cluster): components of the
@@ -185,6 +216,9 @@ struct CompressionOptions {
   /// (straitc --compressed-adam: the second moment frozen after an exact
   /// warm-up; docs/planner.md, "Compression").
   bool gradientTopK = true;
+  /// Loss scaling (f16): the error-feedback residuals are kept twice
+  /// (allReduceResidualBytes).
+  bool lossScaling = false;
   /// The codec of every transfer as given (an earlier choice: the codecs a
   /// job runs, re-timed for another cluster by strait-run --replan's
   /// re-simulation); mode, links and gradientTopK then choose nothing. Its
@@ -206,6 +240,12 @@ struct PlanCompression {
   /// the codec (StagePlan::tiedExchangeTime without).
   std::vector<Codec> tied;
   std::vector<double> tiedPlainBytes, tiedBytes, tiedTime;
+  /// Per stage: the error-feedback residual per rank that its compressed
+  /// all-reduce and tied exchange keep (memory beside the plan's peak);
+  /// the residual a gradient codec would have kept where it goes without
+  /// feedback for want of memory; and the memory its devices have left
+  /// beside the plan's peak before the residuals (infinite: unknown).
+  std::vector<double> residualBytes, droppedResidual, memoryLeft;
   bool any() const;
 };
 
@@ -237,6 +277,11 @@ PlanCompression warmupCompression(const PlanCompression &steady, const Partition
 /// and after; and per stage all-reduce.
 std::string formatCompression(const PlanCompression &c, const PartitionPlan &plan,
                               const ClusterModel &cluster);
+
+/// One line per stage whose gradient codecs keep error-feedback residuals
+/// (their bytes beside the plan's peak), or go without feedback because
+/// the residual does not fit (formatCompression ends with these).
+std::string formatResidualMemory(const PlanCompression &c, const PartitionPlan &plan);
 
 } // namespace strait
 

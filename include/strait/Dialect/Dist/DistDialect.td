@@ -35,6 +35,9 @@ def Dist_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kStageAttrName = "dist.stage";
     /// Name of the plan attribute on the module.
     static constexpr ::llvm::StringLiteral kPlanAttrName = "dist.plan";
+    /// Name of the module attribute with the bytes each stage's devices
+    /// have left beside the planner's peak memory (dist-assign-stages).
+    static constexpr ::llvm::StringLiteral kMemoryLeftAttrName = "dist.memory_left";
   }];
 }
 

@@ -152,6 +152,21 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "'dist.warmup' is an array<i64> of non-negative counts on a module";
     return success();
   }
+  // Bytes each stage's devices have left beside the planner's peak memory
+  // (dist-assign-stages; negative where a stage does not fit), for the
+  // error-feedback residuals dist-insert-compression adds.
+  if (attr.getName() == kMemoryLeftAttrName) {
+    auto left = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    PlanAttr plan = isa<ModuleOp>(op) ? getPlan(cast<ModuleOp>(op)) : PlanAttr();
+    if (!left || !isa<ModuleOp>(op))
+      return op->emitError() << "'" << kMemoryLeftAttrName
+                             << "' is an array<i64> of bytes per stage on a module";
+    if (plan && left.size() != plan.getNumStages())
+      return op->emitError() << "'" << kMemoryLeftAttrName << "' has " << left.size()
+                             << " entries, not one per stage of the plan (" << plan.getNumStages()
+                             << ")";
+    return success();
+  }
   // Adaptive top-k bounds of a transfer (dist-insert-compression
   // adaptive-topk): the runtime adapts the ratio within [min, max].
   if (attr.getName() == "dist.topk_adapt") {

@@ -35,6 +35,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <algorithm>
 #include <map>
 
 namespace strait::dist {
@@ -292,6 +293,14 @@ void AssignStagesPass::runOnOperation() {
   // The planner's 1F1B warm-up per stage, for the exporter.
   if (!plan->warmup.empty())
     module->setAttr("dist.warmup", b.getDenseI64ArrayAttr(plan->warmup));
+  // What each stage's devices have left beside the planner's peak memory:
+  // dist-insert-compression's error-feedback residuals must fit in it.
+  if (plan->plan && plan->plan->stages.size() == plan->stages.size()) {
+    SmallVector<int64_t> left;
+    for (const strait::StagePlan &s : plan->plan->stages)
+      left.push_back(static_cast<int64_t>(std::clamp(s.capacity - s.peakMemory, -9.0e18, 9.0e18)));
+    module->setAttr(DistDialect::kMemoryLeftAttrName, b.getDenseI64ArrayAttr(left));
+  }
   module->setAttr(DistDialect::kPlanAttrName,
                   PlanAttr::get(ctx, plan->oneFOneB ? dist::Schedule::one_f_one_b : dist::Schedule::gpipe,
                                 plan->microBatches, b.getArrayAttr(stages)));

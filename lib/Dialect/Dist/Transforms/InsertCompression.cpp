@@ -100,14 +100,24 @@ struct InsertCompressionPass
   LogicalResult compressCuts(func::FuncOp func, ArrayRef<double> times);
   /// The per-step exchanges of tied variables' partial gradients: one codec
   /// per sending stage; the sender sums the decoded value it sent.
-  void compressTiedExchanges(func::FuncOp func, ArrayRef<double> times);
+  LogicalResult compressTiedExchanges(func::FuncOp func, ArrayRef<double> times);
   /// The inter-island phase (or flat ring) of the gradient all-reduces, one
   /// codec per stage and islands.
-  void compressAllReduces(func::FuncOp func, ArrayRef<double> times);
-  /// The codec of a link given by its device pairs (override, mode, auto).
-  strait::Codec pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
-                     ArrayRef<std::pair<StringRef, StringRef>> names, const LinkTransfer &t,
-                     bool canChoose);
+  LogicalResult compressAllReduces(func::FuncOp func, ArrayRef<double> times);
+  /// The codec of a link given by its device pairs (override, mode, auto);
+  /// an error at `at` naming `what` where a given codec's error-feedback
+  /// residual does not fit (givenCodec).
+  FailureOr<strait::Codec> pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
+                                ArrayRef<std::pair<StringRef, StringRef>> names,
+                                const LinkTransfer &t, bool canChoose, Operation *at,
+                                const Twine &what);
+  /// Memory a stage's devices have left for error-feedback residuals: the
+  /// planner's dist.memory_left less the residuals kept so far (infinite
+  /// without it); `keep` takes a codec's residual from it.
+  void keep(int64_t stage, const strait::Codec &codec, const LinkTransfer &t);
+  std::vector<double> memoryLeft;
+  /// Loss scaling keeps every residual twice (allReduceResidualBytes).
+  bool lossScaling = false;
   /// `adapt`: mark the encode dist.topk_adapt (adaptive-topk).
   void compressTransfer(Transfer &t, const strait::Codec &codec, bool adapt);
   void compressAllReduce(AllReduceOp op, const strait::Codec &codec);
@@ -139,6 +149,8 @@ struct InsertCompressionPass
   /// gets a warning.
   bool liveVariance = false;
   void readOptimizer(ModuleOp module);
+  /// memoryLeft from dist.memory_left, lossScaling from @main's training.
+  void readMemory(ModuleOp module, func::FuncOp func);
 };
 
 } // namespace
@@ -178,13 +190,15 @@ std::vector<double> InsertCompressionPass::stageTimes(func::FuncOp func) const {
   return times;
 }
 
-strait::Codec InsertCompressionPass::pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
-                                          ArrayRef<std::pair<StringRef, StringRef>> names,
-                                          const LinkTransfer &t, bool canChoose) {
-  bool gradient = t.payload == Payload::WeightGradient;
-  auto withFeedback = [&](strait::Codec c) {
-    c.errorFeedback = !c.isNone() && gradient;
-    return c;
+FailureOr<strait::Codec>
+InsertCompressionPass::pick(ArrayRef<std::pair<unsigned, unsigned>> pairs,
+                            ArrayRef<std::pair<StringRef, StringRef>> names, const LinkTransfer &t,
+                            bool canChoose, Operation *at, const Twine &what) {
+  auto given = [&](const strait::Codec &c, const Twine &flag) -> FailureOr<strait::Codec> {
+    llvm::Expected<strait::Codec> g = givenCodec(c, t, (flag + ": " + what).str());
+    if (!g)
+      return at->emitError() << llvm::toString(g.takeError());
+    return *g;
   };
   for (auto [i, o] : llvm::enumerate(options.links)) {
     bool match = false;
@@ -199,15 +213,20 @@ strait::Codec InsertCompressionPass::pick(ArrayRef<std::pair<unsigned, unsigned>
     if (match) {
       used[i] = 1;
       lastOverride = static_cast<int>(i);
-      return withFeedback(o.codec);
+      return given(o.codec, "--compress-link=" + o.text);
     }
   }
   lastOverride = -1;
   if (global)
-    return withFeedback(*global);
+    return given(*global, "--compress=" + compress);
   if (options.mode == "auto" && canChoose)
     return chooseCodec(t);
   return strait::Codec();
+}
+
+void InsertCompressionPass::keep(int64_t stage, const strait::Codec &codec, const LinkTransfer &t) {
+  if (codec.errorFeedback && static_cast<size_t>(stage) < memoryLeft.size())
+    memoryLeft[stage] -= t.residualBytes;
 }
 
 Value InsertCompressionPass::encode(OpBuilder &b, Location loc, Value v,
@@ -274,6 +293,16 @@ void InsertCompressionPass::readOptimizer(ModuleOp module) {
   });
   exactSteps = frozen && !liveVariance ? *frozen : 0;
   options.gradientTopK = !liveVariance;
+}
+
+void InsertCompressionPass::readMemory(ModuleOp module, func::FuncOp func) {
+  memoryLeft.assign(plan.getNumStages(), std::numeric_limits<double>::infinity());
+  if (auto left = module->getAttrOfType<DenseI64ArrayAttr>(DistDialect::kMemoryLeftAttrName);
+      left && left.size() == plan.getNumStages())
+    for (auto [i, bytes] : llvm::enumerate(left.asArrayRef()))
+      memoryLeft[i] = static_cast<double>(bytes);
+  auto training = func->getAttrOfType<DictionaryAttr>("graph.training");
+  lossScaling = training && training.get("loss_scale");
 }
 
 void InsertCompressionPass::compressAllReduce(AllReduceOp op, const strait::Codec &codec) {
@@ -418,7 +447,12 @@ LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<do
       }
       t.target = std::max(times[from], times[to]);
     }
-    strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
+    FailureOr<strait::Codec> picked =
+        pick(pairs, names, t, clusterModel.has_value(), transfers.front().send,
+             "the transfers from stage " + Twine(from) + " to stage " + Twine(to));
+    if (failed(picked))
+      return failure();
+    strait::Codec codec = *picked;
     if (codec.isNone())
       continue;
     bool adapt = adaptBounds && codec.kind == CodecKind::TopK && codec.valueBits == 32;
@@ -442,7 +476,8 @@ LogicalResult InsertCompressionPass::compressCuts(func::FuncOp func, ArrayRef<do
   return success();
 }
 
-void InsertCompressionPass::compressTiedExchanges(func::FuncOp func, ArrayRef<double> times) {
+LogicalResult InsertCompressionPass::compressTiedExchanges(func::FuncOp func,
+                                                           ArrayRef<double> times) {
   // Per sending stage, its per-step values in block order, each with its
   // transfers (one per other copy's stage).
   std::map<int64_t, llvm::MapVector<Value, SmallVector<Transfer>>> byStage;
@@ -489,9 +524,22 @@ void InsertCompressionPass::compressTiedExchanges(func::FuncOp func, ArrayRef<do
       t.target = plan.getMicroBatches() * target;
     }
     t.gradientTopK = options.gradientTopK;
-    strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
-    codec = codecForPayload(codec, Payload::TiedGradient);
-    codec.errorFeedback = !codec.isNone();
+    // One feedback stream per value, however many copies it goes to.
+    for (auto &[value, transfers] : values)
+      t.residualBytes += bytesOf(value) * (lossScaling ? 2 : 1);
+    if (static_cast<size_t>(from) < memoryLeft.size())
+      t.memoryLeft = memoryLeft[from];
+    Operation *at = values.front().second.front().send;
+    std::string what = "the tied-gradient exchange from stage " + std::to_string(from);
+    FailureOr<strait::Codec> picked = pick(pairs, names, t, clusterModel.has_value(), at, what);
+    if (failed(picked))
+      return failure();
+    llvm::Expected<strait::Codec> fitted =
+        givenCodec(codecForPayload(*picked, Payload::TiedGradient), t, what);
+    if (!fitted)
+      return at->emitError() << llvm::toString(fitted.takeError());
+    strait::Codec codec = *fitted;
+    keep(from, codec, t);
     if (codec.isNone())
       continue;
     for (auto &[value, transfers] : values) {
@@ -541,9 +589,10 @@ void InsertCompressionPass::compressTiedExchanges(func::FuncOp func, ArrayRef<do
       ++numCompressedTied;
     }
   }
+  return success();
 }
 
-void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<double> times) {
+LogicalResult InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<double> times) {
   // The gradient all-reduces of a stage over the same islands run one after
   // another after its last backward: like the planner (one all-reduce of
   // the stage's parameters), they share one codec chosen for their total.
@@ -606,7 +655,18 @@ void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<doubl
                  static_cast<double>(std::max<int64_t>(1, localSteps));
     }
     t.gradientTopK = options.gradientTopK;
-    strait::Codec codec = pick(pairs, names, t, clusterModel.has_value());
+    std::vector<size_t> sizes;
+    for (const std::vector<size_t> &island : islands)
+      sizes.push_back(island.size());
+    t.residualBytes = allReduceResidualBytes(sizes, bytes, lossScaling);
+    if (static_cast<size_t>(stage) < memoryLeft.size())
+      t.memoryLeft = memoryLeft[stage];
+    FailureOr<strait::Codec> picked = pick(pairs, names, t, clusterModel.has_value(), first,
+                                           "the gradient all-reduce of stage " + Twine(stage));
+    if (failed(picked))
+      return failure();
+    strait::Codec codec = *picked;
+    keep(stage, codec, t);
     if (codec.kind == CodecKind::AqSgd) {
       // AQ-SGD keeps state per dataset sample: it has no meaning for a sum
       // of gradients.
@@ -634,6 +694,7 @@ void InsertCompressionPass::compressAllReduces(func::FuncOp func, ArrayRef<doubl
     for (AllReduceOp op : ops)
       compressAllReduce(op, codec);
   }
+  return success();
 }
 
 void InsertCompressionPass::runOnOperation() {
@@ -665,13 +726,14 @@ void InsertCompressionPass::runOnOperation() {
   }
   if (failed(loadCluster(module)))
     return signalPassFailure();
+  readMemory(module, func);
   std::vector<double> times = stageTimes(func);
   if (failed(compressCuts(func, times)))
     return signalPassFailure();
   // Before the all-reduces: the exchange reads the all-reduced partials,
   // whichever value a codec gives them.
-  compressTiedExchanges(func, times);
-  compressAllReduces(func, times);
+  if (failed(compressTiedExchanges(func, times)) || failed(compressAllReduces(func, times)))
+    return signalPassFailure();
   if (aqsgdOnAllReduce)
     return signalPassFailure();
   if (adaptBounds && !adaptedCuts) {
