@@ -262,6 +262,27 @@ def test_resume_with_compression_is_bit_identical(jobs, tmp_path, layout):
             assert np.abs(r).max() > 0, key
         if layout == "three-replicas":
             assert any(".p" in line for line in lines[1:])  # the chunks' sub-streams
+    # The residuals are what the planner's model says each stage keeps per rank (docs/planner.md,
+    # "Memory of error feedback": the whole gradient over 2 replicas, 4/3 of it over 3, where
+    # each rank encodes the reduced third again): the most of any of the stage's ranks.
+    plan_json = tmp_path / "plan.json"
+    run([STRAITC, *compile_flags, "--compress", "int8", "--emit=plan", "--plan-json",
+         str(plan_json)])
+    plan = json.loads(plan_json.read_text())
+    model = {m["stage"]: m["residual_bytes"]
+             for m in plan["compression"]["error_feedback_memory"]}
+    stage_of = {d: s["stage"] for s in plan["stages"] for d in s["devices"]}
+    device_of = {r["rank"]: r["device"]
+                 for r in json.loads((job / "straitc.json").read_text())["ranks"]}
+    kept = {}
+    for index in feedback:
+        rank = int(index.parent.parent.name[len("rank"):])
+        numel = sum(int(line.split("\t")[1]) for line in index.read_text().splitlines()[1:])
+        stage = stage_of[device_of[rank]]
+        kept[stage] = max(kept.get(stage, 0), 4 * numel)
+    assert kept.keys() == model.keys()
+    for stage, bytes_ in kept.items():  # chunks of n/k round per bucket: a few values apart
+        assert abs(bytes_ - model[stage]) <= 64, (stage, bytes_, model[stage])
     p = launch(job, data, 6, "--resume", ck, "--save-params", tmp_path / "res")
     assert losses(p.stdout) == {s: l for s, l in losses(ref.stdout).items() if s > 4}
     log = open(job / "logs" / "rank1.log").read()
