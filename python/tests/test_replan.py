@@ -206,16 +206,18 @@ def test_job_without_record(tmp_path):
 
 
 def test_straitc_records_the_job(tmp_path):
-    # straitc.json: the command, its folder, the ranks' devices, hosts and device memory, the
-    # assumed link per pair of ranks on different hosts and the prediction; the same command
-    # writes the same bytes.
+    # straitc.json: the command, its folder, the ranks' devices, hosts, device memory and
+    # error-feedback residuals (none: no codec), the assumed link per pair of ranks on different
+    # hosts and the prediction; the same command writes the same bytes.
     a = compile_job(tmp_path)
     rec = json.loads((a / "straitc.json").read_text())
     assert rec["format"] == "strait-job-record-1"
     assert rec["cwd"] == str(tmp_path) and rec["argv"][-2:] == ["-o", "job"], rec
     gib8 = 8 * 2**30  # the cluster file's memory_gib: 8
-    assert rec["ranks"] == [{"rank": 0, "device": "c0", "host": "h0", "memory_bytes": gib8},
-                            {"rank": 1, "device": "c1", "host": "h1", "memory_bytes": gib8}], rec
+    assert rec["ranks"] == [{"rank": 0, "device": "c0", "host": "h0", "memory_bytes": gib8,
+                             "error_feedback_bytes": 0},
+                            {"rank": 1, "device": "c1", "host": "h1", "memory_bytes": gib8,
+                             "error_feedback_bytes": 0}], rec
     assert rec["links"] == [{"ranks": [0, 1], "bandwidth_bytes_s": 4000e6 / 8,
                              "latency_s": 0.0001, "rule": "intra_site"}], rec
     assert 0 < rec["predicted_iteration_s"] < 1, rec

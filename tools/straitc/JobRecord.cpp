@@ -16,26 +16,33 @@ using namespace mlir;
 LogicalResult strait::writeJobRecord(llvm::StringRef dir, llvm::ArrayRef<std::string> argv,
                                      llvm::StringRef clusterFile, const ClusterModel &cluster,
                                      dist::PlanAttr plan, double predictedIterationS,
+                                     llvm::ArrayRef<double> feedbackBytes,
                                      llvm::StringRef evaluatedPlanFile,
                                      std::optional<double> evaluatedIterationS) {
   llvm::StringMap<unsigned> byName;
   for (unsigned d = 0; d < cluster.size(); ++d)
     byName[cluster.devices[d].name] = d;
   std::map<int64_t, unsigned> deviceOf; // rank -> device index
+  std::map<int64_t, int64_t> stageOf;   // rank -> stage
   for (int64_t s = 0; s < plan.getNumStages(); ++s) {
     dist::PlacementAttr p = plan.getStage(s);
     for (auto [device, rank] : llvm::zip(p.getDevices(), p.getRanks().asArrayRef())) {
       auto it = byName.find(llvm::cast<StringAttr>(device).getValue());
       if (it != byName.end())
         deviceOf[rank] = it->second;
+      stageOf[rank] = s;
     }
   }
   llvm::json::Array ranks, links;
-  for (const auto &[rank, d] : deviceOf)
-    ranks.push_back(llvm::json::Object{{"rank", rank},
-                                       {"device", cluster.devices[d].name},
-                                       {"host", cluster.hosts[cluster.devices[d].host]},
-                                       {"memory_bytes", cluster.typeOf(d).memCapacity}});
+  for (const auto &[rank, d] : deviceOf) {
+    size_t stage = static_cast<size_t>(stageOf[rank]);
+    ranks.push_back(llvm::json::Object{
+        {"rank", rank},
+        {"device", cluster.devices[d].name},
+        {"host", cluster.hosts[cluster.devices[d].host]},
+        {"memory_bytes", cluster.typeOf(d).memCapacity},
+        {"error_feedback_bytes", stage < feedbackBytes.size() ? feedbackBytes[stage] : 0.0}});
+  }
   for (const auto &[a, da] : deviceOf)
     for (const auto &[b, db] : deviceOf) {
       if (b <= a || cluster.devices[da].host == cluster.devices[db].host)

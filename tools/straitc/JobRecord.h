@@ -30,6 +30,7 @@ namespace strait {
 mlir::LogicalResult writeJobRecord(llvm::StringRef dir, llvm::ArrayRef<std::string> argv,
                                    llvm::StringRef clusterFile, const ClusterModel &cluster,
                                    dist::PlanAttr plan, double predictedIterationS,
+                                   llvm::ArrayRef<double> feedbackBytes,
                                    llvm::StringRef evaluatedPlanFile = "",
                                    std::optional<double> evaluatedIterationS = std::nullopt);
 

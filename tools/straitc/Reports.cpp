@@ -229,6 +229,36 @@ LogicalResult reportCompression(const CompressionFlags &flags,
   return success();
 }
 
+std::vector<double> errorFeedbackBytes(ModuleOp module, strait::dist::PlanAttr plan,
+                                       bool lossScaling) {
+  std::vector<double> bytes(plan.getNumStages(), 0);
+  module.walk([&](strait::dist::CompressOp c) {
+    std::optional<int64_t> stage = strait::dist::getStage(c);
+    if (!c.getErrorFeedback() || !stage || *stage < 0 || *stage >= plan.getNumStages())
+      return;
+    auto type = cast<RankedTensorType>(c.getValue().getType());
+    double plain = double(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
+    // A gradient all-reduce keeps what its exchange encodes; a tied
+    // variable's partial gradient, sent to every other copy, one stream.
+    strait::dist::AllReduceOp reduce;
+    for (Operation *u : c.getEncoded().getUsers())
+      if (auto r = dyn_cast<strait::dist::AllReduceOp>(u))
+        reduce = r;
+    if (!reduce) {
+      bytes[*stage] += lossScaling ? 2 * plain : plain;
+      return;
+    }
+    std::vector<size_t> sizes;
+    if (ArrayAttr islands = reduce.getIslandsAttr())
+      for (auto island : islands.getAsRange<DenseI64ArrayAttr>())
+        sizes.push_back(island.size());
+    else
+      sizes.assign(reduce.getGroup().size(), 1);
+    bytes[*stage] += strait::allReduceResidualBytes(sizes, plain, lossScaling);
+  });
+  return bytes;
+}
+
 /// One line per compressed link of the compiled job (what
 /// dist-insert-compression inserted): "stage 0 -> 1: int8 (3 values)".
 void printJobCompression(ModuleOp module, llvm::raw_ostream &os) {

@@ -65,6 +65,13 @@ llvm::Expected<EvaluatedPlan> evaluateJobPlan(mlir::func::FuncOp main,
                                               const std::string &dir,
                                               const CompressionFlags &flags);
 
+/// Per stage of the compiled job: the error-feedback residual bytes each of
+/// its ranks keeps (strait::allReduceResidualBytes of every compressed
+/// gradient all-reduce with feedback, the value's bytes for a tied
+/// exchange; twice under loss scaling), for straitc.json.
+std::vector<double> errorFeedbackBytes(mlir::ModuleOp module, strait::dist::PlanAttr plan,
+                                       bool lossScaling);
+
 /// One line per compressed link of the compiled job.
 void printJobCompression(mlir::ModuleOp module, llvm::raw_ostream &os);
 

@@ -435,9 +435,11 @@ int compileJob(ModuleOp module, TimingScope &timing) {
   if (failed(strait::writeJob(module, ranks, outputFile, jobOpts)))
     return 1;
   // What strait-run --replan needs: the command, the cluster, the links.
-  if (clusterModel && failed(strait::writeJobRecord(outputFile, commandLine, clusterFile,
-                                                    *clusterModel, plan, predicted,
-                                                    evaluatePlan, evaluatedS)))
+  if (clusterModel && failed(strait::writeJobRecord(
+                          outputFile, commandLine, clusterFile, *clusterModel, plan, predicted,
+                          straitc::errorFeedbackBytes(
+                              module, plan, effectiveLossScale() != "none" && !loss.empty()),
+                          evaluatePlan, evaluatedS)))
     return 1;
   llvm::outs() << scheduleNote << report->text;
   if (localSteps > 1)

@@ -452,9 +452,12 @@ StatusOr<JobRecord> readJobRecord(const std::string &dir) {
   for (const Json &x : ranks->items) {
     STRAIT_ASSIGN_OR_RETURN(const Json *d, field(x, "device", Json::String, "a rank's "));
     STRAIT_ASSIGN_OR_RETURN(const Json *h, field(x, "host", Json::String, "a rank's "));
-    const Json *mem = x.get("memory_bytes"); // records of older straitc lack it
-    r.ranks.push_back({d->text, h->text,
-                       mem && mem->kind == Json::Number ? mem->number : 0.0});
+    // Records of older straitc lack these.
+    auto number = [&](const char *name) {
+      const Json *v = x.get(name);
+      return v && v->kind == Json::Number ? v->number : 0.0;
+    };
+    r.ranks.push_back({d->text, h->text, number("memory_bytes"), number("error_feedback_bytes")});
   }
   STRAIT_ASSIGN_OR_RETURN(const Json *links, field(root, "links", Json::Array, ""));
   for (const Json &x : links->items) {

@@ -93,6 +93,9 @@ struct JobRecord {
   struct Rank {
     std::string device, host;
     double memoryBytes = 0; // the device's memory in the cluster file (0: not recorded)
+    /// Error-feedback residuals the rank keeps (straitc's model: the first
+    /// step's encodes make them, so the executor cannot count them at load).
+    double feedbackBytes = 0;
   };
   std::vector<Rank> ranks;       // by rank
   struct Link {

@@ -62,20 +62,29 @@ using namespace strait::rt;
 
 namespace {
 
-/// In-process recovery's two state snapshots must fit, beside the
-/// executor's memory, in the memory the cluster file gives this rank's
-/// device (straitc.json records it): the reason they do not, else "" (also
-/// when the job has no record).
-std::string snapshotsDoNotFit(const RunOptions &o, const Executor &exec, const NamedTensors &extra,
-                              uint64_t executorBytes) {
+/// This rank's record in straitc.json (none when the job has none).
+std::optional<JobRecord::Rank> recordedRank(const RunOptions &o) {
   if (access((o.planDir + "/straitc.json").c_str(), R_OK) != 0)
-    return "";
+    return std::nullopt;
   StatusOr<JobRecord> record = readJobRecord(o.planDir);
   if (!record.isOk() || o.rank < 0 || o.rank >= static_cast<int>(record->ranks.size()))
+    return std::nullopt;
+  return record->ranks[o.rank];
+}
+
+/// In-process recovery's two state snapshots must fit, beside the
+/// executor's memory and the error-feedback residuals, in the memory the
+/// cluster file gives this rank's device (straitc.json records both; each
+/// snapshot holds the residuals too): the reason they do not, else "" (also
+/// when the job has no record).
+std::string snapshotsDoNotFit(const std::optional<JobRecord::Rank> &r, const Executor &exec,
+                              const NamedTensors &extra, uint64_t executorBytes) {
+  if (!r)
     return "";
-  const JobRecord::Rank &r = record->ranks[o.rank];
-  double snapshots = 2.0 * static_cast<double>(StateSnapshots::stateBytes(exec, extra));
-  if (r.memoryBytes <= 0 || executorBytes + snapshots <= r.memoryBytes)
+  double residuals = r->feedbackBytes;
+  double snapshots =
+      2.0 * (static_cast<double>(StateSnapshots::stateBytes(exec, extra)) + residuals);
+  if (r->memoryBytes <= 0 || executorBytes + residuals + snapshots <= r->memoryBytes)
     return "";
   auto gib = [](double b) {
     char text[32];
@@ -85,9 +94,11 @@ std::string snapshotsDoNotFit(const RunOptions &o, const Executor &exec, const N
     return std::string(text);
   };
   return "to keep memory: its two state snapshots (2 x " + gib(snapshots / 2) +
-         " of parameters and optimizer state) and the executor's " +
-         gib(double(executorBytes)) + " exceed the " + gib(r.memoryBytes) + " of device " +
-         r.device + " in the cluster file";
+         (residuals > 0 ? " of parameters, optimizer state and error-feedback residuals"
+                        : " of parameters and optimizer state") +
+         ") and the executor's " + gib(double(executorBytes)) +
+         (residuals > 0 ? " + the residuals' " + gib(residuals) : std::string()) + " exceed the " +
+         gib(r->memoryBytes) + " of device " + r->device + " in the cluster file";
 }
 
 // Set when the loop stopped at the launcher's re-plan request (exit code 4).
@@ -621,9 +632,9 @@ Status runRank(const RunOptions &o) {
   StateSnapshots snapshots;
   if (counter && o.linkRetries > 0) {
     std::string off = device.kind != "cpu" ? "with a " + device.str() + " rank"
-                      : aqsgd              ? "with AQ-SGD activation state"
-                                           : snapshotsDoNotFit(o, *exec, hostState(),
-                                                               executorBytes);
+                      : aqsgd
+                          ? "with AQ-SGD activation state"
+                          : snapshotsDoNotFit(recordedRank(o), *exec, hostState(), executorBytes);
     if (!off.empty()) {
       std::cerr << "rank " << o.rank << ": no in-process recovery from link failures " << off
                 << " (--max-restarts restarts the job instead)\n";
@@ -641,9 +652,15 @@ Status runRank(const RunOptions &o) {
         return made.takeStatus().withRank(o.rank);
       recovery = made.takeValue();
       recovery->watch(counter);
+      std::optional<JobRecord::Rank> r = recordedRank(o);
+      uint64_t residuals = r ? static_cast<uint64_t>(r->feedbackBytes) : 0;
       std::cerr << "rank " << o.rank << ": in-process recovery from link failures (--link-retries "
                 << o.linkRetries << "): two state snapshots of "
-                << StateSnapshots::stateBytes(*exec, hostState()) << " bytes each\n";
+                << StateSnapshots::stateBytes(*exec, hostState()) + residuals << " bytes each"
+                << (residuals ? " (with " + std::to_string(residuals) +
+                                    " bytes of error-feedback residuals)"
+                              : std::string())
+                << "\n";
     }
   }
   // A link failure in iteration `it`: every rank agrees on the iteration to
