@@ -3,7 +3,8 @@
 // Encode and decode throughput of every codec (GB/s of f32 input), the
 // payload size against f32, and top-k selection against a full sort of the
 // magnitudes measured in the same run (the ratio docs/benchmarks.md
-// records). Usage: strait-codec-bench [--numel N] [--threads T] [--reps R]
+// records), and error feedback's one-pass encode against its steps taken
+// apart. Usage: strait-codec-bench [--numel N] [--threads T] [--reps R]
 //
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Codec.h"
@@ -106,6 +107,40 @@ int main(int argc, char **argv) {
     });
     std::printf("| %s | %.2f | %.2f | 1/%.1f |\n", c.name, gb / te, gb / td,
                 4.0 * n / payload.size());
+  }
+  // Error feedback's encode (ErrorFeedback::encode) of the dense codecs in
+  // one pass (encodeWithResidual) against its steps taken apart, as it ran
+  // before: sum = x + residual, encode(sum), decode into the residual,
+  // residual = sum - decoded.
+  std::printf("\n| codec with error feedback | one pass GB/s | steps apart GB/s | speed-up |\n"
+              "|---|---|---|---|\n");
+  std::vector<float> residual(n, 0.0f), sum(n);
+  for (const Case &c : {cases[1], cases[2], cases[3], cases[4]}) {
+    program::CodecParams p = c.p;
+    p.set_error_feedback(true);
+    double tFused = timeIt(reps, [&] {
+      StatusOr<bool> done =
+          encodeWithResidual(p, x.data(), residual.data(), residual.data(), n, payload);
+      if (!done.isOk() || !*done)
+        std::abort();
+    });
+    double tSteps = timeIt(reps, [&] {
+      parallelFor(n, 1 << 16, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i)
+          sum[i] = x[i] + residual[i];
+      });
+      if (!encode(p, sum.data(), n, payload).isOk() ||
+          !decode(payload.data(), payload.size(), residual.data(), n).isOk())
+        std::abort();
+      parallelFor(n, 1 << 16, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          float r = sum[i] - residual[i];
+          residual[i] = std::isfinite(r) ? r : 0.0f;
+        }
+      });
+    });
+    std::printf("| %s | %.2f | %.2f | %.2fx |\n", c.name, gb / tFused, gb / tSteps,
+                tSteps / tFused);
   }
   // Top-k selection (linear expected time) against the full sort baseline:
   // indices ordered by descending magnitude, the first k kept.

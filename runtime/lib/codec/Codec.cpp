@@ -84,33 +84,38 @@ void computeScales(const float *x, int64_t numel, uint32_t block, float qmax,
   });
 }
 
-/// Quantizes x[lo, hi) with the block scales into q (one code per element):
-/// codec::quantizeCode, with the branches on the scale taken once per block
-/// so that the loops vectorize (roundEven uses plain float adds, no roundps).
+/// Quantizes `count` values of one block with its scale into q (one code
+/// per element): codec::quantizeCode, with the branches on the scale taken
+/// once so that the loops vectorize (roundEven uses plain float adds, no
+/// roundps).
+void quantizeSegment(const float *x, int64_t count, float scale, float qmax, int8_t *q) {
+  if (!(scale > 0.0f)) { // all zero, or NaN (non-finite block)
+    std::fill(q, q + count, int8_t(0));
+  } else if (scale >= std::numeric_limits<float>::min()) {
+    float inv = 1.0f / scale;
+    for (int64_t i = 0; i < count; ++i) {
+      float v = x[i] * inv;
+      v = v < -qmax ? -qmax : v;
+      v = v > qmax ? qmax : v;
+      q[i] = static_cast<int8_t>(roundEven(v));
+    }
+  } else { // subnormal scale: 1/scale overflows, divide instead
+    for (int64_t i = 0; i < count; ++i) {
+      float v = x[i] / scale;
+      v = v < -qmax ? -qmax : v;
+      v = v > qmax ? qmax : v;
+      q[i] = static_cast<int8_t>(roundEven(v));
+    }
+  }
+}
+
+/// Quantizes x[lo, hi) with the block scales into q (one code per element).
 void quantizeRange(const float *x, int64_t lo, int64_t hi, uint32_t block,
                    const float *scales, float qmax, int8_t *q) {
   for (int64_t s = lo; s < hi;) {
     int64_t b = s / block;
     int64_t e = std::min<int64_t>(hi, (b + 1) * block);
-    float scale = scales[b];
-    if (!(scale > 0.0f)) { // all zero, or NaN (non-finite block)
-      std::fill(q + (s - lo), q + (e - lo), int8_t(0));
-    } else if (scale >= std::numeric_limits<float>::min()) {
-      float inv = 1.0f / scale;
-      for (int64_t i = s; i < e; ++i) {
-        float v = x[i] * inv;
-        v = v < -qmax ? -qmax : v;
-        v = v > qmax ? qmax : v;
-        q[i - lo] = static_cast<int8_t>(roundEven(v));
-      }
-    } else { // subnormal scale: 1/scale overflows, divide instead
-      for (int64_t i = s; i < e; ++i) {
-        float v = x[i] / scale;
-        v = v < -qmax ? -qmax : v;
-        v = v > qmax ? qmax : v;
-        q[i - lo] = static_cast<int8_t>(roundEven(v));
-      }
-    }
+    quantizeSegment(x + s, e - s, scales[b], qmax, q + (s - lo));
     s = e;
   }
 }
@@ -813,6 +818,87 @@ Status encode(const program::CodecParams &params, const float *data,
   default:
     return internalError("unhandled codec");
   }
+}
+
+StatusOr<bool> encodeWithResidual(const program::CodecParams &params, const float *data,
+                                  const float *residual, float *nextResidual, int64_t numel,
+                                  std::vector<uint8_t> &out, float *decoded) {
+  program::Codec codec = params.codec();
+  bool cast = codec == program::CODEC_FP16 || codec == program::CODEC_BF16;
+  bool int4 = codec == program::CODEC_INT4;
+  uint32_t block = codecBlockSize(params);
+  if (!(cast || int4 || codec == program::CODEC_INT8) || (int4 && block % 2) || numel < 0)
+    return false;
+  trace::Span span = trace::codecSpan("encode", codec, numel);
+  STRAIT_RETURN_IF_ERROR(validateCodecParams(params, "codec"));
+  // What the decoder makes of a sum's code, and the residual it leaves: 0
+  // where not finite (an overflowed f16 gradient under loss scaling), as
+  // ErrorFeedback::encode documents.
+  auto keep = [&](int64_t i, float sum, float value) {
+    float r = sum - value;
+    nextResidual[i] = std::isfinite(r) ? r : 0.0f;
+    if (decoded)
+      decoded[i] = value;
+  };
+  if (cast) {
+    out.resize(kCodecHeaderBytes + 2ull * numel);
+    writeHeader(out, codec, TopKIndexEncoding::None, 0, numel);
+    uint16_t *h = reinterpret_cast<uint16_t *>(out.data() + kCodecHeaderBytes);
+    bool half = codec == program::CODEC_FP16;
+    parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float sum = data[i] + residual[i];
+        uint16_t bits = half ? floatToHalf(sum) : floatToBFloat16(sum);
+        h[i] = bits;
+        keep(i, sum, half ? halfToFloat(bits) : bfloat16ToFloat(bits));
+      }
+    });
+    return true;
+  }
+  // INT8 / INT4: per block, the sum (in a buffer of one block), its scale,
+  // its codes and the residual, in one pass over data and residual.
+  float qmax = int4 ? 7.0f : 127.0f;
+  int64_t nb = numBlocks(numel, block);
+  uint64_t codeBytes = int4 ? (numel + 1) / 2 : numel;
+  out.resize(kCodecHeaderBytes + 4ull * nb + codeBytes);
+  writeHeader(out, codec, TopKIndexEncoding::None, block, numel);
+  uint8_t *scales = out.data() + kCodecHeaderBytes;
+  uint8_t *codes = scales + 4 * nb;
+  parallelFor(nb, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
+    std::vector<float> sum(std::min<int64_t>(block, numel));
+    std::vector<int8_t> q(sum.size());
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t lo = b * block, n = std::min<int64_t>(numel, lo + block) - lo;
+      float m = 0.0f;
+      uint32_t nonFinite = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float v = data[lo + i] + residual[lo + i];
+        sum[i] = v;
+        float a = std::fabs(v);
+        m = a > m ? a : m;
+        nonFinite |= codec::isNonFinite(v);
+      }
+      float scale = codec::blockScale(m, nonFinite, qmax);
+      std::memcpy(scales + 4 * b, &scale, 4);
+      quantizeSegment(sum.data(), n, scale, qmax, q.data());
+      if (int4) // blocks are even: a block's bytes are its own
+        for (int64_t j = 0; j < n; j += 2)
+          codes[(lo + j) / 2] = codec::packNibbles(q[j], j + 1 < n ? q[j + 1] : int8_t(0));
+      else
+        std::memcpy(codes + lo, q.data(), n);
+      // Branch-free loops (they vectorize): the decoded values, then the
+      // residual.
+      float *next = nextResidual + lo;
+      if (decoded)
+        for (int64_t i = 0; i < n; ++i)
+          decoded[lo + i] = codec::dequantize(q[i], scale);
+      for (int64_t i = 0; i < n; ++i) {
+        float r = sum[i] - codec::dequantize(q[i], scale);
+        next[i] = std::fabs(r) <= std::numeric_limits<float>::max() ? r : 0.0f;
+      }
+    }
+  });
+  return true;
 }
 
 StatusOr<program::Codec> payloadCodec(const uint8_t *p, size_t bytes) {

@@ -33,6 +33,25 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   }
   if (residual.size() != static_cast<size_t>(numel))
     residual.assign(numel, 0.0f);
+  // The dense codecs in one pass (encodeWithResidual). The first encode of
+  // an iteration that may be discarded writes the new residual into
+  // `previous` and swaps: `previous` then keeps the old one.
+  if (armed)
+    previous.resize(numel);
+  STRAIT_ASSIGN_OR_RETURN(bool fused, encodeWithResidual(params, data, residual.data(),
+                                                         armed ? previous.data() : residual.data(),
+                                                         numel, out, decodedOut));
+  if (fused) {
+    if (armed) {
+      std::swap(residual, previous);
+      armed = false;
+      kept = true;
+    }
+    if (decodedOut)
+      lastPayload = out;
+    lastPayloadBytes = out.size();
+    return Status::ok();
+  }
   // data + residual, in one buffer per thread shared by every stream (it
   // lives only during this call): a stream keeps its residual and, under
   // loss scaling, the previous one, not a sum of its own as well.

@@ -152,6 +152,16 @@ uint64_t topkQuantizedBytes(bool int4, uint64_t numel, uint64_t k, uint32_t bloc
 Status encode(const program::CodecParams &params, const float *data,
               int64_t numel, std::vector<uint8_t> &out);
 
+/// Error feedback's encode in one pass, where the codec allows it (fp16,
+/// bf16, int8, int4 with an even block): sum = data + residual, `out` =
+/// encode(sum), nextResidual = sum - decode(out) (0 where that is not
+/// finite), and `decoded` (when given) = decode(out); bit-identical to those
+/// steps taken apart, reading each input and writing each output once.
+/// `nextResidual` may be `residual`. False for other codecs (nothing done).
+StatusOr<bool> encodeWithResidual(const program::CodecParams &params, const float *data,
+                                  const float *residual, float *nextResidual, int64_t numel,
+                                  std::vector<uint8_t> &out, float *decoded = nullptr);
+
 /// Decodes a payload into `numel` floats at `out`; with `accumulate` the
 /// decoded values are added to `out` instead of overwriting it (elements a
 /// top-k payload does not carry stay / count as zero).
