@@ -119,6 +119,82 @@ TEST(Executor, MemoryPlanAliasesReshapeOutputs) {
   EXPECT_FLOAT_EQ((*exec)->getValue(y)->as<float>()[0], -(1 + 3 + 0.5f + 4));
 }
 
+// An all-reduce bucket's pattern (dist-bucket-all-reduces: Reshape, Concat,
+// Split, Reshape): the Concat's inputs are computed in place in its output,
+// and the Split's outputs are views of its input, so both copies vanish; the
+// results are the same. An input read after the Concat keeps bytes of its
+// own.
+TEST(Executor, MemoryPlanPutsConcatInputsAndSplitOutputsInTheBucket) {
+  ProgramBuilder b;
+  auto act = [&](const char *name, const Shape &shape) {
+    return b.addValue(name, program::DTYPE_F32, shape, program::ROLE_ACTIVATION);
+  };
+  uint32_t x1 = b.addValue("x1", program::DTYPE_F32, {6}, program::ROLE_INPUT);
+  uint32_t x2 = b.addValue("x2", program::DTYPE_F32, {1, 4}, program::ROLE_INPUT);
+  uint32_t g1 = act("g1", {6}), g2 = act("g2", {1, 4}), v2 = act("v2", {4});
+  uint32_t g3 = act("g3", {6}); // read again after the Concat: not in place
+  uint32_t bucket = act("bucket", {16});
+  uint32_t o1 = act("o1", {6}), o2 = act("o2", {4}), o3 = act("o3", {6});
+  uint32_t g4 = act("g4", {6}), m = act("m", {1, 6});
+  uint32_t m1 = act("m1", {1, 2}), m2 = act("m2", {1, 4});
+  uint32_t y1 = b.addValue("y1", program::DTYPE_F32, {6}, program::ROLE_OUTPUT);
+  uint32_t y2 = b.addValue("y2", program::DTYPE_F32, {4}, program::ROLE_OUTPUT);
+  uint32_t y3 = b.addValue("y3", program::DTYPE_F32, {6}, program::ROLE_OUTPUT);
+  uint32_t y4 = b.addValue("y4", program::DTYPE_F32, {6}, program::ROLE_OUTPUT);
+  uint32_t y5 = b.addValue("y5", program::DTYPE_F32, {1, 2}, program::ROLE_OUTPUT);
+  b.addKernel("Relu", {x1}, {g1});
+  b.addKernel("Neg", {x2}, {g2});
+  b.addKernel("Squeeze", {g2}, {v2});
+  b.addKernel("Abs", {x1}, {g3});
+  setInt(b.addKernel("Concat", {g1, v2, g3}, {bucket}), "axis", 0);
+  program::Kernel &split = b.addKernel("Split", {bucket}, {o1, o2, o3});
+  setInts(split, "split", {6, 4, 6});
+  setInt(split, "axis", 0);
+  b.addKernel("Neg", {o1}, {y1});
+  b.addKernel("Neg", {o2}, {y2});
+  b.addKernel("Neg", {o3}, {y3});
+  b.addKernel("Neg", {g3}, {y4});
+  // [1, 6] split along axis 1 (the outer dimension is 1: contiguous runs,
+  // views), and a [6] input written after the Split would not be.
+  b.addKernel("Relu", {x1}, {g4});
+  setInt(b.addKernel("Flatten", {g4}, {m}), "axis", 0);
+  program::Kernel &rows = b.addKernel("Split", {m}, {m1, m2});
+  setInts(rows, "split", {2, 4});
+  setInt(rows, "axis", 1);
+  b.addKernel("Neg", {m1}, {y5});
+  b.addRunStep();
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  auto exec = Executor::create(b.get(), reg);
+  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  const auto &p = (*exec)->getProgram();
+  auto at = [&](uint32_t v) { return p.values(v).arena_offset(); };
+  uint64_t base = at(bucket);
+  EXPECT_EQ(at(g1), base);
+  EXPECT_EQ(at(g2), base + 24);
+  EXPECT_EQ(at(v2), base + 24);
+  EXPECT_EQ(at(o1), base);
+  EXPECT_EQ(at(o2), base + 24);
+  EXPECT_EQ(at(o3), base + 40);
+  EXPECT_TRUE(at(g3) + 24 <= base || at(g3) >= base + 64) << "g3 is read after the Concat";
+  EXPECT_EQ(at(m1), at(g4));
+  EXPECT_EQ(at(m2), at(g4) + 8);
+  std::vector<float> a = {1, -2, 3, -4, 5, -6}, c = {0.5f, -1, 2, -3};
+  std::copy(a.begin(), a.end(), (*exec)->getValue(x1)->as<float>());
+  std::copy(c.begin(), c.end(), (*exec)->getValue(x2)->as<float>());
+  Status ran = (*exec)->run();
+  ASSERT_TRUE(ran.isOk()) << ran.toString();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ((*exec)->getValue(y1)->as<float>()[i], -std::max(0.0f, a[i]));
+    EXPECT_EQ((*exec)->getValue(y3)->as<float>()[i], -std::fabs(a[i]));
+    EXPECT_EQ((*exec)->getValue(y4)->as<float>()[i], -std::fabs(a[i]));
+  }
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ((*exec)->getValue(y2)->as<float>()[i], c[i]);
+  EXPECT_EQ((*exec)->getValue(y5)->as<float>()[0], -std::max(0.0f, a[0]));
+  EXPECT_EQ((*exec)->getValue(y5)->as<float>()[1], -std::max(0.0f, a[1]));
+}
+
 // Small integer constants (axes, shapes, bounds) keep a host copy that a
 // GPU kernel reads without waiting for its stream; other values do not.
 TEST(Executor, SmallIntegerConstantsKeepAHostCopy) {

@@ -1,8 +1,9 @@
 //===- MemoryPlan.cpp - Arena offsets of a device program's activations --===//
 //
-// Liveness of every value over the program's schedule, the Reshape-like
-// kernels whose result shares its input's bytes, and first-fit placement of
-// the activations in one arena (planMemory, Executor.h).
+// Liveness of every value over the program's schedule, the kernels whose
+// values share bytes (Reshape-likes, Split into and Concat of contiguous
+// runs), and first-fit placement of the activations in one arena
+// (planMemory, Executor.h).
 //
 //===----------------------------------------------------------------------===//
 #include "strait/runtime/Executor.h"
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <list>
 #include <map>
+#include <set>
 
 namespace strait {
 namespace rt {
@@ -95,28 +97,122 @@ computeLiveness(const program::Program &p) {
 
 } // namespace
 
-/// Reshape-like kernels whose output may share its input's bytes: for each
-/// such output, the value it aliases (by index into p.values). Both must be
-/// activations of the same size, written once (by one kernel, no receive,
-/// not reduced in place), so that the shared bytes never change while
-/// either is live; chains (a Reshape of a Squeeze) resolve to their root.
-std::map<int, int> reshapeAliases(const program::Program &p) {
-  std::map<uint32_t, int> index, writes;
+namespace {
+
+/// A value that shares bytes of another: `offset` bytes into `root`.
+struct Alias {
+  int root = -1;
+  uint64_t offset = 0;
+};
+
+/// The event (as computeLiveness numbers them) of every kernel, by kernel
+/// index; and per value id the events that write it and the last event that
+/// touches it.
+struct Events {
+  std::vector<int> kernel;
+  std::map<uint32_t, std::vector<int>> writes;
+  std::map<uint32_t, int> last;
+};
+
+Events scheduleEvents(const program::Program &p) {
+  Events e;
+  e.kernel.assign(p.kernels_size(), -1);
+  std::map<uint32_t, int> kernelPos;
+  for (int k = 0; k < p.kernels_size(); ++k)
+    kernelPos[p.kernels(k).id()] = k;
+  auto touch = [&](uint32_t id, int event, bool write) {
+    if (id == kAbsentValue)
+      return;
+    if (write)
+      e.writes[id].push_back(event);
+    int &last = e.last.emplace(id, event).first->second;
+    last = std::max(last, event);
+  };
+  int event = 0;
+  for (const auto &step : p.steps()) {
+    switch (step.kind_case()) {
+    case program::Step::kRun:
+      for (uint32_t kid : step.run().kernel_ids()) {
+        auto it = kernelPos.find(kid);
+        if (it == kernelPos.end())
+          continue;
+        const auto &kernel = p.kernels(it->second);
+        e.kernel[it->second] = event;
+        for (uint32_t id : kernel.inputs())
+          touch(id, event, false);
+        for (uint32_t id : kernel.outputs())
+          touch(id, event, true);
+        ++event;
+      }
+      break;
+    case program::Step::kSend:
+      touch(step.send().value_id(), event++, step.send().keep_decoded());
+      break;
+    case program::Step::kRecv:
+      touch(step.recv().value_id(), event++, true);
+      break;
+    case program::Step::kAllReduce:
+      for (uint32_t id : step.all_reduce().value_ids())
+        touch(id, event, true);
+      ++event;
+      break;
+    default:
+      break;
+    }
+  }
+  return e;
+}
+
+/// The first dimension in which `part` differs from `whole` (the axis of a
+/// Split or Concat), and whether the parts are contiguous runs of the whole's
+/// bytes: every dimension before it is 1. A part equal to the whole: axis
+/// -1, contiguous.
+bool contiguousPart(const program::Value &whole, const program::Value &part) {
+  if (whole.shape_size() != part.shape_size())
+    return false;
+  for (int d = 0; d < whole.shape_size(); ++d)
+    if (whole.shape(d) != part.shape(d)) {
+      for (int o = 0; o < d; ++o)
+        if (whole.shape(o) != 1)
+          return false;
+      return true;
+    }
+  return true;
+}
+
+} // namespace
+
+/// Kernels whose outputs may share bytes of their inputs, or inputs bytes of
+/// their output (by index into p.values): Reshape-likes (the same bytes),
+/// Split into contiguous runs (each output its run of the input), and Concat
+/// of contiguous runs (each input computed in place in its run of the
+/// output: an all-reduce bucket, dist-bucket-all-reduces). Every value is an
+/// activation of the same element type, and the shared bytes never change
+/// while a value that reads them is live:
+///  - Reshape: input and output written once (by one kernel, no receive,
+///    not reduced in place); chains resolve to their root;
+///  - Split: each output written once, the input never after the Split (a
+///    bucket is written by its Concat and reduced in place before);
+///  - Concat: each input (the root of its Reshape chain) written once by a
+///    kernel, in no other place's bytes, and neither it nor its views used
+///    after the Concat (the bucket is reduced in place after it).
+std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p) {
+  std::map<uint32_t, int> index;
   for (int v = 0; v < p.values_size(); ++v)
     index[p.values(v).id()] = v;
-  for (const auto &k : p.kernels())
-    for (uint32_t id : k.outputs())
-      ++writes[id];
-  for (const auto &step : p.steps()) {
-    if (step.has_recv())
-      writes[step.recv().value_id()] += 2;
-    if (step.has_send() && step.send().keep_decoded()) // replaced by the decoded payload
-      writes[step.send().value_id()] += 2;
-    if (step.has_all_reduce())
-      for (uint32_t id : step.all_reduce().value_ids())
-        writes[id] += 2;
-  }
-  std::map<int, int> alias;
+  Events events = scheduleEvents(p);
+  auto writes = [&](uint32_t id) {
+    auto it = events.writes.find(id);
+    return it == events.writes.end() ? size_t(0) : it->second.size();
+  };
+  auto activation = [&](int v) { return p.values(v).role() == program::ROLE_ACTIVATION; };
+  std::map<int, Alias> alias;
+  auto rootOf = [&](int v) {
+    while (alias.count(v))
+      v = alias[v].root;
+    return v;
+  };
+  // Reshape-likes first: the Concat rule follows their chains.
   for (const auto &k : p.kernels()) {
     const std::string &op = k.op();
     if (op != "Reshape" && op != "Flatten" && op != "Squeeze" && op != "Unsqueeze" &&
@@ -128,16 +224,94 @@ std::map<int, int> reshapeAliases(const program::Program &p) {
     if (in == index.end() || out == index.end() || in->second == out->second)
       continue;
     const program::Value &x = p.values(in->second), &y = p.values(out->second);
-    if (x.role() != program::ROLE_ACTIVATION || y.role() != program::ROLE_ACTIVATION ||
-        x.dtype() != y.dtype() || valueBytes(x) != valueBytes(y) ||
-        writes[x.id()] != 1 || writes[y.id()] != 1)
+    if (!activation(in->second) || !activation(out->second) || x.dtype() != y.dtype() ||
+        valueBytes(x) != valueBytes(y) || writes(x.id()) != 1 || writes(y.id()) != 1)
       continue;
-    int root = in->second;
-    while (alias.count(root))
-      root = alias[root];
-    alias[out->second] = root;
+    alias[out->second] = {rootOf(in->second), 0};
   }
-  return alias;
+  for (int k = 0; k < p.kernels_size(); ++k) {
+    const program::Kernel &kernel = p.kernels(k);
+    int at = events.kernel[k];
+    if (at < 0)
+      continue;
+    if (kernel.op() == "Split" && kernel.inputs_size() >= 1) {
+      auto in = index.find(kernel.inputs(0));
+      if (in == index.end() || !activation(in->second))
+        continue;
+      const program::Value &x = p.values(in->second);
+      const std::vector<int> &xw = events.writes[x.id()];
+      if (xw.empty() || *std::max_element(xw.begin(), xw.end()) >= at)
+        continue;
+      std::vector<int> outs;
+      uint64_t bytes = 0;
+      bool ok = true;
+      for (uint32_t id : kernel.outputs()) {
+        auto out = index.find(id);
+        ok = ok && out != index.end() && activation(out->second) && !alias.count(out->second) &&
+             out->second != in->second && writes(id) == 1 &&
+             p.values(out->second).dtype() == x.dtype() && contiguousPart(x, p.values(out->second));
+        if (!ok)
+          break;
+        outs.push_back(out->second);
+        bytes += valueBytes(p.values(out->second));
+      }
+      if (!ok || bytes != valueBytes(x))
+        continue;
+      uint64_t offset = 0;
+      for (int o : outs) {
+        alias[o] = {in->second, offset};
+        offset += valueBytes(p.values(o));
+      }
+    } else if (kernel.op() == "Concat" && kernel.outputs_size() == 1) {
+      auto out = index.find(kernel.outputs(0));
+      if (out == index.end() || !activation(out->second) || alias.count(out->second))
+        continue;
+      const program::Value &y = p.values(out->second);
+      std::vector<std::pair<int, uint64_t>> places; // input root, offset
+      std::set<int> seen;
+      uint64_t offset = 0;
+      bool ok = true;
+      for (uint32_t id : kernel.inputs()) {
+        auto in = index.find(id);
+        ok = in != index.end() && activation(in->second) &&
+             p.values(in->second).dtype() == y.dtype() && contiguousPart(y, p.values(in->second));
+        if (!ok)
+          break;
+        uint64_t bytes = valueBytes(p.values(in->second));
+        int root = rootOf(in->second);
+        // Computed by one kernel into bytes of its own (a root), of the
+        // input's size, and read by nothing after the Concat.
+        bool place = root != out->second && !seen.count(root) &&
+                     valueBytes(p.values(root)) == bytes && writes(p.values(root).id()) == 1 &&
+                     events.writes[p.values(root).id()][0] < at;
+        // The root and every value in its bytes (Reshape views, Split runs).
+        place = place && events.last[p.values(root).id()] <= at;
+        for (const auto &[v, a] : alias)
+          if (place && rootOf(v) == root)
+            place = events.last[p.values(v).id()] <= at;
+        if (place)
+          places.push_back({root, offset});
+        seen.insert(root);
+        offset += bytes;
+      }
+      if (!ok || offset != valueBytes(y))
+        continue;
+      for (const auto &[root, off] : places)
+        alias[root] = {out->second, off};
+    }
+  }
+  // Chains resolve to their root, offsets adding up.
+  std::map<int, std::pair<int, uint64_t>> resolved;
+  for (const auto &[v, a] : alias) {
+    int root = v;
+    uint64_t offset = 0;
+    while (alias.count(root)) {
+      offset += alias[root].offset;
+      root = alias[root].root;
+    }
+    resolved[v] = {root, offset};
+  }
+  return resolved;
 }
 
 StatusOr<uint64_t> planMemory(program::Program &p) {
@@ -145,13 +319,14 @@ StatusOr<uint64_t> planMemory(program::Program &p) {
   auto live = computeLiveness(p);
   // An aliased value takes its root's placement; the root is live over the
   // union of their lifetimes.
-  std::map<int, int> alias = reshapeAliases(p);
+  std::map<int, std::pair<int, uint64_t>> alias = memoryAliases(p);
   std::map<int, std::pair<int, int>> span; // by value index
   for (int v = 0; v < p.values_size(); ++v) {
     auto it = live.find(p.values(v).id());
     span[v] = it == live.end() ? std::make_pair(0, 0) : it->second;
   }
-  for (const auto &[v, root] : alias) {
+  for (const auto &[v, place] : alias) {
+    int root = place.first;
     span[root].first = std::min(span[root].first, span[v].first);
     span[root].second = std::max(span[root].second, span[v].second);
   }
@@ -191,8 +366,8 @@ StatusOr<uint64_t> planMemory(program::Program &p) {
     value->set_arena_offset(offset);
     value->set_has_arena_offset(true);
   }
-  for (const auto &[v, root] : alias) {
-    p.mutable_values(v)->set_arena_offset(p.values(root).arena_offset());
+  for (const auto &[v, place] : alias) {
+    p.mutable_values(v)->set_arena_offset(p.values(place.first).arena_offset() + place.second);
     p.mutable_values(v)->set_has_arena_offset(true);
   }
   p.mutable_memory_plan()->set_arena_bytes(arenaBytes);

@@ -255,9 +255,12 @@ Status concatKernel(KernelContext &ctx) {
   for (size_t i = 0; i < ctx.numInputs(); ++i) {
     const Tensor *t = ctx.input(i);
     int64_t row = t->shape[axis] * inner;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(y->as<char>() + (o * rowOut + pos) * es,
-                  t->as<char>() + o * row * es, row * es);
+    for (int64_t o = 0; o < outer; ++o) {
+      char *dst = y->as<char>() + (o * rowOut + pos) * es;
+      const char *src = t->as<char>() + o * row * es;
+      if (dst != src) // else computed in place (the memory plan's Concat rule)
+        std::memcpy(dst, src, row * es);
+    }
     pos += row;
   }
   return Status::ok();
@@ -296,9 +299,12 @@ Status splitKernel(KernelContext &ctx) {
     s[axis] = sizes[i];
     STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(i, s, x->dtype));
     int64_t row = sizes[i] * inner;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(y->as<char>() + o * row * es,
-                  x->as<char>() + (o * len * inner + pos) * es, row * es);
+    for (int64_t o = 0; o < outer; ++o) {
+      char *dst = y->as<char>() + o * row * es;
+      const char *src = x->as<char>() + (o * len * inner + pos) * es;
+      if (dst != src) // else a view of the input (the memory plan's Split rule)
+        std::memcpy(dst, src, row * es);
+    }
     pos += row;
   }
   return Status::ok();

@@ -206,10 +206,12 @@ Status expandKernel(CudaContext &c, KernelContext &ctx, int) {
   return Status::ok();
 }
 
-/// Copies `rows` rows of `width` bytes between pitched layouts.
+/// Copies `rows` rows of `width` bytes between pitched layouts; nothing
+/// where the bytes are already in place (the memory plan puts a Concat's
+/// inputs in its output and a Split's outputs in its input).
 Status copy2D(CudaContext &c, void *dst, size_t dpitch, const void *src, size_t spitch,
               size_t width, size_t rows) {
-  if (width == 0 || rows == 0)
+  if (width == 0 || rows == 0 || (dst == src && (rows == 1 || dpitch == spitch)))
     return Status::ok();
   return cudaStatus(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault,
                                       c.stream),
