@@ -258,6 +258,66 @@ TEST(Gradients, AccumulateGradIsTheMeanOverMicroBatches) {
   EXPECT_NE((*exec2)->runStep(0).getMessage().find("micro_batch set"), std::string::npos);
 }
 
+// The CPU backend folds a weight gradient's Gemm into its AccumulateGrad
+// (fuseGemmAccumulation): the product is accumulated in place, beta 0 on
+// the first micro-batch, alpha / M; the result equals the two kernels',
+// bit for bit here (M = 4, a power of two, one K block). A product read by
+// another kernel too is left alone.
+TEST(Gradients, GemmFoldsIntoItsAccumulateGrad) {
+  auto build = [](bool extraReader) {
+    ProgramBuilder b;
+    uint32_t a = b.addValue("a", F32, {5, 3}, program::ROLE_INPUT);
+    uint32_t w = b.addValue("w", F32, {5, 4}, program::ROLE_INPUT);
+    uint32_t g = b.addValue("g", F32, {3, 4}, program::ROLE_ACTIVATION);
+    uint32_t total = b.addValue("total", F32, {3, 4}, program::ROLE_GRADIENT);
+    uint32_t other = b.addValue("other", F32, {3, 4}, program::ROLE_OUTPUT);
+    setInt(b.addKernel("Gemm", {a, w}, {g}), "transA", 1);
+    setInt(b.addKernel("AccumulateGrad", {g}, {total}), "micro_batches", 4);
+    std::vector<uint32_t> kernels = {0, 1};
+    if (extraReader) {
+      b.addKernel("Neg", {g}, {other});
+      kernels.push_back(2);
+    }
+    for (int mb = 0; mb < 4; ++mb) {
+      b.addRunStep(kernels);
+      b.get().mutable_steps(mb)->set_micro_batch(mb);
+    }
+    return b.get();
+  };
+  BackendRegistry reg;
+  registerCpuBackend(reg);
+  std::vector<float> want(12, 0.0f), got;
+  for (bool extra : {false, true}) {
+    auto exec = Executor::create(build(extra), reg);
+    ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
+    const auto &steps = (*exec)->getProgram().steps();
+    EXPECT_EQ(steps[0].run().kernel_ids_size(), extra ? 3 : 1) << "AccumulateGrad folded";
+    Tensor tt = *(*exec)->getValueByName("total");
+    std::fill(tt.as<float>(), tt.as<float>() + 12, 100.0f); // stale
+    for (int mb = 0; mb < 4; ++mb) {
+      std::vector<float> av = pseudoRandom(15, 10 + mb), wv = pseudoRandom(20, 20 + mb);
+      std::copy(av.begin(), av.end(), (*exec)->getValue(0)->as<float>());
+      std::copy(wv.begin(), wv.end(), (*exec)->getValue(1)->as<float>());
+      ASSERT_TRUE((*exec)->runStep(mb).isOk());
+      if (!extra) // the reference: (first ? 0 : total) + (a^T w) / 4
+        for (int i = 0; i < 3; ++i)
+          for (int j = 0; j < 4; ++j) {
+            float dot = 0;
+            for (int k = 0; k < 5; ++k)
+              dot += av[k * 3 + i] * wv[k * 4 + j];
+            want[i * 4 + j] = (mb ? want[i * 4 + j] : 0.0f) + dot * 0.25f;
+          }
+    }
+    std::vector<float> result(tt.as<float>(), tt.as<float>() + 12);
+    for (int i = 0; i < 12; ++i)
+      EXPECT_NEAR(result[i], want[i], 1e-5) << i;
+    if (!extra)
+      got = result;
+    else
+      EXPECT_EQ(result, got) << "folded and unfused agree bit for bit";
+  }
+}
+
 TEST(Gradients, ClipByGlobalNormAndSgd) {
   auto r = runKernel("ClipByGlobalNorm", {Input::f({2}, {3, 0}), Input::f({1}, {4})},
                      {{F32, {}}, {F32, {2}}, {F32, {1}}},

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "strait/runtime/Codec.h"
 #include "strait/runtime/KernelArgs.h"
 #include "strait/runtime/ThreadPool.h"
 
@@ -971,4 +972,27 @@ TEST(Kernels, RMSNormalizationGradMatchesDoubleReferenceForAnyThreadCount) {
   // dScale's row blocks do not depend on the thread count: bit-equal.
   EXPECT_EQ((*one)[0], (*four)[0]);
   EXPECT_EQ((*one)[1], (*four)[1]);
+}
+
+// TopK of bf16 values (a bf16 router's logits): the values widened to f32
+// (exact), selected, and rounded back (exact: they are the input's), so the
+// result is the f32 TopK's on the widened values.
+TEST(Kernels, TopKOfBf16EqualsTopKOfItsWidenedValues) {
+  std::vector<float> x = pseudoRandom(10, 31);
+  OwnedTensor xb(program::DTYPE_BF16, {2, 5}), xf(program::DTYPE_F32, {2, 5}),
+      k(program::DTYPE_I64, {1});
+  for (int i = 0; i < 10; ++i) {
+    uint16_t bits = floatToBFloat16(x[i]);
+    xb.as<uint16_t>()[i] = bits;
+    xf.as<float>()[i] = bfloat16ToFloat(bits);
+  }
+  k.as<int64_t>()[0] = 3;
+  OwnedTensor vb(program::DTYPE_BF16, {2, 3}), ib(program::DTYPE_I64, {2, 3}),
+      vf(program::DTYPE_F32, {2, 3}), iff(program::DTYPE_I64, {2, 3});
+  runOp("TopK", {&xb.tensor, &k.tensor}, {&vb.tensor, &ib.tensor});
+  runOp("TopK", {&xf.tensor, &k.tensor}, {&vf.tensor, &iff.tensor});
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ib.as<int64_t>()[i], iff.as<int64_t>()[i]);
+    EXPECT_EQ(bfloat16ToFloat(vb.as<uint16_t>()[i]), vf.as<float>()[i]);
+  }
 }

@@ -63,6 +63,7 @@ Executor::create(program::Program program, const BackendRegistry &registry,
     return backend.takeStatus().withRank(p.rank());
   exec->comm = comm;
   exec->backend = *backend;
+  (*backend)->foldKernels(exec->program);
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->allocate(**backend), -1));
   STRAIT_RETURN_IF_ERROR(exec->annotate(exec->resolveKernels(**backend), -1));
   bool warnedDeferred = false;

@@ -339,6 +339,11 @@ StatusOr<uint64_t> planMemory(program::Program &p) {
     const auto &value = p.values(v);
     if (value.role() != program::ROLE_ACTIVATION || alias.count(v))
       continue;
+    if (!live.count(value.id())) { // no step touches it (a folded kernel's old result)
+      p.mutable_values(v)->set_arena_offset(0);
+      p.mutable_values(v)->set_has_arena_offset(true);
+      continue;
+    }
     uint64_t size = (valueBytes(value) + align - 1) / align * align;
     items.push_back({v, span[v].first, span[v].second, std::max<uint64_t>(size, align)});
   }

@@ -145,6 +145,7 @@ public:
     addGroupedMatMulKernels(table);
   }
   std::string name() const override { return "cpu"; }
+  void foldKernels(program::Program &program) const override { fuseGemmAccumulation(program); }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
     if (!kernel.domain().empty() && kernel.domain() != "ai.onnx" &&
         kernel.domain() != "strait" &&
@@ -156,12 +157,15 @@ public:
       return unimplemented("cpu backend has no kernel for op '" + kernel.op() +
                            "'");
     // Mixed precision (graph-autocast): the products and the gradient ops
-    // autodiff emits for them take bf16/f16 operands. Reshape, Transpose
+    // autodiff emits for them take bf16/f16 operands (TopK too: a bf16
+    // router's logits; its values are the input's, so widening is exact). Reshape, Transpose
     // and the other data-movement kernels copy bytes of any dtype.
-    static const std::set<std::string> widened = {
-        "MatMul",        "Gemm",           "Conv",          "ConvTranspose",
-        "ConvGradInput", "ConvGradWeight", "ReduceToShape", "ReduceSum",
-        "GroupedMatMul", "GroupedMatMulGradWeight"};
+    static const std::set<std::string> widened = {"MatMul",        "Gemm",
+                                                  "Conv",          "ConvTranspose",
+                                                  "ConvGradInput", "ConvGradWeight",
+                                                  "ReduceToShape", "ReduceSum",
+                                                  "GroupedMatMul", "GroupedMatMulGradWeight",
+                                                  "TopK"};
     if (widened.count(kernel.op()))
       return widenLowFloats(*fn, std::make_shared<const program::Kernel>(kernel));
     return *fn;

@@ -67,6 +67,14 @@ void tanhRow(const float *x, float *y, int64_t n);
 /// the Sigmoid kernel and of FusedElementwise.
 void sigmoidRow(const float *x, float *y, int64_t n);
 
+/// A weight gradient's product accumulated in place: every f32 Gemm (no C)
+/// whose one reader is an AccumulateGrad that follows it in the same run
+/// steps, with no kernel between them touching the accumulator, writes the
+/// accumulator itself (attribute accumulate_micro_batches = M: beta 0 on the
+/// first micro-batch and 1 after, alpha / M), and the AccumulateGrad goes
+/// from the steps. The number of Gemms folded.
+int fuseGemmAccumulation(program::Program &program);
+
 /// General row-major sgemm: C = alpha * op(A) * op(B) + beta * C.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, int64_t lda, const float *b,

@@ -6,8 +6,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "strait/runtime/Program.h"
 
 #include <cblas.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
 
 namespace strait {
 namespace rt {
@@ -110,7 +115,19 @@ Status gemmKernel(KernelContext &ctx) {
   STRAIT_ASSIGN_OR_RETURN(Tensor * y, ctx.requireOutput(0, outShape, program::DTYPE_F32));
   float *py = y->as<float>();
   float betaUsed = 0.0f;
-  if (c && beta != 0.0f) {
+  // A weight gradient accumulated over micro-batches in place
+  // (fuseGemmAccumulation): AccumulateGrad's total = (first ? 0 : total) +
+  // g / M, with g the product.
+  STRAIT_ASSIGN_OR_RETURN(int64_t accumulate, attrs.getInt("accumulate_micro_batches", 0));
+  if (accumulate > 0) {
+    int mb = ctx.getMicroBatch();
+    if (c || (accumulate > 1 && mb < 0) || mb >= accumulate)
+      return ctx.error("accumulate_micro_batches " + std::to_string(accumulate) +
+                       " needs no C and a step with micro_batch below it (micro_batch " +
+                       std::to_string(mb) + ")");
+    alpha /= static_cast<float>(accumulate);
+    betaUsed = mb <= 0 ? 0.0f : 1.0f;
+  } else if (c && beta != 0.0f) {
     if (c->dtype != program::DTYPE_F32)
       return ctx.unsupported("C has type " + c->typeString());
     STRAIT_ASSIGN_OR_RETURN(Shape bs, broadcastShapes(ctx, c->shape, outShape));
@@ -133,6 +150,113 @@ Status gemmKernel(KernelContext &ctx) {
 }
 
 } // namespace
+
+int fuseGemmAccumulation(program::Program &p) {
+  std::map<uint32_t, int> kernelAt; // id -> index
+  for (int k = 0; k < p.kernels_size(); ++k)
+    kernelAt[p.kernels(k).id()] = k;
+  // Readers of every value (kernel inputs and communication steps).
+  std::map<uint32_t, int> readers, kernelsTouching;
+  for (const auto &k : p.kernels()) {
+    for (uint32_t id : k.inputs())
+      if (id != kAbsentValue) {
+        ++readers[id];
+        ++kernelsTouching[id];
+      }
+    for (uint32_t id : k.outputs())
+      if (id != kAbsentValue)
+        ++kernelsTouching[id];
+  }
+  for (const auto &step : p.steps()) {
+    if (step.has_send())
+      readers[step.send().value_id()] += 2;
+    if (step.has_all_reduce())
+      for (uint32_t id : step.all_reduce().value_ids())
+        readers[id] += 2;
+  }
+  auto isF32 = [&](uint32_t id, program::ValueRole role) {
+    return id < static_cast<uint32_t>(p.values_size()) && p.values(id).id() == id &&
+           p.values(id).dtype() == program::DTYPE_F32 && p.values(id).role() == role;
+  };
+  // Candidates: AccumulateGrad A of g = Gemm(a, b), g read by A alone.
+  std::map<uint32_t, uint32_t> gemmOfAccumulate; // A id -> Gemm id
+  std::map<uint32_t, uint32_t> producer;         // value -> kernel id writing it
+  for (const auto &k : p.kernels())
+    for (uint32_t id : k.outputs())
+      producer[id] = k.id();
+  for (const auto &k : p.kernels()) {
+    if (k.op() != "AccumulateGrad" || k.inputs_size() != 1 || k.outputs_size() != 1)
+      continue;
+    uint32_t g = k.inputs(0), total = k.outputs(0);
+    auto prod = producer.find(g);
+    if (prod == producer.end() || readers[g] != 1 || !isF32(g, program::ROLE_ACTIVATION) ||
+        !isF32(total, program::ROLE_GRADIENT))
+      continue;
+    const program::Kernel &gemm = p.kernels(kernelAt[prod->second]);
+    bool noC =
+        gemm.inputs_size() == 2 || (gemm.inputs_size() == 3 && gemm.inputs(2) == kAbsentValue);
+    if (gemm.op() != "Gemm" || (!gemm.domain().empty() && gemm.domain() != "ai.onnx") || !noC ||
+        gemm.outputs_size() != 1)
+      continue;
+    gemmOfAccumulate[k.id()] = gemm.id();
+  }
+  // In every run step, the Gemm comes before its AccumulateGrad with no
+  // kernel touching the accumulator in between, and neither runs alone.
+  std::set<uint32_t> rejected;
+  for (const auto &step : p.steps()) {
+    if (!step.has_run())
+      continue;
+    std::map<uint32_t, int> pos;
+    const auto &ids = step.run().kernel_ids();
+    for (int i = 0; i < ids.size(); ++i)
+      pos[ids[i]] = i;
+    for (const auto &[acc, gemm] : gemmOfAccumulate) {
+      bool hasA = pos.count(acc), hasG = pos.count(gemm);
+      if (!hasA && !hasG)
+        continue;
+      if (hasA != hasG || pos[gemm] > pos[acc]) {
+        rejected.insert(acc);
+        continue;
+      }
+      uint32_t total = p.kernels(kernelAt[acc]).outputs(0);
+      for (int i = pos[gemm] + 1; i < pos[acc]; ++i) {
+        const program::Kernel &k = p.kernels(kernelAt[ids[i]]);
+        for (uint32_t id : k.inputs())
+          if (id == total)
+            rejected.insert(acc);
+        for (uint32_t id : k.outputs())
+          if (id == total)
+            rejected.insert(acc);
+      }
+    }
+  }
+  int folded = 0;
+  std::set<uint32_t> gone;
+  for (const auto &[acc, gemmId] : gemmOfAccumulate) {
+    if (rejected.count(acc))
+      continue;
+    const program::Kernel &a = p.kernels(kernelAt[acc]);
+    int64_t m = 1;
+    if (auto it = a.attrs().find("micro_batches"); it != a.attrs().end() && it->second.i() > 0)
+      m = it->second.i();
+    program::Kernel *gemm = p.mutable_kernels(kernelAt[gemmId]);
+    gemm->set_outputs(0, a.outputs(0));
+    (*gemm->mutable_attrs())["accumulate_micro_batches"].set_i(m);
+    gone.insert(acc);
+    ++folded;
+  }
+  if (gone.empty())
+    return 0;
+  for (auto &step : *p.mutable_steps()) {
+    if (!step.has_run())
+      continue;
+    auto *ids = step.mutable_run()->mutable_kernel_ids();
+    auto keep =
+        std::remove_if(ids->begin(), ids->end(), [&](uint32_t id) { return gone.count(id); });
+    ids->Truncate(static_cast<int>(keep - ids->begin()));
+  }
+  return folded;
+}
 
 /// Exposed for Conv: C[m,n] = A[m,k] * B[k,n] (+ C when accumulate).
 void sgemmRowMajor(int64_t m, int64_t n, int64_t k, const float *a,

@@ -111,6 +111,11 @@ public:
   /// Resolves a kernel to its function, or Unimplemented naming op and
   /// backend.
   virtual StatusOr<KernelFn> resolve(const program::Kernel &kernel) const = 0;
+  /// Folds kernels of a validated program into forms only this backend's
+  /// kernels know, before the executor plans its memory (the CPU backend:
+  /// a weight gradient's product accumulated in place,
+  /// fuseGemmAccumulation). The result computes the same values.
+  virtual void foldKernels(program::Program &program) const { (void)program; }
   /// Ops this backend implements (sorted).
   virtual std::vector<std::string> supportedOps() const = 0;
   /// Device memory; the CPU backend returns host memory.
