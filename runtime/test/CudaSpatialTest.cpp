@@ -374,9 +374,11 @@ TEST_F(CudaSpatial, TopKAndScatterElements) {
           [](program::Kernel &k) { setInt(k, "axis", 1); });
   compare("TopK", {Arr::randBf16({5, 16}, 96), Arr::i({1}, {4})},
           {Arr::out({5, 4}, program::DTYPE_BF16), Arr::out({5, 4}, program::DTYPE_I64)});
-  // TopK's gradient: dValues scattered into zeros at the indices (none), and
-  // an accumulating scatter with repeated and negative indices (add, f32).
-  std::vector<int64_t> idx = {0, 5, 2, 7, 1, 3, 6, 4, 4, 0, 2, 1};
+  // TopK's gradient: dValues scattered into zeros at the indices (none;
+  // distinct per row, as TopK's are: the writes of repeated indices are
+  // unordered on a GPU), and an accumulating scatter with repeated and
+  // negative indices (add, f32).
+  std::vector<int64_t> idx = {0, 5, 2, 7, 1, 3, 6, 4, 5, 0, 2, 1};
   compare("ScatterElements", {Arr::f({4, 8}, std::vector<float>(32, 0.0f)),
                               Arr::i({4, 3}, idx), Arr::rand({4, 3}, 97)},
           {Arr::out({4, 8})}, [](program::Kernel &k) { setInt(k, "axis", 1); });

@@ -185,6 +185,9 @@ public:
     return allReduce(t, channel, o);
   }
   Status barrier() override { return inner->barrier(); }
+  /// Interrupts the inner transport's blocked transfers (link recovery, a
+  /// peer's failure): this layer has none of its own.
+  void abort(const std::string &reason) override { inner->abort(reason); }
   /// Flat compressed: the inner exchange with this GPU's codec engine.
   /// Plain or hierarchical: the inner all-reduce on a pinned host copy.
   Status allReduce(const Tensor &t, uint32_t channel, const AllReduceOptions &options) override {
@@ -356,6 +359,7 @@ private:
   StatusOr<size_t> encodeOnDevice(const float *x, int64_t n, const program::CodecParams &codec,
                                   ErrorFeedback *feedback) {
     DeviceResidual *res = nullptr;
+    bool swapped = false;
     if (feedback && codec.error_feedback()) {
       auto &state = feedback->deviceState();
       if (!state) { // armed as the stream is: its first encode may be rolled back
@@ -387,8 +391,26 @@ private:
         res->swapBlocks();
         res->armed = false;
         res->kept = true;
+        swapped = true;
       }
     }
+    // A failure from here on leaves no half-written residual: swapped blocks
+    // go back (the stream as before this call), else it restarts from zero.
+    struct Undo {
+      DeviceResidual *res;
+      bool &swapped, done = false;
+      ~Undo() {
+        if (!res || done)
+          return;
+        if (swapped) {
+          res->swapBlocks();
+          res->armed = true;
+          res->kept = false;
+        } else {
+          res->numel = -1;
+        }
+      }
+    } undo{res, swapped};
     float *r = res ? static_cast<float *>(res->residual.p) : nullptr;
     size_t bytes = 0;
     codec::FixedLayout l;
@@ -428,6 +450,7 @@ private:
     STRAIT_RETURN_IF_ERROR(cudaStatus(
         cudaMemcpyAsync(staging.p, payload.p, bytes, cudaMemcpyDeviceToHost, stream), "payload copy"));
     STRAIT_RETURN_IF_ERROR(finish("encode"));
+    undo.done = true;
     return bytes;
   }
 

@@ -213,6 +213,8 @@ Status copy2D(CudaContext &c, void *dst, size_t dpitch, const void *src, size_t 
               size_t width, size_t rows) {
   if (width == 0 || rows == 0 || (dst == src && (rows == 1 || dpitch == spitch)))
     return Status::ok();
+  if (rows == 1 || (dpitch == width && spitch == width)) // contiguous: no pitch limit
+    return cudaStatus(cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDefault, c.stream), "copy");
   return cudaStatus(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault,
                                       c.stream),
                     "2-D copy");

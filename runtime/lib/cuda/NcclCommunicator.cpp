@@ -92,6 +92,7 @@ public:
   }
 
   Status allReduceSumGroup(const Tensor &t, const std::vector<int> &ranks, uint32_t) override {
+    STRAIT_RETURN_IF_ERROR(usable());
     STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, commOf(ranks));
     return allReduceOn(comm, t);
   }
@@ -103,14 +104,14 @@ public:
       return invalidArgument("nccl: broadcast root " + std::to_string(root) +
                              " is not in its group")
           .withRank(getRank());
-    STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, commOf(ranks));
     STRAIT_RETURN_IF_ERROR(usable());
+    STRAIT_ASSIGN_OR_RETURN(ncclComm_t comm, commOf(ranks));
     STRAIT_RETURN_IF_ERROR(
         ncclStatus(ncclBroadcast(t.data, t.data, t.byteSize(), ncclUint8,
                                  static_cast<int>(at - ranks.begin()), comm, stream),
                    "broadcast")
             .withRank(getRank()));
-    return wait("broadcast from " + std::to_string(root));
+    return wait("broadcast from " + std::to_string(root), comm);
   }
 
   Status barrier() override { return bootstrap.barrier(); }
@@ -127,11 +128,15 @@ private:
     return static_cast<int>(it - members.begin());
   }
 
+  /// Before every operation: fails fast after an earlier failure, and makes
+  /// this rank's GPU current on the calling thread (the executor's
+  /// communication thread may never have set it: a stream query on another
+  /// device's context would make one there).
   Status usable() const {
     if (!failure.empty())
       return unavailable("nccl communicator unusable after an earlier failure: " + failure)
           .withRank(getRank());
-    return Status::ok();
+    return cudaStatus(cudaSetDevice(options.device), "set device").withRank(getRank());
   }
 
   /// The NCCL communicator of a group: the world's, or the group's own
@@ -188,11 +193,12 @@ private:
         ncclStatus(ncclAllReduce(t.data, t.data, t.numel(), ncclFloat32, ncclSum, comm, stream),
                    "all-reduce")
             .withRank(getRank()));
-    return wait("all-reduce of " + t.typeString());
+    return wait("all-reduce of " + t.typeString(), comm);
   }
 
-  /// Polls the stream until done or the timeout, then aborts.
-  Status wait(const std::string &what) {
+  /// Polls the stream until done or the timeout, then aborts. A group's
+  /// operation polls its own communicator's errors too (`comm`).
+  Status wait(const std::string &what, ncclComm_t comm = nullptr) {
     auto deadline = std::chrono::steady_clock::now() + options.timeout;
     for (;;) {
       cudaError_t q = cudaStreamQuery(stream);
@@ -204,6 +210,8 @@ private:
       }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(world, &async);
+      if (async == ncclSuccess && comm && comm != world)
+        ncclCommGetAsyncError(comm, &async);
       if (async != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
         failure = what + (async != ncclSuccess ? std::string(": ") + ncclGetErrorString(async)
                                                : ": timed out");

@@ -112,8 +112,29 @@ static_assert(sizeof(AdamWBatch) < 4000, "AdamW batch exceeds the kernel paramet
 __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, AdamWBatch batch,
                             float b1, float b2, float eps, float wd, int64_t freezeAfter,
                             const float *skip, int *flag, int tag) {
-  int64_t step = step64 ? static_cast<const int64_t *>(stepPtr)[0]
-                        : static_cast<const int32_t *>(stepPtr)[0];
+  int64_t step =
+      step64 ? static_cast<const int64_t *>(stepPtr)[0] : static_cast<const int32_t *>(stepPtr)[0];
+  int i = 0;
+  while (i + 1 < batch.count && batch.chunkStart[i + 1] <= blockIdx.x)
+    ++i;
+  const AdamWTensor &t = batch.t[i];
+  int64_t begin = (blockIdx.x - batch.chunkStart[i]) * kAdamWChunk;
+  int64_t end = t.n < begin + kAdamWChunk ? t.n : begin + kAdamWChunk;
+  // Loss scaling found inf/nan (on the device: no host round trip, and a
+  // CUDA graph replays it): the update is skipped, the outputs keep the
+  // inputs (aliased by the exporter: nothing to copy). Before the step's
+  // check, as the CPU kernel (keepInputs) does.
+  if (skip && skip[0] != 0.0f) {
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+      if (t.xo != t.x)
+        t.xo[k] = t.x[k];
+      if (t.mo != t.m)
+        t.mo[k] = t.m[k];
+      if (t.vo != t.v)
+        t.vo[k] = t.v[k];
+    }
+    return;
+  }
   if (step < 1) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
       raise(flag, tag, kErrBadStep);
@@ -132,26 +153,6 @@ __global__ void adamWKernel(const float *lr, const void *stepPtr, bool step64, A
   }
   __syncthreads();
   AdamWScalars p{lr[0], corr[0], corr[1], b1, b2, eps, wd, updateV};
-  int i = 0;
-  while (i + 1 < batch.count && batch.chunkStart[i + 1] <= blockIdx.x)
-    ++i;
-  const AdamWTensor &t = batch.t[i];
-  int64_t begin = (blockIdx.x - batch.chunkStart[i]) * kAdamWChunk;
-  int64_t end = t.n < begin + kAdamWChunk ? t.n : begin + kAdamWChunk;
-  // Loss scaling found inf/nan (on the device: no host round trip, and a
-  // CUDA graph replays it): the update is skipped, the outputs keep the
-  // inputs (aliased by the exporter: nothing to copy).
-  if (skip && skip[0] != 0.0f) {
-    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
-      if (t.xo != t.x)
-        t.xo[k] = t.x[k];
-      if (t.mo != t.m)
-        t.mo[k] = t.m[k];
-      if (t.vo != t.v)
-        t.vo[k] = t.v[k];
-    }
-    return;
-  }
   switch (t.gType) {
   case ET::BF16:
     adamWRange<__nv_bfloat16>(t, begin, end, p);
