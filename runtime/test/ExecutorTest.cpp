@@ -45,6 +45,20 @@ program::ParameterShardFile shardWithW(const std::vector<float> &w) {
   return f;
 }
 
+/// An executor of `program` on the CPU backend (the registry lives as long
+/// as the test program: executors keep a pointer to their backend); null
+/// with a test failure when it does not load.
+std::unique_ptr<Executor> cpuExecutor(const program::Program &program) {
+  static BackendRegistry *reg = [] {
+    auto *r = new BackendRegistry;
+    registerCpuBackend(*r);
+    return r;
+  }();
+  auto exec = Executor::create(program, *reg);
+  EXPECT_TRUE(exec.isOk()) << exec.getStatus().toString();
+  return exec.isOk() ? exec.takeValue() : nullptr;
+}
+
 } // namespace
 
 TEST(Executor, RunsMlpAndMatchesReference) {
@@ -103,20 +117,18 @@ TEST(Executor, MemoryPlanAliasesReshapeOutputs) {
   b.addKernel("Neg", {u}, {z});
   setInt(b.addKernel("ReduceSum", {z}, {y}), "keepdims", 0);
   b.addRunStep();
-  BackendRegistry reg;
-  registerCpuBackend(reg);
-  auto exec = Executor::create(b.get(), reg);
-  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-  const auto &p = (*exec)->getProgram();
+  std::unique_ptr<Executor> exec = cpuExecutor(b.get());
+  ASSERT_TRUE(exec);
+  const auto &p = exec->getProgram();
   EXPECT_EQ(p.values(r).arena_offset(), p.values(h).arena_offset());
   EXPECT_EQ(p.values(u).arena_offset(), p.values(h).arena_offset());
   // h's bytes stay taken while u is live: z gets another slot.
   EXPECT_NE(p.values(z).arena_offset(), p.values(h).arena_offset());
   std::vector<float> xs = {1, -2, 3, 0.5f, -0.25f, 4};
-  Tensor xt = *(*exec)->getValue(x);
+  Tensor xt = *exec->getValue(x);
   std::copy(xs.begin(), xs.end(), xt.as<float>());
-  ASSERT_TRUE((*exec)->run().isOk());
-  EXPECT_FLOAT_EQ((*exec)->getValue(y)->as<float>()[0], -(1 + 3 + 0.5f + 4));
+  ASSERT_TRUE(exec->run().isOk());
+  EXPECT_FLOAT_EQ(exec->getValue(y)->as<float>()[0], -(1 + 3 + 0.5f + 4));
 }
 
 // An all-reduce bucket's pattern (dist-bucket-all-reduces: Reshape, Concat,
@@ -163,11 +175,9 @@ TEST(Executor, MemoryPlanPutsConcatInputsAndSplitOutputsInTheBucket) {
   setInt(rows, "axis", 1);
   b.addKernel("Neg", {m1}, {y5});
   b.addRunStep();
-  BackendRegistry reg;
-  registerCpuBackend(reg);
-  auto exec = Executor::create(b.get(), reg);
-  ASSERT_TRUE(exec.isOk()) << exec.getStatus().toString();
-  const auto &p = (*exec)->getProgram();
+  std::unique_ptr<Executor> exec = cpuExecutor(b.get());
+  ASSERT_TRUE(exec);
+  const auto &p = exec->getProgram();
   auto at = [&](uint32_t v) { return p.values(v).arena_offset(); };
   uint64_t base = at(bucket);
   EXPECT_EQ(at(g1), base);
@@ -180,19 +190,19 @@ TEST(Executor, MemoryPlanPutsConcatInputsAndSplitOutputsInTheBucket) {
   EXPECT_EQ(at(m1), at(g4));
   EXPECT_EQ(at(m2), at(g4) + 8);
   std::vector<float> a = {1, -2, 3, -4, 5, -6}, c = {0.5f, -1, 2, -3};
-  std::copy(a.begin(), a.end(), (*exec)->getValue(x1)->as<float>());
-  std::copy(c.begin(), c.end(), (*exec)->getValue(x2)->as<float>());
-  Status ran = (*exec)->run();
+  std::copy(a.begin(), a.end(), exec->getValue(x1)->as<float>());
+  std::copy(c.begin(), c.end(), exec->getValue(x2)->as<float>());
+  Status ran = exec->run();
   ASSERT_TRUE(ran.isOk()) << ran.toString();
   for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ((*exec)->getValue(y1)->as<float>()[i], -std::max(0.0f, a[i]));
-    EXPECT_EQ((*exec)->getValue(y3)->as<float>()[i], -std::fabs(a[i]));
-    EXPECT_EQ((*exec)->getValue(y4)->as<float>()[i], -std::fabs(a[i]));
+    EXPECT_EQ(exec->getValue(y1)->as<float>()[i], -std::max(0.0f, a[i]));
+    EXPECT_EQ(exec->getValue(y3)->as<float>()[i], -std::fabs(a[i]));
+    EXPECT_EQ(exec->getValue(y4)->as<float>()[i], -std::fabs(a[i]));
   }
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ((*exec)->getValue(y2)->as<float>()[i], c[i]);
-  EXPECT_EQ((*exec)->getValue(y5)->as<float>()[0], -std::max(0.0f, a[0]));
-  EXPECT_EQ((*exec)->getValue(y5)->as<float>()[1], -std::max(0.0f, a[1]));
+    EXPECT_EQ(exec->getValue(y2)->as<float>()[i], c[i]);
+  EXPECT_EQ(exec->getValue(y5)->as<float>()[0], -std::max(0.0f, a[0]));
+  EXPECT_EQ(exec->getValue(y5)->as<float>()[1], -std::max(0.0f, a[1]));
 }
 
 // Small integer constants (axes, shapes, bounds) keep a host copy that a
