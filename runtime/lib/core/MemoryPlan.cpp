@@ -10,6 +10,7 @@
 #include "strait/runtime/Program.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <list>
 #include <map>
 #include <set>
@@ -229,7 +230,10 @@ std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p)
       continue;
     alias[out->second] = {rootOf(in->second), 0};
   }
-  for (int k = 0; k < p.kernels_size(); ++k) {
+  // STRAIT_MEMORY_VIEWS=0: Reshape-likes only (bench/runtime/dp_step.py).
+  const char *views = std::getenv("STRAIT_MEMORY_VIEWS");
+  bool runs = !views || std::string(views) != "0";
+  for (int k = 0; runs && k < p.kernels_size(); ++k) {
     const program::Kernel &kernel = p.kernels(k);
     int at = events.kernel[k];
     if (at < 0)

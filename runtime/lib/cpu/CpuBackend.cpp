@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -145,7 +146,12 @@ public:
     addGroupedMatMulKernels(table);
   }
   std::string name() const override { return "cpu"; }
-  void foldKernels(program::Program &program) const override { fuseGemmAccumulation(program); }
+  /// STRAIT_CPU_FOLD_GEMM=0 turns the fold off (bench/runtime/dp_step.py).
+  void foldKernels(program::Program &program) const override {
+    const char *off = std::getenv("STRAIT_CPU_FOLD_GEMM");
+    if (!off || std::string(off) != "0")
+      fuseGemmAccumulation(program);
+  }
   StatusOr<KernelFn> resolve(const program::Kernel &kernel) const override {
     if (!kernel.domain().empty() && kernel.domain() != "ai.onnx" &&
         kernel.domain() != "strait" &&
