@@ -156,17 +156,11 @@ int fuseGemmAccumulation(program::Program &p) {
   for (int k = 0; k < p.kernels_size(); ++k)
     kernelAt[p.kernels(k).id()] = k;
   // Readers of every value (kernel inputs and communication steps).
-  std::map<uint32_t, int> readers, kernelsTouching;
-  for (const auto &k : p.kernels()) {
+  std::map<uint32_t, int> readers;
+  for (const auto &k : p.kernels())
     for (uint32_t id : k.inputs())
-      if (id != kAbsentValue) {
-        ++readers[id];
-        ++kernelsTouching[id];
-      }
-    for (uint32_t id : k.outputs())
       if (id != kAbsentValue)
-        ++kernelsTouching[id];
-  }
+        ++readers[id];
   for (const auto &step : p.steps()) {
     if (step.has_send())
       readers[step.send().value_id()] += 2;

@@ -631,10 +631,10 @@ Status runRank(const RunOptions &o) {
   std::unique_ptr<LinkRecovery> recovery;
   StateSnapshots snapshots;
   if (counter && o.linkRetries > 0) {
+    std::optional<JobRecord::Rank> record = recordedRank(o);
     std::string off = device.kind != "cpu" ? "with a " + device.str() + " rank"
-                      : aqsgd
-                          ? "with AQ-SGD activation state"
-                          : snapshotsDoNotFit(recordedRank(o), *exec, hostState(), executorBytes);
+                      : aqsgd              ? "with AQ-SGD activation state"
+                              : snapshotsDoNotFit(record, *exec, hostState(), executorBytes);
     if (!off.empty()) {
       std::cerr << "rank " << o.rank << ": no in-process recovery from link failures " << off
                 << " (--max-restarts restarts the job instead)\n";
@@ -652,8 +652,7 @@ Status runRank(const RunOptions &o) {
         return made.takeStatus().withRank(o.rank);
       recovery = made.takeValue();
       recovery->watch(counter);
-      std::optional<JobRecord::Rank> r = recordedRank(o);
-      uint64_t residuals = r ? static_cast<uint64_t>(r->feedbackBytes) : 0;
+      uint64_t residuals = record ? static_cast<uint64_t>(record->feedbackBytes) : 0;
       std::cerr << "rank " << o.rank << ": in-process recovery from link failures (--link-retries "
                 << o.linkRetries << "): two state snapshots of "
                 << StateSnapshots::stateBytes(*exec, hostState()) + residuals << " bytes each"
