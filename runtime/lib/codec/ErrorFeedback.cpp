@@ -33,62 +33,50 @@ Status ErrorFeedback::encode(const program::CodecParams &params,
   }
   if (residual.size() != static_cast<size_t>(numel))
     residual.assign(numel, 0.0f);
-  // The dense codecs in one pass (encodeWithResidual). The first encode of
-  // an iteration that may be discarded writes the new residual into
-  // `previous` and swaps: `previous` then keeps the old one.
+  // The first encode of an iteration that may be discarded writes the new
+  // residual into `previous` and swaps: `previous` then keeps the old one.
   if (armed)
     previous.resize(numel);
-  STRAIT_ASSIGN_OR_RETURN(bool fused, encodeWithResidual(params, data, residual.data(),
-                                                         armed ? previous.data() : residual.data(),
-                                                         numel, out, decodedOut));
-  if (fused) {
-    if (armed) {
-      std::swap(residual, previous);
-      armed = false;
-      kept = true;
-    }
-    if (decodedOut)
-      lastPayload = out;
-    lastPayloadBytes = out.size();
-    return Status::ok();
+  float *next = armed ? previous.data() : residual.data();
+  // The dense codecs in one pass (encodeWithResidual); the others in steps.
+  STRAIT_ASSIGN_OR_RETURN(
+      bool fused, encodeWithResidual(params, data, residual.data(), next, numel, out, decodedOut));
+  if (!fused) {
+    // data + residual, in one buffer per thread shared by every stream (it
+    // lives only during this call): a stream keeps its residual and, under
+    // loss scaling, the previous one, not a sum of its own as well.
+    static thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(numel))
+      scratch.resize(numel);
+    float *sum = scratch.data();
+    const float *old = residual.data();
+    parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        sum[i] = data[i] + old[i];
+    });
+    STRAIT_RETURN_IF_ERROR(rt::encode(params, sum, numel, out));
+    // next = sum - decode(out): decode into it, then subtract.
+    STRAIT_RETURN_IF_ERROR(decode(out.data(), out.size(), next, numel));
+    if (decodedOut) // the decoded bits themselves, not sum - residual
+      std::copy(next, next + numel, decodedOut);
+    // A non-finite entry (an overflowed f16 gradient under loss scaling,
+    // whose step every rank then skips) leaves the residual as 0, not inf or
+    // nan: kept, it would poison every later step's sum and no step would
+    // be taken again.
+    parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float r = sum[i] - next[i];
+        next[i] = std::isfinite(r) ? r : 0.0f;
+      }
+    });
   }
-  // data + residual, in one buffer per thread shared by every stream (it
-  // lives only during this call): a stream keeps its residual and, under
-  // loss scaling, the previous one, not a sum of its own as well.
-  static thread_local std::vector<float> scratch;
-  if (scratch.size() < static_cast<size_t>(numel))
-    scratch.resize(numel);
-  float *sum = scratch.data();
-  const float *old = residual.data();
-  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      sum[i] = data[i] + old[i];
-  });
-  STRAIT_RETURN_IF_ERROR(rt::encode(params, sum, numel, out));
-  // The first encode of an iteration that may be discarded builds the new
-  // residual in `previous` and swaps: `previous` then keeps the old one.
   if (armed) {
-    previous.resize(numel);
     std::swap(residual, previous);
     armed = false;
     kept = true;
   }
-  float *res = residual.data();
-  // residual = sum - decode(out): decode into the residual, then subtract.
-  STRAIT_RETURN_IF_ERROR(decode(out.data(), out.size(), res, numel));
-  if (decodedOut) { // the decoded bits themselves, not sum - residual
-    std::copy(res, res + numel, decodedOut);
+  if (decodedOut)
     lastPayload = out;
-  }
-  // A non-finite entry (an overflowed f16 gradient under loss scaling, whose
-  // step every rank then skips) leaves the residual as 0, not inf or nan: kept,
-  // it would poison every later step's sum and no step would be taken again.
-  parallelFor(numel, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      float r = sum[i] - res[i];
-      res[i] = std::isfinite(r) ? r : 0.0f;
-    }
-  });
   lastPayloadBytes = out.size();
   return Status::ok();
 }
