@@ -9,7 +9,9 @@ by 1 Gbit/s; loopback Gloo in fact), compiled uncompressed and with `--compress 
 `--steps` steps with the memory plan's Split/Concat views and the CPU backend's Gemm-into-
 AccumulateGrad fold on (the default) and off (`STRAIT_MEMORY_VIEWS=0 STRAIT_CPU_FOLD_GEMM=0`),
 alternating, `--rounds` times each; a run's figure is the median of rank 0's iteration times without
-the first, each side keeps its best run. Prints both, their ratio, the executor's arena and whether
+the first, each side keeps its best run. Prints both, their ratio, the executor's arena and
+persistent buffers (parameters, optimizer state, inputs, outputs; gradient accumulators are in the
+arena) and whether
 the losses agree (they are bit-identical: M = 4 is a power of two). Error feedback's one-pass encode
 has no switch: strait-codec-bench times it against its steps taken apart.
 """
@@ -44,8 +46,8 @@ def run(strait_run, job, steps, env):
     log = open(os.path.join(job, "logs", "rank0.log")).read()
     times = [float(t) for t in re.findall(r"iteration \d+/\d+ time ([0-9.]+) ms", log)]
     losses = re.findall(r"iteration \d+/\d+ time [0-9.]+ ms loss (\S+)", log)
-    arena = int(re.search(r"memory arena (\d+) bytes", log).group(1))
-    return statistics.median(times[1:]) / 1e3, losses, arena
+    m = re.search(r"memory arena (\d+) bytes, persistent (\d+) bytes", log)
+    return statistics.median(times[1:]) / 1e3, losses, (int(m.group(1)), int(m.group(2)))
 
 
 def main():
@@ -61,7 +63,8 @@ def main():
         atexit.register(shutil.rmtree, work, ignore_errors=True)
     cluster = os.path.join(work, "two-site-cpus.yaml")
     open(cluster, "w").write(CLUSTER)
-    print("| job | views + fold off: step (s), arena (MB) | on (default) | speed-up | losses equal |")
+    print("| job | views + fold off: step (s), arena + persistent (MB) | on (default) | speed-up "
+          "| losses equal |")
     print("|---|---|---|---|---|")
     for codec in ["none", "int8"]:
         job = os.path.join(work, codec)
@@ -76,8 +79,9 @@ def main():
                 if side not in best or t < best[side][0]:
                     best[side] = (t, losses, arena)
         (t0, l0, m0), (t1, l1, m1) = best["off"], best["on"]
-        print(f"| GPT-2 small, 2 ranks, {codec} | {t0:.2f}, {m0 / 1e6:.0f} | {t1:.2f}, "
-              f"{m1 / 1e6:.0f} | {t0 / t1:.2f}x | {l0 == l1} |", flush=True)
+        mb = lambda m: f"{m[0] / 1e6:.0f} + {m[1] / 1e6:.0f}"
+        print(f"| GPT-2 small, 2 ranks, {codec} | {t0:.2f}, {mb(m0)} | {t1:.2f}, {mb(m1)} "
+              f"| {t0 / t1:.2f}x | {l0 == l1} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -512,8 +512,8 @@ TEST(CommCodec, ExecutorFusesTheValuesOfAnAllReduceStep) {
       ProgramBuilder b(rank, 4);
       auto *ar = b.get().add_steps()->mutable_all_reduce();
       for (size_t v = 0; v < sizes.size(); ++v)
-        ar->add_value_ids(b.addValue("g" + std::to_string(v), program::DTYPE_F32,
-                                     {sizes[v]}, program::ROLE_GRADIENT));
+        ar->add_value_ids(b.addValue("g" + std::to_string(v), program::DTYPE_F32, {sizes[v]},
+                                     program::ROLE_INPUT)); // filled here
       ar->set_reduce(program::REDUCE_MEAN);
       ar->set_channel(3);
       *ar->mutable_codec() = codecOf(c);

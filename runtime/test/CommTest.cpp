@@ -205,14 +205,15 @@ TEST(GlooComm, MissingStoreFolderIsAClearError) {
 }
 
 /// Two-rank program: rank 0 runs Relu and sends it; rank 1 receives and
-/// negates; both all-reduce (mean) a gradient buffer.
+/// negates; both all-reduce (mean) a buffer the test fills (an input: a
+/// gradient accumulator would have to be written by a kernel of the step).
 TEST(GlooComm, ExecutorRunsSendRecvAndAllReduceSteps) {
   std::string dir = makeStoreDir();
   runRanks(2, [&](int r) { return fileOptions(dir, r, 2); },
            [](int rank, Communicator &comm) {
              ProgramBuilder b(rank, 2);
              uint32_t act = b.addValue("act", program::DTYPE_F32, {4}, program::ROLE_ACTIVATION);
-             uint32_t grad = b.addValue("grad", program::DTYPE_F32, {3}, program::ROLE_GRADIENT);
+             uint32_t grad = b.addValue("grad", program::DTYPE_F32, {3}, program::ROLE_INPUT);
              uint32_t x = 0, out = 0;
              if (rank == 0) {
                x = b.addValue("x", program::DTYPE_F32, {4}, program::ROLE_INPUT);
@@ -321,7 +322,7 @@ TEST(GlooComm, ExecutorGroupAllReduceMean) {
   runRanks(4, [&](int r) { return fileOptions(dir, r, 4); },
            [](int rank, Communicator &comm) {
              ProgramBuilder b(rank, 4);
-             uint32_t grad = b.addValue("grad", program::DTYPE_F32, {5}, program::ROLE_GRADIENT);
+             uint32_t grad = b.addValue("grad", program::DTYPE_F32, {5}, program::ROLE_INPUT);
              auto *ar = b.get().add_steps()->mutable_all_reduce();
              ar->add_value_ids(grad);
              ar->add_ranks(rank % 2);

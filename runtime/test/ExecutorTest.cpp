@@ -205,6 +205,102 @@ TEST(Executor, MemoryPlanPutsConcatInputsAndSplitOutputsInTheBucket) {
   EXPECT_EQ(exec->getValue(y5)->as<float>()[1], -std::max(0.0f, a[1]));
 }
 
+// Gradient accumulators live in the arena (the first micro-batch overwrites
+// them): accumulated over two micro-batches and bucketed (Flatten, Concat),
+// each is accumulated in place in its run of the bucket and the Flatten of
+// one is a view of it, so neither copy is made; one read again after the
+// Concat keeps bytes of its own. The bucket holds the micro-batches' mean.
+TEST(Executor, AccumulatorsAreAccumulatedInTheirBucket) {
+  ProgramBuilder b;
+  auto f32 = [&](const char *name, const Shape &shape, program::ValueRole role) {
+    return b.addValue(name, program::DTYPE_F32, shape, role);
+  };
+  uint32_t x = f32("x", {1, 6}, program::ROLE_INPUT), z = f32("z", {2, 2}, program::ROLE_INPUT);
+  uint32_t w = f32("w", {1, 2}, program::ROLE_INPUT);
+  uint32_t g1 = f32("g1", {1, 6}, program::ROLE_ACTIVATION);
+  uint32_t g2 = f32("g2", {2, 2}, program::ROLE_ACTIVATION);
+  uint32_t g3 = f32("g3", {1, 2}, program::ROLE_ACTIVATION);
+  uint32_t acc1 = f32("acc1", {1, 6}, program::ROLE_GRADIENT);
+  uint32_t acc2 = f32("acc2", {2, 2}, program::ROLE_GRADIENT);
+  uint32_t acc3 = f32("acc3", {1, 2}, program::ROLE_GRADIENT); // read after the Concat
+  uint32_t flat = f32("flat", {1, 4}, program::ROLE_ACTIVATION);
+  uint32_t bucket = f32("bucket", {1, 12}, program::ROLE_ACTIVATION);
+  uint32_t y = f32("y", {1, 12}, program::ROLE_OUTPUT),
+           y3 = f32("y3", {1, 2}, program::ROLE_OUTPUT);
+  b.addKernel("Relu", {x}, {g1});
+  b.addKernel("Neg", {z}, {g2});
+  b.addKernel("Neg", {w}, {g3});
+  for (auto [g, acc] : {std::pair{g1, acc1}, {g2, acc2}, {g3, acc3}})
+    setInt(b.addKernel("AccumulateGrad", {g}, {acc}), "micro_batches", 2);
+  setInt(b.addKernel("Flatten", {acc2}, {flat}), "axis", 0);
+  setInt(b.addKernel("Concat", {acc1, flat, acc3}, {bucket}), "axis", 1);
+  b.addKernel("Neg", {bucket}, {y});
+  b.addKernel("Neg", {acc3}, {y3});
+  for (int mb = 0; mb < 2; ++mb) {
+    b.addRunStep({0, 1, 2, 3, 4, 5});
+    b.get().mutable_steps(mb)->set_micro_batch(mb);
+  }
+  b.addRunStep({6, 7, 8, 9});
+  std::unique_ptr<Executor> exec = cpuExecutor(b.get());
+  ASSERT_TRUE(exec);
+  const auto &p = exec->getProgram();
+  auto at = [&](uint32_t v) { return p.values(v).arena_offset(); };
+  uint64_t base = at(bucket);
+  EXPECT_EQ(at(acc1), base);
+  EXPECT_EQ(at(acc2), base + 24);
+  EXPECT_EQ(at(flat), base + 24);
+  EXPECT_TRUE(at(acc3) + 8 <= base || at(acc3) >= base + 48) << "acc3 is read after the Concat";
+  std::vector<float> xs[2] = {{1, -2, 3, -4, 5, -6}, {-1, 4, 2, 8, -3, 1}};
+  std::vector<float> zs[2] = {{0.5f, -1, 2, -3}, {1.5f, 1, -2, 0}};
+  std::vector<float> ws[2] = {{3, -0.5f}, {-1, 2.5f}};
+  for (int mb = 0; mb < 2; ++mb) {
+    std::copy(xs[mb].begin(), xs[mb].end(), exec->getValue(x)->as<float>());
+    std::copy(zs[mb].begin(), zs[mb].end(), exec->getValue(z)->as<float>());
+    std::copy(ws[mb].begin(), ws[mb].end(), exec->getValue(w)->as<float>());
+    Status ran = exec->runStep(mb);
+    ASSERT_TRUE(ran.isOk()) << ran.toString();
+  }
+  Status ran = exec->runStep(2);
+  ASSERT_TRUE(ran.isOk()) << ran.toString();
+  std::vector<float> want;
+  for (int i = 0; i < 6; ++i)
+    want.push_back(-(std::max(0.0f, xs[0][i]) + std::max(0.0f, xs[1][i])) * 0.5f);
+  for (int i = 0; i < 4; ++i)
+    want.push_back((zs[0][i] + zs[1][i]) * 0.5f);
+  for (int i = 0; i < 2; ++i)
+    want.push_back((ws[0][i] + ws[1][i]) * 0.5f);
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(exec->getValue(y)->as<float>()[i], want[i]) << i;
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(exec->getValue(y3)->as<float>()[i], want[10 + i]) << i;
+}
+
+// An accumulator keeps nothing from the previous step, so a program that
+// reads one before a kernel of the step writes it (here a kernel, then an
+// all-reduce) is refused at load, naming the value.
+TEST(Executor, AccumulatorReadBeforeItsWriteIsRefused) {
+  for (bool byAllReduce : {false, true}) {
+    ProgramBuilder b;
+    uint32_t g = b.addValue("dW", program::DTYPE_F32, {4}, program::ROLE_GRADIENT);
+    uint32_t y = b.addValue("y", program::DTYPE_F32, {4}, program::ROLE_OUTPUT);
+    if (byAllReduce) {
+      auto *ar = b.get().add_steps()->mutable_all_reduce();
+      ar->add_value_ids(g);
+      ar->set_reduce(program::REDUCE_SUM);
+    }
+    b.addKernel("Neg", {g}, {y});
+    b.addRunStep();
+    BackendRegistry reg;
+    registerCpuBackend(reg);
+    auto exec = Executor::create(b.get(), reg);
+    ASSERT_FALSE(exec.isOk());
+    EXPECT_NE(exec.getStatus().toString().find(
+                  "values[0] 'dW': a gradient accumulator (ROLE_GRADIENT) is read before"),
+              std::string::npos)
+        << exec.getStatus().toString();
+  }
+}
+
 // Small integer constants (axes, shapes, bounds) keep a host copy that a
 // GPU kernel reads without waiting for its stream; other values do not.
 TEST(Executor, SmallIntegerConstantsKeepAHostCopy) {

@@ -294,7 +294,7 @@ Status Executor::annotate(Status status, int step) const {
 Status Executor::allocate(const Backend &backend) {
   bool needsPlan = false;
   for (const auto &v : program.values())
-    if (v.role() == program::ROLE_ACTIVATION && !v.has_arena_offset())
+    if (inArena(v.role()) && !v.has_arena_offset())
       needsPlan = true;
   if (needsPlan)
     STRAIT_RETURN_IF_ERROR(planMemory(program).getStatus());
@@ -305,7 +305,7 @@ Status Executor::allocate(const Backend &backend) {
     Tensor t;
     t.dtype = v.dtype();
     t.shape.assign(v.shape().begin(), v.shape().end());
-    if (v.role() == program::ROLE_ACTIVATION) {
+    if (inArena(v.role())) {
       t.data = base + v.arena_offset();
     } else {
       STRAIT_ASSIGN_OR_RETURN(Buffer buffer, backend.allocate(t.byteSize()));

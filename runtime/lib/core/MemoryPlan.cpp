@@ -107,23 +107,27 @@ struct Alias {
 };
 
 /// The event (as computeLiveness numbers them) of every kernel, by kernel
-/// index; and per value id the events that write it and the last event that
-/// touches it.
+/// index (its last, where a kernel runs in several steps), and how many times
+/// it runs; and per value id the events that write it, the last event that
+/// touches it, and whether the first to touch it is a kernel writing it.
 struct Events {
-  std::vector<int> kernel;
+  std::vector<int> kernel, runs;
   std::map<uint32_t, std::vector<int>> writes;
   std::map<uint32_t, int> last;
+  std::map<uint32_t, bool> kernelWritesFirst;
 };
 
 Events scheduleEvents(const program::Program &p) {
   Events e;
   e.kernel.assign(p.kernels_size(), -1);
+  e.runs.assign(p.kernels_size(), 0);
   std::map<uint32_t, int> kernelPos;
   for (int k = 0; k < p.kernels_size(); ++k)
     kernelPos[p.kernels(k).id()] = k;
-  auto touch = [&](uint32_t id, int event, bool write) {
+  auto touch = [&](uint32_t id, int event, bool write, bool kernel) {
     if (id == kAbsentValue)
       return;
+    e.kernelWritesFirst.emplace(id, write && kernel);
     if (write)
       e.writes[id].push_back(event);
     int &last = e.last.emplace(id, event).first->second;
@@ -139,22 +143,23 @@ Events scheduleEvents(const program::Program &p) {
           continue;
         const auto &kernel = p.kernels(it->second);
         e.kernel[it->second] = event;
+        ++e.runs[it->second];
         for (uint32_t id : kernel.inputs())
-          touch(id, event, false);
+          touch(id, event, false, true);
         for (uint32_t id : kernel.outputs())
-          touch(id, event, true);
+          touch(id, event, true, true);
         ++event;
       }
       break;
     case program::Step::kSend:
-      touch(step.send().value_id(), event++, step.send().keep_decoded());
+      touch(step.send().value_id(), event++, step.send().keep_decoded(), false);
       break;
     case program::Step::kRecv:
-      touch(step.recv().value_id(), event++, true);
+      touch(step.recv().value_id(), event++, true, false);
       break;
     case program::Step::kAllReduce:
       for (uint32_t id : step.all_reduce().value_ids())
-        touch(id, event, true);
+        touch(id, event, true, false);
       ++event;
       break;
     default:
@@ -187,26 +192,39 @@ bool contiguousPart(const program::Value &whole, const program::Value &part) {
 /// their output (by index into p.values): Reshape-likes (the same bytes),
 /// Split into contiguous runs (each output its run of the input), and Concat
 /// of contiguous runs (each input computed in place in its run of the
-/// output: an all-reduce bucket, dist-bucket-all-reduces). Every value is an
-/// activation of the same element type, and the shared bytes never change
-/// while a value that reads them is live:
-///  - Reshape: input and output written once (by one kernel, no receive,
-///    not reduced in place); chains resolve to their root;
+/// output: an all-reduce bucket, dist-bucket-all-reduces). Every value lives
+/// in the arena (an activation or a gradient accumulator) with the same
+/// element type, each kernel runs once in the step list, and the shared
+/// bytes never change while a value that reads them is live:
+///  - Reshape: the output written once (by the Reshape), the input only
+///    before it (an accumulator: once per micro-batch); chains resolve to
+///    their root;
 ///  - Split: each output written once, the input never after the Split (a
 ///    bucket is written by its Concat and reduced in place before);
-///  - Concat: each input (the root of its Reshape chain) written once by a
-///    kernel, in no other place's bytes, and neither it nor its views used
-///    after the Concat (the bucket is reduced in place after it).
-std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p) {
+///  - Concat: each input (the root of its Reshape chain) written only before
+///    the Concat (an accumulator: once per micro-batch), in no other place's
+///    bytes, and neither it nor its views used after the Concat (the bucket
+///    is reduced in place after it).
+static std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p,
+                                                             const Events &events) {
   std::map<uint32_t, int> index;
   for (int v = 0; v < p.values_size(); ++v)
     index[p.values(v).id()] = v;
-  Events events = scheduleEvents(p);
   auto writes = [&](uint32_t id) {
     auto it = events.writes.find(id);
     return it == events.writes.end() ? size_t(0) : it->second.size();
   };
-  auto activation = [&](int v) { return p.values(v).role() == program::ROLE_ACTIVATION; };
+  auto activation = [&](int v) { return inArena(p.values(v).role()); };
+  auto lastUse = [&](uint32_t id) {
+    auto it = events.last.find(id);
+    return it == events.last.end() ? -1 : it->second;
+  };
+  // Every write of `id` comes before event `at` (and there is one).
+  auto writtenBefore = [&](uint32_t id, int at) {
+    auto it = events.writes.find(id);
+    return it != events.writes.end() && !it->second.empty() &&
+           *std::max_element(it->second.begin(), it->second.end()) < at;
+  };
   std::map<int, Alias> alias;
   auto rootOf = [&](int v) {
     while (alias.count(v))
@@ -214,7 +232,8 @@ std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p)
     return v;
   };
   // Reshape-likes first: the Concat rule follows their chains.
-  for (const auto &k : p.kernels()) {
+  for (int kernel = 0; kernel < p.kernels_size(); ++kernel) {
+    const program::Kernel &k = p.kernels(kernel);
     const std::string &op = k.op();
     if (op != "Reshape" && op != "Flatten" && op != "Squeeze" && op != "Unsqueeze" &&
         op != "Identity")
@@ -226,7 +245,8 @@ std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p)
       continue;
     const program::Value &x = p.values(in->second), &y = p.values(out->second);
     if (!activation(in->second) || !activation(out->second) || x.dtype() != y.dtype() ||
-        valueBytes(x) != valueBytes(y) || writes(x.id()) != 1 || writes(y.id()) != 1)
+        valueBytes(x) != valueBytes(y) || events.runs[kernel] != 1 || writes(y.id()) != 1 ||
+        !writtenBefore(x.id(), events.kernel[kernel]))
       continue;
     alias[out->second] = {rootOf(in->second), 0};
   }
@@ -236,15 +256,14 @@ std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p)
   for (int k = 0; runs && k < p.kernels_size(); ++k) {
     const program::Kernel &kernel = p.kernels(k);
     int at = events.kernel[k];
-    if (at < 0)
+    if (at < 0 || events.runs[k] != 1)
       continue;
     if (kernel.op() == "Split" && kernel.inputs_size() >= 1) {
       auto in = index.find(kernel.inputs(0));
       if (in == index.end() || !activation(in->second))
         continue;
       const program::Value &x = p.values(in->second);
-      const std::vector<int> &xw = events.writes[x.id()];
-      if (xw.empty() || *std::max_element(xw.begin(), xw.end()) >= at)
+      if (!writtenBefore(x.id(), at))
         continue;
       std::vector<int> outs;
       uint64_t bytes = 0;
@@ -283,16 +302,15 @@ std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p)
           break;
         uint64_t bytes = valueBytes(p.values(in->second));
         int root = rootOf(in->second);
-        // Computed by one kernel into bytes of its own (a root), of the
-        // input's size, and read by nothing after the Concat.
+        // Computed before the Concat into bytes of its own (a root), of
+        // the input's size, and read by nothing after the Concat.
         bool place = root != out->second && !seen.count(root) &&
-                     valueBytes(p.values(root)) == bytes && writes(p.values(root).id()) == 1 &&
-                     events.writes[p.values(root).id()][0] < at;
+                     valueBytes(p.values(root)) == bytes && writtenBefore(p.values(root).id(), at);
         // The root and every value in its bytes (Reshape views, Split runs).
-        place = place && events.last[p.values(root).id()] <= at;
+        place = place && lastUse(p.values(root).id()) <= at;
         for (const auto &[v, a] : alias)
           if (place && rootOf(v) == root)
-            place = events.last[p.values(v).id()] <= at;
+            place = lastUse(p.values(v).id()) <= at;
         if (place)
           places.push_back({root, offset});
         seen.insert(root);
@@ -321,9 +339,22 @@ std::map<int, std::pair<int, uint64_t>> memoryAliases(const program::Program &p)
 StatusOr<uint64_t> planMemory(program::Program &p) {
   uint64_t align = p.memory_plan().alignment() ? p.memory_plan().alignment() : 64;
   auto live = computeLiveness(p);
+  Events events = scheduleEvents(p);
+  // An accumulator holds nothing from the previous step: the first to touch
+  // it in the step list must be a kernel writing it.
+  for (int v = 0; v < p.values_size(); ++v) {
+    const program::Value &value = p.values(v);
+    auto first = events.kernelWritesFirst.find(value.id());
+    if (value.role() == program::ROLE_GRADIENT && first != events.kernelWritesFirst.end() &&
+        !first->second)
+      return invalidArgument("values[" + std::to_string(v) + "] '" + value.name() +
+                             "': a gradient accumulator (ROLE_GRADIENT) is read before a "
+                             "kernel of the step writes it; accumulators live in the arena "
+                             "within one step (a value kept across steps needs another role)");
+  }
   // An aliased value takes its root's placement; the root is live over the
   // union of their lifetimes.
-  std::map<int, std::pair<int, uint64_t>> alias = memoryAliases(p);
+  std::map<int, std::pair<int, uint64_t>> alias = memoryAliases(p, events);
   std::map<int, std::pair<int, int>> span; // by value index
   for (int v = 0; v < p.values_size(); ++v) {
     auto it = live.find(p.values(v).id());
@@ -341,7 +372,7 @@ StatusOr<uint64_t> planMemory(program::Program &p) {
   std::vector<Item> items;
   for (int v = 0; v < p.values_size(); ++v) {
     const auto &value = p.values(v);
-    if (value.role() != program::ROLE_ACTIVATION || alias.count(v))
+    if (!inArena(value.role()) || alias.count(v))
       continue;
     if (!live.count(value.id())) { // no step touches it (a folded kernel's old result)
       p.mutable_values(v)->set_arena_offset(0);

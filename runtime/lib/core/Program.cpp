@@ -216,7 +216,7 @@ Status checkArena(const program::Program &p) {
   uint32_t align = p.memory_plan().alignment() ? p.memory_plan().alignment() : 64;
   for (int v = 0; v < p.values_size(); ++v) {
     const program::Value &value = p.values(v);
-    if (!value.has_arena_offset() || value.role() != program::ROLE_ACTIVATION)
+    if (!value.has_arena_offset() || !inArena(value.role()))
       continue;
     uint64_t size = numElements(Shape(value.shape().begin(), value.shape().end())) *
                     dtypeSize(value.dtype());

@@ -468,15 +468,19 @@ Status runRank(const RunOptions &o) {
   }
   uint64_t executorBytes = exec->getArenaBytes();
   { // Memory, for bench/runtime/memory_vs_plan.py: arena + persistent buffers.
-    uint64_t persistent = 0;
-    for (const auto &v : p.values())
-      if (v.role() != program::ROLE_ACTIVATION && v.role() != program::ROLE_CONSTANT) {
-        StatusOr<Tensor> t = exec->getValue(v.id());
-        persistent += t.isOk() ? t->byteSize() : 0;
-      }
+    uint64_t persistent = 0, accumulators = 0;
+    for (const auto &v : p.values()) {
+      StatusOr<Tensor> t = exec->getValue(v.id());
+      uint64_t bytes = t.isOk() ? t->byteSize() : 0;
+      if (v.role() == program::ROLE_GRADIENT)
+        accumulators += bytes;
+      else if (!inArena(v.role()) && v.role() != program::ROLE_CONSTANT)
+        persistent += bytes;
+    }
     executorBytes += persistent;
     std::cerr << "rank " << o.rank << ": memory arena " << exec->getArenaBytes()
-              << " bytes, persistent " << persistent << " bytes\n";
+              << " bytes, persistent " << persistent << " bytes, gradient accumulators "
+              << accumulators << " bytes (in the arena)\n";
   }
   if (!entry->parameter_file().empty()) {
     STRAIT_ASSIGN_OR_RETURN(program::ParameterShardFile shards,

@@ -20,6 +20,15 @@ namespace rt {
 /// Value id that marks an omitted optional kernel operand.
 constexpr uint32_t kAbsentValue = 0xFFFFFFFFu;
 
+/// Whether values of this role live in the step's activation arena (at
+/// Value.arena_offset, placed by the memory plan): activations, and gradient
+/// accumulators, which the first micro-batch of every step overwrites (so
+/// nothing of them outlives the step). Every other role has its own
+/// persistent buffer.
+inline bool inArena(program::ValueRole role) {
+  return role == program::ROLE_ACTIVATION || role == program::ROLE_GRADIENT;
+}
+
 /// Format versions this runtime reads.
 bool isSupportedFormatVersion(int version);
 
