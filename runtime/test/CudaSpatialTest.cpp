@@ -368,6 +368,16 @@ TEST_F(CudaSpatial, TopKAndScatterElements) {
   for (int64_t largest : {1, 0})
     compare("TopK", {x, Arr::i({1}, {3})}, {Arr::out({6, 3}), Arr::out({6, 3}, program::DTYPE_I64)},
             [=](program::Kernel &k) { setInt(k, "largest", largest); });
+  // NaNs (larger than every number, by index among themselves): a row with
+  // two, a row of NaNs only; every index once.
+  std::vector<float> nans = v;
+  nans[3] = nans[6] = NAN;
+  for (int c = 8; c < 16; ++c)
+    nans[c] = NAN;
+  for (int64_t largest : {1, 0})
+    compare("TopK", {Arr::f({6, 8}, nans), Arr::i({1}, {8})},
+            {Arr::out({6, 8}), Arr::out({6, 8}, program::DTYPE_I64)},
+            [=](program::Kernel &k) { setInt(k, "largest", largest); });
   // A middle axis, and bf16 values.
   compare("TopK", {Arr::rand({2, 7, 3}, 95), Arr::i({1}, {2})},
           {Arr::out({2, 2, 3}), Arr::out({2, 2, 3}, program::DTYPE_I64)},

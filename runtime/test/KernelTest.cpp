@@ -13,8 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <gtest/gtest.h>
+#include <limits>
+#include <memory>
 
 using namespace strait;
 using namespace strait::rt;
@@ -300,7 +301,7 @@ std::unique_ptr<AdamWProgram> adamWProgram(int64_t n, float lr, float weightDeca
   uint32_t lrId = b.addConstant("lr", {lr}, {});
   uint32_t step = b.addValue("step", program::DTYPE_I64, {}, program::ROLE_INPUT);
   uint32_t x = b.addParameter("x", {n});
-  uint32_t g = b.addValue("g", program::DTYPE_F32, {n}, program::ROLE_GRADIENT);
+  uint32_t g = b.addValue("g", program::DTYPE_F32, {n}, program::ROLE_INPUT); // filled by the test
   uint32_t m = b.addValue("m", program::DTYPE_F32, {n}, program::ROLE_OPTIMIZER_STATE);
   uint32_t v = b.addValue("v", program::DTYPE_F32, {n}, program::ROLE_OPTIMIZER_STATE);
   program::Kernel &k = b.addKernel("AdamW", {lrId, step, x, g, m, v}, {x, m, v});
@@ -972,6 +973,30 @@ TEST(Kernels, RMSNormalizationGradMatchesDoubleReferenceForAnyThreadCount) {
   // dScale's row blocks do not depend on the thread count: bit-equal.
   EXPECT_EQ((*one)[0], (*four)[0]);
   EXPECT_EQ((*one)[1], (*four)[1]);
+}
+
+// TopK orders NaN above every number (as PyTorch and NumPy do), NaNs among
+// themselves by index: first with `largest`, last without; each index once.
+TEST(Kernels, TopKPlacesNaNAboveEveryNumber) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  OwnedTensor x(program::DTYPE_F32, {2, 6}), k(program::DTYPE_I64, {1});
+  std::vector<float> xs = {1, nan, 3, nan, -inf, 2, nan, nan, nan, nan, nan, nan};
+  std::copy(xs.begin(), xs.end(), x.as<float>());
+  k.as<int64_t>()[0] = 6;
+  for (int64_t largest : {1, 0}) {
+    OwnedTensor v(program::DTYPE_F32, {2, 6}), i(program::DTYPE_I64, {2, 6});
+    runOp("TopK", {&x.tensor, &k.tensor}, {&v.tensor, &i.tensor},
+          [&](program::Kernel &kernel) { setInt(kernel, "largest", largest); });
+    std::vector<int64_t> want =
+        largest ? std::vector<int64_t>{1, 3, 2, 5, 0, 4} : std::vector<int64_t>{4, 0, 5, 2, 1, 3};
+    for (int j = 0; j < 6; ++j) {
+      EXPECT_EQ(i.as<int64_t>()[j], want[j]) << "largest " << largest << " position " << j;
+      EXPECT_EQ(i.as<int64_t>()[6 + j], j) << "all NaN, largest " << largest;
+      float got = v.as<float>()[j], w = xs[want[j]];
+      EXPECT_TRUE(got == w || (std::isnan(got) && std::isnan(w)));
+    }
+  }
 }
 
 // TopK of bf16 values (a bf16 router's logits): the values widened to f32

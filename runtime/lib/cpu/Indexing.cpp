@@ -7,8 +7,10 @@
 #include "CpuKernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 namespace strait {
 namespace rt {
@@ -182,6 +184,13 @@ Status oneHotKernel(KernelContext &ctx) {
   return Status::ok();
 }
 
+template <typename T> bool isNaN(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return std::isnan(v);
+  else
+    return false;
+}
+
 template <typename T> void runTopK(const TopKArgs &a) {
   int64_t k = a.k, len = a.len, inner = a.inner;
   std::vector<int64_t> order(len);
@@ -189,8 +198,14 @@ template <typename T> void runTopK(const TopKArgs &a) {
     for (int64_t i = 0; i < inner; ++i) {
       const T *in = a.x->as<T>() + o * len * inner + i;
       std::iota(order.begin(), order.end(), 0);
+      // NaN counts as larger than every number (PyTorch's and NumPy's
+      // order), so the order is total: NaNs first with `largest`, last
+      // without, among themselves by index. The CUDA kernel's topKBefore.
       auto cmp = [&](int64_t x, int64_t y) {
         T vx = in[x * inner], vy = in[y * inner];
+        bool nx = isNaN(vx), ny = isNaN(vy);
+        if (nx || ny)
+          return nx && ny ? x < y : a.largest ? nx : ny;
         if (vx != vy)
           return a.largest ? vx > vy : vx < vy;
         return x < y;

@@ -171,16 +171,22 @@ __global__ void scatterElementsKernel(const T *upd, const void *indices, bool id
 }
 
 /// TopK's order of two elements (values widened to compare f16/bf16): the
-/// larger (with `largest`, else the smaller) first, ties by the lower index,
-/// the CPU kernel's comparator.
+/// larger (with `largest`, else the smaller) first, NaN larger than every
+/// number, ties by the lower index; a total order, the CPU kernel's
+/// comparator.
 __device__ inline double topKey(float x) { return x; }
 __device__ inline double topKey(double x) { return x; }
 __device__ inline double topKey(__half x) { return __half2float(x); }
 __device__ inline double topKey(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ inline int64_t topKey(int32_t x) { return x; }
 __device__ inline int64_t topKey(int64_t x) { return x; }
+__device__ inline bool topNaN(double x) { return isnan(x); }
+__device__ inline bool topNaN(int64_t) { return false; }
 template <typename K>
 __device__ inline bool topKBefore(K va, int64_t a, K vb, int64_t b, bool largest) {
+  bool na = topNaN(va), nb = topNaN(vb);
+  if (na || nb)
+    return na && nb ? a < b : largest ? na : nb;
   if (va != vb)
     return largest ? va > vb : va < vb;
   return a < b;
@@ -205,8 +211,8 @@ __global__ void topKKernel(const T *x, T *vals, int64_t *inds, int64_t outer, in
         if (best < 0 || topKBefore(vc, c, topKey(in[best * inner]), best, largest))
           best = c;
       }
-      if (best < 0) // only NaNs are left, which no order places: the lowest index
-        best = prev + 1 < len ? prev + 1 : 0;
+      if (best < 0) // not reached: the order is total and k <= len
+        best = 0;
       int64_t off = (o * k + j) * inner + i;
       vals[off] = in[best * inner];
       inds[off] = best;
