@@ -7,6 +7,11 @@
 // other members, so only the group's ranks take part. Every operation runs
 // on the communicator's stream and is waited for (the Communicator interface
 // is blocking); one that exceeds the timeout aborts the NCCL communicator.
+// The NCCL communicators are non-blocking (ncclConfig_t::blocking = 0), so
+// that joining one is bounded by the same timeout: a member that never joins
+// (its process died, or it waits elsewhere) gives DeadlineExceeded instead of
+// a hang in ncclCommInitRank. Every call may then return ncclInProgress;
+// wait() polls the communicators' state until the work is done.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
@@ -28,9 +33,17 @@ namespace {
 constexpr uint32_t kIdChannel = 0x7fff0000u;
 
 Status ncclStatus(ncclResult_t r, const std::string &what) {
-  if (r == ncclSuccess)
+  if (r == ncclSuccess || r == ncclInProgress) // in progress: wait() polls
     return Status::ok();
   return unavailable("nccl: " + what + ": " + ncclGetErrorString(r));
+}
+
+/// Text of a group of global ranks: "{0, 2, 3}".
+std::string rankList(const std::vector<int> &ranks) {
+  std::string s = "{";
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "}";
 }
 
 class NcclCommunicator : public Communicator {
@@ -39,10 +52,8 @@ public:
       : bootstrap(bootstrap), options(options) {}
   ~NcclCommunicator() override {
     for (auto &g : groups)
-      if (g.second)
-        ncclCommDestroy(g.second);
-    if (world)
-      ncclCommDestroy(world);
+      release(g.second);
+    release(world);
     if (stream)
       cudaStreamDestroy(stream);
   }
@@ -117,6 +128,24 @@ public:
   Status barrier() override { return bootstrap.barrier(); }
 
 private:
+  /// Finalizes (non-blocking: polled, within the timeout) and destroys a
+  /// communicator; one that does not finish in time is aborted.
+  void release(ncclComm_t comm) const {
+    if (!comm)
+      return;
+    ncclResult_t r = ncclCommFinalize(comm);
+    auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    while (r == ncclInProgress && std::chrono::steady_clock::now() <= deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
+        r = ncclInternalError;
+    }
+    if (r == ncclSuccess)
+      ncclCommDestroy(comm);
+    else
+      ncclCommAbort(comm);
+  }
+
   /// The communicator's index of global rank `peer`.
   StatusOr<int> localRank(int peer) const {
     auto it = std::lower_bound(members.begin(), members.end(), peer);
@@ -177,10 +206,31 @@ private:
     }
     ncclComm_t comm = nullptr;
     STRAIT_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(options.device), "set device"));
-    STRAIT_RETURN_IF_ERROR(
-        ncclStatus(ncclCommInitRank(&comm, static_cast<int>(ranks.size()), uid, me),
-                   "init rank " + std::to_string(me) + " of " + std::to_string(ranks.size()))
-            .withRank(getRank()));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    std::string what = "joining the NCCL communicator of ranks " + rankList(ranks) + " (as " +
+                       std::to_string(me) + " of " + std::to_string(ranks.size()) + ")";
+    ncclResult_t r =
+        ncclCommInitRankConfig(&comm, static_cast<int>(ranks.size()), uid, me, &config);
+    auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    while (r == ncclInProgress) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ncclCommAbort(comm);
+        return deadlineExceeded("nccl: " + what + ": timed out after " +
+                                std::to_string(options.timeout.count()) +
+                                " ms; a member never joined (its process failed or waits "
+                                "elsewhere)")
+            .withRank(getRank());
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
+        r = ncclInternalError;
+    }
+    if (r != ncclSuccess) {
+      if (comm)
+        ncclCommAbort(comm);
+      return unavailable("nccl: " + what + ": " + ncclGetErrorString(r)).withRank(getRank());
+    }
     return comm;
   }
 
@@ -196,25 +246,35 @@ private:
     return wait("all-reduce of " + t.typeString(), comm);
   }
 
-  /// Polls the stream until done or the timeout, then aborts. A group's
-  /// operation polls its own communicator's errors too (`comm`).
+  /// Polls the communicators' state and the stream until both are done or
+  /// the timeout, then aborts. A group's operation polls its own
+  /// communicator too (`comm`). ncclInProgress (a non-blocking communicator
+  /// still enqueueing the work) is not a failure.
   Status wait(const std::string &what, ncclComm_t comm = nullptr) {
     auto deadline = std::chrono::steady_clock::now() + options.timeout;
     for (;;) {
-      cudaError_t q = cudaStreamQuery(stream);
-      if (q == cudaSuccess)
-        return Status::ok();
-      if (q != cudaErrorNotReady) {
-        failure = what + ": " + cudaGetErrorString(q);
-        return internalError("nccl: " + failure).withRank(getRank());
-      }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(world, &async);
-      if (async == ncclSuccess && comm && comm != world)
-        ncclCommGetAsyncError(comm, &async);
-      if (async != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
-        failure = what + (async != ncclSuccess ? std::string(": ") + ncclGetErrorString(async)
-                                               : ": timed out");
+      if ((async == ncclSuccess || async == ncclInProgress) && comm && comm != world) {
+        ncclResult_t own = ncclSuccess;
+        ncclCommGetAsyncError(comm, &own);
+        if (own != ncclSuccess)
+          async = own;
+      }
+      bool failed = async != ncclSuccess && async != ncclInProgress;
+      if (!failed && async == ncclSuccess) {
+        cudaError_t q = cudaStreamQuery(stream);
+        if (q == cudaSuccess)
+          return Status::ok();
+        if (q != cudaErrorNotReady) {
+          failure = what + ": " + cudaGetErrorString(q);
+          return internalError("nccl: " + failure).withRank(getRank());
+        }
+      }
+      if (failed || std::chrono::steady_clock::now() > deadline) {
+        failure = what +
+                  (failed ? std::string(": ") + ncclGetErrorString(async)
+                          : ": timed out after " + std::to_string(options.timeout.count()) + " ms");
         ncclCommAbort(world);
         world = nullptr;
         for (auto &g : groups) {
